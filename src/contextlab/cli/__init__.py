@@ -1,0 +1,77 @@
+"""The ``contextlab`` command: one program, subcommands are plain functions in a dict.
+
+Each command is ``fn(argv: list[str]) -> int`` with its own argparse parser (so
+``contextlab data ingest --help`` documents every option) and calls the Python API; the
+API does the work. ``main`` picks the longest command name that prefixes the arguments.
+A ``UserError`` becomes one line on stderr and exit code 2; anything else is a bug and
+keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+from contextlab.errors import UserError
+
+Command = Callable[[list[str]], int]
+
+
+def _commands() -> dict[str, Command]:
+    from contextlab.cli import data, quickstart
+
+    return {
+        "quickstart": quickstart.cmd_quickstart,
+        "data ingest": data.cmd_ingest,
+        "data info": data.cmd_info,
+        "data verify": data.cmd_verify,
+    }
+
+
+def _usage(commands: dict[str, Command]) -> str:
+    width = max(len(name) for name in commands)
+    lines = ["usage: contextlab COMMAND [options]   (contextlab COMMAND --help for its options)", "",
+             "Measure and improve how language models use their context.", "", "commands:"]
+    for name, fn in commands.items():
+        summary = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
+        lines.append(f"  {name:<{width}}  {summary}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = _commands()
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage(commands))
+        return 0
+    if argv[0] in ("--version", "version"):
+        from contextlab import __version__
+
+        print(f"contextlab {__version__}")
+        return 0
+    for n_words in (3, 2, 1):
+        name = " ".join(argv[:n_words])
+        if len(argv) >= n_words and name in commands:
+            return _run(commands[name], name, argv[n_words:])
+    group = [c for c in commands if c.split()[0] == argv[0]]
+    if group:
+        print(f"contextlab {argv[0]}: choose one of: " + ", ".join(c.split(" ", 1)[1] for c in group),
+              file=sys.stderr)
+        return 2
+    print(f"contextlab: unknown command {argv[0]!r}; run `contextlab --help` to list commands", file=sys.stderr)
+    return 2
+
+
+def _run(fn: Command, name: str, argv: list[str]) -> int:
+    try:
+        return int(fn(argv) or 0)
+    except UserError as exc:
+        print(f"contextlab {name}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"\ncontextlab {name}: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

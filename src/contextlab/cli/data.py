@@ -1,0 +1,95 @@
+"""``contextlab data ...`` commands: ingest, info, verify."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+from contextlab.config import add_dataclass_args, apply_overrides, from_dict, read_toml
+
+
+def _parser(prog: str, description: str) -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(prog=f"contextlab {prog}", description=description)
+
+
+def cmd_ingest(argv: list[str]) -> int:
+    """Tokenize a corpus (folder, JSONL, Parquet, HF dataset folder) into a token store."""
+    from contextlab.data.ingest import IngestConfig, ingest
+    from contextlab.data.sources import SourceOptions
+
+    p = _parser("data ingest", "Tokenize SOURCE into a token store at --out. Runs in parallel, shows progress, "
+                "and resumes where it stopped if killed (run the same command again).")
+    p.add_argument("source", help="a folder of text/code files, a text file, .jsonl[.gz], .parquet, "
+                   "or a local Hugging Face datasets folder (save_to_disk)")
+    p.add_argument("--out", required=True, help="the token store directory to create")
+    p.add_argument("--config", help="a TOML file with ingest options (flags and --set override it)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set source.encoding=replace (repeatable)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing store or unfinished ingest at --out")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_dataclass_args(p, IngestConfig)
+    add_dataclass_args(p, SourceOptions)
+    args = p.parse_args(argv)
+
+    data = apply_overrides(read_toml(args.config) if args.config else {}, args.set)
+    for f in dataclasses.fields(IngestConfig):
+        if getattr(args, f.name, None) is not None and f.name != "source":
+            data[f.name] = getattr(args, f.name)
+    for f in dataclasses.fields(SourceOptions):
+        if getattr(args, f.name, None) is not None:
+            data.setdefault("source", {})[f.name] = getattr(args, f.name)
+    config = from_dict(IngestConfig, data)
+    report = ingest(args.source, args.out, config, overwrite=args.overwrite, progress=not args.no_progress)
+    store = report.store
+    if report.up_to_date:
+        print(f"{store.path} is up to date ({store.n_docs:,} documents, {store.n_tokens:,} tokens); nothing to do")
+        return 0
+    stats = store.meta.get("source_stats", {})
+    print(f"wrote {store.path}: {store.n_docs:,} documents, {store.n_tokens:,} tokens "
+          f"({store.tokenizer_spec['name']}), {report.bytes_read / 1e6:,.1f} MB in {report.seconds:,.1f} s "
+          f"({report.mb_per_s:,.1f} MB/s)")
+    notes = {k: v for k, v in {**stats, "skipped_short": report.skipped_short,
+                               "skipped_long": report.skipped_long}.items()
+             if isinstance(v, int) and v and k.startswith(("skipped", "undecodable", "latin1"))}
+    if notes:
+        print("  " + ", ".join(f"{k.replace('_', ' ')}: {v:,}" for k, v in notes.items()))
+    return 0
+
+
+def cmd_info(argv: list[str]) -> int:
+    """Print a token store's counts and draw its document-length histogram (PNG)."""
+    from contextlab.data.stats import format_summary, plot_length_histogram, store_summary
+    from contextlab.data.store import TokenStore
+
+    p = _parser("data info", "Counts, document-length percentiles, long-document counts (LongCrawl64 view), "
+                "and a histogram of document lengths.")
+    p.add_argument("store", help="a token store directory")
+    p.add_argument("--plot", help="where to write the histogram PNG (default: STORE/doc_lengths.png)")
+    p.add_argument("--no-plot", action="store_true", help="do not draw the histogram")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    args = p.parse_args(argv)
+    store = TokenStore(args.store)
+    summary = store_summary(store)
+    print(json.dumps(summary, indent=2) if args.json else format_summary(summary))
+    if not args.no_plot:
+        out = plot_length_histogram(store, args.plot or Path(args.store) / "doc_lengths.png")
+        if not args.json:
+            print(f"histogram  {out}")
+    return 0
+
+
+def cmd_verify(argv: list[str]) -> int:
+    """Check a token store end to end (sizes, counts, metadata, content hash)."""
+    from contextlab.data.store import TokenStore
+
+    p = _parser("data verify", "Re-read the whole store and check it against meta.json.")
+    p.add_argument("store", help="a token store directory")
+    args = p.parse_args(argv)
+    store = TokenStore(args.store)
+    store.verify()
+    store.docs_meta()
+    store.tokenizer()
+    print(f"{store.path}: ok ({store.n_docs:,} documents, {store.n_tokens:,} tokens, hash {store.hash[:12]})")
+    return 0

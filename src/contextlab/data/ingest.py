@@ -1,0 +1,280 @@
+"""Corpus -> token store: parallel, resumable, atomic.
+
+The work is split three ways so both cores stay busy: a reader thread walks the source
+and hands over batches of a few MB of text; the tokenizer encodes a whole batch with its
+native thread pool (Rust in HF ``tokenizers`` and tiktoken, so the GIL is released); the
+main thread appends the ids to the partial store. Memory stays flat: at most a couple of
+batches are alive at once, whatever the corpus size.
+
+Resume: everything is written to ``OUT.partial/``. After each batch the data files are
+fsynced and ``progress.json`` records how many source documents were consumed and the
+committed file sizes. A run killed at any moment restarts from that record: files are
+truncated back to the committed sizes and the source is re-walked, skipping (without
+tokenizing) the documents already stored. So no document is lost or stored twice. The
+record also holds a fingerprint of the source files, options and tokenizer: resuming with
+anything different is refused. When the source is exhausted the partial directory is
+renamed to OUT in one step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import queue
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+from contextlab.config import opt, save_toml, to_dict
+from contextlab.data.sources import Document, SourceOptions, open_source
+from contextlab.data.store import StoreWriter, TokenStore, WriterState, dtype_for_vocab, finalize_store, is_store
+from contextlab.data.tokenizers import Tokenizer, load_saved_tokenizer, load_tokenizer
+from contextlab.errors import UserError
+from contextlab.io import atomic_write_json
+
+TOKENIZER_SPECS = "byte | gpt2:DIR | hf:PATH | bpe:N | store:STORE"
+
+
+@dataclass
+class IngestConfig:
+    """How a corpus becomes a token store."""
+
+    tokenizer: str = opt("byte", f"tokenizer spec: {TOKENIZER_SPECS}")
+    min_tokens: int = opt(1, "skip documents with fewer tokens than this (they are counted)")
+    max_tokens: int = opt(0, "skip documents with more tokens than this; 0 = no limit")
+    batch_mb: float = opt(4.0, "MB of text per tokenizer batch; progress is committed after each")
+    bpe_sample_mb: float = opt(0.0, "train bpe:N on at most this many MB of the source; 0 = all of it")
+    source: SourceOptions = opt(factory=SourceOptions, help="how the source is read")
+
+    def __post_init__(self) -> None:
+        if self.min_tokens < 0 or self.max_tokens < 0:
+            raise ValueError("min_tokens and max_tokens must be >= 0")
+        if self.max_tokens and self.max_tokens < self.min_tokens:
+            raise ValueError(f"max_tokens ({self.max_tokens}) < min_tokens ({self.min_tokens})")
+        if self.batch_mb <= 0:
+            raise ValueError("batch_mb must be > 0")
+
+
+@dataclass
+class IngestReport:
+    """What an ingest did, for the console and for tests."""
+
+    store: TokenStore
+    seconds: float
+    bytes_read: int
+    resumed_from_docs: int
+    skipped_short: int
+    skipped_long: int
+    up_to_date: bool = False
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes_read / 1e6 / max(self.seconds, 1e-9)
+
+
+def resolve_tokenizer_spec(spec: str) -> str:
+    """``store:DIR`` means "the tokenizer of that store"."""
+    if spec.startswith("store:"):
+        store = TokenStore(spec[len("store:"):])
+        return f"dir:{store.path / 'tokenizer'}"
+    return spec
+
+
+def ingest(source: str | Path, out: str | Path, config: IngestConfig | None = None, *,
+           overwrite: bool = False, progress: bool = True) -> IngestReport:
+    """Tokenize ``source`` into a token store at ``out`` (resuming an unfinished run)."""
+    config = config or IngestConfig()
+    out = Path(out)
+    src = open_source(source, config.source)
+    fingerprint = _fingerprint(src, config)
+    if out.exists():
+        done = _existing_output(out, fingerprint, overwrite)
+        if done is not None:
+            return done
+    partial = out.with_name(out.name + ".partial")
+    record = _open_partial(partial, fingerprint, overwrite)
+    start = time.perf_counter()
+
+    tokenizer = _partial_tokenizer(partial, record, config, src)
+    state = WriterState(**record["writer"])
+    writer = StoreWriter(partial, dtype_for_vocab(tokenizer.vocab_size), state)
+    counts = dict(record["counts"])
+    resumed_from = int(record["source_pos"])
+    if resumed_from:
+        print(f"resuming ingest into {out}: {state.n_docs:,} documents already stored")
+    try:
+        pos = resumed_from
+        bar = _progress_bar(progress, src, state)
+        for batch in _prefetch(_batches(iter(src), resumed_from, int(config.batch_mb * 1e6))):
+            ids = tokenizer.encode_batch([d.text for d in batch])
+            for doc, arr in zip(batch, ids):
+                n = len(arr)
+                if n < max(config.min_tokens, 1):
+                    counts["skipped_short"] += 1
+                elif config.max_tokens and n > config.max_tokens:
+                    counts["skipped_long"] += 1
+                else:
+                    writer.add(arr, doc.meta)
+            pos += len(batch)
+            durable = writer.flush()
+            record.update(source_pos=pos, writer=vars(durable), counts=counts)
+            atomic_write_json(partial / "progress.json", record)
+            bar.update(sum(len(d.text) for d in batch))
+        bar.close()
+    finally:
+        writer.close()
+    if writer.state.n_docs == 0:
+        raise UserError(f"no documents left in {source} after filtering ({counts['skipped_short']} shorter than "
+                        f"--min-tokens {config.min_tokens}, {counts['skipped_long']} longer than --max-tokens); "
+                        f"relax the filters")
+    meta = {
+        "tokenizer": tokenizer.spec(),
+        "dtype": dtype_for_vocab(tokenizer.vocab_size).name,
+        "source": src.describe(),
+        "source_stats": src.stats.as_dict(),
+        "filters": {"min_tokens": config.min_tokens, "max_tokens": config.max_tokens, **counts},
+        "ingest_fingerprint": fingerprint,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    save_toml({"source": str(source), **to_dict(config)}, partial / "config.toml")
+    finalize_store(partial, out, meta, overwrite=overwrite)
+    return IngestReport(store=TokenStore(out), seconds=time.perf_counter() - start,
+                        bytes_read=int(src.stats.bytes_read), resumed_from_docs=resumed_from,
+                        skipped_short=counts["skipped_short"], skipped_long=counts["skipped_long"])
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _fingerprint(src, config: IngestConfig) -> str:
+    blob = json.dumps({"source": src.fingerprint(), "config": to_dict(config)}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _existing_output(out: Path, fingerprint: str, overwrite: bool) -> IngestReport | None:
+    """An up-to-date store is returned as is; anything else needs --overwrite."""
+    if is_store(out):
+        store = TokenStore(out)
+        if store.meta.get("ingest_fingerprint") == fingerprint and not overwrite:
+            return IngestReport(store=store, seconds=0.0, bytes_read=0, resumed_from_docs=store.n_docs,
+                                skipped_short=store.meta["filters"].get("skipped_short", 0),
+                                skipped_long=store.meta["filters"].get("skipped_long", 0), up_to_date=True)
+        if not overwrite:
+            raise UserError(f"{out} already holds a different token store (source "
+                            f"{store.meta.get('source', {}).get('path', '?')}, tokenizer "
+                            f"{store.tokenizer_spec.get('name')}); choose another --out or pass --overwrite")
+    elif not overwrite and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"{out} exists and is not a contextlab token store; choose another --out or pass --overwrite")
+    return None
+
+
+def _open_partial(partial: Path, fingerprint: str, overwrite: bool) -> dict:
+    fresh = {"fingerprint": fingerprint, "source_pos": 0, "writer": vars(WriterState()),
+             "counts": {"skipped_short": 0, "skipped_long": 0}, "tokenizer_saved": False}
+    record_file = partial / "progress.json"
+    if partial.exists():
+        record = None
+        if record_file.is_file():
+            try:
+                record = json.loads(record_file.read_text())
+            except ValueError:
+                record = None
+        if record is not None and record.get("fingerprint") == fingerprint:
+            return record
+        if record is not None and int(record.get("source_pos", 0)) > 0 and not overwrite:
+            raise UserError(f"{partial} holds an unfinished ingest of a different source or config; "
+                            f"delete it or pass --overwrite")
+        shutil.rmtree(partial)  # no document was committed there, or the user asked to overwrite
+    partial.mkdir(parents=True)
+    atomic_write_json(record_file, fresh)
+    return fresh
+
+
+def _partial_tokenizer(partial: Path, record: dict, config: IngestConfig, src) -> Tokenizer:
+    """Load the tokenizer saved in the partial store, or build (train) and save it."""
+    tok_dir = partial / "tokenizer"
+    if record.get("tokenizer_saved"):
+        return load_saved_tokenizer(tok_dir)
+    spec = resolve_tokenizer_spec(config.tokenizer)
+    texts = _sample_texts(src, config.bpe_sample_mb) if spec.startswith("bpe:") else None
+    tokenizer = load_tokenizer(spec, texts=texts)
+    if tok_dir.exists():
+        shutil.rmtree(tok_dir)
+    tokenizer.save(tok_dir)
+    record["tokenizer_saved"] = True
+    atomic_write_json(partial / "progress.json", record)
+    return tokenizer
+
+
+def _sample_texts(src, sample_mb: float) -> Callable[[], Iterable[str]]:
+    def texts() -> Iterator[str]:
+        budget = sample_mb * 1e6 if sample_mb > 0 else float("inf")
+        seen = 0
+        for doc in src:
+            if seen >= budget:
+                return
+            seen += len(doc.text)
+            yield doc.text
+    return texts
+
+
+def _batches(docs: Iterator[Document], skip: int, batch_chars: int) -> Iterator[list[Document]]:
+    batch: list[Document] = []
+    size = 0
+    for pos, doc in enumerate(docs):
+        if pos < skip:
+            continue
+        batch.append(doc)
+        size += len(doc.text)
+        if size >= batch_chars:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _prefetch(it: Iterator, depth: int = 2) -> Iterator:
+    """Run ``it`` in a reader thread, ``depth`` items ahead; errors surface in the caller."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    end = object()
+
+    def run() -> None:
+        try:
+            for item in it:
+                while not stop.is_set():
+                    try:
+                        q.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put(end)
+        except BaseException as exc:  # handed to the consumer
+            q.put(exc)
+
+    thread = threading.Thread(target=run, name="contextlab-ingest-reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = q.get()
+            if item is end:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+
+
+def _progress_bar(enabled: bool, src, state: WriterState):
+    from tqdm.auto import tqdm
+
+    total = getattr(src, "total_bytes", None)
+    total = total() if callable(total) else total
+    return tqdm(total=total, unit="B", unit_scale=True, desc="ingest", disable=not enabled,
+                dynamic_ncols=True, leave=False)

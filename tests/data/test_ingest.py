@@ -1,0 +1,196 @@
+"""Ingest: resume after a kill (real SIGKILL and a torn write), filters, refusals, tokenizers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from contextlab.data import ingest as ingest_mod
+from contextlab.data.ingest import IngestConfig, ingest
+from contextlab.data.sources import SourceOptions
+from contextlab.data.store import StoreWriter, TokenStore
+from contextlab.errors import UserError
+from tests.conftest import REPO, write_tree
+
+
+def make_corpus(root, n_files=60, size=3000, seed=0):
+    rng = np.random.default_rng(seed)
+    words = ["context", "window", "token", "loss", "model", "packing", "über", "naïve", "—", "data"]
+    files = {}
+    for i in range(n_files):
+        text = " ".join(rng.choice(words, size=size // 6))
+        files[f"d{i % 5}/f{i:04d}.txt"] = text
+    return write_tree(root, files)
+
+
+def same_store(a: TokenStore, b: TokenStore) -> None:
+    assert (a.path / "tokens.bin").read_bytes() == (b.path / "tokens.bin").read_bytes()
+    assert np.array_equal(a.offsets, b.offsets)
+    assert (a.path / "docs.jsonl").read_bytes() == (b.path / "docs.jsonl").read_bytes()
+    assert a.hash == b.hash and a.tokenizer_hash == b.tokenizer_hash
+
+
+def test_torn_write_after_last_commit_is_dropped(tmp_path, monkeypatch):
+    src = make_corpus(tmp_path / "c")
+    cfg = IngestConfig(tokenizer="byte", batch_mb=0.01)
+    ref = ingest(src, tmp_path / "ref", cfg, progress=False).store
+
+    calls = {"n": 0}
+    real_flush = StoreWriter.flush
+
+    def dying_flush(self):
+        calls["n"] += 1
+        if calls["n"] == 4:  # batch 4 is written to the files but never committed
+            raise KeyboardInterrupt
+        return real_flush(self)
+
+    monkeypatch.setattr(StoreWriter, "flush", dying_flush)
+    with pytest.raises(KeyboardInterrupt):
+        ingest(src, tmp_path / "out", cfg, progress=False)
+    monkeypatch.setattr(StoreWriter, "flush", real_flush)
+    partial = tmp_path / "out.partial"
+    record = json.loads((partial / "progress.json").read_text())
+    assert record["writer"]["n_docs"] > 0
+    assert (partial / "tokens.bin").stat().st_size > record["writer"]["n_tokens"]  # torn tail present
+    rep = ingest(src, tmp_path / "out", cfg, progress=False)
+    assert rep.resumed_from_docs == record["source_pos"] > 0
+    same_store(rep.store, ref)
+    assert not partial.exists()
+
+
+def test_resume_after_real_sigkill(tmp_path):
+    src = make_corpus(tmp_path / "c", n_files=400, size=6000)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "contextlab", "data", "ingest", str(src), "--out", str(out),
+           "--tokenizer", "byte", "--batch-mb", "0.005", "--no-progress"]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    progress = out.with_name("out.partial") / "progress.json"
+    deadline = time.time() + 60
+    pos = 0
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            pos = json.loads(progress.read_text())["source_pos"]
+        except (OSError, ValueError, KeyError):
+            pos = 0
+        if pos >= 40:
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "ingest finished before it could be killed; make the corpus bigger"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not out.exists() and progress.exists()
+    resumed = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming ingest" in resumed.stdout
+    ref = ingest(src, tmp_path / "ref", IngestConfig(tokenizer="byte", batch_mb=0.005), progress=False).store
+    same_store(TokenStore(out), ref)
+    assert TokenStore(out).n_docs == 400
+
+
+def test_length_filters_are_counted(tmp_path):
+    src = write_tree(tmp_path / "c", {"a.txt": "x" * 5, "b.txt": "y" * 50, "c.txt": "z" * 500})
+    rep = ingest(src, tmp_path / "s", IngestConfig(min_tokens=10, max_tokens=100), progress=False)
+    assert rep.store.n_docs == 1 and rep.store.doc(0).tolist() == [ord("y")] * 50
+    assert rep.skipped_short == 1 and rep.skipped_long == 1
+    assert rep.store.meta["filters"]["skipped_short"] == 1
+    with pytest.raises(UserError, match="no documents left"):
+        ingest(src, tmp_path / "s2", IngestConfig(min_tokens=1000), progress=False)
+
+
+def test_existing_output_rules(tmp_path):
+    src = write_tree(tmp_path / "c", {"a.txt": "alpha", "b.txt": "beta"})
+    first = ingest(src, tmp_path / "s", IngestConfig(), progress=False)
+    again = ingest(src, tmp_path / "s", IngestConfig(), progress=False)
+    assert again.up_to_date and again.store.hash == first.store.hash
+    with pytest.raises(UserError, match="already holds a different token store"):
+        ingest(src, tmp_path / "s", IngestConfig(min_tokens=2), progress=False)
+    before = np.fromfile(tmp_path / "s" / "tokens.bin", dtype=np.uint16)
+    assert bytes(before.astype(np.uint8)) == b"alphabeta"  # untouched by the refused run
+    rep = ingest(src, tmp_path / "s", IngestConfig(min_tokens=5), overwrite=True, progress=False)
+    assert rep.store.n_docs == 1 and not (tmp_path / "s.old").exists()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match="is not a contextlab token store"):
+        ingest(src, tmp_path / "other", IngestConfig(), progress=False)
+    assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
+
+
+def test_partial_of_a_different_source_is_refused(tmp_path, monkeypatch):
+    src = make_corpus(tmp_path / "c", n_files=20)
+    real_flush, calls = StoreWriter.flush, []
+
+    def flush_then_die(self):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real_flush(self)
+
+    monkeypatch.setattr(StoreWriter, "flush", flush_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        ingest(src, tmp_path / "out", IngestConfig(batch_mb=0.01), progress=False)
+    monkeypatch.undo()
+    with pytest.raises(UserError, match="unfinished ingest of a different source"):
+        ingest(src, tmp_path / "out", IngestConfig(batch_mb=0.01, min_tokens=3), progress=False)
+    # with --overwrite the unfinished run is discarded and the new one completes
+    rep = ingest(src, tmp_path / "out", IngestConfig(batch_mb=0.01, min_tokens=3), overwrite=True, progress=False)
+    assert rep.store.n_docs == 20 and rep.resumed_from_docs == 0
+
+
+def test_failed_run_that_committed_nothing_does_not_block(tmp_path):
+    write_tree(tmp_path / "c", {"bad.txt": b"\xff\xfe bad"})
+    with pytest.raises(UserError, match="bad.txt"):
+        ingest(tmp_path / "c", tmp_path / "s", progress=False)
+    rep = ingest(tmp_path / "c", tmp_path / "s", IngestConfig(source=SourceOptions(encoding="replace")),
+                 progress=False)
+    assert rep.store.n_docs == 1
+
+
+def test_bpe_training_and_store_spec(tmp_path):
+    src = make_corpus(tmp_path / "c", n_files=30)
+    a = ingest(src, tmp_path / "a", IngestConfig(tokenizer="bpe:300"), progress=False).store
+    tok = a.tokenizer()
+    assert tok.vocab_size == 300 and a.tokenizer_spec["name"] == "bpe-300"
+    text = (src / "d0" / "f0000.txt").read_text(encoding="utf-8")
+    assert tok.decode(a.doc(0)) == text
+    assert a.n_tokens < sum(len(tok.encode(t)) * 0 + len(t.encode()) for t in [text]) * 30  # compresses
+    b = ingest(src / "d1", tmp_path / "b", IngestConfig(tokenizer=f"store:{a.path}"), progress=False).store
+    assert b.tokenizer_hash == a.tokenizer_hash
+    b.check_tokenizer(a.tokenizer_spec)
+
+
+def test_gpt2_ids_in_store(tmp_path, shared_data):
+    src = write_tree(tmp_path / "c", {"h.txt": "Hello world"})
+    s = ingest(src, tmp_path / "s", IngestConfig(tokenizer=f"gpt2:{shared_data / 'gpt2_tokenizer'}"),
+               progress=False).store
+    assert s.doc(0).tolist() == [15496, 995] and s.dtype == np.uint16
+
+
+def test_bad_sources(tmp_path):
+    with pytest.raises(UserError, match="not found"):
+        ingest(tmp_path / "missing", tmp_path / "s", progress=False)
+    (tmp_path / "bin.dat").write_bytes(b"\x00\x01\x02binary\x00")
+    with pytest.raises(UserError, match="not a text file"):
+        ingest(tmp_path / "bin.dat", tmp_path / "s", progress=False)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "e.txt").write_text("")
+    with pytest.raises(UserError, match="no documents"):
+        ingest(tmp_path / "empty", tmp_path / "s", progress=False)
+    assert not (tmp_path / "s").exists()
+
+
+def test_undecodable_bytes_are_reported(tmp_path):
+    write_tree(tmp_path / "c", {"ok.txt": "fine", "bad.txt": b"caf\xe9 and \xff\xfe"})
+    with pytest.raises(UserError, match="bad.txt"):
+        ingest(tmp_path / "c", tmp_path / "s", progress=False)
+    rep = ingest(tmp_path / "c", tmp_path / "s", IngestConfig(source=SourceOptions(encoding="replace")),
+                 progress=False)
+    assert rep.store.meta["source_stats"]["undecodable_bytes"] == 3
+    assert rep.store.tokenizer().decode(rep.store.doc(0)) == "caf\ufffd and \ufffd\ufffd"

@@ -1,0 +1,282 @@
+"""Tests for contextlab.data.sources: tiny corpora in tmp_path, exact documents and meta."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from contextlab.data.sources import SourceOptions, find_gutenberg_body, open_source
+from contextlab.errors import UserError
+
+SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+BOOKS = SHARED_DATA / "gutenberg_books"
+BAD_UTF8 = b"ok \xff\xfe caf\xc3\xa9 \xe2\x82 end"  # 4 undecodable bytes, the first at offset 3
+
+
+def write(root: Path, files: dict[str, bytes | str]) -> Path:
+    for rel, data in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data.encode() if isinstance(data, str) else data)
+    return root
+
+
+def docs(path, **opts) -> list[tuple[str, dict]]:
+    return [(d.text, d.meta) for d in open_source(path, SourceOptions(**opts))]
+
+
+def texts(path, **opts) -> list[str]:
+    return [t for t, _ in docs(path, **opts)]
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    return write(tmp_path / "corpus", {
+        "b.txt": "bee\r\n",
+        "a/z.py": "print(1)\n",
+        "a/b/c.md": "# c",
+        "a.txt": "ay",
+        "empty.txt": "",
+        "blank.txt": " \n\t",
+        "img.bin": b"\x89PNG\x00\x00data",
+        ".git/config": "[core]",
+        "a/.hidden.txt": "secret",
+        "zip/d.txt.gz": gzip.compress(b"gz body"),
+    })
+
+
+def test_folder_order_meta_and_counts(tree: Path):
+    src = open_source(tree)
+    assert src.kind == "folder"
+    got = [(d.text, d.meta) for d in src]
+    given = str(tree)
+    assert got == [  # plain string order of the relative paths: "." sorts before "/"
+        ("ay", {"id": "a.txt", "source": given, "path": "a.txt", "domain": ""}),
+        ("# c", {"id": "a/b/c.md", "source": given, "path": "a/b/c.md", "domain": "a"}),
+        ("print(1)\n", {"id": "a/z.py", "source": given, "path": "a/z.py", "domain": "a"}),
+        ("bee\r\n", {"id": "b.txt", "source": given, "path": "b.txt", "domain": ""}),
+        ("gz body", {"id": "zip/d.txt.gz", "source": given, "path": "zip/d.txt.gz", "domain": "zip"}),
+    ]
+    s = src.stats.as_dict()
+    assert (s["files_seen"], s["documents"], s["skipped_binary"], s["skipped_empty"]) == (8, 5, 1, 2)
+    assert s["bytes_read"] == 2 + 3 + 9 + 5 + 7 + 0 + 3 + len(b"\x89PNG\x00\x00data")
+
+
+def test_include_exclude_globs(tree: Path):
+    assert texts(tree, include=["**/*.py", "*.md"]) == ["# c", "print(1)\n"]
+    assert texts(tree, include=["a/**"], exclude=["a/b/"]) == ["print(1)\n"]
+    assert texts(tree, include=["*.txt"]) == ["ay", "bee\r\n"]
+    assert texts(tree, include=["[ab].txt"]) == ["ay", "bee\r\n"]
+    assert texts(tree, exclude=["a/*", "a.txt", "b.t?t", "*.gz"]) == ["# c"]
+    src = open_source(tree, SourceOptions(include=["**/*.py"]))
+    list(src)
+    assert src.stats.skipped_excluded == 7 and src.stats.files_seen == 1
+
+
+def test_symlinks_not_followed_out_of_tree(tmp_path: Path):
+    root = write(tmp_path / "c", {"in.txt": "inside"})
+    outside = write(tmp_path / "out", {"secret.txt": "outside"})
+    os.symlink(outside / "secret.txt", root / "link_out.txt")
+    os.symlink(root / "in.txt", root / "link_in.txt")
+    os.symlink(outside, root / "dirlink")
+    src = open_source(root)
+    assert [(d.meta["path"], d.text) for d in src] == [("in.txt", "inside"), ("link_in.txt", "inside")]
+    assert src.stats.skipped_symlinks == 2
+
+
+@pytest.mark.parametrize("policy, expect, counts", [
+    ("replace", "ok \ufffd\ufffd caf\u00e9 \ufffd end", {"undecodable_bytes": 4, "undecodable_files": 1}),
+    ("latin-1", BAD_UTF8.decode("latin-1"), {"latin1_files": 1, "undecodable_bytes": 0}),
+    ("skip", None, {"undecodable_bytes": 4, "undecodable_files": 1}),
+])
+def test_encoding_policies(tmp_path: Path, policy, expect, counts):
+    root = write(tmp_path / "c", {"bad.txt": BAD_UTF8, "good.txt": "fine"})
+    src = open_source(root, SourceOptions(encoding=policy))
+    got = {d.meta["path"]: d.text for d in src}
+    assert got.get("bad.txt") == expect and got["good.txt"] == "fine"
+    assert {k: src.stats.as_dict()[k] for k in counts} == counts
+
+
+def test_encoding_strict_names_file_and_offset(tmp_path: Path):
+    root = write(tmp_path / "c", {"bad.txt": BAD_UTF8})
+    with pytest.raises(UserError, match=r"bad\.txt is not valid UTF-8 \(byte offset 3\); use --encoding replace"):
+        list(open_source(root))
+
+
+def test_jsonl_plain_gz_and_domain_field(tmp_path: Path):
+    rows = [{"text": "one", "lang": "en"}, {"text": "two", "lang": "fr"}, {"text": "", "lang": "x"}]
+    body = "".join(json.dumps(r) + "\n" for r in rows) + "\n" + json.dumps({"text": "four"}) + "\n"
+    plain = write(tmp_path, {"wiki.jsonl": body})
+    got = docs(tmp_path / "wiki.jsonl")
+    assert [t for t, _ in got] == ["one", "two", "four"]
+    assert got[2][1] == {"id": "wiki.jsonl#4", "source": str(plain / "wiki.jsonl"), "path": "wiki.jsonl",
+                         "row": 4, "domain": "wiki"}
+    gz = tmp_path / "web.jsonl.gz"
+    gz.write_bytes(gzip.compress(("".join(json.dumps(r) + "\n" for r in rows[:2])).encode()))
+    src = open_source(gz, SourceOptions(domain_field="lang"))
+    assert src.kind == "jsonl"
+    assert [(d.text, d.meta["domain"], d.meta["row"]) for d in src] == [("one", "en", 0), ("two", "fr", 1)]
+
+
+def test_jsonl_bad_line_and_missing_field(tmp_path: Path):
+    write(tmp_path, {"a.jsonl": '{"text": "ok"}\n{"text": oops}\n', "b.jsonl": '{"text": "ok"}\n{"body": "x"}\n',
+                     "c.jsonl": '{"text": 3}\n', "d.json": '[{"text": "x"}]\n',
+                     "e.json": '[\n  {"text": "x"}\n]\n'})
+    with pytest.raises(UserError, match=r"a\.jsonl line 2 is not valid JSON"):
+        list(open_source(tmp_path / "a.jsonl"))
+    with pytest.raises(UserError, match=r"b\.jsonl line 2 has no field 'text' \(found: body\); pass --text-field"):
+        list(open_source(tmp_path / "b.jsonl"))
+    with pytest.raises(UserError, match=r"c\.jsonl line 1: field 'text' holds int, not text"):
+        list(open_source(tmp_path / "c.jsonl"))
+    with pytest.raises(UserError, match=r"d\.json line 1 holds a JSON list, not an object"):
+        list(open_source(tmp_path / "d.json"))
+    with pytest.raises(UserError, match=r"e\.json line 1 is not valid JSON .*\(a JSON array\? write one object per line\)"):
+        list(open_source(tmp_path / "e.json"))
+
+
+def test_folder_of_jsonl_is_jsonl(tmp_path: Path):
+    write(tmp_path / "j", {"x/1.jsonl": '{"text": "a"}\n', "0.jsonl": '{"text": "b"}\n'})
+    src = open_source(tmp_path / "j")
+    assert src.kind == "jsonl"
+    assert [(d.text, d.meta["id"]) for d in src] == [("b", "0.jsonl#0"), ("a", "x/1.jsonl#0")]
+
+
+def test_parquet_file_and_folder(tmp_path: Path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = pa.table({"text": [f"doc {i}" for i in range(10)], "dom": ["x", "y"] * 5})
+    pq.write_table(table, tmp_path / "big.parquet", row_group_size=3)  # 4 row groups
+    assert pq.ParquetFile(tmp_path / "big.parquet").num_row_groups == 4
+    got = docs(tmp_path / "big.parquet")
+    assert [t for t, _ in got] == [f"doc {i}" for i in range(10)]
+    assert got[7][1] == {"id": "big.parquet#7", "source": str(tmp_path / "big.parquet"), "path": "big.parquet",
+                         "row": 7, "domain": "big"}
+    assert [m["domain"] for _, m in docs(tmp_path / "big.parquet", domain_field="dom")][:3] == ["x", "y", "x"]
+    folder = tmp_path / "pq"
+    folder.mkdir()
+    pq.write_table(pa.table({"body": ["b0", None]}), folder / "b.parquet")
+    pq.write_table(pa.table({"body": ["a0"]}), folder / "a.parquet")
+    src = open_source(folder, SourceOptions(text_field="body"))
+    assert src.kind == "parquet"
+    assert [(d.text, d.meta["id"]) for d in src] == [("a0", "a.parquet#0"), ("b0", "b.parquet#0")]
+    assert src.stats.skipped_empty == 1
+    with pytest.raises(UserError, match=r"has no column 'text' \(columns: body\); pass --text-field NAME"):
+        list(open_source(folder))
+
+
+def test_hf_dataset_and_dataset_dict(tmp_path: Path):
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_dict({"text": ["zero", "one", "two"], "src": ["a", "b", "c"]})
+    ds.save_to_disk(str(tmp_path / "ds"), num_shards=2)
+    src = open_source(tmp_path / "ds", SourceOptions(domain_field="src"))
+    assert src.kind == "hf-dataset"
+    got = [(d.text, d.meta["id"], d.meta["row"], d.meta["domain"]) for d in src]
+    assert got == [("zero", "ds#0", 0, "a"), ("one", "ds#1", 1, "b"), ("two", "ds#2", 2, "c")]
+    assert src.stats.files_seen == 2
+    dd = datasets.DatasetDict({"train": ds, "test": ds.select([2])})
+    dd.save_to_disk(str(tmp_path / "dd"))
+    got = docs(tmp_path / "dd")
+    assert [t for t, _ in got] == ["zero", "one", "two"]
+    assert got[0][1]["path"] == "train/data-00000-of-00001.arrow" and got[0][1]["domain"] == "dd"
+    assert texts(tmp_path / "dd" / "test") == ["two"]
+    datasets.DatasetDict({"validation": ds}).save_to_disk(str(tmp_path / "nov"))
+    with pytest.raises(UserError, match=r"no 'train' split \(splits: validation\)"):
+        open_source(tmp_path / "nov")
+
+
+def test_arrow_file_format_fallback_and_corrupt_files(tmp_path: Path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.ipc as ipc
+
+    table = pa.table({"text": ["x", "y"]})
+    (tmp_path / "ds").mkdir()
+    with ipc.new_file(str(tmp_path / "ds" / "a.arrow"), table.schema) as writer:  # file, not stream, format
+        writer.write_table(table)
+    (tmp_path / "ds" / "state.json").write_text(json.dumps({"_data_files": [{"filename": "a.arrow"}]}))
+    assert texts(tmp_path / "ds") == ["x", "y"]
+    (tmp_path / "ds" / "a.arrow").write_bytes(b"nonsense")
+    with pytest.raises(UserError, match=r"a\.arrow is not a readable Arrow file"):
+        list(open_source(tmp_path / "ds"))
+    (tmp_path / "bad.parquet").write_bytes(b"nonsense")
+    with pytest.raises(UserError, match=r"bad\.parquet is not a readable Parquet file"):
+        list(open_source(tmp_path / "bad.parquet"))
+
+
+def test_single_file_binary_and_missing(tmp_path: Path):
+    write(tmp_path, {"one.txt": "just one\n", "blob.dat": b"\x00\x01\x02"})
+    got = docs(tmp_path / "one.txt")
+    assert got == [("just one\n", {"id": "one.txt", "source": str(tmp_path / "one.txt"), "path": "one.txt", "domain": ""})]
+    with pytest.raises(UserError, match="SOURCE is not a text file"):
+        open_source(tmp_path / "blob.dat")
+    with pytest.raises(UserError, match=r"^SOURCE not found: .*nope$"):
+        open_source(tmp_path / "nope")
+
+
+def test_empty_corpus_names_what_was_skipped(tmp_path: Path):
+    write(tmp_path / "c", {"a.bin": b"\x00", "b.bin": b"x\x00", "c.bin": b"\x00\x00", "e.txt": "", "f.txt": "  "})
+    src = open_source(tmp_path / "c")
+    with pytest.raises(UserError, match=r"no documents in .*: 5 files read: 3 files were binary, 2 empty; check --include"):
+        list(src)
+    with pytest.raises(UserError, match=r": 1 file read: 1 shorter than --min-chars 7;"):
+        list(open_source(write(tmp_path / "d", {"s.txt": "sixsix"}), SourceOptions(min_chars=7)))
+
+
+def test_options_validated():
+    with pytest.raises(UserError, match="unknown encoding policy 'utf-16'"):
+        SourceOptions(encoding="utf-16")
+    with pytest.raises(UserError, match="strip_gutenberg"):
+        SourceOptions(strip_gutenberg="maybe")
+
+
+def test_fingerprint_and_reiteration(tree: Path):
+    src = open_source(tree)
+    fp = src.fingerprint()
+    first = [(d.text, d.meta) for d in src]
+    stats = src.stats.as_dict()
+    assert [(d.text, d.meta) for d in src] == first and src.stats.as_dict() == stats
+    assert open_source(tree).fingerprint() == fp
+    assert open_source(tree, SourceOptions(min_chars=2)).fingerprint() != fp
+    target = tree / "a.txt"
+    target.write_text("ay, changed")
+    fp2 = src.fingerprint()
+    assert fp2 != fp
+    os.utime(target, ns=(time.time_ns(), target.stat().st_mtime_ns + 10**9))
+    assert src.fingerprint() != fp2
+    assert json.loads(json.dumps(src.describe()))["kind"] == "folder"
+
+
+GUTENBERG_TOY = (
+    "The Project Gutenberg EBook of Toy\r\n\r\n"
+    "***START OF THE PROJECT GUTENBERG EBOOK TOY: A VERY LONG\r\nTITLE***\r\n"
+    "\r\nChapter 1\r\nBody with *** stars.\r\n\r\n"
+    "*** END OF THIS PROJECT GUTENBERG EBOOK TOY ***\r\nlicense\r\n"
+)
+
+
+def test_gutenberg_small_case(tmp_path: Path):
+    body = "\r\nChapter 1\r\nBody with *** stars.\r\n\r\n"
+    start, end = find_gutenberg_body(GUTENBERG_TOY)
+    assert GUTENBERG_TOY[start:end] == body
+    write(tmp_path / "g", {"toy.txt": GUTENBERG_TOY, "plain.txt": "no markers"})
+    src = open_source(tmp_path / "g")
+    assert [d.text for d in src] == ["no markers", body] and src.stats.gutenberg_stripped == 1
+    assert texts(tmp_path / "g", strip_gutenberg="no")[1] == GUTENBERG_TOY
+    with pytest.raises(UserError, match="no Project Gutenberg START/END markers in plain.txt"):
+        list(open_source(tmp_path / "g", SourceOptions(strip_gutenberg="yes")))
+    assert find_gutenberg_body("x *** START OF THE PROJECT GUTENBERG EBOOK X ***\n") is None  # not at line start
+
+
+@pytest.mark.skipif(not (BOOKS / "manifest.jsonl").is_file(), reason="shared Gutenberg books not present")
+def test_gutenberg_all_books_match_manifest():
+    manifest = [json.loads(line) for line in (BOOKS / "manifest.jsonl").read_text().splitlines()]
+    src = open_source(BOOKS / "texts", SourceOptions(strip_gutenberg="yes"))
+    bodies = {d.meta["path"]: d.text for d in src}
+    assert len(manifest) == 127 == len(bodies) == src.stats.gutenberg_stripped
+    for m in manifest:
+        text = (BOOKS / m["file"]).read_bytes().decode("utf-8")
+        assert bodies[Path(m["file"]).name] == text[m["body_start_char"] : m["body_end_char"]], m["file"]

@@ -1,0 +1,126 @@
+"""The token store: exact ids and boundaries, validation of corrupt stores, views."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from contextlab.data.ingest import IngestConfig, ingest
+from contextlab.data.sources import SourceOptions
+from contextlab.data.store import TokenStore, dtype_for_vocab
+from contextlab.data.views import long_documents, split_documents
+from contextlab.errors import UserError
+from tests.conftest import write_tree
+
+DOCS = {"a/one.txt": "hello", "a/two.txt": "héllo wörld", "b/three.txt": "xyz" * 10, "root.txt": "r"}
+
+
+@pytest.fixture
+def store(tmp_path) -> TokenStore:
+    src = write_tree(tmp_path / "corpus", DOCS)
+    return ingest(src, tmp_path / "store", IngestConfig(tokenizer="byte"), progress=False).store
+
+
+def test_exact_ids_and_boundaries(store):
+    # sorted by relative path: a/one.txt, a/two.txt, b/three.txt, root.txt
+    texts = [DOCS["a/one.txt"], DOCS["a/two.txt"], DOCS["b/three.txt"], DOCS["root.txt"]]
+    expected = [list(t.encode("utf-8")) for t in texts]
+    assert store.n_docs == 4 and store.n_tokens == sum(map(len, expected))
+    assert [store.doc(i).tolist() for i in range(4)] == expected
+    assert store.offsets.tolist() == [0, 5, 5 + 13, 5 + 13 + 30, 5 + 13 + 30 + 1]
+    assert store.dtype == np.uint16
+    meta = store.docs_meta()
+    assert [m["path"] for m in meta] == ["a/one.txt", "a/two.txt", "b/three.txt", "root.txt"]
+    assert [m["domain"] for m in meta] == ["a", "a", "b", ""]
+    assert store.tokenizer().decode(store.doc(1)) == "héllo wörld"
+    store.verify()
+
+
+def test_meta_describes_itself(store):
+    meta = json.loads((store.path / "meta.json").read_text())
+    assert meta["format"] == "contextlab-token-store" and meta["version"] == 1
+    assert meta["tokenizer"]["kind"] == "byte" and meta["tokenizer"]["hash"] == store.tokenizer().hash
+    assert meta["n_docs"] == 4 and meta["dtype"] == "uint16" and len(meta["content_hash"]) == 64
+    assert (store.path / "config.toml").is_file() and (store.path / "tokenizer" / "tokenizer_spec.json").is_file()
+
+
+def test_dtype_for_vocab():
+    assert dtype_for_vocab(65536) == np.uint16 and dtype_for_vocab(65537) == np.uint32
+
+
+def test_truncated_tokens_detected(store):
+    f = store.path / "tokens.bin"
+    f.write_bytes(f.read_bytes()[:-2])
+    with pytest.raises(UserError, match="tokens.bin has .* bytes but meta.json says n_tokens"):
+        TokenStore(store.path)
+
+
+def test_hand_edited_offsets_detected(store):
+    offsets = np.load(store.path / "offsets.npy")
+    np.save(store.path / "offsets.npy", offsets[:-1])
+    with pytest.raises(UserError, match="offsets.npy has 4 entries but meta.json says n_docs=4"):
+        TokenStore(store.path)
+    bad = offsets.copy()
+    bad[2] = 1
+    bad[1] = 3
+    np.save(store.path / "offsets.npy", bad)
+    with pytest.raises(UserError, match="not increasing"):
+        TokenStore(store.path)
+
+
+def test_edited_meta_detected(store):
+    meta = json.loads((store.path / "meta.json").read_text())
+    meta["n_tokens"] += 1
+    (store.path / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(UserError, match="corrupt"):
+        TokenStore(store.path)
+    (store.path / "meta.json").write_text("{not json")
+    with pytest.raises(UserError, match="meta.json is not valid JSON"):
+        TokenStore(store.path)
+
+
+def test_same_size_edit_caught_by_verify(store):
+    f = store.path / "tokens.bin"
+    data = bytearray(f.read_bytes())
+    data[0] ^= 1
+    f.write_bytes(bytes(data))
+    with pytest.raises(UserError, match="content hash"):
+        TokenStore(store.path).verify()
+
+
+def test_missing_and_not_a_store(tmp_path):
+    with pytest.raises(UserError, match="store not found"):
+        TokenStore(tmp_path / "nope")
+    (tmp_path / "dir").mkdir()
+    with pytest.raises(UserError, match="not a contextlab token store"):
+        TokenStore(tmp_path / "dir")
+
+
+def test_tokenizer_mismatch_is_one_clear_line(store):
+    from contextlab.data.tokenizers import load_tokenizer
+
+    other = load_tokenizer("byte").with_special_tokens(["<|fim_prefix|>"])
+    with pytest.raises(UserError) as e:
+        store.check_tokenizer(other.spec(), "the model")
+    assert "\n" not in str(e.value) and "differs" in str(e.value)
+    store.check_tokenizer(store.tokenizer().spec(), "the model")  # the same tokenizer passes
+
+
+def test_long_documents_view(store):
+    view = long_documents(store, 11)
+    assert view.indices.tolist() == [1, 2] and view.lengths().tolist() == [11, 11]
+    assert view.doc(1).tolist() == list(b"xyz" * 3 + b"xy")
+    with pytest.raises(UserError, match="no document has 100 tokens"):
+        long_documents(store, 100)
+
+
+def test_split_by_document_is_deterministic_and_disjoint(store):
+    tr, va = split_documents(store, 0.5, seed=1)
+    tr2, va2 = split_documents(store, 0.5, seed=1)
+    assert tr.indices.tolist() == tr2.indices.tolist() and va.indices.tolist() == va2.indices.tolist()
+    assert sorted(tr.indices.tolist() + va.indices.tolist()) == [0, 1, 2, 3] and len(va) == 2
+    assert {tuple(split_documents(store, 0.5, seed=s)[1].indices.tolist()) for s in range(20)} != {tuple(va.indices.tolist())}
+    with pytest.raises(UserError):
+        split_documents(store, 1.5)
