@@ -18,13 +18,15 @@ Command = Callable[[list[str]], int]
 
 
 def _commands() -> dict[str, Command]:
-    from contextlab.cli import data, quickstart
+    from contextlab.cli import data, quickstart, train
 
     return {
         "quickstart": quickstart.cmd_quickstart,
         "data ingest": data.cmd_ingest,
         "data info": data.cmd_info,
         "data verify": data.cmd_verify,
+        "train": train.cmd_train,
+        "export": train.cmd_export,
     }
 
 

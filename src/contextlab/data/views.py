@@ -8,7 +8,9 @@ Two views matter for context-use research:
   documents are long, a model trained at context L sees real long-range structure instead
   of concatenated short documents, and contextwise loss curves are comparable.
 * ``split_documents(store, val_fraction, seed)``: a train/validation split by document
-  (never by token, so no document leaks across), deterministic from the seed.
+  (no document leaks across), deterministic from the seed. For corpora of one or a few
+  long documents (Tiny Shakespeare), ``split_tail`` holds out the last fraction of every
+  document's tokens instead.
 """
 
 from __future__ import annotations
@@ -23,28 +25,36 @@ from contextlab.errors import UserError
 
 @dataclass
 class DocView:
-    """Documents ``indices`` of ``store``, each cut to at most ``max_len`` tokens (0 = whole)."""
+    """Documents ``indices`` of ``store``; of each, tokens ``begin[i]:end[i]`` (default: all),
+    cut to at most ``max_len`` tokens (0 = no cut)."""
 
     store: TokenStore
     indices: np.ndarray
     max_len: int = 0
+    begin: np.ndarray | None = None
+    end: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(len(self.indices))
 
     def doc(self, i: int) -> np.ndarray:
         tokens = self.store.doc(int(self.indices[i]))
+        if self.begin is not None:
+            tokens = tokens[int(self.begin[i]):int(self.end[i])]
         return tokens[: self.max_len] if self.max_len else tokens
 
     def lengths(self) -> np.ndarray:
-        lens = self.store.lengths()[self.indices]
+        lens = self.store.lengths()[self.indices] if self.begin is None else self.end - self.begin
         return np.minimum(lens, self.max_len) if self.max_len else lens
 
     def n_tokens(self) -> int:
         return int(self.lengths().sum())
 
     def subset(self, positions: np.ndarray) -> "DocView":
-        return DocView(self.store, self.indices[np.asarray(positions, dtype=np.int64)], self.max_len)
+        pos = np.asarray(positions, dtype=np.int64)
+        if self.begin is None:
+            return DocView(self.store, self.indices[pos], self.max_len)
+        return DocView(self.store, self.indices[pos], self.max_len, self.begin[pos], self.end[pos])
 
 
 def all_documents(store: TokenStore) -> DocView:
@@ -76,3 +86,17 @@ def split_documents(source: TokenStore | DocView, val_fraction: float, seed: int
     perm = np.random.default_rng(seed).permutation(n)
     val, train = np.sort(perm[:n_val]), np.sort(perm[n_val:])
     return view.subset(train), view.subset(val)
+
+
+def split_tail(source: TokenStore | DocView, val_fraction: float) -> tuple[DocView, DocView]:
+    """(train, validation): the first (1 - f) of every document's tokens, and the rest."""
+    view = source if isinstance(source, DocView) else all_documents(source)
+    if not 0.0 < val_fraction < 1.0:
+        raise UserError(f"val_fraction must be between 0 and 1, got {val_fraction}")
+    lens = view.lengths()
+    cut = np.floor(lens * (1.0 - val_fraction)).astype(np.int64)
+    zero = np.zeros_like(cut)
+    train = DocView(view.store, view.indices, 0, zero, cut)
+    val = DocView(view.store, view.indices, 0, cut, lens)
+    keep_t, keep_v = np.flatnonzero(cut > 0), np.flatnonzero(lens - cut > 0)
+    return train.subset(keep_t), val.subset(keep_v)

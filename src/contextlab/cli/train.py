@@ -1,0 +1,64 @@
+"""``contextlab train`` and ``contextlab export``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from contextlab.config import apply_overrides, field_help, from_dict, read_toml
+
+
+def _config_help() -> str:
+    from contextlab.train.config import RunConfig
+
+    lines = ["config keys (TOML tables, or --set SECTION.KEY=VALUE):"]
+    for section in dataclasses.fields(RunConfig):
+        cls = section.type if isinstance(section.type, type) else section.default_factory().__class__
+        for f in dataclasses.fields(cls):
+            default = getattr(cls(), f.name)
+            lines.append(f"  {section.name}.{f.name} = {default!r}\n      {field_help(cls, f.name)}")
+    return "\n".join(lines)
+
+
+def load_run_config(config: str | None, sets: list[str]):
+    from contextlab.train.config import RunConfig
+
+    data = apply_overrides(read_toml(config) if config else {}, sets)
+    return from_dict(RunConfig, data)
+
+
+def cmd_train(argv: list[str]) -> int:
+    """Train (or resume) a model: contextlab train CONFIG.toml [--set key=value ...]."""
+    p = argparse.ArgumentParser(prog="contextlab train", description=(
+        "Train a model on a token store with a chosen objective. Running the same command again resumes from "
+        "the newest checkpoint in train.out_dir. Scale out with: torchrun --nproc_per_node=N -m contextlab train ..."),
+        epilog=_config_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("config", nargs="?", help="a TOML run config (see recipes/)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
+    args = p.parse_args(argv)
+    from contextlab.train.trainer import train
+
+    cfg = load_run_config(args.config, args.set)
+    result = train(cfg)
+    val = f", validation loss {result.val_loss:.4f}" if result.val_loss is not None else ""
+    print(f"done: {result.run_dir} after {result.steps} steps, {result.tokens:,} tokens, "
+          f"train loss {result.final_loss:.4f}{val}")
+    return 0
+
+
+def cmd_export(argv: list[str]) -> int:
+    """Export a checkpoint to a Hugging Face folder (safetensors + config)."""
+    p = argparse.ArgumentParser(prog="contextlab export", description=(
+        "Write a checkpoint as a Hugging Face model folder that transformers' AutoModelForCausalLM loads "
+        "(after `import contextlab.models.hf`), with the tokenizer beside it."))
+    p.add_argument("run", help="a run directory or a checkpoint directory")
+    p.add_argument("--step", type=int, help="checkpoint step (default: the newest)")
+    p.add_argument("--out", required=True, help="the folder to write")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing folder")
+    args = p.parse_args(argv)
+    from contextlab.train.export import export_checkpoint
+
+    out = export_checkpoint(args.run, args.out, step=args.step, overwrite=args.overwrite)
+    print(f"exported to {out}")
+    return 0

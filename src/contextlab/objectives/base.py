@@ -1,0 +1,69 @@
+"""The objective interface: what the trainer needs from a pretraining objective.
+
+An objective is an ``nn.Module`` (so it can own extra modules: heads, a context predictor)
+that turns a batch of token rows into a loss. The model stays plain: the objective calls
+its parts (``model(idx)``, ``model.trunk``, ``model.blocks``...) as it needs.
+
+* ``forward(model, tokens, doc_ids)`` -> ``(loss, metrics)``: ``tokens`` is (B, T+1);
+  ``doc_ids`` (B, T+1) marks packed documents (used when document masking is on).
+* ``special_tokens``: names added to the tokenizer's vocabulary (FIM, sentinels...).
+* ``extra_flops_per_token(cfg, seq_len)``: what the objective adds to the model's FLOPs,
+  so budgets compare objectives at equal compute.
+* ``Options``: a dataclass of the objective's own typed options (``[objective.NAME]``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def document_causal_mask(doc_ids: Tensor) -> Tensor:
+    """(B, T) document ids -> (B, 1, T, T) bool mask: causal and within the same document."""
+    T = doc_ids.shape[1]
+    same = doc_ids[:, :, None] == doc_ids[:, None, :]  # (B, T, T)
+    causal = torch.ones(T, T, dtype=torch.bool, device=doc_ids.device).tril()
+    return (same & causal)[:, None]
+
+
+def next_token_loss(logits: Tensor, targets: Tensor, reduction: str = "mean") -> Tensor:
+    """Cross-entropy in fp32 over (B, T, V) logits and (B, T) targets."""
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction=reduction)
+
+
+class Objective(nn.Module):
+    name = "base"
+    special_tokens: tuple[str, ...] = ()
+
+    @dataclass
+    class Options:
+        pass
+
+    def __init__(self, options: "Objective.Options", *, doc_mask: bool = False):
+        super().__init__()
+        self.options = options
+        self.doc_mask = doc_mask
+
+    def attn_mask(self, doc_ids: Tensor | None) -> Tensor | None:
+        return document_causal_mask(doc_ids) if (self.doc_mask and doc_ids is not None) else None
+
+    def forward(self, model: nn.Module, tokens: Tensor, doc_ids: Tensor | None = None) -> tuple[Tensor, dict]:
+        raise NotImplementedError
+
+    def extra_flops_per_token(self, cfg, seq_len: int) -> float:
+        return 0.0
+
+
+class TrainModule(nn.Module):
+    """Model + objective as one module, so DDP/FSDP and checkpoints see a single tree."""
+
+    def __init__(self, model: nn.Module, objective: Objective):
+        super().__init__()
+        self.model = model
+        self.objective = objective
+
+    def forward(self, tokens: Tensor, doc_ids: Tensor | None = None) -> tuple[Tensor, dict]:
+        return self.objective(self.model, tokens, doc_ids)

@@ -1,0 +1,137 @@
+"""Checkpoints: atomic, self-describing, loaded without unpickling arbitrary objects.
+
+A checkpoint is a directory ``checkpoints/step_NNNNNN/`` holding
+
+    model.safetensors   weights of the model and of the objective's extra modules
+    optimizer.pt        the optimizer state (tensors, numbers, lists: read with weights_only=True)
+    rng.pt              torch RNG states (CPU, and CUDA when present)
+    state.json          step, tokens and FLOPs seen, elapsed time, data-loader cursor,
+                        schedule length, config hash, tokenizer hash, code version
+    config.toml         the resolved run config
+
+It is written into a hidden temporary directory and renamed into place, so a kill or a
+full disk in the middle leaves the previous checkpoint intact and no half checkpoint
+visible. Only the newest ``keep_last`` are kept.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from contextlab.errors import UserError
+from contextlab.io import atomic_write_json, fsync_dir
+
+_STEP_DIR = re.compile(r"^step_(\d{6,})$")
+
+
+def step_dir(run_dir: Path, step: int) -> Path:
+    return Path(run_dir) / "checkpoints" / f"step_{step:06d}"
+
+
+def list_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """Complete checkpoints of a run, oldest first."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = []
+    for d in root.iterdir():
+        m = _STEP_DIR.match(d.name)
+        if m and (d / "state.json").is_file():
+            found.append((int(m.group(1)), d))
+    return sorted(found)
+
+
+def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
+    found = list_checkpoints(run_dir)
+    return found[-1][1] if found else None
+
+
+def resolve_checkpoint(path: str | os.PathLike, step: int | None = None) -> Path:
+    """A run directory (+ optional step) or a checkpoint directory -> the checkpoint directory."""
+    path = Path(path)
+    if (path / "state.json").is_file() and (path / "model.safetensors").is_file():
+        return path
+    if not path.exists():
+        raise UserError(f"run or checkpoint not found: {path}")
+    found = dict(list_checkpoints(path))
+    if not found:
+        raise UserError(f"{path} has no checkpoints (expected {path}/checkpoints/step_NNNNNN/); train first")
+    if step is None:
+        return found[max(found)]
+    if step not in found:
+        raise UserError(f"{path} has no checkpoint at step {step}; available: {', '.join(map(str, sorted(found)))}")
+    return found[step]
+
+
+def _contiguous(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Untie shared storage (safetensors refuses aliases) and make every tensor contiguous."""
+    out, seen = {}, {}
+    for k, v in sd.items():
+        v = v.detach().cpu()
+        key = (v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape))
+        out[k] = v.clone().contiguous() if key in seen or not v.is_contiguous() else v
+        seen[key] = k
+    return out
+
+
+def save_checkpoint(run_dir: Path, step: int, *, model_state: dict[str, torch.Tensor], optim_state: dict,
+                    state: dict[str, Any], config_toml: str, keep_last: int = 2) -> Path:
+    """Write checkpoint ``step`` atomically; then prune to the newest ``keep_last``."""
+    final = step_dir(run_dir, step)
+    tmp = final.with_name(f".{final.name}.tmp")
+    try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        save_file(_contiguous(model_state), str(tmp / "model.safetensors"))
+        torch.save(optim_state, tmp / "optimizer.pt")
+        rng = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        torch.save(rng, tmp / "rng.pt")
+        (tmp / "config.toml").write_text(config_toml, encoding="utf-8")
+        atomic_write_json(tmp / "state.json", state)
+        for f in tmp.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        fsync_dir(final.parent)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        prev = latest_checkpoint(run_dir)
+        kept = f"the previous checkpoint {prev.name} is intact" if prev else "no earlier checkpoint exists"
+        what = "the disk is full" if exc.errno == errno.ENOSPC else f"{exc.strerror or exc}"
+        raise UserError(f"could not write checkpoint {final} ({what}); {kept}; fix it and run again to resume") from None
+    for old_step, old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(ckpt: Path) -> tuple[dict[str, torch.Tensor], dict, dict, dict]:
+    """(model state, optimizer state, rng states, state.json) of a checkpoint; no arbitrary unpickling."""
+    ckpt = Path(ckpt)
+    try:
+        model_state = load_file(str(ckpt / "model.safetensors"))
+        optim_state = torch.load(ckpt / "optimizer.pt", map_location="cpu", weights_only=True)
+        rng = torch.load(ckpt / "rng.pt", map_location="cpu", weights_only=True)
+        state = json.loads((ckpt / "state.json").read_text())
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise UserError(f"checkpoint {ckpt} cannot be read ({exc}); delete it to resume from an earlier one") from None
+    return model_state, optim_state, rng, state
+
+
+def restore_rng(rng: dict) -> None:
+    torch.set_rng_state(rng["torch"])
+    if "cuda" in rng and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])

@@ -1,0 +1,106 @@
+"""The training run config: ``[model]``, ``[data]``, ``[optim]``, ``[train]``, ``[objective]``.
+
+Loaded from TOML and ``--set`` overrides (see ``contextlab.config``), written resolved to
+``RUN/config.toml``. The budget is exactly one of steps, tokens, training FLOPs or minutes;
+tokens per step stay constant when the context changes (rows per step = tokens per step /
+seq_len), which is what comparing training contexts at a fixed budget requires.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Optional
+
+from contextlab.config import opt, to_dict
+
+
+@dataclass
+class ModelSection:
+    size: str = opt("tiny-4x256", "a name from contextlab.models.SIZES (n_layer/n_head/n_embd override it)")
+    n_layer: Optional[int] = opt(None, "transformer blocks (overrides the size)")
+    n_head: Optional[int] = opt(None, "attention heads (overrides the size)")
+    n_embd: Optional[int] = opt(None, "width (overrides the size)")
+    mlp: str = opt("gelu", "MLP kind: gelu or swiglu")
+    rope_base: float = opt(10000.0, "RoPE base")
+    dropout: float = opt(0.0, "dropout probability")
+
+
+@dataclass
+class DataSection:
+    store: str = opt("", "token store to train on (contextlab data ingest ...)")
+    val_store: str = opt("", "separate validation store; empty = hold out val_fraction of the documents")
+    val_fraction: float = opt(0.02, "fraction held out for validation")
+    val_split: str = opt("documents", "documents (hold out whole documents) or tail (the last val_fraction of "
+                         "every document's tokens: for corpora of a few long documents)")
+    split_seed: int = opt(0, "seed of the train/validation split")
+    mode: str = opt("packed", "packed (documents end to end with separators) or long_docs (one document per row)")
+    doc_mask: bool = opt(False, "block-diagonal attention: packed documents do not see each other")
+
+
+@dataclass
+class OptimSection:
+    lr: float = opt(1e-3, "peak learning rate")
+    min_lr_ratio: float = opt(0.1, "final learning rate as a fraction of the peak (cosine decay)")
+    warmup_steps: int = opt(100, "linear warm-up steps")
+    weight_decay: float = opt(0.1, "AdamW weight decay (matrices only)")
+    beta1: float = opt(0.9, "AdamW beta1")
+    beta2: float = opt(0.95, "AdamW beta2")
+    eps: float = opt(1e-8, "AdamW epsilon")
+    grad_clip: float = opt(1.0, "clip the global gradient norm to this; 0 = no clipping")
+
+
+@dataclass
+class TrainSection:
+    out_dir: str = opt("runs/run", "run directory (checkpoints, metrics.jsonl, config.toml)")
+    seq_len: int = opt(256, "training context (tokens per row)")
+    tokens_per_step: int = opt(16384, "tokens per optimizer step, constant across contexts")
+    micro_batch_rows: int = opt(0, "rows per forward pass per process; 0 = all of this process's rows")
+    max_steps: int = opt(0, "budget: optimizer steps")
+    max_tokens: int = opt(0, "budget: training tokens")
+    max_flops: float = opt(0.0, "budget: training FLOPs (model + objective)")
+    max_minutes: float = opt(0.0, "budget: wall-clock minutes")
+    dtype: str = opt("bf16", "bf16 (autocast) or fp32")
+    compile: bool = opt(False, "torch.compile the model")
+    device: str = opt("auto", "auto, cpu or cuda")
+    parallel: str = opt("ddp", "with torchrun: ddp or fsdp")
+    threads: int = opt(0, "torch CPU threads; 0 = torch's default")
+    seed: int = opt(0, "seed of the initialisation and the data order")
+    log_every: int = opt(10, "steps between console/metrics lines")
+    val_every: int = opt(100, "steps between validation losses; 0 = only at the end")
+    val_tokens: int = opt(65536, "tokens in the fixed validation set")
+    ckpt_every: int = opt(100, "steps between checkpoints; 0 = only at the end")
+    keep_last: int = opt(2, "checkpoints to keep")
+    peak_flops: float = opt(0.0, "declared peak FLOP/s for MFU; 0 = measure this machine")
+    tensorboard: bool = opt(False, "also write TensorBoard events (needs the tensorboard package)")
+    progress: bool = opt(True, "show a progress bar")
+
+
+@dataclass
+class ObjectiveSection:
+    name: str = opt("clm", "objective: one of contextlab.objectives.OBJECTIVES")
+    options: dict = opt({}, "the objective's own options (see its Options)")
+
+
+@dataclass
+class RunConfig:
+    model: ModelSection = opt(factory=ModelSection, help="model shape")
+    data: DataSection = opt(factory=DataSection, help="training data")
+    optim: OptimSection = opt(factory=OptimSection, help="optimizer and schedule")
+    train: TrainSection = opt(factory=TrainSection, help="budget, batch, precision, logging, checkpoints")
+    objective: ObjectiveSection = opt(factory=ObjectiveSection, help="pretraining objective")
+
+
+# keys that may change between a run and its resumption without changing its numbers
+RESUME_FREE = {("train", k) for k in ("out_dir", "log_every", "val_every", "ckpt_every", "keep_last", "progress",
+                                      "tensorboard", "compile", "threads", "peak_flops", "max_steps", "max_tokens",
+                                      "max_flops", "max_minutes")}
+
+
+def config_hash(cfg: RunConfig) -> str:
+    """Hash of everything that determines the numbers of a run (resume must match it)."""
+    d = to_dict(cfg)
+    for section, key in RESUME_FREE:
+        d[section].pop(key, None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()

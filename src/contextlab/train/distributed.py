@@ -1,0 +1,127 @@
+"""Scale-out: the same training code on one CPU, one GPU, or many processes (torchrun).
+
+``init_distributed`` reads torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK) and
+starts a process group: NCCL on GPUs, gloo on CPUs. Parallelism is applied as a function
+to an unchanged model (``apply_parallelism``): DDP wraps the whole train module; FSDP2
+calls ``fully_shard`` on every transformer block and then on the root, so parameters,
+gradients and optimizer state are sharded across processes.
+
+Checkpoints are always full (unsharded) state dicts gathered through
+``torch.distributed.checkpoint.state_dict``, so a run saved with N processes resumes with
+N (and exports) like a single-process one.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from contextlab.errors import UserError
+
+
+@dataclass
+class DistInfo:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+    backend: str = ""
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def pick_device(pref: str, local_rank: int = 0) -> torch.device:
+    if pref == "auto":
+        pref = "cuda" if torch.cuda.is_available() else "cpu"
+    if pref == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError("train.device is cuda but no GPU is visible; use train.device=cpu or auto")
+        return torch.device("cuda", local_rank)
+    if pref != "cpu":
+        raise UserError(f"unknown train.device {pref!r}; use auto, cpu or cuda")
+    return torch.device("cpu")
+
+
+def init_distributed(device_pref: str = "auto") -> DistInfo:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    device = pick_device(device_pref, local)
+    if world == 1:
+        return DistInfo(device=device)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group(backend=backend)
+    return DistInfo(rank=rank, world_size=world, local_rank=local, device=device, backend=backend)
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def apply_parallelism(module: nn.Module, info: DistInfo, strategy: str) -> nn.Module:
+    """Wrap ``module`` for ``strategy`` ("ddp" or "fsdp"); unchanged when single-process."""
+    if not info.enabled:
+        return module
+    if strategy == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        ids = [info.device.index] if info.device.type == "cuda" else None
+        return DDP(module, device_ids=ids)
+    if strategy == "fsdp":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh(info.device.type, (info.world_size,))
+        for block in module.model.blocks:
+            fully_shard(block, mesh=mesh)
+        fully_shard(module, mesh=mesh)
+        return module
+    raise UserError(f"unknown train.parallel {strategy!r}; use ddp or fsdp")
+
+
+def unwrap(module: nn.Module) -> nn.Module:
+    return module.module if hasattr(module, "module") and isinstance(module, nn.parallel.DistributedDataParallel) else module
+
+
+def full_state_dicts(module: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    """Full (unsharded, CPU) model and optimizer state dicts, identical for 1 or N processes."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return get_state_dict(unwrap(module), optimizer, options=opts)
+
+
+def load_full_state_dicts(module: nn.Module, optimizer: torch.optim.Optimizer, model_state: dict,
+                          optim_state: dict) -> None:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+    opts = StateDictOptions(full_state_dict=True, strict=True)
+    set_state_dict(unwrap(module), optimizer, model_state_dict=model_state, optim_state_dict=optim_state,
+                   options=opts)
+
+
+def all_reduce_sum(values: list[float], info: DistInfo) -> list[float]:
+    if not info.enabled:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=info.device if info.backend == "nccl" else "cpu")
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def barrier(info: DistInfo) -> None:
+    if info.enabled:
+        dist.barrier()

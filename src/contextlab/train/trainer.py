@@ -1,0 +1,340 @@
+"""The training loop: fixed budgets, exact resume, one code path for 1 or N processes.
+
+``train(cfg)`` builds the model and objective from the config, reads rows from a token
+store through the resumable loader, and runs AdamW with the step-indexed schedule. Every
+``ckpt_every`` steps it writes an atomic checkpoint holding everything that determines the
+following steps (weights, optimizer, loader cursor, RNG, schedule length); starting the
+same command again resumes from the newest one, and the losses after it are bitwise those
+of an uninterrupted run (CPU, same thread count), because nothing random is drawn outside
+that state.
+
+Logging: one console line per ``log_every`` steps (step, loss, lr, tokens/s, MFU), a
+progress bar, ``metrics.jsonl`` (rank 0; lines past the resumed checkpoint are dropped so
+the file always describes one consistent run), optional TensorBoard.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from contextlab import __version__
+from contextlab.config import dumps_toml, from_dict, to_dict
+from contextlab.data.loader import TokenLoader
+from contextlab.data.store import TokenStore
+from contextlab.data.views import all_documents, split_documents, split_tail
+from contextlab.errors import UserError
+from contextlab.models.gpt import GPT, describe_model, size_config
+from contextlab.objectives import OBJECTIVES, TrainModule
+from contextlab.train import checkpoint as ckpt
+from contextlab.train import distributed as D
+from contextlab.train.config import RunConfig, config_hash
+from contextlab.train.flops import flops_per_token, measured_peak_flops, mfu
+from contextlab.train.optim import lr_at, make_adamw
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    steps: int
+    final_loss: float
+    val_loss: float | None
+    tokens: int
+    seconds: float
+
+
+def build_model(cfg: RunConfig, vocab_size: int) -> GPT:
+    m = cfg.model
+    overrides = {k: v for k, v in (("n_layer", m.n_layer), ("n_head", m.n_head), ("n_embd", m.n_embd)) if v}
+    try:
+        mcfg = size_config(m.size, vocab_size, cfg.train.seq_len, mlp=m.mlp, rope_base=m.rope_base,
+                           dropout=m.dropout, **overrides)
+    except (KeyError, ValueError) as exc:
+        raise UserError(f"model config: {exc}") from None
+    return GPT(mcfg)
+
+
+def build_objective(cfg: RunConfig):
+    name = cfg.objective.name
+    if name not in OBJECTIVES:
+        raise UserError(f"unknown objective {name!r}; choose one of {', '.join(OBJECTIVES)}")
+    cls = OBJECTIVES[name]
+    options = from_dict(cls.Options, dict(cfg.objective.options))
+    return cls(options, doc_mask=cfg.data.doc_mask)
+
+
+class Trainer:
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
+        t = cfg.train
+        self.info = D.init_distributed(t.device)
+        if t.threads:
+            torch.set_num_threads(t.threads)
+        if t.dtype not in ("bf16", "fp32"):
+            raise UserError(f"train.dtype must be bf16 or fp32, got {t.dtype!r}")
+        if not cfg.data.store:
+            raise UserError("no training data: set data.store (e.g. --set data.store=STORE)")
+        self.run_dir = Path(t.out_dir)
+        self.store = TokenStore(cfg.data.store)
+        tok = self.store.tokenizer_spec
+        self.rows = max(1, t.tokens_per_step // t.seq_len)
+        if self.rows * t.seq_len != t.tokens_per_step:
+            raise UserError(f"train.tokens_per_step ({t.tokens_per_step}) must be a multiple of train.seq_len "
+                            f"({t.seq_len}) so every step sees the same number of tokens")
+        self.micro = t.micro_batch_rows or self.rows // self.info.world_size
+        per_rank = self.rows // max(1, self.info.world_size)
+        if self.rows % self.info.world_size or per_rank % self.micro:
+            raise UserError(f"rows per step ({self.rows}) must split evenly over {self.info.world_size} processes "
+                            f"and micro-batches of {self.micro} rows")
+        self.accum = per_rank // self.micro
+
+        torch.manual_seed(t.seed)
+        self.objective = build_objective(cfg)
+        vocab = tok["vocab_size"] + len(self.objective.special_tokens)
+        self.model = build_model(cfg, vocab).to(self.info.device)
+        self.module = TrainModule(self.model, self.objective).to(self.info.device)
+        self.flops_per_token = (flops_per_token(self.model.config, t.seq_len)
+                                + self.objective.extra_flops_per_token(self.model.config, t.seq_len))
+        self.wrapped = D.apply_parallelism(self.module, self.info, t.parallel)
+        o = cfg.optim
+        self.opt = make_adamw(self.wrapped, lr=o.lr, weight_decay=o.weight_decay, betas=(o.beta1, o.beta2), eps=o.eps)
+        self.forward = torch.compile(self.wrapped) if t.compile else self.wrapped
+
+        train_view, val_view = self._views()
+        eot = tok.get("eot_id")
+        self.loader = TokenLoader(train_view, t.seq_len, self.rows, mode=cfg.data.mode, separator=eot,
+                                  seed=t.seed, rank=self.info.rank, world_size=self.info.world_size)
+        self.val_rows = self._val_rows(val_view, eot)
+        self.state = {"step": 0, "tokens": 0, "flops": 0.0, "elapsed": 0.0, "total_steps": None}
+        self.peak = t.peak_flops or measured_peak_flops(torch.bfloat16 if t.dtype == "bf16" else torch.float32,
+                                                        self.info.device.type)
+
+    # ------------------------------------------------------------------ setup
+    def _views(self):
+        d = self.cfg.data
+        if d.val_store:
+            val_store = TokenStore(d.val_store)
+            val_store.check_tokenizer(self.store.tokenizer_spec, f"the training store {self.store.path}")
+            return all_documents(self.store), all_documents(val_store)
+        if d.val_split == "tail":
+            return split_tail(self.store, d.val_fraction)
+        if d.val_split != "documents":
+            raise UserError(f"data.val_split must be documents or tail, got {d.val_split!r}")
+        if self.store.n_docs < 2:
+            raise UserError(f"{self.store.path} has {self.store.n_docs} document(s): set data.val_split=tail to hold "
+                            f"out the end of each document, or data.val_store")
+        return split_documents(self.store, d.val_fraction, d.split_seed)
+
+    def _val_rows(self, view, eot) -> np.ndarray:
+        t = self.cfg.train
+        n = max(1, math.ceil(t.val_tokens / t.seq_len))
+        try:
+            vl = TokenLoader(view, t.seq_len, 1, mode=self.cfg.data.mode, separator=eot, seed=self.cfg.data.split_seed)
+        except UserError:
+            raise UserError(f"the validation documents are too few or too short for seq_len {t.seq_len}; "
+                            f"raise data.val_fraction or use data.val_store") from None
+        rows = np.stack([vl.row(r) for r in range(min(n, vl.n_rows))])
+        return rows[self.info.rank::self.info.world_size]
+
+    def total_steps(self) -> int:
+        t = self.cfg.train
+        budgets = [b for b in (t.max_steps, t.max_tokens, t.max_flops, t.max_minutes) if b]
+        if len(budgets) != 1:
+            raise UserError("set exactly one budget: train.max_steps, train.max_tokens, train.max_flops or "
+                            "train.max_minutes")
+        if t.max_steps:
+            return int(t.max_steps)
+        if t.max_tokens:
+            return max(1, int(t.max_tokens // t.tokens_per_step))
+        if t.max_flops:
+            return max(1, int(t.max_flops // (self.flops_per_token * t.tokens_per_step)))
+        return 0  # wall-clock: fixed after timing the first steps
+
+    # ------------------------------------------------------------------ resume
+    def _resume(self) -> None:
+        latest = ckpt.latest_checkpoint(self.run_dir)
+        if latest is None:
+            return
+        model_state, optim_state, rng, state = ckpt.load_checkpoint(latest)
+        if state.get("config_hash") != config_hash(self.cfg):
+            raise UserError(f"{self.run_dir} holds a run with a different config; use another train.out_dir "
+                            f"or the same config to resume")
+        if state.get("tokenizer_hash") != self.store.tokenizer_hash:
+            raise UserError(f"{self.run_dir} was trained with a different tokenizer than {self.store.path}; "
+                            f"use the same data store to resume")
+        D.load_full_state_dicts(self.wrapped, self.opt, model_state, optim_state)
+        self.loader.load_state_dict(state["loader"])
+        ckpt.restore_rng(rng)
+        self.state = {k: state[k] for k in ("step", "tokens", "flops", "elapsed", "total_steps")}
+        if self.info.is_main:
+            print(f"resuming {self.run_dir} from {latest.name}")
+            self._truncate_metrics(state["step"])
+
+    def _truncate_metrics(self, step: int) -> None:
+        f = self.run_dir / "metrics.jsonl"
+        if not f.exists():
+            return
+        keep = [line for line in f.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+        f.write_text("".join(line + "\n" for line in keep))
+
+    def _save(self) -> None:
+        model_state, optim_state = D.full_state_dicts(self.wrapped, self.opt)
+        if self.info.is_main:
+            state = {**self.state, "loader": self.loader.state_dict(), "config_hash": config_hash(self.cfg),
+                     "tokenizer_hash": self.store.tokenizer_hash, "tokenizer": self.store.tokenizer_spec,
+                     "model_config": to_dict(self.model.config), "objective": self.cfg.objective.name,
+                     "world_size": self.info.world_size, "code_version": __version__}
+            ckpt.save_checkpoint(self.run_dir, self.state["step"], model_state=model_state, optim_state=optim_state,
+                                 state=state, config_toml=dumps_toml(self.cfg), keep_last=self.cfg.train.keep_last)
+        D.barrier(self.info)
+
+    # ------------------------------------------------------------------ steps
+    def _autocast(self):
+        if self.cfg.train.dtype != "bf16":
+            return nullcontext()
+        return torch.autocast(self.info.device.type, dtype=torch.bfloat16)
+
+    def train_step(self) -> float:
+        batch = self.loader.next_batch()
+        tokens = torch.from_numpy(batch.tokens).to(self.info.device)
+        doc_ids = torch.from_numpy(batch.doc_ids).to(self.info.device)
+        total = 0.0
+        for i in range(self.accum):
+            sl = slice(i * self.micro, (i + 1) * self.micro)
+            sync = i == self.accum - 1 or not hasattr(self.wrapped, "no_sync")
+            with (nullcontext() if sync else self.wrapped.no_sync()), self._autocast():
+                loss, _ = self.forward(tokens[sl], doc_ids[sl])
+            (loss / self.accum).backward()
+            total += float(loss.detach()) / self.accum
+        if self.cfg.optim.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.wrapped.parameters(), self.cfg.optim.grad_clip)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return D.all_reduce_sum([total], self.info)[0] / self.info.world_size
+
+    @torch.no_grad()
+    def validate(self) -> float:
+        self.wrapped.eval()
+        loss_sum, count = 0.0, 0
+        for i in range(0, len(self.val_rows), max(1, self.micro)):
+            rows = torch.from_numpy(self.val_rows[i:i + self.micro]).to(self.info.device)
+            with self._autocast():
+                loss, _ = self.forward(rows, None)
+            loss_sum += float(loss) * len(rows)
+            count += len(rows)
+        self.wrapped.train()
+        loss_sum, count = D.all_reduce_sum([loss_sum, float(count)], self.info)
+        return loss_sum / max(count, 1)
+
+    # ------------------------------------------------------------------ loop
+    def run(self) -> TrainResult:
+        t = self.cfg.train
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._resume()
+        if self.info.is_main:
+            (self.run_dir / "config.toml").write_text(dumps_toml(self.cfg), encoding="utf-8")
+            print(describe_model(self.model) + f"; {self.objective.name}; {self.rows} rows x {t.seq_len} tokens/step"
+                  f" on {self.info.world_size} process(es), {self.info.device.type}, {t.dtype}")
+        total = self.total_steps() or self.state["total_steps"]  # wall-clock runs keep their fixed length
+        metrics = MetricsWriter(self.run_dir, self.info.is_main, t.tensorboard)
+        bar = _bar(t.progress and self.info.is_main, total or None, self.state["step"])
+        loss, val = float("nan"), None
+        window_t, window_tokens = time.perf_counter(), 0
+        start = time.perf_counter() - self.state["elapsed"]
+        while True:
+            step = self.state["step"]
+            if total and step >= total:
+                break
+            if not total and step == 5:  # wall-clock budget: fix the schedule from the first steps
+                per_step = (time.perf_counter() - start) / 5
+                total = max(6, int(t.max_minutes * 60 / per_step))
+                bar.total = total
+            for g in self.opt.param_groups:
+                g["lr"] = lr_at(step, lr=self.cfg.optim.lr, warmup_steps=self.cfg.optim.warmup_steps,
+                                total_steps=total or 10 ** 9, min_lr_ratio=self.cfg.optim.min_lr_ratio)
+            loss = self.train_step()
+            if not math.isfinite(loss):
+                raise UserError(f"the loss became {loss} at step {step + 1}; lower optim.lr or use train.dtype=fp32")
+            self.state["step"] = step = step + 1
+            self.state["tokens"] += t.tokens_per_step
+            self.state["flops"] += self.flops_per_token * t.tokens_per_step
+            self.state["elapsed"] = time.perf_counter() - start
+            self.state["total_steps"] = total or None
+            window_tokens += t.tokens_per_step
+            bar.update(1)
+            last = bool(total) and step >= total
+            row = {"step": step, "loss": loss, "lr": self.opt.param_groups[0]["lr"], "tokens": self.state["tokens"]}
+            if step % t.log_every == 0 or last:
+                dt = time.perf_counter() - window_t
+                tps = window_tokens / max(dt, 1e-9)
+                row.update(tokens_per_s=tps, mfu=mfu(tps, self.flops_per_token, self.peak),
+                           elapsed=self.state["elapsed"])
+                window_t, window_tokens = time.perf_counter(), 0
+            if (t.val_every and step % t.val_every == 0) or last:
+                val = self.validate()
+                row["val_loss"] = val
+            if len(row) > 4:
+                metrics.write(row, bar)
+            if (t.ckpt_every and step % t.ckpt_every == 0) or last:
+                self._save()
+        bar.close()
+        metrics.close()
+        return TrainResult(self.run_dir, self.state["step"], loss, val, self.state["tokens"], self.state["elapsed"])
+
+
+class MetricsWriter:
+    def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool):
+        self.enabled = enabled
+        self.fh = open(run_dir / "metrics.jsonl", "a", encoding="utf-8") if enabled else None
+        self.tb = None
+        if enabled and tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise UserError("train.tensorboard needs the tensorboard package: pip install tensorboard") from None
+            self.tb = SummaryWriter(str(run_dir / "tensorboard"))
+
+    def write(self, row: dict, bar) -> None:
+        if not self.enabled:
+            return
+        self.fh.write(json.dumps(row) + "\n")
+        self.fh.flush()
+        parts = [f"step {row['step']:>6}", f"loss {row['loss']:.4f}", f"lr {row['lr']:.2e}"]
+        if "tokens_per_s" in row:
+            parts += [f"{row['tokens_per_s']:,.0f} tok/s", f"MFU {100 * row['mfu']:.1f}%"]
+        if "val_loss" in row:
+            parts.append(f"val {row['val_loss']:.4f}")
+        bar.write("  ".join(parts))
+        if self.tb:
+            for k, v in row.items():
+                if k != "step":
+                    self.tb.add_scalar(k, v, row["step"])
+
+    def close(self) -> None:
+        if self.fh:
+            self.fh.close()
+        if self.tb:
+            self.tb.close()
+
+
+def _bar(enabled: bool, total: int | None, initial: int):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, unit="step", desc="train", disable=not enabled, dynamic_ncols=True)
+
+
+def train(cfg: RunConfig) -> TrainResult:
+    """Train (or resume) the run described by ``cfg``."""
+    trainer = Trainer(cfg)
+    try:
+        return trainer.run()
+    finally:
+        D.shutdown()

@@ -1,0 +1,97 @@
+"""The training loader: exact rows, separators, doc ids, rank slicing, resume."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from contextlab.data.ingest import IngestConfig, ingest
+from contextlab.data.loader import TokenLoader
+from contextlab.data.views import all_documents, long_documents
+from contextlab.errors import UserError
+from tests.conftest import write_tree
+
+TEXTS = ["abcdefg", "hij", "klmnopqrstu", "vw", "xyz0123456789"]
+
+
+@pytest.fixture
+def view(tmp_path):
+    src = write_tree(tmp_path / "c", {f"f{i}.txt": t for i, t in enumerate(TEXTS)})
+    return all_documents(ingest(src, tmp_path / "s", IngestConfig(), progress=False).store)
+
+
+def expected_stream(loader, sep=256):
+    out = []
+    for d in loader.doc_order:
+        out += list(TEXTS[int(d)].encode()) + [sep]
+    return out
+
+
+def test_packed_rows_are_windows_of_the_stream(view):
+    loader = TokenLoader(view, seq_len=4, rows_per_step=2, separator=256, seed=3)
+    stream = expected_stream(loader)
+    assert loader.n_rows == (len(stream) - 1) // 4
+    for r in range(loader.n_rows):
+        assert loader.row(r).tolist() == stream[r * 4:r * 4 + 5]
+    assert sorted(loader.doc_order.tolist()) == [0, 1, 2, 3, 4]
+
+
+def test_doc_ids_mark_document_changes(view):
+    loader = TokenLoader(view, seq_len=8, rows_per_step=1, separator=256, seed=0)
+    b = loader.next_batch()
+    toks, ids = b.tokens[0], b.doc_ids[0]
+    # a new document id starts right after each separator
+    for j in range(1, len(toks)):
+        assert ids[j] == ids[j - 1] + (1 if toks[j - 1] == 256 else 0)
+
+
+def test_every_row_once_per_epoch_and_deterministic(view):
+    a = TokenLoader(view, seq_len=4, rows_per_step=2, separator=256, seed=1)
+    b = TokenLoader(view, seq_len=4, rows_per_step=2, separator=256, seed=1)
+    n_steps = a.n_rows // 2
+    seen = [tuple(r) for _ in range(n_steps) for r in a.next_batch().tokens.tolist()]
+    all_rows = {tuple(a.row(r).tolist()) for r in range(a.n_rows)}
+    assert len(all_rows) == a.n_rows  # rows of this corpus are all different
+    assert len(set(seen)) == len(seen) == 2 * n_steps and set(seen) <= all_rows
+    assert [tuple(r) for _ in range(n_steps) for r in b.next_batch().tokens.tolist()] == seen
+    assert a.next_batch().tokens.shape == (2, 5) and a.state.epoch == 1
+
+
+def test_rank_slices_partition_the_global_batch(view):
+    single = TokenLoader(view, seq_len=3, rows_per_step=4, separator=256, seed=2)
+    ranks = [TokenLoader(view, seq_len=3, rows_per_step=4, separator=256, seed=2, rank=r, world_size=2)
+             for r in range(2)]
+    for _ in range(5):
+        full = single.next_batch().tokens
+        parts = np.concatenate([ld.next_batch().tokens for ld in ranks])
+        assert np.array_equal(full, parts)
+    with pytest.raises(UserError, match="divisible"):
+        TokenLoader(view, seq_len=3, rows_per_step=3, world_size=2)
+
+
+def test_resume_gives_the_same_batches(view):
+    a = TokenLoader(view, seq_len=4, rows_per_step=2, separator=256, seed=5)
+    for _ in range(7):
+        a.next_batch()
+    state = a.state_dict()
+    rest = [a.next_batch().tokens.tolist() for _ in range(6)]
+    b = TokenLoader(view, seq_len=4, rows_per_step=2, separator=256, seed=5)
+    b.load_state_dict(state)
+    assert [b.next_batch().tokens.tolist() for _ in range(6)] == rest
+    c = TokenLoader(view, seq_len=5, rows_per_step=2, separator=256, seed=5)
+    with pytest.raises(UserError, match="same data and config"):
+        c.load_state_dict(state)
+
+
+def test_long_docs_mode(view):
+    loader = TokenLoader(view, seq_len=9, rows_per_step=2, mode="long_docs", seed=0)
+    assert loader.n_rows == 2  # only the 11- and 13-token documents have 10 tokens
+    rows = sorted(loader.row(r).tolist() for r in range(2))
+    assert rows == sorted([list(TEXTS[2].encode()[:10]), list(TEXTS[4].encode()[:10])])
+    lv = long_documents(view.store, 10)
+    assert TokenLoader(lv, seq_len=9, rows_per_step=2, mode="long_docs").n_rows == 2
+
+
+def test_too_little_data_is_a_clear_error(view):
+    with pytest.raises(UserError, match="one step needs"):
+        TokenLoader(view, seq_len=16, rows_per_step=64, separator=256)

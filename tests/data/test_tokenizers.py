@@ -1,0 +1,292 @@
+"""Tests for contextlab.data.tokenizers: exact ids, parity with tiktoken, hashes, save/load."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tiktoken
+import tiktoken.load
+from tiktoken_ext.openai_public import r50k_pat_str
+
+from contextlab.data import tokenizers as T
+from contextlab.errors import UserError
+
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+GPT2_DIR = DATA / "gpt2_tokenizer"
+BOOKS = DATA / "gutenberg_books" / "texts"
+UNICODE = "Naïve café — 🙂🚀 日本語 Ωμέγα\r\n\ttabs   spaces <|endoftext|> \x00\u200b𝔘"
+
+
+def read(path: Path, n: int | None = None) -> str:
+    return path.read_bytes().decode("utf-8")[:n]
+
+
+def random_unicode(rng: random.Random, n: int) -> str:
+    """Random valid text: ASCII, Latin, CJK, emoji and astral code points (no surrogates)."""
+    ranges = [(0x0, 0x7F), (0xA0, 0x24F), (0x4E00, 0x4FFF), (0x1F300, 0x1F64F), (0x10000, 0x10FFFF)]
+    out = []
+    for _ in range(n):
+        lo, hi = rng.choice(ranges)
+        out.append(chr(rng.randint(lo, hi)))
+    return "".join(out)
+
+
+@pytest.fixture(scope="module")
+def gpt2() -> T.GPT2Tokenizer:
+    tok = T.load_tokenizer(f"gpt2:{GPT2_DIR}")
+    assert isinstance(tok, T.GPT2Tokenizer)
+    return tok
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> tiktoken.Encoding:
+    """tiktoken's own GPT-2, built from the same files without contextlab (cache disabled)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TIKTOKEN_CACHE_DIR", "")
+    ranks = tiktoken.load.data_gym_to_mergeable_bpe_ranks(str(GPT2_DIR / "vocab.bpe"), str(GPT2_DIR / "encoder.json"))
+    mp.undo()
+    return tiktoken.Encoding(name="ref-gpt2", pat_str=r50k_pat_str, mergeable_ranks=ranks,
+                             special_tokens={"<|endoftext|>": 50256})
+
+
+@pytest.fixture(scope="module")
+def book_chunks() -> list[str]:
+    text = read(BOOKS / "pg1056.txt", 300_000)
+    return [text[i : i + 5000] for i in range(0, len(text), 5000)]
+
+
+@pytest.fixture(scope="module")
+def bpe(book_chunks) -> T.HFTokenizer:
+    return T.train_bpe(book_chunks, 512)
+
+
+@pytest.fixture(scope="module")
+def all_kinds(gpt2, bpe) -> dict[str, T.Tokenizer]:
+    return {"byte": T.ByteTokenizer(), "gpt2": gpt2, "bpe": bpe}
+
+
+# ---------------------------------------------------------------- byte
+
+
+def test_byte_exact_ids_and_specials():
+    tok = T.load_tokenizer("byte")
+    assert tok.encode("aé€") == [97, 195, 169, 226, 130, 172]
+    assert tok.encode("é") == [195, 169]
+    assert (tok.eot_id, tok.vocab_size, tok.special_tokens) == (256, 257, {"<|endoftext|>": 256})
+    assert tok.encode("<|endoftext|>") == list(b"<|endoftext|>")  # never parsed as the special
+    assert tok.decode(np.array([104, 105, 256, 195, 169])) == "hi<|endoftext|>é"
+    with pytest.raises(ValueError, match="outside 0..256"):
+        tok.decode([257])
+
+
+def test_byte_round_trip_random_unicode():
+    tok, rng = T.ByteTokenizer(), random.Random(0)
+    texts = [random_unicode(rng, rng.randint(0, 300)) for _ in range(50)]
+    for text, arr in zip(texts, tok.encode_batch(texts)):
+        assert arr.dtype == np.uint32 and arr.tolist() == tok.encode(text) == list(text.encode("utf-8"))
+        assert tok.decode(arr) == tok.decode(tok.encode(text)) == text
+
+
+# ---------------------------------------------------------------- gpt2
+
+
+def test_gpt2_known_ids(gpt2, reference):
+    assert gpt2.encode("Hello world") == [15496, 995]
+    assert (gpt2.eot_id, gpt2.vocab_size, gpt2.special_tokens) == (50256, 50257, {"<|endoftext|>": 50256})
+    plain = gpt2.encode("a<|endoftext|>b")
+    assert plain == reference.encode_ordinary("a<|endoftext|>b") and 50256 not in plain
+    assert gpt2.decode([15496, 50256, 995]) == "Hello<|endoftext|> world"
+
+
+def test_gpt2_parity_with_tiktoken_on_real_text(gpt2, reference):
+    texts = [read(p, 200_000) for p in sorted(BOOKS.glob("*.txt"))[:3]]
+    texts.append(read(DATA / "wikitext2_raw_test" / "wiki.test.raw"))
+    texts += [read(Path(json.__file__).parent / n) for n in ("decoder.py", "encoder.py")]
+    texts.append(read(Path(T.__file__)) + UNICODE)
+    arrays = gpt2.encode_batch(texts)
+    n_tokens = 0
+    for text, arr in zip(texts, arrays):
+        expected = reference.encode_ordinary(text)
+        assert arr.dtype == np.uint32 and arr.tolist() == expected
+        assert gpt2.decode(arr) == text
+        n_tokens += len(expected)
+    assert n_tokens > 400_000  # the comparison covered real volume
+
+
+def test_gpt2_hf_file_form_gives_same_tokenizer(gpt2, tmp_path):
+    vocab = json.loads(read(GPT2_DIR / "encoder.json"))
+    (tmp_path / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, indent=1), encoding="utf-8")
+    shutil.copy(GPT2_DIR / "vocab.bpe", tmp_path / "merges.txt")
+    hf_form = T.load_tokenizer(f"gpt2:{tmp_path}")
+    assert hf_form.hash == gpt2.hash
+    text = read(BOOKS / "pg158.txt", 50_000) + UNICODE
+    assert hf_form.encode(text) == gpt2.encode(text)
+
+
+def test_gpt2_save_writes_standard_files(gpt2, tmp_path):
+    gpt2.save(tmp_path)
+    for name in ("encoder.json", "vocab.bpe"):
+        assert (tmp_path / name).read_bytes() == (GPT2_DIR / name).read_bytes()
+    assert json.loads(read(tmp_path / T.SPEC_FILE)) == gpt2.spec()
+
+
+# ---------------------------------------------------------------- hf and trained bpe
+
+
+def test_hf_tokenizer_json_via_spec(bpe, tmp_path):
+    (tmp_path / "tiny").mkdir()
+    bpe._tok.save(str(tmp_path / "tiny" / "tokenizer.json"))
+    by_file = T.load_tokenizer(f"hf:{tmp_path / 'tiny' / 'tokenizer.json'}")
+    by_dir = T.load_tokenizer(f"hf:{tmp_path / 'tiny'}")
+    assert by_file.kind == "hf" and by_file.name == by_dir.name == "tiny"
+    assert by_file.hash == by_dir.hash == bpe.hash
+    texts = ["Hello world", "", UNICODE, read(BOOKS / "pg158.txt", 20_000)]
+    assert [a.tolist() for a in by_file.encode_batch(texts)] == [by_file.encode(t) for t in texts]
+
+
+def test_hf_specials_post_processor_and_eos_choice():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(["hello there, hello again"] * 10, trainer=trainer)
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 1)])
+    hf = T.HFTokenizer(tok, "t")
+    assert (hf.special_tokens, hf.eot_id) == ({"<s>": 0, "</s>": 1}, 1)
+    ids = hf.encode("hello </s>")  # no template tokens, and "</s>" in text stays plain text
+    assert 0 not in ids and 1 not in ids and hf.decode(ids) == "hello </s>"
+    assert hf.encode_batch(["hello </s>"])[0].tolist() == ids
+
+
+def test_bpe_trains_and_round_trips(bpe):
+    assert (bpe.kind, bpe.name, bpe.vocab_size, bpe.eot_id) == ("hf", "bpe-512", 512, 0)
+    held_out = read(BOOKS / "pg158.txt", 30_000) + UNICODE
+    ids = bpe.encode(held_out)
+    assert len(ids) < 0.6 * len(held_out.encode("utf-8"))  # merges were learned
+    assert max(ids) < 512 and 0 not in ids
+    assert bpe.decode(ids) == held_out
+    rng = random.Random(1)
+    for text in [random_unicode(rng, 200) for _ in range(20)]:
+        assert bpe.decode(bpe.encode(text)) == text
+
+
+def test_bpe_is_deterministic_across_processes(bpe):
+    code = ("from pathlib import Path; from contextlab.data.tokenizers import train_bpe; "
+            f"t = Path({str(BOOKS / 'pg1056.txt')!r}).read_bytes().decode('utf-8')[:300000]; "
+            "print(train_bpe([t[i:i + 5000] for i in range(0, len(t), 5000)], 512).hash)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == bpe.hash
+
+
+def test_bpe_spec_and_size_errors(book_chunks):
+    tok = T.load_tokenizer("bpe:300", texts=lambda: book_chunks[:10])
+    assert (tok.name, tok.vocab_size) == ("bpe-300", 300)
+    assert tok.hash != T.train_bpe(book_chunks[:10], 301).hash
+    with pytest.raises(UserError, match="at least 257"):
+        T.train_bpe(book_chunks, 256)
+    with pytest.raises(UserError, match="at least 259"):
+        T.train_bpe(book_chunks, 258, special_tokens=("a", "b", "c"))
+    with pytest.raises(UserError, match="needs training texts"):
+        T.load_tokenizer("bpe:512")
+
+
+# ---------------------------------------------------------------- hashes, save/load, specials
+
+
+@pytest.mark.parametrize("kind", ["byte", "gpt2", "bpe"])
+def test_save_load_round_trip(all_kinds, kind, tmp_path):
+    tok = all_kinds[kind]
+    tok.save(tmp_path / "tokenizer")
+    back = T.load_tokenizer(f"dir:{tmp_path / 'tokenizer'}")
+    assert type(back) is type(tok) and back.spec() == tok.spec()
+    text = read(BOOKS / "pg158.txt", 20_000) + UNICODE
+    assert back.encode(text) == tok.encode(text)
+
+
+def test_hashes_differ_between_tokenizers(all_kinds, book_chunks):
+    hashes = [t.hash for t in all_kinds.values()]
+    hashes.append(T.train_bpe(book_chunks, 600).hash)
+    hashes += [t.with_special_tokens(["<|fim_middle|>"]).hash for t in all_kinds.values()]
+    assert len(set(hashes)) == len(hashes) and all(len(h) == 64 for h in hashes)
+
+
+@pytest.mark.parametrize("kind", ["byte", "gpt2", "bpe"])
+def test_with_special_tokens(all_kinds, kind, tmp_path):
+    tok = all_kinds[kind]
+    names = ["<|fim_prefix|>", "<|endoftext|>", "<|fim_suffix|>"]
+    ext = tok.with_special_tokens(names)
+    n = tok.vocab_size
+    assert ext.special_tokens == {**tok.special_tokens, "<|fim_prefix|>": n, "<|fim_suffix|>": n + 1}
+    assert ext.vocab_size == n + 2 and ext.eot_id == tok.eot_id and ext.hash != tok.hash
+    assert ext.encode("x<|fim_prefix|>") == tok.encode("x<|fim_prefix|>")  # still plain text
+    assert ext.decode([n, n + 1]) == "<|fim_prefix|><|fim_suffix|>"
+    ext.save(tmp_path)
+    back = T.load_saved_tokenizer(tmp_path)
+    assert back.spec() == ext.spec()
+    assert back.with_special_tokens(names[:2]).hash == ext.hash  # nothing new to add
+
+
+def test_tampered_files_are_refused(all_kinds, tmp_path):
+    for kind, tok in all_kinds.items():
+        tok.save(tmp_path / kind)
+    spec = json.loads(read(tmp_path / "byte" / T.SPEC_FILE))
+    spec["special_tokens"]["<|pad|>"] = 257
+    (tmp_path / "byte" / T.SPEC_FILE).write_text(json.dumps(spec))
+    enc = tmp_path / "gpt2" / "encoder.json"
+    enc.write_text(read(enc).replace('"<|endoftext|>"', '"<|end|>"'))
+    tj = tmp_path / "bpe" / "tokenizer.json"
+    obj = json.loads(read(tj))
+    obj["model"]["merges"][:2] = obj["model"]["merges"][1::-1]  # swap the first two merges
+    tj.write_text(json.dumps(obj))
+    for kind in all_kinds:
+        with pytest.raises(UserError, match="do not match their spec"):
+            T.load_saved_tokenizer(tmp_path / kind)
+    merges = tmp_path / "gpt2" / "vocab.bpe"
+    lines = read(merges).split("\n")
+    lines[1], lines[2] = lines[2], lines[1]
+    merges.write_text("\n".join(lines))
+    with pytest.raises(UserError, match="disagrees with the vocabulary ids"):
+        T.load_saved_tokenizer(tmp_path / "gpt2")
+
+
+def test_check_same_tokenizer(all_kinds):
+    gpt2, byte = all_kinds["gpt2"].spec(), all_kinds["byte"].spec()
+    T.check_same_tokenizer(gpt2, json.loads(json.dumps(gpt2)), "the model", "the data store")
+    with pytest.raises(UserError) as err:
+        T.check_same_tokenizer(gpt2, byte, "the model", "the data store")
+    msg = str(err.value)
+    assert msg.startswith(f"the model's tokenizer (gpt2, hash {gpt2['hash'][:8]}) differs from "
+                          f"the data store's (byte, hash {byte['hash'][:8]}): ")
+    assert "\n" not in msg
+
+
+# ---------------------------------------------------------------- bad specs
+
+
+def test_bad_specs_name_the_problem(tmp_path):
+    (tmp_path / "garbage.json").write_text("{not json")
+    cases = {
+        "sentencepiece:x": "unknown kind 'sentencepiece'",
+        "gpt2": "gpt2 needs an argument",
+        f"gpt2:{tmp_path / 'missing'}": "does not exist",
+        f"gpt2:{tmp_path}": "neither encoder.json",
+        "bpe:abc": "not a whole number",
+        f"hf:{tmp_path / 'garbage.json'}": "cannot read",
+        f"hf:{tmp_path}": "no tokenizer.json",
+        f"dir:{tmp_path}": "cannot read",
+    }
+    for spec, problem in cases.items():
+        with pytest.raises(UserError) as err:
+            T.load_tokenizer(spec)
+        msg = str(err.value)
+        assert problem in msg and repr(spec) in msg and "valid forms: byte, gpt2:DIR" in msg, msg

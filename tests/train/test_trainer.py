@@ -1,0 +1,185 @@
+"""The trainer: exact resume after SIGKILL, budgets, refusals, checkpoint safety, export."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from contextlab.config import from_dict
+from contextlab.data.ingest import IngestConfig, ingest
+from contextlab.errors import UserError
+from contextlab.train import checkpoint as ckpt
+from contextlab.train.config import RunConfig
+from contextlab.train.optim import lr_at
+from contextlab.train.trainer import Trainer, train
+from tests.conftest import REPO, SHARED_DATA
+
+TINY = {"model": {"size": "tiny-4x256", "n_layer": 2, "n_head": 2, "n_embd": 64},
+        "optim": {"lr": 3e-3, "warmup_steps": 3},
+        "train": {"seq_len": 32, "tokens_per_step": 256, "log_every": 1, "val_every": 5, "val_tokens": 512,
+                  "ckpt_every": 4, "keep_last": 2, "threads": 1, "peak_flops": 1e12, "progress": False,
+                  "dtype": "fp32"},
+        "data": {"val_split": "tail", "val_fraction": 0.1}}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    out = tmp_path_factory.mktemp("store") / "shakes"
+    text = (SHARED_DATA / "tinyshakespeare" / "input.txt").read_text()[:200_000]
+    src = tmp_path_factory.mktemp("src") / "shakes.txt"
+    src.write_text(text)
+    return ingest(src, out, IngestConfig(), progress=False).store
+
+
+def config(store, out_dir, **train_overrides) -> RunConfig:
+    data = json.loads(json.dumps(TINY))
+    data["data"]["store"] = str(store.path)
+    data["train"].update(out_dir=str(out_dir), **train_overrides)
+    return from_dict(RunConfig, data)
+
+
+def losses(run_dir) -> dict[int, float]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in rows}
+
+
+def test_lr_schedule_is_a_pure_function():
+    kw = dict(lr=1.0, warmup_steps=10, total_steps=110, min_lr_ratio=0.1)
+    assert lr_at(0, **kw) == pytest.approx(0.1) and lr_at(9, **kw) == pytest.approx(1.0)
+    assert lr_at(60, **kw) == pytest.approx(0.55) and lr_at(110, **kw) == pytest.approx(0.1)
+    assert [lr_at(s, **kw) for s in range(50)] == [lr_at(s, **kw) for s in range(50)]
+
+
+def test_training_lowers_the_loss_and_writes_a_run(store, tmp_path):
+    res = train(config(store, tmp_path / "run", max_steps=40))
+    run = tmp_path / "run"
+    ls = losses(run)
+    assert res.steps == 40 and len(ls) == 40
+    assert np.mean([ls[s] for s in range(36, 41)]) < ls[1] - 1.5  # bytes: from ~5.5 nats down
+    assert [s for s, _ in ckpt.list_checkpoints(run)] == [36, 40]  # keep_last = 2
+    state = json.loads((run / "checkpoints" / "step_000040" / "state.json").read_text())
+    assert state["tokens"] == 40 * 256 and state["tokenizer_hash"] == store.tokenizer_hash
+    assert state["loader"]["position"] > 0 and res.val_loss is not None
+    assert (run / "config.toml").read_text().count("seq_len = 32") == 1
+
+
+def test_exact_resume_after_sigkill(store, tmp_path):
+    steps = 60
+    ref = tmp_path / "ref"
+    train(config(store, ref, max_steps=steps))
+    run = tmp_path / "killed"
+    cfg_args = [f"--set=data.store={store.path}", f"--set=train.out_dir={run}", f"--set=train.max_steps={steps}"]
+    cfg_file = tmp_path / "tiny.toml"
+    from contextlab.config import save_toml
+    save_toml(config(store, run, max_steps=steps), cfg_file)
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    cmd = [sys.executable, "-m", "contextlab", "train", str(cfg_file), *cfg_args]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    def newest() -> int:
+        try:
+            return max([s for s, _ in ckpt.list_checkpoints(run)] or [0])
+        except FileNotFoundError:  # a checkpoint pruned while listing
+            return 0
+
+    while time.time() < deadline and proc.poll() is None and newest() < 12:
+        time.sleep(0.005)
+    assert proc.poll() is None, "training ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = max(s for s, _ in ckpt.list_checkpoints(run))
+    assert 12 <= killed_at < steps
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert f"resuming {run} from step_{killed_at:06d}" in res.stdout
+    got, want = losses(run), losses(ref)
+    assert sorted(got) == list(range(1, steps + 1))
+    assert all(got[s] == want[s] for s in range(1, steps + 1)), "resumed losses differ from the uninterrupted run"
+
+
+def test_resume_refuses_a_different_config(store, tmp_path):
+    train(config(store, tmp_path / "run", max_steps=4))
+    with pytest.raises(UserError, match="different config"):
+        train(config(store, tmp_path / "run", max_steps=8, seq_len=64))
+    res = train(config(store, tmp_path / "run", max_steps=8, log_every=2))  # a bigger budget continues
+    assert res.steps == 8
+
+
+def test_checkpoint_write_failure_keeps_the_previous_one(store, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    train(config(store, run, max_steps=4))
+    real = ckpt.save_file
+
+    def disk_full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ckpt, "save_file", disk_full)
+    with pytest.raises(UserError, match="the disk is full.*step_000004 is intact"):
+        train(config(store, run, max_steps=8))
+    monkeypatch.setattr(ckpt, "save_file", real)
+    assert [s for s, _ in ckpt.list_checkpoints(run)] == [4]
+    assert not list((run / "checkpoints").glob(".*tmp"))
+    model_state, _, _, state = ckpt.load_checkpoint(run / "checkpoints" / "step_000004")
+    assert state["step"] == 4 and "model.tok_emb.weight" in model_state or len(model_state) > 0
+
+
+def test_budgets_convert_to_steps(store, tmp_path):
+    t = Trainer(config(store, tmp_path / "a", max_tokens=256 * 7))
+    assert t.total_steps() == 7
+    t = Trainer(config(store, tmp_path / "b", max_flops=t.flops_per_token * 256 * 5))
+    assert t.total_steps() == 5
+    with pytest.raises(UserError, match="exactly one budget"):
+        Trainer(config(store, tmp_path / "c", max_steps=3, max_tokens=100)).total_steps()
+    with pytest.raises(UserError, match="multiple of train.seq_len"):
+        Trainer(config(store, tmp_path / "d", max_steps=3, tokens_per_step=100))
+
+
+def test_constant_tokens_per_step_across_contexts(store, tmp_path):
+    for seq_len in (16, 32, 64):
+        t = Trainer(config(store, tmp_path / f"r{seq_len}", max_steps=1, seq_len=seq_len))
+        assert t.rows * seq_len == 256 and t.loader.next_batch().tokens.shape == (256 // seq_len, seq_len + 1)
+
+
+def test_wall_clock_budget(store, tmp_path):
+    res = train(config(store, tmp_path / "w", max_minutes=0.05))
+    state = json.loads((tmp_path / "w" / "checkpoints" / f"step_{res.steps:06d}" / "state.json").read_text())
+    assert res.steps >= 6 and state["total_steps"] == res.steps
+
+
+def test_tokenizer_mismatch_on_resume(store, tmp_path):
+    run = tmp_path / "run"
+    train(config(store, run, max_steps=2))
+    other = ingest(REPO / "src" / "contextlab" / "corpus" / "books", tmp_path / "books",
+                   IngestConfig(tokenizer=f"gpt2:{SHARED_DATA / 'gpt2_tokenizer'}"), progress=False).store
+    cfg = config(store, run, max_steps=4)
+    cfg.data.store = str(other.path)
+    cfg.data.val_split = "documents"
+    with pytest.raises(UserError, match="different"):
+        train(cfg)
+
+
+def test_export_round_trip(store, tmp_path):
+    from contextlab.train.export import export_checkpoint, load_trained_model
+    import contextlab.models.hf  # noqa: F401  registers the classes with transformers
+    from transformers import AutoModelForCausalLM
+
+    run = tmp_path / "run"
+    train(config(store, run, max_steps=3))
+    model, state, _ = load_trained_model(run)
+    out = export_checkpoint(run, tmp_path / "hf")
+    hf = AutoModelForCausalLM.from_pretrained(out)
+    idx = torch.randint(0, 257, (2, 20))
+    with torch.no_grad():
+        assert torch.allclose(hf(idx).logits, model(idx).logits, atol=1e-5)
+    assert (out / "tokenizer" / "tokenizer_spec.json").is_file()
+    with pytest.raises(UserError):
+        export_checkpoint(run, tmp_path / "hf")
