@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from pathlib import Path
 
 from contextlab.config import apply_overrides, field_help, from_dict, read_toml
@@ -41,6 +42,8 @@ def cmd_train(argv: list[str]) -> int:
 
     cfg = load_run_config(args.config, args.set)
     result = train(cfg)
+    if int(os.environ.get("RANK", "0")) != 0:
+        return 0
     val = f", validation loss {result.val_loss:.4f}" if result.val_loss is not None else ""
     print(f"done: {result.run_dir} after {result.steps} steps, {result.tokens:,} tokens, "
           f"train loss {result.final_loss:.4f}{val}")

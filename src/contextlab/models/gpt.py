@@ -38,7 +38,7 @@ class GPTConfig:
     n_embd: int = 256  # width of the residual stream
     block_size: int = 256  # training context length (RoPE still works beyond it)
     rope_base: float = 10000.0  # RoPE base ("theta") of the inverse frequencies
-    mlp: str = "gelu"  # MLP kind: "gelu" (GPT-2) or "swiglu" (LLaMA)
+    mlp: str = "gelu"  # MLP kind: "gelu" (GPT-2 style, exact erf GELU) or "swiglu" (LLaMA style)
     mlp_ratio: float = 4.0  # MLP hidden width / n_embd (swiglu uses 2/3 of it, see mlp_dim)
     mlp_hidden: int | None = None  # explicit MLP hidden width; None derives it from mlp_ratio
     dropout: float = 0.0  # dropout on attention probabilities and residual branches
@@ -93,7 +93,7 @@ def rope_inv_freq(head_dim: int, base: float, device=None) -> Tensor:
 
 
 def rope_tables(angles: Tensor) -> tuple[Tensor, Tensor]:
-    """Angles (..., hs/2) -> cos (..., hs) = [cos, cos] and sin (..., hs) = [-sin, sin], as apply_rope wants."""
+    """Angles (..., hs/2) -> cos = [cos, cos] and sin = [-sin, sin], each (..., hs), for apply_rope."""
     cos, sin = angles.cos(), angles.sin()
     return torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1)
 
@@ -117,7 +117,7 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 # The transformer block
 
 
-class CausalSelfAttention(nn.Module):
+class Attention(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.n_head, self.head_dim = config.n_head, config.head_dim
@@ -126,7 +126,8 @@ class CausalSelfAttention(nn.Module):
         self.proj.residual_proj = True  # scaled init, see GPT._init_module
         self.dropout = config.dropout
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None, attn_mask: Tensor | None, is_causal: bool) -> Tensor:
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None, attn_mask: Tensor | None,
+                is_causal: bool) -> Tensor:
         B, T, C = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.n_head, self.head_dim)  # (B, T, 3, nh, hs)
         if rope is not None:
@@ -171,12 +172,13 @@ class Block(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.norm1 = nn.RMSNorm(config.n_embd, eps=config.norm_eps)
-        self.attn = CausalSelfAttention(config)
+        self.attn = Attention(config)
         self.norm2 = nn.RMSNorm(config.n_embd, eps=config.norm_eps)
         self.mlp = MLP(config)
         self.drop = nn.Dropout(config.dropout) if config.dropout > 0 else nn.Identity()
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None = None, attn_mask: Tensor | None = None, is_causal: bool = True) -> Tensor:
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None = None, attn_mask: Tensor | None = None,
+                is_causal: bool = True) -> Tensor:
         """x (B, T, C); rope = model.rope(T, device) or None for no positions; attn_mask see GPT.forward."""
         x = x + self.drop(self.attn(self.norm1(x), rope, attn_mask, is_causal))
         x = x + self.drop(self.mlp(self.norm2(x)))
@@ -227,8 +229,8 @@ class GPT(nn.Module):
         logits = self.lm_head(h)  # (B, T, padded_vocab)
         return logits[..., : self.config.vocab_size] if logits.size(-1) != self.config.vocab_size else logits
 
-    def rope(self, T: int, device: torch.device | str | None = None, offset: int = 0) -> tuple[Tensor, Tensor]:
-        """cos, sin tables (see rope_tables) for positions offset..offset+T-1, each (T, hs) fp32; grows the cache."""
+    def rope(self, T: int, device: torch.device | str | None = None, offset: int = 0):
+        """cos, sin (see rope_tables) for positions offset..offset+T-1, each (T, hs) fp32; grows the cache."""
         device = torch.device(device) if device is not None else self.wte.weight.device
         cache = self._rope_cache
         if cache is None or cache[0].size(0) < offset + T or cache[0].device.type != device.type:
@@ -250,7 +252,10 @@ class GPT(nn.Module):
             rope = self.rope(T, idx.device, offset=position_ids or 0)
         if attn_mask is not None and is_causal:  # restrict the given mask to the causal part
             causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
-            attn_mask = attn_mask & causal if attn_mask.dtype == torch.bool else torch.where(causal, attn_mask, float("-inf"))
+            if attn_mask.dtype == torch.bool:
+                attn_mask = attn_mask & causal
+            else:
+                attn_mask = torch.where(causal, attn_mask, float("-inf"))
 
         x = self.embed(idx)  # (B, T, C)
         wanted = _layer_indices(return_hidden, self.config.n_layer)
@@ -259,10 +264,11 @@ class GPT(nn.Module):
             x = block(x, rope, attn_mask, is_causal)  # (B, T, C)
             if i in wanted:
                 layers.append(x)
-        return self.final_norm(x), (layers if return_hidden is not False else None)
+        return self.final_norm(x), (layers if return_hidden is not False else None)  # layers in depth order
 
     def forward(self, idx: Tensor, *, attn_mask: Tensor | None = None, is_causal: bool = True,
-                position_ids: Tensor | int | None = None, return_hidden: bool | list[int] = False) -> GPTOutput:
+                position_ids: Tensor | int | None = None,
+                return_hidden: bool | list[int] = False) -> GPTOutput:
         """Run the model on token ids idx (B, T).
 
         attn_mask: bool (True = may attend) or additive float mask broadcastable to (B, 1, T, T),
@@ -334,9 +340,10 @@ def _human(n: float) -> str:
 
 
 def describe_model(model: GPT) -> str:
-    """One line, e.g. 'GPT 4x256 (4 heads, gelu), 3.2M parameters (3.1M non-embedding), vocab 257, context 256'."""
+    """One line: 'GPT 4x256 (4 heads, gelu), 3.2M parameters (3.1M non-embedding), vocab 257, context 256'."""
     c = model.config
     return (
-        f"GPT {c.n_layer}x{c.n_embd} ({c.n_head} heads, {c.mlp}), {_human(model.num_params(False))} parameters "
+        f"GPT {c.n_layer}x{c.n_embd} ({c.n_head} heads, {c.mlp}), "
+        f"{_human(model.num_params(False))} parameters "
         f"({_human(model.num_params(True))} non-embedding), vocab {c.vocab_size}, context {c.block_size}"
     )

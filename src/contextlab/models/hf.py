@@ -108,9 +108,10 @@ class ContextlabGPTForCausalLM(PreTrainedModel, GenerationMixin):
                 output_hidden_states: bool | None = None, return_dict: bool | None = None, **kwargs):
         T = input_ids.size(1)
         attn_mask = None
-        if attention_mask is not None and not bool(attention_mask.all()):  # padding (generate pads on the left)
+        if attention_mask is not None and not bool(attention_mask.all()):  # padding (generate pads left)
             keep = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T) real keys
-            attn_mask = keep | torch.eye(T, dtype=torch.bool, device=input_ids.device)  # pads see themselves: no NaN
+            pads_see_themselves = torch.eye(T, dtype=torch.bool, device=input_ids.device)  # no NaN rows
+            attn_mask = keep | pads_see_themselves  # (B, 1, T, T); the model adds causality
             if position_ids is None:
                 position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
         if output_hidden_states is None:
@@ -120,8 +121,10 @@ class ContextlabGPTForCausalLM(PreTrainedModel, GenerationMixin):
         loss = None
         if labels is not None:  # predict token t+1 from positions <= t
             logits = out.logits[:, :-1].float()
-            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=-100)
-        hidden_states = (*out.layers[:-1], out.hidden) if output_hidden_states else None  # HF: last one is normed
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1),
+                                   ignore_index=-100)
+        # HF convention: n_layer + 1 states, embeddings first, the last one after the final norm
+        hidden_states = (*out.layers[:-1], out.hidden) if output_hidden_states else None
         result = CausalLMOutputWithPast(loss=loss, logits=out.logits, hidden_states=hidden_states)
         use_dict = return_dict if return_dict is not None else self.config.return_dict
         return result if use_dict else result.to_tuple()
@@ -147,9 +150,11 @@ def export_to_hf(model: GPT, out_dir: str | os.PathLike, *, tokenizer_dir: str |
     model = getattr(model, "_orig_mod", model)  # a torch.compile'd model shares the parameters
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
-        raise UserError(f"export folder {out} already exists and is not empty; choose another folder or pass overwrite")
+        raise UserError(f"export folder {out} already exists and is not empty; "
+                        "choose another folder or pass overwrite")
     if tokenizer_dir is not None and not Path(tokenizer_dir).is_dir():
-        raise UserError(f"tokenizer folder {tokenizer_dir} does not exist; pass the folder holding the tokenizer files")
+        raise UserError(f"tokenizer folder {tokenizer_dir} does not exist; "
+                        "pass the folder holding the tokenizer files")
     out.parent.mkdir(parents=True, exist_ok=True)
     provenance = {"format_version": contextlab.FORMAT_VERSION, "contextlab_version": contextlab.__version__,
                   **(extra_config or {})}
@@ -178,7 +183,8 @@ def _check_model_dir(path: str | os.PathLike) -> Path:
     if not p.is_dir():
         raise UserError(f"model folder {p} does not exist; pass a local Hugging Face model folder")
     if not (p / "config.json").is_file():
-        raise UserError(f"{p} is not a Hugging Face model folder (no config.json); pass the folder save_pretrained wrote")
+        raise UserError(f"{p} is not a Hugging Face model folder (no config.json); "
+                        "pass the folder save_pretrained wrote")
     return p
 
 

@@ -115,12 +115,23 @@ def peak_file() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "contextlab" / "peak.json"
 
 
+def _cpu_name() -> str:
+    try:  # Linux: the CPU model, so a cache in a shared home directory tells machines apart
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def peak_key(dtype: torch.dtype, device: str = "cpu", threads: int | None = None) -> str:
     """Cache key: the device (CPU model or GPU name), dtype and, on CPU, the thread count."""
+    dtype_name = str(dtype).removeprefix("torch.")
     if device.startswith("cuda"):
-        return f"cuda:{torch.cuda.get_device_name()}:{str(dtype).removeprefix('torch.')}"
+        return f"cuda:{torch.cuda.get_device_name()}:{dtype_name}"
     threads = threads or torch.get_num_threads()
-    return f"cpu:{platform.processor() or platform.machine()}:{str(dtype).removeprefix('torch.')}:threads={threads}"
+    return f"cpu:{_cpu_name()}:{dtype_name}:threads={threads}"
 
 
 def read_peak_cache(path: Path | None = None) -> dict:

@@ -1,0 +1,60 @@
+"""torchrun with 2 CPU processes (gloo): DDP and FSDP2 give the 1-process losses; resume works."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from contextlab.config import from_dict, save_toml
+from contextlab.data.ingest import IngestConfig, ingest
+from contextlab.train.config import RunConfig
+from tests.conftest import REPO, SHARED_DATA
+from tests.train.test_trainer import TINY
+
+
+@pytest.fixture(scope="module")
+def cfg_file(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dist")
+    src = root / "shakes.txt"
+    src.write_text((SHARED_DATA / "tinyshakespeare" / "input.txt").read_text()[:100_000])
+    store = ingest(src, root / "store", IngestConfig(), progress=False).store
+    data = json.loads(json.dumps(TINY))
+    data["data"]["store"] = str(store.path)
+    data["train"].update(max_steps=10, tokens_per_step=512, keep_last=5, out_dir=str(root / "unused"))
+    save_toml(from_dict(RunConfig, data), root / "tiny.toml")
+    return root / "tiny.toml"
+
+
+def run(cfg_file, out_dir, nproc: int, *extra: str) -> dict[int, float]:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}
+    if nproc == 1:
+        cmd = [sys.executable, "-m", "contextlab", "train"]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc_per_node", str(nproc), "-m", "contextlab", "train"]
+    res = subprocess.run(cmd + [str(cfg_file), f"--set=train.out_dir={out_dir}", *extra], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in rows}
+
+
+def test_ddp_and_fsdp_match_one_process_and_resume(cfg_file, tmp_path):
+    single = run(cfg_file, tmp_path / "one", 1)
+    ddp = run(cfg_file, tmp_path / "ddp", 2)
+    fsdp = run(cfg_file, tmp_path / "fsdp", 2, "--set=train.parallel=fsdp")
+    assert sorted(single) == sorted(ddp) == sorted(fsdp) == list(range(1, 11))
+    for s in single:
+        assert ddp[s] == pytest.approx(single[s], abs=2e-5)
+        assert fsdp[s] == pytest.approx(single[s], abs=2e-5)
+    # resume distributed: drop the last checkpoint, run again, it continues from step 8
+    shutil.rmtree(tmp_path / "fsdp" / "checkpoints" / "step_000010")
+    resumed = run(cfg_file, tmp_path / "fsdp", 2, "--set=train.parallel=fsdp")
+    assert sorted(resumed) == list(range(1, 11))
+    for s in (9, 10):
+        assert resumed[s] == pytest.approx(single[s], abs=2e-5)
