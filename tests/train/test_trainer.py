@@ -168,7 +168,8 @@ def test_tokenizer_mismatch_on_resume(store, tmp_path):
 
 
 def test_export_round_trip(store, tmp_path):
-    from contextlab.train.export import export_checkpoint, load_trained_model
+    from contextlab.train.export import export_checkpoint
+    from contextlab.models.loading import load_trained_model
     import contextlab.models.hf  # noqa: F401  registers the classes with transformers
     from transformers import AutoModelForCausalLM
 

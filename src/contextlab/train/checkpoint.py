@@ -19,7 +19,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -29,47 +28,15 @@ from safetensors.torch import load_file, save_file
 
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_json, fsync_dir
-
-_STEP_DIR = re.compile(r"^step_(\d{6,})$")
-
+from contextlab.models.loading import list_checkpoints, resolve_checkpoint  # noqa: F401  (re-exported)
 
 def step_dir(run_dir: Path, step: int) -> Path:
     return Path(run_dir) / "checkpoints" / f"step_{step:06d}"
 
 
-def list_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
-    """Complete checkpoints of a run, oldest first."""
-    root = Path(run_dir) / "checkpoints"
-    if not root.is_dir():
-        return []
-    found = []
-    for d in root.iterdir():
-        m = _STEP_DIR.match(d.name)
-        if m and (d / "state.json").is_file():
-            found.append((int(m.group(1)), d))
-    return sorted(found)
-
-
 def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
     found = list_checkpoints(run_dir)
     return found[-1][1] if found else None
-
-
-def resolve_checkpoint(path: str | os.PathLike, step: int | None = None) -> Path:
-    """A run directory (+ optional step) or a checkpoint directory -> the checkpoint directory."""
-    path = Path(path)
-    if (path / "state.json").is_file() and (path / "model.safetensors").is_file():
-        return path
-    if not path.exists():
-        raise UserError(f"run or checkpoint not found: {path}")
-    found = dict(list_checkpoints(path))
-    if not found:
-        raise UserError(f"{path} has no checkpoints (expected {path}/checkpoints/step_NNNNNN/); train first")
-    if step is None:
-        return found[max(found)]
-    if step not in found:
-        raise UserError(f"{path} has no checkpoint at step {step}; available: {', '.join(map(str, sorted(found)))}")
-    return found[step]
 
 
 def _contiguous(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -1,28 +1,10 @@
-"""Load a trained checkpoint as a plain model, and export it to Hugging Face format."""
+"""Export a trained checkpoint to Hugging Face format (safetensors + config + tokenizer)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from contextlab.errors import UserError
-from contextlab.models.gpt import GPT, GPTConfig
-from contextlab.train import checkpoint as ckpt
-
-
-def load_trained_model(run_or_ckpt: str | Path, step: int | None = None) -> tuple[GPT, dict, Path]:
-    """(model, state.json, checkpoint dir) of a run's checkpoint; objective modules are left out."""
-    path = ckpt.resolve_checkpoint(run_or_ckpt, step)
-    model_state, _, _, state = ckpt.load_checkpoint(path)
-    model = GPT(GPTConfig(**state["model_config"]))
-    prefix = "model."
-    weights = {k[len(prefix):]: v for k, v in model_state.items() if k.startswith(prefix)}
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embedding
-    if missing or unexpected:
-        raise UserError(f"checkpoint {path} does not match its model config (missing {missing[:3]}, "
-                        f"unexpected {unexpected[:3]})")
-    model.eval()
-    return model, state, path
+from contextlab.models.loading import load_trained_model
 
 
 def export_checkpoint(run_or_ckpt: str | Path, out: str | Path, *, step: int | None = None,

@@ -1,0 +1,88 @@
+"""Find and load trained contextlab models for inference (evaluation, analysis, export).
+
+A run directory holds ``checkpoints/step_NNNNNN/`` folders (written by the trainer); this
+module reads them without importing the trainer, so evaluations depend on models and
+data only. Weights come from safetensors, metadata from JSON: nothing is unpickled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from contextlab.errors import UserError
+
+_STEP_DIR = re.compile(r"^step_(\d{6,})$")
+
+
+def list_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """Complete checkpoints of a run, oldest first (a checkpoint is complete once state.json exists)."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = []
+    for d in root.iterdir():
+        m = _STEP_DIR.match(d.name)
+        if m and (d / "state.json").is_file():
+            found.append((int(m.group(1)), d))
+    return sorted(found)
+
+
+def is_checkpoint(path: str | os.PathLike) -> bool:
+    path = Path(path)
+    return (path / "state.json").is_file() and (path / "model.safetensors").is_file()
+
+
+def resolve_checkpoint(path: str | os.PathLike, step: int | None = None) -> Path:
+    """A run directory (+ optional step) or a checkpoint directory -> the checkpoint directory."""
+    path = Path(path)
+    if is_checkpoint(path):
+        return path
+    if not path.exists():
+        raise UserError(f"run or checkpoint not found: {path}")
+    found = dict(list_checkpoints(path))
+    if not found:
+        raise UserError(f"{path} has no checkpoints (expected {path}/checkpoints/step_NNNNNN/); train first")
+    if step is None:
+        return found[max(found)]
+    if step not in found:
+        raise UserError(f"{path} has no checkpoint at step {step}; available: {', '.join(map(str, sorted(found)))}")
+    return found[step]
+
+
+def read_checkpoint_state(ckpt: str | os.PathLike) -> dict:
+    try:
+        return json.loads((Path(ckpt) / "state.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"checkpoint {ckpt} has no readable state.json ({exc})") from None
+
+
+def load_trained_model(run_or_ckpt: str | os.PathLike, step: int | None = None):
+    """(GPT, state.json, checkpoint dir): the model of a run's checkpoint, in eval mode.
+
+    Only the ``model.*`` weights are loaded; an objective's extra modules (prediction
+    heads, a context predictor) are left out: they are for training, and every objective
+    is scored through the plain next-token model.
+    """
+    from safetensors.torch import load_file
+
+    from contextlab.models.gpt import GPT, GPTConfig
+
+    path = resolve_checkpoint(run_or_ckpt, step)
+    state = read_checkpoint_state(path)
+    try:
+        weights = load_file(str(path / "model.safetensors"))
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise UserError(f"checkpoint {path} cannot be read ({exc})") from None
+    model = GPT(GPTConfig(**state["model_config"]))
+    prefix = "model."
+    weights = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embedding
+    if missing or unexpected:
+        raise UserError(f"checkpoint {path} does not match its model config (missing {missing[:3]}, "
+                        f"unexpected {unexpected[:3]})")
+    model.eval()
+    return model, state, path
