@@ -6,7 +6,11 @@ its parts (``model(idx)``, ``model.trunk``, ``model.blocks``...) as it needs.
 
 * ``forward(model, tokens, doc_ids)`` -> ``(loss, metrics)``: ``tokens`` is (B, T+1);
   ``doc_ids`` (B, T+1) marks packed documents (used when document masking is on).
-* ``special_tokens``: names added to the tokenizer's vocabulary (FIM, sentinels...).
+* ``special_tokens``: names added to the tokenizer's vocabulary (FIM, sentinels...);
+  after ``bind_tokenizer(spec)`` their ids are in ``self.special_ids`` (appended after the
+  data's vocabulary, in order), and ``self.vocab_size`` is the model's vocabulary.
+* ``arch``: which model architecture of ``contextlab.models`` the objective trains
+  ("gpt" unless the objective needs extra model parts that inference also uses).
 * ``extra_flops_per_token(cfg, seq_len)``: what the objective adds to the model's FLOPs,
   so budgets compare objectives at equal compute.
 * ``Options``: a dataclass of the objective's own typed options (``[objective.NAME]``).
@@ -36,6 +40,7 @@ def next_token_loss(logits: Tensor, targets: Tensor, reduction: str = "mean") ->
 
 class Objective(nn.Module):
     name = "base"
+    arch = "gpt"
     special_tokens: tuple[str, ...] = ()
 
     @dataclass
@@ -46,6 +51,24 @@ class Objective(nn.Module):
         super().__init__()
         self.options = options
         self.doc_mask = doc_mask
+        self.base_vocab = 0
+        self.vocab_size = 0
+        self.eot_id: int | None = None
+        self.special_ids: dict[str, int] = {}
+
+    def bind_tokenizer(self, spec: dict) -> None:
+        """Learn the data's tokenizer (a spec dict) and give the objective's special tokens ids."""
+        self.base_vocab = int(spec["vocab_size"])
+        self.eot_id = spec.get("eot_id")
+        existing = spec.get("special_tokens", {})
+        self.special_ids, nxt = {}, self.base_vocab
+        for name in self.special_tokens:
+            if name in existing:
+                self.special_ids[name] = int(existing[name])
+            else:
+                self.special_ids[name] = nxt
+                nxt += 1
+        self.vocab_size = nxt
 
     def attn_mask(self, doc_ids: Tensor | None) -> Tensor | None:
         return document_causal_mask(doc_ids) if (self.doc_mask and doc_ids is not None) else None

@@ -98,8 +98,8 @@ class Trainer:
 
         torch.manual_seed(t.seed)
         self.objective = build_objective(cfg)
-        vocab = tok["vocab_size"] + len(self.objective.special_tokens)
-        self.model = build_model(cfg, vocab).to(self.info.device)
+        self.objective.bind_tokenizer(tok)
+        self.model = build_model(cfg, self.objective.vocab_size).to(self.info.device)
         self.module = TrainModule(self.model, self.objective).to(self.info.device)
         self.flops_per_token = (flops_per_token(self.model.config, t.seq_len)
                                 + self.objective.extra_flops_per_token(self.model.config, t.seq_len))
