@@ -17,34 +17,46 @@ from contextlab.errors import UserError
 Command = Callable[[list[str]], int]
 
 
-def _commands() -> dict[str, Command]:
-    from contextlab.cli import data, quickstart, train
+# command name -> "module:function"; a module is imported only when its command runs
+COMMANDS: dict[str, str] = {
+    "quickstart": "contextlab.cli.quickstart:cmd_quickstart",
+    "data ingest": "contextlab.cli.data:cmd_ingest",
+    "data info": "contextlab.cli.data:cmd_info",
+    "data verify": "contextlab.cli.data:cmd_verify",
+    "data pack": "contextlab.cli.pack:cmd_pack",
+    "data pack-stats": "contextlab.cli.pack:cmd_pack_stats",
+    "train": "contextlab.cli.train:cmd_train",
+    "export": "contextlab.cli.train:cmd_export",
+    "eval": "contextlab.cli.eval:cmd_eval",
+}
 
-    return {
-        "quickstart": quickstart.cmd_quickstart,
-        "data ingest": data.cmd_ingest,
-        "data info": data.cmd_info,
-        "data verify": data.cmd_verify,
-        "train": train.cmd_train,
-        "export": train.cmd_export,
-    }
+
+def _resolve(target: str) -> Command:
+    import importlib
+
+    module, fn = target.split(":")
+    return getattr(importlib.import_module(module), fn)
 
 
-def _usage(commands: dict[str, Command]) -> str:
-    width = max(len(name) for name in commands)
+def _usage() -> str:
+    width = max(len(name) for name in COMMANDS)
     lines = ["usage: contextlab COMMAND [options]   (contextlab COMMAND --help for its options)", "",
              "Measure and improve how language models use their context.", "", "commands:"]
-    for name, fn in commands.items():
-        summary = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
+    for name, target in COMMANDS.items():
+        try:
+            doc = _resolve(target).__doc__ or ""
+        except (ImportError, AttributeError):
+            continue  # a command whose optional parts are not installed
+        summary = doc.strip().splitlines()[0] if doc.strip() else ""
         lines.append(f"  {name:<{width}}  {summary}")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = _commands()
+    commands = COMMANDS
     if not argv or argv[0] in ("-h", "--help", "help"):
-        print(_usage(commands))
+        print(_usage())
         return 0
     if argv[0] in ("--version", "version"):
         from contextlab import __version__
@@ -54,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     for n_words in (3, 2, 1):
         name = " ".join(argv[:n_words])
         if len(argv) >= n_words and name in commands:
-            return _run(commands[name], name, argv[n_words:])
+            return _run(_resolve(commands[name]), name, argv[n_words:])
     group = [c for c in commands if c.split()[0] == argv[0]]
     if group:
         print(f"contextlab {argv[0]}: choose one of: " + ", ".join(c.split(" ", 1)[1] for c in group),
