@@ -74,3 +74,36 @@ def test_ingest_info_verify_end_to_end(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     res = run_cli("data", "verify", str(tmp_path / "s"))
     assert res.returncode == 0 and ": ok" in res.stdout
+
+
+def test_train_help_lists_config_keys(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    for key in ("train.tokens_per_step", "train.max_flops", "data.store", "objective.name", "optim.lr"):
+        assert key in out
+
+
+@pytest.mark.parametrize("sets, message", [
+    ([], "no training data"),
+    (["data.store={tmp}/missing"], "store not found"),
+    (["data.store={tmp}/s", "objective.name=nope"], "unknown objective 'nope'"),
+    (["data.store={tmp}/s", "train.nosuch=1"], "unknown config key 'train.nosuch'"),
+    (["data.store={tmp}/s", "train.max_steps=2", "train.dtype=fp8"], "train.dtype must be bf16 or fp32"),
+    (["data.store={tmp}/s", "model.size=huge"], "model"),
+    (["data.store={tmp}/s", "train.max_steps=2", "train.max_tokens=9"], "exactly one budget"),
+])
+def test_train_bad_input_is_one_line(tmp_path, sets, message):
+    write_tree(tmp_path / "c", {f"{i}.txt": "some text " * 50 for i in range(10)})
+    assert run_cli("data", "ingest", str(tmp_path / "c"), "--out", str(tmp_path / "s")).returncode == 0
+    args = ["train", "--set=train.peak_flops=1e12", f"--set=train.out_dir={tmp_path}/run", "--set=train.seq_len=32",
+            "--set=train.tokens_per_step=64"]
+    res = run_cli(*args, *[f"--set={s.replace('{tmp}', str(tmp_path))}" for s in sets])
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], res.stderr
+
+
+def test_export_of_a_missing_run(tmp_path):
+    res = run_cli("export", str(tmp_path / "nope"), "--out", str(tmp_path / "hf"))
+    assert res.returncode == 2 and "not found" in res.stderr

@@ -124,3 +124,19 @@ def test_split_by_document_is_deterministic_and_disjoint(store):
     assert {tuple(split_documents(store, 0.5, seed=s)[1].indices.tolist()) for s in range(20)} != {tuple(va.indices.tolist())}
     with pytest.raises(UserError):
         split_documents(store, 1.5)
+
+
+def test_split_tail_holds_out_the_end_of_every_document(store):
+    from contextlab.data.views import split_tail
+
+    train, val = split_tail(store, 0.5)
+    lens = store.lengths()
+    for i in range(len(train)):
+        d = int(train.indices[i])
+        assert train.doc(i).tolist() == store.doc(d)[: lens[d] // 2].tolist()
+    # one-token documents have nothing left for training but keep their token for validation
+    assert [int(i) for i in val.indices] == [0, 1, 2, 3] and [int(i) for i in train.indices] == [0, 1, 2]
+    for i in range(len(val)):
+        d = int(val.indices[i])
+        assert val.doc(i).tolist() == store.doc(d)[lens[d] // 2:].tolist()
+    assert train.n_tokens() + val.n_tokens() == store.n_tokens
