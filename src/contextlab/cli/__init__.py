@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "train": "contextlab.cli.train:cmd_train",
     "export": "contextlab.cli.train:cmd_export",
     "eval": "contextlab.cli.eval:cmd_eval",
+    "sweep": "contextlab.cli.sweep:cmd_sweep",
 }
 
 

@@ -1,0 +1,5 @@
+"""Sweeps over (context, model size, budget, packing, objective) and their analysis.
+
+``grid`` expands and runs a sweep file (resumable, N runs at a time, one process each);
+``compute_optimal`` turns its results into the compute-optimal context analysis.
+"""

@@ -1,0 +1,142 @@
+"""Compute-optimal context size from a sweep's results.
+
+Following the compute-optimal-context-size study: for every run, take its best-context
+loss (the mean contextwise loss over the last 10% of the training context, from the
+``contextwise`` evaluation; the validation loss when that evaluation was not run). Then
+
+* U-curves: best-context loss against the training context, one line per model size, one
+  panel per budget;
+* the optimal context for each (budget, model size), and smoothed over budgets by taking
+  the most common optimum in a sliding window (the study's smoothing, since the raw argmin
+  jumps around with noise);
+* the optimal (model size, context) pair per budget.
+
+Reads results.csv only; writes compute_optimal.json and two PNGs.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections import Counter
+from pathlib import Path
+
+from contextlab.errors import UserError
+from contextlab.io import atomic_write_bytes, atomic_write_json
+
+METRICS = ("contextwise.best_context_loss", "val_loss")
+
+
+def _num(x: str):
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def load_results(path: str | Path) -> list[dict]:
+    path = Path(path)
+    if path.is_dir():
+        path = path / "results.csv"
+    if not path.is_file():
+        raise UserError(f"no results.csv at {path}; run the sweep first")
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def analyze(rows: list[dict], *, context_key: str = "train.seq_len", size_key: str = "model.size",
+            budget_key: str | None = None, metric: str | None = None, window: int = 3) -> dict:
+    done = [r for r in rows if r.get("status") == "done"]
+    if not done:
+        raise UserError("no finished runs in the results; nothing to analyse")
+    if budget_key is None:
+        budget_key = next((k for k in ("train.max_flops", "train.max_tokens", "train.max_steps", "train.max_minutes")
+                           if k in done[0]), None)
+    if metric is None:
+        metric = next((m for m in METRICS if any(_num(r.get(m)) is not None for r in done)), None)
+    if metric is None or context_key not in done[0]:
+        raise UserError(f"the results need '{context_key}' and a loss column ({' or '.join(METRICS)})")
+    table: dict = {}
+    for r in done:
+        loss = _num(r.get(metric))
+        if loss is None:
+            continue
+        budget = _num(r.get(budget_key)) if budget_key else 0.0
+        size = r.get(size_key, "model")
+        table.setdefault(budget, {}).setdefault(size, {})[int(float(r[context_key]))] = loss
+    budgets = sorted(table)
+    optimal = {}
+    for b in budgets:
+        per_size = {s: min(curve, key=curve.get) for s, curve in table[b].items()}
+        best_size, best_ctx = min(((s, c) for s, c in per_size.items()), key=lambda sc: table[b][sc[0]][sc[1]])
+        optimal[b] = {"per_size": per_size, "best": {"size": best_size, "context": best_ctx,
+                                                     "loss": table[b][best_size][best_ctx]}}
+    sizes = sorted({s for b in budgets for s in table[b]})
+    smoothed = {}
+    for s in sizes:
+        seq = [(b, optimal[b]["per_size"].get(s)) for b in budgets if s in optimal[b]["per_size"]]
+        out = []
+        for i, (b, _) in enumerate(seq):
+            lo, hi = max(0, i - window // 2), min(len(seq), i + window // 2 + 1)
+            counts = Counter(c for _, c in seq[lo:hi])
+            top = max(counts.values())
+            out.append((b, min(c for c, n in counts.items() if n == top)))  # ties: the smaller context
+        smoothed[s] = out
+    return {"metric": metric, "context_key": context_key, "size_key": size_key, "budget_key": budget_key,
+            "curves": {str(b): {s: dict(sorted(c.items())) for s, c in table[b].items()} for b in budgets},
+            "optimal": {str(b): v for b, v in optimal.items()},
+            "optimal_context_smoothed": {s: [[b, c] for b, c in v] for s, v in smoothed.items()}}
+
+
+def plot(result: dict, out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    budgets = list(result["curves"])
+    fig, axes = plt.subplots(1, len(budgets), figsize=(4.2 * len(budgets), 3.6), squeeze=False, sharey=True)
+    for ax, b in zip(axes[0], budgets):
+        for size, curve in sorted(result["curves"][b].items()):
+            xs = [int(x) for x in curve]
+            line, = ax.plot(xs, list(curve.values()), marker="o", label=size)
+            best = result["optimal"][b]["per_size"][size]
+            ax.plot([int(best)], [curve[best] if best in curve else curve[str(best)]], marker="*", markersize=14,
+                    color=line.get_color())
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("training context (tokens)")
+        ax.set_title(f"{result['budget_key'] or 'budget'} = {float(b):.3g}")
+    axes[0][0].set_ylabel(result["metric"])
+    axes[0][-1].legend(fontsize=8)
+    fig.tight_layout()
+    paths = [_save(fig, out_dir / "u_curves.png")]
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    for size, pts in sorted(result["optimal_context_smoothed"].items()):
+        ax.plot([float(b) for b, _ in pts], [c for _, c in pts], marker="o", label=size)
+    ax.set_xscale("log")
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel(result["budget_key"] or "budget")
+    ax.set_ylabel("optimal training context (smoothed)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(_save(fig, out_dir / "optimal_context.png"))
+    return paths
+
+
+def _save(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
+def compute_optimal(sweep_dir: str | Path, **kwargs) -> dict:
+    sweep_dir = Path(sweep_dir)
+    result = analyze(load_results(sweep_dir), **kwargs)
+    result["plots"] = [str(p) for p in plot(result, sweep_dir)]
+    atomic_write_json(sweep_dir / "compute_optimal.json", result)
+    return result

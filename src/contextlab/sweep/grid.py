@@ -1,0 +1,271 @@
+"""Sweeps: a grid of training runs (and their evaluations), N at a time, resumable.
+
+A sweep file has three tables::
+
+    [sweep]   name, out_dir, parallel, evals, eval_args ...   (SweepSection)
+    [base]    a run config, exactly as `contextlab train` takes it
+    [grid]    "section.key" = [values ...]   e.g. "train.seq_len" = [64, 128, 256]
+
+Every point of the grid is the base config with those keys set; all of them are built and
+validated before anything runs, so a typo fails in a second, not after an hour. Each run
+is an independent process (``python -m contextlab train``) with its own run directory and
+log; its evaluations follow as processes too (``python -m contextlab eval NAME --model
+RUN ...``). A run's outcome is recorded in ``RUN/sweep_status.json``: finished runs are
+skipped when the sweep is started again, failed runs keep their error and are retried,
+and one failure never stops the others. ``results.csv`` gets one row per run (grid values,
+training summary, every scalar of every evaluation) after each run ends.
+
+Trade-off: processes instead of threads or one long-lived process: a run that crashes,
+leaks memory or is killed cannot take the sweep down, and the same runs can be spread
+over machines by giving each a slice of the grid (``--only``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from contextlab.config import apply_overrides, dumps_toml, from_dict, opt, read_toml
+from contextlab.errors import UserError
+from contextlab.io import atomic_write_json, atomic_write_text
+
+
+@dataclass
+class SweepSection:
+    name: str = opt("sweep", "name of the sweep (used in the report)")
+    out_dir: str = opt("sweeps/sweep", "directory for the runs, results.csv and the analysis")
+    parallel: int = opt(1, "runs at the same time")
+    threads_per_run: int = opt(0, "torch threads per run; 0 = cores / parallel")
+    evals: list[str] = opt([], "evaluations to run after each training run (contextlab eval NAME)")
+    eval_args: dict = opt({}, "extra arguments per evaluation: NAME = [args]; {key.path} is replaced by "
+                              "the run's config value, {run} by the run directory")
+    retry_failed: bool = opt(True, "run failed runs again when the sweep is restarted")
+
+
+@dataclass
+class Run:
+    name: str
+    params: dict  # grid key -> value
+    config: dict  # the full run config (validated)
+    dir: Path
+
+
+def _short(key: str) -> str:
+    return key.split(".")[-1]
+
+
+def _fmt(value) -> str:
+    text = f"{value:g}" if isinstance(value, float) else str(value)
+    return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-")
+
+
+def load_sweep(path: str | Path, overrides: list[str] = ()) -> tuple[SweepSection, list[Run]]:
+    """Read a sweep file and expand its grid into validated runs."""
+    from contextlab.train.config import RunConfig
+
+    data = apply_overrides(read_toml(path), list(overrides))
+    unknown = set(data) - {"sweep", "base", "grid"}
+    if unknown:
+        raise UserError(f"unknown table(s) {sorted(unknown)} in {path}; a sweep has [sweep], [base] and [grid]")
+    section = from_dict(SweepSection, data.get("sweep", {}))
+    grid = data.get("grid", {})
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise UserError(f"grid key '{key}' must be a non-empty list of values")
+    out = Path(section.out_dir)
+    keys = list(grid)
+    runs, names = [], set()
+    for combo in itertools.product(*(grid[k] for k in keys)) if keys else [()]:
+        params = dict(zip(keys, combo))
+        name = "__".join(f"{_short(k)}-{_fmt(v)}" for k, v in params.items()) or "run"
+        if name in names:
+            raise UserError(f"two grid points give the same run name {name!r}; make the grid keys' last parts differ")
+        names.add(name)
+        cfg = apply_overrides(data.get("base", {}), [])
+        for k, v in params.items():
+            node = cfg
+            *parents, leaf = k.split(".")
+            for p in parents:
+                node = node.setdefault(p, {})
+            node[leaf] = v
+        cfg.setdefault("train", {})["out_dir"] = str(out / "runs" / name)
+        try:
+            from_dict(RunConfig, cfg)
+        except UserError as exc:
+            raise UserError(f"grid point {name}: {exc}") from None
+        runs.append(Run(name, params, cfg, out / "runs" / name))
+    return section, runs
+
+
+def status(run: Run) -> dict:
+    f = run.dir / "sweep_status.json"
+    try:
+        return json.loads(f.read_text())
+    except (OSError, ValueError):
+        return {"status": "pending"}
+
+
+def _format_arg(arg: str, run: Run) -> str:
+    def lookup(m: re.Match) -> str:
+        key = m.group(1)
+        if key == "run":
+            return str(run.dir)
+        node = run.config
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise UserError(f"eval argument {arg!r}: the run config has no key '{key}'")
+            node = node[part]
+        return str(node)
+    return re.sub(r"\{([A-Za-z0-9_.]+)\}", lookup, arg)
+
+
+def _commands(section: SweepSection, run: Run) -> list[tuple[str, list[str]]]:
+    py = [sys.executable, "-m", "contextlab"]
+    cmds = [("train", py + ["train", str(run.dir / "sweep_config.toml")])]
+    for name in section.evals:
+        extra = [_format_arg(a, run) for a in section.eval_args.get(name, [])]
+        cmds.append((f"eval {name}", py + ["eval", name, "--model", str(run.dir)] + extra))
+    return cmds
+
+
+def _run_one(section: SweepSection, run: Run, threads: int) -> subprocess.Popen:
+    """Start a run's commands as one shell-free chain in a background process."""
+    run.dir.mkdir(parents=True, exist_ok=True)
+    cfg = apply_overrides(run.config, [f"train.threads={threads}", "train.progress=false"])
+    atomic_write_text(run.dir / "sweep_config.toml", dumps_toml(cfg))
+    chain = json.dumps([c for _, c in _commands(section, run)])
+    code = ("import json, subprocess, sys\n"
+            f"for cmd in json.loads({chain!r}):\n"
+            "    r = subprocess.run(cmd)\n"
+            "    if r.returncode:\n"
+            "        sys.exit(r.returncode)\n")
+    log = open(run.dir / "sweep.log", "ab")
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=log, stderr=subprocess.STDOUT, env=env)
+    proc.log = log  # closed when the process ends
+    return proc
+
+
+def _last_error(run: Run) -> str:
+    try:
+        lines = (run.dir / "sweep.log").read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "no log"
+    errors = [line for line in lines if "error" in line.lower()]
+    return (errors or lines or ["failed"])[-1][-500:]
+
+
+def run_sweep(path: str | Path, overrides: list[str] = (), *, only: str | None = None,
+              progress: bool = True) -> Path:
+    """Run every pending run of the sweep; returns the path of results.csv."""
+    from tqdm.auto import tqdm
+
+    section, runs = load_sweep(path, overrides)
+    out = Path(section.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "sweep.toml", Path(path).read_text(encoding="utf-8"))
+    if only:
+        runs = [r for r in runs if re.search(only, r.name)]
+    todo = [r for r in runs if status(r)["status"] != "done"
+            and (section.retry_failed or status(r)["status"] != "failed")]
+    threads = section.threads_per_run or max(1, (os.cpu_count() or 1) // max(1, section.parallel))
+    bar = tqdm(total=len(runs), initial=len(runs) - len(todo), unit="run", desc=section.name,
+               disable=not progress, dynamic_ncols=True)
+    running: list[tuple[Run, subprocess.Popen, float]] = []
+    try:
+        while todo or running:
+            while todo and len(running) < max(1, section.parallel):
+                run = todo.pop(0)
+                run.dir.mkdir(parents=True, exist_ok=True)
+                atomic_write_json(run.dir / "sweep_status.json", {"status": "running"})
+                running.append((run, _run_one(section, run, threads), time.time()))
+            time.sleep(0.2)
+            for item in list(running):
+                run, proc, started = item
+                if proc.poll() is None:
+                    continue
+                proc.log.close()
+                running.remove(item)
+                ok = proc.returncode == 0
+                record = {"status": "done" if ok else "failed", "seconds": round(time.time() - started, 1),
+                          "returncode": proc.returncode}
+                if not ok:
+                    record["error"] = _last_error(run)
+                atomic_write_json(run.dir / "sweep_status.json", record)
+                bar.update(1)
+                bar.write(f"{'done  ' if ok else 'FAILED'} {run.name} ({record['seconds']:.0f} s)"
+                          + ("" if ok else f": {record['error']}"))
+                write_results(section, runs)
+    except KeyboardInterrupt:
+        for _, proc, _ in running:
+            proc.terminate()
+        raise
+    finally:
+        bar.close()
+    return write_results(section, runs)
+
+
+def run_summary(run_dir: Path) -> dict:
+    """Training summary of a run from its metrics.jsonl and checkpoints, plus evaluation scalars."""
+    row: dict = {}
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.exists():
+        rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+        if rows:
+            last = rows[-1]
+            row.update(steps=last["step"], tokens=last.get("tokens"), train_loss=last["loss"])
+            vals = [r["val_loss"] for r in rows if "val_loss" in r]
+            if vals:
+                row["val_loss"] = vals[-1]
+    ckpts = sorted((run_dir / "checkpoints").glob("step_*/state.json")) if (run_dir / "checkpoints").exists() else []
+    if ckpts:
+        state = json.loads(ckpts[-1].read_text())
+        row.update(flops=state.get("flops"), elapsed_s=state.get("elapsed"))
+    for f in sorted((run_dir / "eval").glob("*.json")) if (run_dir / "eval").exists() else []:
+        try:
+            data = json.loads(f.read_text())
+        except ValueError:
+            continue
+        for k, v in _scalars(data).items():
+            row[f"{f.stem}.{k}"] = v
+    return row
+
+
+def _scalars(data: dict, prefix: str = "", depth: int = 0) -> dict:
+    out = {}
+    for k, v in data.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, bool):
+            continue
+        if isinstance(v, (int, float)):
+            out[key] = v
+        elif isinstance(v, dict) and depth < 1 and k not in ("options", "config", "meta"):
+            out.update(_scalars(v, f"{key}.", depth + 1))
+    return out
+
+
+def write_results(section: SweepSection, runs: list[Run]) -> Path:
+    rows = []
+    for run in runs:
+        st = status(run)
+        rows.append({"run": run.name, "status": st["status"], **run.params, **run_summary(run.dir),
+                     "error": st.get("error", "")})
+    columns: list[str] = []
+    for row in rows:
+        columns += [k for k in row if k not in columns]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(rows)
+    out = Path(section.out_dir) / "results.csv"
+    atomic_write_text(out, buf.getvalue())
+    return out

@@ -1,0 +1,99 @@
+"""Sweeps: grid expansion, validation up front, failures recorded, resume skips finished runs,
+the compute-optimal analysis on known numbers."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from contextlab.data.ingest import IngestConfig, ingest
+from contextlab.errors import UserError
+from contextlab.sweep.compute_optimal import analyze
+from contextlab.sweep.grid import load_sweep, run_sweep, status
+from tests.conftest import SHARED_DATA
+
+SWEEP = """
+[sweep]
+name = "tiny"
+out_dir = "{out}"
+parallel = 2
+
+[base.model]
+size = "tiny-2x128"
+n_layer = 1
+n_embd = 32
+n_head = 2
+
+[base.data]
+store = "{store}"
+val_split = "tail"
+val_fraction = 0.1
+
+[base.optim]
+warmup_steps = 2
+
+[base.train]
+tokens_per_step = 256
+max_steps = 3
+val_tokens = 256
+peak_flops = 1e12
+dtype = "fp32"
+log_every = 1
+
+[grid]
+"train.seq_len" = [16, 32, {bad}]
+"""
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    src = tmp_path_factory.mktemp("src") / "s.txt"
+    src.write_text((SHARED_DATA / "tinyshakespeare" / "input.txt").read_text()[:20_000])
+    return ingest(src, tmp_path_factory.mktemp("st") / "s", IngestConfig(), progress=False).store
+
+
+def test_grid_is_validated_before_running(tmp_path, store):
+    f = tmp_path / "s.toml"
+    f.write_text(SWEEP.format(out=tmp_path / "out", store=store.path, bad='"long"'))
+    with pytest.raises(UserError, match="grid point seq_len-long: config key 'train.seq_len' must be int"):
+        load_sweep(f)
+    f.write_text(SWEEP.format(out=tmp_path / "out", store=store.path, bad=64) + "\n[extra]\nx = 1\n")
+    with pytest.raises(UserError, match="unknown table"):
+        load_sweep(f)
+
+
+def test_sweep_runs_records_failure_and_resumes(tmp_path, store):
+    f = tmp_path / "s.toml"
+    # seq_len 256 needs 257-token rows but tokens_per_step 256 is not a multiple: that run fails at start
+    f.write_text(SWEEP.format(out=tmp_path / "out", store=store.path, bad=48))
+    section, runs = load_sweep(f)
+    assert [r.name for r in runs] == ["seq_len-16", "seq_len-32", "seq_len-48"]
+    results = run_sweep(f, progress=False)
+    rows = {r["run"]: r for r in csv.DictReader(open(results))}
+    assert rows["seq_len-16"]["status"] == "done" and rows["seq_len-32"]["status"] == "done"
+    assert rows["seq_len-48"]["status"] == "failed" and "multiple of train.seq_len" in rows["seq_len-48"]["error"]
+    assert int(rows["seq_len-16"]["steps"]) == 3 and float(rows["seq_len-16"]["val_loss"]) > 0
+    done_mtime = (runs[0].dir / "metrics.jsonl").stat().st_mtime
+    run_sweep(f, progress=False)  # resume: finished runs are not run again, the failed one is retried
+    assert (runs[0].dir / "metrics.jsonl").stat().st_mtime == done_mtime
+    assert status(runs[2])["status"] == "failed"
+
+
+def test_compute_optimal_on_known_numbers():
+    rows = []
+    losses = {(1e12, "s"): {64: 3.0, 128: 2.9, 256: 3.1}, (1e12, "m"): {64: 3.2, 128: 3.0, 256: 3.3},
+              (4e12, "s"): {64: 2.9, 128: 2.7, 256: 2.6}, (4e12, "m"): {64: 2.8, 128: 2.5, 256: 2.4}}
+    for (budget, size), curve in losses.items():
+        for ctx, loss in curve.items():
+            rows.append({"status": "done", "train.seq_len": str(ctx), "model.size": size,
+                         "train.max_flops": str(budget), "val_loss": str(loss)})
+    rows.append({"status": "failed", "train.seq_len": "512", "model.size": "s", "train.max_flops": "1e12",
+                 "val_loss": ""})
+    res = analyze(rows, window=1)
+    assert res["metric"] == "val_loss" and res["budget_key"] == "train.max_flops"
+    assert res["optimal"]["1000000000000.0"]["per_size"] == {"s": 128, "m": 128}
+    assert res["optimal"]["4000000000000.0"]["best"] == {"size": "m", "context": 256, "loss": 2.4}
+    assert res["optimal_context_smoothed"]["s"] == [[1e12, 128], [4e12, 256]]
+    json.dumps(res)  # serialisable
