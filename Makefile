@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: quickstart test install clean
+.PHONY: quickstart test install clean browser
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,13 @@ install: $(VENV)/.installed
 quickstart: $(VENV)/.installed
 	$(BIN)/contextlab quickstart
 
-test: $(VENV)/.installed
+# the report test renders pages in headless Chromium (Debian packages; installed when missing and possible)
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } || \
+	  echo "note: install chromium for the report test (apt-get install chromium chromium-driver)"
+
+test: $(VENV)/.installed browser
 	$(BIN)/python -m pytest
 
 clean:

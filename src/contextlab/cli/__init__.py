@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "export": "contextlab.cli.train:cmd_export",
     "eval": "contextlab.cli.eval:cmd_eval",
     "sweep": "contextlab.cli.sweep:cmd_sweep",
+    "report": "contextlab.cli.report:cmd_report",
 }
 
 

@@ -50,6 +50,8 @@ def analyze(rows: list[dict], *, context_key: str = "train.seq_len", size_key: s
     done = [r for r in rows if r.get("status") == "done"]
     if not done:
         raise UserError("no finished runs in the results; nothing to analyse")
+    if size_key not in done[0]:  # e.g. a grid over model.n_embd instead of named sizes
+        size_key = next((k for k in done[0] if k.startswith("model.")), size_key)
     if budget_key is None:
         budget_key = next((k for k in ("train.max_flops", "train.max_tokens", "train.max_steps", "train.max_minutes")
                            if k in done[0]), None)
@@ -114,7 +116,8 @@ def plot(result: dict, out_dir: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(5, 3.6))
     for size, pts in sorted(result["optimal_context_smoothed"].items()):
         ax.plot([float(b) for b, _ in pts], [c for _, c in pts], marker="o", label=size)
-    ax.set_xscale("log")
+    if all(float(b) > 0 for b in result["optimal"]):
+        ax.set_xscale("log")
     ax.set_yscale("log", base=2)
     ax.set_xlabel(result["budget_key"] or "budget")
     ax.set_ylabel("optimal training context (smoothed)")

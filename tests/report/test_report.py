@@ -1,0 +1,68 @@
+"""The HTML report: built from result files only, and every plot displays in headless Chromium."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from contextlab.report.html import build_report
+from contextlab.errors import UserError
+from tests.sweep.test_sweep import SWEEP, store  # noqa: F401  (fixture)
+
+
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    raise AssertionError("headless Chromium is needed for this test: apt-get install chromium chromium-driver "
+                         "(make test does this on Debian)")
+
+
+def render(page) -> str:
+    """The page's DOM after load, as headless Chromium sees it."""
+    res = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                          "--disable-component-update", "--disable-sync", "--no-first-run",
+                          f"--user-data-dir={page.parent / 'chrome-profile'}", "--virtual-time-budget=5000",
+                          "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(tmp_path_factory, store):  # noqa: F811
+    from contextlab.sweep.compute_optimal import compute_optimal
+    from contextlab.sweep.grid import run_sweep
+
+    root = tmp_path_factory.mktemp("sweep")
+    f = root / "s.toml"
+    f.write_text(SWEEP.format(out=root / "out", store=store.path, bad=64).replace(
+        '"train.seq_len" = [16, 32, 64]', '"train.seq_len" = [16, 32, 64]\n"model.n_embd" = [32, 64]'))
+    run_sweep(f, progress=False)
+    compute_optimal(root / "out")
+    return root / "out"
+
+
+def test_sweep_report_displays_every_plot(sweep_dir):
+    page = build_report(sweep_dir)
+    text = page.read_text()
+    n_imgs = len(re.findall(r"<img ", text))
+    assert n_imgs >= 2 + 6  # U-curves, optimal context, one loss curve per run
+    assert "Compute-optimal context" in text and "contextlab sweep" in text and "results" in text.lower()
+    dom = render(page)
+    assert f'data-images="{n_imgs}"' in dom and 'data-images-ok="yes"' in dom
+
+
+def test_a_broken_plot_is_detected(sweep_dir, tmp_path):
+    page = build_report(sweep_dir, tmp_path / "r.html")
+    broken = tmp_path / "broken.html"
+    broken.write_text(page.read_text().replace("data:image/png;base64,", "data:image/png;base64,AAAA", 1))
+    assert 'data-images-ok="no"' in render(broken)
+
+
+def test_nothing_to_report(tmp_path):
+    with pytest.raises(UserError, match="nothing to report"):
+        build_report(tmp_path)
