@@ -7,6 +7,7 @@ import random
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import numpy as np
@@ -198,6 +199,166 @@ def test_bpe_spec_and_size_errors(book_chunks):
         T.train_bpe(book_chunks, 258, special_tokens=("a", "b", "c"))
     with pytest.raises(UserError, match="needs training texts"):
         T.load_tokenizer("bpe:512")
+
+
+# ---------------------------------------------------------------- tiktoken engine for byte-level BPE
+
+
+@pytest.fixture(scope="module")
+def bpe4k() -> T.HFTokenizer:
+    """bpe:4096 trained on ~2 MB of whole books (the held-out books below are not among them)."""
+    return T.train_bpe([read(p) for p in sorted(BOOKS.glob("*.txt"))[:5]], 4096)
+
+
+def hf_engine(tok: T.HFTokenizer) -> T.HFTokenizer:
+    return T.HFTokenizer(tok._tok, tok.name, engine="hf")
+
+
+def tokenizer_json(tok: T.HFTokenizer) -> dict:
+    return json.loads(tok._tok.to_str())
+
+
+def from_json(obj: dict) -> T.HFTokenizer:
+    from tokenizers import Tokenizer
+
+    return T.HFTokenizer(Tokenizer.from_str(json.dumps(obj)), "edited")
+
+
+def assert_same_ids(fast: T.Tokenizer, slow: T.Tokenizer, texts: list[str]) -> int:
+    """Both engines give identical ids (batch and single) and decode back to the text; returns the token count."""
+    n = 0
+    for text, a, b in zip(texts, fast.encode_batch(texts), slow.encode_batch(texts)):
+        assert a.dtype == np.uint32 and a.tolist() == b.tolist()
+        assert fast.decode(a) == text
+        n += len(a)
+    assert [fast.encode(t) for t in texts[:3]] == [slow.encode(t) for t in texts[:3]]
+    return n
+
+
+def test_trained_bpe_uses_tiktoken_and_keeps_its_identity(bpe4k, bpe):
+    slow = hf_engine(bpe4k)
+    assert (bpe4k.engine, bpe.engine, slow.engine) == ("tiktoken", "tiktoken", "hf")
+    assert "3839 merges follow the token ids" in bpe4k.engine_reason and "asked" in slow.engine_reason
+    assert bpe4k.hash == slow.hash and bpe4k.spec() == slow.spec()
+    assert bpe4k.encode("a<|endoftext|>b") == slow.encode("a<|endoftext|>b") and bpe4k.eot_id == 0
+    assert 0 not in bpe4k.encode("a<|endoftext|>b")  # the special's name stays plain text
+    with pytest.raises(ValueError, match="engine must be"):
+        T.HFTokenizer(bpe4k._tok, "x", engine="fast")
+
+
+def test_tiktoken_engine_equals_hf_on_books_code_and_wiki(bpe4k):
+    books = [read(p, 300_000) for p in sorted(BOOKS.glob("*.txt"))[-3:]]
+    chunks = [books[0][i : i + 4000] for i in range(0, len(books[0]), 4000)]
+    stdlib = sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))[::4][:50]
+    code = [read(p) for p in stdlib]
+    wiki = [read(DATA / "wikitext2_raw_test" / "wiki.test.raw")]
+    n = assert_same_ids(bpe4k, hf_engine(bpe4k), books + chunks + code + wiki)
+    assert n > 1_000_000  # the comparison covered real volume
+
+
+def test_tiktoken_engine_equals_hf_on_random_unicode(bpe4k):
+    rng = random.Random(2)
+    spaces = [" ", "  ", "\t", "\n", "\r\n", "\u00a0", "\u3000", "\u2028", "\x0b", "\x85", "\u200b", "\ufeff"]
+    pieces = ["'s", "'LL", " 123", "4567890", "😀", "👍🏽", "🇫🇷", "\u0301", " def", "<|endoftext|>"]
+    texts = []
+    for _ in range(300):
+        parts = [random_unicode(rng, rng.randint(0, 40)) for _ in range(5)]
+        parts += ["".join(rng.choices(spaces, k=rng.randint(1, 60))) for _ in range(5)]
+        parts += rng.choices(pieces, k=5)
+        rng.shuffle(parts)
+        texts.append("".join(parts))
+    texts += [UNICODE, " " * 5000, "\n" * 300 + "x", "\t \n" * 200, "", T.PROBE]
+    assert_same_ids(bpe4k, hf_engine(bpe4k), texts)
+
+
+def test_save_load_and_new_specials_keep_the_engine(bpe4k, tmp_path):
+    bpe4k.save(tmp_path / "tok")
+    back = T.load_tokenizer(f"dir:{tmp_path / 'tok'}")
+    assert isinstance(back, T.HFTokenizer) and back.engine == "tiktoken" and back.spec() == bpe4k.spec()
+    assert T.load_tokenizer(f"hf:{tmp_path / 'tok'}").hash == bpe4k.hash
+    text = read(BOOKS / "pg158.txt", 20_000) + UNICODE
+    assert back.encode(text) == bpe4k.encode(text)
+    ext = bpe4k.with_special_tokens(["<|fim_prefix|>"])
+    assert ext.engine == "tiktoken" and ext.encode("x<|fim_prefix|>") == bpe4k.encode("x<|fim_prefix|>")
+    assert ext.decode([4096]) == "<|fim_prefix|>"
+    assert hf_engine(bpe4k).with_special_tokens(["<|fim_prefix|>"]).engine == "hf"
+
+
+def test_gpt2_as_tokenizer_json_uses_tiktoken(gpt2, tmp_path):
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    tok = Tokenizer(models.BPE.from_file(str(GPT2_DIR / "encoder.json"), str(GPT2_DIR / "vocab.bpe")))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(T.EOT, special=True, normalized=False)])
+    hf = T.HFTokenizer(tok, "gpt2-hf")
+    assert hf.engine == "tiktoken" and "50000 merges" in hf.engine_reason
+    text = read(BOOKS / "pg158.txt", 50_000) + UNICODE + read(Path(json.__file__).parent / "decoder.py")
+    assert hf.encode(text) == gpt2.encode(text) == hf_engine(hf).encode(text)
+
+
+@pytest.mark.parametrize("edit, reason", [
+    (lambda o: o.update(normalizer={"type": "Lowercase"}), "there is a normalizer"),
+    (lambda o: o["pre_tokenizer"].update(add_prefix_space=True), "no prefix space"),
+    (lambda o: o["pre_tokenizer"].update(use_regex=False), "GPT-2 regex"),
+    (lambda o: o["model"].update(dropout=1e-9), "dropout"),  # tiny: still a dropout, yet encode stays repeatable
+    (lambda o: o.update(decoder={"type": "Fuse"}), "decoder is not ByteLevel"),
+    (lambda o: o["added_tokens"].append({**o["added_tokens"][0], "id": 4096, "content": "x", "special": False}),
+     "not special"),
+    (lambda o: o["model"].update(merges=o["model"]["merges"][1::-1] + o["model"]["merges"][2:]),
+     "merge 1 'h e' does not make a new token with an id above"),
+    (lambda o: o["model"]["merges"].reverse(), "merge 0 'with out': HF's own BPE does not turn"),
+])
+def test_hf_engine_kept_when_tiktoken_cannot_reproduce(bpe4k, edit, reason):
+    obj = tokenizer_json(bpe4k)
+    edit(obj)
+    tok = from_json(obj)
+    assert tok.engine == "hf" and reason in tok.engine_reason, tok.engine_reason
+    text = "Hello World, don't  panic 123 🙂"
+    assert tok.encode(text) == tok._tok.encode(text, add_special_tokens=False).ids
+    assert tok.encode_batch([text])[0].tolist() == tok.encode(text)
+    if reason == "there is a normalizer":
+        assert tok.encode("HELLO") == tok.encode("hello") != bpe4k.encode("HELLO")
+
+
+def test_equivalent_spellings_keep_tiktoken(bpe4k):
+    obj = tokenizer_json(bpe4k)
+    obj["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [obj["pre_tokenizer"]]}
+    obj["normalizer"] = {"type": "Sequence", "normalizers": []}
+    obj["model"]["ignore_merges"] = True  # HF then looks whole pieces up first, as tiktoken does
+    tok = from_json(obj)
+    assert tok.engine == "tiktoken" and tok.hash != bpe4k.hash  # another file, same ids
+    texts = [T.PROBE + UNICODE, read(BOOKS / "pg158.txt", 50_000), read(Path(T.__file__))]
+    assert_same_ids(tok, hf_engine(tok), texts)
+    assert [tok.encode(t) for t in texts] == [bpe4k.encode(t) for t in texts]
+
+
+def test_wordpiece_keeps_hf_engine():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"[UNK]": 0, "hello": 1, "world": 2, "wor": 3, "##ld": 4, "!": 5}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    wp = T.HFTokenizer(tok, "wp")
+    assert (wp.engine, wp.engine_reason) == ("hf", "the model is not BPE")
+    assert wp.encode("hello world!") == [1, 2, 5] and wp.encode_batch(["hello zzz"])[0].tolist() == [1, 0]
+
+
+def test_increasing_merge_ids_alone_do_not_make_tiktoken_exact():
+    """Merges b+c, a+b, c+d, ab+cd have increasing ids, yet HF BPEs "abcd" as a|bc|d, tiktoken as abcd."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {c: b for b, c in T._bytes_to_unicode().items()} | {"bc": 256, "ab": 257, "cd": 258, "abcd": 259}
+    tok = Tokenizer(models.BPE(vocab, [("b", "c"), ("a", "b"), ("c", "d"), ("ab", "cd")]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(T.EOT, special=True, normalized=False)])
+    hf = T.HFTokenizer(tok, "tricky")
+    assert hf.engine == "hf" and "merge 3 'ab cd'" in hf.engine_reason, hf.engine_reason
+    assert hf.encode("abcd") == [vocab["a"], 256, vocab["d"]]
+    ranks = {bytes([b]): b for b in range(256)} | {b"bc": 256, b"ab": 257, b"cd": 258, b"abcd": 259}
+    naive = tiktoken.Encoding("naive", pat_str=T.GPT2_PATTERN, mergeable_ranks=ranks, special_tokens={T.EOT: 260})
+    assert naive.encode_ordinary("abcd") == [259]  # what a fast path without the check would return
 
 
 # ---------------------------------------------------------------- hashes, save/load, specials

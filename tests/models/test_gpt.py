@@ -218,3 +218,12 @@ def test_standalone_block_and_sizes():
         GPT.from_size("huge", VOCAB, 64)
     with pytest.raises(UserError, match="n_head"):
         GPTConfig(n_embd=100, n_head=3)
+
+
+def test_traces_as_one_graph_for_torch_compile():
+    model = tiny()
+    idx = tokens(2, 16)
+    torch._dynamo.reset()
+    for kwargs in ({}, {"position_ids": torch.arange(16)}, {"attn_mask": torch.ones(16, 16, dtype=torch.bool)}):
+        explained = torch._dynamo.explain(model)(idx, **kwargs)
+        assert explained.graph_break_count == 0, (kwargs, explained.break_reasons)

@@ -62,5 +62,8 @@ def test_measured_peak_uses_and_fills_the_cache(tmp_path, monkeypatch):
     entries[key]["flops"] = 1.25e12
     path.write_text(json.dumps({"format_version": 1, "entries": entries}))
     assert flops.measured_peak_flops(torch.float32) == 1.25e12
+    # a lower measurement (say, taken on a busy machine) never replaces a higher one
+    flops.write_peak_entries({key: {"flops": 1e9}})
+    assert flops.measured_peak_flops(torch.float32) == 1.25e12
     path.write_text("not json")  # a broken cache is re-measured, not an error
     assert flops.measured_peak_flops(torch.float32) > 1e9

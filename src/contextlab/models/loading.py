@@ -60,15 +60,16 @@ def read_checkpoint_state(ckpt: str | os.PathLike) -> dict:
 
 
 def load_trained_model(run_or_ckpt: str | os.PathLike, step: int | None = None):
-    """(GPT, state.json, checkpoint dir): the model of a run's checkpoint, in eval mode.
+    """(model, state.json, checkpoint dir): the model of a run's checkpoint, in eval mode.
 
-    Only the ``model.*`` weights are loaded; an objective's extra modules (prediction
-    heads, a context predictor) are left out: they are for training, and every objective
-    is scored through the plain next-token model.
+    The model is the architecture the run trained (``state["arch"]``, "gpt" for older
+    checkpoints; see ``contextlab.models.archs``): a GPT, or a ContextLM / MTP model whose
+    forward gives next-token logits like a GPT. Only the ``model.*`` weights are loaded;
+    modules an objective owns for training only are left out.
     """
     from safetensors.torch import load_file
 
-    from contextlab.models.gpt import GPT, GPTConfig
+    from contextlab.models.archs import ARCHS, arch_config
 
     path = resolve_checkpoint(run_or_ckpt, step)
     state = read_checkpoint_state(path)
@@ -76,7 +77,9 @@ def load_trained_model(run_or_ckpt: str | os.PathLike, step: int | None = None):
         weights = load_file(str(path / "model.safetensors"))
     except (OSError, ValueError, RuntimeError) as exc:
         raise UserError(f"checkpoint {path} cannot be read ({exc})") from None
-    model = GPT(GPTConfig(**state["model_config"]))
+    arch = state.get("arch", "gpt")
+    config = arch_config(arch, state["model_config"])  # a clear error for an unknown arch
+    model = ARCHS[arch][1](config)
     prefix = "model."
     weights = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
     missing, unexpected = model.load_state_dict(weights, strict=False)

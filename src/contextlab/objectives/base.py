@@ -13,7 +13,16 @@ its parts (``model(idx)``, ``model.trunk``, ``model.blocks``...) as it needs.
   ("gpt" unless the objective needs extra model parts that inference also uses).
 * ``extra_flops_per_token(cfg, seq_len)``: what the objective adds to the model's FLOPs,
   so budgets compare objectives at equal compute.
+* ``arch_options()``: the architecture's options (chunk size, heads...) taken from ``Options``.
 * ``Options``: a dataclass of the objective's own typed options (``[objective.NAME]``).
+
+Most objectives are "rewrite the batch, then cross-entropy": they implement
+``prepare(tokens, doc_ids) -> Batch`` (model inputs, labels with -100 = no loss, the
+attention mask) and inherit ``forward``. Tests check ``prepare`` on hand-made rows.
+
+Randomness (masks, spans, FIM splits) comes from ``self.generator(device)``: the global
+torch RNG while training (the trainer saves and restores it, so resume stays exact) and a
+fixed-seed generator in eval mode, so every validation pass scores the same corruptions.
 """
 
 from __future__ import annotations
@@ -33,9 +42,42 @@ def document_causal_mask(doc_ids: Tensor) -> Tensor:
     return (same & causal)[:, None]
 
 
+def prefix_lm_mask(prefix_len: Tensor, T: int, doc_ids: Tensor | None = None) -> Tensor:
+    """(B,) prefix lengths -> (B, 1, T, T) bool: bidirectional inside the prefix, causal after it.
+
+    Query q may see key k when k <= q or both lie in the prefix (k < P and q < P); with
+    doc_ids (B, T) also only within the same document.
+    """
+    pos = torch.arange(T, device=prefix_len.device)
+    causal = pos[None, :] <= pos[:, None]  # (T, T) [q, k]
+    in_prefix = pos[None, :] < prefix_len[:, None]  # (B, T)
+    both = in_prefix[:, :, None] & in_prefix[:, None, :]  # (B, T, T)
+    mask = causal[None] | both
+    if doc_ids is not None:
+        mask = mask & (doc_ids[:, :, None] == doc_ids[:, None, :])
+    return mask[:, None]
+
+
 def next_token_loss(logits: Tensor, targets: Tensor, reduction: str = "mean") -> Tensor:
     """Cross-entropy in fp32 over (B, T, V) logits and (B, T) targets."""
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction=reduction)
+
+
+def masked_loss(logits: Tensor, labels: Tensor) -> Tensor:
+    """Mean cross-entropy (fp32) over the positions whose label is not -100 (0 if none; no host sync)."""
+    flat = labels.reshape(-1)
+    total = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), flat, ignore_index=-100, reduction="sum")
+    return total / (flat != -100).sum().clamp(min=1)
+
+
+@dataclass
+class Batch:
+    """What an objective feeds the model: inputs, labels (-100 = no loss) and the attention."""
+
+    inputs: Tensor  # (B, T) token ids
+    labels: Tensor  # (B, T) target ids; -100 where there is no loss
+    attn_mask: Tensor | None = None  # bool ([B,] 1, T, T), True = may attend; None = plain causal/full
+    is_causal: bool = True  # False: attn_mask (or no mask: full attention) is used as given
 
 
 class Objective(nn.Module):
@@ -73,8 +115,25 @@ class Objective(nn.Module):
     def attn_mask(self, doc_ids: Tensor | None) -> Tensor | None:
         return document_causal_mask(doc_ids) if (self.doc_mask and doc_ids is not None) else None
 
-    def forward(self, model: nn.Module, tokens: Tensor, doc_ids: Tensor | None = None) -> tuple[Tensor, dict]:
+    def generator(self, device: torch.device) -> torch.Generator | None:
+        """None (the global RNG) while training; a fixed-seed generator in eval mode."""
+        if self.training:
+            return None
+        return torch.Generator(device=device).manual_seed(1234)
+
+    def arch_options(self) -> dict:
+        """Options of the architecture ``arch`` (e.g. ContextLM's chunk size); none for a GPT."""
+        return {}
+
+    def prepare(self, tokens: Tensor, doc_ids: Tensor | None = None) -> Batch:
+        """Rows (B, T+1) -> the model's Batch. Objectives that rewrite the batch implement this."""
         raise NotImplementedError
+
+    def forward(self, model: nn.Module, tokens: Tensor, doc_ids: Tensor | None = None) -> tuple[Tensor, dict]:
+        batch = self.prepare(tokens, doc_ids)
+        logits = model(batch.inputs, attn_mask=batch.attn_mask, is_causal=batch.is_causal).logits  # (B, T, V)
+        loss = masked_loss(logits, batch.labels)
+        return loss, {"loss_tokens": (batch.labels != -100).sum()}
 
     def extra_flops_per_token(self, cfg, seq_len: int) -> float:
         return 0.0

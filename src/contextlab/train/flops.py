@@ -143,9 +143,16 @@ def read_peak_cache(path: Path | None = None) -> dict:
 
 
 def write_peak_entries(entries: dict, path: Path | None = None) -> None:
-    """Merge entries {key: {"flops": ..., ...}} into the cache file (atomic write)."""
+    """Merge entries {key: {"flops": ..., ...}} into the cache file (atomic write).
+
+    A key keeps its highest measurement: a busy machine can only lower a peak, so a
+    measurement taken under load never replaces a better one. Delete the file to reset.
+    """
     path = path or peak_file()
-    merged = {**read_peak_cache(path), **entries}
+    merged = read_peak_cache(path)
+    for key, entry in entries.items():
+        if entry["flops"] > merged.get(key, {}).get("flops", 0.0):
+            merged[key] = entry
     atomic_write_json(path, {"format_version": 1, "entries": merged})
 
 

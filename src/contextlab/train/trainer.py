@@ -51,7 +51,10 @@ class TrainResult:
     seconds: float
 
 
-def build_model(cfg: RunConfig, vocab_size: int) -> GPT:
+def build_model(cfg: RunConfig, vocab_size: int, arch: str = "gpt", arch_options: dict | None = None) -> GPT:
+    """The run's GPT shape, as architecture ``arch`` (see contextlab.models.archs) with its options."""
+    from contextlab.models.archs import build_arch
+
     m = cfg.model
     overrides = {k: v for k, v in (("n_layer", m.n_layer), ("n_head", m.n_head), ("n_embd", m.n_embd)) if v}
     try:
@@ -59,7 +62,7 @@ def build_model(cfg: RunConfig, vocab_size: int) -> GPT:
                            dropout=m.dropout, **overrides)
     except (KeyError, ValueError) as exc:
         raise UserError(f"model config: {exc}") from None
-    return GPT(mcfg)
+    return build_arch(arch, mcfg, **(arch_options or {}))
 
 
 def build_objective(cfg: RunConfig):
@@ -99,7 +102,8 @@ class Trainer:
         torch.manual_seed(t.seed)
         self.objective = build_objective(cfg)
         self.objective.bind_tokenizer(tok)
-        self.model = build_model(cfg, self.objective.vocab_size).to(self.info.device)
+        self.model = build_model(cfg, self.objective.vocab_size, self.objective.arch,
+                                 self.objective.arch_options()).to(self.info.device)
         self.module = TrainModule(self.model, self.objective).to(self.info.device)
         self.flops_per_token = (flops_per_token(self.model.config, t.seq_len)
                                 + self.objective.extra_flops_per_token(self.model.config, t.seq_len))
@@ -191,6 +195,7 @@ class Trainer:
             state = {**self.state, "loader": self.loader.state_dict(), "config_hash": config_hash(self.cfg),
                      "tokenizer_hash": self.store.tokenizer_hash, "tokenizer": self.store.tokenizer_spec,
                      "model_config": to_dict(self.model.config), "objective": self.cfg.objective.name,
+                     "arch": self.objective.arch,
                      "world_size": self.info.world_size, "code_version": __version__}
             ckpt.save_checkpoint(self.run_dir, self.state["step"], model_state=model_state, optim_state=optim_state,
                                  state=state, config_toml=dumps_toml(self.cfg), keep_last=self.cfg.train.keep_last)

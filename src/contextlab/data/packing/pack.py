@@ -1,0 +1,190 @@
+"""``pack``: token store -> packed store, sharded, parallel, resumable, atomic, deterministic.
+
+Work goes to ``OUT.partial/``: ``progress.json`` holds the fingerprint of (config, token
+store hash, tokenizer hash); every finished shard is one file in ``shards/``. A run killed
+at any moment restarts by skipping the shards already written, and since a shard's result
+depends only on (documents, config, seed, shard index), the resumed output is
+byte-identical to an uninterrupted one (timings in meta.json aside). When every shard is
+there, the arrays are concatenated in shard order, meta.json and config.toml written, and
+the directory renamed to OUT in one step.
+
+Scale-out: ``workers`` runs shards in that many processes (spawned, so numba/Faiss/torch
+threads are never forked); ``only_shards`` packs just those shards and stops before
+finalizing, so a SLURM array or many machines sharing a filesystem can each take a slice,
+and a final call without ``only_shards`` assembles the result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing as mp
+import shutil
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from contextlab import FORMAT_VERSION, __version__
+from contextlab.config import save_toml, to_dict
+from contextlab.data.packing import shards as shards_mod
+from contextlab.data.packing.config import PackConfig
+from contextlab.data.packing.packed_store import PACKED_FORMAT, PackedStore, is_packed_store, sequence_lengths
+from contextlab.data.store import TokenStore, replace_dir
+from contextlab.errors import UserError
+from contextlab.io import atomic_write_bytes, atomic_write_json
+
+
+@dataclass
+class PackReport:
+    """What a pack call did."""
+
+    packed: PackedStore | None  # None when only some shards were asked for
+    seconds: float
+    shards_packed: int
+    shards_resumed: int
+    up_to_date: bool = False
+
+
+def fingerprint(cfg: PackConfig, store: TokenStore) -> str:
+    blob = json.dumps({"format": PACKED_FORMAT, "version": FORMAT_VERSION, "config": to_dict(cfg),
+                       "store": store.hash, "tokenizer": store.tokenizer_hash}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def pack(store: str | Path | TokenStore, out: str | Path, config: PackConfig | None = None, *,
+         overwrite: bool = False, workers: int = 1, only_shards: list[int] | None = None,
+         progress: bool = True) -> PackReport:
+    """Pack ``store`` into a packed store at ``out`` (resuming an unfinished run)."""
+    cfg = config or PackConfig()
+    tstore = store if isinstance(store, TokenStore) else TokenStore(store)
+    if tstore.n_docs == 0:
+        raise UserError(f"store {tstore.path} has no documents; ingest a corpus first")
+    sep_id = _separator_id(tstore, cfg)
+    fp = fingerprint(cfg, tstore)
+    out = Path(out)
+    if out.exists():
+        done = _existing_output(out, fp, overwrite)
+        if done is not None:
+            return done
+    t0 = time.perf_counter()
+    partial = out.with_name(out.name + ".partial")
+    _open_partial(partial, fp, overwrite)
+    ranges = shards_mod.shard_ranges(tstore.lengths(), cfg.shards)
+    wanted = list(range(len(ranges))) if only_shards is None else list(only_shards)
+    for s in wanted:
+        if not 0 <= s < len(ranges):
+            raise UserError(f"shard {s} does not exist: this store packs into {len(ranges)} shard(s) (0..{len(ranges) - 1})")
+    todo = [s for s in wanted if shards_mod.read_shard(shards_mod.shard_file(partial, s), fp) is None]
+    if progress and len(todo) < len(wanted):
+        print(f"resuming pack into {out}: {len(wanted) - len(todo)} of {len(wanted)} shard(s) already packed")
+    _run(tstore, cfg, ranges, todo, partial, fp, workers, progress)
+    if only_shards is not None:
+        return PackReport(None, time.perf_counter() - t0, len(todo), len(wanted) - len(todo))
+    results = []
+    for s in range(len(ranges)):
+        got = shards_mod.read_shard(shards_mod.shard_file(partial, s), fp)
+        if got is None:
+            raise UserError(f"shard {s} of {partial} is missing or from another config; run the same command again")
+        results.append(got)
+    _finalize(tstore, cfg, results, partial, out, fp, sep_id, overwrite)
+    return PackReport(PackedStore(out, store=tstore), time.perf_counter() - t0, len(todo), len(wanted) - len(todo))
+
+
+def _separator_id(store: TokenStore, cfg: PackConfig) -> int | None:
+    if cfg.separator == "none":
+        return None
+    eot = store.tokenizer_spec.get("eot_id")
+    if eot is None:
+        raise UserError(f"the tokenizer of {store.path} has no end-of-text token to separate documents; "
+                        f"pass --separator none")
+    return int(eot)
+
+
+def _existing_output(out: Path, fp: str, overwrite: bool) -> PackReport | None:
+    if is_packed_store(out):
+        meta = json.loads((out / "meta.json").read_text())
+        if meta.get("fingerprint") == fp and not overwrite:
+            return PackReport(PackedStore(out), 0.0, 0, 0, up_to_date=True)
+        if not overwrite:
+            raise UserError(f"{out} already holds a different packed store (method {meta['config'].get('method')}); "
+                            f"choose another --out or pass --overwrite")
+    elif not overwrite and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"{out} exists and is not a packed store; choose another --out or pass --overwrite")
+    return None
+
+
+def _open_partial(partial: Path, fp: str, overwrite: bool) -> None:
+    record = partial / "progress.json"
+    if partial.exists():
+        try:
+            old = json.loads(record.read_text()).get("fingerprint")
+        except (OSError, ValueError):
+            old = None
+        if old == fp:
+            return
+        has_work = any((partial / "shards").glob("shard_*.npz"))
+        if has_work and not overwrite:
+            raise UserError(f"{partial} holds an unfinished pack with another config or store; delete it or pass --overwrite")
+        shutil.rmtree(partial)
+    (partial / "shards").mkdir(parents=True)
+    atomic_write_json(record, {"fingerprint": fp})
+
+
+def _run(store: TokenStore, cfg: PackConfig, ranges, todo: list[int], partial: Path, fp: str,
+         workers: int, progress: bool) -> None:
+    def report(stats: dict) -> None:
+        if progress:
+            print(f"  shard {stats['shard'] + 1}/{len(ranges)}: {stats['n_docs']:,} documents -> "
+                  f"{stats['n_sequences']:,} sequences, index {stats['index_bytes'] / 2**20:,.1f} MiB, "
+                  f"{stats['seconds']:,.1f} s", flush=True)
+
+    args = [(str(store.path.resolve()), cfg, s, *ranges[s], str(shards_mod.shard_file(partial, s)), fp) for s in todo]
+    if workers <= 1 or len(todo) <= 1:
+        for a in args:
+            report(shards_mod.run_shard(*a))
+        return
+    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
+        for stats in pool.map(shards_mod.run_shard, *zip(*args)):
+            report(stats)
+
+
+def _save_npy(path: Path, arr: np.ndarray) -> None:
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, arr)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def _finalize(store: TokenStore, cfg: PackConfig, results, partial: Path, out: Path, fp: str,
+              sep_id: int | None, overwrite: bool) -> None:
+    entries, offsets, sims = shards_mod.combine(results)
+    lens = sequence_lengths(entries, offsets, store.lengths(), sep_id is not None, cfg.seq_len)
+    stats = [s for _, s in results]
+    _save_npy(partial / "entries.npy", entries)
+    _save_npy(partial / "seq_offsets.npy", offsets)
+    _save_npy(partial / "similarity.npy", sims)
+    meta = {
+        "format": PACKED_FORMAT, "version": FORMAT_VERSION, "code_version": __version__,
+        "config": to_dict(cfg), "fingerprint": fp,
+        "store": {"path": str(store.path.resolve()), "content_hash": store.hash,
+                  "tokenizer_hash": store.tokenizer_hash, "tokenizer": store.tokenizer_spec.get("name"),
+                  "n_docs": store.n_docs, "n_tokens": store.n_tokens},
+        "separator_id": sep_id,
+        "n_sequences": int(len(offsets) - 1), "n_entries": int(len(entries)),
+        "n_full_sequences": int((lens == cfg.seq_len).sum()), "n_tokens": int(lens.sum()),
+        "dropped_tokens": int(sum(s["dropped_tokens"] for s in stats)),
+        "dropped_near_duplicates": int(sum(len(s["dropped_near_duplicates"]) for s in stats)),
+        "index_bytes_max": int(max(s["index_bytes"] for s in stats)),
+        "shards": stats,
+        "files": {"entries.npy": "int64 (n_entries, 3): document, begin, end",
+                  "seq_offsets.npy": "int64 (n_sequences + 1)", "similarity.npy": "float32 (n_entries), NaN = not retrieved"},
+    }
+    atomic_write_json(partial / "meta.json", meta)
+    save_toml(to_dict(cfg), partial / "config.toml")
+    shutil.rmtree(partial / "shards")
+    (partial / "progress.json").unlink(missing_ok=True)
+    replace_dir(partial, out, overwrite=overwrite)

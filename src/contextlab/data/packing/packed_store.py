@@ -1,0 +1,166 @@
+"""The packed store: a document order and sequence boundaries over a token store, no token copies.
+
+Layout of a packed store directory (format version 1)::
+
+    meta.json        format "contextlab-packed-store", version, method and every knob
+                     (k, order, retriever and its settings, noise, separator, remainder,
+                     seq_len, seed, shards), the token store's path, content hash and
+                     tokenizer hash, the separator id, n_sequences, n_entries, per-shard
+                     stats (documents, sequences, index memory bytes, seconds)
+    entries.npy      int64 (n_entries, 3): document index, begin token, end token. A trimmed
+                     document is an entry with end < its length; its tail may be a later
+                     entry (remainder "next"/"pool") beginning where this one ended.
+    seq_offsets.npy  int64 (n_sequences + 1): sequence i is entries[off[i]:off[i+1]]
+    similarity.npy   float32 (n_entries): the retriever's similarity that brought the entry
+                     in (NaN: a root, a random document, or a carried-over piece)
+    config.toml      the resolved PackConfig
+
+Sequence i as tokens = its entries' token ranges concatenated, with the separator after
+every entry that reaches the end of its document (policy "eot"), cut to ``seq_len``. So
+every sequence but the last ones of a shard holds exactly ``seq_len`` tokens. Opening
+validates sizes against meta.json and that the token store still has the content hash it
+was packed from (a re-ingested store would silently shift every entry otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from contextlab import FORMAT_VERSION
+from contextlab.data.store import TokenStore
+from contextlab.errors import UserError
+
+PACKED_FORMAT = "contextlab-packed-store"
+_FIX = "re-create it with `contextlab data pack ... --overwrite`"
+
+
+def is_packed_store(path: str | os.PathLike) -> bool:
+    meta = Path(path) / "meta.json"
+    try:
+        return meta.is_file() and json.loads(meta.read_text()).get("format") == PACKED_FORMAT
+    except (OSError, ValueError):
+        return False
+
+
+class PackedStore:
+    """A read-only packed store; ``sequence_tokens(i)`` builds sequence i from the token store."""
+
+    def __init__(self, path: str | os.PathLike, store: TokenStore | None = None):
+        self.path = Path(path)
+        self.meta = _read_meta(self.path)
+        self.n_sequences = int(self.meta["n_sequences"])
+        self.n_entries = int(self.meta["n_entries"])
+        self.seq_len = int(self.meta["config"]["seq_len"])
+        self.separator_id: int | None = self.meta.get("separator_id")
+        self.entries = self._load("entries.npy", np.int64, (self.n_entries, 3))
+        self.seq_offsets = self._load("seq_offsets.npy", np.int64, (self.n_sequences + 1,))
+        self.similarity = self._load("similarity.npy", np.float32, (self.n_entries,))
+        if self.n_sequences and (self.seq_offsets[0] != 0 or self.seq_offsets[-1] != self.n_entries):
+            raise UserError(f"packed store {self.path} is corrupt: seq_offsets.npy does not span the entries; {_FIX}")
+        self.store = store if store is not None else self._open_store()
+        want = self.meta["store"]["content_hash"]
+        if self.store.hash != want:
+            raise UserError(f"the token store {self.store.path} changed since {self.path} was packed (content hash "
+                            f"{self.store.hash[:12]}, packed from {want[:12]}); pack it again with "
+                            f"`contextlab data pack {self.store.path} ... --out {self.path} --overwrite`")
+        self._doc_len = self.store.lengths()
+
+    def _load(self, name: str, dtype, shape: tuple[int, ...]) -> np.ndarray:
+        f = self.path / name
+        if not f.is_file():
+            raise UserError(f"packed store {self.path} is incomplete: {name} is missing; {_FIX}")
+        try:
+            arr = np.load(f, mmap_mode="r")
+        except (ValueError, OSError, EOFError) as exc:
+            raise UserError(f"packed store {self.path} is corrupt: {name} cannot be read ({exc}); {_FIX}") from None
+        if arr.dtype != dtype or arr.shape != shape:
+            raise UserError(f"packed store {self.path} is corrupt: {name} is {arr.dtype}{arr.shape} but meta.json "
+                            f"implies {np.dtype(dtype)}{shape}; {_FIX}")
+        return arr
+
+    def _open_store(self) -> TokenStore:
+        where = Path(self.meta["store"]["path"])
+        if not where.is_absolute():
+            where = (self.path / where).resolve()
+        if not (where / "meta.json").is_file():
+            raise UserError(f"the token store {where} that {self.path} was packed from is missing; restore it, "
+                            f"or open the packed store with PackedStore(path, store=TokenStore(NEW_PATH))")
+        return TokenStore(where)
+
+    # ------------------------------------------------------------------ access
+    def __len__(self) -> int:
+        return self.n_sequences
+
+    def sequence_entries(self, i: int) -> np.ndarray:
+        """(n, 3) int64 rows (document, begin, end) of sequence ``i``."""
+        if not 0 <= i < self.n_sequences:
+            raise IndexError(f"sequence {i} out of range for a packed store of {self.n_sequences}")
+        return np.asarray(self.entries[self.seq_offsets[i]:self.seq_offsets[i + 1]])
+
+    def sequence_tokens(self, i: int, separator_id: int | None | str = "auto") -> tuple[np.ndarray, np.ndarray]:
+        """(tokens int64, doc_ids int32) of sequence ``i``, at most ``seq_len`` long.
+
+        ``separator_id``: "auto" = the id recorded at packing time (None when the policy is
+        "none"); an int overrides it; None leaves separators out. A separator carries the
+        document id of the document it ends."""
+        sep = self.separator_id if separator_id == "auto" else separator_id
+        parts, ids = [], []
+        for d, b, e in self.sequence_entries(i):
+            toks = np.asarray(self.store.doc(int(d))[b:e], dtype=np.int64)
+            n = len(toks) + int(sep is not None and e == self._doc_len[d])
+            if n > len(toks):
+                toks = np.append(toks, np.int64(sep))
+            parts.append(toks)
+            ids.append(np.full(n, d, dtype=np.int32))
+        if not parts:
+            return np.zeros(0, np.int64), np.zeros(0, np.int32)
+        tokens, doc_ids = np.concatenate(parts), np.concatenate(ids)
+        return tokens[: self.seq_len], doc_ids[: self.seq_len]
+
+    def sequence_lengths(self) -> np.ndarray:
+        """Token count of every sequence (separators included, cut to seq_len)."""
+        return sequence_lengths(np.asarray(self.entries), np.asarray(self.seq_offsets), self._doc_len,
+                                self.separator_id is not None, self.seq_len)
+
+    def __repr__(self) -> str:
+        c = self.meta["config"]
+        return (f"PackedStore({str(self.path)!r}, method={c['method']}, seq_len={self.seq_len}, "
+                f"n_sequences={self.n_sequences:,}, n_entries={self.n_entries:,})")
+
+
+def sequence_lengths(entries: np.ndarray, offsets: np.ndarray, doc_len: np.ndarray, separator: bool,
+                     seq_len: int) -> np.ndarray:
+    """Tokens per sequence from the entries alone (vectorized)."""
+    n = entries[:, 2] - entries[:, 1]
+    if separator and len(n):
+        n = n + (entries[:, 2] == doc_len[entries[:, 0]])
+    sums = np.zeros(len(offsets) - 1, dtype=np.int64)
+    nonempty = np.diff(offsets) > 0
+    if len(n):
+        sums[nonempty] = np.add.reduceat(n, offsets[:-1][nonempty])
+    return np.minimum(sums, seq_len)
+
+
+def _read_meta(path: Path) -> dict:
+    if not path.exists():
+        raise UserError(f"packed store not found: {path} (create one with `contextlab data pack STORE --out {path}`)")
+    f = path / "meta.json"
+    if not f.is_file():
+        raise UserError(f"{path} is not a contextlab packed store (no meta.json); create one with `contextlab data pack`")
+    try:
+        meta = json.loads(f.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UserError(f"packed store {path} is corrupt: meta.json is not valid JSON ({exc}); {_FIX}") from None
+    if meta.get("format") != PACKED_FORMAT:
+        raise UserError(f"{path} is not a contextlab packed store (meta.json format is {meta.get('format')!r})")
+    if int(meta.get("version", -1)) > FORMAT_VERSION:
+        raise UserError(f"packed store {path} has format version {meta['version']}, newer than this contextlab "
+                        f"({FORMAT_VERSION}); upgrade contextlab")
+    for key in ("n_sequences", "n_entries", "config", "store"):
+        if key not in meta:
+            raise UserError(f"packed store {path} is corrupt: meta.json lacks '{key}'; {_FIX}")
+    return meta

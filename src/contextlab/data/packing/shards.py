@@ -1,0 +1,123 @@
+"""Shards ("packs" in the seed): independent slices of a corpus, each packed on its own.
+
+A shard is a contiguous range of documents (store order: ingest walks folders in sorted
+order, so a directory or repository stays together), with ranges balanced by token count.
+Packing a shard needs only the token store and the config; its random stream is seeded by
+(seed, shard index), so the result does not depend on which process or machine runs it,
+or in what order. Each finished shard is written atomically as ``shard_NNNNN.npz`` (arrays
+plus a JSON stats record holding the config fingerprint); a restarted run skips shards
+whose file exists with the same fingerprint. Retriever memory is per shard, so the shard
+size bounds peak memory; it is reported as ``index_bytes``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from contextlab.data.packing.config import PackConfig
+from contextlab.data.packing.sequencer import Sequencer, flatten
+from contextlab.data.store import TokenStore
+from contextlab.errors import UserError
+from contextlab.io import atomic_write_bytes
+
+
+def shard_ranges(lengths: np.ndarray, n_shards: int) -> list[tuple[int, int]]:
+    """``n_shards`` contiguous [lo, hi) document ranges with about equal token counts."""
+    n = len(lengths)
+    n_shards = max(1, min(n_shards, n))
+    cum = np.cumsum(lengths)
+    total = int(cum[-1]) if n else 0
+    cuts = [0] + [int(np.searchsorted(cum, total * s / n_shards, side="left")) + 1 for s in range(1, n_shards)] + [n]
+    for s in range(1, len(cuts)):  # keep every shard non-empty and cuts increasing
+        cuts[s] = min(max(cuts[s], cuts[s - 1] + 1), n - (len(cuts) - 1 - s))
+    return [(cuts[s], cuts[s + 1]) for s in range(n_shards)]
+
+
+def shard_file(partial: Path, index: int) -> Path:
+    return partial / "shards" / f"shard_{index:05d}.npz"
+
+
+def domain_codes(store: TokenStore, doc_ids: np.ndarray) -> np.ndarray:
+    meta = store.docs_meta()
+    names: dict[str, int] = {}
+    return np.array([names.setdefault(str(meta[int(i)].get("domain", "")), len(names)) for i in doc_ids],
+                    dtype=np.int64)
+
+
+def build_retriever(store: TokenStore, doc_ids: np.ndarray, cfg: PackConfig):
+    from contextlab.data.packing import RETRIEVERS
+
+    return RETRIEVERS[cfg.retriever](store, doc_ids, cfg)
+
+
+def pack_shard(store: TokenStore, cfg: PackConfig, index: int, lo: int, hi: int) -> tuple[dict, dict]:
+    """Pack documents [lo, hi); returns (arrays, stats)."""
+    from contextlab.data.packing import PACKERS
+
+    t0 = time.perf_counter()
+    doc_ids = np.arange(lo, hi, dtype=np.int64)
+    sep = cfg.separator == "eot"
+    seq = Sequencer(store.lengths()[lo:hi], domain_codes(store, doc_ids), seq_len=cfg.seq_len, separator=sep,
+                    remainder=cfg.remainder, order="identity" if cfg.method == "icp" else cfg.order,
+                    rng=np.random.default_rng([cfg.seed, index]))
+    retriever = build_retriever(store, doc_ids, cfg) if cfg.uses_retriever else None
+    PACKERS[cfg.method](seq, retriever, cfg)
+    entries, offsets, sims = flatten(seq.sequences, doc_ids)
+    stats = {
+        "shard": index, "docs": [lo, hi], "n_docs": hi - lo, "n_sequences": len(seq.sequences),
+        "n_entries": int(len(entries)), "dropped_tokens": int(seq.dropped_tokens),
+        "dropped_near_duplicates": [int(doc_ids[j]) for j in seq.dropped_docs],
+        "unused_docs": int(seq.n_unused),
+        "index_bytes": int(getattr(retriever, "index_bytes", 0)),
+        "index_seconds": round(float(getattr(retriever, "build_seconds", 0.0)), 3),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+    return {"entries": entries, "seq_offsets": offsets, "similarity": sims}, stats
+
+
+def write_shard(path: Path, arrays: dict, stats: dict, fingerprint: str) -> None:
+    buf = io.BytesIO()
+    record = json.dumps({"fingerprint": fingerprint, "stats": stats})
+    np.savez(buf, record=np.frombuffer(record.encode(), dtype=np.uint8), **arrays)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def read_shard(path: Path, fingerprint: str) -> tuple[dict, dict] | None:
+    """The shard's (arrays, stats), or None when missing, unreadable or from another config."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path) as z:
+            record = json.loads(z["record"].tobytes().decode())
+            if record.get("fingerprint") != fingerprint:
+                return None
+            arrays = {k: z[k] for k in ("entries", "seq_offsets", "similarity")}
+    except (OSError, ValueError, KeyError, json.JSONDecodeError):
+        return None
+    return arrays, record["stats"]
+
+
+def run_shard(store_path: str, cfg: PackConfig, index: int, lo: int, hi: int, out: str, fingerprint: str) -> dict:
+    """Pack one shard and write its file (a top-level function: runs in worker processes)."""
+    store = TokenStore(store_path)
+    arrays, stats = pack_shard(store, cfg, index, lo, hi)
+    write_shard(Path(out), arrays, stats, fingerprint)
+    return stats
+
+
+def combine(shards: list[tuple[dict, dict]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Concatenate shards in shard order: (entries, seq_offsets, similarity)."""
+    if not shards:
+        raise UserError("nothing to pack: the store has no documents")
+    entries = np.concatenate([a["entries"] for a, _ in shards]).astype(np.int64).reshape(-1, 3)
+    sims = np.concatenate([a["similarity"] for a, _ in shards]).astype(np.float32)
+    offsets, base = [np.zeros(1, np.int64)], 0
+    for a, _ in shards:
+        offsets.append(a["seq_offsets"][1:] + base)
+        base += int(a["seq_offsets"][-1])
+    return entries, np.concatenate(offsets).astype(np.int64), sims

@@ -1,0 +1,109 @@
+"""Loss vs visible context, fitted by the Bayes-risk law ``C0 + C / l^gamma``.
+
+Protocol ("last-token loss with l visible tokens", intrinsic-entropy seed §2.2.2 and
+Figure 2): draw N target tokens at random positions t >= max(l) of documents; for every
+l in the grid, the model sees only the l tokens right before the target (the leftmost
+tokens are cut off) and we record the loss of the target. The same targets are used for
+every l, so differences between l are paired and not sampling noise. Each l is one
+batched forward of N sequences of l tokens.
+
+The fit is ``scipy.optimize.curve_fit`` of C0 + C * l^-gamma weighted by the standard
+error of each mean, reporting the parameters, their standard errors (square roots of the
+covariance diagonal) and R^2. C0 estimates the loss with unlimited context (the Bayes
+risk plus the model's approximation loss); gamma how fast extra context pays off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from contextlab.config import opt
+from contextlab.errors import UserError
+from contextlab.eval.base import EvalOutput, open_store
+
+
+@dataclass
+class Options:
+    lengths: list[int] = opt([], "visible tokens l to measure; empty = 1, 2, 4, ... up to the "
+                             "model's context")
+    samples: int = opt(512, "target tokens N (the same targets for every l)")
+    seed: int = opt(0, "seed of the target positions")
+
+
+def power_law(l, c0, c, gamma):
+    return c0 + c / np.power(l, gamma)
+
+
+def fit_power_law(lengths, losses, sems=None) -> dict:
+    """Fit C0 + C / l^gamma; returns parameters, their standard errors and R^2."""
+    from scipy.optimize import curve_fit
+
+    x, y = np.asarray(lengths, float), np.asarray(losses, float)
+    if len(x) < 4:
+        raise UserError(f"the Bayes-risk fit needs at least 4 context lengths, got {len(x)}; give more --lengths")
+    sigma = None if sems is None else np.maximum(np.asarray(sems, float), 1e-6)
+    p0 = [float(y.min()) * 0.9, float(y.max() - y.min()) + 1e-3, 0.5]
+    try:
+        params, cov = curve_fit(power_law, x, y, p0=p0, sigma=sigma, absolute_sigma=sigma is not None,
+                                bounds=([-np.inf, -np.inf, 0.0], [np.inf, np.inf, 10.0]), maxfev=20000)
+    except RuntimeError as exc:
+        raise UserError(f"the Bayes-risk fit did not converge ({exc}); measure more context lengths") from None
+    err = np.sqrt(np.diag(cov))
+    pred = power_law(x, *params)
+    ss_res, ss_tot = float(((y - pred) ** 2).sum()), float(((y - y.mean()) ** 2).sum())
+    return {"C0": float(params[0]), "C": float(params[1]), "gamma": float(params[2]),
+            "C0_err": float(err[0]), "C_err": float(err[1]), "gamma_err": float(err[2]),
+            "r2": 1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan")}
+
+
+def sample_targets(store, n: int, min_pos: int, seed: int) -> list[tuple[int, int]]:
+    """n (document, position) pairs with position >= min_pos, documents weighted by usable length."""
+    lengths = store.lengths()
+    usable = np.maximum(lengths - min_pos, 0)
+    if usable.sum() == 0:
+        raise UserError(f"no document has more than {min_pos} tokens; lower the largest --lengths")
+    rng = np.random.default_rng(seed)
+    docs = rng.choice(len(lengths), size=n, p=usable / usable.sum())
+    return [(int(d), int(min_pos + rng.integers(usable[d]))) for d in docs]
+
+
+def last_token_losses(adapter, store, targets: list[tuple[int, int]], lengths: list[int]) -> np.ndarray:
+    """(len(lengths), N) loss of each target token with only the l previous tokens visible."""
+    out = np.zeros((len(lengths), len(targets)))
+    for i, l in enumerate(lengths):
+        adapter.check_length(l, f"visible context {l}")
+        ids = np.stack([np.asarray(store.doc(d)[t - l:t + 1], dtype=np.int64) for d, t in targets])  # (N, l+1)
+        rows = max(adapter.batch_size, adapter.batch_size * adapter.max_context // (l + 1))  # short l: more rows
+        for a in range(0, len(ids), rows):
+            lp = adapter.token_logprobs(ids[a:a + rows])[:, -1]  # only the target
+            out[i, a:a + len(lp)] = -lp.double().cpu().numpy()
+    return out
+
+
+def default_lengths(context: int) -> list[int]:
+    return [2 ** i for i in range(int(np.log2(context)) + 1)]
+
+
+def run(adapter, options: Options, data: str | None) -> EvalOutput:
+    store = open_store(data, adapter, "bayes-fit")
+    lengths = sorted(set(options.lengths or default_lengths(adapter.max_context)))
+    if lengths[0] < 1:
+        raise UserError("visible context lengths must be >= 1")
+    targets = sample_targets(store, options.samples, max(lengths), options.seed)
+    losses = last_token_losses(adapter, store, targets, lengths)
+    mean = losses.mean(1)
+    sem = losses.std(1, ddof=1) / np.sqrt(losses.shape[1])
+    fit = fit_power_law(lengths, mean, sem)
+    results = {"summary": {k: fit[k] for k in ("C0", "C0_err", "C", "C_err", "gamma", "gamma_err", "r2")},
+               "lengths": lengths, "loss": mean.tolist(), "stderr": sem.tolist(), "n_targets": len(targets),
+               "fit": fit}
+    label = adapter.info.id
+
+    def plot(path):
+        from contextlab.eval.plots import bayes_fit_png
+
+        return bayes_fit_png(lengths, mean, sem, fit, path, title=f"last-token loss vs visible context: {label}")
+
+    return EvalOutput(results, {"store": str(store.path), "hash": store.hash}, plot=plot)

@@ -1,0 +1,77 @@
+"""Passkey retrieval (Mohtashami & Jaggi 2023): a 5-digit key hidden in repeated filler.
+
+The prompt is the original one: an instruction, the filler "The grass is green. The sky
+is blue. ..." repeated to the target length, the sentence "The pass key is K. Remember
+it. K is the pass key." at depth d% of the filler, more filler, and "What is the pass
+key? The pass key is". Lengths are exact in the model's tokens (the parts are tokenized
+separately and the filler is cut to fit). Scoring: generated digits, and the likelihood
+of the true key against random 5-digit keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from contextlab.config import opt
+from contextlab.errors import UserError
+from contextlab.eval import tasks
+from contextlab.eval.base import EvalOutput, filler_ids
+from contextlab.eval.results import text_hash
+
+INTRO = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
+         "I will quiz you about the important information there.\n\n")
+FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+QUESTION = "\n\nWhat is the pass key? The pass key is"
+
+
+@dataclass
+class Options:
+    lengths: list[int] = opt([], "prompt lengths in tokens; empty = 1/2, 1 and 2 (RoPE) times the model's context")
+    depths: list[float] = opt([0.0, 50.0, 100.0], "depth of the key sentence in percent of the filler")
+    samples: int = opt(4, "keys per (length, depth) cell")
+    distractors: int = opt(4, "random wrong keys scored against the true one (likelihood)")
+    scoring: str = opt("both", "likelihood, generate or both")
+    seed: int = opt(0, "seed of the keys")
+
+
+def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], dict]:
+    ctx = adapter.max_context
+    lengths = o.lengths or [ctx // 2, ctx] + ([2 * ctx] if adapter.info.extends_beyond else [])
+    rng = np.random.default_rng(o.seed)
+    enc = adapter.encode
+    intro, question = enc(INTRO), enc(QUESTION)
+    samples = []
+    for L in lengths:
+        adapter.check_length(L + 8, f"passkey length {L}")
+        for d in o.depths:
+            for _ in range(o.samples):
+                keys = [str(k) for k in rng.choice(np.arange(10000, 100000), 1 + o.distractors, replace=False)]
+                needle = enc(f" The pass key is {keys[0]}. Remember it. {keys[0]} is the pass key. ")
+                n_fill = L - len(intro) - len(needle) - len(question)
+                if n_fill < 0:
+                    raise UserError(f"passkey length {L} is too short for the prompt; use longer --lengths")
+                fill = filler_ids(adapter, FILLER, n_fill)
+                cut = int(round(d / 100 * n_fill))
+                ids = intro + fill[:cut] + needle + fill[cut:] + question
+                cands = [enc(" " + k) for k in keys]
+                samples.append(tasks.Sample(ids, keys[0], cands, cell=(d, L), max_new=len(cands[0]) + 3))
+    return samples, {"filler_hash": text_hash(INTRO + FILLER + QUESTION), "lengths": lengths}
+
+
+def run(adapter, options: Options, data: str | None) -> EvalOutput:
+    samples, info = build(adapter, options, data)
+    rows = tasks.score_samples(adapter, samples, options.scoring)
+    res = tasks.summarize(rows, 1 + options.distractors)
+    key, cell_key = tasks.headline_metric(res["summary"])
+    res["heatmap"] = {"metric": cell_key, "rows_depth": options.depths, "cols_length": info["lengths"],
+                      "values": tasks.table(res["by_cell"], cell_key, options.depths, info["lengths"])}
+
+    def plot(path):
+        from contextlab.eval.plots import heatmap_png
+
+        return heatmap_png(res["heatmap"]["values"], options.depths, info["lengths"], path, row_label="key depth (%)",
+                           col_label="context length (tokens)", title=f"passkey ({cell_key}): {adapter.info.id}")
+
+    return EvalOutput(res, info, plot=plot)

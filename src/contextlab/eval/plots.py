@@ -1,0 +1,114 @@
+"""The plots every evaluation writes beside its JSON (PNG, written atomically).
+
+Matplotlib with the Agg backend, imported inside each function so that evaluations
+that are only computed (tests, sweeps) never pay for it. Each function takes plain
+lists/dicts from the result, so the report layer can redraw them from JSON alone.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from contextlab.io import atomic_write_bytes
+
+
+def _figure(w: float = 6.5, h: float = 4.0):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt, *plt.subplots(figsize=(w, h))
+
+
+def _save(plt, fig, out: str | Path) -> Path:
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write_bytes(out, buf.getvalue())
+    return Path(out)
+
+
+def contextwise_png(curves: dict[str, dict], out: str | Path, smooth: int = 0) -> Path:
+    """Loss vs context length (log x) for several models; a dotted line marks each training context.
+
+    curves: label -> {"context": [...], "loss": [...], "train_context": int | None}.
+    """
+    import numpy as np
+
+    plt, fig, ax = _figure()
+    for label, c in curves.items():
+        x, y = np.asarray(c["context"], float), np.asarray(c["loss"], float)
+        if smooth > 1 and len(y) > smooth:  # moving average on a log-spaced grid keeps the early points
+            k = np.ones(smooth) / smooth
+            y = np.concatenate([y[: smooth - 1], np.convolve(y, k, mode="valid")])
+        line, = ax.plot(x, y, label=label, linewidth=1.2)
+        if c.get("train_context"):
+            ax.axvline(c["train_context"], color=line.get_color(), linestyle=":", linewidth=1)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("context length (tokens seen before the predicted token)")
+    ax.set_ylabel("loss (nats/token)")
+    ax.set_title("contextwise loss")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return _save(plt, fig, out)
+
+
+def bayes_fit_png(lengths, losses, sems, params: dict | None, out: str | Path, title: str = "") -> Path:
+    """Loss vs visible tokens l with the fitted C0 + C / l^gamma."""
+    import numpy as np
+
+    plt, fig, ax = _figure()
+    ax.errorbar(lengths, losses, yerr=sems, fmt="o", markersize=4, label="measured", capsize=2)
+    if params:
+        grid = np.geomspace(min(lengths), max(lengths), 200)
+        ax.plot(grid, params["C0"] + params["C"] / grid ** params["gamma"], label=(
+            f"C0 + C/l^γ: C0={params['C0']:.3f}, C={params['C']:.3f}, γ={params['gamma']:.3f}, R²={params['r2']:.4f}"))
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("visible context l (tokens)")
+    ax.set_ylabel("last-token loss (nats)")
+    ax.set_title(title or "Bayes-risk fit")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return _save(plt, fig, out)
+
+
+def heatmap_png(matrix, rows: list, cols: list, out: str | Path, *, row_label: str, col_label: str,
+                title: str, vmin: float = 0.0, vmax: float = 1.0) -> Path:
+    """A NIAH-style heatmap: rows (e.g. depth %) x columns (e.g. context length), values annotated."""
+    import numpy as np
+
+    m = np.asarray(matrix, float)
+    plt, fig, ax = _figure(1.2 + 0.9 * len(cols), 1.2 + 0.5 * len(rows))
+    im = ax.imshow(m, cmap="RdYlGn", vmin=vmin, vmax=vmax, aspect="auto")
+    ax.set_xticks(range(len(cols)), [str(c) for c in cols])
+    ax.set_yticks(range(len(rows)), [str(r) for r in rows])
+    ax.set_xlabel(col_label)
+    ax.set_ylabel(row_label)
+    for i in range(m.shape[0]):
+        for j in range(m.shape[1]):
+            if np.isfinite(m[i, j]):
+                ax.text(j, i, f"{m[i, j]:.2f}", ha="center", va="center", fontsize=7)
+    fig.colorbar(im, ax=ax)
+    ax.set_title(title, fontsize=9)
+    return _save(plt, fig, out)
+
+
+def lines_png(series: dict[str, tuple[list, list]], out: str | Path, *, xlabel: str, ylabel: str, title: str,
+              logx: bool = False, chance: float | None = None) -> Path:
+    """Several y(x) lines (accuracy by gold position, by shots, by visible context...)."""
+    plt, fig, ax = _figure()
+    for label, (x, y) in series.items():
+        ax.plot(x, y, marker="o", markersize=4, label=label)
+    if chance is not None:
+        ax.axhline(chance, color="grey", linestyle="--", linewidth=1, label="chance")
+    if logx:
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return _save(plt, fig, out)

@@ -1,0 +1,101 @@
+"""Perplexity and bits per byte with rolling windows and a configurable stride.
+
+Every document is scored on its own (no context crosses a document boundary). A window
+of ``window`` tokens is run at starts 0, stride, 2*stride, ...; the input
+``tokens[s : s + window]`` predicts tokens s+1 .. s+window and each token is counted in
+the first window that predicts it, so with stride < window every token after the first
+window keeps at least ``window - stride`` tokens of context ("sliding window"
+perplexity). With stride == window the inputs are disjoint and consecutive windows
+overlap by exactly the one token that is the last target of one window and the first
+input of the next: that is lm-eval's ``loglikelihood_rolling`` (which only offers this
+case, see its issue #1565). A smaller stride gives a lower, truer perplexity at a cost of
+about window/stride times the compute.
+
+The first token of each document has no context and is never scored. Bits per byte
+divide the total negative log-likelihood (in bits) by the UTF-8 bytes of the scored text
+(the document minus its first token), so models with different tokenizers compare.
+Windows of equal length are batched; the per-token losses are returned in document
+order (and saved beside the JSON).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from contextlab.config import opt
+from contextlab.errors import UserError
+from contextlab.eval.base import EvalOutput, open_store
+
+
+@dataclass
+class Options:
+    window: int = opt(0, "tokens per window; 0 = the model's context")
+    stride: int = opt(0, "tokens between window starts (<= window); 0 = window (disjoint, as lm-eval)")
+    max_docs: int = opt(0, "score at most this many documents (the first ones); 0 = all")
+    max_tokens: int = opt(0, "cut every document to this many tokens; 0 = no cut")
+
+
+def windows(n: int, window: int, stride: int) -> list[tuple[int, int, int]]:
+    """(input start, input end, first new target) for a document of n tokens; targets are 1..n-1."""
+    out, done = [], 0  # done = last target already scored
+    s = 0
+    while done < n - 1:
+        e = min(s + window, n - 1)  # the input predicts tokens s+1 .. e
+        out.append((s, e, max(done + 1, s + 1)))
+        done = e
+        s += stride
+    return out
+
+
+def document_losses(adapter, docs: list[np.ndarray], window: int, stride: int) -> list[np.ndarray]:
+    """Per-token losses (nats) of tokens 1..n-1 of each document, float32."""
+    items = []  # (doc index, s, e, first target)
+    for d, tokens in enumerate(docs):
+        items += [(d, s, e, f) for s, e, f in windows(len(tokens), window, stride)]
+    losses = [np.zeros(max(len(t) - 1, 0), np.float32) for t in docs]
+    items.sort(key=lambda it: it[1] - it[2])  # windows of equal length batch together
+    B = adapter.batch_size
+    i = 0
+    while i < len(items):
+        length = items[i][2] - items[i][1] + 1  # input tokens s..e inclusive of the last predicted
+        batch = [it for it in items[i:i + B] if it[2] - it[1] + 1 == length]
+        i += len(batch)
+        ids = np.stack([docs[d][s:e + 1].astype(np.int64) for d, s, e, _ in batch])  # (b, length): forward length-1
+        lp = adapter.token_logprobs(ids).cpu().numpy()  # (b, length-1): lp[:, j] scores token s+j+1
+        for r, (d, s, e, f) in enumerate(batch):
+            losses[d][f - 1:e] = -lp[r, f - s - 1:]
+    return losses
+
+
+def run(adapter, options: Options, data: str | None) -> EvalOutput:
+    store = open_store(data, adapter, "ppl")
+    window = options.window or adapter.max_context
+    stride = options.stride or window
+    if not 0 < stride <= window:
+        raise UserError(f"stride {stride} must be between 1 and the window ({window}); lower --stride")
+    adapter.check_length(window, "the window")
+    n = min(store.n_docs, options.max_docs) if options.max_docs else store.n_docs
+    docs = [np.asarray(store.doc(i)) for i in range(n)]
+    if options.max_tokens:
+        docs = [d[: options.max_tokens] for d in docs]
+    docs = [d for d in docs if len(d) >= 2]
+    if not docs:
+        raise UserError(f"no document of {data} has 2 tokens or more; ingest longer documents")
+    losses = document_losses(adapter, docs, window, stride)
+    flat = np.concatenate(losses)
+    nll = float(flat.astype(np.float64).sum())
+    n_bytes = 0
+    for d in docs:  # bytes of the scored text: the document minus its first token
+        n_bytes += len(adapter.tokenizer.decode(d).encode("utf-8")) - len(adapter.tokenizer.decode(d[:1]).encode("utf-8"))
+    mean = nll / len(flat)
+    results = {"summary": {"loss": mean, "perplexity": math.exp(mean), "bits_per_byte": nll / math.log(2) / n_bytes,
+                           "bits_per_token": mean / math.log(2)},
+               "window": window, "stride": stride, "n_documents": len(docs), "n_tokens_scored": int(len(flat)),
+               "n_bytes_scored": int(n_bytes), "forward_tokens": int(sum(
+                   e - s for d in docs for s, e, _ in windows(len(d), window, stride)))}
+    offsets = np.concatenate([[0], np.cumsum([len(x) for x in losses])]).astype(np.int64)
+    return EvalOutput(results, {"store": str(store.path), "hash": store.hash, "n_docs": len(docs)},
+                      arrays={"token_losses": flat, "doc_offsets": offsets}, plot=None)

@@ -1,0 +1,91 @@
+"""Result files: ``eval/<name>.json``, written atomically and describing themselves.
+
+Every evaluation returns a plain dict of results; ``write_result`` wraps it with what is
+needed to trust and reproduce it later: the resolved options, the model (path, kind,
+shape, tokenizer hash, step), the data (path and content hash), the code version (package
+version and git commit when available) and the wall-clock time. Reports read these files
+and nothing else. Large arrays (per-token losses) go to ``.npy`` files beside the JSON and
+are referenced by name, so the JSON stays small enough to read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import contextlab
+from contextlab.io import atomic_write_bytes, atomic_write_json
+
+RESULT_FORMAT = "contextlab-eval-result"
+
+
+def code_version() -> dict:
+    """Package version plus the git commit of the source tree (None outside a checkout)."""
+    commit = None
+    try:
+        root = Path(contextlab.__file__).resolve().parents[2]
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=5).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"contextlab_version": contextlab.__version__, "format_version": contextlab.FORMAT_VERSION,
+            "git_commit": commit}
+
+
+def file_hash(*paths: str | Path) -> str:
+    """sha256 over the bytes of the given files (for data that is not a token store)."""
+    h = hashlib.sha256()
+    for p in paths:
+        with open(p, "rb") as f:
+            while block := f.read(1 << 20):
+                h.update(block)
+    return h.hexdigest()
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _jsonable(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        return _jsonable(obj.item())
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return None  # JSON has no NaN/inf
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def write_result(out_dir: str | Path, name: str, *, results: dict, options: Any, model: Any, data: dict,
+                 seconds: float, arrays: dict[str, np.ndarray] | None = None) -> Path:
+    """Write OUT/<name>.json (+ OUT/<name>.<key>.npy for each array); return the JSON path."""
+    out = Path(out_dir)
+    files = {}
+    for key, arr in (arrays or {}).items():
+        buf = io.BytesIO()
+        np.save(buf, np.asarray(arr))
+        fname = f"{name}.{key}.npy"
+        atomic_write_bytes(out / fname, buf.getvalue())
+        files[key] = fname
+    doc = {"format": RESULT_FORMAT, "eval": name, **code_version(),
+           "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "seconds": round(seconds, 3),
+           "model": _jsonable(model), "data": _jsonable(data), "options": _jsonable(options),
+           "results": _jsonable(results), "arrays": files}
+    path = out / f"{name}.json"
+    atomic_write_json(path, doc)
+    return path

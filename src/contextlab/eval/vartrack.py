@@ -1,0 +1,99 @@
+"""Variable tracking (RULER-like): follow chains of assignments hidden in filler text.
+
+``n_chains`` chains of ``hops`` assignments each: "VAR ABCDE = 12345." then "VAR FGHIJ =
+VAR ABCDE." and so on, the statements spread in order at random places of a repeated
+filler. The question asks for every variable assigned the first chain's value. Scoring:
+generated text containing all names of the chain (in order), and the likelihood of the
+chain's names against the names of the other chains (the distractors have the same
+form, so chance is 1/n_chains).
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+
+import numpy as np
+
+from contextlab.config import opt
+from contextlab.errors import UserError
+from contextlab.eval import tasks
+from contextlab.eval.base import EvalOutput, filler_ids
+from contextlab.eval.passkey import FILLER
+from contextlab.eval.results import text_hash
+
+INTRO = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"
+
+
+@dataclass
+class Options:
+    lengths: list[int] = opt([], "prompt lengths in tokens; empty = 1 and 2 (RoPE) times the model's context")
+    n_chains: int = opt(2, "chains per prompt (the first is asked about, the others are distractors)")
+    hops: int = opt(3, "assignments per chain after the first")
+    samples: int = opt(8, "prompts per length")
+    scoring: str = opt("both", "likelihood, generate or both")
+    seed: int = opt(0, "seed of names, values and positions")
+
+
+def chains(rng, n_chains: int, hops: int) -> tuple[list[list[str]], list[str]]:
+    names: set[str] = set()
+    while len(names) < n_chains * (hops + 1):
+        names.add("".join(rng.choice(list(string.ascii_uppercase), 5)))
+    names_l = sorted(names)
+    rng.shuffle(names_l)
+    values = [str(v) for v in rng.choice(np.arange(10000, 100000), n_chains, replace=False)]
+    return [names_l[i * (hops + 1):(i + 1) * (hops + 1)] for i in range(n_chains)], values
+
+
+def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], dict]:
+    if o.n_chains < 1 or o.hops < 1:
+        raise UserError("variable tracking needs n_chains >= 1 and hops >= 1")
+    ctx = adapter.max_context
+    lengths = o.lengths or [ctx] + ([2 * ctx] if adapter.info.extends_beyond else [])
+    rng = np.random.default_rng(o.seed)
+    enc = adapter.encode
+    samples = []
+    for L in lengths:
+        adapter.check_length(L + 40, f"variable tracking length {L}")
+        for _ in range(o.samples):
+            chain, values = chains(rng, o.n_chains, o.hops)
+            statements = []  # (chain, hop, ids)
+            for c, (names, v) in enumerate(zip(chain, values)):
+                statements.append(enc(f" VAR {names[0]} = {v}. "))
+                statements += [enc(f" VAR {names[h]} = VAR {names[h - 1]}. ") for h in range(1, o.hops + 1)]
+            order = np.arange(len(statements)).reshape(o.n_chains, o.hops + 1).T.ravel()  # interleave chains, in order
+            question = enc(f"\n\nQuestion: Find all variables that are assigned the value {values[0]} in the text "
+                           f"above. Answer: According to the chain(s) of variable assignment in the text above, "
+                           f"{o.hops + 1} variables are assigned the value {values[0]}, they are:")
+            intro = enc(INTRO)
+            n_fill = L - len(intro) - len(question) - sum(len(s) for s in statements)
+            if n_fill < len(statements):
+                raise UserError(f"variable tracking length {L} is too short for {len(statements)} statements; "
+                                "use longer --lengths or fewer --hops")
+            fill = filler_ids(adapter, FILLER, n_fill)
+            cuts = np.sort(rng.choice(np.arange(n_fill + 1), len(statements), replace=True))
+            ids, prev = list(intro), 0
+            for cut, s in zip(cuts, order):
+                ids += fill[prev:cut] + statements[s]
+                prev = cut
+            ids += fill[prev:] + question
+            answers = [" " + " ".join(names) for names in chain]
+            cands = [enc(a) for a in answers]
+            samples.append(tasks.Sample(ids, answers[0].strip(), cands, cell=(L,), max_new=len(cands[0]) + 4))
+    return samples, {"filler_hash": text_hash(INTRO + FILLER), "lengths": lengths}
+
+
+def run(adapter, options: Options, data: str | None) -> EvalOutput:
+    samples, info = build(adapter, options, data)
+    rows = tasks.score_samples(adapter, samples, options.scoring)
+    res = tasks.summarize(rows, options.n_chains)
+    key, cell_key = tasks.headline_metric(res["summary"])
+
+    def plot(path):
+        from contextlab.eval.plots import lines_png
+
+        return lines_png({adapter.info.id: (info["lengths"], [c[cell_key] for c in res["by_cell"]])}, path,
+                         xlabel="context length (tokens)", ylabel=cell_key, title="variable tracking", logx=True,
+                         chance=res["summary"].get("chance"))
+
+    return EvalOutput(res, info, plot=plot)

@@ -1,0 +1,101 @@
+"""Visible-context sweep: any evaluation as a function of how much recent context the model sees.
+
+The optimal-visible-context analysis of the intrinsic-entropy seed (Appendix A): keep the
+task fixed and let the model see only the k most recent tokens of each prompt (k < 1
+means that fraction of the prompt). Accuracy that first rises and then falls with k is a
+model that gets distracted by far context. For the loss, the task ``loss`` is the
+last-token loss with k visible tokens (the protocol of ``bayes_fit``), so the same
+targets are scored at every k.
+
+The prompts are built once; only their left end is cut, so every point of the curve asks
+the same questions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from contextlab.config import opt
+from contextlab.errors import UserError
+from contextlab.eval import tasks
+from contextlab.eval.base import EvalOutput, open_store
+
+
+@dataclass
+class Options:
+    task: str = opt("passkey", "the evaluation to sweep: niah, kv, passkey, vartrack, icl or loss")
+    visible: list[float] = opt([0.125, 0.25, 0.5, 0.75, 1.0], "visible context: tokens (>= 1) or fractions of each "
+                               "prompt (< 1; 1.0 = everything)")
+    samples: int = opt(256, "target tokens for task=loss")
+    shots: int = opt(32, "in-context examples for task=icl")
+    length: int = opt(0, "prompt length in tokens for niah/passkey/vartrack; 0 = the model's context")
+    scoring: str = opt("likelihood", "likelihood, generate or both (prompt tasks)")
+
+
+def _task_samples(adapter, o: Options, data):
+    from contextlab.eval import icl, kv, needle, passkey, vartrack
+
+    L = [o.length or adapter.max_context]
+    if o.task == "niah":
+        return needle.build(adapter, needle.Options(lengths=L, depths=[0.0, 25.0, 50.0, 75.0, 100.0]), data), 5
+    if o.task == "passkey":
+        return passkey.build(adapter, passkey.Options(lengths=L, depths=[0.0, 25.0, 50.0, 75.0, 100.0]), data), 5
+    if o.task == "vartrack":
+        return vartrack.build(adapter, vartrack.Options(lengths=L, samples=16), data), 2
+    if o.task == "kv":
+        return kv.build(adapter, kv.Options(n_examples=10), data), 5
+    if o.task == "icl":
+        folder = tasks_folder(data)
+        train, test = icl.read_trec(folder / "train.txt"), icl.read_trec(folder / "test.txt")[:100]
+        return (icl.build_prompts(adapter, train, test, o.shots, 0), {"folder": str(folder)}), len(icl.LABELS)
+    raise UserError(f"unknown task {o.task!r} for the visible-context sweep; use niah, kv, passkey, vartrack, icl "
+                    "or loss")
+
+
+def tasks_folder(data):
+    from pathlib import Path
+
+    if not data or not Path(data).is_dir():
+        raise UserError("task icl needs --data the TREC folder (../shared/data/trec_qc)")
+    return Path(data)
+
+
+def run(adapter, options: Options, data: str | None) -> EvalOutput:
+    points = []
+    if options.task == "loss":
+        from contextlab.eval import bayes_fit
+
+        store = open_store(data, adapter, "visible (task loss)")
+        ks = sorted({int(v) for v in options.visible if v >= 1})
+        if not ks:
+            raise UserError("task loss needs --visible in tokens (>= 1), e.g. 1,4,16,64,256")
+        targets = bayes_fit.sample_targets(store, options.samples, max(ks), 0)
+        losses = bayes_fit.last_token_losses(adapter, store, targets, ks)
+        for k, row in zip(ks, losses):
+            points.append({"visible": k, "loss": float(row.mean()),
+                           "stderr": float(row.std(ddof=1) / np.sqrt(len(row)))})
+        metric, info = "loss", {"store": str(store.path), "hash": store.hash}
+        best = min(points, key=lambda p: p[metric])
+    else:
+        mode = "both" if options.scoring == "both" else options.scoring
+        (samples, info), n_cands = _task_samples(adapter, options, data)
+        for v in options.visible:
+            rows = tasks.score_samples(adapter, samples, mode, visible=None if v == 1.0 else v)
+            summ = tasks.summarize(rows, n_cands)["summary"]
+            metric, _ = tasks.headline_metric(summ)
+            points.append({"visible": v, **summ, "prompt_tokens": float(np.mean([r["prompt_tokens"] for r in rows]))})
+        best = max(points, key=lambda p: p[metric])
+    res = {"summary": {"task": options.task, "metric": metric, "best_visible": best["visible"],
+                       "best_value": best[metric], "value_full_context": points[-1][metric]},
+           "points": points}
+
+    def plot(path):
+        from contextlab.eval.plots import lines_png
+
+        return lines_png({adapter.info.id: ([p["visible"] for p in points], [p[metric] for p in points])}, path,
+                         xlabel="visible context (tokens, or fraction of the prompt)", ylabel=metric,
+                         title=f"visible-context sweep: {options.task}", logx=options.task == "loss")
+
+    return EvalOutput(res, info, plot=plot)

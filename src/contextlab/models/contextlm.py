@@ -1,0 +1,192 @@
+"""ContextLM: a GPT whose token decoder also sees a predicted embedding of the next chunk.
+
+The architecture of "Context-level language modeling by learning predictive context
+embeddings" (seed ``contextlm-next-context-prediction.txt``), built from the GPT's parts:
+
+    tokens ─embed─▶ encoder blocks (default 0) ─▶ h (B, T, C)
+      h ─mean-pool chunks of w─▶ c_0..c_{n-1} (n = T // w complete chunks)
+      c ─causal predictor (default 2 blocks, RoPE at each chunk's first-token position)─▶ ĉ_1..ĉ_n
+      ĉ^b = (c_init × (w-1), ĉ_1 × w, ĉ_2 × w, ..., ĉ_n × the rest),  c_init = h_0
+      decoder blocks (default all) on fuse(h, ĉ^b) ─▶ final norm ─▶ logits
+
+Alignment (the seed's broadcast): position t receives ĉ_j with j = (t + 1) // w, which the
+predictor computed from chunks 0..j-1, the last of which ends at position j*w - 1 <= t.
+So no future token reaches position t (proved with gradients in the tests), and a length T
+not divisible by w needs nothing special: the last, incomplete chunk is never pooled.
+
+Fusion, the trade-off (see docs/objectives.md for the measured comparison): the seed adds
+ĉ^b to h. At small scale that plain sum lets the predictor's residual stream grow far
+above the token embeddings and drown them, and training stalls (DESIGN.md). Three modes:
+
+- ``plain``: h + ĉ^b, exactly the seed.
+- ``gated`` (default): h + g ⊙ ĉ^b with a per-channel gate g initialised to zero, so the
+  model starts exactly as the GPT and learns how much context to let in.
+- ``normalised``: h + a ⊙ RMSNorm(ĉ^b) with a per-channel gain a initialised to the
+  embedding init scale (``init_std``), so the context enters at the token embeddings' size.
+
+There is no extra loss: the seed trains with next-token cross-entropy only, and the
+predictor learns from the error signals of the w positions its prediction is added to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from contextlab.errors import UserError
+from contextlab.models.gpt import GPT, Block, GPTConfig, GPTOutput, _layer_indices, rope_inv_freq, rope_tables
+
+FUSIONS = ("plain", "gated", "normalised")
+
+
+@dataclass
+class ContextLMConfig(GPTConfig):
+    chunk_size: int = 4  # w: tokens per context chunk
+    predictor_layers: int = 2  # transformer blocks of the causal context predictor
+    encoder_layers: int = 0  # of the n_layer blocks, how many form the token encoder (the rest decode)
+    fusion: str = "gated"  # how the predicted context joins the hidden states: plain, gated, normalised
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.chunk_size < 1:
+            raise UserError(f"contextlm chunk_size must be >= 1, got {self.chunk_size}")
+        if self.predictor_layers < 1:
+            raise UserError(f"contextlm predictor_layers must be >= 1, got {self.predictor_layers}")
+        if not 0 <= self.encoder_layers < self.n_layer:
+            raise UserError(f"contextlm encoder_layers must be in [0, n_layer={self.n_layer}), "
+                            f"got {self.encoder_layers}: the decoder needs at least one block")
+        if self.fusion not in FUSIONS:
+            raise UserError(f"contextlm fusion {self.fusion!r} is unknown; use one of {', '.join(FUSIONS)}")
+
+
+class ContextFusion(nn.Module):
+    """h (B, T, C) + the broadcast predicted context (B, T, C), in one of FUSIONS."""
+
+    def __init__(self, config: ContextLMConfig):
+        super().__init__()
+        self.mode = config.fusion
+        C = config.n_embd
+        if self.mode == "gated":
+            self.gate = nn.Parameter(torch.zeros(C))
+        elif self.mode == "normalised":
+            self.norm = nn.RMSNorm(C, eps=config.norm_eps)
+            self.gain = nn.Parameter(torch.full((C,), config.init_std))
+
+    def forward(self, h: Tensor, context: Tensor) -> Tensor:
+        if self.mode == "gated":
+            return h + self.gate.to(context.dtype) * context
+        if self.mode == "normalised":
+            return h + self.gain.to(context.dtype) * self.norm(context)
+        return h + context
+
+
+class ContextLM(GPT):
+    """GPT blocks split into encoder/decoder, plus a causal context predictor and a fusion.
+
+    Same forward signature and output as GPT; ``n_layer`` counts encoder + decoder blocks
+    (the predictor's blocks come on top, as in the seed's parameter-matched comparison).
+    """
+
+    def __init__(self, config: ContextLMConfig):
+        super().__init__(config)
+        self.predictor = nn.ModuleList([Block(config) for _ in range(config.predictor_layers)])
+        self.fusion = ContextFusion(config)
+        for block in self.predictor:
+            block.apply(self._init_module)
+
+    # --- the context pathway ------------------------------------------------------------
+
+    def predict_contexts(self, h: Tensor, *, rope: tuple[Tensor, Tensor] | None = None,
+                         attn_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Encoder output h (B, T, C) -> (chunk contexts c (B, n, C), predictions ĉ_1..ĉ_n (B, n, C)).
+
+        c_k is the mean of h over positions k*w .. k*w+w-1; ĉ_{k+1} = predictor(c_0..c_k).
+        rope: the decoder's (cos, sin), ([B,] T, hs); the predictor uses each chunk's first row.
+        attn_mask: the token mask ([B,] 1, T, T), causal part included; chunks use it at their ends.
+        """
+        B, T, C = h.shape
+        w = self.config.chunk_size
+        n = T // w
+        c = h[:, : n * w].reshape(B, n, w, C).mean(dim=2)  # (B, n, C)
+        if n == 0:  # T < w: every position gets c_init
+            return c, c
+        if rope is None:
+            rope = self.rope(T, h.device)
+        chunk_rope = tuple(t[..., : n * w : w, :] for t in rope)  # ([B,] n, hs): position of each chunk's first token
+        chunk_mask = None
+        if attn_mask is not None:
+            ends = torch.arange(w - 1, n * w, w, device=h.device)  # (n,) last position of each chunk
+            chunk_mask = attn_mask[..., ends, :][..., :, ends]  # ([B,] 1, n, n)
+        x = c
+        for block in self.predictor:
+            x = block(x, chunk_rope, chunk_mask, chunk_mask is None)  # (B, n, C)
+        return c, x
+
+    def broadcast_contexts(self, h: Tensor, predicted: Tensor) -> Tensor:
+        """(c_init = h_0) × (w-1), then each ĉ_j × w, cut to T: (B, T, C); position t gets ĉ_{(t+1)//w}."""
+        B, T, C = h.shape
+        w = self.config.chunk_size
+        c_init = h[:, :1].expand(B, w - 1, C)  # (B, w-1, C)
+        repeated = predicted.repeat_interleave(w, dim=1)  # (B, n*w, C)
+        return torch.cat([c_init, repeated], dim=1)[:, :T]  # w-1 + n*w >= T
+
+    def context_for(self, h: Tensor, *, rope=None, attn_mask: Tensor | None = None) -> Tensor:
+        """The broadcast predicted context ĉ^b (B, T, C) for encoder output h (before fusion)."""
+        _, predicted = self.predict_contexts(h, rope=rope, attn_mask=attn_mask)
+        return self.broadcast_contexts(h, predicted)
+
+    # --- forward ------------------------------------------------------------------------
+
+    def trunk(self, idx: Tensor, *, attn_mask: Tensor | None = None, is_causal: bool = True,
+              position_ids: Tensor | int | None = None, return_hidden: bool | list[int] = False):
+        """As GPT.trunk; the context is fused after block ``encoder_layers`` (0 = the embeddings)."""
+        B, T = idx.shape
+        if isinstance(position_ids, Tensor):
+            inv_freq = rope_inv_freq(self.config.head_dim, self.config.rope_base, idx.device)
+            rope = rope_tables(position_ids.to(torch.float32)[..., None] * inv_freq)  # ([B,] T, hs)
+        else:
+            rope = self.rope(T, idx.device, offset=position_ids or 0)
+        causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
+        if attn_mask is not None and is_causal:
+            attn_mask = attn_mask & causal if attn_mask.dtype == torch.bool else \
+                torch.where(causal, attn_mask, float("-inf"))
+        if not is_causal and attn_mask is None:  # the predictor must stay causal whatever the decoder does
+            raise UserError("ContextLM is autoregressive: call it with is_causal=True or a causal attn_mask")
+        # the predictor reads the mask at chunk ends, always causal whatever the decoder gets; None = plain causal
+        pred_mask = None if attn_mask is None else (
+            (attn_mask if attn_mask.dtype == torch.bool else attn_mask != float("-inf")) & causal)
+
+        x = self.embed(idx)  # (B, T, C)
+        wanted = _layer_indices(return_hidden, self.config.n_layer)
+        layers = [x] if 0 in wanted else []
+        n_enc = self.config.encoder_layers
+        if n_enc == 0:
+            x = self.fusion(x, self.context_for(x, rope=rope, attn_mask=pred_mask))
+        for i, block in enumerate(self.blocks, start=1):
+            x = block(x, rope, attn_mask, is_causal)  # (B, T, C)
+            if i == n_enc:
+                x = self.fusion(x, self.context_for(x, rope=rope, attn_mask=pred_mask))
+            if i in wanted:
+                layers.append(x)
+        return self.final_norm(x), (layers if return_hidden is not False else None)
+
+    def forward(self, idx: Tensor, *, attn_mask: Tensor | None = None, is_causal: bool = True,
+                position_ids: Tensor | int | None = None,
+                return_hidden: bool | list[int] = False) -> GPTOutput:
+        hidden, layers = self.trunk(idx, attn_mask=attn_mask, is_causal=is_causal,
+                                    position_ids=position_ids, return_hidden=return_hidden)
+        return GPTOutput(self.unembed(hidden), hidden, layers)
+
+
+def fusion_scale(model: ContextLM) -> float:
+    """Mean |gate| (gated), mean gain (normalised) or 1.0 (plain): how much context enters."""
+    f = model.fusion
+    if f.mode == "gated":
+        return float(f.gate.detach().abs().mean())
+    if f.mode == "normalised":
+        return float(f.gain.detach().abs().mean())
+    return 1.0
+

@@ -1,0 +1,85 @@
+"""Multi-token prediction in Meta's arrangement (Gloeckle et al. 2024): a GPT with n heads.
+
+A shared trunk (blocks 1..n_layer-1) feeds n head blocks; head k predicts token t+k from
+positions <= t. Every head ends in the *shared* final norm and unembedding. Head 1 is the
+GPT's own last block, so the next-token path is exactly a ``GPT`` of ``n_layer`` blocks:
+
+    trunk = blocks[:-1]      head 1 = blocks[-1]      heads 2..n = future_heads[0..n-2]
+    logits_k = unembed(final_norm(head_k(trunk(x))))
+
+Trade-off: with n_future = 1 the model *is* the GPT (same parameters, same numbers), and
+``forward`` / evaluation / generation / export use head 1 only, as in the paper; the
+price is that the extra heads cost one block and one output layer each during training.
+The extra heads' logits are computed one after another by the objective, not kept at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from contextlab.errors import UserError
+from contextlab.models.gpt import GPT, Block, GPTConfig
+
+
+@dataclass
+class MTPConfig(GPTConfig):
+    n_future: int = 4  # heads: head k predicts token t+k (head 1 = the next token)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.n_future < 1:
+            raise UserError(f"mtp n_future must be >= 1, got {self.n_future}")
+        if self.n_layer < 2 and self.n_future > 1:
+            raise UserError("mtp needs n_layer >= 2: one trunk block at least, plus the next-token head block")
+
+
+class MTPModel(GPT):
+    """GPT whose last block is head 1, plus n_future - 1 more head blocks on the same trunk."""
+
+    def __init__(self, config: MTPConfig):
+        super().__init__(config)
+        self.future_heads = nn.ModuleList([Block(config) for _ in range(config.n_future - 1)])
+        for block in self.future_heads:
+            block.apply(self._init_module)
+
+    def trunk_states(self, idx: Tensor, *, attn_mask: Tensor | None = None, is_causal: bool = True,
+                     position_ids: Tensor | int | None = None):
+        """(residual stream after the shared trunk (B, T, C), rope, mask): what the heads need."""
+        B, T = idx.shape
+        if position_ids is not None:
+            raise UserError("MTPModel.trunk_states takes default positions only; use forward for position_ids")
+        rope = self.rope(T, idx.device)
+        if attn_mask is not None and is_causal:  # as GPT.trunk: a given mask keeps only its causal part
+            causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
+            attn_mask = attn_mask & causal if attn_mask.dtype == torch.bool else \
+                torch.where(causal, attn_mask, float("-inf"))
+        x = self.embed(idx)  # (B, T, C)
+        for block in self.blocks[:-1]:
+            x = block(x, rope, attn_mask, is_causal)
+        return x, rope, attn_mask
+
+    def head_blocks(self) -> list[nn.Module]:
+        """[head 1, head 2, ...]: head 1 is the GPT's last block."""
+        return [self.blocks[-1], *self.future_heads]
+
+    def head_logits(self, z: Tensor, k: int, rope, attn_mask: Tensor | None = None, is_causal: bool = True) -> Tensor:
+        """Logits (B, T, V) of head k (1-based) from trunk states z (B, T, C)."""
+        block = self.head_blocks()[k - 1]
+        return self.unembed(self.final_norm(block(z, rope, attn_mask, is_causal)))
+
+    def all_logits(self, idx: Tensor, *, attn_mask: Tensor | None = None, is_causal: bool = True) -> list[Tensor]:
+        """Every head's logits, [(B, T, V)] * n_future; element k-1 predicts token t+k at position t."""
+        z, rope, attn_mask = self.trunk_states(idx, attn_mask=attn_mask, is_causal=is_causal)
+        return [self.head_logits(z, k, rope, attn_mask, is_causal) for k in range(1, self.config.n_future + 1)]
+
+    def to_gpt(self) -> GPT:
+        """The next-token model as a plain GPT sharing these weights (for export)."""
+        cfg = GPTConfig(**{f: getattr(self.config, f) for f in GPTConfig.__dataclass_fields__})
+        gpt = GPT(cfg)
+        state = {k: v for k, v in self.state_dict().items() if not k.startswith("future_heads.")}
+        gpt.load_state_dict(state)
+        return gpt

@@ -1,0 +1,50 @@
+"""ContextLM (seed ``contextlm-next-context-prediction.txt``): next-token training of the
+``contextlab.models.contextlm.ContextLM`` architecture.
+
+The seed keeps the standard cross-entropy loss: next-context prediction is learnt through
+it, because each predicted context ĉ_k is added to the w positions of its chunk and so
+receives their aggregated error signal. All of the method lives in the model (the
+predictor feeds token predictions at inference too); this objective names the
+architecture, passes its options and counts the predictor's FLOPs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor, nn
+
+from contextlab.config import opt
+from contextlab.objectives.base import Objective, next_token_loss
+from contextlab.train.flops import block_flops_per_token
+
+
+class ContextLMObjective(Objective):
+    """Next-token prediction through a chunk-level context predictor (ContextLM)."""
+
+    name = "contextlm"
+    arch = "contextlm"
+
+    @dataclass
+    class Options:
+        chunk_size: int = opt(4, "w: tokens per context chunk")
+        predictor_layers: int = opt(2, "transformer blocks of the causal context predictor")
+        encoder_layers: int = opt(0, "of model.n_layer blocks, how many encode tokens before the fusion")
+        fusion: str = opt("gated", "plain (h + c, the seed), gated (zero-initialised per-channel gate) or "
+                                   "normalised (RMSNorm(c) times a small learnt gain)")
+
+    def arch_options(self) -> dict:
+        o = self.options
+        return {"chunk_size": o.chunk_size, "predictor_layers": o.predictor_layers,
+                "encoder_layers": o.encoder_layers, "fusion": o.fusion}
+
+    def forward(self, model: nn.Module, tokens: Tensor, doc_ids: Tensor | None = None) -> tuple[Tensor, dict]:
+        x, y = tokens[:, :-1], tokens[:, 1:]  # (B, T)
+        mask = self.attn_mask(None if doc_ids is None else doc_ids[:, :-1])
+        logits = model(x, attn_mask=mask, is_causal=True).logits  # (B, T, V)
+        return next_token_loss(logits, y), {}
+
+    def extra_flops_per_token(self, cfg, seq_len: int) -> float:
+        """The predictor: predictor_layers blocks at one position per w tokens, over seq_len // w chunks."""
+        w = self.options.chunk_size
+        return self.options.predictor_layers * block_flops_per_token(cfg, seq_len // w) / w

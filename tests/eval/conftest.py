@@ -1,0 +1,39 @@
+"""Tiny models and stores for the evaluation tests (built in tmp_path, CPU, seconds)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from contextlab.data.ingest import IngestConfig, ingest
+from contextlab.data.tokenizers import ByteTokenizer
+from contextlab.eval.adapter import ModelAdapter, ModelInfo
+from contextlab.models.gpt import GPT, GPTConfig
+from tests.conftest import SHARED_DATA
+
+
+def tiny_gpt(seed: int = 0, block_size: int = 64) -> GPT:
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(vocab_size=257, n_layer=2, n_head=2, n_embd=64, block_size=block_size))
+    with torch.no_grad():  # larger weights than the init so that context matters to the outputs
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(5.0)
+    return model.eval()
+
+
+def byte_adapter(model: GPT, batch_size: int = 4, dtype: str = "fp32") -> ModelAdapter:
+    tok = ByteTokenizer()
+    info = ModelInfo(id="tiny", kind="contextlab", path="-", architecture="tiny", n_params=0,
+                     max_context=model.config.block_size, extends_beyond=True, tokenizer=tok.spec())
+    return ModelAdapter(model, tok, info, batch_size=batch_size, dtype=dtype)
+
+
+@pytest.fixture(scope="session")
+def byte_store(tmp_path_factory):
+    """A byte-level store of 6 documents of varied lengths (Tiny Shakespeare pieces)."""
+    src = tmp_path_factory.mktemp("src")
+    text = (SHARED_DATA / "tinyshakespeare" / "input.txt").read_text()
+    for i, n in enumerate([40, 130, 300, 90, 260, 500]):
+        (src / f"d{i}.txt").write_text(text[i * 1000: i * 1000 + n])
+    return ingest(src, tmp_path_factory.mktemp("st") / "bytes", IngestConfig(tokenizer="byte"), progress=False).store

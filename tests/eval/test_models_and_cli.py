@@ -1,0 +1,123 @@
+"""Loading through the real code: a tiny HF GPT-2 folder, a trained contextlab run; the command line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from contextlab.cli.eval import cmd_eval
+from contextlab.config import from_dict
+from contextlab.data.ingest import IngestConfig, ingest
+from contextlab.data.tokenizers import train_bpe
+from contextlab.errors import UserError
+from contextlab.eval import load_model
+from tests.conftest import SHARED_DATA
+
+TEXT = (SHARED_DATA / "tinyshakespeare" / "input.txt").read_text()[:60_000]
+
+
+@pytest.fixture(scope="module")
+def hf_folder(tmp_path_factory):
+    """A tiny GPT-2 saved with save_pretrained, with a trained BPE tokenizer.json beside it."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    folder = tmp_path_factory.mktemp("hf") / "tiny-gpt2"
+    tok = train_bpe([TEXT], 300)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=tok.vocab_size, n_positions=128, n_embd=32, n_layer=2, n_head=2))
+    model.save_pretrained(folder)
+    tok._tok.save(str(folder / "tokenizer.json"))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory, hf_folder):
+    src = tmp_path_factory.mktemp("src")
+    for i in range(4):
+        (src / f"part{i}.txt").write_text(TEXT[i * 15_000:(i + 1) * 15_000])
+    root = tmp_path_factory.mktemp("stores")
+    hf_store = ingest(src, root / "hf", IngestConfig(tokenizer=f"hf:{hf_folder / 'tokenizer.json'}"), progress=False)
+    byte_store = ingest(src, root / "bytes", IngestConfig(tokenizer="byte"), progress=False)
+    return hf_store.store, byte_store.store
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory, stores):
+    from contextlab.train.config import RunConfig
+    from contextlab.train.trainer import train
+
+    _, byte_store = stores
+    out = tmp_path_factory.mktemp("runs") / "tiny"
+    cfg = {"model": {"size": "tiny-4x256", "n_layer": 2, "n_head": 2, "n_embd": 64},
+           "data": {"store": str(byte_store.path), "val_split": "tail", "val_fraction": 0.1},
+           "optim": {"lr": 3e-3, "warmup_steps": 2},
+           "train": {"out_dir": str(out), "seq_len": 64, "tokens_per_step": 512, "max_steps": 6, "val_every": 0,
+                     "val_tokens": 256, "ckpt_every": 0, "threads": 1, "peak_flops": 1e12, "progress": False,
+                     "dtype": "fp32", "log_every": 3}}
+    train(from_dict(RunConfig, cfg))
+    return out
+
+
+def test_hf_gpt2_loads_through_the_real_code_and_matches_its_own_forward(hf_folder, stores):
+    from transformers import GPT2LMHeadModel
+
+    adapter = load_model(hf_folder, batch_size=2)
+    assert adapter.info.kind == "hf" and adapter.info.max_context == 128 and not adapter.info.extends_beyond
+    assert adapter.tokenizer.hash == stores[0].tokenizer_hash
+    ids = np.asarray(stores[0].doc(0)[:50], dtype=np.int64)
+    ref = GPT2LMHeadModel.from_pretrained(hf_folder).eval()
+    with torch.no_grad():
+        logp = F.log_softmax(ref(torch.as_tensor(ids[None, :-1])).logits.float(), -1)[0]
+    expected = logp.gather(-1, torch.as_tensor(ids[1:, None]))[:, 0]
+    torch.testing.assert_close(adapter.token_logprobs(ids)[0], expected, rtol=1e-4, atol=1e-4)
+    h = adapter.hidden_states(ids[None], layer=1)
+    assert h.shape == (1, 50, 32)
+    with pytest.raises(UserError, match="supports at most 128"):
+        adapter.token_logprobs(np.zeros(200, np.int64))
+
+
+def test_tokenizer_mismatch_is_one_clear_error(hf_folder, stores):
+    with pytest.raises(UserError, match="tokenizer .* differs from"):
+        cmd_eval(["ppl", "--model", str(hf_folder), "--data", str(stores[1].path), "--out", "/tmp/never"])
+
+
+def test_cli_on_hf_folder_writes_json_and_plot(hf_folder, stores, tmp_path):
+    assert cmd_eval(["contextwise", "--model", str(hf_folder), "--data", str(stores[0].path), "--out",
+                     str(tmp_path), "--length", "100", "--max-docs", "4", "--pieces-per-doc", "0"]) == 0
+    doc = json.loads((tmp_path / "contextwise.json").read_text())
+    assert doc["model"]["kind"] == "hf" and doc["data"]["hash"] == stores[0].hash
+    assert doc["options"]["length"] == 100 and doc["contextlab_version"] and len(doc["results"]["loss"]) == 99
+    assert (tmp_path / "contextwise.png").stat().st_size > 1000
+    assert cmd_eval(["ppl", "--model", str(hf_folder), "--data", str(stores[0].path), "--out", str(tmp_path),
+                     "--stride", "64", "--dtype", "bf16", "--max-docs", "2", "--max-tokens", "600"]) == 0
+    doc = json.loads((tmp_path / "ppl.json").read_text())
+    losses = np.load(tmp_path / doc["arrays"]["token_losses"])
+    assert len(losses) == doc["results"]["n_tokens_scored"] == 2 * 599 and np.isfinite(losses).all()
+
+
+def test_trained_run_loads_its_tokenizer_and_runs_evals(trained_run, stores, tmp_path, hf_folder):
+    adapter = load_model(trained_run)
+    assert adapter.info.kind == "contextlab" and adapter.tokenizer.hash == stores[1].tokenizer_hash
+    assert adapter.info.max_context == 64 and adapter.info.step == 6
+    assert cmd_eval(["contextwise", "--model", str(trained_run), "--model", str(trained_run / "checkpoints" /
+                     "step_000006"), "--data", str(stores[1].path), "--out", str(tmp_path), "--max-docs", "4"]) == 0
+    assert (tmp_path / "contextwise_models.png").is_file()
+    assert cmd_eval(["niah", "--model", str(trained_run), "--lengths", "256,512", "--depths", "0,100",
+                     "--samples", "1", "--scoring", "likelihood"]) == 0  # default haystack, default output
+    doc = json.loads((trained_run / "eval" / "niah.json").read_text())
+    assert doc["results"]["heatmap"]["cols_length"] == [256, 512] and len(doc["results"]["samples"]) == 4
+    assert (trained_run / "eval" / "niah.png").is_file()
+
+
+def test_cli_help_documents_every_option(capsys):
+    with pytest.raises(SystemExit):
+        cmd_eval(["niah", "--help"])
+    text = capsys.readouterr().out
+    for flag in ("--model", "--data", "--out", "--dtype", "--lengths", "--depths", "--needle", "--scoring"):
+        assert flag in text
+    with pytest.raises(SystemExit):
+        cmd_eval(["nonsense", "--model", "x"])

@@ -1,0 +1,111 @@
+"""Prompt tasks: needle placement, key-value prompts, candidate scoring, passkey/vartrack/ICL runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from contextlab.eval import icl, kv, needle, passkey, tasks, vartrack, visible
+from tests.conftest import SHARED_DATA
+from tests.eval.conftest import byte_adapter, tiny_gpt
+
+HAY = " ".join(f"Sentence number {i} says something about item {i * 7}." for i in range(200))
+
+
+@pytest.mark.parametrize("depth", [0, 10, 33, 50, 77, 100])
+def test_needle_goes_in_at_the_requested_depth_within_one_sentence(depth):
+    target = int(depth / 100 * len(HAY))
+    text, at = needle.insert_needle(HAY, needle.NEEDLE, target)
+    assert text.count(needle.NEEDLE) == 1
+    assert text.index(needle.NEEDLE) == (at + 1 if at else 0)
+    if at:  # right after a sentence end, and no other sentence end between it and the target
+        assert HAY[:at].endswith(".") and HAY[at] == " "
+        assert not needle.sentence_boundaries(HAY[at:target + 1])[:-1] or HAY[at:target].count(". ") == 0
+    assert at <= target and len(HAY[at:target].split(". ")) <= 2  # within one sentence
+    assert text.replace(" " + needle.NEEDLE, "", 1) == HAY or at == 0
+
+
+def test_needle_prompt_has_the_needle_at_depth_in_the_model_tokens(tmp_path):
+    (tmp_path / "a.txt").write_text(HAY)
+    adapter = byte_adapter(tiny_gpt())
+    o = needle.Options()
+    for depth in (0.0, 50.0, 100.0):
+        ids, meta = needle.build_prompt(adapter, HAY, 600, depth, o)
+        text = adapter.tokenizer.decode(ids)
+        assert len(ids) <= 600 and text.count(o.needle) == 1
+        assert text.endswith("Answer: " + o.answer_prefix)
+        assert abs(meta["depth_tokens"] - depth / 100) < 0.12  # a sentence here is ~50 of ~450 haystack bytes
+        assert meta["target_char"] - meta["insert_char"] < 60
+
+
+def test_kv_prompt_holds_every_pair_exactly_once():
+    rows = kv.read_examples(SHARED_DATA / "lost_in_the_middle" / "kv-retrieval-75_keys.jsonl.gz")
+    ex = rows[0]
+    records = [tuple(r) for r in ex["ordered_kv_records"]]
+    gold = next(i for i, (k, _) in enumerate(records) if k == ex["key"])
+    for pos in (0, 37, 74):
+        placed = kv.place_gold(records, gold, pos)
+        text = kv.kv_prompt(placed, ex["key"])
+        assert placed[pos][0] == ex["key"] and sorted(placed) == sorted(records)
+        for k, v in records:
+            assert text.count(f'"{k}": "{v}"') == 1 and text.count(v) == 1
+        assert text.count(ex["key"]) == 2  # in the object and in the question
+        body = text[text.index("{"): text.rindex("}") + 1]
+        assert list(json.loads(body).items()) == placed
+
+
+def test_kv_build_with_fewer_pairs_keeps_the_gold_pair():
+    adapter = byte_adapter(tiny_gpt(block_size=4096))
+    path = str(SHARED_DATA / "lost_in_the_middle" / "kv-retrieval-75_keys.jsonl.gz")
+    samples, info = kv.build(adapter, kv.Options(n_examples=2, n_pairs=6), path)
+    assert info["positions"] == [0, 1, 2, 4, 5] and len(samples) == 10
+    for s in samples:
+        text = adapter.tokenizer.decode(s.prompt)
+        body = json.loads(text[text.index("{"): text.rindex("}") + 1])
+        assert len(body) == 6 and list(body.values())[s.cell[0]] == s.answer
+        assert adapter.tokenizer.decode(s.candidates[0]) == f' "{s.answer}"'
+
+
+def test_candidate_scores_equal_separate_forward_passes():
+    model = tiny_gpt(5)
+    adapter = byte_adapter(model, batch_size=3)
+    prompt = adapter.encode("The pass key is 12345. What is the pass key? It is")
+    cands = [adapter.encode(" 12345"), adapter.encode(" 999"), adapter.encode(" 1")]
+    got = adapter.score_continuations(prompt, cands)
+    for c, g in zip(cands, got):
+        lp = adapter.token_logprobs(prompt + c)[0, len(prompt) - 1:]
+        assert g == pytest.approx(float(lp.sum()), rel=1e-5)
+
+
+def test_passkey_vartrack_and_scoring_on_a_tiny_model():
+    adapter = byte_adapter(tiny_gpt(6, block_size=128), batch_size=6)
+    samples, info = passkey.build(adapter, passkey.Options(lengths=[300], depths=[0, 100], samples=1), None)
+    assert [len(s.prompt) for s in samples] == [300, 300]
+    key = samples[1].answer
+    assert adapter.tokenizer.decode(samples[1].prompt).count(key) == 2
+    rows = tasks.score_samples(adapter, samples, "both", max_new_tokens=4)
+    assert all(isinstance(r["likelihood_correct"], bool) and "generated" in r for r in rows)
+    out = vartrack.run(adapter, vartrack.Options(lengths=[700], samples=2, hops=2), None)
+    s = out.results["summary"]
+    assert s["chance"] == 0.5 and 0 <= s["likelihood_accuracy"] <= 1
+    vs, _ = vartrack.build(adapter, vartrack.Options(lengths=[700], samples=1, hops=2), None)
+    text = adapter.tokenizer.decode(vs[0].prompt)
+    names = vs[0].answer.split()
+    assert len(vs[0].prompt) == 700 and all(text.count(f"VAR {n} =") == 1 for n in names)
+    assert [text.index(f"VAR {n} =") for n in names] == sorted(text.index(f"VAR {n} =") for n in names)
+
+
+def test_icl_and_visible_sweep_run_on_a_tiny_model():
+    adapter = byte_adapter(tiny_gpt(7, block_size=128), batch_size=6)
+    trec = str(SHARED_DATA / "trec_qc")
+    out = icl.run(adapter, icl.Options(shots=[0, 2], n_test=6, seeds=1), trec)
+    assert [r["shots"] for r in out.results["by_shots"]] == [0, 2]
+    assert out.results["by_shots"][1]["context_tokens"] > out.results["by_shots"][0]["context_tokens"]
+    samples = icl.build_prompts(adapter, icl.read_trec(SHARED_DATA / "trec_qc" / "train.txt"),
+                                icl.read_trec(SHARED_DATA / "trec_qc" / "test.txt")[:3], 4, 0)
+    assert all(adapter.tokenizer.decode(s.prompt).count("Question:") == 5 for s in samples)
+    assert tasks.truncate(list(range(10)), 3) == [7, 8, 9] and tasks.truncate(list(range(10)), 0.5) == [5, 6, 7, 8, 9]
+    sweep = visible.run(adapter, visible.Options(task="passkey", visible=[0.5, 1.0], length=300), None)
+    pts = sweep.results["points"]
+    assert [p["visible"] for p in pts] == [0.5, 1.0] and pts[0]["prompt_tokens"] == 150 and pts[1]["prompt_tokens"] == 300

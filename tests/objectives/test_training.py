@@ -1,0 +1,120 @@
+"""Every objective trains a tiny model through the real trainer; the checkpoint loads back.
+
+The loaded model (``load_trained_model``, the architecture recorded in the checkpoint)
+must give the same next-token logits as the model in the trainer, and ContextLM / MTP
+export to Hugging Face with the same logits.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from contextlab.config import from_dict
+from contextlab.data.ingest import IngestConfig, ingest
+from contextlab.models.contextlm import ContextLM
+from contextlab.models.gpt import GPT
+from contextlab.models.loading import load_trained_model
+from contextlab.models.mtp import MTPModel
+from contextlab.train import distributed as D
+from contextlab.train.config import RunConfig
+from contextlab.train.trainer import Trainer, train
+from tests.conftest import SHARED_DATA
+
+TINY = {"model": {"size": "tiny-2x128", "n_layer": 2, "n_head": 2, "n_embd": 32},
+        "optim": {"lr": 3e-3, "warmup_steps": 1},
+        "train": {"seq_len": 32, "tokens_per_step": 128, "log_every": 1, "val_every": 0, "val_tokens": 64,
+                  "ckpt_every": 0, "keep_last": 1, "threads": 1, "peak_flops": 1e12, "progress": False,
+                  "dtype": "fp32", "max_steps": 3},
+        "data": {"val_split": "tail", "val_fraction": 0.1}}
+
+CASES = [
+    ("clm", {}, GPT),
+    ("mlm", {}, GPT),
+    ("span", {"n_sentinels": 10}, GPT),
+    ("prefix_lm", {}, GPT),
+    ("fim", {}, GPT),
+    ("mtp", {"n_future": 3}, MTPModel),
+    ("ul2", {"n_sentinels": 10}, GPT),
+    ("contextlm", {"chunk_size": 4}, ContextLM),
+]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    out = tmp_path_factory.mktemp("store") / "shakes"
+    src = tmp_path_factory.mktemp("src") / "shakes.txt"
+    src.write_text((SHARED_DATA / "tinyshakespeare" / "input.txt").read_text()[:50_000])
+    return ingest(src, out, IngestConfig(), progress=False).store
+
+
+def config(store, out_dir, name: str, options: dict, **data_overrides) -> RunConfig:
+    data = json.loads(json.dumps(TINY))
+    data["data"].update(store=str(store.path), **data_overrides)
+    data["train"]["out_dir"] = str(out_dir)
+    data["objective"] = {"name": name, "options": options}
+    return from_dict(RunConfig, data)
+
+
+@pytest.mark.parametrize("name,options,cls", CASES, ids=[c[0] for c in CASES])
+def test_objective_trains_and_its_checkpoint_loads_back(store, tmp_path, name, options, cls):
+    trainer = Trainer(config(store, tmp_path / "run", name, options))
+    try:
+        result = trainer.run()
+    finally:
+        D.shutdown()
+    assert result.steps == 3 and np.isfinite(result.final_loss) and result.val_loss is not None
+    model, state, _ = load_trained_model(tmp_path / "run")
+    assert type(model) is cls and state["arch"] == trainer.objective.arch and state["objective"] == name
+    assert model.config.vocab_size == trainer.objective.vocab_size
+    idx = torch.randint(0, 256, (2, 32))
+    trainer.model.eval()
+    with torch.no_grad():
+        assert torch.equal(model(idx).logits, trainer.model(idx).logits)
+    if name == "contextlm":
+        assert float(model.fusion.gate.detach().abs().sum()) > 0  # the gate opened during training
+
+
+def test_contextlm_with_document_mask_and_encoder_split_trains(store, tmp_path):
+    res = train(config(store, tmp_path / "run", "contextlm", {"chunk_size": 2, "encoder_layers": 1,
+                                                              "fusion": "normalised"}, doc_mask=True))
+    assert res.steps == 3 and np.isfinite(res.final_loss)
+    model, _, _ = load_trained_model(tmp_path / "run")
+    assert model.config.encoder_layers == 1 and model.config.fusion == "normalised"
+
+
+def test_bad_objective_options_fail_with_the_option_name(store, tmp_path):
+    from contextlab.errors import UserError
+
+    with pytest.raises(UserError, match="fusion"):
+        train(config(store, tmp_path / "a", "contextlm", {"fusion": "concat"}))
+    with pytest.raises(UserError, match="loss_weights"):
+        train(config(store, tmp_path / "b", "mtp", {"n_future": 2, "loss_weights": [1.0]}))
+
+
+def test_contextlm_and_mtp_export_to_hugging_face(tmp_path):
+    pytest.importorskip("transformers")
+    from contextlab.models.archs import build_arch
+    from contextlab.models.gpt import GPTConfig
+    from contextlab.models.hf import gpt_from_hf_export, load_hf_causal_lm
+    from contextlab.models.hf_archs import export_arch_to_hf
+
+    base = GPTConfig(vocab_size=70, n_layer=2, n_head=2, n_embd=32, block_size=32)
+    torch.manual_seed(0)
+    ctx = build_arch("contextlm", base, chunk_size=4).eval()
+    with torch.no_grad():
+        ctx.fusion.gate.normal_()
+    mtp = build_arch("mtp", base, n_future=3).eval()
+    idx = torch.randint(0, 70, (2, 19))
+    for model, folder in ((ctx, "ctx"), (mtp, "mtp")):
+        out = export_arch_to_hf(model, tmp_path / folder)
+        hf = load_hf_causal_lm(out)
+        with torch.no_grad():
+            assert torch.equal(hf(idx).logits, model(idx).logits)
+        gen = hf.generate(idx[:1, :5], max_new_tokens=4, do_sample=False)
+        assert gen.shape == (1, 9)
+    assert type(gpt_from_hf_export(tmp_path / "mtp")) is GPT  # MTP exports its next-token GPT
+    assert json.loads((tmp_path / "ctx" / "config.json").read_text())["model_type"] == "contextlab-contextlm"
