@@ -11,7 +11,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[dev,hf]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,hf,dense]'
 	touch $@
 
 install: $(VENV)/.installed

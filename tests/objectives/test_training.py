@@ -96,7 +96,7 @@ def test_bad_objective_options_fail_with_the_option_name(store, tmp_path):
 
 
 def test_contextlm_and_mtp_export_to_hugging_face(tmp_path):
-    pytest.importorskip("transformers")
+    import transformers  # noqa: F401  (the hf extra is always installed for tests)
     from contextlab.models.archs import build_arch
     from contextlab.models.gpt import GPTConfig
     from contextlab.models.hf import gpt_from_hf_export, load_hf_causal_lm

