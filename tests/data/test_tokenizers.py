@@ -451,3 +451,66 @@ def test_bad_specs_name_the_problem(tmp_path):
             T.load_tokenizer(spec)
         msg = str(err.value)
         assert problem in msg and repr(spec) in msg and "valid forms: byte, gpt2:DIR" in msg, msg
+
+
+# ---------------------------------------------------------------- cutting long texts
+
+
+def adversarial_texts(seed: int, n: int) -> list[str]:
+    """Random mixes of letters, digits, punctuation, contractions and every kind of whitespace run."""
+    rng = random.Random(seed)
+    spaces = [" ", "  ", "\t", "\n", "\r\n", "\u00a0", "\u3000", "\u2028", "\x0b", "\x85", "\x1c", "\u200b", "\u2009"]
+    pieces = ["'s", "'ll", " 123", "4567890", "😀", "👍🏽", "\u0301", " def", "don't", "...", "--", "日本"]
+    texts = []
+    for _ in range(n):
+        parts = [random_unicode(rng, rng.randint(0, 20)) for _ in range(8)]
+        parts += ["".join(rng.choices(spaces, k=rng.randint(1, 6))) for _ in range(12)]
+        parts += rng.choices(pieces, k=12) + ["word"] * 10
+        rng.shuffle(parts)
+        texts.append("".join(parts))
+    return texts
+
+
+@pytest.mark.parametrize("kind", ["byte", "gpt2", "bpe"])
+def test_encoding_in_pieces_equals_encoding_whole(all_kinds, kind):
+    tok = all_kinds[kind]
+    book = read(BOOKS / "pg2701.txt", 200_000)
+    texts = [book, read(Path(sysconfig.get_paths()["stdlib"]) / "argparse.py"), UNICODE * 50,
+             *adversarial_texts(3, 200)]
+    whole = tok.encode_batch(texts)
+    for size in (7, 64, 1000):
+        cuts = [tok.cut_points(t, size) for t in texts]
+        assert sum(map(len, cuts)) > len(texts)  # the texts really were cut
+        for text, c in zip(texts[:3], cuts):
+            assert c == sorted(set(c)) and all(0 < i < len(text) for i in c)
+        pieced = tok.encode_pieces(texts, size)
+        assert [a.tolist() for a in pieced] == [b.tolist() for b in whole]
+
+
+def test_gpt2_cuts_keep_every_regex_piece(gpt2):
+    """The proof's premise, checked without any vocabulary: the regex pieces of the parts are those of the whole."""
+    import regex
+
+    pattern = regex.compile(T.GPT2_PATTERN)
+    texts = [read(Path(sysconfig.get_paths()["stdlib"]) / "argparse.py"), *adversarial_texts(5, 300)]
+    n_cuts = 0
+    for text in texts:
+        cuts = gpt2.cut_points(text, 16)
+        n_cuts += len(cuts)
+        parts = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
+        assert [p for part in parts for p in pattern.findall(part)] == pattern.findall(text)
+    assert n_cuts > 1000
+
+
+def test_gpt2_cuts_sit_after_a_non_space(gpt2):
+    text = "a  b\t c\n d " + "x" * 50 + " end"
+    cuts = gpt2.cut_points(text, 3)
+    assert cuts and all(text[i] == " " and not text[i - 1].isspace() for i in cuts)
+    assert gpt2.cut_points("  \n  " * 100, 10) == []  # only whitespace: nowhere safe to cut
+
+
+def test_tokenizers_without_a_proof_never_cut(bpe4k):
+    slow = hf_engine(bpe4k)
+    text = read(BOOKS / "pg2701.txt", 20_000)
+    assert slow.cut_points(text, 100) == []
+    assert slow.encode_pieces([text], 100)[0].tolist() == slow.encode(text)

@@ -1,7 +1,8 @@
 """Corpus -> token store: parallel, resumable, atomic.
 
 The work is split three ways so both cores stay busy: a reader thread walks the source
-and hands over batches of a few MB of text; the tokenizer encodes a whole batch with its
+and hands over batches of about a MB of text; long documents are cut where the tokenizer
+proves a cut changes no id, and the tokenizer encodes all pieces of a batch with its
 native thread pool (Rust in HF ``tokenizers`` and tiktoken, so the GIL is released); the
 main thread appends the ids to the partial store. Memory stays flat: at most a couple of
 batches are alive at once, whatever the corpus size.
@@ -31,7 +32,7 @@ from typing import Callable, Iterable, Iterator
 from contextlab.config import opt, save_toml, to_dict
 from contextlab.data.sources import Document, SourceOptions, open_source
 from contextlab.data.store import StoreWriter, TokenStore, WriterState, dtype_for_vocab, finalize_store, is_store
-from contextlab.data.tokenizers import Tokenizer, load_saved_tokenizer, load_tokenizer
+from contextlab.data.tokenizers import N_THREADS, Tokenizer, load_saved_tokenizer, load_tokenizer
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_json
 
@@ -45,7 +46,7 @@ class IngestConfig:
     tokenizer: str = opt("byte", f"tokenizer spec: {TOKENIZER_SPECS}")
     min_tokens: int = opt(1, "skip documents with fewer tokens than this (they are counted)")
     max_tokens: int = opt(0, "skip documents with more tokens than this; 0 = no limit")
-    batch_mb: float = opt(4.0, "MB of text per tokenizer batch; progress is committed after each")
+    batch_mb: float = opt(1.0, "MB of text per tokenizer batch; progress is committed after each")
     bpe_sample_mb: float = opt(0.0, "train bpe:N on at most this many MB of the source; 0 = all of it")
     source: SourceOptions = opt(factory=SourceOptions, help="how the source is read")
 
@@ -105,11 +106,13 @@ def ingest(source: str | Path, out: str | Path, config: IngestConfig | None = No
     resumed_from = int(record["source_pos"])
     if resumed_from:
         print(f"resuming ingest into {out}: {state.n_docs:,} documents already stored")
+    _steady_heap()
+    piece_chars = max(1 << 16, int(config.batch_mb * 1e6) // (4 * N_THREADS))
     try:
         pos = resumed_from
         bar = _progress_bar(progress, src, state)
         for batch in _prefetch(_batches(iter(src), resumed_from, int(config.batch_mb * 1e6))):
-            ids = tokenizer.encode_batch([d.text for d in batch])
+            ids = tokenizer.encode_pieces([d.text for d in batch], piece_chars)
             for doc, arr in zip(batch, ids):
                 n = len(arr)
                 if n < max(config.min_tokens, 1):
@@ -234,6 +237,26 @@ def _batches(docs: Iterator[Document], skip: int, batch_chars: int) -> Iterator[
             batch, size = [], 0
     if batch:
         yield batch
+
+
+def _steady_heap() -> None:
+    """Keep glibc from growing the heap with the corpus (peak RSS flat in corpus size).
+
+    glibc raises its mmap threshold each time a large block is freed, after which the
+    multi-MB texts and id lists of every batch come from the heap, and the heap fragments
+    and grows slowly over a long ingest (measured: 139 MB peak for 10 MB of books, 177 MB
+    for 67 MB). A fixed threshold sends large blocks back to the OS when freed. Elsewhere
+    than glibc this does nothing.
+    """
+    import ctypes
+    import platform
+
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return
+    try:
+        ctypes.CDLL(None).mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD; a fixed value also stops its growth
+    except (OSError, AttributeError):
+        pass
 
 
 def _prefetch(it: Iterator, depth: int = 2) -> Iterator:

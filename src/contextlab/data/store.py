@@ -198,7 +198,7 @@ def _read_meta(path: Path) -> dict:
     return meta
 
 
-def content_hash(tokens_file: Path, offsets_file: Path, chunk: int = 1 << 24) -> str:
+def content_hash(tokens_file: Path, offsets_file: Path, chunk: int = 1 << 20) -> str:
     """sha256 over tokens.bin then offsets.npy's array bytes."""
     h = hashlib.sha256()
     with open(tokens_file, "rb") as f:

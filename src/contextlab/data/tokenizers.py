@@ -70,6 +70,36 @@ class Tokenizer:
         """One uint32 id array per text, encoded with the backend's own threads."""
         raise NotImplementedError
 
+    def cut_points(self, text: str, size: int) -> list[int]:
+        """Positions, about ``size`` characters apart, where ``text`` may be cut without changing its ids.
+
+        Encoding the pieces and concatenating the ids gives exactly the ids of the whole
+        text. The base class knows no such positions (an arbitrary HF pre-tokenizer or
+        normalizer may look across any cut), so it returns none.
+        """
+        return []
+
+    def encode_pieces(self, texts: list[str], piece_chars: int) -> list[np.ndarray]:
+        """``encode_batch`` with long texts cut at ``cut_points`` first.
+
+        The pieces of all texts go to the backend as one batch, so a single long document
+        keeps every core busy and no piece larger than about ``piece_chars`` is encoded at
+        once (the per-token Python lists a backend returns cost ~36 bytes a token).
+        """
+        pieces: list[str] = []
+        owner: list[int] = []
+        for i, text in enumerate(texts):
+            cuts = self.cut_points(text, piece_chars) if len(text) > piece_chars else []
+            for a, b in zip([0, *cuts], [*cuts, len(text)]):
+                pieces.append(text[a:b])
+                owner.append(i)
+        ids = self.encode_batch(pieces)
+        del pieces
+        out: list[list[np.ndarray]] = [[] for _ in texts]
+        for i, arr in zip(owner, ids):
+            out[i].append(arr)
+        return [parts[0] if len(parts) == 1 else np.concatenate(parts) for parts in out]
+
     def decode(self, ids: Sequence[int] | np.ndarray) -> str:
         """Text of ``ids`` (a list or an array); special tokens appear as their names."""
         arr = np.asarray(ids, dtype=np.int64).ravel()
@@ -139,6 +169,9 @@ class ByteTokenizer(Tokenizer):
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
         return [np.frombuffer(t.encode("utf-8"), np.uint8).astype(np.uint32) for t in texts]
 
+    def cut_points(self, text: str, size: int) -> list[int]:
+        return list(range(size, len(text), size))  # bytes of a character never span a cut
+
     def _decode(self, ids: np.ndarray) -> str:
         names = {i: n.encode("utf-8") for n, i in self.special_tokens.items()}
         parts, start = [], 0
@@ -150,6 +183,39 @@ class ByteTokenizer(Tokenizer):
 
     def _with_specials(self, new: dict[str, int]) -> ByteTokenizer:
         return ByteTokenizer({**self.special_tokens, **new})
+
+
+def gpt2_regex_cuts(text: str, size: int) -> list[int]:
+    """Cut points for ``GPT2_PATTERN`` tokenizers: a space (U+0020) right after a non-space.
+
+    No alternative of the pattern matches a non-space followed by a space (spaces only
+    lead a piece or fill a whitespace run), so a regex piece always starts at such a
+    space; and the pattern has no look-behind, so the pieces found from there on do not
+    depend on the text before it. BPE merges never cross regex pieces, so the ids of the
+    two sides concatenate to the ids of the whole. ``str.isspace`` accepts every Unicode
+    White_Space character (and a few more), so "not isspace" is the safe side of ``\\s``.
+    """
+    cuts: list[int] = []
+    start, n = 0, len(text)
+    while n - start > size:
+        i = start + size
+        while True:
+            i = text.rfind(" ", start + 1, i + 1)
+            if i <= start or not text[i - 1].isspace():
+                break
+            i -= 1
+        if i <= start:  # no cut point in the last `size` characters: look further on
+            i = start + size
+            while True:
+                i = text.find(" ", i)
+                if i < 0 or not text[i - 1].isspace():
+                    break
+                i += 1
+            if i < 0:
+                break
+        cuts.append(i)
+        start = i
+    return cuts
 
 
 def _to_array(ids: list[int]) -> np.ndarray:
@@ -208,6 +274,9 @@ class GPT2Tokenizer(Tokenizer):
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
         return [_to_array(ids) for ids in self._enc.encode_ordinary_batch(texts, num_threads=N_THREADS)]
+
+    def cut_points(self, text: str, size: int) -> list[int]:
+        return gpt2_regex_cuts(text, size)
 
     def _decode(self, ids: np.ndarray) -> str:
         return self._enc.decode(ids.tolist(), errors="replace")
@@ -330,6 +399,9 @@ class HFTokenizer(Tokenizer):
         if self._tt is not None:
             return [_to_array(ids) for ids in self._tt.encode_ordinary_batch(texts, num_threads=N_THREADS)]
         return [_to_array(e.ids) for e in self._tok.encode_batch_fast(texts, add_special_tokens=False)]
+
+    def cut_points(self, text: str, size: int) -> list[int]:
+        return gpt2_regex_cuts(text, size) if self._tt is not None else []
 
     def _decode(self, ids: np.ndarray) -> str:
         return self._tok.decode(ids.tolist(), skip_special_tokens=False)
