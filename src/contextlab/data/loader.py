@@ -14,6 +14,11 @@ Two ways to make rows (``mode``):
 * ``long_docs``: one document per row, only documents of at least ``seq_len + 1`` tokens,
   each cut to that length (the LongCrawl64 protocol: every row has real long-range
   structure, which context-size comparisons need).
+* ``packed_store``: the rows are the sequences of a packed store made by ``contextlab data
+  pack`` (example packing, SPLICE, ...) with ``seq_len + 1`` tokens each; ``view`` is the
+  ``PackedStore`` and ``sequences`` the ids of the sequences this loader may use (a
+  train or validation share from ``packed_split``). Shorter sequences (the last of a
+  shard) are never used, so every row is full.
 
 Row order: every epoch visits all rows once in a permutation seeded by ``(seed, epoch)``.
 The whole state is two integers (epoch, position), saved in every checkpoint; restoring
@@ -28,8 +33,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from contextlab.data.packing.packed_store import PackedStore
 from contextlab.data.views import DocView
 from contextlab.errors import UserError
+
+MODES = ("packed", "long_docs", "packed_store")
 
 
 @dataclass
@@ -47,11 +55,13 @@ class Batch:
 class TokenLoader:
     """Rows of ``seq_len + 1`` tokens from ``view``; see the module docstring."""
 
-    def __init__(self, view: DocView, seq_len: int, rows_per_step: int, *, mode: str = "packed",
+    def __init__(self, view: DocView | PackedStore, seq_len: int, rows_per_step: int, *, mode: str = "packed",
                  separator: int | None = None, seed: int = 0, rank: int = 0, world_size: int = 1,
-                 order_seed: int | None = None):
-        if mode not in ("packed", "long_docs"):
-            raise UserError(f"unknown loader mode {mode!r}; use packed or long_docs")
+                 order_seed: int | None = None, sequences: np.ndarray | None = None):
+        if mode not in MODES:
+            raise UserError(f"unknown loader mode {mode!r}; use one of {', '.join(MODES)}")
+        if (mode == "packed_store") != isinstance(view, PackedStore):
+            raise ValueError("mode packed_store takes a PackedStore, the other modes a DocView")
         if rows_per_step % world_size:
             raise UserError(f"rows per step ({rows_per_step}) must be divisible by the number of processes "
                             f"({world_size}); change train.tokens_per_step or the process count")
@@ -65,11 +75,20 @@ class TokenLoader:
             self.doc_lens = view.lengths()[self.doc_order] + (1 if separator is not None else 0)
             self.starts = np.concatenate([[0], np.cumsum(self.doc_lens)])
             self.n_rows = int((self.starts[-1] - 1) // self.seq_len)  # consecutive rows share one token
-        else:
+        elif mode == "long_docs":
             self.doc_order = np.flatnonzero(view.lengths() >= self.row_len)
             self.n_rows = len(self.doc_order)
+        else:  # doc_order holds sequence ids of the packed store
+            if view.seq_len != self.row_len:
+                raise UserError(f"{view.path} was packed with --seq-len {view.seq_len} but training rows need "
+                                f"{self.row_len} (train.seq_len + 1 for the shifted targets); pack again with "
+                                f"--seq-len {self.row_len}")
+            ids = np.arange(len(view)) if sequences is None else np.asarray(sequences, dtype=np.int64)
+            self.doc_order = ids[view.sequence_lengths()[ids] == self.row_len]
+            self.n_rows = len(self.doc_order)
         if self.n_rows < self.rows:
-            need = "documents of at least %d tokens" % self.row_len if mode == "long_docs" else "tokens"
+            need = {"long_docs": "documents of at least %d tokens" % self.row_len,
+                    "packed_store": "packed sequences"}.get(mode, "tokens")
             raise UserError(f"the data gives {max(self.n_rows, 0)} rows of {self.row_len} tokens but one step needs "
                             f"{self.rows}; use more data ({need}) or a smaller train.tokens_per_step / seq_len")
 
@@ -113,6 +132,12 @@ class TokenLoader:
         if self.mode == "long_docs":
             out[:] = self.view.doc(int(self.doc_order[r]))[: self.row_len]
             return
+        if self.mode == "packed_store":
+            tokens, docs = self.view.sequence_tokens(int(self.doc_order[r]))
+            out[:] = tokens
+            doc_ids[0] = 0
+            np.cumsum(docs[1:] != docs[:-1], out=doc_ids[1:])  # row-local: 0, 0, 1, 1, 1, 2, ...
+            return
         pos = r * self.seq_len
         end = pos + self.row_len
         d = int(np.searchsorted(self.starts, pos, side="right") - 1)
@@ -133,3 +158,18 @@ class TokenLoader:
                 filled += 1
             d += 1
             local += 1
+
+
+def packed_split(packed: PackedStore, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, validation) sequence ids of ``packed``: a seeded ``val_fraction`` of its sequences is held out.
+
+    Example packing puts each document in one sequence, so held-out sequences are mostly
+    unseen documents; SPLICE may place a document's pieces in several sequences, so use a
+    separate ``val_store`` when the validation loss must be on strictly unseen text.
+    """
+    n = len(packed)
+    n_val = int(round(n * val_fraction)) if val_fraction > 0 else 0
+    if n_val >= n:
+        raise UserError(f"val_fraction {val_fraction} holds out all {n} sequences of {packed.path}; lower it")
+    perm = np.random.default_rng(seed).permutation(n)
+    return np.sort(perm[n_val:]), np.sort(perm[:n_val])

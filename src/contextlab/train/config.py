@@ -35,7 +35,10 @@ class DataSection:
     val_split: str = opt("documents", "documents (hold out whole documents) or tail (the last val_fraction of "
                          "every document's tokens: for corpora of a few long documents)")
     split_seed: int = opt(0, "seed of the train/validation split")
-    mode: str = opt("packed", "packed (documents end to end with separators) or long_docs (one document per row)")
+    packed: str = opt("", "packed store to train on (contextlab data pack --seq-len train.seq_len+1): its sequences "
+                      "are the rows; data.store may stay empty (the packed store knows its token store)")
+    mode: str = opt("packed", "packed (documents end to end with separators) or long_docs (one document per row); "
+                    "ignored when data.packed is set")
     doc_mask: bool = opt(False, "block-diagonal attention: packed documents do not see each other")
 
 

@@ -28,7 +28,8 @@ import torch
 
 from contextlab import __version__
 from contextlab.config import dumps_toml, from_dict, to_dict
-from contextlab.data.loader import TokenLoader
+from contextlab.data.loader import TokenLoader, packed_split
+from contextlab.data.packing.packed_store import PackedStore
 from contextlab.data.store import TokenStore
 from contextlab.data.views import all_documents, split_documents, split_tail
 from contextlab.errors import UserError
@@ -83,10 +84,14 @@ class Trainer:
             torch.set_num_threads(t.threads)
         if t.dtype not in ("bf16", "fp32"):
             raise UserError(f"train.dtype must be bf16 or fp32, got {t.dtype!r}")
-        if not cfg.data.store:
-            raise UserError("no training data: set data.store (e.g. --set data.store=STORE)")
+        if not cfg.data.store and not cfg.data.packed:
+            raise UserError("no training data: set data.store (e.g. --set data.store=STORE) or data.packed")
         self.run_dir = Path(t.out_dir)
-        self.store = TokenStore(cfg.data.store)
+        self.packed = PackedStore(cfg.data.packed) if cfg.data.packed else None
+        self.store = self.packed.store if self.packed is not None else TokenStore(cfg.data.store)
+        if self.packed is not None and cfg.data.store and TokenStore(cfg.data.store).hash != self.store.hash:
+            raise UserError(f"data.packed {cfg.data.packed} was packed from {self.store.path}, not from data.store "
+                            f"{cfg.data.store}; leave data.store empty or pack {cfg.data.store}")
         tok = self.store.tokenizer_spec
         self.rows = max(1, t.tokens_per_step // t.seq_len)
         if self.rows * t.seq_len != t.tokens_per_step:
@@ -114,8 +119,12 @@ class Trainer:
 
         train_view, val_view = self._views()
         eot = tok.get("eot_id")
-        self.loader = TokenLoader(train_view, t.seq_len, self.rows, mode=cfg.data.mode, separator=eot,
-                                  seed=t.seed, rank=self.info.rank, world_size=self.info.world_size)
+        if self.packed is not None:
+            self.loader = TokenLoader(self.packed, t.seq_len, self.rows, mode="packed_store", seed=t.seed,
+                                      rank=self.info.rank, world_size=self.info.world_size, sequences=train_view)
+        else:
+            self.loader = TokenLoader(train_view, t.seq_len, self.rows, mode=cfg.data.mode, separator=eot,
+                                      seed=t.seed, rank=self.info.rank, world_size=self.info.world_size)
         self.val_rows = self._val_rows(val_view, eot)
         self.state = {"step": 0, "tokens": 0, "flops": 0.0, "elapsed": 0.0, "total_steps": None}
         self.peak = t.peak_flops or measured_peak_flops(torch.bfloat16 if t.dtype == "bf16" else torch.float32,
@@ -123,11 +132,16 @@ class Trainer:
 
     # ------------------------------------------------------------------ setup
     def _views(self):
+        """(train, validation) sources: document views, or for a packed store its train sequence ids."""
         d = self.cfg.data
         if d.val_store:
             val_store = TokenStore(d.val_store)
             val_store.check_tokenizer(self.store.tokenizer_spec, f"the training store {self.store.path}")
-            return all_documents(self.store), all_documents(val_store)
+            train = None if self.packed is not None else all_documents(self.store)
+            return train, all_documents(val_store)
+        if self.packed is not None:
+            train, val = packed_split(self.packed, d.val_fraction, d.split_seed)
+            return train, val
         if d.val_split == "tail":
             return split_tail(self.store, d.val_fraction)
         if d.val_split != "documents":
@@ -141,7 +155,12 @@ class Trainer:
         t = self.cfg.train
         n = max(1, math.ceil(t.val_tokens / t.seq_len))
         try:
-            vl = TokenLoader(view, t.seq_len, 1, mode=self.cfg.data.mode, separator=eot, seed=self.cfg.data.split_seed)
+            if isinstance(view, np.ndarray):  # held-out sequences of the packed store
+                vl = TokenLoader(self.packed, t.seq_len, 1, mode="packed_store", sequences=view,
+                                 seed=self.cfg.data.split_seed)
+            else:
+                vl = TokenLoader(view, t.seq_len, 1, mode=self.cfg.data.mode, separator=eot,
+                                 seed=self.cfg.data.split_seed)
         except UserError:
             raise UserError(f"the validation documents are too few or too short for seq_len {t.seq_len}; "
                             f"raise data.val_fraction or use data.val_store") from None
