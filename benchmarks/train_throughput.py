@@ -1,0 +1,165 @@
+"""Training throughput: contextlab's trainer vs ``transformers`` GPT2LMHeadModel, side by side.
+
+For each shape, both sides train on the same batches (rows of a real token store) with the
+same optimizer (AdamW, beta 0.9/0.95, weight decay 0.1, grad clip 1.0), batch and dtype:
+
+- contextlab: a real ``Trainer`` built from a RunConfig, timing ``Trainer.train_step``
+  (loader, forward, loss, backward, clip, optimizer step: everything a training step does);
+- reference: ``transformers.GPT2LMHeadModel`` of the same depth, width, heads, vocabulary
+  and context (no dropout, SDPA attention), a plain step: forward with labels, backward,
+  clip, ``torch.optim.AdamW`` step.
+
+Rounds alternate between the two (the machine is noisy) and each round times ``--steps``
+steps after warm-up; the figure is the median over rounds. MFU = tokens/s x training
+FLOPs per token (contextlab.train.flops: 6N + attention) / the measured matmul peak of the
+dtype (benchmarks/peak.py; cached). Shapes (the issue's):
+
+- 4 layers x 256, byte vocabulary, context 256 (tinyshakespeare, byte store);
+- 6 layers x 384, 8K vocabulary, context 512 (Gutenberg books, a BPE-8192 store trained here).
+
+Last line: {"bench": "train_throughput", "tokens_per_s_bf16": ..., "ratio_vs_hf_bf16": ...,
+"mfu_bf16": ...} for the first shape.
+
+    python benchmarks/train_throughput.py [--rounds 5] [--steps 5] [--tokens-per-step 8192]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from contextlab.config import from_dict
+from contextlab.data.ingest import IngestConfig, ingest
+from contextlab.train.config import RunConfig
+from contextlab.train.flops import flops_per_token, measured_peak_flops
+from contextlab.train.trainer import Trainer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def contextlab_trainer(store: Path, n_layer: int, n_embd: int, n_head: int, seq_len: int, tokens: int,
+                       micro: int, dtype: str, out: Path) -> Trainer:
+    cfg = {"model": {"size": "tiny-4x256", "n_layer": n_layer, "n_embd": n_embd, "n_head": n_head},
+           "data": {"store": str(store), "val_split": "tail", "val_fraction": 0.01},
+           "optim": {"lr": 1e-3, "warmup_steps": 10, "weight_decay": 0.1, "grad_clip": 1.0},
+           "train": {"out_dir": str(out), "seq_len": seq_len, "tokens_per_step": tokens, "micro_batch_rows": micro,
+                     "max_steps": 1000, "dtype": dtype, "progress": False, "val_tokens": seq_len}}
+    return Trainer(from_dict(RunConfig, cfg))
+
+
+class HFReference:
+    """GPT2LMHeadModel of the same shape, fed the same rows as the trainer."""
+
+    def __init__(self, trainer: Trainer, dtype: str):
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        c = trainer.model.config
+        cfg = GPT2Config(vocab_size=c.vocab_size, n_positions=trainer.cfg.train.seq_len, n_embd=c.n_embd,
+                         n_layer=c.n_layer, n_head=c.n_head, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        self.model = GPT2LMHeadModel(cfg)
+        try:
+            self.model.set_attn_implementation("sdpa")
+        except (AttributeError, ValueError):
+            pass
+        decay = [p for p in self.model.parameters() if p.dim() >= 2]
+        rest = [p for p in self.model.parameters() if p.dim() < 2]
+        self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                                     lr=1e-3, betas=(0.9, 0.95))
+        self.trainer, self.dtype = trainer, dtype
+        self.n_params = sum(p.numel() for p in self.model.parameters())
+
+    def step(self) -> float:
+        t = self.trainer
+        batch = t.loader.next_batch()
+        tokens = torch.from_numpy(batch.tokens)
+        total = 0.0
+        for i in range(t.accum):
+            rows = tokens[i * t.micro:(i + 1) * t.micro]
+            ctx = torch.autocast("cpu", dtype=torch.bfloat16) if self.dtype == "bf16" else contextlib.nullcontext()
+            with ctx:
+                loss = self.model(input_ids=rows[:, :-1], labels=rows[:, :-1]).loss  # HF shifts labels itself
+            (loss / t.accum).backward()
+            total += float(loss.detach()) / t.accum
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return total
+
+
+def timed(step, n: int) -> float:
+    start = time.perf_counter()
+    for _ in range(n):
+        step()
+    return time.perf_counter() - start
+
+
+def bench_shape(label: str, store: Path, shape: tuple[int, int, int], seq_len: int, args, work: Path) -> list[dict]:
+    rows = []
+    for dtype in ("fp32", "bf16"):
+        n_layer, n_embd, n_head = shape
+        trainer = contextlab_trainer(store, n_layer, n_embd, n_head, seq_len, args.tokens_per_step,
+                                     args.micro_batch_rows, dtype, work / f"{label}-{dtype}")
+        ref = HFReference(trainer, dtype)
+        fpt = flops_per_token(trainer.model.config, seq_len)
+        peak = measured_peak_flops(torch.bfloat16 if dtype == "bf16" else torch.float32)
+        for step in (trainer.train_step, ref.step):  # warm-up: allocator, autocast caches, lazy init
+            timed(step, 2)
+        ours, theirs = [], []
+        for _ in range(args.rounds):
+            ours.append(args.tokens_per_step * args.steps / timed(trainer.train_step, args.steps))
+            theirs.append(args.tokens_per_step * args.steps / timed(ref.step, args.steps))
+        tps, ref_tps = statistics.median(ours), statistics.median(theirs)
+        rows.append({"shape": label, "dtype": dtype, "tokens_per_s": tps, "hf_tokens_per_s": ref_tps,
+                     "ratio_vs_hf": tps / ref_tps, "mfu": tps * fpt / peak, "hf_mfu": ref_tps * fpt / peak,
+                     "peak_gflops": peak / 1e9, "params": trainer.model.num_params(False),
+                     "hf_params": ref.n_params})
+        print(f"  {label:<28} {dtype:<5} contextlab {tps:>9,.0f} tok/s (MFU {tps * fpt / peak:6.1%})   "
+              f"HF GPT-2 {ref_tps:>9,.0f} tok/s (MFU {ref_tps * fpt / peak:6.1%})   ratio {tps / ref_tps:5.2f}",
+              flush=True)
+        del trainer, ref
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shared", default=str(ROOT.parent / "shared"))
+    ap.add_argument("--rounds", type=int, default=5, help="alternating timing rounds (median reported)")
+    ap.add_argument("--steps", type=int, default=5, help="optimizer steps per round")
+    ap.add_argument("--tokens-per-step", type=int, default=8192, help="tokens per optimizer step (both sides)")
+    ap.add_argument("--micro-batch-rows", type=int, default=0, help="rows per forward; 0 = the whole step")
+    ap.add_argument("--only-first", action="store_true", help="only the first shape (4x256, byte, ctx 256)")
+    args = ap.parse_args()
+    data = Path(args.shared) / "data"
+    work = Path(tempfile.mkdtemp(prefix="train-bench-"))
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cores; "
+          f"{args.tokens_per_step} tokens/step, {args.rounds} rounds x {args.steps} steps")
+    byte_store = ingest(data / "tinyshakespeare" / "input.txt", work / "shakes", IngestConfig(tokenizer="byte"),
+                        progress=False).store.path
+    rows = bench_shape("4x256, byte vocab, ctx 256", byte_store, (4, 256, 4), 256, args, work)
+    if not args.only_first:
+        books = sorted((data / "gutenberg_books" / "texts").glob("*.txt"))[:8]
+        (work / "books").mkdir()
+        for b in books:
+            (work / "books" / b.name).write_bytes(b.read_bytes())
+        bpe_store = ingest(work / "books", work / "bpe8k", IngestConfig(tokenizer="bpe:8192"), progress=False).store.path
+        rows += bench_shape("6x384, 8K vocab, ctx 512", bpe_store, (6, 384, 6), 512, args, work)
+    first = {r["dtype"]: r for r in rows if r["shape"].startswith("4x256")}
+    print(json.dumps({"bench": "train_throughput", "tokens_per_s_bf16": round(first["bf16"]["tokens_per_s"]),
+                      "ratio_vs_hf_bf16": round(first["bf16"]["ratio_vs_hf"], 3),
+                      "mfu_bf16": round(first["bf16"]["mfu"], 4),
+                      "tokens_per_s_fp32": round(first["fp32"]["tokens_per_s"]),
+                      "ratio_vs_hf_fp32": round(first["fp32"]["ratio_vs_hf"], 3),
+                      "peak_bf16_gflops": round(first["bf16"]["peak_gflops"], 1),
+                      "rows": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]}))
+
+
+if __name__ == "__main__":
+    main()
