@@ -16,7 +16,7 @@ from contextlab.models.archs import build_arch
 from contextlab.models.gpt import GPTConfig
 from contextlab.objectives import OBJECTIVES
 from contextlab.objectives.base import Batch
-from contextlab.train.flops import block_flops_per_token, flops_per_token, lm_head_flops_per_token
+from contextlab.models.flops import block_flops_per_token, flops_per_token, lm_head_flops_per_token
 
 SPEC = {"vocab_size": 50, "eot_id": 49}
 

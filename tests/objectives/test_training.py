@@ -8,6 +8,8 @@ export to Hugging Face with the same logits.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -76,6 +78,16 @@ def test_objective_trains_and_its_checkpoint_loads_back(store, tmp_path, name, o
         assert torch.equal(model(idx).logits, trainer.model(idx).logits)
     if name == "contextlm":
         assert float(model.fusion.gate.detach().abs().sum()) > 0  # the gate opened during training
+    if name in ("contextlm", "mtp"):  # `contextlab export` writes the arch's own HF type
+        from contextlab.models.hf import load_hf_causal_lm
+        from contextlab.train.export import export_checkpoint
+
+        hf = load_hf_causal_lm(export_checkpoint(tmp_path / "run", tmp_path / "hf"))
+        assert type(hf).__name__ == ("ContextlabContextLMForCausalLM" if name == "contextlm"
+                                     else "ContextlabGPTForCausalLM")
+        with torch.no_grad():
+            ours = model(idx).logits if name == "contextlm" else model.to_gpt()(idx).logits
+            assert torch.allclose(hf(idx).logits, ours, atol=1e-5)
 
 
 def test_contextlm_with_document_mask_and_encoder_split_trains(store, tmp_path):
@@ -117,4 +129,11 @@ def test_contextlm_and_mtp_export_to_hugging_face(tmp_path):
         gen = hf.generate(idx[:1, :5], max_new_tokens=4, do_sample=False)
         assert gen.shape == (1, 9)
     assert type(gpt_from_hf_export(tmp_path / "mtp")) is GPT  # MTP exports its next-token GPT
+    # a fresh process that imports only contextlab.models.hf loads the ContextLM export with plain transformers
+    code = ("import sys, torch, transformers, contextlab.models.hf\n"
+            "m = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1])\n"
+            "print(type(m).__name__)\n")
+    res = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ctx")], capture_output=True, text=True,
+                         check=True)
+    assert res.stdout.strip().splitlines()[-1] == "ContextlabContextLMForCausalLM"
     assert json.loads((tmp_path / "ctx" / "config.json").read_text())["model_type"] == "contextlab-contextlm"

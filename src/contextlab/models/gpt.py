@@ -4,8 +4,8 @@ One plain ``nn.Module`` readable top to bottom. The trade-offs:
 
 - Rotary position embeddings instead of learned ones, so a model trained at ``block_size``
   can be evaluated on longer sequences (the cos/sin cache grows on demand). The inverse
-  frequencies come from one small function, ``rope_inv_freq``: RoPE scaling (NTK, YaRN,
-  position interpolation) can later replace just that function.
+  frequencies and their context extension (position interpolation, NTK, YaRN) come from
+  ``models/rope.py`` through ``scaled_rope_cache``; the config names the method.
 - Attention always goes through ``F.scaled_dot_product_attention``: flash attention on
   CUDA, a fused kernel on CPU, flat memory in T. Masks (documents, a bidirectional
   prefix) are passed as ``attn_mask``; the plain causal case passes ``is_causal=True`` and
@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from contextlab.errors import UserError
+from contextlab.models.rope import check_extension, rope_frequencies
 
 
 @dataclass
@@ -38,6 +39,9 @@ class GPTConfig:
     n_embd: int = 256  # width of the residual stream
     block_size: int = 256  # training context length (RoPE still works beyond it)
     rope_base: float = 10000.0  # RoPE base ("theta") of the inverse frequencies
+    rope_extension: str = "none"  # RoPE context extension: none, pi, ntk or yarn (see models/rope.py)
+    rope_factor: float = 1.0  # extension factor s = extended context / original context
+    rope_original_context: int = 0  # context the RoPE was trained at (YaRN's ramp); 0 = block_size
     mlp: str = "gelu"  # MLP kind: "gelu" (GPT-2 style, exact erf GELU) or "swiglu" (LLaMA style)
     mlp_ratio: float = 4.0  # MLP hidden width / n_embd (swiglu uses 2/3 of it, see mlp_dim)
     mlp_hidden: int | None = None  # explicit MLP hidden width; None derives it from mlp_ratio
@@ -55,6 +59,10 @@ class GPTConfig:
             )
         if self.mlp not in ("gelu", "swiglu"):
             raise UserError(f"model.mlp={self.mlp!r} is unknown; use 'gelu' or 'swiglu'")
+        try:
+            check_extension(self.rope_extension, self.rope_factor)
+        except ValueError as exc:
+            raise UserError(f"model: {exc}") from None
 
     @property
     def head_dim(self) -> int:
@@ -87,7 +95,7 @@ class GPTOutput(NamedTuple):
 
 
 def rope_inv_freq(head_dim: int, base: float, device=None) -> Tensor:
-    """Inverse frequencies base^(-2i/head_dim), i < head_dim/2. RoPE scaling would go here."""
+    """Inverse frequencies base^(-2i/head_dim), i < head_dim/2 (unscaled; see models/rope.py)."""
     exponents = torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim
     return 1.0 / (base**exponents)  # (hs/2,)
 
@@ -96,6 +104,14 @@ def rope_tables(angles: Tensor) -> tuple[Tensor, Tensor]:
     """Angles (..., hs/2) -> cos = [cos, cos] and sin = [-sin, sin], each (..., hs), for apply_rope."""
     cos, sin = angles.cos(), angles.sin()
     return torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1)
+
+
+def scaled_rope_cache(length: int, config: GPTConfig, device=None) -> tuple[Tensor, Tensor]:
+    """rope_cache with the config's RoPE extension (models/rope.py): cos, sin (length, hs) fp32, times its scale."""
+    inv_freq, scale = rope_frequencies(config, device)
+    positions = torch.arange(length, device=device, dtype=torch.float32)
+    cos, sin = rope_tables(torch.outer(positions, inv_freq))  # (length, hs) each
+    return (cos * scale, sin * scale) if scale != 1.0 else (cos, sin)
 
 
 def rope_cache(length: int, head_dim: int, base: float, device=None) -> tuple[Tensor, Tensor]:
@@ -235,7 +251,7 @@ class GPT(nn.Module):
         cache = self._rope_cache
         if cache is None or cache[0].size(0) < offset + T or cache[0].device.type != device.type:
             length = max(offset + T, self.config.block_size)
-            cache = self._rope_cache = rope_cache(length, self.config.head_dim, self.config.rope_base, device)
+            cache = self._rope_cache = scaled_rope_cache(length, self.config, device)
         cos, sin = cache
         return cos[offset : offset + T].to(device), sin[offset : offset + T].to(device)
 
@@ -246,8 +262,9 @@ class GPT(nn.Module):
         """Everything but the output layer: returns (final-normed hidden (B, T, C), layers or None)."""
         B, T = idx.shape
         if isinstance(position_ids, Tensor):  # (T,) or (B, T) explicit positions: no cache, no host sync
-            inv_freq = rope_inv_freq(self.config.head_dim, self.config.rope_base, idx.device)
+            inv_freq, scale = rope_frequencies(self.config, idx.device)  # with the RoPE extension, if any
             rope = rope_tables(position_ids.to(torch.float32)[..., None] * inv_freq)  # ([B,] T, hs)
+            rope = tuple(t * scale for t in rope) if scale != 1.0 else rope
         else:  # None or an int offset
             rope = self.rope(T, idx.device, offset=position_ids or 0)
         if attn_mask is not None and is_causal:  # restrict the given mask to the causal part
@@ -343,7 +360,7 @@ def describe_model(model: GPT) -> str:
     """One line: 'GPT 4x256 (4 heads, gelu), 3.2M parameters (3.1M non-embedding), vocab 257, context 256'."""
     c = model.config
     return (
-        f"GPT {c.n_layer}x{c.n_embd} ({c.n_head} heads, {c.mlp}), "
+        f"{type(model).__name__} {c.n_layer}x{c.n_embd} ({c.n_head} heads, {c.mlp}), "
         f"{_human(model.num_params(False))} parameters "
         f"({_human(model.num_params(True))} non-embedding), vocab {c.vocab_size}, context {c.block_size}"
     )

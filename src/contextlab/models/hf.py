@@ -54,10 +54,14 @@ class ContextlabGPTConfig(PretrainedConfig):
     }
 
     def __init__(self, vocab_size=257, n_layer=4, n_head=4, n_embd=256, block_size=256, rope_base=10000.0,
+                 rope_extension="none", rope_factor=1.0, rope_original_context=0,
                  mlp="gelu", mlp_ratio=4.0, mlp_hidden=None, dropout=0.0, bias=False, norm_eps=1e-5,
                  tie_word_embeddings=True, init_std=0.02, use_cache=False, **kwargs):
         self.vocab_size, self.n_layer, self.n_head, self.n_embd = vocab_size, n_layer, n_head, n_embd
         self.block_size, self.rope_base, self.mlp, self.mlp_ratio = block_size, rope_base, mlp, mlp_ratio
+        # RoPE context extension (models/rope.py); named so transformers' own rope_scaling logic never reads it
+        self.rope_extension, self.rope_factor = rope_extension, rope_factor
+        self.rope_original_context = rope_original_context
         self.mlp_hidden, self.dropout, self.bias, self.norm_eps = mlp_hidden, dropout, bias, norm_eps
         self.init_std, self.use_cache = init_std, use_cache  # no KV cache
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
@@ -221,3 +225,9 @@ def gpt_from_hf_export(path: str | os.PathLike) -> GPT:
         state.setdefault("lm_head.weight", state["wte.weight"])  # tied: saved once
     model.load_state_dict(state, strict=True)
     return model
+
+
+# Importing this module must register every contextlab export type (a user's
+# `import contextlab.models.hf` before AutoModelForCausalLM.from_pretrained): the
+# ContextLM type lives in hf_archs, which builds on the classes above, so it comes last.
+from contextlab.models import hf_archs  # noqa: E402,F401

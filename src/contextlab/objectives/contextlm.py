@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from contextlab.config import opt
 from contextlab.objectives.base import Objective, next_token_loss
-from contextlab.train.flops import block_flops_per_token
+from contextlab.models.flops import block_flops_per_token
 
 
 class ContextLMObjective(Objective):

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from contextlab.config import opt
 from contextlab.errors import UserError
 from contextlab.objectives.base import Objective, next_token_loss
-from contextlab.train.flops import block_flops_per_token, lm_head_flops_per_token
+from contextlab.models.flops import block_flops_per_token, lm_head_flops_per_token
 
 
 class MTP(Objective):
