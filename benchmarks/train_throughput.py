@@ -7,7 +7,9 @@ same optimizer (AdamW, beta 0.9/0.95, weight decay 0.1, grad clip 1.0), batch an
   (loader, forward, loss, backward, clip, optimizer step: everything a training step does);
 - reference: ``transformers.GPT2LMHeadModel`` of the same depth, width, heads, vocabulary
   and context (no dropout, SDPA attention), a plain step: forward with labels, backward,
-  clip, ``torch.optim.AdamW`` step.
+  clip, ``torch.optim.AdamW`` step;
+- floor: a nanoGPT-style plain loop over contextlab's own GPT on one fixed batch
+  (cross-entropy, fused AdamW), which shows what the trainer's loader and objective cost.
 
 Rounds alternate between the two (the machine is noisy) and each round times ``--steps``
 steps after warm-up; the figure is the median over rounds. MFU = tokens/s x training
@@ -94,6 +96,34 @@ class HFReference:
         return total
 
 
+class PlainLoop:
+    """The nanoGPT-style floor: contextlab's GPT, a fixed batch, F.cross_entropy, fused AdamW; no loader, no objective."""
+
+    def __init__(self, trainer: Trainer, dtype: str):
+        from contextlab.models.gpt import GPT
+        from contextlab.train.optim import make_adamw
+
+        self.model = GPT(trainer.model.config)
+        self.opt = make_adamw(self.model, lr=1e-3, weight_decay=0.1, betas=(0.9, 0.95))
+        self.tokens = torch.from_numpy(trainer.loader.next_batch().tokens)
+        self.trainer, self.dtype = trainer, dtype
+
+    def step(self) -> float:
+        t, total = self.trainer, 0.0
+        for i in range(t.accum):
+            rows = self.tokens[i * t.micro:(i + 1) * t.micro]
+            ctx = torch.autocast("cpu", dtype=torch.bfloat16) if self.dtype == "bf16" else contextlib.nullcontext()
+            with ctx:
+                logits = self.model(rows[:, :-1]).logits
+            loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), rows[:, 1:].flatten())
+            (loss / t.accum).backward()
+            total += float(loss.detach()) / t.accum
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return total
+
+
 def timed(step, n: int) -> float:
     start = time.perf_counter()
     for _ in range(n):
@@ -107,24 +137,26 @@ def bench_shape(label: str, store: Path, shape: tuple[int, int, int], seq_len: i
         n_layer, n_embd, n_head = shape
         trainer = contextlab_trainer(store, n_layer, n_embd, n_head, seq_len, args.tokens_per_step,
                                      args.micro_batch_rows, dtype, work / f"{label}-{dtype}")
-        ref = HFReference(trainer, dtype)
+        ref, plain = HFReference(trainer, dtype), PlainLoop(trainer, dtype)
         fpt = flops_per_token(trainer.model.config, seq_len)
         peak = measured_peak_flops(torch.bfloat16 if dtype == "bf16" else torch.float32)
-        for step in (trainer.train_step, ref.step):  # warm-up: allocator, autocast caches, lazy init
+        steps = {"contextlab": trainer.train_step, "hf": ref.step, "plain": plain.step}
+        for step in steps.values():  # warm-up: allocator, autocast caches, lazy init
             timed(step, 2)
-        ours, theirs = [], []
+        rates: dict[str, list[float]] = {name: [] for name in steps}
         for _ in range(args.rounds):
-            ours.append(args.tokens_per_step * args.steps / timed(trainer.train_step, args.steps))
-            theirs.append(args.tokens_per_step * args.steps / timed(ref.step, args.steps))
-        tps, ref_tps = statistics.median(ours), statistics.median(theirs)
+            for name, step in steps.items():
+                rates[name].append(args.tokens_per_step * args.steps / timed(step, args.steps))
+        tps, ref_tps, plain_tps = (statistics.median(rates[n]) for n in ("contextlab", "hf", "plain"))
         rows.append({"shape": label, "dtype": dtype, "tokens_per_s": tps, "hf_tokens_per_s": ref_tps,
-                     "ratio_vs_hf": tps / ref_tps, "mfu": tps * fpt / peak, "hf_mfu": ref_tps * fpt / peak,
+                     "plain_tokens_per_s": plain_tps, "ratio_vs_hf": tps / ref_tps, "ratio_vs_plain": tps / plain_tps,
+                     "mfu": tps * fpt / peak, "hf_mfu": ref_tps * fpt / peak,
                      "peak_gflops": peak / 1e9, "params": trainer.model.num_params(False),
                      "hf_params": ref.n_params})
         print(f"  {label:<28} {dtype:<5} contextlab {tps:>9,.0f} tok/s (MFU {tps * fpt / peak:6.1%})   "
-              f"HF GPT-2 {ref_tps:>9,.0f} tok/s (MFU {ref_tps * fpt / peak:6.1%})   ratio {tps / ref_tps:5.2f}",
-              flush=True)
-        del trainer, ref
+              f"HF GPT-2 {ref_tps:>9,.0f} (MFU {ref_tps * fpt / peak:6.1%})   plain loop {plain_tps:>9,.0f}   "
+              f"ratio vs HF {tps / ref_tps:5.2f}, vs plain {tps / plain_tps:5.2f}", flush=True)
+        del trainer, ref, plain
     return rows
 
 
