@@ -25,11 +25,13 @@ COMMANDS: dict[str, str] = {
     "data verify": "contextlab.cli.data:cmd_verify",
     "data pack": "contextlab.cli.pack:cmd_pack",
     "data pack-stats": "contextlab.cli.pack:cmd_pack_stats",
+    "data synthetic": "contextlab.cli.synthetic:cmd_synthetic",
     "train": "contextlab.cli.train:cmd_train",
     "export": "contextlab.cli.train:cmd_export",
     "eval": "contextlab.cli.eval:cmd_eval",
     "sweep": "contextlab.cli.sweep:cmd_sweep",
     "report": "contextlab.cli.report:cmd_report",
+    "analyze entropy": "contextlab.cli.analyze:cmd_entropy",
 }
 
 

@@ -9,6 +9,7 @@ from contextlab.objectives.base import Batch, Objective, TrainModule
 from contextlab.objectives.clm import CLM
 from contextlab.objectives.contextlm import ContextLMObjective
 from contextlab.objectives.fim import FIM
+from contextlab.objectives.last_token import LastToken
 from contextlab.objectives.mlm import MLM
 from contextlab.objectives.mtp import MTP
 from contextlab.objectives.prefix_lm import PrefixLM
@@ -24,6 +25,7 @@ OBJECTIVES: dict[str, type[Objective]] = {
     "mtp": MTP,
     "ul2": UL2,
     "contextlm": ContextLMObjective,
+    "last_token": LastToken,  # loss on the final target(s) only (answer tokens, synthetic parity)
 }
 
 __all__ = ["OBJECTIVES", "Batch", "Objective", "TrainModule"]

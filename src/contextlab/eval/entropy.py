@@ -1,0 +1,253 @@
+"""Intrinsic entropy and dimension of hidden states vs context length, correlated with the loss.
+
+The measurement of the intrinsic-entropy seed (§2.2.2, Figures 1, 3, 7 and 15): for each
+visible context length l, take the hidden state (one layer, one position; by default the
+last layer at the last visible token) of N samples, measure the spread of that cloud
+(``contextlab.eval.intrinsic``: PCA entropy over several n, threshold dimension over a
+sweep of thresholds, Gaussian-KDE entropy, TwoNN / MLE / lPCA), and the cross-entropy of
+the next token at the same l. Each measure is then fitted linearly against the loss
+(slope, intercept, Pearson r): the seed's claim is that the loss is linear in them.
+
+Two protocols, chosen from the data (``protocol = "auto"``):
+
+* ``text``: N target tokens at random positions (>= max l) of the store's documents, the
+  same targets for every l; the model sees the l tokens right before the target (the
+  left is cut off, as in ``bayes-fit``). The feature is taken at the last seen token.
+* ``parity``: a store written by ``contextlab data synthetic parity``. Each document is a
+  sample ``[bits, TASK, answer]``; the model sees the task token and the l nearest bits,
+  the farther bits shown as ``'?'`` (how the model was trained). The loss is the answer's
+  cross-entropy, reported beside the exact Bayes risk at l, so one run gives the
+  model-vs-Bayes table and the entropy correlations.
+
+Trade-off: for a contextlab GPT the feature and the loss come from one trunk pass; for a
+Hugging Face model from the adapter's ``hidden_states`` and ``token_logprobs`` (two passes),
+so any causal LM works at the price of a second forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from contextlab.config import opt
+from contextlab.errors import UserError
+from contextlab.eval import intrinsic
+from contextlab.eval.base import EvalOutput, open_store
+
+
+@dataclass
+class Options:
+    contexts: list[int] = opt([], "visible context lengths l (tokens; parity: visible bits), e.g. 8,16,32")
+    samples: int = opt(1000, "samples N per context length (the same samples at every l)")
+    layer: int = opt(-1, "which layer's hidden state: 0 = embeddings, -1 = last block")
+    position: int = opt(-1, "which token's hidden state, counted from the end of the visible input "
+                        "(-1 = last token; parity: -2 = the nearest bit, a feature that has not seen the task)")
+    n_components: list[int] = opt([10, 20, 50, 100, 0], "intrinsic entropy = sum of log relative eigenvalues over "
+                                  "the first n components, for each n (0 = all)")
+    thresholds: list[float] = opt([0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25], "intrinsic dimension = number of "
+                                  "relative eigenvalues >= threshold, for each threshold")
+    kde_dims: int = opt(8, "principal coordinates for the Gaussian-KDE entropy; 0 = skip it")
+    estimators: list[str] = opt(["twonn", "mle", "lpca"], "scikit-dimension estimators (twonn, mle, lpca); "
+                                "empty = none")
+    protocol: str = opt("auto", "auto, text or parity (auto: parity for a synthetic parity store, else text)")
+    seed: int = opt(0, "seed of the sampled targets / documents")
+
+    def __post_init__(self):
+        if self.protocol not in ("auto", "text", "parity"):
+            raise ValueError(f"protocol={self.protocol!r} must be auto, text or parity")
+
+
+@dataclass
+class Collected:
+    contexts: list[int]
+    features: list[np.ndarray]  # per context: (N, C) float32
+    losses: np.ndarray  # (n_contexts, N) nats
+    bayes: list[float] | None  # exact Bayes risk per context (parity) or None
+    info: dict
+
+
+def _rows_per_batch(adapter, length: int) -> int:
+    return max(adapter.batch_size, adapter.batch_size * adapter.max_context // max(length, 1))
+
+
+def _forward(adapter, ids: np.ndarray, layer: int, position: int) -> tuple[np.ndarray, np.ndarray]:
+    """ids (N, T+1): (features (N, C) at ``position`` of the first T tokens, loss (N,) of the last token)."""
+    feats, losses = [], []
+    rows = _rows_per_batch(adapter, ids.shape[1])
+    for a in range(0, len(ids), rows):
+        chunk = ids[a:a + rows]
+        if adapter.is_gpt:  # one pass: the layer's state and the final state's last-token logits
+            f, lp = _gpt_pass(adapter, chunk, layer, position)
+        else:
+            f = adapter.hidden_states(chunk[:, :-1], layer=layer)[:, position].float().cpu().numpy()
+            lp = adapter.token_logprobs(chunk)[:, -1].double().cpu().numpy()
+        feats.append(f)
+        losses.append(-lp)  # (b,)
+    return np.concatenate(feats), np.concatenate(losses)
+
+
+def _gpt_pass(adapter, chunk: np.ndarray, layer: int, position: int) -> tuple[np.ndarray, np.ndarray]:
+    """A contextlab GPT: features and last-token log-probs from a single trunk call (as the adapter computes them)."""
+    import torch
+
+    idx = torch.as_tensor(chunk, dtype=torch.long, device=adapter.device)  # (b, T+1)
+    with torch.no_grad(), adapter.autocast():
+        hidden, layers = adapter.model.trunk(idx[:, :-1], return_hidden=[layer])  # (b, T, C), [(b, T, C)]
+        logits = adapter.model.unembed(hidden[:, -1])  # (b, V)
+    lp = torch.log_softmax(logits.float(), dim=-1).gather(1, idx[:, -1:])[:, 0]  # (b,)
+    return layers[0][:, position].float().cpu().numpy(), lp.double().cpu().numpy()
+
+
+def _check_contexts(adapter, contexts: list[int], extra: int, what: str) -> list[int]:
+    ctxs = sorted({int(c) for c in contexts})
+    if not ctxs:
+        raise UserError("give the context lengths to measure, e.g. --contexts 8,16,32,64")
+    if ctxs[0] < 1:
+        raise UserError(f"context lengths must be >= 1, got {ctxs[0]}")
+    if ctxs[-1] + extra > adapter.max_context:
+        raise UserError(f"context {ctxs[-1]} ({what}) needs {ctxs[-1] + extra} tokens but {adapter.info.id} supports "
+                        f"at most {adapter.max_context}; choose shorter --contexts")
+    return ctxs
+
+
+def _check_position(position: int, length: int) -> None:
+    if not -length <= position < 0:
+        raise UserError(f"--position {position} must lie in -{length}..-1 (counted from the end of the visible "
+                        f"input of {length} tokens)")
+
+
+def collect_text(adapter, store, o: Options, progress: bool = True) -> Collected:
+    from contextlab.eval.bayes_fit import sample_targets
+
+    ctxs = _check_contexts(adapter, o.contexts, 0, "visible tokens")
+    _check_position(o.position, ctxs[0])
+    targets = sample_targets(store, o.samples, ctxs[-1], o.seed)
+    feats, losses = [], np.zeros((len(ctxs), len(targets)))
+    for i, l in enumerate(tqdm(ctxs, desc="entropy: contexts", disable=not progress)):
+        ids = np.stack([np.asarray(store.doc(d)[t - l:t + 1], dtype=np.int64) for d, t in targets])  # (N, l+1)
+        f, losses[i] = _forward(adapter, ids, o.layer, o.position)
+        feats.append(f)
+    return Collected(ctxs, feats, losses, None, {"protocol": "text", "n_documents": len({d for d, _ in targets})})
+
+
+def collect_parity(adapter, store, o: Options, progress: bool = True) -> Collected:
+    from contextlab.data import synthetic as syn
+
+    found = syn.parity_of_store(store)
+    if found is None:
+        raise UserError(f"{store.path} is not a synthetic parity store; use --protocol text, or write one with "
+                        "`contextlab data synthetic parity`")
+    cfg, tasks = found
+    L = cfg.n_bits
+    ctxs = sorted({int(c) for c in o.contexts})
+    if not ctxs or ctxs[0] < 0 or ctxs[-1] > L:
+        raise UserError(f"parity contexts are visible bits in 0..{L}; got {o.contexts}")
+    _check_contexts(adapter, [L], 1, "all bits + the task token")
+    _check_position(o.position, L + 1)
+    visible = np.array([m["visible"] for m in store.docs_meta()])
+    full = np.flatnonzero(visible == L)  # samples with nothing masked
+    if len(full) < o.samples:
+        raise UserError(f"{store.path} has {len(full)} unmasked samples but --samples is {o.samples}; write a store "
+                        "with more samples and --mask-fraction 0, or lower --samples")
+    pick = np.sort(np.random.default_rng(o.seed).choice(full, size=o.samples, replace=False))
+    docs = np.stack([np.asarray(store.doc(int(d)), dtype=np.int64) for d in pick])  # (N, L + 2)
+    feats, losses = [], np.zeros((len(ctxs), len(docs)))
+    for i, l in enumerate(tqdm(ctxs, desc="entropy: contexts", disable=not progress)):
+        f, losses[i] = _forward(adapter, syn.mask_tokens(docs, L, l), o.layer, o.position)
+        feats.append(f)
+    return Collected(ctxs, feats, losses, syn.bayes_risk_curve(tasks, ctxs),
+                     {"protocol": "parity", "n_bits": L, "n_tasks": cfg.n_tasks})
+
+
+def check_options(o: Options) -> None:
+    """Refuse sample counts too small for the requested PCA (before any model is run)."""
+    n_max = max([n for n in o.n_components if n] + [o.kde_dims + 2, 12 if o.estimators else 3])
+    if o.samples <= n_max:
+        raise UserError(f"--samples {o.samples} is too few for PCA over {n_max} components; use more samples "
+                        "than components (the default is 1000)")
+    if any(n < 0 for n in o.n_components) or any(not 0 < t <= 1 for t in o.thresholds):
+        raise UserError("--n-components must be >= 0 and --thresholds in (0, 1]")
+    if len(set(o.contexts)) < 3:
+        raise UserError(f"give at least 3 distinct context lengths to correlate the measures with the loss, got "
+                        f"{o.contexts}; e.g. --contexts 8,16,32,64")
+    unknown = [e for e in o.estimators if e not in intrinsic.SKDIM_ESTIMATORS]
+    if unknown:
+        raise UserError(f"unknown intrinsic-dimension estimator(s) {', '.join(unknown)}; choose from "
+                        f"{', '.join(intrinsic.SKDIM_ESTIMATORS)} (or --estimators '' for none)")
+
+
+def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, dict[str, np.ndarray]]:
+    """Measures per context, their linear fits against the loss (and the Bayes risk), and the spectra."""
+    check_options(o)
+    per, spectra = [], []
+    for l, X, loss in tqdm(list(zip(col.contexts, col.features, col.losses)), desc="entropy: measures",
+                           disable=not progress):
+        m, rel = intrinsic.measures(X, n_components=o.n_components, thresholds=o.thresholds,
+                                    kde_dims=o.kde_dims, estimators=o.estimators)
+        row = {"context": l, "ce": float(loss.mean()), "ce_stderr": float(loss.std(ddof=1) / np.sqrt(len(loss))),
+               **m}
+        per.append(row)
+        spectra.append(rel)
+    if col.bayes is not None:
+        for row, b in zip(per, col.bayes):
+            row["bayes_risk"] = b
+            row["abs_diff"] = abs(row["ce"] - b)
+    series = measure_series(per)
+    ce = [r["ce"] for r in per]
+    fits = {name: intrinsic.linear_fit(x, ce) for name, x in series.items()}
+    results: dict = {"summary": _summary(per, fits, col), "contexts": per, "fits_vs_ce": fits}
+    if col.bayes is not None:
+        results["fits_vs_bayes"] = {name: intrinsic.linear_fit(x, col.bayes) for name, x in series.items()}
+    width = min(len(s) for s in spectra)
+    return results, {"relative_eigenvalues": np.stack([s[:width] for s in spectra])}
+
+
+def measure_series(per: list[dict]) -> dict[str, list[float]]:
+    """Every measure as one value per context: 'entropy@n', 'dimension@thr', 'kde_entropy', 'twonn', ..."""
+    out: dict[str, list[float]] = {}
+    for key in per[0]["entropy"]:
+        out[f"entropy@{key}"] = [r["entropy"][key] for r in per]
+    for key in per[0]["dimension"]:
+        out[f"dimension@{key}"] = [float(r["dimension"][key]) for r in per]
+    for key in ("kde_entropy", *intrinsic.SKDIM_ESTIMATORS):
+        if key in per[0]:
+            out[key] = [r[key] for r in per]
+    return out
+
+
+def _summary(per: list[dict], fits: dict, col: Collected) -> dict:
+    s: dict = {"protocol": col.info["protocol"], "n_contexts": len(per),
+               "pearson_r": {k: v["r"] for k, v in fits.items()}}
+    finite = {k: abs(v["r"]) for k, v in fits.items() if np.isfinite(v["r"])}
+    if finite:
+        best = max(finite, key=finite.get)
+        s["best_measure"], s["best_abs_r"] = best, finite[best]
+    if col.bayes is not None:
+        s["max_abs_diff_bayes"] = max(r["abs_diff"] for r in per)
+        s["mean_abs_diff_bayes"] = float(np.mean([r["abs_diff"] for r in per]))
+    return s
+
+
+def run(adapter, options: Options, data: str | None, progress: bool = True) -> EvalOutput:
+    from contextlab.data import synthetic as syn
+
+    check_options(options)
+    store = open_store(data, adapter, "analyze entropy")
+    protocol = options.protocol
+    if protocol == "auto":
+        protocol = "parity" if syn.parity_of_store(store) is not None else "text"
+    collect = collect_parity if protocol == "parity" else collect_text
+    col = collect(adapter, store, options, progress)
+    results, arrays = analyze(col, options, progress)
+    results["protocol"] = col.info
+    label = adapter.info.id
+
+    def plot(path):
+        from contextlab.eval.entropy_plots import entropy_png
+
+        return entropy_png(results, arrays["relative_eigenvalues"], options.thresholds, path, title=label)
+
+    return EvalOutput(results, {"store": str(store.path), "hash": store.hash, "samples": options.samples},
+                      arrays=arrays, plot=plot)

@@ -1,0 +1,253 @@
+"""Optimal context length vs training-set size on sparse parity (intrinsic-entropy seed, Appendix F).
+
+For every (training-set size D, visible context l): draw D parity samples, train a small
+MLP that sees the task and only the l nearest bits, stop when the validation loss has not
+improved for ``patience`` evaluations, and keep the best validation loss. Longer l lowers
+the Bayes risk (more tasks become solvable) but adds inputs the model must learn to ignore
+or use from the same D samples, so with little data the best l is short and it grows with
+D (the seed's Figure 12; its Figure 4 shows the same on text).
+
+The model is an MLP over the l bits (as ±1) with the task as a one-hot input of its first
+layer, two hidden layers, two answer logits. The seed's Figure 16 instead concatenates the
+task after a context MLP; measured here, that model stays on the parity plateau (validation
+loss 0.693 = log 2 after 3,000 steps on 32K samples), while the task-at-the-input MLP learns
+and then overfits, which is what the question needs. Every cell of the grid gets a fresh model and the same
+validation set; results are written after every cell and finished cells are skipped when
+the sweep is run again, so an interrupted sweep resumes.
+
+Trade-off: the MLP sees a bit vector, not tokens, so thousands of small trainings fit in
+minutes on a CPU; the transformer version of the same question (one run per cell through
+``contextlab train``) costs two orders of magnitude more. A cap on optimizer steps
+(``max_steps``) bounds the largest sets; the result records which cells hit it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from contextlab.config import opt
+from contextlab.data import synthetic as syn
+from contextlab.errors import UserError
+from contextlab.io import atomic_write_json
+
+
+@dataclass
+class SweepConfig:
+    n_bits: int = opt(100, "context bits L of the parity data")
+    n_tasks: int = opt(90, "parity tasks T")
+    min_far_bit: int = opt(11, "far bits spread over min_far_bit..L")
+    decay: float = opt(1.2, "task frequency ∝ far_bit^-decay")
+    task_seed: int = opt(0, "seed of the task definitions")
+    data_sizes: list[int] = opt([4000, 16000, 64000, 256000], "training-set sizes D (samples)")
+    contexts: list[int] = opt([10, 20, 30, 40, 60, 80, 100], "visible bits l given to the model")
+    val_samples: int = opt(5000, "validation samples (the same set for every cell)")
+    hidden: int = opt(256, "hidden width of the MLP (2 hidden layers)")
+    lr: float = opt(3e-3, "Adam learning rate")
+    weight_decay: float = opt(0.0, "AdamW weight decay")
+    batch_size: int = opt(128, "samples per optimizer step")
+    eval_every: int = opt(100, "optimizer steps between validation losses")
+    patience: int = opt(5, "stop after this many validations without a new best")
+    max_steps: int = opt(6000, "cap on optimizer steps per cell")
+    seed: int = opt(0, "seed of the data samples and the initialisations")
+    threads: int = opt(1, "torch CPU threads")
+    measure_features: bool = opt(True, "also measure intrinsic entropy / dimension of each best model's last hidden "
+                                 "layer on the validation set (the seed's Appendix J.3 on the MLP)")
+    out_dir: str = opt("runs/optimal_context_mlp", "where results.json and the plots go")
+
+    def __post_init__(self):
+        if not self.data_sizes or not self.contexts:
+            raise ValueError("data_sizes and contexts must not be empty")
+        if min(self.contexts) < 1 or max(self.contexts) > self.n_bits:
+            raise ValueError(f"contexts must lie in 1..n_bits={self.n_bits}")
+        if min(self.data_sizes) < self.batch_size:
+            raise ValueError(f"every data size must be >= batch_size={self.batch_size}")
+
+    def parity(self, n_samples: int = 1, seed: int = 0) -> syn.ParityConfig:
+        return syn.ParityConfig(n_bits=self.n_bits, n_tasks=self.n_tasks, min_far_bit=self.min_far_bit,
+                                decay=self.decay, task_seed=self.task_seed, n_samples=n_samples, seed=seed)
+
+
+class ContextMLP(nn.Module):
+    """bits (B, l) ±1 and task (B,) -> answer logits (B, 2); the task enters the first layer as a bias."""
+
+    def __init__(self, n_visible: int, n_tasks: int, hidden: int):
+        super().__init__()
+        self.bits = nn.Linear(n_visible, hidden)
+        self.task = nn.Embedding(n_tasks, hidden)  # = a one-hot task input to the first layer
+        self.mlp = nn.Sequential(nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, 2))
+
+    def features(self, bits: Tensor, task: Tensor) -> Tensor:
+        """The last hidden layer (B, hidden): what the answer is read from (the analogue of a last-token state)."""
+        return self.mlp[:-1](self.bits(bits) + self.task(task))
+
+    def forward(self, bits: Tensor, task: Tensor) -> Tensor:
+        return self.mlp[-1](self.features(bits, task))  # (B, 2)
+
+
+def _tensors(s: syn.ParitySamples, l: int) -> tuple[Tensor, Tensor, Tensor]:
+    bits = torch.from_numpy(s.bits[:, :l].astype(np.float32) * 2 - 1)  # (N, l) nearest bits, ±1
+    return bits, torch.from_numpy(s.task), torch.from_numpy(s.answer.astype(np.int64))
+
+
+@torch.no_grad()
+def _val_loss(model: ContextMLP, val: tuple[Tensor, Tensor, Tensor]) -> float:
+    model.eval()
+    bits, task, ans = val
+    loss = F.cross_entropy(model(bits, task), ans).item()
+    model.train()
+    return loss
+
+
+def fit_cell(cfg: SweepConfig, train: syn.ParitySamples, val: syn.ParitySamples, l: int, seed: int) -> dict:
+    """Train one fresh MLP on ``train`` seeing l bits; early stopping on ``val``. Returns the best val loss."""
+    torch.manual_seed(seed)
+    model = ContextMLP(l, cfg.n_tasks, cfg.hidden)
+    opt_ = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    bits, task, ans = _tensors(train, l)
+    vt = _tensors(val, l)
+    gen = torch.Generator().manual_seed(seed)
+    N = len(ans)
+    best, best_step, since, step, t0 = math.inf, 0, 0, 0, time.perf_counter()
+    perm, pos = torch.randperm(N, generator=gen), 0
+    while step < cfg.max_steps and since < cfg.patience:
+        if pos + cfg.batch_size > N:  # a new epoch
+            perm, pos = torch.randperm(N, generator=gen), 0
+        idx = perm[pos:pos + cfg.batch_size]
+        pos += cfg.batch_size
+        loss = F.cross_entropy(model(bits[idx], task[idx]), ans[idx])
+        opt_.zero_grad(set_to_none=True)
+        loss.backward()
+        opt_.step()
+        step += 1
+        if step % cfg.eval_every == 0:
+            v = _val_loss(model, vt)
+            if v < best - 1e-5:
+                best, best_step, since = v, step, 0
+                best_state = {k: t.clone() for k, t in model.state_dict().items()}
+            else:
+                since += 1
+    out = {"best_val_loss": best, "best_step": best_step, "steps": step, "epochs": step * cfg.batch_size / N,
+           "hit_step_cap": since < cfg.patience, "seconds": time.perf_counter() - t0}
+    if cfg.measure_features and best_step:
+        model.load_state_dict(best_state)
+        out["features"] = _feature_measures(model, vt)
+    return out
+
+
+@torch.no_grad()
+def _feature_measures(model: ContextMLP, val: tuple[Tensor, Tensor, Tensor]) -> dict:
+    """Intrinsic entropy / dimension of the best model's last hidden layer on the validation set."""
+    from contextlab.eval import intrinsic
+
+    model.eval()
+    X = model.features(val[0], val[1]).numpy()  # (N, hidden)
+    m, _ = intrinsic.measures(X, n_components=[10, 20, 50, 0], thresholds=[0.002, 0.005, 0.01, 0.02, 0.05, 0.1,
+                                                                          0.25], kde_dims=0, estimators=[])
+    return m
+
+
+def run_sweep(cfg: SweepConfig, progress: bool = True) -> dict:
+    """Every (D, l) cell, resuming from OUT/results.json; returns the full results dict."""
+    from tqdm.auto import tqdm
+
+    torch.set_num_threads(cfg.threads)
+    out = Path(cfg.out_dir)
+    path = out / "results.json"
+    tasks = syn.make_tasks(cfg.parity())
+    cells: dict = {}
+    if path.is_file():
+        old = json.loads(path.read_text())
+        free = ("out_dir", "threads", "measure_features")  # may change between a sweep and its resumption
+        same = {k: v for k, v in old.get("config", {}).items() if k not in free}
+        if same != {k: v for k, v in asdict(cfg).items() if k not in free}:
+            raise UserError(f"{path} holds a sweep with a different config; use another out_dir")
+        cells = old.get("cells", {})
+    val = syn.sample(cfg.parity(), tasks, cfg.val_samples, np.random.default_rng([cfg.seed, 2]))
+    todo = [(D, l) for D in cfg.data_sizes for l in cfg.contexts if f"{D}/{l}" not in cells]
+    bar = tqdm(total=len(todo), desc="optimal context", unit="cell", disable=not progress)
+    for D in cfg.data_sizes:
+        train = syn.sample(cfg.parity(), tasks, D, np.random.default_rng([cfg.seed, 3, D]))  # nested per D
+        for l in cfg.contexts:
+            key = f"{D}/{l}"
+            if key in cells:
+                continue
+            cells[key] = {"data_size": D, "context": l, **fit_cell(cfg, train, val, l, cfg.seed + l)}
+            bar.set_postfix_str(f"D={D} l={l} val={cells[key]['best_val_loss']:.4f}")
+            bar.update(1)
+            atomic_write_json(path, _results(cfg, tasks, cells))
+    bar.close()
+    results = _results(cfg, tasks, cells)
+    atomic_write_json(path, results)
+    return results
+
+
+def _results(cfg: SweepConfig, tasks: syn.ParityTasks, cells: dict) -> dict:
+    optimal = {}
+    for D in cfg.data_sizes:
+        row = [cells[f"{D}/{l}"] for l in cfg.contexts if f"{D}/{l}" in cells]
+        if len(row) == len(cfg.contexts):
+            best = min(row, key=lambda c: c["best_val_loss"])
+            optimal[str(D)] = {"context": best["context"], "val_loss": best["best_val_loss"]}
+    return {"config": asdict(cfg), "bayes_risk": {str(l): syn.bayes_risk(tasks, l) for l in cfg.contexts},
+            "optimal_context": optimal, "feature_fits": _feature_fits(cfg, cells), "cells": cells}
+
+
+def _feature_fits(cfg: SweepConfig, cells: dict) -> dict:
+    """Per data size: each feature measure across the contexts fitted linearly against the best val loss."""
+    from contextlab.eval import intrinsic
+
+    fits = {}
+    for D in cfg.data_sizes:
+        row = [cells.get(f"{D}/{l}") for l in cfg.contexts]
+        if not all(c and "features" in c for c in row):
+            continue
+        ce = [c["best_val_loss"] for c in row]
+        series = {f"entropy@{k}": [c["features"]["entropy"][k] for c in row] for k in row[0]["features"]["entropy"]}
+        series |= {f"dimension@{k}": [float(c["features"]["dimension"][k]) for c in row]
+                   for k in row[0]["features"]["dimension"]}
+        fits[str(D)] = {name: intrinsic.linear_fit(x, ce) for name, x in series.items()}
+    return fits
+
+
+def optimal_context_png(results: dict, path) -> Path:
+    """Left: validation loss vs context per data size (and the Bayes risk); right: optimal context vs D."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from contextlab.eval.plots import _save
+
+    cfg, cells = results["config"], results["cells"]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    colors = plt.cm.plasma(np.linspace(0, 0.85, len(cfg["data_sizes"])))
+    for D, col in zip(cfg["data_sizes"], colors):
+        pts = [(l, cells[f"{D}/{l}"]["best_val_loss"]) for l in cfg["contexts"] if f"{D}/{l}" in cells]
+        if pts:
+            a.plot(*zip(*pts), "o-", color=col, ms=3, label=f"D={D:,}")
+            opt_ = results["optimal_context"].get(str(D))
+            if opt_:
+                a.plot([opt_["context"]], [opt_["val_loss"]], "*", color=col, ms=12)
+    a.plot(cfg["contexts"], [results["bayes_risk"][str(l)] for l in cfg["contexts"]], "k--", lw=1,
+           label="exact Bayes risk")
+    a.set_xlabel("visible context l (bits)")
+    a.set_ylabel("best validation CE (nats)")
+    a.set_title("validation loss vs context, per training-set size (star = optimum)", fontsize=9)
+    a.legend(fontsize=7)
+    opt_pts = sorted((int(D), v["context"]) for D, v in results["optimal_context"].items())
+    if opt_pts:
+        b.plot(*zip(*opt_pts), "o-")
+    b.set_xscale("log")
+    b.set_xlabel("training samples D")
+    b.set_ylabel("optimal context l*")
+    b.set_title("optimal context vs training-set size", fontsize=9)
+    return _save(plt, fig, path)

@@ -1,0 +1,155 @@
+"""`analyze entropy` end to end: a parity run trained by the real trainer, the text protocol, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from contextlab.cli import main
+from contextlab.config import from_dict
+from contextlab.data import synthetic as syn
+from contextlab.data.ingest import IngestConfig, ingest
+from contextlab.data.store import TokenStore
+from contextlab.errors import UserError
+from contextlab.eval import entropy, intrinsic
+from tests.conftest import SHARED_DATA
+from tests.eval.conftest import byte_adapter, tiny_gpt
+
+QUICK = ["--n-components", "4,8,0", "--thresholds", "0.01,0.1", "--kde-dims", "3", "--estimators", "twonn",
+         "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def parity(tmp_path_factory):
+    """A 16-bit parity train/val pair and a run trained on it for a few steps with objective last_token."""
+    from contextlab.train.config import RunConfig
+    from contextlab.train.trainer import train
+
+    root = tmp_path_factory.mktemp("parity")
+    base = dict(n_bits=16, n_tasks=10, min_far_bit=4, min_visible=4)
+    syn.write_parity_store(syn.ParityConfig(**base, n_samples=400, mask_fraction=0.5), root / "train", progress=False)
+    syn.write_parity_store(syn.ParityConfig(**base, n_samples=160, seed=1), root / "val", progress=False)
+    cfg = {"model": {"size": "tiny-2x128", "n_layer": 1, "n_head": 2, "n_embd": 32},
+           "data": {"store": str(root / "train"), "val_store": str(root / "val"), "mode": "long_docs"},
+           "objective": {"name": "last_token"}, "optim": {"lr": 3e-3, "warmup_steps": 1},
+           "train": {"out_dir": str(root / "run"), "seq_len": 17, "tokens_per_step": 17 * 16, "max_steps": 4,
+                     "val_every": 0, "val_tokens": 17 * 16, "ckpt_every": 0, "threads": 1, "peak_flops": 1e12,
+                     "progress": False, "dtype": "fp32", "log_every": 2}}
+    result = train(from_dict(RunConfig, cfg))
+    return root, result
+
+
+def test_last_token_objective_scores_only_the_answer():
+    from contextlab.objectives.last_token import LastToken
+
+    model = tiny_gpt(0, block_size=32)
+    tokens = torch.randint(0, 257, (3, 12))
+    obj = LastToken(LastToken.Options())
+    loss, _ = obj(model, tokens)
+    logits = model(tokens[:, :-1]).logits[:, -1]  # (B, V)
+    want = float(torch.nn.functional.cross_entropy(logits.detach(), tokens[:, -1]))
+    assert float(loss.detach()) == pytest.approx(want, rel=1e-5)
+    with pytest.raises(ValueError, match="n_last"):
+        LastToken.Options(n_last=0)
+
+
+def test_parity_run_gives_the_bayes_table_and_correlations(parity, tmp_path, capsys):
+    root, result = parity
+    # the trainer's validation loss is the answer's cross-entropy on the val store
+    assert 0 < result.val_loss < np.log(257) + 0.5
+    out = tmp_path / "ent"
+    assert main(["analyze", "entropy", "--model", str(root / "run"), "--data", str(root / "val"),
+                 "--contexts", "4,8,12,16", "--samples", "150", "--out", str(out), *QUICK]) == 0
+    printed = capsys.readouterr().out
+    assert "Bayes" in printed and "Pearson r vs CE" in printed
+    doc = json.loads((out / "entropy.json").read_text())
+    assert doc["format"] == "contextlab-eval-result" and doc["options"]["samples"] == 150
+    res = doc["results"]
+    tasks = syn.parity_of_store(TokenStore(root / "val"))[1]
+    assert [r["context"] for r in res["contexts"]] == [4, 8, 12, 16]
+    for r in res["contexts"]:
+        assert r["bayes_risk"] == pytest.approx(syn.bayes_risk(tasks, r["context"]))
+        assert r["abs_diff"] == pytest.approx(abs(r["ce"] - r["bayes_risk"]))
+        assert set(r["entropy"]) == {"4", "8", "32"} and set(r["dimension"]) == {"0.01", "0.1"}
+        assert "kde_entropy" in r and "twonn" in r and "mle" not in r
+    assert res["summary"]["max_abs_diff_bayes"] == pytest.approx(max(r["abs_diff"] for r in res["contexts"]))
+    assert set(res["fits_vs_ce"]) == {"entropy@4", "entropy@8", "entropy@32", "dimension@0.01", "dimension@0.1",
+                                      "kde_entropy", "twonn"}
+    spectra = np.load(out / "entropy.relative_eigenvalues.npy")
+    assert spectra.shape == (4, 32) and np.allclose(spectra[:, 0], 1.0)
+    assert (out / "entropy.png").stat().st_size > 10_000
+
+
+def test_parity_features_are_the_hidden_states_of_the_masked_rows(parity):
+    from contextlab.eval import load_model
+
+    root, _ = parity
+    adapter = load_model(root / "run", batch_size=16)
+    store = TokenStore(root / "val")
+    o = entropy.Options(contexts=[5, 16], samples=40, position=-2, seed=3)
+    col = entropy.collect_parity(adapter, store, o, progress=False)
+    pick = np.sort(np.random.default_rng(3).choice(160, size=40, replace=False))
+    docs = np.stack([np.asarray(store.doc(int(d)), dtype=np.int64) for d in pick])
+    rows = syn.mask_tokens(docs, 16, 5)
+    assert (rows[:, :11] == syn.MASK).all() and (rows[:, 11:] == docs[:, 11:]).all()
+    h = adapter.hidden_states(rows[:, :-1], layer=-1)[:, -2].numpy()
+    assert np.allclose(col.features[0], h, atol=1e-5)
+    lp = adapter.token_logprobs(rows)[:, -1].double().numpy()
+    assert np.allclose(col.losses[0], -lp, atol=1e-6)
+    assert col.bayes == [syn.bayes_risk(syn.parity_of_store(store)[1], c) for c in (5, 16)]
+
+
+def test_text_protocol_matches_the_bayes_fit_losses(tmp_path):
+    from contextlab.eval.bayes_fit import last_token_losses, sample_targets
+
+    src = tmp_path / "src"
+    src.mkdir()
+    text = (SHARED_DATA / "tinyshakespeare" / "input.txt").read_text()
+    for i in range(4):
+        (src / f"d{i}.txt").write_text(text[i * 3000:i * 3000 + 600])
+    store = ingest(src, tmp_path / "st", IngestConfig(tokenizer="byte"), progress=False).store
+    adapter = byte_adapter(tiny_gpt(1, block_size=64), batch_size=8)
+    o = entropy.Options(contexts=[4, 16, 48], samples=60, seed=2, estimators=[], kde_dims=0, n_components=[5, 0])
+    col = entropy.collect_text(adapter, store, o, progress=False)
+    targets = sample_targets(store, 60, 48, 2)
+    assert np.allclose(col.losses, last_token_losses(adapter, store, targets, [4, 16, 48]), atol=1e-5)
+    d, t = targets[7]
+    ids = np.asarray(store.doc(d)[t - 16:t], dtype=np.int64)
+    assert np.allclose(col.features[1][7], adapter.hidden_states(ids, layer=-1)[0, -1].numpy(), atol=1e-5)
+    results, arrays = entropy.analyze(col, o, progress=False)
+    assert "bayes_risk" not in results["contexts"][0]
+    rel = intrinsic.relative_eigenvalues(col.features[2])
+    assert results["contexts"][2]["entropy"]["5"] == pytest.approx(intrinsic.pca_entropy(rel, 5))
+    assert arrays["relative_eigenvalues"].shape == (3, 59)
+
+
+def test_bad_input_gives_one_clear_line(parity, tmp_path, capsys):
+    root, _ = parity
+    run, val = str(root / "run"), str(root / "val")
+
+    def err(*argv):
+        assert main(["analyze", "entropy", *argv, "--no-progress"]) == 2
+        return capsys.readouterr().err.strip()
+
+    assert "at least 3 distinct context lengths" in err("--model", run, "--data", val)
+    assert "at least 3 distinct context lengths" in err("--model", run, "--data", val, "--contexts", "4,8,8")
+    assert "supports at most 17" in err("--model", run, "--data", val, "--contexts", "4,8,20", "--protocol", "text")
+    assert "store not found" in err("--model", run, "--data", str(tmp_path / "nope"), "--contexts", "4,8,12")
+    assert "model not found" in err("--model", str(tmp_path / "nope"), "--data", val, "--contexts", "4,8,12")
+    assert "visible bits in 0..16" in err("--model", run, "--data", val, "--contexts", "4,8,40")
+    assert "too few for PCA" in err("--model", run, "--data", val, "--contexts", "4,8,12", "--samples", "50")
+    assert "unmasked samples" in err("--model", run, "--data", str(root / "train"), "--contexts", "4,8,12",
+                                     "--samples", "390", "--n-components", "4", "--estimators", "")
+    assert "config key 'samples' must be int" in err("--model", run, "--data", val, "--contexts", "4",
+                                                     "--samples", "many")
+    assert "must be auto, text or parity" in err("--model", run, "--data", val, "--contexts", "4",
+                                                 "--protocol", "bits")
+    assert "unknown intrinsic-dimension estimator" in err("--model", run, "--data", val, "--contexts", "4,8,12",
+                                                          "--samples", "120", "--estimators", "pca9")
+    with pytest.raises(UserError, match="supports at most 17"):
+        from contextlab.eval import load_model
+
+        entropy._check_contexts(load_model(run), [40], 0, "visible tokens")
