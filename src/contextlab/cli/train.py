@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 from pathlib import Path
 
@@ -30,17 +31,21 @@ def load_run_config(config: str | None, sets: list[str]):
 
 
 def cmd_train(argv: list[str]) -> int:
-    """Train (or resume) a model: contextlab train CONFIG.toml [--set key=value ...]."""
+    """Train (or resume) a model: contextlab train CONFIG.toml [--set key=value ...] [--init-from SOURCE]."""
     p = argparse.ArgumentParser(prog="contextlab train", description=(
         "Train a model on a token store with a chosen objective. Running the same command again resumes from "
         "the newest checkpoint in train.out_dir. Scale out with: torchrun --nproc_per_node=N -m contextlab train ..."),
         epilog=_config_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", nargs="?", help="a TOML run config (see recipes/)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
+    p.add_argument("--init-from", metavar="SOURCE", help=(
+        "continue from SOURCE: a contextlab run/checkpoint or a local Hugging Face causal LM folder (same as "
+        "--set init.source=SOURCE; extend the context with --set extend.method=pi|ntk|yarn|base)"))
     args = p.parse_args(argv)
     from contextlab.train.trainer import train
 
-    cfg = load_run_config(args.config, args.set)
+    sets = args.set + ([f"init.source={json.dumps(args.init_from)}"] if args.init_from else [])
+    cfg = load_run_config(args.config, sets)
     result = train(cfg)
     if int(os.environ.get("RANK", "0")) != 0:
         return 0

@@ -106,7 +106,10 @@ class TokenLoader:
 
     # ------------------------------------------------------------------ batches
     def _epoch_perm(self, epoch: int) -> np.ndarray:
-        return np.random.default_rng([self.seed, epoch]).permutation(self.n_rows)
+        cached = getattr(self, "_perm", None)
+        if cached is None or cached[0] != epoch:  # one permutation per epoch, not per batch
+            self._perm = cached = (epoch, np.random.default_rng([self.seed, epoch]).permutation(self.n_rows))
+        return cached[1]
 
     def next_batch(self) -> Batch:
         """This rank's share of the next global batch; advances the state."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -36,6 +37,10 @@ from torch import Tensor
 
 from contextlab.data.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer, load_saved_tokenizer
 from contextlab.errors import UserError
+
+class ContextLengthWarning(UserWarning):
+    """An evaluation runs a model beyond the context it was trained (or extended) for."""
+
 
 LOGPROB_CHUNK = 4096  # rows (tokens) per fp32 log-softmax chunk: bounds memory to chunk x vocab floats
 
@@ -69,6 +74,7 @@ class ModelAdapter:
         self.batch_size = batch_size
         self.device = torch.device(device)
         self.is_gpt = info.kind == "contextlab"
+        self._warned_length = False
 
     # ------------------------------------------------------------------ basics
     @property
@@ -83,11 +89,16 @@ class ModelAdapter:
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def check_length(self, T: int, what: str = "the input") -> None:
-        """Refuse sequences an absolute-position model cannot take (RoPE models may go beyond)."""
+    def check_length(self, T: int, what: str = "the input", fix: str = "choose shorter lengths") -> None:
+        """Refuse sequences an absolute-position model cannot take; warn (once) when a RoPE model goes beyond."""
         if T > self.max_context and not self.info.extends_beyond:
-            raise UserError(f"{what} has {T} tokens but {self.info.id} supports at most {self.max_context}; "
-                            "choose shorter lengths")
+            raise UserError(f"{what} has {T} tokens but {self.info.id} supports at most {self.max_context}; {fix}")
+        if T > self.max_context and not self._warned_length:
+            self._warned_length = True
+            warnings.warn(f"{self.info.id} was trained at context {self.max_context} and has no RoPE extension to "
+                          f"{T} tokens: positions past {self.max_context} are extrapolated and usually score much "
+                          f"worse; extend it first (contextlab train --init-from MODEL --set extend.method=yarn "
+                          f"--set train.seq_len={T})", ContextLengthWarning, stacklevel=3)
 
     def _as_batch(self, ids) -> Tensor:
         t = torch.as_tensor(np.asarray(ids, dtype=np.int64) if not isinstance(ids, Tensor) else ids)
@@ -220,6 +231,13 @@ def _load_contextlab_run(path: Path, step: int | None):
     spec = state.get("tokenizer") or {}
     tok = _tokenizer_from_spec(spec, [ckpt / "tokenizer", ckpt.parent.parent / "tokenizer",
                                       *_store_tokenizer_dirs(ckpt)], f"run {path}")
+    if state.get("arch") == "hf":  # a continued Hugging Face model: run it as one
+        from contextlab.models.hf_causal import context_limit
+
+        info = ModelInfo(id=str(path), kind="hf", path=str(ckpt), architecture=str(model.config.model_type),
+                         n_params=sum(t.numel() for t in model.parameters()), max_context=context_limit(model.config),
+                         extends_beyond=True, tokenizer=tok.spec(), step=state.get("step"))
+        return model, tok, info
     info = ModelInfo(id=str(path), kind="contextlab", path=str(ckpt), architecture=describe_model(model),
                      n_params=model.num_params(False), max_context=int(model.config.block_size),
                      extends_beyond=True, tokenizer=tok.spec(), step=state.get("step"))
@@ -229,13 +247,13 @@ def _load_contextlab_run(path: Path, step: int | None):
 def _store_tokenizer_dirs(ckpt: Path) -> list[Path]:
     """The training store's tokenizer folder named in the checkpoint's (or run's) config.toml."""
     from contextlab.config import read_toml
+    from contextlab.models.loading import training_stores
 
     dirs = []
     for cfg in (ckpt / "config.toml", ckpt.parent.parent / "config.toml"):
         if cfg.is_file():
-            store = read_toml(cfg).get("data", {}).get("store")
-            if store:  # a relative path is relative to where training ran: try the likely places
-                run = ckpt.parent.parent
+            for store in training_stores(read_toml(cfg)):  # data.store, or the stores packed / mixed data came from
+                run = ckpt.parent.parent  # a relative path is relative to where training ran: try the likely places
                 dirs += [base / store / "tokenizer" for base in (Path.cwd(), run, run.parent, run.parent.parent)]
     return dirs
 
@@ -278,7 +296,8 @@ def _load_hf_folder(p: Path):
     model = hf.load_hf_causal_lm(p)
     limit = next((int(cfg[k]) for k in ("max_position_embeddings", "n_positions", "n_ctx", "seq_length")
                   if isinstance(cfg.get(k), int)), 2048)
-    rope = "rope_theta" in cfg or "rope_scaling" in cfg or cfg.get("position_embedding_type") == "rotary"
+    rope = ("rope_theta" in cfg or "rope_scaling" in cfg or "rope_parameters" in cfg  # transformers 4.x / 5
+            or cfg.get("position_embedding_type") == "rotary")
     info = ModelInfo(id=str(p), kind="hf", path=str(p), architecture=str(cfg.get("model_type")),
                      n_params=sum(t.numel() for t in model.parameters()), max_context=limit,
                      extends_beyond=rope, tokenizer=tok.spec())

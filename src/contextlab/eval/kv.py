@@ -79,7 +79,8 @@ def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], di
             if p >= len(records):
                 raise UserError(f"gold position {p} does not exist with {len(records)} pairs; lower --positions")
             ids = tok.encode(kv_prompt(place_gold(records, gold, p), ex["key"]))
-            adapter.check_length(len(ids) + len(cands[0]), "the key-value prompt")
+            adapter.check_length(len(ids) + len(cands[0]), "the key-value prompt",
+                                 "use fewer pairs (--n-pairs)")
             samples.append(tasks.Sample(ids, ex["value"], cands, cell=(p,), max_new=len(cands[0]) + 4))
     return samples, {"file": str(path), "hash": file_hash(path), "n_examples": len(rows), "n_pairs": n,
                      "positions": positions}

@@ -59,12 +59,27 @@ def read_checkpoint_state(ckpt: str | os.PathLike) -> dict:
         raise UserError(f"checkpoint {ckpt} has no readable state.json ({exc})") from None
 
 
+def training_stores(run_config: dict) -> list[str]:
+    """The token stores a run trained on, from its resolved config: data.store, and the stores that
+    data.packed / data.mixture were packed from (read from their meta.json). Paths as written."""
+    d = run_config.get("data", {})
+    stores = [d["store"]] if d.get("store") else []
+    packed = ([d["packed"]] if d.get("packed") else []) + [m["packed"] for m in d.get("mixture", []) if m.get("packed")]
+    for p in packed:
+        try:
+            stores.append(json.loads((Path(p) / "meta.json").read_text())["store"]["path"])
+        except (OSError, ValueError, KeyError):
+            continue  # moved or deleted: callers try the other places they know
+    return stores
+
+
 def load_trained_model(run_or_ckpt: str | os.PathLike, step: int | None = None):
     """(model, state.json, checkpoint dir): the model of a run's checkpoint, in eval mode.
 
     The model is the architecture the run trained (``state["arch"]``, "gpt" for older
     checkpoints; see ``contextlab.models.archs``): a GPT, or a ContextLM / MTP model whose
-    forward gives next-token logits like a GPT. Only the ``model.*`` weights are loaded;
+    forward gives next-token logits like a GPT; for a continued Hugging Face model ("hf")
+    the ``transformers`` model itself. Only the ``model.*`` weights are loaded;
     modules an objective owns for training only are left out.
     """
     from safetensors.torch import load_file
@@ -78,6 +93,11 @@ def load_trained_model(run_or_ckpt: str | os.PathLike, step: int | None = None):
     except (OSError, ValueError, RuntimeError) as exc:
         raise UserError(f"checkpoint {path} cannot be read ({exc})") from None
     arch = state.get("arch", "gpt")
+    if arch == "hf":  # a continued Hugging Face model: rebuilt by transformers from the stored config
+        from contextlab.models.hf_causal import from_checkpoint
+
+        model = from_checkpoint(state["model_config"], {k[6:]: v for k, v in weights.items() if k.startswith("model.")})
+        return model, state, path
     config = arch_config(arch, state["model_config"])  # a clear error for an unknown arch
     model = ARCHS[arch][1](config)
     prefix = "model."

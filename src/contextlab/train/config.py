@@ -28,6 +28,12 @@ class ModelSection:
 
 
 @dataclass
+class MixtureSource:
+    packed: str = opt("", "a packed store (contextlab data pack --seq-len train.seq_len+1)")
+    weight: float = opt(1.0, "share of the rows drawn from it (weights are normalised)")
+
+
+@dataclass
 class DataSection:
     store: str = opt("", "token store to train on (contextlab data ingest ...)")
     val_store: str = opt("", "separate validation store; empty = hold out val_fraction of the documents")
@@ -40,6 +46,9 @@ class DataSection:
     mode: str = opt("packed", "packed (documents end to end with separators) or long_docs (one document per row); "
                     "ignored when data.packed is set")
     doc_mask: bool = opt(False, "block-diagonal attention: packed documents do not see each other")
+    mixture: list[MixtureSource] = opt([], "train on several packed stores with weights, e.g. [{packed=A, weight=0.5}, "
+                                       "{packed=B, weight=0.5}]: every step has exactly those shares of rows (see "
+                                       "data/mixture.py); replaces data.packed")
 
 
 @dataclass
@@ -87,12 +96,33 @@ class ObjectiveSection:
 
 
 @dataclass
+class InitSection:
+    source: str = opt("", "start from this model instead of a fresh one: a contextlab run or checkpoint directory, "
+                      "or a local Hugging Face causal LM folder (the model shape then comes from it; [model] is ignored "
+                      "except dropout)")
+    step: int = opt(0, "checkpoint step when source is a contextlab run; 0 = its newest")
+    freeze: list[str] = opt([], "parameters to keep fixed: groups (embeddings, lm_head, attention, mlp, norms) or "
+                            "globs on parameter names (e.g. 'blocks.0.*')")
+
+
+@dataclass
+class ExtendSection:
+    method: str = opt("none", "RoPE context extension of the initial model: none, pi (position interpolation), ntk "
+                      "(NTK-aware), yarn, or base (a new RoPE base, as CodeLlama)")
+    factor: float = opt(0.0, "extension factor s for pi / ntk / yarn; 0 = train.seq_len / the model's original context")
+    rope_base: float = opt(0.0, "method base: the new RoPE base (CodeLlama: 1e6)")
+    original_context: int = opt(0, "the context the model was trained at; 0 = read it from the model")
+
+
+@dataclass
 class RunConfig:
     model: ModelSection = opt(factory=ModelSection, help="model shape")
     data: DataSection = opt(factory=DataSection, help="training data")
     optim: OptimSection = opt(factory=OptimSection, help="optimizer and schedule")
     train: TrainSection = opt(factory=TrainSection, help="budget, batch, precision, logging, checkpoints")
     objective: ObjectiveSection = opt(factory=ObjectiveSection, help="pretraining objective")
+    init: InitSection = opt(factory=InitSection, help="continued pretraining: the model to start from")
+    extend: ExtendSection = opt(factory=ExtendSection, help="RoPE context extension of the initial model")
 
 
 # keys that may change between a run and its resumption without changing its numbers
@@ -101,9 +131,18 @@ RESUME_FREE = {("train", k) for k in ("out_dir", "log_every", "val_every", "ckpt
                                       "max_flops", "max_minutes")}
 
 
+# keys added after runs existed: left out of the hash while at their default, so those runs still resume
+LATER_KEYS = {("data", "mixture"): [], ("init", None): to_dict(InitSection()), ("extend", None): to_dict(ExtendSection())}
+
+
 def config_hash(cfg: RunConfig) -> str:
     """Hash of everything that determines the numbers of a run (resume must match it)."""
     d = to_dict(cfg)
     for section, key in RESUME_FREE:
         d[section].pop(key, None)
+    for (section, key), default in LATER_KEYS.items():
+        if key is None and d.get(section) == default:
+            d.pop(section)
+        elif key is not None and d[section].get(key) == default:
+            d[section].pop(key)
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()

@@ -20,9 +20,12 @@ def export_checkpoint(run_or_ckpt: str | Path, out: str | Path, *, step: int | N
     tokenizer_dir = None
     from contextlab.config import read_toml
 
-    store = read_toml(path / "config.toml").get("data", {}).get("store")
-    if store and (Path(store) / "tokenizer").is_dir():
-        tokenizer_dir = Path(store) / "tokenizer"
+    from contextlab.models.loading import training_stores
+
+    for store in training_stores(read_toml(path / "config.toml")):  # data.store, data.packed or data.mixture
+        if (Path(store) / "tokenizer").is_dir():
+            tokenizer_dir = Path(store) / "tokenizer"
+            break
     extra = {"contextlab_tokenizer": state.get("tokenizer"), "contextlab_step": state["step"],
              "contextlab_objective": state.get("objective"), "contextlab_run": str(run_dir)}
     if state.get("arch") == "hf":  # a continued Hugging Face model goes back to its own format

@@ -1,15 +1,17 @@
 """The training loop: fixed budgets, exact resume, one code path for 1 or N processes.
 
-``train(cfg)`` builds the model and objective from the config, reads rows from a token
-store through the resumable loader, and runs AdamW with the step-indexed schedule. Every
+``train(cfg)`` builds the model and objective from the config (or, for continued
+pretraining, starts from ``init.source``: see ``init_from.py``), reads rows from a token
+store, a packed store or a weighted mixture of packed stores through the resumable loader,
+and runs AdamW with the step-indexed schedule. Every
 ``ckpt_every`` steps it writes an atomic checkpoint holding everything that determines the
 following steps (weights, optimizer, loader cursor, RNG, schedule length); starting the
 same command again resumes from the newest one, and the losses after it are bitwise those
 of an uninterrupted run (CPU, same thread count), because nothing random is drawn outside
 that state.
 
-Logging: one console line per ``log_every`` steps (step, loss, lr, tokens/s, MFU), a
-progress bar, ``metrics.jsonl`` (rank 0; lines past the resumed checkpoint are dropped so
+Logging (``metrics.py``): one console line per ``log_every`` steps (step, loss, lr, tokens/s,
+MFU), a progress bar, ``metrics.jsonl`` (rank 0; lines past the resumed checkpoint are dropped so
 the file always describes one consistent run), optional TensorBoard.
 """
 
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -29,16 +30,19 @@ import torch
 from contextlab import __version__
 from contextlab.config import dumps_toml, from_dict, to_dict
 from contextlab.data.loader import TokenLoader, packed_split
+from contextlab.data.mixture import MixtureLoader, exact_shares
 from contextlab.data.packing.packed_store import PackedStore
 from contextlab.data.store import TokenStore
 from contextlab.data.views import all_documents, split_documents, split_tail
 from contextlab.errors import UserError
-from contextlab.models.gpt import GPT, describe_model, size_config
+from contextlab.models.gpt import GPT, size_config
 from contextlab.objectives import OBJECTIVES, TrainModule
 from contextlab.train import checkpoint as ckpt
 from contextlab.train import distributed as D
 from contextlab.train.config import RunConfig, config_hash
 from contextlab.train.flops import flops_per_token, measured_peak_flops, mfu
+from contextlab.train.init_from import describe, freeze_parameters, init_model, is_hf
+from contextlab.train.metrics import MetricsWriter, progress_bar
 from contextlab.train.optim import lr_at, make_adamw
 
 
@@ -84,13 +88,16 @@ class Trainer:
             torch.set_num_threads(t.threads)
         if t.dtype not in ("bf16", "fp32"):
             raise UserError(f"train.dtype must be bf16 or fp32, got {t.dtype!r}")
-        if not cfg.data.store and not cfg.data.packed:
-            raise UserError("no training data: set data.store (e.g. --set data.store=STORE) or data.packed")
+        if not cfg.data.store and not cfg.data.packed and not cfg.data.mixture:
+            raise UserError("no training data: set data.store (e.g. --set data.store=STORE), data.packed or "
+                            "data.mixture")
         self.run_dir = Path(t.out_dir)
         self.packed = PackedStore(cfg.data.packed) if cfg.data.packed else None
-        self.store = self.packed.store if self.packed is not None else TokenStore(cfg.data.store)
-        if self.packed is not None and cfg.data.store and TokenStore(cfg.data.store).hash != self.store.hash:
-            raise UserError(f"data.packed {cfg.data.packed} was packed from {self.store.path}, not from data.store "
+        self.sources = self._mixture_sources()  # the packed stores of data.mixture, or []
+        first = self.packed if self.packed is not None else (self.sources[0] if self.sources else None)
+        self.store = first.store if first is not None else TokenStore(cfg.data.store)
+        if first is not None and cfg.data.store and TokenStore(cfg.data.store).hash != self.store.hash:
+            raise UserError(f"{first.path} was packed from {self.store.path}, not from data.store "
                             f"{cfg.data.store}; leave data.store empty or pack {cfg.data.store}")
         tok = self.store.tokenizer_spec
         self.rows = max(1, t.tokens_per_step // t.seq_len)
@@ -107,11 +114,20 @@ class Trainer:
         torch.manual_seed(t.seed)
         self.objective = build_objective(cfg)
         self.objective.bind_tokenizer(tok)
-        self.model = build_model(cfg, self.objective.vocab_size, self.objective.arch,
-                                 self.objective.arch_options()).to(self.info.device)
+        self.init = init_model(cfg, self.objective, self.store) if cfg.init.source else None  # continued pretraining
+        model = self.init.model if self.init else build_model(cfg, self.objective.vocab_size, self.objective.arch,
+                                                              self.objective.arch_options())
+        self.model = model.to(self.info.device)
+        if cfg.init.freeze:
+            frozen = freeze_parameters(self.model, cfg.init.freeze)
+            if self.info.is_main:
+                print(f"frozen: {frozen:,} parameters ({', '.join(cfg.init.freeze)})")
         self.module = TrainModule(self.model, self.objective).to(self.info.device)
-        self.flops_per_token = (flops_per_token(self.model.config, t.seq_len)
-                                + self.objective.extra_flops_per_token(self.model.config, t.seq_len))
+        if is_hf(self.model):  # objectives that train a HF model add no compute of their own
+            self.flops_per_token = self.model.flops_per_token(t.seq_len)
+        else:
+            self.flops_per_token = (flops_per_token(self.model.config, t.seq_len)
+                                    + self.objective.extra_flops_per_token(self.model.config, t.seq_len))
         self.wrapped = D.apply_parallelism(self.module, self.info, t.parallel)
         o = cfg.optim
         self.opt = make_adamw(self.wrapped, lr=o.lr, weight_decay=o.weight_decay, betas=(o.beta1, o.beta2), eps=o.eps)
@@ -119,7 +135,13 @@ class Trainer:
 
         train_view, val_view = self._views()
         eot = tok.get("eot_id")
-        if self.packed is not None:
+        if self.sources:
+            subs = [TokenLoader(p, t.seq_len, 1, mode="packed_store", seed=t.seed + i,
+                                sequences=None if train_view is None else train_view[i])
+                    for i, p in enumerate(self.sources)]
+            self.loader = MixtureLoader(subs, [m.weight for m in cfg.data.mixture], self.rows, rank=self.info.rank,
+                                        world_size=self.info.world_size)
+        elif self.packed is not None:
             self.loader = TokenLoader(self.packed, t.seq_len, self.rows, mode="packed_store", seed=t.seed,
                                       rank=self.info.rank, world_size=self.info.world_size, sequences=train_view)
         else:
@@ -131,14 +153,32 @@ class Trainer:
                                                         self.info.device.type)
 
     # ------------------------------------------------------------------ setup
+    def _mixture_sources(self) -> list[PackedStore]:
+        d = self.cfg.data
+        if not d.mixture:
+            return []
+        if d.packed:
+            raise UserError("set data.packed or data.mixture, not both (add data.packed to the mixture)")
+        if any(not m.packed for m in d.mixture):
+            raise UserError("every data.mixture entry needs packed = a packed store")
+        sources = [PackedStore(m.packed) for m in d.mixture]
+        for p in sources[1:]:
+            if p.store.tokenizer_hash != sources[0].store.tokenizer_hash:
+                raise UserError(f"the data.mixture stores {sources[0].path} and {p.path} use different tokenizers; "
+                                "ingest all sources with the same --tokenizer")
+        return sources
+
     def _views(self):
         """(train, validation) sources: document views, or for a packed store its train sequence ids."""
         d = self.cfg.data
         if d.val_store:
             val_store = TokenStore(d.val_store)
             val_store.check_tokenizer(self.store.tokenizer_spec, f"the training store {self.store.path}")
-            train = None if self.packed is not None else all_documents(self.store)
+            train = None if (self.packed is not None or self.sources) else all_documents(self.store)
             return train, all_documents(val_store)
+        if self.sources:  # every source holds out its own share of sequences
+            splits = [packed_split(p, d.val_fraction, d.split_seed) for p in self.sources]
+            return [tr for tr, _ in splits], [va for _, va in splits]
         if self.packed is not None:
             train, val = packed_split(self.packed, d.val_fraction, d.split_seed)
             return train, val
@@ -155,6 +195,12 @@ class Trainer:
         t = self.cfg.train
         n = max(1, math.ceil(t.val_tokens / t.seq_len))
         try:
+            if isinstance(view, list):  # held-out sequences of each mixture source, in the mixture's shares
+                rows = []
+                for p, ids, k in zip(self.sources, view, exact_shares(n, [m.weight for m in self.cfg.data.mixture])):
+                    vl = TokenLoader(p, t.seq_len, 1, mode="packed_store", sequences=ids, seed=self.cfg.data.split_seed)
+                    rows += [vl.row(r) for r in range(min(int(k), vl.n_rows))]
+                return np.stack(rows)[self.info.rank::self.info.world_size]
             if isinstance(view, np.ndarray):  # held-out sequences of the packed store
                 vl = TokenLoader(self.packed, t.seq_len, 1, mode="packed_store", sequences=view,
                                  seed=self.cfg.data.split_seed)
@@ -213,8 +259,9 @@ class Trainer:
         if self.info.is_main:
             state = {**self.state, "loader": self.loader.state_dict(), "config_hash": config_hash(self.cfg),
                      "tokenizer_hash": self.store.tokenizer_hash, "tokenizer": self.store.tokenizer_spec,
-                     "model_config": to_dict(self.model.config), "objective": self.cfg.objective.name,
-                     "arch": self.objective.arch,
+                     "model_config": _model_config(self.model),
+                     "objective": self.cfg.objective.name, "arch": "hf" if is_hf(self.model) else self.objective.arch,
+                     "init": self.init.meta if self.init else None,
                      "world_size": self.info.world_size, "code_version": __version__}
             ckpt.save_checkpoint(self.run_dir, self.state["step"], model_state=model_state, optim_state=optim_state,
                                  state=state, config_toml=dumps_toml(self.cfg), keep_last=self.cfg.train.keep_last)
@@ -265,11 +312,11 @@ class Trainer:
         self._resume()
         if self.info.is_main:
             (self.run_dir / "config.toml").write_text(dumps_toml(self.cfg), encoding="utf-8")
-            print(describe_model(self.model) + f"; {self.objective.name}; {self.rows} rows x {t.seq_len} tokens/step"
+            print(describe(self.model) + f"; {self.objective.name}; {self.rows} rows x {t.seq_len} tokens/step"
                   f" on {self.info.world_size} process(es), {self.info.device.type}, {t.dtype}")
         total = self.total_steps() or self.state["total_steps"]  # wall-clock runs keep their fixed length
         metrics = MetricsWriter(self.run_dir, self.info.is_main, t.tensorboard)
-        bar = _bar(t.progress and self.info.is_main, total or None, self.state["step"])
+        bar = progress_bar(t.progress and self.info.is_main, total or None, self.state["step"])
         loss, val = float("nan"), None
         window_t, window_tokens = time.perf_counter(), 0
         start = time.perf_counter() - self.state["elapsed"]
@@ -314,45 +361,13 @@ class Trainer:
         return TrainResult(self.run_dir, self.state["step"], loss, val, self.state["tokens"], self.state["elapsed"])
 
 
-class MetricsWriter:
-    def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool):
-        self.enabled = enabled
-        self.fh = open(run_dir / "metrics.jsonl", "a", encoding="utf-8") if enabled else None
-        self.tb = None
-        if enabled and tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                raise UserError("train.tensorboard needs the tensorboard package: pip install tensorboard") from None
-            self.tb = SummaryWriter(str(run_dir / "tensorboard"))
+def _model_config(model) -> dict:
+    """The model's config as a JSON-safe dict (a GPTConfig, or a Hugging Face config)."""
+    if is_hf(model):
+        from contextlab.models.hf_causal import config_dict
 
-    def write(self, row: dict, bar) -> None:
-        if not self.enabled:
-            return
-        self.fh.write(json.dumps(row) + "\n")
-        self.fh.flush()
-        parts = [f"step {row['step']:>6}", f"loss {row['loss']:.4f}", f"lr {row['lr']:.2e}"]
-        if "tokens_per_s" in row:
-            parts += [f"{row['tokens_per_s']:,.0f} tok/s", f"MFU {100 * row['mfu']:.1f}%"]
-        if "val_loss" in row:
-            parts.append(f"val {row['val_loss']:.4f}")
-        bar.write("  ".join(parts))
-        if self.tb:
-            for k, v in row.items():
-                if k != "step":
-                    self.tb.add_scalar(k, v, row["step"])
-
-    def close(self) -> None:
-        if self.fh:
-            self.fh.close()
-        if self.tb:
-            self.tb.close()
-
-
-def _bar(enabled: bool, total: int | None, initial: int):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=initial, unit="step", desc="train", disable=not enabled, dynamic_ncols=True)
+        return config_dict(model.config)
+    return to_dict(model.config)
 
 
 def train(cfg: RunConfig) -> TrainResult:

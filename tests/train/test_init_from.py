@@ -1,0 +1,214 @@
+"""Continued pretraining: start from a contextlab run or a local Hugging Face Llama, extend the
+context with RoPE scaling, train, resume exactly, export back, reload with equal logits."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+
+import pytest
+import torch
+import transformers
+
+from contextlab.config import from_dict
+from contextlab.data.ingest import IngestConfig, ingest
+from contextlab.errors import UserError
+from contextlab.eval.adapter import ContextLengthWarning, load_model
+from contextlab.models.loading import load_trained_model
+from contextlab.train.config import RunConfig
+from contextlab.train.export import export_checkpoint
+from contextlab.train.trainer import train
+from tests.conftest import SHARED_DATA
+
+BASE = {"model": {"size": "tiny-4x256", "n_layer": 2, "n_head": 2, "n_embd": 32},
+        "optim": {"lr": 3e-3, "warmup_steps": 2},
+        "train": {"seq_len": 16, "tokens_per_step": 128, "log_every": 1, "val_every": 0, "val_tokens": 64,
+                  "ckpt_every": 3, "keep_last": 2, "threads": 1, "peak_flops": 1e12, "progress": False,
+                  "dtype": "fp32"},
+        "data": {"val_split": "tail", "val_fraction": 0.1}}
+
+
+def run_config(store, out_dir, *, train=None, **sections) -> RunConfig:
+    data = json.loads(json.dumps(BASE))
+    data["data"]["store"] = str(store.path)
+    data["train"].update(out_dir=str(out_dir), **(train or {}))
+    for k, v in sections.items():
+        data.setdefault(k, {}).update(v)
+    return from_dict(RunConfig, data)
+
+
+def losses(run_dir) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())}
+
+
+@pytest.fixture(scope="module")
+def text():
+    return (SHARED_DATA / "tinyshakespeare" / "input.txt").read_text()[:60_000]
+
+
+@pytest.fixture(scope="module")
+def hf_tokenizer(tmp_path_factory, text):
+    """A small byte-level BPE tokenizer.json (what a Hugging Face model folder ships)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator([text], trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory, hf_tokenizer):
+    """A tiny Llama built locally (save_pretrained), context 16, with its tokenizer."""
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=320, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16,
+                                   rope_theta=10000.0, tie_word_embeddings=False)
+    out = tmp_path_factory.mktemp("llama") / "tiny-llama"
+    transformers.LlamaForCausalLM(cfg).save_pretrained(out)
+    shutil.copy(hf_tokenizer, out / "tokenizer.json")
+    return out
+
+
+@pytest.fixture(scope="module")
+def hf_store(tmp_path_factory, text, hf_tokenizer):
+    src = tmp_path_factory.mktemp("src") / "shakes.txt"
+    src.write_text(text)
+    out = tmp_path_factory.mktemp("store") / "shakes_hf"
+    return ingest(src, out, IngestConfig(tokenizer=f"hf:{hf_tokenizer}"), progress=False).store
+
+
+@pytest.fixture(scope="module")
+def byte_store(tmp_path_factory, text):
+    src = tmp_path_factory.mktemp("src") / "shakes.txt"
+    src.write_text(text)
+    return ingest(src, tmp_path_factory.mktemp("store") / "shakes", IngestConfig(), progress=False).store
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory, byte_store):
+    """A contextlab GPT pretrained at context 16."""
+    out = tmp_path_factory.mktemp("runs") / "base"
+    train(run_config(byte_store, out, train={"max_steps": 12, "ckpt_every": 12}))
+    return out
+
+
+def ids(T: int, vocab: int, seed: int = 3) -> torch.Tensor:
+    return torch.randint(0, vocab, (2, T), generator=torch.Generator().manual_seed(seed))
+
+
+def test_hf_llama_continues_with_yarn_exports_and_reloads(tmp_path, hf_store, llama_dir):
+    run = tmp_path / "llama_run"
+    res = train(run_config(hf_store, run, train={"seq_len": 32, "max_steps": 4, "ckpt_every": 2},
+                           init={"source": str(llama_dir)}, extend={"method": "yarn"}))
+    assert res.steps == 4 and all(torch.isfinite(torch.tensor(list(losses(run).values()))))
+    state = json.loads((run / "checkpoints" / "step_000004" / "state.json").read_text())
+    assert state["arch"] == "hf" and state["init"]["kind"] == "hf" and state["init"]["factor"] == 2.0
+    rope = state["model_config"]["rope_parameters"]
+    assert rope["rope_type"] == "yarn" and rope["factor"] == 2.0 and rope["original_max_position_embeddings"] == 16
+
+    trained, _, _ = load_trained_model(run)
+    source = transformers.AutoModelForCausalLM.from_pretrained(llama_dir)
+    w = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(trained.state_dict()[w], source.state_dict()[w])  # it trained
+
+    out = export_checkpoint(run, tmp_path / "export")
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["model_type"] == "llama" and cfg["rope_parameters"]["rope_type"] == "yarn"
+    assert cfg["max_position_embeddings"] == 32 and (out / "tokenizer.json").is_file()
+    reloaded = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    x = ids(32, 300)
+    ours = load_model(run).logits(x)  # contextlab's view of its own checkpoint
+    with torch.no_grad():
+        theirs = reloaded(input_ids=x).logits
+    assert torch.allclose(ours, theirs[..., : ours.size(-1)], atol=1e-5)
+    exported = load_model(out)  # the export evaluates as an ordinary HF folder, with its tokenizer
+    assert exported.info.kind == "hf" and exported.info.max_context == 32
+    assert torch.allclose(exported.logits(x), ours, atol=1e-5)
+
+
+def test_continued_hf_run_resumes_exactly(tmp_path, hf_store, llama_dir):
+    sections = dict(init={"source": str(llama_dir)}, extend={"method": "pi"})
+    ref = tmp_path / "ref"
+    train(run_config(hf_store, ref, train={"seq_len": 32, "max_steps": 6}, **sections))
+    crashed = tmp_path / "crashed"
+    shutil.copytree(ref, crashed)  # as if killed after the step-3 checkpoint
+    shutil.rmtree(crashed / "checkpoints" / "step_000006")
+    train(run_config(hf_store, crashed, train={"seq_len": 32, "max_steps": 6}, **sections))
+    assert losses(crashed) == losses(ref)  # bitwise, steps 4-6 recomputed
+    a, _, _ = load_trained_model(ref)
+    b, _, _ = load_trained_model(crashed)
+    assert all(torch.equal(a.state_dict()[k], v) for k, v in b.state_dict().items())
+
+
+def test_contextlab_run_continues_with_yarn_and_exports(tmp_path, byte_store, base_run):
+    run = tmp_path / "extended"
+    train(run_config(byte_store, run, train={"seq_len": 64, "max_steps": 3}, init={"source": str(base_run)},
+                     extend={"method": "yarn"}))
+    fresh = tmp_path / "fresh"
+    train(run_config(byte_store, fresh, train={"seq_len": 64, "max_steps": 3}))
+    assert losses(run)[1] < losses(fresh)[1] - 0.5  # starts from the pretrained weights
+    model, state, _ = load_trained_model(run)
+    c = model.config
+    assert (c.block_size, c.rope_extension, c.rope_factor, c.rope_original_context) == (64, "yarn", 4.0, 16)
+    assert state["init"]["step"] == 12 and state["init"]["extension"] == "yarn"
+
+    out = export_checkpoint(run, tmp_path / "export")
+    import contextlab.models.hf  # noqa: F401  (registers contextlab-gpt)
+
+    reloaded = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    x = ids(80, 257)
+    with torch.no_grad():
+        assert torch.allclose(model(x).logits, reloaded(input_ids=x).logits, atol=1e-5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ContextLengthWarning)
+        load_model(run).token_logprobs(ids(65, 257))  # within the extended context: no warning
+
+
+def test_evaluating_beyond_the_context_warns(base_run):
+    adapter = load_model(base_run)  # trained at 16, not extended
+    with pytest.warns(ContextLengthWarning, match="trained at context 16 and has no RoPE extension to 40"):
+        adapter.token_logprobs(ids(41, 257))
+
+
+def test_base_change_other_objective_and_freezing(tmp_path, byte_store, base_run):
+    run = tmp_path / "mtp"
+    train(run_config(byte_store, run, train={"seq_len": 32, "max_steps": 2},
+                     init={"source": str(base_run), "freeze": ["embeddings", "blocks.0.*"]},
+                     extend={"method": "base", "rope_base": 1e6}, objective={"name": "mtp"}))
+    model, state, _ = load_trained_model(run)
+    base, _, _ = load_trained_model(base_run)
+    assert state["arch"] == "mtp" and model.config.rope_base == 1e6 and model.config.rope_extension == "none"
+    after, before = model.state_dict(), base.state_dict()
+    assert torch.equal(after["wte.weight"], before["wte.weight"])  # frozen
+    assert torch.equal(after["blocks.0.attn.qkv.weight"], before["blocks.0.attn.qkv.weight"])
+    assert not torch.equal(after["blocks.1.attn.qkv.weight"], before["blocks.1.attn.qkv.weight"])  # trained
+
+
+def test_user_errors_are_one_clear_line(tmp_path, byte_store, hf_store, base_run, llama_dir):
+    def check(match, store=byte_store, **sections):
+        with pytest.raises(UserError, match=match):
+            train(run_config(store, tmp_path / "err", train=sections.pop("train", {"max_steps": 1}), **sections))
+
+    check("is not longer than the model's context", init={"source": str(base_run)}, extend={"method": "pi"})
+    check("extend.method='rope' is unknown", init={"source": str(base_run)}, extend={"method": "rope"},
+          train={"seq_len": 32, "max_steps": 1})
+    check("needs the new base", init={"source": str(base_run)}, extend={"method": "base"})
+    check("matches no parameter", init={"source": str(base_run), "freeze": ["nothing.*"]})
+    check("was not tokenized with the tokenizer of", init={"source": str(llama_dir)})
+    check("trains the mtp architecture", store=hf_store, init={"source": str(llama_dir)}, objective={"name": "mtp"})
+    check("needs an attention mask", store=hf_store, init={"source": str(llama_dir)}, objective={"name": "mlm"})
+    check("does not exist", init={"source": str(tmp_path / "nowhere")})
+
+
+def test_command_line_flag_sets_the_source(tmp_path, byte_store, capsys):
+    from contextlab.cli import main
+
+    rc = main(["train", "--init-from", str(tmp_path / "no model"), "--set", f"data.store={byte_store.path}",
+               "--set", f"train.out_dir={tmp_path / 'run'}", "--set", "train.max_steps=1"])
+    assert rc != 0 and f"init.source {tmp_path / 'no model'} does not exist" in capsys.readouterr().err
