@@ -174,3 +174,17 @@ def test_archs_dict_and_model_classes():
     assert isinstance(build_arch("contextlm", BASE), ContextLM)
     assert isinstance(build_arch("mtp", BASE), MTPModel)
     assert isinstance(arch_config("contextlm", dataclasses.asdict(BASE)), ContextLMConfig)
+
+
+@pytest.mark.parametrize("arch", ["gpt", "contextlm"])
+def test_explicit_positions_use_the_rope_extension(arch):
+    """Explicit position_ids (padded HF generation) must rotate exactly like the cached, extended RoPE."""
+    torch.manual_seed(0)
+    base = GPTConfig(vocab_size=50, n_layer=2, n_head=2, n_embd=32, block_size=16, rope_extension="yarn",
+                     rope_factor=4.0)
+    model = (GPT(base) if arch == "gpt" else build_arch("contextlm", base, chunk_size=4)).eval()
+    idx = torch.randint(0, 50, (2, 40))  # beyond block_size: the extension matters
+    with torch.no_grad():
+        cached = model(idx).logits
+        explicit = model(idx, position_ids=torch.arange(40)).logits
+    assert torch.allclose(explicit, cached, atol=1e-5)

@@ -37,7 +37,8 @@ import torch.nn as nn
 from torch import Tensor
 
 from contextlab.errors import UserError
-from contextlab.models.gpt import GPT, Block, GPTConfig, GPTOutput, _layer_indices, rope_inv_freq, rope_tables
+from contextlab.models.gpt import GPT, Block, GPTConfig, GPTOutput, _layer_indices, rope_tables
+from contextlab.models.rope import rope_frequencies
 
 FUSIONS = ("plain", "gated", "normalised")
 
@@ -145,8 +146,9 @@ class ContextLM(GPT):
         """As GPT.trunk; the context is fused after block ``encoder_layers`` (0 = the embeddings)."""
         B, T = idx.shape
         if isinstance(position_ids, Tensor):
-            inv_freq = rope_inv_freq(self.config.head_dim, self.config.rope_base, idx.device)
+            inv_freq, scale = rope_frequencies(self.config, idx.device)  # with the RoPE extension, if any
             rope = rope_tables(position_ids.to(torch.float32)[..., None] * inv_freq)  # ([B,] T, hs)
+            rope = tuple(t * scale for t in rope) if scale != 1.0 else rope
         else:
             rope = self.rope(T, idx.device, offset=position_ids or 0)
         causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
