@@ -82,18 +82,10 @@ class HFReference:
         t = self.trainer
         batch = t.loader.next_batch()
         tokens = torch.from_numpy(batch.tokens)
-        total = 0.0
-        for i in range(t.accum):
-            rows = tokens[i * t.micro:(i + 1) * t.micro]
-            ctx = torch.autocast("cpu", dtype=torch.bfloat16) if self.dtype == "bf16" else contextlib.nullcontext()
-            with ctx:
-                loss = self.model(input_ids=rows[:, :-1], labels=rows[:, :-1]).loss  # HF shifts labels itself
-            (loss / t.accum).backward()
-            total += float(loss.detach()) / t.accum
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
-        return total
+        return optimizer_step(t, tokens, self.loss, self.model, self.opt, self.dtype)
+
+    def loss(self, rows: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=rows[:, :-1], labels=rows[:, :-1]).loss  # HF shifts the labels itself
 
 
 class PlainLoop:
@@ -109,19 +101,27 @@ class PlainLoop:
         self.trainer, self.dtype = trainer, dtype
 
     def step(self) -> float:
-        t, total = self.trainer, 0.0
-        for i in range(t.accum):
-            rows = self.tokens[i * t.micro:(i + 1) * t.micro]
-            ctx = torch.autocast("cpu", dtype=torch.bfloat16) if self.dtype == "bf16" else contextlib.nullcontext()
-            with ctx:
-                logits = self.model(rows[:, :-1]).logits
-            loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), rows[:, 1:].flatten())
-            (loss / t.accum).backward()
-            total += float(loss.detach()) / t.accum
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
-        return total
+        return optimizer_step(self.trainer, self.tokens, self.loss, self.model, self.opt, self.dtype)
+
+    def loss(self, rows: torch.Tensor) -> torch.Tensor:
+        logits = self.model(rows[:, :-1]).logits
+        return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), rows[:, 1:].flatten())
+
+
+def optimizer_step(trainer: Trainer, tokens: torch.Tensor, loss_fn, model, opt, dtype: str) -> float:
+    """One step as the trainer takes it: micro-batches with accumulation, clip 1.0, AdamW step."""
+    total = 0.0
+    for i in range(trainer.accum):
+        rows = tokens[i * trainer.micro:(i + 1) * trainer.micro]
+        ctx = torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bf16" else contextlib.nullcontext()
+        with ctx:
+            loss = loss_fn(rows)
+        (loss / trainer.accum).backward()
+        total += float(loss.detach()) / trainer.accum
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return total
 
 
 def timed(step, n: int) -> float:
