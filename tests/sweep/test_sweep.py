@@ -97,3 +97,17 @@ def test_compute_optimal_on_known_numbers():
     assert res["optimal"]["4000000000000.0"]["best"] == {"size": "m", "context": 256, "loss": 2.4}
     assert res["optimal_context_smoothed"]["s"] == [[1e12, 128], [4e12, 256]]
     json.dumps(res)  # serialisable
+
+
+def test_results_rows_carry_each_evaluations_headline(tmp_path):
+    from contextlab.sweep.grid import run_summary
+
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "contextwise.json").write_text(json.dumps({
+        "format": "contextlab-eval-result", "seconds": 1.5, "model": {"n_params": 10},
+        "results": {"summary": {"best_context_loss": 3.25, "falls_with_position": True, "last_full_bucket": [32, 63]},
+                    "length": 64}}))
+    row = run_summary(tmp_path)
+    assert row == {"contextwise.best_context_loss": 3.25, "contextwise.seconds": 1.5}
+    assert analyze([{"status": "done", "train.seq_len": "64", "model.size": "s", **{k: str(v) for k, v in row.items()}}
+                    ])["metric"] == "contextwise.best_context_loss"

@@ -1,7 +1,8 @@
 """``contextlab report DIR``: one self-contained HTML page for a run, a sweep or a quickstart.
 
 The report reads result files only (metrics.jsonl, config.toml, eval/*.json and their PNGs,
-results.csv, compute_optimal.json): it never imports a model or the trainer, so it can be
+results.csv, compute_optimal.json, a packed store's pack_stats.json, a pipeline's summary.json
+with its headline table and figures): it never imports a model or the trainer, so it can be
 built anywhere the files are, long after the runs. Plots are embedded as base64 PNGs, so
 the page is one file that can be mailed or archived. A small script marks the page once
 every image has decoded (``data-images-ok``), which is how the test checks in a real
@@ -79,6 +80,17 @@ def _scalars(d: dict) -> dict:
 # ---------------------------------------------------------------------------- sections
 
 
+def eval_scalars(doc: dict) -> dict:
+    """The headline numbers of an eval/<name>.json: its results' summary, else its top-level scalars."""
+    summary = (doc.get("results") or {}).get("summary") if isinstance(doc.get("results"), dict) else None
+    if isinstance(summary, dict) and summary:
+        out = _scalars(summary)
+        if isinstance(doc.get("seconds"), (int, float)):
+            out["seconds"] = doc["seconds"]
+        return out
+    return _scalars(doc)
+
+
 def run_section(run: Path, title: str | None = None) -> tuple[str, dict]:
     """HTML for one training run directory, and its key numbers."""
     parts, key = [f"<h2>{html.escape(title or 'Run ' + run.name)}</h2>"], {}
@@ -99,7 +111,7 @@ def run_section(run: Path, title: str | None = None) -> tuple[str, dict]:
         except ValueError:
             continue
         parts.append(f"<h3>Evaluation: {html.escape(f.stem)}</h3>")
-        parts.append(_table([_scalars(data)]))
+        parts.append(_table([eval_scalars(data)]))
         for png in sorted(eval_dir.glob(f"{f.stem}*.png")):
             parts.append(_img(png, f"{f.stem} plot"))
         cmd = data.get("command") or f"contextlab eval {f.stem} --model {run}"
@@ -119,6 +131,34 @@ def store_section(store: Path) -> str:
     out = f"<h3>Token store {html.escape(store.name)}</h3>" + _table(rows)
     png = store / "doc_lengths.png"
     return out + (_img(png, f"{store.name} document lengths") if png.exists() else "")
+
+
+def packed_section(stats_file: Path, root: Path) -> str:
+    """A packed store's diagnostics (pack_stats.json written beside it) and its plot."""
+    st = json.loads(stats_file.read_text())
+    row = {"packed store": str(stats_file.parent.relative_to(root)), "method": st.get("method"),
+           "retriever": st.get("retriever") or "", "sequences": st.get("n_sequences"),
+           "docs/sequence": (st.get("docs_per_sequence") or {}).get("mean"),
+           "neighbour similarity": st.get("mean_neighbour_similarity") if st.get("mean_neighbour_similarity")
+           is not None else "", "sequences with >= 2 related docs": st.get("frac_sequences_ge2_related"),
+           "directories/sequence": st.get("directories_per_sequence"), "zipf": (st.get("zipf") or {}).get("mean")}
+    png = stats_file.parent / "pack_stats.png"
+    return _table([row]) + (_img(png, f"{stats_file.parent.name} packing diagnostics") if png.exists() else "")
+
+
+def summary_section(root: Path) -> str:
+    """OUT/summary.json (format contextlab-summary): a headline table, notes and figures, shown first."""
+    doc = json.loads((root / "summary.json").read_text())
+    parts = ["<h2>Headline</h2>", _table(doc.get("headline") or [])]
+    parts += [f'<p class="muted">{html.escape(n)}</p>' for n in doc.get("notes") or []]
+    for name in doc.get("figures") or []:
+        if (root / name).exists():
+            parts.append(_img(root / name, name))
+    timing = doc.get("seconds_by_step") or {}
+    if timing:
+        parts.append("<details><summary>wall time of each step (seconds)</summary>"
+                     + _table([{"step": k, "seconds": v} for k, v in timing.items()]) + "</details>")
+    return "\n".join(parts)
 
 
 def sweep_section(sweep: Path) -> str:
@@ -146,6 +186,26 @@ def sweep_section(sweep: Path) -> str:
 # ---------------------------------------------------------------------------- page
 
 
+KEY_METRICS = {"contextwise": ("best_context_loss",), "niah": ("likelihood_accuracy", "contains_match")}
+
+
+def eval_key(run: Path) -> dict:
+    """One headline number per known evaluation of a run, for the runs table."""
+    out = {}
+    for name, keys in KEY_METRICS.items():
+        f = run / "eval" / f"{name}.json"
+        if not f.exists():
+            continue
+        try:
+            summary = json.loads(f.read_text())["results"]["summary"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        key = next((k for k in keys if isinstance(summary.get(k), (int, float))), None)
+        if key:
+            out[f"{name}.{key}"] = summary[key]
+    return out
+
+
 def find_runs(root: Path) -> list[Path]:
     return sorted(p.parent for p in root.rglob("metrics.jsonl"))
 
@@ -159,13 +219,20 @@ def build_report(directory: str | Path, out: str | Path | None = None, title: st
     if not root.is_dir():
         raise UserError(f"report: {root} is not a directory")
     body = []
+    summary_file = root / "summary.json"
+    if summary_file.exists() and json.loads(summary_file.read_text()).get("format") == "contextlab-summary":
+        body.append(summary_section(root))
     if headline:
         body.append("<p>" + "".join(f'<span class="key">{html.escape(k)} <b>{_fmt(v)}</b></span>'
                                     for k, v in headline.items()) + "</p>")
+    lead = len(body)  # the runs table goes right after the headline
     stores = sorted(p.parent for p in root.rglob("meta.json")
                     if json.loads(p.read_text()).get("format") == "contextlab-token-store")
     if stores:
         body.append("<h2>Data</h2>" + "".join(store_section(s) for s in stores))
+    packs = sorted(root.rglob("pack_stats.json"))
+    if packs:
+        body.append("<h2>Packing</h2>" + "".join(packed_section(f, root) for f in packs))
     if (root / "results.csv").exists():
         body.append(sweep_section(root))
     runs = find_runs(root)
@@ -173,9 +240,9 @@ def build_report(directory: str | Path, out: str | Path | None = None, title: st
     for run in runs[:50]:
         section, key = run_section(run, f"Run {run.relative_to(root) if run != root else run.name}")
         body.append(section)
-        summary.append({"run": str(run.relative_to(root)) if run != root else run.name, **key})
+        summary.append({"run": str(run.relative_to(root)) if run != root else run.name, **key, **eval_key(run)})
     if len(runs) > 1:
-        body.insert(1 if headline else 0, "<h2>Runs</h2>" + _table(summary))
+        body.insert(lead, "<h2>Runs</h2>" + _table(summary))
     if not body:
         raise UserError(f"report: nothing to report in {root} (no runs, token stores or sweep results)")
     title = title or f"contextlab report: {root.resolve().name}"

@@ -235,6 +235,9 @@ def run_summary(run_dir: Path) -> dict:
             data = json.loads(f.read_text())
         except ValueError:
             continue
+        results = data.get("results") if isinstance(data.get("results"), dict) else None
+        if results is not None and isinstance(results.get("summary"), dict):
+            data = {**results["summary"], "seconds": data.get("seconds")}  # an eval result file: its headline
         for k, v in _scalars(data).items():
             row[f"{f.stem}.{k}"] = v
     return row

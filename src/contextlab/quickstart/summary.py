@@ -1,0 +1,87 @@
+"""The quickstart's headline: three numbers per model, read back from the evaluation result files.
+
+For every run:
+
+* best-context loss (nats/token): the contextwise loss averaged over the last 10% of the
+  training context, on held-out code; the compute-optimal-context study's metric, lower
+  is better;
+* context gain (nats/token): the loss of the same held-out target tokens with one visible
+  token minus with the whole training context visible (``bayes-fit``'s paired last-token
+  losses), i.e. how much the model's predictions improve by reading its context. Paired
+  targets at random positions, not the contextwise curve's first positions: files start
+  with boilerplate (licence headers, imports) that is easy to predict from nothing;
+* needle accuracy: how often the needle-in-a-haystack answer is the most likely of five
+  candidates (chance 0.2), over every length and depth.
+
+Written to ``OUT/summary.json`` (``format = contextlab-summary``), which the HTML report
+shows at the top, together with the two models' contextwise curves on one plot. Reading
+result files, not models, keeps the summary cheap to rebuild and the report independent.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from contextlab.io import atomic_write_json
+
+SUMMARY_FORMAT = "contextlab-summary"
+COLUMNS = ("best-context loss", "context gain", "needle accuracy")
+
+
+def _result(path: Path) -> dict:
+    return json.loads(path.read_text())["results"]
+
+
+def run_numbers(run_dir: Path) -> dict:
+    """The three headline numbers of one run from its eval/contextwise.json and eval/niah.json."""
+    from contextlab.eval.tasks import headline_metric
+
+    cw = _result(run_dir / "eval" / "contextwise.json")
+    bf = _result(run_dir / "eval" / "bayes-fit.json")
+    niah = _result(run_dir / "eval" / "niah.json")
+    key, _ = headline_metric(niah["summary"])
+    return {"best-context loss": cw["summary"]["best_context_loss"],
+            "context gain": bf["loss"][0] - bf["loss"][-1],
+            "visible": [bf["lengths"][0], bf["lengths"][-1]], "targets": bf["n_targets"],
+            "needle accuracy": niah["summary"][key],
+            "needle chance": niah["summary"].get("chance"),
+            "train context": cw["train_context"]}
+
+
+def write_summary(out: Path, cfg, seconds_by_step: dict, seconds: float) -> dict:
+    """Compute the headline, draw the combined contextwise plot, write OUT/summary.json."""
+    from contextlab.eval.contextwise import combined_plot
+
+    rows = []
+    for name, spec in cfg.runs.items():
+        nums = run_numbers(out / "runs" / name)
+        rows.append({"run": name, "objective": spec.objective, "packing": spec.packing, **nums})
+    plot = out / "contextwise_models.png"
+    combined_plot([out / "runs" / name / "eval" / "contextwise.json" for name in cfg.runs], plot)
+    ctx = rows[0]["train context"]
+    chance = rows[0]["needle chance"]
+    notes = [f"best-context loss: mean loss (nats/token) over the last 10% of the {ctx}-token training context, "
+             f"on held-out code ({', '.join(cfg.corpus.heldout)} of the Python standard library), lower is better.",
+             f"context gain: loss of {rows[0]['targets']} held-out target tokens (random positions) with "
+             f"{rows[0]['visible'][0]} visible token minus with {rows[0]['visible'][1]} visible tokens (the same "
+             "targets): what reading the context is worth to the model.",
+             "needle accuracy: the true answer is the most likely of 5 candidates, over every needle length and "
+             f"depth (chance {chance:g})." if chance else "needle accuracy: substring match of the generated answer."]
+    summary = {"format": SUMMARY_FORMAT, "title": "contextlab quickstart", "headline": rows, "notes": notes,
+               "figures": [plot.name], "seconds_by_step": seconds_by_step,
+               "seconds_total_recorded": round(sum(seconds_by_step.values()), 1),
+               "seconds_this_invocation": round(seconds, 1)}
+    atomic_write_json(out / "summary.json", summary)
+    return summary
+
+
+def format_headline(summary: dict) -> str:
+    """The three numbers per model as a small console table."""
+    rows = summary["headline"]
+    width = max(len(r["run"]) for r in rows) + 2
+    lines = [" " * width + "".join(f"{c:>20}" for c in COLUMNS)]
+    for r in rows:
+        acc = f"{r['needle accuracy']:.2f}" + (f" (chance {r['needle chance']:.2f})" if r.get("needle chance") else "")
+        lines.append(f"{r['run']:<{width}}{r['best-context loss']:>20.4f}{r['context gain']:>20.4f}{acc:>20}")
+    return "\n".join(lines)

@@ -1,0 +1,140 @@
+"""The quickstart end to end at a tiny budget: every artifact, the headline, skipping and refusing on re-runs."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+
+import pytest
+
+from contextlab.cli import main
+from contextlab.data.packing import PackedStore
+from contextlab.data.store import TokenStore
+from contextlab.errors import UserError
+from contextlab.quickstart import load_recipe, packaged_recipe
+from tests.conftest import REPO
+
+RUNS = ("gpt", "contextlm")
+# a few stdlib packages instead of all of it, a 1-block model, 3 steps: the whole pipeline in seconds
+TINY = ["--steps", "3", "--vocab", "300", "--threads", "1", "--no-progress",
+        "--set", 'corpus.code_include=["json/**", "email/**"]', "--set", 'corpus.heldout=["test/test_json/*.py"]',
+        "--set", "base.model.n_layer=1", "--set", "base.model.n_embd=32", "--set", "base.model.n_head=2",
+        "--set", "base.train.seq_len=64", "--set", "base.train.tokens_per_step=256",
+        "--set", "base.train.val_tokens=256", "--set", "base.train.ckpt_every=2", "--set", "base.data.val_fraction=0.05",
+        "--set", "eval.contextwise={max_docs=8}",
+        "--set", 'eval.niah={lengths=[256, 320], depths=[0.0, 100.0], samples=1, scoring="likelihood"}']
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory):
+    out = tmp_path_factory.mktemp("qs") / "out"
+    code = main(["quickstart", "--out", str(out), *TINY])
+    assert code == 0
+    return out, None
+
+
+def test_stores_hold_the_corpus_split_into_training_and_held_out_code(quickstart):
+    out, _ = quickstart
+    books, code, held = (TokenStore(out / n) for n in ("books", "stdlib", "stdlib_heldout"))
+    assert books.n_docs == 6 and books.tokenizer_spec["vocab_size"] == 300
+    for s in (code, held):
+        assert s.tokenizer_hash == books.tokenizer_hash and s.n_tokens > 0
+    code_paths = [m["path"] for m in code.docs_meta()]
+    held_paths = [m["path"] for m in held.docs_meta()]
+    assert all(p.startswith(("json/", "email/")) for p in code_paths)
+    assert held_paths and all(p.startswith("test/test_json/") for p in held_paths)
+
+
+def test_both_packings_are_written_with_their_diagnostics(quickstart):
+    out, _ = quickstart
+    for method in ("ep", "splice"):
+        pk = PackedStore(out / "packed" / method)
+        assert pk.meta["config"]["method"] == method and pk.seq_len == 65  # train.seq_len + 1
+        stats = json.loads((out / "packed" / method / "pack_stats.json").read_text())
+        assert stats["method"] == method and stats["n_sequences"] == pk.n_sequences
+    assert json.loads((out / "packed" / "splice" / "pack_stats.json").read_text())["retriever"] == "bm25"
+
+
+def test_two_runs_trained_and_evaluated(quickstart):
+    out, _ = quickstart
+    for name, objective in zip(RUNS, ("clm", "contextlm")):
+        run = out / "runs" / name
+        assert f'name = "{objective}"' in (run / "config.toml").read_text()
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        assert rows[-1]["step"] == 3 and "val_loss" in rows[-1]
+        assert (run / "checkpoints" / "step_000003").is_dir()
+        cw = json.loads((run / "eval" / "contextwise.json").read_text())["results"]
+        assert cw["train_context"] == 64 and len(cw["loss"]) == 127  # 2 x context, scored from the first token
+        niah = json.loads((run / "eval" / "niah.json").read_text())["results"]
+        assert niah["summary"]["chance"] == pytest.approx(0.2) and len(niah["samples"]) == 4
+        assert (run / "eval" / "contextwise.png").exists() and (run / "eval" / "niah.png").exists()
+
+
+def test_headline_numbers_come_from_the_result_files(quickstart):
+    out, _ = quickstart
+    summary = json.loads((out / "summary.json").read_text())
+    assert [r["run"] for r in summary["headline"]] == list(RUNS)
+    for row in summary["headline"]:
+        cw = json.loads((out / "runs" / row["run"] / "eval" / "contextwise.json").read_text())["results"]["summary"]
+        niah = json.loads((out / "runs" / row["run"] / "eval" / "niah.json").read_text())["results"]["summary"]
+        assert row["best-context loss"] == pytest.approx(cw["best_context_loss"])
+        bf = json.loads((out / "runs" / row["run"] / "eval" / "bayes-fit.json").read_text())["results"]
+        assert bf["lengths"] == [1, 2, 4, 8, 16, 32, 64] and bf["n_targets"] == 512
+        assert row["context gain"] == pytest.approx(bf["loss"][0] - bf["loss"][-1])
+        assert row["needle accuracy"] == pytest.approx(niah["likelihood_accuracy"])
+    assert (out / "contextwise_models.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_covers_runs_evaluations_packings_and_stores(quickstart):
+    out, _ = quickstart
+    page = (out / "report.html").read_text()
+    for heading in ("Headline", "Runs", "Data", "Packing", "Run runs/gpt", "Run runs/contextlm",
+                    "Evaluation: contextwise", "Evaluation: bayes-fit", "Evaluation: niah"):
+        assert f">{heading}<" in page, heading
+    images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
+    # combined curves, 3 store histograms, 2 packing plots, per run: loss curve + 3 eval plots
+    assert len(images) == 1 + 3 + 2 + 2 * 4
+    for data in images:
+        png = base64.b64decode(data)
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[-8:-4] == b"IEND"
+
+
+def test_rerun_skips_every_step_and_changed_settings_are_refused(quickstart, capsys):
+    out, _ = quickstart
+    metrics = out / "runs" / "gpt" / "metrics.jsonl"
+    mtime = metrics.stat().st_mtime
+    capsys.readouterr()
+    assert main(["quickstart", "--out", str(out), *TINY]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("skipped") == 3 + 2 + 2 + 6 + 1  # stores, packings, runs, evaluations, report
+    assert metrics.stat().st_mtime == mtime
+    assert "best-context loss" in printed and "needle accuracy" in printed and "report.html" in printed
+    assert main(["quickstart", "--out", str(out), *TINY, "--steps", "4"]) == 2
+    assert "other quickstart settings; pass --overwrite" in capsys.readouterr().err
+
+
+def test_recipe_is_checked_before_anything_runs():
+    with pytest.raises(UserError, match="runs.gpt.packing is 'icp'"):
+        load_recipe(None, ["runs.gpt.packing=icp"])
+    with pytest.raises(UserError, match="unknown config key 'runs.gpt.options.nosuch'"):
+        load_recipe(None, ["runs.gpt.options.nosuch=1"])
+    with pytest.raises(UserError, match="run gpt: unknown config key 'train.nosuch'"):
+        load_recipe(None, ["base.train.nosuch=1"])
+    with pytest.raises(UserError, match="runs.contextlm.objective: unknown objective 'nope'"):
+        load_recipe(None, ["runs.contextlm.objective=nope"])
+    cfg = load_recipe()
+    assert list(cfg.runs) == ["gpt", "contextlm"] and cfg.base["train"]["max_steps"] > 0
+
+
+def test_packaged_recipe_is_the_one_in_recipes():
+    assert (REPO / "recipes" / "quickstart.toml").read_text(encoding="utf-8") == packaged_recipe()
+
+
+def test_help_documents_every_option(capsys):
+    with pytest.raises(SystemExit):
+        main(["quickstart", "--help"])
+    out = capsys.readouterr().out
+    for flag in ("--out", "--recipe", "--set", "--steps", "--vocab", "--threads", "--overwrite", "--no-progress",
+                 "--print-recipe"):
+        assert flag in out
