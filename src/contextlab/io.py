@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from contextlab.errors import UserError
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -62,3 +65,24 @@ def fsync_dir(path: str | os.PathLike) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def replace_dir(src: str | os.PathLike, dst: str | os.PathLike, *, overwrite: bool) -> None:
+    """Move ``src`` to ``dst``; an existing ``dst`` is replaced only when ``overwrite``.
+
+    The old directory is first renamed aside, so at every instant either the old or the new
+    one is in place, then it is deleted.
+    """
+    src, dst = Path(src), Path(dst)
+    if dst.exists():
+        if not overwrite:
+            raise UserError(f"{dst} already exists; choose another --out or pass --overwrite")
+        aside = dst.with_name(dst.name + ".old")
+        if aside.exists():
+            shutil.rmtree(aside)
+        os.replace(dst, aside)
+        os.replace(src, dst)
+        shutil.rmtree(aside)
+    else:
+        os.replace(src, dst)
+    fsync_dir(dst.parent)

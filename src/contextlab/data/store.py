@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -37,7 +36,7 @@ import numpy as np
 
 from contextlab import FORMAT_VERSION, __version__
 from contextlab.errors import UserError
-from contextlab.io import atomic_write_json, fsync_dir
+from contextlab.io import atomic_write_json, replace_dir  # noqa: F401  (replace_dir: re-exported)
 
 STORE_FORMAT = "contextlab-token-store"
 _FIX = "re-create it with `contextlab data ingest ... --overwrite`"
@@ -291,23 +290,3 @@ def finalize_store(partial_dir: Path, out_dir: Path, meta: dict, *, overwrite: b
     atomic_write_json(partial_dir / "meta.json", meta)
     (partial_dir / "progress.json").unlink(missing_ok=True)
     replace_dir(partial_dir, out_dir, overwrite=overwrite)
-
-
-def replace_dir(src: Path, dst: Path, *, overwrite: bool) -> None:
-    """Move ``src`` to ``dst``; an existing ``dst`` is replaced only when ``overwrite``.
-
-    The old directory is first renamed aside, so at every instant either the old or the new
-    one is in place, then it is deleted.
-    """
-    if dst.exists():
-        if not overwrite:
-            raise UserError(f"{dst} already exists; choose another --out or pass --overwrite")
-        aside = dst.with_name(dst.name + ".old")
-        if aside.exists():
-            shutil.rmtree(aside)
-        os.replace(dst, aside)
-        os.replace(src, dst)
-        shutil.rmtree(aside)
-    else:
-        os.replace(src, dst)
-    fsync_dir(dst.parent)

@@ -34,6 +34,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 import contextlab
 from contextlab.errors import UserError
+from contextlab.io import replace_dir
 from contextlab.models.gpt import GPT, GPTConfig
 
 MODEL_TYPE = "contextlab-gpt"
@@ -168,14 +169,7 @@ def export_to_hf(model: GPT, out_dir: str | os.PathLike, *, tokenizer_dir: str |
         ContextlabGPTForCausalLM(config, gpt=model).save_pretrained(tmp, safe_serialization=True)
         if tokenizer_dir is not None:
             shutil.copytree(tokenizer_dir, tmp / "tokenizer")
-        if out.exists() and any(out.iterdir()):  # overwrite: swap, then delete the old export
-            old = out.with_name(f".{out.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, out)  # rename(2) may replace an empty directory
+        replace_dir(tmp, out, overwrite=True)  # the caller checked overwrite; the old export is swapped out whole
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

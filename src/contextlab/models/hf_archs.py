@@ -25,6 +25,7 @@ from pathlib import Path
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from contextlab.errors import UserError
+from contextlab.io import replace_dir
 from contextlab.models.contextlm import ContextLM, ContextLMConfig
 from contextlab.models.gpt import GPTConfig
 from contextlab.models.hf import _HF_NAME, ContextlabGPTConfig, ContextlabGPTForCausalLM, export_to_hf
@@ -90,14 +91,7 @@ def export_arch_to_hf(model, out_dir: str | os.PathLike, *, tokenizer_dir: str |
         cfg["model_type"] = CONTEXTLM_TYPE
         cfg["architectures"] = [ContextlabContextLMForCausalLM.__name__]
         cfg_file.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-        if out.exists() and any(out.iterdir()):  # overwrite: swap, then delete the old export
-            old = out.with_name(f".{out.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(out, old)
-            os.replace(staged, out)
-            shutil.rmtree(old)
-        else:
-            os.replace(staged, out)
+        replace_dir(staged, out, overwrite=True)  # the check above guards a non-empty folder
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return out

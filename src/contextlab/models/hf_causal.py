@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
 from contextlab.errors import UserError
+from contextlab.io import replace_dir
 from contextlab.models.gpt import GPTOutput
 from contextlab.models.rope import ntk_base
 
@@ -234,9 +235,7 @@ def save_hf(hf: PreTrainedModel, out_dir: str | os.PathLike, *, tokenizer_from: 
                 for f in found:
                     shutil.copy2(Path(folder) / f, tmp / f)
                 break
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
+        replace_dir(tmp, out, overwrite=True)  # never a moment with neither the old nor the new export
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
