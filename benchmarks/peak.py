@@ -1,7 +1,8 @@
 """Peak matmul throughput (GFLOP/s) in fp32 and bf16, on CPU and CUDA if present.
 
-Square matmuls at a few sizes, median of several timed repetitions per size; the best size
-is the peak. The result is written to the cache that ``contextlab.train.flops`` reads for
+Square matmuls at a few sizes, the 90th percentile of several timed repetitions per size
+(noise on a shared machine only ever slows a matmul down, so a median underestimates the
+hardware, while the single best repetition can be a one-off); the best size is the peak. The result is written to the cache that ``contextlab.train.flops`` reads for
 MFU (~/.cache/contextlab/peak.json or $CONTEXTLAB_PEAK_FILE), keyed by device, dtype and
 CPU thread count. The last line printed is one JSON object.
 
@@ -12,12 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 
 import torch
 
-from contextlab.train.flops import peak_file, peak_key, time_matmul, write_peak_entries
+from contextlab.train.flops import fast_rate, peak_file, peak_key, time_matmul, write_peak_entries
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -39,7 +39,7 @@ def main() -> None:
         for name, dtype in DTYPES.items():
             for size in args.sizes:
                 rates = time_matmul(size, dtype, device, seconds=args.seconds, min_reps=5)
-                gflops = statistics.median(rates) / 1e9
+                gflops = fast_rate(rates) / 1e9
                 print(f"{device:<6} {name:<5} {size:>6} {gflops:>10.1f}")
                 if gflops > best.get((device, name), (0.0, 0))[0]:
                     best[(device, name)] = (gflops, size)

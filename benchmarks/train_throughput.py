@@ -8,10 +8,12 @@ same optimizer (AdamW, beta 0.9/0.95, weight decay 0.1, grad clip 1.0), batch an
 - reference: ``transformers.GPT2LMHeadModel`` of the same depth, width, heads, vocabulary
   and context (no dropout, SDPA attention), a plain step: forward with labels, backward,
   clip, ``torch.optim.AdamW`` step;
-- floor: a nanoGPT-style plain loop over contextlab's own GPT on one fixed batch
-  (cross-entropy, fused AdamW), which shows what the trainer's loader and objective cost.
+- nanogpt: the issue's reference point, a plain nanoGPT-style loop: its own GPT-2 model
+  (LayerNorm, learned positions, biases, causal SDPA, tied output layer) on one fixed batch,
+  cross-entropy, AdamW with nanoGPT's two parameter groups;
+- compiled: the same contextlab trainer with ``train.compile = true`` (skip with --no-compile).
 
-Rounds alternate between the two (the machine is noisy) and each round times ``--steps``
+Rounds alternate between the sides (the machine is noisy) and each round times ``--steps``
 steps after warm-up; the figure is the median over rounds. MFU = tokens/s x training
 FLOPs per token (contextlab.train.flops: 6N + attention) / the measured matmul peak of the
 dtype (benchmarks/peak.py; cached). Shapes (the issue's):
@@ -20,7 +22,8 @@ dtype (benchmarks/peak.py; cached). Shapes (the issue's):
 - 6 layers x 384, 8K vocabulary, context 512 (Gutenberg books, a BPE-8192 store trained here).
 
 Last line: {"bench": "train_throughput", "tokens_per_s_bf16": ..., "ratio_vs_hf_bf16": ...,
-"mfu_bf16": ...} for the first shape.
+"mfu_bf16": ..., "ratio_vs_nanogpt_bf16": ..., "compiled_tokens_per_s_bf16": ..., ...} for the
+first shape (the eager trainer, its default; compiled_* for train.compile = true).
 
     python benchmarks/train_throughput.py [--rounds 5] [--steps 5] [--tokens-per-step 8192]
 """
@@ -48,12 +51,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def contextlab_trainer(store: Path, n_layer: int, n_embd: int, n_head: int, seq_len: int, tokens: int,
-                       micro: int, dtype: str, out: Path) -> Trainer:
+                       micro: int, dtype: str, out: Path, compiled: bool = False) -> Trainer:
     cfg = {"model": {"size": "tiny-4x256", "n_layer": n_layer, "n_embd": n_embd, "n_head": n_head},
            "data": {"store": str(store), "val_split": "tail", "val_fraction": 0.01},
            "optim": {"lr": 1e-3, "warmup_steps": 10, "weight_decay": 0.1, "grad_clip": 1.0},
            "train": {"out_dir": str(out), "seq_len": seq_len, "tokens_per_step": tokens, "micro_batch_rows": micro,
-                     "max_steps": 1000, "dtype": dtype, "progress": False, "val_tokens": seq_len}}
+                     "max_steps": 1000, "dtype": dtype, "progress": False, "val_tokens": seq_len,
+                     "compile": compiled}}
     return Trainer(from_dict(RunConfig, cfg))
 
 
@@ -88,15 +92,56 @@ class HFReference:
         return self.model(input_ids=rows[:, :-1], labels=rows[:, :-1]).loss  # HF shifts the labels itself
 
 
+class NanoBlock(torch.nn.Module):
+    """A GPT-2 block as nanoGPT writes it: LayerNorm, fused qkv, causal SDPA, GELU MLP, biases."""
+
+    def __init__(self, d: int, n_head: int):
+        super().__init__()
+        nn = torch.nn
+        self.n_head = n_head
+        self.ln_1, self.ln_2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.c_attn, self.c_proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.c_fc, self.mlp_proj = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+                   for t in self.c_attn(self.ln_1(x)).split(C, dim=2))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        return x + self.mlp_proj(torch.nn.functional.gelu(self.c_fc(self.ln_2(x))))
+
+
+class NanoGPT(torch.nn.Module):
+    """The issue's reference point: a plain nanoGPT-style model (learned positions, tied output layer)."""
+
+    def __init__(self, vocab: int, context: int, n_layer: int, d: int, n_head: int):
+        super().__init__()
+        self.wte, self.wpe = torch.nn.Embedding(vocab, d), torch.nn.Embedding(context, d)
+        self.h = torch.nn.ModuleList(NanoBlock(d, n_head) for _ in range(n_layer))
+        self.ln_f = torch.nn.LayerNorm(d)
+        self.lm_head = torch.nn.Linear(d, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.wte(idx) + self.wpe(torch.arange(idx.size(1), device=idx.device))
+        for block in self.h:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))
+
+
 class PlainLoop:
-    """The nanoGPT-style floor: contextlab's GPT, a fixed batch, F.cross_entropy, fused AdamW; no loader, no objective."""
+    """A nanoGPT-style training loop: its own plain GPT-2 model, one fixed batch, F.cross_entropy,
+    AdamW with nanoGPT's two parameter groups; no loader, no objective, no bookkeeping."""
 
     def __init__(self, trainer: Trainer, dtype: str):
-        from contextlab.models.gpt import GPT
-        from contextlab.train.optim import make_adamw
-
-        self.model = GPT(trainer.model.config)
-        self.opt = make_adamw(self.model, lr=1e-3, weight_decay=0.1, betas=(0.9, 0.95))
+        c = trainer.model.config
+        torch.manual_seed(0)
+        self.model = NanoGPT(c.vocab_size, trainer.cfg.train.seq_len, c.n_layer, c.n_embd, c.n_head)
+        decay = [p for p in self.model.parameters() if p.dim() >= 2]
+        rest = [p for p in self.model.parameters() if p.dim() < 2]
+        self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                                     lr=1e-3, betas=(0.9, 0.95))
         self.tokens = torch.from_numpy(trainer.loader.next_batch().tokens)
         self.trainer, self.dtype = trainer, dtype
 
@@ -104,8 +149,8 @@ class PlainLoop:
         return optimizer_step(self.trainer, self.tokens, self.loss, self.model, self.opt, self.dtype)
 
     def loss(self, rows: torch.Tensor) -> torch.Tensor:
-        logits = self.model(rows[:, :-1]).logits
-        return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), rows[:, 1:].flatten())
+        logits = self.model(rows[:, :-1])
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), rows[:, 1:].flatten())
 
 
 def optimizer_step(trainer: Trainer, tokens: torch.Tensor, loss_fn, model, opt, dtype: str) -> float:
@@ -135,28 +180,36 @@ def bench_shape(label: str, store: Path, shape: tuple[int, int, int], seq_len: i
     rows = []
     for dtype in ("fp32", "bf16"):
         n_layer, n_embd, n_head = shape
-        trainer = contextlab_trainer(store, n_layer, n_embd, n_head, seq_len, args.tokens_per_step,
-                                     args.micro_batch_rows, dtype, work / f"{label}-{dtype}")
+        make = lambda tag, compiled: contextlab_trainer(store, n_layer, n_embd, n_head, seq_len, args.tokens_per_step,  # noqa: E731
+                                                        args.micro_batch_rows, dtype, work / f"{label}-{dtype}-{tag}",
+                                                        compiled)
+        trainer = make("eager", False)
         ref, plain = HFReference(trainer, dtype), PlainLoop(trainer, dtype)
+        steps = {"contextlab": trainer.train_step, "hf": ref.step, "nanogpt": plain.step}
+        if not args.no_compile:
+            steps["compiled"] = make("compiled", True).train_step
         fpt = flops_per_token(trainer.model.config, seq_len)
         peak = measured_peak_flops(torch.bfloat16 if dtype == "bf16" else torch.float32)
-        steps = {"contextlab": trainer.train_step, "hf": ref.step, "plain": plain.step}
-        for step in steps.values():  # warm-up: allocator, autocast caches, lazy init
+        for step in steps.values():  # warm-up: allocator, autocast caches, lazy init, torch.compile
             timed(step, 2)
         rates: dict[str, list[float]] = {name: [] for name in steps}
         for _ in range(args.rounds):
             for name, step in steps.items():
                 rates[name].append(args.tokens_per_step * args.steps / timed(step, args.steps))
-        tps, ref_tps, plain_tps = (statistics.median(rates[n]) for n in ("contextlab", "hf", "plain"))
-        rows.append({"shape": label, "dtype": dtype, "tokens_per_s": tps, "hf_tokens_per_s": ref_tps,
-                     "plain_tokens_per_s": plain_tps, "ratio_vs_hf": tps / ref_tps, "ratio_vs_plain": tps / plain_tps,
-                     "mfu": tps * fpt / peak, "hf_mfu": ref_tps * fpt / peak,
-                     "peak_gflops": peak / 1e9, "params": trainer.model.num_params(False),
-                     "hf_params": ref.n_params})
-        print(f"  {label:<28} {dtype:<5} contextlab {tps:>9,.0f} tok/s (MFU {tps * fpt / peak:6.1%})   "
-              f"HF GPT-2 {ref_tps:>9,.0f} (MFU {ref_tps * fpt / peak:6.1%})   plain loop {plain_tps:>9,.0f}   "
-              f"ratio vs HF {tps / ref_tps:5.2f}, vs plain {tps / plain_tps:5.2f}", flush=True)
-        del trainer, ref, plain
+        tps = {name: statistics.median(r) for name, r in rates.items()}
+        row = {"shape": label, "dtype": dtype, "peak_gflops": peak / 1e9, "flops_per_token": fpt,
+               "params": trainer.model.num_params(False), "hf_params": ref.n_params}
+        for name, value in tps.items():
+            row[f"{name}_tokens_per_s"] = value
+            row[f"{name}_mfu"] = value * fpt / peak
+        for name in ("contextlab", "compiled"):
+            if name in tps:
+                row[f"{name}_ratio_vs_hf"] = tps[name] / tps["hf"]
+                row[f"{name}_ratio_vs_nanogpt"] = tps[name] / tps["nanogpt"]
+        rows.append(row)
+        text = "   ".join(f"{name} {value:>7,.0f} tok/s (MFU {value * fpt / peak:5.1%})" for name, value in tps.items())
+        print(f"  {label:<26} {dtype:<5} {text}", flush=True)
+        del trainer, ref, plain, steps
     return rows
 
 
@@ -168,6 +221,8 @@ def main() -> None:
     ap.add_argument("--tokens-per-step", type=int, default=8192, help="tokens per optimizer step (both sides)")
     ap.add_argument("--micro-batch-rows", type=int, default=0, help="rows per forward; 0 = the whole step")
     ap.add_argument("--only-first", action="store_true", help="only the first shape (4x256, byte, ctx 256)")
+    ap.add_argument("--no-compile", action="store_true",
+                    help="skip the torch.compile'd trainer (its warm-up takes about a minute per shape and dtype)")
     args = ap.parse_args()
     data = Path(args.shared) / "data"
     work = Path(tempfile.mkdtemp(prefix="train-bench-"))
@@ -184,13 +239,22 @@ def main() -> None:
         bpe_store = ingest(work / "books", work / "bpe8k", IngestConfig(tokenizer="bpe:8192"), progress=False).store.path
         rows += bench_shape("6x384, 8K vocab, ctx 512", bpe_store, (6, 384, 6), 512, args, work)
     first = {r["dtype"]: r for r in rows if r["shape"].startswith("4x256")}
-    print(json.dumps({"bench": "train_throughput", "tokens_per_s_bf16": round(first["bf16"]["tokens_per_s"]),
-                      "ratio_vs_hf_bf16": round(first["bf16"]["ratio_vs_hf"], 3),
-                      "mfu_bf16": round(first["bf16"]["mfu"], 4),
-                      "tokens_per_s_fp32": round(first["fp32"]["tokens_per_s"]),
-                      "ratio_vs_hf_fp32": round(first["fp32"]["ratio_vs_hf"], 3),
-                      "peak_bf16_gflops": round(first["bf16"]["peak_gflops"], 1),
-                      "rows": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]}))
+    bf16, fp32 = first["bf16"], first["fp32"]
+    summary = {"bench": "train_throughput", "tokens_per_s_bf16": round(bf16["contextlab_tokens_per_s"]),
+               "ratio_vs_hf_bf16": round(bf16["contextlab_ratio_vs_hf"], 3),
+               "mfu_bf16": round(bf16["contextlab_mfu"], 4),
+               "ratio_vs_nanogpt_bf16": round(bf16["contextlab_ratio_vs_nanogpt"], 3),
+               "nanogpt_tokens_per_s_bf16": round(bf16["nanogpt_tokens_per_s"]),
+               "tokens_per_s_fp32": round(fp32["contextlab_tokens_per_s"]),
+               "ratio_vs_hf_fp32": round(fp32["contextlab_ratio_vs_hf"], 3)}
+    if "compiled_tokens_per_s" in bf16:
+        summary.update({"compiled_tokens_per_s_bf16": round(bf16["compiled_tokens_per_s"]),
+                        "compiled_ratio_vs_hf_bf16": round(bf16["compiled_ratio_vs_hf"], 3),
+                        "compiled_ratio_vs_nanogpt_bf16": round(bf16["compiled_ratio_vs_nanogpt"], 3),
+                        "compiled_mfu_bf16": round(bf16["compiled_mfu"], 4)})
+    summary["peak_bf16_gflops"] = round(bf16["peak_gflops"], 1)
+    summary["rows"] = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]
+    print(json.dumps(summary))
 
 
 if __name__ == "__main__":

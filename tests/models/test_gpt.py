@@ -227,3 +227,47 @@ def test_traces_as_one_graph_for_torch_compile():
     for kwargs in ({}, {"position_ids": torch.arange(16)}, {"attn_mask": torch.ones(16, 16, dtype=torch.bool)}):
         explained = torch._dynamo.explain(model)(idx, **kwargs)
         assert explained.graph_break_count == 0, (kwargs, explained.break_reasons)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_bf16_matmul_attention_matches_sdpa(causal):
+    """The CPU bf16 fast path (two batched matmuls) agrees with fp32 SDPA, values and gradients."""
+    from contextlab.models.gpt import attention
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(3, 2, 48, 32, requires_grad=True) for _ in range(3))
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    grad = torch.randn_like(ref)
+    ref.backward(grad)
+    qb, kb, vb = (t.detach().bfloat16().requires_grad_() for t in (q, k, v))
+    out = attention(qb, kb, vb, is_causal=causal)
+    out.backward(grad.bfloat16())
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), ref, atol=4e-2, rtol=0)
+    for fast, exact in zip((qb, kb, vb), (q, k, v)):
+        torch.testing.assert_close(fast.grad.float(), exact.grad, atol=4e-2, rtol=0)
+    if causal:  # causality: the first query sees only the first key
+        torch.testing.assert_close(out[:, :, 0].float(), vb[:, :, 0].float())
+
+
+def test_rmsnorm_matches_torch_and_its_gradient_is_exact():
+    from contextlab.models.gpt import RMSNorm, _RMSNormFunction
+
+    x64 = torch.randn(3, 5, 8, dtype=torch.float64, requires_grad=True)
+    w64 = torch.randn(8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, w: _RMSNormFunction.apply(x, w, 1e-5), (x64, w64))
+    torch.manual_seed(0)
+    ours, theirs = RMSNorm(64, eps=1e-5), torch.nn.RMSNorm(64, eps=1e-5)
+    with torch.no_grad():
+        theirs.weight.uniform_(0.5, 1.5)
+    ours.load_state_dict(theirs.state_dict())  # same parameter name: checkpoints load either way
+    x = torch.randn(4, 16, 64)
+    grad = torch.randn_like(x)
+    results = []
+    for norm in (ours, theirs):
+        xx = x.clone().requires_grad_()
+        y = norm(xx)
+        y.backward(grad)
+        results.append((y, xx.grad, norm.weight.grad))
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
