@@ -189,7 +189,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, 
     """Scaled dot-product attention of q, k, v (B, nh, T, hs) -> (B, nh, T, hs); arguments as SDPA's.
 
     Almost always ``F.scaled_dot_product_attention``. One exception, for speed: bf16 on CPU
-    without a mask or dropout and with a small score tensor. There, SDPA's fused flash kernel
+    without a mask and with a small score tensor. There, SDPA's fused flash kernel
     runs its backward pass several times slower than two AMX/AVX-512 bf16 matmuls (at 4 heads,
     T=256, batch 32: forward + backward 100 ms vs 68 ms; a 4x256 training step gains ~20%),
     so the scores are materialised: softmax(q k^T / sqrt(hs) + causal bias) v, bf16 scores and
@@ -197,7 +197,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, 
     GPU step without flash attention computes them. fp32 and every other case take SDPA.
     """
     B, nh, T, hs = q.shape
-    if (q.device.type != "cpu" or q.dtype != torch.bfloat16 or attn_mask is not None or dropout_p > 0.0
+    if (q.device.type != "cpu" or q.dtype != torch.bfloat16 or attn_mask is not None
             or k.size(-2) != T or B * nh * T * T > MATMUL_ATTENTION_MAX_SCORES):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=dropout_p)
     qf, kt, vf = q.reshape(B * nh, T, hs), k.reshape(B * nh, T, hs).transpose(1, 2), v.reshape(B * nh, T, hs)
@@ -209,7 +209,10 @@ def attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, 
             scores = torch.baddbmm(_causal_bias[key], qf, kt, alpha=hs**-0.5)  # (B*nh, T, T)
         else:
             scores = torch.bmm(qf, kt).mul_(hs**-0.5)
-        return torch.bmm(scores.softmax(-1), vf).view(B, nh, T, hs)
+        probs = scores.softmax(-1)
+        if dropout_p > 0.0:
+            probs = F.dropout(probs, dropout_p)
+        return torch.bmm(probs, vf).view(B, nh, T, hs)
 
 
 # ---------------------------------------------------------------------------------------
