@@ -79,6 +79,9 @@ def build_objective(cfg: RunConfig):
     return cls(options, doc_mask=cfg.data.doc_mask)
 
 
+WALL_CLOCK_PROBE = 10  # a wall-clock budget fixes its number of steps at this step
+
+
 class Trainer:
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg
@@ -298,7 +301,7 @@ class Trainer:
         for i in range(0, len(self.val_rows), max(1, self.micro)):
             rows = torch.from_numpy(self.val_rows[i:i + self.micro]).to(self.info.device)
             with self._autocast():
-                loss, _ = self.forward(rows, None)
+                loss, _ = self.wrapped(rows, None)  # eager: a compiled forward would recompile for eval
             loss_sum += float(loss) * len(rows)
             count += len(rows)
         self.wrapped.train()
@@ -320,13 +323,20 @@ class Trainer:
         loss, val = float("nan"), None
         window_t, window_tokens = time.perf_counter(), 0
         start = time.perf_counter() - self.state["elapsed"]
+        pace = None  # (time, step) where a wall-clock run starts timing its pace
         while True:
             step = self.state["step"]
             if total and step >= total:
                 break
-            if not total and step == 5:  # wall-clock budget: fix the schedule from the first steps
-                per_step = (time.perf_counter() - start) / 5
-                total = max(6, int(t.max_minutes * 60 / per_step))
+            if not total and pace is None and step >= 2:
+                pace = (time.perf_counter(), step)
+            if not total and pace is not None and step >= max(WALL_CLOCK_PROBE, pace[1] + 4):
+                # wall-clock budget: steps 3..10 set the pace (the first ones carry warm-up and
+                # torch.compile), the minutes left fix the schedule; every process agrees on it
+                per_step = (time.perf_counter() - pace[0]) / (step - pace[1])
+                left = t.max_minutes * 60 - (time.perf_counter() - start)
+                total = step + 1 + max(0, int(left / per_step))
+                total = round(D.all_reduce_sum([float(total)], self.info)[0] / self.info.world_size)
                 bar.total = total
             for g in self.opt.param_groups:
                 g["lr"] = lr_at(step, lr=self.cfg.optim.lr, warmup_steps=self.cfg.optim.warmup_steps,
