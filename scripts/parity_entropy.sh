@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # Recipes (a) and (b) of issue 7, end to end (see docs/entropy.md):
-#   (a) the seed's 3x208 RoPE transformer on 60-bit / 100-task sparse parity, then its answer
-#       cross-entropy vs the exact Bayes risk at each visible context;
-#   (b) intrinsic entropy / dimension of its last-token hidden states vs that cross-entropy.
+#   (a) the seed's 3x208 RoPE transformer on 60-bit / 100-task sparse parity (trained with 64 tasks per
+#       bit string and half the bit strings biased), then its answer cross-entropy vs the exact Bayes
+#       risk at each visible context, on ordinary single-task rows of unbiased bits;
+#   (b) intrinsic entropy / dimension of its hidden states vs that cross-entropy: at the task token
+#       (position -1) and at the nearest bit (position -2, a feature that has not seen the task).
 # Usage: bash scripts/parity_entropy.sh   (from the repository root; re-running resumes/skips)
 set -euo pipefail
 CL=${CONTEXTLAB:-.venv/bin/contextlab}
 DATA=runs/data/parity
-[ -d $DATA/train ] || $CL data synthetic parity --out $DATA/train --n-samples 500000 --mask-fraction 0.5 --seed 0
-[ -d $DATA/val ] || $CL data synthetic parity --out $DATA/val --n-samples 20000 --seed 1
+[ -d $DATA/train_q64 ] || $CL data synthetic parity --out $DATA/train_q64 --n-samples 200000 \
+    --queries 64 --mask-fraction 0.5 --bias-fraction 0.5 --seed 0
+[ -d $DATA/val_q64 ] || $CL data synthetic parity --out $DATA/val_q64 --n-samples 2000 --queries 64 --seed 1
+[ -d $DATA/val ] || $CL data synthetic parity --out $DATA/val --n-samples 20000 --seed 2
 $CL train recipes/parity_transformer.toml
-$CL analyze entropy --model runs/parity_transformer --data $DATA/val --threads 1 --samples 2000 \
-    --contexts 11,13,15,17,20,23,25,28,30,35,40,45,50,55,60 --out runs/parity_transformer/eval
+CTX=11,13,15,17,20,23,25,28,30,35,40,45,50,55,60
+$CL analyze entropy --model runs/parity_transformer --data $DATA/val --samples 2000 --contexts $CTX \
+    --out runs/parity_transformer/eval
+$CL analyze entropy --model runs/parity_transformer --data $DATA/val --samples 2000 --contexts $CTX \
+    --position -2 --out runs/parity_transformer/eval_nearest_bit

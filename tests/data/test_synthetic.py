@@ -116,3 +116,44 @@ def test_cli_writes_a_store_and_rejects_bad_options(tmp_path, capsys):
     assert "unknown config key 'n_bitz'" in capsys.readouterr().err
     assert main(["data", "synthetic", "parity", "--out", str(out)]) == 2
     assert "already exists" in capsys.readouterr().err
+
+
+def test_queries_layout_answers_every_task_of_the_same_bits():
+    cfg = syn.ParityConfig(queries=5, mask_fraction=0.5)
+    tasks = syn.make_tasks(cfg)
+    s = syn.sample(cfg, tasks, 300, np.random.default_rng(3))
+    assert s.task.shape == s.answer.shape == (300, 5)
+    rows = syn.to_tokens(s)
+    L = cfg.n_bits
+    assert rows.shape == (300, L + 10)
+    assert np.array_equal(rows[:, L:L + 5], syn.TASK_BASE + s.task)
+    bits = s.bits[:, ::-1]  # farthest first, as in the rows
+    for k in range(5):
+        near, far = tasks.near[s.task[:, k]], tasks.far[s.task[:, k]]
+        want = bits[np.arange(300), L - near] ^ bits[np.arange(300), L - far]
+        assert np.array_equal(rows[:, L + 5 + k] == syn.BIT1, want == 1)
+    # every query reads the same (masked) bits: a single-query row per (sample, k) has the same tokens
+    single = syn.to_tokens(syn.ParitySamples(s.bits, s.task[:, 2], s.answer[:, 2], s.visible))
+    assert np.array_equal(single[:, :L], rows[:, :L]) and np.array_equal(single[:, L], rows[:, L + 2])
+    p = syn.bayes_probability(tasks, s)
+    assert p.shape == (300, 5)
+    assert np.all((p == 0.5) == (tasks.far[s.task] > s.visible[:, None]))
+
+
+def test_bias_fraction_biases_the_bits_not_the_xor():
+    cfg = syn.ParityConfig(bias_fraction=0.5, bias_min=0.1, bias_max=0.2, n_samples=10)
+    tasks = syn.make_tasks(cfg)
+    s = syn.sample(cfg, tasks, 4000, np.random.default_rng(0))
+    density = s.bits.mean(axis=1)
+    biased = density < 0.35  # 60 bits: a biased row has mean <= 0.2 + noise, an unbiased one ~0.5
+    assert 0.45 < biased.mean() < 0.55
+    assert density[biased].mean() == pytest.approx(0.15, abs=0.02)
+    rows = np.arange(4000)
+    assert np.array_equal(s.answer, s.bits[rows, tasks.near[s.task] - 1] ^ s.bits[rows, tasks.far[s.task] - 1])
+    # the curriculum's point: on biased rows the answer agrees with a single bit of its task more often than not
+    agree = (s.answer == s.bits[rows, tasks.near[s.task] - 1])[biased].mean()
+    assert agree > 0.75
+    with pytest.raises(ValueError, match="bias_min"):
+        syn.ParityConfig(bias_min=0.4, bias_max=0.3)
+    with pytest.raises(ValueError, match="queries"):
+        syn.ParityConfig(queries=0)

@@ -21,7 +21,8 @@ def _parser() -> argparse.ArgumentParser:
                     "multitask sparse parity (intrinsic-entropy seed §4.2): L context bits, T tasks each the XOR of "
                     "two bits, the farther bit spread over min_far_bit..L, task frequency ∝ far_bit^-decay. Each "
                     "document is [bit_L .. bit_1, TASK, answer]; train on it with objective last_token, "
-                    "data.mode long_docs and train.seq_len L+1. Same seeds, same bytes.")
+                    "data.mode long_docs and train.seq_len L+1 (with --set queries=K: [bits, K tasks, K answers], "
+                    "objective queries, train.seq_len L+2K-1). Same seeds, same bytes.")
     p.add_argument("kind", choices=KINDS, help="the synthetic task: parity")
     p.add_argument("--out", required=True, help="the token store directory to create")
     p.add_argument("--config", help="a TOML file with the options below (flags override it)")
@@ -46,8 +47,9 @@ def cmd_synthetic(argv: list[str]) -> int:
     out = syn.write_parity_store(cfg, args.out, overwrite=args.overwrite, progress=not args.no_progress)
     store = TokenStore(out)
     tasks = syn.make_tasks(cfg)
-    print(f"wrote {out}: {store.n_docs:,} samples of {cfg.n_bits} bits + task + answer ({store.n_tokens:,} tokens), "
-          f"{cfg.n_tasks} tasks, {100 * cfg.mask_fraction:.0f}% masked")
+    asked = "task + answer" if cfg.queries == 1 else f"{cfg.queries} tasks + answers"
+    print(f"wrote {out}: {store.n_docs:,} samples of {cfg.n_bits} bits + {asked} ({store.n_tokens:,} tokens), "
+          f"{cfg.n_tasks} tasks, {100 * cfg.mask_fraction:.0f}% masked, {100 * cfg.bias_fraction:.0f}% biased bits")
     shown = sorted({c for c in (0, 10, 15, 20, 25, 30, 40, 50, 60, 80, 100, cfg.n_bits) if c <= cfg.n_bits})
     print("exact Bayes risk (nats) by visible bits: " + ", ".join(f"{c}: {syn.bayes_risk(tasks, c):.4f}"
                                                                   for c in shown))

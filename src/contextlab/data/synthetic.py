@@ -25,6 +25,19 @@ way is evaluated the same way). ``mask_fraction`` of the samples have their fart
 bits masked at random (visible bits uniform in ``min_visible..L``), as in the seed's
 training set, so the model learns what a masked bit means and sees far tasks fully.
 
+Two training aids, both off by default (validation and evaluation stores keep them off).
+``queries`` K > 1 asks K tasks (drawn independently) of the same bits: a document is
+``[bits, TASK_1..TASK_K, answer_1..answer_K]``, trained with the objective ``queries``, in
+which every task token sits at position L and sees only the bits and itself, so each
+answer is exactly the single-query sample ``[bits, TASK_k]``; the bits cost L tokens once
+instead of K times. ``bias_fraction`` draws that fraction of the samples' bits with
+P(1) in ``bias_min..bias_max``: with uniform bits a single bit says nothing about an XOR,
+so gradient descent starts on a plateau at log 2 (the sparse-parity saddle); with biased
+bits the answer agrees with each of its bits more often than not, a first-order signal
+that leads the model to the two bits of every task (the parity curriculum of Abbe et al.,
+2023). The XOR of visible bits is unchanged by the bias; only a hidden bit's answer is no
+longer 1/2, so the stated Bayes risk is that of unbiased bits.
+
 Trade-off: one byte token per bit wastes most of a 257-id vocabulary and makes each
 sample L + 2 tokens long where a bit-vector model would need one input; in return the
 data is an ordinary token store, trained by the ordinary trainer and read by every
@@ -64,6 +77,14 @@ class ParityConfig:
     mask_fraction: float = opt(0.0, "fraction of samples whose farthest bits are masked with '?' (the seed trains "
                                "with 0.5)")
     min_visible: int = opt(10, "a masked sample keeps between min_visible and L visible bits (uniform)")
+    queries: int = opt(1, "tasks asked per sample: 1 writes [bits, TASK, answer] (every evaluation reads it); K > 1 "
+                          "writes [bits, TASK_1..TASK_K, answer_1..answer_K] for objective 'queries' (K answers per "
+                          "context for L + 2K tokens; a training format)")
+    bias_fraction: float = opt(0.0, "fraction of samples whose bits are biased towards 0 (P(bit=1) uniform in "
+                                    "bias_min..bias_max): a training curriculum that gives each XOR a first-order "
+                                    "signal; the Bayes risk stated for the store is that of unbiased bits")
+    bias_min: float = opt(0.05, "lowest P(bit = 1) of a biased sample")
+    bias_max: float = opt(0.3, "highest P(bit = 1) of a biased sample")
 
     def __post_init__(self):
         L, T = self.n_bits, self.n_tasks
@@ -77,6 +98,13 @@ class ParityConfig:
             raise ValueError(f"mask_fraction={self.mask_fraction} must lie in [0, 1]")
         if not 0 <= self.min_visible <= L:
             raise ValueError(f"min_visible={self.min_visible} must lie in 0..n_bits={L}")
+        if self.queries < 1:
+            raise ValueError(f"queries={self.queries} must be >= 1")
+        if not 0.0 <= self.bias_fraction <= 1.0:
+            raise ValueError(f"bias_fraction={self.bias_fraction} must lie in [0, 1]")
+        if not 0.0 < self.bias_min <= self.bias_max < 1.0:
+            raise ValueError(f"bias_min={self.bias_min} and bias_max={self.bias_max} must satisfy "
+                             "0 < bias_min <= bias_max < 1")
 
 
 @dataclass
@@ -98,8 +126,8 @@ class ParityTasks:
 @dataclass
 class ParitySamples:
     bits: np.ndarray  # (N, L) uint8; column j holds bit j + 1 (nearest first)
-    task: np.ndarray  # (N,) int64
-    answer: np.ndarray  # (N,) uint8 = bits[near - 1] XOR bits[far - 1]
+    task: np.ndarray  # (N,) int64, or (N, K) with queries K > 1
+    answer: np.ndarray  # like task, uint8: bits[near - 1] XOR bits[far - 1]
     visible: np.ndarray  # (N,) int64: bits 1..visible are shown, the rest are masked
 
 
@@ -123,12 +151,18 @@ def bayes_risk_curve(tasks: ParityTasks, contexts: list[int]) -> list[float]:
 
 
 def sample(cfg: ParityConfig, tasks: ParityTasks, n: int, rng: np.random.Generator) -> ParitySamples:
-    """n samples: tasks by frequency, uniform bits, the XOR answer, and the visible count (masking)."""
+    """n samples: tasks by frequency (K of them each with queries K > 1, drawn independently), uniform bits
+    (a bias_fraction of the samples biased towards 0), the XOR answers, and the visible count (masking)."""
     L = cfg.n_bits
-    task = rng.choice(len(tasks.freq), size=n, p=tasks.freq)  # (n,)
+    shape = (n,) if cfg.queries == 1 else (n, cfg.queries)
+    task = rng.choice(len(tasks.freq), size=shape, p=tasks.freq)  # (n,) or (n, K)
     bits = rng.integers(0, 2, size=(n, L), dtype=np.uint8)  # (n, L)
-    rows = np.arange(n)
-    answer = bits[rows, tasks.near[task] - 1] ^ bits[rows, tasks.far[task] - 1]  # (n,)
+    if cfg.bias_fraction > 0:
+        biased = np.flatnonzero(rng.random(n) < cfg.bias_fraction)
+        p_one = rng.uniform(cfg.bias_min, cfg.bias_max, size=(len(biased), 1))
+        bits[biased] = (rng.random((len(biased), L)) < p_one).astype(np.uint8)
+    rows = np.arange(n) if cfg.queries == 1 else np.arange(n)[:, None]
+    answer = bits[rows, tasks.near[task] - 1] ^ bits[rows, tasks.far[task] - 1]  # like task
     visible = np.full(n, L, dtype=np.int64)
     masked = rng.random(n) < cfg.mask_fraction
     visible[masked] = rng.integers(cfg.min_visible, L + 1, size=int(masked.sum()))
@@ -136,24 +170,30 @@ def sample(cfg: ParityConfig, tasks: ParityTasks, n: int, rng: np.random.Generat
 
 
 def bayes_probability(tasks: ParityTasks, s: ParitySamples, visible: int | None = None) -> np.ndarray:
-    """p(answer = 1) of the Bayes-optimal predictor seeing bits 1..min(visible, s.visible): (N,) float64."""
+    """p(answer = 1) of the Bayes-optimal predictor seeing bits 1..min(visible, s.visible), shaped like s.task
+    (unbiased bits: a biased sample's hidden answer is not 1/2)."""
     seen = s.visible if visible is None else np.minimum(s.visible, visible)
     rows = np.arange(len(s.task))
+    if s.task.ndim == 2:
+        rows, seen = rows[:, None], np.asarray(seen)[:, None]
     xor = s.bits[rows, tasks.near[s.task] - 1] ^ s.bits[rows, tasks.far[s.task] - 1]
     known = tasks.far[s.task] <= seen  # near < far, so far visible means both are
     return np.where(known, xor.astype(float), 0.5)
 
 
 def to_tokens(s: ParitySamples, visible: int | None = None) -> np.ndarray:
-    """(N, L + 2) token rows [bit_L .. bit_1, TASK, answer]; bits beyond min(visible, s.visible) become '?'."""
+    """(N, L + 2) token rows [bit_L .. bit_1, TASK, answer] (with K queries (N, L + 2K) rows [bits, TASK_1..K,
+    answer_1..K]); bits beyond min(visible, s.visible) become '?'."""
     N, L = s.bits.shape
+    task, answer = s.task.reshape(N, -1), s.answer.reshape(N, -1)  # (N, K)
+    K = task.shape[1]
     seen = s.visible if visible is None else np.minimum(s.visible, visible)
     ids = np.where(s.bits == 1, BIT1, BIT0).astype(np.int64)  # (N, L), nearest first
     ids[np.arange(1, L + 1)[None, :] > seen[:, None]] = MASK
-    out = np.empty((N, L + 2), dtype=np.int64)
+    out = np.empty((N, L + 2 * K), dtype=np.int64)
     out[:, :L] = ids[:, ::-1]  # farthest bit first
-    out[:, L] = TASK_BASE + s.task
-    out[:, L + 1] = np.where(s.answer == 1, BIT1, BIT0)
+    out[:, L:L + K] = TASK_BASE + task
+    out[:, L + K:] = np.where(answer == 1, BIT1, BIT0)
     return out
 
 
@@ -194,7 +234,8 @@ def write_parity_store(cfg: ParityConfig, out: str | os.PathLike, *, overwrite: 
                 s = sample(cfg, tasks, n, rng)
                 rows = to_tokens(s)  # (n, L + 2)
                 for i in range(n):
-                    writer.add(rows[i], {"id": done + i, "task": int(s.task[i]), "visible": int(s.visible[i])})
+                    task = int(s.task[i]) if cfg.queries == 1 else s.task[i].tolist()
+                    writer.add(rows[i], {"id": done + i, "task": task, "visible": int(s.visible[i])})
                 done += n
                 bar.update(n)
         writer.flush()

@@ -140,6 +140,9 @@ def collect_parity(adapter, store, o: Options, progress: bool = True) -> Collect
         raise UserError(f"{store.path} is not a synthetic parity store; use --protocol text, or write one with "
                         "`contextlab data synthetic parity`")
     cfg, tasks = found
+    if cfg.queries != 1 or cfg.bias_fraction > 0:
+        raise UserError(f"{store.path} is a parity training store (queries={cfg.queries}, bias_fraction="
+                        f"{cfg.bias_fraction}); measure on a store written with queries=1 and bias_fraction=0")
     L = cfg.n_bits
     ctxs = sorted({int(c) for c in o.contexts})
     if not ctxs or ctxs[0] < 0 or ctxs[-1] > L:

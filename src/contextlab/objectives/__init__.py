@@ -13,6 +13,7 @@ from contextlab.objectives.last_token import LastToken
 from contextlab.objectives.mlm import MLM
 from contextlab.objectives.mtp import MTP
 from contextlab.objectives.prefix_lm import PrefixLM
+from contextlab.objectives.queries import Queries
 from contextlab.objectives.span import SpanCorruption
 from contextlab.objectives.ul2 import UL2
 
@@ -26,6 +27,7 @@ OBJECTIVES: dict[str, type[Objective]] = {
     "ul2": UL2,
     "contextlm": ContextLMObjective,
     "last_token": LastToken,  # loss on the final target(s) only (answer tokens, synthetic parity)
+    "queries": Queries,  # a shared context and K independent questions per row (parity training)
 }
 
 __all__ = ["OBJECTIVES", "Batch", "Objective", "TrainModule"]
