@@ -73,6 +73,7 @@ def test_parity_run_gives_the_bayes_table_and_correlations(parity, tmp_path, cap
     for r in res["contexts"]:
         assert r["bayes_risk"] == pytest.approx(syn.bayes_risk(tasks, r["context"]))
         assert r["abs_diff"] == pytest.approx(abs(r["ce"] - r["bayes_risk"]))
+        assert r["excess"] == pytest.approx(r["ce"] - r["bayes_on_samples"])
         assert set(r["entropy"]) == {"4", "8", "32"} and set(r["dimension"]) == {"0.01", "0.1"}
         assert "kde_entropy" in r and "twonn" in r and "mle" not in r
     assert res["summary"]["max_abs_diff_bayes"] == pytest.approx(max(r["abs_diff"] for r in res["contexts"]))
@@ -99,7 +100,12 @@ def test_parity_features_are_the_hidden_states_of_the_masked_rows(parity):
     assert np.allclose(col.features[0], h, atol=1e-5)
     lp = adapter.token_logprobs(rows)[:, -1].double().numpy()
     assert np.allclose(col.losses[0], -lp, atol=1e-6)
-    assert col.bayes == [syn.bayes_risk(syn.parity_of_store(store)[1], c) for c in (5, 16)]
+    tasks = syn.parity_of_store(store)[1]
+    assert col.bayes == [syn.bayes_risk(tasks, c) for c in (5, 16)]
+    # the Bayes predictor's loss on these very samples: log 2 where the task's far bit is hidden, else 0
+    far = tasks.far[docs[:, 16] - syn.TASK_BASE]
+    assert np.array_equal(col.bayes_losses[0], np.where(far > 5, np.log(2.0), 0.0))
+    assert np.array_equal(col.bayes_losses[1], np.where(far > 16, np.log(2.0), 0.0))
 
 
 def test_text_protocol_matches_the_bayes_fit_losses(tmp_path):

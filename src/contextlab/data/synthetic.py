@@ -233,9 +233,11 @@ def write_parity_store(cfg: ParityConfig, out: str | os.PathLike, *, overwrite: 
                 n = min(chunk, cfg.n_samples - done)
                 s = sample(cfg, tasks, n, rng)
                 rows = to_tokens(s)  # (n, L + 2)
-                for i in range(n):
-                    task = int(s.task[i]) if cfg.queries == 1 else s.task[i].tolist()
-                    writer.add(rows[i], {"id": done + i, "task": task, "visible": int(s.visible[i])})
+                for i in range(n):  # K > 1: the tasks are in the row itself (tokens L..L+K-1), not repeated here
+                    meta = {"id": done + i, "visible": int(s.visible[i])}
+                    if cfg.queries == 1:
+                        meta["task"] = int(s.task[i])
+                    writer.add(rows[i], meta)
                 done += n
                 bar.update(n)
         writer.flush()

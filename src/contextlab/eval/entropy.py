@@ -66,6 +66,7 @@ class Collected:
     losses: np.ndarray  # (n_contexts, N) nats
     bayes: list[float] | None  # exact Bayes risk per context (parity) or None
     info: dict
+    bayes_losses: np.ndarray | None = None  # (n_contexts, N): the Bayes predictor's loss on the same samples
 
 
 def _rows_per_batch(adapter, length: int) -> int:
@@ -160,8 +161,10 @@ def collect_parity(adapter, store, o: Options, progress: bool = True) -> Collect
     for i, l in enumerate(tqdm(ctxs, desc="entropy: contexts", disable=not progress)):
         f, losses[i] = _forward(adapter, syn.mask_tokens(docs, L, l), o.layer, o.position)
         feats.append(f)
+    far = tasks.far[docs[:, L] - syn.TASK_BASE]  # (N,) the far bit of each sample's task
+    bayes_losses = np.stack([np.where(far > l, np.log(2.0), 0.0) for l in ctxs])  # (n_contexts, N)
     return Collected(ctxs, feats, losses, syn.bayes_risk_curve(tasks, ctxs),
-                     {"protocol": "parity", "n_bits": L, "n_tasks": cfg.n_tasks})
+                     {"protocol": "parity", "n_bits": L, "n_tasks": cfg.n_tasks}, bayes_losses)
 
 
 def check_options(o: Options) -> None:
@@ -197,6 +200,12 @@ def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, di
         for row, b in zip(per, col.bayes):
             row["bayes_risk"] = b
             row["abs_diff"] = abs(row["ce"] - b)
+    if col.bayes_losses is not None:  # paired: the same samples' Bayes loss, so task-sampling noise cancels
+        for row, loss, bayes in zip(per, col.losses, col.bayes_losses):
+            excess = loss - bayes
+            row["bayes_on_samples"] = float(bayes.mean())
+            row["excess"] = float(excess.mean())
+            row["excess_stderr"] = float(excess.std(ddof=1) / np.sqrt(len(excess)))
     series = measure_series(per)
     ce = [r["ce"] for r in per]
     fits = {name: intrinsic.linear_fit(x, ce) for name, x in series.items()}
@@ -230,6 +239,8 @@ def _summary(per: list[dict], fits: dict, col: Collected) -> dict:
     if col.bayes is not None:
         s["max_abs_diff_bayes"] = max(r["abs_diff"] for r in per)
         s["mean_abs_diff_bayes"] = float(np.mean([r["abs_diff"] for r in per]))
+    if col.bayes_losses is not None:
+        s["max_abs_excess"] = max(abs(r["excess"]) for r in per)
     return s
 
 
