@@ -2,8 +2,9 @@
 
     .venv/bin/python scripts/parity_tasks.py runs/parity_transformer runs/data/parity/val [--contexts 60,50,30]
 
-For each visible context l, the mean answer cross-entropy over all tasks next to the exact
-Bayes risk, and the tasks whose two bits are visible (Bayes loss 0) but whose answer loss is
+For each visible context l, the mean answer cross-entropy over all rows, the same loss
+stratified by task (each task's mean loss weighted by its exact frequency, which removes the
+noise of how often the rows happen to draw each task) next to the exact Bayes risk, and the tasks whose two bits are visible (Bayes loss 0) but whose answer loss is
 above --threshold: what a gap to the Bayes risk is made of (a task never learned costs its
 frequency x log 2; a hidden task predicted with confidence costs more than log 2).
 """
@@ -55,8 +56,13 @@ def main() -> None:
         per = F.cross_entropy(logits, x[:, -1], reduction="none").numpy()
         by_task = np.array([per[task == t].mean() if np.any(task == t) else np.nan for t in range(len(tasks.far))])
         seen = tasks.far <= ctl
+        drawn = ~np.isnan(by_task)
+        weighted = float(np.sum(tasks.freq[drawn] * by_task[drawn]) / np.sum(tasks.freq[drawn]))
+        bayes = syn.bayes_risk(tasks, ctl)
         bad = [t for t in range(len(tasks.far)) if seen[t] and by_task[t] > a.threshold]
-        print(f"l={ctl}: answer CE {per.mean():.4f}, exact Bayes risk {syn.bayes_risk(tasks, ctl):.4f}; "
+        print(f"l={ctl}: answer CE {per.mean():.4f}, task-weighted {weighted:.4f}, exact Bayes risk {bayes:.4f}, "
+              f"|weighted - Bayes| {abs(weighted - bayes):.4f}"
+              f"{'' if drawn.all() else f' ({int((~drawn).sum())} tasks not drawn)'}; "
               f"{int(seen.sum()) - len(bad)} of {int(seen.sum())} visible tasks below {a.threshold} nats; "
               f"hidden tasks mean CE {np.nanmean(by_task[~seen]) if np.any(~seen) else float('nan'):.4f}")
         for t in bad:

@@ -157,3 +157,24 @@ def test_bias_fraction_biases_the_bits_not_the_xor():
         syn.ParityConfig(bias_min=0.4, bias_max=0.3)
     with pytest.raises(ValueError, match="queries"):
         syn.ParityConfig(queries=0)
+
+
+def test_query_tasks_uniform_draws_every_task_equally_often():
+    by_freq = syn.ParityConfig(queries=50)
+    tasks = syn.make_tasks(by_freq)
+    uniform = syn.ParityConfig(queries=50, query_tasks="uniform")
+    counts = {}
+    for name, cfg in (("frequency", by_freq), ("uniform", uniform)):
+        s = syn.sample(cfg, tasks, 2000, np.random.default_rng(5))  # 100,000 draws
+        counts[name] = np.bincount(s.task.ravel(), minlength=cfg.n_tasks) / s.task.size
+        rows = np.arange(2000)[:, None]
+        assert np.array_equal(s.answer, s.bits[rows, tasks.near[s.task] - 1] ^ s.bits[rows, tasks.far[s.task] - 1])
+    assert np.abs(counts["frequency"] - tasks.freq).max() < 0.003
+    assert np.abs(counts["uniform"] - 1 / by_freq.n_tasks).max() < 0.002
+    # the rarest (farthest) task is asked ~2.5x as often as by frequency
+    rare = int(np.argmin(tasks.freq))
+    assert counts["uniform"][rare] > 2 * counts["frequency"][rare]
+    with pytest.raises(ValueError, match="query_tasks"):
+        syn.ParityConfig(queries=4, query_tasks="zipf")
+    with pytest.raises(ValueError, match="training format"):
+        syn.ParityConfig(query_tasks="uniform")

@@ -47,10 +47,11 @@ def cmd_synthetic(argv: list[str]) -> int:
     out = syn.write_parity_store(cfg, args.out, overwrite=args.overwrite, progress=not args.no_progress)
     store = TokenStore(out)
     tasks = syn.make_tasks(cfg)
-    asked = "task + answer" if cfg.queries == 1 else f"{cfg.queries} tasks + answers"
+    asked = "task + answer" if cfg.queries == 1 else f"{cfg.queries} tasks ({cfg.query_tasks}) + answers"
     print(f"wrote {out}: {store.n_docs:,} samples of {cfg.n_bits} bits + {asked} ({store.n_tokens:,} tokens), "
           f"{cfg.n_tasks} tasks, {100 * cfg.mask_fraction:.0f}% masked, {100 * cfg.bias_fraction:.0f}% biased bits")
     shown = sorted({c for c in (0, 10, 15, 20, 25, 30, 40, 50, 60, 80, 100, cfg.n_bits) if c <= cfg.n_bits})
-    print("exact Bayes risk (nats) by visible bits: " + ", ".join(f"{c}: {syn.bayes_risk(tasks, c):.4f}"
+    of = " of single-task rows of unbiased bits" if cfg.queries > 1 or cfg.bias_fraction > 0 else ""
+    print(f"exact Bayes risk (nats){of} by visible bits: " + ", ".join(f"{c}: {syn.bayes_risk(tasks, c):.4f}"
                                                                   for c in shown))
     return 0

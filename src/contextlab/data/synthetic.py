@@ -26,7 +26,8 @@ bits masked at random (visible bits uniform in ``min_visible..L``), as in the se
 training set, so the model learns what a masked bit means and sees far tasks fully.
 
 Two training aids, both off by default (validation and evaluation stores keep them off).
-``queries`` K > 1 asks K tasks (drawn independently) of the same bits: a document is
+``queries`` K > 1 asks K tasks (drawn independently, by frequency or, with ``query_tasks``
+uniform, equally often) of the same bits: a document is
 ``[bits, TASK_1..TASK_K, answer_1..answer_K]``, trained with the objective ``queries``, in
 which every task token sits at position L and sees only the bits and itself, so each
 answer is exactly the single-query sample ``[bits, TASK_k]``; the bits cost L tokens once
@@ -85,6 +86,9 @@ class ParityConfig:
                                     "signal; the Bayes risk stated for the store is that of unbiased bits")
     bias_min: float = opt(0.05, "lowest P(bit = 1) of a biased sample")
     bias_max: float = opt(0.3, "highest P(bit = 1) of a biased sample")
+    query_tasks: str = opt("frequency", "how the K tasks of a sample are drawn (queries K > 1): frequency (the task "
+                                        "distribution) or uniform (each task equally often, so the rare far tasks get "
+                                        "as many answers as the near ones; each answer's Bayes predictor is unchanged)")
 
     def __post_init__(self):
         L, T = self.n_bits, self.n_tasks
@@ -105,6 +109,11 @@ class ParityConfig:
         if not 0.0 < self.bias_min <= self.bias_max < 1.0:
             raise ValueError(f"bias_min={self.bias_min} and bias_max={self.bias_max} must satisfy "
                              "0 < bias_min <= bias_max < 1")
+        if self.query_tasks not in ("frequency", "uniform"):
+            raise ValueError(f"query_tasks={self.query_tasks!r} must be 'frequency' or 'uniform'")
+        if self.query_tasks == "uniform" and self.queries == 1:
+            raise ValueError("query_tasks='uniform' is a training format: use it with queries > 1 (single-task "
+                             "stores draw tasks by frequency, as every evaluation expects)")
 
 
 @dataclass
@@ -151,11 +160,13 @@ def bayes_risk_curve(tasks: ParityTasks, contexts: list[int]) -> list[float]:
 
 
 def sample(cfg: ParityConfig, tasks: ParityTasks, n: int, rng: np.random.Generator) -> ParitySamples:
-    """n samples: tasks by frequency (K of them each with queries K > 1, drawn independently), uniform bits
+    """n samples: tasks by frequency (K of them each with queries K > 1, drawn independently by frequency or
+    uniformly, see query_tasks), uniform bits
     (a bias_fraction of the samples biased towards 0), the XOR answers, and the visible count (masking)."""
     L = cfg.n_bits
     shape = (n,) if cfg.queries == 1 else (n, cfg.queries)
-    task = rng.choice(len(tasks.freq), size=shape, p=tasks.freq)  # (n,) or (n, K)
+    p = tasks.freq if cfg.query_tasks == "frequency" else None  # None: uniform
+    task = rng.choice(len(tasks.freq), size=shape, p=p)  # (n,) or (n, K)
     bits = rng.integers(0, 2, size=(n, L), dtype=np.uint8)  # (n, L)
     if cfg.bias_fraction > 0:
         biased = np.flatnonzero(rng.random(n) < cfg.bias_fraction)
