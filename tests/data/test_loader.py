@@ -95,3 +95,25 @@ def test_long_docs_mode(view):
 def test_too_little_data_is_a_clear_error(view):
     with pytest.raises(UserError, match="one step needs"):
         TokenLoader(view, seq_len=16, rows_per_step=64, separator=256)
+
+
+def test_first_tokens_is_exact_and_nested(tmp_path):
+    from contextlab.data.views import all_documents, first_tokens
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(12):
+        (docs / f"d{i:02d}.txt").write_text(("document %d " % i) * (20 + 7 * i))
+    store = ingest(docs, tmp_path / "store", IngestConfig(), progress=False).store
+    small, big = first_tokens(store, 300, seed=1), first_tokens(store, 1500, seed=1)
+    assert small.n_tokens() == 300 and big.n_tokens() == 1500
+    assert sum(len(small.doc(i)) for i in range(len(small))) == 300
+    # the smaller set is a prefix of the larger: same documents in the same order, the last one cut shorter
+    assert list(big.indices[:len(small)]) == list(small.indices)
+    for i in range(len(small)):
+        a, b = small.doc(i), big.doc(i)
+        assert np.array_equal(a, b[:len(a)])
+    assert list(first_tokens(store, 1500, seed=2).indices) != list(big.indices)  # the seed picks the documents
+    assert first_tokens(all_documents(store), store.n_tokens).n_tokens() == store.n_tokens
+    with pytest.raises(UserError, match="hold only"):
+        first_tokens(store, store.n_tokens + 1)

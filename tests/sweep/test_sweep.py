@@ -111,3 +111,47 @@ def test_results_rows_carry_each_evaluations_headline(tmp_path):
     assert row == {"contextwise.best_context_loss": 3.25, "contextwise.seconds": 1.5}
     assert analyze([{"status": "done", "train.seq_len": "64", "model.size": "s", **{k: str(v) for k, v in row.items()}}
                     ])["metric"] == "contextwise.best_context_loss"
+
+
+def test_data_size_axis_and_best_val_loss(tmp_path):
+    from contextlab.sweep.grid import run_summary
+
+    # best_val_loss of a run is its minimum validation loss (early stopping ends past it)
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
+        {"step": 10, "loss": 4.0, "val_loss": 3.5}, {"step": 20, "loss": 3.0, "val_loss": 3.1},
+        {"step": 30, "loss": 2.0, "val_loss": 3.3}]))
+    summary = run_summary(tmp_path)
+    assert (summary["val_loss"], summary["best_val_loss"], summary["best_step"]) == (3.3, 3.1, 20)
+    # one curve per training-set size; the optimum moves to longer contexts with more data
+    rows = []
+    for size, curve in {1e5: {32: 5.0, 64: 4.9, 128: 5.2}, 4e5: {32: 4.6, 64: 4.4, 128: 4.3}}.items():
+        for ctx, loss in curve.items():
+            rows.append({"status": "done", "train.seq_len": str(ctx), "model.size": "m", "train.max_steps": "900",
+                         "data.train_tokens": str(size), "val_loss": "9", "best_val_loss": str(loss)})
+    # a second seed of one cell: replicates are averaged, their range kept
+    rows.append({**rows[-2], "train.seed": "1", "best_val_loss": "4.3"})  # 4e5, context 64: (4.4 + 4.3) / 2
+    res = analyze(rows, budget_key="data.train_tokens", metric="best_val_loss", window=1)
+    assert res["curves"]["400000.0"]["m"][64] == pytest.approx(4.35) and res["replicates"] == 2
+    assert res["replicate_spread"] == {"400000.0": {"m": {64: pytest.approx(0.1)}}}
+    assert {b: o["best"]["context"] for b, o in res["optimal"].items()} == {"100000.0": 64, "400000.0": 128}
+    assert res["optimal_context_smoothed"]["m"] == [[1e5, 64], [4e5, 128]] and res["window"] == 1
+    with pytest.raises(UserError, match="analysis axis 'data.size'"):
+        analyze(rows, budget_key="data.size", metric="best_val_loss")
+    with pytest.raises(UserError, match="analysis_metric"):
+        analyze(rows, budget_key="data.train_tokens", metric="contextwise.best_context_loss")
+
+
+def test_compute_optimal_writes_the_analysis_and_three_plots(tmp_path):
+    from contextlab.sweep.compute_optimal import compute_optimal
+
+    header = ["run", "status", "data.train_tokens", "train.seq_len", "model.size", "best_val_loss"]
+    lines = [",".join(header)]
+    for size, curve in {25000: {16: 6.0, 64: 6.1}, 100000: {16: 5.5, 64: 5.4}}.items():
+        lines += [f"r{size}_{c},done,{size},{c},m,{v}" for c, v in curve.items()]
+    (tmp_path / "results.csv").write_text("\n".join(lines) + "\n")
+    res = compute_optimal(tmp_path, budget_key="data.train_tokens", metric="best_val_loss", window=1)
+    assert [p.rsplit("/", 1)[-1] for p in res["plots"]] == ["u_curves.png", "optimal_context.png", "gap_curves.png"]
+    for p in res["plots"]:
+        assert open(p, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    saved = json.loads((tmp_path / "compute_optimal.json").read_text())
+    assert {b: o["best"]["context"] for b, o in saved["optimal"].items()} == {"25000.0": 16, "100000.0": 64}

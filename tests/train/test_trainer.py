@@ -184,3 +184,34 @@ def test_export_round_trip(store, tmp_path):
     assert (out / "tokenizer" / "tokenizer_spec.json").is_file()
     with pytest.raises(UserError):
         export_checkpoint(run, tmp_path / "hf")
+
+
+def test_early_stopping_ends_the_run_and_resume_keeps_it_stopped(store, tmp_path, monkeypatch):
+    vals = iter([3.0, 2.0, 2.5, 1.9, 2.2, 2.3, 2.4, 1.0, 1.0])  # best 1.9 at the 4th validation (step 20)
+    monkeypatch.setattr(Trainer, "validate", lambda self: next(vals))
+    run = tmp_path / "es"
+    res = train(config(store, run, max_steps=100, patience=3))
+    assert res.stopped_early and res.steps == 35  # validations at 5..35; 3 without improvement after step 20
+    assert (res.best_val_loss, res.best_step) == (1.9, 20)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["step"] == 35 and rows[-1]["best_val_loss"] == 1.9
+    assert ckpt.list_checkpoints(run)[-1][0] == 35  # the stopping step is saved
+    again = train(config(store, run, max_steps=100, patience=3))  # same command: nothing more to do
+    assert again.steps == 35 and again.stopped_early and again.best_step == 20
+    with pytest.raises(UserError, match="val_every"):
+        train(config(store, tmp_path / "nv", max_steps=10, patience=2, val_every=0))
+
+
+def test_train_tokens_caps_the_training_data(store, tmp_path):
+    cfg = config(store, tmp_path / "cap", max_steps=1)
+    cfg.data.train_tokens = 1000
+    t = Trainer(cfg)
+    doc = np.asarray(store.doc(0))[:1000].astype(np.int64)
+    text = doc.tobytes()
+    for _ in range(12):  # more rows than 1000 tokens hold: the loader repeats the capped data
+        for row in t.loader.next_batch().tokens:
+            body = row[row != store.tokenizer_spec.get("eot_id", -1)].astype(np.int64)
+            assert body.tobytes() in text
+    cfg.data.train_tokens = 10 ** 9
+    with pytest.raises(UserError, match="train_tokens"):
+        Trainer(cfg)

@@ -32,14 +32,17 @@ def cmd_sweep(argv: list[str]) -> int:
     results = run_sweep(args.sweep, args.set, only=args.only)
     print(f"results: {results}")
     if not args.no_analysis:
+        section, _ = load_sweep(args.sweep, args.set)
         try:
-            res = compute_optimal(results.parent)
+            res = compute_optimal(results.parent, budget_key=section.analysis_axis or None,
+                                  metric=section.analysis_metric or None,
+                                  window=max(1, section.analysis_window))
         except Exception as exc:  # the analysis needs a context axis; a sweep may not have one
             print(f"compute-optimal analysis skipped: {exc}")
             return 0
         for b, opt in res["optimal"].items():
             best = opt["best"]
-            print(f"budget {float(b):.3g}: best {best['size']} at context {best['context']} ({res['metric']} "
+            print(f"{res['budget_key'] or 'budget'} {float(b):.3g}: best {best['size']} at context {best['context']} ({res['metric']} "
                   f"{best['loss']:.4f})")
         print("plots: " + ", ".join(res["plots"]))
     return 0

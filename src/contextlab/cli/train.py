@@ -50,6 +50,8 @@ def cmd_train(argv: list[str]) -> int:
     if int(os.environ.get("RANK", "0")) != 0:
         return 0
     val = f", validation loss {result.val_loss:.4f}" if result.val_loss is not None else ""
+    if result.best_val_loss is not None and result.best_val_loss != result.val_loss:
+        val += f" (best {result.best_val_loss:.4f} at step {result.best_step})"
     print(f"done: {result.run_dir} after {result.steps} steps, {result.tokens:,} tokens, "
           f"train loss {result.final_loss:.4f}{val}")
     return 0

@@ -100,3 +100,26 @@ def split_tail(source: TokenStore | DocView, val_fraction: float) -> tuple[DocVi
     val = DocView(view.store, view.indices, 0, cut, lens)
     keep_t, keep_v = np.flatnonzero(cut > 0), np.flatnonzero(lens - cut > 0)
     return train.subset(keep_t), val.subset(keep_v)
+
+
+def first_tokens(source: TokenStore | DocView, n_tokens: int, seed: int = 0) -> DocView:
+    """The first ``n_tokens`` tokens of the documents taken in a seeded random order, the last
+    document cut so the total is exact: the data-size axis of a sweep. With the same seed a
+    smaller size is a prefix of a larger one (nested subsets), so sizes differ only in how
+    much data there is, not in which kind."""
+    view = source if isinstance(source, DocView) else all_documents(source)
+    total = view.n_tokens()
+    if n_tokens <= 0:
+        raise UserError(f"the training-token cap must be positive, got {n_tokens}")
+    if n_tokens > total:
+        raise UserError(f"data.train_tokens is {n_tokens:,} but the training documents hold only {total:,} tokens; "
+                        f"lower data.train_tokens or ingest more text")
+    order = np.random.default_rng(seed).permutation(len(view))
+    lens = view.lengths()[order]
+    ends = np.cumsum(lens)
+    k = int(np.searchsorted(ends, n_tokens))  # the document where the cap falls
+    keep = order[:k + 1]
+    begin = np.zeros(k + 1, dtype=np.int64) if view.begin is None else view.begin[keep].astype(np.int64)
+    end = begin + view.lengths()[keep].astype(np.int64)
+    end[-1] = begin[-1] + (n_tokens - (int(ends[k - 1]) if k else 0))
+    return DocView(view.store, view.indices[keep], view.max_len, begin, end)

@@ -170,10 +170,11 @@ def sweep_section(sweep: Path) -> str:
     if co.exists():
         res = json.loads(co.read_text())
         parts.append("<h2>Compute-optimal context</h2>")
-        best = [{"budget": b, "model": o["best"]["size"], "context": o["best"]["context"], res["metric"]: o["best"]["loss"]}
+        axis = res.get("budget_key") or "budget"
+        best = [{axis: b, "model": o["best"]["size"], "context": o["best"]["context"], res["metric"]: o["best"]["loss"]}
                 for b, o in res["optimal"].items()]
         parts.append(_table(best))
-        for name in ("u_curves.png", "optimal_context.png"):
+        for name in ("u_curves.png", "optimal_context.png", "gap_curves.png"):
             if (sweep / name).exists():
                 parts.append(_img(sweep / name, name))
     if (sweep / "sweep.toml").exists():

@@ -5,13 +5,15 @@ loss (the mean contextwise loss over the last 10% of the training context, from 
 ``contextwise`` evaluation; the validation loss when that evaluation was not run). Then
 
 * U-curves: best-context loss against the training context, one line per model size, one
-  panel per budget;
+  panel per budget (runs that differ only in keys outside the analysis, e.g. a grid over
+  ``train.seed``, are replicates: their mean is the point, their range is kept as the spread);
 * the optimal context for each (budget, model size), and smoothed over budgets by taking
   the most common optimum in a sliding window (the study's smoothing, since the raw argmin
   jumps around with noise);
 * the optimal (model size, context) pair per budget.
 
-Reads results.csv only; writes compute_optimal.json and two PNGs.
+Reads results.csv only; writes compute_optimal.json and three PNGs (U-curves per budget, the optimum
+per budget, and every budget's curve minus its minimum on one axis, as the seed's Figure 4).
 """
 
 from __future__ import annotations
@@ -55,18 +57,29 @@ def analyze(rows: list[dict], *, context_key: str = "train.seq_len", size_key: s
     if budget_key is None:
         budget_key = next((k for k in ("train.max_flops", "train.max_tokens", "train.max_steps", "train.max_minutes")
                            if k in done[0]), None)
+    if budget_key is not None and budget_key not in done[0]:
+        raise UserError(f"the analysis axis '{budget_key}' is not a column of the results; set "
+                        f"sweep.analysis_axis to one of the grid keys")
+    if metric is not None and not any(_num(r.get(metric)) is not None for r in done):
+        raise UserError(f"no finished run has a value for '{metric}'; set sweep.analysis_metric to a loss column "
+                        f"of results.csv (e.g. val_loss or best_val_loss)")
     if metric is None:
         metric = next((m for m in METRICS if any(_num(r.get(m)) is not None for r in done)), None)
     if metric is None or context_key not in done[0]:
         raise UserError(f"the results need '{context_key}' and a loss column ({' or '.join(METRICS)})")
-    table: dict = {}
+    samples: dict = {}  # (budget, size, context) -> the metric of every replicate run (e.g. a grid over train.seed)
     for r in done:
         loss = _num(r.get(metric))
         if loss is None:
             continue
         budget = _num(r.get(budget_key)) if budget_key else 0.0
-        size = r.get(size_key, "model")
-        table.setdefault(budget, {}).setdefault(size, {})[int(float(r[context_key]))] = loss
+        samples.setdefault((budget, r.get(size_key, "model"), int(float(r[context_key]))), []).append(loss)
+    table: dict = {}
+    spread: dict = {}
+    for (budget, size, ctx), losses in samples.items():
+        table.setdefault(budget, {}).setdefault(size, {})[ctx] = sum(losses) / len(losses)
+        if len(losses) > 1:
+            spread.setdefault(str(budget), {}).setdefault(size, {})[ctx] = max(losses) - min(losses)
     budgets = sorted(table)
     optimal = {}
     for b in budgets:
@@ -86,6 +99,8 @@ def analyze(rows: list[dict], *, context_key: str = "train.seq_len", size_key: s
             out.append((b, min(c for c, n in counts.items() if n == top)))  # ties: the smaller context
         smoothed[s] = out
     return {"metric": metric, "context_key": context_key, "size_key": size_key, "budget_key": budget_key,
+            "window": window, "replicates": max(len(v) for v in samples.values()) if samples else 0,
+            "replicate_spread": {b: {sz: dict(sorted(c.items())) for sz, c in v.items()} for b, v in spread.items()},
             "curves": {str(b): {s: dict(sorted(c.items())) for s, c in table[b].items()} for b in budgets},
             "optimal": {str(b): v for b, v in optimal.items()},
             "optimal_context_smoothed": {s: [[b, c] for b, c in v] for s, v in smoothed.items()}}
@@ -120,10 +135,34 @@ def plot(result: dict, out_dir: Path) -> list[Path]:
         ax.set_xscale("log")
     ax.set_yscale("log", base=2)
     ax.set_xlabel(result["budget_key"] or "budget")
-    ax.set_ylabel("optimal training context (smoothed)")
+    w = result.get("window", 3)
+    ax.set_ylabel("optimal training context" + (f" (mode of {w})" if w > 1 else ""))
     ax.legend(fontsize=8)
     fig.tight_layout()
     paths.append(_save(fig, out_dir / "optimal_context.png"))
+    # the seed's Figure 4 view: each budget's curve minus its own minimum, all budgets on one axis
+    sizes = sorted({s for b in budgets for s in result["curves"][b]})
+    fig, axes = plt.subplots(1, len(sizes), figsize=(4.6 * len(sizes), 3.6), squeeze=False)
+    cmap = plt.get_cmap("viridis")
+    for ax, size in zip(axes[0], sizes):
+        for i, b in enumerate(budgets):
+            curve = result["curves"][b].get(size)
+            if not curve:
+                continue
+            xs = [int(x) for x in curve]
+            low = min(curve.values())
+            color = cmap(i / max(1, len(budgets) - 1))
+            ax.plot(xs, [v - low for v in curve.values()], marker="o", color=color,
+                    label=f"{result['budget_key'] or 'budget'} = {float(b):.3g}")
+            best = int(result["optimal"][b]["per_size"][size])
+            ax.plot([best], [0.0], marker="*", markersize=14, color=color)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("training context (tokens)")
+        ax.set_ylabel(f"{result['metric']} − its minimum")
+        ax.set_title(str(size))
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(_save(fig, out_dir / "gap_curves.png"))
     return paths
 
 

@@ -49,6 +49,13 @@ class SweepSection:
     eval_args: dict = opt({}, "extra arguments per evaluation: NAME = [args]; {key.path} is replaced by "
                               "the run's config value, {run} by the run directory")
     retry_failed: bool = opt(True, "run failed runs again when the sweep is restarted")
+    analysis_axis: str = opt("", "grid key that groups the loss-vs-context curves of the analysis (one panel and "
+                             "one optimum per value), e.g. data.train_tokens for a data-size sweep; empty = the "
+                             "train.max_* budget key of the grid")
+    analysis_metric: str = opt("", "results column the analysis minimises, e.g. best_val_loss for runs with early "
+                               "stopping; empty = contextwise.best_context_loss when evaluated, else val_loss")
+    analysis_window: int = opt(3, "values of the analysis axis over which the optimal context is smoothed (the most "
+                               "common optimum in a sliding window); 1 = the raw optimum of each value")
 
 
 @dataclass
@@ -223,9 +230,10 @@ def run_summary(run_dir: Path) -> dict:
         if rows:
             last = rows[-1]
             row.update(steps=last["step"], tokens=last.get("tokens"), train_loss=last["loss"])
-            vals = [r["val_loss"] for r in rows if "val_loss" in r]
+            vals = [(r["val_loss"], r["step"]) for r in rows if "val_loss" in r]
             if vals:
-                row["val_loss"] = vals[-1]
+                row["val_loss"] = vals[-1][0]
+                row["best_val_loss"], row["best_step"] = min(vals)
     ckpts = sorted((run_dir / "checkpoints").glob("step_*/state.json")) if (run_dir / "checkpoints").exists() else []
     if ckpts:
         state = json.loads(ckpts[-1].read_text())

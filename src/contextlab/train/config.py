@@ -41,6 +41,8 @@ class DataSection:
     val_split: str = opt("documents", "documents (hold out whole documents) or tail (the last val_fraction of "
                          "every document's tokens: for corpora of a few long documents)")
     split_seed: int = opt(0, "seed of the train/validation split")
+    train_tokens: int = opt(0, "train on only this many tokens of the training documents (taken in a seeded order, "
+                            "nested across sizes: the data-size axis of a sweep; epochs repeat them); 0 = all")
     packed: str = opt("", "packed store to train on (contextlab data pack --seq-len train.seq_len+1): its sequences "
                       "are the rows; data.store may stay empty (the packed store knows its token store)")
     mode: str = opt("packed", "packed (documents end to end with separators) or long_docs (one document per row); "
@@ -82,6 +84,9 @@ class TrainSection:
     log_every: int = opt(10, "steps between console/metrics lines")
     val_every: int = opt(100, "steps between validation losses; 0 = only at the end")
     val_tokens: int = opt(65536, "tokens in the fixed validation set")
+    patience: int = opt(0, "early stopping: end the run when the validation loss has not improved for this many "
+                        "validations in a row (needs val_every); metrics.jsonl records best_val_loss, the checkpoint holds the "
+                        "weights at the stopping step; 0 = train to the budget")
     ckpt_every: int = opt(100, "steps between checkpoints; 0 = only at the end")
     keep_last: int = opt(2, "checkpoints to keep")
     peak_flops: float = opt(0.0, "declared peak FLOP/s for MFU; 0 = measure this machine")
@@ -128,11 +133,11 @@ class RunConfig:
 # keys that may change between a run and its resumption without changing its numbers
 RESUME_FREE = {("train", k) for k in ("out_dir", "log_every", "val_every", "ckpt_every", "keep_last", "progress",
                                       "tensorboard", "compile", "threads", "peak_flops", "max_steps", "max_tokens",
-                                      "max_flops", "max_minutes")}
+                                      "max_flops", "max_minutes", "patience")}
 
 
 # keys added after runs existed: left out of the hash while at their default, so those runs still resume
-LATER_KEYS = {("data", "mixture"): [], ("init", None): to_dict(InitSection()), ("extend", None): to_dict(ExtendSection())}
+LATER_KEYS = {("data", "mixture"): [], ("data", "train_tokens"): 0, ("init", None): to_dict(InitSection()), ("extend", None): to_dict(ExtendSection())}
 
 
 def config_hash(cfg: RunConfig) -> str:

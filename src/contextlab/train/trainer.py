@@ -33,7 +33,7 @@ from contextlab.data.loader import TokenLoader, packed_split
 from contextlab.data.mixture import MixtureLoader, exact_shares
 from contextlab.data.packing.packed_store import PackedStore
 from contextlab.data.store import TokenStore
-from contextlab.data.views import all_documents, split_documents, split_tail
+from contextlab.data.views import DocView, all_documents, first_tokens, split_documents, split_tail
 from contextlab.errors import UserError
 from contextlab.models.gpt import GPT, size_config
 from contextlab.objectives import OBJECTIVES, TrainModule
@@ -54,6 +54,9 @@ class TrainResult:
     val_loss: float | None
     tokens: int
     seconds: float
+    best_val_loss: float | None = None
+    best_step: int | None = None
+    stopped_early: bool = False
 
 
 def build_model(cfg: RunConfig, vocab_size: int, arch: str = "gpt", arch_options: dict | None = None) -> GPT:
@@ -151,7 +154,8 @@ class Trainer:
             self.loader = TokenLoader(train_view, t.seq_len, self.rows, mode=cfg.data.mode, separator=eot,
                                       seed=t.seed, rank=self.info.rank, world_size=self.info.world_size)
         self.val_rows = self._val_rows(val_view, eot)
-        self.state = {"step": 0, "tokens": 0, "flops": 0.0, "elapsed": 0.0, "total_steps": None}
+        self.state = {"step": 0, "tokens": 0, "flops": 0.0, "elapsed": 0.0, "total_steps": None,
+                      "best_val_loss": None, "best_step": None, "since_best": 0}
         self.peak = t.peak_flops or measured_peak_flops(torch.bfloat16 if t.dtype == "bf16" else torch.float32,
                                                         self.info.device.type)
 
@@ -172,6 +176,17 @@ class Trainer:
         return sources
 
     def _views(self):
+        """(train, validation) sources, the training side cut to data.train_tokens when that is set."""
+        train, val = self._split_views()
+        n = self.cfg.data.train_tokens
+        if n:
+            if not isinstance(train, DocView):
+                raise UserError("data.train_tokens works on a token store (data.store), not on packed stores; "
+                                "train from data.store or pack a smaller store")
+            train = first_tokens(train, n, self.cfg.data.split_seed)
+        return train, val
+
+    def _split_views(self):
         """(train, validation) sources: document views, or for a packed store its train sequence ids."""
         d = self.cfg.data
         if d.val_store:
@@ -246,6 +261,8 @@ class Trainer:
         self.loader.load_state_dict(state["loader"])
         ckpt.restore_rng(rng)
         self.state = {k: state[k] for k in ("step", "tokens", "flops", "elapsed", "total_steps")}
+        self.state.update(best_val_loss=state.get("best_val_loss"), best_step=state.get("best_step"),
+                          since_best=state.get("since_best", 0))
         if self.info.is_main:
             print(f"resuming {self.run_dir} from {latest.name}")
             self._truncate_metrics(state["step"])
@@ -311,6 +328,8 @@ class Trainer:
     # ------------------------------------------------------------------ loop
     def run(self) -> TrainResult:
         t = self.cfg.train
+        if t.patience and not t.val_every:
+            raise UserError("train.patience needs validations to watch: set train.val_every (e.g. 100)")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._resume()
         if self.info.is_main:
@@ -324,7 +343,8 @@ class Trainer:
         window_t, window_tokens = time.perf_counter(), 0
         start = time.perf_counter() - self.state["elapsed"]
         pace = None  # (time, step) where a wall-clock run starts timing its pace
-        while True:
+        stop = t.patience and self.state["since_best"] >= t.patience  # a resumed run that had already stopped
+        while not stop:
             step = self.state["step"]
             if total and step >= total:
                 break
@@ -362,13 +382,28 @@ class Trainer:
             if (t.val_every and step % t.val_every == 0) or last:
                 val = self.validate()
                 row["val_loss"] = val
+                stop = self._track_best(val, step)
+                row["best_val_loss"] = self.state["best_val_loss"]
             if len(row) > 4:
                 metrics.write(row, bar)
-            if (t.ckpt_every and step % t.ckpt_every == 0) or last:
+            if (t.ckpt_every and step % t.ckpt_every == 0) or last or stop:
                 self._save()
         bar.close()
         metrics.close()
-        return TrainResult(self.run_dir, self.state["step"], loss, val, self.state["tokens"], self.state["elapsed"])
+        if stop and self.info.is_main:
+            print(f"early stop at step {self.state['step']}: no better validation loss in {t.patience} validations "
+                  f"since step {self.state['best_step']} ({self.state['best_val_loss']:.4f})")
+        return TrainResult(self.run_dir, self.state["step"], loss, val, self.state["tokens"], self.state["elapsed"],
+                           self.state["best_val_loss"], self.state["best_step"], bool(stop))
+
+    def _track_best(self, val: float, step: int) -> bool:
+        """Record the best validation loss; True when early stopping says to end the run."""
+        st = self.state
+        if st["best_val_loss"] is None or val < st["best_val_loss"]:
+            st.update(best_val_loss=val, best_step=step, since_best=0)
+        else:
+            st["since_best"] += 1
+        return bool(self.cfg.train.patience) and st["since_best"] >= self.cfg.train.patience
 
 
 def _model_config(model) -> dict:
