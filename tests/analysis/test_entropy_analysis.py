@@ -64,7 +64,7 @@ def test_parity_run_gives_the_bayes_table_and_correlations(parity, tmp_path, cap
     assert main(["analyze", "entropy", "--model", str(root / "run"), "--data", str(root / "val"),
                  "--contexts", "4,8,12,16", "--samples", "150", "--out", str(out), *QUICK]) == 0
     printed = capsys.readouterr().out
-    assert "Bayes" in printed and "Pearson r vs CE" in printed
+    assert "Bayes" in printed and "Pearson r vs CE" in printed and "CE/task" in printed
     doc = json.loads((out / "entropy.json").read_text())
     assert doc["format"] == "contextlab-eval-result" and doc["options"]["samples"] == 150
     res = doc["results"]
@@ -74,6 +74,7 @@ def test_parity_run_gives_the_bayes_table_and_correlations(parity, tmp_path, cap
         assert r["bayes_risk"] == pytest.approx(syn.bayes_risk(tasks, r["context"]))
         assert r["abs_diff"] == pytest.approx(abs(r["ce"] - r["bayes_risk"]))
         assert r["excess"] == pytest.approx(r["ce"] - r["bayes_on_samples"])
+        assert r["abs_diff_task_weighted"] == pytest.approx(abs(r["ce_task_weighted"] - r["bayes_risk"]))
         assert set(r["entropy"]) == {"4", "8", "32"} and set(r["dimension"]) == {"0.01", "0.1"}
         assert "kde_entropy" in r and "twonn" in r and "mle" not in r
     assert res["summary"]["max_abs_diff_bayes"] == pytest.approx(max(r["abs_diff"] for r in res["contexts"]))
@@ -159,3 +160,24 @@ def test_bad_input_gives_one_clear_line(parity, tmp_path, capsys):
         from contextlab.eval import load_model
 
         entropy._check_contexts(load_model(run), [40], 0, "visible tokens")
+
+
+def test_task_weighted_loss_removes_task_sampling_noise():
+    tasks = syn.make_tasks(syn.ParityConfig(n_bits=30, n_tasks=40))
+    rng = np.random.default_rng(0)
+    l = 18
+    exact = syn.bayes_risk(tasks, l)
+    plain, weighted = [], []
+    for _ in range(200):  # the Bayes predictor's loss on 1,000 samples, many times over
+        strata = rng.choice(len(tasks.freq), size=1000, p=tasks.freq)
+        loss = np.where(tasks.far[strata] > l, np.log(2.0), 0.0)
+        plain.append(loss.mean())
+        if len(np.unique(strata)) == len(tasks.freq):  # every task drawn
+            weighted.append(entropy.task_weighted(loss, strata, tasks.freq))
+    assert np.std(plain) > 0.01  # the plain mean wanders with which tasks were drawn
+    assert len(weighted) > 100 and np.allclose(weighted, exact, atol=1e-12, rtol=0)  # stratified: exact
+    # by hand: each task's mean, weighted by its frequency over the drawn tasks
+    strata = np.array([0, 0, 1, 3])
+    loss = np.array([1.0, 3.0, 5.0, 7.0])
+    w = np.array([0.5, 0.25, 0.2, 0.05])
+    assert entropy.task_weighted(loss, strata, w) == pytest.approx((0.5 * 2 + 0.25 * 5 + 0.05 * 7) / 0.8)

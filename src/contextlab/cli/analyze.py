@@ -44,7 +44,9 @@ def _parser() -> argparse.ArgumentParser:
 def _table(results: dict) -> str:
     per = results["contexts"]
     parity = "bayes_risk" in per[0]
+    weighted = parity and "ce_task_weighted" in per[0]
     head = f"{'l':>5} {'CE':>8}" + (f" {'Bayes':>8} {'|diff|':>8} {'excess':>8} {'±se':>7}" if parity else "")
+    head += f" {'CE/task':>8} {'|diff|':>8}" if weighted else ""
     ents = list(per[0]["entropy"])
     head += "".join(f" {'S@' + k:>9}" for k in ents) + f" {'dim@0.01':>8}" * ("0.01" in per[0]["dimension"])
     lines = [head]
@@ -52,6 +54,8 @@ def _table(results: dict) -> str:
         line = f"{r['context']:>5} {r['ce']:>8.4f}"
         if parity:
             line += f" {r['bayes_risk']:>8.4f} {r['abs_diff']:>8.4f} {r['excess']:>8.4f} {r['excess_stderr']:>7.4f}"
+        if weighted:
+            line += f" {r['ce_task_weighted']:>8.4f} {r['abs_diff_task_weighted']:>8.4f}"
         line += "".join(f" {r['entropy'][k]:>9.2f}" for k in ents)
         if "0.01" in r["dimension"]:
             line += f" {r['dimension']['0.01']:>8d}"
