@@ -194,10 +194,12 @@ def test_early_stopping_ends_the_run_and_resume_keeps_it_stopped(store, tmp_path
     assert res.stopped_early and res.steps == 35  # validations at 5..35; 3 without improvement after step 20
     assert (res.best_val_loss, res.best_step) == (1.9, 20)
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert rows[-1]["step"] == 35 and rows[-1]["best_val_loss"] == 1.9
-    assert ckpt.list_checkpoints(run)[-1][0] == 35  # the stopping step is saved
+    assert rows[-1]["step"] == 35 and rows[-1]["best_val_loss"] == 1.9 and rows[-1]["best_step"] == 20
+    kept = [s for s, _ in ckpt.list_checkpoints(run)]
+    assert kept[-1] == 35 and 20 in kept and len(kept) == 3  # the stopping step, the best one, keep_last = 2
     again = train(config(store, run, max_steps=100, patience=3))  # same command: nothing more to do
     assert again.steps == 35 and again.stopped_early and again.best_step == 20
+    assert again.final_loss == pytest.approx(res.final_loss) and again.val_loss == 2.4  # reported from the log
     with pytest.raises(UserError, match="val_every"):
         train(config(store, tmp_path / "nv", max_steps=10, patience=2, val_every=0))
 

@@ -11,7 +11,7 @@ A checkpoint is a directory ``checkpoints/step_NNNNNN/`` holding
 
 It is written into a hidden temporary directory and renamed into place, so a kill or a
 full disk in the middle leaves the previous checkpoint intact and no half checkpoint
-visible. Only the newest ``keep_last`` are kept.
+visible. Only the newest ``keep_last`` are kept, and with early stopping the best one too.
 """
 
 from __future__ import annotations
@@ -51,8 +51,9 @@ def _contiguous(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def save_checkpoint(run_dir: Path, step: int, *, model_state: dict[str, torch.Tensor], optim_state: dict,
-                    state: dict[str, Any], config_toml: str, keep_last: int = 2) -> Path:
-    """Write checkpoint ``step`` atomically; then prune to the newest ``keep_last``."""
+                    state: dict[str, Any], config_toml: str, keep_last: int = 2, pinned: tuple[int, ...] = ()) -> Path:
+    """Write checkpoint ``step`` atomically; then prune to the newest ``keep_last`` (steps in ``pinned``,
+    e.g. the best validation step of an early-stopped run, are never pruned)."""
     final = step_dir(run_dir, step)
     tmp = final.with_name(f".{final.name}.tmp")
     try:
@@ -81,7 +82,8 @@ def save_checkpoint(run_dir: Path, step: int, *, model_state: dict[str, torch.Te
         what = "the disk is full" if exc.errno == errno.ENOSPC else f"{exc.strerror or exc}"
         raise UserError(f"could not write checkpoint {final} ({what}); {kept}; fix it and run again to resume") from None
     for old_step, old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
+        if old_step not in pinned:
+            shutil.rmtree(old, ignore_errors=True)
     return final
 
 

@@ -283,8 +283,10 @@ class Trainer:
                      "objective": self.cfg.objective.name, "arch": "hf" if is_hf(self.model) else self.objective.arch,
                      "init": self.init.meta if self.init else None,
                      "world_size": self.info.world_size, "code_version": __version__}
+            best = self.state["best_step"] if self.cfg.train.patience and self.state["best_step"] else None
             ckpt.save_checkpoint(self.run_dir, self.state["step"], model_state=model_state, optim_state=optim_state,
-                                 state=state, config_toml=dumps_toml(self.cfg), keep_last=self.cfg.train.keep_last)
+                                 state=state, config_toml=dumps_toml(self.cfg), keep_last=self.cfg.train.keep_last,
+                                 pinned=(best,) if best else ())
         D.barrier(self.info)
 
     # ------------------------------------------------------------------ steps
@@ -339,7 +341,7 @@ class Trainer:
         total = self.total_steps() or self.state["total_steps"]  # wall-clock runs keep their fixed length
         metrics = MetricsWriter(self.run_dir, self.info.is_main, t.tensorboard)
         bar = progress_bar(t.progress and self.info.is_main, total or None, self.state["step"])
-        loss, val = float("nan"), None
+        loss, val = self._last_logged()  # what a resumed run that has nothing left to do reports
         window_t, window_tokens = time.perf_counter(), 0
         start = time.perf_counter() - self.state["elapsed"]
         pace = None  # (time, step) where a wall-clock run starts timing its pace
@@ -383,18 +385,29 @@ class Trainer:
                 val = self.validate()
                 row["val_loss"] = val
                 stop = self._track_best(val, step)
-                row["best_val_loss"] = self.state["best_val_loss"]
+                row["best_val_loss"], row["best_step"] = self.state["best_val_loss"], self.state["best_step"]
+            improved = bool(t.patience) and self.state["best_step"] == step  # early stopping keeps the best weights
             if len(row) > 4:
                 metrics.write(row, bar)
-            if (t.ckpt_every and step % t.ckpt_every == 0) or last or stop:
+            if (t.ckpt_every and step % t.ckpt_every == 0) or last or stop or improved:
                 self._save()
         bar.close()
         metrics.close()
         if stop and self.info.is_main:
             print(f"early stop at step {self.state['step']}: no better validation loss in {t.patience} validations "
-                  f"since step {self.state['best_step']} ({self.state['best_val_loss']:.4f})")
+                  f"since step {self.state['best_step']} ({self.state['best_val_loss']:.4f}); its weights: "
+                  f"{ckpt.step_dir(self.run_dir, self.state['best_step'])}")
         return TrainResult(self.run_dir, self.state["step"], loss, val, self.state["tokens"], self.state["elapsed"],
                            self.state["best_val_loss"], self.state["best_step"], bool(stop))
+
+    def _last_logged(self) -> tuple[float, float | None]:
+        """(last training loss, last validation loss) in metrics.jsonl, or (nan, None) for a new run."""
+        f = self.run_dir / "metrics.jsonl"
+        if not self.state["step"] or not f.exists():
+            return float("nan"), None
+        rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+        vals = [r["val_loss"] for r in rows if "val_loss" in r]
+        return (float(rows[-1]["loss"]) if rows else float("nan")), (vals[-1] if vals else None)
 
     def _track_best(self, val: float, step: int) -> bool:
         """Record the best validation loss; True when early stopping says to end the run."""
