@@ -4,9 +4,10 @@
 
 For each visible context l, the mean answer cross-entropy over all rows, the same loss
 stratified by task (each task's mean loss weighted by its exact frequency, which removes the
-noise of how often the rows happen to draw each task) next to the exact Bayes risk, and the tasks whose two bits are visible (Bayes loss 0) but whose answer loss is
-above --threshold: what a gap to the Bayes risk is made of (a task never learned costs its
-frequency x log 2; a hidden task predicted with confidence costs more than log 2).
+noise of how often the rows happen to draw each task) next to the exact Bayes risk, and the
+tasks whose two bits are visible (Bayes loss 0) but whose answer loss is above --threshold:
+what a gap to the Bayes risk is made of (a task never learned costs its frequency x log 2;
+a hidden task predicted with confidence costs more than log 2).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch.nn.functional as F
 from contextlab.data import synthetic as syn
 from contextlab.data.store import TokenStore
 from contextlab.errors import UserError
+from contextlab.eval.entropy import task_weighted
 from contextlab.models.loading import load_trained_model
 
 
@@ -57,7 +59,7 @@ def main() -> None:
         by_task = np.array([per[task == t].mean() if np.any(task == t) else np.nan for t in range(len(tasks.far))])
         seen = tasks.far <= ctl
         drawn = ~np.isnan(by_task)
-        weighted = float(np.sum(tasks.freq[drawn] * by_task[drawn]) / np.sum(tasks.freq[drawn]))
+        weighted = task_weighted(per, task, tasks.freq)
         bayes = syn.bayes_risk(tasks, ctl)
         bad = [t for t in range(len(tasks.far)) if seen[t] and by_task[t] > a.threshold]
         print(f"l={ctl}: answer CE {per.mean():.4f}, task-weighted {weighted:.4f}, exact Bayes risk {bayes:.4f}, "

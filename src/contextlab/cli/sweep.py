@@ -42,7 +42,7 @@ def cmd_sweep(argv: list[str]) -> int:
             return 0
         for b, opt in res["optimal"].items():
             best = opt["best"]
-            print(f"{res['budget_key'] or 'budget'} {float(b):.3g}: best {best['size']} at context {best['context']} ({res['metric']} "
-                  f"{best['loss']:.4f})")
+            print(f"{res['budget_key'] or 'budget'} {float(b):.3g}: best {best['size']} at context {best['context']} "
+                  f"({res['metric']} {best['loss']:.4f})")
         print("plots: " + ", ".join(res["plots"]))
     return 0

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from contextlab.io import atomic_write_text
 from contextlab.report.plots import loss_curve_png
+from contextlab.train.metrics import read_metrics, summarize
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
@@ -94,16 +95,14 @@ def eval_scalars(doc: dict) -> dict:
 def run_section(run: Path, title: str | None = None) -> tuple[str, dict]:
     """HTML for one training run directory, and its key numbers."""
     parts, key = [f"<h2>{html.escape(title or 'Run ' + run.name)}</h2>"], {}
-    metrics = run / "metrics.jsonl"
-    if metrics.exists():
-        rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-        if rows:
-            last = rows[-1]
-            vals = [r["val_loss"] for r in rows if "val_loss" in r]
-            key = {"steps": last["step"], "train loss": last["loss"], **({"validation loss": vals[-1]} if vals else {})}
-            parts.append("".join(f'<span class="key">{html.escape(k)} <b>{_fmt(v)}</b></span>' for k, v in key.items()))
-            png = loss_curve_png(rows, run / "loss_curve.png", title=run.name)
-            parts.append(_img(png, "loss curve"))
+    rows = read_metrics(run)
+    if rows:
+        s = summarize(rows)
+        key = {"steps": s["steps"], "train loss": s["train_loss"],
+               **({"validation loss": s["val_loss"]} if "val_loss" in s else {})}
+        parts.append("".join(f'<span class="key">{html.escape(k)} <b>{_fmt(v)}</b></span>' for k, v in key.items()))
+        png = loss_curve_png(rows, run / "loss_curve.png", title=run.name)
+        parts.append(_img(png, "loss curve"))
     eval_dir = run / "eval"
     for f in sorted(eval_dir.glob("*.json")) if eval_dir.exists() else []:
         try:

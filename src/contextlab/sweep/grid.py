@@ -37,6 +37,7 @@ from pathlib import Path
 from contextlab.config import apply_overrides, dumps_toml, from_dict, opt, read_toml
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_json, atomic_write_text
+from contextlab.train.metrics import read_metrics, summarize
 
 
 @dataclass
@@ -223,17 +224,7 @@ def run_sweep(path: str | Path, overrides: list[str] = (), *, only: str | None =
 
 def run_summary(run_dir: Path) -> dict:
     """Training summary of a run from its metrics.jsonl and checkpoints, plus evaluation scalars."""
-    row: dict = {}
-    metrics = run_dir / "metrics.jsonl"
-    if metrics.exists():
-        rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-        if rows:
-            last = rows[-1]
-            row.update(steps=last["step"], tokens=last.get("tokens"), train_loss=last["loss"])
-            vals = [(r["val_loss"], r["step"]) for r in rows if "val_loss" in r]
-            if vals:
-                row["val_loss"] = vals[-1][0]
-                row["best_val_loss"], row["best_step"] = min(vals)
+    row: dict = summarize(read_metrics(run_dir))
     ckpts = sorted((run_dir / "checkpoints").glob("step_*/state.json")) if (run_dir / "checkpoints").exists() else []
     if ckpts:
         state = json.loads(ckpts[-1].read_text())

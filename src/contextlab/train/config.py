@@ -85,9 +85,9 @@ class TrainSection:
     val_every: int = opt(100, "steps between validation losses; 0 = only at the end")
     val_tokens: int = opt(65536, "tokens in the fixed validation set")
     patience: int = opt(0, "early stopping: end the run when the validation loss has not improved for this many "
-                        "validations in a row (needs val_every); every new best is checkpointed and kept (RUN/checkpoints/"
-                        "step_N with N = best_step in metrics.jsonl), the newest checkpoint is the stopping step; "
-                        "0 = train to the budget")
+                        "validations in a row (needs val_every); every new best is checkpointed and kept "
+                        "(RUN/checkpoints/step_N with N = best_step in metrics.jsonl), the newest checkpoint is the "
+                        "stopping step; 0 = train to the budget")
     ckpt_every: int = opt(100, "steps between checkpoints; 0 = only at the end")
     keep_last: int = opt(2, "checkpoints to keep")
     peak_flops: float = opt(0.0, "declared peak FLOP/s for MFU; 0 = measure this machine")
@@ -138,7 +138,8 @@ RESUME_FREE = {("train", k) for k in ("out_dir", "log_every", "val_every", "ckpt
 
 
 # keys added after runs existed: left out of the hash while at their default, so those runs still resume
-LATER_KEYS = {("data", "mixture"): [], ("data", "train_tokens"): 0, ("init", None): to_dict(InitSection()), ("extend", None): to_dict(ExtendSection())}
+LATER_KEYS = {("data", "mixture"): [], ("data", "train_tokens"): 0, ("init", None): to_dict(InitSection()),
+              ("extend", None): to_dict(ExtendSection())}
 
 
 def config_hash(cfg: RunConfig) -> str:

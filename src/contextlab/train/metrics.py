@@ -54,3 +54,25 @@ def progress_bar(enabled: bool, total: int | None, initial: int):
     from tqdm.auto import tqdm
 
     return tqdm(total=total, initial=initial, unit="step", desc="train", disable=not enabled, dynamic_ncols=True)
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    """The rows of ``RUN/metrics.jsonl`` ([] when the run has none yet)."""
+    f = Path(run_dir) / "metrics.jsonl"
+    if not f.exists():
+        return []
+    return [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+
+
+def summarize(rows: list[dict]) -> dict:
+    """steps, tokens and the last training loss of a run's rows; with validations also the last
+    validation loss and the best one with its step. {} for no rows."""
+    if not rows:
+        return {}
+    last = rows[-1]
+    out = {"steps": last["step"], "tokens": last.get("tokens"), "train_loss": last["loss"]}
+    vals = [(r["val_loss"], r["step"]) for r in rows if "val_loss" in r]
+    if vals:
+        out["val_loss"] = vals[-1][0]
+        out["best_val_loss"], out["best_step"] = min(vals)
+    return out

@@ -42,7 +42,7 @@ from contextlab.train import distributed as D
 from contextlab.train.config import RunConfig, config_hash
 from contextlab.train.flops import flops_per_token, measured_peak_flops, mfu
 from contextlab.train.init_from import describe, freeze_parameters, init_model, is_hf
-from contextlab.train.metrics import MetricsWriter, progress_bar
+from contextlab.train.metrics import MetricsWriter, progress_bar, read_metrics, summarize
 from contextlab.train.optim import lr_at, make_adamw
 
 
@@ -402,12 +402,8 @@ class Trainer:
 
     def _last_logged(self) -> tuple[float, float | None]:
         """(last training loss, last validation loss) in metrics.jsonl, or (nan, None) for a new run."""
-        f = self.run_dir / "metrics.jsonl"
-        if not self.state["step"] or not f.exists():
-            return float("nan"), None
-        rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
-        vals = [r["val_loss"] for r in rows if "val_loss" in r]
-        return (float(rows[-1]["loss"]) if rows else float("nan")), (vals[-1] if vals else None)
+        logged = summarize(read_metrics(self.run_dir)) if self.state["step"] else {}
+        return float(logged.get("train_loss", float("nan"))), logged.get("val_loss")
 
     def _track_best(self, val: float, step: int) -> bool:
         """Record the best validation loss; True when early stopping says to end the run."""
