@@ -7,12 +7,14 @@ round) runs in a fresh process so that its memory high-water mark is its own:
 
 - time: median seconds per optimizer step (forward, backward, AdamW) after warm-up steps;
 - memory: peak RSS during training minus RSS before the model is built (weights,
-  gradients, AdamW state, activations; the torch runtime itself is left out).
+  gradients, AdamW state, activations; the torch runtime itself is left out); with
+  ``--device cuda`` the peak of torch's CUDA allocator minus what it held before the model.
 
 Rounds rotate the variant order; the reported ratio is median(variant) / median(GPT)
 over rounds. The seed claims +6.25% FLOPs and < 5% memory for ContextLM on GPUs.
 
     python benchmarks/objective_overhead.py [--rounds 3] [--steps 8] [--threads 2]
+    python benchmarks/objective_overhead.py --device cuda --size gpt2-small --vocab 50257 --seq-len 1024 --rows 16
 
 Last line: {"bench": "objective_overhead", "contextlm_time_ratio": ..., "contextlm_mem_ratio": ...,
 "mtp_time_ratio": ..., "mtp_mem_ratio": ...}
@@ -50,29 +52,33 @@ def measure(variant: str, args) -> dict:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    tokens = torch.randint(0, args.vocab, (args.rows, args.seq_len + 1))
-    before = _rss_kb("VmRSS:")
+    cuda = args.device == "cuda"
+    tokens = torch.randint(0, args.vocab, (args.rows, args.seq_len + 1), device=args.device)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    before = torch.cuda.memory_allocated() if cuda else _rss_kb("VmRSS:") * 1024
     name, options = VARIANTS[variant]
     cls = OBJECTIVES[name]
     objective = cls(cls.Options(**options))
     objective.bind_tokenizer({"vocab_size": args.vocab, "eot_id": args.vocab - 1})
     base = size_config(args.size, objective.vocab_size, args.seq_len)
     model = build_arch(objective.arch, base, **objective.arch_options())
-    module = TrainModule(model, objective)
+    module = TrainModule(model, objective).to(args.device)
     opt = make_adamw(module, lr=1e-3, weight_decay=0.1, betas=(0.9, 0.95), eps=1e-8)
     times = []
     for step in range(args.warmup + args.steps):
+        sync()
         t0 = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast(args.device, dtype=torch.bfloat16):
             loss, _ = module(tokens)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        sync()
         if step >= args.warmup:
             times.append(time.perf_counter() - t0)
-    peak = _rss_kb("VmHWM:")
+    peak = torch.cuda.max_memory_allocated() if cuda else _rss_kb("VmHWM:") * 1024
     fpt = flops_per_token(model.config, args.seq_len) + objective.extra_flops_per_token(model.config, args.seq_len)
-    return {"variant": variant, "step_s": statistics.median(times), "mem_mb": (peak - before) / 1024,
+    return {"variant": variant, "step_s": statistics.median(times), "mem_mb": (peak - before) / 2**20,
             "params": sum(p.numel() for p in model.parameters()), "flops_per_token": fpt}
 
 
@@ -86,6 +92,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="cuda: time with synchronisation, memory = peak allocated by torch minus before the model")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure one variant and print JSON
     args = ap.parse_args()
     if args.one:
@@ -113,7 +121,16 @@ def main() -> None:
               f"{r0['flops_per_token'] / results['gpt'][0]['flops_per_token']:>16.3f}")
     ratio = {f"{n}_{k}_ratio": round(med[n][m] / med["gpt"][m], 3)
              for n in ("contextlm", "mtp") for k, m in (("time", "step_s"), ("mem", "mem_mb"))}
-    print(json.dumps({"bench": "objective_overhead", **ratio}))
+    print(json.dumps({"bench": "objective_overhead", "device": _device_name(args.device), "size": args.size,
+                      "seq_len": args.seq_len, "rows": args.rows, **ratio}))
+
+
+def _device_name(device: str) -> str:
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name()
+    return "cpu"
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
+FIXTURES = REPO / "tests" / "fixtures"  # small files the tests read (see its README)
 
 
 @pytest.fixture

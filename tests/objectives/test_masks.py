@@ -62,7 +62,7 @@ def test_mlm_document_mask_is_block_diagonal_both_ways():
     obj = make("mlm", doc_mask=True)
     docs = rows([0, 0, 1, 1, 1])
     batch = obj.prepare(torch.randint(0, 99, (1, 5)), docs)
-    assert batch.attn_mask[0, 0].int().tolist() == [[1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 1], [0, 0, 1, 1]]
+    assert batch.attn_mask.dense()[0, 0].int().tolist() == [[1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 1], [0, 0, 1, 1]]
 
 
 # --------------------------------------------------------------------------- span corruption
@@ -80,7 +80,7 @@ def test_span_corruption_of_a_hand_made_row():
     batch = prefix_batch(seq, torch.tensor([prefix]), torch.tensor([n_targets]))
     # y[q] = seq[q+1]; loss on the 7 targets s0 12 13 s1 17 s2 EOS only (not on the padding)
     assert batch.labels.tolist() == [[I] * 8 + [s0, 12, 13, s1, 17, s2, 99] + [I] * 3]
-    mask = batch.attn_mask[0, 0]
+    mask = batch.attn_mask.dense()[0, 0]
     assert mask[:9, :9].all()  # bidirectional over the corrupted input
     assert not mask[:9, 9:].any()  # the input never sees the targets
     assert torch.equal(mask[9:, :], torch.ones(9, 18, dtype=torch.bool).tril(9))  # causal targets
@@ -112,7 +112,7 @@ def test_span_prepare_shapes_and_vocab():
 
 
 def test_prefix_lm_mask_and_labels_by_hand():
-    mask = prefix_lm_mask(torch.tensor([2]), 5)[0, 0].int().tolist()
+    mask = prefix_lm_mask(torch.tensor([2]), 5).dense()[0, 0].int().tolist()
     assert mask == [[1, 1, 0, 0, 0],
                     [1, 1, 0, 0, 0],
                     [1, 1, 1, 0, 0],
@@ -121,7 +121,7 @@ def test_prefix_lm_mask_and_labels_by_hand():
     y = rows([11, 12, 13, 14, 15])
     assert prefix_labels(y, torch.tensor([2])).tolist() == [[I, 12, 13, 14, 15]]  # tokens 2.. are the suffix
     docs = rows([0, 0, 0, 1, 1])
-    assert prefix_lm_mask(torch.tensor([4]), 5, docs)[0, 0].int().tolist() == [
+    assert prefix_lm_mask(torch.tensor([4]), 5, docs).dense()[0, 0].int().tolist() == [
         [1, 1, 1, 0, 0], [1, 1, 1, 0, 0], [1, 1, 1, 0, 0], [0, 0, 0, 1, 0], [0, 0, 0, 1, 1]]
 
 
@@ -133,8 +133,8 @@ def test_prefix_lm_prepare_agrees_with_its_split():
     for b in range(8):
         P = int((batch.labels[b] == I).sum()) + 1
         assert 2 <= P <= 18  # round(0.1 * 20) .. round(0.9 * 20)
-        expect = prefix_lm_mask(torch.tensor([P]), 20)[0]
-        assert torch.equal(batch.attn_mask[b], expect)
+        expect = prefix_lm_mask(torch.tensor([P]), 20).dense()[0]
+        assert torch.equal(batch.attn_mask.dense()[b], expect)
         assert batch.labels[b, P - 1:].tolist() == tokens[b, P:].tolist()
 
 
@@ -151,7 +151,7 @@ def test_ul2_mode_tokens_and_denoisers():
     assert batch.inputs[0].tolist() == [101] + list(range(10, 20))  # [S] + row, shifted
     P = int((batch.labels[0] == I).sum()) + 1
     assert batch.labels[0].tolist() == [I] * (P - 1) + list(range(10 + P - 1, 21))
-    assert torch.equal(batch.attn_mask[0], prefix_lm_mask(torch.tensor([P]), 11)[0])
+    assert torch.equal(batch.attn_mask.dense()[0], prefix_lm_mask(torch.tensor([P]), 11).dense()[0])
 
 
 def test_ul2_r_denoiser_row_is_mode_token_plus_t5_layout():
@@ -162,7 +162,7 @@ def test_ul2_r_denoiser_row_is_mode_token_plus_t5_layout():
     P = 1 + L - N + S
     assert batch.inputs[:, 0].tolist() == [100, 100]  # [R]
     assert ((batch.labels != I).sum(1) == N + S + 1).all()
-    assert batch.attn_mask[:, 0, :P, :P].all() and not batch.attn_mask[:, 0, :P, P:].any()
+    assert batch.attn_mask.dense()[:, 0, :P, :P].all() and not batch.attn_mask.dense()[:, 0, :P, P:].any()
 
 
 # --------------------------------------------------------------------------- FIM

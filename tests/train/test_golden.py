@@ -18,7 +18,7 @@ from contextlab.config import from_dict
 from contextlab.data.ingest import IngestConfig, ingest
 from contextlab.train.config import RunConfig
 from contextlab.train.trainer import train
-from tests.conftest import SHARED_DATA
+from tests.conftest import FIXTURES
 
 GOLDEN = Path(__file__).with_name("golden_tiny_losses.json")
 CONFIG = {"model": {"size": "tiny-2x128", "n_layer": 2, "n_head": 2, "n_embd": 64},
@@ -30,9 +30,7 @@ CONFIG = {"model": {"size": "tiny-2x128", "n_layer": 2, "n_head": 2, "n_embd": 6
 
 
 def test_tiny_run_reproduces_the_golden_losses(tmp_path):
-    text = (SHARED_DATA / "tinyshakespeare" / "input.txt").read_text()[:100_000]
-    (tmp_path / "shakes.txt").write_text(text)
-    store = ingest(tmp_path / "shakes.txt", tmp_path / "store", IngestConfig(), progress=False).store
+    store = ingest(FIXTURES / "tinyshakespeare_100k.txt", tmp_path / "store", IngestConfig(), progress=False).store
     cfg = json.loads(json.dumps(CONFIG))
     cfg["data"]["store"] = str(store.path)
     cfg["train"]["out_dir"] = str(tmp_path / "run")

@@ -38,6 +38,7 @@ from torch import Tensor
 
 from contextlab.errors import UserError
 from contextlab.models.gpt import GPT, Block, GPTConfig, GPTOutput, _layer_indices, rope_tables
+from contextlab.models.masks import AttentionMask, prepare_mask
 from contextlab.models.rope import rope_frequencies
 
 FUSIONS = ("plain", "gated", "normalised")
@@ -106,7 +107,8 @@ class ContextLM(GPT):
 
         c_k is the mean of h over positions k*w .. k*w+w-1; ĉ_{k+1} = predictor(c_0..c_k).
         rope: the decoder's (cos, sin), ([B,] T, hs); the predictor uses each chunk's first row.
-        attn_mask: the token mask ([B,] 1, T, T), causal part included; chunks use it at their ends.
+        attn_mask: the token mask, causal part included: an AttentionMask, or a dense ([B,] 1, T, T)
+            mask; chunks use it at their ends.
         """
         B, T, C = h.shape
         w = self.config.chunk_size
@@ -120,7 +122,10 @@ class ContextLM(GPT):
         chunk_mask = None
         if attn_mask is not None:
             ends = torch.arange(w - 1, n * w, w, device=h.device)  # (n,) last position of each chunk
-            chunk_mask = attn_mask[..., ends, :][..., :, ends]  # ([B,] 1, n, n)
+            if isinstance(attn_mask, AttentionMask):
+                chunk_mask = attn_mask.select(ends).resolve(h.device)
+            else:
+                chunk_mask = attn_mask[..., ends, :][..., :, ends]  # ([B,] 1, n, n)
         x = c
         for block in self.predictor:
             x = block(x, chunk_rope, chunk_mask, chunk_mask is None)  # (B, n, C)
@@ -151,15 +156,18 @@ class ContextLM(GPT):
             rope = tuple(t * scale for t in rope) if scale != 1.0 else rope
         else:
             rope = self.rope(T, idx.device, offset=position_ids or 0)
-        causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
-        if attn_mask is not None and is_causal:
-            attn_mask = attn_mask & causal if attn_mask.dtype == torch.bool else \
-                torch.where(causal, attn_mask, float("-inf"))
         if not is_causal and attn_mask is None:  # the predictor must stay causal whatever the decoder does
             raise UserError("ContextLM is autoregressive: call it with is_causal=True or a causal attn_mask")
         # the predictor reads the mask at chunk ends, always causal whatever the decoder gets; None = plain causal
-        pred_mask = None if attn_mask is None else (
-            (attn_mask if attn_mask.dtype == torch.bool else attn_mask != float("-inf")) & causal)
+        if isinstance(attn_mask, AttentionMask):
+            pred_mask = attn_mask  # select() keeps its documents and makes it causal
+        elif attn_mask is not None:
+            causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
+            dense = prepare_mask(attn_mask, is_causal, T, idx.device)
+            pred_mask = (dense if dense.dtype == torch.bool else dense != float("-inf")) & causal
+        else:
+            pred_mask = None
+        attn_mask = prepare_mask(attn_mask, is_causal, T, idx.device)  # the decoder's, resolved once
 
         x = self.embed(idx)  # (B, T, C)
         wanted = _layer_indices(return_hidden, self.config.n_layer)

@@ -8,9 +8,11 @@ One plain ``nn.Module`` readable top to bottom. The trade-offs:
   ``models/rope.py`` through ``scaled_rope_cache``; the config names the method.
 - Attention goes through ``F.scaled_dot_product_attention``: flash attention on CUDA, a
   fused kernel on CPU, flat memory in T. Masks (documents, a bidirectional prefix) are
-  passed as ``attn_mask``; the plain causal case passes ``is_causal=True`` and no mask,
-  which is the fastest path. One measured exception (``attention``): unmasked bf16 on CPU
-  with a small score tensor uses two batched matmuls, whose backward is much faster there.
+  passed as ``attn_mask``: described (``models/masks.py``: FlexAttention block masks on
+  CUDA, a dense boolean mask on CPU) or as a dense mask; the plain causal case passes
+  ``is_causal=True`` and no mask, which is the fastest path. One measured exception
+  (``attention``): unmasked bf16 on CPU with a small score tensor uses two batched matmuls,
+  whose backward is much faster there.
 - The vocabulary is padded to a multiple of 64 for faster matmuls; logits are sliced back
   to ``vocab_size``, so callers never see the padding.
 - The model knows nothing about objectives or losses. Objectives reuse the building
@@ -29,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from contextlab.errors import UserError
+from contextlab.models.masks import flex_attention, prepare_mask
 from contextlab.models.rope import check_extension, rope_frequencies
 
 
@@ -188,7 +191,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, 
               dropout_p: float = 0.0) -> Tensor:
     """Scaled dot-product attention of q, k, v (B, nh, T, hs) -> (B, nh, T, hs); arguments as SDPA's.
 
-    Almost always ``F.scaled_dot_product_attention``. One exception, for speed: bf16 on CPU
+    Almost always ``F.scaled_dot_product_attention``; a FlexAttention ``BlockMask`` (a resolved
+    ``AttentionMask``, see models/masks.py) goes to compiled FlexAttention. One exception, for speed: bf16 on CPU
     without a mask and with a small score tensor. There, SDPA's fused flash kernel
     runs its backward pass several times slower than two AMX/AVX-512 bf16 matmuls (at 4 heads,
     T=256, batch 32: forward + backward 100 ms vs 68 ms; a 4x256 training step gains ~20%),
@@ -197,6 +201,11 @@ def attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, 
     GPU step without flash attention computes them. fp32 and every other case take SDPA.
     """
     B, nh, T, hs = q.shape
+    if attn_mask is not None and not isinstance(attn_mask, Tensor):  # a FlexAttention BlockMask
+        if dropout_p > 0.0:
+            raise UserError("attention dropout does not combine with document or prefix masks on the GPU "
+                            "(FlexAttention); set model.dropout=0")
+        return flex_attention(q.contiguous(), k.contiguous(), v.contiguous(), attn_mask)
     if (q.device.type != "cpu" or q.dtype != torch.bfloat16 or attn_mask is not None
             or k.size(-2) != T or B * nh * T * T > MATMUL_ATTENTION_MAX_SCORES):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=dropout_p)
@@ -353,12 +362,7 @@ class GPT(nn.Module):
             rope = tuple(t * scale for t in rope) if scale != 1.0 else rope
         else:  # None or an int offset
             rope = self.rope(T, idx.device, offset=position_ids or 0)
-        if attn_mask is not None and is_causal:  # restrict the given mask to the causal part
-            causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
-            if attn_mask.dtype == torch.bool:
-                attn_mask = attn_mask & causal
-            else:
-                attn_mask = torch.where(causal, attn_mask, float("-inf"))
+        attn_mask = prepare_mask(attn_mask, is_causal, T, idx.device)  # resolved once for every block
 
         x = self.embed(idx)  # (B, T, C)
         wanted = _layer_indices(return_hidden, self.config.n_layer)
@@ -374,9 +378,10 @@ class GPT(nn.Module):
                 return_hidden: bool | list[int] = False) -> GPTOutput:
         """Run the model on token ids idx (B, T).
 
-        attn_mask: bool (True = may attend) or additive float mask broadcastable to (B, 1, T, T),
-            e.g. block-diagonal documents or a bidirectional prefix. With is_causal=True (default)
-            it is combined with the causal mask; pass is_causal=False to use it as given.
+        attn_mask: an ``AttentionMask`` (documents, a bidirectional prefix: models/masks.py; it holds
+            its own causality), or a bool (True = may attend) or additive float mask broadcastable
+            to (B, 1, T, T). A tensor mask is combined with the causal mask when is_causal=True
+            (default); pass is_causal=False to use it as given.
         position_ids: None (0..T-1), an int offset, or explicit positions (T,) or (B, T).
         return_hidden: False; True for the residual stream at every layer (n_layer + 1 tensors,
             index 0 = embeddings, i = after block i, before the final norm); or a list of indices.

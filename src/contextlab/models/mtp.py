@@ -23,6 +23,7 @@ from torch import Tensor
 
 from contextlab.errors import UserError
 from contextlab.models.gpt import GPT, Block, GPTConfig
+from contextlab.models.masks import prepare_mask
 
 
 @dataclass
@@ -53,10 +54,7 @@ class MTPModel(GPT):
         if position_ids is not None:
             raise UserError("MTPModel.trunk_states takes default positions only; use forward for position_ids")
         rope = self.rope(T, idx.device)
-        if attn_mask is not None and is_causal:  # as GPT.trunk: a given mask keeps only its causal part
-            causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
-            attn_mask = attn_mask & causal if attn_mask.dtype == torch.bool else \
-                torch.where(causal, attn_mask, float("-inf"))
+        attn_mask = prepare_mask(attn_mask, is_causal, T, idx.device)  # as GPT.trunk: resolved once
         x = self.embed(idx)  # (B, T, C)
         for block in self.blocks[:-1]:
             x = block(x, rope, attn_mask, is_causal)

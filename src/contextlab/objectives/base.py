@@ -14,6 +14,9 @@ its parts (``model(idx)``, ``model.trunk``, ``model.blocks``...) as it needs.
 * ``extra_flops_per_token(cfg, seq_len)``: what the objective adds to the model's FLOPs,
   so budgets compare objectives at equal compute.
 * ``arch_options()``: the architecture's options (chunk size, heads...) taken from ``Options``.
+* ``prefix_masks``: True when every row carries a bidirectional prefix (prefix LM, span
+  corruption, UL2), so attention takes a described mask (``models/masks.py``) even without
+  ``data.doc_mask``.
 * ``Options``: a dataclass of the objective's own typed options (``[objective.NAME]``).
 
 Most objectives are "rewrite the batch, then cross-entropy": they implement
@@ -33,29 +36,21 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-
-def document_causal_mask(doc_ids: Tensor) -> Tensor:
-    """(B, T) document ids -> (B, 1, T, T) bool mask: causal and within the same document."""
-    T = doc_ids.shape[1]
-    same = doc_ids[:, :, None] == doc_ids[:, None, :]  # (B, T, T)
-    causal = torch.ones(T, T, dtype=torch.bool, device=doc_ids.device).tril()
-    return (same & causal)[:, None]
+from contextlab.models.masks import AttentionMask
 
 
-def prefix_lm_mask(prefix_len: Tensor, T: int, doc_ids: Tensor | None = None) -> Tensor:
-    """(B,) prefix lengths -> (B, 1, T, T) bool: bidirectional inside the prefix, causal after it.
+def document_causal_mask(doc_ids: Tensor) -> AttentionMask:
+    """(B, T) document ids -> causal attention within the same document (``.dense()``: (B, 1, T, T) bool)."""
+    return AttentionMask(doc_ids.shape[1], segments=doc_ids)
+
+
+def prefix_lm_mask(prefix_len: Tensor, T: int, doc_ids: Tensor | None = None) -> AttentionMask:
+    """(B,) prefix lengths -> bidirectional inside the prefix, causal after it.
 
     Query q may see key k when k <= q or both lie in the prefix (k < P and q < P); with
     doc_ids (B, T) also only within the same document.
     """
-    pos = torch.arange(T, device=prefix_len.device)
-    causal = pos[None, :] <= pos[:, None]  # (T, T) [q, k]
-    in_prefix = pos[None, :] < prefix_len[:, None]  # (B, T)
-    both = in_prefix[:, :, None] & in_prefix[:, None, :]  # (B, T, T)
-    mask = causal[None] | both
-    if doc_ids is not None:
-        mask = mask & (doc_ids[:, :, None] == doc_ids[:, None, :])
-    return mask[:, None]
+    return AttentionMask(T, segments=doc_ids, prefix=prefix_len)
 
 
 def next_token_loss(logits: Tensor, targets: Tensor, reduction: str = "mean") -> Tensor:
@@ -76,7 +71,7 @@ class Batch:
 
     inputs: Tensor  # (B, T) token ids
     labels: Tensor  # (B, T) target ids; -100 where there is no loss
-    attn_mask: Tensor | None = None  # bool ([B,] 1, T, T), True = may attend; None = plain causal/full
+    attn_mask: AttentionMask | Tensor | None = None  # described (models/masks.py) or dense bool; None = plain
     is_causal: bool = True  # False: attn_mask (or no mask: full attention) is used as given
 
 
@@ -84,6 +79,7 @@ class Objective(nn.Module):
     name = "base"
     arch = "gpt"
     special_tokens: tuple[str, ...] = ()
+    prefix_masks = False  # every row gets a bidirectional prefix (an AttentionMask, even without doc_mask)
 
     @dataclass
     class Options:
@@ -112,7 +108,7 @@ class Objective(nn.Module):
                 nxt += 1
         self.vocab_size = nxt
 
-    def attn_mask(self, doc_ids: Tensor | None) -> Tensor | None:
+    def attn_mask(self, doc_ids: Tensor | None) -> AttentionMask | None:
         return document_causal_mask(doc_ids) if (self.doc_mask and doc_ids is not None) else None
 
     def generator(self, device: torch.device) -> torch.Generator | None:

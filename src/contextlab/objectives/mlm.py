@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from contextlab.config import opt
+from contextlab.models.masks import AttentionMask
 from contextlab.objectives.base import Batch, Objective
 
 
@@ -69,6 +70,5 @@ class MLM(Objective):
                                      o.mask_frac, o.random_frac)
         mask = None
         if self.doc_mask and doc_ids is not None:
-            d = doc_ids[:, :-1]
-            mask = (d[:, :, None] == d[:, None, :])[:, None]  # (B, 1, T, T) block-diagonal, both directions
+            mask = AttentionMask(T, segments=doc_ids[:, :-1], causal=False)  # block-diagonal, both directions
         return Batch(inputs, labels, mask, is_causal=False)

@@ -6,8 +6,10 @@ attend causally (the prefix included). The loss covers the suffix tokens: the pr
 made at P-1 (the first suffix token, from the full prefix) and every one after it. With
 ``data.doc_mask`` attention also stays inside each document.
 
-Trade-off: a per-row split needs a (B, 1, T, T) boolean mask, which takes SDPA off its
-fastest ``is_causal`` path; the cost is small next to the matmuls at these sizes.
+Trade-off: a per-row split takes attention off the fastest ``is_causal`` path: on a GPU the
+mask is a FlexAttention block mask (tiles wholly inside the prefix or below the diagonal
+run unmasked), on CPU a dense (B, 1, T, T) boolean mask, whose cost is small next to the
+matmuls at the contexts a CPU trains at.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class PrefixLM(Objective):
     """Bidirectional prefix + causal suffix (T5's prefix LM, PaLM/GLM style)."""
 
     name = "prefix_lm"
+    prefix_masks = True
 
     @dataclass
     class Options:

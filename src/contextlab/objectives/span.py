@@ -125,6 +125,7 @@ class SpanCorruption(Objective):
     """T5 span corruption (noise density 0.15, mean span 3) as a decoder-only prefix LM."""
 
     name = "span"
+    prefix_masks = True
 
     @dataclass
     class Options:

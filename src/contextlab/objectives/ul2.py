@@ -51,6 +51,7 @@ class UL2(Objective):
     """Mixture of R/S/X denoisers with mode tokens."""
 
     name = "ul2"
+    prefix_masks = True
 
     @dataclass
     class Options:

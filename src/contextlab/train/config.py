@@ -77,7 +77,9 @@ class TrainSection:
     max_minutes: float = opt(0.0, "budget: wall-clock minutes")
     dtype: str = opt("bf16", "bf16 (autocast) or fp32")
     compile: bool = opt(False, "torch.compile the model")
-    device: str = opt("auto", "auto, cpu or cuda")
+    device: str = opt("auto", "auto (cuda when a GPU is visible), cpu or cuda")
+    deterministic: bool = opt(False, "deterministic GPU kernels (a little slower): a rerun or a resumed GPU run "
+                              "repeats every bit; CPU runs are deterministic at a fixed thread count anyway")
     parallel: str = opt("ddp", "with torchrun: ddp or fsdp")
     threads: int = opt(0, "torch CPU threads; 0 = torch's default")
     seed: int = opt(0, "seed of the initialisation and the data order")
@@ -133,8 +135,8 @@ class RunConfig:
 
 # keys that may change between a run and its resumption without changing its numbers
 RESUME_FREE = {("train", k) for k in ("out_dir", "log_every", "val_every", "ckpt_every", "keep_last", "progress",
-                                      "tensorboard", "compile", "threads", "peak_flops", "max_steps", "max_tokens",
-                                      "max_flops", "max_minutes", "patience")}
+                                      "tensorboard", "compile", "threads", "peak_flops", "deterministic", "max_steps",
+                                      "max_tokens", "max_flops", "max_minutes", "patience")}
 
 
 # keys added after runs existed: left out of the hash while at their default, so those runs still resume

@@ -67,6 +67,25 @@ def init_distributed(device_pref: str = "auto") -> DistInfo:
     return DistInfo(rank=rank, world_size=world, local_rank=local, device=device, backend=backend)
 
 
+def set_determinism(info: DistInfo, deterministic: bool) -> None:
+    """On CUDA: true fp32 matmuls (no TF32) and, if asked, deterministic kernels, so that a rerun or a
+    resumed run repeats every bit (CPU kernels are deterministic at a fixed thread count already)."""
+    if info.device.type != "cuda":
+        return
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read when cuBLAS starts
+    torch.use_deterministic_algorithms(deterministic, warn_only=True)  # warn where no deterministic kernel exists
+    torch.backends.cudnn.deterministic = deterministic
+
+
+def synchronize(info: DistInfo) -> None:
+    """Wait for the device's queued work (before reading a clock)."""
+    if info.device.type == "cuda":
+        torch.cuda.synchronize(info.device)
+
+
 def shutdown() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()

@@ -122,7 +122,8 @@ def measured_peak_flops(dtype: torch.dtype = torch.bfloat16, device: str = "cpu"
     cached = read_peak_cache().get(key)
     if cached and cached.get("flops", 0) > 0:
         return float(cached["flops"])
-    flops = fast_rate(time_matmul(2048, dtype, device))
-    write_peak_entries({key: {"flops": flops, "size": 2048, "source": "contextlab.train.flops",
+    size = 8192 if device.startswith("cuda") else 2048  # a GPU needs large products to reach its peak
+    flops = fast_rate(time_matmul(size, dtype, device))
+    write_peak_entries({key: {"flops": flops, "size": size, "source": "contextlab.train.flops",
                               "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}})
     return flops

@@ -90,6 +90,7 @@ class Trainer:
         self.cfg = cfg
         t = cfg.train
         self.info = D.init_distributed(t.device)
+        D.set_determinism(self.info, t.deterministic)
         if t.threads:
             torch.set_num_threads(t.threads)
         if t.dtype not in ("bf16", "fp32"):
@@ -134,6 +135,11 @@ class Trainer:
         else:
             self.flops_per_token = (flops_per_token(self.model.config, t.seq_len)
                                     + self.objective.extra_flops_per_token(self.model.config, t.seq_len))
+        masked = cfg.data.doc_mask or self.objective.prefix_masks
+        if t.compile and masked and self.info.device.type == "cuda":
+            raise UserError("train.compile with document or prefix masks on a GPU trains wrong gradients with "
+                            "FlexAttention inside a compiled model (measured with torch 2.11: the losses fall "
+                            "far slower than eager); set train.compile=false (FlexAttention itself stays compiled)")
         self.wrapped = D.apply_parallelism(self.module, self.info, t.parallel)
         o = cfg.optim
         self.opt = make_adamw(self.wrapped, lr=o.lr, weight_decay=o.weight_decay, betas=(o.beta1, o.beta2), eps=o.eps)
@@ -154,6 +160,7 @@ class Trainer:
             self.loader = TokenLoader(train_view, t.seq_len, self.rows, mode=cfg.data.mode, separator=eot,
                                       seed=t.seed, rank=self.info.rank, world_size=self.info.world_size)
         self.val_rows = self._val_rows(val_view, eot)
+        self._next = None  # (loader state before it, tokens, doc ids): the batch fetched ahead, on the device
         self.state = {"step": 0, "tokens": 0, "flops": 0.0, "elapsed": 0.0, "total_steps": None,
                       "best_val_loss": None, "best_step": None, "since_best": 0}
         self.peak = t.peak_flops or measured_peak_flops(torch.bfloat16 if t.dtype == "bf16" else torch.float32,
@@ -259,6 +266,7 @@ class Trainer:
                             f"use the same data store to resume")
         D.load_full_state_dicts(self.wrapped, self.opt, model_state, optim_state)
         self.loader.load_state_dict(state["loader"])
+        self._next = None
         ckpt.restore_rng(rng)
         self.state = {k: state[k] for k in ("step", "tokens", "flops", "elapsed", "total_steps")}
         self.state.update(best_val_loss=state.get("best_val_loss"), best_step=state.get("best_step"),
@@ -277,7 +285,8 @@ class Trainer:
     def _save(self) -> None:
         model_state, optim_state = D.full_state_dicts(self.wrapped, self.opt)
         if self.info.is_main:
-            state = {**self.state, "loader": self.loader.state_dict(), "config_hash": config_hash(self.cfg),
+            loader = self._next[0] if self._next is not None else self.loader.state_dict()  # not the batch ahead
+            state = {**self.state, "loader": loader, "config_hash": config_hash(self.cfg),
                      "tokenizer_hash": self.store.tokenizer_hash, "tokenizer": self.store.tokenizer_spec,
                      "model_config": _model_config(self.model),
                      "objective": self.cfg.objective.name, "arch": "hf" if is_hf(self.model) else self.objective.arch,
@@ -295,22 +304,35 @@ class Trainer:
             return nullcontext()
         return torch.autocast(self.info.device.type, dtype=torch.bfloat16)
 
-    def train_step(self) -> float:
+    def _fetch(self) -> tuple[dict, torch.Tensor, torch.Tensor]:
+        """The next batch on the device, with the loader state before it. On CUDA the copy is asynchronous
+        from pinned memory, so it overlaps the step the GPU is still computing."""
+        before = self.loader.state_dict()
         batch = self.loader.next_batch()
-        tokens = torch.from_numpy(batch.tokens).to(self.info.device)
-        doc_ids = torch.from_numpy(batch.doc_ids).to(self.info.device)
-        total = 0.0
+        tokens, doc_ids = torch.from_numpy(batch.tokens), torch.from_numpy(batch.doc_ids)
+        if self.info.device.type == "cuda":
+            tokens, doc_ids = tokens.pin_memory(), doc_ids.pin_memory()
+        dev = self.info.device
+        return before, tokens.to(dev, non_blocking=True), doc_ids.to(dev, non_blocking=True)
+
+    def train_step(self) -> float:
+        """One optimizer step; returns its mean loss. The only host-device sync is reading that loss,
+        after the next batch has been fetched and queued."""
+        _, tokens, doc_ids = self._next if self._next is not None else self._fetch()
+        losses = []
         for i in range(self.accum):
             sl = slice(i * self.micro, (i + 1) * self.micro)
             sync = i == self.accum - 1 or not hasattr(self.wrapped, "no_sync")
             with (nullcontext() if sync else self.wrapped.no_sync()), self._autocast():
                 loss, _ = self.forward(tokens[sl], doc_ids[sl])
             (loss / self.accum).backward()
-            total += float(loss.detach()) / self.accum
+            losses.append(loss.detach())
         if self.cfg.optim.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.wrapped.parameters(), self.cfg.optim.grad_clip)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
+        self._next = self._fetch()
+        total = float(torch.stack(losses).double().div(self.accum).sum())
         return D.all_reduce_sum([total], self.info)[0] / self.info.world_size
 
     @torch.no_grad()
@@ -376,6 +398,7 @@ class Trainer:
             last = bool(total) and step >= total
             row = {"step": step, "loss": loss, "lr": self.opt.param_groups[0]["lr"], "tokens": self.state["tokens"]}
             if step % t.log_every == 0 or last:
+                D.synchronize(self.info)  # queued GPU work belongs to this window
                 dt = time.perf_counter() - window_t
                 tps = window_tokens / max(dt, 1e-9)
                 row.update(tokens_per_s=tps, mfu=mfu(tps, self.flops_per_token, self.peak),
