@@ -297,7 +297,8 @@ def main() -> None:
     if args.model:
         summary["model"] = args.model
         summary["model_step"] = model_rows
-    print(f"\n{'context':>8} {'causal ms':>10} {'flex/causal':>12} {'flex 1-doc':>11} {'dense/causal':>13} "
+    # masked = FlexAttention on CUDA, the dense mask on CPU (the path each device trains with)
+    print(f"\n{'context':>8} {'causal ms':>10} {'masked/caus':>12} {'flex 1-doc':>11} {'dense/causal':>13} "
           f"{'MB causal':>10} {'MB flex':>9} {'MB dense':>9}")
     cpu = args.device == "cpu"
     if cpu:
