@@ -31,7 +31,7 @@ BLOCK = 128  # FlexAttention tile (query and key) size
 BACKENDS = ("auto", "flex", "dense")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # holds tensors: compared by identity
 class AttentionMask:
     """Which keys each query may see, for rows of ``length`` positions."""
 
