@@ -73,6 +73,25 @@ def packed_segments(rows: int, T: int, layout: str, lengths: np.ndarray, seed: i
     return seg - seg[:, :1]  # row-local ids, as the loader gives
 
 
+def median_seconds(fn, reps: int, warmup: int, sync, after=lambda: None, before_timing=lambda: None) -> float:
+    """Median wall seconds of ``fn`` over ``reps`` calls after ``warmup`` untimed ones, synchronising the device
+    around each; ``after`` runs after every call (outside the clock), ``before_timing`` once after the warm-up."""
+    for _ in range(warmup):
+        fn()
+        after()
+    sync()
+    before_timing()
+    times = []
+    for _ in range(reps):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+        after()
+    return statistics.median(times)
+
+
 def cell(variant: str, T: int, args, layout: str) -> dict:
     """Median seconds of one forward + backward and the memory it needs."""
     dev = torch.device(args.device)
@@ -97,27 +116,23 @@ def cell(variant: str, T: int, args, layout: str) -> dict:
         return out
 
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+
+    def clear():
+        q.grad = k.grad = v.grad = None
+
+    base = [0]
+
+    def reset():  # after the warm-up (compile, autotune, allocator): what the step needs on top of this
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+            base[0] = torch.cuda.memory_allocated()
+
     try:
         with torch.set_grad_enabled(backward):
-            for _ in range(args.warmup):  # compile, autotune, allocator
-                step()
-                q.grad = k.grad = v.grad = None
-            sync()
-            if dev.type == "cuda":
-                torch.cuda.reset_peak_memory_stats()
-            base = torch.cuda.memory_allocated() if dev.type == "cuda" else 0
-            times = []
-            for _ in range(args.reps):
-                sync()
-                t0 = time.perf_counter()
-                step()
-                sync()
-                times.append(time.perf_counter() - t0)
-                q.grad = k.grad = v.grad = None
-            mem = (torch.cuda.max_memory_allocated() - base) / 2**20 if dev.type == "cuda" else None
+            sec = median_seconds(step, args.reps, args.warmup, sync, after=clear, before_timing=reset)
+            mem = (torch.cuda.max_memory_allocated() - base[0]) / 2**20 if dev.type == "cuda" else None
     except torch.OutOfMemoryError:
         return {"variant": variant, "context": T, "layout": layout, "oom": True}
-    sec = statistics.median(times)
     return {"variant": variant, "context": T, "layout": layout, "rows": rows, "seconds": sec,
             "tokens_per_s": rows * T / sec, "memory_mb": mem, "backward": backward,
             "docs_per_row": float((seg[:, 1:] != seg[:, :-1]).sum(1).float().mean() + 1)}
@@ -135,17 +150,9 @@ def breakdown(T: int, args) -> dict:
     prebuilt = mask.block_mask()
 
     def ms(fn) -> float:
-        for _ in range(args.warmup):
-            fn()
-        times = []
-        for _ in range(args.reps):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            fn()
-            torch.cuda.synchronize()
-            times.append((time.perf_counter() - t0) * 1e3)
-        q.grad = k.grad = v.grad = None
-        return statistics.median(times)
+        def clear():
+            q.grad = k.grad = v.grad = None
+        return 1e3 * median_seconds(fn, args.reps, args.warmup, torch.cuda.synchronize, after=clear)
 
     def fwd_bwd(out_fn):
         out_fn().sum().backward()
@@ -191,18 +198,9 @@ def model_cell(masked: bool, T: int, args) -> dict:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    for _ in range(args.warmup):
-        step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(args.reps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        step()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return {"seconds": statistics.median(times), "memory_mb": torch.cuda.max_memory_allocated() / 2**20}
+    sec = median_seconds(step, args.reps, args.warmup, torch.cuda.synchronize,
+                         before_timing=torch.cuda.reset_peak_memory_stats)
+    return {"seconds": sec, "memory_mb": torch.cuda.max_memory_allocated() / 2**20}
 
 
 def cpu_cell(variant: str, T: int, args, layout: str) -> dict:

@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_throughput import NanoGPT  # noqa: E402  (the nanoGPT-style model, shared with the CPU benchmark)
 
 
-def make_trainer(store: Path, out: Path, args, **train_overrides) -> Trainer:
+def make_trainer(store: Path, out: Path, args) -> Trainer:
     tokens = args.micro * args.accum * args.context
     cfg = {"model": {"size": args.size},
            "data": {"store": str(store), "val_split": "tail", "val_fraction": 0.01},
@@ -57,7 +57,7 @@ def make_trainer(store: Path, out: Path, args, **train_overrides) -> Trainer:
            "train": {"out_dir": str(out), "seq_len": args.context, "tokens_per_step": tokens,
                      "micro_batch_rows": args.micro, "max_steps": 10**6, "dtype": "bf16",
                      "compile": not args.no_compile, "device": args.device, "progress": False, "val_tokens": args.context, "ckpt_every": 0,
-                     "peak_flops": 1.0, **train_overrides}}
+                     "peak_flops": 1.0}}
     return Trainer(from_dict(RunConfig, cfg))
 
 
