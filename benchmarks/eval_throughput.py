@@ -46,8 +46,15 @@ def main() -> None:
         adapter = load_model(args.model, dtype=args.dtype, batch_size=args.batch_size)
     else:
         model = GPT.from_size(args.size, args.vocab, 256).eval()
-        info = ModelInfo(id=f"fresh {args.size}", kind="contextlab", path="-", architecture=args.size,
-                         n_params=model.num_params(False), max_context=256, extends_beyond=True)
+        info = ModelInfo(
+            id=f"fresh {args.size}",
+            kind="contextlab",
+            path="-",
+            architecture=args.size,
+            n_params=model.num_params(False),
+            max_context=256,
+            extends_beyond=True,
+        )
         adapter = ModelAdapter(model, ByteTokenizer(), info, dtype=args.dtype, batch_size=args.batch_size)
     V = min(adapter.vocab_size, args.vocab if not args.model else adapter.vocab_size)
     tokens = np.random.default_rng(0).integers(0, V, (args.docs, args.seq_len + 1)).astype(np.int64)
@@ -56,7 +63,7 @@ def main() -> None:
     def raw_forward():
         with torch.no_grad():
             for a in range(0, len(tokens), args.batch_size):
-                idx = torch.as_tensor(tokens[a:a + args.batch_size, :-1])
+                idx = torch.as_tensor(tokens[a : a + args.batch_size, :-1])
                 with adapter.autocast():
                     out = adapter.model(idx) if adapter.is_gpt else adapter.model(input_ids=idx)
                 out.logits.sum().item()  # consume the logits as an eval would
@@ -72,13 +79,25 @@ def main() -> None:
             fn()
             acc.append(time.perf_counter() - t0)
     raw_tps, eval_tps = n_tokens / statistics.median(t_raw), n_tokens / statistics.median(t_eval)
-    print(f"model {adapter.info.id}, {args.docs} docs x {args.seq_len} tokens, batch {args.batch_size}, "
-          f"{args.dtype}, {torch.get_num_threads()} threads")
+    print(
+        f"model {adapter.info.id}, {args.docs} docs x {args.seq_len} tokens, batch {args.batch_size}, "
+        f"{args.dtype}, {torch.get_num_threads()} threads"
+    )
     print(f"raw forward       {raw_tps:10,.0f} tokens/s   (runs: {', '.join(f'{t:.3f}' for t in t_raw)} s)")
     print(f"contextwise eval  {eval_tps:10,.0f} tokens/s   (runs: {', '.join(f'{t:.3f}' for t in t_eval)} s)")
-    print(json.dumps({"bench": "eval_throughput", "ratio_vs_forward": round(eval_tps / raw_tps, 4),
-                      "eval_tokens_per_s": round(eval_tps), "forward_tokens_per_s": round(raw_tps),
-                      "dtype": args.dtype, "seq_len": args.seq_len, "batch_size": args.batch_size}))
+    print(
+        json.dumps(
+            {
+                "bench": "eval_throughput",
+                "ratio_vs_forward": round(eval_tps / raw_tps, 4),
+                "eval_tokens_per_s": round(eval_tps),
+                "forward_tokens_per_s": round(raw_tps),
+                "dtype": args.dtype,
+                "seq_len": args.seq_len,
+                "batch_size": args.batch_size,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

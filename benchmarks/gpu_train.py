@@ -46,18 +46,30 @@ from contextlab.train.optim import param_groups
 from contextlab.train.trainer import Trainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_throughput import NanoGPT  # noqa: E402  (the nanoGPT-style model, shared with the CPU benchmark)
+from train_throughput import NanoGPT
 
 
 def make_trainer(store: Path, out: Path, args) -> Trainer:
     tokens = args.micro * args.accum * args.context
-    cfg = {"model": {"size": args.size},
-           "data": {"store": str(store), "val_split": "tail", "val_fraction": 0.01},
-           "optim": {"lr": 6e-4, "warmup_steps": 10, "weight_decay": 0.1, "grad_clip": 1.0},
-           "train": {"out_dir": str(out), "seq_len": args.context, "tokens_per_step": tokens,
-                     "micro_batch_rows": args.micro, "max_steps": 10**6, "dtype": "bf16",
-                     "compile": not args.no_compile, "device": args.device, "progress": False, "val_tokens": args.context, "ckpt_every": 0,
-                     "peak_flops": 1.0}}
+    cfg = {
+        "model": {"size": args.size},
+        "data": {"store": str(store), "val_split": "tail", "val_fraction": 0.01},
+        "optim": {"lr": 6e-4, "warmup_steps": 10, "weight_decay": 0.1, "grad_clip": 1.0},
+        "train": {
+            "out_dir": str(out),
+            "seq_len": args.context,
+            "tokens_per_step": tokens,
+            "micro_batch_rows": args.micro,
+            "max_steps": 10**6,
+            "dtype": "bf16",
+            "compile": not args.no_compile,
+            "device": args.device,
+            "progress": False,
+            "val_tokens": args.context,
+            "ckpt_every": 0,
+            "peak_flops": 1.0,
+        },
+    }
     return Trainer(from_dict(RunConfig, cfg))
 
 
@@ -80,7 +92,7 @@ class PlainLoop:
 
     def step(self) -> None:
         for i in range(self.args.accum):
-            rows = self.batch[i * self.args.micro:(i + 1) * self.args.micro]
+            rows = self.batch[i * self.args.micro : (i + 1) * self.args.micro]
             with torch.autocast(self.args.device, dtype=torch.bfloat16):
                 loss = self.loss_fn(self.compiled, rows) / self.args.accum
             if i == self.args.accum - 1:
@@ -107,8 +119,16 @@ def hf_loss(model, rows: torch.Tensor) -> torch.Tensor:
 def hf_model(vocab: int, context: int, c) -> torch.nn.Module:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    cfg = GPT2Config(vocab_size=vocab, n_positions=context, n_embd=c.n_embd, n_layer=c.n_layer, n_head=c.n_head,
-                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    cfg = GPT2Config(
+        vocab_size=vocab,
+        n_positions=context,
+        n_embd=c.n_embd,
+        n_layer=c.n_layer,
+        n_head=c.n_head,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     model = GPT2LMHeadModel(cfg)
     try:
         model.set_attn_implementation("sdpa")
@@ -139,7 +159,9 @@ def timed_round(step, finish, n: int, cuda: bool) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", required=True, help="a folder of text (e.g. the Gutenberg books) to ingest")
-    ap.add_argument("--tokenizer", required=True, help="tokenizer spec, e.g. gpt2:DIR (GPT-2's 50,257 tokens)")
+    ap.add_argument(
+        "--tokenizer", required=True, help="tokenizer spec, e.g. gpt2:DIR (GPT-2's 50,257 tokens)"
+    )
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--micro", type=int, default=16, help="rows per forward pass")
     ap.add_argument("--accum", type=int, default=2, help="micro-batches per optimizer step")
@@ -149,8 +171,12 @@ def main() -> None:
     ap.add_argument("--sides", nargs="+", default=["contextlab", "plain", "hf"])
     ap.add_argument("--out", help="write the summary JSON here too")
     ap.add_argument("--size", default="gpt2-small", help="model size (contextlab.models.SIZES) of every side")
-    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: a smoke test of the script")
-    ap.add_argument("--no-compile", action="store_true", help="eager models (a smoke test; the figures compile)")
+    ap.add_argument(
+        "--device", default="cuda", choices=["cuda", "cpu"], help="cpu: a smoke test of the script"
+    )
+    ap.add_argument(
+        "--no-compile", action="store_true", help="eager models (a smoke test; the figures compile)"
+    )
     args = ap.parse_args()
     cuda = args.device == "cuda"
     if cuda and not torch.cuda.is_available():
@@ -158,8 +184,10 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="gpu-train-"))
     name = torch.cuda.get_device_name() if cuda else "cpu"
     peak = fast_rate(time_matmul(8192 if cuda else 1024, torch.bfloat16, args.device, seconds=2.0))
-    print(f"torch {torch.__version__}, {name}, bf16 matmul peak {peak / 1e12:.0f} TFLOP/s (8192^3, measured now)",
-          flush=True)
+    print(
+        f"torch {torch.__version__}, {name}, bf16 matmul peak {peak / 1e12:.0f} TFLOP/s (8192^3, measured now)",
+        flush=True,
+    )
     t0 = time.perf_counter()
     store = ingest(args.corpus, work / "store", IngestConfig(tokenizer=args.tokenizer), progress=False).store
     print(f"ingested {store.n_tokens:,} tokens in {time.perf_counter() - t0:.0f} s", flush=True)
@@ -174,7 +202,9 @@ def main() -> None:
         sides["contextlab"] = (trainer.train_step, lambda: None)
     if "plain" in args.sides:
         torch.manual_seed(0)
-        plain = PlainLoop(NanoGPT(vocab, args.context, c.n_layer, c.n_embd, c.n_head), nanogpt_loss, trainer, args)
+        plain = PlainLoop(
+            NanoGPT(vocab, args.context, c.n_layer, c.n_embd, c.n_head), nanogpt_loss, trainer, args
+        )
         sides["plain"] = (plain.step, plain.read_loss)
     if "hf" in args.sides:
         torch.manual_seed(0)
@@ -202,10 +232,17 @@ def main() -> None:
     print(f"\n{'side':<11} {'tokens/s':>12} {'MFU':>7} {'step MB':>9}")
     for s in sides:
         print(f"{s:<11} {med[s]:>12,.0f} {med[s] * fpt / peak:>7.1%} {max(mems[s]):>9,.0f}")
-    summary = {"bench": "gpu_train", "device": name, "torch": torch.__version__, "size": args.size,
-               "context": args.context,
-               "tokens_per_step": tokens_per_step, "micro_batch_rows": args.micro,
-               "flops_per_token": fpt, "peak_tflops": round(peak / 1e12, 1)}
+    summary = {
+        "bench": "gpu_train",
+        "device": name,
+        "torch": torch.__version__,
+        "size": args.size,
+        "context": args.context,
+        "tokens_per_step": tokens_per_step,
+        "micro_batch_rows": args.micro,
+        "flops_per_token": fpt,
+        "peak_tflops": round(peak / 1e12, 1),
+    }
     if "contextlab" in med:
         summary.update(tokens_per_s=round(med["contextlab"]), mfu=round(med["contextlab"] * fpt / peak, 4))
         for ref, key in (("plain", "ratio_vs_plain_loop"), ("hf", "ratio_vs_hf")):

@@ -35,20 +35,28 @@ def main() -> None:
 
     data = Path(args.shared) / "data"
     gpt2 = data / "gpt2_tokenizer"
-    enc = tiktoken.Encoding(name="gpt2-local", pat_str=GPT2_PATTERN,
-                            mergeable_ranks=data_gym_to_mergeable_bpe_ranks(str(gpt2 / "vocab.bpe"),
-                                                                            str(gpt2 / "encoder.json")),
-                            special_tokens={"<|endoftext|>": 50256})
-    manifest = [json.loads(line) for line in (data / "gutenberg_books" / "manifest.jsonl").read_text().splitlines()]
+    enc = tiktoken.Encoding(
+        name="gpt2-local",
+        pat_str=GPT2_PATTERN,
+        mergeable_ranks=data_gym_to_mergeable_bpe_ranks(str(gpt2 / "vocab.bpe"), str(gpt2 / "encoder.json")),
+        special_tokens={"<|endoftext|>": 50256},
+    )
+    manifest = [
+        json.loads(line) for line in (data / "gutenberg_books" / "manifest.jsonl").read_text().splitlines()
+    ]
     bodies = {}
     for row in manifest:
         text = (data / "gutenberg_books" / row["file"]).read_bytes().decode("utf-8")
-        bodies[Path(row["file"]).name] = text[row["body_start_char"]:row["body_end_char"]]
+        bodies[Path(row["file"]).name] = text[row["body_start_char"] : row["body_end_char"]]
 
     work = Path(tempfile.mkdtemp(prefix="gpt2-parity-"))
     try:
-        rep = ingest(data / "gutenberg_books" / "texts", work / "store", IngestConfig(tokenizer=f"gpt2:{gpt2}"),
-                     progress=True)
+        rep = ingest(
+            data / "gutenberg_books" / "texts",
+            work / "store",
+            IngestConfig(tokenizer=f"gpt2:{gpt2}"),
+            progress=True,
+        )
         store = rep.store
         tok = store.tokenizer()
         ids_equal, decode_equal, tiktoken_total = True, 0, 0
@@ -58,11 +66,21 @@ def main() -> None:
             tiktoken_total += len(ref)
             ids_equal &= store.doc(i).tolist() == ref
             decode_equal += tok.decode(store.doc(i)) == body
-        print(f"store: {store.n_docs} documents, {store.n_tokens:,} tokens in {rep.seconds:.1f} s "
-              f"({rep.mb_per_s:.1f} MB/s); tiktoken on the manifest bodies: {tiktoken_total:,} tokens")
-        print(f"ids identical: {ids_equal}; documents decoding to their source text: {decode_equal}/{store.n_docs}")
-        result = {"bench": "gutenberg_gpt2_parity", "docs": store.n_docs, "tokens_store": store.n_tokens,
-                  "tokens_tiktoken": tiktoken_total, "ids_equal": bool(ids_equal), "decode_equal_docs": decode_equal}
+        print(
+            f"store: {store.n_docs} documents, {store.n_tokens:,} tokens in {rep.seconds:.1f} s "
+            f"({rep.mb_per_s:.1f} MB/s); tiktoken on the manifest bodies: {tiktoken_total:,} tokens"
+        )
+        print(
+            f"ids identical: {ids_equal}; documents decoding to their source text: {decode_equal}/{store.n_docs}"
+        )
+        result = {
+            "bench": "gutenberg_gpt2_parity",
+            "docs": store.n_docs,
+            "tokens_store": store.n_tokens,
+            "tokens_tiktoken": tiktoken_total,
+            "ids_equal": bool(ids_equal),
+            "decode_equal_docs": decode_equal,
+        }
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(result))

@@ -40,8 +40,11 @@ def hf_gpt2_tokenizer(gpt2_dir: Path, out: Path):
     from tokenizers.models import BPE
 
     encoder = json.loads((gpt2_dir / "encoder.json").read_text())
-    merges = [tuple(line.split()) for line in (gpt2_dir / "vocab.bpe").read_text(encoding="utf-8").splitlines()[1:]
-              if line.strip()]
+    merges = [
+        tuple(line.split())
+        for line in (gpt2_dir / "vocab.bpe").read_text(encoding="utf-8").splitlines()[1:]
+        if line.strip()
+    ]
     tok = Tokenizer(BPE(vocab=encoder, merges=merges))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -54,14 +57,16 @@ def run_ingest(source: Path, out: Path, spec: str) -> tuple[float, int, float]:
     if out.exists():
         shutil.rmtree(out)
     # VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so a child would report its parent's peak
-    code = ("import sys, time, json\n"
-            "from contextlab.data.ingest import ingest, IngestConfig\n"
-            "t = time.perf_counter()\n"
-            f"r = ingest({str(source)!r}, {str(out)!r}, IngestConfig(tokenizer={spec!r}), progress=False)\n"
-            "dt = time.perf_counter() - t\n"
-            "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
-            "print(json.dumps({'seconds': dt, 'rss': int(hwm) * 1024,"
-            " 'mb': r.bytes_read / 1e6, 'tokens': r.store.n_tokens}))\n")
+    code = (
+        "import sys, time, json\n"
+        "from contextlab.data.ingest import ingest, IngestConfig\n"
+        "t = time.perf_counter()\n"
+        f"r = ingest({str(source)!r}, {str(out)!r}, IngestConfig(tokenizer={spec!r}), progress=False)\n"
+        "dt = time.perf_counter() - t\n"
+        "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
+        "print(json.dumps({'seconds': dt, 'rss': int(hwm) * 1024,"
+        " 'mb': r.bytes_read / 1e6, 'tokens': r.store.n_tokens}))\n"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     row = json.loads(res.stdout.strip().splitlines()[-1])
     return row["seconds"], row["rss"], row["mb"]
@@ -108,8 +113,10 @@ def main() -> None:
             size += f.stat().st_size
 
         rows = {}
-        for label, spec in (("gpt2 (tiktoken engine)", f"gpt2:{gpt2_dir}"),
-                            ("hf tokenizer.json (same engine as reference)", f"hf:{work / 'gpt2-tokenizer.json'}")):
+        for label, spec in (
+            ("gpt2 (tiktoken engine)", f"gpt2:{gpt2_dir}"),
+            ("hf tokenizer.json (same engine as reference)", f"hf:{work / 'gpt2-tokenizer.json'}"),
+        ):
             runs = [run_ingest(books, work / "store", spec) for _ in range(args.repeats)]
             secs = statistics.median(r[0] for r in runs)
             rows[label] = {"mb_per_s": runs[0][2] / secs, "rss_mb": max(r[1] for r in runs) / 1e6}
@@ -119,19 +126,29 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    print(f"cores: {os.cpu_count()}   text: {mb:.1f} MB of Gutenberg books (stripped), repeats: {args.repeats}")
+    print(
+        f"cores: {os.cpu_count()}   text: {mb:.1f} MB of Gutenberg books (stripped), repeats: {args.repeats}"
+    )
     print(f"{'pipeline':<48} {'MB/s':>8} {'ratio':>7} {'peak RSS MB':>12}")
     for name, rate in refs.items():
-        print(f"{'tokenizers ' + name + ' (GPT-2, in memory)':<48} {rate:>8.2f} {rate / ref_mbs:>7.2f} {'-':>12}")
+        print(
+            f"{'tokenizers ' + name + ' (GPT-2, in memory)':<48} {rate:>8.2f} {rate / ref_mbs:>7.2f} {'-':>12}"
+        )
     for label, row in rows.items():
-        print(f"{'contextlab ingest, ' + label:<48} {row['mb_per_s']:>8.2f} {row['mb_per_s'] / ref_mbs:>7.2f} "
-              f"{row['rss_mb']:>12.0f}")
-    print(f"peak RSS: 10 MB subset {rss_small / 1e6:.0f} MB, full books {rss_full / 1e6:.0f} MB "
-          f"(ratio {rss_full / rss_small:.3f})")
+        print(
+            f"{'contextlab ingest, ' + label:<48} {row['mb_per_s']:>8.2f} {row['mb_per_s'] / ref_mbs:>7.2f} "
+            f"{row['rss_mb']:>12.0f}"
+        )
+    print(
+        f"peak RSS: 10 MB subset {rss_small / 1e6:.0f} MB, full books {rss_full / 1e6:.0f} MB "
+        f"(ratio {rss_full / rss_small:.3f})"
+    )
     result = {
         "bench": "ingest_throughput",
         "ratio_vs_tokenizers": round(rows["gpt2 (tiktoken engine)"]["mb_per_s"] / ref_mbs, 3),
-        "ratio_same_engine": round(rows["hf tokenizer.json (same engine as reference)"]["mb_per_s"] / ref_mbs, 3),
+        "ratio_same_engine": round(
+            rows["hf tokenizer.json (same engine as reference)"]["mb_per_s"] / ref_mbs, 3
+        ),
         "ingest_mb_per_s": round(rows["gpt2 (tiktoken engine)"]["mb_per_s"], 2),
         "tokenizers_mb_per_s": round(ref_mbs, 2),
         "tokenizers_reference": ref_name,

@@ -20,8 +20,10 @@ from pathlib import Path
 
 from contextlab.data.sources import find_gutenberg_body
 
-HEADING = re.compile(r"^[ \t]*(chapter|book|part|letter|stave|canto|act)[ \t]+([0-9]+|[ivxlcdm]+|[a-z]+)\b[^\n]{0,60}$",
-                     re.I | re.M)
+HEADING = re.compile(
+    r"^[ \t]*(chapter|book|part|letter|stave|canto|act)[ \t]+([0-9]+|[ivxlcdm]+|[a-z]+)\b[^\n]{0,60}$",
+    re.I | re.M,
+)
 
 
 def split_parts(text: str, part_chars: int) -> list[str]:
@@ -53,16 +55,20 @@ def chapters(body: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--books", default=str(Path(__file__).resolve().parents[2] / "shared/data/gutenberg_books/texts"))
+    ap.add_argument(
+        "--books", default=str(Path(__file__).resolve().parents[2] / "shared/data/gutenberg_books/texts")
+    )
     ap.add_argument("--out", required=True)
-    ap.add_argument("--part-chars", type=int, default=6000, help="split chapters longer than this at paragraphs")
+    ap.add_argument(
+        "--part-chars", type=int, default=6000, help="split chapters longer than this at paragraphs"
+    )
     args = ap.parse_args(argv)
     out = Path(args.out)
     n_docs = n_books = 0
     for f in sorted(Path(args.books).glob("*.txt")):
         text = f.read_bytes().decode("utf-8").replace("\r\n", "\n")
         span = find_gutenberg_body(text)
-        body = text[span[0]:span[1]] if span else text
+        body = text[span[0] : span[1]] if span else text
         docs = [p for ch in chapters(body) for p in split_parts(ch, args.part_chars)]
         book = out / f.stem
         book.mkdir(parents=True, exist_ok=True)

@@ -29,8 +29,11 @@ import subprocess
 import sys
 import time
 
-VARIANTS = {"gpt": ("clm", {}), "contextlm": ("contextlm", {"chunk_size": 4, "predictor_layers": 2}),
-            "mtp": ("mtp", {"n_future": 4})}
+VARIANTS = {
+    "gpt": ("clm", {}),
+    "contextlm": ("contextlm", {"chunk_size": 4, "predictor_layers": 2}),
+    "mtp": ("mtp", {"n_future": 4}),
+}
 
 
 def _rss_kb(field: str) -> int:
@@ -77,9 +80,16 @@ def measure(variant: str, args) -> dict:
         if step >= args.warmup:
             times.append(time.perf_counter() - t0)
     peak = torch.cuda.max_memory_allocated() if cuda else _rss_kb("VmHWM:") * 1024
-    fpt = flops_per_token(model.config, args.seq_len) + objective.extra_flops_per_token(model.config, args.seq_len)
-    return {"variant": variant, "step_s": statistics.median(times), "mem_mb": (peak - before) / 2**20,
-            "params": sum(p.numel() for p in model.parameters()), "flops_per_token": fpt}
+    fpt = flops_per_token(model.config, args.seq_len) + objective.extra_flops_per_token(
+        model.config, args.seq_len
+    )
+    return {
+        "variant": variant,
+        "step_s": statistics.median(times),
+        "mem_mb": (peak - before) / 2**20,
+        "params": sum(p.numel() for p in model.parameters()),
+        "flops_per_token": fpt,
+    }
 
 
 def main() -> None:
@@ -92,8 +102,12 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
-                    help="cuda: time with synchronisation, memory = peak allocated by torch minus before the model")
+    ap.add_argument(
+        "--device",
+        default="cpu",
+        choices=["cpu", "cuda"],
+        help="cuda: time with synchronisation, memory = peak allocated by torch minus before the model",
+    )
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure one variant and print JSON
     args = ap.parse_args()
     if args.one:
@@ -104,25 +118,46 @@ def main() -> None:
     results: dict[str, list[dict]] = {n: [] for n in names}
     passthrough = [a for a in sys.argv[1:]]
     for r in range(args.rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for n in order:
-            out = subprocess.run([sys.executable, __file__, *passthrough, "--one", n], check=True,
-                                 capture_output=True, text=True).stdout
+            out = subprocess.run(
+                [sys.executable, __file__, *passthrough, "--one", n],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
             results[n].append(json.loads(out.strip().splitlines()[-1]))
             row = results[n][-1]
             print(f"round {r + 1}  {n:<10} {row['step_s']:.3f} s/step  {row['mem_mb']:.0f} MB", flush=True)
 
     med = {n: {k: statistics.median(x[k] for x in results[n]) for k in ("step_s", "mem_mb")} for n in names}
-    print(f"\n{'variant':<10} {'s/step':>8} {'x GPT':>6} {'MB':>7} {'x GPT':>6} {'params':>10} {'FLOPs/tok x GPT':>16}")
+    print(
+        f"\n{'variant':<10} {'s/step':>8} {'x GPT':>6} {'MB':>7} {'x GPT':>6} {'params':>10} {'FLOPs/tok x GPT':>16}"
+    )
     for n in names:
         r0 = results[n][0]
-        print(f"{n:<10} {med[n]['step_s']:>8.3f} {med[n]['step_s'] / med['gpt']['step_s']:>6.3f} "
-              f"{med[n]['mem_mb']:>7.0f} {med[n]['mem_mb'] / med['gpt']['mem_mb']:>6.3f} {r0['params']:>10,} "
-              f"{r0['flops_per_token'] / results['gpt'][0]['flops_per_token']:>16.3f}")
-    ratio = {f"{n}_{k}_ratio": round(med[n][m] / med["gpt"][m], 3)
-             for n in ("contextlm", "mtp") for k, m in (("time", "step_s"), ("mem", "mem_mb"))}
-    print(json.dumps({"bench": "objective_overhead", "device": _device_name(args.device), "size": args.size,
-                      "seq_len": args.seq_len, "rows": args.rows, **ratio}))
+        print(
+            f"{n:<10} {med[n]['step_s']:>8.3f} {med[n]['step_s'] / med['gpt']['step_s']:>6.3f} "
+            f"{med[n]['mem_mb']:>7.0f} {med[n]['mem_mb'] / med['gpt']['mem_mb']:>6.3f} {r0['params']:>10,} "
+            f"{r0['flops_per_token'] / results['gpt'][0]['flops_per_token']:>16.3f}"
+        )
+    ratio = {
+        f"{n}_{k}_ratio": round(med[n][m] / med["gpt"][m], 3)
+        for n in ("contextlm", "mtp")
+        for k, m in (("time", "step_s"), ("mem", "mem_mb"))
+    }
+    print(
+        json.dumps(
+            {
+                "bench": "objective_overhead",
+                "device": _device_name(args.device),
+                "size": args.size,
+                "seq_len": args.seq_len,
+                "rows": args.rows,
+                **ratio,
+            }
+        )
+    )
 
 
 def _device_name(device: str) -> str:

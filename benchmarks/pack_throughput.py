@@ -65,8 +65,15 @@ class _Stop(Exception):
 def splice_steps(store: TokenStore, retriever, steps: int, seed: int, seq_len: int) -> tuple[int, float]:
     """Run SPLICE k=1 until ``steps`` documents are placed; (documents placed, seconds)."""
     n = store.n_docs
-    seq = Sequencer(store.lengths(), domain_codes(store, np.arange(n)), seq_len=seq_len, separator=True,
-                    remainder="next", order="identity", rng=np.random.default_rng([seed, 0]))
+    seq = Sequencer(
+        store.lengths(),
+        domain_codes(store, np.arange(n)),
+        seq_len=seq_len,
+        separator=True,
+        remainder="next",
+        order="identity",
+        rng=np.random.default_rng([seed, 0]),
+    )
     placed = [0]
 
     def counting(i: int) -> None:
@@ -86,10 +93,20 @@ def splice_steps(store: TokenStore, retriever, steps: int, seed: int, seq_len: i
 
 def _end_to_end(store: str, out: str, seq_len: int, q) -> None:
     t0 = time.perf_counter()
-    rep = pack(store, out, PackConfig(method="splice", retriever="bm25", k=1, seq_len=seq_len), progress=False,
-               overwrite=True)
-    q.put((time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-           rep.packed.meta["index_bytes_max"]))
+    rep = pack(
+        store,
+        out,
+        PackConfig(method="splice", retriever="bm25", k=1, seq_len=seq_len),
+        progress=False,
+        overwrite=True,
+    )
+    q.put(
+        (
+            time.perf_counter() - t0,
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            rep.packed.meta["index_bytes_max"],
+        )
+    )
 
 
 def end_to_end(store: str, out: str, seq_len: int) -> tuple[float, int, int]:
@@ -102,27 +119,40 @@ def end_to_end(store: str, out: str, seq_len: int) -> tuple[float, int, int]:
     return res
 
 
-def compare_stats(store_path: str, work: Path, seq_len: int, max_seq: int, splice_out: str | None = None) -> dict:
+def compare_stats(
+    store_path: str, work: Path, seq_len: int, max_seq: int, splice_out: str | None = None
+) -> dict:
     store = TokenStore(store_path)
     out = {}
-    runs = [("ep", PackConfig(method="ep", seq_len=seq_len)),
-            ("splice_bm25", PackConfig(method="splice", retriever="bm25", seq_len=seq_len))]
+    runs = [
+        ("ep", PackConfig(method="ep", seq_len=seq_len)),
+        ("splice_bm25", PackConfig(method="splice", retriever="bm25", seq_len=seq_len)),
+    ]
     if any("/" in (m.get("path") or "") for m in store.docs_meta()[:50]):
         runs.append(("splice_repo", PackConfig(method="splice", retriever="repo", seq_len=seq_len)))
     for name, cfg in runs:
         if name == "splice_bm25" and splice_out:
             packed = PackedStore(splice_out)
         else:
-            packed = pack(store, work / f"{Path(store_path).name}_{name}", cfg, progress=False, overwrite=True).packed
+            packed = pack(
+                store, work / f"{Path(store_path).name}_{name}", cfg, progress=False, overwrite=True
+            ).packed
         s = pack_stats(packed, max_sequences=max_seq)
-        out[name] = {"zipf": s["zipf"]["mean"], "zipf_std": s["zipf"]["std"],
-                     "docs_per_seq": s["docs_per_sequence"]["mean"], "domains_per_seq": s["domains_per_sequence"],
-                     "dirs_per_seq": s["directories_per_sequence"], "mean_sim": s["mean_neighbour_similarity"],
-                     "frac_ge2_related": s["frac_sequences_ge2_related"]}
-        print(f"  {Path(store_path).name:<24} {name:<12} zipf {s['zipf']['mean']:.3f} +- {s['zipf']['std']:.3f}  "
-              f"docs/seq {s['docs_per_sequence']['mean']:.2f}  domains/seq {s['domains_per_sequence']:.2f}  "
-              f"dirs/seq {s['directories_per_sequence']:.2f}  >=2 related {100 * s['frac_sequences_ge2_related']:.0f}%",
-              flush=True)
+        out[name] = {
+            "zipf": s["zipf"]["mean"],
+            "zipf_std": s["zipf"]["std"],
+            "docs_per_seq": s["docs_per_sequence"]["mean"],
+            "domains_per_seq": s["domains_per_sequence"],
+            "dirs_per_seq": s["directories_per_sequence"],
+            "mean_sim": s["mean_neighbour_similarity"],
+            "frac_ge2_related": s["frac_sequences_ge2_related"],
+        }
+        print(
+            f"  {Path(store_path).name:<24} {name:<12} zipf {s['zipf']['mean']:.3f} +- {s['zipf']['std']:.3f}  "
+            f"docs/seq {s['docs_per_sequence']['mean']:.2f}  domains/seq {s['domains_per_sequence']:.2f}  "
+            f"dirs/seq {s['directories_per_sequence']:.2f}  >=2 related {100 * s['frac_sequences_ge2_related']:.0f}%",
+            flush=True,
+        )
     return out
 
 
@@ -140,13 +170,18 @@ def main() -> None:
     work = Path(args.work or tempfile.mkdtemp(prefix="pack_bench_"))
     work.mkdir(parents=True, exist_ok=True)
     store = TokenStore(args.store)
-    print(f"store {store.path}: {store.n_docs:,} documents, {store.n_tokens:,} tokens ({store.tokenizer_spec['name']})")
+    print(
+        f"store {store.path}: {store.n_docs:,} documents, {store.n_tokens:,} tokens ({store.tokenizer_spec['name']})"
+    )
 
     splice_out = str(work / "chapters_splice_bm25")
     secs, peak, index_bytes = end_to_end(str(store.path), splice_out, args.seq_len)
     e2e = store.n_docs / secs
-    print(f"end to end SPLICE-BM25 k=1: {secs:,.1f} s, {e2e:,.1f} docs/s, peak RSS {peak / 2**20:,.0f} MiB, "
-          f"index {index_bytes / 2**20:,.1f} MiB", flush=True)
+    print(
+        f"end to end SPLICE-BM25 k=1: {secs:,.1f} s, {e2e:,.1f} docs/s, peak RSS {peak / 2**20:,.0f} MiB, "
+        f"index {index_bytes / 2**20:,.1f} MiB",
+        flush=True,
+    )
 
     t0 = time.perf_counter()
     texts = decode_texts(store, np.arange(store.n_docs))
@@ -164,26 +199,48 @@ def main() -> None:
     for rep in range(args.repeats):
         for name in ("bm25s", "rank_bm25"):
             # fresh exclusion state per repeat; same seed = the same SPLICE steps for both retrievers
-            r = BM25Retriever([" ".join(t) for t in term_lists]) if name == "bm25s" else RankBM25Retriever(term_lists)
-            n, s = splice_steps(store, r, args.steps if name == "bm25s" else args.rank_steps, rep, args.seq_len)
+            r = (
+                BM25Retriever([" ".join(t) for t in term_lists])
+                if name == "bm25s"
+                else RankBM25Retriever(term_lists)
+            )
+            n, s = splice_steps(
+                store, r, args.steps if name == "bm25s" else args.rank_steps, rep, args.seq_len
+            )
             rates[name].append(n / s)
             print(f"  repeat {rep}: {name:<9} {n} docs in {s:,.2f} s = {n / s:,.2f} docs/s", flush=True)
     med = {k: statistics.median(v) for k, v in rates.items()}
     step_ratio = med["bm25s"] / med["rank_bm25"]
     rank_e2e = store.n_docs / (rank.build_seconds + store.n_docs / med["rank_bm25"])
     ratio = e2e / rank_e2e
-    print(f"SPLICE steps: bm25s {med['bm25s']:,.1f} docs/s vs rank_bm25 {med['rank_bm25']:,.3f} docs/s "
-          f"= {step_ratio:,.0f}x; end to end {e2e:,.1f} vs {rank_e2e:,.3f} docs/s (extrapolated) = {ratio:,.0f}x")
+    print(
+        f"SPLICE steps: bm25s {med['bm25s']:,.1f} docs/s vs rank_bm25 {med['rank_bm25']:,.3f} docs/s "
+        f"= {step_ratio:,.0f}x; end to end {e2e:,.1f} vs {rank_e2e:,.3f} docs/s (extrapolated) = {ratio:,.0f}x"
+    )
 
     print("Zipf (lower = burstier) and spans, SPLICE vs EP:")
-    results = {Path(args.store).name: compare_stats(str(store.path), work, args.seq_len, args.max_seq, splice_out)}
+    results = {
+        Path(args.store).name: compare_stats(str(store.path), work, args.seq_len, args.max_seq, splice_out)
+    }
     for extra in args.extra:
         results[Path(extra).name] = compare_stats(extra, work, args.seq_len, args.max_seq)
     chap = results[Path(args.store).name]
-    print(json.dumps({"details": results, "step_rates": med, "peak_rss_bytes": peak, "index_bytes": index_bytes}))
-    print(json.dumps({"bench": "pack_throughput", "splice_bm25_docs_per_s": round(e2e, 2),
-                      "ratio_vs_rank_bm25": round(ratio, 1), "zipf_splice": round(chap["splice_bm25"]["zipf"], 4),
-                      "zipf_ep": round(chap["ep"]["zipf"], 4)}))
+    print(
+        json.dumps(
+            {"details": results, "step_rates": med, "peak_rss_bytes": peak, "index_bytes": index_bytes}
+        )
+    )
+    print(
+        json.dumps(
+            {
+                "bench": "pack_throughput",
+                "splice_bm25_docs_per_s": round(e2e, 2),
+                "ratio_vs_rank_bm25": round(ratio, 1),
+                "zipf_splice": round(chap["splice_bm25"]["zipf"], 4),
+                "zipf_ep": round(chap["ep"]["zipf"], 4),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -24,7 +24,9 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)"
+    )
     parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096], help="matrix sizes")
     parser.add_argument("--seconds", type=float, default=1.0, help="time per (size, dtype) cell")
     args = parser.parse_args()
@@ -45,18 +47,32 @@ def main() -> None:
                     best[(device, name)] = (gflops, size)
 
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-    write_peak_entries({
-        peak_key(DTYPES[name], device): {"flops": gflops * 1e9, "size": size, "source": "benchmarks/peak.py",
-                                         "measured_at": stamp}
-        for (device, name), (gflops, size) in best.items()
-    })
+    write_peak_entries(
+        {
+            peak_key(DTYPES[name], device): {
+                "flops": gflops * 1e9,
+                "size": size,
+                "source": "benchmarks/peak.py",
+                "measured_at": stamp,
+            }
+            for (device, name), (gflops, size) in best.items()
+        }
+    )
     print(f"wrote {peak_file()}")
     fp32, bf16 = best[("cpu", "fp32")][0], best[("cpu", "bf16")][0]
-    result = {"bench": "peak", "device": "cpu", "threads": torch.get_num_threads(),
-              "fp32_gflops": round(fp32, 1), "bf16_gflops": round(bf16, 1), "bf16_over_fp32": round(bf16 / fp32, 2)}
+    result = {
+        "bench": "peak",
+        "device": "cpu",
+        "threads": torch.get_num_threads(),
+        "fp32_gflops": round(fp32, 1),
+        "bf16_gflops": round(bf16, 1),
+        "bf16_over_fp32": round(bf16 / fp32, 2),
+    }
     if "cuda" in devices:
-        result.update(cuda_fp32_gflops=round(best[("cuda", "fp32")][0], 1),
-                      cuda_bf16_gflops=round(best[("cuda", "bf16")][0], 1))
+        result.update(
+            cuda_fp32_gflops=round(best[("cuda", "fp32")][0], 1),
+            cuda_bf16_gflops=round(best[("cuda", "bf16")][0], 1),
+        )
     print(json.dumps(result))
 
 

@@ -50,14 +50,34 @@ from contextlab.train.trainer import Trainer
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def contextlab_trainer(store: Path, n_layer: int, n_embd: int, n_head: int, seq_len: int, tokens: int,
-                       micro: int, dtype: str, out: Path, compiled: bool = False) -> Trainer:
-    cfg = {"model": {"size": "tiny-4x256", "n_layer": n_layer, "n_embd": n_embd, "n_head": n_head},
-           "data": {"store": str(store), "val_split": "tail", "val_fraction": 0.01},
-           "optim": {"lr": 1e-3, "warmup_steps": 10, "weight_decay": 0.1, "grad_clip": 1.0},
-           "train": {"out_dir": str(out), "seq_len": seq_len, "tokens_per_step": tokens, "micro_batch_rows": micro,
-                     "max_steps": 1000, "dtype": dtype, "progress": False, "val_tokens": seq_len,
-                     "compile": compiled}}
+def contextlab_trainer(
+    store: Path,
+    n_layer: int,
+    n_embd: int,
+    n_head: int,
+    seq_len: int,
+    tokens: int,
+    micro: int,
+    dtype: str,
+    out: Path,
+    compiled: bool = False,
+) -> Trainer:
+    cfg = {
+        "model": {"size": "tiny-4x256", "n_layer": n_layer, "n_embd": n_embd, "n_head": n_head},
+        "data": {"store": str(store), "val_split": "tail", "val_fraction": 0.01},
+        "optim": {"lr": 1e-3, "warmup_steps": 10, "weight_decay": 0.1, "grad_clip": 1.0},
+        "train": {
+            "out_dir": str(out),
+            "seq_len": seq_len,
+            "tokens_per_step": tokens,
+            "micro_batch_rows": micro,
+            "max_steps": 1000,
+            "dtype": dtype,
+            "progress": False,
+            "val_tokens": seq_len,
+            "compile": compiled,
+        },
+    }
     return Trainer(from_dict(RunConfig, cfg))
 
 
@@ -68,8 +88,16 @@ class HFReference:
         from transformers import GPT2Config, GPT2LMHeadModel
 
         c = trainer.model.config
-        cfg = GPT2Config(vocab_size=c.vocab_size, n_positions=trainer.cfg.train.seq_len, n_embd=c.n_embd,
-                         n_layer=c.n_layer, n_head=c.n_head, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        cfg = GPT2Config(
+            vocab_size=c.vocab_size,
+            n_positions=trainer.cfg.train.seq_len,
+            n_embd=c.n_embd,
+            n_layer=c.n_layer,
+            n_head=c.n_head,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+        )
         self.model = GPT2LMHeadModel(cfg)
         try:
             self.model.set_attn_implementation("sdpa")
@@ -77,8 +105,11 @@ class HFReference:
             pass
         decay = [p for p in self.model.parameters() if p.dim() >= 2]
         rest = [p for p in self.model.parameters() if p.dim() < 2]
-        self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                                     lr=1e-3, betas=(0.9, 0.95))
+        self.opt = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+            lr=1e-3,
+            betas=(0.9, 0.95),
+        )
         self.trainer, self.dtype = trainer, dtype
         self.n_params = sum(p.numel() for p in self.model.parameters())
 
@@ -105,8 +136,10 @@ class NanoBlock(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-                   for t in self.c_attn(self.ln_1(x)).split(C, dim=2))
+        q, k, v = (
+            t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+            for t in self.c_attn(self.ln_1(x)).split(C, dim=2)
+        )
         y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
         return x + self.mlp_proj(torch.nn.functional.gelu(self.c_fc(self.ln_2(x))))
@@ -126,7 +159,11 @@ class NanoGPT(torch.nn.Module):
             if p.dim() < 2:
                 torch.nn.init.zeros_(p) if name.endswith("bias") else torch.nn.init.ones_(p)
             else:
-                std = 0.02 / (2 * n_layer) ** 0.5 if name.endswith(("c_proj.weight", "mlp_proj.weight")) else 0.02
+                std = (
+                    0.02 / (2 * n_layer) ** 0.5
+                    if name.endswith(("c_proj.weight", "mlp_proj.weight"))
+                    else 0.02
+                )
                 torch.nn.init.normal_(p, 0.0, std)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
@@ -143,12 +180,17 @@ class PlainLoop:
     def __init__(self, trainer: Trainer, dtype: str):
         c = trainer.model.config
         torch.manual_seed(0)
-        vocab = -(-c.vocab_size // 64) * 64  # nanoGPT pads its vocabulary to a multiple of 64 (50257 -> 50304)
+        vocab = (
+            -(-c.vocab_size // 64) * 64
+        )  # nanoGPT pads its vocabulary to a multiple of 64 (50257 -> 50304)
         self.model = NanoGPT(vocab, trainer.cfg.train.seq_len, c.n_layer, c.n_embd, c.n_head)
         decay = [p for p in self.model.parameters() if p.dim() >= 2]
         rest = [p for p in self.model.parameters() if p.dim() < 2]
-        self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                                     lr=1e-3, betas=(0.9, 0.95))
+        self.opt = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+            lr=1e-3,
+            betas=(0.9, 0.95),
+        )
         self.tokens = torch.from_numpy(trainer.loader.next_batch().tokens)
         self.trainer, self.dtype = trainer, dtype
 
@@ -164,7 +206,7 @@ def optimizer_step(trainer: Trainer, tokens: torch.Tensor, loss_fn, model, opt, 
     """One step as the trainer takes it: micro-batches with accumulation, clip 1.0, AdamW step."""
     total = 0.0
     for i in range(trainer.accum):
-        rows = tokens[i * trainer.micro:(i + 1) * trainer.micro]
+        rows = tokens[i * trainer.micro : (i + 1) * trainer.micro]
         ctx = torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bf16" else contextlib.nullcontext()
         with ctx:
             loss = loss_fn(rows)
@@ -183,13 +225,24 @@ def timed(step, n: int) -> float:
     return time.perf_counter() - start
 
 
-def bench_shape(label: str, store: Path, shape: tuple[int, int, int], seq_len: int, args, work: Path) -> list[dict]:
+def bench_shape(
+    label: str, store: Path, shape: tuple[int, int, int], seq_len: int, args, work: Path
+) -> list[dict]:
     rows = []
     for dtype in ("fp32", "bf16"):
         n_layer, n_embd, n_head = shape
-        make = lambda tag, compiled: contextlab_trainer(store, n_layer, n_embd, n_head, seq_len, args.tokens_per_step,  # noqa: E731
-                                                        args.micro_batch_rows, dtype, work / f"{label}-{dtype}-{tag}",
-                                                        compiled)
+        make = lambda tag, compiled: contextlab_trainer(
+            store,
+            n_layer,
+            n_embd,
+            n_head,
+            seq_len,
+            args.tokens_per_step,
+            args.micro_batch_rows,
+            dtype,
+            work / f"{label}-{dtype}-{tag}",
+            compiled,
+        )
         trainer = make("eager", False)
         ref, plain = HFReference(trainer, dtype), PlainLoop(trainer, dtype)
         steps = {"contextlab": trainer.train_step, "hf": ref.step, "nanogpt": plain.step}
@@ -204,8 +257,14 @@ def bench_shape(label: str, store: Path, shape: tuple[int, int, int], seq_len: i
             for name, step in steps.items():
                 rates[name].append(args.tokens_per_step * args.steps / timed(step, args.steps))
         tps = {name: statistics.median(r) for name, r in rates.items()}
-        row = {"shape": label, "dtype": dtype, "peak_gflops": peak / 1e9, "flops_per_token": fpt,
-               "params": trainer.model.num_params(False), "hf_params": ref.n_params}
+        row = {
+            "shape": label,
+            "dtype": dtype,
+            "peak_gflops": peak / 1e9,
+            "flops_per_token": fpt,
+            "params": trainer.model.num_params(False),
+            "hf_params": ref.n_params,
+        }
         for name, value in tps.items():
             row[f"{name}_tokens_per_s"] = value
             row[f"{name}_mfu"] = value * fpt / peak
@@ -214,7 +273,9 @@ def bench_shape(label: str, store: Path, shape: tuple[int, int, int], seq_len: i
                 row[f"{name}_ratio_vs_hf"] = tps[name] / tps["hf"]
                 row[f"{name}_ratio_vs_nanogpt"] = tps[name] / tps["nanogpt"]
         rows.append(row)
-        text = "   ".join(f"{name} {value:>7,.0f} tok/s (MFU {value * fpt / peak:5.1%})" for name, value in tps.items())
+        text = "   ".join(
+            f"{name} {value:>7,.0f} tok/s (MFU {value * fpt / peak:5.1%})" for name, value in tps.items()
+        )
         print(f"  {label:<26} {dtype:<5} {text}", flush=True)
         del trainer, ref, plain, steps
     return rows
@@ -225,43 +286,70 @@ def main() -> None:
     ap.add_argument("--shared", default=str(ROOT.parent / "shared"))
     ap.add_argument("--rounds", type=int, default=5, help="alternating timing rounds (median reported)")
     ap.add_argument("--steps", type=int, default=5, help="optimizer steps per round")
-    ap.add_argument("--tokens-per-step", type=int, default=8192, help="tokens per optimizer step (both sides)")
+    ap.add_argument(
+        "--tokens-per-step", type=int, default=8192, help="tokens per optimizer step (both sides)"
+    )
     ap.add_argument("--micro-batch-rows", type=int, default=0, help="rows per forward; 0 = the whole step")
     ap.add_argument("--only-first", action="store_true", help="only the first shape (4x256, byte, ctx 256)")
-    ap.add_argument("--only-second", action="store_true", help="only the second shape (6x384, 8K vocab, ctx 512)")
-    ap.add_argument("--no-compile", action="store_true",
-                    help="skip the torch.compile'd trainer (its warm-up takes about a minute per shape and dtype)")
+    ap.add_argument(
+        "--only-second", action="store_true", help="only the second shape (6x384, 8K vocab, ctx 512)"
+    )
+    ap.add_argument(
+        "--no-compile",
+        action="store_true",
+        help="skip the torch.compile'd trainer (its warm-up takes about a minute per shape and dtype)",
+    )
     args = ap.parse_args()
     data = Path(args.shared) / "data"
     work = Path(tempfile.mkdtemp(prefix="train-bench-"))
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cores; "
-          f"{args.tokens_per_step} tokens/step, {args.rounds} rounds x {args.steps} steps")
-    byte_store = ingest(data / "tinyshakespeare" / "input.txt", work / "shakes", IngestConfig(tokenizer="byte"),
-                        progress=False).store.path
-    rows = [] if args.only_second else bench_shape("4x256, byte vocab, ctx 256", byte_store, (4, 256, 4), 256, args, work)
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cores; "
+        f"{args.tokens_per_step} tokens/step, {args.rounds} rounds x {args.steps} steps"
+    )
+    byte_store = ingest(
+        data / "tinyshakespeare" / "input.txt",
+        work / "shakes",
+        IngestConfig(tokenizer="byte"),
+        progress=False,
+    ).store.path
+    rows = (
+        []
+        if args.only_second
+        else bench_shape("4x256, byte vocab, ctx 256", byte_store, (4, 256, 4), 256, args, work)
+    )
     if not args.only_first:
         books = sorted((data / "gutenberg_books" / "texts").glob("*.txt"))[:8]
         (work / "books").mkdir()
         for b in books:
             (work / "books" / b.name).write_bytes(b.read_bytes())
-        bpe_store = ingest(work / "books", work / "bpe8k", IngestConfig(tokenizer="bpe:8192"), progress=False).store.path
+        bpe_store = ingest(
+            work / "books", work / "bpe8k", IngestConfig(tokenizer="bpe:8192"), progress=False
+        ).store.path
         rows += bench_shape("6x384, 8K vocab, ctx 512", bpe_store, (6, 384, 6), 512, args, work)
     first = {r["dtype"]: r for r in rows if r["shape"].startswith("4x256")}
     if not first:  # --only-second: the summary describes the second shape
         first = {r["dtype"]: r for r in rows}
     bf16, fp32 = first["bf16"], first["fp32"]
-    summary = {"bench": "train_throughput", "shape": bf16["shape"], "tokens_per_s_bf16": round(bf16["contextlab_tokens_per_s"]),
-               "ratio_vs_hf_bf16": round(bf16["contextlab_ratio_vs_hf"], 3),
-               "mfu_bf16": round(bf16["contextlab_mfu"], 4),
-               "ratio_vs_nanogpt_bf16": round(bf16["contextlab_ratio_vs_nanogpt"], 3),
-               "nanogpt_tokens_per_s_bf16": round(bf16["nanogpt_tokens_per_s"]),
-               "tokens_per_s_fp32": round(fp32["contextlab_tokens_per_s"]),
-               "ratio_vs_hf_fp32": round(fp32["contextlab_ratio_vs_hf"], 3)}
+    summary = {
+        "bench": "train_throughput",
+        "shape": bf16["shape"],
+        "tokens_per_s_bf16": round(bf16["contextlab_tokens_per_s"]),
+        "ratio_vs_hf_bf16": round(bf16["contextlab_ratio_vs_hf"], 3),
+        "mfu_bf16": round(bf16["contextlab_mfu"], 4),
+        "ratio_vs_nanogpt_bf16": round(bf16["contextlab_ratio_vs_nanogpt"], 3),
+        "nanogpt_tokens_per_s_bf16": round(bf16["nanogpt_tokens_per_s"]),
+        "tokens_per_s_fp32": round(fp32["contextlab_tokens_per_s"]),
+        "ratio_vs_hf_fp32": round(fp32["contextlab_ratio_vs_hf"], 3),
+    }
     if "compiled_tokens_per_s" in bf16:
-        summary.update({"compiled_tokens_per_s_bf16": round(bf16["compiled_tokens_per_s"]),
-                        "compiled_ratio_vs_hf_bf16": round(bf16["compiled_ratio_vs_hf"], 3),
-                        "compiled_ratio_vs_nanogpt_bf16": round(bf16["compiled_ratio_vs_nanogpt"], 3),
-                        "compiled_mfu_bf16": round(bf16["compiled_mfu"], 4)})
+        summary.update(
+            {
+                "compiled_tokens_per_s_bf16": round(bf16["compiled_tokens_per_s"]),
+                "compiled_ratio_vs_hf_bf16": round(bf16["compiled_ratio_vs_hf"], 3),
+                "compiled_ratio_vs_nanogpt_bf16": round(bf16["compiled_ratio_vs_nanogpt"], 3),
+                "compiled_mfu_bf16": round(bf16["compiled_mfu"], 4),
+            }
+        )
     summary["peak_bf16_gflops"] = round(bf16["peak_gflops"], 1)
     summary["rows"] = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]
     print(json.dumps(summary))

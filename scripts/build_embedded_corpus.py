@@ -36,20 +36,30 @@ def main() -> None:
     for ebook_id in BOOKS:
         row = manifest[ebook_id]
         raw = (src / row["file"]).read_bytes()
-        text = raw.decode("utf-8")[row["body_start_char"]:row["body_end_char"]]
+        text = raw.decode("utf-8")[row["body_start_char"] : row["body_end_char"]]
         body = text.replace("\r\n", "\n").strip()
         # older books repeat a short "End of the Project Gutenberg EBook of ..." line
-        body = re.sub(r"\n\s*End of (the )?Project Gutenberg[^\n]*$", "", body, flags=re.IGNORECASE).strip() + "\n"
+        body = (
+            re.sub(r"\n\s*End of (the )?Project Gutenberg[^\n]*$", "", body, flags=re.IGNORECASE).strip()
+            + "\n"
+        )
         name = f"pg{ebook_id}.txt"
         (out / name).write_text(body, encoding="utf-8")
-        provenance.append({
-            "file": name, "ebook_id": ebook_id, "title": row["title"], "author": row["author"],
-            "source": f"Project Gutenberg eBook #{ebook_id}, via shared/data/gutenberg_books/{row['file']}",
-            "source_sha256": row["sha256"], "body_chars": [row["body_start_char"], row["body_end_char"]],
-            "processing": "Project Gutenberg header and footer (and a trailing 'End of the Project Gutenberg EBook' line) removed; CRLF -> LF; surrounding whitespace stripped",
-            "sha256": hashlib.sha256(body.encode("utf-8")).hexdigest(), "bytes": len(body.encode("utf-8")),
-            "licence": "public domain in the USA (Project Gutenberg eBook)",
-        })
+        provenance.append(
+            {
+                "file": name,
+                "ebook_id": ebook_id,
+                "title": row["title"],
+                "author": row["author"],
+                "source": f"Project Gutenberg eBook #{ebook_id}, via shared/data/gutenberg_books/{row['file']}",
+                "source_sha256": row["sha256"],
+                "body_chars": [row["body_start_char"], row["body_end_char"]],
+                "processing": "Project Gutenberg header and footer (and a trailing 'End of the Project Gutenberg EBook' line) removed; CRLF -> LF; surrounding whitespace stripped",
+                "sha256": hashlib.sha256(body.encode("utf-8")).hexdigest(),
+                "bytes": len(body.encode("utf-8")),
+                "licence": "public domain in the USA (Project Gutenberg eBook)",
+            }
+        )
     (out / "PROVENANCE.json").write_text(json.dumps(provenance, indent=2) + "\n")
     total = sum(p["bytes"] for p in provenance)
     print(f"wrote {len(provenance)} books, {total / 1e6:.2f} MB, to {out}")

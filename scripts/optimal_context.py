@@ -22,7 +22,9 @@ def main(argv: list[str]) -> int:
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", help="a TOML file of SweepConfig keys (recipes/optimal_context_mlp.toml)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key (repeatable)")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a key (repeatable)"
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
     try:
@@ -41,8 +43,10 @@ def main(argv: list[str]) -> int:
         row = " ".join(f"{cells[f'{D}/{l}']['best_val_loss']:>7.4f}" for l in cfg.contexts)
         print(f"{D:>8} {row}   {res['optimal_context'][str(D)]['context']}")
     for D, fits in res["feature_fits"].items():
-        print(f"D={D}: Pearson r of best val CE vs the last hidden layer's measures across contexts: "
-              + ", ".join(f"{k} {v['r']:+.3f}" for k, v in fits.items()))
+        print(
+            f"D={D}: Pearson r of best val CE vs the last hidden layer's measures across contexts: "
+            + ", ".join(f"{k} {v['r']:+.3f}" for k, v in fits.items())
+        )
     print(f"wrote {cfg.out_dir}/results.json and {png} ({time.perf_counter() - t0:.0f} s this invocation)")
     return 0
 

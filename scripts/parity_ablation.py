@@ -32,10 +32,18 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--minutes", type=float, default=5.0, help="wall-clock budget")
     p.add_argument("--rows", type=int, default=16, help="bit strings per step")
-    p.add_argument("--queries", type=int, default=64, help="tasks asked of each bit string (1 = the seed's rows)")
-    p.add_argument("--bias-fraction", type=float, default=0.5, help="fraction of bit strings biased towards 0")
-    p.add_argument("--mask-fraction", type=float, default=0.5, help="fraction with their farthest bits masked")
-    p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (betas 0.9, 0.95; no weight decay)")
+    p.add_argument(
+        "--queries", type=int, default=64, help="tasks asked of each bit string (1 = the seed's rows)"
+    )
+    p.add_argument(
+        "--bias-fraction", type=float, default=0.5, help="fraction of bit strings biased towards 0"
+    )
+    p.add_argument(
+        "--mask-fraction", type=float, default=0.5, help="fraction with their farthest bits masked"
+    )
+    p.add_argument(
+        "--lr", type=float, default=1e-3, help="AdamW learning rate (betas 0.9, 0.95; no weight decay)"
+    )
     p.add_argument("--warmup", type=int, default=100, help="linear warm-up steps")
     p.add_argument("--cosine", action="store_true", help="cosine decay to lr/10 over the budget")
     p.add_argument("--layers", type=int, default=3)
@@ -54,9 +62,19 @@ def main() -> None:
     val = syn.sample(syn.ParityConfig(), tasks, 2000, np.random.default_rng([a.seed, 99]))
     val_rows = torch.from_numpy(syn.to_tokens(val))  # (2000, L + 2): single-task rows, all bits visible
     val_far = tasks.far[val.task]
-    model = GPT(GPTConfig(vocab_size=257, n_layer=a.layers, n_embd=a.width, n_head=a.heads,
-                          block_size=cfg.n_bits + 2 * a.queries, rope_base=4000.0))
-    objective = Queries(Queries.Options(n_queries=a.queries)) if a.queries > 1 else LastToken(LastToken.Options())
+    model = GPT(
+        GPTConfig(
+            vocab_size=257,
+            n_layer=a.layers,
+            n_embd=a.width,
+            n_head=a.heads,
+            block_size=cfg.n_bits + 2 * a.queries,
+            rope_base=4000.0,
+        )
+    )
+    objective = (
+        Queries(Queries.Options(n_queries=a.queries)) if a.queries > 1 else LastToken(LastToken.Options())
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.0)
     print(f"{model.num_params():,} parameters; {a}", flush=True)
 
@@ -78,10 +96,15 @@ def main() -> None:
             with torch.no_grad(), torch.autocast("cpu", torch.bfloat16):
                 logits = model(val_rows[:, :-1]).logits[:, -1].float()
             per = F.cross_entropy(logits, val_rows[:, -1], reduction="none").numpy()
-            groups = " ".join(f"{per[(val_far >= lo) & (val_far <= hi)].mean():.3f}"
-                              for lo, hi in ((11, 20), (21, 40), (41, 60)))
-            print(f"{time.time() - t0:6.0f}s step {step:5d} answers {step * a.rows * a.queries:9,d} "
-                  f"train {loss.item():.4f} val {per.mean():.4f} by far bit 11-20/21-40/41-60 [{groups}]", flush=True)
+            groups = " ".join(
+                f"{per[(val_far >= lo) & (val_far <= hi)].mean():.3f}"
+                for lo, hi in ((11, 20), (21, 40), (41, 60))
+            )
+            print(
+                f"{time.time() - t0:6.0f}s step {step:5d} answers {step * a.rows * a.queries:9,d} "
+                f"train {loss.item():.4f} val {per.mean():.4f} by far bit 11-20/21-40/41-60 [{groups}]",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -51,7 +51,9 @@ def main() -> None:
     fig, ax = plt.subplots(figsize=(6.5, 4.0))
     for name, pts in data.items():
         x, y = zip(*pts)
-        ax.plot(x, y, marker="o", markersize=3, label=f"{name} (final {y[-1]:.3f}, ppl {math.exp(y[-1]):.1f})")
+        ax.plot(
+            x, y, marker="o", markersize=3, label=f"{name} (final {y[-1]:.3f}, ppl {math.exp(y[-1]):.1f})"
+        )
     ax.set_xlabel("training FLOPs")
     ax.set_ylabel("validation loss (nats/token)")
     lo, hi = ax.get_ylim()

@@ -14,8 +14,9 @@ from tests.conftest import REPO, write_tree
 
 def run_cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    return subprocess.run([sys.executable, "-m", "contextlab", *args], capture_output=True, text=True,
-                          env=env, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "contextlab", *args], capture_output=True, text=True, env=env, cwd=cwd
+    )
 
 
 def test_top_level_help_lists_commands(capsys):
@@ -30,8 +31,19 @@ def test_ingest_help_documents_every_option(capsys):
         main(["data", "ingest", "--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    for flag in ("--tokenizer", "--min-tokens", "--max-tokens", "--include", "--exclude", "--encoding",
-                 "--strip-gutenberg", "--text-field", "--overwrite", "--set", "--config"):
+    for flag in (
+        "--tokenizer",
+        "--min-tokens",
+        "--max-tokens",
+        "--include",
+        "--exclude",
+        "--encoding",
+        "--strip-gutenberg",
+        "--text-field",
+        "--overwrite",
+        "--set",
+        "--config",
+    ):
         assert flag in out
     assert "bpe:N" in out
 
@@ -43,14 +55,23 @@ def test_unknown_command_and_group(capsys):
     assert "ingest" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("args, message", [
-    (["data", "ingest", "{tmp}/missing", "--out", "{tmp}/s"], "not found"),
-    (["data", "ingest", "{tmp}/c", "--out", "{tmp}/s", "--tokenizer", "wordpiece"], "tokenizer"),
-    (["data", "ingest", "{tmp}/c", "--out", "{tmp}/s", "--set", "nosuch=1"], "unknown config key 'nosuch'"),
-    (["data", "ingest", "{tmp}/c", "--out", "{tmp}/s", "--min-tokens", "many"], "config key 'min_tokens' must be int"),
-    (["data", "info", "{tmp}/c"], "not a contextlab token store"),
-    (["data", "info", "{tmp}/missing"], "store not found"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["data", "ingest", "{tmp}/missing", "--out", "{tmp}/s"], "not found"),
+        (["data", "ingest", "{tmp}/c", "--out", "{tmp}/s", "--tokenizer", "wordpiece"], "tokenizer"),
+        (
+            ["data", "ingest", "{tmp}/c", "--out", "{tmp}/s", "--set", "nosuch=1"],
+            "unknown config key 'nosuch'",
+        ),
+        (
+            ["data", "ingest", "{tmp}/c", "--out", "{tmp}/s", "--min-tokens", "many"],
+            "config key 'min_tokens' must be int",
+        ),
+        (["data", "info", "{tmp}/c"], "not a contextlab token store"),
+        (["data", "info", "{tmp}/missing"], "store not found"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(tmp_path, args, message):
     write_tree(tmp_path / "c", {"a.txt": "some text"})
     res = run_cli(*[a.replace("{tmp}", str(tmp_path)) for a in args])
@@ -84,20 +105,28 @@ def test_train_help_lists_config_keys(capsys):
         assert key in out
 
 
-@pytest.mark.parametrize("sets, message", [
-    ([], "no training data"),
-    (["data.store={tmp}/missing"], "store not found"),
-    (["data.store={tmp}/s", "objective.name=nope"], "unknown objective 'nope'"),
-    (["data.store={tmp}/s", "train.nosuch=1"], "unknown config key 'train.nosuch'"),
-    (["data.store={tmp}/s", "train.max_steps=2", "train.dtype=fp8"], "train.dtype must be bf16 or fp32"),
-    (["data.store={tmp}/s", "model.size=huge"], "model"),
-    (["data.store={tmp}/s", "train.max_steps=2", "train.max_tokens=9"], "exactly one budget"),
-])
+@pytest.mark.parametrize(
+    "sets, message",
+    [
+        ([], "no training data"),
+        (["data.store={tmp}/missing"], "store not found"),
+        (["data.store={tmp}/s", "objective.name=nope"], "unknown objective 'nope'"),
+        (["data.store={tmp}/s", "train.nosuch=1"], "unknown config key 'train.nosuch'"),
+        (["data.store={tmp}/s", "train.max_steps=2", "train.dtype=fp8"], "train.dtype must be bf16 or fp32"),
+        (["data.store={tmp}/s", "model.size=huge"], "model"),
+        (["data.store={tmp}/s", "train.max_steps=2", "train.max_tokens=9"], "exactly one budget"),
+    ],
+)
 def test_train_bad_input_is_one_line(tmp_path, sets, message):
     write_tree(tmp_path / "c", {f"{i}.txt": "some text " * 50 for i in range(10)})
     assert run_cli("data", "ingest", str(tmp_path / "c"), "--out", str(tmp_path / "s")).returncode == 0
-    args = ["train", "--set=train.peak_flops=1e12", f"--set=train.out_dir={tmp_path}/run", "--set=train.seq_len=32",
-            "--set=train.tokens_per_step=64"]
+    args = [
+        "train",
+        "--set=train.peak_flops=1e12",
+        f"--set=train.out_dir={tmp_path}/run",
+        "--set=train.seq_len=32",
+        "--set=train.tokens_per_step=64",
+    ]
     res = run_cli(*args, *[f"--set={s.replace('{tmp}', str(tmp_path))}" for s in sets])
     assert res.returncode == 2, res.stderr
     lines = res.stderr.strip().splitlines()

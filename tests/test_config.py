@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Literal
 
 import pytest
 
-from contextlab.config import (add_dataclass_args, apply_overrides, dataclass_from_args, from_dict, load_config,
-                               opt, parse_override, read_toml, save_toml, to_dict)
+from contextlab.config import (
+    add_dataclass_args,
+    apply_overrides,
+    dataclass_from_args,
+    from_dict,
+    load_config,
+    opt,
+    parse_override,
+    read_toml,
+    save_toml,
+    to_dict,
+)
 from contextlab.errors import UserError
 
 
@@ -25,7 +35,7 @@ class Run:
     steps: int = opt(100, "optimizer steps")
     bf16: bool = opt(False, "bf16 autocast")
     mode: Literal["fast", "exact"] = opt("fast", "how")
-    seed: Optional[int] = opt(None, "seed")
+    seed: int | None = opt(None, "seed")
     optim: Optim = opt(factory=Optim, help="optimizer")
 
 
@@ -33,7 +43,9 @@ def test_toml_and_overrides(tmp_path):
     f = tmp_path / "c.toml"
     f.write_text('name = "a"\nsteps = 10\n[optim]\nlr = 0.01\n')
     cfg = load_config(Run, f, ["steps=20", "optim.betas=[0.8, 0.9]", "bf16=true", "mode=exact", "seed=3"])
-    assert cfg == Run(name="a", steps=20, bf16=True, mode="exact", seed=3, optim=Optim(lr=0.01, betas=[0.8, 0.9]))
+    assert cfg == Run(
+        name="a", steps=20, bf16=True, mode="exact", seed=3, optim=Optim(lr=0.01, betas=[0.8, 0.9])
+    )
 
 
 def test_int_accepts_scientific_and_float_accepts_int():
@@ -41,25 +53,31 @@ def test_int_accepts_scientific_and_float_accepts_int():
     assert cfg.steps == 1000 and isinstance(cfg.optim.lr, float) and cfg.optim.lr == 1.0
 
 
-@pytest.mark.parametrize("data, key", [
-    ({"stepz": 1}, "stepz"),
-    ({"optim": {"lrr": 1.0}}, "optim.lrr"),
-])
+@pytest.mark.parametrize(
+    "data, key",
+    [
+        ({"stepz": 1}, "stepz"),
+        ({"optim": {"lrr": 1.0}}, "optim.lrr"),
+    ],
+)
 def test_unknown_key_names_the_key(data, key):
     with pytest.raises(UserError, match=f"unknown config key '{key}'") as e:
         from_dict(Run, data)
     assert "\n" not in str(e.value) and "valid keys" in str(e.value)
 
 
-@pytest.mark.parametrize("data, key", [
-    ({"steps": "ten"}, "steps"),
-    ({"steps": 1.5}, "steps"),
-    ({"bf16": "maybe"}, "bf16"),
-    ({"mode": "slow"}, "mode"),
-    ({"optim": {"lr": "fast"}}, "optim.lr"),
-    ({"optim": {"betas": ["a"]}}, r"optim.betas\[0\]"),
-    ({"optim": 3}, "optim"),
-])
+@pytest.mark.parametrize(
+    "data, key",
+    [
+        ({"steps": "ten"}, "steps"),
+        ({"steps": 1.5}, "steps"),
+        ({"bf16": "maybe"}, "bf16"),
+        ({"mode": "slow"}, "mode"),
+        ({"optim": {"lr": "fast"}}, "optim.lr"),
+        ({"optim": {"betas": ["a"]}}, r"optim.betas\[0\]"),
+        ({"optim": 3}, "optim"),
+    ],
+)
 def test_wrong_type_names_the_key(data, key):
     with pytest.raises(UserError, match=f"config key '{key}' must be"):
         from_dict(Run, data)

@@ -17,13 +17,39 @@ from tests.conftest import REPO
 
 RUNS = ("gpt", "contextlm")
 # a few stdlib packages instead of all of it, a 1-block model, 3 steps: the whole pipeline in seconds
-TINY = ["--steps", "3", "--vocab", "300", "--threads", "1", "--no-progress",
-        "--set", 'corpus.code_include=["json/**", "email/**"]', "--set", 'corpus.heldout=["test/test_json/*.py"]',
-        "--set", "base.model.n_layer=1", "--set", "base.model.n_embd=32", "--set", "base.model.n_head=2",
-        "--set", "base.train.seq_len=64", "--set", "base.train.tokens_per_step=256",
-        "--set", "base.train.val_tokens=256", "--set", "base.train.ckpt_every=2", "--set", "base.data.val_fraction=0.05",
-        "--set", "eval.contextwise={max_docs=8}",
-        "--set", 'eval.niah={lengths=[256, 320], depths=[0.0, 100.0], samples=1, scoring="likelihood"}']
+TINY = [
+    "--steps",
+    "3",
+    "--vocab",
+    "300",
+    "--threads",
+    "1",
+    "--no-progress",
+    "--set",
+    'corpus.code_include=["json/**", "email/**"]',
+    "--set",
+    'corpus.heldout=["test/test_json/*.py"]',
+    "--set",
+    "base.model.n_layer=1",
+    "--set",
+    "base.model.n_embd=32",
+    "--set",
+    "base.model.n_head=2",
+    "--set",
+    "base.train.seq_len=64",
+    "--set",
+    "base.train.tokens_per_step=256",
+    "--set",
+    "base.train.val_tokens=256",
+    "--set",
+    "base.train.ckpt_every=2",
+    "--set",
+    "base.data.val_fraction=0.05",
+    "--set",
+    "eval.contextwise={max_docs=8}",
+    "--set",
+    'eval.niah={lengths=[256, 320], depths=[0.0, 100.0], samples=1, scoring="likelihood"}',
+]
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +91,9 @@ def test_two_runs_trained_and_evaluated(quickstart):
         assert rows[-1]["step"] == 3 and "val_loss" in rows[-1]
         assert (run / "checkpoints" / "step_000003").is_dir()
         cw = json.loads((run / "eval" / "contextwise.json").read_text())["results"]
-        assert cw["train_context"] == 64 and len(cw["loss"]) == 127  # 2 x context, scored from the first token
+        assert (
+            cw["train_context"] == 64 and len(cw["loss"]) == 127
+        )  # 2 x context, scored from the first token
         niah = json.loads((run / "eval" / "niah.json").read_text())["results"]
         assert niah["summary"]["chance"] == pytest.approx(0.2) and len(niah["samples"]) == 4
         assert (run / "eval" / "contextwise.png").exists() and (run / "eval" / "niah.png").exists()
@@ -76,8 +104,12 @@ def test_headline_numbers_come_from_the_result_files(quickstart):
     summary = json.loads((out / "summary.json").read_text())
     assert [r["run"] for r in summary["headline"]] == list(RUNS)
     for row in summary["headline"]:
-        cw = json.loads((out / "runs" / row["run"] / "eval" / "contextwise.json").read_text())["results"]["summary"]
-        niah = json.loads((out / "runs" / row["run"] / "eval" / "niah.json").read_text())["results"]["summary"]
+        cw = json.loads((out / "runs" / row["run"] / "eval" / "contextwise.json").read_text())["results"][
+            "summary"
+        ]
+        niah = json.loads((out / "runs" / row["run"] / "eval" / "niah.json").read_text())["results"][
+            "summary"
+        ]
         assert row["best-context loss"] == pytest.approx(cw["best_context_loss"])
         bf = json.loads((out / "runs" / row["run"] / "eval" / "bayes-fit.json").read_text())["results"]
         assert bf["lengths"] == [1, 2, 4, 8, 16, 32, 64] and bf["n_targets"] == 512
@@ -89,8 +121,17 @@ def test_headline_numbers_come_from_the_result_files(quickstart):
 def test_report_covers_runs_evaluations_packings_and_stores(quickstart):
     out, _ = quickstart
     page = (out / "report.html").read_text()
-    for heading in ("Headline", "Runs", "Data", "Packing", "Run runs/gpt", "Run runs/contextlm",
-                    "Evaluation: contextwise", "Evaluation: bayes-fit", "Evaluation: niah"):
+    for heading in (
+        "Headline",
+        "Runs",
+        "Data",
+        "Packing",
+        "Run runs/gpt",
+        "Run runs/contextlm",
+        "Evaluation: contextwise",
+        "Evaluation: bayes-fit",
+        "Evaluation: niah",
+    ):
         assert f">{heading}<" in page, heading
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
     # combined curves, 3 store histograms, 2 packing plots, per run: loss curve + 3 eval plots
@@ -135,6 +176,15 @@ def test_help_documents_every_option(capsys):
     with pytest.raises(SystemExit):
         main(["quickstart", "--help"])
     out = capsys.readouterr().out
-    for flag in ("--out", "--recipe", "--set", "--steps", "--vocab", "--threads", "--overwrite", "--no-progress",
-                 "--print-recipe"):
+    for flag in (
+        "--out",
+        "--recipe",
+        "--set",
+        "--steps",
+        "--vocab",
+        "--threads",
+        "--overwrite",
+        "--no-progress",
+        "--print-recipe",
+    ):
         assert flag in out

@@ -288,8 +288,11 @@ def add_dataclass_args(parser: Any, cls: type, *, skip: tuple[str, ...] = ()) ->
         if f.name in skip or dataclasses.is_dataclass(hints[f.name]):
             continue
         flag = "--" + f.name.replace("_", "-")
-        default = f.default if f.default is not _MISSING else (
-            f.default_factory() if f.default_factory is not _MISSING else None)
+        default = (
+            f.default
+            if f.default is not _MISSING
+            else (f.default_factory() if f.default_factory is not _MISSING else None)
+        )
         helptext = f.metadata.get("help", "")
         helptext = f"{helptext} [{_type_name(hints[f.name])}; default: {default!r}]"
         if hints[f.name] is bool:

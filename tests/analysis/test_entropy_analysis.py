@@ -18,8 +18,17 @@ from contextlab.eval import entropy, intrinsic
 from tests.conftest import SHARED_DATA
 from tests.eval.conftest import byte_adapter, tiny_gpt
 
-QUICK = ["--n-components", "4,8,0", "--thresholds", "0.01,0.1", "--kde-dims", "3", "--estimators", "twonn",
-         "--no-progress"]
+QUICK = [
+    "--n-components",
+    "4,8,0",
+    "--thresholds",
+    "0.01,0.1",
+    "--kde-dims",
+    "3",
+    "--estimators",
+    "twonn",
+    "--no-progress",
+]
 
 
 @pytest.fixture(scope="module")
@@ -30,14 +39,30 @@ def parity(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("parity")
     base = dict(n_bits=16, n_tasks=10, min_far_bit=4, min_visible=4)
-    syn.write_parity_store(syn.ParityConfig(**base, n_samples=400, mask_fraction=0.5), root / "train", progress=False)
+    syn.write_parity_store(
+        syn.ParityConfig(**base, n_samples=400, mask_fraction=0.5), root / "train", progress=False
+    )
     syn.write_parity_store(syn.ParityConfig(**base, n_samples=160, seed=1), root / "val", progress=False)
-    cfg = {"model": {"size": "tiny-2x128", "n_layer": 1, "n_head": 2, "n_embd": 32},
-           "data": {"store": str(root / "train"), "val_store": str(root / "val"), "mode": "long_docs"},
-           "objective": {"name": "last_token"}, "optim": {"lr": 3e-3, "warmup_steps": 1},
-           "train": {"out_dir": str(root / "run"), "seq_len": 17, "tokens_per_step": 17 * 16, "max_steps": 4,
-                     "val_every": 0, "val_tokens": 17 * 16, "ckpt_every": 0, "threads": 1, "peak_flops": 1e12,
-                     "progress": False, "dtype": "fp32", "log_every": 2}}
+    cfg = {
+        "model": {"size": "tiny-2x128", "n_layer": 1, "n_head": 2, "n_embd": 32},
+        "data": {"store": str(root / "train"), "val_store": str(root / "val"), "mode": "long_docs"},
+        "objective": {"name": "last_token"},
+        "optim": {"lr": 3e-3, "warmup_steps": 1},
+        "train": {
+            "out_dir": str(root / "run"),
+            "seq_len": 17,
+            "tokens_per_step": 17 * 16,
+            "max_steps": 4,
+            "val_every": 0,
+            "val_tokens": 17 * 16,
+            "ckpt_every": 0,
+            "threads": 1,
+            "peak_flops": 1e12,
+            "progress": False,
+            "dtype": "fp32",
+            "log_every": 2,
+        },
+    }
     result = train(from_dict(RunConfig, cfg))
     return root, result
 
@@ -61,8 +86,26 @@ def test_parity_run_gives_the_bayes_table_and_correlations(parity, tmp_path, cap
     # the trainer's validation loss is the answer's cross-entropy on the val store
     assert 0 < result.val_loss < np.log(257) + 0.5
     out = tmp_path / "ent"
-    assert main(["analyze", "entropy", "--model", str(root / "run"), "--data", str(root / "val"),
-                 "--contexts", "4,8,12,16", "--samples", "150", "--out", str(out), *QUICK]) == 0
+    assert (
+        main(
+            [
+                "analyze",
+                "entropy",
+                "--model",
+                str(root / "run"),
+                "--data",
+                str(root / "val"),
+                "--contexts",
+                "4,8,12,16",
+                "--samples",
+                "150",
+                "--out",
+                str(out),
+                *QUICK,
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "Bayes" in printed and "Pearson r vs CE" in printed and "CE/task" in printed
     doc = json.loads((out / "entropy.json").read_text())
@@ -78,8 +121,15 @@ def test_parity_run_gives_the_bayes_table_and_correlations(parity, tmp_path, cap
         assert set(r["entropy"]) == {"4", "8", "32"} and set(r["dimension"]) == {"0.01", "0.1"}
         assert "kde_entropy" in r and "twonn" in r and "mle" not in r
     assert res["summary"]["max_abs_diff_bayes"] == pytest.approx(max(r["abs_diff"] for r in res["contexts"]))
-    assert set(res["fits_vs_ce"]) == {"entropy@4", "entropy@8", "entropy@32", "dimension@0.01", "dimension@0.1",
-                                      "kde_entropy", "twonn"}
+    assert set(res["fits_vs_ce"]) == {
+        "entropy@4",
+        "entropy@8",
+        "entropy@32",
+        "dimension@0.01",
+        "dimension@0.1",
+        "kde_entropy",
+        "twonn",
+    }
     spectra = np.load(out / "entropy.relative_eigenvalues.npy")
     assert spectra.shape == (4, 32) and np.allclose(spectra[:, 0], 1.0)
     assert (out / "entropy.png").stat().st_size > 10_000
@@ -116,15 +166,17 @@ def test_text_protocol_matches_the_bayes_fit_losses(tmp_path):
     src.mkdir()
     text = (SHARED_DATA / "tinyshakespeare" / "input.txt").read_text()
     for i in range(4):
-        (src / f"d{i}.txt").write_text(text[i * 3000:i * 3000 + 600])
+        (src / f"d{i}.txt").write_text(text[i * 3000 : i * 3000 + 600])
     store = ingest(src, tmp_path / "st", IngestConfig(tokenizer="byte"), progress=False).store
     adapter = byte_adapter(tiny_gpt(1, block_size=64), batch_size=8)
-    o = entropy.Options(contexts=[4, 16, 48], samples=60, seed=2, estimators=[], kde_dims=0, n_components=[5, 0])
+    o = entropy.Options(
+        contexts=[4, 16, 48], samples=60, seed=2, estimators=[], kde_dims=0, n_components=[5, 0]
+    )
     col = entropy.collect_text(adapter, store, o, progress=False)
     targets = sample_targets(store, 60, 48, 2)
     assert np.allclose(col.losses, last_token_losses(adapter, store, targets, [4, 16, 48]), atol=1e-5)
     d, t = targets[7]
-    ids = np.asarray(store.doc(d)[t - 16:t], dtype=np.int64)
+    ids = np.asarray(store.doc(d)[t - 16 : t], dtype=np.int64)
     assert np.allclose(col.features[1][7], adapter.hidden_states(ids, layer=-1)[0, -1].numpy(), atol=1e-5)
     results, arrays = entropy.analyze(col, o, progress=False)
     assert "bayes_risk" not in results["contexts"][0]
@@ -143,19 +195,36 @@ def test_bad_input_gives_one_clear_line(parity, tmp_path, capsys):
 
     assert "at least 3 distinct context lengths" in err("--model", run, "--data", val)
     assert "at least 3 distinct context lengths" in err("--model", run, "--data", val, "--contexts", "4,8,8")
-    assert "supports at most 17" in err("--model", run, "--data", val, "--contexts", "4,8,20", "--protocol", "text")
+    assert "supports at most 17" in err(
+        "--model", run, "--data", val, "--contexts", "4,8,20", "--protocol", "text"
+    )
     assert "store not found" in err("--model", run, "--data", str(tmp_path / "nope"), "--contexts", "4,8,12")
     assert "model not found" in err("--model", str(tmp_path / "nope"), "--data", val, "--contexts", "4,8,12")
     assert "visible bits in 0..16" in err("--model", run, "--data", val, "--contexts", "4,8,40")
     assert "too few for PCA" in err("--model", run, "--data", val, "--contexts", "4,8,12", "--samples", "50")
-    assert "unmasked samples" in err("--model", run, "--data", str(root / "train"), "--contexts", "4,8,12",
-                                     "--samples", "390", "--n-components", "4", "--estimators", "")
-    assert "config key 'samples' must be int" in err("--model", run, "--data", val, "--contexts", "4",
-                                                     "--samples", "many")
-    assert "must be auto, text or parity" in err("--model", run, "--data", val, "--contexts", "4",
-                                                 "--protocol", "bits")
-    assert "unknown intrinsic-dimension estimator" in err("--model", run, "--data", val, "--contexts", "4,8,12",
-                                                          "--samples", "120", "--estimators", "pca9")
+    assert "unmasked samples" in err(
+        "--model",
+        run,
+        "--data",
+        str(root / "train"),
+        "--contexts",
+        "4,8,12",
+        "--samples",
+        "390",
+        "--n-components",
+        "4",
+        "--estimators",
+        "",
+    )
+    assert "config key 'samples' must be int" in err(
+        "--model", run, "--data", val, "--contexts", "4", "--samples", "many"
+    )
+    assert "must be auto, text or parity" in err(
+        "--model", run, "--data", val, "--contexts", "4", "--protocol", "bits"
+    )
+    assert "unknown intrinsic-dimension estimator" in err(
+        "--model", run, "--data", val, "--contexts", "4,8,12", "--samples", "120", "--estimators", "pca9"
+    )
     with pytest.raises(UserError, match="supports at most 17"):
         from contextlab.eval import load_model
 

@@ -12,9 +12,21 @@ from contextlab.eval import optimal_context as oc
 
 
 def _cfg(tmp_path, **kw) -> oc.SweepConfig:
-    base = dict(n_bits=12, n_tasks=4, min_far_bit=3, data_sizes=[512, 2048], contexts=[2, 12], val_samples=1000,
-                hidden=64, lr=3e-3, batch_size=64, eval_every=20, patience=6,
-                max_steps=400, out_dir=str(tmp_path / "sweep"))
+    base = dict(
+        n_bits=12,
+        n_tasks=4,
+        min_far_bit=3,
+        data_sizes=[512, 2048],
+        contexts=[2, 12],
+        val_samples=1000,
+        hidden=64,
+        lr=3e-3,
+        batch_size=64,
+        eval_every=20,
+        patience=6,
+        max_steps=400,
+        out_dir=str(tmp_path / "sweep"),
+    )
     return oc.SweepConfig(**{**base, **kw})
 
 
@@ -45,7 +57,12 @@ def test_sweep_writes_results_and_resumes(tmp_path, monkeypatch):
     assert saved["cells"] == json.loads(json.dumps(res["cells"]))
     assert set(res["feature_fits"]) == {"512", "2048"}
     cell = res["cells"]["2048/12"]["features"]
-    assert set(cell["entropy"]) == {"10", "20", "50", "64"}  # hidden=64: all = 64 components and cell["dimension"]["0.002"] >= 1
+    assert set(cell["entropy"]) == {
+        "10",
+        "20",
+        "50",
+        "64",
+    }  # hidden=64: all = 64 components and cell["dimension"]["0.002"] >= 1
     assert -1 <= res["feature_fits"]["2048"]["entropy@10"]["r"] <= 1
     monkeypatch.setattr(oc, "fit_cell", lambda *a, **k: pytest.fail("a finished cell was trained again"))
     assert oc.run_sweep(cfg, progress=False)["cells"] == res["cells"]

@@ -12,7 +12,6 @@ import time
 import numpy as np
 import pytest
 
-from contextlab.data import ingest as ingest_mod
 from contextlab.data.ingest import IngestConfig, ingest
 from contextlab.data.sources import SourceOptions
 from contextlab.data.store import StoreWriter, TokenStore
@@ -68,8 +67,21 @@ def test_torn_write_after_last_commit_is_dropped(tmp_path, monkeypatch):
 def test_resume_after_real_sigkill(tmp_path):
     src = make_corpus(tmp_path / "c", n_files=400, size=6000)
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "contextlab", "data", "ingest", str(src), "--out", str(out),
-           "--tokenizer", "byte", "--batch-mb", "0.005", "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "contextlab",
+        "data",
+        "ingest",
+        str(src),
+        "--out",
+        str(out),
+        "--tokenizer",
+        "byte",
+        "--batch-mb",
+        "0.005",
+        "--no-progress",
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     progress = out.with_name("out.partial") / "progress.json"
@@ -140,7 +152,9 @@ def test_partial_of_a_different_source_is_refused(tmp_path, monkeypatch):
     with pytest.raises(UserError, match="unfinished ingest of a different source"):
         ingest(src, tmp_path / "out", IngestConfig(batch_mb=0.01, min_tokens=3), progress=False)
     # with --overwrite the unfinished run is discarded and the new one completes
-    rep = ingest(src, tmp_path / "out", IngestConfig(batch_mb=0.01, min_tokens=3), overwrite=True, progress=False)
+    rep = ingest(
+        src, tmp_path / "out", IngestConfig(batch_mb=0.01, min_tokens=3), overwrite=True, progress=False
+    )
     assert rep.store.n_docs == 20 and rep.resumed_from_docs == 0
 
 
@@ -148,8 +162,9 @@ def test_failed_run_that_committed_nothing_does_not_block(tmp_path):
     write_tree(tmp_path / "c", {"bad.txt": b"\xff\xfe bad"})
     with pytest.raises(UserError, match="bad.txt"):
         ingest(tmp_path / "c", tmp_path / "s", progress=False)
-    rep = ingest(tmp_path / "c", tmp_path / "s", IngestConfig(source=SourceOptions(encoding="replace")),
-                 progress=False)
+    rep = ingest(
+        tmp_path / "c", tmp_path / "s", IngestConfig(source=SourceOptions(encoding="replace")), progress=False
+    )
     assert rep.store.n_docs == 1
 
 
@@ -168,8 +183,9 @@ def test_bpe_training_and_store_spec(tmp_path):
 
 def test_gpt2_ids_in_store(tmp_path, shared_data):
     src = write_tree(tmp_path / "c", {"h.txt": "Hello world"})
-    s = ingest(src, tmp_path / "s", IngestConfig(tokenizer=f"gpt2:{shared_data / 'gpt2_tokenizer'}"),
-               progress=False).store
+    s = ingest(
+        src, tmp_path / "s", IngestConfig(tokenizer=f"gpt2:{shared_data / 'gpt2_tokenizer'}"), progress=False
+    ).store
     assert s.doc(0).tolist() == [15496, 995] and s.dtype == np.uint16
 
 
@@ -190,7 +206,8 @@ def test_undecodable_bytes_are_reported(tmp_path):
     write_tree(tmp_path / "c", {"ok.txt": "fine", "bad.txt": b"caf\xe9 and \xff\xfe"})
     with pytest.raises(UserError, match="bad.txt"):
         ingest(tmp_path / "c", tmp_path / "s", progress=False)
-    rep = ingest(tmp_path / "c", tmp_path / "s", IngestConfig(source=SourceOptions(encoding="replace")),
-                 progress=False)
+    rep = ingest(
+        tmp_path / "c", tmp_path / "s", IngestConfig(source=SourceOptions(encoding="replace")), progress=False
+    )
     assert rep.store.meta["source_stats"]["undecodable_bytes"] == 3
     assert rep.store.tokenizer().decode(rep.store.doc(0)) == "caf\ufffd and \ufffd\ufffd"

@@ -32,7 +32,7 @@ def test_packed_rows_are_windows_of_the_stream(view):
     stream = expected_stream(loader)
     assert loader.n_rows == (len(stream) - 1) // 4
     for r in range(loader.n_rows):
-        assert loader.row(r).tolist() == stream[r * 4:r * 4 + 5]
+        assert loader.row(r).tolist() == stream[r * 4 : r * 4 + 5]
     assert sorted(loader.doc_order.tolist()) == [0, 1, 2, 3, 4]
 
 
@@ -59,8 +59,10 @@ def test_every_row_once_per_epoch_and_deterministic(view):
 
 def test_rank_slices_partition_the_global_batch(view):
     single = TokenLoader(view, seq_len=3, rows_per_step=4, separator=256, seed=2)
-    ranks = [TokenLoader(view, seq_len=3, rows_per_step=4, separator=256, seed=2, rank=r, world_size=2)
-             for r in range(2)]
+    ranks = [
+        TokenLoader(view, seq_len=3, rows_per_step=4, separator=256, seed=2, rank=r, world_size=2)
+        for r in range(2)
+    ]
     for _ in range(5):
         full = single.next_batch().tokens
         parts = np.concatenate([ld.next_batch().tokens for ld in ranks])
@@ -109,11 +111,13 @@ def test_first_tokens_is_exact_and_nested(tmp_path):
     assert small.n_tokens() == 300 and big.n_tokens() == 1500
     assert sum(len(small.doc(i)) for i in range(len(small))) == 300
     # the smaller set is a prefix of the larger: same documents in the same order, the last one cut shorter
-    assert list(big.indices[:len(small)]) == list(small.indices)
+    assert list(big.indices[: len(small)]) == list(small.indices)
     for i in range(len(small)):
         a, b = small.doc(i), big.doc(i)
-        assert np.array_equal(a, b[:len(a)])
-    assert list(first_tokens(store, 1500, seed=2).indices) != list(big.indices)  # the seed picks the documents
+        assert np.array_equal(a, b[: len(a)])
+    assert list(first_tokens(store, 1500, seed=2).indices) != list(
+        big.indices
+    )  # the seed picks the documents
     assert first_tokens(all_documents(store), store.n_tokens).n_tokens() == store.n_tokens
     with pytest.raises(UserError, match="hold only"):
         first_tokens(store, store.n_tokens + 1)

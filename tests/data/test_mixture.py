@@ -24,16 +24,27 @@ LETTERS = ["abc", "def", "ghi"]  # each source writes with its own letters: a ro
 
 def corpus(letters: str, n: int, seed: int) -> dict[str, str]:
     rng = np.random.default_rng(seed)
-    return {f"doc{i:03d}.txt": " ".join("".join(rng.choice(list(letters), size=int(rng.integers(2, 6))))
-                                        for _ in range(int(rng.integers(5, 30)))) for i in range(n)}
+    return {
+        f"doc{i:03d}.txt": " ".join(
+            "".join(rng.choice(list(letters), size=int(rng.integers(2, 6))))
+            for _ in range(int(rng.integers(5, 30)))
+        )
+        for i in range(n)
+    }
 
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory):
     root = tmp_path_factory.mktemp("mix")
-    return [pack(make_store(root, corpus(letters, 60, i), name=f"s{i}"), root / f"p{i}",
-                 PackConfig(method="ep", seq_len=33, seed=1), progress=False).packed
-            for i, letters in enumerate(LETTERS)]
+    return [
+        pack(
+            make_store(root, corpus(letters, 60, i), name=f"s{i}"),
+            root / f"p{i}",
+            PackConfig(method="ep", seq_len=33, seed=1),
+            progress=False,
+        ).packed
+        for i, letters in enumerate(LETTERS)
+    ]
 
 
 def loader(packed, weights, rows, rank=0, world=1, seed=0):
@@ -98,14 +109,35 @@ def test_bad_weights_are_refused(packed):
 
 
 def mixture_config(sources, out_dir, **data) -> RunConfig:
-    return from_dict(RunConfig, {
-        "model": {"size": "tiny-4x256", "n_layer": 1, "n_head": 2, "n_embd": 32},
-        "optim": {"lr": 3e-3, "warmup_steps": 2},
-        "data": {"mixture": [{"packed": str(sources[0].path), "weight": 0.5},
-                             {"packed": str(sources[1].path), "weight": 0.5}], "val_fraction": 0.1, **data},
-        "train": {"out_dir": str(out_dir), "seq_len": 32, "tokens_per_step": 128, "max_steps": 6, "ckpt_every": 3,
-                  "val_every": 0, "val_tokens": 128, "threads": 1, "peak_flops": 1e12, "progress": False,
-                  "dtype": "fp32", "log_every": 1}})
+    return from_dict(
+        RunConfig,
+        {
+            "model": {"size": "tiny-4x256", "n_layer": 1, "n_head": 2, "n_embd": 32},
+            "optim": {"lr": 3e-3, "warmup_steps": 2},
+            "data": {
+                "mixture": [
+                    {"packed": str(sources[0].path), "weight": 0.5},
+                    {"packed": str(sources[1].path), "weight": 0.5},
+                ],
+                "val_fraction": 0.1,
+                **data,
+            },
+            "train": {
+                "out_dir": str(out_dir),
+                "seq_len": 32,
+                "tokens_per_step": 128,
+                "max_steps": 6,
+                "ckpt_every": 3,
+                "val_every": 0,
+                "val_tokens": 128,
+                "threads": 1,
+                "peak_flops": 1e12,
+                "progress": False,
+                "dtype": "fp32",
+                "log_every": 1,
+            },
+        },
+    )
 
 
 def test_training_on_a_mixture_resumes_exactly(packed, tmp_path):
@@ -118,7 +150,7 @@ def test_training_on_a_mixture_resumes_exactly(packed, tmp_path):
     shutil.copytree(ref, crashed)
     shutil.rmtree(crashed / "checkpoints" / "step_000006")
     train(mixture_config(packed, crashed))
-    loss = lambda d: [json.loads(x)["loss"] for x in (d / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
+    loss = lambda d: [json.loads(x)["loss"] for x in (d / "metrics.jsonl").read_text().splitlines()]
     assert len(loss(ref)) == 6 and loss(crashed) == loss(ref)  # steps 4-6 recomputed bitwise
     adapter = load_model(ref)  # evaluations find the tokenizer through the mixture's packed stores
     assert adapter.tokenizer.hash == packed[0].store.tokenizer_hash

@@ -57,12 +57,24 @@ def test_wrong_packing_length_and_wrong_view_are_refused(packed):
 
 
 def test_training_on_a_packed_store(packed, tmp_path):
-    cfg = {"model": {"size": "tiny-4x256", "n_layer": 1, "n_head": 2, "n_embd": 32},
-           "optim": {"lr": 3e-3, "warmup_steps": 2},
-           "data": {"packed": str(packed.path), "val_fraction": 0.1},
-           "train": {"out_dir": str(tmp_path / "run"), "seq_len": 32, "tokens_per_step": 128, "max_steps": 6,
-                     "log_every": 1, "val_every": 3, "val_tokens": 64, "threads": 1, "peak_flops": 1e12,
-                     "progress": False, "dtype": "fp32"}}
+    cfg = {
+        "model": {"size": "tiny-4x256", "n_layer": 1, "n_head": 2, "n_embd": 32},
+        "optim": {"lr": 3e-3, "warmup_steps": 2},
+        "data": {"packed": str(packed.path), "val_fraction": 0.1},
+        "train": {
+            "out_dir": str(tmp_path / "run"),
+            "seq_len": 32,
+            "tokens_per_step": 128,
+            "max_steps": 6,
+            "log_every": 1,
+            "val_every": 3,
+            "val_tokens": 64,
+            "threads": 1,
+            "peak_flops": 1e12,
+            "progress": False,
+            "dtype": "fp32",
+        },
+    }
     res = train(from_dict(RunConfig, cfg))
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert res.steps == 6 and len(rows) == 6 and res.val_loss is not None

@@ -36,18 +36,21 @@ def texts(path, **opts) -> list[str]:
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    return write(tmp_path / "corpus", {
-        "b.txt": "bee\r\n",
-        "a/z.py": "print(1)\n",
-        "a/b/c.md": "# c",
-        "a.txt": "ay",
-        "empty.txt": "",
-        "blank.txt": " \n\t",
-        "img.bin": b"\x89PNG\x00\x00data",
-        ".git/config": "[core]",
-        "a/.hidden.txt": "secret",
-        "zip/d.txt.gz": gzip.compress(b"gz body"),
-    })
+    return write(
+        tmp_path / "corpus",
+        {
+            "b.txt": "bee\r\n",
+            "a/z.py": "print(1)\n",
+            "a/b/c.md": "# c",
+            "a.txt": "ay",
+            "empty.txt": "",
+            "blank.txt": " \n\t",
+            "img.bin": b"\x89PNG\x00\x00data",
+            ".git/config": "[core]",
+            "a/.hidden.txt": "secret",
+            "zip/d.txt.gz": gzip.compress(b"gz body"),
+        },
+    )
 
 
 def test_folder_order_meta_and_counts(tree: Path):
@@ -89,11 +92,14 @@ def test_symlinks_not_followed_out_of_tree(tmp_path: Path):
     assert src.stats.skipped_symlinks == 2
 
 
-@pytest.mark.parametrize("policy, expect, counts", [
-    ("replace", "ok \ufffd\ufffd caf\u00e9 \ufffd end", {"undecodable_bytes": 4, "undecodable_files": 1}),
-    ("latin-1", BAD_UTF8.decode("latin-1"), {"latin1_files": 1, "undecodable_bytes": 0}),
-    ("skip", None, {"undecodable_bytes": 4, "undecodable_files": 1}),
-])
+@pytest.mark.parametrize(
+    "policy, expect, counts",
+    [
+        ("replace", "ok \ufffd\ufffd caf\u00e9 \ufffd end", {"undecodable_bytes": 4, "undecodable_files": 1}),
+        ("latin-1", BAD_UTF8.decode("latin-1"), {"latin1_files": 1, "undecodable_bytes": 0}),
+        ("skip", None, {"undecodable_bytes": 4, "undecodable_files": 1}),
+    ],
+)
 def test_encoding_policies(tmp_path: Path, policy, expect, counts):
     root = write(tmp_path / "c", {"bad.txt": BAD_UTF8, "good.txt": "fine"})
     src = open_source(root, SourceOptions(encoding=policy))
@@ -104,7 +110,9 @@ def test_encoding_policies(tmp_path: Path, policy, expect, counts):
 
 def test_encoding_strict_names_file_and_offset(tmp_path: Path):
     root = write(tmp_path / "c", {"bad.txt": BAD_UTF8})
-    with pytest.raises(UserError, match=r"bad\.txt is not valid UTF-8 \(byte offset 3\); use --encoding replace"):
+    with pytest.raises(
+        UserError, match=r"bad\.txt is not valid UTF-8 \(byte offset 3\); use --encoding replace"
+    ):
         list(open_source(root))
 
 
@@ -114,8 +122,13 @@ def test_jsonl_plain_gz_and_domain_field(tmp_path: Path):
     plain = write(tmp_path, {"wiki.jsonl": body})
     got = docs(tmp_path / "wiki.jsonl")
     assert [t for t, _ in got] == ["one", "two", "four"]
-    assert got[2][1] == {"id": "wiki.jsonl#4", "source": str(plain / "wiki.jsonl"), "path": "wiki.jsonl",
-                         "row": 4, "domain": "wiki"}
+    assert got[2][1] == {
+        "id": "wiki.jsonl#4",
+        "source": str(plain / "wiki.jsonl"),
+        "path": "wiki.jsonl",
+        "row": 4,
+        "domain": "wiki",
+    }
     gz = tmp_path / "web.jsonl.gz"
     gz.write_bytes(gzip.compress(("".join(json.dumps(r) + "\n" for r in rows[:2])).encode()))
     src = open_source(gz, SourceOptions(domain_field="lang"))
@@ -124,18 +137,29 @@ def test_jsonl_plain_gz_and_domain_field(tmp_path: Path):
 
 
 def test_jsonl_bad_line_and_missing_field(tmp_path: Path):
-    write(tmp_path, {"a.jsonl": '{"text": "ok"}\n{"text": oops}\n', "b.jsonl": '{"text": "ok"}\n{"body": "x"}\n',
-                     "c.jsonl": '{"text": 3}\n', "d.json": '[{"text": "x"}]\n',
-                     "e.json": '[\n  {"text": "x"}\n]\n'})
+    write(
+        tmp_path,
+        {
+            "a.jsonl": '{"text": "ok"}\n{"text": oops}\n',
+            "b.jsonl": '{"text": "ok"}\n{"body": "x"}\n',
+            "c.jsonl": '{"text": 3}\n',
+            "d.json": '[{"text": "x"}]\n',
+            "e.json": '[\n  {"text": "x"}\n]\n',
+        },
+    )
     with pytest.raises(UserError, match=r"a\.jsonl line 2 is not valid JSON"):
         list(open_source(tmp_path / "a.jsonl"))
-    with pytest.raises(UserError, match=r"b\.jsonl line 2 has no field 'text' \(found: body\); pass --text-field"):
+    with pytest.raises(
+        UserError, match=r"b\.jsonl line 2 has no field 'text' \(found: body\); pass --text-field"
+    ):
         list(open_source(tmp_path / "b.jsonl"))
     with pytest.raises(UserError, match=r"c\.jsonl line 1: field 'text' holds int, not text"):
         list(open_source(tmp_path / "c.jsonl"))
     with pytest.raises(UserError, match=r"d\.json line 1 holds a JSON list, not an object"):
         list(open_source(tmp_path / "d.json"))
-    with pytest.raises(UserError, match=r"e\.json line 1 is not valid JSON .*\(a JSON array\? write one object per line\)"):
+    with pytest.raises(
+        UserError, match=r"e\.json line 1 is not valid JSON .*\(a JSON array\? write one object per line\)"
+    ):
         list(open_source(tmp_path / "e.json"))
 
 
@@ -149,13 +173,19 @@ def test_folder_of_jsonl_is_jsonl(tmp_path: Path):
 def test_parquet_file_and_folder(tmp_path: Path):
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     table = pa.table({"text": [f"doc {i}" for i in range(10)], "dom": ["x", "y"] * 5})
     pq.write_table(table, tmp_path / "big.parquet", row_group_size=3)  # 4 row groups
     assert pq.ParquetFile(tmp_path / "big.parquet").num_row_groups == 4
     got = docs(tmp_path / "big.parquet")
     assert [t for t, _ in got] == [f"doc {i}" for i in range(10)]
-    assert got[7][1] == {"id": "big.parquet#7", "source": str(tmp_path / "big.parquet"), "path": "big.parquet",
-                         "row": 7, "domain": "big"}
+    assert got[7][1] == {
+        "id": "big.parquet#7",
+        "source": str(tmp_path / "big.parquet"),
+        "path": "big.parquet",
+        "row": 7,
+        "domain": "big",
+    }
     assert [m["domain"] for _, m in docs(tmp_path / "big.parquet", domain_field="dom")][:3] == ["x", "y", "x"]
     folder = tmp_path / "pq"
     folder.mkdir()
@@ -171,6 +201,7 @@ def test_parquet_file_and_folder(tmp_path: Path):
 
 def test_hf_dataset_and_dataset_dict(tmp_path: Path):
     import datasets
+
     ds = datasets.Dataset.from_dict({"text": ["zero", "one", "two"], "src": ["a", "b", "c"]})
     ds.save_to_disk(str(tmp_path / "ds"), num_shards=2)
     src = open_source(tmp_path / "ds", SourceOptions(domain_field="src"))
@@ -210,7 +241,12 @@ def test_arrow_file_format_fallback_and_corrupt_files(tmp_path: Path):
 def test_single_file_binary_and_missing(tmp_path: Path):
     write(tmp_path, {"one.txt": "just one\n", "blob.dat": b"\x00\x01\x02"})
     got = docs(tmp_path / "one.txt")
-    assert got == [("just one\n", {"id": "one.txt", "source": str(tmp_path / "one.txt"), "path": "one.txt", "domain": ""})]
+    assert got == [
+        (
+            "just one\n",
+            {"id": "one.txt", "source": str(tmp_path / "one.txt"), "path": "one.txt", "domain": ""},
+        )
+    ]
     with pytest.raises(UserError, match="SOURCE is not a text file"):
         open_source(tmp_path / "blob.dat")
     with pytest.raises(UserError, match=r"^SOURCE not found: .*nope$"):
@@ -218,9 +254,14 @@ def test_single_file_binary_and_missing(tmp_path: Path):
 
 
 def test_empty_corpus_names_what_was_skipped(tmp_path: Path):
-    write(tmp_path / "c", {"a.bin": b"\x00", "b.bin": b"x\x00", "c.bin": b"\x00\x00", "e.txt": "", "f.txt": "  "})
+    write(
+        tmp_path / "c",
+        {"a.bin": b"\x00", "b.bin": b"x\x00", "c.bin": b"\x00\x00", "e.txt": "", "f.txt": "  "},
+    )
     src = open_source(tmp_path / "c")
-    with pytest.raises(UserError, match=r"no documents in .*: 5 files read: 3 files were binary, 2 empty; check --include"):
+    with pytest.raises(
+        UserError, match=r"no documents in .*: 5 files read: 3 files were binary, 2 empty; check --include"
+    ):
         list(src)
     with pytest.raises(UserError, match=r": 1 file read: 1 shorter than --min-chars 7;"):
         list(open_source(write(tmp_path / "d", {"s.txt": "sixsix"}), SourceOptions(min_chars=7)))
@@ -268,7 +309,9 @@ def test_gutenberg_small_case(tmp_path: Path):
     assert texts(tmp_path / "g", strip_gutenberg="no")[1] == GUTENBERG_TOY
     with pytest.raises(UserError, match="no Project Gutenberg START/END markers in plain.txt"):
         list(open_source(tmp_path / "g", SourceOptions(strip_gutenberg="yes")))
-    assert find_gutenberg_body("x *** START OF THE PROJECT GUTENBERG EBOOK X ***\n") is None  # not at line start
+    assert (
+        find_gutenberg_body("x *** START OF THE PROJECT GUTENBERG EBOOK X ***\n") is None
+    )  # not at line start
 
 
 def test_gutenberg_all_books_match_manifest():

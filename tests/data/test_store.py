@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from contextlab.data.ingest import IngestConfig, ingest
-from contextlab.data.sources import SourceOptions
 from contextlab.data.store import TokenStore, dtype_for_vocab
 from contextlab.data.views import long_documents, split_documents
 from contextlab.errors import UserError
@@ -43,7 +42,9 @@ def test_meta_describes_itself(store):
     assert meta["format"] == "contextlab-token-store" and meta["version"] == 1
     assert meta["tokenizer"]["kind"] == "byte" and meta["tokenizer"]["hash"] == store.tokenizer().hash
     assert meta["n_docs"] == 4 and meta["dtype"] == "uint16" and len(meta["content_hash"]) == 64
-    assert (store.path / "config.toml").is_file() and (store.path / "tokenizer" / "tokenizer_spec.json").is_file()
+    assert (store.path / "config.toml").is_file() and (
+        store.path / "tokenizer" / "tokenizer_spec.json"
+    ).is_file()
 
 
 def test_dtype_for_vocab():
@@ -121,7 +122,9 @@ def test_split_by_document_is_deterministic_and_disjoint(store):
     tr2, va2 = split_documents(store, 0.5, seed=1)
     assert tr.indices.tolist() == tr2.indices.tolist() and va.indices.tolist() == va2.indices.tolist()
     assert sorted(tr.indices.tolist() + va.indices.tolist()) == [0, 1, 2, 3] and len(va) == 2
-    assert {tuple(split_documents(store, 0.5, seed=s)[1].indices.tolist()) for s in range(20)} != {tuple(va.indices.tolist())}
+    assert {tuple(split_documents(store, 0.5, seed=s)[1].indices.tolist()) for s in range(20)} != {
+        tuple(va.indices.tolist())
+    }
     with pytest.raises(UserError):
         split_documents(store, 1.5)
 
@@ -138,5 +141,5 @@ def test_split_tail_holds_out_the_end_of_every_document(store):
     assert [int(i) for i in val.indices] == [0, 1, 2, 3] and [int(i) for i in train.indices] == [0, 1, 2]
     for i in range(len(val)):
         d = int(val.indices[i])
-        assert val.doc(i).tolist() == store.doc(d)[lens[d] // 2:].tolist()
+        assert val.doc(i).tolist() == store.doc(d)[lens[d] // 2 :].tolist()
     assert train.n_tokens() + val.n_tokens() == store.n_tokens

@@ -18,7 +18,7 @@ def test_tasks_follow_the_seed_construction():
     t = syn.make_tasks(cfg)
     far, counts = np.unique(t.far, return_counts=True)
     assert far.tolist() == list(range(11, 61)) and set(counts.tolist()) == {2}  # 2 tasks per far bit 11..60
-    assert np.all((1 <= t.near) & (t.near < t.far))
+    assert np.all((t.near >= 1) & (t.near < t.far))
     assert t.freq.sum() == pytest.approx(1.0)
     assert np.all(np.diff(t.freq) <= 1e-15)  # nearer tasks are at least as frequent
     assert syn.make_tasks(cfg).near.tolist() == t.near.tolist()  # reproducible
@@ -28,8 +28,17 @@ def test_tasks_follow_the_seed_construction():
 
 def test_bayes_risk_reproduces_the_seed_table():
     """decay 1.2 gives the minimum-loss column of the seed's Table 1 within 0.0012 nats."""
-    table = {17: 0.4643, 20: 0.3988, 23: 0.3437, 25: 0.3116, 28: 0.2686, 30: 0.2429, 35: 0.1864, 40: 0.1387,
-             50: 0.0612}
+    table = {
+        17: 0.4643,
+        20: 0.3988,
+        23: 0.3437,
+        25: 0.3116,
+        28: 0.2686,
+        30: 0.2429,
+        35: 0.1864,
+        40: 0.1387,
+        50: 0.0612,
+    }
     tasks = syn.make_tasks(syn.ParityConfig())
     for ctl, want in table.items():
         assert abs(syn.bayes_risk(tasks, ctl) - want) < 0.0012, ctl
@@ -60,12 +69,18 @@ def test_exact_bayes_risk_equals_monte_carlo_of_the_bayes_predictor(visible):
 def test_token_layout_and_masking():
     cfg = syn.ParityConfig(n_bits=5, n_tasks=3, min_far_bit=2, min_visible=1)
     tasks = syn.ParityTasks(np.array([1, 2, 1]), np.array([2, 4, 5]), np.array([0.5, 0.3, 0.2]))
-    s = syn.ParitySamples(bits=np.array([[1, 0, 1, 1, 0], [0, 0, 1, 1, 1]], np.uint8),  # bit 1 first
-                          task=np.array([1, 2]), answer=np.array([1, 1], np.uint8), visible=np.array([5, 3]))
+    s = syn.ParitySamples(
+        bits=np.array([[1, 0, 1, 1, 0], [0, 0, 1, 1, 1]], np.uint8),  # bit 1 first
+        task=np.array([1, 2]),
+        answer=np.array([1, 1], np.uint8),
+        visible=np.array([5, 3]),
+    )
     rows = syn.to_tokens(s)
     B0, B1, M, T0 = syn.BIT0, syn.BIT1, syn.MASK, syn.TASK_BASE
-    assert rows.tolist() == [[B0, B1, B1, B0, B1, T0 + 1, B1],  # bit 5 .. bit 1, task, answer
-                             [M, M, B1, B0, B0, T0 + 2, B1]]  # bits 4, 5 masked
+    assert rows.tolist() == [
+        [B0, B1, B1, B0, B1, T0 + 1, B1],  # bit 5 .. bit 1, task, answer
+        [M, M, B1, B0, B0, T0 + 2, B1],
+    ]  # bits 4, 5 masked
     assert syn.mask_tokens(rows, 5, 2).tolist()[0] == [M, M, M, B0, B1, T0 + 1, B1]
     assert syn.bayes_probability(tasks, s).tolist() == [1.0, 0.5]  # bit 2 xor bit 4 = 1; task 2 needs bit 5
     assert syn.bayes_probability(tasks, s, visible=3).tolist() == [0.5, 0.5]
@@ -73,7 +88,9 @@ def test_token_layout_and_masking():
     big = syn.sample(cfg, syn.make_tasks(cfg), 1000, np.random.default_rng(0))
     t = syn.make_tasks(cfg)
     rows = np.arange(1000)
-    assert np.array_equal(big.answer, big.bits[rows, t.near[big.task] - 1] ^ big.bits[rows, t.far[big.task] - 1])
+    assert np.array_equal(
+        big.answer, big.bits[rows, t.near[big.task] - 1] ^ big.bits[rows, t.far[big.task] - 1]
+    )
 
 
 def test_masked_fraction_and_visible_range():
@@ -96,8 +113,11 @@ def test_store_is_reproducible_and_describes_itself(tmp_path):
     s = syn.sample(cfg, syn.make_tasks(cfg), 300, np.random.default_rng([cfg.seed, 1]))
     assert np.array_equal(np.stack([a.doc(i) for i in range(300)]), syn.to_tokens(s))
     assert a.doc_meta(4) == {"id": 4, "task": int(s.task[4]), "visible": int(s.visible[4])}
-    c = TokenStore(syn.write_parity_store(syn.ParityConfig(n_bits=20, n_tasks=12, n_samples=300, seed=6),
-                                          tmp_path / "c", progress=False))
+    c = TokenStore(
+        syn.write_parity_store(
+            syn.ParityConfig(n_bits=20, n_tasks=12, n_samples=300, seed=6), tmp_path / "c", progress=False
+        )
+    )
     assert c.hash != a.hash
     assert syn.parity_of_store(c)[1].near.tolist() == tasks.near.tolist()  # same task_seed, same tasks
     with pytest.raises(UserError, match="already exists"):
@@ -106,8 +126,25 @@ def test_store_is_reproducible_and_describes_itself(tmp_path):
 
 def test_cli_writes_a_store_and_rejects_bad_options(tmp_path, capsys):
     out = tmp_path / "p"
-    assert main(["data", "synthetic", "parity", "--out", str(out), "--n-bits", "30", "--n-tasks", "40",
-                 "--n-samples", "500", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "synthetic",
+                "parity",
+                "--out",
+                str(out),
+                "--n-bits",
+                "30",
+                "--n-tasks",
+                "40",
+                "--n-samples",
+                "500",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert "exact Bayes risk" in capsys.readouterr().out
     assert TokenStore(out).n_docs == 500
     assert main(["data", "synthetic", "parity", "--out", str(tmp_path / "q"), "--n-tasks", "300"]) == 2
@@ -126,7 +163,7 @@ def test_queries_layout_answers_every_task_of_the_same_bits():
     rows = syn.to_tokens(s)
     L = cfg.n_bits
     assert rows.shape == (300, L + 10)
-    assert np.array_equal(rows[:, L:L + 5], syn.TASK_BASE + s.task)
+    assert np.array_equal(rows[:, L : L + 5], syn.TASK_BASE + s.task)
     bits = s.bits[:, ::-1]  # farthest first, as in the rows
     for k in range(5):
         near, far = tasks.near[s.task[:, k]], tasks.far[s.task[:, k]]
@@ -149,7 +186,9 @@ def test_bias_fraction_biases_the_bits_not_the_xor():
     assert 0.45 < biased.mean() < 0.55
     assert density[biased].mean() == pytest.approx(0.15, abs=0.02)
     rows = np.arange(4000)
-    assert np.array_equal(s.answer, s.bits[rows, tasks.near[s.task] - 1] ^ s.bits[rows, tasks.far[s.task] - 1])
+    assert np.array_equal(
+        s.answer, s.bits[rows, tasks.near[s.task] - 1] ^ s.bits[rows, tasks.far[s.task] - 1]
+    )
     # the curriculum's point: on biased rows the answer agrees with a single bit of its task more often than not
     agree = (s.answer == s.bits[rows, tasks.near[s.task] - 1])[biased].mean()
     assert agree > 0.75
@@ -168,7 +207,9 @@ def test_query_tasks_uniform_draws_every_task_equally_often():
         s = syn.sample(cfg, tasks, 2000, np.random.default_rng(5))  # 100,000 draws
         counts[name] = np.bincount(s.task.ravel(), minlength=cfg.n_tasks) / s.task.size
         rows = np.arange(2000)[:, None]
-        assert np.array_equal(s.answer, s.bits[rows, tasks.near[s.task] - 1] ^ s.bits[rows, tasks.far[s.task] - 1])
+        assert np.array_equal(
+            s.answer, s.bits[rows, tasks.near[s.task] - 1] ^ s.bits[rows, tasks.far[s.task] - 1]
+        )
     assert np.abs(counts["frequency"] - tasks.freq).max() < 0.003
     assert np.abs(counts["uniform"] - 1 / by_freq.n_tasks).max() < 0.002
     # the rarest (farthest) task is asked ~2.5x as often as by frequency

@@ -51,10 +51,13 @@ def reference(tmp_path_factory) -> tiktoken.Encoding:
     """tiktoken's own GPT-2, built from the same files without contextlab (cache disabled)."""
     mp = pytest.MonkeyPatch()
     mp.setenv("TIKTOKEN_CACHE_DIR", "")
-    ranks = tiktoken.load.data_gym_to_mergeable_bpe_ranks(str(GPT2_DIR / "vocab.bpe"), str(GPT2_DIR / "encoder.json"))
+    ranks = tiktoken.load.data_gym_to_mergeable_bpe_ranks(
+        str(GPT2_DIR / "vocab.bpe"), str(GPT2_DIR / "encoder.json")
+    )
     mp.undo()
-    return tiktoken.Encoding(name="ref-gpt2", pat_str=r50k_pat_str, mergeable_ranks=ranks,
-                             special_tokens={"<|endoftext|>": 50256})
+    return tiktoken.Encoding(
+        name="ref-gpt2", pat_str=r50k_pat_str, mergeable_ranks=ranks, special_tokens={"<|endoftext|>": 50256}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -158,10 +161,16 @@ def test_hf_specials_post_processor_and_eos_choice():
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(["hello there, hello again"] * 10, trainer=trainer)
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 1)])
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 1)]
+    )
     hf = T.HFTokenizer(tok, "t")
     assert (hf.special_tokens, hf.eot_id) == ({"<s>": 0, "</s>": 1}, 1)
     ids = hf.encode("hello </s>")  # no template tokens, and "</s>" in text stays plain text
@@ -182,9 +191,11 @@ def test_bpe_trains_and_round_trips(bpe):
 
 
 def test_bpe_is_deterministic_across_processes(bpe):
-    code = ("from pathlib import Path; from contextlab.data.tokenizers import train_bpe; "
-            f"t = Path({str(BOOKS / 'pg1056.txt')!r}).read_bytes().decode('utf-8')[:300000]; "
-            "print(train_bpe([t[i:i + 5000] for i in range(0, len(t), 5000)], 512).hash)")
+    code = (
+        "from pathlib import Path; from contextlab.data.tokenizers import train_bpe; "
+        f"t = Path({str(BOOKS / 'pg1056.txt')!r}).read_bytes().decode('utf-8')[:300000]; "
+        "print(train_bpe([t[i:i + 5000] for i in range(0, len(t), 5000)], 512).hash)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == bpe.hash
 
@@ -297,18 +308,30 @@ def test_gpt2_as_tokenizer_json_uses_tiktoken(gpt2, tmp_path):
     assert hf.encode(text) == gpt2.encode(text) == hf_engine(hf).encode(text)
 
 
-@pytest.mark.parametrize("edit, reason", [
-    (lambda o: o.update(normalizer={"type": "Lowercase"}), "there is a normalizer"),
-    (lambda o: o["pre_tokenizer"].update(add_prefix_space=True), "no prefix space"),
-    (lambda o: o["pre_tokenizer"].update(use_regex=False), "GPT-2 regex"),
-    (lambda o: o["model"].update(dropout=1e-9), "dropout"),  # tiny: still a dropout, yet encode stays repeatable
-    (lambda o: o.update(decoder={"type": "Fuse"}), "decoder is not ByteLevel"),
-    (lambda o: o["added_tokens"].append({**o["added_tokens"][0], "id": 4096, "content": "x", "special": False}),
-     "not special"),
-    (lambda o: o["model"].update(merges=o["model"]["merges"][1::-1] + o["model"]["merges"][2:]),
-     "merge 1 'h e' does not make a new token with an id above"),
-    (lambda o: o["model"]["merges"].reverse(), "merge 0 'with out': HF's own BPE does not turn"),
-])
+@pytest.mark.parametrize(
+    "edit, reason",
+    [
+        (lambda o: o.update(normalizer={"type": "Lowercase"}), "there is a normalizer"),
+        (lambda o: o["pre_tokenizer"].update(add_prefix_space=True), "no prefix space"),
+        (lambda o: o["pre_tokenizer"].update(use_regex=False), "GPT-2 regex"),
+        (
+            lambda o: o["model"].update(dropout=1e-9),
+            "dropout",
+        ),  # tiny: still a dropout, yet encode stays repeatable
+        (lambda o: o.update(decoder={"type": "Fuse"}), "decoder is not ByteLevel"),
+        (
+            lambda o: o["added_tokens"].append(
+                {**o["added_tokens"][0], "id": 4096, "content": "x", "special": False}
+            ),
+            "not special",
+        ),
+        (
+            lambda o: o["model"].update(merges=o["model"]["merges"][1::-1] + o["model"]["merges"][2:]),
+            "merge 1 'h e' does not make a new token with an id above",
+        ),
+        (lambda o: o["model"]["merges"].reverse(), "merge 0 'with out': HF's own BPE does not turn"),
+    ],
+)
 def test_hf_engine_kept_when_tiktoken_cannot_reproduce(bpe4k, edit, reason):
     obj = tokenizer_json(bpe4k)
     edit(obj)
@@ -357,7 +380,9 @@ def test_increasing_merge_ids_alone_do_not_make_tiktoken_exact():
     assert hf.engine == "hf" and "merge 3 'ab cd'" in hf.engine_reason, hf.engine_reason
     assert hf.encode("abcd") == [vocab["a"], 256, vocab["d"]]
     ranks = {bytes([b]): b for b in range(256)} | {b"bc": 256, b"ab": 257, b"cd": 258, b"abcd": 259}
-    naive = tiktoken.Encoding("naive", pat_str=T.GPT2_PATTERN, mergeable_ranks=ranks, special_tokens={T.EOT: 260})
+    naive = tiktoken.Encoding(
+        "naive", pat_str=T.GPT2_PATTERN, mergeable_ranks=ranks, special_tokens={T.EOT: 260}
+    )
     assert naive.encode_ordinary("abcd") == [259]  # what a fast path without the check would return
 
 
@@ -426,8 +451,10 @@ def test_check_same_tokenizer(all_kinds):
     with pytest.raises(UserError) as err:
         T.check_same_tokenizer(gpt2, byte, "the model", "the data store")
     msg = str(err.value)
-    assert msg.startswith(f"the model's tokenizer (gpt2, hash {gpt2['hash'][:8]}) differs from "
-                          f"the data store's (byte, hash {byte['hash'][:8]}): ")
+    assert msg.startswith(
+        f"the model's tokenizer (gpt2, hash {gpt2['hash'][:8]}) differs from "
+        f"the data store's (byte, hash {byte['hash'][:8]}): "
+    )
     assert "\n" not in msg
 
 
@@ -459,7 +486,21 @@ def test_bad_specs_name_the_problem(tmp_path):
 def adversarial_texts(seed: int, n: int) -> list[str]:
     """Random mixes of letters, digits, punctuation, contractions and every kind of whitespace run."""
     rng = random.Random(seed)
-    spaces = [" ", "  ", "\t", "\n", "\r\n", "\u00a0", "\u3000", "\u2028", "\x0b", "\x85", "\x1c", "\u200b", "\u2009"]
+    spaces = [
+        " ",
+        "  ",
+        "\t",
+        "\n",
+        "\r\n",
+        "\u00a0",
+        "\u3000",
+        "\u2028",
+        "\x0b",
+        "\x85",
+        "\x1c",
+        "\u200b",
+        "\u2009",
+    ]
     pieces = ["'s", "'ll", " 123", "4567890", "😀", "👍🏽", "\u0301", " def", "don't", "...", "--", "日本"]
     texts = []
     for _ in range(n):
@@ -475,8 +516,12 @@ def adversarial_texts(seed: int, n: int) -> list[str]:
 def test_encoding_in_pieces_equals_encoding_whole(all_kinds, kind):
     tok = all_kinds[kind]
     book = read(BOOKS / "pg2701.txt", 200_000)
-    texts = [book, read(Path(sysconfig.get_paths()["stdlib"]) / "argparse.py"), UNICODE * 50,
-             *adversarial_texts(3, 200)]
+    texts = [
+        book,
+        read(Path(sysconfig.get_paths()["stdlib"]) / "argparse.py"),
+        UNICODE * 50,
+        *adversarial_texts(3, 200),
+    ]
     whole = tok.encode_batch(texts)
     for size in (7, 64, 1000):
         cuts = [tok.cut_points(t, size) for t in texts]

@@ -24,8 +24,16 @@ def tiny_gpt(seed: int = 0, block_size: int = 64) -> GPT:
 
 def byte_adapter(model: GPT, batch_size: int = 4, dtype: str = "fp32") -> ModelAdapter:
     tok = ByteTokenizer()
-    info = ModelInfo(id="tiny", kind="contextlab", path="-", architecture="tiny", n_params=0,
-                     max_context=model.config.block_size, extends_beyond=True, tokenizer=tok.spec())
+    info = ModelInfo(
+        id="tiny",
+        kind="contextlab",
+        path="-",
+        architecture="tiny",
+        n_params=0,
+        max_context=model.config.block_size,
+        extends_beyond=True,
+        tokenizer=tok.spec(),
+    )
     return ModelAdapter(model, tok, info, batch_size=batch_size, dtype=dtype)
 
 
@@ -35,5 +43,7 @@ def byte_store(tmp_path_factory):
     src = tmp_path_factory.mktemp("src")
     text = (SHARED_DATA / "tinyshakespeare" / "input.txt").read_text()
     for i, n in enumerate([40, 130, 300, 90, 260, 500]):
-        (src / f"d{i}.txt").write_text(text[i * 1000: i * 1000 + n])
-    return ingest(src, tmp_path_factory.mktemp("st") / "bytes", IngestConfig(tokenizer="byte"), progress=False).store
+        (src / f"d{i}.txt").write_text(text[i * 1000 : i * 1000 + n])
+    return ingest(
+        src, tmp_path_factory.mktemp("st") / "bytes", IngestConfig(tokenizer="byte"), progress=False
+    ).store

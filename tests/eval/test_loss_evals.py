@@ -29,14 +29,16 @@ def test_ppl_equals_a_hand_computation(byte_store):
     expected = []
     for d in docs:  # by hand: disjoint 64-token inputs, each predicting the next 64 tokens
         for s in range(0, len(d) - 1, 64):
-            expected.append(manual_token_losses(model, d[s:min(s + 65, len(d))]))
+            expected.append(manual_token_losses(model, d[s : min(s + 65, len(d))]))
     expected = np.concatenate(expected)
     assert len(out.arrays["token_losses"]) == sum(len(d) - 1 for d in docs)
     np.testing.assert_allclose(out.arrays["token_losses"], expected, rtol=1e-5, atol=1e-5)
     mean = expected.astype(np.float64).mean()
     assert out.results["summary"]["perplexity"] == pytest.approx(math.exp(mean), rel=1e-5)
     n_bytes = sum(len(d) - 1 for d in docs)  # byte tokenizer: one byte per scored token
-    assert out.results["summary"]["bits_per_byte"] == pytest.approx(expected.sum() / math.log(2) / n_bytes, rel=1e-5)
+    assert out.results["summary"]["bits_per_byte"] == pytest.approx(
+        expected.sum() / math.log(2) / n_bytes, rel=1e-5
+    )
 
 
 def test_stride_equal_to_window_is_disjoint_windows_and_smaller_stride_scores_each_token_once(byte_store):
@@ -45,7 +47,7 @@ def test_stride_equal_to_window_is_disjoint_windows_and_smaller_stride_scores_ea
     doc = np.asarray(byte_store.doc(5))[:200]
     assert ppl.windows(10, 4, 4) == [(0, 4, 1), (4, 8, 5), (8, 9, 9)]
     (disjoint,) = ppl.document_losses(adapter, [doc], window=32, stride=32)
-    manual = np.concatenate([manual_token_losses(model, doc[s:s + 33]) for s in range(0, len(doc) - 1, 32)])
+    manual = np.concatenate([manual_token_losses(model, doc[s : s + 33]) for s in range(0, len(doc) - 1, 32)])
     np.testing.assert_allclose(disjoint, manual, rtol=1e-5, atol=1e-5)
     (strided,) = ppl.document_losses(adapter, [doc], window=32, stride=8)
     by_hand = np.zeros(len(doc) - 1, np.float32)
@@ -54,8 +56,8 @@ def test_stride_equal_to_window_is_disjoint_windows_and_smaller_stride_scores_ea
         e = min(s + 32, len(doc) - 1)
         if e <= done:
             break
-        lp = manual_token_losses(model, doc[s:e + 1])
-        by_hand[done:e] = lp[done - s:]
+        lp = manual_token_losses(model, doc[s : e + 1])
+        by_hand[done:e] = lp[done - s :]
         done = e
     np.testing.assert_allclose(strided, by_hand, rtol=1e-5, atol=1e-5)
     assert not np.allclose(strided, disjoint)  # more context changes the losses
@@ -64,15 +66,27 @@ def test_stride_equal_to_window_is_disjoint_windows_and_smaller_stride_scores_ea
 def test_contextwise_equals_a_per_document_loop(byte_store):
     model = tiny_gpt(2)
     adapter = byte_adapter(model, batch_size=2)
-    out = contextwise.run(adapter, contextwise.Options(length=129, max_docs=0, train_context=64), str(byte_store.path))
+    out = contextwise.run(
+        adapter, contextwise.Options(length=129, max_docs=0, train_context=64), str(byte_store.path)
+    )
     r = out.results
-    docs = [np.asarray(byte_store.doc(i))[:129] for i in range(byte_store.n_docs) if byte_store.doc(i).size >= 129]
+    docs = [
+        np.asarray(byte_store.doc(i))[:129] for i in range(byte_store.n_docs) if byte_store.doc(i).size >= 129
+    ]
     assert r["n_sequences"] == len(docs) == 4
     manual = np.mean([manual_token_losses(model, d) for d in docs], axis=0)  # (128,)
     np.testing.assert_allclose(r["loss"], manual, rtol=1e-5, atol=1e-5)
     assert r["context"] == list(range(1, 129))
-    assert [(b["from"], b["to"]) for b in r["buckets"]] == [(1, 1), (2, 3), (4, 7), (8, 15), (16, 31), (32, 63),
-                                                           (64, 127), (128, 128)]
+    assert [(b["from"], b["to"]) for b in r["buckets"]] == [
+        (1, 1),
+        (2, 3),
+        (4, 7),
+        (8, 15),
+        (16, 31),
+        (32, 63),
+        (64, 127),
+        (128, 128),
+    ]
     assert r["buckets"][3]["loss"] == pytest.approx(manual[7:15].mean(), rel=1e-6)
     assert [b["complete"] for b in r["buckets"]] == [True] * 7 + [False]
     assert r["summary"]["last_full_bucket"] == [64, 127]
@@ -82,15 +96,28 @@ def test_contextwise_equals_a_per_document_loop(byte_store):
 
 def test_contextwise_pieces_cut_long_documents(byte_store):
     pieces = contextwise.sequences(byte_store, 100, max_docs=0, pieces_per_doc=0)
-    assert pieces == [(1, 0), (2, 0), (4, 0), (5, 0), (2, 100), (4, 100), (5, 100), (2, 200), (5, 200), (5, 300),
-                      (5, 400)]
+    assert pieces == [
+        (1, 0),
+        (2, 0),
+        (4, 0),
+        (5, 0),
+        (2, 100),
+        (4, 100),
+        (5, 100),
+        (2, 200),
+        (5, 200),
+        (5, 300),
+        (5, 400),
+    ]
     assert contextwise.sequences(byte_store, 100, max_docs=3, pieces_per_doc=1) == [(1, 0), (2, 0), (4, 0)]
 
 
 def test_bayes_fit_recovers_known_parameters():
     l = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256], float)
-    y = 2.0 + 3.0 / l ** 0.6
-    fit = bayes_fit.fit_power_law(l, y + np.random.default_rng(0).normal(0, 1e-3, len(l)), np.full(len(l), 1e-3))
+    y = 2.0 + 3.0 / l**0.6
+    fit = bayes_fit.fit_power_law(
+        l, y + np.random.default_rng(0).normal(0, 1e-3, len(l)), np.full(len(l), 1e-3)
+    )
     assert fit["C0"] == pytest.approx(2.0, abs=0.02) and fit["C"] == pytest.approx(3.0, abs=0.02)
     assert fit["gamma"] == pytest.approx(0.6, abs=0.01) and fit["r2"] > 0.9999 and 0 < fit["gamma_err"] < 0.01
 
@@ -103,7 +130,7 @@ def test_last_token_protocol_scores_the_same_target_with_l_visible_tokens(byte_s
     d, t = targets[4]
     doc = np.asarray(byte_store.doc(d))
     for i, l in enumerate([1, 8, 32]):
-        assert losses[i, 4] == pytest.approx(manual_token_losses(model, doc[t - l:t + 1])[-1], rel=1e-5)
+        assert losses[i, 4] == pytest.approx(manual_token_losses(model, doc[t - l : t + 1])[-1], rel=1e-5)
 
 
 def test_bf16_autocast_is_close_to_fp32(byte_store):

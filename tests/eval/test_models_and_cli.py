@@ -28,7 +28,9 @@ def hf_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("hf") / "tiny-gpt2"
     tok = train_bpe([TEXT], 300)
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=tok.vocab_size, n_positions=128, n_embd=32, n_layer=2, n_head=2))
+    model = GPT2LMHeadModel(
+        GPT2Config(vocab_size=tok.vocab_size, n_positions=128, n_embd=32, n_layer=2, n_head=2)
+    )
     model.save_pretrained(folder)
     tok._tok.save(str(folder / "tokenizer.json"))
     return folder
@@ -38,9 +40,11 @@ def hf_folder(tmp_path_factory):
 def stores(tmp_path_factory, hf_folder):
     src = tmp_path_factory.mktemp("src")
     for i in range(4):
-        (src / f"part{i}.txt").write_text(TEXT[i * 15_000:(i + 1) * 15_000])
+        (src / f"part{i}.txt").write_text(TEXT[i * 15_000 : (i + 1) * 15_000])
     root = tmp_path_factory.mktemp("stores")
-    hf_store = ingest(src, root / "hf", IngestConfig(tokenizer=f"hf:{hf_folder / 'tokenizer.json'}"), progress=False)
+    hf_store = ingest(
+        src, root / "hf", IngestConfig(tokenizer=f"hf:{hf_folder / 'tokenizer.json'}"), progress=False
+    )
     byte_store = ingest(src, root / "bytes", IngestConfig(tokenizer="byte"), progress=False)
     return hf_store.store, byte_store.store
 
@@ -52,12 +56,25 @@ def trained_run(tmp_path_factory, stores):
 
     _, byte_store = stores
     out = tmp_path_factory.mktemp("runs") / "tiny"
-    cfg = {"model": {"size": "tiny-4x256", "n_layer": 2, "n_head": 2, "n_embd": 64},
-           "data": {"store": str(byte_store.path), "val_split": "tail", "val_fraction": 0.1},
-           "optim": {"lr": 3e-3, "warmup_steps": 2},
-           "train": {"out_dir": str(out), "seq_len": 64, "tokens_per_step": 512, "max_steps": 6, "val_every": 0,
-                     "val_tokens": 256, "ckpt_every": 0, "threads": 1, "peak_flops": 1e12, "progress": False,
-                     "dtype": "fp32", "log_every": 3}}
+    cfg = {
+        "model": {"size": "tiny-4x256", "n_layer": 2, "n_head": 2, "n_embd": 64},
+        "data": {"store": str(byte_store.path), "val_split": "tail", "val_fraction": 0.1},
+        "optim": {"lr": 3e-3, "warmup_steps": 2},
+        "train": {
+            "out_dir": str(out),
+            "seq_len": 64,
+            "tokens_per_step": 512,
+            "max_steps": 6,
+            "val_every": 0,
+            "val_tokens": 256,
+            "ckpt_every": 0,
+            "threads": 1,
+            "peak_flops": 1e12,
+            "progress": False,
+            "dtype": "fp32",
+            "log_every": 3,
+        },
+    }
     train(from_dict(RunConfig, cfg))
     return out
 
@@ -86,14 +103,52 @@ def test_tokenizer_mismatch_is_one_clear_error(hf_folder, stores):
 
 
 def test_cli_on_hf_folder_writes_json_and_plot(hf_folder, stores, tmp_path):
-    assert cmd_eval(["contextwise", "--model", str(hf_folder), "--data", str(stores[0].path), "--out",
-                     str(tmp_path), "--length", "100", "--max-docs", "4", "--pieces-per-doc", "0"]) == 0
+    assert (
+        cmd_eval(
+            [
+                "contextwise",
+                "--model",
+                str(hf_folder),
+                "--data",
+                str(stores[0].path),
+                "--out",
+                str(tmp_path),
+                "--length",
+                "100",
+                "--max-docs",
+                "4",
+                "--pieces-per-doc",
+                "0",
+            ]
+        )
+        == 0
+    )
     doc = json.loads((tmp_path / "contextwise.json").read_text())
     assert doc["model"]["kind"] == "hf" and doc["data"]["hash"] == stores[0].hash
     assert doc["options"]["length"] == 100 and doc["contextlab_version"] and len(doc["results"]["loss"]) == 99
     assert (tmp_path / "contextwise.png").stat().st_size > 1000
-    assert cmd_eval(["ppl", "--model", str(hf_folder), "--data", str(stores[0].path), "--out", str(tmp_path),
-                     "--stride", "64", "--dtype", "bf16", "--max-docs", "2", "--max-tokens", "600"]) == 0
+    assert (
+        cmd_eval(
+            [
+                "ppl",
+                "--model",
+                str(hf_folder),
+                "--data",
+                str(stores[0].path),
+                "--out",
+                str(tmp_path),
+                "--stride",
+                "64",
+                "--dtype",
+                "bf16",
+                "--max-docs",
+                "2",
+                "--max-tokens",
+                "600",
+            ]
+        )
+        == 0
+    )
     doc = json.loads((tmp_path / "ppl.json").read_text())
     losses = np.load(tmp_path / doc["arrays"]["token_losses"])
     assert len(losses) == doc["results"]["n_tokens_scored"] == 2 * 599 and np.isfinite(losses).all()
@@ -103,11 +158,43 @@ def test_trained_run_loads_its_tokenizer_and_runs_evals(trained_run, stores, tmp
     adapter = load_model(trained_run)
     assert adapter.info.kind == "contextlab" and adapter.tokenizer.hash == stores[1].tokenizer_hash
     assert adapter.info.max_context == 64 and adapter.info.step == 6
-    assert cmd_eval(["contextwise", "--model", str(trained_run), "--model", str(trained_run / "checkpoints" /
-                     "step_000006"), "--data", str(stores[1].path), "--out", str(tmp_path), "--max-docs", "4"]) == 0
+    assert (
+        cmd_eval(
+            [
+                "contextwise",
+                "--model",
+                str(trained_run),
+                "--model",
+                str(trained_run / "checkpoints" / "step_000006"),
+                "--data",
+                str(stores[1].path),
+                "--out",
+                str(tmp_path),
+                "--max-docs",
+                "4",
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "contextwise_models.png").is_file()
-    assert cmd_eval(["niah", "--model", str(trained_run), "--lengths", "256,512", "--depths", "0,100",
-                     "--samples", "1", "--scoring", "likelihood"]) == 0  # default haystack, default output
+    assert (
+        cmd_eval(
+            [
+                "niah",
+                "--model",
+                str(trained_run),
+                "--lengths",
+                "256,512",
+                "--depths",
+                "0,100",
+                "--samples",
+                "1",
+                "--scoring",
+                "likelihood",
+            ]
+        )
+        == 0
+    )  # default haystack, default output
     doc = json.loads((trained_run / "eval" / "niah.json").read_text())
     assert doc["results"]["heatmap"]["cols_length"] == [256, 512] and len(doc["results"]["samples"]) == 4
     assert (trained_run / "eval" / "niah.png").is_file()

@@ -21,7 +21,7 @@ def test_needle_goes_in_at_the_requested_depth_within_one_sentence(depth):
     assert text.index(needle.NEEDLE) == (at + 1 if at else 0)
     if at:  # right after a sentence end, and no other sentence end between it and the target
         assert HAY[:at].endswith(".") and HAY[at] == " "
-        assert not needle.sentence_boundaries(HAY[at:target + 1])[:-1] or HAY[at:target].count(". ") == 0
+        assert not needle.sentence_boundaries(HAY[at : target + 1])[:-1] or HAY[at:target].count(". ") == 0
     assert at <= target and len(HAY[at:target].split(". ")) <= 2  # within one sentence
     assert text.replace(" " + needle.NEEDLE, "", 1) == HAY or at == 0
 
@@ -51,7 +51,7 @@ def test_kv_prompt_holds_every_pair_exactly_once():
         for k, v in records:
             assert text.count(f'"{k}": "{v}"') == 1 and text.count(v) == 1
         assert text.count(ex["key"]) == 2  # in the object and in the question
-        body = text[text.index("{"): text.rindex("}") + 1]
+        body = text[text.index("{") : text.rindex("}") + 1]
         assert list(json.loads(body).items()) == placed
 
 
@@ -62,7 +62,7 @@ def test_kv_build_with_fewer_pairs_keeps_the_gold_pair():
     assert info["positions"] == [0, 1, 2, 4, 5] and len(samples) == 10
     for s in samples:
         text = adapter.tokenizer.decode(s.prompt)
-        body = json.loads(text[text.index("{"): text.rindex("}") + 1])
+        body = json.loads(text[text.index("{") : text.rindex("}") + 1])
         assert len(body) == 6 and list(body.values())[s.cell[0]] == s.answer
         assert adapter.tokenizer.decode(s.candidates[0]) == f' "{s.answer}"'
 
@@ -74,7 +74,7 @@ def test_candidate_scores_equal_separate_forward_passes():
     cands = [adapter.encode(" 12345"), adapter.encode(" 999"), adapter.encode(" 1")]
     got = adapter.score_continuations(prompt, cands)
     for c, g in zip(cands, got):
-        lp = adapter.token_logprobs(prompt + c)[0, len(prompt) - 1:]
+        lp = adapter.token_logprobs(prompt + c)[0, len(prompt) - 1 :]
         assert g == pytest.approx(float(lp.sum()), rel=1e-5)
 
 
@@ -102,10 +102,25 @@ def test_icl_and_visible_sweep_run_on_a_tiny_model():
     out = icl.run(adapter, icl.Options(shots=[0, 2], n_test=6, seeds=1), trec)
     assert [r["shots"] for r in out.results["by_shots"]] == [0, 2]
     assert out.results["by_shots"][1]["context_tokens"] > out.results["by_shots"][0]["context_tokens"]
-    samples = icl.build_prompts(adapter, icl.read_trec(SHARED_DATA / "trec_qc" / "train.txt"),
-                                icl.read_trec(SHARED_DATA / "trec_qc" / "test.txt")[:3], 4, 0)
+    samples = icl.build_prompts(
+        adapter,
+        icl.read_trec(SHARED_DATA / "trec_qc" / "train.txt"),
+        icl.read_trec(SHARED_DATA / "trec_qc" / "test.txt")[:3],
+        4,
+        0,
+    )
     assert all(adapter.tokenizer.decode(s.prompt).count("Question:") == 5 for s in samples)
-    assert tasks.truncate(list(range(10)), 3) == [7, 8, 9] and tasks.truncate(list(range(10)), 0.5) == [5, 6, 7, 8, 9]
+    assert tasks.truncate(list(range(10)), 3) == [7, 8, 9] and tasks.truncate(list(range(10)), 0.5) == [
+        5,
+        6,
+        7,
+        8,
+        9,
+    ]
     sweep = visible.run(adapter, visible.Options(task="passkey", visible=[0.5, 1.0], length=300), None)
     pts = sweep.results["points"]
-    assert [p["visible"] for p in pts] == [0.5, 1.0] and pts[0]["prompt_tokens"] == 150 and pts[1]["prompt_tokens"] == 300
+    assert (
+        [p["visible"] for p in pts] == [0.5, 1.0]
+        and pts[0]["prompt_tokens"] == 150
+        and pts[1]["prompt_tokens"] == 300
+    )

@@ -18,10 +18,17 @@ V = 61
 BASE = GPTConfig(vocab_size=V, n_layer=2, n_head=2, n_embd=32, block_size=32)
 
 
-def contextlm(w: int, fusion: str = "gated", encoder_layers: int = 0, n_layer: int = 2, seed: int = 0) -> ContextLM:
+def contextlm(
+    w: int, fusion: str = "gated", encoder_layers: int = 0, n_layer: int = 2, seed: int = 0
+) -> ContextLM:
     torch.manual_seed(seed)
-    model = build_arch("contextlm", dataclasses.replace(BASE, n_layer=n_layer), chunk_size=w, fusion=fusion,
-                       encoder_layers=encoder_layers)
+    model = build_arch(
+        "contextlm",
+        dataclasses.replace(BASE, n_layer=n_layer),
+        chunk_size=w,
+        fusion=fusion,
+        encoder_layers=encoder_layers,
+    )
     if fusion == "gated":  # the zero-initialised gate would hide the context pathway from the tests
         with torch.no_grad():
             model.fusion.gate.normal_()
@@ -61,7 +68,7 @@ def test_contextlm_broadcast_is_the_seeds_alignment(w, T):
     assert torch.equal(cb[:, : w - 1], h[:, :1].expand(B, w - 1, C))  # c_init = h_0
     K = T // w + 1
     expected = [j for j in range(1, K) for _ in range(w)][: T - (w - 1)]
-    assert cb[0, w - 1:, 0].tolist() == expected
+    assert cb[0, w - 1 :, 0].tolist() == expected
     assert expected.count(K - 1) == T + 1 - (K - 1) * w  # the last prediction fills the tail
 
 
@@ -81,11 +88,15 @@ def test_contextlm_context_at_t_uses_exactly_the_chunks_ending_by_t(w, T):
             allowed[0] = True
         else:
             allowed = torch.arange(T) < j * w
-        assert torch.equal(used, allowed), f"w={w} t={t}: context depends on {used.nonzero().flatten().tolist()}"
+        assert torch.equal(used, allowed), (
+            f"w={w} t={t}: context depends on {used.nonzero().flatten().tolist()}"
+        )
 
 
 @pytest.mark.parametrize("w", [2, 4, 8])
-@pytest.mark.parametrize("fusion,encoder_layers", [("gated", 0), ("plain", 0), ("normalised", 0), ("gated", 1)])
+@pytest.mark.parametrize(
+    "fusion,encoder_layers", [("gated", 0), ("plain", 0), ("normalised", 0), ("gated", 1)]
+)
 def test_contextlm_loss_at_t_has_no_gradient_from_later_inputs(w, fusion, encoder_layers):
     T = 21  # not divisible by 2, 4 or 8
     model = contextlm(w, fusion, encoder_layers)
@@ -93,7 +104,7 @@ def test_contextlm_loss_at_t_has_no_gradient_from_later_inputs(w, fusion, encode
     y = torch.randint(0, V, (2, T))
     for t in range(T):
         grad = embedding_grads(model, lambda m: F.cross_entropy(m(idx).logits[:, t], y[:, t]))
-        assert torch.all(grad[t + 1:] == 0), f"w={w} t={t}: loss depends on later inputs {grad}"
+        assert torch.all(grad[t + 1 :] == 0), f"w={w} t={t}: loss depends on later inputs {grad}"
         assert torch.all(grad[: t + 1] > 0), f"w={w} t={t}: loss ignores earlier inputs {grad}"
 
 
@@ -106,7 +117,7 @@ def test_contextlm_is_causal_with_a_document_mask_too():
     y = torch.randint(0, V, (1, T))
     for t in range(T):
         grad = embedding_grads(model, lambda m: F.cross_entropy(m(idx, attn_mask=mask).logits[:, t], y[:, t]))
-        assert torch.all(grad[t + 1:] == 0)
+        assert torch.all(grad[t + 1 :] == 0)
 
 
 def test_gated_contextlm_starts_exactly_as_the_gpt():
@@ -165,7 +176,7 @@ def test_mtp_each_head_is_causal():
     for k in (1, 2, 3):
         for t in range(T):
             grad = embedding_grads(model, lambda m: m.all_logits(idx)[k - 1][:, t].logsumexp(-1).sum())
-            assert torch.all(grad[t + 1:] == 0), f"head {k} at {t} sees the future"
+            assert torch.all(grad[t + 1 :] == 0), f"head {k} at {t} sees the future"
             assert torch.all(grad[: t + 1] > 0)
 
 
@@ -180,8 +191,9 @@ def test_archs_dict_and_model_classes():
 def test_explicit_positions_use_the_rope_extension(arch):
     """Explicit position_ids (padded HF generation) must rotate exactly like the cached, extended RoPE."""
     torch.manual_seed(0)
-    base = GPTConfig(vocab_size=50, n_layer=2, n_head=2, n_embd=32, block_size=16, rope_extension="yarn",
-                     rope_factor=4.0)
+    base = GPTConfig(
+        vocab_size=50, n_layer=2, n_head=2, n_embd=32, block_size=16, rope_extension="yarn", rope_factor=4.0
+    )
     model = (GPT(base) if arch == "gpt" else build_arch("contextlm", base, chunk_size=4)).eval()
     idx = torch.randint(0, 50, (2, 40))  # beyond block_size: the extension matters
     with torch.no_grad():

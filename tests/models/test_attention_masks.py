@@ -27,9 +27,13 @@ def segments(B: int, T: int, n_docs: int, seed: int, monotone: bool = True) -> t
 def masks(B: int, T: int, seed: int = 0) -> list[AttentionMask]:
     seg = segments(B, T, 4, seed)
     pre = torch.randint(1, T, (B,), generator=torch.Generator().manual_seed(seed + 1))
-    return [AttentionMask(T, segments=seg), AttentionMask(T, prefix=pre),
-            AttentionMask(T, segments=seg, prefix=pre), AttentionMask(T, segments=seg, causal=False),
-            AttentionMask(T, segments=segments(B, T, 3, seed + 2, monotone=False))]
+    return [
+        AttentionMask(T, segments=seg),
+        AttentionMask(T, prefix=pre),
+        AttentionMask(T, segments=seg, prefix=pre),
+        AttentionMask(T, segments=seg, causal=False),
+        AttentionMask(T, segments=segments(B, T, 3, seed + 2, monotone=False)),
+    ]
 
 
 def tiles(kv_num: torch.Tensor, kv_idx: torch.Tensor, n: int) -> torch.Tensor:
@@ -105,8 +109,12 @@ def test_gpt_with_a_flex_mask_equals_the_dense_mask(device):
     for m in masks(2, 256, seed=11):
         results = []
         for backend in ("flex", "dense"):
-            mask = AttentionMask(256, *(t.to(device) if t is not None else None for t in (m.segments, m.prefix)),
-                                 causal=m.causal, backend=backend)
+            mask = AttentionMask(
+                256,
+                *(t.to(device) if t is not None else None for t in (m.segments, m.prefix)),
+                causal=m.causal,
+                backend=backend,
+            )
             model.zero_grad(set_to_none=True)
             with torch.set_grad_enabled(grad):
                 logits = model(idx, attn_mask=mask, is_causal=False).logits
@@ -129,8 +137,10 @@ def test_compiled_gpt_with_a_flex_mask_equals_the_dense_mask(device):
     for m in masks(2, 256, seed=3)[::2]:  # documents; documents with a prefix; documents in any order
         parts = [t.to(device) if t is not None else None for t in (m.segments, m.prefix)]
         with torch.set_grad_enabled(device != "cpu"):
-            want = model(idx, attn_mask=AttentionMask(256, *parts, causal=m.causal, backend="dense"),
-                         is_causal=False).logits
-            got = compiled(idx, attn_mask=AttentionMask(256, *parts, causal=m.causal, backend="flex"),
-                           is_causal=False).logits
+            want = model(
+                idx, attn_mask=AttentionMask(256, *parts, causal=m.causal, backend="dense"), is_causal=False
+            ).logits
+            got = compiled(
+                idx, attn_mask=AttentionMask(256, *parts, causal=m.causal, backend="flex"), is_causal=False
+            ).logits
         torch.testing.assert_close(got, want, atol=2e-4, rtol=1e-4)

@@ -25,7 +25,11 @@ def one_thread():
 
 def tiny(seed: int = 0, **overrides) -> GPT:
     torch.manual_seed(seed)
-    return GPT(GPTConfig(**{"vocab_size": VOCAB, "n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 32, **overrides}))
+    return GPT(
+        GPTConfig(
+            **{"vocab_size": VOCAB, "n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 32, **overrides}
+        )
+    )
 
 
 def tokens(B: int, T: int, seed: int = 1) -> torch.Tensor:
@@ -117,8 +121,12 @@ def test_default_causal_equals_an_explicit_lower_triangular_mask():
     with torch.no_grad():
         default = model(idx).logits
         explicit = model(idx, attn_mask=tril, is_causal=False).logits
-        combined = model(idx, attn_mask=torch.ones(2, 1, 24, 24, dtype=torch.bool)).logits  # is_causal adds tril
-        additive = model(idx, attn_mask=torch.zeros(24, 24).masked_fill(~tril, float("-inf")), is_causal=False).logits
+        combined = model(
+            idx, attn_mask=torch.ones(2, 1, 24, 24, dtype=torch.bool)
+        ).logits  # is_causal adds tril
+        additive = model(
+            idx, attn_mask=torch.zeros(24, 24).masked_fill(~tril, float("-inf")), is_causal=False
+        ).logits
     assert torch.allclose(explicit, default, atol=1e-5)
     assert torch.allclose(combined, default, atol=1e-5)
     assert torch.allclose(additive, default, atol=1e-5)
@@ -224,7 +232,11 @@ def test_traces_as_one_graph_for_torch_compile():
     model = tiny()
     idx = tokens(2, 16)
     torch._dynamo.reset()
-    for kwargs in ({}, {"position_ids": torch.arange(16)}, {"attn_mask": torch.ones(16, 16, dtype=torch.bool)}):
+    for kwargs in (
+        {},
+        {"position_ids": torch.arange(16)},
+        {"attn_mask": torch.ones(16, 16, dtype=torch.bool)},
+    ):
         explained = torch._dynamo.explain(model)(idx, **kwargs)
         assert explained.graph_break_count == 0, (kwargs, explained.break_reasons)
 

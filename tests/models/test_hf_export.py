@@ -71,7 +71,9 @@ def test_generate_matches_greedy_decoding(tmp_path):
     # a left-padded batch generates the same continuation as the unpadded prompt
     padded = torch.cat([torch.zeros(1, 3, dtype=torch.long), prompt], dim=1)
     mask = torch.cat([torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 6, dtype=torch.long)], dim=1)
-    out_padded = loaded.generate(padded, attention_mask=mask, max_new_tokens=8, do_sample=False, pad_token_id=0)
+    out_padded = loaded.generate(
+        padded, attention_mask=mask, max_new_tokens=8, do_sample=False, pad_token_id=0
+    )
     assert torch.equal(out_padded[:, 3:], seq)
 
 

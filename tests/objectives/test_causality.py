@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 
 from contextlab.models.archs import build_arch
+from contextlab.models.flops import block_flops_per_token, flops_per_token, lm_head_flops_per_token
 from contextlab.models.gpt import GPTConfig
 from contextlab.objectives import OBJECTIVES
 from contextlab.objectives.base import Batch
-from contextlab.models.flops import block_flops_per_token, flops_per_token, lm_head_flops_per_token
 
 SPEC = {"vocab_size": 50, "eot_id": 49}
 
@@ -56,16 +56,19 @@ def causal_positions(batch: Batch) -> list[int]:
     return [t for t in range(batch.labels.shape[1]) if bool((batch.labels[:, t] != -100).all())]
 
 
-@pytest.mark.parametrize("name,options", [
-    ("clm", {}),
-    ("fim", {"fim_rate": 1.0, "min_doc_tokens": 4}),
-    ("fim", {"fim_rate": 1.0, "spm_rate": 1.0, "min_doc_tokens": 4}),
-    ("prefix_lm", {}),
-    ("span", {"n_sentinels": 10}),
-    ("ul2", {"n_sentinels": 10}),
-    ("contextlm", {"chunk_size": 4}),
-    ("contextlm", {"chunk_size": 8, "fusion": "plain"}),
-])
+@pytest.mark.parametrize(
+    "name,options",
+    [
+        ("clm", {}),
+        ("fim", {"fim_rate": 1.0, "min_doc_tokens": 4}),
+        ("fim", {"fim_rate": 1.0, "spm_rate": 1.0, "min_doc_tokens": 4}),
+        ("prefix_lm", {}),
+        ("span", {"n_sentinels": 10}),
+        ("ul2", {"n_sentinels": 10}),
+        ("contextlm", {"chunk_size": 4}),
+        ("contextlm", {"chunk_size": 8, "fusion": "plain"}),
+    ],
+)
 def test_loss_at_t_ignores_later_inputs(name, options):
     obj, model = setup(name, **options)
     torch.manual_seed(3)
@@ -80,7 +83,7 @@ def test_loss_at_t_ignores_later_inputs(name, options):
     assert positions, "no position carries a loss in every row"
     for t in positions:
         grad = grads_per_input(model, batch, t)
-        assert torch.all(grad[t + 1:] == 0), f"{name}: loss at {t} depends on later inputs {grad}"
+        assert torch.all(grad[t + 1 :] == 0), f"{name}: loss at {t} depends on later inputs {grad}"
         assert grad[t] > 0
 
 
@@ -100,8 +103,12 @@ def test_mtp_loss_is_the_weighted_mean_of_its_heads():
     tokens = torch.randint(0, 49, (2, 17))
     loss, metrics = obj(model, tokens)
     heads = model.all_logits(tokens[:, :-1])
-    manual = [F.cross_entropy(heads[k][:, : 17 - (k + 1)].reshape(-1, heads[k].shape[-1]),
-                              tokens[:, k + 1:].reshape(-1)) for k in range(3)]
+    manual = [
+        F.cross_entropy(
+            heads[k][:, : 17 - (k + 1)].reshape(-1, heads[k].shape[-1]), tokens[:, k + 1 :].reshape(-1)
+        )
+        for k in range(3)
+    ]
     torch.testing.assert_close(loss, 0.5 * manual[0] + 0.25 * manual[1] + 0.25 * manual[2])
     torch.testing.assert_close(metrics["loss_head1"], manual[0])
 
@@ -111,7 +118,9 @@ def test_extra_flops_per_token():
     ctx, _ = setup("contextlm", chunk_size=4, predictor_layers=2)
     assert ctx.extra_flops_per_token(cfg, 512) == 2 * block_flops_per_token(cfg, 128) / 4
     mtp, _ = setup("mtp", n_future=4)
-    assert mtp.extra_flops_per_token(cfg, 512) == 3 * (block_flops_per_token(cfg, 512) + lm_head_flops_per_token(cfg))
+    assert mtp.extra_flops_per_token(cfg, 512) == 3 * (
+        block_flops_per_token(cfg, 512) + lm_head_flops_per_token(cfg)
+    )
     for name in ("clm", "mlm", "span", "prefix_lm", "fim", "ul2"):
         assert setup(name)[0].extra_flops_per_token(cfg, 512) == 0.0
     # the predictor adds about 2 blocks / w of a 4-block decoder: < 15% of the whole model here

@@ -6,11 +6,17 @@ import torch
 
 from contextlab.objectives import OBJECTIVES
 from contextlab.objectives.base import prefix_lm_mask
-from contextlab.objectives.fim import PRE, MID, SUF, document_runs, fim_document
+from contextlab.objectives.fim import MID, PRE, SUF, document_runs, fim_document
 from contextlab.objectives.mlm import mlm_corrupt, select_positions
 from contextlab.objectives.prefix_lm import prefix_labels
-from contextlab.objectives.span import (prefix_batch, random_segmentation, random_spans_noise_mask, replace_spans,
-                                        span_layout, span_sequence)
+from contextlab.objectives.span import (
+    prefix_batch,
+    random_segmentation,
+    random_spans_noise_mask,
+    replace_spans,
+    span_layout,
+    span_sequence,
+)
 from contextlab.objectives.ul2 import parse_denoiser
 
 SPEC = {"vocab_size": 100, "eot_id": 99}
@@ -62,7 +68,12 @@ def test_mlm_document_mask_is_block_diagonal_both_ways():
     obj = make("mlm", doc_mask=True)
     docs = rows([0, 0, 1, 1, 1])
     batch = obj.prepare(torch.randint(0, 99, (1, 5)), docs)
-    assert batch.attn_mask.dense()[0, 0].int().tolist() == [[1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 1], [0, 0, 1, 1]]
+    assert batch.attn_mask.dense()[0, 0].int().tolist() == [
+        [1, 1, 0, 0],
+        [1, 1, 0, 0],
+        [0, 0, 1, 1],
+        [0, 0, 1, 1],
+    ]
 
 
 # --------------------------------------------------------------------------- span corruption
@@ -113,16 +124,17 @@ def test_span_prepare_shapes_and_vocab():
 
 def test_prefix_lm_mask_and_labels_by_hand():
     mask = prefix_lm_mask(torch.tensor([2]), 5).dense()[0, 0].int().tolist()
-    assert mask == [[1, 1, 0, 0, 0],
-                    [1, 1, 0, 0, 0],
-                    [1, 1, 1, 0, 0],
-                    [1, 1, 1, 1, 0],
-                    [1, 1, 1, 1, 1]]
+    assert mask == [[1, 1, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]
     y = rows([11, 12, 13, 14, 15])
     assert prefix_labels(y, torch.tensor([2])).tolist() == [[I, 12, 13, 14, 15]]  # tokens 2.. are the suffix
     docs = rows([0, 0, 0, 1, 1])
     assert prefix_lm_mask(torch.tensor([4]), 5, docs).dense()[0, 0].int().tolist() == [
-        [1, 1, 1, 0, 0], [1, 1, 1, 0, 0], [1, 1, 1, 0, 0], [0, 0, 0, 1, 0], [0, 0, 0, 1, 1]]
+        [1, 1, 1, 0, 0],
+        [1, 1, 1, 0, 0],
+        [1, 1, 1, 0, 0],
+        [0, 0, 0, 1, 0],
+        [0, 0, 0, 1, 1],
+    ]
 
 
 def test_prefix_lm_prepare_agrees_with_its_split():
@@ -135,7 +147,7 @@ def test_prefix_lm_prepare_agrees_with_its_split():
         assert 2 <= P <= 18  # round(0.1 * 20) .. round(0.9 * 20)
         expect = prefix_lm_mask(torch.tensor([P]), 20).dense()[0]
         assert torch.equal(batch.attn_mask.dense()[b], expect)
-        assert batch.labels[b, P - 1:].tolist() == tokens[b, P:].tolist()
+        assert batch.labels[b, P - 1 :].tolist() == tokens[b, P:].tolist()
 
 
 # --------------------------------------------------------------------------- UL2

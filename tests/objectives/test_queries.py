@@ -29,7 +29,7 @@ def test_each_answer_is_scored_as_its_own_single_question_row():
         loss, _ = obj(model, rows)
         singles = []
         for k in range(K):
-            one = torch.cat([rows[:, :L], rows[:, L + k:L + k + 1]], dim=1)  # [context, Q_k], plain causal
+            one = torch.cat([rows[:, :L], rows[:, L + k : L + k + 1]], dim=1)  # [context, Q_k], plain causal
             logits = model(one).logits[:, -1]
             singles.append(torch.nn.functional.cross_entropy(logits, rows[:, L + K + k], reduction="none"))
     want = torch.stack(singles).mean()

@@ -26,12 +26,25 @@ from contextlab.train.config import RunConfig
 from contextlab.train.trainer import Trainer, train
 from tests.conftest import SHARED_DATA
 
-TINY = {"model": {"size": "tiny-2x128", "n_layer": 2, "n_head": 2, "n_embd": 32},
-        "optim": {"lr": 3e-3, "warmup_steps": 1},
-        "train": {"seq_len": 32, "tokens_per_step": 128, "log_every": 1, "val_every": 0, "val_tokens": 64,
-                  "ckpt_every": 0, "keep_last": 1, "threads": 1, "peak_flops": 1e12, "progress": False,
-                  "dtype": "fp32", "max_steps": 3},
-        "data": {"val_split": "tail", "val_fraction": 0.1}}
+TINY = {
+    "model": {"size": "tiny-2x128", "n_layer": 2, "n_head": 2, "n_embd": 32},
+    "optim": {"lr": 3e-3, "warmup_steps": 1},
+    "train": {
+        "seq_len": 32,
+        "tokens_per_step": 128,
+        "log_every": 1,
+        "val_every": 0,
+        "val_tokens": 64,
+        "ckpt_every": 0,
+        "keep_last": 1,
+        "threads": 1,
+        "peak_flops": 1e12,
+        "progress": False,
+        "dtype": "fp32",
+        "max_steps": 3,
+    },
+    "data": {"val_split": "tail", "val_fraction": 0.1},
+}
 
 CASES = [
     ("clm", {}, GPT),
@@ -83,16 +96,24 @@ def test_objective_trains_and_its_checkpoint_loads_back(store, tmp_path, name, o
         from contextlab.train.export import export_checkpoint
 
         hf = load_hf_causal_lm(export_checkpoint(tmp_path / "run", tmp_path / "hf"))
-        assert type(hf).__name__ == ("ContextlabContextLMForCausalLM" if name == "contextlm"
-                                     else "ContextlabGPTForCausalLM")
+        assert type(hf).__name__ == (
+            "ContextlabContextLMForCausalLM" if name == "contextlm" else "ContextlabGPTForCausalLM"
+        )
         with torch.no_grad():
             ours = model(idx).logits if name == "contextlm" else model.to_gpt()(idx).logits
             assert torch.allclose(hf(idx).logits, ours, atol=1e-5)
 
 
 def test_contextlm_with_document_mask_and_encoder_split_trains(store, tmp_path):
-    res = train(config(store, tmp_path / "run", "contextlm", {"chunk_size": 2, "encoder_layers": 1,
-                                                              "fusion": "normalised"}, doc_mask=True))
+    res = train(
+        config(
+            store,
+            tmp_path / "run",
+            "contextlm",
+            {"chunk_size": 2, "encoder_layers": 1, "fusion": "normalised"},
+            doc_mask=True,
+        )
+    )
     assert res.steps == 3 and np.isfinite(res.final_loss)
     model, _, _ = load_trained_model(tmp_path / "run")
     assert model.config.encoder_layers == 1 and model.config.fusion == "normalised"
@@ -109,6 +130,7 @@ def test_bad_objective_options_fail_with_the_option_name(store, tmp_path):
 
 def test_contextlm_and_mtp_export_to_hugging_face(tmp_path):
     import transformers  # noqa: F401  (the hf extra is always installed for tests)
+
     from contextlab.models.archs import build_arch
     from contextlab.models.gpt import GPTConfig
     from contextlab.models.hf import gpt_from_hf_export, load_hf_causal_lm
@@ -130,10 +152,13 @@ def test_contextlm_and_mtp_export_to_hugging_face(tmp_path):
         assert gen.shape == (1, 9)
     assert type(gpt_from_hf_export(tmp_path / "mtp")) is GPT  # MTP exports its next-token GPT
     # a fresh process that imports only contextlab.models.hf loads the ContextLM export with plain transformers
-    code = ("import sys, torch, transformers, contextlab.models.hf\n"
-            "m = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1])\n"
-            "print(type(m).__name__)\n")
-    res = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ctx")], capture_output=True, text=True,
-                         check=True)
+    code = (
+        "import sys, torch, transformers, contextlab.models.hf\n"
+        "m = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1])\n"
+        "print(type(m).__name__)\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "ctx")], capture_output=True, text=True, check=True
+    )
     assert res.stdout.strip().splitlines()[-1] == "ContextlabContextLMForCausalLM"
     assert json.loads((tmp_path / "ctx" / "config.json").read_text())["model_type"] == "contextlab-contextlm"

@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from contextlab.report.html import build_report
 from contextlab.errors import UserError
+from contextlab.report.html import build_report
 from tests.sweep.test_sweep import SWEEP, store  # noqa: F401  (fixture)
 
 
@@ -18,16 +18,33 @@ def chromium() -> str:
         path = shutil.which(name)
         if path:
             return path
-    raise AssertionError("headless Chromium is needed for this test: apt-get install chromium chromium-driver "
-                         "(make test does this on Debian)")
+    raise AssertionError(
+        "headless Chromium is needed for this test: apt-get install chromium chromium-driver "
+        "(make test does this on Debian)"
+    )
 
 
 def render(page) -> str:
     """The page's DOM after load, as headless Chromium sees it."""
-    res = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                          "--disable-component-update", "--disable-sync", "--no-first-run",
-                          f"--user-data-dir={page.parent / 'chrome-profile'}", "--virtual-time-budget=5000",
-                          "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [
+            chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={page.parent / 'chrome-profile'}",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     return res.stdout
 
@@ -39,8 +56,11 @@ def sweep_dir(tmp_path_factory, store):  # noqa: F811
 
     root = tmp_path_factory.mktemp("sweep")
     f = root / "s.toml"
-    f.write_text(SWEEP.format(out=root / "out", store=store.path, bad=64).replace(
-        '"train.seq_len" = [16, 32, 64]', '"train.seq_len" = [16, 32, 64]\n"model.n_embd" = [32, 64]'))
+    f.write_text(
+        SWEEP.format(out=root / "out", store=store.path, bad=64).replace(
+            '"train.seq_len" = [16, 32, 64]', '"train.seq_len" = [16, 32, 64]\n"model.n_embd" = [32, 64]'
+        )
+    )
     run_sweep(f, progress=False)
     compute_optimal(root / "out")
     return root / "out"

@@ -73,7 +73,10 @@ def test_sweep_runs_records_failure_and_resumes(tmp_path, store):
     results = run_sweep(f, progress=False)
     rows = {r["run"]: r for r in csv.DictReader(open(results))}
     assert rows["seq_len-16"]["status"] == "done" and rows["seq_len-32"]["status"] == "done"
-    assert rows["seq_len-48"]["status"] == "failed" and "multiple of train.seq_len" in rows["seq_len-48"]["error"]
+    assert (
+        rows["seq_len-48"]["status"] == "failed"
+        and "multiple of train.seq_len" in rows["seq_len-48"]["error"]
+    )
     assert int(rows["seq_len-16"]["steps"]) == 3 and float(rows["seq_len-16"]["val_loss"]) > 0
     done_mtime = (runs[0].dir / "metrics.jsonl").stat().st_mtime
     run_sweep(f, progress=False)  # resume: finished runs are not run again, the failed one is retried
@@ -83,14 +86,32 @@ def test_sweep_runs_records_failure_and_resumes(tmp_path, store):
 
 def test_compute_optimal_on_known_numbers():
     rows = []
-    losses = {(1e12, "s"): {64: 3.0, 128: 2.9, 256: 3.1}, (1e12, "m"): {64: 3.2, 128: 3.0, 256: 3.3},
-              (4e12, "s"): {64: 2.9, 128: 2.7, 256: 2.6}, (4e12, "m"): {64: 2.8, 128: 2.5, 256: 2.4}}
+    losses = {
+        (1e12, "s"): {64: 3.0, 128: 2.9, 256: 3.1},
+        (1e12, "m"): {64: 3.2, 128: 3.0, 256: 3.3},
+        (4e12, "s"): {64: 2.9, 128: 2.7, 256: 2.6},
+        (4e12, "m"): {64: 2.8, 128: 2.5, 256: 2.4},
+    }
     for (budget, size), curve in losses.items():
         for ctx, loss in curve.items():
-            rows.append({"status": "done", "train.seq_len": str(ctx), "model.size": size,
-                         "train.max_flops": str(budget), "val_loss": str(loss)})
-    rows.append({"status": "failed", "train.seq_len": "512", "model.size": "s", "train.max_flops": "1e12",
-                 "val_loss": ""})
+            rows.append(
+                {
+                    "status": "done",
+                    "train.seq_len": str(ctx),
+                    "model.size": size,
+                    "train.max_flops": str(budget),
+                    "val_loss": str(loss),
+                }
+            )
+    rows.append(
+        {
+            "status": "failed",
+            "train.seq_len": "512",
+            "model.size": "s",
+            "train.max_flops": "1e12",
+            "val_loss": "",
+        }
+    )
     res = analyze(rows, window=1)
     assert res["metric"] == "val_loss" and res["budget_key"] == "train.max_flops"
     assert res["optimal"]["1000000000000.0"]["per_size"] == {"s": 128, "m": 128}
@@ -103,31 +124,71 @@ def test_results_rows_carry_each_evaluations_headline(tmp_path):
     from contextlab.sweep.grid import run_summary
 
     (tmp_path / "eval").mkdir()
-    (tmp_path / "eval" / "contextwise.json").write_text(json.dumps({
-        "format": "contextlab-eval-result", "seconds": 1.5, "model": {"n_params": 10},
-        "results": {"summary": {"best_context_loss": 3.25, "falls_with_position": True, "last_full_bucket": [32, 63]},
-                    "length": 64}}))
+    (tmp_path / "eval" / "contextwise.json").write_text(
+        json.dumps(
+            {
+                "format": "contextlab-eval-result",
+                "seconds": 1.5,
+                "model": {"n_params": 10},
+                "results": {
+                    "summary": {
+                        "best_context_loss": 3.25,
+                        "falls_with_position": True,
+                        "last_full_bucket": [32, 63],
+                    },
+                    "length": 64,
+                },
+            }
+        )
+    )
     row = run_summary(tmp_path)
     assert row == {"contextwise.best_context_loss": 3.25, "contextwise.seconds": 1.5}
-    assert analyze([{"status": "done", "train.seq_len": "64", "model.size": "s", **{k: str(v) for k, v in row.items()}}
-                    ])["metric"] == "contextwise.best_context_loss"
+    assert (
+        analyze(
+            [
+                {
+                    "status": "done",
+                    "train.seq_len": "64",
+                    "model.size": "s",
+                    **{k: str(v) for k, v in row.items()},
+                }
+            ]
+        )["metric"]
+        == "contextwise.best_context_loss"
+    )
 
 
 def test_data_size_axis_and_best_val_loss(tmp_path):
     from contextlab.sweep.grid import run_summary
 
     # best_val_loss of a run is its minimum validation loss (early stopping ends past it)
-    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
-        {"step": 10, "loss": 4.0, "val_loss": 3.5}, {"step": 20, "loss": 3.0, "val_loss": 3.1},
-        {"step": 30, "loss": 2.0, "val_loss": 3.3}]))
+    (tmp_path / "metrics.jsonl").write_text(
+        "".join(
+            json.dumps(r) + "\n"
+            for r in [
+                {"step": 10, "loss": 4.0, "val_loss": 3.5},
+                {"step": 20, "loss": 3.0, "val_loss": 3.1},
+                {"step": 30, "loss": 2.0, "val_loss": 3.3},
+            ]
+        )
+    )
     summary = run_summary(tmp_path)
     assert (summary["val_loss"], summary["best_val_loss"], summary["best_step"]) == (3.3, 3.1, 20)
     # one curve per training-set size; the optimum moves to longer contexts with more data
     rows = []
     for size, curve in {1e5: {32: 5.0, 64: 4.9, 128: 5.2}, 4e5: {32: 4.6, 64: 4.4, 128: 4.3}}.items():
         for ctx, loss in curve.items():
-            rows.append({"status": "done", "train.seq_len": str(ctx), "model.size": "m", "train.max_steps": "900",
-                         "data.train_tokens": str(size), "val_loss": "9", "best_val_loss": str(loss)})
+            rows.append(
+                {
+                    "status": "done",
+                    "train.seq_len": str(ctx),
+                    "model.size": "m",
+                    "train.max_steps": "900",
+                    "data.train_tokens": str(size),
+                    "val_loss": "9",
+                    "best_val_loss": str(loss),
+                }
+            )
     # a second seed of one cell: replicates are averaged, their range kept
     rows.append({**rows[-2], "train.seed": "1", "best_val_loss": "4.3"})  # 4e5, context 64: (4.4 + 4.3) / 2
     res = analyze(rows, budget_key="data.train_tokens", metric="best_val_loss", window=1)
@@ -150,7 +211,11 @@ def test_compute_optimal_writes_the_analysis_and_three_plots(tmp_path):
         lines += [f"r{size}_{c},done,{size},{c},m,{v}" for c, v in curve.items()]
     (tmp_path / "results.csv").write_text("\n".join(lines) + "\n")
     res = compute_optimal(tmp_path, budget_key="data.train_tokens", metric="best_val_loss", window=1)
-    assert [p.rsplit("/", 1)[-1] for p in res["plots"]] == ["u_curves.png", "optimal_context.png", "gap_curves.png"]
+    assert [p.rsplit("/", 1)[-1] for p in res["plots"]] == [
+        "u_curves.png",
+        "optimal_context.png",
+        "gap_curves.png",
+    ]
     for p in res["plots"]:
         assert open(p, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     saved = json.loads((tmp_path / "compute_optimal.json").read_text())

@@ -99,7 +99,7 @@ def many_docs(tmp_path_factory):
     text = (FIXTURES / "tinyshakespeare_100k.txt").read_text()
     (root / "docs").mkdir()
     for i in range(0, len(text) - 299, 300):
-        (root / "docs" / f"{i:06d}.txt").write_text(text[i:i + 300])
+        (root / "docs" / f"{i:06d}.txt").write_text(text[i : i + 300])
     return ingest(root / "docs", root / "store", IngestConfig(), progress=False).store
 
 

@@ -35,10 +35,24 @@ def run(cfg_file, out_dir, nproc: int, *extra: str) -> dict[int, float]:
     if nproc == 1:
         cmd = [sys.executable, "-m", "contextlab", "train"]
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc_per_node", str(nproc), "-m", "contextlab", "train"]
-    res = subprocess.run(cmd + [str(cfg_file), f"--set=train.out_dir={out_dir}", *extra], env=env,
-                         capture_output=True, text=True, timeout=300)
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            str(nproc),
+            "-m",
+            "contextlab",
+            "train",
+        ]
+    res = subprocess.run(
+        cmd + [str(cfg_file), f"--set=train.out_dir={out_dir}", *extra],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
     return {r["step"]: r["loss"] for r in rows}

@@ -21,7 +21,9 @@ def test_flops_per_token_matches_a_hand_computation():
     attention = 12 * 4 * 256 * 256  # 12 * n_layer * n_embd * seq_len
     assert flops.flops_per_token(cfg, 256) == 6 * (n + lm_head) + attention == 22_428_672
     assert flops.flops_per_token(cfg, 256, training=False) == 2 * (n + lm_head) + attention / 3
-    assert flops.flops_per_token(cfg, 256, causal_attention_discount=True) == 6 * (n + lm_head) + attention / 2
+    assert (
+        flops.flops_per_token(cfg, 256, causal_attention_discount=True) == 6 * (n + lm_head) + attention / 2
+    )
     # the per-block helper adds up to the same total
     total = 4 * flops.block_flops_per_token(cfg, 256) + 6 * 256 + flops.lm_head_flops_per_token(cfg)
     assert total == flops.flops_per_token(cfg, 256)
@@ -35,8 +37,13 @@ def test_parameter_count_agrees_with_the_model(overrides):
 
 def test_extra_flops_hook():
     cfg = size_config("tiny-2x128", vocab_size=257, block_size=128)
-    two_heads = lambda c, T, training=True: 2 * (  # noqa: E731  (two extra MTP heads)
-        flops.block_flops_per_token(c, T, training=training) + flops.lm_head_flops_per_token(c, training=training))
+    two_heads = lambda c, T, training=True: (
+        2
+        * (
+            flops.block_flops_per_token(c, T, training=training)
+            + flops.lm_head_flops_per_token(c, training=training)
+        )
+    )
     base = flops.flops_per_token(cfg, 128)
     assert flops.extra_flops_per_token(cfg, 128) == 0.0
     assert flops.flops_per_token(cfg, 128, extra=two_heads) == base + two_heads(cfg, 128)
@@ -46,7 +53,9 @@ def test_mfu_arithmetic():
     assert flops.mfu(tokens_per_s=1000, flops_per_token=2e9, peak_flops=4e12) == pytest.approx(0.5)
     # GPT-2 small at 1024 context: the well-known ~0.85 GFLOP/token (6N with N=85.0M, + 6CV + 12LCT)
     cfg = size_config("gpt2-small", vocab_size=50257, block_size=1024)
-    assert flops.flops_per_token(cfg, 1024) == pytest.approx(6 * (84_953_856 + 768 * 50257) + 12 * 12 * 768 * 1024)
+    assert flops.flops_per_token(cfg, 1024) == pytest.approx(
+        6 * (84_953_856 + 768 * 50257) + 12 * 12 * 768 * 1024
+    )
 
 
 def test_measured_peak_uses_and_fills_the_cache(tmp_path, monkeypatch):

@@ -21,16 +21,31 @@ from contextlab.train.trainer import train
 from tests.conftest import FIXTURES
 
 GOLDEN = Path(__file__).with_name("golden_tiny_losses.json")
-CONFIG = {"model": {"size": "tiny-2x128", "n_layer": 2, "n_head": 2, "n_embd": 64},
-          "optim": {"lr": 3e-3, "warmup_steps": 4},
-          "data": {"val_split": "tail", "val_fraction": 0.1},
-          "train": {"seq_len": 64, "tokens_per_step": 512, "max_steps": 12, "log_every": 1, "val_every": 6,
-                    "val_tokens": 1024, "ckpt_every": 0, "threads": 1, "peak_flops": 1e12, "progress": False,
-                    "dtype": "fp32", "seed": 7}}
+CONFIG = {
+    "model": {"size": "tiny-2x128", "n_layer": 2, "n_head": 2, "n_embd": 64},
+    "optim": {"lr": 3e-3, "warmup_steps": 4},
+    "data": {"val_split": "tail", "val_fraction": 0.1},
+    "train": {
+        "seq_len": 64,
+        "tokens_per_step": 512,
+        "max_steps": 12,
+        "log_every": 1,
+        "val_every": 6,
+        "val_tokens": 1024,
+        "ckpt_every": 0,
+        "threads": 1,
+        "peak_flops": 1e12,
+        "progress": False,
+        "dtype": "fp32",
+        "seed": 7,
+    },
+}
 
 
 def test_tiny_run_reproduces_the_golden_losses(tmp_path):
-    store = ingest(FIXTURES / "tinyshakespeare_100k.txt", tmp_path / "store", IngestConfig(), progress=False).store
+    store = ingest(
+        FIXTURES / "tinyshakespeare_100k.txt", tmp_path / "store", IngestConfig(), progress=False
+    ).store
     cfg = json.loads(json.dumps(CONFIG))
     cfg["data"]["store"] = str(store.path)
     cfg["train"]["out_dir"] = str(tmp_path / "run")

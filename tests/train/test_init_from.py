@@ -21,12 +21,24 @@ from contextlab.train.export import export_checkpoint
 from contextlab.train.trainer import train
 from tests.conftest import SHARED_DATA
 
-BASE = {"model": {"size": "tiny-4x256", "n_layer": 2, "n_head": 2, "n_embd": 32},
-        "optim": {"lr": 3e-3, "warmup_steps": 2},
-        "train": {"seq_len": 16, "tokens_per_step": 128, "log_every": 1, "val_every": 0, "val_tokens": 64,
-                  "ckpt_every": 3, "keep_last": 2, "threads": 1, "peak_flops": 1e12, "progress": False,
-                  "dtype": "fp32"},
-        "data": {"val_split": "tail", "val_fraction": 0.1}}
+BASE = {
+    "model": {"size": "tiny-4x256", "n_layer": 2, "n_head": 2, "n_embd": 32},
+    "optim": {"lr": 3e-3, "warmup_steps": 2},
+    "train": {
+        "seq_len": 16,
+        "tokens_per_step": 128,
+        "log_every": 1,
+        "val_every": 0,
+        "val_tokens": 64,
+        "ckpt_every": 3,
+        "keep_last": 2,
+        "threads": 1,
+        "peak_flops": 1e12,
+        "progress": False,
+        "dtype": "fp32",
+    },
+    "data": {"val_split": "tail", "val_fraction": 0.1},
+}
 
 
 def run_config(store, out_dir, *, train=None, **sections) -> RunConfig:
@@ -39,7 +51,9 @@ def run_config(store, out_dir, *, train=None, **sections) -> RunConfig:
 
 
 def losses(run_dir) -> dict[int, float]:
-    return {r["step"]: r["loss"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())}
+    return {
+        r["step"]: r["loss"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+    }
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +69,14 @@ def hf_tokenizer(tmp_path_factory, text):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator([text], trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
-                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        [text],
+        trainers.BpeTrainer(
+            vocab_size=300,
+            special_tokens=["<|endoftext|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
     tok.save(str(path))
     return path
@@ -66,9 +86,17 @@ def hf_tokenizer(tmp_path_factory, text):
 def llama_dir(tmp_path_factory, hf_tokenizer):
     """A tiny Llama built locally (save_pretrained), context 16, with its tokenizer."""
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=320, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16,
-                                   rope_theta=10000.0, tie_word_embeddings=False)
+    cfg = transformers.LlamaConfig(
+        vocab_size=320,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=16,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+    )
     out = tmp_path_factory.mktemp("llama") / "tiny-llama"
     transformers.LlamaForCausalLM(cfg).save_pretrained(out)
     shutil.copy(hf_tokenizer, out / "tokenizer.json")
@@ -104,13 +132,24 @@ def ids(T: int, vocab: int, seed: int = 3) -> torch.Tensor:
 
 def test_hf_llama_continues_with_yarn_exports_and_reloads(tmp_path, hf_store, llama_dir):
     run = tmp_path / "llama_run"
-    res = train(run_config(hf_store, run, train={"seq_len": 32, "max_steps": 4, "ckpt_every": 2},
-                           init={"source": str(llama_dir)}, extend={"method": "yarn"}))
+    res = train(
+        run_config(
+            hf_store,
+            run,
+            train={"seq_len": 32, "max_steps": 4, "ckpt_every": 2},
+            init={"source": str(llama_dir)},
+            extend={"method": "yarn"},
+        )
+    )
     assert res.steps == 4 and all(torch.isfinite(torch.tensor(list(losses(run).values()))))
     state = json.loads((run / "checkpoints" / "step_000004" / "state.json").read_text())
     assert state["arch"] == "hf" and state["init"]["kind"] == "hf" and state["init"]["factor"] == 2.0
     rope = state["model_config"]["rope_parameters"]
-    assert rope["rope_type"] == "yarn" and rope["factor"] == 2.0 and rope["original_max_position_embeddings"] == 16
+    assert (
+        rope["rope_type"] == "yarn"
+        and rope["factor"] == 2.0
+        and rope["original_max_position_embeddings"] == 16
+    )
 
     trained, _, _ = load_trained_model(run)
     source = transformers.AutoModelForCausalLM.from_pretrained(llama_dir)
@@ -148,8 +187,15 @@ def test_continued_hf_run_resumes_exactly(tmp_path, hf_store, llama_dir):
 
 def test_contextlab_run_continues_with_yarn_and_exports(tmp_path, byte_store, base_run):
     run = tmp_path / "extended"
-    train(run_config(byte_store, run, train={"seq_len": 64, "max_steps": 3}, init={"source": str(base_run)},
-                     extend={"method": "yarn"}))
+    train(
+        run_config(
+            byte_store,
+            run,
+            train={"seq_len": 64, "max_steps": 3},
+            init={"source": str(base_run)},
+            extend={"method": "yarn"},
+        )
+    )
     fresh = tmp_path / "fresh"
     train(run_config(byte_store, fresh, train={"seq_len": 64, "max_steps": 3}))
     assert losses(run)[1] < losses(fresh)[1] - 0.5  # starts from the pretrained weights
@@ -178,9 +224,16 @@ def test_evaluating_beyond_the_context_warns(base_run):
 
 def test_base_change_other_objective_and_freezing(tmp_path, byte_store, base_run):
     run = tmp_path / "mtp"
-    train(run_config(byte_store, run, train={"seq_len": 32, "max_steps": 2},
-                     init={"source": str(base_run), "freeze": ["embeddings", "blocks.0.*"]},
-                     extend={"method": "base", "rope_base": 1e6}, objective={"name": "mtp"}))
+    train(
+        run_config(
+            byte_store,
+            run,
+            train={"seq_len": 32, "max_steps": 2},
+            init={"source": str(base_run), "freeze": ["embeddings", "blocks.0.*"]},
+            extend={"method": "base", "rope_base": 1e6},
+            objective={"name": "mtp"},
+        )
+    )
     model, state, _ = load_trained_model(run)
     base, _, _ = load_trained_model(base_run)
     assert state["arch"] == "mtp" and model.config.rope_base == 1e6 and model.config.rope_extension == "none"
@@ -193,22 +246,46 @@ def test_base_change_other_objective_and_freezing(tmp_path, byte_store, base_run
 def test_user_errors_are_one_clear_line(tmp_path, byte_store, hf_store, base_run, llama_dir):
     def check(match, store=byte_store, **sections):
         with pytest.raises(UserError, match=match):
-            train(run_config(store, tmp_path / "err", train=sections.pop("train", {"max_steps": 1}), **sections))
+            train(
+                run_config(store, tmp_path / "err", train=sections.pop("train", {"max_steps": 1}), **sections)
+            )
 
     check("is not longer than the model's context", init={"source": str(base_run)}, extend={"method": "pi"})
-    check("extend.method='rope' is unknown", init={"source": str(base_run)}, extend={"method": "rope"},
-          train={"seq_len": 32, "max_steps": 1})
+    check(
+        "extend.method='rope' is unknown",
+        init={"source": str(base_run)},
+        extend={"method": "rope"},
+        train={"seq_len": 32, "max_steps": 1},
+    )
     check("needs the new base", init={"source": str(base_run)}, extend={"method": "base"})
     check("matches no parameter", init={"source": str(base_run), "freeze": ["nothing.*"]})
     check("was not tokenized with the tokenizer of", init={"source": str(llama_dir)})
-    check("trains the mtp architecture", store=hf_store, init={"source": str(llama_dir)}, objective={"name": "mtp"})
-    check("needs an attention mask", store=hf_store, init={"source": str(llama_dir)}, objective={"name": "mlm"})
+    check(
+        "trains the mtp architecture",
+        store=hf_store,
+        init={"source": str(llama_dir)},
+        objective={"name": "mtp"},
+    )
+    check(
+        "needs an attention mask", store=hf_store, init={"source": str(llama_dir)}, objective={"name": "mlm"}
+    )
     check("does not exist", init={"source": str(tmp_path / "nowhere")})
 
 
 def test_command_line_flag_sets_the_source(tmp_path, byte_store, capsys):
     from contextlab.cli import main
 
-    rc = main(["train", "--init-from", str(tmp_path / "no model"), "--set", f"data.store={byte_store.path}",
-               "--set", f"train.out_dir={tmp_path / 'run'}", "--set", "train.max_steps=1"])
+    rc = main(
+        [
+            "train",
+            "--init-from",
+            str(tmp_path / "no model"),
+            "--set",
+            f"data.store={byte_store.path}",
+            "--set",
+            f"train.out_dir={tmp_path / 'run'}",
+            "--set",
+            "train.max_steps=1",
+        ]
+    )
     assert rc != 0 and f"init.source {tmp_path / 'no model'} does not exist" in capsys.readouterr().err

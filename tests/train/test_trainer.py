@@ -23,12 +23,24 @@ from contextlab.train.optim import lr_at
 from contextlab.train.trainer import Trainer, train
 from tests.conftest import REPO, SHARED_DATA
 
-TINY = {"model": {"size": "tiny-4x256", "n_layer": 2, "n_head": 2, "n_embd": 64},
-        "optim": {"lr": 3e-3, "warmup_steps": 3},
-        "train": {"seq_len": 32, "tokens_per_step": 256, "log_every": 1, "val_every": 5, "val_tokens": 512,
-                  "ckpt_every": 4, "keep_last": 2, "threads": 1, "peak_flops": 1e12, "progress": False,
-                  "dtype": "fp32"},
-        "data": {"val_split": "tail", "val_fraction": 0.1}}
+TINY = {
+    "model": {"size": "tiny-4x256", "n_layer": 2, "n_head": 2, "n_embd": 64},
+    "optim": {"lr": 3e-3, "warmup_steps": 3},
+    "train": {
+        "seq_len": 32,
+        "tokens_per_step": 256,
+        "log_every": 1,
+        "val_every": 5,
+        "val_tokens": 512,
+        "ckpt_every": 4,
+        "keep_last": 2,
+        "threads": 1,
+        "peak_flops": 1e12,
+        "progress": False,
+        "dtype": "fp32",
+    },
+    "data": {"val_split": "tail", "val_fraction": 0.1},
+}
 
 
 @pytest.fixture(scope="module")
@@ -77,14 +89,20 @@ def test_exact_resume_after_sigkill(store, tmp_path):
     ref = tmp_path / "ref"
     train(config(store, ref, max_steps=steps))
     run = tmp_path / "killed"
-    cfg_args = [f"--set=data.store={store.path}", f"--set=train.out_dir={run}", f"--set=train.max_steps={steps}"]
+    cfg_args = [
+        f"--set=data.store={store.path}",
+        f"--set=train.out_dir={run}",
+        f"--set=train.max_steps={steps}",
+    ]
     cfg_file = tmp_path / "tiny.toml"
     from contextlab.config import save_toml
+
     save_toml(config(store, run, max_steps=steps), cfg_file)
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     cmd = [sys.executable, "-m", "contextlab", "train", str(cfg_file), *cfg_args]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 120
+
     def newest() -> int:
         try:
             return max([s for s, _ in ckpt.list_checkpoints(run)] or [0])
@@ -103,7 +121,9 @@ def test_exact_resume_after_sigkill(store, tmp_path):
     assert f"resuming {run} from step_{killed_at:06d}" in res.stdout
     got, want = losses(run), losses(ref)
     assert sorted(got) == list(range(1, steps + 1))
-    assert all(got[s] == want[s] for s in range(1, steps + 1)), "resumed losses differ from the uninterrupted run"
+    assert all(got[s] == want[s] for s in range(1, steps + 1)), (
+        "resumed losses differ from the uninterrupted run"
+    )
 
 
 def test_resume_refuses_a_different_config(store, tmp_path):
@@ -129,7 +149,7 @@ def test_checkpoint_write_failure_keeps_the_previous_one(store, tmp_path, monkey
     assert [s for s, _ in ckpt.list_checkpoints(run)] == [4]
     assert not list((run / "checkpoints").glob(".*tmp"))
     model_state, _, _, state = ckpt.load_checkpoint(run / "checkpoints" / "step_000004")
-    assert state["step"] == 4 and "model.tok_emb.weight" in model_state or len(model_state) > 0
+    assert (state["step"] == 4 and "model.tok_emb.weight" in model_state) or len(model_state) > 0
 
 
 def test_budgets_convert_to_steps(store, tmp_path):
@@ -158,8 +178,12 @@ def test_wall_clock_budget(store, tmp_path):
 def test_tokenizer_mismatch_on_resume(store, tmp_path):
     run = tmp_path / "run"
     train(config(store, run, max_steps=2))
-    other = ingest(REPO / "src" / "contextlab" / "corpus" / "books", tmp_path / "books",
-                   IngestConfig(tokenizer=f"gpt2:{SHARED_DATA / 'gpt2_tokenizer'}"), progress=False).store
+    other = ingest(
+        REPO / "src" / "contextlab" / "corpus" / "books",
+        tmp_path / "books",
+        IngestConfig(tokenizer=f"gpt2:{SHARED_DATA / 'gpt2_tokenizer'}"),
+        progress=False,
+    ).store
     cfg = config(store, run, max_steps=4)
     cfg.data.store = str(other.path)
     cfg.data.val_split = "documents"
@@ -168,10 +192,11 @@ def test_tokenizer_mismatch_on_resume(store, tmp_path):
 
 
 def test_export_round_trip(store, tmp_path):
-    from contextlab.train.export import export_checkpoint
-    from contextlab.models.loading import load_trained_model
-    import contextlab.models.hf  # noqa: F401  registers the classes with transformers
     from transformers import AutoModelForCausalLM
+
+    import contextlab.models.hf  # noqa: F401  registers the classes with transformers
+    from contextlab.models.loading import load_trained_model
+    from contextlab.train.export import export_checkpoint
 
     run = tmp_path / "run"
     train(config(store, run, max_steps=3))
@@ -199,7 +224,9 @@ def test_early_stopping_ends_the_run_and_resume_keeps_it_stopped(store, tmp_path
     assert kept[-1] == 35 and 20 in kept and len(kept) == 3  # the stopping step, the best one, keep_last = 2
     again = train(config(store, run, max_steps=100, patience=3))  # same command: nothing more to do
     assert again.steps == 35 and again.stopped_early and again.best_step == 20
-    assert again.final_loss == pytest.approx(res.final_loss) and again.val_loss == 2.4  # reported from the log
+    assert (
+        again.final_loss == pytest.approx(res.final_loss) and again.val_loss == 2.4
+    )  # reported from the log
     with pytest.raises(UserError, match="val_every"):
         train(config(store, tmp_path / "nv", max_steps=10, patience=2, val_every=0))
 
@@ -214,6 +241,6 @@ def test_train_tokens_caps_the_training_data(store, tmp_path):
         for row in t.loader.next_batch().tokens:
             body = row[row != store.tokenizer_spec.get("eot_id", -1)].astype(np.int64)
             assert body.tobytes() in text
-    cfg.data.train_tokens = 10 ** 9
+    cfg.data.train_tokens = 10**9
     with pytest.raises(UserError, match="train_tokens"):
         Trainer(cfg)

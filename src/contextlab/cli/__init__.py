@@ -10,7 +10,7 @@ keeps its traceback.
 from __future__ import annotations
 
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from contextlab.errors import UserError
 
@@ -44,8 +44,13 @@ def _resolve(target: str) -> Command:
 
 def _usage() -> str:
     width = max(len(name) for name in COMMANDS)
-    lines = ["usage: contextlab COMMAND [options]   (contextlab COMMAND --help for its options)", "",
-             "Measure and improve how language models use their context.", "", "commands:"]
+    lines = [
+        "usage: contextlab COMMAND [options]   (contextlab COMMAND --help for its options)",
+        "",
+        "Measure and improve how language models use their context.",
+        "",
+        "commands:",
+    ]
     for name, target in COMMANDS.items():
         try:
             doc = _resolve(target).__doc__ or ""
@@ -73,10 +78,14 @@ def main(argv: list[str] | None = None) -> int:
             return _run(_resolve(commands[name]), name, argv[n_words:])
     group = [c for c in commands if c.split()[0] == argv[0]]
     if group:
-        print(f"contextlab {argv[0]}: choose one of: " + ", ".join(c.split(" ", 1)[1] for c in group),
-              file=sys.stderr)
+        print(
+            f"contextlab {argv[0]}: choose one of: " + ", ".join(c.split(" ", 1)[1] for c in group),
+            file=sys.stderr,
+        )
         return 2
-    print(f"contextlab: unknown command {argv[0]!r}; run `contextlab --help` to list commands", file=sys.stderr)
+    print(
+        f"contextlab: unknown command {argv[0]!r}; run `contextlab --help` to list commands", file=sys.stderr
+    )
     return 2
 
 

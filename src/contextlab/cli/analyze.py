@@ -20,20 +20,36 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="contextlab analyze entropy",
         description="For each visible context length l: hidden states of N samples, PCA spectrum relative to the "
-                    "largest eigenvalue, intrinsic entropy (sum of log relative eigenvalues over the first n "
-                    "components), intrinsic dimension (eigenvalues above thresholds), Gaussian-KDE entropy, "
-                    "TwoNN/MLE/lPCA (scikit-dimension), and the next-token cross-entropy at l; every measure is "
-                    "fitted linearly against the cross-entropy (Pearson r). On a synthetic parity store the loss is "
-                    "the answer's and the exact Bayes risk is reported beside it.")
-    p.add_argument("--model", required=True, metavar="PATH",
-                   help="a contextlab run or checkpoint directory, or a local Hugging Face model folder")
-    p.add_argument("--data", required=True, metavar="STORE",
-                   help="a token store made with the model's tokenizer (long documents), or a parity store")
+        "largest eigenvalue, intrinsic entropy (sum of log relative eigenvalues over the first n "
+        "components), intrinsic dimension (eigenvalues above thresholds), Gaussian-KDE entropy, "
+        "TwoNN/MLE/lPCA (scikit-dimension), and the next-token cross-entropy at l; every measure is "
+        "fitted linearly against the cross-entropy (Pearson r). On a synthetic parity store the loss is "
+        "the answer's and the exact Bayes risk is reported beside it.",
+    )
+    p.add_argument(
+        "--model",
+        required=True,
+        metavar="PATH",
+        help="a contextlab run or checkpoint directory, or a local Hugging Face model folder",
+    )
+    p.add_argument(
+        "--data",
+        required=True,
+        metavar="STORE",
+        help="a token store made with the model's tokenizer (long documents), or a parity store",
+    )
     p.add_argument("--out", help="output folder (default: MODEL/eval)")
     p.add_argument("--step", type=int, help="checkpoint step of a run (default: the newest)")
-    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="compute precision (default: fp32)")
-    p.add_argument("--batch-size", type=int, default=64, help="sequences per forward pass at the model's full "
-                   "context; shorter contexts use proportionally more (default: 64)")
+    p.add_argument(
+        "--dtype", default="fp32", choices=["fp32", "bf16"], help="compute precision (default: fp32)"
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=64,
+        help="sequences per forward pass at the model's full "
+        "context; shorter contexts use proportionally more (default: 64)",
+    )
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 = torch's default")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -77,16 +93,25 @@ def cmd_entropy(argv: list[str]) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    adapter = load_model(args.model, dtype=args.dtype, batch_size=args.batch_size, device=args.device,
-                         step=args.step)
+    adapter = load_model(
+        args.model, dtype=args.dtype, batch_size=args.batch_size, device=args.device, step=args.step
+    )
     p = Path(args.model)
     run_dir = p.parent.parent if (p / "state.json").is_file() and p.parent.name == "checkpoints" else p
     out_dir = Path(args.out) if args.out else run_dir / "eval"
     t0 = time.perf_counter()
     out = run(adapter, options, args.data, progress=not args.no_progress)
     model = {**vars(adapter.info), "dtype": adapter.dtype, "batch_size": adapter.batch_size}
-    path = write_result(out_dir, "entropy", results=out.results, options=options, model=model, data=out.data,
-                        seconds=time.perf_counter() - t0, arrays=out.arrays)
+    path = write_result(
+        out_dir,
+        "entropy",
+        results=out.results,
+        options=options,
+        model=model,
+        data=out.data,
+        seconds=time.perf_counter() - t0,
+        arrays=out.arrays,
+    )
     out.plot(out_dir / "entropy.png")
     print(_table(out.results))
     print(f"wrote {path}, {out_dir / 'entropy.png'} ({time.perf_counter() - t0:.0f} s)")

@@ -19,15 +19,28 @@ def cmd_ingest(argv: list[str]) -> int:
     from contextlab.data.ingest import IngestConfig, ingest
     from contextlab.data.sources import SourceOptions
 
-    p = _parser("data ingest", "Tokenize SOURCE into a token store at --out. Runs in parallel, shows progress, "
-                "and resumes where it stopped if killed (run the same command again).")
-    p.add_argument("source", help="a folder of text/code files, a text file, .jsonl[.gz], .parquet, "
-                   "or a local Hugging Face datasets folder (save_to_disk)")
+    p = _parser(
+        "data ingest",
+        "Tokenize SOURCE into a token store at --out. Runs in parallel, shows progress, "
+        "and resumes where it stopped if killed (run the same command again).",
+    )
+    p.add_argument(
+        "source",
+        help="a folder of text/code files, a text file, .jsonl[.gz], .parquet, "
+        "or a local Hugging Face datasets folder (save_to_disk)",
+    )
     p.add_argument("--out", required=True, help="the token store directory to create")
     p.add_argument("--config", help="a TOML file with ingest options (flags and --set override it)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config key, e.g. --set source.encoding=replace (repeatable)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing store or unfinished ingest at --out")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set source.encoding=replace (repeatable)",
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace an existing store or unfinished ingest at --out"
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_dataclass_args(p, IngestConfig)
     add_dataclass_args(p, SourceOptions)
@@ -44,15 +57,25 @@ def cmd_ingest(argv: list[str]) -> int:
     report = ingest(args.source, args.out, config, overwrite=args.overwrite, progress=not args.no_progress)
     store = report.store
     if report.up_to_date:
-        print(f"{store.path} is up to date ({store.n_docs:,} documents, {store.n_tokens:,} tokens); nothing to do")
+        print(
+            f"{store.path} is up to date ({store.n_docs:,} documents, {store.n_tokens:,} tokens); nothing to do"
+        )
         return 0
     stats = store.meta.get("source_stats", {})
-    print(f"wrote {store.path}: {store.n_docs:,} documents, {store.n_tokens:,} tokens "
-          f"({store.tokenizer_spec['name']}), {report.bytes_read / 1e6:,.1f} MB in {report.seconds:,.1f} s "
-          f"({report.mb_per_s:,.1f} MB/s)")
-    notes = {k: v for k, v in {**stats, "skipped_short": report.skipped_short,
-                               "skipped_long": report.skipped_long}.items()
-             if isinstance(v, int) and v and k.startswith(("skipped", "undecodable", "latin1"))}
+    print(
+        f"wrote {store.path}: {store.n_docs:,} documents, {store.n_tokens:,} tokens "
+        f"({store.tokenizer_spec['name']}), {report.bytes_read / 1e6:,.1f} MB in {report.seconds:,.1f} s "
+        f"({report.mb_per_s:,.1f} MB/s)"
+    )
+    notes = {
+        k: v
+        for k, v in {
+            **stats,
+            "skipped_short": report.skipped_short,
+            "skipped_long": report.skipped_long,
+        }.items()
+        if isinstance(v, int) and v and k.startswith(("skipped", "undecodable", "latin1"))
+    }
     if notes:
         print("  " + ", ".join(f"{k.replace('_', ' ')}: {v:,}" for k, v in notes.items()))
     return 0
@@ -63,8 +86,11 @@ def cmd_info(argv: list[str]) -> int:
     from contextlab.data.stats import format_summary, plot_length_histogram, store_summary
     from contextlab.data.store import TokenStore
 
-    p = _parser("data info", "Counts, document-length percentiles, long-document counts (LongCrawl64 view), "
-                "and a histogram of document lengths.")
+    p = _parser(
+        "data info",
+        "Counts, document-length percentiles, long-document counts (LongCrawl64 view), "
+        "and a histogram of document lengths.",
+    )
     p.add_argument("store", help="a token store directory")
     p.add_argument("--plot", help="where to write the histogram PNG (default: STORE/doc_lengths.png)")
     p.add_argument("--no-plot", action="store_true", help="do not draw the histogram")

@@ -19,7 +19,7 @@ DATA_HELP = {
     "contextwise": "a token store made with the model's tokenizer (long documents)",
     "bayes-fit": "a token store made with the model's tokenizer",
     "niah": "the haystack: a folder of .txt files or one file (default: the public-domain books shipped with "
-            "contextlab; ../shared/data/paul_graham_essays for the original test)",
+    "contextlab; ../shared/data/paul_graham_essays for the original test)",
     "kv": "a lost-in-the-middle file, e.g. ../shared/data/lost_in_the_middle/kv-retrieval-75_keys.jsonl.gz",
     "passkey": "not used (the filler is built in)",
     "vartrack": "not used (the filler is built in)",
@@ -33,27 +33,45 @@ def _parser(name: str | None) -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(
         prog="contextlab eval" + (f" {name}" if name else ""),
-        description=("Evaluate how a model uses its context. Works the same on a contextlab run/checkpoint and on "
-                     "any local Hugging Face causal LM folder (with tokenizer.json). Writes OUT/NAME.json (resolved "
-                     "options, model, data hash, code version, results) and OUT/NAME.png. "
-                     "Evaluations: " + ", ".join(EVALS) + ". Run `contextlab eval NAME --help` for NAME's options."))
+        description=(
+            "Evaluate how a model uses its context. Works the same on a contextlab run/checkpoint and on "
+            "any local Hugging Face causal LM folder (with tokenizer.json). Writes OUT/NAME.json (resolved "
+            "options, model, data hash, code version, results) and OUT/NAME.png. "
+            "Evaluations: " + ", ".join(EVALS) + ". Run `contextlab eval NAME --help` for NAME's options."
+        ),
+    )
     p.add_argument("name", metavar="NAME", choices=list(EVALS), help="the evaluation: " + ", ".join(EVALS))
-    p.add_argument("--model", action="append", required=True, metavar="PATH",
-                   help="a contextlab run or checkpoint directory, or a local Hugging Face model folder "
-                        "(repeat for several models)")
+    p.add_argument(
+        "--model",
+        action="append",
+        required=True,
+        metavar="PATH",
+        help="a contextlab run or checkpoint directory, or a local Hugging Face model folder "
+        "(repeat for several models)",
+    )
     p.add_argument("--data", help=DATA_HELP.get(name or "", "the evaluation's data (see NAME --help)"))
-    p.add_argument("--out", help="output folder (default: MODEL/eval for runs, MODEL/eval for HF folders); with "
-                                 "several models each writes to its own default unless --out is given, "
-                                 "then to --out/<model folder name>")
+    p.add_argument(
+        "--out",
+        help="output folder (default: MODEL/eval for runs, MODEL/eval for HF folders); with "
+        "several models each writes to its own default unless --out is given, "
+        "then to --out/<model folder name>",
+    )
     p.add_argument("--step", type=int, help="checkpoint step of a run (default: the newest)")
-    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"],
-                   help="compute precision: bf16 runs the forward in bfloat16 autocast (CPU or CUDA), log-softmax "
-                        "stays fp32 (default: fp32)")
+    p.add_argument(
+        "--dtype",
+        default="fp32",
+        choices=["fp32", "bf16"],
+        help="compute precision: bf16 runs the forward in bfloat16 autocast (CPU or CUDA), log-softmax "
+        "stays fp32 (default: fp32)",
+    )
     p.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass (default: 8)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 = torch's default")
-    p.add_argument("--plot", help="contextwise with several models: where to write the combined plot "
-                                  "(default: OUT/contextwise_models.png or the first model's eval folder)")
+    p.add_argument(
+        "--plot",
+        help="contextwise with several models: where to write the combined plot "
+        "(default: OUT/contextwise_models.png or the first model's eval folder)",
+    )
     if name:
         from contextlab.eval import OPTIONS
 
@@ -91,8 +109,9 @@ def cmd_eval(argv: list[str]) -> int:
     several = len(args.model) > 1
     written = []
     for model_path in args.model:
-        adapter = load_model(model_path, dtype=args.dtype, batch_size=args.batch_size, device=args.device,
-                             step=args.step)
+        adapter = load_model(
+            model_path, dtype=args.dtype, batch_size=args.batch_size, device=args.device, step=args.step
+        )
         out_dir = _default_out(model_path, args, several)
         path, out = evaluate(name, adapter, options, data, out_dir)
         written.append(path)
@@ -102,8 +121,11 @@ def cmd_eval(argv: list[str]) -> int:
     if name == "contextwise" and several:
         from contextlab.eval.contextwise import combined_plot
 
-        plot = Path(args.plot) if args.plot else (Path(args.out) if args.out else written[0].parent) / "contextwise_models.png"
+        plot = (
+            Path(args.plot)
+            if args.plot
+            else (Path(args.out) if args.out else written[0].parent) / "contextwise_models.png"
+        )
         combined_plot(written, plot)
         print(f"  combined plot {plot}")
     return 0
-

@@ -18,18 +18,31 @@ def cmd_pack(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
         prog="contextlab data pack",
         description="Write a packed store (document order + sequence boundaries, no token copies) from STORE. "
-                    "Deterministic from --seed; sharded (--shards, --workers); resumes where it stopped if killed "
-                    "(run the same command again).")
+        "Deterministic from --seed; sharded (--shards, --workers); resumes where it stopped if killed "
+        "(run the same command again).",
+    )
     p.add_argument("store", help="a token store directory (from `contextlab data ingest`)")
     p.add_argument("--out", required=True, help="the packed store directory to create")
     p.add_argument("--config", help="a TOML file with packing options (flags and --set override it)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config key, e.g. --set noise=0.5 (repeatable)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set noise=0.5 (repeatable)",
+    )
     p.add_argument("--workers", type=int, default=1, help="processes packing shards in parallel [default: 1]")
-    p.add_argument("--only-shards", metavar="I,J,...",
-                   help="pack only these shard indices and stop before assembling (for many machines sharing "
-                        "a filesystem); a final run without it assembles the packed store")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing packed store or unfinished pack at --out")
+    p.add_argument(
+        "--only-shards",
+        metavar="I,J,...",
+        help="pack only these shard indices and stop before assembling (for many machines sharing "
+        "a filesystem); a final run without it assembles the packed store",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing packed store or unfinished pack at --out",
+    )
     p.add_argument("--no-progress", action="store_true", help="print nothing while packing")
     add_dataclass_args(p, PackConfig)
     args = p.parse_args(argv)
@@ -44,24 +57,37 @@ def cmd_pack(argv: list[str]) -> int:
         try:
             only = [int(x) for x in args.only_shards.split(",") if x.strip()]
         except ValueError:
-            raise UserError(f"--only-shards expects comma-separated integers, got {args.only_shards!r}") from None
+            raise UserError(
+                f"--only-shards expects comma-separated integers, got {args.only_shards!r}"
+            ) from None
     if args.workers < 1:
         raise UserError(f"--workers must be >= 1, got {args.workers}")
-    report = pack(args.store, args.out, config, overwrite=args.overwrite, workers=args.workers,
-                  only_shards=only, progress=not args.no_progress)
+    report = pack(
+        args.store,
+        args.out,
+        config,
+        overwrite=args.overwrite,
+        workers=args.workers,
+        only_shards=only,
+        progress=not args.no_progress,
+    )
     if report.packed is None:
-        print(f"packed shard(s) {args.only_shards} into {Path(args.out).name}.partial "
-              f"({report.shards_packed} new, {report.shards_resumed} already there); run without --only-shards to assemble")
+        print(
+            f"packed shard(s) {args.only_shards} into {Path(args.out).name}.partial "
+            f"({report.shards_packed} new, {report.shards_resumed} already there); run without --only-shards to assemble"
+        )
         return 0
     pk = report.packed
     if report.up_to_date:
         print(f"{pk.path} is up to date ({pk.n_sequences:,} sequences); nothing to do")
         return 0
     m = pk.meta
-    print(f"wrote {pk.path}: {config.method}, {pk.n_sequences:,} sequences of {config.seq_len:,} tokens "
-          f"({m['n_full_sequences']:,} full), {pk.n_entries:,} entries from {m['store']['n_docs']:,} documents "
-          f"in {report.seconds:,.1f} s ({m['store']['n_docs'] / max(report.seconds, 1e-9):,.0f} docs/s); "
-          f"largest shard index {m['index_bytes_max'] / 2**20:,.1f} MiB")
+    print(
+        f"wrote {pk.path}: {config.method}, {pk.n_sequences:,} sequences of {config.seq_len:,} tokens "
+        f"({m['n_full_sequences']:,} full), {pk.n_entries:,} entries from {m['store']['n_docs']:,} documents "
+        f"in {report.seconds:,.1f} s ({m['store']['n_docs'] / max(report.seconds, 1e-9):,.0f} docs/s); "
+        f"largest shard index {m['index_bytes_max'] / 2**20:,.1f} MiB"
+    )
     return 0
 
 
@@ -73,23 +99,34 @@ def cmd_pack_stats(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
         prog="contextlab data pack-stats",
         description="Diagnostics of a packed store: documents per sequence, mean retrieval similarity of "
-                    "neighbours, fraction of sequences with >= 2 related documents, domains/directories spanned "
-                    "per sequence, and the Zipf coefficient of token frequencies (seed Table 9; lower = burstier), "
-                    "with a plot.")
+        "neighbours, fraction of sequences with >= 2 related documents, domains/directories spanned "
+        "per sequence, and the Zipf coefficient of token frequencies (seed Table 9; lower = burstier), "
+        "with a plot.",
+    )
     p.add_argument("packed", help="a packed store directory (from `contextlab data pack`)")
-    p.add_argument("--max-sequences", type=int, default=2000,
-                   help="full sequences sampled (seeded) for the Zipf coefficient; 0 = all [default: 2000]")
+    p.add_argument(
+        "--max-sequences",
+        type=int,
+        default=2000,
+        help="full sequences sampled (seeded) for the Zipf coefficient; 0 = all [default: 2000]",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of that sample [default: 0]")
     p.add_argument("--plot", help="where to write the PNG (default: PACKED/pack_stats.png)")
     p.add_argument("--no-plot", action="store_true", help="do not draw the plot")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON (without per-sequence lists)")
+    p.add_argument(
+        "--json", action="store_true", help="print the summary as JSON (without per-sequence lists)"
+    )
     args = p.parse_args(argv)
     if args.max_sequences < 0:
         raise UserError(f"--max-sequences must be >= 0, got {args.max_sequences}")
     packed = PackedStore(args.packed)
     stats = pack_stats(packed, max_sequences=args.max_sequences, seed=args.seed)
     if args.json:
-        print(json.dumps({k: v for k, v in stats.items() if not k.endswith(("_all", "_per_sequence"))}, indent=2))
+        print(
+            json.dumps(
+                {k: v for k, v in stats.items() if not k.endswith(("_all", "_per_sequence"))}, indent=2
+            )
+        )
     else:
         print(format_pack_stats(stats))
     if not args.no_plot:

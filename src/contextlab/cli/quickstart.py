@@ -16,21 +16,40 @@ import time
 def cmd_quickstart(argv: list[str]) -> int:
     """Run the whole pipeline on the embedded corpus: ingest, pack, train GPT + ContextLM, evaluate, report."""
     p = argparse.ArgumentParser(
-        prog="contextlab quickstart", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        prog="contextlab quickstart",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Ingest the embedded books and the Python standard library, pack the code with example packing "
-                    "and SPLICE, train a tiny GPT and a tiny ContextLM, measure contextwise loss on held-out code and "
-                    "needle-in-a-haystack accuracy, and write OUT/report.html. Under 10 minutes on 2 CPU cores. "
-                    "Run it again to resume after an interruption; finished steps are skipped.")
-    p.add_argument("--out", default="contextlab-quickstart", help="directory for every artifact of the quickstart")
-    p.add_argument("--recipe", help="a quickstart recipe TOML (default: the one shipped in the package; see "
-                                    "--print-recipe)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a recipe key, e.g. --set base.model.n_layer=2 or --set runs.gpt.packing=ep "
-                        "(repeatable)")
-    p.add_argument("--steps", type=int, help="optimizer steps of every run (overrides the recipe's training budget)")
-    p.add_argument("--vocab", type=int, help="size of the BPE vocabulary trained on the books (recipe: corpus.vocab)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads for training and evaluation; 0 = "
-                                                          "torch's default (all cores)")
+        "and SPLICE, train a tiny GPT and a tiny ContextLM, measure contextwise loss on held-out code and "
+        "needle-in-a-haystack accuracy, and write OUT/report.html. Under 10 minutes on 2 CPU cores. "
+        "Run it again to resume after an interruption; finished steps are skipped.",
+    )
+    p.add_argument(
+        "--out", default="contextlab-quickstart", help="directory for every artifact of the quickstart"
+    )
+    p.add_argument(
+        "--recipe",
+        help="a quickstart recipe TOML (default: the one shipped in the package; see --print-recipe)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a recipe key, e.g. --set base.model.n_layer=2 or --set runs.gpt.packing=ep "
+        "(repeatable)",
+    )
+    p.add_argument(
+        "--steps", type=int, help="optimizer steps of every run (overrides the recipe's training budget)"
+    )
+    p.add_argument(
+        "--vocab", type=int, help="size of the BPE vocabulary trained on the books (recipe: corpus.vocab)"
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch CPU threads for training and evaluation; 0 = torch's default (all cores)",
+    )
     p.add_argument("--overwrite", action="store_true", help="redo every step from scratch")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--print-recipe", action="store_true", help="print the packaged recipe and exit")
@@ -46,8 +65,12 @@ def cmd_quickstart(argv: list[str]) -> int:
     if args.steps is not None:
         if args.steps < 1:
             raise UserError(f"--steps must be >= 1, got {args.steps}")
-        sets += [f"base.train.max_steps={args.steps}", "base.train.max_tokens=0", "base.train.max_flops=0",
-                 "base.train.max_minutes=0"]
+        sets += [
+            f"base.train.max_steps={args.steps}",
+            "base.train.max_tokens=0",
+            "base.train.max_flops=0",
+            "base.train.max_minutes=0",
+        ]
     if args.vocab is not None:
         sets.append(f"corpus.vocab={args.vocab}")
     if args.threads:

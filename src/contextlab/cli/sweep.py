@@ -10,13 +10,22 @@ def cmd_sweep(argv: list[str]) -> int:
     from contextlab.sweep.compute_optimal import compute_optimal
     from contextlab.sweep.grid import load_sweep, run_sweep
 
-    p = argparse.ArgumentParser(prog="contextlab sweep", description=(
-        "Run every point of a sweep file's [grid] as an independent training run (then its evaluations), "
-        "N at a time; finished runs are skipped when started again, failures are recorded and retried. "
-        "Writes OUT/results.csv, then compute_optimal.json and U-curve plots."))
+    p = argparse.ArgumentParser(
+        prog="contextlab sweep",
+        description=(
+            "Run every point of a sweep file's [grid] as an independent training run (then its evaluations), "
+            "N at a time; finished runs are skipped when started again, failures are recorded and retried. "
+            "Writes OUT/results.csv, then compute_optimal.json and U-curve plots."
+        ),
+    )
     p.add_argument("sweep", help="a sweep TOML file with [sweep], [base] and [grid] tables (see recipes/)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a key of the sweep file, e.g. --set sweep.parallel=2 (repeatable)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a key of the sweep file, e.g. --set sweep.parallel=2 (repeatable)",
+    )
     p.add_argument("--only", help="run only the runs whose name matches this regular expression")
     p.add_argument("--dry-run", action="store_true", help="list the runs and their status, run nothing")
     p.add_argument("--no-analysis", action="store_true", help="skip the compute-optimal analysis")
@@ -34,15 +43,20 @@ def cmd_sweep(argv: list[str]) -> int:
     if not args.no_analysis:
         section, _ = load_sweep(args.sweep, args.set)
         try:
-            res = compute_optimal(results.parent, budget_key=section.analysis_axis or None,
-                                  metric=section.analysis_metric or None,
-                                  window=max(1, section.analysis_window))
+            res = compute_optimal(
+                results.parent,
+                budget_key=section.analysis_axis or None,
+                metric=section.analysis_metric or None,
+                window=max(1, section.analysis_window),
+            )
         except Exception as exc:  # the analysis needs a context axis; a sweep may not have one
             print(f"compute-optimal analysis skipped: {exc}")
             return 0
         for b, opt in res["optimal"].items():
             best = opt["best"]
-            print(f"{res['budget_key'] or 'budget'} {float(b):.3g}: best {best['size']} at context {best['context']} "
-                  f"({res['metric']} {best['loss']:.4f})")
+            print(
+                f"{res['budget_key'] or 'budget'} {float(b):.3g}: best {best['size']} at context {best['context']} "
+                f"({res['metric']} {best['loss']:.4f})"
+            )
         print("plots: " + ", ".join(res["plots"]))
     return 0

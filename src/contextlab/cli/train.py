@@ -6,7 +6,6 @@ import argparse
 import dataclasses
 import json
 import os
-from pathlib import Path
 
 from contextlab.config import apply_overrides, field_help, from_dict, read_toml
 
@@ -32,15 +31,27 @@ def load_run_config(config: str | None, sets: list[str]):
 
 def cmd_train(argv: list[str]) -> int:
     """Train (or resume) a model: contextlab train CONFIG.toml [--set key=value ...] [--init-from SOURCE]."""
-    p = argparse.ArgumentParser(prog="contextlab train", description=(
-        "Train a model on a token store with a chosen objective. Running the same command again resumes from "
-        "the newest checkpoint in train.out_dir. Scale out with: torchrun --nproc_per_node=N -m contextlab train ..."),
-        epilog=_config_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="contextlab train",
+        description=(
+            "Train a model on a token store with a chosen objective. Running the same command again resumes from "
+            "the newest checkpoint in train.out_dir. Scale out with: torchrun --nproc_per_node=N -m contextlab train ..."
+        ),
+        epilog=_config_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("config", nargs="?", help="a TOML run config (see recipes/)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
-    p.add_argument("--init-from", metavar="SOURCE", help=(
-        "continue from SOURCE: a contextlab run/checkpoint or a local Hugging Face causal LM folder (same as "
-        "--set init.source=SOURCE; extend the context with --set extend.method=pi|ntk|yarn|base)"))
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)"
+    )
+    p.add_argument(
+        "--init-from",
+        metavar="SOURCE",
+        help=(
+            "continue from SOURCE: a contextlab run/checkpoint or a local Hugging Face causal LM folder (same as "
+            "--set init.source=SOURCE; extend the context with --set extend.method=pi|ntk|yarn|base)"
+        ),
+    )
     args = p.parse_args(argv)
     from contextlab.train.trainer import train
 
@@ -52,16 +63,22 @@ def cmd_train(argv: list[str]) -> int:
     val = f", validation loss {result.val_loss:.4f}" if result.val_loss is not None else ""
     if result.best_val_loss is not None and result.best_val_loss != result.val_loss:
         val += f" (best {result.best_val_loss:.4f} at step {result.best_step})"
-    print(f"done: {result.run_dir} after {result.steps} steps, {result.tokens:,} tokens, "
-          f"train loss {result.final_loss:.4f}{val}")
+    print(
+        f"done: {result.run_dir} after {result.steps} steps, {result.tokens:,} tokens, "
+        f"train loss {result.final_loss:.4f}{val}"
+    )
     return 0
 
 
 def cmd_export(argv: list[str]) -> int:
     """Export a checkpoint to a Hugging Face folder (safetensors + config)."""
-    p = argparse.ArgumentParser(prog="contextlab export", description=(
-        "Write a checkpoint as a Hugging Face model folder that transformers' AutoModelForCausalLM loads "
-        "(after `import contextlab.models.hf`), with the tokenizer beside it."))
+    p = argparse.ArgumentParser(
+        prog="contextlab export",
+        description=(
+            "Write a checkpoint as a Hugging Face model folder that transformers' AutoModelForCausalLM loads "
+            "(after `import contextlab.models.hf`), with the tokenizer beside it."
+        ),
+    )
     p.add_argument("run", help="a run directory or a checkpoint directory")
     p.add_argument("--step", type=int, help="checkpoint step (default: the newest)")
     p.add_argument("--out", required=True, help="the folder to write")

@@ -55,19 +55,25 @@ class HFTokenizer(Tokenizer):
         self.engine = "hf" if self._tt is None else "tiktoken"
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike, name: str | None = None, *, engine: str = "auto") -> HFTokenizer:
+    def from_file(
+        cls, path: str | os.PathLike, name: str | None = None, *, engine: str = "auto"
+    ) -> HFTokenizer:
         """Load a ``tokenizer.json`` (or a folder holding one)."""
         from tokenizers import Tokenizer as HFTok
 
         p = Path(path)
         p = p / "tokenizer.json" if p.is_dir() else p
         if not p.is_file():
-            raise UserError(f"no tokenizer.json at {p}: give the path of a Hugging Face tokenizer.json or its folder")
+            raise UserError(
+                f"no tokenizer.json at {p}: give the path of a Hugging Face tokenizer.json or its folder"
+            )
         try:
             tok = HFTok.from_file(str(p))
         except Exception as e:  # tokenizers raises plain Exception for any parse error
-            raise UserError(f"cannot read {p} as a Hugging Face tokenizer.json ({str(e).splitlines()[0]}): "
-                            "re-export it with tokenizer.save()") from None
+            raise UserError(
+                f"cannot read {p} as a Hugging Face tokenizer.json ({str(e).splitlines()[0]}): "
+                "re-export it with tokenizer.save()"
+            ) from None
         return cls(tok, name or (p.parent.name if p.stem == "tokenizer" else p.stem), engine=engine)
 
     def encode(self, text: str) -> list[int]:
@@ -102,16 +108,20 @@ class HFTokenizer(Tokenizer):
         out = HFTokenizer(tok, self.name, engine=self._engine_request)
         for name, i in new.items():
             if out.special_tokens.get(name) != i:
-                raise UserError(f"cannot add special token {name!r} to {self.name}: it is already an "
-                                "ordinary token of the vocabulary; pick another name")
+                raise UserError(
+                    f"cannot add special token {name!r} to {self.name}: it is already an "
+                    "ordinary token of the vocabulary; pick another name"
+                )
         return out
 
 
 # Checked by both engines when an HFTokenizer picks tiktoken: prose, indented code, digits,
 # CRLF, whitespace runs, accents, CJK, emoji with modifiers, astral letters, a special's name.
-PROBE = ("The quick brown fox -- naïve café, 1,234.56 items; don't 'quote' it's OK?!\r\n"
-         "def f(x):\n    if x >= 10:\n\t\treturn [i ** 2 for i in range(x)]  # 😀\n\n\n"
-         "    日本語 Ωμέγα 👍🏽🚀 \u200b𝔘𝔫𝔦 \x00 x2024 ١٢٣ 12345678 <|endoftext|>   \n  end  ")
+PROBE = (
+    "The quick brown fox -- naïve café, 1,234.56 items; don't 'quote' it's OK?!\r\n"
+    "def f(x):\n    if x >= 10:\n\t\treturn [i ** 2 for i in range(x)]  # 😀\n\n\n"
+    "    日本語 Ωμέγα 👍🏽🚀 \u200b𝔘𝔫𝔦 \x00 x2024 ١٢٣ 12345678 <|endoftext|>   \n  end  "
+)
 
 
 def _tiktoken_twin(tok: Any, specials: dict[str, int]) -> tuple[Any, str]:
@@ -123,8 +133,9 @@ def _tiktoken_twin(tok: Any, specials: dict[str, int]) -> tuple[Any, str]:
     ranks, reason = (None, reason) if reason else _ranks_following_merges(obj, tok.model, specials)
     if ranks is None:
         return None, reason
-    enc = tiktoken.Encoding(name="contextlab-hf", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
-                            special_tokens=specials)
+    enc = tiktoken.Encoding(
+        name="contextlab-hf", pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens=specials
+    )
     probe = "\n".join([PROBE, *specials])  # each special name alone on a line: one regex piece
     if enc.encode_ordinary(probe) != tok.encode(probe, add_special_tokens=False).ids:
         return None, "tiktoken and HF disagree on the probe text"
@@ -138,21 +149,33 @@ def _not_plain_byte_level_bpe(obj: dict[str, Any]) -> str:
         pre = pre["pretokenizers"][0]
     checks = {
         "the model is not BPE": model.get("type") != "BPE",
-        "BPE has dropout, an unk token, byte fallback or word affixes":
-            any(model.get(k) for k in ("dropout", "unk_token", "byte_fallback",
-                                       "continuing_subword_prefix", "end_of_word_suffix")),
+        "BPE has dropout, an unk token, byte fallback or word affixes": any(
+            model.get(k)
+            for k in (
+                "dropout",
+                "unk_token",
+                "byte_fallback",
+                "continuing_subword_prefix",
+                "end_of_word_suffix",
+            )
+        ),
         "there is a normalizer": obj.get("normalizer") not in (None, {"type": "Sequence", "normalizers": []}),
-        "the pre-tokenizer is not ByteLevel with the GPT-2 regex and no prefix space":
-            pre.get("type") != "ByteLevel" or pre.get("add_prefix_space", True) or not pre.get("use_regex", True),
+        "the pre-tokenizer is not ByteLevel with the GPT-2 regex and no prefix space": pre.get("type")
+        != "ByteLevel"
+        or pre.get("add_prefix_space", True)
+        or not pre.get("use_regex", True),
         "the decoder is not ByteLevel": (obj.get("decoder") or {}).get("type") != "ByteLevel",
         "truncation or padding is set": bool(obj.get("truncation") or obj.get("padding")),
-        "there are added tokens that are not special": any(not t.get("special") for t in obj.get("added_tokens", [])),
+        "there are added tokens that are not special": any(
+            not t.get("special") for t in obj.get("added_tokens", [])
+        ),
     }
     return next((why for why, bad in checks.items() if bad), "")
 
 
-def _ranks_following_merges(obj: dict[str, Any], hf_model: Any,
-                            specials: dict[str, int]) -> tuple[dict[bytes, int] | None, str]:
+def _ranks_following_merges(
+    obj: dict[str, Any], hf_model: Any, specials: dict[str, int]
+) -> tuple[dict[bytes, int] | None, str]:
     """Token bytes -> id for a BPE that tiktoken's rank order reproduces, or None and why not.
 
     tiktoken merges the adjacent pair whose concatenation has the lowest id and takes a piece
@@ -181,28 +204,41 @@ def _ranks_following_merges(obj: dict[str, Any], hf_model: Any,
         a, b = merge.split(" ", 1) if isinstance(merge, str) else merge
         i = plain.get(a + b, -1)
         if not (last < i and plain.get(a, i) < i and plain.get(b, i) < i):
-            return None, f"merge {n} '{a} {b}' does not make a new token with an id above its parts' and the last merge's"
+            return (
+                None,
+                f"merge {n} '{a} {b}' does not make a new token with an id above its parts' and the last merge's",
+            )
         if [t.id for t in hf_model.tokenize(a + b)] != [i]:
             return None, f"merge {n} '{a} {b}': HF's own BPE does not turn {a + b!r} back into that token"
         last = i
     return ranks, ""
 
 
-def train_bpe(texts: Iterable[str], vocab_size: int, *, special_tokens: Sequence[str] = (EOT,),
-              show_progress: bool = False) -> HFTokenizer:
+def train_bpe(
+    texts: Iterable[str],
+    vocab_size: int,
+    *,
+    special_tokens: Sequence[str] = (EOT,),
+    show_progress: bool = False,
+) -> HFTokenizer:
     """Train a byte-level BPE (GPT-2 regex, all 256 bytes in the alphabet) with HF ``tokenizers``."""
     from tokenizers import Tokenizer as HFTok
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
     minimum = 256 + len(special_tokens)
     if vocab_size < minimum:
-        raise UserError(f"BPE vocab size {vocab_size} is too small: byte-level BPE needs at least {minimum} "
-                        f"(256 bytes + {len(special_tokens)} special tokens); use bpe:{minimum} or more")
+        raise UserError(
+            f"BPE vocab size {vocab_size} is too small: byte-level BPE needs at least {minimum} "
+            f"(256 bytes + {len(special_tokens)} special tokens); use bpe:{minimum} or more"
+        )
     tok = HFTok(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(special_tokens),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=show_progress)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(special_tokens),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=show_progress,
+    )
     tok.train_from_iterator(texts, trainer=trainer)
     return HFTokenizer(tok, f"bpe-{vocab_size}")

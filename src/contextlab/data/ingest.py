@@ -26,13 +26,20 @@ import queue
 import shutil
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 from contextlab.config import opt, save_toml, to_dict
 from contextlab.data.sources import Document, SourceOptions, open_source
-from contextlab.data.store import StoreWriter, TokenStore, WriterState, dtype_for_vocab, finalize_store, is_store
+from contextlab.data.store import (
+    StoreWriter,
+    TokenStore,
+    WriterState,
+    dtype_for_vocab,
+    finalize_store,
+    is_store,
+)
 from contextlab.data.tokenizers import N_THREADS, Tokenizer, load_saved_tokenizer, load_tokenizer
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_json
@@ -80,13 +87,19 @@ class IngestReport:
 def resolve_tokenizer_spec(spec: str) -> str:
     """``store:DIR`` means "the tokenizer of that store"."""
     if spec.startswith("store:"):
-        store = TokenStore(spec[len("store:"):])
+        store = TokenStore(spec[len("store:") :])
         return f"dir:{store.path / 'tokenizer'}"
     return spec
 
 
-def ingest(source: str | Path, out: str | Path, config: IngestConfig | None = None, *,
-           overwrite: bool = False, progress: bool = True) -> IngestReport:
+def ingest(
+    source: str | Path,
+    out: str | Path,
+    config: IngestConfig | None = None,
+    *,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> IngestReport:
     """Tokenize ``source`` into a token store at ``out`` (resuming an unfinished run)."""
     config = config or IngestConfig()
     out = Path(out)
@@ -129,9 +142,11 @@ def ingest(source: str | Path, out: str | Path, config: IngestConfig | None = No
             bar.update(sum(len(d.text) for d in batch))
         bar.close()
     if writer.state.n_docs == 0:
-        raise UserError(f"no documents left in {source} after filtering ({counts['skipped_short']} shorter than "
-                        f"--min-tokens {config.min_tokens}, {counts['skipped_long']} longer than --max-tokens); "
-                        f"relax the filters")
+        raise UserError(
+            f"no documents left in {source} after filtering ({counts['skipped_short']} shorter than "
+            f"--min-tokens {config.min_tokens}, {counts['skipped_long']} longer than --max-tokens); "
+            f"relax the filters"
+        )
     meta = {
         "tokenizer": tokenizer.spec(),
         "dtype": dtype_for_vocab(tokenizer.vocab_size).name,
@@ -143,9 +158,14 @@ def ingest(source: str | Path, out: str | Path, config: IngestConfig | None = No
     }
     save_toml({"source": str(source), **to_dict(config)}, partial / "config.toml")
     finalize_store(partial, out, meta, overwrite=overwrite)
-    return IngestReport(store=TokenStore(out), seconds=time.perf_counter() - start,
-                        bytes_read=int(src.stats.bytes_read), resumed_from_docs=resumed_from,
-                        skipped_short=counts["skipped_short"], skipped_long=counts["skipped_long"])
+    return IngestReport(
+        store=TokenStore(out),
+        seconds=time.perf_counter() - start,
+        bytes_read=int(src.stats.bytes_read),
+        resumed_from_docs=resumed_from,
+        skipped_short=counts["skipped_short"],
+        skipped_long=counts["skipped_long"],
+    )
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -161,21 +181,36 @@ def _existing_output(out: Path, fingerprint: str, overwrite: bool) -> IngestRepo
     if is_store(out):
         store = TokenStore(out)
         if store.meta.get("ingest_fingerprint") == fingerprint and not overwrite:
-            return IngestReport(store=store, seconds=0.0, bytes_read=0, resumed_from_docs=store.n_docs,
-                                skipped_short=store.meta["filters"].get("skipped_short", 0),
-                                skipped_long=store.meta["filters"].get("skipped_long", 0), up_to_date=True)
+            return IngestReport(
+                store=store,
+                seconds=0.0,
+                bytes_read=0,
+                resumed_from_docs=store.n_docs,
+                skipped_short=store.meta["filters"].get("skipped_short", 0),
+                skipped_long=store.meta["filters"].get("skipped_long", 0),
+                up_to_date=True,
+            )
         if not overwrite:
-            raise UserError(f"{out} already holds a different token store (source "
-                            f"{store.meta.get('source', {}).get('path', '?')}, tokenizer "
-                            f"{store.tokenizer_spec.get('name')}); choose another --out or pass --overwrite")
+            raise UserError(
+                f"{out} already holds a different token store (source "
+                f"{store.meta.get('source', {}).get('path', '?')}, tokenizer "
+                f"{store.tokenizer_spec.get('name')}); choose another --out or pass --overwrite"
+            )
     elif not overwrite and (not out.is_dir() or any(out.iterdir())):
-        raise UserError(f"{out} exists and is not a contextlab token store; choose another --out or pass --overwrite")
+        raise UserError(
+            f"{out} exists and is not a contextlab token store; choose another --out or pass --overwrite"
+        )
     return None
 
 
 def _open_partial(partial: Path, fingerprint: str, overwrite: bool) -> dict:
-    fresh = {"fingerprint": fingerprint, "source_pos": 0, "writer": vars(WriterState()),
-             "counts": {"skipped_short": 0, "skipped_long": 0}, "tokenizer_saved": False}
+    fresh = {
+        "fingerprint": fingerprint,
+        "source_pos": 0,
+        "writer": vars(WriterState()),
+        "counts": {"skipped_short": 0, "skipped_long": 0},
+        "tokenizer_saved": False,
+    }
     record_file = partial / "progress.json"
     if partial.exists():
         record = None
@@ -187,8 +222,10 @@ def _open_partial(partial: Path, fingerprint: str, overwrite: bool) -> dict:
         if record is not None and record.get("fingerprint") == fingerprint:
             return record
         if record is not None and int(record.get("source_pos", 0)) > 0 and not overwrite:
-            raise UserError(f"{partial} holds an unfinished ingest of a different source or config; "
-                            f"delete it or pass --overwrite")
+            raise UserError(
+                f"{partial} holds an unfinished ingest of a different source or config; "
+                f"delete it or pass --overwrite"
+            )
         shutil.rmtree(partial)  # no document was committed there, or the user asked to overwrite
     partial.mkdir(parents=True)
     atomic_write_json(record_file, fresh)
@@ -220,6 +257,7 @@ def _sample_texts(src, sample_mb: float) -> Callable[[], Iterable[str]]:
                 return
             seen += len(doc.text)
             yield doc.text
+
     return texts
 
 
@@ -323,5 +361,12 @@ def _progress_bar(enabled: bool, src, state: WriterState):
 
     total = getattr(src, "total_bytes", None)
     total = total() if callable(total) else total
-    return tqdm(total=total, unit="B", unit_scale=True, desc="ingest", disable=not enabled,
-                dynamic_ncols=True, leave=False)
+    return tqdm(
+        total=total,
+        unit="B",
+        unit_scale=True,
+        desc="ingest",
+        disable=not enabled,
+        dynamic_ncols=True,
+        leave=False,
+    )

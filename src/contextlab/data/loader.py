@@ -55,23 +55,38 @@ class Batch:
 class TokenLoader:
     """Rows of ``seq_len + 1`` tokens from ``view``; see the module docstring."""
 
-    def __init__(self, view: DocView | PackedStore, seq_len: int, rows_per_step: int, *, mode: str = "packed",
-                 separator: int | None = None, seed: int = 0, rank: int = 0, world_size: int = 1,
-                 order_seed: int | None = None, sequences: np.ndarray | None = None):
+    def __init__(
+        self,
+        view: DocView | PackedStore,
+        seq_len: int,
+        rows_per_step: int,
+        *,
+        mode: str = "packed",
+        separator: int | None = None,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        order_seed: int | None = None,
+        sequences: np.ndarray | None = None,
+    ):
         if mode not in MODES:
             raise UserError(f"unknown loader mode {mode!r}; use one of {', '.join(MODES)}")
         if (mode == "packed_store") != isinstance(view, PackedStore):
             raise ValueError("mode packed_store takes a PackedStore, the other modes a DocView")
         if rows_per_step % world_size:
-            raise UserError(f"rows per step ({rows_per_step}) must be divisible by the number of processes "
-                            f"({world_size}); change train.tokens_per_step or the process count")
+            raise UserError(
+                f"rows per step ({rows_per_step}) must be divisible by the number of processes "
+                f"({world_size}); change train.tokens_per_step or the process count"
+            )
         self.view, self.seq_len, self.rows = view, int(seq_len), int(rows_per_step)
         self.mode, self.sep, self.seed = mode, separator, int(seed)
         self.rank, self.world = rank, world_size
         self.state = LoaderState()
         self.row_len = self.seq_len + 1
         if mode == "packed":  # doc_order holds positions in the view
-            self.doc_order = np.random.default_rng(self.seed if order_seed is None else order_seed).permutation(len(view))
+            self.doc_order = np.random.default_rng(
+                self.seed if order_seed is None else order_seed
+            ).permutation(len(view))
             self.doc_lens = view.lengths()[self.doc_order] + (1 if separator is not None else 0)
             self.starts = np.concatenate([[0], np.cumsum(self.doc_lens)])
             self.n_rows = int((self.starts[-1] - 1) // self.seq_len)  # consecutive rows share one token
@@ -80,28 +95,43 @@ class TokenLoader:
             self.n_rows = len(self.doc_order)
         else:  # doc_order holds sequence ids of the packed store
             if view.seq_len != self.row_len:
-                raise UserError(f"{view.path} was packed with --seq-len {view.seq_len} but training rows need "
-                                f"{self.row_len} (train.seq_len + 1 for the shifted targets); pack again with "
-                                f"--seq-len {self.row_len}")
+                raise UserError(
+                    f"{view.path} was packed with --seq-len {view.seq_len} but training rows need "
+                    f"{self.row_len} (train.seq_len + 1 for the shifted targets); pack again with "
+                    f"--seq-len {self.row_len}"
+                )
             ids = np.arange(len(view)) if sequences is None else np.asarray(sequences, dtype=np.int64)
             self.doc_order = ids[view.sequence_lengths()[ids] == self.row_len]
             self.n_rows = len(self.doc_order)
         if self.n_rows < self.rows:
-            need = {"long_docs": "documents of at least %d tokens" % self.row_len,
-                    "packed_store": "packed sequences"}.get(mode, "tokens")
-            raise UserError(f"the data gives {max(self.n_rows, 0)} rows of {self.row_len} tokens but one step needs "
-                            f"{self.rows}; use more data ({need}) or a smaller train.tokens_per_step / seq_len")
+            need = {
+                "long_docs": "documents of at least %d tokens" % self.row_len,
+                "packed_store": "packed sequences",
+            }.get(mode, "tokens")
+            raise UserError(
+                f"the data gives {max(self.n_rows, 0)} rows of {self.row_len} tokens but one step needs "
+                f"{self.rows}; use more data ({need}) or a smaller train.tokens_per_step / seq_len"
+            )
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        return {"epoch": self.state.epoch, "position": self.state.position, "n_rows": self.n_rows,
-                "seq_len": self.seq_len, "rows": self.rows, "mode": self.mode, "seed": self.seed}
+        return {
+            "epoch": self.state.epoch,
+            "position": self.state.position,
+            "n_rows": self.n_rows,
+            "seq_len": self.seq_len,
+            "rows": self.rows,
+            "mode": self.mode,
+            "seed": self.seed,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         for key in ("n_rows", "seq_len", "rows", "mode", "seed"):
             if key in state and state[key] != getattr(self, key if key != "rows" else "rows"):
-                raise UserError(f"the checkpoint's data loader has {key}={state[key]} but this run has "
-                                f"{getattr(self, key)}; resume with the same data and config")
+                raise UserError(
+                    f"the checkpoint's data loader has {key}={state[key]} but this run has "
+                    f"{getattr(self, key)}; resume with the same data and config"
+                )
         self.state = LoaderState(int(state["epoch"]), int(state["position"]))
 
     # ------------------------------------------------------------------ batches
@@ -118,7 +148,7 @@ class TokenLoader:
         perm = self._epoch_perm(self.state.epoch)
         per_rank = self.rows // self.world
         lo = self.state.position + self.rank * per_rank
-        rows = perm[lo:lo + per_rank]
+        rows = perm[lo : lo + per_rank]
         self.state.position += self.rows
         tokens = np.empty((per_rank, self.row_len), dtype=np.int64)
         doc_ids = np.zeros((per_rank, self.row_len), dtype=np.int32)
@@ -151,8 +181,8 @@ class TokenLoader:
             body = len(doc)
             if off < body:
                 take = min(body - off, end - pos - filled)
-                out[filled:filled + take] = doc[off:off + take]
-                doc_ids[filled:filled + take] = local
+                out[filled : filled + take] = doc[off : off + take]
+                doc_ids[filled : filled + take] = local
                 filled += take
                 off += take
             if filled < self.row_len and off >= body and self.sep is not None and off < body + 1:

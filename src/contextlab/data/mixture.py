@@ -30,21 +30,31 @@ from contextlab.errors import UserError
 class MixtureLoader:
     """Global batches of ``rows_per_step`` rows from ``sources`` in proportion to ``weights``."""
 
-    def __init__(self, sources: list[TokenLoader], weights: list[float], rows_per_step: int, *, rank: int = 0,
-                 world_size: int = 1):
+    def __init__(
+        self,
+        sources: list[TokenLoader],
+        weights: list[float],
+        rows_per_step: int,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+    ):
         if not sources or len(sources) != len(weights):
             raise UserError("a data mixture needs one weight per source")
         w = np.asarray(weights, dtype=np.float64)
         if not np.all(np.isfinite(w)) or np.any(w <= 0):
             raise UserError(f"data.mixture weights must be positive, got {list(weights)}")
         if len({s.row_len for s in sources}) != 1:
-            raise UserError("the packed stores of data.mixture have different sequence lengths; pack them all with "
-                            "--seq-len train.seq_len+1")
+            raise UserError(
+                "the packed stores of data.mixture have different sequence lengths; pack them all with "
+                "--seq-len train.seq_len+1"
+            )
         if any(s.rows != 1 or s.world != 1 for s in sources):
             raise ValueError("mixture sources are single-row, single-process loaders")
         if rows_per_step % world_size:
-            raise UserError(f"rows per step ({rows_per_step}) must be divisible by the number of processes "
-                            f"({world_size})")
+            raise UserError(
+                f"rows per step ({rows_per_step}) must be divisible by the number of processes ({world_size})"
+            )
         self.sources, self.weights = sources, w / w.sum()
         self.rows, self.rank, self.world = int(rows_per_step), rank, world_size
         self.row_len = sources[0].row_len
@@ -79,15 +89,25 @@ class MixtureLoader:
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        return {"mixture": True, "n": self.n, "counts": self.counts.tolist(), "weights": self.weights.tolist(),
-                "rows": self.rows, "sources": [s.state_dict() for s in self.sources]}
+        return {
+            "mixture": True,
+            "n": self.n,
+            "counts": self.counts.tolist(),
+            "weights": self.weights.tolist(),
+            "rows": self.rows,
+            "sources": [s.state_dict() for s in self.sources],
+        }
 
     def load_state_dict(self, state: dict) -> None:
         if not state.get("mixture") or len(state["sources"]) != len(self.sources):
-            raise UserError("the checkpoint's data loader is not this data mixture; resume with the same data config")
+            raise UserError(
+                "the checkpoint's data loader is not this data mixture; resume with the same data config"
+            )
         if not np.allclose(state["weights"], self.weights) or state["rows"] != self.rows:
-            raise UserError("the checkpoint's data mixture has other weights or rows per step; resume with the same "
-                            "data config")
+            raise UserError(
+                "the checkpoint's data mixture has other weights or rows per step; resume with the same "
+                "data config"
+            )
         for src, s in zip(self.sources, state["sources"]):
             src.load_state_dict(s)
         self.n, self.counts = int(state["n"]), np.asarray(state["counts"], dtype=np.int64)

@@ -33,9 +33,10 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Any
 
 from contextlab.config import opt
 from contextlab.errors import UserError
@@ -71,18 +72,25 @@ class SourceOptions:
     """How to read a source; every field maps to a command-line flag of the same name."""
 
     text_field: str = opt("text", "field holding the text in JSONL / Parquet / HF datasets")
-    domain_field: Optional[str] = opt(None, "field to use as the domain (default: the file name)")
+    domain_field: str | None = opt(None, "field to use as the domain (default: the file name)")
     include: list[str] = opt([], "globs on the relative path to read (comma-separated); empty = all files")
     exclude: list[str] = opt([], "globs on the relative path to leave out (comma-separated)")
-    strip_gutenberg: str = opt("auto", "cut Project Gutenberg header/footer: auto (when markers are found), "
-                               "yes (markers required), no")
-    encoding: str = opt("strict", "undecodable bytes: strict (stop), replace (U+FFFD), skip (the file), "
-                        "latin-1 (decode the file as Latin-1); all are counted")
+    strip_gutenberg: str = opt(
+        "auto",
+        "cut Project Gutenberg header/footer: auto (when markers are found), yes (markers required), no",
+    )
+    encoding: str = opt(
+        "strict",
+        "undecodable bytes: strict (stop), replace (U+FFFD), skip (the file), "
+        "latin-1 (decode the file as Latin-1); all are counted",
+    )
     min_chars: int = opt(1, "skip documents whose stripped text is shorter than this (counted)")
 
     def __post_init__(self) -> None:
         if self.strip_gutenberg not in _GUTENBERG_CHOICES:
-            raise UserError(f"unknown strip_gutenberg {self.strip_gutenberg!r}; use one of {', '.join(_GUTENBERG_CHOICES)}")
+            raise UserError(
+                f"unknown strip_gutenberg {self.strip_gutenberg!r}; use one of {', '.join(_GUTENBERG_CHOICES)}"
+            )
         if self.encoding not in _ENCODINGS:
             raise UserError(f"unknown encoding policy {self.encoding!r}; use one of {', '.join(_ENCODINGS)}")
         if not isinstance(self.min_chars, int) or self.min_chars < 0:
@@ -255,7 +263,9 @@ def _hf_arrow_files(path: Path) -> list[tuple[str, Path]]:
     if (path / "dataset_dict.json").is_file():
         splits = json.loads((path / "dataset_dict.json").read_text()).get("splits", [])
         if "train" not in splits:
-            raise UserError(f"{path} has no 'train' split (splits: {', '.join(splits)}); pass {path}/SPLIT as SOURCE")
+            raise UserError(
+                f"{path} has no 'train' split (splits: {', '.join(splits)}); pass {path}/SPLIT as SOURCE"
+            )
         return [("train/" + rel, p) for rel, p in _hf_arrow_files(path / "train")]
     state = path / "state.json"
     if state.is_file():
@@ -264,11 +274,15 @@ def _hf_arrow_files(path: Path) -> list[tuple[str, Path]]:
         names = sorted(p.name for p in path.glob("*.arrow"))
     missing = [n for n in names if not (path / n).is_file()]
     if missing or not names:
-        raise UserError(f"{path} is an incomplete Hugging Face dataset (missing {missing or '*.arrow'}); save it again with save_to_disk")
+        raise UserError(
+            f"{path} is an incomplete Hugging Face dataset (missing {missing or '*.arrow'}); save it again with save_to_disk"
+        )
     return [(n, path / n) for n in names]
 
 
-def _record_batches(path: Path, arrow: bool, columns: list[str], check: Callable[[Path, Any], None]) -> Iterator[Any]:
+def _record_batches(
+    path: Path, arrow: bool, columns: list[str], check: Callable[[Path, Any], None]
+) -> Iterator[Any]:
     """Record batches of an Arrow IPC file (stream format, else file format) or of a Parquet
     file (only ``columns``, 256 rows at a time), memory-mapped; ``check`` sees the schema first."""
     import pyarrow as pa
@@ -293,7 +307,9 @@ def _record_batches(path: Path, arrow: bool, columns: list[str], check: Callable
             check(path, reader.schema)
             yield from batches
     except (pa.ArrowInvalid, OSError) as e:
-        raise UserError(f"{path} is not a readable {what} file ({str(e).splitlines()[0]}); fix or remove it") from None
+        raise UserError(
+            f"{path} is not a readable {what} file ({str(e).splitlines()[0]}); fix or remove it"
+        ) from None
 
 
 def _stem(name: str) -> str:
@@ -315,16 +331,25 @@ class Source:
         if self.kind == "hf-dataset":
             _hf_arrow_files(self.path)  # fail early on a missing split
         if self.kind == "file" and _read_text_bytes(self.path, head_only=True)[1]:
-            raise UserError(f"SOURCE is not a text file (NUL byte in its first 8 KiB): {self.given}; pass a text file, a folder, JSONL or Parquet")
+            raise UserError(
+                f"SOURCE is not a text file (NUL byte in its first 8 KiB): {self.given}; pass a text file, a folder, JSONL or Parquet"
+            )
 
     def describe(self) -> dict:
         """Kind, resolved path and options, JSON-serialisable (for a store's meta.json)."""
-        return {"format": FORMAT, "kind": self.kind, "path": str(self.path.resolve()), "source": self.given,
-                "options": dataclasses.asdict(self.options)}
+        return {
+            "format": FORMAT,
+            "kind": self.kind,
+            "path": str(self.path.resolve()),
+            "source": self.given,
+            "options": dataclasses.asdict(self.options),
+        }
 
     def fingerprint(self) -> str:
         """sha256 over kind, options and (relative path, size, mtime_ns) of every input file."""
-        h = hashlib.sha256(json.dumps([FORMAT, self.kind, dataclasses.asdict(self.options)], sort_keys=True).encode())
+        h = hashlib.sha256(
+            json.dumps([FORMAT, self.kind, dataclasses.asdict(self.options)], sort_keys=True).encode()
+        )
         for rel, path in self._files()[0]:
             st = path.stat()
             h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
@@ -340,8 +365,13 @@ class Source:
     def __iter__(self) -> Iterator[Document]:
         self.stats.reset()
         files, self.stats.skipped_excluded, self.stats.skipped_symlinks = self._files()
-        reader = {"folder": self._text_rows, "file": self._text_rows, "jsonl": self._jsonl_rows,
-                  "parquet": self._table_rows, "hf-dataset": self._table_rows}[self.kind]
+        reader = {
+            "folder": self._text_rows,
+            "file": self._text_rows,
+            "jsonl": self._jsonl_rows,
+            "parquet": self._table_rows,
+            "hf-dataset": self._table_rows,
+        }[self.kind]
         for text, meta in reader(files):
             doc = self._accept(text, meta)
             if doc is not None:
@@ -358,7 +388,9 @@ class Source:
                 text = text[span[0] : span[1]]
                 st.gutenberg_stripped += 1
             elif opts.strip_gutenberg == "yes":
-                raise UserError(f"no Project Gutenberg START/END markers in {meta['id']} of {self.given}; use --strip-gutenberg auto or no")
+                raise UserError(
+                    f"no Project Gutenberg START/END markers in {meta['id']} of {self.given}; use --strip-gutenberg auto or no"
+                )
         n = len(text)
         if n and (text[0].isspace() or text[-1].isspace()):
             n = len(text.strip())
@@ -377,13 +409,17 @@ class Source:
             return data.decode("utf-8")
         except UnicodeDecodeError as e:
             if self.options.encoding == "strict":
-                raise UserError(f"{label} is not valid UTF-8 (byte offset {e.start}); use --encoding replace (or skip, latin-1)") from None
+                raise UserError(
+                    f"{label} is not valid UTF-8 (byte offset {e.start}); use --encoding replace (or skip, latin-1)"
+                ) from None
         st = self.stats
         if self.options.encoding == "latin-1":
             st.latin1_files += 1
             return data.decode("latin-1")
         # surrogateescape keeps one char per bad byte, ignore keeps none: the difference counts them
-        st.undecodable_bytes += len(data.decode("utf-8", "surrogateescape")) - len(data.decode("utf-8", "ignore"))
+        st.undecodable_bytes += len(data.decode("utf-8", "surrogateescape")) - len(
+            data.decode("utf-8", "ignore")
+        )
         st.undecodable_files += 1
         return data.decode("utf-8", "replace") if self.options.encoding == "replace" else None
 
@@ -418,11 +454,26 @@ class Source:
                         try:
                             record = json.loads(line_text)
                         except json.JSONDecodeError as e:
-                            hint = " (a JSON array? write one object per line)" if row == 0 and line_text.lstrip().startswith("[") else ""
-                            raise UserError(f"{label} is not valid JSON ({e.msg}){hint}; each line must be an object with a {tf!r} field") from None
+                            hint = (
+                                " (a JSON array? write one object per line)"
+                                if row == 0 and line_text.lstrip().startswith("[")
+                                else ""
+                            )
+                            raise UserError(
+                                f"{label} is not valid JSON ({e.msg}){hint}; each line must be an object with a {tf!r} field"
+                            ) from None
                         text = _field(record, tf, label, "--text-field")
                         domain = _field(record, df, label, "--domain-field") if df else _stem(path.name)
-                        yield text, {"id": f"{rel}#{row}", "source": self.given, "path": rel, "row": row, "domain": domain}
+                        yield (
+                            text,
+                            {
+                                "id": f"{rel}#{row}",
+                                "source": self.given,
+                                "path": rel,
+                                "row": row,
+                                "domain": domain,
+                            },
+                        )
             except (gzip.BadGzipFile, EOFError) as e:
                 raise UserError(f"{path} is not a valid gzip file ({e}); fix or remove it") from None
 
@@ -439,7 +490,9 @@ class Source:
         def check(path: Path, schema: Any) -> None:
             for col, flag in ((tf, "--text-field"), (df, "--domain-field")):
                 if col is not None and col not in schema.names:
-                    raise UserError(f"{path} has no column {col!r} (columns: {', '.join(schema.names)}); pass {flag} NAME")
+                    raise UserError(
+                        f"{path} has no column {col!r} (columns: {', '.join(schema.names)}); pass {flag} NAME"
+                    )
             kind = schema.field(tf).type
             if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
                 raise UserError(f"column {tf!r} of {path} holds {kind}, not text; pass --text-field NAME")
@@ -454,27 +507,45 @@ class Source:
                 texts = column.to_pylist()
                 domains = batch.column(df).to_pylist() if df else [default_domain] * len(texts)
                 for text, domain in zip(texts, domains):
-                    meta = {"id": f"{name if hf else rel}#{row}", "source": self.given, "path": rel, "row": row,
-                            "domain": "" if domain is None else str(domain)}
+                    meta = {
+                        "id": f"{name if hf else rel}#{row}",
+                        "source": self.given,
+                        "path": rel,
+                        "row": row,
+                        "domain": "" if domain is None else str(domain),
+                    }
                     yield text or "", meta
                     row += 1
 
     def _empty_message(self) -> str:
         st = self.stats
-        parts = [f"{n} {what}" for n, what in (
-            (st.skipped_binary, "files were binary"), (st.skipped_empty, "empty"),
-            (st.skipped_short, f"shorter than --min-chars {self.options.min_chars}"),
-            (st.undecodable_files if self.options.encoding == "skip" else 0, "not UTF-8 (--encoding skip)"),
-            (st.skipped_excluded, "excluded by --include/--exclude"), (st.skipped_symlinks, "symlinks skipped"),
-        ) if n]
-        seen = f"{st.files_seen} file{'s' * (st.files_seen != 1)} read" + (": " + ", ".join(parts) if parts else "")
+        parts = [
+            f"{n} {what}"
+            for n, what in (
+                (st.skipped_binary, "files were binary"),
+                (st.skipped_empty, "empty"),
+                (st.skipped_short, f"shorter than --min-chars {self.options.min_chars}"),
+                (
+                    st.undecodable_files if self.options.encoding == "skip" else 0,
+                    "not UTF-8 (--encoding skip)",
+                ),
+                (st.skipped_excluded, "excluded by --include/--exclude"),
+                (st.skipped_symlinks, "symlinks skipped"),
+            )
+            if n
+        ]
+        seen = f"{st.files_seen} file{'s' * (st.files_seen != 1)} read" + (
+            ": " + ", ".join(parts) if parts else ""
+        )
         return f"no documents in {self.given}: {seen}; check --include/--exclude, --min-chars and the path"
 
 
 def _field(record: Any, name: str, label: str, flag: str) -> str:
     """A string field of a JSON record; a missing field or a non-text value is a UserError."""
     if not isinstance(record, dict):
-        raise UserError(f"{label} holds a JSON {type(record).__name__}, not an object; write one object per line")
+        raise UserError(
+            f"{label} holds a JSON {type(record).__name__}, not an object; write one object per line"
+        )
     if name not in record:
         raise UserError(f"{label} has no field {name!r} (found: {', '.join(record)}); pass {flag} NAME")
     value = record[name]

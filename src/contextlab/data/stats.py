@@ -37,8 +37,9 @@ def store_summary(store: TokenStore) -> dict:
         while (1 << k) <= lens.max():
             L = 1 << k
             long = lens >= L
-            summary["long_documents"].append({"min_len": L, "docs": int(long.sum()),
-                                              "tokens_cut_to_len": int(long.sum()) * L})
+            summary["long_documents"].append(
+                {"min_len": L, "docs": int(long.sum()), "tokens_cut_to_len": int(long.sum()) * L}
+            )
             k += 1
     domains = {}
     try:
@@ -62,10 +63,16 @@ def format_summary(s: dict) -> str:
     ]
     if s.get("length_percentiles"):
         p = s["length_percentiles"]
-        lines.append("doc length " + "  ".join(f"{k} {v:,}" for k, v in p.items())
-                     + f"  mean {s['mean_length']:,.0f}")
-    stats = {k: v for k, v in {**s.get("source_stats", {}), **s.get("filters", {})}.items()
-             if isinstance(v, (int, float)) and v and k.startswith(("skipped", "undecodable", "latin1", "gutenberg"))}
+        lines.append(
+            "doc length " + "  ".join(f"{k} {v:,}" for k, v in p.items()) + f"  mean {s['mean_length']:,.0f}"
+        )
+    stats = {
+        k: v
+        for k, v in {**s.get("source_stats", {}), **s.get("filters", {})}.items()
+        if isinstance(v, (int, float))
+        and v
+        and k.startswith(("skipped", "undecodable", "latin1", "gutenberg"))
+    }
     if stats:
         lines.append("skipped    " + "  ".join(f"{k}={v:,}" for k, v in stats.items()))
     if s.get("n_domains"):
@@ -74,7 +81,9 @@ def format_summary(s: dict) -> str:
     if s.get("long_documents"):
         lines.append("long documents (LongCrawl64 view: documents >= L tokens, cut to L):")
         for row in s["long_documents"]:
-            lines.append(f"  L={row['min_len']:>8,}  docs {row['docs']:>10,}  tokens {row['tokens_cut_to_len']:>14,}")
+            lines.append(
+                f"  L={row['min_len']:>8,}  docs {row['docs']:>10,}  tokens {row['tokens_cut_to_len']:>14,}"
+            )
     return "\n".join(lines)
 
 
@@ -83,10 +92,11 @@ def plot_length_histogram(store: TokenStore, out: str | Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
+    import io
+
     import matplotlib.pyplot as plt
 
     from contextlab.io import atomic_write_bytes
-    import io
 
     lens = store.lengths()
     lens = lens[lens > 0]
@@ -95,8 +105,13 @@ def plot_length_histogram(store: TokenStore, out: str | Path) -> Path:
         bins = np.logspace(0, np.log10(max(lens.max(), 2)) + 0.05, 50)
         ax.hist(lens, bins=bins, color="#3b6ea8", edgecolor="white", linewidth=0.4)
         ax.set_xscale("log")
-        ax.axvline(np.median(lens), color="#c0392b", linestyle="--", linewidth=1,
-                   label=f"median {int(np.median(lens)):,} tokens")
+        ax.axvline(
+            np.median(lens),
+            color="#c0392b",
+            linestyle="--",
+            linewidth=1,
+            label=f"median {int(np.median(lens)):,} tokens",
+        )
         ax.legend()
     ax.set_xlabel("document length (tokens, log scale)")
     ax.set_ylabel("documents")

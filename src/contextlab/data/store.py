@@ -28,15 +28,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
 from contextlab import FORMAT_VERSION, __version__
 from contextlab.errors import UserError
-from contextlab.io import atomic_write_json, replace_dir  # noqa: F401  (replace_dir: re-exported)
+from contextlab.io import atomic_write_json, replace_dir
 
 STORE_FORMAT = "contextlab-token-store"
 _FIX = "re-create it with `contextlab data ingest ... --overwrite`"
@@ -79,17 +80,21 @@ class TokenStore:
         try:
             offsets = np.load(f, mmap_mode="r")
         except (ValueError, OSError, EOFError) as exc:
-            raise UserError(f"store {self.path} is corrupt: offsets.npy cannot be read ({exc}); {_FIX}") from None
+            raise UserError(
+                f"store {self.path} is corrupt: offsets.npy cannot be read ({exc}); {_FIX}"
+            ) from None
         if offsets.dtype != np.int64 or offsets.ndim != 1:
             raise UserError(f"store {self.path} is corrupt: offsets.npy must be 1-d int64; {_FIX}")
         if len(offsets) != self.n_docs + 1:
             raise UserError(
                 f"store {self.path} is corrupt: offsets.npy has {len(offsets)} entries but meta.json "
-                f"says n_docs={self.n_docs} (expected {self.n_docs + 1}); {_FIX}")
+                f"says n_docs={self.n_docs} (expected {self.n_docs + 1}); {_FIX}"
+            )
         if self.n_docs and (offsets[0] != 0 or offsets[-1] != self.n_tokens):
             raise UserError(
                 f"store {self.path} is corrupt: offsets.npy spans {offsets[0]}..{offsets[-1]} but meta.json "
-                f"says n_tokens={self.n_tokens}; {_FIX}")
+                f"says n_tokens={self.n_tokens}; {_FIX}"
+            )
         if self.n_docs and bool(np.any(np.diff(offsets) < 0)):
             raise UserError(f"store {self.path} is corrupt: offsets.npy is not increasing; {_FIX}")
         return offsets
@@ -103,7 +108,8 @@ class TokenStore:
         if size != expected:
             raise UserError(
                 f"store {self.path} is corrupt: tokens.bin has {size} bytes but meta.json says "
-                f"n_tokens={self.n_tokens} x {self.dtype.itemsize} bytes = {expected}; {_FIX}")
+                f"n_tokens={self.n_tokens} x {self.dtype.itemsize} bytes = {expected}; {_FIX}"
+            )
         if self.n_tokens == 0:
             return np.zeros(0, dtype=self.dtype)
         return np.memmap(f, dtype=self.dtype, mode="r", shape=(self.n_tokens,))
@@ -112,7 +118,9 @@ class TokenStore:
         """Recompute the content hash (reads everything) and compare with meta.json."""
         got = content_hash(self.path / "tokens.bin", self.path / "offsets.npy")
         if got != self.meta.get("content_hash"):
-            raise UserError(f"store {self.path} is corrupt: content hash {got[:12]} differs from meta.json's; {_FIX}")
+            raise UserError(
+                f"store {self.path} is corrupt: content hash {got[:12]} differs from meta.json's; {_FIX}"
+            )
 
     # ---------------------------------------------------------------- access
     def __len__(self) -> int:
@@ -123,7 +131,7 @@ class TokenStore:
         if not -self.n_docs <= i < self.n_docs:
             raise IndexError(f"document {i} out of range for a store of {self.n_docs}")
         i %= self.n_docs
-        return self.tokens[self.offsets[i]:self.offsets[i + 1]]
+        return self.tokens[self.offsets[i] : self.offsets[i + 1]]
 
     def __iter__(self) -> Iterator[np.ndarray]:
         for i in range(self.n_docs):
@@ -144,7 +152,8 @@ class TokenStore:
             if len(rows) != self.n_docs:
                 raise UserError(
                     f"store {self.path} is corrupt: docs.jsonl has {len(rows)} lines but meta.json "
-                    f"says n_docs={self.n_docs}; {_FIX}")
+                    f"says n_docs={self.n_docs}; {_FIX}"
+                )
             self._docs_meta = rows
         return self._docs_meta
 
@@ -172,25 +181,35 @@ class TokenStore:
         check_same_tokenizer(spec, self.tokenizer_spec, what, f"the data store {self.path}")
 
     def __repr__(self) -> str:
-        return (f"TokenStore({str(self.path)!r}, n_docs={self.n_docs:,}, n_tokens={self.n_tokens:,}, "
-                f"tokenizer={self.tokenizer_spec.get('name')})")
+        return (
+            f"TokenStore({str(self.path)!r}, n_docs={self.n_docs:,}, n_tokens={self.n_tokens:,}, "
+            f"tokenizer={self.tokenizer_spec.get('name')})"
+        )
 
 
 def _read_meta(path: Path) -> dict:
     if not path.exists():
-        raise UserError(f"store not found: {path} (create one with `contextlab data ingest SOURCE --out {path}`)")
+        raise UserError(
+            f"store not found: {path} (create one with `contextlab data ingest SOURCE --out {path}`)"
+        )
     meta_file = path / "meta.json"
     if not meta_file.is_file():
-        raise UserError(f"{path} is not a contextlab token store (no meta.json); create one with `contextlab data ingest`")
+        raise UserError(
+            f"{path} is not a contextlab token store (no meta.json); create one with `contextlab data ingest`"
+        )
     try:
         meta = json.loads(meta_file.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise UserError(f"store {path} is corrupt: meta.json is not valid JSON ({exc}); {_FIX}") from None
     if meta.get("format") != STORE_FORMAT:
-        raise UserError(f"{path} is not a contextlab token store (meta.json format is {meta.get('format')!r})")
+        raise UserError(
+            f"{path} is not a contextlab token store (meta.json format is {meta.get('format')!r})"
+        )
     if int(meta.get("version", -1)) > FORMAT_VERSION:
-        raise UserError(f"store {path} has format version {meta['version']}, newer than this contextlab "
-                        f"({FORMAT_VERSION}); upgrade contextlab")
+        raise UserError(
+            f"store {path} has format version {meta['version']}, newer than this contextlab "
+            f"({FORMAT_VERSION}); upgrade contextlab"
+        )
     for key in ("n_docs", "n_tokens", "dtype", "tokenizer"):
         if key not in meta:
             raise UserError(f"store {path} is corrupt: meta.json lacks '{key}'; {_FIX}")
@@ -233,15 +252,19 @@ class StoreWriter:
         self.state = WriterState(**vars(state))
         self.dir.mkdir(parents=True, exist_ok=True)
         self._files = {}
-        for name, size in (("tokens.bin", state.n_tokens * self.dtype.itemsize),
-                           ("offsets.i64", state.n_docs * 8),
-                           ("docs.jsonl", state.docs_bytes)):
+        for name, size in (
+            ("tokens.bin", state.n_tokens * self.dtype.itemsize),
+            ("offsets.i64", state.n_docs * 8),
+            ("docs.jsonl", state.docs_bytes),
+        ):
             path = self.dir / name
             fh = open(path, "r+b" if path.exists() else "w+b")
             if os.fstat(fh.fileno()).st_size < size:
                 fh.close()
-                raise UserError(f"partial ingest in {self.dir} is damaged ({name} is shorter than its "
-                                f"committed size); delete {self.dir} and ingest again")
+                raise UserError(
+                    f"partial ingest in {self.dir} is damaged ({name} is shorter than its "
+                    f"committed size); delete {self.dir} and ingest again"
+                )
             fh.truncate(size)
             fh.seek(size)
             self._files[name] = fh
@@ -284,9 +307,14 @@ def finalize_store(partial_dir: Path, out_dir: Path, meta: dict, *, overwrite: b
     os.replace(tmp, partial_dir / "offsets.npy")
     (partial_dir / "offsets.i64").unlink()
     meta = dict(meta)
-    meta.update(format=STORE_FORMAT, version=FORMAT_VERSION, code_version=__version__,
-                n_docs=int(len(offsets) - 1), n_tokens=int(offsets[-1]),
-                content_hash=content_hash(partial_dir / "tokens.bin", partial_dir / "offsets.npy"))
+    meta.update(
+        format=STORE_FORMAT,
+        version=FORMAT_VERSION,
+        code_version=__version__,
+        n_docs=int(len(offsets) - 1),
+        n_tokens=int(offsets[-1]),
+        content_hash=content_hash(partial_dir / "tokens.bin", partial_dir / "offsets.npy"),
+    )
     atomic_write_json(partial_dir / "meta.json", meta)
     (partial_dir / "progress.json").unlink(missing_ok=True)
     replace_dir(partial_dir, out_dir, overwrite=overwrite)

@@ -72,23 +72,35 @@ class ParityConfig:
     n_tasks: int = opt(100, "tasks T, each the XOR of two bits (at most 192)")
     min_far_bit: int = opt(11, "the farther bit of the tasks is spread evenly over min_far_bit..L")
     decay: float = opt(1.2, "task frequency ∝ far_bit^-decay (nearer tasks are more frequent)")
-    task_seed: int = opt(0, "seed of the task definitions (the near bits); share it between train and validation")
+    task_seed: int = opt(
+        0, "seed of the task definitions (the near bits); share it between train and validation"
+    )
     n_samples: int = opt(100_000, "samples (documents) to write")
     seed: int = opt(0, "seed of the samples")
-    mask_fraction: float = opt(0.0, "fraction of samples whose farthest bits are masked with '?' (the seed trains "
-                               "with 0.5)")
+    mask_fraction: float = opt(
+        0.0, "fraction of samples whose farthest bits are masked with '?' (the seed trains with 0.5)"
+    )
     min_visible: int = opt(10, "a masked sample keeps between min_visible and L visible bits (uniform)")
-    queries: int = opt(1, "tasks asked per sample: 1 writes [bits, TASK, answer] (every evaluation reads it); K > 1 "
-                          "writes [bits, TASK_1..TASK_K, answer_1..answer_K] for objective 'queries' (K answers per "
-                          "context for L + 2K tokens; a training format)")
-    bias_fraction: float = opt(0.0, "fraction of samples whose bits are biased towards 0 (P(bit=1) uniform in "
-                                    "bias_min..bias_max): a training curriculum that gives each XOR a first-order "
-                                    "signal; the Bayes risk stated for the store is that of unbiased bits")
+    queries: int = opt(
+        1,
+        "tasks asked per sample: 1 writes [bits, TASK, answer] (every evaluation reads it); K > 1 "
+        "writes [bits, TASK_1..TASK_K, answer_1..answer_K] for objective 'queries' (K answers per "
+        "context for L + 2K tokens; a training format)",
+    )
+    bias_fraction: float = opt(
+        0.0,
+        "fraction of samples whose bits are biased towards 0 (P(bit=1) uniform in "
+        "bias_min..bias_max): a training curriculum that gives each XOR a first-order "
+        "signal; the Bayes risk stated for the store is that of unbiased bits",
+    )
     bias_min: float = opt(0.05, "lowest P(bit = 1) of a biased sample")
     bias_max: float = opt(0.3, "highest P(bit = 1) of a biased sample")
-    query_tasks: str = opt("frequency", "how the K tasks of a sample are drawn (queries K > 1): frequency (the task "
-                                        "distribution) or uniform (each task equally often, so the rare far tasks get "
-                                        "as many answers as the near ones; each answer's Bayes predictor is unchanged)")
+    query_tasks: str = opt(
+        "frequency",
+        "how the K tasks of a sample are drawn (queries K > 1): frequency (the task "
+        "distribution) or uniform (each task equally often, so the rare far tasks get "
+        "as many answers as the near ones; each answer's Bayes predictor is unchanged)",
+    )
 
     def __post_init__(self):
         L, T = self.n_bits, self.n_tasks
@@ -107,13 +119,17 @@ class ParityConfig:
         if not 0.0 <= self.bias_fraction <= 1.0:
             raise ValueError(f"bias_fraction={self.bias_fraction} must lie in [0, 1]")
         if not 0.0 < self.bias_min <= self.bias_max < 1.0:
-            raise ValueError(f"bias_min={self.bias_min} and bias_max={self.bias_max} must satisfy "
-                             "0 < bias_min <= bias_max < 1")
+            raise ValueError(
+                f"bias_min={self.bias_min} and bias_max={self.bias_max} must satisfy "
+                "0 < bias_min <= bias_max < 1"
+            )
         if self.query_tasks not in ("frequency", "uniform"):
             raise ValueError(f"query_tasks={self.query_tasks!r} must be 'frequency' or 'uniform'")
         if self.query_tasks == "uniform" and self.queries == 1:
-            raise ValueError("query_tasks='uniform' is a training format: use it with queries > 1 (single-task "
-                             "stores draw tasks by frequency, as every evaluation expects)")
+            raise ValueError(
+                "query_tasks='uniform' is a training format: use it with queries > 1 (single-task "
+                "stores draw tasks by frequency, as every evaluation expects)"
+            )
 
 
 @dataclass
@@ -129,7 +145,9 @@ class ParityTasks:
 
     @classmethod
     def from_dict(cls, d: dict) -> ParityTasks:
-        return cls(np.asarray(d["near"], np.int64), np.asarray(d["far"], np.int64), np.asarray(d["freq"], float))
+        return cls(
+            np.asarray(d["near"], np.int64), np.asarray(d["far"], np.int64), np.asarray(d["freq"], float)
+        )
 
 
 @dataclass
@@ -203,8 +221,8 @@ def to_tokens(s: ParitySamples, visible: int | None = None) -> np.ndarray:
     ids[np.arange(1, L + 1)[None, :] > seen[:, None]] = MASK
     out = np.empty((N, L + 2 * K), dtype=np.int64)
     out[:, :L] = ids[:, ::-1]  # farthest bit first
-    out[:, L:L + K] = TASK_BASE + task
-    out[:, L + K:] = np.where(answer == 1, BIT1, BIT0)
+    out[:, L : L + K] = TASK_BASE + task
+    out[:, L + K :] = np.where(answer == 1, BIT1, BIT0)
     return out
 
 
@@ -218,8 +236,14 @@ def mask_tokens(rows: np.ndarray, n_bits: int, visible: int) -> np.ndarray:
 # ---------------------------------------------------------------------------- stores
 
 
-def write_parity_store(cfg: ParityConfig, out: str | os.PathLike, *, overwrite: bool = False,
-                       chunk: int = 50_000, progress: bool = True) -> Path:
+def write_parity_store(
+    cfg: ParityConfig,
+    out: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+    chunk: int = 50_000,
+    progress: bool = True,
+) -> Path:
     """Write ``cfg.n_samples`` samples as a byte-tokenizer token store at ``out`` (reproducible from the seeds)."""
     from tqdm.auto import tqdm
 
@@ -244,7 +268,9 @@ def write_parity_store(cfg: ParityConfig, out: str | os.PathLike, *, overwrite: 
                 n = min(chunk, cfg.n_samples - done)
                 s = sample(cfg, tasks, n, rng)
                 rows = to_tokens(s)  # (n, L + 2)
-                for i in range(n):  # K > 1: the tasks are in the row itself (tokens L..L+K-1), not repeated here
+                for i in range(
+                    n
+                ):  # K > 1: the tasks are in the row itself (tokens L..L+K-1), not repeated here
                     meta = {"id": done + i, "visible": int(s.visible[i])}
                     if cfg.queries == 1:
                         meta["task"] = int(s.task[i])
@@ -255,12 +281,18 @@ def write_parity_store(cfg: ParityConfig, out: str | os.PathLike, *, overwrite: 
     finally:
         writer.close()
     tok.save(partial / "tokenizer")
-    meta = {"tokenizer": tok.spec(), "dtype": "uint16",
-            "source": {"kind": SOURCE_KIND, "config": dataclasses.asdict(cfg)},
-            "parity": {"config": dataclasses.asdict(cfg), "tasks": tasks.as_dict(),
-                       "bayes_risk": bayes_risk_curve(tasks, list(range(cfg.n_bits + 1))),  # index = visible bits
-                       "layout": {"bit0": BIT0, "bit1": BIT1, "mask": MASK, "task_base": TASK_BASE}},
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    meta = {
+        "tokenizer": tok.spec(),
+        "dtype": "uint16",
+        "source": {"kind": SOURCE_KIND, "config": dataclasses.asdict(cfg)},
+        "parity": {
+            "config": dataclasses.asdict(cfg),
+            "tasks": tasks.as_dict(),
+            "bayes_risk": bayes_risk_curve(tasks, list(range(cfg.n_bits + 1))),  # index = visible bits
+            "layout": {"bit0": BIT0, "bit1": BIT1, "mask": MASK, "task_base": TASK_BASE},
+        },
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     atomic_write_json(partial / "parity.json", meta["parity"])
     finalize_store(partial, out, meta, overwrite=overwrite)
     return out
@@ -274,5 +306,7 @@ def parity_of_store(store) -> tuple[ParityConfig, ParityTasks] | None:
     try:
         return ParityConfig(**info["config"]), ParityTasks.from_dict(info["tasks"])
     except (KeyError, TypeError, ValueError) as exc:
-        raise UserError(f"store {store.path} has a malformed parity description ({exc}); write it again with "
-                        "`contextlab data synthetic parity`") from None
+        raise UserError(
+            f"store {store.path} has a malformed parity description ({exc}); write it again with "
+            "`contextlab data synthetic parity`"
+        ) from None

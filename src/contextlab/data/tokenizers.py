@@ -125,8 +125,14 @@ class Tokenizer:
 
     def spec(self) -> dict[str, Any]:
         """JSON-serialisable description: kind, name, vocab size, eot id, specials, hash."""
-        return {"kind": self.kind, "name": self.name, "vocab_size": self.vocab_size,
-                "eot_id": self.eot_id, "special_tokens": dict(self.special_tokens), "hash": self.hash}
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "vocab_size": self.vocab_size,
+            "eot_id": self.eot_id,
+            "special_tokens": dict(self.special_tokens),
+            "hash": self.hash,
+        }
 
     def save(self, directory: str | os.PathLike) -> None:
         """Write the files to reload this tokenizer into ``directory`` (spec file last)."""
@@ -150,7 +156,9 @@ class Tokenizer:
         raise NotImplementedError
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(name={self.name!r}, vocab_size={self.vocab_size}, hash={self.hash[:8]})"
+        return (
+            f"{type(self).__name__}(name={self.name!r}, vocab_size={self.vocab_size}, hash={self.hash[:8]})"
+        )
 
 
 class ByteTokenizer(Tokenizer):
@@ -248,10 +256,16 @@ class GPT2Tokenizer(Tokenizer):
         self.name = name
         self.ranks = ranks
         self.special_tokens = dict(special_tokens)
-        self.special_tokens.setdefault(EOT, max([*ranks.values(), *self.special_tokens.values()], default=-1) + 1)
+        self.special_tokens.setdefault(
+            EOT, max([*ranks.values(), *self.special_tokens.values()], default=-1) + 1
+        )
         self.vocab_size = max([*ranks.values(), *self.special_tokens.values()]) + 1
-        self._enc = tiktoken.Encoding(name=f"contextlab-{name}", pat_str=GPT2_PATTERN,
-                                      mergeable_ranks=ranks, special_tokens=self.special_tokens)
+        self._enc = tiktoken.Encoding(
+            name=f"contextlab-{name}",
+            pat_str=GPT2_PATTERN,
+            mergeable_ranks=ranks,
+            special_tokens=self.special_tokens,
+        )
 
     @classmethod
     def from_dir(cls, directory: str | os.PathLike, name: str = "gpt2") -> GPT2Tokenizer:
@@ -261,11 +275,15 @@ class GPT2Tokenizer(Tokenizer):
             if (d / vocab_file).is_file() and (d / merges_file).is_file():
                 break
         else:
-            raise UserError(f"{d} holds neither encoder.json + vocab.bpe nor vocab.json + merges.txt: "
-                            "point gpt2:DIR at a GPT-2 tokenizer folder")
+            raise UserError(
+                f"{d} holds neither encoder.json + vocab.bpe nor vocab.json + merges.txt: "
+                "point gpt2:DIR at a GPT-2 tokenizer folder"
+            )
         vocab = _read_json(d / vocab_file)
         lines = _read_text(d / merges_file).split("\n")
-        merges = [tuple(ln.rstrip("\r").split(" ")) for ln in lines if ln.strip() and not ln.startswith("#version")]
+        merges = [
+            tuple(ln.rstrip("\r").split(" ")) for ln in lines if ln.strip() and not ln.startswith("#version")
+        ]
         ranks, specials = _ranks_from_files(vocab, merges, d / merges_file)
         return cls(ranks, specials, name)
 
@@ -288,7 +306,7 @@ class GPT2Tokenizer(Tokenizer):
 
     def _save_files(self, d: Path) -> None:
         b2u = _bytes_to_unicode()
-        show = lambda token: "".join(b2u[b] for b in token)  # noqa: E731
+        show = lambda token: "".join(b2u[b] for b in token)
         vocab = {show(t): r for t, r in self.ranks.items()} | self.special_tokens
         atomic_write_text(d / "encoder.json", json.dumps(dict(sorted(vocab.items(), key=lambda kv: kv[1]))))
         merges = "".join(f"{show(a)} {show(b)}\n" for a, b in _merges_from_ranks(self.ranks))
@@ -298,7 +316,9 @@ class GPT2Tokenizer(Tokenizer):
         return GPT2Tokenizer(self.ranks, {**self.special_tokens, **new}, self.name)
 
 
-def _ranks_from_files(vocab: Any, merges: list[tuple[str, ...]], where: Path) -> tuple[dict[bytes, int], dict[str, int]]:
+def _ranks_from_files(
+    vocab: Any, merges: list[tuple[str, ...]], where: Path
+) -> tuple[dict[bytes, int], dict[str, int]]:
     """Split a GPT-2 vocab into mergeable ranks and special tokens, checking it against the merges."""
     fix = "the files are not a GPT-2-style byte-level BPE; load them with hf:PATH instead"
     u2b = {c: b for b, c in _bytes_to_unicode().items()}
@@ -330,7 +350,11 @@ def _merges_from_ranks(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
     merges = []
     for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
         if len(token) > 1:
-            splits = [i for i in range(1, len(token)) if ranks.get(token[:i], rank) < rank > ranks.get(token[i:], rank)]
+            splits = [
+                i
+                for i in range(1, len(token))
+                if ranks.get(token[:i], rank) < rank > ranks.get(token[i:], rank)
+            ]
             parts = [token[: splits[0]], token[splits[0] :]] if len(splits) == 1 else _bpe(token, ranks, rank)
             if len(parts) != 2:
                 raise ValueError(f"token {token!r} (rank {rank}) is not the merge of two lower-ranked tokens")
@@ -380,7 +404,9 @@ def _train_from_spec(arg: str, texts: Callable[[], Iterable[str]] | None) -> Tok
     if not arg.isdigit():
         raise UserError(f"the vocab size {arg!r} is not a whole number (e.g. bpe:4096)")
     if texts is None:
-        raise UserError("bpe:N trains a new tokenizer and needs training texts, which this command does not have")
+        raise UserError(
+            "bpe:N trains a new tokenizer and needs training texts, which this command does not have"
+        )
     from contextlab.data.hf_tokenizer import train_bpe
 
     return train_bpe(texts(), int(arg))
@@ -392,7 +418,9 @@ def load_saved_tokenizer(directory: str | os.PathLike) -> Tokenizer:
     spec = _read_json(d / SPEC_FILE)
     specials = spec.get("special_tokens") if isinstance(spec, dict) else None
     if not isinstance(specials, dict) or not all(type(i) is int for i in specials.values()):
-        raise UserError(f"{d / SPEC_FILE} is malformed (no special_tokens map): re-create the folder with save()")
+        raise UserError(
+            f"{d / SPEC_FILE} is malformed (no special_tokens map): re-create the folder with save()"
+        )
     kind, name = spec.get("kind"), str(spec.get("name", spec.get("kind")))
     tok: Tokenizer
     if kind == "byte":
@@ -404,37 +432,50 @@ def load_saved_tokenizer(directory: str | os.PathLike) -> Tokenizer:
 
         tok = HFTokenizer.from_file(d / "tokenizer.json", name=name)
     else:
-        raise UserError(f"{d / SPEC_FILE} has unknown tokenizer kind {kind!r}: re-create the folder with save()")
+        raise UserError(
+            f"{d / SPEC_FILE} has unknown tokenizer kind {kind!r}: re-create the folder with save()"
+        )
     if tok.hash != spec.get("hash"):
-        raise UserError(f"tokenizer files in {d} do not match their spec (hash {tok.hash[:8]} != "
-                        f"{str(spec.get('hash'))[:8]}); re-create the folder by saving the original tokenizer again")
+        raise UserError(
+            f"tokenizer files in {d} do not match their spec (hash {tok.hash[:8]} != "
+            f"{str(spec.get('hash'))[:8]}); re-create the folder by saving the original tokenizer again"
+        )
     return tok
 
 
-def check_same_tokenizer(a_spec: dict[str, Any], b_spec: dict[str, Any], what_a: str, what_b: str,
-                         *, fix: str | None = None) -> None:
+def check_same_tokenizer(
+    a_spec: dict[str, Any], b_spec: dict[str, Any], what_a: str, what_b: str, *, fix: str | None = None
+) -> None:
     """Raise UserError naming both tokenizers if the two specs' hashes differ."""
     a_hash, b_hash = str(a_spec.get("hash")), str(b_spec.get("hash"))
     if a_hash == b_hash and a_spec.get("hash"):
         return
-    fix = fix or (f"rebuild {what_b} with {what_a}'s tokenizer (--tokenizer dir:<its tokenizer folder>) "
-                  "or pair items made with the same tokenizer")
-    raise UserError(f"{what_a}'s tokenizer ({a_spec.get('name')}, hash {a_hash[:8]}) differs from "
-                    f"{what_b}'s ({b_spec.get('name')}, hash {b_hash[:8]}): {fix}")
+    fix = fix or (
+        f"rebuild {what_b} with {what_a}'s tokenizer (--tokenizer dir:<its tokenizer folder>) "
+        "or pair items made with the same tokenizer"
+    )
+    raise UserError(
+        f"{what_a}'s tokenizer ({a_spec.get('name')}, hash {a_hash[:8]}) differs from "
+        f"{what_b}'s ({b_spec.get('name')}, hash {b_hash[:8]}): {fix}"
+    )
 
 
 def _read_text(path: Path) -> str:
     try:
         return path.read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"cannot read {path} ({type(e).__name__}): check the path and that it is UTF-8 text") from None
+        raise UserError(
+            f"cannot read {path} ({type(e).__name__}): check the path and that it is UTF-8 text"
+        ) from None
 
 
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(_read_text(path))
     except json.JSONDecodeError as e:
-        raise UserError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}): restore or re-create the file") from None
+        raise UserError(
+            f"{path} is not valid JSON ({e.msg} at line {e.lineno}): restore or re-create the file"
+        ) from None
 
 
 _HF_NAMES = ("HFTokenizer", "train_bpe", "PROBE")

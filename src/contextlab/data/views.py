@@ -35,12 +35,12 @@ class DocView:
     end: np.ndarray | None = None
 
     def __len__(self) -> int:
-        return int(len(self.indices))
+        return len(self.indices)
 
     def doc(self, i: int) -> np.ndarray:
         tokens = self.store.doc(int(self.indices[i]))
         if self.begin is not None:
-            tokens = tokens[int(self.begin[i]):int(self.end[i])]
+            tokens = tokens[int(self.begin[i]) : int(self.end[i])]
         return tokens[: self.max_len] if self.max_len else tokens
 
     def lengths(self) -> np.ndarray:
@@ -50,7 +50,7 @@ class DocView:
     def n_tokens(self) -> int:
         return int(self.lengths().sum())
 
-    def subset(self, positions: np.ndarray) -> "DocView":
+    def subset(self, positions: np.ndarray) -> DocView:
         pos = np.asarray(positions, dtype=np.int64)
         if self.begin is None:
             return DocView(self.store, self.indices[pos], self.max_len)
@@ -69,12 +69,15 @@ def long_documents(source: TokenStore | DocView, length: int) -> DocView:
     keep = np.flatnonzero(view.lengths() >= length)
     if len(keep) == 0:
         longest = int(view.lengths().max()) if len(view) else 0
-        raise UserError(f"no document has {length} tokens or more (the longest has {longest}); "
-                        f"choose a shorter length")
+        raise UserError(
+            f"no document has {length} tokens or more (the longest has {longest}); choose a shorter length"
+        )
     return DocView(view.store, view.indices[keep], length)
 
 
-def split_documents(source: TokenStore | DocView, val_fraction: float, seed: int = 0) -> tuple[DocView, DocView]:
+def split_documents(
+    source: TokenStore | DocView, val_fraction: float, seed: int = 0
+) -> tuple[DocView, DocView]:
     """(train, validation) views; at least one document goes to each side."""
     view = source if isinstance(source, DocView) else all_documents(source)
     if not 0.0 < val_fraction < 1.0:
@@ -112,13 +115,15 @@ def first_tokens(source: TokenStore | DocView, n_tokens: int, seed: int = 0) -> 
     if n_tokens <= 0:
         raise UserError(f"the training-token cap must be positive, got {n_tokens}")
     if n_tokens > total:
-        raise UserError(f"data.train_tokens is {n_tokens:,} but the training documents hold only {total:,} tokens; "
-                        f"lower data.train_tokens or ingest more text")
+        raise UserError(
+            f"data.train_tokens is {n_tokens:,} but the training documents hold only {total:,} tokens; "
+            f"lower data.train_tokens or ingest more text"
+        )
     order = np.random.default_rng(seed).permutation(len(view))
     lens = view.lengths()[order]
     ends = np.cumsum(lens)
     k = int(np.searchsorted(ends, n_tokens))  # the document where the cap falls
-    keep = order[:k + 1]
+    keep = order[: k + 1]
     begin = np.zeros(k + 1, dtype=np.int64) if view.begin is None else view.begin[keep].astype(np.int64)
     end = begin + view.lengths()[keep].astype(np.int64)
     end[-1] = begin[-1] + (n_tokens - (int(ends[k - 1]) if k else 0))

@@ -26,9 +26,9 @@ import contextlib
 import json
 import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -37,6 +37,7 @@ from torch import Tensor
 
 from contextlab.data.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer, load_saved_tokenizer
 from contextlab.errors import UserError
+
 
 class ContextLengthWarning(UserWarning):
     """An evaluation runs a model beyond the context it was trained (or extended) for."""
@@ -63,8 +64,16 @@ class ModelInfo:
 class ModelAdapter:
     """A causal LM plus its tokenizer; see the module docstring. Build with ``load_model``."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Tokenizer, info: ModelInfo, *, dtype: str = "fp32",
-                 batch_size: int = 8, device: str = "cpu"):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Tokenizer,
+        info: ModelInfo,
+        *,
+        dtype: str = "fp32",
+        batch_size: int = 8,
+        device: str = "cpu",
+    ):
         if dtype not in ("fp32", "bf16"):
             raise UserError(f"dtype {dtype!r} is unknown; use fp32 or bf16")
         self.model = model.eval().to(device)
@@ -91,14 +100,20 @@ class ModelAdapter:
 
     def check_length(self, T: int, what: str = "the input", fix: str = "choose shorter lengths") -> None:
         """Refuse sequences an absolute-position model cannot take; warn (once) when a RoPE model goes beyond."""
-        if T > self.max_context and not self.info.extends_beyond:
-            raise UserError(f"{what} has {T} tokens but {self.info.id} supports at most {self.max_context}; {fix}")
-        if T > self.max_context and not self._warned_length:
+        if self.max_context < T and not self.info.extends_beyond:
+            raise UserError(
+                f"{what} has {T} tokens but {self.info.id} supports at most {self.max_context}; {fix}"
+            )
+        if self.max_context < T and not self._warned_length:
             self._warned_length = True
-            warnings.warn(f"{self.info.id} was trained at context {self.max_context} and has no RoPE extension to "
-                          f"{T} tokens: positions past {self.max_context} are extrapolated and usually score much "
-                          f"worse; extend it first (contextlab train --init-from MODEL --set extend.method=yarn "
-                          f"--set train.seq_len={T})", ContextLengthWarning, stacklevel=3)
+            warnings.warn(
+                f"{self.info.id} was trained at context {self.max_context} and has no RoPE extension to "
+                f"{T} tokens: positions past {self.max_context} are extrapolated and usually score much "
+                f"worse; extend it first (contextlab train --init-from MODEL --set extend.method=yarn "
+                f"--set train.seq_len={T})",
+                ContextLengthWarning,
+                stacklevel=3,
+            )
 
     def _as_batch(self, ids) -> Tensor:
         t = torch.as_tensor(np.asarray(ids, dtype=np.int64) if not isinstance(ids, Tensor) else ids)
@@ -137,16 +152,18 @@ class ModelAdapter:
         targets = idx[:, 1:].reshape(-1)  # (B*(T-1),)
         if self.is_gpt:
             h = self._hidden(idx[:, :-1]).reshape(B * (T - 1), -1)  # (N, C)
-            rows = lambda a, b: self.model.unembed(h[a:b])  # noqa: E731
+            rows = lambda a, b: self.model.unembed(h[a:b])
         else:
             logits = self.logits(idx[:, :-1]).reshape(B * (T - 1), -1)  # (N, V)
-            rows = lambda a, b: logits[a:b]  # noqa: E731
+            rows = lambda a, b: logits[a:b]
         out = torch.empty(B * (T - 1), dtype=torch.float32, device=idx.device)
         for a in range(0, out.numel(), LOGPROB_CHUNK):
             b = min(a + LOGPROB_CHUNK, out.numel())
             with self.autocast():
                 chunk = rows(a, b)
-            out[a:b] = -F.cross_entropy(chunk.float(), targets[a:b], reduction="none")  # fused log_softmax+gather
+            out[a:b] = -F.cross_entropy(
+                chunk.float(), targets[a:b], reduction="none"
+            )  # fused log_softmax+gather
         return out.view(B, T - 1)
 
     @torch.no_grad()
@@ -162,7 +179,9 @@ class ModelAdapter:
                 out = self.model(input_ids=idx, output_hidden_states=True)
                 states = out.hidden_states
                 if not -len(states) <= layer < len(states):
-                    raise UserError(f"layer {layer} does not exist; {self.info.id} has {len(states) - 1} blocks")
+                    raise UserError(
+                        f"layer {layer} does not exist; {self.info.id} has {len(states) - 1} blocks"
+                    )
                 h = states[layer]
         return h.float()
 
@@ -182,7 +201,7 @@ class ModelAdapter:
         order = sorted(range(len(items)), key=lambda i: -len(items[i][0]))  # similar lengths together
         out = np.zeros(len(items))
         for a in range(0, len(order), self.batch_size):
-            batch = [items[i] for i in order[a:a + self.batch_size]]
+            batch = [items[i] for i in order[a : a + self.batch_size]]
             T = max(len(s) for s, _ in batch)
             idx = torch.zeros(len(batch), T, dtype=torch.long)
             for r, (s, _) in enumerate(batch):
@@ -209,12 +228,20 @@ class ModelAdapter:
 # ---------------------------------------------------------------------- loading
 
 
-def load_model(path: str | os.PathLike, *, dtype: str = "fp32", batch_size: int = 8, device: str = "cpu",
-               step: int | None = None) -> ModelAdapter:
+def load_model(
+    path: str | os.PathLike,
+    *,
+    dtype: str = "fp32",
+    batch_size: int = 8,
+    device: str = "cpu",
+    step: int | None = None,
+) -> ModelAdapter:
     """A contextlab run/checkpoint dir or a local HF model folder -> ModelAdapter."""
     p = Path(path)
     if not p.exists():
-        raise UserError(f"model not found: {p}; pass a contextlab run directory or a Hugging Face model folder")
+        raise UserError(
+            f"model not found: {p}; pass a contextlab run directory or a Hugging Face model folder"
+        )
     if (p / "config.json").is_file() and not (p / "state.json").is_file():
         model, tok, info = _load_hf_folder(p)
     else:
@@ -229,18 +256,37 @@ def _load_contextlab_run(path: Path, step: int | None):
 
     model, state, ckpt = load_trained_model(path, step)
     spec = state.get("tokenizer") or {}
-    tok = _tokenizer_from_spec(spec, [ckpt / "tokenizer", ckpt.parent.parent / "tokenizer",
-                                      *_store_tokenizer_dirs(ckpt)], f"run {path}")
+    tok = _tokenizer_from_spec(
+        spec,
+        [ckpt / "tokenizer", ckpt.parent.parent / "tokenizer", *_store_tokenizer_dirs(ckpt)],
+        f"run {path}",
+    )
     if state.get("arch") == "hf":  # a continued Hugging Face model: run it as one
         from contextlab.models.hf_causal import context_limit
 
-        info = ModelInfo(id=str(path), kind="hf", path=str(ckpt), architecture=str(model.config.model_type),
-                         n_params=sum(t.numel() for t in model.parameters()), max_context=context_limit(model.config),
-                         extends_beyond=True, tokenizer=tok.spec(), step=state.get("step"))
+        info = ModelInfo(
+            id=str(path),
+            kind="hf",
+            path=str(ckpt),
+            architecture=str(model.config.model_type),
+            n_params=sum(t.numel() for t in model.parameters()),
+            max_context=context_limit(model.config),
+            extends_beyond=True,
+            tokenizer=tok.spec(),
+            step=state.get("step"),
+        )
         return model, tok, info
-    info = ModelInfo(id=str(path), kind="contextlab", path=str(ckpt), architecture=describe_model(model),
-                     n_params=model.num_params(False), max_context=int(model.config.block_size),
-                     extends_beyond=True, tokenizer=tok.spec(), step=state.get("step"))
+    info = ModelInfo(
+        id=str(path),
+        kind="contextlab",
+        path=str(ckpt),
+        architecture=describe_model(model),
+        n_params=model.num_params(False),
+        max_context=int(model.config.block_size),
+        extends_beyond=True,
+        tokenizer=tok.spec(),
+        step=state.get("step"),
+    )
     return model, tok, info
 
 
@@ -252,9 +298,15 @@ def _store_tokenizer_dirs(ckpt: Path) -> list[Path]:
     dirs = []
     for cfg in (ckpt / "config.toml", ckpt.parent.parent / "config.toml"):
         if cfg.is_file():
-            for store in training_stores(read_toml(cfg)):  # data.store, or the stores packed / mixed data came from
-                run = ckpt.parent.parent  # a relative path is relative to where training ran: try the likely places
-                dirs += [base / store / "tokenizer" for base in (Path.cwd(), run, run.parent, run.parent.parent)]
+            for store in training_stores(
+                read_toml(cfg)
+            ):  # data.store, or the stores packed / mixed data came from
+                run = (
+                    ckpt.parent.parent
+                )  # a relative path is relative to where training ran: try the likely places
+                dirs += [
+                    base / store / "tokenizer" for base in (Path.cwd(), run, run.parent, run.parent.parent)
+                ]
     return dirs
 
 
@@ -269,8 +321,10 @@ def _tokenizer_from_spec(spec: dict, folders: list[Path], what: str) -> Tokenize
             tok = load_saved_tokenizer(d)
             if not spec.get("hash") or tok.hash == spec["hash"]:
                 return tok
-    raise UserError(f"cannot find the tokenizer of {what} ({spec.get('name')}, hash {str(spec.get('hash'))[:8]}); "
-                    "keep the training store in place or export the run with `contextlab export`")
+    raise UserError(
+        f"cannot find the tokenizer of {what} ({spec.get('name')}, hash {str(spec.get('hash'))[:8]}); "
+        "keep the training store in place or export the run with `contextlab export`"
+    )
 
 
 def _load_hf_folder(p: Path):
@@ -283,25 +337,55 @@ def _load_hf_folder(p: Path):
         model = hf.gpt_from_hf_export(p)
         spec = (cfg.get("contextlab") or {}).get("contextlab_tokenizer") or {}
         tok = _tokenizer_from_spec(spec, [p / "tokenizer"], f"export {p}")
-        info = ModelInfo(id=str(p), kind="contextlab", path=str(p), architecture=describe_model(model),
-                         n_params=model.num_params(False), max_context=int(model.config.block_size),
-                         extends_beyond=True, tokenizer=tok.spec(),
-                         step=(cfg.get("contextlab") or {}).get("contextlab_step"))
+        info = ModelInfo(
+            id=str(p),
+            kind="contextlab",
+            path=str(p),
+            architecture=describe_model(model),
+            n_params=model.num_params(False),
+            max_context=int(model.config.block_size),
+            extends_beyond=True,
+            tokenizer=tok.spec(),
+            step=(cfg.get("contextlab") or {}).get("contextlab_step"),
+        )
         return model, tok, info
-    tok_file = next((f for f in (p / "tokenizer.json", p / "tokenizer" / "tokenizer.json") if f.is_file()), None)
+    tok_file = next(
+        (f for f in (p / "tokenizer.json", p / "tokenizer" / "tokenizer.json") if f.is_file()), None
+    )
     if tok_file is None:
-        raise UserError(f"{p} has no tokenizer.json; save the model's fast tokenizer beside it "
-                        "(tokenizer.save_pretrained(folder))")
+        raise UserError(
+            f"{p} has no tokenizer.json; save the model's fast tokenizer beside it "
+            "(tokenizer.save_pretrained(folder))"
+        )
     tok = HFTokenizer.from_file(tok_file, name=p.name)
     model = hf.load_hf_causal_lm(p)
-    limit = next((int(cfg[k]) for k in ("max_position_embeddings", "n_positions", "n_ctx", "seq_length")
-                  if isinstance(cfg.get(k), int)), 2048)
-    rope = ("rope_theta" in cfg or "rope_scaling" in cfg or "rope_parameters" in cfg  # transformers 4.x / 5
-            or cfg.get("position_embedding_type") == "rotary")
-    info = ModelInfo(id=str(p), kind="hf", path=str(p), architecture=str(cfg.get("model_type")),
-                     n_params=sum(t.numel() for t in model.parameters()), max_context=limit,
-                     extends_beyond=rope, tokenizer=tok.spec())
+    limit = next(
+        (
+            int(cfg[k])
+            for k in ("max_position_embeddings", "n_positions", "n_ctx", "seq_length")
+            if isinstance(cfg.get(k), int)
+        ),
+        2048,
+    )
+    rope = (
+        "rope_theta" in cfg
+        or "rope_scaling" in cfg
+        or "rope_parameters" in cfg  # transformers 4.x / 5
+        or cfg.get("position_embedding_type") == "rotary"
+    )
+    info = ModelInfo(
+        id=str(p),
+        kind="hf",
+        path=str(p),
+        architecture=str(cfg.get("model_type")),
+        n_params=sum(t.numel() for t in model.parameters()),
+        max_context=limit,
+        extends_beyond=rope,
+        tokenizer=tok.spec(),
+    )
     if tok.vocab_size > int(model.config.vocab_size):
-        raise UserError(f"{p}: the tokenizer has {tok.vocab_size} ids but the model only {model.config.vocab_size}; "
-                        "save the tokenizer that belongs to this model")
+        raise UserError(
+            f"{p}: the tokenizer has {tok.vocab_size} ids but the model only {model.config.vocab_size}; "
+            "save the tokenizer that belongs to this model"
+        )
     return model, tok, info

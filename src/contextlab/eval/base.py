@@ -9,9 +9,10 @@ function itself never writes files, so tests call it directly and compare number
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +27,9 @@ class EvalOutput:
     plot: Callable[[Path], Path] | None = None  # draws the PNG at the given path
 
 
-def evaluate(name: str, adapter, options: Any, data: str | None, out_dir: str | Path) -> tuple[Path, EvalOutput]:
+def evaluate(
+    name: str, adapter, options: Any, data: str | None, out_dir: str | Path
+) -> tuple[Path, EvalOutput]:
     """Run eval ``name`` and write OUT/name.json (+ OUT/name.png); returns (json path, output)."""
     from contextlab.eval import EVALS
     from contextlab.eval.results import write_result
@@ -37,8 +40,16 @@ def evaluate(name: str, adapter, options: Any, data: str | None, out_dir: str | 
     out = EVALS[name](adapter, options, data)
     seconds = time.perf_counter() - t0
     model = {**vars(adapter.info), "dtype": adapter.dtype, "batch_size": adapter.batch_size}
-    path = write_result(out_dir, name, results=out.results, options=options, model=model, data=out.data,
-                        seconds=seconds, arrays=out.arrays)
+    path = write_result(
+        out_dir,
+        name,
+        results=out.results,
+        options=options,
+        model=model,
+        data=out.data,
+        seconds=seconds,
+        arrays=out.arrays,
+    )
     if out.plot is not None:
         out.plot(Path(out_dir) / f"{name}.png")
     return path, out
@@ -49,8 +60,10 @@ def open_store(data: str | None, adapter, what: str):
     from contextlab.data.store import TokenStore
 
     if not data:
-        raise UserError(f"{what} needs a token store: pass --data STORE (made with `contextlab data ingest "
-                        f"SOURCE --tokenizer <the model's tokenizer> --out STORE`)")
+        raise UserError(
+            f"{what} needs a token store: pass --data STORE (made with `contextlab data ingest "
+            f"SOURCE --tokenizer <the model's tokenizer> --out STORE`)"
+        )
     store = TokenStore(data)
     store.check_tokenizer(adapter.tokenizer.spec(), f"the model {adapter.info.id}")
     return store

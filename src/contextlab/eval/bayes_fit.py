@@ -26,8 +26,9 @@ from contextlab.eval.base import EvalOutput, open_store
 
 @dataclass
 class Options:
-    lengths: list[int] = opt([], "visible tokens l to measure; empty = 1, 2, 4, ... up to the "
-                             "model's context")
+    lengths: list[int] = opt(
+        [], "visible tokens l to measure; empty = 1, 2, 4, ... up to the model's context"
+    )
     samples: int = opt(512, "target tokens N (the same targets for every l)")
     seed: int = opt(0, "seed of the target positions")
 
@@ -42,20 +43,38 @@ def fit_power_law(lengths, losses, sems=None) -> dict:
 
     x, y = np.asarray(lengths, float), np.asarray(losses, float)
     if len(x) < 4:
-        raise UserError(f"the Bayes-risk fit needs at least 4 context lengths, got {len(x)}; give more --lengths")
+        raise UserError(
+            f"the Bayes-risk fit needs at least 4 context lengths, got {len(x)}; give more --lengths"
+        )
     sigma = None if sems is None else np.maximum(np.asarray(sems, float), 1e-6)
     p0 = [float(y.min()) * 0.9, float(y.max() - y.min()) + 1e-3, 0.5]
     try:
-        params, cov = curve_fit(power_law, x, y, p0=p0, sigma=sigma, absolute_sigma=sigma is not None,
-                                bounds=([-np.inf, -np.inf, 0.0], [np.inf, np.inf, 10.0]), maxfev=20000)
+        params, cov = curve_fit(
+            power_law,
+            x,
+            y,
+            p0=p0,
+            sigma=sigma,
+            absolute_sigma=sigma is not None,
+            bounds=([-np.inf, -np.inf, 0.0], [np.inf, np.inf, 10.0]),
+            maxfev=20000,
+        )
     except RuntimeError as exc:
-        raise UserError(f"the Bayes-risk fit did not converge ({exc}); measure more context lengths") from None
+        raise UserError(
+            f"the Bayes-risk fit did not converge ({exc}); measure more context lengths"
+        ) from None
     err = np.sqrt(np.diag(cov))
     pred = power_law(x, *params)
     ss_res, ss_tot = float(((y - pred) ** 2).sum()), float(((y - y.mean()) ** 2).sum())
-    return {"C0": float(params[0]), "C": float(params[1]), "gamma": float(params[2]),
-            "C0_err": float(err[0]), "C_err": float(err[1]), "gamma_err": float(err[2]),
-            "r2": 1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan")}
+    return {
+        "C0": float(params[0]),
+        "C": float(params[1]),
+        "gamma": float(params[2]),
+        "C0_err": float(err[0]),
+        "C_err": float(err[1]),
+        "gamma_err": float(err[2]),
+        "r2": 1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan"),
+    }
 
 
 def sample_targets(store, n: int, min_pos: int, seed: int) -> list[tuple[int, int]]:
@@ -74,16 +93,20 @@ def last_token_losses(adapter, store, targets: list[tuple[int, int]], lengths: l
     out = np.zeros((len(lengths), len(targets)))
     for i, l in enumerate(lengths):
         adapter.check_length(l, f"visible context {l}")
-        ids = np.stack([np.asarray(store.doc(d)[t - l:t + 1], dtype=np.int64) for d, t in targets])  # (N, l+1)
-        rows = max(adapter.batch_size, adapter.batch_size * adapter.max_context // (l + 1))  # short l: more rows
+        ids = np.stack(
+            [np.asarray(store.doc(d)[t - l : t + 1], dtype=np.int64) for d, t in targets]
+        )  # (N, l+1)
+        rows = max(
+            adapter.batch_size, adapter.batch_size * adapter.max_context // (l + 1)
+        )  # short l: more rows
         for a in range(0, len(ids), rows):
-            lp = adapter.token_logprobs(ids[a:a + rows])[:, -1]  # only the target
-            out[i, a:a + len(lp)] = -lp.double().cpu().numpy()
+            lp = adapter.token_logprobs(ids[a : a + rows])[:, -1]  # only the target
+            out[i, a : a + len(lp)] = -lp.double().cpu().numpy()
     return out
 
 
 def default_lengths(context: int) -> list[int]:
-    return [2 ** i for i in range(int(np.log2(context)) + 1)]
+    return [2**i for i in range(int(np.log2(context)) + 1)]
 
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
@@ -96,14 +119,21 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     mean = losses.mean(1)
     sem = losses.std(1, ddof=1) / np.sqrt(losses.shape[1])
     fit = fit_power_law(lengths, mean, sem)
-    results = {"summary": {k: fit[k] for k in ("C0", "C0_err", "C", "C_err", "gamma", "gamma_err", "r2")},
-               "lengths": lengths, "loss": mean.tolist(), "stderr": sem.tolist(), "n_targets": len(targets),
-               "fit": fit}
+    results = {
+        "summary": {k: fit[k] for k in ("C0", "C0_err", "C", "C_err", "gamma", "gamma_err", "r2")},
+        "lengths": lengths,
+        "loss": mean.tolist(),
+        "stderr": sem.tolist(),
+        "n_targets": len(targets),
+        "fit": fit,
+    }
     label = adapter.info.id
 
     def plot(path):
         from contextlab.eval.plots import bayes_fit_png
 
-        return bayes_fit_png(lengths, mean, sem, fit, path, title=f"last-token loss vs visible context: {label}")
+        return bayes_fit_png(
+            lengths, mean, sem, fit, path, title=f"last-token loss vs visible context: {label}"
+        )
 
     return EvalOutput(results, {"store": str(store.path), "hash": store.hash}, plot=plot)

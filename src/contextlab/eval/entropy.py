@@ -42,15 +42,24 @@ class Options:
     contexts: list[int] = opt([], "visible context lengths l (tokens; parity: visible bits), e.g. 8,16,32")
     samples: int = opt(1000, "samples N per context length (the same samples at every l)")
     layer: int = opt(-1, "which layer's hidden state: 0 = embeddings, -1 = last block")
-    position: int = opt(-1, "which token's hidden state, counted from the end of the visible input "
-                        "(-1 = last token; parity: -2 = the nearest bit, a feature that has not seen the task)")
-    n_components: list[int] = opt([10, 20, 50, 100, 0], "intrinsic entropy = sum of log relative eigenvalues over "
-                                  "the first n components, for each n (0 = all)")
-    thresholds: list[float] = opt([0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25], "intrinsic dimension = number of "
-                                  "relative eigenvalues >= threshold, for each threshold")
+    position: int = opt(
+        -1,
+        "which token's hidden state, counted from the end of the visible input "
+        "(-1 = last token; parity: -2 = the nearest bit, a feature that has not seen the task)",
+    )
+    n_components: list[int] = opt(
+        [10, 20, 50, 100, 0],
+        "intrinsic entropy = sum of log relative eigenvalues over "
+        "the first n components, for each n (0 = all)",
+    )
+    thresholds: list[float] = opt(
+        [0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25],
+        "intrinsic dimension = number of relative eigenvalues >= threshold, for each threshold",
+    )
     kde_dims: int = opt(8, "principal coordinates for the Gaussian-KDE entropy; 0 = skip it")
-    estimators: list[str] = opt(["twonn", "mle", "lpca"], "scikit-dimension estimators (twonn, mle, lpca); "
-                                "empty = none")
+    estimators: list[str] = opt(
+        ["twonn", "mle", "lpca"], "scikit-dimension estimators (twonn, mle, lpca); empty = none"
+    )
     protocol: str = opt("auto", "auto, text or parity (auto: parity for a synthetic parity store, else text)")
     seed: int = opt(0, "seed of the sampled targets / documents")
 
@@ -94,7 +103,7 @@ def _forward(adapter, ids: np.ndarray, layer: int, position: int) -> tuple[np.nd
     feats, losses = [], []
     rows = _rows_per_batch(adapter, ids.shape[1])
     for a in range(0, len(ids), rows):
-        chunk = ids[a:a + rows]
+        chunk = ids[a : a + rows]
         if adapter.is_gpt:  # one pass: the layer's state and the final state's last-token logits
             f, lp = _gpt_pass(adapter, chunk, layer, position)
         else:
@@ -124,15 +133,19 @@ def _check_contexts(adapter, contexts: list[int], extra: int, what: str) -> list
     if ctxs[0] < 1:
         raise UserError(f"context lengths must be >= 1, got {ctxs[0]}")
     if ctxs[-1] + extra > adapter.max_context:
-        raise UserError(f"context {ctxs[-1]} ({what}) needs {ctxs[-1] + extra} tokens but {adapter.info.id} supports "
-                        f"at most {adapter.max_context}; choose shorter --contexts")
+        raise UserError(
+            f"context {ctxs[-1]} ({what}) needs {ctxs[-1] + extra} tokens but {adapter.info.id} supports "
+            f"at most {adapter.max_context}; choose shorter --contexts"
+        )
     return ctxs
 
 
 def _check_position(position: int, length: int) -> None:
     if not -length <= position < 0:
-        raise UserError(f"--position {position} must lie in -{length}..-1 (counted from the end of the visible "
-                        f"input of {length} tokens)")
+        raise UserError(
+            f"--position {position} must lie in -{length}..-1 (counted from the end of the visible "
+            f"input of {length} tokens)"
+        )
 
 
 def collect_text(adapter, store, o: Options, progress: bool = True) -> Collected:
@@ -143,10 +156,14 @@ def collect_text(adapter, store, o: Options, progress: bool = True) -> Collected
     targets = sample_targets(store, o.samples, ctxs[-1], o.seed)
     feats, losses = [], np.zeros((len(ctxs), len(targets)))
     for i, l in enumerate(tqdm(ctxs, desc="entropy: contexts", disable=not progress)):
-        ids = np.stack([np.asarray(store.doc(d)[t - l:t + 1], dtype=np.int64) for d, t in targets])  # (N, l+1)
+        ids = np.stack(
+            [np.asarray(store.doc(d)[t - l : t + 1], dtype=np.int64) for d, t in targets]
+        )  # (N, l+1)
         f, losses[i] = _forward(adapter, ids, o.layer, o.position)
         feats.append(f)
-    return Collected(ctxs, feats, losses, None, {"protocol": "text", "n_documents": len({d for d, _ in targets})})
+    return Collected(
+        ctxs, feats, losses, None, {"protocol": "text", "n_documents": len({d for d, _ in targets})}
+    )
 
 
 def collect_parity(adapter, store, o: Options, progress: bool = True) -> Collected:
@@ -154,12 +171,16 @@ def collect_parity(adapter, store, o: Options, progress: bool = True) -> Collect
 
     found = syn.parity_of_store(store)
     if found is None:
-        raise UserError(f"{store.path} is not a synthetic parity store; use --protocol text, or write one with "
-                        "`contextlab data synthetic parity`")
+        raise UserError(
+            f"{store.path} is not a synthetic parity store; use --protocol text, or write one with "
+            "`contextlab data synthetic parity`"
+        )
     cfg, tasks = found
     if cfg.queries != 1 or cfg.bias_fraction > 0:
-        raise UserError(f"{store.path} is a parity training store (queries={cfg.queries}, bias_fraction="
-                        f"{cfg.bias_fraction}); measure on a store written with queries=1 and bias_fraction=0")
+        raise UserError(
+            f"{store.path} is a parity training store (queries={cfg.queries}, bias_fraction="
+            f"{cfg.bias_fraction}); measure on a store written with queries=1 and bias_fraction=0"
+        )
     L = cfg.n_bits
     ctxs = sorted({int(c) for c in o.contexts})
     if not ctxs or ctxs[0] < 0 or ctxs[-1] > L:
@@ -169,8 +190,10 @@ def collect_parity(adapter, store, o: Options, progress: bool = True) -> Collect
     visible = np.array([m["visible"] for m in store.docs_meta()])
     full = np.flatnonzero(visible == L)  # samples with nothing masked
     if len(full) < o.samples:
-        raise UserError(f"{store.path} has {len(full)} unmasked samples but --samples is {o.samples}; write a store "
-                        "with more samples and --mask-fraction 0, or lower --samples")
+        raise UserError(
+            f"{store.path} has {len(full)} unmasked samples but --samples is {o.samples}; write a store "
+            "with more samples and --mask-fraction 0, or lower --samples"
+        )
     pick = np.sort(np.random.default_rng(o.seed).choice(full, size=o.samples, replace=False))
     docs = np.stack([np.asarray(store.doc(int(d)), dtype=np.int64) for d in pick])  # (N, L + 2)
     feats, losses = [], np.zeros((len(ctxs), len(docs)))
@@ -179,38 +202,61 @@ def collect_parity(adapter, store, o: Options, progress: bool = True) -> Collect
         feats.append(f)
     far = tasks.far[docs[:, L] - syn.TASK_BASE]  # (N,) the far bit of each sample's task
     bayes_losses = np.stack([np.where(far > l, np.log(2.0), 0.0) for l in ctxs])  # (n_contexts, N)
-    return Collected(ctxs, feats, losses, syn.bayes_risk_curve(tasks, ctxs),
-                     {"protocol": "parity", "n_bits": L, "n_tasks": cfg.n_tasks}, bayes_losses,
-                     docs[:, L] - syn.TASK_BASE, np.asarray(tasks.freq, dtype=np.float64))
+    return Collected(
+        ctxs,
+        feats,
+        losses,
+        syn.bayes_risk_curve(tasks, ctxs),
+        {"protocol": "parity", "n_bits": L, "n_tasks": cfg.n_tasks},
+        bayes_losses,
+        docs[:, L] - syn.TASK_BASE,
+        np.asarray(tasks.freq, dtype=np.float64),
+    )
 
 
 def check_options(o: Options) -> None:
     """Refuse sample counts too small for the requested PCA (before any model is run)."""
     n_max = max([n for n in o.n_components if n] + [o.kde_dims + 2, 12 if o.estimators else 3])
     if o.samples <= n_max:
-        raise UserError(f"--samples {o.samples} is too few for PCA over {n_max} components; use more samples "
-                        "than components (the default is 1000)")
+        raise UserError(
+            f"--samples {o.samples} is too few for PCA over {n_max} components; use more samples "
+            "than components (the default is 1000)"
+        )
     if any(n < 0 for n in o.n_components) or any(not 0 < t <= 1 for t in o.thresholds):
         raise UserError("--n-components must be >= 0 and --thresholds in (0, 1]")
     if len(set(o.contexts)) < 3:
-        raise UserError(f"give at least 3 distinct context lengths to correlate the measures with the loss, got "
-                        f"{o.contexts}; e.g. --contexts 8,16,32,64")
+        raise UserError(
+            f"give at least 3 distinct context lengths to correlate the measures with the loss, got "
+            f"{o.contexts}; e.g. --contexts 8,16,32,64"
+        )
     unknown = [e for e in o.estimators if e not in intrinsic.SKDIM_ESTIMATORS]
     if unknown:
-        raise UserError(f"unknown intrinsic-dimension estimator(s) {', '.join(unknown)}; choose from "
-                        f"{', '.join(intrinsic.SKDIM_ESTIMATORS)} (or --estimators '' for none)")
+        raise UserError(
+            f"unknown intrinsic-dimension estimator(s) {', '.join(unknown)}; choose from "
+            f"{', '.join(intrinsic.SKDIM_ESTIMATORS)} (or --estimators '' for none)"
+        )
 
 
 def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, dict[str, np.ndarray]]:
     """Measures per context, their linear fits against the loss (and the Bayes risk), and the spectra."""
     check_options(o)
     per, spectra = [], []
-    for l, X, loss in tqdm(list(zip(col.contexts, col.features, col.losses)), desc="entropy: measures",
-                           disable=not progress):
-        m, rel = intrinsic.measures(X, n_components=o.n_components, thresholds=o.thresholds,
-                                    kde_dims=o.kde_dims, estimators=o.estimators)
-        row = {"context": l, "ce": float(loss.mean()), "ce_stderr": float(loss.std(ddof=1) / np.sqrt(len(loss))),
-               **m}
+    for l, X, loss in tqdm(
+        list(zip(col.contexts, col.features, col.losses)), desc="entropy: measures", disable=not progress
+    ):
+        m, rel = intrinsic.measures(
+            X,
+            n_components=o.n_components,
+            thresholds=o.thresholds,
+            kde_dims=o.kde_dims,
+            estimators=o.estimators,
+        )
+        row = {
+            "context": l,
+            "ce": float(loss.mean()),
+            "ce_stderr": float(loss.std(ddof=1) / np.sqrt(len(loss))),
+            **m,
+        }
         per.append(row)
         spectra.append(rel)
     if col.bayes is not None:
@@ -251,8 +297,11 @@ def measure_series(per: list[dict]) -> dict[str, list[float]]:
 
 
 def _summary(per: list[dict], fits: dict, col: Collected) -> dict:
-    s: dict = {"protocol": col.info["protocol"], "n_contexts": len(per),
-               "pearson_r": {k: v["r"] for k, v in fits.items()}}
+    s: dict = {
+        "protocol": col.info["protocol"],
+        "n_contexts": len(per),
+        "pearson_r": {k: v["r"] for k, v in fits.items()},
+    }
     finite = {k: abs(v["r"]) for k, v in fits.items() if np.isfinite(v["r"])}
     if finite:
         best = max(finite, key=finite.get)
@@ -286,5 +335,9 @@ def run(adapter, options: Options, data: str | None, progress: bool = True) -> E
 
         return entropy_png(results, arrays["relative_eigenvalues"], options.thresholds, path, title=label)
 
-    return EvalOutput(results, {"store": str(store.path), "hash": store.hash, "samples": options.samples},
-                      arrays=arrays, plot=plot)
+    return EvalOutput(
+        results,
+        {"store": str(store.path), "hash": store.hash, "samples": options.samples},
+        arrays=arrays,
+        plot=plot,
+    )

@@ -74,7 +74,7 @@ def entropy_png(results: dict, spectra: np.ndarray, thresholds: list[float], pat
     ax.set_ylabel("cross-entropy (nats)")
     ax.set_title("loss vs context", fontsize=9)
     ax.legend(fontsize=7)
-    pick = lambda prefix: {k: v for k, v in series.items() if k.startswith(prefix)}  # noqa: E731
+    pick = lambda prefix: {k: v for k, v in series.items() if k.startswith(prefix)}
     _scatter(axes[1, 0], pick("entropy@"), ce, fits, "CE vs intrinsic entropy (sum log rel. eig., first n)")
     _scatter(axes[1, 1], pick("dimension@"), ce, fits, "CE vs intrinsic dimension (rel. eig. >= threshold)")
     others = {k: v for k, v in series.items() if not k.startswith(("entropy@", "dimension@"))}

@@ -22,14 +22,23 @@ from contextlab.eval import tasks
 from contextlab.eval.base import EvalOutput, accuracy_ci, require_file
 from contextlab.eval.results import file_hash
 
-LABELS = {"ABBR": "abbreviation", "DESC": "description", "ENTY": "entity", "HUM": "human", "LOC": "location",
-          "NUM": "number"}
+LABELS = {
+    "ABBR": "abbreviation",
+    "DESC": "description",
+    "ENTY": "entity",
+    "HUM": "human",
+    "LOC": "location",
+    "NUM": "number",
+}
 
 
 @dataclass
 class Options:
-    shots: list[int] = opt([0, 2, 8, 32], "numbers of in-context examples to test (prompts longer than a "
-                           "fixed-position model allows are skipped)")
+    shots: list[int] = opt(
+        [0, 2, 8, 32],
+        "numbers of in-context examples to test (prompts longer than a "
+        "fixed-position model allows are skipped)",
+    )
     n_test: int = opt(100, "test questions per set (the first ones of test.txt)")
     seeds: int = opt(3, "sets of in-context examples (drawn from train.txt) to average over")
 
@@ -83,27 +92,56 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             correct.append(acc)
             lengths += [r["prompt_tokens"] for r in rows]
         if correct:
-            per_shot.append({"shots": k, "accuracy": float(np.mean(correct)), "accuracy_per_set": correct,
-                             "set_std": float(np.std(correct)), "context_tokens": float(np.mean(lengths)),
-                             "n_test": len(test), "n_sets": len(correct)})
+            per_shot.append(
+                {
+                    "shots": k,
+                    "accuracy": float(np.mean(correct)),
+                    "accuracy_per_set": correct,
+                    "set_std": float(np.std(correct)),
+                    "context_tokens": float(np.mean(lengths)),
+                    "n_test": len(test),
+                    "n_sets": len(correct),
+                }
+            )
     if not per_shot:
         raise UserError("every shot count gives prompts longer than the model allows; lower --shots")
     best = max(per_shot, key=lambda r: r["accuracy"])
-    res = {"summary": {"accuracy_max_shots": per_shot[-1]["accuracy"], "shots_max": per_shot[-1]["shots"],
-                       "best_accuracy": best["accuracy"], "best_shots": best["shots"], "chance": 1 / len(LABELS),
-                       "majority_class": accuracy_ci([a == _majority(test) for _, a in test])["accuracy"]},
-           "by_shots": per_shot, "skipped_shots": skipped}
+    res = {
+        "summary": {
+            "accuracy_max_shots": per_shot[-1]["accuracy"],
+            "shots_max": per_shot[-1]["shots"],
+            "best_accuracy": best["accuracy"],
+            "best_shots": best["shots"],
+            "chance": 1 / len(LABELS),
+            "majority_class": accuracy_ci([a == _majority(test) for _, a in test])["accuracy"],
+        },
+        "by_shots": per_shot,
+        "skipped_shots": skipped,
+    }
 
     def plot(path):
         from contextlab.eval.plots import lines_png
 
-        return lines_png({adapter.info.id: ([r["context_tokens"] for r in per_shot], [r["accuracy"] for r in per_shot])},
-                         path, xlabel="context length (tokens; shots: " + ", ".join(str(r["shots"]) for r in per_shot) + ")",
-                         ylabel="accuracy", title="TREC many-shot in-context classification", logx=True,
-                         chance=1 / len(LABELS))
+        return lines_png(
+            {adapter.info.id: ([r["context_tokens"] for r in per_shot], [r["accuracy"] for r in per_shot])},
+            path,
+            xlabel="context length (tokens; shots: " + ", ".join(str(r["shots"]) for r in per_shot) + ")",
+            ylabel="accuracy",
+            title="TREC many-shot in-context classification",
+            logx=True,
+            chance=1 / len(LABELS),
+        )
 
-    return EvalOutput(res, {"folder": str(folder), "hash": file_hash(train_f, test_f), "n_train": len(train),
-                            "n_test": len(test)}, plot=plot)
+    return EvalOutput(
+        res,
+        {
+            "folder": str(folder),
+            "hash": file_hash(train_f, test_f),
+            "n_train": len(train),
+            "n_test": len(test),
+        },
+        plot=plot,
+    )
 
 
 def _majority(test) -> str:

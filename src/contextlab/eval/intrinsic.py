@@ -69,8 +69,10 @@ def pca_entropy(rel: np.ndarray, n: int = 0) -> float:
     """Sum of log relative eigenvalues over the first n components (n = 0: all of them)."""
     n = n or len(rel)
     if n > len(rel):
-        raise UserError(f"intrinsic entropy over {n} components needs at least {n} PCA components, but there are "
-                        f"{len(rel)} (= min(samples - 1, width)); lower --n-components or raise --samples")
+        raise UserError(
+            f"intrinsic entropy over {n} components needs at least {n} PCA components, but there are "
+            f"{len(rel)} (= min(samples - 1, width)); lower --n-components or raise --samples"
+        )
     return float(np.log(np.maximum(rel[:n], EIG_FLOOR)).sum())
 
 
@@ -104,20 +106,24 @@ def kde_entropy(X: np.ndarray, dims: int, chunk: int = 512) -> float:
     log_norm = -0.5 * (k * math.log(2 * math.pi) + np.log(h2).sum()) - math.log(N - 1)
     logp = np.empty(N)
     for a in range(0, N, chunk):
-        d2 = sq[a:a + chunk, None] + sq[None, :] - 2.0 * W[a:a + chunk] @ W.T  # (c, N)
+        d2 = sq[a : a + chunk, None] + sq[None, :] - 2.0 * W[a : a + chunk] @ W.T  # (c, N)
         d2[np.arange(d2.shape[0]), np.arange(a, a + d2.shape[0])] = np.inf  # leave one out
         m = -0.5 * np.maximum(d2, 0.0)
         top = m.max(1, keepdims=True)
-        logp[a:a + chunk] = (top[:, 0] + np.log(np.exp(m - top).sum(1))) + log_norm
+        logp[a : a + chunk] = (top[:, 0] + np.log(np.exp(m - top).sum(1))) + log_norm
     return float(-logp.mean())
 
 
-def skdim_dimensions(X: np.ndarray, names: list[str] | tuple[str, ...] = SKDIM_ESTIMATORS) -> dict[str, float]:
+def skdim_dimensions(
+    X: np.ndarray, names: list[str] | tuple[str, ...] = SKDIM_ESTIMATORS
+) -> dict[str, float]:
     """Global intrinsic-dimension estimates from scikit-dimension: twonn, mle and/or lpca."""
     unknown = [n for n in names if n not in SKDIM_ESTIMATORS]
     if unknown:
-        raise UserError(f"unknown intrinsic-dimension estimator(s) {', '.join(unknown)}; choose from "
-                        f"{', '.join(SKDIM_ESTIMATORS)}")
+        raise UserError(
+            f"unknown intrinsic-dimension estimator(s) {', '.join(unknown)}; choose from "
+            f"{', '.join(SKDIM_ESTIMATORS)}"
+        )
     if not names:
         return {}
     try:
@@ -125,10 +131,16 @@ def skdim_dimensions(X: np.ndarray, names: list[str] | tuple[str, ...] = SKDIM_E
 
         from skdim import id as skid
     except ImportError:
-        raise UserError("the TwoNN/MLE/lPCA estimators need scikit-dimension: pip install scikit-dimension "
-                        "(it is in the dev extra), or pass --estimators '' to skip them") from None
+        raise UserError(
+            "the TwoNN/MLE/lPCA estimators need scikit-dimension: pip install scikit-dimension "
+            "(it is in the dev extra), or pass --estimators '' to skip them"
+        ) from None
     X = _check_matrix(X, need=12)
-    make = {"twonn": lambda: skid.TwoNN(), "mle": lambda: skid.MLE(), "lpca": lambda: skid.lPCA(verbose=False)}
+    make = {
+        "twonn": lambda: skid.TwoNN(),
+        "mle": lambda: skid.MLE(),
+        "lpca": lambda: skid.lPCA(verbose=False),
+    }
     out = {}
     for name in names:
         with warnings.catch_warnings():
@@ -149,13 +161,16 @@ def linear_fit(x, y) -> dict:
     return {"slope": float(slope), "intercept": float(intercept), "r": r, "r2": r * r}
 
 
-def measures(X: np.ndarray, *, n_components: list[int], thresholds: list[float], kde_dims: int,
-             estimators: list[str]) -> tuple[dict, np.ndarray]:
+def measures(
+    X: np.ndarray, *, n_components: list[int], thresholds: list[float], kde_dims: int, estimators: list[str]
+) -> tuple[dict, np.ndarray]:
     """All measures of one feature cloud: ({"entropy": {n: S}, "dimension": {thr: d}, ...}, relative eigenvalues)."""
     rel = relative_eigenvalues(X)
-    out: dict = {"entropy": {str(n or len(rel)): pca_entropy(rel, n) for n in n_components},
-                 "dimension": {f"{t:g}": threshold_dimension(rel, t) for t in thresholds},
-                 "floored_components": int((rel < EIG_FLOOR).sum())}
+    out: dict = {
+        "entropy": {str(n or len(rel)): pca_entropy(rel, n) for n in n_components},
+        "dimension": {f"{t:g}": threshold_dimension(rel, t) for t in thresholds},
+        "floored_components": int((rel < EIG_FLOOR).sum()),
+    }
     if kde_dims:
         out["kde_entropy"] = kde_entropy(X, kde_dims)
     out.update(skdim_dimensions(X, estimators))

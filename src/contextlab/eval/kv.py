@@ -29,7 +29,9 @@ from contextlab.eval.results import file_hash
 class Options:
     n_examples: int = opt(20, "examples to use (the first ones of the file)")
     n_pairs: int = opt(0, "key-value pairs per prompt (the gold pair kept); 0 = all of the example's")
-    positions: list[int] = opt([], "gold positions (0-based) to test; empty = 5 evenly spaced from first to last")
+    positions: list[int] = opt(
+        [], "gold positions (0-based) to test; empty = 5 evenly spaced from first to last"
+    )
     distractors: int = opt(4, "wrong values scored against the true one (likelihood)")
     scoring: str = opt("both", "likelihood, generate or both")
     seed: int = opt(0, "seed for choosing pairs and distractors")
@@ -38,8 +40,10 @@ class Options:
 def kv_prompt(records: list[tuple[str, str]], key: str) -> str:
     """The lost-in-the-middle prompt: every pair written once, then the query key."""
     pairs = ",\n ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in records)
-    return ("Extract the value corresponding to the specified key in the JSON object below.\n\n"
-            f"JSON data:\n{{{pairs}}}\n\nKey: {json.dumps(key)}\nCorresponding value:")
+    return (
+        "Extract the value corresponding to the specified key in the JSON object below.\n\n"
+        f"JSON data:\n{{{pairs}}}\n\nKey: {json.dumps(key)}\nCorresponding value:"
+    )
 
 
 def read_examples(path) -> list[dict]:
@@ -47,13 +51,15 @@ def read_examples(path) -> list[dict]:
     with opener(path, "rt", encoding="utf-8") as f:
         rows = [json.loads(line) for line in f if line.strip()]
     if not rows or "ordered_kv_records" not in rows[0]:
-        raise UserError(f"{path} is not a key-value retrieval file (no ordered_kv_records); pass "
-                        "../shared/data/lost_in_the_middle/kv-retrieval-75_keys.jsonl.gz")
+        raise UserError(
+            f"{path} is not a key-value retrieval file (no ordered_kv_records); pass "
+            "../shared/data/lost_in_the_middle/kv-retrieval-75_keys.jsonl.gz"
+        )
     return rows
 
 
 def place_gold(records: list, gold_index: int, position: int) -> list:
-    rest = records[:gold_index] + records[gold_index + 1:]
+    rest = records[:gold_index] + records[gold_index + 1 :]
     return rest[:position] + [records[gold_index]] + rest[position:]
 
 
@@ -69,21 +75,37 @@ def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], di
         records = [tuple(kv) for kv in ex["ordered_kv_records"]]
         gold = next(i for i, (k, _) in enumerate(records) if k == ex["key"])
         if o.n_pairs and o.n_pairs < len(records):
-            others = sorted(rng.choice([i for i in range(len(records)) if i != gold], o.n_pairs - 1, replace=False))
+            others = sorted(
+                rng.choice([i for i in range(len(records)) if i != gold], o.n_pairs - 1, replace=False)
+            )
             keep = sorted([gold, *others])
             records, gold = [records[i] for i in keep], keep.index(gold)
-        wrong = [records[i][1] for i in rng.choice([i for i in range(len(records)) if i != gold],
-                                                   min(o.distractors, len(records) - 1), replace=False)]
+        wrong = [
+            records[i][1]
+            for i in rng.choice(
+                [i for i in range(len(records)) if i != gold],
+                min(o.distractors, len(records) - 1),
+                replace=False,
+            )
+        ]
         cands = [tok.encode(" " + json.dumps(v)) for v in [ex["value"], *wrong]]
         for p in positions:
             if p >= len(records):
-                raise UserError(f"gold position {p} does not exist with {len(records)} pairs; lower --positions")
+                raise UserError(
+                    f"gold position {p} does not exist with {len(records)} pairs; lower --positions"
+                )
             ids = tok.encode(kv_prompt(place_gold(records, gold, p), ex["key"]))
-            adapter.check_length(len(ids) + len(cands[0]), "the key-value prompt",
-                                 "use fewer pairs (--n-pairs)")
+            adapter.check_length(
+                len(ids) + len(cands[0]), "the key-value prompt", "use fewer pairs (--n-pairs)"
+            )
             samples.append(tasks.Sample(ids, ex["value"], cands, cell=(p,), max_new=len(cands[0]) + 4))
-    return samples, {"file": str(path), "hash": file_hash(path), "n_examples": len(rows), "n_pairs": n,
-                     "positions": positions}
+    return samples, {
+        "file": str(path),
+        "hash": file_hash(path),
+        "n_examples": len(rows),
+        "n_pairs": n,
+        "positions": positions,
+    }
 
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
@@ -92,14 +114,22 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     res = tasks.summarize(rows, 1 + options.distractors)
     res["prompt_tokens"] = float(np.mean([len(s.prompt) for s in samples]))
     key, cell_key = tasks.headline_metric(res["summary"])
-    res["by_position"] = {"positions": info["positions"], "metric": cell_key,
-                          "accuracy": [c[cell_key] for c in res["by_cell"]]}
+    res["by_position"] = {
+        "positions": info["positions"],
+        "metric": cell_key,
+        "accuracy": [c[cell_key] for c in res["by_cell"]],
+    }
 
     def plot(path):
         from contextlab.eval.plots import lines_png
 
-        return lines_png({adapter.info.id: (info["positions"], res["by_position"]["accuracy"])}, path,
-                         xlabel="position of the gold key-value pair", ylabel=cell_key,
-                         title=f"key-value retrieval, {info['n_pairs']} pairs", chance=res["summary"].get("chance"))
+        return lines_png(
+            {adapter.info.id: (info["positions"], res["by_position"]["accuracy"])},
+            path,
+            xlabel="position of the gold key-value pair",
+            ylabel=cell_key,
+            title=f"key-value retrieval, {info['n_pairs']} pairs",
+            chance=res["summary"].get("chance"),
+        )
 
     return EvalOutput(res, info, plot=plot)

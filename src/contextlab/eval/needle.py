@@ -31,16 +31,20 @@ NEEDLE = "The best thing to do in San Francisco is eat a sandwich and sit in Dol
 QUESTION = "What is the best thing to do in San Francisco?"
 ANSWER_PREFIX = "The best thing to do in San Francisco is"
 ANSWER = "eat a sandwich and sit in Dolores Park on a sunny day."
-DISTRACTORS = ["visit the Golden Gate Bridge and walk across it at sunset.",
-               "ride a cable car up the hill and look out over the bay.",
-               "take a ferry to Alcatraz Island on a cold and foggy morning.",
-               "walk through Chinatown and eat dumplings late in the evening."]
+DISTRACTORS = [
+    "visit the Golden Gate Bridge and walk across it at sunset.",
+    "ride a cable car up the hill and look out over the bay.",
+    "take a ferry to Alcatraz Island on a cold and foggy morning.",
+    "walk through Chinatown and eat dumplings late in the evening.",
+]
 SENTENCE_END = re.compile(r"""[.!?]["'”’)\]]*(?=\s)""")
 
 
 @dataclass
 class Options:
-    lengths: list[int] = opt([], "prompt lengths in tokens; empty = 1/4, 1/2, 1 and 2 (RoPE) times the model's context")
+    lengths: list[int] = opt(
+        [], "prompt lengths in tokens; empty = 1/4, 1/2, 1 and 2 (RoPE) times the model's context"
+    )
     depths: list[float] = opt([0.0, 25.0, 50.0, 75.0, 100.0], "needle depths in percent of the haystack")
     samples: int = opt(2, "haystacks per (length, depth) cell, each starting at a different sentence")
     needle: str = opt(NEEDLE, "the sentence to hide")
@@ -56,7 +60,9 @@ def read_haystack(data: str | Path) -> str:
     p = Path(data)
     files = sorted(p.glob("*.txt")) if p.is_dir() else [p]
     if not files:
-        raise UserError(f"no .txt files in {p}; pass --data a folder of text files (e.g. ../shared/data/paul_graham_essays)")
+        raise UserError(
+            f"no .txt files in {p}; pass --data a folder of text files (e.g. ../shared/data/paul_graham_essays)"
+        )
     text = "\n\n".join(f.read_bytes().decode("utf-8", errors="replace").replace("\r\n", "\n") for f in files)
     return re.sub(r"[ \t]+", " ", text)
 
@@ -99,14 +105,16 @@ def build_prompt(adapter, hay: str, length: int, depth: float, o: Options) -> tu
 
 def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], dict]:
     if not data:
-        raise UserError("niah needs a haystack: pass --data a folder of .txt files (public-domain books, or "
-                        "../shared/data/paul_graham_essays)")
+        raise UserError(
+            "niah needs a haystack: pass --data a folder of .txt files (public-domain books, or "
+            "../shared/data/paul_graham_essays)"
+        )
     hay = read_haystack(data)
     ctx = adapter.max_context
     lengths = o.lengths or [ctx // 4, ctx // 2, ctx] + ([2 * ctx] if adapter.info.extends_beyond else [])
     for L in lengths:
         adapter.check_length(L + 32, f"needle length {L}")
-    starts = [0] + sentence_boundaries(hay[:200_000])[:: 97][1:]
+    starts = [0] + sentence_boundaries(hay[:200_000])[::97][1:]
     tok = adapter.tokenizer
     true = tok.encode(" " + o.answer)
     cands = [true] + [tok.encode(" " + d) for d in o.distractors]
@@ -116,8 +124,16 @@ def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], di
             for k in range(o.samples):
                 start = starts[k % len(starts)]
                 ids, meta = build_prompt(adapter, hay[start:].lstrip(), L, d, o)
-                samples.append(tasks.Sample(ids, o.answer, cands, cell=(d, L), max_new=o.max_new_tokens or len(true) + 4,
-                                            meta=meta))
+                samples.append(
+                    tasks.Sample(
+                        ids,
+                        o.answer,
+                        cands,
+                        cell=(d, L),
+                        max_new=o.max_new_tokens or len(true) + 4,
+                        meta=meta,
+                    )
+                )
     info = {"haystack": str(data), "hash": text_hash(hay), "haystack_chars": len(hay), "lengths": lengths}
     return samples, info
 
@@ -129,13 +145,24 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     res["samples"] = [{**r, **s.meta} for r, s in zip(rows, samples)]
     lengths, depths = info["lengths"], options.depths
     key, cell_key = tasks.headline_metric(res["summary"])
-    res["heatmap"] = {"metric": cell_key, "rows_depth": depths, "cols_length": lengths,
-                      "values": tasks.table(res["by_cell"], cell_key, depths, lengths)}
+    res["heatmap"] = {
+        "metric": cell_key,
+        "rows_depth": depths,
+        "cols_length": lengths,
+        "values": tasks.table(res["by_cell"], cell_key, depths, lengths),
+    }
 
     def plot(path):
         from contextlab.eval.plots import heatmap_png
 
-        return heatmap_png(res["heatmap"]["values"], depths, lengths, path, row_label="needle depth (%)",
-                           col_label="context length (tokens)", title=f"needle in a haystack ({cell_key}): {adapter.info.id}")
+        return heatmap_png(
+            res["heatmap"]["values"],
+            depths,
+            lengths,
+            path,
+            row_label="needle depth (%)",
+            col_label="context length (tokens)",
+            title=f"needle in a haystack ({cell_key}): {adapter.info.id}",
+        )
 
     return EvalOutput(res, info, plot=plot)

@@ -59,8 +59,11 @@ class SweepConfig:
     max_steps: int = opt(6000, "cap on optimizer steps per cell")
     seed: int = opt(0, "seed of the data samples and the initialisations")
     threads: int = opt(1, "torch CPU threads")
-    measure_features: bool = opt(True, "also measure intrinsic entropy / dimension of each best model's last hidden "
-                                 "layer on the validation set (the seed's Appendix J.3 on the MLP)")
+    measure_features: bool = opt(
+        True,
+        "also measure intrinsic entropy / dimension of each best model's last hidden "
+        "layer on the validation set (the seed's Appendix J.3 on the MLP)",
+    )
     out_dir: str = opt("runs/optimal_context_mlp", "where results.json and the plots go")
 
     def __post_init__(self):
@@ -72,8 +75,15 @@ class SweepConfig:
             raise ValueError(f"every data size must be >= batch_size={self.batch_size}")
 
     def parity(self, n_samples: int = 1, seed: int = 0) -> syn.ParityConfig:
-        return syn.ParityConfig(n_bits=self.n_bits, n_tasks=self.n_tasks, min_far_bit=self.min_far_bit,
-                                decay=self.decay, task_seed=self.task_seed, n_samples=n_samples, seed=seed)
+        return syn.ParityConfig(
+            n_bits=self.n_bits,
+            n_tasks=self.n_tasks,
+            min_far_bit=self.min_far_bit,
+            decay=self.decay,
+            task_seed=self.task_seed,
+            n_samples=n_samples,
+            seed=seed,
+        )
 
 
 class ContextMLP(nn.Module):
@@ -121,7 +131,7 @@ def fit_cell(cfg: SweepConfig, train: syn.ParitySamples, val: syn.ParitySamples,
     while step < cfg.max_steps and since < cfg.patience:
         if pos + cfg.batch_size > N:  # a new epoch
             perm, pos = torch.randperm(N, generator=gen), 0
-        idx = perm[pos:pos + cfg.batch_size]
+        idx = perm[pos : pos + cfg.batch_size]
         pos += cfg.batch_size
         loss = F.cross_entropy(model(bits[idx], task[idx]), ans[idx])
         opt_.zero_grad(set_to_none=True)
@@ -135,8 +145,14 @@ def fit_cell(cfg: SweepConfig, train: syn.ParitySamples, val: syn.ParitySamples,
                 best_state = {k: t.clone() for k, t in model.state_dict().items()}
             else:
                 since += 1
-    out = {"best_val_loss": best, "best_step": best_step, "steps": step, "epochs": step * cfg.batch_size / N,
-           "hit_step_cap": since < cfg.patience, "seconds": time.perf_counter() - t0}
+    out = {
+        "best_val_loss": best,
+        "best_step": best_step,
+        "steps": step,
+        "epochs": step * cfg.batch_size / N,
+        "hit_step_cap": since < cfg.patience,
+        "seconds": time.perf_counter() - t0,
+    }
     if cfg.measure_features and best_step:
         model.load_state_dict(best_state)
         out["features"] = _feature_measures(model, vt)
@@ -150,8 +166,13 @@ def _feature_measures(model: ContextMLP, val: tuple[Tensor, Tensor, Tensor]) -> 
 
     model.eval()
     X = model.features(val[0], val[1]).numpy()  # (N, hidden)
-    m, _ = intrinsic.measures(X, n_components=[10, 20, 50, 0], thresholds=[0.002, 0.005, 0.01, 0.02, 0.05, 0.1,
-                                                                          0.25], kde_dims=0, estimators=[])
+    m, _ = intrinsic.measures(
+        X,
+        n_components=[10, 20, 50, 0],
+        thresholds=[0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25],
+        kde_dims=0,
+        estimators=[],
+    )
     return m
 
 
@@ -197,8 +218,13 @@ def _results(cfg: SweepConfig, tasks: syn.ParityTasks, cells: dict) -> dict:
         if len(row) == len(cfg.contexts):
             best = min(row, key=lambda c: c["best_val_loss"])
             optimal[str(D)] = {"context": best["context"], "val_loss": best["best_val_loss"]}
-    return {"config": asdict(cfg), "bayes_risk": {str(l): syn.bayes_risk(tasks, l) for l in cfg.contexts},
-            "optimal_context": optimal, "feature_fits": _feature_fits(cfg, cells), "cells": cells}
+    return {
+        "config": asdict(cfg),
+        "bayes_risk": {str(l): syn.bayes_risk(tasks, l) for l in cfg.contexts},
+        "optimal_context": optimal,
+        "feature_fits": _feature_fits(cfg, cells),
+        "cells": cells,
+    }
 
 
 def _feature_fits(cfg: SweepConfig, cells: dict) -> dict:
@@ -211,9 +237,13 @@ def _feature_fits(cfg: SweepConfig, cells: dict) -> dict:
         if not all(c and "features" in c for c in row):
             continue
         ce = [c["best_val_loss"] for c in row]
-        series = {f"entropy@{k}": [c["features"]["entropy"][k] for c in row] for k in row[0]["features"]["entropy"]}
-        series |= {f"dimension@{k}": [float(c["features"]["dimension"][k]) for c in row]
-                   for k in row[0]["features"]["dimension"]}
+        series = {
+            f"entropy@{k}": [c["features"]["entropy"][k] for c in row] for k in row[0]["features"]["entropy"]
+        }
+        series |= {
+            f"dimension@{k}": [float(c["features"]["dimension"][k]) for c in row]
+            for k in row[0]["features"]["dimension"]
+        }
         fits[str(D)] = {name: intrinsic.linear_fit(x, ce) for name, x in series.items()}
     return fits
 
@@ -237,8 +267,13 @@ def optimal_context_png(results: dict, path) -> Path:
             opt_ = results["optimal_context"].get(str(D))
             if opt_:
                 a.plot([opt_["context"]], [opt_["val_loss"]], "*", color=col, ms=12)
-    a.plot(cfg["contexts"], [results["bayes_risk"][str(l)] for l in cfg["contexts"]], "k--", lw=1,
-           label="exact Bayes risk")
+    a.plot(
+        cfg["contexts"],
+        [results["bayes_risk"][str(l)] for l in cfg["contexts"]],
+        "k--",
+        lw=1,
+        label="exact Bayes risk",
+    )
     a.set_xlabel("visible context l (bits)")
     a.set_ylabel("best validation CE (nats)")
     a.set_title("validation loss vs context, per training-set size (star = optimum)", fontsize=9)

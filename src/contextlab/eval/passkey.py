@@ -20,15 +20,19 @@ from contextlab.eval import tasks
 from contextlab.eval.base import EvalOutput, filler_ids
 from contextlab.eval.results import text_hash
 
-INTRO = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
-         "I will quiz you about the important information there.\n\n")
+INTRO = (
+    "There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
+    "I will quiz you about the important information there.\n\n"
+)
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 QUESTION = "\n\nWhat is the pass key? The pass key is"
 
 
 @dataclass
 class Options:
-    lengths: list[int] = opt([], "prompt lengths in tokens; empty = 1/2, 1 and 2 (RoPE) times the model's context")
+    lengths: list[int] = opt(
+        [], "prompt lengths in tokens; empty = 1/2, 1 and 2 (RoPE) times the model's context"
+    )
     depths: list[float] = opt([0.0, 50.0, 100.0], "depth of the key sentence in percent of the filler")
     samples: int = opt(4, "keys per (length, depth) cell")
     distractors: int = opt(4, "random wrong keys scored against the true one (likelihood)")
@@ -47,7 +51,9 @@ def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], di
         adapter.check_length(L + 8, f"passkey length {L}")
         for d in o.depths:
             for _ in range(o.samples):
-                keys = [str(k) for k in rng.choice(np.arange(10000, 100000), 1 + o.distractors, replace=False)]
+                keys = [
+                    str(k) for k in rng.choice(np.arange(10000, 100000), 1 + o.distractors, replace=False)
+                ]
                 needle = enc(f" The pass key is {keys[0]}. Remember it. {keys[0]} is the pass key. ")
                 n_fill = L - len(intro) - len(needle) - len(question)
                 if n_fill < 0:
@@ -65,13 +71,24 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     rows = tasks.score_samples(adapter, samples, options.scoring)
     res = tasks.summarize(rows, 1 + options.distractors)
     key, cell_key = tasks.headline_metric(res["summary"])
-    res["heatmap"] = {"metric": cell_key, "rows_depth": options.depths, "cols_length": info["lengths"],
-                      "values": tasks.table(res["by_cell"], cell_key, options.depths, info["lengths"])}
+    res["heatmap"] = {
+        "metric": cell_key,
+        "rows_depth": options.depths,
+        "cols_length": info["lengths"],
+        "values": tasks.table(res["by_cell"], cell_key, options.depths, info["lengths"]),
+    }
 
     def plot(path):
         from contextlab.eval.plots import heatmap_png
 
-        return heatmap_png(res["heatmap"]["values"], options.depths, info["lengths"], path, row_label="key depth (%)",
-                           col_label="context length (tokens)", title=f"passkey ({cell_key}): {adapter.info.id}")
+        return heatmap_png(
+            res["heatmap"]["values"],
+            options.depths,
+            info["lengths"],
+            path,
+            row_label="key depth (%)",
+            col_label="context length (tokens)",
+            title=f"passkey ({cell_key}): {adapter.info.id}",
+        )
 
     return EvalOutput(res, info, plot=plot)

@@ -44,7 +44,7 @@ def contextwise_png(curves: dict[str, dict], out: str | Path, smooth: int = 0) -
         if smooth > 1 and len(y) > smooth:  # moving average on a log-spaced grid keeps the early points
             k = np.ones(smooth) / smooth
             y = np.concatenate([y[: smooth - 1], np.convolve(y, k, mode="valid")])
-        line, = ax.plot(x, y, label=label, linewidth=1.2)
+        (line,) = ax.plot(x, y, label=label, linewidth=1.2)
         if c.get("train_context"):
             ax.axvline(c["train_context"], color=line.get_color(), linestyle=":", linewidth=1)
     ax.set_xscale("log", base=2)
@@ -64,8 +64,13 @@ def bayes_fit_png(lengths, losses, sems, params: dict | None, out: str | Path, t
     ax.errorbar(lengths, losses, yerr=sems, fmt="o", markersize=4, label="measured", capsize=2)
     if params:
         grid = np.geomspace(min(lengths), max(lengths), 200)
-        ax.plot(grid, params["C0"] + params["C"] / grid ** params["gamma"], label=(
-            f"C0 + C/l^γ: C0={params['C0']:.3f}, C={params['C']:.3f}, γ={params['gamma']:.3f}, R²={params['r2']:.4f}"))
+        ax.plot(
+            grid,
+            params["C0"] + params["C"] / grid ** params["gamma"],
+            label=(
+                f"C0 + C/l^γ: C0={params['C0']:.3f}, C={params['C']:.3f}, γ={params['gamma']:.3f}, R²={params['r2']:.4f}"
+            ),
+        )
     ax.set_xscale("log", base=2)
     ax.set_xlabel("visible context l (tokens)")
     ax.set_ylabel("last-token loss (nats)")
@@ -75,8 +80,18 @@ def bayes_fit_png(lengths, losses, sems, params: dict | None, out: str | Path, t
     return _save(plt, fig, out)
 
 
-def heatmap_png(matrix, rows: list, cols: list, out: str | Path, *, row_label: str, col_label: str,
-                title: str, vmin: float = 0.0, vmax: float = 1.0) -> Path:
+def heatmap_png(
+    matrix,
+    rows: list,
+    cols: list,
+    out: str | Path,
+    *,
+    row_label: str,
+    col_label: str,
+    title: str,
+    vmin: float = 0.0,
+    vmax: float = 1.0,
+) -> Path:
     """A NIAH-style heatmap: rows (e.g. depth %) x columns (e.g. context length), values annotated."""
     import numpy as np
 
@@ -96,8 +111,16 @@ def heatmap_png(matrix, rows: list, cols: list, out: str | Path, *, row_label: s
     return _save(plt, fig, out)
 
 
-def lines_png(series: dict[str, tuple[list, list]], out: str | Path, *, xlabel: str, ylabel: str, title: str,
-              logx: bool = False, chance: float | None = None) -> Path:
+def lines_png(
+    series: dict[str, tuple[list, list]],
+    out: str | Path,
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    logx: bool = False,
+    chance: float | None = None,
+) -> Path:
     """Several y(x) lines (accuracy by gold position, by shots, by visible context...)."""
     plt, fig, ax = _figure()
     for label, (x, y) in series.items():

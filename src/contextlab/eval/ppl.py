@@ -61,12 +61,14 @@ def document_losses(adapter, docs: list[np.ndarray], window: int, stride: int) -
     i = 0
     while i < len(items):
         length = items[i][2] - items[i][1] + 1  # input tokens s..e inclusive of the last predicted
-        batch = [it for it in items[i:i + B] if it[2] - it[1] + 1 == length]
+        batch = [it for it in items[i : i + B] if it[2] - it[1] + 1 == length]
         i += len(batch)
-        ids = np.stack([docs[d][s:e + 1].astype(np.int64) for d, s, e, _ in batch])  # (b, length): forward length-1
+        ids = np.stack(
+            [docs[d][s : e + 1].astype(np.int64) for d, s, e, _ in batch]
+        )  # (b, length): forward length-1
         lp = adapter.token_logprobs(ids).cpu().numpy()  # (b, length-1): lp[:, j] scores token s+j+1
         for r, (d, s, e, f) in enumerate(batch):
-            losses[d][f - 1:e] = -lp[r, f - s - 1:]
+            losses[d][f - 1 : e] = -lp[r, f - s - 1 :]
     return losses
 
 
@@ -89,13 +91,28 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     nll = float(flat.astype(np.float64).sum())
     n_bytes = 0
     for d in docs:  # bytes of the scored text: the document minus its first token
-        n_bytes += len(adapter.tokenizer.decode(d).encode("utf-8")) - len(adapter.tokenizer.decode(d[:1]).encode("utf-8"))
+        n_bytes += len(adapter.tokenizer.decode(d).encode("utf-8")) - len(
+            adapter.tokenizer.decode(d[:1]).encode("utf-8")
+        )
     mean = nll / len(flat)
-    results = {"summary": {"loss": mean, "perplexity": math.exp(mean), "bits_per_byte": nll / math.log(2) / n_bytes,
-                           "bits_per_token": mean / math.log(2)},
-               "window": window, "stride": stride, "n_documents": len(docs), "n_tokens_scored": int(len(flat)),
-               "n_bytes_scored": int(n_bytes), "forward_tokens": int(sum(
-                   e - s for d in docs for s, e, _ in windows(len(d), window, stride)))}
+    results = {
+        "summary": {
+            "loss": mean,
+            "perplexity": math.exp(mean),
+            "bits_per_byte": nll / math.log(2) / n_bytes,
+            "bits_per_token": mean / math.log(2),
+        },
+        "window": window,
+        "stride": stride,
+        "n_documents": len(docs),
+        "n_tokens_scored": len(flat),
+        "n_bytes_scored": int(n_bytes),
+        "forward_tokens": int(sum(e - s for d in docs for s, e, _ in windows(len(d), window, stride))),
+    }
     offsets = np.concatenate([[0], np.cumsum([len(x) for x in losses])]).astype(np.int64)
-    return EvalOutput(results, {"store": str(store.path), "hash": store.hash, "n_docs": len(docs)},
-                      arrays={"token_losses": flat, "doc_offsets": offsets}, plot=None)
+    return EvalOutput(
+        results,
+        {"store": str(store.path), "hash": store.hash, "n_docs": len(docs)},
+        arrays={"token_losses": flat, "doc_offsets": offsets},
+        plot=None,
+    )

@@ -31,12 +31,19 @@ def code_version() -> dict:
     commit = None
     try:
         root = Path(contextlab.__file__).resolve().parents[2]
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=5).stdout.strip() or None
+        commit = (
+            subprocess.run(
+                ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         pass
-    return {"contextlab_version": contextlab.__version__, "format_version": contextlab.FORMAT_VERSION,
-            "git_commit": commit}
+    return {
+        "contextlab_version": contextlab.__version__,
+        "format_version": contextlab.FORMAT_VERSION,
+        "git_commit": commit,
+    }
 
 
 def file_hash(*paths: str | Path) -> str:
@@ -71,8 +78,17 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
-def write_result(out_dir: str | Path, name: str, *, results: dict, options: Any, model: Any, data: dict,
-                 seconds: float, arrays: dict[str, np.ndarray] | None = None) -> Path:
+def write_result(
+    out_dir: str | Path,
+    name: str,
+    *,
+    results: dict,
+    options: Any,
+    model: Any,
+    data: dict,
+    seconds: float,
+    arrays: dict[str, np.ndarray] | None = None,
+) -> Path:
     """Write OUT/<name>.json (+ OUT/<name>.<key>.npy for each array); return the JSON path."""
     out = Path(out_dir)
     files = {}
@@ -82,10 +98,18 @@ def write_result(out_dir: str | Path, name: str, *, results: dict, options: Any,
         fname = f"{name}.{key}.npy"
         atomic_write_bytes(out / fname, buf.getvalue())
         files[key] = fname
-    doc = {"format": RESULT_FORMAT, "eval": name, **code_version(),
-           "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "seconds": round(seconds, 3),
-           "model": _jsonable(model), "data": _jsonable(data), "options": _jsonable(options),
-           "results": _jsonable(results), "arrays": files}
+    doc = {
+        "format": RESULT_FORMAT,
+        "eval": name,
+        **code_version(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "seconds": round(seconds, 3),
+        "model": _jsonable(model),
+        "data": _jsonable(data),
+        "options": _jsonable(options),
+        "results": _jsonable(results),
+        "arrays": files,
+    }
     path = out / f"{name}.json"
     atomic_write_json(path, doc)
     return path

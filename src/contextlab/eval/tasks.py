@@ -44,8 +44,9 @@ def truncate(prompt: list[int], visible: float | None) -> list[int]:
     return prompt[-k:] if k < len(prompt) else prompt
 
 
-def score_samples(adapter, samples: list[Sample], mode: str = "both", max_new_tokens: int = 16,
-                  visible: float | None = None) -> list[dict]:
+def score_samples(
+    adapter, samples: list[Sample], mode: str = "both", max_new_tokens: int = 16, visible: float | None = None
+) -> list[dict]:
     """One dict per sample: likelihood_correct / rank / margin and/or generated / exact / contains."""
     out = []
     for s in samples:
@@ -82,9 +83,15 @@ def summarize(rows: list[dict], n_candidates: int) -> dict:
         summary[name] = accuracy_ci([r[m] for r in rows])["accuracy"]
     if n_candidates > 1 and "likelihood_correct" in metrics:
         summary["chance"] = 1.0 / n_candidates
-    by_cell = [{"cell": list(c), **{m: float(np.mean([r[m] for r in rs])) for m in metrics},
-                "n": len(rs), "prompt_tokens": float(np.mean([r["prompt_tokens"] for r in rs]))}
-               for c, rs in sorted(cells.items())]
+    by_cell = [
+        {
+            "cell": list(c),
+            **{m: float(np.mean([r[m] for r in rs])) for m in metrics},
+            "n": len(rs),
+            "prompt_tokens": float(np.mean([r["prompt_tokens"] for r in rs])),
+        }
+        for c, rs in sorted(cells.items())
+    ]
     return {"summary": summary, "by_cell": by_cell}
 
 

@@ -42,7 +42,7 @@ def chains(rng, n_chains: int, hops: int) -> tuple[list[list[str]], list[str]]:
     names_l = sorted(names)
     rng.shuffle(names_l)
     values = [str(v) for v in rng.choice(np.arange(10000, 100000), n_chains, replace=False)]
-    return [names_l[i * (hops + 1):(i + 1) * (hops + 1)] for i in range(n_chains)], values
+    return [names_l[i * (hops + 1) : (i + 1) * (hops + 1)] for i in range(n_chains)], values
 
 
 def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], dict]:
@@ -61,15 +61,21 @@ def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], di
             for c, (names, v) in enumerate(zip(chain, values)):
                 statements.append(enc(f" VAR {names[0]} = {v}. "))
                 statements += [enc(f" VAR {names[h]} = VAR {names[h - 1]}. ") for h in range(1, o.hops + 1)]
-            order = np.arange(len(statements)).reshape(o.n_chains, o.hops + 1).T.ravel()  # interleave chains, in order
-            question = enc(f"\n\nQuestion: Find all variables that are assigned the value {values[0]} in the text "
-                           f"above. Answer: According to the chain(s) of variable assignment in the text above, "
-                           f"{o.hops + 1} variables are assigned the value {values[0]}, they are:")
+            order = (
+                np.arange(len(statements)).reshape(o.n_chains, o.hops + 1).T.ravel()
+            )  # interleave chains, in order
+            question = enc(
+                f"\n\nQuestion: Find all variables that are assigned the value {values[0]} in the text "
+                f"above. Answer: According to the chain(s) of variable assignment in the text above, "
+                f"{o.hops + 1} variables are assigned the value {values[0]}, they are:"
+            )
             intro = enc(INTRO)
             n_fill = L - len(intro) - len(question) - sum(len(s) for s in statements)
             if n_fill < len(statements):
-                raise UserError(f"variable tracking length {L} is too short for {len(statements)} statements; "
-                                "use longer --lengths or fewer --hops")
+                raise UserError(
+                    f"variable tracking length {L} is too short for {len(statements)} statements; "
+                    "use longer --lengths or fewer --hops"
+                )
             fill = filler_ids(adapter, FILLER, n_fill)
             cuts = np.sort(rng.choice(np.arange(n_fill + 1), len(statements), replace=True))
             ids, prev = list(intro), 0
@@ -92,8 +98,14 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     def plot(path):
         from contextlab.eval.plots import lines_png
 
-        return lines_png({adapter.info.id: (info["lengths"], [c[cell_key] for c in res["by_cell"]])}, path,
-                         xlabel="context length (tokens)", ylabel=cell_key, title="variable tracking", logx=True,
-                         chance=res["summary"].get("chance"))
+        return lines_png(
+            {adapter.info.id: (info["lengths"], [c[cell_key] for c in res["by_cell"]])},
+            path,
+            xlabel="context length (tokens)",
+            ylabel=cell_key,
+            title="variable tracking",
+            logx=True,
+            chance=res["summary"].get("chance"),
+        )
 
     return EvalOutput(res, info, plot=plot)

@@ -26,8 +26,10 @@ from contextlab.eval.base import EvalOutput, open_store
 @dataclass
 class Options:
     task: str = opt("passkey", "the evaluation to sweep: niah, kv, passkey, vartrack, icl or loss")
-    visible: list[float] = opt([0.125, 0.25, 0.5, 0.75, 1.0], "visible context: tokens (>= 1) or fractions of each "
-                               "prompt (< 1; 1.0 = everything)")
+    visible: list[float] = opt(
+        [0.125, 0.25, 0.5, 0.75, 1.0],
+        "visible context: tokens (>= 1) or fractions of each prompt (< 1; 1.0 = everything)",
+    )
     samples: int = opt(256, "target tokens for task=loss")
     shots: int = opt(32, "in-context examples for task=icl")
     length: int = opt(0, "prompt length in tokens for niah/passkey/vartrack; 0 = the model's context")
@@ -39,9 +41,13 @@ def _task_samples(adapter, o: Options, data):
 
     L = [o.length or adapter.max_context]
     if o.task == "niah":
-        return needle.build(adapter, needle.Options(lengths=L, depths=[0.0, 25.0, 50.0, 75.0, 100.0]), data), 5
+        return needle.build(
+            adapter, needle.Options(lengths=L, depths=[0.0, 25.0, 50.0, 75.0, 100.0]), data
+        ), 5
     if o.task == "passkey":
-        return passkey.build(adapter, passkey.Options(lengths=L, depths=[0.0, 25.0, 50.0, 75.0, 100.0]), data), 5
+        return passkey.build(
+            adapter, passkey.Options(lengths=L, depths=[0.0, 25.0, 50.0, 75.0, 100.0]), data
+        ), 5
     if o.task == "vartrack":
         return vartrack.build(adapter, vartrack.Options(lengths=L, samples=16), data), 2
     if o.task == "kv":
@@ -50,8 +56,9 @@ def _task_samples(adapter, o: Options, data):
         folder = tasks_folder(data)
         train, test = icl.read_trec(folder / "train.txt"), icl.read_trec(folder / "test.txt")[:100]
         return (icl.build_prompts(adapter, train, test, o.shots, 0), {"folder": str(folder)}), len(icl.LABELS)
-    raise UserError(f"unknown task {o.task!r} for the visible-context sweep; use niah, kv, passkey, vartrack, icl "
-                    "or loss")
+    raise UserError(
+        f"unknown task {o.task!r} for the visible-context sweep; use niah, kv, passkey, vartrack, icl or loss"
+    )
 
 
 def tasks_folder(data):
@@ -74,8 +81,13 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         targets = bayes_fit.sample_targets(store, options.samples, max(ks), 0)
         losses = bayes_fit.last_token_losses(adapter, store, targets, ks)
         for k, row in zip(ks, losses):
-            points.append({"visible": k, "loss": float(row.mean()),
-                           "stderr": float(row.std(ddof=1) / np.sqrt(len(row)))})
+            points.append(
+                {
+                    "visible": k,
+                    "loss": float(row.mean()),
+                    "stderr": float(row.std(ddof=1) / np.sqrt(len(row))),
+                }
+            )
         metric, info = "loss", {"store": str(store.path), "hash": store.hash}
         best = min(points, key=lambda p: p[metric])
     else:
@@ -85,17 +97,31 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             rows = tasks.score_samples(adapter, samples, mode, visible=None if v == 1.0 else v)
             summ = tasks.summarize(rows, n_cands)["summary"]
             metric, _ = tasks.headline_metric(summ)
-            points.append({"visible": v, **summ, "prompt_tokens": float(np.mean([r["prompt_tokens"] for r in rows]))})
+            points.append(
+                {"visible": v, **summ, "prompt_tokens": float(np.mean([r["prompt_tokens"] for r in rows]))}
+            )
         best = max(points, key=lambda p: p[metric])
-    res = {"summary": {"task": options.task, "metric": metric, "best_visible": best["visible"],
-                       "best_value": best[metric], "value_full_context": points[-1][metric]},
-           "points": points}
+    res = {
+        "summary": {
+            "task": options.task,
+            "metric": metric,
+            "best_visible": best["visible"],
+            "best_value": best[metric],
+            "value_full_context": points[-1][metric],
+        },
+        "points": points,
+    }
 
     def plot(path):
         from contextlab.eval.plots import lines_png
 
-        return lines_png({adapter.info.id: ([p["visible"] for p in points], [p[metric] for p in points])}, path,
-                         xlabel="visible context (tokens, or fraction of the prompt)", ylabel=metric,
-                         title=f"visible-context sweep: {options.task}", logx=options.task == "loss")
+        return lines_png(
+            {adapter.info.id: ([p["visible"] for p in points], [p[metric] for p in points])},
+            path,
+            xlabel="visible context (tokens, or fraction of the prompt)",
+            ylabel=metric,
+            title=f"visible-context sweep: {options.task}",
+            logx=options.task == "loss",
+        )
 
     return EvalOutput(res, info, plot=plot)

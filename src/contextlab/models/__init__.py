@@ -8,4 +8,4 @@ Model sizes live in the plain dict ``SIZES``.
 
 from contextlab.models.gpt import GPT, SIZES, Block, GPTConfig, GPTOutput, describe_model, size_config
 
-__all__ = ["GPT", "GPTConfig", "GPTOutput", "Block", "SIZES", "describe_model", "size_config"]
+__all__ = ["GPT", "SIZES", "Block", "GPTConfig", "GPTOutput", "describe_model", "size_config"]

@@ -31,8 +31,10 @@ def arch_config(arch: str, fields: dict) -> GPTConfig:
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(fields) - names)
     if unknown:
-        raise UserError(f"architecture {arch!r} has no option(s) {', '.join(unknown)}; "
-                        f"valid: {', '.join(sorted(names - {f.name for f in dataclasses.fields(GPTConfig)}))}")
+        raise UserError(
+            f"architecture {arch!r} has no option(s) {', '.join(unknown)}; "
+            f"valid: {', '.join(sorted(names - {f.name for f in dataclasses.fields(GPTConfig)}))}"
+        )
     return cls(**fields)
 
 

@@ -58,8 +58,10 @@ class ContextLMConfig(GPTConfig):
         if self.predictor_layers < 1:
             raise UserError(f"contextlm predictor_layers must be >= 1, got {self.predictor_layers}")
         if not 0 <= self.encoder_layers < self.n_layer:
-            raise UserError(f"contextlm encoder_layers must be in [0, n_layer={self.n_layer}), "
-                            f"got {self.encoder_layers}: the decoder needs at least one block")
+            raise UserError(
+                f"contextlm encoder_layers must be in [0, n_layer={self.n_layer}), "
+                f"got {self.encoder_layers}: the decoder needs at least one block"
+            )
         if self.fusion not in FUSIONS:
             raise UserError(f"contextlm fusion {self.fusion!r} is unknown; use one of {', '.join(FUSIONS)}")
 
@@ -101,8 +103,9 @@ class ContextLM(GPT):
 
     # --- the context pathway ------------------------------------------------------------
 
-    def predict_contexts(self, h: Tensor, *, rope: tuple[Tensor, Tensor] | None = None,
-                         attn_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def predict_contexts(
+        self, h: Tensor, *, rope: tuple[Tensor, Tensor] | None = None, attn_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         """Encoder output h (B, T, C) -> (chunk contexts c (B, n, C), predictions ĉ_1..ĉ_n (B, n, C)).
 
         c_k is the mean of h over positions k*w .. k*w+w-1; ĉ_{k+1} = predictor(c_0..c_k).
@@ -118,7 +121,9 @@ class ContextLM(GPT):
             return c, c
         if rope is None:
             rope = self.rope(T, h.device)
-        chunk_rope = tuple(t[..., : n * w : w, :] for t in rope)  # ([B,] n, hs): position of each chunk's first token
+        chunk_rope = tuple(
+            t[..., : n * w : w, :] for t in rope
+        )  # ([B,] n, hs): position of each chunk's first token
         chunk_mask = None
         if attn_mask is not None:
             ends = torch.arange(w - 1, n * w, w, device=h.device)  # (n,) last position of each chunk
@@ -146,8 +151,15 @@ class ContextLM(GPT):
 
     # --- forward ------------------------------------------------------------------------
 
-    def trunk(self, idx: Tensor, *, attn_mask: Tensor | None = None, is_causal: bool = True,
-              position_ids: Tensor | int | None = None, return_hidden: bool | list[int] = False):
+    def trunk(
+        self,
+        idx: Tensor,
+        *,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = True,
+        position_ids: Tensor | int | None = None,
+        return_hidden: bool | list[int] = False,
+    ):
         """As GPT.trunk; the context is fused after block ``encoder_layers`` (0 = the embeddings)."""
         B, T = idx.shape
         if isinstance(position_ids, Tensor):
@@ -183,11 +195,22 @@ class ContextLM(GPT):
                 layers.append(x)
         return self.final_norm(x), (layers if return_hidden is not False else None)
 
-    def forward(self, idx: Tensor, *, attn_mask: Tensor | None = None, is_causal: bool = True,
-                position_ids: Tensor | int | None = None,
-                return_hidden: bool | list[int] = False) -> GPTOutput:
-        hidden, layers = self.trunk(idx, attn_mask=attn_mask, is_causal=is_causal,
-                                    position_ids=position_ids, return_hidden=return_hidden)
+    def forward(
+        self,
+        idx: Tensor,
+        *,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = True,
+        position_ids: Tensor | int | None = None,
+        return_hidden: bool | list[int] = False,
+    ) -> GPTOutput:
+        hidden, layers = self.trunk(
+            idx,
+            attn_mask=attn_mask,
+            is_causal=is_causal,
+            position_ids=position_ids,
+            return_hidden=return_hidden,
+        )
         return GPTOutput(self.unembed(hidden), hidden, layers)
 
 
@@ -199,4 +222,3 @@ def fusion_scale(model: ContextLM) -> float:
     if f.mode == "normalised":
         return float(f.gain.detach().abs().mean())
     return 1.0
-

@@ -26,7 +26,7 @@ built from ``block_flops_per_token`` and ``lm_head_flops_per_token``.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from contextlab.models.gpt import GPTConfig
 
@@ -49,8 +49,9 @@ def non_embedding_params(cfg: GPTConfig) -> int:
     return cfg.n_layer * block_params(cfg) + cfg.n_embd
 
 
-def block_flops_per_token(cfg: GPTConfig, seq_len: int, *, training: bool = True,
-                          causal_attention_discount: bool = False) -> float:
+def block_flops_per_token(
+    cfg: GPTConfig, seq_len: int, *, training: bool = True, causal_attention_discount: bool = False
+) -> float:
     """FLOPs per token of one Block attending over seq_len keys (for objectives adding blocks)."""
     attention = 4 * cfg.n_embd * seq_len * (0.5 if causal_attention_discount else 1.0)
     return _flops_per_param(training) * block_params(cfg) + (3 if training else 1) * attention
@@ -76,9 +77,14 @@ def extra_flops_per_token(cfg: GPTConfig, seq_len: int, *, training: bool = True
     return 0.0
 
 
-def flops_per_token(cfg: GPTConfig, seq_len: int, *, training: bool = True,
-                    causal_attention_discount: bool = False,
-                    extra: Callable[..., float] = extra_flops_per_token) -> float:
+def flops_per_token(
+    cfg: GPTConfig,
+    seq_len: int,
+    *,
+    training: bool = True,
+    causal_attention_discount: bool = False,
+    extra: Callable[..., float] = extra_flops_per_token,
+) -> float:
     """Model FLOPs per token: (6 or 2) * (N_non_embedding + n_embd * vocab) + attention + extra."""
     n = non_embedding_params(cfg) + cfg.n_embd * cfg.vocab_size  # the output layer is a real matmul
     attention = 12 * cfg.n_layer * cfg.n_embd * seq_len  # nanoGPT: 6 * (2 * L * C * T) for training

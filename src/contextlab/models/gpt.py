@@ -187,8 +187,14 @@ MATMUL_ATTENTION_MAX_SCORES = 1 << 25
 _causal_bias: dict[tuple[int, torch.dtype], Tensor] = {}
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, is_causal: bool = False,
-              dropout_p: float = 0.0) -> Tensor:
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    attn_mask: Tensor | None = None,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+) -> Tensor:
     """Scaled dot-product attention of q, k, v (B, nh, T, hs) -> (B, nh, T, hs); arguments as SDPA's.
 
     Almost always ``F.scaled_dot_product_attention``; a FlexAttention ``BlockMask`` (a resolved
@@ -203,14 +209,25 @@ def attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, 
     B, nh, T, hs = q.shape
     if attn_mask is not None and not isinstance(attn_mask, Tensor):  # a FlexAttention BlockMask
         if dropout_p > 0.0:
-            raise UserError("attention dropout does not combine with document or prefix masks on the GPU "
-                            "(FlexAttention); set model.dropout=0")
+            raise UserError(
+                "attention dropout does not combine with document or prefix masks on the GPU "
+                "(FlexAttention); set model.dropout=0"
+            )
         return flex_attention(q.contiguous(), k.contiguous(), v.contiguous(), attn_mask)
-    if (q.device.type != "cpu" or q.dtype != torch.bfloat16 or attn_mask is not None
-            or k.size(-2) != T or B * nh * T * T > MATMUL_ATTENTION_MAX_SCORES):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=dropout_p)
+    if (
+        q.device.type != "cpu"
+        or q.dtype != torch.bfloat16
+        or attn_mask is not None
+        or k.size(-2) != T
+        or B * nh * T * T > MATMUL_ATTENTION_MAX_SCORES
+    ):
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=dropout_p
+        )
     qf, kt, vf = q.reshape(B * nh, T, hs), k.reshape(B * nh, T, hs).transpose(1, 2), v.reshape(B * nh, T, hs)
-    with torch.autocast("cpu", enabled=False):  # keep every product in bf16 (autocast would upcast the softmax)
+    with torch.autocast(
+        "cpu", enabled=False
+    ):  # keep every product in bf16 (autocast would upcast the softmax)
         if is_causal:
             key = (T, q.dtype)
             if key not in _causal_bias:
@@ -237,8 +254,9 @@ class Attention(nn.Module):
         self.proj.residual_proj = True  # scaled init, see GPT._init_module
         self.dropout = config.dropout
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None, attn_mask: Tensor | None,
-                is_causal: bool) -> Tensor:
+    def forward(
+        self, x: Tensor, rope: tuple[Tensor, Tensor] | None, attn_mask: Tensor | None, is_causal: bool
+    ) -> Tensor:
         B, T, C = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.n_head, self.head_dim)  # (B, T, 3, nh, hs)
         if rope is not None:
@@ -249,7 +267,9 @@ class Attention(nn.Module):
             q, k = qkv[:, :, 0], qkv[:, :, 1]
         v = qkv[:, :, 2]  # (B, T, nh, hs)
         y = attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),  # (B, nh, T, hs) strided views
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),  # (B, nh, T, hs) strided views
             attn_mask=attn_mask,
             is_causal=is_causal and attn_mask is None,  # a given mask already holds the causal part
             dropout_p=self.dropout if self.training else 0.0,
@@ -288,8 +308,13 @@ class Block(nn.Module):
         self.mlp = MLP(config)
         self.drop = nn.Dropout(config.dropout) if config.dropout > 0 else nn.Identity()
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None = None, attn_mask: Tensor | None = None,
-                is_causal: bool = True) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        rope: tuple[Tensor, Tensor] | None = None,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = True,
+    ) -> Tensor:
         """x (B, T, C); rope = model.rope(T, device) or None for no positions; attn_mask see GPT.forward."""
         x = x + self.drop(self.attn(self.norm1(x), rope, attn_mask, is_causal))
         x = x + self.drop(self.mlp(self.norm2(x)))
@@ -352,8 +377,15 @@ class GPT(nn.Module):
 
     # --- forward ------------------------------------------------------------------------
 
-    def trunk(self, idx: Tensor, *, attn_mask: Tensor | None = None, is_causal: bool = True,
-              position_ids: Tensor | int | None = None, return_hidden: bool | list[int] = False):
+    def trunk(
+        self,
+        idx: Tensor,
+        *,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = True,
+        position_ids: Tensor | int | None = None,
+        return_hidden: bool | list[int] = False,
+    ):
         """Everything but the output layer: returns (final-normed hidden (B, T, C), layers or None)."""
         B, T = idx.shape
         if isinstance(position_ids, Tensor):  # (T,) or (B, T) explicit positions: no cache, no host sync
@@ -373,9 +405,15 @@ class GPT(nn.Module):
                 layers.append(x)
         return self.final_norm(x), (layers if return_hidden is not False else None)  # layers in depth order
 
-    def forward(self, idx: Tensor, *, attn_mask: Tensor | None = None, is_causal: bool = True,
-                position_ids: Tensor | int | None = None,
-                return_hidden: bool | list[int] = False) -> GPTOutput:
+    def forward(
+        self,
+        idx: Tensor,
+        *,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = True,
+        position_ids: Tensor | int | None = None,
+        return_hidden: bool | list[int] = False,
+    ) -> GPTOutput:
         """Run the model on token ids idx (B, T).
 
         attn_mask: an ``AttentionMask`` (documents, a bidirectional prefix: models/masks.py; it holds
@@ -386,8 +424,13 @@ class GPT(nn.Module):
         return_hidden: False; True for the residual stream at every layer (n_layer + 1 tensors,
             index 0 = embeddings, i = after block i, before the final norm); or a list of indices.
         """
-        hidden, layers = self.trunk(idx, attn_mask=attn_mask, is_causal=is_causal,
-                                    position_ids=position_ids, return_hidden=return_hidden)
+        hidden, layers = self.trunk(
+            idx,
+            attn_mask=attn_mask,
+            is_causal=is_causal,
+            position_ids=position_ids,
+            return_hidden=return_hidden,
+        )
         return GPTOutput(self.unembed(hidden), hidden, layers)
 
     # --- bookkeeping --------------------------------------------------------------------

@@ -54,10 +54,28 @@ class ContextlabGPTConfig(PretrainedConfig):
         "tie_embeddings": "tie_word_embeddings",
     }
 
-    def __init__(self, vocab_size=257, n_layer=4, n_head=4, n_embd=256, block_size=256, rope_base=10000.0,
-                 rope_extension="none", rope_factor=1.0, rope_original_context=0,
-                 mlp="gelu", mlp_ratio=4.0, mlp_hidden=None, dropout=0.0, bias=False, norm_eps=1e-5,
-                 tie_word_embeddings=True, init_std=0.02, use_cache=False, **kwargs):
+    def __init__(
+        self,
+        vocab_size=257,
+        n_layer=4,
+        n_head=4,
+        n_embd=256,
+        block_size=256,
+        rope_base=10000.0,
+        rope_extension="none",
+        rope_factor=1.0,
+        rope_original_context=0,
+        mlp="gelu",
+        mlp_ratio=4.0,
+        mlp_hidden=None,
+        dropout=0.0,
+        bias=False,
+        norm_eps=1e-5,
+        tie_word_embeddings=True,
+        init_std=0.02,
+        use_cache=False,
+        **kwargs,
+    ):
         self.vocab_size, self.n_layer, self.n_head, self.n_embd = vocab_size, n_layer, n_head, n_embd
         self.block_size, self.rope_base, self.mlp, self.mlp_ratio = block_size, rope_base, mlp, mlp_ratio
         # RoPE context extension (models/rope.py); named so transformers' own rope_scaling logic never reads it
@@ -83,8 +101,11 @@ class ContextlabGPTForCausalLM(PreTrainedModel, GenerationMixin):
     main_input_name = "input_ids"
     _no_split_modules = ["Block"]
     # transformers 5 maps tied target -> source; 4.x lists the tied keys
-    _tied_weights_keys = ({"gpt.lm_head.weight": "gpt.wte.weight"}
-                          if int(transformers.__version__.split(".")[0]) >= 5 else ["gpt.lm_head.weight"])
+    _tied_weights_keys = (
+        {"gpt.lm_head.weight": "gpt.wte.weight"}
+        if int(transformers.__version__.split(".")[0]) >= 5
+        else ["gpt.lm_head.weight"]
+    )
 
     def __init__(self, config: ContextlabGPTConfig, gpt: GPT | None = None):
         super().__init__(config)
@@ -108,9 +129,16 @@ class ContextlabGPTForCausalLM(PreTrainedModel, GenerationMixin):
     def prepare_inputs_for_generation(self, input_ids, attention_mask=None, **kwargs):
         return {"input_ids": input_ids, "attention_mask": attention_mask}  # the full sequence, every step
 
-    def forward(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
-                position_ids: torch.LongTensor | None = None, labels: torch.LongTensor | None = None,
-                output_hidden_states: bool | None = None, return_dict: bool | None = None, **kwargs):
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ):
         T = input_ids.size(1)
         attn_mask = None
         if attention_mask is not None and not bool(attention_mask.all()):  # padding (generate pads left)
@@ -121,13 +149,18 @@ class ContextlabGPTForCausalLM(PreTrainedModel, GenerationMixin):
                 position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
-        out = self.gpt(input_ids, attn_mask=attn_mask, position_ids=position_ids,
-                       return_hidden=bool(output_hidden_states))
+        out = self.gpt(
+            input_ids,
+            attn_mask=attn_mask,
+            position_ids=position_ids,
+            return_hidden=bool(output_hidden_states),
+        )
         loss = None
         if labels is not None:  # predict token t+1 from positions <= t
             logits = out.logits[:, :-1].float()
-            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1),
-                                   ignore_index=-100)
+            loss = F.cross_entropy(
+                logits.reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=-100
+            )
         # HF convention: n_layer + 1 states, embeddings first, the last one after the final norm
         hidden_states = (*out.layers[:-1], out.hidden) if output_hidden_states else None
         result = CausalLMOutputWithPast(loss=loss, logits=out.logits, hidden_states=hidden_states)
@@ -144,8 +177,14 @@ def register_with_transformers() -> None:
 register_with_transformers()
 
 
-def export_to_hf(model: GPT, out_dir: str | os.PathLike, *, tokenizer_dir: str | os.PathLike | None = None,
-                 extra_config: dict | None = None, overwrite: bool = False) -> Path:
+def export_to_hf(
+    model: GPT,
+    out_dir: str | os.PathLike,
+    *,
+    tokenizer_dir: str | os.PathLike | None = None,
+    extra_config: dict | None = None,
+    overwrite: bool = False,
+) -> Path:
     """Write model as a HF folder (config.json + model.safetensors [+ tokenizer/]) atomically.
 
     The folder is built beside out_dir and renamed into place, so a crash never leaves half
@@ -155,21 +194,28 @@ def export_to_hf(model: GPT, out_dir: str | os.PathLike, *, tokenizer_dir: str |
     model = getattr(model, "_orig_mod", model)  # a torch.compile'd model shares the parameters
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
-        raise UserError(f"export folder {out} already exists and is not empty; "
-                        "choose another folder or pass overwrite")
+        raise UserError(
+            f"export folder {out} already exists and is not empty; choose another folder or pass overwrite"
+        )
     if tokenizer_dir is not None and not Path(tokenizer_dir).is_dir():
-        raise UserError(f"tokenizer folder {tokenizer_dir} does not exist; "
-                        "pass the folder holding the tokenizer files")
+        raise UserError(
+            f"tokenizer folder {tokenizer_dir} does not exist; pass the folder holding the tokenizer files"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
-    provenance = {"format_version": contextlab.FORMAT_VERSION, "contextlab_version": contextlab.__version__,
-                  **(extra_config or {})}
+    provenance = {
+        "format_version": contextlab.FORMAT_VERSION,
+        "contextlab_version": contextlab.__version__,
+        **(extra_config or {}),
+    }
     config = ContextlabGPTConfig.from_gpt_config(model.config, contextlab=provenance)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
         ContextlabGPTForCausalLM(config, gpt=model).save_pretrained(tmp, safe_serialization=True)
         if tokenizer_dir is not None:
             shutil.copytree(tokenizer_dir, tmp / "tokenizer")
-        replace_dir(tmp, out, overwrite=True)  # the caller checked overwrite; the old export is swapped out whole
+        replace_dir(
+            tmp, out, overwrite=True
+        )  # the caller checked overwrite; the old export is swapped out whole
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -181,8 +227,9 @@ def _check_model_dir(path: str | os.PathLike) -> Path:
     if not p.is_dir():
         raise UserError(f"model folder {p} does not exist; pass a local Hugging Face model folder")
     if not (p / "config.json").is_file():
-        raise UserError(f"{p} is not a Hugging Face model folder (no config.json); "
-                        "pass the folder save_pretrained wrote")
+        raise UserError(
+            f"{p} is not a Hugging Face model folder (no config.json); pass the folder save_pretrained wrote"
+        )
     return p
 
 
@@ -206,8 +253,10 @@ def gpt_from_hf_export(path: str | os.PathLike) -> GPT:
     p = _check_model_dir(path)
     cfg = json.loads((p / "config.json").read_text())
     if cfg.get("model_type") != MODEL_TYPE:
-        raise UserError(f"{p} holds a {cfg.get('model_type')!r} model, not a contextlab export; "
-                        "use load_hf_causal_lm for other Hugging Face models")
+        raise UserError(
+            f"{p} holds a {cfg.get('model_type')!r} model, not a contextlab export; "
+            "use load_hf_causal_lm for other Hugging Face models"
+        )
     config = GPTConfig(**{k: cfg[_HF_NAME.get(k, k)] for k in _GPT_FIELDS if _HF_NAME.get(k, k) in cfg})
     weights = p / "model.safetensors"
     if not weights.is_file():

@@ -67,25 +67,39 @@ def register_archs_with_transformers() -> None:
 register_archs_with_transformers()
 
 
-def export_arch_to_hf(model, out_dir: str | os.PathLike, *, tokenizer_dir: str | os.PathLike | None = None,
-                      extra_config: dict | None = None, overwrite: bool = False) -> Path:
+def export_arch_to_hf(
+    model,
+    out_dir: str | os.PathLike,
+    *,
+    tokenizer_dir: str | os.PathLike | None = None,
+    extra_config: dict | None = None,
+    overwrite: bool = False,
+) -> Path:
     """Export a GPT, an MTPModel (as its next-token GPT) or a ContextLM as a HF folder."""
     model = getattr(model, "_orig_mod", model)
     if isinstance(model, MTPModel):
         extra = {**(extra_config or {}), "arch": "mtp", "trained_heads": model.config.n_future}
-        return export_to_hf(model.to_gpt(), out_dir, tokenizer_dir=tokenizer_dir, extra_config=extra,
-                            overwrite=overwrite)
+        return export_to_hf(
+            model.to_gpt(), out_dir, tokenizer_dir=tokenizer_dir, extra_config=extra, overwrite=overwrite
+        )
     if not isinstance(model, ContextLM):
-        return export_to_hf(model, out_dir, tokenizer_dir=tokenizer_dir, extra_config=extra_config,
-                            overwrite=overwrite)
+        return export_to_hf(
+            model, out_dir, tokenizer_dir=tokenizer_dir, extra_config=extra_config, overwrite=overwrite
+        )
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
-        raise UserError(f"export folder {out} already exists and is not empty; choose another folder or pass overwrite")
+        raise UserError(
+            f"export folder {out} already exists and is not empty; choose another folder or pass overwrite"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
-        staged = export_to_hf(model, work / "export", tokenizer_dir=tokenizer_dir,
-                              extra_config={**(extra_config or {}), "arch": "contextlm"})
+        staged = export_to_hf(
+            model,
+            work / "export",
+            tokenizer_dir=tokenizer_dir,
+            extra_config={**(extra_config or {}), "arch": "contextlm"},
+        )
         cfg_file = staged / "config.json"
         cfg = json.loads(cfg_file.read_text())
         cfg["model_type"] = CONTEXTLM_TYPE

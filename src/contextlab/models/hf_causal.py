@@ -36,8 +36,15 @@ from contextlab.models.gpt import GPTOutput
 from contextlab.models.rope import ntk_base
 
 LIMIT_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
-                   "vocab.json", "merges.txt", "generation_config.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "generation_config.json",
+)
 
 
 class HFCausalLM(nn.Module):
@@ -51,7 +58,13 @@ class HFCausalLM(nn.Module):
     @property
     def blocks(self) -> nn.ModuleList:
         """The decoder layers (FSDP shards one per layer)."""
-        for path in ("model.layers", "gpt_neox.layers", "transformer.h", "model.decoder.layers", "gpt.blocks"):
+        for path in (
+            "model.layers",
+            "gpt_neox.layers",
+            "transformer.h",
+            "model.decoder.layers",
+            "gpt.blocks",
+        ):
             mod = self.hf
             for part in path.split("."):
                 mod = getattr(mod, part, None)
@@ -59,18 +72,33 @@ class HFCausalLM(nn.Module):
                     break
             if isinstance(mod, nn.ModuleList):
                 return mod
-        raise UserError(f"cannot find the decoder layers of {type(self.hf).__name__} for FSDP; use train.parallel=ddp")
+        raise UserError(
+            f"cannot find the decoder layers of {type(self.hf).__name__} for FSDP; use train.parallel=ddp"
+        )
 
-    def forward(self, idx: Tensor, *, attn_mask: Tensor | None = None, is_causal: bool = True,
-                position_ids: Tensor | int | None = None, return_hidden: bool | list[int] = False) -> GPTOutput:
+    def forward(
+        self,
+        idx: Tensor,
+        *,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = True,
+        position_ids: Tensor | int | None = None,
+        return_hidden: bool | list[int] = False,
+    ) -> GPTOutput:
         if attn_mask is not None or not is_causal:
-            raise UserError("this objective needs an attention mask (document masking, a prefix or bidirectional "
-                            "attention), which Hugging Face models do not take through contextlab; use objective clm "
-                            "or fim with data.doc_mask=false")
+            raise UserError(
+                "this objective needs an attention mask (document masking, a prefix or bidirectional "
+                "attention), which Hugging Face models do not take through contextlab; use objective clm "
+                "or fim with data.doc_mask=false"
+            )
         if isinstance(position_ids, int):
             position_ids = torch.arange(position_ids, position_ids + idx.size(1), device=idx.device)[None]
-        out = self.hf(input_ids=idx, position_ids=position_ids, use_cache=False,
-                      output_hidden_states=return_hidden is not False)
+        out = self.hf(
+            input_ids=idx,
+            position_ids=position_ids,
+            use_cache=False,
+            output_hidden_states=return_hidden is not False,
+        )
         states = out.hidden_states
         layers = None
         if return_hidden is not False:
@@ -97,8 +125,10 @@ class HFCausalLM(nn.Module):
         return 6.0 * (self.num_params(True) + width * vocab) + 12.0 * n_layer * width * seq_len
 
     def describe(self) -> str:
-        return (f"HF {self.config.model_type} ({type(self.hf).__name__}), {self.num_params(False) / 1e6:.1f}M "
-                f"parameters, vocab {self.config.vocab_size}, context {context_limit(self.config)}")
+        return (
+            f"HF {self.config.model_type} ({type(self.hf).__name__}), {self.num_params(False) / 1e6:.1f}M "
+            f"parameters, vocab {self.config.vocab_size}, context {context_limit(self.config)}"
+        )
 
 
 # ---------------------------------------------------------------------------- config and RoPE
@@ -106,13 +136,15 @@ class HFCausalLM(nn.Module):
 
 def read_hf_config(path: str | os.PathLike) -> PretrainedConfig:
     """The config of a local HF model folder (contextlab's own model types registered first)."""
-    import contextlab.models.hf  # noqa: F401  (registers contextlab-gpt)
+    import contextlab.models.hf
     import contextlab.models.hf_archs  # noqa: F401  (registers contextlab-contextlm)
 
     p = Path(path)
     if not (p / "config.json").is_file():
-        raise UserError(f"{p} is not a Hugging Face model folder (no config.json); pass the folder save_pretrained "
-                        "wrote or a contextlab run")
+        raise UserError(
+            f"{p} is not a Hugging Face model folder (no config.json); pass the folder save_pretrained "
+            "wrote or a contextlab run"
+        )
     try:
         return AutoConfig.from_pretrained(p, local_files_only=True)
     except (OSError, ValueError, KeyError) as e:
@@ -121,7 +153,9 @@ def read_hf_config(path: str | os.PathLike) -> PretrainedConfig:
 
 def context_limit(config: PretrainedConfig) -> int:
     """The position limit a HF config declares (2048 when it declares none)."""
-    return next((int(getattr(config, k)) for k in LIMIT_KEYS if isinstance(getattr(config, k, None), int)), 2048)
+    return next(
+        (int(getattr(config, k)) for k in LIMIT_KEYS if isinstance(getattr(config, k, None), int)), 2048
+    )
 
 
 def rope_params(config: PretrainedConfig) -> dict | None:
@@ -134,25 +168,41 @@ def rope_params(config: PretrainedConfig) -> dict | None:
     if theta is None:
         return None
     scaling = dict(getattr(config, "rope_scaling", None) or {})
-    return {"rope_type": scaling.pop("rope_type", scaling.pop("type", "default")), "rope_theta": theta, **scaling}
+    return {
+        "rope_type": scaling.pop("rope_type", scaling.pop("type", "default")),
+        "rope_theta": theta,
+        **scaling,
+    }
 
 
 def _rotary_dim(config: PretrainedConfig) -> int:
     head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    partial = (rope_params(config) or {}).get("partial_rotary_factor") or getattr(config, "rotary_pct", 1.0) or 1.0
+    partial = (
+        (rope_params(config) or {}).get("partial_rotary_factor") or getattr(config, "rotary_pct", 1.0) or 1.0
+    )
     return int(head * partial)
 
 
-def extend_hf_rope(config: PretrainedConfig, method: str, factor: float, original_context: int, new_context: int,
-                   new_base: float = 0.0) -> dict:
+def extend_hf_rope(
+    config: PretrainedConfig,
+    method: str,
+    factor: float,
+    original_context: int,
+    new_context: int,
+    new_base: float = 0.0,
+) -> dict:
     """Rewrite ``config`` in place for RoPE context extension; returns the new rope parameters."""
     params = rope_params(config)
     if params is None:
-        raise UserError(f"{config.model_type} models have no rotary position embeddings (no rope_theta in the config); "
-                        "RoPE extension needs a RoPE model: set extend.method=none")
+        raise UserError(
+            f"{config.model_type} models have no rotary position embeddings (no rope_theta in the config); "
+            "RoPE extension needs a RoPE model: set extend.method=none"
+        )
     if params.get("rope_type", "default") != "default":
-        raise UserError(f"the model already uses RoPE scaling {params['rope_type']!r}; extend the original model "
-                        "instead, or set extend.method=none")
+        raise UserError(
+            f"the model already uses RoPE scaling {params['rope_type']!r}; extend the original model "
+            "instead, or set extend.method=none"
+        )
     theta = float(params["rope_theta"])
     if method == "pi":
         new = {"rope_type": "linear", "factor": factor}
@@ -170,8 +220,11 @@ def extend_hf_rope(config: PretrainedConfig, method: str, factor: float, origina
     else:  # transformers 4.x: theta and scaling are separate attributes
         config.rope_theta = params["rope_theta"]
         scaling = {k: v for k, v in params.items() if k not in ("rope_theta", "rope_type")}
-        config.rope_scaling = {"rope_type": params["rope_type"], "type": params["rope_type"], **scaling} \
-            if params["rope_type"] != "default" else None
+        config.rope_scaling = (
+            {"rope_type": params["rope_type"], "type": params["rope_type"], **scaling}
+            if params["rope_type"] != "default"
+            else None
+        )
     for key in LIMIT_KEYS:
         if isinstance(getattr(config, key, None), int):
             setattr(config, key, max(new_context, getattr(config, key)))
@@ -185,8 +238,9 @@ def extend_hf_rope(config: PretrainedConfig, method: str, factor: float, origina
 def load_for_training(path: str | os.PathLike, config: PretrainedConfig) -> HFCausalLM:
     """The HF model at ``path`` built with ``config`` (possibly RoPE-extended), fp32, train mode."""
     try:
-        hf = AutoModelForCausalLM.from_pretrained(Path(path), config=config, local_files_only=True,
-                                                  dtype=torch.float32)
+        hf = AutoModelForCausalLM.from_pretrained(
+            Path(path), config=config, local_files_only=True, dtype=torch.float32
+        )
     except (OSError, ValueError, KeyError) as e:
         raise UserError(f"cannot load a causal LM from {path}: {str(e).strip().splitlines()[0]}") from None
     return HFCausalLM(hf.train())
@@ -194,7 +248,7 @@ def load_for_training(path: str | os.PathLike, config: PretrainedConfig) -> HFCa
 
 def from_checkpoint(config_dict: dict, weights: dict[str, Tensor]) -> PreTrainedModel:
     """Rebuild a trained HF model from a checkpoint's config dict and its ``hf.*`` weights (eval mode)."""
-    import contextlab.models.hf  # noqa: F401
+    import contextlab.models.hf
     import contextlab.models.hf_archs  # noqa: F401
 
     d = dict(config_dict)
@@ -202,11 +256,16 @@ def from_checkpoint(config_dict: dict, weights: dict[str, Tensor]) -> PreTrained
     hf = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     state = {k.removeprefix("hf."): v for k, v in weights.items() if k.startswith("hf.")}
     missing, unexpected = hf.load_state_dict(state, strict=False)
-    tied = {k for k in missing if k.endswith(("lm_head.weight", "embed_out.weight"))} \
-        if getattr(config, "tie_word_embeddings", False) else set()
+    tied = (
+        {k for k in missing if k.endswith(("lm_head.weight", "embed_out.weight"))}
+        if getattr(config, "tie_word_embeddings", False)
+        else set()
+    )
     if set(missing) - tied or unexpected:
-        raise UserError(f"the checkpoint does not match its Hugging Face config (missing {sorted(missing)[:3]}, "
-                        f"unexpected {sorted(unexpected)[:3]})")
+        raise UserError(
+            f"the checkpoint does not match its Hugging Face config (missing {sorted(missing)[:3]}, "
+            f"unexpected {sorted(unexpected)[:3]})"
+        )
     if tied:
         hf.tie_weights()
     return hf.eval()
@@ -217,12 +276,20 @@ def config_dict(config: PretrainedConfig) -> dict:
     return json.loads(config.to_json_string(use_diff=False))
 
 
-def save_hf(hf: PreTrainedModel, out_dir: str | os.PathLike, *, tokenizer_from: list[Path] = (),
-            extra_config: dict | None = None, overwrite: bool = False) -> Path:
+def save_hf(
+    hf: PreTrainedModel,
+    out_dir: str | os.PathLike,
+    *,
+    tokenizer_from: list[Path] = (),
+    extra_config: dict | None = None,
+    overwrite: bool = False,
+) -> Path:
     """save_pretrained into ``out_dir`` atomically, with the tokenizer files of the first folder that has them."""
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
-        raise UserError(f"export folder {out} already exists and is not empty; choose another folder or pass overwrite")
+        raise UserError(
+            f"export folder {out} already exists and is not empty; choose another folder or pass overwrite"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
@@ -230,7 +297,9 @@ def save_hf(hf: PreTrainedModel, out_dir: str | os.PathLike, *, tokenizer_from: 
             hf.config.contextlab = extra_config
         hf.save_pretrained(tmp, safe_serialization=True)
         for folder in tokenizer_from:
-            found = [f for f in TOKENIZER_FILES if (Path(folder) / f).is_file() and f != "generation_config.json"]
+            found = [
+                f for f in TOKENIZER_FILES if (Path(folder) / f).is_file() and f != "generation_config.json"
+            ]
             if found:
                 for f in found:
                     shutil.copy2(Path(folder) / f, tmp / f)

@@ -48,7 +48,9 @@ def resolve_checkpoint(path: str | os.PathLike, step: int | None = None) -> Path
     if step is None:
         return found[max(found)]
     if step not in found:
-        raise UserError(f"{path} has no checkpoint at step {step}; available: {', '.join(map(str, sorted(found)))}")
+        raise UserError(
+            f"{path} has no checkpoint at step {step}; available: {', '.join(map(str, sorted(found)))}"
+        )
     return found[step]
 
 
@@ -64,7 +66,9 @@ def training_stores(run_config: dict) -> list[str]:
     data.packed / data.mixture were packed from (read from their meta.json). Paths as written."""
     d = run_config.get("data", {})
     stores = [d["store"]] if d.get("store") else []
-    packed = ([d["packed"]] if d.get("packed") else []) + [m["packed"] for m in d.get("mixture", []) if m.get("packed")]
+    packed = ([d["packed"]] if d.get("packed") else []) + [
+        m["packed"] for m in d.get("mixture", []) if m.get("packed")
+    ]
     for p in packed:
         try:
             stores.append(json.loads((Path(p) / "meta.json").read_text())["store"]["path"])
@@ -96,16 +100,20 @@ def load_trained_model(run_or_ckpt: str | os.PathLike, step: int | None = None):
     if arch == "hf":  # a continued Hugging Face model: rebuilt by transformers from the stored config
         from contextlab.models.hf_causal import from_checkpoint
 
-        model = from_checkpoint(state["model_config"], {k[6:]: v for k, v in weights.items() if k.startswith("model.")})
+        model = from_checkpoint(
+            state["model_config"], {k[6:]: v for k, v in weights.items() if k.startswith("model.")}
+        )
         return model, state, path
     config = arch_config(arch, state["model_config"])  # a clear error for an unknown arch
     model = ARCHS[arch][1](config)
     prefix = "model."
-    weights = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
+    weights = {k[len(prefix) :]: v for k, v in weights.items() if k.startswith(prefix)}
     missing, unexpected = model.load_state_dict(weights, strict=False)
     missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embedding
     if missing or unexpected:
-        raise UserError(f"checkpoint {path} does not match its model config (missing {missing[:3]}, "
-                        f"unexpected {unexpected[:3]})")
+        raise UserError(
+            f"checkpoint {path} does not match its model config (missing {missing[:3]}, "
+            f"unexpected {unexpected[:3]})"
+        )
     model.eval()
     return model, state, path

@@ -60,7 +60,9 @@ class AttentionMask:
         """(B or 1, 1, T, T) bool, True = may attend."""
         T, dev = self.length, self.device
         pos = torch.arange(T, device=dev)
-        allowed = (pos[None, :] <= pos[:, None]) if self.causal else torch.ones(T, T, dtype=torch.bool, device=dev)
+        allowed = (
+            (pos[None, :] <= pos[:, None]) if self.causal else torch.ones(T, T, dtype=torch.bool, device=dev)
+        )
         allowed = allowed[None]  # (1, T, T) [b, q, k]
         if self.prefix is not None:
             inside = pos[None, :] < self.prefix[:, None]  # (B, T)
@@ -80,20 +82,32 @@ class AttentionMask:
         prefix = None if self.prefix is None else self.prefix.to(device)
         # on CUDA the ~30 small tensor ops run as a few compiled kernels (they are launch-bound otherwise)
         build = _compiled_tiles() if device.type == "cuda" else tile_blocks
-        kv, kv_idx, full, full_idx, q, q_idx, full_q, full_q_idx = build(segments, prefix, self.causal, n,
-                                                                         _batch(self), device)
-        return BlockMask(seq_lengths=(T, T), kv_num_blocks=kv, kv_indices=kv_idx, full_kv_num_blocks=full,
-                         full_kv_indices=full_idx, q_num_blocks=q, q_indices=q_idx, full_q_num_blocks=full_q,
-                         full_q_indices=full_q_idx, BLOCK_SIZE=(BLOCK, BLOCK),
-                         mask_mod=_mask_mod(self.causal, prefix, segments))
+        kv, kv_idx, full, full_idx, q, q_idx, full_q, full_q_idx = build(
+            segments, prefix, self.causal, n, _batch(self), device
+        )
+        return BlockMask(
+            seq_lengths=(T, T),
+            kv_num_blocks=kv,
+            kv_indices=kv_idx,
+            full_kv_num_blocks=full,
+            full_kv_indices=full_idx,
+            q_num_blocks=q,
+            q_indices=q_idx,
+            full_q_num_blocks=full_q,
+            full_q_indices=full_q_idx,
+            BLOCK_SIZE=(BLOCK, BLOCK),
+            mask_mod=_mask_mod(self.causal, prefix, segments),
+        )
 
     @torch.compiler.disable  # built eagerly even inside a compiled model (see flex_attention)
     def resolve(self, device: torch.device):
         """The form attention takes on ``device``: a BlockMask (FlexAttention) or a dense bool mask."""
         flex = self.backend == "flex" or (self.backend == "auto" and device.type == "cuda")
         if flex and device.type == "cpu" and torch.is_grad_enabled():
-            raise UserError("FlexAttention has no CPU backward; use the dense attention mask on CPU "
-                            "(backend auto) or train on a GPU")
+            raise UserError(
+                "FlexAttention has no CPU backward; use the dense attention mask on CPU "
+                "(backend auto) or train on a GPU"
+            )
         return self.block_mask(device) if flex else self.dense()
 
 
@@ -110,8 +124,9 @@ def _pad_to(segments: Tensor, length: int) -> Tensor:
     return torch.cat([segments, segments.new_full((segments.shape[0], pad), -1)], dim=1)
 
 
-def tile_blocks(segments: Tensor | None, prefix: Tensor | None, causal: bool, n: int, B: int,
-                device: torch.device) -> tuple[Tensor, ...]:
+def tile_blocks(
+    segments: Tensor | None, prefix: Tensor | None, causal: bool, n: int, B: int, device: torch.device
+) -> tuple[Tensor, ...]:
     """Classify the n x n tiles and list them as FlexAttention wants: (partial kv counts, indices, full kv
     counts, indices, partial q counts, indices, full q counts, indices); segments padded to n * BLOCK."""
     tile = torch.arange(n, device=device)
@@ -132,7 +147,12 @@ def tile_blocks(segments: Tensor | None, prefix: Tensor | None, causal: bool, n:
         every = every & (single[:, :, None] & single[:, None, :] & (lo[:, :, None] == lo[:, None, :]))
     full = every.expand(B, n, n)
     partial = some.expand(B, n, n) & ~full
-    return (*_ordered(partial), *_ordered(full), *_ordered(partial.transpose(1, 2)), *_ordered(full.transpose(1, 2)))
+    return (
+        *_ordered(partial),
+        *_ordered(full),
+        *_ordered(partial.transpose(1, 2)),
+        *_ordered(full.transpose(1, 2)),
+    )
 
 
 def _ordered(tiles: Tensor) -> tuple[Tensor, Tensor]:
@@ -166,20 +186,27 @@ def _mask_mod(causal: bool, prefix: Tensor | None, segments: Tensor | None):
     """The element rule of partial tiles, one closure per combination (stable code for torch.compile)."""
     if prefix is None and segments is not None:
         if causal:
+
             def document_causal(b, h, q, k):
                 return (k <= q) & (segments[b, q] == segments[b, k])
+
             return document_causal
 
         def document(b, h, q, k):
             return segments[b, q] == segments[b, k]
+
         return document
     if prefix is not None and segments is None:
+
         def prefix_lm(b, h, q, k):
             return (k <= q) | ((q < prefix[b]) & (k < prefix[b]))
+
         return prefix_lm if causal else _everything
     if prefix is not None:
+
         def document_prefix_lm(b, h, q, k):
             return ((k <= q) | ((q < prefix[b]) & (k < prefix[b]))) & (segments[b, q] == segments[b, k])
+
         return document_prefix_lm if causal else document
     return _causal if causal else _everything
 

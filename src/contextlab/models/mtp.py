@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 import torch.nn as nn
 from torch import Tensor
 
@@ -35,7 +34,9 @@ class MTPConfig(GPTConfig):
         if self.n_future < 1:
             raise UserError(f"mtp n_future must be >= 1, got {self.n_future}")
         if self.n_layer < 2 and self.n_future > 1:
-            raise UserError("mtp needs n_layer >= 2: one trunk block at least, plus the next-token head block")
+            raise UserError(
+                "mtp needs n_layer >= 2: one trunk block at least, plus the next-token head block"
+            )
 
 
 class MTPModel(GPT):
@@ -47,12 +48,20 @@ class MTPModel(GPT):
         for block in self.future_heads:
             block.apply(self._init_module)
 
-    def trunk_states(self, idx: Tensor, *, attn_mask: Tensor | None = None, is_causal: bool = True,
-                     position_ids: Tensor | int | None = None):
+    def trunk_states(
+        self,
+        idx: Tensor,
+        *,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = True,
+        position_ids: Tensor | int | None = None,
+    ):
         """(residual stream after the shared trunk (B, T, C), rope, mask): what the heads need."""
         B, T = idx.shape
         if position_ids is not None:
-            raise UserError("MTPModel.trunk_states takes default positions only; use forward for position_ids")
+            raise UserError(
+                "MTPModel.trunk_states takes default positions only; use forward for position_ids"
+            )
         rope = self.rope(T, idx.device)
         attn_mask = prepare_mask(attn_mask, is_causal, T, idx.device)  # as GPT.trunk: resolved once
         x = self.embed(idx)  # (B, T, C)
@@ -64,15 +73,21 @@ class MTPModel(GPT):
         """[head 1, head 2, ...]: head 1 is the GPT's last block."""
         return [self.blocks[-1], *self.future_heads]
 
-    def head_logits(self, z: Tensor, k: int, rope, attn_mask: Tensor | None = None, is_causal: bool = True) -> Tensor:
+    def head_logits(
+        self, z: Tensor, k: int, rope, attn_mask: Tensor | None = None, is_causal: bool = True
+    ) -> Tensor:
         """Logits (B, T, V) of head k (1-based) from trunk states z (B, T, C)."""
         block = self.head_blocks()[k - 1]
         return self.unembed(self.final_norm(block(z, rope, attn_mask, is_causal)))
 
-    def all_logits(self, idx: Tensor, *, attn_mask: Tensor | None = None, is_causal: bool = True) -> list[Tensor]:
+    def all_logits(
+        self, idx: Tensor, *, attn_mask: Tensor | None = None, is_causal: bool = True
+    ) -> list[Tensor]:
         """Every head's logits, [(B, T, V)] * n_future; element k-1 predicts token t+k at position t."""
         z, rope, attn_mask = self.trunk_states(idx, attn_mask=attn_mask, is_causal=is_causal)
-        return [self.head_logits(z, k, rope, attn_mask, is_causal) for k in range(1, self.config.n_future + 1)]
+        return [
+            self.head_logits(z, k, rope, attn_mask, is_causal) for k in range(1, self.config.n_future + 1)
+        ]
 
     def to_gpt(self) -> GPT:
         """The next-token model as a plain GPT sharing these weights (for export)."""

@@ -92,7 +92,9 @@ def yarn_attention_scale(factor: float) -> float:
 
 # method -> inverse-frequency function(head_dim, base, factor, original_context, device)
 METHODS = {
-    "none": lambda head_dim, base, factor, original_context, device=None: base_inv_freq(head_dim, base, device),
+    "none": lambda head_dim, base, factor, original_context, device=None: base_inv_freq(
+        head_dim, base, device
+    ),
     "pi": pi_inv_freq,
     "ntk": ntk_inv_freq,
     "yarn": yarn_inv_freq,
@@ -102,8 +104,10 @@ METHODS = {
 def check_extension(method: str, factor: float) -> None:
     """Raise ValueError (turned into a one-line config error by callers) for an unknown method or factor."""
     if method not in METHODS:
-        raise ValueError(f"RoPE extension {method!r} is unknown; use one of {', '.join(METHODS)} "
-                         "(a CodeLlama-style base change is just a new rope_base)")
+        raise ValueError(
+            f"RoPE extension {method!r} is unknown; use one of {', '.join(METHODS)} "
+            "(a CodeLlama-style base change is just a new rope_base)"
+        )
     if not factor >= 1.0:
         raise ValueError(f"RoPE extension factor must be >= 1, got {factor}")
 

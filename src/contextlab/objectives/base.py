@@ -55,13 +55,17 @@ def prefix_lm_mask(prefix_len: Tensor, T: int, doc_ids: Tensor | None = None) ->
 
 def next_token_loss(logits: Tensor, targets: Tensor, reduction: str = "mean") -> Tensor:
     """Cross-entropy in fp32 over (B, T, V) logits and (B, T) targets."""
-    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction=reduction)
+    return F.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction=reduction
+    )
 
 
 def masked_loss(logits: Tensor, labels: Tensor) -> Tensor:
     """Mean cross-entropy (fp32) over the positions whose label is not -100 (0 if none; no host sync)."""
     flat = labels.reshape(-1)
-    total = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), flat, ignore_index=-100, reduction="sum")
+    total = F.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), flat, ignore_index=-100, reduction="sum"
+    )
     return total / (flat != -100).sum().clamp(min=1)
 
 
@@ -85,7 +89,7 @@ class Objective(nn.Module):
     class Options:
         pass
 
-    def __init__(self, options: "Objective.Options", *, doc_mask: bool = False):
+    def __init__(self, options: Objective.Options, *, doc_mask: bool = False):
         super().__init__()
         self.options = options
         self.doc_mask = doc_mask

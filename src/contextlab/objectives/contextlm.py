@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 
 from contextlab.config import opt
-from contextlab.objectives.base import Objective, next_token_loss
 from contextlab.models.flops import block_flops_per_token
+from contextlab.objectives.base import Objective, next_token_loss
 
 
 class ContextLMObjective(Objective):
@@ -30,13 +30,20 @@ class ContextLMObjective(Objective):
         chunk_size: int = opt(4, "w: tokens per context chunk")
         predictor_layers: int = opt(2, "transformer blocks of the causal context predictor")
         encoder_layers: int = opt(0, "of model.n_layer blocks, how many encode tokens before the fusion")
-        fusion: str = opt("gated", "plain (h + c, the seed), gated (zero-initialised per-channel gate) or "
-                                   "normalised (RMSNorm(c) times a small learnt gain)")
+        fusion: str = opt(
+            "gated",
+            "plain (h + c, the seed), gated (zero-initialised per-channel gate) or "
+            "normalised (RMSNorm(c) times a small learnt gain)",
+        )
 
     def arch_options(self) -> dict:
         o = self.options
-        return {"chunk_size": o.chunk_size, "predictor_layers": o.predictor_layers,
-                "encoder_layers": o.encoder_layers, "fusion": o.fusion}
+        return {
+            "chunk_size": o.chunk_size,
+            "predictor_layers": o.predictor_layers,
+            "encoder_layers": o.encoder_layers,
+            "fusion": o.fusion,
+        }
 
     def forward(self, model: nn.Module, tokens: Tensor, doc_ids: Tensor | None = None) -> tuple[Tensor, dict]:
         x, y = tokens[:, :-1], tokens[:, 1:]  # (B, T)

@@ -42,7 +42,11 @@ def document_runs(row_docs: list[int] | None, row: list[int], eot: int | None) -
     n = len(row)
     bounds = [0]
     for i in range(1, n):
-        if (row_docs[i] != row_docs[i - 1]) if row_docs is not None else (eot is not None and row[i - 1] == eot):
+        if (
+            (row_docs[i] != row_docs[i - 1])
+            if row_docs is not None
+            else (eot is not None and row[i - 1] == eot)
+        ):
             bounds.append(i)
     bounds.append(n)
     return list(zip(bounds[:-1], bounds[1:]))
@@ -77,7 +81,9 @@ class FIM(Objective):
                     continue
                 m = n - 3
                 cut1, cut2 = sorted(min(int(u * (m + 1)), m) for u in draw[2:])
-                new[start:stop] = fim_document(row[start:stop], cut1, cut2, draw[1] < o.spm_rate, pre, suf, mid)
+                new[start:stop] = fim_document(
+                    row[start:stop], cut1, cut2, draw[1] < o.spm_rate, pre, suf, mid
+                )
             out.append(new)
         return torch.tensor(out, dtype=tokens.dtype, device=tokens.device)
 

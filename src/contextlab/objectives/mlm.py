@@ -21,8 +21,15 @@ from contextlab.models.masks import AttentionMask
 from contextlab.objectives.base import Batch, Objective
 
 
-def mlm_corrupt(tokens: Tensor, selected: Tensor, action: Tensor, random_tokens: Tensor, mask_id: int,
-                mask_frac: float = 0.8, random_frac: float = 0.1) -> tuple[Tensor, Tensor]:
+def mlm_corrupt(
+    tokens: Tensor,
+    selected: Tensor,
+    action: Tensor,
+    random_tokens: Tensor,
+    mask_id: int,
+    mask_frac: float = 0.8,
+    random_frac: float = 0.1,
+) -> tuple[Tensor, Tensor]:
     """The BERT rewrite, given its random draws: -> (inputs, labels), each like ``tokens`` (B, T).
 
     selected: bool (B, T), the positions to predict; action: uniform [0, 1) (B, T): below
@@ -66,8 +73,9 @@ class MLM(Objective):
         selected = select_positions(B, T, n, g, x.device)
         action = torch.rand(B, T, generator=g, device=x.device)
         random_tokens = torch.randint(0, self.base_vocab, (B, T), generator=g, device=x.device)
-        inputs, labels = mlm_corrupt(x, selected, action, random_tokens, self.special_ids["[MASK]"],
-                                     o.mask_frac, o.random_frac)
+        inputs, labels = mlm_corrupt(
+            x, selected, action, random_tokens, self.special_ids["[MASK]"], o.mask_frac, o.random_frac
+        )
         mask = None
         if self.doc_mask and doc_ids is not None:
             mask = AttentionMask(T, segments=doc_ids[:, :-1], causal=False)  # block-diagonal, both directions

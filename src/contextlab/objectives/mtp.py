@@ -19,8 +19,8 @@ from torch import Tensor, nn
 
 from contextlab.config import opt
 from contextlab.errors import UserError
-from contextlab.objectives.base import Objective, next_token_loss
 from contextlab.models.flops import block_flops_per_token, lm_head_flops_per_token
+from contextlab.objectives.base import Objective, next_token_loss
 
 
 class MTP(Objective):
@@ -38,8 +38,10 @@ class MTP(Objective):
         super().__init__(options, doc_mask=doc_mask)
         w = list(options.loss_weights) or [1.0] * options.n_future
         if len(w) != options.n_future or any(x < 0 for x in w) or sum(w) <= 0:
-            raise UserError(f"objective.options.loss_weights needs {options.n_future} non-negative weights "
-                            f"(not all 0), got {options.loss_weights}")
+            raise UserError(
+                f"objective.options.loss_weights needs {options.n_future} non-negative weights "
+                f"(not all 0), got {options.loss_weights}"
+            )
         self.weights = [x / sum(w) for x in w]
 
     def arch_options(self) -> dict:

@@ -27,8 +27,10 @@ from contextlab.objectives.base import Batch, Objective, prefix_lm_mask
 def split_points(B: int, T: int, min_prefix: float, max_prefix: float, generator=None, device=None) -> Tensor:
     """(B,) prefix lengths, uniform integers in [round(min*T), round(max*T)] clamped to [1, T-1]."""
     if not 0.0 <= min_prefix <= max_prefix <= 1.0:
-        raise UserError(f"prefix fractions must satisfy 0 <= min_prefix <= max_prefix <= 1, "
-                        f"got {min_prefix}, {max_prefix}")
+        raise UserError(
+            f"prefix fractions must satisfy 0 <= min_prefix <= max_prefix <= 1, "
+            f"got {min_prefix}, {max_prefix}"
+        )
     lo = min(max(1, int(min_prefix * T + 0.5)), T - 1)
     hi = max(lo, min(T - 1, int(max_prefix * T + 0.5)))
     return torch.randint(lo, hi + 1, (B,), generator=generator, device=device)
@@ -54,7 +56,8 @@ class PrefixLM(Objective):
     def prepare(self, tokens: Tensor, doc_ids: Tensor | None = None) -> Batch:
         x, y = tokens[:, :-1], tokens[:, 1:]  # (B, T)
         B, T = x.shape
-        prefix = split_points(B, T, self.options.min_prefix, self.options.max_prefix,
-                              self.generator(x.device), x.device)
+        prefix = split_points(
+            B, T, self.options.min_prefix, self.options.max_prefix, self.generator(x.device), x.device
+        )
         docs = doc_ids[:, :-1] if (self.doc_mask and doc_ids is not None) else None
         return Batch(x, prefix_labels(y, prefix), prefix_lm_mask(prefix, T, docs), is_causal=False)

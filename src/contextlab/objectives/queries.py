@@ -39,8 +39,12 @@ def queries_mask(context: int, n_queries: int, device=None) -> Tensor:
 
 def queries_positions(context: int, n_queries: int, device=None) -> Tensor:
     """(L + K,) positions: 0..L-1 for the context, L for every query."""
-    return torch.cat([torch.arange(context, device=device),
-                      torch.full((n_queries,), context, dtype=torch.long, device=device)])
+    return torch.cat(
+        [
+            torch.arange(context, device=device),
+            torch.full((n_queries,), context, dtype=torch.long, device=device),
+        ]
+    )
 
 
 class Queries(Objective):
@@ -50,13 +54,15 @@ class Queries(Objective):
 
     @dataclass
     class Options:
-        n_queries: int = opt(32, "questions K per row: rows are [context, K question tokens, K answer tokens]")
+        n_queries: int = opt(
+            32, "questions K per row: rows are [context, K question tokens, K answer tokens]"
+        )
 
         def __post_init__(self):
             if self.n_queries < 1:
                 raise ValueError(f"n_queries={self.n_queries} must be >= 1")
 
-    def __init__(self, options: "Queries.Options", *, doc_mask: bool = False):
+    def __init__(self, options: Queries.Options, *, doc_mask: bool = False):
         super().__init__(options, doc_mask=doc_mask)
         self._cache: tuple | None = None
 
@@ -64,8 +70,10 @@ class Queries(Objective):
         K = self.options.n_queries
         L = row_len - 2 * K
         if L < 1:
-            raise UserError(f"objective queries: rows of {row_len} tokens cannot hold a context and "
-                            f"{K} questions + {K} answers; set train.seq_len = context + 2 * n_queries - 1")
+            raise UserError(
+                f"objective queries: rows of {row_len} tokens cannot hold a context and "
+                f"{K} questions + {K} answers; set train.seq_len = context + 2 * n_queries - 1"
+            )
         key = (row_len, K, device)
         if self._cache is None or self._cache[0] != key:
             self._cache = (key, queries_mask(L, K, device), queries_positions(L, K, device))
@@ -74,6 +82,8 @@ class Queries(Objective):
     def forward(self, model: nn.Module, tokens: Tensor, doc_ids: Tensor | None = None) -> tuple[Tensor, dict]:
         K = self.options.n_queries
         L, mask, positions = self._layout(tokens.shape[1], tokens.device)
-        inputs, answers = tokens[:, :L + K], tokens[:, L + K:]  # (B, L + K), (B, K)
-        logits = model(inputs, attn_mask=mask, is_causal=False, position_ids=positions).logits[:, L:]  # (B, K, V)
+        inputs, answers = tokens[:, : L + K], tokens[:, L + K :]  # (B, L + K), (B, K)
+        logits = model(inputs, attn_mask=mask, is_causal=False, position_ids=positions).logits[
+            :, L:
+        ]  # (B, K, V)
         return next_token_loss(logits, answers), {}

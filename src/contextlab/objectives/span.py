@@ -56,8 +56,12 @@ def random_segmentation(B: int, n_items: int, n_segments: int, generator, device
         return torch.full((B, 1), n_items, dtype=torch.long, device=device)
     scores = torch.rand(B, n_items - 1, generator=generator, device=device)
     first = scores.argsort(dim=1).argsort(dim=1) < (n_segments - 1)  # S-1 segment starts among items 1..n-1
-    seg = torch.cat([torch.zeros(B, 1, dtype=torch.long, device=device), first.long().cumsum(1)], dim=1)  # (B, n)
-    return torch.zeros(B, n_segments, dtype=torch.long, device=device).scatter_add_(1, seg, torch.ones_like(seg))
+    seg = torch.cat(
+        [torch.zeros(B, 1, dtype=torch.long, device=device), first.long().cumsum(1)], dim=1
+    )  # (B, n)
+    return torch.zeros(B, n_segments, dtype=torch.long, device=device).scatter_add_(
+        1, seg, torch.ones_like(seg)
+    )
 
 
 def random_spans_noise_mask(B: int, L: int, N: int, S: int, generator=None, device=None) -> Tensor:
@@ -78,14 +82,17 @@ def replace_spans(tokens: Tensor, spans: Tensor, sentinels: Tensor) -> Tensor:
     start = spans & ~prev
     span_id = (start.long().cumsum(1) - 1).clamp(min=0)
     if int(span_id.max()) >= len(sentinels):
-        raise UserError(f"a row needs more than {len(sentinels)} sentinels; raise the objective's n_sentinels")
+        raise UserError(
+            f"a row needs more than {len(sentinels)} sentinels; raise the objective's n_sentinels"
+        )
     out = torch.where(start, sentinels[span_id], tokens)
     keep = ~spans | start
     return out[keep].view(B, -1)  # every row keeps the same count (callers guarantee it)
 
 
-def span_sequence(tokens: Tensor, noise: Tensor, sentinels: Tensor, eos: int, total: int,
-                  lead: Tensor | None = None) -> tuple[Tensor, int, int]:
+def span_sequence(
+    tokens: Tensor, noise: Tensor, sentinels: Tensor, eos: int, total: int, lead: Tensor | None = None
+) -> tuple[Tensor, int, int]:
     """-> (sequence (B, total), prefix length P, number of target tokens).
 
     sequence = [lead][inputs][targets][EOS padding]; inputs and lead form the bidirectional
@@ -138,7 +145,9 @@ class SpanCorruption(Objective):
         return tuple(f"<extra_id_{i}>" for i in range(self.options.n_sentinels))
 
     def sentinel_ids(self, device) -> Tensor:
-        return torch.tensor([self.special_ids[n] for n in self.special_tokens], dtype=torch.long, device=device)
+        return torch.tensor(
+            [self.special_ids[n] for n in self.special_tokens], dtype=torch.long, device=device
+        )
 
     def eos_id(self) -> int:
         return self.eot_id if self.eot_id is not None else self.special_ids[self.special_tokens[-1]]
@@ -148,7 +157,8 @@ class SpanCorruption(Objective):
         B, total = tokens.shape
         L, N, S = span_layout(total, o.noise_density, o.mean_span)
         noise = random_spans_noise_mask(B, L, N, S, self.generator(tokens.device), tokens.device)
-        seq, prefix, n_targets = span_sequence(tokens[:, :L], noise, self.sentinel_ids(tokens.device),
-                                               self.eos_id(), total)
+        seq, prefix, n_targets = span_sequence(
+            tokens[:, :L], noise, self.sentinel_ids(tokens.device), self.eos_id(), total
+        )
         full = torch.full((B,), prefix, dtype=torch.long, device=tokens.device)
         return prefix_batch(seq, full, torch.full_like(full, n_targets))

@@ -64,7 +64,9 @@ class UL2(Objective):
         self.parsed = [parse_denoiser(d) for d in options.denoisers]
         w = list(options.weights) or [1.0] * len(self.parsed)
         if not self.parsed or len(w) != len(self.parsed) or any(x < 0 for x in w) or sum(w) <= 0:
-            raise UserError("objective.options.weights needs one non-negative weight per denoiser (not all 0)")
+            raise UserError(
+                "objective.options.weights needs one non-negative weight per denoiser (not all 0)"
+            )
         self.probs = torch.tensor(w, dtype=torch.float) / sum(w)
 
     @property
@@ -76,8 +78,11 @@ class UL2(Objective):
         device = tokens.device
         g = self.generator(device)
         choice = torch.multinomial(self.probs.to(device), B, replacement=True, generator=g)  # (B,)
-        sentinels = torch.tensor([self.special_ids[f"<extra_id_{i}>"] for i in range(self.options.n_sentinels)],
-                                 dtype=torch.long, device=device)
+        sentinels = torch.tensor(
+            [self.special_ids[f"<extra_id_{i}>"] for i in range(self.options.n_sentinels)],
+            dtype=torch.long,
+            device=device,
+        )
         eos = self.eot_id if self.eot_id is not None else int(sentinels[-1])
         seq = torch.empty_like(tokens)
         prefix = torch.empty(B, dtype=torch.long, device=device)

@@ -27,21 +27,29 @@ TRAIN_STORE = "stdlib"  # OUT/stdlib: the training code (packed into OUT/packed/
 
 @dataclass
 class CorpusSection:
-    vocab: int = opt(4096, "size of the BPE vocabulary trained on the embedded books (the tokenizer of every store)")
+    vocab: int = opt(
+        4096, "size of the BPE vocabulary trained on the embedded books (the tokenizer of every store)"
+    )
     code_include: list[str] = opt(["**/*.py"], "standard-library files to read (globs on the path inside it)")
-    heldout: list[str] = opt(["test/**/*.py"], "standard-library files held out of training (globs selecting "
-                             "code files); the evaluations read them")
+    heldout: list[str] = opt(
+        ["test/**/*.py"],
+        "standard-library files held out of training (globs selecting code files); the evaluations read them",
+    )
 
     def __post_init__(self) -> None:
         if self.vocab < 260:
-            raise ValueError(f"corpus.vocab must be at least 260 (the bytes and a few merges), got {self.vocab}")
+            raise ValueError(
+                f"corpus.vocab must be at least 260 (the bytes and a few merges), got {self.vocab}"
+            )
         if not self.heldout:
             raise ValueError("corpus.heldout needs at least one glob: the evaluations need held-out files")
 
 
 @dataclass
 class PackSection:
-    methods: list[str] = opt(["ep", "splice"], "packings of the training code (contextlab data pack --method)")
+    methods: list[str] = opt(
+        ["ep", "splice"], "packings of the training code (contextlab data pack --method)"
+    )
     retriever: str = opt("bm25", "retriever of splice/icp: bm25, dense or repo")
     k: int = opt(1, "splice: related documents retrieved per popped document")
     seed: int = opt(0, "packing seed")
@@ -90,8 +98,10 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] = ()) -> Qu
             raise UserError(f"runs.{name} must be a table (objective, packing, options)")
         runs[name] = from_dict(RunSpec, spec, prefix=f"runs.{name}")
         if runs[name].packing not in cfg.pack.methods:
-            raise UserError(f"runs.{name}.packing is {runs[name].packing!r} but the quickstart packs only "
-                            f"{', '.join(cfg.pack.methods)}; set pack.methods or runs.{name}.packing")
+            raise UserError(
+                f"runs.{name}.packing is {runs[name].packing!r} but the quickstart packs only "
+                f"{', '.join(cfg.pack.methods)}; set pack.methods or runs.{name}.packing"
+            )
     if not runs:
         raise UserError("the recipe has no [runs.NAME] table; add at least one run")
     cfg.runs = runs
@@ -105,8 +115,10 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] = ()) -> Qu
 
     for name, spec in runs.items():  # the trainer's own checks, before anything runs
         if spec.objective not in OBJECTIVES:
-            raise UserError(f"runs.{name}.objective: unknown objective {spec.objective!r}; choose one of "
-                            f"{', '.join(OBJECTIVES)}")
+            raise UserError(
+                f"runs.{name}.objective: unknown objective {spec.objective!r}; choose one of "
+                f"{', '.join(OBJECTIVES)}"
+            )
         from_dict(OBJECTIVES[spec.objective].Options, dict(spec.options), prefix=f"runs.{name}.options")
         run_config(cfg, name, Path("quickstart-check"))
     return cfg
@@ -124,7 +136,9 @@ def run_config(cfg: QuickstartConfig, name: str, out: Path):
     spec: RunSpec = cfg.runs[name]
     data = apply_overrides(cfg.base, [])
     data.setdefault("data", {})["packed"] = str(out / "packed" / spec.packing)
-    data["data"]["store"] = str(out / TRAIN_STORE)  # the packed store's own store; names the tokenizer for evals
+    data["data"]["store"] = str(
+        out / TRAIN_STORE
+    )  # the packed store's own store; names the tokenizer for evals
     data.setdefault("train", {})["out_dir"] = str(out / "runs" / name)
     data["objective"] = {"name": spec.objective, "options": dict(spec.options)}
     try:

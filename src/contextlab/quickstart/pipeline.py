@@ -42,7 +42,9 @@ def fingerprint(obj) -> str:
 class Pipeline:
     """The steps of one quickstart directory, with the state that lets finished steps be skipped."""
 
-    def __init__(self, cfg: QuickstartConfig, out: str | Path, *, overwrite: bool = False, progress: bool = True):
+    def __init__(
+        self, cfg: QuickstartConfig, out: str | Path, *, overwrite: bool = False, progress: bool = True
+    ):
         self.cfg, self.out, self.overwrite, self.progress = cfg, Path(out), overwrite, progress
         self.n_steps = 3 + len(cfg.pack.methods) + len(cfg.runs) + 2
         self.k = 0
@@ -68,8 +70,10 @@ class Pipeline:
             return False
         if old == fp:
             return True
-        raise UserError(f"{output} was made with other quickstart settings; pass --overwrite to redo the "
-                        f"quickstart, or --out NEW_DIR")
+        raise UserError(
+            f"{output} was made with other quickstart settings; pass --overwrite to redo the "
+            f"quickstart, or --out NEW_DIR"
+        )
 
     def _record(self, key: str, fp: str, seconds: float | None) -> None:
         self.state["steps"][key] = fp
@@ -91,15 +95,35 @@ class Pipeline:
 
         c = self.cfg.corpus
         jobs = [
-            ("books", books_dir(), f"{len(books_provenance())} public-domain books with a {c.vocab}-token BPE "
-             "trained on them", IngestConfig(tokenizer=f"bpe:{c.vocab}",
-                                             source=SourceOptions(include=["*.txt"], strip_gutenberg="no"))),
-            (TRAIN_STORE, stdlib_dir(), f"the Python standard library ({stdlib_dir()}) except {', '.join(c.heldout)}, "
-             "with the same tokenizer", IngestConfig(tokenizer=f"store:{self.out / 'books'}", source=SourceOptions(
-                 include=c.code_include, exclude=STDLIB_EXCLUDE + c.heldout, encoding="replace"))),
-            ("stdlib_heldout", stdlib_dir(), f"held-out code ({', '.join(c.heldout)}) for the evaluations",
-             IngestConfig(tokenizer=f"store:{self.out / 'books'}", source=SourceOptions(
-                 include=c.heldout, exclude=STDLIB_EXCLUDE, encoding="replace"))),
+            (
+                "books",
+                books_dir(),
+                f"{len(books_provenance())} public-domain books with a {c.vocab}-token BPE trained on them",
+                IngestConfig(
+                    tokenizer=f"bpe:{c.vocab}", source=SourceOptions(include=["*.txt"], strip_gutenberg="no")
+                ),
+            ),
+            (
+                TRAIN_STORE,
+                stdlib_dir(),
+                f"the Python standard library ({stdlib_dir()}) except {', '.join(c.heldout)}, "
+                "with the same tokenizer",
+                IngestConfig(
+                    tokenizer=f"store:{self.out / 'books'}",
+                    source=SourceOptions(
+                        include=c.code_include, exclude=STDLIB_EXCLUDE + c.heldout, encoding="replace"
+                    ),
+                ),
+            ),
+            (
+                "stdlib_heldout",
+                stdlib_dir(),
+                f"held-out code ({', '.join(c.heldout)}) for the evaluations",
+                IngestConfig(
+                    tokenizer=f"store:{self.out / 'books'}",
+                    source=SourceOptions(include=c.heldout, exclude=STDLIB_EXCLUDE, encoding="replace"),
+                ),
+            ),
         ]
         stores = {}
         for name, source, what, config in jobs:
@@ -129,14 +153,21 @@ class Pipeline:
             self.header(f"pack the training code with {method} ({seq_len} tokens per sequence)")
             t0 = time.perf_counter()
             cfg = PackConfig(method=method, seq_len=seq_len, retriever=p.retriever, k=p.k, seed=p.seed)
-            rep = pack(code_store, self.out / "packed" / method, cfg, overwrite=self.overwrite, progress=self.progress)
+            rep = pack(
+                code_store,
+                self.out / "packed" / method,
+                cfg,
+                overwrite=self.overwrite,
+                progress=self.progress,
+            )
             pk = rep.packed
             stats_file = pk.path / "pack_stats.json"
             if not rep.up_to_date or not stats_file.exists():
                 stats = pack_stats(pk)
                 plot_pack_stats(stats, pk.path / "pack_stats.png")
-                atomic_write_json(stats_file, {k: v for k, v in stats.items()
-                                               if not k.endswith(("_all", "_per_sequence"))})
+                atomic_write_json(
+                    stats_file, {k: v for k, v in stats.items() if not k.endswith(("_all", "_per_sequence"))}
+                )
                 self.state["seconds"][f"pack {method}"] = round(time.perf_counter() - t0, 1)
                 print("  " + format_pack_stats(stats).replace("\n", "\n  "))
             else:
@@ -157,19 +188,28 @@ class Pipeline:
         for name, spec in self.cfg.runs.items():
             rc = run_config(self.cfg, name, self.out)
             t = rc.train
-            fp = fingerprint({"config": config_hash(rc), "packed": packed[spec.packing].meta.get("fingerprint"),
-                              "budget": [t.max_steps, t.max_tokens, t.max_flops, t.max_minutes]})
+            fp = fingerprint(
+                {
+                    "config": config_hash(rc),
+                    "packed": packed[spec.packing].meta.get("fingerprint"),
+                    "budget": [t.max_steps, t.max_tokens, t.max_flops, t.max_minutes],
+                }
+            )
             run_dir = Path(rc.train.out_dir)
-            self.header(f"train {name}: {spec.objective} on the {spec.packing} sequences, "
-                        f"{rc.train.max_steps or '?'} steps of {rc.train.tokens_per_step:,} tokens")
+            self.header(
+                f"train {name}: {spec.objective} on the {spec.packing} sequences, "
+                f"{rc.train.max_steps or '?'} steps of {rc.train.tokens_per_step:,} tokens"
+            )
             if self._done(f"train {name}", fp, run_dir / "config.toml"):
                 print(f"  {run_dir}: finished already, skipped")
             else:
                 t0 = time.perf_counter()
                 res = train(rc)
                 if math.isfinite(res.final_loss):
-                    print(f"  {run_dir}: {res.steps} steps, train loss {res.final_loss:.4f}"
-                          + (f", validation loss {res.val_loss:.4f}" if res.val_loss is not None else ""))
+                    print(
+                        f"  {run_dir}: {res.steps} steps, train loss {res.final_loss:.4f}"
+                        + (f", validation loss {res.val_loss:.4f}" if res.val_loss is not None else "")
+                    )
                 else:  # resumed from its last checkpoint: nothing was left to do
                     print(f"  {run_dir}: {res.steps} steps, finished already")
                 self._record(f"train {name}", fp, time.perf_counter() - t0)
@@ -180,33 +220,50 @@ class Pipeline:
         """contextwise loss on the held-out code and needle in a haystack, for every run."""
         from tqdm.auto import tqdm
 
-        from contextlab.corpus import books_dir
         from contextlab.config import from_dict
+        from contextlab.corpus import books_dir
         from contextlab.eval import OPTIONS, evaluate, load_model
         from contextlab.eval.adapter import ContextLengthWarning
 
         e = self.cfg.eval
-        data = {"contextwise": str(heldout_store.path), "bayes-fit": str(heldout_store.path), "niah": str(books_dir())}
+        data = {
+            "contextwise": str(heldout_store.path),
+            "bayes-fit": str(heldout_store.path),
+            "niah": str(books_dir()),
+        }
         jobs = [(run, name) for run in self.cfg.runs for name in EVALS]
         self.header(f"evaluate: {', '.join(EVALS)} for {', '.join(self.cfg.runs)}")
         bar = tqdm(jobs, desc="evaluate", unit="eval", disable=not self.progress, dynamic_ncols=True)
         for run, name in bar:
             run_dir = self.out / "runs" / run
             options = eval_options(self.cfg, name)
-            fp = fingerprint({"run": run_fps[run], "options": options, "dtype": e.dtype, "batch": e.batch_size,
-                              "data": data[name] if name == "niah" else heldout_store.hash})
+            fp = fingerprint(
+                {
+                    "run": run_fps[run],
+                    "options": options,
+                    "dtype": e.dtype,
+                    "batch": e.batch_size,
+                    "data": data[name] if name == "niah" else heldout_store.hash,
+                }
+            )
             out_json = run_dir / "eval" / f"{name}.json"
             if self._done(f"eval {run} {name}", fp, out_json):
                 bar.write(f"  {name} {run}: done already, skipped")
                 continue
             t0 = time.perf_counter()
             adapter = load_model(run_dir, dtype=e.dtype, batch_size=e.batch_size)
-            with warnings.catch_warnings():  # scoring past the training context is deliberate here (see recipe)
+            with (
+                warnings.catch_warnings()
+            ):  # scoring past the training context is deliberate here (see recipe)
                 warnings.simplefilter("ignore", ContextLengthWarning)
-                _, res = evaluate(name, adapter, from_dict(OPTIONS[name], options), data[name],
-                                  run_dir / "eval")
-            summary = {k: round(v, 4) if isinstance(v, float) else v for k, v in res.results["summary"].items()
-                       if isinstance(v, (int, float)) and not isinstance(v, bool)}
+                _, res = evaluate(
+                    name, adapter, from_dict(OPTIONS[name], options), data[name], run_dir / "eval"
+                )
+            summary = {
+                k: round(v, 4) if isinstance(v, float) else v
+                for k, v in res.results["summary"].items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool)
+            }
             bar.write(f"  {name} {run}: {json.dumps(summary)}")
             self._record(f"eval {run} {name}", fp, time.perf_counter() - t0)
         bar.close()
@@ -229,8 +286,9 @@ class Pipeline:
         return page, summary
 
 
-def run_quickstart(cfg: QuickstartConfig, out: str | Path, *, overwrite: bool = False,
-                   progress: bool = True) -> tuple[Path, dict]:
+def run_quickstart(
+    cfg: QuickstartConfig, out: str | Path, *, overwrite: bool = False, progress: bool = True
+) -> tuple[Path, dict]:
     """Run (or resume) the whole quickstart in ``out``; returns (report path, summary)."""
     t0 = time.perf_counter()
     pipe = Pipeline(cfg, out, overwrite=overwrite, progress=progress)

@@ -41,12 +41,15 @@ def run_numbers(run_dir: Path) -> dict:
     bf = _result(run_dir / "eval" / "bayes-fit.json")
     niah = _result(run_dir / "eval" / "niah.json")
     key, _ = headline_metric(niah["summary"])
-    return {"best-context loss": cw["summary"]["best_context_loss"],
-            "context gain": bf["loss"][0] - bf["loss"][-1],
-            "visible": [bf["lengths"][0], bf["lengths"][-1]], "targets": bf["n_targets"],
-            "needle accuracy": niah["summary"][key],
-            "needle chance": niah["summary"].get("chance"),
-            "train context": cw["train_context"]}
+    return {
+        "best-context loss": cw["summary"]["best_context_loss"],
+        "context gain": bf["loss"][0] - bf["loss"][-1],
+        "visible": [bf["lengths"][0], bf["lengths"][-1]],
+        "targets": bf["n_targets"],
+        "needle accuracy": niah["summary"][key],
+        "needle chance": niah["summary"].get("chance"),
+        "train context": cw["train_context"],
+    }
 
 
 def write_summary(out: Path, cfg, seconds_by_step: dict, seconds: float) -> dict:
@@ -61,17 +64,27 @@ def write_summary(out: Path, cfg, seconds_by_step: dict, seconds: float) -> dict
     combined_plot([out / "runs" / name / "eval" / "contextwise.json" for name in cfg.runs], plot)
     ctx = rows[0]["train context"]
     chance = rows[0]["needle chance"]
-    notes = [f"best-context loss: mean loss (nats/token) over the last 10% of the {ctx}-token training context, "
-             f"on held-out code ({', '.join(cfg.corpus.heldout)} of the Python standard library), lower is better.",
-             f"context gain: loss of {rows[0]['targets']} held-out target tokens (random positions) with "
-             f"{rows[0]['visible'][0]} visible token minus with {rows[0]['visible'][1]} visible tokens (the same "
-             "targets): what reading the context is worth to the model.",
-             "needle accuracy: the true answer is the most likely of 5 candidates, over every needle length and "
-             f"depth (chance {chance:g})." if chance else "needle accuracy: substring match of the generated answer."]
-    summary = {"format": SUMMARY_FORMAT, "title": "contextlab quickstart", "headline": rows, "notes": notes,
-               "figures": [plot.name], "seconds_by_step": seconds_by_step,
-               "seconds_total_recorded": round(sum(seconds_by_step.values()), 1),
-               "seconds_this_invocation": round(seconds, 1)}
+    notes = [
+        f"best-context loss: mean loss (nats/token) over the last 10% of the {ctx}-token training context, "
+        f"on held-out code ({', '.join(cfg.corpus.heldout)} of the Python standard library), lower is better.",
+        f"context gain: loss of {rows[0]['targets']} held-out target tokens (random positions) with "
+        f"{rows[0]['visible'][0]} visible token minus with {rows[0]['visible'][1]} visible tokens (the same "
+        "targets): what reading the context is worth to the model.",
+        "needle accuracy: the true answer is the most likely of 5 candidates, over every needle length and "
+        f"depth (chance {chance:g})."
+        if chance
+        else "needle accuracy: substring match of the generated answer.",
+    ]
+    summary = {
+        "format": SUMMARY_FORMAT,
+        "title": "contextlab quickstart",
+        "headline": rows,
+        "notes": notes,
+        "figures": [plot.name],
+        "seconds_by_step": seconds_by_step,
+        "seconds_total_recorded": round(sum(seconds_by_step.values()), 1),
+        "seconds_this_invocation": round(seconds, 1),
+    }
     atomic_write_json(out / "summary.json", summary)
     return summary
 
@@ -82,6 +95,8 @@ def format_headline(summary: dict) -> str:
     width = max(len(r["run"]) for r in rows) + 2
     lines = [" " * width + "".join(f"{c:>20}" for c in COLUMNS)]
     for r in rows:
-        acc = f"{r['needle accuracy']:.2f}" + (f" (chance {r['needle chance']:.2f})" if r.get("needle chance") else "")
+        acc = f"{r['needle accuracy']:.2f}" + (
+            f" (chance {r['needle chance']:.2f})" if r.get("needle chance") else ""
+        )
         lines.append(f"{r['run']:<{width}}{r['best-context loss']:>20.4f}{r['context gain']:>20.4f}{acc:>20}")
     return "\n".join(lines)

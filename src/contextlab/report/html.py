@@ -49,7 +49,11 @@ def _img(path: Path, alt: str) -> str:
 
 
 def _fmt(v) -> str:
-    if isinstance(v, str) and v and v.lstrip("-").replace(".", "", 1).replace("e", "", 1).replace("-", "").isdigit():
+    if (
+        isinstance(v, str)
+        and v
+        and v.lstrip("-").replace(".", "", 1).replace("e", "", 1).replace("-", "").isdigit()
+    ):
         try:
             v = float(v) if any(c in v for c in ".e") else int(v)
         except ValueError:
@@ -64,8 +68,9 @@ def _table(rows: list[dict], columns: list[str] | None = None, limit: int = 200)
         return '<p class="muted">(none)</p>'
     columns = columns or list(dict.fromkeys(k for r in rows for k in r))
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{_fmt(r.get(c, ''))}</td>" for c in columns) + "</tr>"
-                   for r in rows[:limit])
+    body = "".join(
+        "<tr>" + "".join(f"<td>{_fmt(r.get(c, ''))}</td>" for c in columns) + "</tr>" for r in rows[:limit]
+    )
     more = f'<p class="muted">{len(rows) - limit} more rows in the file</p>' if len(rows) > limit else ""
     return f"<table><tr>{head}</tr>{body}</table>{more}"
 
@@ -75,7 +80,11 @@ def _pre(text: str) -> str:
 
 
 def _scalars(d: dict) -> dict:
-    return {k: v for k, v in d.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool) and len(str(v)) < 80}
+    return {
+        k: v
+        for k, v in d.items()
+        if isinstance(v, (int, float, str)) and not isinstance(v, bool) and len(str(v)) < 80
+    }
 
 
 # ---------------------------------------------------------------------------- sections
@@ -98,9 +107,14 @@ def run_section(run: Path, title: str | None = None) -> tuple[str, dict]:
     rows = read_metrics(run)
     if rows:
         s = summarize(rows)
-        key = {"steps": s["steps"], "train loss": s["train_loss"],
-               **({"validation loss": s["val_loss"]} if "val_loss" in s else {})}
-        parts.append("".join(f'<span class="key">{html.escape(k)} <b>{_fmt(v)}</b></span>' for k, v in key.items()))
+        key = {
+            "steps": s["steps"],
+            "train loss": s["train_loss"],
+            **({"validation loss": s["val_loss"]} if "val_loss" in s else {}),
+        }
+        parts.append(
+            "".join(f'<span class="key">{html.escape(k)} <b>{_fmt(v)}</b></span>' for k, v in key.items())
+        )
         png = loss_curve_png(rows, run / "loss_curve.png", title=run.name)
         parts.append(_img(png, "loss curve"))
     eval_dir = run / "eval"
@@ -114,19 +128,32 @@ def run_section(run: Path, title: str | None = None) -> tuple[str, dict]:
         for png in sorted(eval_dir.glob(f"{f.stem}*.png")):
             parts.append(_img(png, f"{f.stem} plot"))
         cmd = data.get("command") or f"contextlab eval {f.stem} --model {run}"
-        parts.append(f"<details><summary>reproduce</summary>{_pre(cmd if isinstance(cmd, str) else ' '.join(cmd))}</details>")
+        parts.append(
+            f"<details><summary>reproduce</summary>{_pre(cmd if isinstance(cmd, str) else ' '.join(cmd))}</details>"
+        )
     cfg = run / "config.toml"
     if cfg.exists():
-        parts.append("<details><summary>resolved config and command</summary>"
-                     + _pre(f"contextlab train {cfg}") + _pre(cfg.read_text()) + "</details>")
+        parts.append(
+            "<details><summary>resolved config and command</summary>"
+            + _pre(f"contextlab train {cfg}")
+            + _pre(cfg.read_text())
+            + "</details>"
+        )
     return "\n".join(parts), key
 
 
 def store_section(store: Path) -> str:
     meta = json.loads((store / "meta.json").read_text())
     tok = meta.get("tokenizer", {})
-    rows = [{"documents": meta["n_docs"], "tokens": meta["n_tokens"], "tokenizer": tok.get("name"),
-             "vocab": tok.get("vocab_size"), "source": meta.get("source", {}).get("path", "")}]
+    rows = [
+        {
+            "documents": meta["n_docs"],
+            "tokens": meta["n_tokens"],
+            "tokenizer": tok.get("name"),
+            "vocab": tok.get("vocab_size"),
+            "source": meta.get("source", {}).get("path", ""),
+        }
+    ]
     out = f"<h3>Token store {html.escape(store.name)}</h3>" + _table(rows)
     png = store / "doc_lengths.png"
     return out + (_img(png, f"{store.name} document lengths") if png.exists() else "")
@@ -135,14 +162,23 @@ def store_section(store: Path) -> str:
 def packed_section(stats_file: Path, root: Path) -> str:
     """A packed store's diagnostics (pack_stats.json written beside it) and its plot."""
     st = json.loads(stats_file.read_text())
-    row = {"packed store": str(stats_file.parent.relative_to(root)), "method": st.get("method"),
-           "retriever": st.get("retriever") or "", "sequences": st.get("n_sequences"),
-           "docs/sequence": (st.get("docs_per_sequence") or {}).get("mean"),
-           "neighbour similarity": st.get("mean_neighbour_similarity") if st.get("mean_neighbour_similarity")
-           is not None else "", "sequences with >= 2 related docs": st.get("frac_sequences_ge2_related"),
-           "directories/sequence": st.get("directories_per_sequence"), "zipf": (st.get("zipf") or {}).get("mean")}
+    row = {
+        "packed store": str(stats_file.parent.relative_to(root)),
+        "method": st.get("method"),
+        "retriever": st.get("retriever") or "",
+        "sequences": st.get("n_sequences"),
+        "docs/sequence": (st.get("docs_per_sequence") or {}).get("mean"),
+        "neighbour similarity": st.get("mean_neighbour_similarity")
+        if st.get("mean_neighbour_similarity") is not None
+        else "",
+        "sequences with >= 2 related docs": st.get("frac_sequences_ge2_related"),
+        "directories/sequence": st.get("directories_per_sequence"),
+        "zipf": (st.get("zipf") or {}).get("mean"),
+    }
     png = stats_file.parent / "pack_stats.png"
-    return _table([row]) + (_img(png, f"{stats_file.parent.name} packing diagnostics") if png.exists() else "")
+    return _table([row]) + (
+        _img(png, f"{stats_file.parent.name} packing diagnostics") if png.exists() else ""
+    )
 
 
 def summary_section(root: Path) -> str:
@@ -155,8 +191,11 @@ def summary_section(root: Path) -> str:
             parts.append(_img(root / name, name))
     timing = doc.get("seconds_by_step") or {}
     if timing:
-        parts.append("<details><summary>wall time of each step (seconds)</summary>"
-                     + _table([{"step": k, "seconds": v} for k, v in timing.items()]) + "</details>")
+        parts.append(
+            "<details><summary>wall time of each step (seconds)</summary>"
+            + _table([{"step": k, "seconds": v} for k, v in timing.items()])
+            + "</details>"
+        )
     return "\n".join(parts)
 
 
@@ -170,16 +209,26 @@ def sweep_section(sweep: Path) -> str:
         res = json.loads(co.read_text())
         parts.append("<h2>Compute-optimal context</h2>")
         axis = res.get("budget_key") or "budget"
-        best = [{axis: b, "model": o["best"]["size"], "context": o["best"]["context"], res["metric"]: o["best"]["loss"]}
-                for b, o in res["optimal"].items()]
+        best = [
+            {
+                axis: b,
+                "model": o["best"]["size"],
+                "context": o["best"]["context"],
+                res["metric"]: o["best"]["loss"],
+            }
+            for b, o in res["optimal"].items()
+        ]
         parts.append(_table(best))
         for name in ("u_curves.png", "optimal_context.png", "gap_curves.png"):
             if (sweep / name).exists():
                 parts.append(_img(sweep / name, name))
     if (sweep / "sweep.toml").exists():
-        parts.append("<details><summary>sweep file and command</summary>"
-                     + _pre(f"contextlab sweep {sweep / 'sweep.toml'}") + _pre((sweep / "sweep.toml").read_text())
-                     + "</details>")
+        parts.append(
+            "<details><summary>sweep file and command</summary>"
+            + _pre(f"contextlab sweep {sweep / 'sweep.toml'}")
+            + _pre((sweep / "sweep.toml").read_text())
+            + "</details>"
+        )
     return "\n".join(parts)
 
 
@@ -210,8 +259,12 @@ def find_runs(root: Path) -> list[Path]:
     return sorted(p.parent for p in root.rglob("metrics.jsonl"))
 
 
-def build_report(directory: str | Path, out: str | Path | None = None, title: str | None = None,
-                 headline: dict | None = None) -> Path:
+def build_report(
+    directory: str | Path,
+    out: str | Path | None = None,
+    title: str | None = None,
+    headline: dict | None = None,
+) -> Path:
     """Write DIR/report.html (or ``out``) for a run, a sweep, or any folder of runs and stores."""
     root = Path(directory)
     from contextlab.errors import UserError
@@ -223,11 +276,19 @@ def build_report(directory: str | Path, out: str | Path | None = None, title: st
     if summary_file.exists() and json.loads(summary_file.read_text()).get("format") == "contextlab-summary":
         body.append(summary_section(root))
     if headline:
-        body.append("<p>" + "".join(f'<span class="key">{html.escape(k)} <b>{_fmt(v)}</b></span>'
-                                    for k, v in headline.items()) + "</p>")
+        body.append(
+            "<p>"
+            + "".join(
+                f'<span class="key">{html.escape(k)} <b>{_fmt(v)}</b></span>' for k, v in headline.items()
+            )
+            + "</p>"
+        )
     lead = len(body)  # the runs table goes right after the headline
-    stores = sorted(p.parent for p in root.rglob("meta.json")
-                    if json.loads(p.read_text()).get("format") == "contextlab-token-store")
+    stores = sorted(
+        p.parent
+        for p in root.rglob("meta.json")
+        if json.loads(p.read_text()).get("format") == "contextlab-token-store"
+    )
     if stores:
         body.append("<h2>Data</h2>" + "".join(store_section(s) for s in stores))
     packs = sorted(root.rglob("pack_stats.json"))
@@ -240,15 +301,22 @@ def build_report(directory: str | Path, out: str | Path | None = None, title: st
     for run in runs[:50]:
         section, key = run_section(run, f"Run {run.relative_to(root) if run != root else run.name}")
         body.append(section)
-        summary.append({"run": str(run.relative_to(root)) if run != root else run.name, **key, **eval_key(run)})
+        summary.append(
+            {"run": str(run.relative_to(root)) if run != root else run.name, **key, **eval_key(run)}
+        )
     if len(runs) > 1:
         body.insert(lead, "<h2>Runs</h2>" + _table(summary))
     if not body:
         raise UserError(f"report: nothing to report in {root} (no runs, token stores or sweep results)")
     title = title or f"contextlab report: {root.resolve().name}"
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"
-            f"<p class='muted'>{html.escape(str(root.resolve()))}</p>" + "\n".join(body) + CHECK + "</body></html>")
+    page = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"
+        f"<p class='muted'>{html.escape(str(root.resolve()))}</p>"
+        + "\n".join(body)
+        + CHECK
+        + "</body></html>"
+    )
     out = Path(out) if out else root / "report.html"
     atomic_write_text(out, page)
     return out

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections import Counter
 from pathlib import Path
 
@@ -47,22 +46,39 @@ def load_results(path: str | Path) -> list[dict]:
         return list(csv.DictReader(fh))
 
 
-def analyze(rows: list[dict], *, context_key: str = "train.seq_len", size_key: str = "model.size",
-            budget_key: str | None = None, metric: str | None = None, window: int = 3) -> dict:
+def analyze(
+    rows: list[dict],
+    *,
+    context_key: str = "train.seq_len",
+    size_key: str = "model.size",
+    budget_key: str | None = None,
+    metric: str | None = None,
+    window: int = 3,
+) -> dict:
     done = [r for r in rows if r.get("status") == "done"]
     if not done:
         raise UserError("no finished runs in the results; nothing to analyse")
     if size_key not in done[0]:  # e.g. a grid over model.n_embd instead of named sizes
         size_key = next((k for k in done[0] if k.startswith("model.")), size_key)
     if budget_key is None:
-        budget_key = next((k for k in ("train.max_flops", "train.max_tokens", "train.max_steps", "train.max_minutes")
-                           if k in done[0]), None)
+        budget_key = next(
+            (
+                k
+                for k in ("train.max_flops", "train.max_tokens", "train.max_steps", "train.max_minutes")
+                if k in done[0]
+            ),
+            None,
+        )
     if budget_key is not None and budget_key not in done[0]:
-        raise UserError(f"the analysis axis '{budget_key}' is not a column of the results; set "
-                        f"sweep.analysis_axis to one of the grid keys")
+        raise UserError(
+            f"the analysis axis '{budget_key}' is not a column of the results; set "
+            f"sweep.analysis_axis to one of the grid keys"
+        )
     if metric is not None and not any(_num(r.get(metric)) is not None for r in done):
-        raise UserError(f"no finished run has a value for '{metric}'; set sweep.analysis_metric to a loss column "
-                        f"of results.csv (e.g. val_loss or best_val_loss)")
+        raise UserError(
+            f"no finished run has a value for '{metric}'; set sweep.analysis_metric to a loss column "
+            f"of results.csv (e.g. val_loss or best_val_loss)"
+        )
     if metric is None:
         metric = next((m for m in METRICS if any(_num(r.get(m)) is not None for r in done)), None)
     if metric is None or context_key not in done[0]:
@@ -84,9 +100,13 @@ def analyze(rows: list[dict], *, context_key: str = "train.seq_len", size_key: s
     optimal = {}
     for b in budgets:
         per_size = {s: min(curve, key=curve.get) for s, curve in table[b].items()}
-        best_size, best_ctx = min(((s, c) for s, c in per_size.items()), key=lambda sc: table[b][sc[0]][sc[1]])
-        optimal[b] = {"per_size": per_size, "best": {"size": best_size, "context": best_ctx,
-                                                     "loss": table[b][best_size][best_ctx]}}
+        best_size, best_ctx = min(
+            ((s, c) for s, c in per_size.items()), key=lambda sc: table[b][sc[0]][sc[1]]
+        )
+        optimal[b] = {
+            "per_size": per_size,
+            "best": {"size": best_size, "context": best_ctx, "loss": table[b][best_size][best_ctx]},
+        }
     sizes = sorted({s for b in budgets for s in table[b]})
     smoothed = {}
     for s in sizes:
@@ -98,12 +118,20 @@ def analyze(rows: list[dict], *, context_key: str = "train.seq_len", size_key: s
             top = max(counts.values())
             out.append((b, min(c for c, n in counts.items() if n == top)))  # ties: the smaller context
         smoothed[s] = out
-    return {"metric": metric, "context_key": context_key, "size_key": size_key, "budget_key": budget_key,
-            "window": window, "replicates": max(len(v) for v in samples.values()) if samples else 0,
-            "replicate_spread": {b: {sz: dict(sorted(c.items())) for sz, c in v.items()} for b, v in spread.items()},
-            "curves": {str(b): {s: dict(sorted(c.items())) for s, c in table[b].items()} for b in budgets},
-            "optimal": {str(b): v for b, v in optimal.items()},
-            "optimal_context_smoothed": {s: [[b, c] for b, c in v] for s, v in smoothed.items()}}
+    return {
+        "metric": metric,
+        "context_key": context_key,
+        "size_key": size_key,
+        "budget_key": budget_key,
+        "window": window,
+        "replicates": max(len(v) for v in samples.values()) if samples else 0,
+        "replicate_spread": {
+            b: {sz: dict(sorted(c.items())) for sz, c in v.items()} for b, v in spread.items()
+        },
+        "curves": {str(b): {s: dict(sorted(c.items())) for s, c in table[b].items()} for b in budgets},
+        "optimal": {str(b): v for b, v in optimal.items()},
+        "optimal_context_smoothed": {s: [[b, c] for b, c in v] for s, v in smoothed.items()},
+    }
 
 
 def plot(result: dict, out_dir: Path) -> list[Path]:
@@ -117,10 +145,15 @@ def plot(result: dict, out_dir: Path) -> list[Path]:
     for ax, b in zip(axes[0], budgets):
         for size, curve in sorted(result["curves"][b].items()):
             xs = [int(x) for x in curve]
-            line, = ax.plot(xs, list(curve.values()), marker="o", label=size)
+            (line,) = ax.plot(xs, list(curve.values()), marker="o", label=size)
             best = result["optimal"][b]["per_size"][size]
-            ax.plot([int(best)], [curve[best] if best in curve else curve[str(best)]], marker="*", markersize=14,
-                    color=line.get_color())
+            ax.plot(
+                [int(best)],
+                [curve[best] if best in curve else curve[str(best)]],
+                marker="*",
+                markersize=14,
+                color=line.get_color(),
+            )
         ax.set_xscale("log", base=2)
         ax.set_xlabel("training context (tokens)")
         ax.set_title(f"{result['budget_key'] or 'budget'} = {float(b):.3g}")
@@ -152,8 +185,13 @@ def plot(result: dict, out_dir: Path) -> list[Path]:
             xs = [int(x) for x in curve]
             low = min(curve.values())
             color = cmap(i / max(1, len(budgets) - 1))
-            ax.plot(xs, [v - low for v in curve.values()], marker="o", color=color,
-                    label=f"{result['budget_key'] or 'budget'} = {float(b):.3g}")
+            ax.plot(
+                xs,
+                [v - low for v in curve.values()],
+                marker="o",
+                color=color,
+                label=f"{result['budget_key'] or 'budget'} = {float(b):.3g}",
+            )
             best = int(result["optimal"][b]["per_size"][size])
             ax.plot([best], [0.0], marker="*", markersize=14, color=color)
         ax.set_xscale("log", base=2)

@@ -47,16 +47,28 @@ class SweepSection:
     parallel: int = opt(1, "runs at the same time")
     threads_per_run: int = opt(0, "torch threads per run; 0 = cores / parallel")
     evals: list[str] = opt([], "evaluations to run after each training run (contextlab eval NAME)")
-    eval_args: dict = opt({}, "extra arguments per evaluation: NAME = [args]; {key.path} is replaced by "
-                              "the run's config value, {run} by the run directory")
+    eval_args: dict = opt(
+        {},
+        "extra arguments per evaluation: NAME = [args]; {key.path} is replaced by "
+        "the run's config value, {run} by the run directory",
+    )
     retry_failed: bool = opt(True, "run failed runs again when the sweep is restarted")
-    analysis_axis: str = opt("", "grid key that groups the loss-vs-context curves of the analysis (one panel and "
-                             "one optimum per value), e.g. data.train_tokens for a data-size sweep; empty = the "
-                             "train.max_* budget key of the grid")
-    analysis_metric: str = opt("", "results column the analysis minimises, e.g. best_val_loss for runs with early "
-                               "stopping; empty = contextwise.best_context_loss when evaluated, else val_loss")
-    analysis_window: int = opt(3, "values of the analysis axis over which the optimal context is smoothed (the most "
-                               "common optimum in a sliding window); 1 = the raw optimum of each value")
+    analysis_axis: str = opt(
+        "",
+        "grid key that groups the loss-vs-context curves of the analysis (one panel and "
+        "one optimum per value), e.g. data.train_tokens for a data-size sweep; empty = the "
+        "train.max_* budget key of the grid",
+    )
+    analysis_metric: str = opt(
+        "",
+        "results column the analysis minimises, e.g. best_val_loss for runs with early "
+        "stopping; empty = contextwise.best_context_loss when evaluated, else val_loss",
+    )
+    analysis_window: int = opt(
+        3,
+        "values of the analysis axis over which the optimal context is smoothed (the most "
+        "common optimum in a sliding window); 1 = the raw optimum of each value",
+    )
 
 
 @dataclass
@@ -83,7 +95,9 @@ def load_sweep(path: str | Path, overrides: list[str] = ()) -> tuple[SweepSectio
     data = apply_overrides(read_toml(path), list(overrides))
     unknown = set(data) - {"sweep", "base", "grid"}
     if unknown:
-        raise UserError(f"unknown table(s) {sorted(unknown)} in {path}; a sweep has [sweep], [base] and [grid]")
+        raise UserError(
+            f"unknown table(s) {sorted(unknown)} in {path}; a sweep has [sweep], [base] and [grid]"
+        )
     section = from_dict(SweepSection, data.get("sweep", {}))
     grid = data.get("grid", {})
     for key, values in grid.items():
@@ -96,7 +110,9 @@ def load_sweep(path: str | Path, overrides: list[str] = ()) -> tuple[SweepSectio
         params = dict(zip(keys, combo))
         name = "__".join(f"{_short(k)}-{_fmt(v)}" for k, v in params.items()) or "run"
         if name in names:
-            raise UserError(f"two grid points give the same run name {name!r}; make the grid keys' last parts differ")
+            raise UserError(
+                f"two grid points give the same run name {name!r}; make the grid keys' last parts differ"
+            )
         names.add(name)
         cfg = apply_overrides(data.get("base", {}), [])
         for k, v in params.items():
@@ -133,6 +149,7 @@ def _format_arg(arg: str, run: Run) -> str:
                 raise UserError(f"eval argument {arg!r}: the run config has no key '{key}'")
             node = node[part]
         return str(node)
+
     return re.sub(r"\{([A-Za-z0-9_.]+)\}", lookup, arg)
 
 
@@ -151,11 +168,13 @@ def _run_one(section: SweepSection, run: Run, threads: int) -> subprocess.Popen:
     cfg = apply_overrides(run.config, [f"train.threads={threads}", "train.progress=false"])
     atomic_write_text(run.dir / "sweep_config.toml", dumps_toml(cfg))
     chain = json.dumps([c for _, c in _commands(section, run)])
-    code = ("import json, subprocess, sys\n"
-            f"for cmd in json.loads({chain!r}):\n"
-            "    r = subprocess.run(cmd)\n"
-            "    if r.returncode:\n"
-            "        sys.exit(r.returncode)\n")
+    code = (
+        "import json, subprocess, sys\n"
+        f"for cmd in json.loads({chain!r}):\n"
+        "    r = subprocess.run(cmd)\n"
+        "    if r.returncode:\n"
+        "        sys.exit(r.returncode)\n"
+    )
     log = open(run.dir / "sweep.log", "ab")
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -172,8 +191,9 @@ def _last_error(run: Run) -> str:
     return (errors or lines or ["failed"])[-1][-500:]
 
 
-def run_sweep(path: str | Path, overrides: list[str] = (), *, only: str | None = None,
-              progress: bool = True) -> Path:
+def run_sweep(
+    path: str | Path, overrides: list[str] = (), *, only: str | None = None, progress: bool = True
+) -> Path:
     """Run every pending run of the sweep; returns the path of results.csv."""
     from tqdm.auto import tqdm
 
@@ -183,11 +203,20 @@ def run_sweep(path: str | Path, overrides: list[str] = (), *, only: str | None =
     atomic_write_text(out / "sweep.toml", Path(path).read_text(encoding="utf-8"))
     if only:
         runs = [r for r in runs if re.search(only, r.name)]
-    todo = [r for r in runs if status(r)["status"] != "done"
-            and (section.retry_failed or status(r)["status"] != "failed")]
+    todo = [
+        r
+        for r in runs
+        if status(r)["status"] != "done" and (section.retry_failed or status(r)["status"] != "failed")
+    ]
     threads = section.threads_per_run or max(1, (os.cpu_count() or 1) // max(1, section.parallel))
-    bar = tqdm(total=len(runs), initial=len(runs) - len(todo), unit="run", desc=section.name,
-               disable=not progress, dynamic_ncols=True)
+    bar = tqdm(
+        total=len(runs),
+        initial=len(runs) - len(todo),
+        unit="run",
+        desc=section.name,
+        disable=not progress,
+        dynamic_ncols=True,
+    )
     running: list[tuple[Run, subprocess.Popen, float]] = []
     try:
         while todo or running:
@@ -204,14 +233,19 @@ def run_sweep(path: str | Path, overrides: list[str] = (), *, only: str | None =
                 proc.log.close()
                 running.remove(item)
                 ok = proc.returncode == 0
-                record = {"status": "done" if ok else "failed", "seconds": round(time.time() - started, 1),
-                          "returncode": proc.returncode}
+                record = {
+                    "status": "done" if ok else "failed",
+                    "seconds": round(time.time() - started, 1),
+                    "returncode": proc.returncode,
+                }
                 if not ok:
                     record["error"] = _last_error(run)
                 atomic_write_json(run.dir / "sweep_status.json", record)
                 bar.update(1)
-                bar.write(f"{'done  ' if ok else 'FAILED'} {run.name} ({record['seconds']:.0f} s)"
-                          + ("" if ok else f": {record['error']}"))
+                bar.write(
+                    f"{'done  ' if ok else 'FAILED'} {run.name} ({record['seconds']:.0f} s)"
+                    + ("" if ok else f": {record['error']}")
+                )
                 write_results(section, runs)
     except KeyboardInterrupt:
         for _, proc, _ in running:
@@ -225,7 +259,11 @@ def run_sweep(path: str | Path, overrides: list[str] = (), *, only: str | None =
 def run_summary(run_dir: Path) -> dict:
     """Training summary of a run from its metrics.jsonl and checkpoints, plus evaluation scalars."""
     row: dict = summarize(read_metrics(run_dir))
-    ckpts = sorted((run_dir / "checkpoints").glob("step_*/state.json")) if (run_dir / "checkpoints").exists() else []
+    ckpts = (
+        sorted((run_dir / "checkpoints").glob("step_*/state.json"))
+        if (run_dir / "checkpoints").exists()
+        else []
+    )
     if ckpts:
         state = json.loads(ckpts[-1].read_text())
         row.update(flops=state.get("flops"), elapsed_s=state.get("elapsed"))
@@ -259,8 +297,15 @@ def write_results(section: SweepSection, runs: list[Run]) -> Path:
     rows = []
     for run in runs:
         st = status(run)
-        rows.append({"run": run.name, "status": st["status"], **run.params, **run_summary(run.dir),
-                     "error": st.get("error", "")})
+        rows.append(
+            {
+                "run": run.name,
+                "status": st["status"],
+                **run.params,
+                **run_summary(run.dir),
+                "error": st.get("error", ""),
+            }
+        )
     columns: list[str] = []
     for row in rows:
         columns += [k for k in row if k not in columns]

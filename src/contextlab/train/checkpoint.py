@@ -30,6 +30,7 @@ from contextlab.errors import UserError
 from contextlab.io import atomic_write_json, fsync_dir
 from contextlab.models.loading import list_checkpoints, resolve_checkpoint  # noqa: F401  (re-exported)
 
+
 def step_dir(run_dir: Path, step: int) -> Path:
     return Path(run_dir) / "checkpoints" / f"step_{step:06d}"
 
@@ -50,8 +51,17 @@ def _contiguous(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
-def save_checkpoint(run_dir: Path, step: int, *, model_state: dict[str, torch.Tensor], optim_state: dict,
-                    state: dict[str, Any], config_toml: str, keep_last: int = 2, pinned: tuple[int, ...] = ()) -> Path:
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    *,
+    model_state: dict[str, torch.Tensor],
+    optim_state: dict,
+    state: dict[str, Any],
+    config_toml: str,
+    keep_last: int = 2,
+    pinned: tuple[int, ...] = (),
+) -> Path:
     """Write checkpoint ``step`` atomically; then prune to the newest ``keep_last`` (steps in ``pinned``,
     e.g. the best validation step of an early-stopped run, are never pruned)."""
     final = step_dir(run_dir, step)
@@ -80,7 +90,9 @@ def save_checkpoint(run_dir: Path, step: int, *, model_state: dict[str, torch.Te
         prev = latest_checkpoint(run_dir)
         kept = f"the previous checkpoint {prev.name} is intact" if prev else "no earlier checkpoint exists"
         what = "the disk is full" if exc.errno == errno.ENOSPC else f"{exc.strerror or exc}"
-        raise UserError(f"could not write checkpoint {final} ({what}); {kept}; fix it and run again to resume") from None
+        raise UserError(
+            f"could not write checkpoint {final} ({what}); {kept}; fix it and run again to resume"
+        ) from None
     for old_step, old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
         if old_step not in pinned:
             shutil.rmtree(old, ignore_errors=True)
@@ -96,7 +108,9 @@ def load_checkpoint(ckpt: Path) -> tuple[dict[str, torch.Tensor], dict, dict, di
         rng = torch.load(ckpt / "rng.pt", map_location="cpu", weights_only=True)
         state = json.loads((ckpt / "state.json").read_text())
     except (OSError, ValueError, RuntimeError) as exc:
-        raise UserError(f"checkpoint {ckpt} cannot be read ({exc}); delete it to resume from an earlier one") from None
+        raise UserError(
+            f"checkpoint {ckpt} cannot be read ({exc}); delete it to resume from an earlier one"
+        ) from None
     return model_state, optim_state, rng, state
 
 

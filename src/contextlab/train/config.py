@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Optional
 
 from contextlab.config import opt, to_dict
 
@@ -19,9 +18,9 @@ from contextlab.config import opt, to_dict
 @dataclass
 class ModelSection:
     size: str = opt("tiny-4x256", "a name from contextlab.models.SIZES (n_layer/n_head/n_embd override it)")
-    n_layer: Optional[int] = opt(None, "transformer blocks (overrides the size)")
-    n_head: Optional[int] = opt(None, "attention heads (overrides the size)")
-    n_embd: Optional[int] = opt(None, "width (overrides the size)")
+    n_layer: int | None = opt(None, "transformer blocks (overrides the size)")
+    n_head: int | None = opt(None, "attention heads (overrides the size)")
+    n_embd: int | None = opt(None, "width (overrides the size)")
     mlp: str = opt("gelu", "MLP kind: gelu or swiglu")
     rope_base: float = opt(10000.0, "RoPE base")
     dropout: float = opt(0.0, "dropout probability")
@@ -38,19 +37,34 @@ class DataSection:
     store: str = opt("", "token store to train on (contextlab data ingest ...)")
     val_store: str = opt("", "separate validation store; empty = hold out val_fraction of the documents")
     val_fraction: float = opt(0.02, "fraction held out for validation")
-    val_split: str = opt("documents", "documents (hold out whole documents) or tail (the last val_fraction of "
-                         "every document's tokens: for corpora of a few long documents)")
+    val_split: str = opt(
+        "documents",
+        "documents (hold out whole documents) or tail (the last val_fraction of "
+        "every document's tokens: for corpora of a few long documents)",
+    )
     split_seed: int = opt(0, "seed of the train/validation split")
-    train_tokens: int = opt(0, "train on only this many tokens of the training documents (taken in a seeded order, "
-                            "nested across sizes: the data-size axis of a sweep; epochs repeat them); 0 = all")
-    packed: str = opt("", "packed store to train on (contextlab data pack --seq-len train.seq_len+1): its sequences "
-                      "are the rows; data.store may stay empty (the packed store knows its token store)")
-    mode: str = opt("packed", "packed (documents end to end with separators) or long_docs (one document per row); "
-                    "ignored when data.packed is set")
+    train_tokens: int = opt(
+        0,
+        "train on only this many tokens of the training documents (taken in a seeded order, "
+        "nested across sizes: the data-size axis of a sweep; epochs repeat them); 0 = all",
+    )
+    packed: str = opt(
+        "",
+        "packed store to train on (contextlab data pack --seq-len train.seq_len+1): its sequences "
+        "are the rows; data.store may stay empty (the packed store knows its token store)",
+    )
+    mode: str = opt(
+        "packed",
+        "packed (documents end to end with separators) or long_docs (one document per row); "
+        "ignored when data.packed is set",
+    )
     doc_mask: bool = opt(False, "block-diagonal attention: packed documents do not see each other")
-    mixture: list[MixtureSource] = opt([], "train on several packed stores with weights, e.g. [{packed=A, weight=0.5}, "
-                                       "{packed=B, weight=0.5}]: every step has exactly those shares of rows (see "
-                                       "data/mixture.py); replaces data.packed")
+    mixture: list[MixtureSource] = opt(
+        [],
+        "train on several packed stores with weights, e.g. [{packed=A, weight=0.5}, "
+        "{packed=B, weight=0.5}]: every step has exactly those shares of rows (see "
+        "data/mixture.py); replaces data.packed",
+    )
 
 
 @dataclass
@@ -78,18 +92,24 @@ class TrainSection:
     dtype: str = opt("bf16", "bf16 (autocast) or fp32")
     compile: bool = opt(False, "torch.compile the model")
     device: str = opt("auto", "auto (cuda when a GPU is visible), cpu or cuda")
-    deterministic: bool = opt(False, "deterministic GPU kernels (a little slower): a rerun or a resumed GPU run "
-                              "repeats every bit; CPU runs are deterministic at a fixed thread count anyway")
+    deterministic: bool = opt(
+        False,
+        "deterministic GPU kernels (a little slower): a rerun or a resumed GPU run "
+        "repeats every bit; CPU runs are deterministic at a fixed thread count anyway",
+    )
     parallel: str = opt("ddp", "with torchrun: ddp or fsdp")
     threads: int = opt(0, "torch CPU threads; 0 = torch's default")
     seed: int = opt(0, "seed of the initialisation and the data order")
     log_every: int = opt(10, "steps between console/metrics lines")
     val_every: int = opt(100, "steps between validation losses; 0 = only at the end")
     val_tokens: int = opt(65536, "tokens in the fixed validation set")
-    patience: int = opt(0, "early stopping: end the run when the validation loss has not improved for this many "
-                        "validations in a row (needs val_every); every new best is checkpointed and kept "
-                        "(RUN/checkpoints/step_N with N = best_step in metrics.jsonl), the newest checkpoint is the "
-                        "stopping step; 0 = train to the budget")
+    patience: int = opt(
+        0,
+        "early stopping: end the run when the validation loss has not improved for this many "
+        "validations in a row (needs val_every); every new best is checkpointed and kept "
+        "(RUN/checkpoints/step_N with N = best_step in metrics.jsonl), the newest checkpoint is the "
+        "stopping step; 0 = train to the budget",
+    )
     ckpt_every: int = opt(100, "steps between checkpoints; 0 = only at the end")
     keep_last: int = opt(2, "checkpoints to keep")
     peak_flops: float = opt(0.0, "declared peak FLOP/s for MFU; 0 = measure this machine")
@@ -105,19 +125,30 @@ class ObjectiveSection:
 
 @dataclass
 class InitSection:
-    source: str = opt("", "start from this model instead of a fresh one: a contextlab run or checkpoint directory, "
-                      "or a local Hugging Face causal LM folder (the model shape then comes from it; [model] is ignored "
-                      "except dropout)")
+    source: str = opt(
+        "",
+        "start from this model instead of a fresh one: a contextlab run or checkpoint directory, "
+        "or a local Hugging Face causal LM folder (the model shape then comes from it; [model] is ignored "
+        "except dropout)",
+    )
     step: int = opt(0, "checkpoint step when source is a contextlab run; 0 = its newest")
-    freeze: list[str] = opt([], "parameters to keep fixed: groups (embeddings, lm_head, attention, mlp, norms) or "
-                            "globs on parameter names (e.g. 'blocks.0.*')")
+    freeze: list[str] = opt(
+        [],
+        "parameters to keep fixed: groups (embeddings, lm_head, attention, mlp, norms) or "
+        "globs on parameter names (e.g. 'blocks.0.*')",
+    )
 
 
 @dataclass
 class ExtendSection:
-    method: str = opt("none", "RoPE context extension of the initial model: none, pi (position interpolation), ntk "
-                      "(NTK-aware), yarn, or base (a new RoPE base, as CodeLlama)")
-    factor: float = opt(0.0, "extension factor s for pi / ntk / yarn; 0 = train.seq_len / the model's original context")
+    method: str = opt(
+        "none",
+        "RoPE context extension of the initial model: none, pi (position interpolation), ntk "
+        "(NTK-aware), yarn, or base (a new RoPE base, as CodeLlama)",
+    )
+    factor: float = opt(
+        0.0, "extension factor s for pi / ntk / yarn; 0 = train.seq_len / the model's original context"
+    )
     rope_base: float = opt(0.0, "method base: the new RoPE base (CodeLlama: 1e6)")
     original_context: int = opt(0, "the context the model was trained at; 0 = read it from the model")
 
@@ -134,14 +165,36 @@ class RunConfig:
 
 
 # keys that may change between a run and its resumption without changing its numbers
-RESUME_FREE = {("train", k) for k in ("out_dir", "log_every", "val_every", "ckpt_every", "keep_last", "progress",
-                                      "tensorboard", "compile", "threads", "peak_flops", "deterministic", "max_steps",
-                                      "max_tokens", "max_flops", "max_minutes", "patience")}
+RESUME_FREE = {
+    ("train", k)
+    for k in (
+        "out_dir",
+        "log_every",
+        "val_every",
+        "ckpt_every",
+        "keep_last",
+        "progress",
+        "tensorboard",
+        "compile",
+        "threads",
+        "peak_flops",
+        "deterministic",
+        "max_steps",
+        "max_tokens",
+        "max_flops",
+        "max_minutes",
+        "patience",
+    )
+}
 
 
 # keys added after runs existed: left out of the hash while at their default, so those runs still resume
-LATER_KEYS = {("data", "mixture"): [], ("data", "train_tokens"): 0, ("init", None): to_dict(InitSection()),
-              ("extend", None): to_dict(ExtendSection())}
+LATER_KEYS = {
+    ("data", "mixture"): [],
+    ("data", "train_tokens"): 0,
+    ("init", None): to_dict(InitSection()),
+    ("extend", None): to_dict(ExtendSection()),
+}
 
 
 def config_hash(cfg: RunConfig) -> str:

@@ -76,7 +76,9 @@ def set_determinism(info: DistInfo, deterministic: bool) -> None:
     torch.backends.cudnn.allow_tf32 = False
     if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read when cuBLAS starts
-    torch.use_deterministic_algorithms(deterministic, warn_only=True)  # warn where no deterministic kernel exists
+    torch.use_deterministic_algorithms(
+        deterministic, warn_only=True
+    )  # warn where no deterministic kernel exists
     torch.backends.cudnn.deterministic = deterministic
 
 
@@ -113,7 +115,11 @@ def apply_parallelism(module: nn.Module, info: DistInfo, strategy: str) -> nn.Mo
 
 
 def unwrap(module: nn.Module) -> nn.Module:
-    return module.module if hasattr(module, "module") and isinstance(module, nn.parallel.DistributedDataParallel) else module
+    return (
+        module.module
+        if hasattr(module, "module") and isinstance(module, nn.parallel.DistributedDataParallel)
+        else module
+    )
 
 
 def full_state_dicts(module: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
@@ -124,13 +130,15 @@ def full_state_dicts(module: nn.Module, optimizer: torch.optim.Optimizer) -> tup
     return get_state_dict(unwrap(module), optimizer, options=opts)
 
 
-def load_full_state_dicts(module: nn.Module, optimizer: torch.optim.Optimizer, model_state: dict,
-                          optim_state: dict) -> None:
+def load_full_state_dicts(
+    module: nn.Module, optimizer: torch.optim.Optimizer, model_state: dict, optim_state: dict
+) -> None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
     opts = StateDictOptions(full_state_dict=True, strict=True)
-    set_state_dict(unwrap(module), optimizer, model_state_dict=model_state, optim_state_dict=optim_state,
-                   options=opts)
+    set_state_dict(
+        unwrap(module), optimizer, model_state_dict=model_state, optim_state_dict=optim_state, options=opts
+    )
 
 
 def all_reduce_sum(values: list[float], info: DistInfo) -> list[float]:

@@ -87,8 +87,9 @@ def write_peak_entries(entries: dict, path: Path | None = None) -> None:
     atomic_write_json(path, {"format_version": 1, "entries": merged})
 
 
-def time_matmul(size: int, dtype: torch.dtype, device: str = "cpu", seconds: float = 1.0,
-                min_reps: int = 3) -> list[float]:
+def time_matmul(
+    size: int, dtype: torch.dtype, device: str = "cpu", seconds: float = 1.0, min_reps: int = 3
+) -> list[float]:
     """FLOP/s of repeated (size x size) @ (size x size) matmuls for about `seconds`; one value per rep."""
     a = torch.randn(size, size, device=device).to(dtype)
     b = torch.randn(size, size, device=device).to(dtype)
@@ -124,6 +125,14 @@ def measured_peak_flops(dtype: torch.dtype = torch.bfloat16, device: str = "cpu"
         return float(cached["flops"])
     size = 8192 if device.startswith("cuda") else 2048  # a GPU needs large products to reach its peak
     flops = fast_rate(time_matmul(size, dtype, device))
-    write_peak_entries({key: {"flops": flops, "size": size, "source": "contextlab.train.flops",
-                              "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}})
+    write_peak_entries(
+        {
+            key: {
+                "flops": flops,
+                "size": size,
+                "source": "contextlab.train.flops",
+                "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            }
+        }
+    )
     return flops

@@ -55,7 +55,9 @@ def init_model(cfg, objective, store) -> InitModel:
     """The initial model of a continued run (see the module docstring); ``store`` is the training data's store."""
     src = Path(cfg.init.source)
     if not src.exists():
-        raise UserError(f"init.source {src} does not exist; pass a contextlab run/checkpoint or a Hugging Face folder")
+        raise UserError(
+            f"init.source {src} does not exist; pass a contextlab run/checkpoint or a Hugging Face folder"
+        )
     if (src / "config.json").is_file() and not (src / "state.json").is_file():
         from contextlab.models.hf_causal import read_hf_config
 
@@ -77,15 +79,19 @@ def resolve_extension(ext, original_context: int, new_context: int) -> tuple[str
         raise UserError("extend.method=base needs the new base: set extend.rope_base (CodeLlama: 1e6)")
     factor = float(ext.factor or new_context / original_context)
     if ext.method in ("pi", "ntk", "yarn") and factor <= 1.0:
-        raise UserError(f"extend.factor is {factor:g}: train.seq_len ({new_context}) is not longer than the model's "
-                        f"context ({original_context}); raise train.seq_len or set extend.factor")
+        raise UserError(
+            f"extend.factor is {factor:g}: train.seq_len ({new_context}) is not longer than the model's "
+            f"context ({original_context}); raise train.seq_len or set extend.factor"
+        )
     return ext.method, factor
 
 
 def _note_plain_extrapolation(method: str, original: int, new_context: int) -> None:
     if method == "none" and new_context > original:
-        print(f"note: training at context {new_context} beyond the model's {original} with unscaled RoPE; "
-              "set extend.method (pi, ntk, yarn or base) to extend it")
+        print(
+            f"note: training at context {new_context} beyond the model's {original} with unscaled RoPE; "
+            "set extend.method (pi, ntk, yarn or base) to extend it"
+        )
 
 
 # ---------------------------------------------------------------------------- contextlab sources
@@ -99,11 +105,15 @@ def _from_run(cfg, objective, store, src: Path) -> InitModel:
     ckpt = resolve_checkpoint(src, cfg.init.step or None)
     state = read_checkpoint_state(ckpt)
     if state.get("arch") == "hf":
-        raise UserError(f"{src} continued a Hugging Face model; export it (contextlab export {src} --out DIR) and "
-                        "start from that folder")
+        raise UserError(
+            f"{src} continued a Hugging Face model; export it (contextlab export {src} --out DIR) and "
+            "start from that folder"
+        )
     if state.get("tokenizer_hash") != store.tokenizer_hash:
-        raise UserError(f"{src} was trained with tokenizer {state.get('tokenizer', {}).get('name')!r}, not the one of "
-                        f"{store.path}; ingest the data with the model's tokenizer (--tokenizer store:STORE)")
+        raise UserError(
+            f"{src} was trained with tokenizer {state.get('tokenizer', {}).get('name')!r}, not the one of "
+            f"{store.path}; ingest the data with the model's tokenizer (--tokenizer store:STORE)"
+        )
     try:
         weights = load_file(str(ckpt / "model.safetensors"))
     except (OSError, ValueError, RuntimeError) as exc:
@@ -112,8 +122,14 @@ def _from_run(cfg, objective, store, src: Path) -> InitModel:
     obj_w = {k[10:]: v for k, v in weights.items() if k.startswith("objective.")}
     if obj_w and state.get("objective") == objective.name:
         objective.load_state_dict(obj_w, strict=False)  # the objective's own modules, when it is the same one
-    meta = {"source": str(src.resolve()), "kind": "contextlab", "checkpoint": str(ckpt.resolve()),
-            "step": state.get("step"), "arch": state.get("arch", "gpt"), "objective": state.get("objective")}
+    meta = {
+        "source": str(src.resolve()),
+        "kind": "contextlab",
+        "checkpoint": str(ckpt.resolve()),
+        "step": state.get("step"),
+        "arch": state.get("arch", "gpt"),
+        "objective": state.get("objective"),
+    }
     return _continue_gpt(cfg, objective, state["model_config"], model_w, meta)
 
 
@@ -125,8 +141,10 @@ def _from_contextlab_export(cfg, objective, store, src: Path) -> InitModel:
     prov = json.loads((src / "config.json").read_text()).get("contextlab") or {}
     tok = prov.get("contextlab_tokenizer") or {}
     if tok.get("hash") and tok["hash"] != store.tokenizer_hash:
-        raise UserError(f"{src} was trained with tokenizer {tok.get('name')!r}, not the one of {store.path}; ingest "
-                        "the data with the model's tokenizer")
+        raise UserError(
+            f"{src} was trained with tokenizer {tok.get('name')!r}, not the one of {store.path}; ingest "
+            "the data with the model's tokenizer"
+        )
     gpt = gpt_from_hf_export(src)
     meta = {"source": str(src.resolve()), "kind": "contextlab-export", "step": prov.get("contextlab_step")}
     return _continue_gpt(cfg, objective, dataclasses.asdict(gpt.config), gpt.state_dict(), meta)
@@ -141,11 +159,16 @@ def _continue_gpt(cfg, objective, fields: dict, weights: dict, meta: dict) -> In
     original = cfg.extend.original_context or src_cfg.rope_original_context or src_cfg.block_size
     method, factor = resolve_extension(cfg.extend, original, new_context)
     if method != "none" and src_cfg.rope_extension != "none":
-        raise UserError(f"the source is already extended with {src_cfg.rope_extension!r}; set extend.method=none to "
-                        "keep that extension, or start from the original model")
+        raise UserError(
+            f"the source is already extended with {src_cfg.rope_extension!r}; set extend.method=none to "
+            "keep that extension, or start from the original model"
+        )
     _note_plain_extrapolation(method if src_cfg.rope_extension == "none" else "kept", original, new_context)
-    base.update(block_size=new_context, dropout=cfg.model.dropout,
-                vocab_size=max(src_cfg.vocab_size, objective.vocab_size))
+    base.update(
+        block_size=new_context,
+        dropout=cfg.model.dropout,
+        vocab_size=max(src_cfg.vocab_size, objective.vocab_size),
+    )
     if method in ("pi", "ntk", "yarn"):
         base.update(rope_extension=method, rope_factor=factor, rope_original_context=original)
     elif method == "base":
@@ -153,11 +176,17 @@ def _continue_gpt(cfg, objective, fields: dict, weights: dict, meta: dict) -> In
     model = build_arch(objective.arch, GPTConfig(**base), **objective.arch_options())
     fresh, dropped = _load_matching(model, weights)
     if fresh or dropped:
-        print(f"note: {meta['source']} -> {objective.arch}: {len(fresh)} tensors start fresh "
-              f"({', '.join(fresh[:4])}{', ...' if len(fresh) > 4 else ''}), {len(dropped)} are not used "
-              f"({', '.join(dropped[:4])}{', ...' if len(dropped) > 4 else ''})")
-    meta.update(extension=method, factor=factor if method in ("pi", "ntk", "yarn") else None,
-                original_context=original, context=new_context)
+        print(
+            f"note: {meta['source']} -> {objective.arch}: {len(fresh)} tensors start fresh "
+            f"({', '.join(fresh[:4])}{', ...' if len(fresh) > 4 else ''}), {len(dropped)} are not used "
+            f"({', '.join(dropped[:4])}{', ...' if len(dropped) > 4 else ''})"
+        )
+    meta.update(
+        extension=method,
+        factor=factor if method in ("pi", "ntk", "yarn") else None,
+        original_context=original,
+        context=new_context,
+    )
     return InitModel(model, "contextlab", meta)
 
 
@@ -170,13 +199,19 @@ def _load_matching(model: nn.Module, weights: dict) -> tuple[list[str], list[str
             dropped.append(k)
         elif own[k].shape == v.shape:
             merged[k] = v
-        elif v.dim() == own[k].dim() and own[k].shape[1:] == v.shape[1:] and k.endswith(("wte.weight", "lm_head.weight")):
+        elif (
+            v.dim() == own[k].dim()
+            and own[k].shape[1:] == v.shape[1:]
+            and k.endswith(("wte.weight", "lm_head.weight"))
+        ):
             rows = min(v.shape[0], own[k].shape[0])  # a vocabulary grown by an objective's special tokens
             merged[k] = own[k].clone()
             merged[k][:rows] = v[:rows]
         else:
-            raise UserError(f"the source's {k} has shape {tuple(v.shape)} but the new model needs "
-                            f"{tuple(own[k].shape)}; continue with the same model shape")
+            raise UserError(
+                f"the source's {k} has shape {tuple(v.shape)} but the new model needs "
+                f"{tuple(own[k].shape)}; continue with the same model shape"
+            )
     model.load_state_dict(merged)
     tied_head = getattr(getattr(model, "config", None), "tie_embeddings", False)
     fresh = [k for k in own if k not in weights and not (tied_head and k.endswith("lm_head.weight"))]
@@ -191,11 +226,15 @@ def _from_hf(cfg, objective, store, src: Path, hf_config) -> InitModel:
 
     _check_hf_tokenizer(src, store, int(hf_config.vocab_size))
     if objective.arch != "gpt":
-        raise UserError(f"objective {objective.name} trains the {objective.arch} architecture; a Hugging Face model "
-                        "continues with objectives on a plain causal LM (clm, fim)")
+        raise UserError(
+            f"objective {objective.name} trains the {objective.arch} architecture; a Hugging Face model "
+            "continues with objectives on a plain causal LM (clm, fim)"
+        )
     if cfg.data.doc_mask:
-        raise UserError("data.doc_mask needs attention masks, which Hugging Face models do not take through "
-                        "contextlab; set data.doc_mask=false")
+        raise UserError(
+            "data.doc_mask needs attention masks, which Hugging Face models do not take through "
+            "contextlab; set data.doc_mask=false"
+        )
     limit = context_limit(hf_config)
     original = cfg.extend.original_context or limit
     new_context = cfg.train.seq_len
@@ -205,30 +244,45 @@ def _from_hf(cfg, objective, store, src: Path, hf_config) -> InitModel:
         rope = extend_hf_rope(hf_config, method, factor, original, new_context, cfg.extend.rope_base)
     elif new_context > limit:
         if rope_params(hf_config) is None:
-            raise UserError(f"{src} has absolute positions for at most {limit} tokens but train.seq_len is "
-                            f"{new_context}; lower train.seq_len")
+            raise UserError(
+                f"{src} has absolute positions for at most {limit} tokens but train.seq_len is "
+                f"{new_context}; lower train.seq_len"
+            )
         _note_plain_extrapolation(method, limit, new_context)
     model = load_for_training(src, hf_config)
     if objective.vocab_size > model.hf.get_input_embeddings().weight.shape[0]:
         model.hf.resize_token_embeddings(objective.vocab_size)  # the objective's special tokens
-    meta = {"source": str(src.resolve()), "kind": "hf", "model_type": hf_config.model_type, "extension": method,
-            "factor": factor if method in ("pi", "ntk", "yarn") else None, "original_context": original,
-            "context": new_context, "rope": rope}
+    meta = {
+        "source": str(src.resolve()),
+        "kind": "hf",
+        "model_type": hf_config.model_type,
+        "extension": method,
+        "factor": factor if method in ("pi", "ntk", "yarn") else None,
+        "original_context": original,
+        "context": new_context,
+        "rope": rope,
+    }
     return InitModel(model, "hf", meta)
 
 
 def _check_hf_tokenizer(src: Path, store, model_vocab: int) -> None:
     """The store must be tokenized with the model's tokenizer (checked by hash when the folder has one)."""
-    tok_file = next((f for f in (src / "tokenizer.json", src / "tokenizer" / "tokenizer.json") if f.is_file()), None)
+    tok_file = next(
+        (f for f in (src / "tokenizer.json", src / "tokenizer" / "tokenizer.json") if f.is_file()), None
+    )
     if tok_file is not None:
         from contextlab.data.tokenizers import HFTokenizer
 
         if HFTokenizer.from_file(tok_file).hash != store.tokenizer_hash:
-            raise UserError(f"{store.path} was not tokenized with the tokenizer of {src}; ingest the data with "
-                            f"--tokenizer hf:{tok_file}")
+            raise UserError(
+                f"{store.path} was not tokenized with the tokenizer of {src}; ingest the data with "
+                f"--tokenizer hf:{tok_file}"
+            )
     elif int(store.tokenizer_spec["vocab_size"]) > model_vocab:
-        raise UserError(f"{store.path} has {store.tokenizer_spec['vocab_size']} token ids but {src} only {model_vocab}; ingest the data "
-                        "with the model's tokenizer")
+        raise UserError(
+            f"{store.path} has {store.tokenizer_spec['vocab_size']} token ids but {src} only {model_vocab}; ingest the data "
+            "with the model's tokenizer"
+        )
     else:
         print(f"note: {src} has no tokenizer.json: cannot check that {store.path} uses the model's tokenizer")
 
@@ -242,13 +296,15 @@ def freeze_parameters(model: nn.Module, patterns: list[str]) -> int:
     names = [n for n, _ in model.named_parameters()]
     for pat in patterns:
         if pat in FREEZE_GROUPS:
-            hit = lambda n, subs=FREEZE_GROUPS[pat]: any(s in n for s in subs)  # noqa: E731
+            hit = lambda n, subs=FREEZE_GROUPS[pat]: any(s in n for s in subs)
         else:
-            hit = lambda n, pat=pat: fnmatch.fnmatchcase(n, pat)  # noqa: E731
+            hit = lambda n, pat=pat: fnmatch.fnmatchcase(n, pat)
         matched = [n for n in names if hit(n)]
         if not matched:
-            raise UserError(f"init.freeze: {pat!r} matches no parameter; use a group ({', '.join(FREEZE_GROUPS)}) or a "
-                            f"glob on names such as {names[0]!r}")
+            raise UserError(
+                f"init.freeze: {pat!r} matches no parameter; use a group ({', '.join(FREEZE_GROUPS)}) or a "
+                f"glob on names such as {names[0]!r}"
+            )
         for n, p in model.named_parameters():
             if n in matched and p.requires_grad:
                 p.requires_grad_(False)

@@ -24,7 +24,9 @@ class MetricsWriter:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError:
-                raise UserError("train.tensorboard needs the tensorboard package: pip install tensorboard") from None
+                raise UserError(
+                    "train.tensorboard needs the tensorboard package: pip install tensorboard"
+                ) from None
             self.tb = SummaryWriter(str(run_dir / "tensorboard"))
 
     def write(self, row: dict, bar) -> None:
@@ -53,7 +55,9 @@ class MetricsWriter:
 def progress_bar(enabled: bool, total: int | None, initial: int):
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, initial=initial, unit="step", desc="train", disable=not enabled, dynamic_ncols=True)
+    return tqdm(
+        total=total, initial=initial, unit="step", desc="train", disable=not enabled, dynamic_ncols=True
+    )
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:

@@ -39,8 +39,9 @@ def param_groups(module: nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def make_adamw(module: nn.Module, *, lr: float, weight_decay: float, betas: tuple[float, float],
-               eps: float = 1e-8) -> torch.optim.AdamW:
+def make_adamw(
+    module: nn.Module, *, lr: float, weight_decay: float, betas: tuple[float, float], eps: float = 1e-8
+) -> torch.optim.AdamW:
     """AdamW over ``module``; the fused CPU/GPU kernel when this torch has it."""
     kwargs = {}
     if "fused" in inspect.signature(torch.optim.AdamW).parameters:

@@ -66,8 +66,15 @@ def build_model(cfg: RunConfig, vocab_size: int, arch: str = "gpt", arch_options
     m = cfg.model
     overrides = {k: v for k, v in (("n_layer", m.n_layer), ("n_head", m.n_head), ("n_embd", m.n_embd)) if v}
     try:
-        mcfg = size_config(m.size, vocab_size, cfg.train.seq_len, mlp=m.mlp, rope_base=m.rope_base,
-                           dropout=m.dropout, **overrides)
+        mcfg = size_config(
+            m.size,
+            vocab_size,
+            cfg.train.seq_len,
+            mlp=m.mlp,
+            rope_base=m.rope_base,
+            dropout=m.dropout,
+            **overrides,
+        )
     except (KeyError, ValueError) as exc:
         raise UserError(f"model config: {exc}") from None
     return build_arch(arch, mcfg, **(arch_options or {}))
@@ -96,34 +103,48 @@ class Trainer:
         if t.dtype not in ("bf16", "fp32"):
             raise UserError(f"train.dtype must be bf16 or fp32, got {t.dtype!r}")
         if not cfg.data.store and not cfg.data.packed and not cfg.data.mixture:
-            raise UserError("no training data: set data.store (e.g. --set data.store=STORE), data.packed or "
-                            "data.mixture")
+            raise UserError(
+                "no training data: set data.store (e.g. --set data.store=STORE), data.packed or data.mixture"
+            )
         self.run_dir = Path(t.out_dir)
         self.packed = PackedStore(cfg.data.packed) if cfg.data.packed else None
         self.sources = self._mixture_sources()  # the packed stores of data.mixture, or []
         first = self.packed if self.packed is not None else (self.sources[0] if self.sources else None)
         self.store = first.store if first is not None else TokenStore(cfg.data.store)
         if first is not None and cfg.data.store and TokenStore(cfg.data.store).hash != self.store.hash:
-            raise UserError(f"{first.path} was packed from {self.store.path}, not from data.store "
-                            f"{cfg.data.store}; leave data.store empty or pack {cfg.data.store}")
+            raise UserError(
+                f"{first.path} was packed from {self.store.path}, not from data.store "
+                f"{cfg.data.store}; leave data.store empty or pack {cfg.data.store}"
+            )
         tok = self.store.tokenizer_spec
         self.rows = max(1, t.tokens_per_step // t.seq_len)
         if self.rows * t.seq_len != t.tokens_per_step:
-            raise UserError(f"train.tokens_per_step ({t.tokens_per_step}) must be a multiple of train.seq_len "
-                            f"({t.seq_len}) so every step sees the same number of tokens")
+            raise UserError(
+                f"train.tokens_per_step ({t.tokens_per_step}) must be a multiple of train.seq_len "
+                f"({t.seq_len}) so every step sees the same number of tokens"
+            )
         self.micro = t.micro_batch_rows or self.rows // self.info.world_size
         per_rank = self.rows // max(1, self.info.world_size)
         if self.rows % self.info.world_size or per_rank % self.micro:
-            raise UserError(f"rows per step ({self.rows}) must split evenly over {self.info.world_size} processes "
-                            f"and micro-batches of {self.micro} rows")
+            raise UserError(
+                f"rows per step ({self.rows}) must split evenly over {self.info.world_size} processes "
+                f"and micro-batches of {self.micro} rows"
+            )
         self.accum = per_rank // self.micro
 
         torch.manual_seed(t.seed)
         self.objective = build_objective(cfg)
         self.objective.bind_tokenizer(tok)
-        self.init = init_model(cfg, self.objective, self.store) if cfg.init.source else None  # continued pretraining
-        model = self.init.model if self.init else build_model(cfg, self.objective.vocab_size, self.objective.arch,
-                                                              self.objective.arch_options())
+        self.init = (
+            init_model(cfg, self.objective, self.store) if cfg.init.source else None
+        )  # continued pretraining
+        model = (
+            self.init.model
+            if self.init
+            else build_model(
+                cfg, self.objective.vocab_size, self.objective.arch, self.objective.arch_options()
+            )
+        )
         self.model = model.to(self.info.device)
         if cfg.init.freeze:
             frozen = freeze_parameters(self.model, cfg.init.freeze)
@@ -133,38 +154,81 @@ class Trainer:
         if is_hf(self.model):  # objectives that train a HF model add no compute of their own
             self.flops_per_token = self.model.flops_per_token(t.seq_len)
         else:
-            self.flops_per_token = (flops_per_token(self.model.config, t.seq_len)
-                                    + self.objective.extra_flops_per_token(self.model.config, t.seq_len))
+            self.flops_per_token = flops_per_token(
+                self.model.config, t.seq_len
+            ) + self.objective.extra_flops_per_token(self.model.config, t.seq_len)
         masked = cfg.data.doc_mask or self.objective.prefix_masks
         if t.compile and masked and self.info.device.type == "cuda":
-            raise UserError("train.compile with document or prefix masks on a GPU trains wrong gradients with "
-                            "FlexAttention inside a compiled model (measured with torch 2.11: the losses fall "
-                            "far slower than eager); set train.compile=false (FlexAttention itself stays compiled)")
+            raise UserError(
+                "train.compile with document or prefix masks on a GPU trains wrong gradients with "
+                "FlexAttention inside a compiled model (measured with torch 2.11: the losses fall "
+                "far slower than eager); set train.compile=false (FlexAttention itself stays compiled)"
+            )
         self.wrapped = D.apply_parallelism(self.module, self.info, t.parallel)
         o = cfg.optim
-        self.opt = make_adamw(self.wrapped, lr=o.lr, weight_decay=o.weight_decay, betas=(o.beta1, o.beta2), eps=o.eps)
+        self.opt = make_adamw(
+            self.wrapped, lr=o.lr, weight_decay=o.weight_decay, betas=(o.beta1, o.beta2), eps=o.eps
+        )
         self.forward = torch.compile(self.wrapped) if t.compile else self.wrapped
 
         train_view, val_view = self._views()
         eot = tok.get("eot_id")
         if self.sources:
-            subs = [TokenLoader(p, t.seq_len, 1, mode="packed_store", seed=t.seed + i,
-                                sequences=None if train_view is None else train_view[i])
-                    for i, p in enumerate(self.sources)]
-            self.loader = MixtureLoader(subs, [m.weight for m in cfg.data.mixture], self.rows, rank=self.info.rank,
-                                        world_size=self.info.world_size)
+            subs = [
+                TokenLoader(
+                    p,
+                    t.seq_len,
+                    1,
+                    mode="packed_store",
+                    seed=t.seed + i,
+                    sequences=None if train_view is None else train_view[i],
+                )
+                for i, p in enumerate(self.sources)
+            ]
+            self.loader = MixtureLoader(
+                subs,
+                [m.weight for m in cfg.data.mixture],
+                self.rows,
+                rank=self.info.rank,
+                world_size=self.info.world_size,
+            )
         elif self.packed is not None:
-            self.loader = TokenLoader(self.packed, t.seq_len, self.rows, mode="packed_store", seed=t.seed,
-                                      rank=self.info.rank, world_size=self.info.world_size, sequences=train_view)
+            self.loader = TokenLoader(
+                self.packed,
+                t.seq_len,
+                self.rows,
+                mode="packed_store",
+                seed=t.seed,
+                rank=self.info.rank,
+                world_size=self.info.world_size,
+                sequences=train_view,
+            )
         else:
-            self.loader = TokenLoader(train_view, t.seq_len, self.rows, mode=cfg.data.mode, separator=eot,
-                                      seed=t.seed, rank=self.info.rank, world_size=self.info.world_size)
+            self.loader = TokenLoader(
+                train_view,
+                t.seq_len,
+                self.rows,
+                mode=cfg.data.mode,
+                separator=eot,
+                seed=t.seed,
+                rank=self.info.rank,
+                world_size=self.info.world_size,
+            )
         self.val_rows = self._val_rows(val_view, eot)
         self._next = None  # (loader state before it, tokens, doc ids): the batch fetched ahead, on the device
-        self.state = {"step": 0, "tokens": 0, "flops": 0.0, "elapsed": 0.0, "total_steps": None,
-                      "best_val_loss": None, "best_step": None, "since_best": 0}
-        self.peak = t.peak_flops or measured_peak_flops(torch.bfloat16 if t.dtype == "bf16" else torch.float32,
-                                                        self.info.device.type)
+        self.state = {
+            "step": 0,
+            "tokens": 0,
+            "flops": 0.0,
+            "elapsed": 0.0,
+            "total_steps": None,
+            "best_val_loss": None,
+            "best_step": None,
+            "since_best": 0,
+        }
+        self.peak = t.peak_flops or measured_peak_flops(
+            torch.bfloat16 if t.dtype == "bf16" else torch.float32, self.info.device.type
+        )
 
     # ------------------------------------------------------------------ setup
     def _mixture_sources(self) -> list[PackedStore]:
@@ -178,8 +242,10 @@ class Trainer:
         sources = [PackedStore(m.packed) for m in d.mixture]
         for p in sources[1:]:
             if p.store.tokenizer_hash != sources[0].store.tokenizer_hash:
-                raise UserError(f"the data.mixture stores {sources[0].path} and {p.path} use different tokenizers; "
-                                "ingest all sources with the same --tokenizer")
+                raise UserError(
+                    f"the data.mixture stores {sources[0].path} and {p.path} use different tokenizers; "
+                    "ingest all sources with the same --tokenizer"
+                )
         return sources
 
     def _views(self):
@@ -188,8 +254,10 @@ class Trainer:
         n = self.cfg.data.train_tokens
         if n:
             if not isinstance(train, DocView):
-                raise UserError("data.train_tokens works on a token store (data.store), not on packed stores; "
-                                "train from data.store or pack a smaller store")
+                raise UserError(
+                    "data.train_tokens works on a token store (data.store), not on packed stores; "
+                    "train from data.store or pack a smaller store"
+                )
             train = first_tokens(train, n, self.cfg.data.split_seed)
         return train, val
 
@@ -212,8 +280,10 @@ class Trainer:
         if d.val_split != "documents":
             raise UserError(f"data.val_split must be documents or tail, got {d.val_split!r}")
         if self.store.n_docs < 2:
-            raise UserError(f"{self.store.path} has {self.store.n_docs} document(s): set data.val_split=tail to hold "
-                            f"out the end of each document, or data.val_store")
+            raise UserError(
+                f"{self.store.path} has {self.store.n_docs} document(s): set data.val_split=tail to hold "
+                f"out the end of each document, or data.val_store"
+            )
         return split_documents(self.store, d.val_fraction, d.split_seed)
 
     def _val_rows(self, view, eot) -> np.ndarray:
@@ -222,28 +292,43 @@ class Trainer:
         try:
             if isinstance(view, list):  # held-out sequences of each mixture source, in the mixture's shares
                 rows = []
-                for p, ids, k in zip(self.sources, view, exact_shares(n, [m.weight for m in self.cfg.data.mixture])):
-                    vl = TokenLoader(p, t.seq_len, 1, mode="packed_store", sequences=ids, seed=self.cfg.data.split_seed)
+                for p, ids, k in zip(
+                    self.sources, view, exact_shares(n, [m.weight for m in self.cfg.data.mixture])
+                ):
+                    vl = TokenLoader(
+                        p, t.seq_len, 1, mode="packed_store", sequences=ids, seed=self.cfg.data.split_seed
+                    )
                     rows += [vl.row(r) for r in range(min(int(k), vl.n_rows))]
-                return np.stack(rows)[self.info.rank::self.info.world_size]
+                return np.stack(rows)[self.info.rank :: self.info.world_size]
             if isinstance(view, np.ndarray):  # held-out sequences of the packed store
-                vl = TokenLoader(self.packed, t.seq_len, 1, mode="packed_store", sequences=view,
-                                 seed=self.cfg.data.split_seed)
+                vl = TokenLoader(
+                    self.packed,
+                    t.seq_len,
+                    1,
+                    mode="packed_store",
+                    sequences=view,
+                    seed=self.cfg.data.split_seed,
+                )
             else:
-                vl = TokenLoader(view, t.seq_len, 1, mode=self.cfg.data.mode, separator=eot,
-                                 seed=self.cfg.data.split_seed)
+                vl = TokenLoader(
+                    view, t.seq_len, 1, mode=self.cfg.data.mode, separator=eot, seed=self.cfg.data.split_seed
+                )
         except UserError:
-            raise UserError(f"the validation documents are too few or too short for seq_len {t.seq_len}; "
-                            f"raise data.val_fraction or use data.val_store") from None
+            raise UserError(
+                f"the validation documents are too few or too short for seq_len {t.seq_len}; "
+                f"raise data.val_fraction or use data.val_store"
+            ) from None
         rows = np.stack([vl.row(r) for r in range(min(n, vl.n_rows))])
-        return rows[self.info.rank::self.info.world_size]
+        return rows[self.info.rank :: self.info.world_size]
 
     def total_steps(self) -> int:
         t = self.cfg.train
         budgets = [b for b in (t.max_steps, t.max_tokens, t.max_flops, t.max_minutes) if b]
         if len(budgets) != 1:
-            raise UserError("set exactly one budget: train.max_steps, train.max_tokens, train.max_flops or "
-                            "train.max_minutes")
+            raise UserError(
+                "set exactly one budget: train.max_steps, train.max_tokens, train.max_flops or "
+                "train.max_minutes"
+            )
         if t.max_steps:
             return int(t.max_steps)
         if t.max_tokens:
@@ -259,18 +344,25 @@ class Trainer:
             return
         model_state, optim_state, rng, state = ckpt.load_checkpoint(latest)
         if state.get("config_hash") != config_hash(self.cfg):
-            raise UserError(f"{self.run_dir} holds a run with a different config; use another train.out_dir "
-                            f"or the same config to resume")
+            raise UserError(
+                f"{self.run_dir} holds a run with a different config; use another train.out_dir "
+                f"or the same config to resume"
+            )
         if state.get("tokenizer_hash") != self.store.tokenizer_hash:
-            raise UserError(f"{self.run_dir} was trained with a different tokenizer than {self.store.path}; "
-                            f"use the same data store to resume")
+            raise UserError(
+                f"{self.run_dir} was trained with a different tokenizer than {self.store.path}; "
+                f"use the same data store to resume"
+            )
         D.load_full_state_dicts(self.wrapped, self.opt, model_state, optim_state)
         self.loader.load_state_dict(state["loader"])
         self._next = None
         ckpt.restore_rng(rng)
         self.state = {k: state[k] for k in ("step", "tokens", "flops", "elapsed", "total_steps")}
-        self.state.update(best_val_loss=state.get("best_val_loss"), best_step=state.get("best_step"),
-                          since_best=state.get("since_best", 0))
+        self.state.update(
+            best_val_loss=state.get("best_val_loss"),
+            best_step=state.get("best_step"),
+            since_best=state.get("since_best", 0),
+        )
         if self.info.is_main:
             print(f"resuming {self.run_dir} from {latest.name}")
             self._truncate_metrics(state["step"])
@@ -279,23 +371,41 @@ class Trainer:
         f = self.run_dir / "metrics.jsonl"
         if not f.exists():
             return
-        keep = [line for line in f.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+        keep = [
+            line for line in f.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step
+        ]
         f.write_text("".join(line + "\n" for line in keep))
 
     def _save(self) -> None:
         model_state, optim_state = D.full_state_dicts(self.wrapped, self.opt)
         if self.info.is_main:
-            loader = self._next[0] if self._next is not None else self.loader.state_dict()  # not the batch ahead
-            state = {**self.state, "loader": loader, "config_hash": config_hash(self.cfg),
-                     "tokenizer_hash": self.store.tokenizer_hash, "tokenizer": self.store.tokenizer_spec,
-                     "model_config": _model_config(self.model),
-                     "objective": self.cfg.objective.name, "arch": "hf" if is_hf(self.model) else self.objective.arch,
-                     "init": self.init.meta if self.init else None,
-                     "world_size": self.info.world_size, "code_version": __version__}
+            loader = (
+                self._next[0] if self._next is not None else self.loader.state_dict()
+            )  # not the batch ahead
+            state = {
+                **self.state,
+                "loader": loader,
+                "config_hash": config_hash(self.cfg),
+                "tokenizer_hash": self.store.tokenizer_hash,
+                "tokenizer": self.store.tokenizer_spec,
+                "model_config": _model_config(self.model),
+                "objective": self.cfg.objective.name,
+                "arch": "hf" if is_hf(self.model) else self.objective.arch,
+                "init": self.init.meta if self.init else None,
+                "world_size": self.info.world_size,
+                "code_version": __version__,
+            }
             best = self.state["best_step"] if self.cfg.train.patience and self.state["best_step"] else None
-            ckpt.save_checkpoint(self.run_dir, self.state["step"], model_state=model_state, optim_state=optim_state,
-                                 state=state, config_toml=dumps_toml(self.cfg), keep_last=self.cfg.train.keep_last,
-                                 pinned=(best,) if best else ())
+            ckpt.save_checkpoint(
+                self.run_dir,
+                self.state["step"],
+                model_state=model_state,
+                optim_state=optim_state,
+                state=state,
+                config_toml=dumps_toml(self.cfg),
+                keep_last=self.cfg.train.keep_last,
+                pinned=(best,) if best else (),
+            )
         D.barrier(self.info)
 
     # ------------------------------------------------------------------ steps
@@ -323,7 +433,7 @@ class Trainer:
         for i in range(self.accum):
             sl = slice(i * self.micro, (i + 1) * self.micro)
             sync = i == self.accum - 1 or not hasattr(self.wrapped, "no_sync")
-            with (nullcontext() if sync else self.wrapped.no_sync()), self._autocast():
+            with nullcontext() if sync else self.wrapped.no_sync(), self._autocast():
                 loss, _ = self.forward(tokens[sl], doc_ids[sl])
             (loss / self.accum).backward()
             losses.append(loss.detach())
@@ -340,7 +450,7 @@ class Trainer:
         self.wrapped.eval()
         loss_sum, count = 0.0, 0
         for i in range(0, len(self.val_rows), max(1, self.micro)):
-            rows = torch.from_numpy(self.val_rows[i:i + self.micro]).to(self.info.device)
+            rows = torch.from_numpy(self.val_rows[i : i + self.micro]).to(self.info.device)
             with self._autocast():
                 loss, _ = self.wrapped(rows, None)  # eager: a compiled forward would recompile for eval
             loss_sum += float(loss) * len(rows)
@@ -358,8 +468,10 @@ class Trainer:
         self._resume()
         if self.info.is_main:
             (self.run_dir / "config.toml").write_text(dumps_toml(self.cfg), encoding="utf-8")
-            print(describe(self.model) + f"; {self.objective.name}; {self.rows} rows x {t.seq_len} tokens/step"
-                  f" on {self.info.world_size} process(es), {self.info.device.type}, {t.dtype}")
+            print(
+                describe(self.model) + f"; {self.objective.name}; {self.rows} rows x {t.seq_len} tokens/step"
+                f" on {self.info.world_size} process(es), {self.info.device.type}, {t.dtype}"
+            )
         total = self.total_steps() or self.state["total_steps"]  # wall-clock runs keep their fixed length
         metrics = MetricsWriter(self.run_dir, self.info.is_main, t.tensorboard)
         bar = progress_bar(t.progress and self.info.is_main, total or None, self.state["step"])
@@ -383,11 +495,18 @@ class Trainer:
                 total = round(D.all_reduce_sum([float(total)], self.info)[0] / self.info.world_size)
                 bar.total = total
             for g in self.opt.param_groups:
-                g["lr"] = lr_at(step, lr=self.cfg.optim.lr, warmup_steps=self.cfg.optim.warmup_steps,
-                                total_steps=total or 10 ** 9, min_lr_ratio=self.cfg.optim.min_lr_ratio)
+                g["lr"] = lr_at(
+                    step,
+                    lr=self.cfg.optim.lr,
+                    warmup_steps=self.cfg.optim.warmup_steps,
+                    total_steps=total or 10**9,
+                    min_lr_ratio=self.cfg.optim.min_lr_ratio,
+                )
             loss = self.train_step()
             if not math.isfinite(loss):
-                raise UserError(f"the loss became {loss} at step {step + 1}; lower optim.lr or use train.dtype=fp32")
+                raise UserError(
+                    f"the loss became {loss} at step {step + 1}; lower optim.lr or use train.dtype=fp32"
+                )
             self.state["step"] = step = step + 1
             self.state["tokens"] += t.tokens_per_step
             self.state["flops"] += self.flops_per_token * t.tokens_per_step
@@ -396,20 +515,30 @@ class Trainer:
             window_tokens += t.tokens_per_step
             bar.update(1)
             last = bool(total) and step >= total
-            row = {"step": step, "loss": loss, "lr": self.opt.param_groups[0]["lr"], "tokens": self.state["tokens"]}
+            row = {
+                "step": step,
+                "loss": loss,
+                "lr": self.opt.param_groups[0]["lr"],
+                "tokens": self.state["tokens"],
+            }
             if step % t.log_every == 0 or last:
                 D.synchronize(self.info)  # queued GPU work belongs to this window
                 dt = time.perf_counter() - window_t
                 tps = window_tokens / max(dt, 1e-9)
-                row.update(tokens_per_s=tps, mfu=mfu(tps, self.flops_per_token, self.peak),
-                           elapsed=self.state["elapsed"])
+                row.update(
+                    tokens_per_s=tps,
+                    mfu=mfu(tps, self.flops_per_token, self.peak),
+                    elapsed=self.state["elapsed"],
+                )
                 window_t, window_tokens = time.perf_counter(), 0
             if (t.val_every and step % t.val_every == 0) or last:
                 val = self.validate()
                 row["val_loss"] = val
                 stop = self._track_best(val, step)
                 row["best_val_loss"], row["best_step"] = self.state["best_val_loss"], self.state["best_step"]
-            improved = bool(t.patience) and self.state["best_step"] == step  # early stopping keeps the best weights
+            improved = (
+                bool(t.patience) and self.state["best_step"] == step
+            )  # early stopping keeps the best weights
             if len(row) > 4:
                 metrics.write(row, bar)
             if (t.ckpt_every and step % t.ckpt_every == 0) or last or stop or improved:
@@ -417,11 +546,22 @@ class Trainer:
         bar.close()
         metrics.close()
         if stop and self.info.is_main:
-            print(f"early stop at step {self.state['step']}: no better validation loss in {t.patience} validations "
-                  f"since step {self.state['best_step']} ({self.state['best_val_loss']:.4f}); its weights: "
-                  f"{ckpt.step_dir(self.run_dir, self.state['best_step'])}")
-        return TrainResult(self.run_dir, self.state["step"], loss, val, self.state["tokens"], self.state["elapsed"],
-                           self.state["best_val_loss"], self.state["best_step"], bool(stop))
+            print(
+                f"early stop at step {self.state['step']}: no better validation loss in {t.patience} validations "
+                f"since step {self.state['best_step']} ({self.state['best_val_loss']:.4f}); its weights: "
+                f"{ckpt.step_dir(self.run_dir, self.state['best_step'])}"
+            )
+        return TrainResult(
+            self.run_dir,
+            self.state["step"],
+            loss,
+            val,
+            self.state["tokens"],
+            self.state["elapsed"],
+            self.state["best_val_loss"],
+            self.state["best_step"],
+            bool(stop),
+        )
 
     def _last_logged(self) -> tuple[float, float | None]:
         """(last training loss, last validation loss) in metrics.jsonl, or (nan, None) for a new run."""

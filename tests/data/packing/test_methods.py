@@ -60,8 +60,13 @@ def test_splice_repo_is_depth_first_over_directories(tmp_path, seed):
 
 def test_splice_k2_breadth_first_and_orders(tmp_path):
     # hub shares a word with each of two spokes; spokes share a second word with one leaf each
-    files = {"h/hub.txt": "alpha beta", "h/s1.txt": "alpha gamma", "h/s2.txt": "beta delta",
-             "h/l1.txt": "gamma", "h/l2.txt": "delta"}
+    files = {
+        "h/hub.txt": "alpha beta",
+        "h/s1.txt": "alpha gamma",
+        "h/s2.txt": "beta delta",
+        "h/l1.txt": "gamma",
+        "h/l2.txt": "delta",
+    }
     store = make_store(tmp_path, files)
     paths = paths_of(store)
     hub = paths.index("h/hub.txt")
@@ -77,7 +82,9 @@ def test_splice_k2_breadth_first_and_orders(tmp_path):
     assert ident[0] == "h/hub.txt" and set(ident[1:3]) == {"h/s1.txt", "h/s2.txt"}
     assert set(ident[3:]) == {"h/l1.txt", "h/l2.txt"}
     # breadth first: each leaf follows the order of its spoke
-    assert [ident[1:3].index(f"h/s{i}.txt") for i in (1, 2)] == [ident[3:].index(f"h/l{i}.txt") for i in (1, 2)]
+    assert [ident[1:3].index(f"h/s{i}.txt") for i in (1, 2)] == [
+        ident[3:].index(f"h/l{i}.txt") for i in (1, 2)
+    ]
     assert orders["reverse"] == ident[::-1]
 
 
@@ -90,8 +97,16 @@ def test_every_document_used_exactly_once(tmp_path, method, retriever, remainder
     store = make_store(tmp_path, mixed_corpus())
     lens = store.lengths()
     order = "shuffle" if method == "splice" and retriever == "bm25" else "identity"
-    cfg = PackConfig(method=method, retriever=retriever, k=2, order=order, seq_len=97, seed=1,
-                     remainder=remainder, shards=3)
+    cfg = PackConfig(
+        method=method,
+        retriever=retriever,
+        k=2,
+        order=order,
+        seq_len=97,
+        seed=1,
+        remainder=remainder,
+        shards=3,
+    )
     packed = pack(store, tmp_path / "p", cfg, progress=False).packed
     e = np.asarray(packed.entries)
     assert (e[:, 1] < e[:, 2]).all()
@@ -113,8 +128,12 @@ def test_same_seed_same_bytes_other_seed_differs(tmp_path):
     cfg = PackConfig(method="splice", seq_len=64, seed=7, noise=0.3, shards=2)
     a = pack(store, tmp_path / "a", cfg, progress=False).packed
     b = pack(store, tmp_path / "b", cfg, progress=False).packed
-    c = pack(store, tmp_path / "c", PackConfig(method="splice", seq_len=64, seed=8, noise=0.3, shards=2),
-             progress=False).packed
+    c = pack(
+        store,
+        tmp_path / "c",
+        PackConfig(method="splice", seq_len=64, seed=8, noise=0.3, shards=2),
+        progress=False,
+    ).packed
     for name in ("entries.npy", "seq_offsets.npy", "similarity.npy", "config.toml"):
         assert (a.path / name).read_bytes() == (b.path / name).read_bytes()
     assert (a.path / "entries.npy").read_bytes() != (c.path / "entries.npy").read_bytes()
@@ -129,8 +148,12 @@ def test_noise_one_is_within_domain_example_packing(tmp_path, monkeypatch):
         raise AssertionError("the retriever must not be used at p = 1")
 
     monkeypatch.setattr(BM25Retriever, "__init__", boom)
-    spl = pack(store, tmp_path / "s", PackConfig(method="splice", noise=1.0, seq_len=80, seed=5), progress=False).packed
-    epd = pack(store, tmp_path / "e", PackConfig(method="ep-domain", seq_len=80, seed=5), progress=False).packed
+    spl = pack(
+        store, tmp_path / "s", PackConfig(method="splice", noise=1.0, seq_len=80, seed=5), progress=False
+    ).packed
+    epd = pack(
+        store, tmp_path / "e", PackConfig(method="ep-domain", seq_len=80, seed=5), progress=False
+    ).packed
     assert np.array_equal(spl.entries, epd.entries) and np.array_equal(spl.seq_offsets, epd.seq_offsets)
     assert np.isnan(spl.similarity).all()
     # and within-domain: a sequence spans two domains only where a domain runs out (3 of 4 times at most)
@@ -150,8 +173,14 @@ def test_noise_replaces_retrieved_documents(tmp_path):
 
 
 def test_icp_path_continues_across_sequences_and_drops_near_duplicates(tmp_path):
-    chain = {"c/0.txt": "ant bee", "c/1.txt": "bee cow", "c/2.txt": "cow dog", "c/3.txt": "dog elk",
-             "c/4.txt": "elk fox", "c/5.txt": "dog elk"}  # 5 duplicates 3
+    chain = {
+        "c/0.txt": "ant bee",
+        "c/1.txt": "bee cow",
+        "c/2.txt": "cow dog",
+        "c/3.txt": "dog elk",
+        "c/4.txt": "elk fox",
+        "c/5.txt": "dog elk",
+    }  # 5 duplicates 3
     store = make_store(tmp_path, chain)
     paths = paths_of(store)
     cfg = PackConfig(method="icp", seq_len=16, seed=0, icp_dedup=0.99, separator="none")

@@ -61,7 +61,10 @@ def test_meta_is_self_describing(tmp_path):
 
 
 def _arrays(path):
-    return {n: (path / n).read_bytes() for n in ("entries.npy", "seq_offsets.npy", "similarity.npy", "config.toml")}
+    return {
+        n: (path / n).read_bytes()
+        for n in ("entries.npy", "seq_offsets.npy", "similarity.npy", "config.toml")
+    }
 
 
 def _meta_without_timings(path):
@@ -131,7 +134,13 @@ def test_user_errors(tmp_path):
         pack(store, tmp_path / "q", PackConfig(seq_len=8), only_shards=[5], progress=False)
     # the token store changes under the packed store: hash mismatch
     write_tree(tmp_path / "store_src", {"a/1.txt": "one two changed"})
-    ingest(tmp_path / "store_src", tmp_path / "store", IngestConfig(tokenizer="byte"), overwrite=True, progress=False)
+    ingest(
+        tmp_path / "store_src",
+        tmp_path / "store",
+        IngestConfig(tokenizer="byte"),
+        overwrite=True,
+        progress=False,
+    )
     with pytest.raises(UserError, match="changed since .* was packed"):
         PackedStore(tmp_path / "p")
     # corrupt arrays

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 
@@ -27,10 +25,16 @@ def test_zipf_coefficient_of_known_distributions():
 
 
 def test_pack_stats_on_twins(tmp_path):
-    files = {"x/a1.txt": "zebra harbour", "x/a2.txt": "zebra meadow!", "y/b1.txt": "quasar lemon!",
-             "y/b2.txt": "quasar pillow"}
+    files = {
+        "x/a1.txt": "zebra harbour",
+        "x/a2.txt": "zebra meadow!",
+        "y/b1.txt": "quasar lemon!",
+        "y/b2.txt": "quasar pillow",
+    }
     store = make_store(tmp_path, files)
-    packed = pack(store, tmp_path / "p", PackConfig(method="splice", seq_len=28, seed=0), progress=False).packed
+    packed = pack(
+        store, tmp_path / "p", PackConfig(method="splice", seq_len=28, seed=0), progress=False
+    ).packed
     s = pack_stats(packed)
     assert s["n_sequences"] == 2 and s["docs_per_sequence"]["mean"] == 2.0
     assert s["frac_sequences_ge2_related"] == 1.0 and s["domains_per_sequence"] == 1.0
@@ -46,12 +50,50 @@ def test_pack_stats_on_twins(tmp_path):
 def test_cli_pack_and_pack_stats(tmp_path, capsys):
     make_store(tmp_path, mixed_corpus(16))
     out = tmp_path / "packed"
-    assert cmd_pack([str(tmp_path / "store"), "--out", str(out), "--method", "splice", "--seq-len", "64",
-                     "--k", "2", "--noise", "0.1", "--shards", "2", "--no-progress"]) == 0
+    assert (
+        cmd_pack(
+            [
+                str(tmp_path / "store"),
+                "--out",
+                str(out),
+                "--method",
+                "splice",
+                "--seq-len",
+                "64",
+                "--k",
+                "2",
+                "--noise",
+                "0.1",
+                "--shards",
+                "2",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert "wrote" in capsys.readouterr().out
     assert PackedStore(out).meta["config"]["k"] == 2
-    assert cmd_pack([str(tmp_path / "store"), "--out", str(out), "--method", "splice", "--seq-len", "64",
-                     "--k", "2", "--noise", "0.1", "--shards", "2", "--no-progress"]) == 0
+    assert (
+        cmd_pack(
+            [
+                str(tmp_path / "store"),
+                "--out",
+                str(out),
+                "--method",
+                "splice",
+                "--seq-len",
+                "64",
+                "--k",
+                "2",
+                "--noise",
+                "0.1",
+                "--shards",
+                "2",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert "up to date" in capsys.readouterr().out
     assert cmd_pack_stats([str(out)]) == 0
     text = capsys.readouterr().out
@@ -71,7 +113,9 @@ def test_cli_pack_and_pack_stats(tmp_path, capsys):
 
 def test_bm25_never_returns_used_documents_and_compaction_changes_nothing(monkeypatch):
     rng = np.random.default_rng(0)
-    texts = [" ".join(rng.choice([f"w{i}" for i in range(30)], size=int(rng.integers(2, 15)))) for _ in range(300)]
+    texts = [
+        " ".join(rng.choice([f"w{i}" for i in range(30)], size=int(rng.integers(2, 15)))) for _ in range(300)
+    ]
     fast = BM25Retriever(texts)
     slow = BM25Retriever(texts)
     monkeypatch.setattr(slow, "_compact", lambda: None)
@@ -98,7 +142,14 @@ def test_dense_splice_pairs_documents_on_the_same_topic(tmp_path):
     }
     store = make_store(tmp_path, files)
     lens = store.lengths()  # any two documents fill a sequence: each holds a root and its nearest neighbour
-    cfg = PackConfig(method="splice", retriever="dense", k=1, seq_len=int(np.sort(lens)[:2].sum()) + 2, remainder="drop", seed=1)
+    cfg = PackConfig(
+        method="splice",
+        retriever="dense",
+        k=1,
+        seq_len=int(np.sort(lens)[:2].sum()) + 2,
+        remainder="drop",
+        seed=1,
+    )
     packed = pack(store, tmp_path / "p", cfg, progress=False).packed
     pairs = [sorted(s) for s in sequences_as_paths(packed, store)]
     assert sorted(pairs) == [["n/1.txt", "n/2.txt"], ["n/3.txt", "n/4.txt"], ["n/5.txt", "n/6.txt"]]

@@ -34,5 +34,14 @@ RETRIEVERS = {
     "repo": build_repo,
 }
 
-__all__ = ["PACKERS", "RETRIEVERS", "PackConfig", "PackReport", "PackedStore", "is_packed_store", "pack",
-           "pack_stats", "zipf_coefficient"]
+__all__ = [
+    "PACKERS",
+    "RETRIEVERS",
+    "PackConfig",
+    "PackReport",
+    "PackedStore",
+    "is_packed_store",
+    "pack",
+    "pack_stats",
+    "zipf_coefficient",
+]

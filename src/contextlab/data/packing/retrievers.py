@@ -139,13 +139,27 @@ class BM25Retriever(Retriever):
         self.dead = np.zeros(self.n, dtype=bool)  # lazily deleted compacted positions
         self.n_dead = 0
         self.compactions = 0
-        self.index_bytes = int(sum(a.nbytes for a in (data, indices, indptr, self.q_indptr, self.q_terms,
-                                                      self.self_score, self.alive, self.pos, self.dead)))
+        self.index_bytes = int(
+            sum(
+                a.nbytes
+                for a in (
+                    data,
+                    indices,
+                    indptr,
+                    self.q_indptr,
+                    self.q_terms,
+                    self.self_score,
+                    self.alive,
+                    self.pos,
+                    self.dead,
+                )
+            )
+        )
         self.build_seconds = time.perf_counter() - t0
 
     def scores(self, d: int) -> np.ndarray:
         """BM25 scores of d's distinct terms against every indexed (compacted) document."""
-        terms = self.q_terms[self.q_indptr[d]:self.q_indptr[d + 1]]
+        terms = self.q_terms[self.q_indptr[d] : self.q_indptr[d + 1]]
         return _accumulate(terms, self.indptr, self.indices, self.data, len(self.alive))
 
     def query(self, d: int, k: int) -> list[tuple[int, float]]:
@@ -200,8 +214,10 @@ class RepoRetriever(Retriever):
     def __init__(self, paths: list[str]):
         t0 = time.perf_counter()
         if any(not p for p in paths):
-            raise UserError("the repo retriever needs a source path for every document (docs.jsonl 'path'); "
-                            "ingest a folder, or use --retriever bm25")
+            raise UserError(
+                "the repo retriever needs a source path for every document (docs.jsonl 'path'); "
+                "ingest a folder, or use --retriever bm25"
+            )
         n = len(paths)
         order = sorted(range(n), key=lambda i: (_dfs_key(paths[i]), i))
         self.order = np.array(order, dtype=np.int64)  # DFS position -> local id
@@ -218,7 +234,9 @@ class RepoRetriever(Retriever):
         self.dirs = dirs
         self.n = n
         self._next = np.arange(n + 1, dtype=np.int64)  # union-find: next unused position >= p (n = none)
-        self._prev = np.arange(n + 1, dtype=np.int64)  # shifted by one: prev unused position <= p-1 (0 = none)
+        self._prev = np.arange(
+            n + 1, dtype=np.int64
+        )  # shifted by one: prev unused position <= p-1 (0 = none)
         self.index_bytes = int(self.order.nbytes * 6)
         self.build_seconds = time.perf_counter() - t0
 

@@ -27,7 +27,7 @@ pure function of (documents, config, seed), independent of process count or timi
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -40,8 +40,17 @@ NAN = float("nan")
 class Sequencer:
     """Packs one shard. Documents are local ids 0..n-1 with ``lengths`` and ``domains`` codes."""
 
-    def __init__(self, lengths: np.ndarray, domains: np.ndarray, *, seq_len: int, separator: bool,
-                 remainder: str, order: str, rng: np.random.Generator):
+    def __init__(
+        self,
+        lengths: np.ndarray,
+        domains: np.ndarray,
+        *,
+        seq_len: int,
+        separator: bool,
+        remainder: str,
+        order: str,
+        rng: np.random.Generator,
+    ):
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.n = len(self.lengths)
         self.seq_len, self.separator, self.remainder, self.order = seq_len, separator, remainder, order
@@ -166,7 +175,7 @@ class Sequencer:
                 self.pool.append(tail)
             else:
                 self.dropped_tokens += e - b - room
-            self.carry.extend((p[0], p[1], p[2], NAN) for p in pieces[idx + 1:])
+            self.carry.extend((p[0], p[1], p[2], NAN) for p in pieces[idx + 1 :])
             break
         self.sequences.append(out)
 
@@ -180,4 +189,3 @@ def flatten(sequences: list[list[Piece]], doc_ids: np.ndarray) -> tuple[np.ndarr
     offsets = np.concatenate([[0], np.cumsum([len(s) for s in sequences], dtype=np.int64)]).astype(np.int64)
     sims = np.array([p[3] for p in flat], dtype=np.float32)
     return entries, offsets, sims
-

@@ -32,7 +32,11 @@ def shard_ranges(lengths: np.ndarray, n_shards: int) -> list[tuple[int, int]]:
     n_shards = max(1, min(n_shards, n))
     cum = np.cumsum(lengths)
     total = int(cum[-1]) if n else 0
-    cuts = [0] + [int(np.searchsorted(cum, total * s / n_shards, side="left")) + 1 for s in range(1, n_shards)] + [n]
+    cuts = (
+        [0]
+        + [int(np.searchsorted(cum, total * s / n_shards, side="left")) + 1 for s in range(1, n_shards)]
+        + [n]
+    )
     for s in range(1, len(cuts)):  # keep every shard non-empty and cuts increasing
         cuts[s] = min(max(cuts[s], cuts[s - 1] + 1), n - (len(cuts) - 1 - s))
     return [(cuts[s], cuts[s + 1]) for s in range(n_shards)]
@@ -45,8 +49,9 @@ def shard_file(partial: Path, index: int) -> Path:
 def domain_codes(store: TokenStore, doc_ids: np.ndarray) -> np.ndarray:
     meta = store.docs_meta()
     names: dict[str, int] = {}
-    return np.array([names.setdefault(str(meta[int(i)].get("domain", "")), len(names)) for i in doc_ids],
-                    dtype=np.int64)
+    return np.array(
+        [names.setdefault(str(meta[int(i)].get("domain", "")), len(names)) for i in doc_ids], dtype=np.int64
+    )
 
 
 def build_retriever(store: TokenStore, doc_ids: np.ndarray, cfg: PackConfig):
@@ -62,15 +67,25 @@ def pack_shard(store: TokenStore, cfg: PackConfig, index: int, lo: int, hi: int)
     t0 = time.perf_counter()
     doc_ids = np.arange(lo, hi, dtype=np.int64)
     sep = cfg.separator == "eot"
-    seq = Sequencer(store.lengths()[lo:hi], domain_codes(store, doc_ids), seq_len=cfg.seq_len, separator=sep,
-                    remainder=cfg.remainder, order="identity" if cfg.method == "icp" else cfg.order,
-                    rng=np.random.default_rng([cfg.seed, index]))
+    seq = Sequencer(
+        store.lengths()[lo:hi],
+        domain_codes(store, doc_ids),
+        seq_len=cfg.seq_len,
+        separator=sep,
+        remainder=cfg.remainder,
+        order="identity" if cfg.method == "icp" else cfg.order,
+        rng=np.random.default_rng([cfg.seed, index]),
+    )
     retriever = build_retriever(store, doc_ids, cfg) if cfg.uses_retriever else None
     PACKERS[cfg.method](seq, retriever, cfg)
     entries, offsets, sims = flatten(seq.sequences, doc_ids)
     stats = {
-        "shard": index, "docs": [lo, hi], "n_docs": hi - lo, "n_sequences": len(seq.sequences),
-        "n_entries": int(len(entries)), "dropped_tokens": int(seq.dropped_tokens),
+        "shard": index,
+        "docs": [lo, hi],
+        "n_docs": hi - lo,
+        "n_sequences": len(seq.sequences),
+        "n_entries": len(entries),
+        "dropped_tokens": int(seq.dropped_tokens),
         "dropped_near_duplicates": [int(doc_ids[j]) for j in seq.dropped_docs],
         "unused_docs": int(seq.n_unused),
         "index_bytes": int(getattr(retriever, "index_bytes", 0)),
@@ -102,7 +117,9 @@ def read_shard(path: Path, fingerprint: str) -> tuple[dict, dict] | None:
     return arrays, record["stats"]
 
 
-def run_shard(store_path: str, cfg: PackConfig, index: int, lo: int, hi: int, out: str, fingerprint: str) -> dict:
+def run_shard(
+    store_path: str, cfg: PackConfig, index: int, lo: int, hi: int, out: str, fingerprint: str
+) -> dict:
     """Pack one shard and write its file (a top-level function: runs in worker processes)."""
     store = TokenStore(store_path)
     arrays, stats = pack_shard(store, cfg, index, lo, hi)

@@ -16,7 +16,7 @@ dry and the sequence continues from a fresh random root.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from contextlab.data.packing.retrievers import Retriever
 from contextlab.data.packing.sequencer import NAN, Sequencer

@@ -52,9 +52,16 @@ def pack_stats(packed: PackedStore, *, max_sequences: int = 2000, seed: int = 0)
     meta = packed.store.docs_meta()
     dom_names: dict[str, int] = {}
     dir_names: dict[str, int] = {}
-    dom = np.array([dom_names.setdefault(str(m.get("domain", "")), len(dom_names)) for m in meta], dtype=np.int64)
-    dirs = np.array([dir_names.setdefault(str(PurePosixPath(str(m.get("path") or "")).parent), len(dir_names))
-                     for m in meta], dtype=np.int64)
+    dom = np.array(
+        [dom_names.setdefault(str(m.get("domain", "")), len(dom_names)) for m in meta], dtype=np.int64
+    )
+    dirs = np.array(
+        [
+            dir_names.setdefault(str(PurePosixPath(str(m.get("path") or "")).parent), len(dir_names))
+            for m in meta
+        ],
+        dtype=np.int64,
+    )
 
     def distinct_per_seq(keys: np.ndarray) -> np.ndarray:
         if not len(keys):
@@ -75,20 +82,29 @@ def pack_stats(packed: PackedStore, *, max_sequences: int = 2000, seed: int = 0)
     zipf = zipf[np.isfinite(zipf)]
     cfg = packed.meta["config"]
     return {
-        "path": str(packed.path), "method": cfg["method"],
+        "path": str(packed.path),
+        "method": cfg["method"],
         "retriever": cfg["retriever"] if cfg["method"] in ("splice", "icp") else None,
-        "seq_len": packed.seq_len, "n_sequences": n_seq, "n_full_sequences": int(len(full)),
-        "n_entries": packed.n_entries, "n_tokens": int(lens.sum()),
-        "docs_per_sequence": {"mean": float(docs_per.mean()) if n_seq else 0.0,
-                              "median": float(np.median(docs_per)) if n_seq else 0.0,
-                              "max": int(docs_per.max()) if n_seq else 0},
+        "seq_len": packed.seq_len,
+        "n_sequences": n_seq,
+        "n_full_sequences": len(full),
+        "n_entries": packed.n_entries,
+        "n_tokens": int(lens.sum()),
+        "docs_per_sequence": {
+            "mean": float(docs_per.mean()) if n_seq else 0.0,
+            "median": float(np.median(docs_per)) if n_seq else 0.0,
+            "max": int(docs_per.max()) if n_seq else 0,
+        },
         "mean_neighbour_similarity": float(sims[retrieved].mean()) if retrieved.any() else None,
         "retrieved_fraction_of_entries": float(retrieved.mean()) if len(sims) else 0.0,
         "frac_sequences_ge2_related": float(related_seqs.mean()) if n_seq else 0.0,
         "domains_per_sequence": float(doms_per.mean()) if n_seq else 0.0,
         "directories_per_sequence": float(dirs_per.mean()) if n_seq else 0.0,
-        "zipf": {"mean": float(zipf.mean()) if len(zipf) else None,
-                 "std": float(zipf.std()) if len(zipf) else None, "n_sequences": int(len(zipf))},
+        "zipf": {
+            "mean": float(zipf.mean()) if len(zipf) else None,
+            "std": float(zipf.std()) if len(zipf) else None,
+            "n_sequences": len(zipf),
+        },
         "docs_per_sequence_all": docs_per.tolist(),
         "zipf_per_sequence": zipf.tolist(),
     }
@@ -108,8 +124,7 @@ def format_pack_stats(s: dict) -> str:
         f"{100 * s['retrieved_fraction_of_entries']:.1f}% of entries retrieved, "
         f"{100 * s['frac_sequences_ge2_related']:.1f}% of sequences hold >= 2 related documents",
         f"spans          {s['domains_per_sequence']:.2f} domains, {s['directories_per_sequence']:.2f} directories per sequence",
-        f"zipf           {zipf} "
-        f"over {z['n_sequences']:,} full sequences (lower = burstier)",
+        f"zipf           {zipf} over {z['n_sequences']:,} full sequences (lower = burstier)",
     ]
     return "\n".join(lines)
 
@@ -124,8 +139,13 @@ def plot_pack_stats(s: dict, out: str | Path) -> Path:
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
     docs = np.asarray(s["docs_per_sequence_all"])
     if len(docs):
-        a.hist(docs, bins=np.arange(1, docs.max() + 2) - 0.5 if docs.max() < 60 else 50, color="#3b6ea8",
-               edgecolor="white", linewidth=0.4)
+        a.hist(
+            docs,
+            bins=np.arange(1, docs.max() + 2) - 0.5 if docs.max() < 60 else 50,
+            color="#3b6ea8",
+            edgecolor="white",
+            linewidth=0.4,
+        )
     a.set_xlabel("documents per sequence")
     a.set_ylabel("sequences")
     a.set_title(f"{s['method']}: mean {s['docs_per_sequence']['mean']:.2f} docs/sequence")
