@@ -78,29 +78,13 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if tp is Any:
         return value
     if origin in (typing.Union, types.UnionType):
-        args = get_args(tp)
-        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
-            if type(None) in args:
-                return None
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(value, arg, key)
-            except UserError:
-                continue
-        raise _type_error(key, value, tp)
+        return _coerce_union(value, tp, key)
     if origin is Literal:
         if value in get_args(tp):
             return value
         raise _type_error(key, value, tp)
     if origin is list:
-        (inner,) = get_args(tp) or (Any,)
-        if isinstance(value, str):  # "--set a.b=1,2,3" convenience
-            value = [v for v in value.split(",") if v != ""]
-        if not isinstance(value, (list, tuple)):
-            raise _type_error(key, value, tp)
-        return [_coerce(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
+        return _coerce_list(value, tp, key)
     if origin is dict or tp is dict:
         if not isinstance(value, dict):
             raise _type_error(key, value, tp)
@@ -111,45 +95,86 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         if not isinstance(value, dict):
             raise _type_error(key, value, tp)
         return from_dict(tp, value, prefix=key)
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-            return value.lower() in ("true", "1", "yes")
+    scalar = _SCALARS.get(tp)
+    if scalar is None:
+        return value
+    out = scalar(value)
+    if out is _MISSING:
         raise _type_error(key, value, tp)
-    if tp is int:
-        if isinstance(value, bool):
-            raise _type_error(key, value, tp)
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            try:
-                return int(float(value)) if _is_int_like(value) else int(value)
-            except ValueError:
-                pass
+    return out
+
+
+def _coerce_union(value: Any, tp: Any, key: str) -> Any:
+    """The first member type that accepts ``value``; "none"/"null" for an optional."""
+    args = get_args(tp)
+    none_text = isinstance(value, str) and value.lower() in ("none", "null")
+    if (value is None or none_text) and type(None) in args:
+        return None
+    for arg in args:
+        if arg is type(None):
+            continue
+        try:
+            return _coerce(value, arg, key)
+        except UserError:
+            continue
+    raise _type_error(key, value, tp)
+
+
+def _coerce_list(value: Any, tp: Any, key: str) -> list:
+    (inner,) = get_args(tp) or (Any,)
+    if isinstance(value, str):  # "--set a.b=1,2,3" convenience
+        value = [v for v in value.split(",") if v != ""]
+    if not isinstance(value, (list, tuple)):
         raise _type_error(key, value, tp)
-    if tp is float:
-        if isinstance(value, bool):
-            raise _type_error(key, value, tp)
-        if isinstance(value, (int, float)):
+    return [_coerce(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
+
+
+# scalar readers: the value as the type, or _MISSING when it is not one (the caller names the key)
+
+
+def _as_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+        return value.lower() in ("true", "1", "yes")
+    return _MISSING
+
+
+def _as_int(value: Any) -> Any:
+    if isinstance(value, bool):
+        return _MISSING
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(float(value)) if _is_int_like(value) else int(value)
+        except ValueError:
+            pass
+    return _MISSING
+
+
+def _as_float(value: Any) -> Any:
+    if isinstance(value, bool):
+        return _MISSING
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
             return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        raise _type_error(key, value, tp)
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise _type_error(key, value, tp)
-    if tp is Path:
-        if isinstance(value, (str, Path)):
-            return Path(value)
-        raise _type_error(key, value, tp)
-    return value
+        except ValueError:
+            pass
+    return _MISSING
+
+
+_SCALARS = {
+    bool: _as_bool,
+    int: _as_int,
+    float: _as_float,
+    str: lambda v: v if isinstance(v, str) else _MISSING,
+    Path: lambda v: Path(v) if isinstance(v, (str, Path)) else _MISSING,
+}
 
 
 def _is_int_like(text: str) -> bool:
