@@ -13,7 +13,8 @@ same number of tokens in every cell (``--tokens``, rows = tokens / context), thr
 
 Two document layouts: ``packed`` rows cut from a stream of documents whose lengths are those
 of a token store (``--store``) or, by default, of the Python standard library's modules
-(bytes / 4, about their BPE length: a real code corpus, many short documents, some long), and ``one_doc`` rows that are each a single document (the worst case for
+(bytes / 4, about their BPE length: a real code corpus, many short documents, some long),
+and ``one_doc`` rows that are each a single document (the worst case for
 FlexAttention: nothing to skip, only its overhead). Memory: the peak of torch's CUDA allocator
 during the step minus what it held before (inputs, outputs, gradients, mask and workspace); on
 CPU each cell runs in a fresh process and reports its peak RSS growth. FlexAttention has no
@@ -45,7 +46,8 @@ import torch.nn.functional as F
 
 from contextlab.models.masks import AttentionMask, flex_attention
 
-# fwd + bwd everywhere; on CPU FlexAttention has no backward, so it is timed forward only, against causal forward
+# fwd + bwd everywhere; on CPU FlexAttention has no backward, so it is timed forward only,
+# against causal forward
 VARIANTS = {
     "cuda": ("causal", "doc_flex", "doc_dense"),
     "cpu": ("causal", "doc_dense", "causal_fwd", "doc_flex_fwd"),
@@ -65,7 +67,8 @@ def doc_lengths(store: str | None) -> np.ndarray:
 
 
 def packed_segments(rows: int, T: int, layout: str, lengths: np.ndarray, seed: int = 0) -> torch.Tensor:
-    """(rows, T) document ids: a shuffled stream of documents of these lengths cut into rows, or one per row."""
+    """(rows, T) document ids: a shuffled stream of documents of these lengths cut into rows,
+    or one per row."""
     if layout == "one_doc":
         return torch.zeros(rows, T, dtype=torch.int64)
     rng = np.random.default_rng(seed)
@@ -79,8 +82,9 @@ def packed_segments(rows: int, T: int, layout: str, lengths: np.ndarray, seed: i
 
 
 def median_seconds(fn, reps: int, warmup: int, sync, after=lambda: None, before_timing=lambda: None) -> float:
-    """Median wall seconds of ``fn`` over ``reps`` calls after ``warmup`` untimed ones, synchronising the device
-    around each; ``after`` runs after every call (outside the clock), ``before_timing`` once after the warm-up."""
+    """Median wall seconds of ``fn`` over ``reps`` calls after ``warmup`` untimed ones,
+    synchronising the device around each; ``after`` runs after every call (outside the
+    clock), ``before_timing`` once after the warm-up."""
     for _ in range(warmup):
         fn()
         after()
@@ -403,7 +407,8 @@ def main() -> None:
         fmt = lambda x: "-" if x is None else f"{x:.2f}"
         m = summary["memory_mb"][key]
         print(
-            f"{T:>8} {c['seconds'] * 1e3:>10.2f} {fmt(ratio(f)):>12} {fmt(ratio(f1)):>11} {fmt(ratio(d)):>13} "
+            f"{T:>8} {c['seconds'] * 1e3:>10.2f} {fmt(ratio(f)):>12} {fmt(ratio(f1)):>11} "
+            f"{fmt(ratio(d)):>13} "
             f"{fmt(m['causal']):>10} {fmt(m['doc_flex']):>9} {fmt(m['doc_dense']):>9}"
         )
     print(json.dumps(summary))

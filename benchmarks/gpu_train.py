@@ -185,7 +185,8 @@ def main() -> None:
     name = torch.cuda.get_device_name() if cuda else "cpu"
     peak = fast_rate(time_matmul(8192 if cuda else 1024, torch.bfloat16, args.device, seconds=2.0))
     print(
-        f"torch {torch.__version__}, {name}, bf16 matmul peak {peak / 1e12:.0f} TFLOP/s (8192^3, measured now)",
+        f"torch {torch.__version__}, {name}, bf16 matmul peak {peak / 1e12:.0f} TFLOP/s "
+        "(8192^3, measured now)",
         flush=True,
     )
     t0 = time.perf_counter()

@@ -71,7 +71,8 @@ def main() -> None:
             f"({rep.mb_per_s:.1f} MB/s); tiktoken on the manifest bodies: {tiktoken_total:,} tokens"
         )
         print(
-            f"ids identical: {ids_equal}; documents decoding to their source text: {decode_equal}/{store.n_docs}"
+            f"ids identical: {ids_equal}; documents decoding to their source text: "
+            f"{decode_equal}/{store.n_docs}"
         )
         result = {
             "bench": "gutenberg_gpt2_parity",

@@ -132,7 +132,8 @@ def main() -> None:
     print(f"{'pipeline':<48} {'MB/s':>8} {'ratio':>7} {'peak RSS MB':>12}")
     for name, rate in refs.items():
         print(
-            f"{'tokenizers ' + name + ' (GPT-2, in memory)':<48} {rate:>8.2f} {rate / ref_mbs:>7.2f} {'-':>12}"
+            f"{'tokenizers ' + name + ' (GPT-2, in memory)':<48} {rate:>8.2f} "
+            f"{rate / ref_mbs:>7.2f} {'-':>12}"
         )
     for label, row in rows.items():
         print(

@@ -14,7 +14,8 @@ Rounds rotate the variant order; the reported ratio is median(variant) / median(
 over rounds. The seed claims +6.25% FLOPs and < 5% memory for ContextLM on GPUs.
 
     python benchmarks/objective_overhead.py [--rounds 3] [--steps 8] [--threads 2]
-    python benchmarks/objective_overhead.py --device cuda --size gpt2-small --vocab 50257 --seq-len 1024 --rows 16
+    python benchmarks/objective_overhead.py --device cuda --size gpt2-small --vocab 50257 \
+        --seq-len 1024 --rows 16
 
 Last line: {"bench": "objective_overhead", "contextlm_time_ratio": ..., "contextlm_mem_ratio": ...,
 "mtp_time_ratio": ..., "mtp_mem_ratio": ...}
@@ -132,7 +133,8 @@ def main() -> None:
 
     med = {n: {k: statistics.median(x[k] for x in results[n]) for k in ("step_s", "mem_mb")} for n in names}
     print(
-        f"\n{'variant':<10} {'s/step':>8} {'x GPT':>6} {'MB':>7} {'x GPT':>6} {'params':>10} {'FLOPs/tok x GPT':>16}"
+        f"\n{'variant':<10} {'s/step':>8} {'x GPT':>6} {'MB':>7} {'x GPT':>6} {'params':>10} "
+        f"{'FLOPs/tok x GPT':>16}"
     )
     for n in names:
         r0 = results[n][0]

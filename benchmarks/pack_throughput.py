@@ -1,8 +1,10 @@
 """SPLICE-BM25 packing throughput (bm25s vs rank_bm25 as the retriever) and burstiness (Zipf) SPLICE vs EP.
 
     python benchmarks/make_chapters.py --out /tmp/chapters
-    contextlab data ingest /tmp/chapters --tokenizer gpt2:../shared/data/gpt2_tokenizer --out /tmp/store_chapters
-    python benchmarks/pack_throughput.py --store /tmp/store_chapters [--extra /tmp/store_stdlib /tmp/store_django]
+    contextlab data ingest /tmp/chapters --tokenizer gpt2:../shared/data/gpt2_tokenizer \
+        --out /tmp/store_chapters
+    python benchmarks/pack_throughput.py --store /tmp/store_chapters \
+        [--extra /tmp/store_stdlib /tmp/store_django]
 
 1. End to end: ``pack(method=splice, retriever=bm25, k=1)`` over the whole store (decode,
    bm25s tokenize + index, every query, write), in a fresh process: documents/s and peak
@@ -148,9 +150,11 @@ def compare_stats(
             "frac_ge2_related": s["frac_sequences_ge2_related"],
         }
         print(
-            f"  {Path(store_path).name:<24} {name:<12} zipf {s['zipf']['mean']:.3f} +- {s['zipf']['std']:.3f}  "
+            f"  {Path(store_path).name:<24} {name:<12} "
+            f"zipf {s['zipf']['mean']:.3f} +- {s['zipf']['std']:.3f}  "
             f"docs/seq {s['docs_per_sequence']['mean']:.2f}  domains/seq {s['domains_per_sequence']:.2f}  "
-            f"dirs/seq {s['directories_per_sequence']:.2f}  >=2 related {100 * s['frac_sequences_ge2_related']:.0f}%",
+            f"dirs/seq {s['directories_per_sequence']:.2f}  "
+            f">=2 related {100 * s['frac_sequences_ge2_related']:.0f}%",
             flush=True,
         )
     return out
@@ -171,7 +175,8 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     store = TokenStore(args.store)
     print(
-        f"store {store.path}: {store.n_docs:,} documents, {store.n_tokens:,} tokens ({store.tokenizer_spec['name']})"
+        f"store {store.path}: {store.n_docs:,} documents, {store.n_tokens:,} tokens "
+        f"({store.tokenizer_spec['name']})"
     )
 
     splice_out = str(work / "chapters_splice_bm25")
@@ -191,7 +196,7 @@ def main() -> None:
     del texts
     print(f"decoded + tokenized for the side-by-side run in {time.perf_counter() - t0:,.1f} s", flush=True)
     t0 = time.perf_counter()
-    ours = BM25Retriever([" ".join(t) for t in term_lists])
+    BM25Retriever([" ".join(t) for t in term_lists])
     ours_build = time.perf_counter() - t0
     rank = RankBM25Retriever(term_lists)
     print(f"index: bm25s {ours_build:,.1f} s, rank_bm25 {rank.build_seconds:,.1f} s", flush=True)
@@ -215,7 +220,8 @@ def main() -> None:
     ratio = e2e / rank_e2e
     print(
         f"SPLICE steps: bm25s {med['bm25s']:,.1f} docs/s vs rank_bm25 {med['rank_bm25']:,.3f} docs/s "
-        f"= {step_ratio:,.0f}x; end to end {e2e:,.1f} vs {rank_e2e:,.3f} docs/s (extrapolated) = {ratio:,.0f}x"
+        f"= {step_ratio:,.0f}x; end to end {e2e:,.1f} vs {rank_e2e:,.3f} docs/s (extrapolated) "
+        f"= {ratio:,.0f}x"
     )
 
     print("Zipf (lower = burstier) and spans, SPLICE vs EP:")

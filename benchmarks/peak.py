@@ -2,7 +2,8 @@
 
 Square matmuls at a few sizes, the 90th percentile of several timed repetitions per size
 (noise on a shared machine only ever slows a matmul down, so a median underestimates the
-hardware, while the single best repetition can be a one-off); the best size is the peak. The result is written to the cache that ``contextlab.train.flops`` reads for
+hardware, while the single best repetition can be a one-off); the best size is the peak.
+The result is written to the cache that ``contextlab.train.flops`` reads for
 MFU (~/.cache/contextlab/peak.json or $CONTEXTLAB_PEAK_FILE), keyed by device, dtype and
 CPU thread count. The last line printed is one JSON object.
 

@@ -51,10 +51,15 @@ def main() -> None:
                 "ebook_id": ebook_id,
                 "title": row["title"],
                 "author": row["author"],
-                "source": f"Project Gutenberg eBook #{ebook_id}, via shared/data/gutenberg_books/{row['file']}",
+                "source": (
+                    f"Project Gutenberg eBook #{ebook_id}, via shared/data/gutenberg_books/{row['file']}"
+                ),
                 "source_sha256": row["sha256"],
                 "body_chars": [row["body_start_char"], row["body_end_char"]],
-                "processing": "Project Gutenberg header and footer (and a trailing 'End of the Project Gutenberg EBook' line) removed; CRLF -> LF; surrounding whitespace stripped",
+                "processing": (
+                    "Project Gutenberg header and footer (and a trailing 'End of the Project Gutenberg "
+                    "EBook' line) removed; CRLF -> LF; surrounding whitespace stripped"
+                ),
                 "sha256": hashlib.sha256(body.encode("utf-8")).hexdigest(),
                 "bytes": len(body.encode("utf-8")),
                 "licence": "public domain in the USA (Project Gutenberg eBook)",

@@ -1,6 +1,7 @@
 """Per-task answer cross-entropy of a model trained on sparse parity.
 
-    .venv/bin/python scripts/parity_tasks.py runs/parity_transformer runs/data/parity/val [--contexts 60,50,30]
+    .venv/bin/python scripts/parity_tasks.py runs/parity_transformer runs/data/parity/val \
+        [--contexts 60,50,30]
 
 For each visible context l, the mean answer cross-entropy over all rows, the same loss
 stratified by task (each task's mean loss weighted by its exact frequency, which removes the
@@ -69,7 +70,8 @@ def main() -> None:
         bayes = syn.bayes_risk(tasks, ctl)
         bad = [t for t in range(len(tasks.far)) if seen[t] and by_task[t] > a.threshold]
         print(
-            f"l={ctl}: answer CE {per.mean():.4f}, task-weighted {weighted:.4f}, exact Bayes risk {bayes:.4f}, "
+            f"l={ctl}: answer CE {per.mean():.4f}, task-weighted {weighted:.4f}, "
+            f"exact Bayes risk {bayes:.4f}, "
             f"|weighted - Bayes| {abs(weighted - bayes):.4f}"
             f"{'' if drawn.all() else f' ({int((~drawn).sum())} tasks not drawn)'}; "
             f"{int(seen.sum()) - len(bad)} of {int(seen.sum())} visible tasks below {a.threshold} nats; "
@@ -77,7 +79,8 @@ def main() -> None:
         )
         for t in bad:
             print(
-                f"    task {t:3d} (bits {tasks.near[t]:2d} and {tasks.far[t]:2d}, frequency {tasks.freq[t]:.4f}): "
+                f"    task {t:3d} (bits {tasks.near[t]:2d} and {tasks.far[t]:2d}, "
+                f"frequency {tasks.freq[t]:.4f}): "
                 f"CE {by_task[t]:.3f}"
             )
 
