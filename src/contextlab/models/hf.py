@@ -212,7 +212,28 @@ def export_to_hf(
     under the "contextlab" key of config.json, with the format and code versions.
     """
     model = getattr(model, "_orig_mod", model)  # a torch.compile'd model shares the parameters
-    out = Path(out_dir)
+    out = _check_export_target(Path(out_dir), overwrite, tokenizer_dir)
+    provenance = {
+        "format_version": contextlab.FORMAT_VERSION,
+        "contextlab_version": contextlab.__version__,
+        **(extra_config or {}),
+    }
+    wrapper = ContextlabContextLMForCausalLM if isinstance(model, ContextLM) else ContextlabGPTForCausalLM
+    config = wrapper.config_class.from_gpt_config(model.config, contextlab=provenance)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        wrapper(config, gpt=model).save_pretrained(tmp, safe_serialization=True)
+        if tokenizer_dir is not None:
+            shutil.copytree(tokenizer_dir, tmp / "tokenizer")
+        replace_dir(tmp, out, overwrite=True)  # overwrite was checked; the old export is swapped out whole
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _check_export_target(out: Path, overwrite: bool, tokenizer_dir: str | os.PathLike | None) -> Path:
+    """out, checked (empty or overwrite) and its parent created; the tokenizer folder must exist."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
         raise UserError(
             f"export folder {out} already exists and is not empty; choose another folder or pass overwrite"
@@ -222,28 +243,6 @@ def export_to_hf(
             f"tokenizer folder {tokenizer_dir} does not exist; pass the folder holding the tokenizer files"
         )
     out.parent.mkdir(parents=True, exist_ok=True)
-    provenance = {
-        "format_version": contextlab.FORMAT_VERSION,
-        "contextlab_version": contextlab.__version__,
-        **(extra_config or {}),
-    }
-    config_cls, wrapper = (
-        (ContextlabContextLMConfig, ContextlabContextLMForCausalLM)
-        if isinstance(model, ContextLM)
-        else (ContextlabGPTConfig, ContextlabGPTForCausalLM)
-    )
-    config = config_cls.from_gpt_config(model.config, contextlab=provenance)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
-        wrapper(config, gpt=model).save_pretrained(tmp, safe_serialization=True)
-        if tokenizer_dir is not None:
-            shutil.copytree(tokenizer_dir, tmp / "tokenizer")
-        replace_dir(
-            tmp, out, overwrite=True
-        )  # the caller checked overwrite; the old export is swapped out whole
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

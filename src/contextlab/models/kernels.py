@@ -88,7 +88,7 @@ def attention(
     probabilities with fp32 accumulation inside the matmuls and the softmax, as a mixed-precision
     GPU step without flash attention computes them. fp32 and every other case take SDPA.
     """
-    B, nh, T, hs = q.shape
+    B, nh, T, _ = q.shape
     if attn_mask is not None and not isinstance(attn_mask, Tensor):  # a FlexAttention BlockMask
         if dropout_p > 0.0:
             raise UserError(
@@ -106,6 +106,12 @@ def attention(
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=dropout_p
         )
+    return _matmul_attention(q, k, v, is_causal, dropout_p)
+
+
+def _matmul_attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, dropout_p: float) -> Tensor:
+    """attention's CPU bf16 path: softmax(q k^T / sqrt(hs) + causal bias) v in two batched matmuls."""
+    B, nh, T, hs = q.shape
     qf, kt, vf = q.reshape(B * nh, T, hs), k.reshape(B * nh, T, hs).transpose(1, 2), v.reshape(B * nh, T, hs)
     with torch.autocast(
         "cpu", enabled=False
