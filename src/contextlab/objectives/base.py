@@ -124,8 +124,7 @@ class Objective(nn.Module):
         return torch.Generator(device=device).manual_seed(1234)
 
     def arch_options(self) -> dict:
-        """Options of the architecture ``arch`` (e.g. ContextLM's chunk size) from ``self.options``; none
-        for a GPT."""
+        """Architecture ``arch``'s options (ContextLM's chunk size...) from ``self.options``; {} for a GPT."""
         return {name: getattr(self.options, name) for name in arch_option_names(self.arch)}
 
     def prepare(self, tokens: Tensor, doc_ids: Tensor | None = None) -> Batch:
