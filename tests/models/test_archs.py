@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from contextlab.errors import UserError
 from contextlab.models.archs import ARCHS, arch_config, build_arch
 from contextlab.models.contextlm import ContextLM, ContextLMConfig
-from contextlab.models.gpt import GPT, GPTConfig
+from contextlab.models.gpt import GPT, GPTConfig, TrunkState
 from contextlab.models.mtp import MTPModel
 
 V = 61
@@ -152,6 +152,27 @@ def test_contextlm_config_errors_name_the_option():
         build_arch("gpt", BASE, chunk_size=4)
 
 
+def test_contextlm_fuses_through_the_gpt_hook_at_the_encoder_split():
+    """ContextLM overrides GPT.mix, not the forward: the context enters after block encoder_layers only."""
+    assert "forward" not in vars(ContextLM) and "trunk" not in vars(ContextLM)
+    idx = torch.randint(0, V, (2, 13))
+    for n_enc in (0, 1, 2):
+        model = contextlm(4, encoder_layers=n_enc, n_layer=3)
+        with torch.no_grad():
+            layers = model(idx, return_hidden=True).layers
+            x = model.embed(idx)
+            state = model.prepare(idx)
+            assert torch.equal(layers[0], x)  # layer 0: the embeddings, before any context
+            for i in range(4):
+                if i > 0:
+                    x = model.blocks[i - 1](x, state.rope, None, True)
+                fused = model.mix(i, x, state)
+                assert torch.equal(fused, x) == (i != n_enc), (n_enc, i)
+                x = fused
+                if i > 0:
+                    assert torch.equal(layers[i], x)
+
+
 # --------------------------------------------------------------------------- MTP
 
 
@@ -167,6 +188,19 @@ def test_mtp_with_one_head_is_the_gpt_and_forward_is_head_one():
     assert len(heads) == 4 and torch.equal(heads[0], four(idx).logits)
     assert torch.equal(four.to_gpt()(idx).logits, four(idx).logits)
     assert len(four.future_heads) == 3
+
+
+def test_mtp_heads_share_the_gpt_trunk_with_any_positions():
+    """trunk_states reuses GPT.prepare/run_blocks: head 1 at position offsets is GPT.forward's output."""
+    assert "forward" not in vars(MTPModel) and "trunk" not in vars(MTPModel)
+    model = build_arch("mtp", BASE, n_future=2).eval()
+    idx = torch.randint(0, V, (2, 11))
+    with torch.no_grad():
+        for positions in (None, 5, torch.arange(3, 14)):
+            z, state = model.trunk_states(idx, position_ids=positions)
+            assert isinstance(state, TrunkState) and z.shape == (2, 11, BASE.n_embd)
+            expected = model(idx, position_ids=positions).logits
+            assert torch.equal(model.head_logits(z, 1, state), expected)
 
 
 def test_mtp_each_head_is_causal():

@@ -69,7 +69,8 @@ def test_block_mask_tiles_cover_the_dense_mask_exactly(T):
 
 
 def test_causal_document_tiles_skip_other_documents():
-    """Two documents of 256: the tiles of document 1 x document 0 are skipped, the rest of the lower half is full."""
+    """Two documents of 256: the tiles of document 1 x document 0 are skipped, the rest of the lower
+    half is full."""
     seg = torch.tensor([[0] * 256 + [1] * 256])
     bm = AttentionMask(512, segments=seg).block_mask()
     partial = tiles(bm.kv_num_blocks, bm.kv_indices, 4)[0]
@@ -129,7 +130,8 @@ def test_gpt_with_a_flex_mask_equals_the_dense_mask(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_compiled_gpt_with_a_flex_mask_equals_the_dense_mask(device):
-    """train.compile: FlexAttention inside a compiled model (strided q, k, v once gave wrong outputs there)."""
+    """train.compile: FlexAttention inside a compiled model (strided q, k, v once gave wrong outputs
+    there)."""
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=97, n_layer=2, n_head=2, n_embd=64, block_size=256)).to(device)
     compiled = torch.compile(model)

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from contextlab.errors import UserError
 from contextlab.models import GPT, SIZES, Block, GPTConfig, describe_model, size_config
-from contextlab.models.gpt import apply_rope, rope_cache
+from contextlab.models.rope import apply_rope, rope_tables
 
 VOCAB = 257
 
@@ -106,7 +106,7 @@ def test_position_ids_offset_and_relative_positions():
 def test_apply_rope_rotates_pairs_of_the_two_halves():
     hs, T = 8, 5
     x = torch.randn(T, hs)
-    cos, sin = rope_cache(T, hs, base=100.0)
+    cos, sin = rope_tables(torch.arange(T), GPTConfig(n_embd=hs, n_head=1, rope_base=100.0))
     out = apply_rope(x, cos, sin)
     theta = torch.arange(T)[:, None] * 100.0 ** (-torch.arange(0, hs, 2) / hs)  # (T, hs/2)
     rotated = torch.polar(torch.ones_like(theta), theta) * torch.complex(x[:, : hs // 2], x[:, hs // 2 :])
@@ -244,7 +244,7 @@ def test_traces_as_one_graph_for_torch_compile():
 @pytest.mark.parametrize("causal", [True, False])
 def test_bf16_matmul_attention_matches_sdpa(causal):
     """The CPU bf16 fast path (two batched matmuls) agrees with fp32 SDPA, values and gradients."""
-    from contextlab.models.gpt import attention
+    from contextlab.models.kernels import attention
 
     torch.manual_seed(0)
     q, k, v = (torch.randn(3, 2, 48, 32, requires_grad=True) for _ in range(3))
@@ -263,7 +263,7 @@ def test_bf16_matmul_attention_matches_sdpa(causal):
 
 
 def test_rmsnorm_matches_torch_and_its_gradient_is_exact():
-    from contextlab.models.gpt import RMSNorm, _RMSNormFunction
+    from contextlab.models.kernels import RMSNorm, _RMSNormFunction
 
     x64 = torch.randn(3, 5, 8, dtype=torch.float64, requires_grad=True)
     w64 = torch.randn(8, dtype=torch.float64, requires_grad=True)

@@ -4,6 +4,8 @@ trust_remote_code), generate, round-trip back to a GPT, and load a real GPT-2 fo
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -144,3 +146,24 @@ def test_registration_is_idempotent():
     config = transformers.AutoConfig.for_model("contextlab-gpt", n_layer=1, n_embd=32, n_head=2)
     model = transformers.AutoModelForCausalLM.from_config(config)
     assert model.gpt.config.n_layer == 1 and config.hidden_size == 32
+
+
+def test_hf_configs_take_fields_and_defaults_from_the_model_configs():
+    from contextlab.models.contextlm import ContextLMConfig
+
+    assert hf.ContextlabGPTConfig().to_gpt_config() == GPTConfig()
+    assert hf.ContextlabContextLMConfig().to_arch_config() == ContextLMConfig()
+    cfg = ContextLMConfig(vocab_size=70, n_layer=3, chunk_size=8, encoder_layers=1, fusion="plain")
+    assert hf.ContextlabContextLMConfig.from_gpt_config(cfg).to_arch_config() == cfg
+
+
+def test_importing_hf_registers_both_types_without_hf_archs():
+    """models/hf no longer imports models/hf_archs (the import circle is gone); it registers both types."""
+    code = (
+        "import sys, transformers, contextlab.models.hf\n"
+        "assert 'contextlab.models.hf_archs' not in sys.modules\n"
+        "for t in ('contextlab-gpt', 'contextlab-contextlm'):\n"
+        "    print(type(transformers.AutoConfig.for_model(t)).__name__)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert res.stdout.split() == ["ContextlabGPTConfig", "ContextlabContextLMConfig"]

@@ -131,7 +131,7 @@ def test_gpt_yarn_scales_tables_and_explicit_positions_agree():
         rope_original_context=16,
     )
     model = GPT(cfg).eval()
-    cos, sin = model.rope(8)
+    cos, _ = model.rope(8)
     assert cos[0].abs().max().item() == pytest.approx(
         yarn_attention_scale(4.0), rel=1e-6
     )  # cos 0 = 1, times mscale

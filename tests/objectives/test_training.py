@@ -151,7 +151,8 @@ def test_contextlm_and_mtp_export_to_hugging_face(tmp_path):
         gen = hf.generate(idx[:1, :5], max_new_tokens=4, do_sample=False)
         assert gen.shape == (1, 9)
     assert type(gpt_from_hf_export(tmp_path / "mtp")) is GPT  # MTP exports its next-token GPT
-    # a fresh process that imports only contextlab.models.hf loads the ContextLM export with plain transformers
+    # a fresh process that imports only contextlab.models.hf loads the ContextLM export with plain
+    # transformers
     code = (
         "import sys, torch, transformers, contextlab.models.hf\n"
         "m = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1])\n"

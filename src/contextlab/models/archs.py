@@ -1,10 +1,12 @@
 """Model architectures by name: the plain GPT and the GPT variants whose inference differs.
 
 An objective names the architecture it trains (``Objective.arch``) and its options
-(``Objective.arch_options()``); the trainer builds it with ``build_arch`` from the run's
-GPT shape, and checkpoints record the name so ``load_trained_model`` rebuilds the same
-class. A variant lives here (not in an objective) when inference needs it too: ContextLM's
-predictor feeds every token prediction; MTP's model evaluates with its next-token head.
+(``Objective.arch_options()``: the fields ``arch_option_names`` lists, which each variant
+declares once in its options dataclass, e.g. ``ContextLMOptions``); the trainer builds it
+with ``build_arch`` from the run's GPT shape, and checkpoints record the name so
+``load_trained_model`` rebuilds the same class. A variant lives here (not in an objective)
+when inference needs it too: ContextLM's predictor feeds every token prediction; MTP's
+model evaluates with its next-token head.
 """
 
 from __future__ import annotations
@@ -23,17 +25,26 @@ ARCHS: dict[str, tuple[type[GPTConfig], type[GPT]]] = {
 }
 
 
-def arch_config(arch: str, fields: dict) -> GPTConfig:
-    """The config of architecture ``arch`` from a dict of its fields (e.g. a checkpoint's model_config)."""
+def _config_class(arch: str) -> type[GPTConfig]:
     if arch not in ARCHS:
         raise UserError(f"unknown model architecture {arch!r}; choose one of {', '.join(ARCHS)}")
-    cls = ARCHS[arch][0]
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(fields) - names)
+    return ARCHS[arch][0]
+
+
+def arch_option_names(arch: str) -> list[str]:
+    """The options architecture ``arch`` adds to the GPT shape, in declaration order ([] for "gpt")."""
+    shape = {f.name for f in dataclasses.fields(GPTConfig)}
+    return [f.name for f in dataclasses.fields(_config_class(arch)) if f.name not in shape]
+
+
+def arch_config(arch: str, fields: dict) -> GPTConfig:
+    """The config of architecture ``arch`` from a dict of its fields (e.g. a checkpoint's model_config)."""
+    cls = _config_class(arch)
+    unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(cls)})
     if unknown:
         raise UserError(
             f"architecture {arch!r} has no option(s) {', '.join(unknown)}; "
-            f"valid: {', '.join(sorted(names - {f.name for f in dataclasses.fields(GPTConfig)}))}"
+            f"valid: {', '.join(sorted(arch_option_names(arch)))}"
         )
     return cls(**fields)
 

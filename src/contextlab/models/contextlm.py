@@ -36,34 +36,52 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from contextlab.config import opt
 from contextlab.errors import UserError
-from contextlab.models.gpt import GPT, Block, GPTConfig, GPTOutput, _layer_indices, rope_tables
-from contextlab.models.masks import AttentionMask, prepare_mask
-from contextlab.models.rope import rope_frequencies
+from contextlab.models.gpt import GPT, Block, GPTConfig, TrunkState
+from contextlab.models.masks import AttentionMask
 
 FUSIONS = ("plain", "gated", "normalised")
 
 
 @dataclass
-class ContextLMConfig(GPTConfig):
-    chunk_size: int = 4  # w: tokens per context chunk
-    predictor_layers: int = 2  # transformer blocks of the causal context predictor
-    encoder_layers: int = 0  # of the n_layer blocks, how many form the token encoder (the rest decode)
-    fusion: str = "gated"  # how the predicted context joins the hidden states: plain, gated, normalised
+class ContextLMOptions:
+    """What a ContextLM adds to the GPT shape: the one declaration of its options.
+
+    ``ContextLMConfig`` extends the GPT config with these fields; the ``contextlm`` objective's
+    ``Options`` (``[objective] options = {...}`` in a run config) is this class.
+    """
+
+    chunk_size: int = opt(4, "w: tokens per context chunk")
+    predictor_layers: int = opt(2, "transformer blocks of the causal context predictor")
+    encoder_layers: int = opt(0, "of model.n_layer blocks, how many encode tokens before the fusion")
+    fusion: str = opt(
+        "gated",
+        "plain (h + c, the seed), gated (zero-initialised per-channel gate) or "
+        "normalised (RMSNorm(c) times a small learnt gain)",
+    )
 
     def __post_init__(self):
-        super().__post_init__()
         if self.chunk_size < 1:
             raise UserError(f"contextlm chunk_size must be >= 1, got {self.chunk_size}")
         if self.predictor_layers < 1:
             raise UserError(f"contextlm predictor_layers must be >= 1, got {self.predictor_layers}")
+        if self.fusion not in FUSIONS:
+            raise UserError(f"contextlm fusion {self.fusion!r} is unknown; use one of {', '.join(FUSIONS)}")
+
+
+@dataclass
+class ContextLMConfig(ContextLMOptions, GPTConfig):
+    """A ContextLM's config: the GPT shape plus ContextLMOptions (fields in that order)."""
+
+    def __post_init__(self):
+        GPTConfig.__post_init__(self)
+        ContextLMOptions.__post_init__(self)
         if not 0 <= self.encoder_layers < self.n_layer:
             raise UserError(
                 f"contextlm encoder_layers must be in [0, n_layer={self.n_layer}), "
                 f"got {self.encoder_layers}: the decoder needs at least one block"
             )
-        if self.fusion not in FUSIONS:
-            raise UserError(f"contextlm fusion {self.fusion!r} is unknown; use one of {', '.join(FUSIONS)}")
 
 
 class ContextFusion(nn.Module):
@@ -121,9 +139,8 @@ class ContextLM(GPT):
             return c, c
         if rope is None:
             rope = self.rope(T, h.device)
-        chunk_rope = tuple(
-            t[..., : n * w : w, :] for t in rope
-        )  # ([B,] n, hs): position of each chunk's first token
+        # ([B,] n, hs) each: the rope row of each chunk's first token
+        chunk_rope = tuple(t[..., : n * w : w, :] for t in rope)
         chunk_mask = None
         if attn_mask is not None:
             ends = torch.arange(w - 1, n * w, w, device=h.device)  # (n,) last position of each chunk
@@ -149,76 +166,30 @@ class ContextLM(GPT):
         _, predicted = self.predict_contexts(h, rope=rope, attn_mask=attn_mask)
         return self.broadcast_contexts(h, predicted)
 
-    # --- forward ------------------------------------------------------------------------
+    # --- the hooks of GPT's forward ---------------------------------------------------------
 
-    def trunk(
-        self,
-        idx: Tensor,
-        *,
-        attn_mask: Tensor | None = None,
-        is_causal: bool = True,
-        position_ids: Tensor | int | None = None,
-        return_hidden: bool | list[int] = False,
-    ):
-        """As GPT.trunk; the context is fused after block ``encoder_layers`` (0 = the embeddings)."""
-        B, T = idx.shape
-        if isinstance(position_ids, Tensor):
-            inv_freq, scale = rope_frequencies(self.config, idx.device)  # with the RoPE extension, if any
-            rope = rope_tables(position_ids.to(torch.float32)[..., None] * inv_freq)  # ([B,] T, hs)
-            rope = tuple(t * scale for t in rope) if scale != 1.0 else rope
-        else:
-            rope = self.rope(T, idx.device, offset=position_ids or 0)
-        if not is_causal and attn_mask is None:  # the predictor must stay causal whatever the decoder does
+    def prepare(self, idx: Tensor, attn_mask=None, is_causal: bool = True, position_ids=None) -> TrunkState:
+        """As GPT.prepare; refuses a non-causal call (the predictor must stay causal)."""
+        if not is_causal and attn_mask is None:
             raise UserError("ContextLM is autoregressive: call it with is_causal=True or a causal attn_mask")
-        # the predictor reads the mask at chunk ends, always causal whatever the decoder gets; None = plain causal
-        if isinstance(attn_mask, AttentionMask):
-            pred_mask = attn_mask  # select() keeps its documents and makes it causal
-        elif attn_mask is not None:
-            causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
-            dense = prepare_mask(attn_mask, is_causal, T, idx.device)
-            pred_mask = (dense if dense.dtype == torch.bool else dense != float("-inf")) & causal
-        else:
-            pred_mask = None
-        attn_mask = prepare_mask(attn_mask, is_causal, T, idx.device)  # the decoder's, resolved once
+        return super().prepare(idx, attn_mask, is_causal, position_ids)
 
-        x = self.embed(idx)  # (B, T, C)
-        wanted = _layer_indices(return_hidden, self.config.n_layer)
-        layers = [x] if 0 in wanted else []
-        n_enc = self.config.encoder_layers
-        if n_enc == 0:
-            x = self.fusion(x, self.context_for(x, rope=rope, attn_mask=pred_mask))
-        for i, block in enumerate(self.blocks, start=1):
-            x = block(x, rope, attn_mask, is_causal)  # (B, T, C)
-            if i == n_enc:
-                x = self.fusion(x, self.context_for(x, rope=rope, attn_mask=pred_mask))
-            if i in wanted:
-                layers.append(x)
-        return self.final_norm(x), (layers if return_hidden is not False else None)
-
-    def forward(
-        self,
-        idx: Tensor,
-        *,
-        attn_mask: Tensor | None = None,
-        is_causal: bool = True,
-        position_ids: Tensor | int | None = None,
-        return_hidden: bool | list[int] = False,
-    ) -> GPTOutput:
-        hidden, layers = self.trunk(
-            idx,
-            attn_mask=attn_mask,
-            is_causal=is_causal,
-            position_ids=position_ids,
-            return_hidden=return_hidden,
-        )
-        return GPTOutput(self.unembed(hidden), hidden, layers)
+    def mix(self, i: int, x: Tensor, state: TrunkState) -> Tensor:
+        """After block ``encoder_layers`` (0 = the embeddings), fuse the predicted context into x."""
+        if i != self.config.encoder_layers:
+            return x
+        context = self.context_for(x, rope=state.rope, attn_mask=predictor_mask(state, x.shape[1], x.device))
+        return self.fusion(x, context)
 
 
-def fusion_scale(model: ContextLM) -> float:
-    """Mean |gate| (gated), mean gain (normalised) or 1.0 (plain): how much context enters."""
-    f = model.fusion
-    if f.mode == "gated":
-        return float(f.gate.detach().abs().mean())
-    if f.mode == "normalised":
-        return float(f.gain.detach().abs().mean())
-    return 1.0
+def predictor_mask(state: TrunkState, T: int, device: torch.device):
+    """The token mask the predictor reads at chunk ends: always causal, whatever the decoder gets.
+
+    None = plain causal; an AttentionMask as given (``select`` keeps its documents and makes it
+    causal); a tensor mask as the decoder gets it (bool, or additive float), restricted to k <= q.
+    """
+    if state.given_mask is None or isinstance(state.given_mask, AttentionMask):
+        return state.given_mask
+    dense = state.attn_mask  # the caller's tensor mask, its causal part added when is_causal
+    causal = torch.ones(T, T, dtype=torch.bool, device=device).tril()
+    return (dense if dense.dtype == torch.bool else dense != float("-inf")) & causal

@@ -3,18 +3,19 @@
 One plain ``nn.Module`` readable top to bottom. The trade-offs:
 
 - Rotary position embeddings instead of learned ones, so a model trained at ``block_size``
-  can be evaluated on longer sequences (the cos/sin cache grows on demand). The inverse
-  frequencies and their context extension (position interpolation, NTK, YaRN) come from
-  ``models/rope.py`` through ``scaled_rope_cache``; the config names the method.
-- Attention goes through ``F.scaled_dot_product_attention``: flash attention on CUDA, a
-  fused kernel on CPU, flat memory in T. Masks (documents, a bidirectional prefix) are
-  passed as ``attn_mask``: described (``models/masks.py``: FlexAttention block masks on
-  CUDA, a dense boolean mask on CPU) or as a dense mask; the plain causal case passes
-  ``is_causal=True`` and no mask, which is the fastest path. One measured exception
-  (``attention``): unmasked bf16 on CPU with a small score tensor uses two batched matmuls,
-  whose backward is much faster there.
+  can be evaluated on longer sequences (the cos/sin cache grows on demand). Frequencies,
+  tables and their context extension (position interpolation, NTK, YaRN) live in
+  ``models/rope.py``; the config names the method.
+- Attention goes through ``models/kernels.py``'s ``attention``: SDPA (flash on CUDA, fused
+  on CPU, flat memory in T) except where another kernel measured faster. Masks (documents,
+  a bidirectional prefix) are passed as ``attn_mask``: described (``models/masks.py``:
+  FlexAttention block masks on CUDA, a dense boolean mask on CPU) or as a dense mask; the
+  plain causal case passes ``is_causal=True`` and no mask, which is the fastest path.
 - The vocabulary is padded to a multiple of 64 for faster matmuls; logits are sliced back
   to ``vocab_size``, so callers never see the padding.
+- Variants (ContextLM, MTP) subclass ``GPT`` and override its hooks instead of copying the
+  forward: ``prepare`` (rope tables and the mask, once per forward) and ``mix`` (called
+  on the residual stream after the embeddings and after every block; the identity here).
 - The model knows nothing about objectives or losses. Objectives reuse the building
   blocks: ``embed``, ``blocks``, ``final_norm``, ``unembed``, ``rope`` and ``Block``.
 """
@@ -22,6 +23,7 @@ One plain ``nn.Module`` readable top to bottom. The trade-offs:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -31,8 +33,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from contextlab.errors import UserError
-from contextlab.models.masks import flex_attention, prepare_mask
-from contextlab.models.rope import check_extension, rope_frequencies
+from contextlab.models.kernels import RMSNorm, attention
+from contextlab.models.masks import AttentionMask, prepare_mask
+from contextlab.models.rope import apply_rope, check_extension, rope_tables
 
 
 @dataclass
@@ -94,151 +97,13 @@ class GPTOutput(NamedTuple):
     layers: list[Tensor] | None  # residual stream at the asked layers (0 = embeddings), or None
 
 
-# ---------------------------------------------------------------------------------------
-# Rotary position embeddings (half-split convention, as GPT-NeoX and LLaMA in HF)
+class TrunkState(NamedTuple):
+    """What every block of one forward shares, prepared once by ``GPT.prepare``."""
 
-
-def rope_inv_freq(head_dim: int, base: float, device=None) -> Tensor:
-    """Inverse frequencies base^(-2i/head_dim), i < head_dim/2 (unscaled; see models/rope.py)."""
-    exponents = torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim
-    return 1.0 / (base**exponents)  # (hs/2,)
-
-
-def rope_tables(angles: Tensor) -> tuple[Tensor, Tensor]:
-    """Angles (..., hs/2) -> cos = [cos, cos] and sin = [-sin, sin], each (..., hs), for apply_rope."""
-    cos, sin = angles.cos(), angles.sin()
-    return torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1)
-
-
-def scaled_rope_cache(length: int, config: GPTConfig, device=None) -> tuple[Tensor, Tensor]:
-    """rope_cache with the config's RoPE extension (models/rope.py): cos, sin (length, hs) fp32, times its scale."""
-    inv_freq, scale = rope_frequencies(config, device)
-    positions = torch.arange(length, device=device, dtype=torch.float32)
-    cos, sin = rope_tables(torch.outer(positions, inv_freq))  # (length, hs) each
-    return (cos * scale, sin * scale) if scale != 1.0 else (cos, sin)
-
-
-def rope_cache(length: int, head_dim: int, base: float, device=None) -> tuple[Tensor, Tensor]:
-    """rope_tables for positions 0..length-1: cos, sin each (length, hs), fp32."""
-    positions = torch.arange(length, device=device, dtype=torch.float32)
-    return rope_tables(torch.outer(positions, rope_inv_freq(head_dim, base, device)))
-
-
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate each pair (x[i], x[i + hs/2]) of x (..., hs); cos, sin from rope_tables, broadcast to x.
-
-    x * [cos, cos] + [x2, x1] * [-sin, sin] = [x1 cos - x2 sin, x2 cos + x1 sin]; rolling by
-    hs/2 swaps the halves. Three kernels, ~25% faster on CPU than chunk + cat.
-    """
-    return torch.addcmul(x * cos, x.roll(x.size(-1) // 2, dims=-1), sin)
-
-
-# ---------------------------------------------------------------------------------------
-# RMSNorm
-
-
-class _RMSNormFunction(torch.autograd.Function):
-    """y = x * rstd * w with rstd = 1 / sqrt(mean(x^2) + eps), and a hand-written backward.
-
-    PyTorch's CPU rms_norm is a composite of pow, mean, add, rsqrt and two muls, and autograd
-    differentiates each of them; this keeps (x, rstd) and computes the gradients in six
-    passes over x: xhat = x rstd, dw = sum(g xhat), dx = rstd (g w - xhat mean(g w xhat)).
-    """
-
-    @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, eps: float) -> Tensor:
-        ss = torch.linalg.vector_norm(x, dim=-1, keepdim=True).square_()
-        rstd = ss.div_(x.size(-1)).add_(eps).rsqrt_().to(x.dtype)  # (..., 1)
-        ctx.save_for_backward(x, weight, rstd)
-        return torch.mul(x, rstd).mul_(weight)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        x, weight, rstd = ctx.saved_tensors
-        xhat = x * rstd
-        grad_weight = None
-        if ctx.needs_input_grad[1]:
-            grad_weight = (grad * xhat).flatten(0, -2).sum(0)
-        gw = grad * weight
-        dot = (gw * xhat).mean(-1, keepdim=True)
-        return torch.addcmul(gw, xhat, dot, value=-1.0).mul_(rstd), grad_weight, None
-
-
-class RMSNorm(nn.RMSNorm):
-    """``nn.RMSNorm`` (same parameter, same state dict) with a faster backward for fp32 inputs.
-
-    Under bf16 autocast the residual stream stays fp32, so this is the path training takes;
-    other dtypes and a missing weight use PyTorch's own ``F.rms_norm``.
-    """
-
-    def forward(self, x: Tensor) -> Tensor:
-        if x.dtype != torch.float32 or self.weight is None or self.weight.dtype != torch.float32:
-            return super().forward(x)
-        return _RMSNormFunction.apply(x, self.weight, self.eps if self.eps is not None else 1e-6)
-
-
-# ---------------------------------------------------------------------------------------
-# Attention
-
-# Largest score tensor (batch x heads x T x T elements) for which bf16 attention on CPU is
-# computed with two batched matmuls instead of SDPA's fused kernel: 2^25 elements = 64 MB of
-# bf16 probabilities kept for backward per layer (batch 32 x 4 heads x 512^2 fits).
-MATMUL_ATTENTION_MAX_SCORES = 1 << 25
-_causal_bias: dict[tuple[int, torch.dtype], Tensor] = {}
-
-
-def attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    attn_mask: Tensor | None = None,
-    is_causal: bool = False,
-    dropout_p: float = 0.0,
-) -> Tensor:
-    """Scaled dot-product attention of q, k, v (B, nh, T, hs) -> (B, nh, T, hs); arguments as SDPA's.
-
-    Almost always ``F.scaled_dot_product_attention``; a FlexAttention ``BlockMask`` (a resolved
-    ``AttentionMask``, see models/masks.py) goes to compiled FlexAttention. One exception, for speed: bf16 on CPU
-    without a mask and with a small score tensor. There, SDPA's fused flash kernel
-    runs its backward pass several times slower than two AMX/AVX-512 bf16 matmuls (at 4 heads,
-    T=256, batch 32: forward + backward 100 ms vs 68 ms; a 4x256 training step gains ~20%),
-    so the scores are materialised: softmax(q k^T / sqrt(hs) + causal bias) v, bf16 scores and
-    probabilities with fp32 accumulation inside the matmuls and the softmax, as a mixed-precision
-    GPU step without flash attention computes them. fp32 and every other case take SDPA.
-    """
-    B, nh, T, hs = q.shape
-    if attn_mask is not None and not isinstance(attn_mask, Tensor):  # a FlexAttention BlockMask
-        if dropout_p > 0.0:
-            raise UserError(
-                "attention dropout does not combine with document or prefix masks on the GPU "
-                "(FlexAttention); set model.dropout=0"
-            )
-        return flex_attention(q.contiguous(), k.contiguous(), v.contiguous(), attn_mask)
-    if (
-        q.device.type != "cpu"
-        or q.dtype != torch.bfloat16
-        or attn_mask is not None
-        or k.size(-2) != T
-        or B * nh * T * T > MATMUL_ATTENTION_MAX_SCORES
-    ):
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=dropout_p
-        )
-    qf, kt, vf = q.reshape(B * nh, T, hs), k.reshape(B * nh, T, hs).transpose(1, 2), v.reshape(B * nh, T, hs)
-    with torch.autocast(
-        "cpu", enabled=False
-    ):  # keep every product in bf16 (autocast would upcast the softmax)
-        if is_causal:
-            key = (T, q.dtype)
-            if key not in _causal_bias:
-                _causal_bias[key] = torch.full((T, T), float("-inf"), dtype=q.dtype).triu(1)
-            scores = torch.baddbmm(_causal_bias[key], qf, kt, alpha=hs**-0.5)  # (B*nh, T, T)
-        else:
-            scores = torch.bmm(qf, kt).mul_(hs**-0.5)
-        probs = scores.softmax(-1)
-        if dropout_p > 0.0:
-            probs = F.dropout(probs, dropout_p)
-        return torch.bmm(probs, vf).view(B, nh, T, hs)
+    rope: tuple[Tensor, Tensor]  # cos, sin ([B,] T, hs) fp32 (models/rope.py)
+    attn_mask: object  # what the blocks get: a dense mask, a FlexAttention BlockMask, or None
+    is_causal: bool  # the blocks add causality to a dense mask / to no mask
+    given_mask: AttentionMask | Tensor | None  # the caller's mask before resolution (for variants)
 
 
 # ---------------------------------------------------------------------------------------
@@ -371,11 +236,38 @@ class GPT(nn.Module):
         cache = self._rope_cache
         if cache is None or cache[0].size(0) < offset + T or cache[0].device.type != device.type:
             length = max(offset + T, self.config.block_size)
-            cache = self._rope_cache = scaled_rope_cache(length, self.config, device)
+            cache = self._rope_cache = rope_tables(torch.arange(length, device=device), self.config)
         cos, sin = cache
         return cos[offset : offset + T].to(device), sin[offset : offset + T].to(device)
 
     # --- forward ------------------------------------------------------------------------
+
+    def prepare(
+        self, idx: Tensor, attn_mask=None, is_causal: bool = True, position_ids: Tensor | int | None = None
+    ) -> TrunkState:
+        """The rope tables and the resolved mask of a forward on idx (B, T): built once for every block."""
+        T = idx.shape[1]
+        if isinstance(position_ids, Tensor):  # (T,) or (B, T) explicit positions: no cache, no host sync
+            rope = rope_tables(position_ids.to(idx.device), self.config)  # ([B,] T, hs)
+        else:  # None or an int offset
+            rope = self.rope(T, idx.device, offset=position_ids or 0)
+        return TrunkState(rope, prepare_mask(attn_mask, is_causal, T, idx.device), is_causal, attn_mask)
+
+    def mix(self, i: int, x: Tensor, state: TrunkState) -> Tensor:
+        """Hook on the residual stream x (B, T, C) after block i (0 = embeddings); variants override it."""
+        return x
+
+    def run_blocks(
+        self, x: Tensor, state: TrunkState, blocks: Iterable[nn.Module], wanted: set[int] = frozenset()
+    ) -> tuple[Tensor, list[Tensor]]:
+        """x (B, T, C) through ``blocks`` with ``mix`` after each: (output, residual stream at ``wanted``)."""
+        layers = [x] if 0 in wanted else []  # layer 0: the embeddings, before any mix
+        x = self.mix(0, x, state)
+        for i, block in enumerate(blocks, start=1):
+            x = self.mix(i, block(x, state.rope, state.attn_mask, state.is_causal), state)  # (B, T, C)
+            if i in wanted:
+                layers.append(x)
+        return x, layers  # layers in depth order
 
     def trunk(
         self,
@@ -387,23 +279,10 @@ class GPT(nn.Module):
         return_hidden: bool | list[int] = False,
     ):
         """Everything but the output layer: returns (final-normed hidden (B, T, C), layers or None)."""
-        B, T = idx.shape
-        if isinstance(position_ids, Tensor):  # (T,) or (B, T) explicit positions: no cache, no host sync
-            inv_freq, scale = rope_frequencies(self.config, idx.device)  # with the RoPE extension, if any
-            rope = rope_tables(position_ids.to(torch.float32)[..., None] * inv_freq)  # ([B,] T, hs)
-            rope = tuple(t * scale for t in rope) if scale != 1.0 else rope
-        else:  # None or an int offset
-            rope = self.rope(T, idx.device, offset=position_ids or 0)
-        attn_mask = prepare_mask(attn_mask, is_causal, T, idx.device)  # resolved once for every block
-
-        x = self.embed(idx)  # (B, T, C)
+        state = self.prepare(idx, attn_mask, is_causal, position_ids)
         wanted = _layer_indices(return_hidden, self.config.n_layer)
-        layers = [x] if 0 in wanted else []
-        for i, block in enumerate(self.blocks, start=1):
-            x = block(x, rope, attn_mask, is_causal)  # (B, T, C)
-            if i in wanted:
-                layers.append(x)
-        return self.final_norm(x), (layers if return_hidden is not False else None)  # layers in depth order
+        x, layers = self.run_blocks(self.embed(idx), state, self.blocks, wanted)
+        return self.final_norm(x), (layers if return_hidden is not False else None)
 
     def forward(
         self,

@@ -1,17 +1,21 @@
-"""Hugging Face interop: export a contextlab GPT, load any local HF causal LM, load exports back.
+"""Hugging Face interop: export a contextlab model, load any local HF causal LM, load exports back.
 
-An export is an ordinary ``save_pretrained`` folder (``config.json`` with model_type
-``contextlab-gpt`` + ``model.safetensors``). ``ContextlabGPTForCausalLM`` wraps the plain
-``GPT`` under the attribute ``gpt``, so the state dict maps 1:1 (keys gain a ``gpt.``
-prefix) and logits are bit-for-bit those of contextlab.
+An export is an ordinary ``save_pretrained`` folder (``config.json`` + ``model.safetensors``)
+of one of two model types: ``contextlab-gpt`` (a ``GPT``; an MTP model exports its
+next-token GPT, see ``models/hf_archs.py``) and ``contextlab-contextlm`` (a ``ContextLM``,
+whose predictor feeds every prediction). ``ContextlabGPTForCausalLM`` wraps the model under
+the attribute ``gpt``, so the state dict maps 1:1 (keys gain a ``gpt.`` prefix) and logits
+are bit-for-bit those of contextlab. The config.json keys are the model config's fields
+(``tie_embeddings`` under HF's name): the dataclasses stay their one declaration.
 
 Registration, the trade-off: ``transformers`` finds architectures only through its own
 table or through ``trust_remote_code`` (it has no plugin entry points), so it cannot
-discover ``contextlab-gpt`` by itself. Importing this module registers the classes with
+discover the contextlab types by itself. Importing this module registers both with
 ``AutoConfig`` / ``AutoModelForCausalLM`` (idempotent); after ``import contextlab.models.hf``
 a plain ``AutoModelForCausalLM.from_pretrained(export_dir)`` works without
-``trust_remote_code``. We chose this explicit import over hidden import-order tricks;
-contextlab's own loaders (``load_hf_causal_lm``) always register first.
+``trust_remote_code``, and no modeling code is copied into the folder. We chose this
+explicit import over hidden import-order tricks; contextlab's own loaders
+(``load_hf_causal_lm``) always register first.
 
 Generation re-runs the full sequence at every step (no KV cache): correct and simple,
 O(T^2) per sequence, fine for the short samples contextlab generates.
@@ -35,9 +39,11 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 import contextlab
 from contextlab.errors import UserError
 from contextlab.io import replace_dir
+from contextlab.models.contextlm import ContextLM, ContextLMConfig, ContextLMOptions
 from contextlab.models.gpt import GPT, GPTConfig
 
 MODEL_TYPE = "contextlab-gpt"
+CONTEXTLM_TYPE = "contextlab-contextlm"
 _GPT_FIELDS = [f.name for f in dataclasses.fields(GPTConfig)]
 _HF_NAME = {"tie_embeddings": "tie_word_embeddings"}  # GPTConfig field -> config.json key
 
@@ -54,35 +60,11 @@ class ContextlabGPTConfig(PretrainedConfig):
         "tie_embeddings": "tie_word_embeddings",
     }
 
-    def __init__(
-        self,
-        vocab_size=257,
-        n_layer=4,
-        n_head=4,
-        n_embd=256,
-        block_size=256,
-        rope_base=10000.0,
-        rope_extension="none",
-        rope_factor=1.0,
-        rope_original_context=0,
-        mlp="gelu",
-        mlp_ratio=4.0,
-        mlp_hidden=None,
-        dropout=0.0,
-        bias=False,
-        norm_eps=1e-5,
-        tie_word_embeddings=True,
-        init_std=0.02,
-        use_cache=False,
-        **kwargs,
-    ):
-        self.vocab_size, self.n_layer, self.n_head, self.n_embd = vocab_size, n_layer, n_head, n_embd
-        self.block_size, self.rope_base, self.mlp, self.mlp_ratio = block_size, rope_base, mlp, mlp_ratio
-        # RoPE context extension (models/rope.py); named so transformers' own rope_scaling logic never reads it
-        self.rope_extension, self.rope_factor = rope_extension, rope_factor
-        self.rope_original_context = rope_original_context
-        self.mlp_hidden, self.dropout, self.bias, self.norm_eps = mlp_hidden, dropout, bias, norm_eps
-        self.init_std, self.use_cache = init_std, use_cache  # no KV cache
+    def __init__(self, tie_word_embeddings=True, use_cache=False, **kwargs):
+        # every GPTConfig field, its default from the dataclass; rope_extension, rope_factor and
+        # rope_original_context (models/rope.py) are named so transformers' own rope logic never reads them
+        _take_fields(self, GPTConfig, kwargs, skip=("tie_embeddings",))
+        self.use_cache = use_cache  # no KV cache
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
 
     @classmethod
@@ -91,6 +73,34 @@ class ContextlabGPTConfig(PretrainedConfig):
 
     def to_gpt_config(self) -> GPTConfig:
         return GPTConfig(**{k: getattr(self, _HF_NAME.get(k, k)) for k in _GPT_FIELDS})
+
+    def build_model(self) -> GPT:
+        """A fresh contextlab model of this config (from_pretrained then loads its weights)."""
+        return GPT(self.to_gpt_config())
+
+
+class ContextlabContextLMConfig(ContextlabGPTConfig):
+    """ContextlabGPTConfig plus ContextLMOptions' fields (chunk_size, predictor_layers, ...)."""
+
+    model_type = CONTEXTLM_TYPE
+
+    def __init__(self, **kwargs):
+        _take_fields(self, ContextLMOptions, kwargs)
+        super().__init__(**kwargs)
+
+    def to_arch_config(self) -> ContextLMConfig:
+        options = {f.name: getattr(self, f.name) for f in dataclasses.fields(ContextLMOptions)}
+        return ContextLMConfig(**dataclasses.asdict(self.to_gpt_config()), **options)
+
+    def build_model(self) -> ContextLM:
+        return ContextLM(self.to_arch_config())
+
+
+def _take_fields(config: PretrainedConfig, cls: type, kwargs: dict, skip: tuple[str, ...] = ()) -> None:
+    """Set each field of dataclass ``cls`` on ``config`` from kwargs (popped) or the field's default."""
+    for f in dataclasses.fields(cls):
+        if f.name not in skip:
+            setattr(config, f.name, kwargs.pop(f.name, f.default))
 
 
 class ContextlabGPTForCausalLM(PreTrainedModel, GenerationMixin):
@@ -109,7 +119,7 @@ class ContextlabGPTForCausalLM(PreTrainedModel, GenerationMixin):
 
     def __init__(self, config: ContextlabGPTConfig, gpt: GPT | None = None):
         super().__init__(config)
-        self.gpt = gpt if gpt is not None else GPT(config.to_gpt_config())
+        self.gpt = gpt if gpt is not None else config.build_model()
         self.post_init()
         self.generation_config.use_cache = False
 
@@ -168,10 +178,20 @@ class ContextlabGPTForCausalLM(PreTrainedModel, GenerationMixin):
         return result if use_dict else result.to_tuple()
 
 
+class ContextlabContextLMForCausalLM(ContextlabGPTForCausalLM):
+    """transformers face of a ContextLM (same forward, loss and generate as the GPT wrapper)."""
+
+    config_class = ContextlabContextLMConfig
+
+
 def register_with_transformers() -> None:
-    """Make AutoConfig / AutoModelForCausalLM know model_type 'contextlab-gpt' (safe to call again)."""
-    AutoConfig.register(MODEL_TYPE, ContextlabGPTConfig, exist_ok=True)
-    AutoModelForCausalLM.register(ContextlabGPTConfig, ContextlabGPTForCausalLM, exist_ok=True)
+    """Make AutoConfig / AutoModelForCausalLM know both contextlab model types (safe to call again)."""
+    for config, model in (
+        (ContextlabGPTConfig, ContextlabGPTForCausalLM),
+        (ContextlabContextLMConfig, ContextlabContextLMForCausalLM),
+    ):
+        AutoConfig.register(config.model_type, config, exist_ok=True)
+        AutoModelForCausalLM.register(config, model, exist_ok=True)
 
 
 register_with_transformers()
@@ -185,14 +205,35 @@ def export_to_hf(
     extra_config: dict | None = None,
     overwrite: bool = False,
 ) -> Path:
-    """Write model as a HF folder (config.json + model.safetensors [+ tokenizer/]) atomically.
+    """Write a GPT or a ContextLM as a HF folder (config.json + model.safetensors [+ tokenizer/]) atomically.
 
     The folder is built beside out_dir and renamed into place, so a crash never leaves half
     an export. extra_config (provenance: tokenizer hash, resolved run config, ...) is stored
     under the "contextlab" key of config.json, with the format and code versions.
     """
     model = getattr(model, "_orig_mod", model)  # a torch.compile'd model shares the parameters
-    out = Path(out_dir)
+    out = _check_export_target(Path(out_dir), overwrite, tokenizer_dir)
+    provenance = {
+        "format_version": contextlab.FORMAT_VERSION,
+        "contextlab_version": contextlab.__version__,
+        **(extra_config or {}),
+    }
+    wrapper = ContextlabContextLMForCausalLM if isinstance(model, ContextLM) else ContextlabGPTForCausalLM
+    config = wrapper.config_class.from_gpt_config(model.config, contextlab=provenance)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        wrapper(config, gpt=model).save_pretrained(tmp, safe_serialization=True)
+        if tokenizer_dir is not None:
+            shutil.copytree(tokenizer_dir, tmp / "tokenizer")
+        replace_dir(tmp, out, overwrite=True)  # overwrite was checked; the old export is swapped out whole
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _check_export_target(out: Path, overwrite: bool, tokenizer_dir: str | os.PathLike | None) -> Path:
+    """out, checked (empty or overwrite) and its parent created; the tokenizer folder must exist."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
         raise UserError(
             f"export folder {out} already exists and is not empty; choose another folder or pass overwrite"
@@ -202,23 +243,6 @@ def export_to_hf(
             f"tokenizer folder {tokenizer_dir} does not exist; pass the folder holding the tokenizer files"
         )
     out.parent.mkdir(parents=True, exist_ok=True)
-    provenance = {
-        "format_version": contextlab.FORMAT_VERSION,
-        "contextlab_version": contextlab.__version__,
-        **(extra_config or {}),
-    }
-    config = ContextlabGPTConfig.from_gpt_config(model.config, contextlab=provenance)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
-        ContextlabGPTForCausalLM(config, gpt=model).save_pretrained(tmp, safe_serialization=True)
-        if tokenizer_dir is not None:
-            shutil.copytree(tokenizer_dir, tmp / "tokenizer")
-        replace_dir(
-            tmp, out, overwrite=True
-        )  # the caller checked overwrite; the old export is swapped out whole
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 
@@ -268,9 +292,3 @@ def gpt_from_hf_export(path: str | os.PathLike) -> GPT:
         state.setdefault("lm_head.weight", state["wte.weight"])  # tied: saved once
     model.load_state_dict(state, strict=True)
     return model
-
-
-# Importing this module must register every contextlab export type (a user's
-# `import contextlab.models.hf` before AutoModelForCausalLM.from_pretrained): the
-# ContextLM type lives in hf_archs, which builds on the classes above, so it comes last.
-from contextlab.models import hf_archs  # noqa: E402,F401

@@ -117,7 +117,8 @@ class HFCausalLM(nn.Module):
         return n
 
     def flops_per_token(self, seq_len: int) -> float:
-        """Training FLOPs per token: 6 (non-embedding params + output layer) + 12 n_layer width T (as flops.py)."""
+        """Training FLOPs per token: 6 (non-embedding params + output layer) + 12 n_layer width T
+        (as flops.py)."""
         c = self.config
         width = int(getattr(c, "hidden_size", 0) or getattr(c, "n_embd", 0))
         n_layer = int(getattr(c, "num_hidden_layers", 0) or getattr(c, "n_layer", 0))
@@ -136,8 +137,7 @@ class HFCausalLM(nn.Module):
 
 def read_hf_config(path: str | os.PathLike) -> PretrainedConfig:
     """The config of a local HF model folder (contextlab's own model types registered first)."""
-    import contextlab.models.hf
-    import contextlab.models.hf_archs  # noqa: F401  (registers contextlab-contextlm)
+    import contextlab.models.hf  # noqa: F401  (registers contextlab-gpt and contextlab-contextlm)
 
     p = Path(path)
     if not (p / "config.json").is_file():
@@ -248,8 +248,7 @@ def load_for_training(path: str | os.PathLike, config: PretrainedConfig) -> HFCa
 
 def from_checkpoint(config_dict: dict, weights: dict[str, Tensor]) -> PreTrainedModel:
     """Rebuild a trained HF model from a checkpoint's config dict and its ``hf.*`` weights (eval mode)."""
-    import contextlab.models.hf
-    import contextlab.models.hf_archs  # noqa: F401
+    import contextlab.models.hf  # noqa: F401  (registers contextlab-gpt and contextlab-contextlm)
 
     d = dict(config_dict)
     config = AutoConfig.for_model(d.pop("model_type"), **d)
@@ -284,7 +283,8 @@ def save_hf(
     extra_config: dict | None = None,
     overwrite: bool = False,
 ) -> Path:
-    """save_pretrained into ``out_dir`` atomically, with the tokenizer files of the first folder that has them."""
+    """save_pretrained into ``out_dir`` atomically, with the tokenizer files of the first folder that
+    has them."""
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
         raise UserError(

@@ -72,7 +72,8 @@ class AttentionMask:
         return allowed[:, None]
 
     def block_mask(self, device: torch.device | None = None):
-        """The FlexAttention BlockMask: tiles classified as empty, full or partial (see the module docstring)."""
+        """The FlexAttention BlockMask: tiles classified as empty, full or partial (see the module
+        docstring)."""
         from torch.nn.attention.flex_attention import BlockMask
 
         device = torch.device(device) if device is not None else (self.device or torch.device("cpu"))
@@ -156,7 +157,8 @@ def tile_blocks(
 
 
 def _ordered(tiles: Tensor) -> tuple[Tensor, Tensor]:
-    """(B, n, n) bool tiles -> counts (B, 1, n) and indices (B, 1, n, n) int32, the chosen tiles first in order."""
+    """(B, n, n) bool tiles -> counts (B, 1, n) and indices (B, 1, n, n) int32, the chosen tiles first
+    in order."""
     num = tiles.sum(-1, dtype=torch.int32)
     order = torch.argsort(tiles.to(torch.int8), dim=-1, descending=True, stable=True).to(torch.int32)
     return num[:, None].contiguous(), order[:, None].contiguous()
@@ -224,7 +226,7 @@ _FLEX = None
 
 @torch.compiler.disable
 def flex_attention(q: Tensor, k: Tensor, v: Tensor, block_mask) -> Tensor:
-    """FlexAttention through torch.compile (the eager version materialises the scores); q, k, v (B, nh, T, hs).
+    """FlexAttention through torch.compile (the eager one materialises the scores); q, k, v (B, nh, T, hs).
 
     Its own compiled function even inside a compiled model (train.compile): there the outer graph breaks
     around it, because lowering FlexAttention inside the model's graph failed on CUDA with torch 2.11
@@ -239,8 +241,8 @@ def flex_attention(q: Tensor, k: Tensor, v: Tensor, block_mask) -> Tensor:
 
 
 def prepare_mask(attn_mask, is_causal: bool, T: int, device: torch.device):
-    """What the blocks get: an AttentionMask resolved for ``device``; a dense mask restricted to its causal part
-    when ``is_causal``; None stays None."""
+    """What the blocks get: an AttentionMask resolved for ``device``; a dense mask restricted to its
+    causal part when ``is_causal``; None stays None."""
     if attn_mask is None:
         return None
     if isinstance(attn_mask, AttentionMask):

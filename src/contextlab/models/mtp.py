@@ -20,19 +20,30 @@ from dataclasses import dataclass
 import torch.nn as nn
 from torch import Tensor
 
+from contextlab.config import opt
 from contextlab.errors import UserError
-from contextlab.models.gpt import GPT, Block, GPTConfig
-from contextlab.models.masks import prepare_mask
+from contextlab.models.gpt import GPT, Block, GPTConfig, TrunkState
 
 
 @dataclass
-class MTPConfig(GPTConfig):
-    n_future: int = 4  # heads: head k predicts token t+k (head 1 = the next token)
+class MTPOptions:
+    """What an MTP model adds to the GPT shape: the one declaration of its options (the ``mtp``
+    objective's ``Options`` extend it with the loss weights)."""
+
+    n_future: int = opt(4, "heads: head k predicts the token k steps ahead")
 
     def __post_init__(self):
-        super().__post_init__()
         if self.n_future < 1:
             raise UserError(f"mtp n_future must be >= 1, got {self.n_future}")
+
+
+@dataclass
+class MTPConfig(MTPOptions, GPTConfig):
+    """An MTP model's config: the GPT shape plus MTPOptions (fields in that order)."""
+
+    def __post_init__(self):
+        GPTConfig.__post_init__(self)
+        MTPOptions.__post_init__(self)
         if self.n_layer < 2 and self.n_future > 1:
             raise UserError(
                 "mtp needs n_layer >= 2: one trunk block at least, plus the next-token head block"
@@ -55,39 +66,27 @@ class MTPModel(GPT):
         attn_mask: Tensor | None = None,
         is_causal: bool = True,
         position_ids: Tensor | int | None = None,
-    ):
-        """(residual stream after the shared trunk (B, T, C), rope, mask): what the heads need."""
-        B, T = idx.shape
-        if position_ids is not None:
-            raise UserError(
-                "MTPModel.trunk_states takes default positions only; use forward for position_ids"
-            )
-        rope = self.rope(T, idx.device)
-        attn_mask = prepare_mask(attn_mask, is_causal, T, idx.device)  # as GPT.trunk: resolved once
-        x = self.embed(idx)  # (B, T, C)
-        for block in self.blocks[:-1]:
-            x = block(x, rope, attn_mask, is_causal)
-        return x, rope, attn_mask
+    ) -> tuple[Tensor, TrunkState]:
+        """(residual stream after the shared trunk (B, T, C), the rope and mask every head shares)."""
+        state = self.prepare(idx, attn_mask, is_causal, position_ids)
+        z, _ = self.run_blocks(self.embed(idx), state, self.blocks[:-1])  # (B, T, C)
+        return z, state
 
     def head_blocks(self) -> list[nn.Module]:
         """[head 1, head 2, ...]: head 1 is the GPT's last block."""
         return [self.blocks[-1], *self.future_heads]
 
-    def head_logits(
-        self, z: Tensor, k: int, rope, attn_mask: Tensor | None = None, is_causal: bool = True
-    ) -> Tensor:
+    def head_logits(self, z: Tensor, k: int, state: TrunkState) -> Tensor:
         """Logits (B, T, V) of head k (1-based) from trunk states z (B, T, C)."""
         block = self.head_blocks()[k - 1]
-        return self.unembed(self.final_norm(block(z, rope, attn_mask, is_causal)))
+        return self.unembed(self.final_norm(block(z, state.rope, state.attn_mask, state.is_causal)))
 
     def all_logits(
         self, idx: Tensor, *, attn_mask: Tensor | None = None, is_causal: bool = True
     ) -> list[Tensor]:
         """Every head's logits, [(B, T, V)] * n_future; element k-1 predicts token t+k at position t."""
-        z, rope, attn_mask = self.trunk_states(idx, attn_mask=attn_mask, is_causal=is_causal)
-        return [
-            self.head_logits(z, k, rope, attn_mask, is_causal) for k in range(1, self.config.n_future + 1)
-        ]
+        z, state = self.trunk_states(idx, attn_mask=attn_mask, is_causal=is_causal)
+        return [self.head_logits(z, k, state) for k in range(1, self.config.n_future + 1)]
 
     def to_gpt(self) -> GPT:
         """The next-token model as a plain GPT sharing these weights (for export)."""

@@ -13,7 +13,8 @@ its parts (``model(idx)``, ``model.trunk``, ``model.blocks``...) as it needs.
   ("gpt" unless the objective needs extra model parts that inference also uses).
 * ``extra_flops_per_token(cfg, seq_len)``: what the objective adds to the model's FLOPs,
   so budgets compare objectives at equal compute.
-* ``arch_options()``: the architecture's options (chunk size, heads...) taken from ``Options``.
+* ``arch_options()``: the architecture's options (chunk size, heads...) taken from ``Options``,
+  which extends the architecture's options dataclass (declared once, in the models layer).
 * ``prefix_masks``: True when every row carries a bidirectional prefix (prefix LM, span
   corruption, UL2), so attention takes a described mask (``models/masks.py``) even without
   ``data.doc_mask``.
@@ -36,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from contextlab.models.archs import arch_option_names
 from contextlab.models.masks import AttentionMask
 
 
@@ -122,8 +124,8 @@ class Objective(nn.Module):
         return torch.Generator(device=device).manual_seed(1234)
 
     def arch_options(self) -> dict:
-        """Options of the architecture ``arch`` (e.g. ContextLM's chunk size); none for a GPT."""
-        return {}
+        """Architecture ``arch``'s options (ContextLM's chunk size...) from ``self.options``; {} for a GPT."""
+        return {name: getattr(self.options, name) for name in arch_option_names(self.arch)}
 
     def prepare(self, tokens: Tensor, doc_ids: Tensor | None = None) -> Batch:
         """Rows (B, T+1) -> the model's Batch. Objectives that rewrite the batch implement this."""

@@ -5,16 +5,15 @@ The seed keeps the standard cross-entropy loss: next-context prediction is learn
 it, because each predicted context ĉ_k is added to the w positions of its chunk and so
 receives their aggregated error signal. All of the method lives in the model (the
 predictor feeds token predictions at inference too); this objective names the
-architecture, passes its options and counts the predictor's FLOPs.
+architecture, takes its options (``ContextLMOptions``, declared once in the models layer)
+and counts the predictor's FLOPs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from torch import Tensor, nn
 
-from contextlab.config import opt
+from contextlab.models.contextlm import ContextLMOptions
 from contextlab.models.flops import block_flops_per_token
 from contextlab.objectives.base import Objective, next_token_loss
 
@@ -25,25 +24,7 @@ class ContextLMObjective(Objective):
     name = "contextlm"
     arch = "contextlm"
 
-    @dataclass
-    class Options:
-        chunk_size: int = opt(4, "w: tokens per context chunk")
-        predictor_layers: int = opt(2, "transformer blocks of the causal context predictor")
-        encoder_layers: int = opt(0, "of model.n_layer blocks, how many encode tokens before the fusion")
-        fusion: str = opt(
-            "gated",
-            "plain (h + c, the seed), gated (zero-initialised per-channel gate) or "
-            "normalised (RMSNorm(c) times a small learnt gain)",
-        )
-
-    def arch_options(self) -> dict:
-        o = self.options
-        return {
-            "chunk_size": o.chunk_size,
-            "predictor_layers": o.predictor_layers,
-            "encoder_layers": o.encoder_layers,
-            "fusion": o.fusion,
-        }
+    Options = ContextLMOptions  # chunk_size, predictor_layers, encoder_layers, fusion
 
     def forward(self, model: nn.Module, tokens: Tensor, doc_ids: Tensor | None = None) -> tuple[Tensor, dict]:
         x, y = tokens[:, :-1], tokens[:, 1:]  # (B, T)

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from contextlab.config import opt
 from contextlab.errors import UserError
 from contextlab.models.flops import block_flops_per_token, lm_head_flops_per_token
+from contextlab.models.mtp import MTPOptions
 from contextlab.objectives.base import Objective, next_token_loss
 
 
@@ -30,8 +31,7 @@ class MTP(Objective):
     arch = "mtp"
 
     @dataclass
-    class Options:
-        n_future: int = opt(4, "heads: head k predicts the token k steps ahead")
+    class Options(MTPOptions):  # n_future, declared with the model
         loss_weights: list[float] = opt([], "weight of each head's loss (n_future values); empty = all 1")
 
     def __init__(self, options, *, doc_mask: bool = False):
@@ -44,19 +44,16 @@ class MTP(Objective):
             )
         self.weights = [x / sum(w) for x in w]
 
-    def arch_options(self) -> dict:
-        return {"n_future": self.options.n_future}
-
     def forward(self, model: nn.Module, tokens: Tensor, doc_ids: Tensor | None = None) -> tuple[Tensor, dict]:
         x = tokens[:, :-1]  # (B, T)
         T = x.shape[1]
         mask = self.attn_mask(None if doc_ids is None else doc_ids[:, :-1])
-        z, rope, mask = model.trunk_states(x, attn_mask=mask, is_causal=True)  # (B, T, C) shared trunk
+        z, state = model.trunk_states(x, attn_mask=mask, is_causal=True)  # (B, T, C) shared trunk
         loss, metrics = 0.0, {}
         for k, weight in enumerate(self.weights, start=1):
             if k > T:
                 break
-            logits = model.head_logits(z, k, rope, mask, True)  # (B, T, V); position t predicts x_{t+k}
+            logits = model.head_logits(z, k, state)  # (B, T, V); position t predicts x_{t+k}
             head_loss = next_token_loss(logits[:, : T + 1 - k], tokens[:, k:])
             metrics[f"loss_head{k}"] = head_loss.detach()
             loss = loss + weight * head_loss
