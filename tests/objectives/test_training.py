@@ -24,7 +24,7 @@ from contextlab.models.mtp import MTPModel
 from contextlab.train import distributed as D
 from contextlab.train.config import RunConfig
 from contextlab.train.trainer import Trainer, train
-from tests.conftest import SHARED_DATA
+from tests.conftest import shakespeare
 
 TINY = {
     "model": {"size": "tiny-2x128", "n_layer": 2, "n_head": 2, "n_embd": 32},
@@ -62,7 +62,7 @@ CASES = [
 def store(tmp_path_factory):
     out = tmp_path_factory.mktemp("store") / "shakes"
     src = tmp_path_factory.mktemp("src") / "shakes.txt"
-    src.write_text((SHARED_DATA / "tinyshakespeare" / "input.txt").read_text()[:50_000])
+    src.write_text(shakespeare(50_000))
     return ingest(src, out, IngestConfig(), progress=False).store
 
 
@@ -151,7 +151,8 @@ def test_contextlm_and_mtp_export_to_hugging_face(tmp_path):
         gen = hf.generate(idx[:1, :5], max_new_tokens=4, do_sample=False)
         assert gen.shape == (1, 9)
     assert type(gpt_from_hf_export(tmp_path / "mtp")) is GPT  # MTP exports its next-token GPT
-    # a fresh process that imports only contextlab.models.hf loads the ContextLM export with plain transformers
+    # a fresh process that imports only contextlab.models.hf loads the ContextLM export with plain
+    # transformers
     code = (
         "import sys, torch, transformers, contextlab.models.hf\n"
         "m = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1])\n"
