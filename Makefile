@@ -1,11 +1,12 @@
 # Two commands do everything on a fresh machine (each creates .venv and installs what it needs):
 #   make quickstart   the main job on the embedded corpus
-#   make test         the test suite
+#   make test         the test suite (self-contained: reads only this repository)
+#   make test-shared  the opt-in tests that read ../shared/data (CI runs both)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: quickstart test install clean browser
+.PHONY: quickstart test test-shared install clean browser
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +28,9 @@ browser:
 
 test: $(VENV)/.installed browser
 	$(BIN)/python -m pytest
+
+test-shared: $(VENV)/.installed
+	$(BIN)/python -m pytest -m shared_data tests/shared_data
 
 clean:
 	rm -rf $(VENV) contextlab-quickstart

@@ -1,20 +1,41 @@
-"""Shared test helpers: where ../shared/data is, and tiny corpora in tmp_path."""
+"""Shared test helpers: the repository's own fixture files, and tiny corpora in tmp_path.
+
+Every file a test reads lives in this repository (tests/fixtures, see its README), so a fresh
+clone tests with nothing beside it; the opt-in suite in tests/shared_data is the one place that
+reads ../shared/data. Trade-off: the fixtures are small cuts of the real data sets, rebuilt and
+checked byte for byte against them by that suite.
+"""
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
 FIXTURES = REPO / "tests" / "fixtures"  # small files the tests read (see its README)
+SHAKESPEARE = FIXTURES / "tinyshakespeare" / "input.txt"  # char-rnn Tiny Shakespeare, 1,115,394 bytes
+GPT2_DIR = FIXTURES / "gpt2_tokenizer"  # OpenAI GPT-2 encoder.json + vocab.bpe
+KV_75 = FIXTURES / "lost_in_the_middle" / "kv-retrieval-75_keys.first2.jsonl.gz"  # first 2 examples
+TREC = FIXTURES / "trec_qc"  # train.txt (100 lines) and test.txt (10 lines)
+WIKI_TEST = FIXTURES / "wikitext2_raw_test" / "wiki.test.raw.gz"  # WikiText-2 raw test split
+GOLDEN_CHARS = 100_000  # the golden run's corpus: the first 100,000 bytes of Tiny Shakespeare
 
 
-@pytest.fixture
-def shared_data() -> Path:
-    assert SHARED_DATA.is_dir(), f"tests need ../shared/data beside the repository ({SHARED_DATA})"
-    return SHARED_DATA
+def shakespeare(n: int | None = None) -> str:
+    """The first ``n`` characters of Tiny Shakespeare (all of it when None); ASCII, LF line ends."""
+    return SHAKESPEARE.read_text(encoding="utf-8")[:n]
+
+
+def golden_corpus(folder: Path) -> Path:
+    """Write the golden run's corpus (Tiny Shakespeare's first 100,000 bytes) to folder; return its path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "tinyshakespeare_100k.txt"
+    path.write_bytes(SHAKESPEARE.read_bytes()[:GOLDEN_CHARS])
+    return path
+
+
+def read_gz_text(path: Path) -> str:
+    return gzip.decompress(path.read_bytes()).decode("utf-8")
 
 
 def write_tree(root: Path, files: dict[str, str | bytes]) -> Path:

@@ -15,7 +15,7 @@ from contextlab.data.ingest import IngestConfig, ingest
 from contextlab.data.store import TokenStore
 from contextlab.errors import UserError
 from contextlab.eval import entropy, intrinsic
-from tests.conftest import SHARED_DATA
+from tests.conftest import shakespeare
 from tests.eval.conftest import byte_adapter, tiny_gpt
 
 QUICK = [
@@ -164,7 +164,7 @@ def test_text_protocol_matches_the_bayes_fit_losses(tmp_path):
 
     src = tmp_path / "src"
     src.mkdir()
-    text = (SHARED_DATA / "tinyshakespeare" / "input.txt").read_text()
+    text = shakespeare()
     for i in range(4):
         (src / f"d{i}.txt").write_text(text[i * 3000 : i * 3000 + 600])
     store = ingest(src, tmp_path / "st", IngestConfig(tokenizer="byte"), progress=False).store

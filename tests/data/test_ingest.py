@@ -16,7 +16,7 @@ from contextlab.data.ingest import IngestConfig, ingest
 from contextlab.data.sources import SourceOptions
 from contextlab.data.store import StoreWriter, TokenStore
 from contextlab.errors import UserError
-from tests.conftest import REPO, write_tree
+from tests.conftest import GPT2_DIR, REPO, write_tree
 
 
 def make_corpus(root, n_files=60, size=3000, seed=0):
@@ -181,11 +181,9 @@ def test_bpe_training_and_store_spec(tmp_path):
     b.check_tokenizer(a.tokenizer_spec)
 
 
-def test_gpt2_ids_in_store(tmp_path, shared_data):
+def test_gpt2_ids_in_store(tmp_path):
     src = write_tree(tmp_path / "c", {"h.txt": "Hello world"})
-    s = ingest(
-        src, tmp_path / "s", IngestConfig(tokenizer=f"gpt2:{shared_data / 'gpt2_tokenizer'}"), progress=False
-    ).store
+    s = ingest(src, tmp_path / "s", IngestConfig(tokenizer=f"gpt2:{GPT2_DIR}"), progress=False).store
     assert s.doc(0).tolist() == [15496, 995] and s.dtype == np.uint16
 
 

@@ -16,17 +16,22 @@ import tiktoken
 import tiktoken.load
 from tiktoken_ext.openai_public import r50k_pat_str
 
+from contextlab.corpus import books_dir
 from contextlab.data import tokenizers as T
 from contextlab.errors import UserError
+from tests.conftest import GPT2_DIR, WIKI_TEST, read_gz_text, shakespeare
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-GPT2_DIR = DATA / "gpt2_tokenizer"
-BOOKS = DATA / "gutenberg_books" / "texts"
+BOOKS = books_dir()  # the six public-domain books the package ships
 UNICODE = "Naïve café — 🙂🚀 日本語 Ωμέγα\r\n\ttabs   spaces <|endoftext|> \x00\u200b𝔘"
 
 
 def read(path: Path, n: int | None = None) -> str:
     return path.read_bytes().decode("utf-8")[:n]
+
+
+def pg_text(name: str, n: int | None = None) -> str:
+    """A shipped book with CRLF line ends, as Project Gutenberg serves its .txt files."""
+    return read(BOOKS / name).replace("\n", "\r\n")[:n]
 
 
 def random_unicode(rng: random.Random, n: int) -> str:
@@ -62,7 +67,7 @@ def reference(tmp_path_factory) -> tiktoken.Encoding:
 
 @pytest.fixture(scope="module")
 def book_chunks() -> list[str]:
-    text = read(BOOKS / "pg1056.txt", 300_000)
+    text = pg_text("pg1597.txt", 300_000)
     return [text[i : i + 5000] for i in range(0, len(text), 5000)]
 
 
@@ -110,8 +115,8 @@ def test_gpt2_known_ids(gpt2, reference):
 
 
 def test_gpt2_parity_with_tiktoken_on_real_text(gpt2, reference):
-    texts = [read(p, 200_000) for p in sorted(BOOKS.glob("*.txt"))[:3]]
-    texts.append(read(DATA / "wikitext2_raw_test" / "wiki.test.raw"))
+    texts = [pg_text(p.name, 200_000) for p in sorted(BOOKS.glob("*.txt"))[:3]]
+    texts.append(read_gz_text(WIKI_TEST))
     texts += [read(Path(json.__file__).parent / n) for n in ("decoder.py", "encoder.py")]
     texts.append(read(Path(T.__file__)) + UNICODE)
     arrays = gpt2.encode_batch(texts)
@@ -130,7 +135,7 @@ def test_gpt2_hf_file_form_gives_same_tokenizer(gpt2, tmp_path):
     shutil.copy(GPT2_DIR / "vocab.bpe", tmp_path / "merges.txt")
     hf_form = T.load_tokenizer(f"gpt2:{tmp_path}")
     assert hf_form.hash == gpt2.hash
-    text = read(BOOKS / "pg158.txt", 50_000) + UNICODE
+    text = pg_text("pg158.txt", 50_000) + UNICODE
     assert hf_form.encode(text) == gpt2.encode(text)
 
 
@@ -151,7 +156,7 @@ def test_hf_tokenizer_json_via_spec(bpe, tmp_path):
     by_dir = T.load_tokenizer(f"hf:{tmp_path / 'tiny'}")
     assert by_file.kind == "hf" and by_file.name == by_dir.name == "tiny"
     assert by_file.hash == by_dir.hash == bpe.hash
-    texts = ["Hello world", "", UNICODE, read(BOOKS / "pg158.txt", 20_000)]
+    texts = ["Hello world", "", UNICODE, pg_text("pg158.txt", 20_000)]
     assert [a.tolist() for a in by_file.encode_batch(texts)] == [by_file.encode(t) for t in texts]
 
 
@@ -180,7 +185,7 @@ def test_hf_specials_post_processor_and_eos_choice():
 
 def test_bpe_trains_and_round_trips(bpe):
     assert (bpe.kind, bpe.name, bpe.vocab_size, bpe.eot_id) == ("hf", "bpe-512", 512, 0)
-    held_out = read(BOOKS / "pg158.txt", 30_000) + UNICODE
+    held_out = pg_text("pg158.txt", 30_000) + UNICODE
     ids = bpe.encode(held_out)
     assert len(ids) < 0.6 * len(held_out.encode("utf-8"))  # merges were learned
     assert max(ids) < 512 and 0 not in ids
@@ -193,7 +198,8 @@ def test_bpe_trains_and_round_trips(bpe):
 def test_bpe_is_deterministic_across_processes(bpe):
     code = (
         "from pathlib import Path; from contextlab.data.tokenizers import train_bpe; "
-        f"t = Path({str(BOOKS / 'pg1056.txt')!r}).read_bytes().decode('utf-8')[:300000]; "
+        f"t = Path({str(BOOKS / 'pg1597.txt')!r}).read_bytes().decode('utf-8'); "
+        "t = t.replace(chr(10), chr(13) + chr(10))[:300000]; "
         "print(train_bpe([t[i:i + 5000] for i in range(0, len(t), 5000)], 512).hash)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -217,8 +223,8 @@ def test_bpe_spec_and_size_errors(book_chunks):
 
 @pytest.fixture(scope="module")
 def bpe4k() -> T.HFTokenizer:
-    """bpe:4096 trained on ~2 MB of whole books (the held-out books below are not among them)."""
-    return T.train_bpe([read(p) for p in sorted(BOOKS.glob("*.txt"))[:5]], 4096)
+    """bpe:4096 trained on ~2 MB of whole books (the held-out texts below are not among them)."""
+    return T.train_bpe([pg_text(p.name) for p in sorted(BOOKS.glob("*.txt"))[:5]], 4096)
 
 
 def hf_engine(tok: T.HFTokenizer) -> T.HFTokenizer:
@@ -236,7 +242,10 @@ def from_json(obj: dict) -> T.HFTokenizer:
 
 
 def assert_same_ids(fast: T.Tokenizer, slow: T.Tokenizer, texts: list[str]) -> int:
-    """Both engines give identical ids (batch and single) and decode back to the text; returns the token count."""
+    """Both engines give identical ids (batch and single) and decode back to the text.
+
+    Returns the token count.
+    """
     n = 0
     for text, a, b in zip(texts, fast.encode_batch(texts), slow.encode_batch(texts)):
         assert a.dtype == np.uint32 and a.tolist() == b.tolist()
@@ -258,11 +267,11 @@ def test_trained_bpe_uses_tiktoken_and_keeps_its_identity(bpe4k, bpe):
 
 
 def test_tiktoken_engine_equals_hf_on_books_code_and_wiki(bpe4k):
-    books = [read(p, 300_000) for p in sorted(BOOKS.glob("*.txt"))[-3:]]
+    books = [pg_text("pg863.txt"), shakespeare()]  # the sixth shipped book and Tiny Shakespeare
     chunks = [books[0][i : i + 4000] for i in range(0, len(books[0]), 4000)]
     stdlib = sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))[::4][:50]
     code = [read(p) for p in stdlib]
-    wiki = [read(DATA / "wikitext2_raw_test" / "wiki.test.raw")]
+    wiki = [read_gz_text(WIKI_TEST)]
     n = assert_same_ids(bpe4k, hf_engine(bpe4k), books + chunks + code + wiki)
     assert n > 1_000_000  # the comparison covered real volume
 
@@ -287,7 +296,7 @@ def test_save_load_and_new_specials_keep_the_engine(bpe4k, tmp_path):
     back = T.load_tokenizer(f"dir:{tmp_path / 'tok'}")
     assert isinstance(back, T.HFTokenizer) and back.engine == "tiktoken" and back.spec() == bpe4k.spec()
     assert T.load_tokenizer(f"hf:{tmp_path / 'tok'}").hash == bpe4k.hash
-    text = read(BOOKS / "pg158.txt", 20_000) + UNICODE
+    text = pg_text("pg158.txt", 20_000) + UNICODE
     assert back.encode(text) == bpe4k.encode(text)
     ext = bpe4k.with_special_tokens(["<|fim_prefix|>"])
     assert ext.engine == "tiktoken" and ext.encode("x<|fim_prefix|>") == bpe4k.encode("x<|fim_prefix|>")
@@ -304,7 +313,7 @@ def test_gpt2_as_tokenizer_json_uses_tiktoken(gpt2, tmp_path):
     tok.add_special_tokens([AddedToken(T.EOT, special=True, normalized=False)])
     hf = T.HFTokenizer(tok, "gpt2-hf")
     assert hf.engine == "tiktoken" and "50000 merges" in hf.engine_reason
-    text = read(BOOKS / "pg158.txt", 50_000) + UNICODE + read(Path(json.__file__).parent / "decoder.py")
+    text = pg_text("pg158.txt", 50_000) + UNICODE + read(Path(json.__file__).parent / "decoder.py")
     assert hf.encode(text) == gpt2.encode(text) == hf_engine(hf).encode(text)
 
 
@@ -327,9 +336,9 @@ def test_gpt2_as_tokenizer_json_uses_tiktoken(gpt2, tmp_path):
         ),
         (
             lambda o: o["model"].update(merges=o["model"]["merges"][1::-1] + o["model"]["merges"][2:]),
-            "merge 1 'h e' does not make a new token with an id above",
+            "merge 1 'Ġ t' does not make a new token with an id above",
         ),
-        (lambda o: o["model"]["merges"].reverse(), "merge 0 'with out': HF's own BPE does not turn"),
+        (lambda o: o["model"]["merges"].reverse(), "merge 0 'Ġc ost': HF's own BPE does not turn"),
     ],
 )
 def test_hf_engine_kept_when_tiktoken_cannot_reproduce(bpe4k, edit, reason):
@@ -351,7 +360,7 @@ def test_equivalent_spellings_keep_tiktoken(bpe4k):
     obj["model"]["ignore_merges"] = True  # HF then looks whole pieces up first, as tiktoken does
     tok = from_json(obj)
     assert tok.engine == "tiktoken" and tok.hash != bpe4k.hash  # another file, same ids
-    texts = [T.PROBE + UNICODE, read(BOOKS / "pg158.txt", 50_000), read(Path(T.__file__))]
+    texts = [T.PROBE + UNICODE, pg_text("pg158.txt", 50_000), read(Path(T.__file__))]
     assert_same_ids(tok, hf_engine(tok), texts)
     assert [tok.encode(t) for t in texts] == [bpe4k.encode(t) for t in texts]
 
@@ -395,7 +404,7 @@ def test_save_load_round_trip(all_kinds, kind, tmp_path):
     tok.save(tmp_path / "tokenizer")
     back = T.load_tokenizer(f"dir:{tmp_path / 'tokenizer'}")
     assert type(back) is type(tok) and back.spec() == tok.spec()
-    text = read(BOOKS / "pg158.txt", 20_000) + UNICODE
+    text = pg_text("pg158.txt", 20_000) + UNICODE
     assert back.encode(text) == tok.encode(text)
 
 
@@ -515,7 +524,7 @@ def adversarial_texts(seed: int, n: int) -> list[str]:
 @pytest.mark.parametrize("kind", ["byte", "gpt2", "bpe"])
 def test_encoding_in_pieces_equals_encoding_whole(all_kinds, kind):
     tok = all_kinds[kind]
-    book = read(BOOKS / "pg2701.txt", 200_000)
+    book = pg_text("pg863.txt", 200_000)
     texts = [
         book,
         read(Path(sysconfig.get_paths()["stdlib"]) / "argparse.py"),
@@ -533,7 +542,10 @@ def test_encoding_in_pieces_equals_encoding_whole(all_kinds, kind):
 
 
 def test_gpt2_cuts_keep_every_regex_piece(gpt2):
-    """The proof's premise, checked without any vocabulary: the regex pieces of the parts are those of the whole."""
+    """The proof's premise, checked without any vocabulary.
+
+    The regex pieces of the parts are those of the whole.
+    """
     import regex
 
     pattern = regex.compile(T.GPT2_PATTERN)
@@ -556,6 +568,6 @@ def test_gpt2_cuts_sit_after_a_non_space(gpt2):
 
 def test_tokenizers_without_a_proof_never_cut(bpe4k):
     slow = hf_engine(bpe4k)
-    text = read(BOOKS / "pg2701.txt", 20_000)
+    text = pg_text("pg863.txt", 20_000)
     assert slow.cut_points(text, 100) == []
     assert slow.encode_pieces([text], 100)[0].tolist() == slow.encode(text)

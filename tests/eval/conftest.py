@@ -9,7 +9,7 @@ from contextlab.data.ingest import IngestConfig, ingest
 from contextlab.data.tokenizers import ByteTokenizer
 from contextlab.eval.adapter import ModelAdapter, ModelInfo
 from contextlab.models.gpt import GPT, GPTConfig
-from tests.conftest import SHARED_DATA
+from tests.conftest import shakespeare
 
 
 def tiny_gpt(seed: int = 0, block_size: int = 64) -> GPT:
@@ -41,7 +41,7 @@ def byte_adapter(model: GPT, batch_size: int = 4, dtype: str = "fp32") -> ModelA
 def byte_store(tmp_path_factory):
     """A byte-level store of 6 documents of varied lengths (Tiny Shakespeare pieces)."""
     src = tmp_path_factory.mktemp("src")
-    text = (SHARED_DATA / "tinyshakespeare" / "input.txt").read_text()
+    text = shakespeare()
     for i, n in enumerate([40, 130, 300, 90, 260, 500]):
         (src / f"d{i}.txt").write_text(text[i * 1000 : i * 1000 + n])
     return ingest(

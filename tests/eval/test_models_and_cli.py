@@ -15,9 +15,9 @@ from contextlab.data.ingest import IngestConfig, ingest
 from contextlab.data.tokenizers import train_bpe
 from contextlab.errors import UserError
 from contextlab.eval import load_model
-from tests.conftest import SHARED_DATA
+from tests.conftest import shakespeare
 
-TEXT = (SHARED_DATA / "tinyshakespeare" / "input.txt").read_text()[:60_000]
+TEXT = shakespeare(60_000)
 
 
 @pytest.fixture(scope="module")

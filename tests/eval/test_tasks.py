@@ -7,7 +7,7 @@ import json
 import pytest
 
 from contextlab.eval import icl, kv, needle, passkey, tasks, vartrack, visible
-from tests.conftest import SHARED_DATA
+from tests.conftest import KV_75, TREC
 from tests.eval.conftest import byte_adapter, tiny_gpt
 
 HAY = " ".join(f"Sentence number {i} says something about item {i * 7}." for i in range(200))
@@ -40,7 +40,7 @@ def test_needle_prompt_has_the_needle_at_depth_in_the_model_tokens(tmp_path):
 
 
 def test_kv_prompt_holds_every_pair_exactly_once():
-    rows = kv.read_examples(SHARED_DATA / "lost_in_the_middle" / "kv-retrieval-75_keys.jsonl.gz")
+    rows = kv.read_examples(KV_75)
     ex = rows[0]
     records = [tuple(r) for r in ex["ordered_kv_records"]]
     gold = next(i for i, (k, _) in enumerate(records) if k == ex["key"])
@@ -57,7 +57,7 @@ def test_kv_prompt_holds_every_pair_exactly_once():
 
 def test_kv_build_with_fewer_pairs_keeps_the_gold_pair():
     adapter = byte_adapter(tiny_gpt(block_size=4096))
-    path = str(SHARED_DATA / "lost_in_the_middle" / "kv-retrieval-75_keys.jsonl.gz")
+    path = str(KV_75)
     samples, info = kv.build(adapter, kv.Options(n_examples=2, n_pairs=6), path)
     assert info["positions"] == [0, 1, 2, 4, 5] and len(samples) == 10
     for s in samples:
@@ -80,7 +80,7 @@ def test_candidate_scores_equal_separate_forward_passes():
 
 def test_passkey_vartrack_and_scoring_on_a_tiny_model():
     adapter = byte_adapter(tiny_gpt(6, block_size=128), batch_size=6)
-    samples, info = passkey.build(adapter, passkey.Options(lengths=[300], depths=[0, 100], samples=1), None)
+    samples, _info = passkey.build(adapter, passkey.Options(lengths=[300], depths=[0, 100], samples=1), None)
     assert [len(s.prompt) for s in samples] == [300, 300]
     key = samples[1].answer
     assert adapter.tokenizer.decode(samples[1].prompt).count(key) == 2
@@ -98,14 +98,14 @@ def test_passkey_vartrack_and_scoring_on_a_tiny_model():
 
 def test_icl_and_visible_sweep_run_on_a_tiny_model():
     adapter = byte_adapter(tiny_gpt(7, block_size=128), batch_size=6)
-    trec = str(SHARED_DATA / "trec_qc")
+    trec = str(TREC)
     out = icl.run(adapter, icl.Options(shots=[0, 2], n_test=6, seeds=1), trec)
     assert [r["shots"] for r in out.results["by_shots"]] == [0, 2]
     assert out.results["by_shots"][1]["context_tokens"] > out.results["by_shots"][0]["context_tokens"]
     samples = icl.build_prompts(
         adapter,
-        icl.read_trec(SHARED_DATA / "trec_qc" / "train.txt"),
-        icl.read_trec(SHARED_DATA / "trec_qc" / "test.txt")[:3],
+        icl.read_trec(TREC / "train.txt"),
+        icl.read_trec(TREC / "test.txt")[:3],
         4,
         0,
     )

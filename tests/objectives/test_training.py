@@ -24,7 +24,7 @@ from contextlab.models.mtp import MTPModel
 from contextlab.train import distributed as D
 from contextlab.train.config import RunConfig
 from contextlab.train.trainer import Trainer, train
-from tests.conftest import SHARED_DATA
+from tests.conftest import shakespeare
 
 TINY = {
     "model": {"size": "tiny-2x128", "n_layer": 2, "n_head": 2, "n_embd": 32},
@@ -62,7 +62,7 @@ CASES = [
 def store(tmp_path_factory):
     out = tmp_path_factory.mktemp("store") / "shakes"
     src = tmp_path_factory.mktemp("src") / "shakes.txt"
-    src.write_text((SHARED_DATA / "tinyshakespeare" / "input.txt").read_text()[:50_000])
+    src.write_text(shakespeare(50_000))
     return ingest(src, out, IngestConfig(), progress=False).store
 
 

@@ -12,7 +12,7 @@ from contextlab.data.ingest import IngestConfig, ingest
 from contextlab.errors import UserError
 from contextlab.sweep.compute_optimal import analyze
 from contextlab.sweep.grid import load_sweep, run_sweep, status
-from tests.conftest import SHARED_DATA
+from tests.conftest import shakespeare
 
 SWEEP = """
 [sweep]
@@ -50,7 +50,7 @@ log_every = 1
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     src = tmp_path_factory.mktemp("src") / "s.txt"
-    src.write_text((SHARED_DATA / "tinyshakespeare" / "input.txt").read_text()[:20_000])
+    src.write_text(shakespeare(20_000))
     return ingest(src, tmp_path_factory.mktemp("st") / "s", IngestConfig(), progress=False).store
 
 
@@ -68,7 +68,7 @@ def test_sweep_runs_records_failure_and_resumes(tmp_path, store):
     f = tmp_path / "s.toml"
     # seq_len 256 needs 257-token rows but tokens_per_step 256 is not a multiple: that run fails at start
     f.write_text(SWEEP.format(out=tmp_path / "out", store=store.path, bad=48))
-    section, runs = load_sweep(f)
+    _section, runs = load_sweep(f)
     assert [r.name for r in runs] == ["seq_len-16", "seq_len-32", "seq_len-48"]
     results = run_sweep(f, progress=False)
     rows = {r["run"]: r for r in csv.DictReader(open(results))}

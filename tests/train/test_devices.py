@@ -21,7 +21,7 @@ from contextlab.data.ingest import IngestConfig, ingest
 from contextlab.errors import UserError
 from contextlab.train.config import RunConfig
 from contextlab.train.trainer import Trainer, train
-from tests.conftest import FIXTURES
+from tests.conftest import GOLDEN_CHARS, golden_corpus, shakespeare
 from tests.train.test_golden import CONFIG, GOLDEN
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -34,7 +34,7 @@ BF16_MAX, BF16_MEAN = 0.05, 0.02
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     out = tmp_path_factory.mktemp("devices") / "store"
-    return ingest(FIXTURES / "tinyshakespeare_100k.txt", out, IngestConfig(), progress=False).store
+    return ingest(golden_corpus(out.parent / "src"), out, IngestConfig(), progress=False).store
 
 
 def run_golden(store, out: Path, device: str, **train_overrides) -> dict:
@@ -96,7 +96,7 @@ def test_resume_is_exact_in_fp32(store, tmp_path, device, monkeypatch):
 def many_docs(tmp_path_factory):
     """The same text as 333 documents of 300 bytes: about a fifth of the 65-token rows cross a boundary."""
     root = tmp_path_factory.mktemp("docs")
-    text = (FIXTURES / "tinyshakespeare_100k.txt").read_text()
+    text = shakespeare(GOLDEN_CHARS)
     (root / "docs").mkdir()
     for i in range(0, len(text) - 299, 300):
         (root / "docs" / f"{i:06d}.txt").write_text(text[i : i + 300])

@@ -13,7 +13,7 @@ import pytest
 from contextlab.config import from_dict, save_toml
 from contextlab.data.ingest import IngestConfig, ingest
 from contextlab.train.config import RunConfig
-from tests.conftest import REPO, SHARED_DATA
+from tests.conftest import REPO, shakespeare
 from tests.train.test_trainer import TINY
 
 
@@ -21,7 +21,7 @@ from tests.train.test_trainer import TINY
 def cfg_file(tmp_path_factory):
     root = tmp_path_factory.mktemp("dist")
     src = root / "shakes.txt"
-    src.write_text((SHARED_DATA / "tinyshakespeare" / "input.txt").read_text()[:100_000])
+    src.write_text(shakespeare(100_000))
     store = ingest(src, root / "store", IngestConfig(), progress=False).store
     data = json.loads(json.dumps(TINY))
     data["data"]["store"] = str(store.path)

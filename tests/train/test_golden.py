@@ -18,7 +18,7 @@ from contextlab.config import from_dict
 from contextlab.data.ingest import IngestConfig, ingest
 from contextlab.train.config import RunConfig
 from contextlab.train.trainer import train
-from tests.conftest import FIXTURES
+from tests.conftest import golden_corpus
 
 GOLDEN = Path(__file__).with_name("golden_tiny_losses.json")
 CONFIG = {
@@ -43,9 +43,7 @@ CONFIG = {
 
 
 def test_tiny_run_reproduces_the_golden_losses(tmp_path):
-    store = ingest(
-        FIXTURES / "tinyshakespeare_100k.txt", tmp_path / "store", IngestConfig(), progress=False
-    ).store
+    store = ingest(golden_corpus(tmp_path / "src"), tmp_path / "store", IngestConfig(), progress=False).store
     cfg = json.loads(json.dumps(CONFIG))
     cfg["data"]["store"] = str(store.path)
     cfg["train"]["out_dir"] = str(tmp_path / "run")

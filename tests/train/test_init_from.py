@@ -19,7 +19,7 @@ from contextlab.models.loading import load_trained_model
 from contextlab.train.config import RunConfig
 from contextlab.train.export import export_checkpoint
 from contextlab.train.trainer import train
-from tests.conftest import SHARED_DATA
+from tests.conftest import shakespeare
 
 BASE = {
     "model": {"size": "tiny-4x256", "n_layer": 2, "n_head": 2, "n_embd": 32},
@@ -58,7 +58,7 @@ def losses(run_dir) -> dict[int, float]:
 
 @pytest.fixture(scope="module")
 def text():
-    return (SHARED_DATA / "tinyshakespeare" / "input.txt").read_text()[:60_000]
+    return shakespeare(60_000)
 
 
 @pytest.fixture(scope="module")

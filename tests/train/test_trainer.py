@@ -21,7 +21,7 @@ from contextlab.train import checkpoint as ckpt
 from contextlab.train.config import RunConfig
 from contextlab.train.optim import lr_at
 from contextlab.train.trainer import Trainer, train
-from tests.conftest import REPO, SHARED_DATA
+from tests.conftest import GPT2_DIR, REPO, shakespeare
 
 TINY = {
     "model": {"size": "tiny-4x256", "n_layer": 2, "n_head": 2, "n_embd": 64},
@@ -46,7 +46,7 @@ TINY = {
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     out = tmp_path_factory.mktemp("store") / "shakes"
-    text = (SHARED_DATA / "tinyshakespeare" / "input.txt").read_text()[:200_000]
+    text = shakespeare(200_000)
     src = tmp_path_factory.mktemp("src") / "shakes.txt"
     src.write_text(text)
     return ingest(src, out, IngestConfig(), progress=False).store
@@ -181,7 +181,7 @@ def test_tokenizer_mismatch_on_resume(store, tmp_path):
     other = ingest(
         REPO / "src" / "contextlab" / "corpus" / "books",
         tmp_path / "books",
-        IngestConfig(tokenizer=f"gpt2:{SHARED_DATA / 'gpt2_tokenizer'}"),
+        IngestConfig(tokenizer=f"gpt2:{GPT2_DIR}"),
         progress=False,
     ).store
     cfg = config(store, run, max_steps=4)
@@ -200,7 +200,7 @@ def test_export_round_trip(store, tmp_path):
 
     run = tmp_path / "run"
     train(config(store, run, max_steps=3))
-    model, state, _ = load_trained_model(run)
+    model, _state, _ = load_trained_model(run)
     out = export_checkpoint(run, tmp_path / "hf")
     hf = AutoModelForCausalLM.from_pretrained(out)
     idx = torch.randint(0, 257, (2, 20))
