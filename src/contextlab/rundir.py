@@ -290,11 +290,3 @@ def training_stores(run_config: dict, base: PathLike | None = None) -> list[Path
         except (OSError, ValueError, KeyError, TypeError):
             continue  # moved or deleted: callers try the other places they know
     return stores
-
-
-def resolve_from_run(run_dir: PathLike, path: str) -> Path:
-    """A path a run's config names (e.g. init.source), as training saw it: relative to the directory
-    training ran in when that can be told, else as given."""
-    p = Path(path)
-    base = None if p.is_absolute() else launch_dir(run_dir, read_config(run_dir))
-    return base / p if base is not None else p

@@ -82,9 +82,9 @@ def _parser(name: str | None) -> argparse.ArgumentParser:
 def _default_out(model: str, args, several: bool) -> Path:
     if args.out:
         return Path(args.out) / Path(model).name if several else Path(args.out)
-    p = Path(model)
-    run = p.parent.parent if (p / "state.json").is_file() and p.parent.name == "checkpoints" else p
-    return run / "eval"
+    from contextlab.rundir import eval_dir
+
+    return eval_dir(model)
 
 
 def cmd_eval(argv: list[str]) -> int:

@@ -253,12 +253,13 @@ def load_model(
 def _load_contextlab_run(path: Path, step: int | None):
     from contextlab.models.gpt import describe_model
     from contextlab.models.loading import load_trained_model
+    from contextlab.rundir import tokenizer_dirs
 
     model, state, ckpt = load_trained_model(path, step)
     spec = state.get("tokenizer") or {}
     tok = _tokenizer_from_spec(
         spec,
-        [ckpt / "tokenizer", ckpt.parent.parent / "tokenizer", *_store_tokenizer_dirs(ckpt)],
+        tokenizer_dirs(ckpt),
         f"run {path}",
     )
     if state.get("arch") == "hf":  # a continued Hugging Face model: run it as one
@@ -290,26 +291,6 @@ def _load_contextlab_run(path: Path, step: int | None):
     return model, tok, info
 
 
-def _store_tokenizer_dirs(ckpt: Path) -> list[Path]:
-    """The training store's tokenizer folder named in the checkpoint's (or run's) config.toml."""
-    from contextlab.config import read_toml
-    from contextlab.models.loading import training_stores
-
-    dirs = []
-    for cfg in (ckpt / "config.toml", ckpt.parent.parent / "config.toml"):
-        if cfg.is_file():
-            for store in training_stores(
-                read_toml(cfg)
-            ):  # data.store, or the stores packed / mixed data came from
-                run = (
-                    ckpt.parent.parent
-                )  # a relative path is relative to where training ran: try the likely places
-                dirs += [
-                    base / store / "tokenizer" for base in (Path.cwd(), run, run.parent, run.parent.parent)
-                ]
-    return dirs
-
-
 def _tokenizer_from_spec(spec: dict, folders: list[Path], what: str) -> Tokenizer:
     """The tokenizer a spec describes: rebuilt (byte) or loaded from the first folder whose hash matches."""
     if spec.get("kind") == "byte":
@@ -323,7 +304,7 @@ def _tokenizer_from_spec(spec: dict, folders: list[Path], what: str) -> Tokenize
                 return tok
     raise UserError(
         f"cannot find the tokenizer of {what} ({spec.get('name')}, hash {str(spec.get('hash'))[:8]}); "
-        "keep the training store in place or export the run with `contextlab export`"
+        "put the training store back where the run's config says (or copy STORE/tokenizer to RUN/tokenizer)"
     )
 
 

@@ -100,7 +100,7 @@ def _note_plain_extrapolation(method: str, original: int, new_context: int) -> N
 def _from_run(cfg, objective, store, src: Path) -> InitModel:
     from safetensors.torch import load_file
 
-    from contextlab.models.loading import read_checkpoint_state, resolve_checkpoint
+    from contextlab.rundir import read_checkpoint_state, resolve_checkpoint
 
     ckpt = resolve_checkpoint(src, cfg.init.step or None)
     state = read_checkpoint_state(ckpt)
