@@ -19,9 +19,9 @@ Two protocols, chosen from the data (``protocol = "auto"``):
   cross-entropy, reported beside the exact Bayes risk at l, so one run gives the
   model-vs-Bayes table and the entropy correlations.
 
-Trade-off: for a contextlab GPT the feature and the loss come from one trunk pass; for a
-Hugging Face model from the adapter's ``hidden_states`` and ``token_logprobs`` (two passes),
-so any causal LM works at the price of a second forward.
+Trade-off: the feature and the loss come from the adapter's ``features_and_last_logprob``: one
+trunk pass for a contextlab model, two forwards for a Hugging Face one, so any causal LM works
+at the price of a second forward.
 """
 
 from __future__ import annotations
@@ -103,27 +103,10 @@ def _forward(adapter, ids: np.ndarray, layer: int, position: int) -> tuple[np.nd
     feats, losses = [], []
     rows = _rows_per_batch(adapter, ids.shape[1])
     for a in range(0, len(ids), rows):
-        chunk = ids[a : a + rows]
-        if adapter.is_gpt:  # one pass: the layer's state and the final state's last-token logits
-            f, lp = _gpt_pass(adapter, chunk, layer, position)
-        else:
-            f = adapter.hidden_states(chunk[:, :-1], layer=layer)[:, position].float().cpu().numpy()
-            lp = adapter.token_logprobs(chunk)[:, -1].double().cpu().numpy()
-        feats.append(f)
-        losses.append(-lp)  # (b,)
+        f, lp = adapter.features_and_last_logprob(ids[a : a + rows], layer, position)  # (b, C), (b,)
+        feats.append(f.cpu().numpy())
+        losses.append(-lp.double().cpu().numpy())  # (b,)
     return np.concatenate(feats), np.concatenate(losses)
-
-
-def _gpt_pass(adapter, chunk: np.ndarray, layer: int, position: int) -> tuple[np.ndarray, np.ndarray]:
-    """A contextlab GPT: features and last-token log-probs from a single trunk call (as the adapter computes them)."""
-    import torch
-
-    idx = torch.as_tensor(chunk, dtype=torch.long, device=adapter.device)  # (b, T+1)
-    with torch.no_grad(), adapter.autocast():
-        hidden, layers = adapter.model.trunk(idx[:, :-1], return_hidden=[layer])  # (b, T, C), [(b, T, C)]
-        logits = adapter.model.unembed(hidden[:, -1])  # (b, V)
-    lp = torch.log_softmax(logits.float(), dim=-1).gather(1, idx[:, -1:])[:, 0]  # (b,)
-    return layers[0][:, position].float().cpu().numpy(), lp.double().cpu().numpy()
 
 
 def _check_contexts(adapter, contexts: list[int], extra: int, what: str) -> list[int]:
