@@ -31,9 +31,9 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
+import contextlab.eval.intrinsic as intrinsic
 from contextlab.config import opt
 from contextlab.errors import UserError
-from contextlab.eval import intrinsic
 from contextlab.eval.base import EvalOutput, open_store
 
 
@@ -256,7 +256,7 @@ def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, di
         for row, loss, b in zip(per, col.losses, col.bayes):
             row["ce_task_weighted"] = task_weighted(loss, col.strata, col.strata_weights)
             row["abs_diff_task_weighted"] = abs(row["ce_task_weighted"] - b)
-    series = measure_series(per)
+    series = intrinsic.measure_series(per)
     ce = [r["ce"] for r in per]
     fits = {name: intrinsic.linear_fit(x, ce) for name, x in series.items()}
     results: dict = {"summary": _summary(per, fits, col), "contexts": per, "fits_vs_ce": fits}
@@ -264,19 +264,6 @@ def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, di
         results["fits_vs_bayes"] = {name: intrinsic.linear_fit(x, col.bayes) for name, x in series.items()}
     width = min(len(s) for s in spectra)
     return results, {"relative_eigenvalues": np.stack([s[:width] for s in spectra])}
-
-
-def measure_series(per: list[dict]) -> dict[str, list[float]]:
-    """Every measure as one value per context: 'entropy@n', 'dimension@thr', 'kde_entropy', 'twonn', ..."""
-    out: dict[str, list[float]] = {}
-    for key in per[0]["entropy"]:
-        out[f"entropy@{key}"] = [r["entropy"][key] for r in per]
-    for key in per[0]["dimension"]:
-        out[f"dimension@{key}"] = [float(r["dimension"][key]) for r in per]
-    for key in ("kde_entropy", *intrinsic.SKDIM_ESTIMATORS):
-        if key in per[0]:
-            out[key] = [r[key] for r in per]
-    return out
 
 
 def _summary(per: list[dict], fits: dict, col: Collected) -> dict:
