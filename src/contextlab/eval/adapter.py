@@ -193,7 +193,6 @@ def load_model(
 ) -> ModelAdapter:
     """A contextlab run/checkpoint dir or a local HF model folder -> ModelAdapter."""
     from contextlab.eval.backends import contextlab, hf
-    from contextlab.models.hf import MODEL_TYPE
     from contextlab.rundir import is_hf_folder
 
     p = Path(path)
@@ -202,6 +201,8 @@ def load_model(
             f"model not found: {p}; pass a contextlab run directory or a Hugging Face model folder"
         )
     if is_hf_folder(p):
+        from contextlab.models.hf import MODEL_TYPE  # imports transformers: only for HF folders
+
         cfg = json.loads((p / "config.json").read_text())
         load = contextlab.load_export if cfg.get("model_type") == MODEL_TYPE else hf.load_folder
         model, tok, info = load(p, cfg)
