@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -86,3 +88,13 @@ def test_a_broken_plot_is_detected(sweep_dir, tmp_path):
 def test_nothing_to_report(tmp_path):
     with pytest.raises(UserError, match="nothing to report"):
         build_report(tmp_path)
+
+
+def test_the_report_imports_no_trainer_no_model_and_no_evaluation():
+    """report/ reads result files only: the run-directory layout comes from contextlab.rundir."""
+    code = "import sys, contextlab.report.html; print(sorted(sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded = json.loads(out.replace("'", '"'))
+    assert "contextlab.rundir" in loaded
+    assert [m for m in loaded if m.split(".")[:2] in (["contextlab", "train"], ["contextlab", "eval"])] == []
+    assert [m for m in loaded if m.split(".")[:2] == ["contextlab", "models"] or m == "torch"] == []

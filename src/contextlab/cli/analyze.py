@@ -19,9 +19,9 @@ def _parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(
         prog="contextlab analyze entropy",
-        description="For each visible context length l: hidden states of N samples, PCA spectrum relative to the "
-        "largest eigenvalue, intrinsic entropy (sum of log relative eigenvalues over the first n "
-        "components), intrinsic dimension (eigenvalues above thresholds), Gaussian-KDE entropy, "
+        description="For each visible context length l: hidden states of N samples, PCA spectrum "
+        "relative to the largest eigenvalue, intrinsic entropy (sum of log relative eigenvalues over "
+        "the first n components), intrinsic dimension (eigenvalues above thresholds), Gaussian-KDE entropy, "
         "TwoNN/MLE/lPCA (scikit-dimension), and the next-token cross-entropy at l; every measure is "
         "fitted linearly against the cross-entropy (Pearson r). On a synthetic parity store the loss is "
         "the answer's and the exact Bayes risk is reported beside it.",
@@ -69,7 +69,8 @@ def _table(results: dict) -> str:
     for r in per:
         line = f"{r['context']:>5} {r['ce']:>8.4f}"
         if parity:
-            line += f" {r['bayes_risk']:>8.4f} {r['abs_diff']:>8.4f} {r['excess']:>8.4f} {r['excess_stderr']:>7.4f}"
+            line += f" {r['bayes_risk']:>8.4f} {r['abs_diff']:>8.4f} {r['excess']:>8.4f}"
+            line += f" {r['excess_stderr']:>7.4f}"
         if weighted:
             line += f" {r['ce_task_weighted']:>8.4f} {r['abs_diff_task_weighted']:>8.4f}"
         line += "".join(f" {r['entropy'][k]:>9.2f}" for k in ents)
@@ -86,6 +87,7 @@ def cmd_entropy(argv: list[str]) -> int:
     from contextlab.eval import load_model
     from contextlab.eval.entropy import Options, run
     from contextlab.eval.results import write_result
+    from contextlab.rundir import eval_dir
 
     args = _parser().parse_args(argv)
     options = dataclass_from_args(Options, args)
@@ -96,9 +98,7 @@ def cmd_entropy(argv: list[str]) -> int:
     adapter = load_model(
         args.model, dtype=args.dtype, batch_size=args.batch_size, device=args.device, step=args.step
     )
-    p = Path(args.model)
-    run_dir = p.parent.parent if (p / "state.json").is_file() and p.parent.name == "checkpoints" else p
-    out_dir = Path(args.out) if args.out else run_dir / "eval"
+    out_dir = Path(args.out) if args.out else eval_dir(args.model)
     t0 = time.perf_counter()
     out = run(adapter, options, args.data, progress=not args.no_progress)
     model = {**vars(adapter.info), "dtype": adapter.dtype, "batch_size": adapter.batch_size}

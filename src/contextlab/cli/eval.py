@@ -14,19 +14,6 @@ from pathlib import Path
 
 from contextlab.config import add_dataclass_args, dataclass_from_args
 
-DATA_HELP = {
-    "ppl": "a token store made with the model's tokenizer",
-    "contextwise": "a token store made with the model's tokenizer (long documents)",
-    "bayes-fit": "a token store made with the model's tokenizer",
-    "niah": "the haystack: a folder of .txt files or one file (default: the public-domain books shipped with "
-    "contextlab; ../shared/data/paul_graham_essays for the original test)",
-    "kv": "a lost-in-the-middle file, e.g. ../shared/data/lost_in_the_middle/kv-retrieval-75_keys.jsonl.gz",
-    "passkey": "not used (the filler is built in)",
-    "vartrack": "not used (the filler is built in)",
-    "icl": "the TREC folder with train.txt and test.txt (../shared/data/trec_qc)",
-    "visible": "the data of the swept task (a token store for task=loss)",
-}
-
 
 def _parser(name: str | None) -> argparse.ArgumentParser:
     from contextlab.eval import EVALS
@@ -36,8 +23,9 @@ def _parser(name: str | None) -> argparse.ArgumentParser:
         description=(
             "Evaluate how a model uses its context. Works the same on a contextlab run/checkpoint and on "
             "any local Hugging Face causal LM folder (with tokenizer.json). Writes OUT/NAME.json (resolved "
-            "options, model, data hash, code version, results) and OUT/NAME.png. "
-            "Evaluations: " + ", ".join(EVALS) + ". Run `contextlab eval NAME --help` for NAME's options."
+            "options, model, data hash, code version, results) and OUT/NAME.png. Evaluations: "
+            + "; ".join(f"{n} ({e.help})" for n, e in EVALS.items())
+            + ". Run `contextlab eval NAME --help` for NAME's options."
         ),
     )
     p.add_argument("name", metavar="NAME", choices=list(EVALS), help="the evaluation: " + ", ".join(EVALS))
@@ -49,7 +37,7 @@ def _parser(name: str | None) -> argparse.ArgumentParser:
         help="a contextlab run or checkpoint directory, or a local Hugging Face model folder "
         "(repeat for several models)",
     )
-    p.add_argument("--data", help=DATA_HELP.get(name or "", "the evaluation's data (see NAME --help)"))
+    p.add_argument("--data", help=EVALS[name].data if name else "the evaluation's data (see NAME --help)")
     p.add_argument(
         "--out",
         help="output folder (default: MODEL/eval for runs, MODEL/eval for HF folders); with "
@@ -73,39 +61,30 @@ def _parser(name: str | None) -> argparse.ArgumentParser:
         "(default: OUT/contextwise_models.png or the first model's eval folder)",
     )
     if name:
-        from contextlab.eval import OPTIONS
-
-        add_dataclass_args(p.add_argument_group(f"{name} options"), OPTIONS[name])
+        add_dataclass_args(p.add_argument_group(f"{name} options"), EVALS[name].options)
     return p
 
 
 def _default_out(model: str, args, several: bool) -> Path:
     if args.out:
         return Path(args.out) / Path(model).name if several else Path(args.out)
-    p = Path(model)
-    run = p.parent.parent if (p / "state.json").is_file() and p.parent.name == "checkpoints" else p
-    return run / "eval"
+    from contextlab.rundir import eval_dir
+
+    return eval_dir(model)
 
 
 def cmd_eval(argv: list[str]) -> int:
-    """Run an evaluation (ppl, contextwise, bayes-fit, niah, kv, passkey, vartrack, icl, visible)."""
-    from contextlab.eval import EVALS, OPTIONS
+    """Run an evaluation of how a model uses its context (`contextlab eval --help` lists them)."""
+    from contextlab.eval import EVALS, evaluate, load_model
 
     name = next((a for a in argv if a in EVALS), None)  # None: argparse prints usage, help or the choices
     args = _parser(name).parse_args(argv)
     name = args.name
-    options = dataclass_from_args(OPTIONS[name], args)
+    options = dataclass_from_args(EVALS[name].options, args)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    data = args.data
-    if name == "niah" and not data:
-        from contextlab.corpus import books_dir
-
-        data = str(books_dir())
-    from contextlab.eval import evaluate, load_model
-
     several = len(args.model) > 1
     written = []
     for model_path in args.model:
@@ -113,7 +92,7 @@ def cmd_eval(argv: list[str]) -> int:
             model_path, dtype=args.dtype, batch_size=args.batch_size, device=args.device, step=args.step
         )
         out_dir = _default_out(model_path, args, several)
-        path, out = evaluate(name, adapter, options, data, out_dir)
+        path, out = evaluate(name, adapter, options, args.data, out_dir)
         written.append(path)
         summary = json.dumps(out.results.get("summary", {}), default=float)
         print(f"{name} {model_path}: {summary}")

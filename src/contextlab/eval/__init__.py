@@ -1,41 +1,116 @@
 """Evaluations: how well a model uses its context, on contextlab runs and any local HF causal LM.
 
 Each evaluation is a plain function ``run(adapter, options, data) -> EvalOutput`` in its own
-module, listed in ``EVALS``; its typed options dataclass is in ``OPTIONS``. ``load_model``
+module. ``EVALS`` holds one record per evaluation (``base.Eval``): that function, its typed
+options dataclass, the line of help the command line shows, what ``--data`` it reads and its
+default data; ``contextlab eval`` and the quickstart read everything from it. ``load_model``
 (``adapter.py``) turns a run directory or a Hugging Face folder into the adapter every
-evaluation uses, and ``evaluate`` (``base.py``) runs one and writes ``eval/<name>.json``
-plus its plot. This package imports ``contextlab.models`` and ``contextlab.data`` only,
-never the trainer.
+evaluation uses, and ``evaluate`` runs one and writes ``<out>/<name>.json`` plus its plot.
+
+Trade-off: the registry and ``evaluate`` live here and nothing in the package imports the
+package back (the evaluation modules import each other by module path), so the registry is
+a plain dict with no import circle. This package imports ``contextlab.models`` and
+``contextlab.data`` only, never the trainer.
 """
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+from typing import Any
+
+from contextlab.errors import UserError
 from contextlab.eval import bayes_fit, contextwise, icl, kv, needle, passkey, ppl, vartrack, visible
 from contextlab.eval.adapter import ModelAdapter, load_model
-from contextlab.eval.base import EvalOutput, evaluate
+from contextlab.eval.base import Eval, EvalOutput
 
-EVALS = {
-    "ppl": ppl.run,  # perplexity and bits per byte, rolling windows with a stride
-    "contextwise": contextwise.run,  # loss by position, best-context loss, 2^i buckets
-    "bayes-fit": bayes_fit.run,  # last-token loss vs visible context, fitted C0 + C / l^gamma
-    "niah": needle.run,  # needle in a haystack, lengths x depths
-    "kv": kv.run,  # lost-in-the-middle key-value retrieval, accuracy by gold position
-    "passkey": passkey.run,  # passkey retrieval in filler text
-    "vartrack": vartrack.run,  # RULER-like variable tracking
-    "icl": icl.run,  # TREC many-shot in-context classification
-    "visible": visible.run,  # any of the above vs visible context
+STORE = "a token store made with the model's tokenizer"
+
+
+def _books() -> str:
+    from contextlab.corpus import books_dir
+
+    return str(books_dir())
+
+
+EVALS: dict[str, Eval] = {
+    "ppl": Eval(ppl.run, ppl.Options, "perplexity and bits per byte, rolling windows with a stride", STORE),
+    "contextwise": Eval(
+        contextwise.run,
+        contextwise.Options,
+        "loss by position, best-context loss, 2^i buckets",
+        STORE + " (long documents)",
+    ),
+    "bayes-fit": Eval(
+        bayes_fit.run,
+        bayes_fit.Options,
+        "last-token loss vs visible context, fitted C0 + C / l^gamma",
+        STORE,
+    ),
+    "niah": Eval(
+        needle.run,
+        needle.Options,
+        "needle in a haystack, lengths x depths",
+        "the haystack: a folder of .txt files or one file (default: the public-domain books shipped with "
+        "contextlab; ../shared/data/paul_graham_essays for the original test)",
+        default_data=_books,
+    ),
+    "kv": Eval(
+        kv.run,
+        kv.Options,
+        "lost-in-the-middle key-value retrieval, accuracy by gold position",
+        "a lost-in-the-middle file, e.g. ../shared/data/lost_in_the_middle/kv-retrieval-75_keys.jsonl.gz",
+    ),
+    "passkey": Eval(
+        passkey.run, passkey.Options, "passkey retrieval in filler text", "not used (the filler is built in)"
+    ),
+    "vartrack": Eval(
+        vartrack.run, vartrack.Options, "RULER-like variable tracking", "not used (the filler is built in)"
+    ),
+    "icl": Eval(
+        icl.run,
+        icl.Options,
+        "TREC many-shot in-context classification",
+        "the TREC folder with train.txt and test.txt (../shared/data/trec_qc)",
+    ),
+    "visible": Eval(
+        visible.run,
+        visible.Options,
+        "any of the above vs visible context",
+        "the data of the swept task (a token store for task=loss)",
+    ),
 }
 
-OPTIONS = {
-    "ppl": ppl.Options,
-    "contextwise": contextwise.Options,
-    "bayes-fit": bayes_fit.Options,
-    "niah": needle.Options,
-    "kv": kv.Options,
-    "passkey": passkey.Options,
-    "vartrack": vartrack.Options,
-    "icl": icl.Options,
-    "visible": visible.Options,
-}
 
-__all__ = ["EVALS", "OPTIONS", "EvalOutput", "ModelAdapter", "evaluate", "load_model"]
+def evaluate(
+    name: str, adapter: ModelAdapter, options: Any, data: str | None, out_dir: str | Path
+) -> tuple[Path, EvalOutput]:
+    """Run eval ``name`` and write OUT/name.json (+ OUT/name.png); returns (json path, output).
+    Without ``data`` the evaluation's default data is used, when it has one."""
+    from contextlab.eval.results import write_result
+
+    if name not in EVALS:
+        raise UserError(f"unknown evaluation {name!r}; choose one of: {', '.join(EVALS)}")
+    spec = EVALS[name]
+    if not data and spec.default_data is not None:
+        data = spec.default_data()
+    t0 = time.perf_counter()
+    out = spec.run(adapter, options, data)
+    seconds = time.perf_counter() - t0
+    model = {**vars(adapter.info), "dtype": adapter.dtype, "batch_size": adapter.batch_size}
+    path = write_result(
+        out_dir,
+        name,
+        results=out.results,
+        options=options,
+        model=model,
+        data=out.data,
+        seconds=seconds,
+        arrays=out.arrays,
+    )
+    if out.plot is not None:
+        out.plot(Path(out_dir) / f"{name}.png")
+    return path, out
+
+
+__all__ = ["EVALS", "Eval", "EvalOutput", "ModelAdapter", "evaluate", "load_model"]

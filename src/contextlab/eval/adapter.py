@@ -9,10 +9,10 @@ mode; ``dtype="bf16"`` wraps the forward in autocast (CPU or CUDA).
 
 Trade-offs:
 
-- contextlab models (runs and exports alike) run as the plain ``GPT``: the hidden states
-  come from ``GPT.trunk`` and the output layer is applied in row chunks, so the full
-  (B, T, V) logits in fp32 never exist at once. Hugging Face models return their logits in
-  one piece (they compute them anyway); the log-softmax is still done in fp32 chunks.
+- The forward passes belong to a backend chosen once, from ``ModelInfo.kind``
+  (``contextlab.eval.backends``): contextlab models run as the plain GPT with the output layer
+  applied in row chunks; Hugging Face models return their logits in one piece. The adapter
+  adds what is the same for both, and evaluations never reach into the model.
 - Variable-length batches are right-padded without an attention mask: in a causal model a
   position never sees what comes after it, so padding on the right changes nothing that
   is read back (this holds for RoPE and absolute positions alike).
@@ -27,38 +27,20 @@ import json
 import os
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from contextlab.data.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer, load_saved_tokenizer
+from contextlab.data.tokenizers import Tokenizer
 from contextlab.errors import UserError
+from contextlab.eval.backends import BACKENDS
+from contextlab.eval.backends.base import ModelInfo, chunked_logprobs
 
 
 class ContextLengthWarning(UserWarning):
     """An evaluation runs a model beyond the context it was trained (or extended) for."""
-
-
-LOGPROB_CHUNK = 4096  # rows (tokens) per fp32 log-softmax chunk: bounds memory to chunk x vocab floats
-
-
-@dataclass
-class ModelInfo:
-    """What a result file records about the model."""
-
-    id: str  # the path as given
-    kind: str  # "contextlab" or "hf"
-    path: str  # resolved checkpoint or model folder
-    architecture: str  # GPT shape or the HF model_type
-    n_params: int
-    max_context: int  # training context (contextlab) or position limit (HF)
-    extends_beyond: bool  # positions beyond max_context are allowed (RoPE)
-    tokenizer: dict = field(default_factory=dict)  # the tokenizer spec (with its hash)
-    step: int | None = None
 
 
 class ModelAdapter:
@@ -82,13 +64,17 @@ class ModelAdapter:
         self.dtype = dtype
         self.batch_size = batch_size
         self.device = torch.device(device)
-        self.is_gpt = info.kind == "contextlab"
+        self.backend = BACKENDS[info.kind](self.model, self.autocast)  # the kind decides once, here
         self._warned_length = False
 
     # ------------------------------------------------------------------ basics
     @property
     def max_context(self) -> int:
         return self.info.max_context
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.vocab_size
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text)
@@ -99,7 +85,8 @@ class ModelAdapter:
         return contextlib.nullcontext()
 
     def check_length(self, T: int, what: str = "the input", fix: str = "choose shorter lengths") -> None:
-        """Refuse sequences an absolute-position model cannot take; warn (once) when a RoPE model goes beyond."""
+        """Refuse sequences an absolute-position model cannot take; warn (once) when a RoPE model
+        goes beyond."""
         if self.max_context < T and not self.info.extends_beyond:
             raise UserError(
                 f"{what} has {T} tokens but {self.info.id} supports at most {self.max_context}; {fix}"
@@ -121,27 +108,11 @@ class ModelAdapter:
 
     # ------------------------------------------------------------------ forward passes
     @torch.no_grad()
-    def _hidden(self, idx: Tensor) -> Tensor:
-        """Final (normed) hidden states (B, T, C) of a contextlab GPT."""
-        with self.autocast():
-            hidden, _ = self.model.trunk(idx)
-        return hidden
-
-    @torch.no_grad()
     def logits(self, ids) -> Tensor:
         """Logits (B, T, V) for token ids (B, T) or (T,), in the compute dtype."""
         idx = self._as_batch(ids)
         self.check_length(idx.size(1))
-        with self.autocast():
-            if self.is_gpt:
-                return self.model(idx).logits
-            return self.model(input_ids=idx).logits[..., : self.vocab_size]
-
-    @property
-    def vocab_size(self) -> int:
-        if self.is_gpt:
-            return self.model.config.vocab_size
-        return int(self.model.config.vocab_size)
+        return self.backend.logits(idx)
 
     @torch.no_grad()
     def token_logprobs(self, ids) -> Tensor:
@@ -149,41 +120,25 @@ class ModelAdapter:
         idx = self._as_batch(ids)
         B, T = idx.shape
         self.check_length(T - 1)  # the last token is only a target: the forward sees T-1 tokens
-        targets = idx[:, 1:].reshape(-1)  # (B*(T-1),)
-        if self.is_gpt:
-            h = self._hidden(idx[:, :-1]).reshape(B * (T - 1), -1)  # (N, C)
-            rows = lambda a, b: self.model.unembed(h[a:b])
-        else:
-            logits = self.logits(idx[:, :-1]).reshape(B * (T - 1), -1)  # (N, V)
-            rows = lambda a, b: logits[a:b]
-        out = torch.empty(B * (T - 1), dtype=torch.float32, device=idx.device)
-        for a in range(0, out.numel(), LOGPROB_CHUNK):
-            b = min(a + LOGPROB_CHUNK, out.numel())
-            with self.autocast():
-                chunk = rows(a, b)
-            out[a:b] = -F.cross_entropy(
-                chunk.float(), targets[a:b], reduction="none"
-            )  # fused log_softmax+gather
-        return out.view(B, T - 1)
+        rows = self.backend.output_rows(idx[:, :-1])  # logits of the B*(T-1) positions
+        return chunked_logprobs(rows, idx[:, 1:].reshape(-1), self.autocast).view(B, T - 1)
 
     @torch.no_grad()
     def hidden_states(self, ids, layer: int = -1) -> Tensor:
-        """Residual stream after block ``layer`` (0 = embeddings, -1 = last block, before the final norm), fp32 (B, T, C)."""
+        """Residual stream after block ``layer`` (0 = embeddings, -1 = last block, before the final
+        norm), fp32 (B, T, C)."""
         idx = self._as_batch(ids)
         self.check_length(idx.size(1))
-        with self.autocast():
-            if self.is_gpt:
-                _, layers = self.model.trunk(idx, return_hidden=[layer])
-                h = layers[0]
-            else:
-                out = self.model(input_ids=idx, output_hidden_states=True)
-                states = out.hidden_states
-                if not -len(states) <= layer < len(states):
-                    raise UserError(
-                        f"layer {layer} does not exist; {self.info.id} has {len(states) - 1} blocks"
-                    )
-                h = states[layer]
-        return h.float()
+        return self.backend.hidden_states(idx, layer, self.info.id).float()
+
+    @torch.no_grad()
+    def features_and_last_logprob(self, ids, layer: int, position: int) -> tuple[Tensor, Tensor]:
+        """ids (B, T+1): (hidden state after block ``layer`` at ``position`` of the first T tokens, fp32
+        (B, C); log p(last token | the T before it), fp32 (B,)). A contextlab model does it in one pass."""
+        idx = self._as_batch(ids)
+        self.check_length(idx.size(1) - 1)
+        states, lp = self.backend.layer_and_last_logprob(idx, layer, self.info.id)
+        return states[:, position].float(), lp
 
     # ------------------------------------------------------------------ scoring and generation
     @torch.no_grad()
@@ -237,155 +192,21 @@ def load_model(
     step: int | None = None,
 ) -> ModelAdapter:
     """A contextlab run/checkpoint dir or a local HF model folder -> ModelAdapter."""
+    from contextlab.eval.backends import contextlab, hf
+    from contextlab.rundir import is_hf_folder
+
     p = Path(path)
     if not p.exists():
         raise UserError(
             f"model not found: {p}; pass a contextlab run directory or a Hugging Face model folder"
         )
-    if (p / "config.json").is_file() and not (p / "state.json").is_file():
-        model, tok, info = _load_hf_folder(p)
+    if is_hf_folder(p):
+        from contextlab.models.hf import MODEL_TYPE  # imports transformers: only for HF folders
+
+        cfg = json.loads((p / "config.json").read_text())
+        load = contextlab.load_export if cfg.get("model_type") == MODEL_TYPE else hf.load_folder
+        model, tok, info = load(p, cfg)
     else:
-        model, tok, info = _load_contextlab_run(p, step)
+        model, tok, info = contextlab.load_run(p, step)
     info.id = str(path)
     return ModelAdapter(model, tok, info, dtype=dtype, batch_size=batch_size, device=device)
-
-
-def _load_contextlab_run(path: Path, step: int | None):
-    from contextlab.models.gpt import describe_model
-    from contextlab.models.loading import load_trained_model
-
-    model, state, ckpt = load_trained_model(path, step)
-    spec = state.get("tokenizer") or {}
-    tok = _tokenizer_from_spec(
-        spec,
-        [ckpt / "tokenizer", ckpt.parent.parent / "tokenizer", *_store_tokenizer_dirs(ckpt)],
-        f"run {path}",
-    )
-    if state.get("arch") == "hf":  # a continued Hugging Face model: run it as one
-        from contextlab.models.hf_causal import context_limit
-
-        info = ModelInfo(
-            id=str(path),
-            kind="hf",
-            path=str(ckpt),
-            architecture=str(model.config.model_type),
-            n_params=sum(t.numel() for t in model.parameters()),
-            max_context=context_limit(model.config),
-            extends_beyond=True,
-            tokenizer=tok.spec(),
-            step=state.get("step"),
-        )
-        return model, tok, info
-    info = ModelInfo(
-        id=str(path),
-        kind="contextlab",
-        path=str(ckpt),
-        architecture=describe_model(model),
-        n_params=model.num_params(False),
-        max_context=int(model.config.block_size),
-        extends_beyond=True,
-        tokenizer=tok.spec(),
-        step=state.get("step"),
-    )
-    return model, tok, info
-
-
-def _store_tokenizer_dirs(ckpt: Path) -> list[Path]:
-    """The training store's tokenizer folder named in the checkpoint's (or run's) config.toml."""
-    from contextlab.config import read_toml
-    from contextlab.models.loading import training_stores
-
-    dirs = []
-    for cfg in (ckpt / "config.toml", ckpt.parent.parent / "config.toml"):
-        if cfg.is_file():
-            for store in training_stores(
-                read_toml(cfg)
-            ):  # data.store, or the stores packed / mixed data came from
-                run = (
-                    ckpt.parent.parent
-                )  # a relative path is relative to where training ran: try the likely places
-                dirs += [
-                    base / store / "tokenizer" for base in (Path.cwd(), run, run.parent, run.parent.parent)
-                ]
-    return dirs
-
-
-def _tokenizer_from_spec(spec: dict, folders: list[Path], what: str) -> Tokenizer:
-    """The tokenizer a spec describes: rebuilt (byte) or loaded from the first folder whose hash matches."""
-    if spec.get("kind") == "byte":
-        tok: Tokenizer = ByteTokenizer(spec.get("special_tokens") or None)
-        if tok.hash == spec.get("hash"):
-            return tok
-    for d in folders:
-        if (d / "tokenizer_spec.json").is_file():
-            tok = load_saved_tokenizer(d)
-            if not spec.get("hash") or tok.hash == spec["hash"]:
-                return tok
-    raise UserError(
-        f"cannot find the tokenizer of {what} ({spec.get('name')}, hash {str(spec.get('hash'))[:8]}); "
-        "keep the training store in place or export the run with `contextlab export`"
-    )
-
-
-def _load_hf_folder(p: Path):
-    cfg = json.loads((p / "config.json").read_text())
-    from contextlab.models import hf
-
-    if cfg.get("model_type") == hf.MODEL_TYPE:  # a contextlab export: run it as the plain GPT
-        from contextlab.models.gpt import describe_model
-
-        model = hf.gpt_from_hf_export(p)
-        spec = (cfg.get("contextlab") or {}).get("contextlab_tokenizer") or {}
-        tok = _tokenizer_from_spec(spec, [p / "tokenizer"], f"export {p}")
-        info = ModelInfo(
-            id=str(p),
-            kind="contextlab",
-            path=str(p),
-            architecture=describe_model(model),
-            n_params=model.num_params(False),
-            max_context=int(model.config.block_size),
-            extends_beyond=True,
-            tokenizer=tok.spec(),
-            step=(cfg.get("contextlab") or {}).get("contextlab_step"),
-        )
-        return model, tok, info
-    tok_file = next(
-        (f for f in (p / "tokenizer.json", p / "tokenizer" / "tokenizer.json") if f.is_file()), None
-    )
-    if tok_file is None:
-        raise UserError(
-            f"{p} has no tokenizer.json; save the model's fast tokenizer beside it "
-            "(tokenizer.save_pretrained(folder))"
-        )
-    tok = HFTokenizer.from_file(tok_file, name=p.name)
-    model = hf.load_hf_causal_lm(p)
-    limit = next(
-        (
-            int(cfg[k])
-            for k in ("max_position_embeddings", "n_positions", "n_ctx", "seq_length")
-            if isinstance(cfg.get(k), int)
-        ),
-        2048,
-    )
-    rope = (
-        "rope_theta" in cfg
-        or "rope_scaling" in cfg
-        or "rope_parameters" in cfg  # transformers 4.x / 5
-        or cfg.get("position_embedding_type") == "rotary"
-    )
-    info = ModelInfo(
-        id=str(p),
-        kind="hf",
-        path=str(p),
-        architecture=str(cfg.get("model_type")),
-        n_params=sum(t.numel() for t in model.parameters()),
-        max_context=limit,
-        extends_beyond=rope,
-        tokenizer=tok.spec(),
-    )
-    if tok.vocab_size > int(model.config.vocab_size):
-        raise UserError(
-            f"{p}: the tokenizer has {tok.vocab_size} ids but the model only {model.config.vocab_size}; "
-            "save the tokenizer that belongs to this model"
-        )
-    return model, tok, info

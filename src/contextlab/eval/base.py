@@ -1,22 +1,32 @@
-"""What every evaluation shares: its output, running it end to end, and small helpers.
+"""What every evaluation shares: its registry record, its output, and small helpers.
 
-An evaluation is a plain function ``run(adapter, options, data) -> EvalOutput`` (listed
-in ``contextlab.eval.EVALS``, its options dataclass in ``OPTIONS``). ``evaluate`` runs one,
-writes ``<out>/<name>.json`` through ``results.write_result`` and draws its plot. The
-function itself never writes files, so tests call it directly and compare numbers.
+An evaluation is a plain function ``run(adapter, options, data) -> EvalOutput``, listed with
+its options dataclass, help and data in an ``Eval`` record of ``contextlab.eval.EVALS``;
+``contextlab.eval.evaluate`` runs one and writes its files. The function itself never writes
+files, so tests call it directly and compare numbers. Trade-off: a frozen record per
+evaluation rather than parallel dicts, so adding one is one entry in one place.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from contextlab.errors import UserError
+
+
+@dataclass(frozen=True)
+class Eval:
+    """One evaluation of the registry (``contextlab.eval.EVALS``): everything known about it."""
+
+    run: Callable[..., EvalOutput]  # run(adapter, options, data) -> EvalOutput
+    options: type  # its typed options dataclass (each field becomes a --flag)
+    help: str  # one line: what it measures
+    data: str  # what --data it reads
+    default_data: Callable[[], str] | None = None  # the data used when none is given
 
 
 @dataclass
@@ -25,34 +35,6 @@ class EvalOutput:
     data: dict  # what was evaluated: path, hash, counts
     arrays: dict[str, np.ndarray] = field(default_factory=dict)  # saved as .npy beside the JSON
     plot: Callable[[Path], Path] | None = None  # draws the PNG at the given path
-
-
-def evaluate(
-    name: str, adapter, options: Any, data: str | None, out_dir: str | Path
-) -> tuple[Path, EvalOutput]:
-    """Run eval ``name`` and write OUT/name.json (+ OUT/name.png); returns (json path, output)."""
-    from contextlab.eval import EVALS
-    from contextlab.eval.results import write_result
-
-    if name not in EVALS:
-        raise UserError(f"unknown evaluation {name!r}; choose one of: {', '.join(EVALS)}")
-    t0 = time.perf_counter()
-    out = EVALS[name](adapter, options, data)
-    seconds = time.perf_counter() - t0
-    model = {**vars(adapter.info), "dtype": adapter.dtype, "batch_size": adapter.batch_size}
-    path = write_result(
-        out_dir,
-        name,
-        results=out.results,
-        options=options,
-        model=model,
-        data=out.data,
-        seconds=seconds,
-        arrays=out.arrays,
-    )
-    if out.plot is not None:
-        out.plot(Path(out_dir) / f"{name}.png")
-    return path, out
 
 
 def open_store(data: str | None, adapter, what: str):

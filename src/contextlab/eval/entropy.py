@@ -19,9 +19,9 @@ Two protocols, chosen from the data (``protocol = "auto"``):
   cross-entropy, reported beside the exact Bayes risk at l, so one run gives the
   model-vs-Bayes table and the entropy correlations.
 
-Trade-off: for a contextlab GPT the feature and the loss come from one trunk pass; for a
-Hugging Face model from the adapter's ``hidden_states`` and ``token_logprobs`` (two passes),
-so any causal LM works at the price of a second forward.
+Trade-off: the feature and the loss come from the adapter's ``features_and_last_logprob``: one
+trunk pass for a contextlab model, two forwards for a Hugging Face one, so any causal LM works
+at the price of a second forward.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
+import contextlab.eval.intrinsic as intrinsic
 from contextlab.config import opt
 from contextlab.errors import UserError
-from contextlab.eval import intrinsic
 from contextlab.eval.base import EvalOutput, open_store
 
 
@@ -103,27 +103,10 @@ def _forward(adapter, ids: np.ndarray, layer: int, position: int) -> tuple[np.nd
     feats, losses = [], []
     rows = _rows_per_batch(adapter, ids.shape[1])
     for a in range(0, len(ids), rows):
-        chunk = ids[a : a + rows]
-        if adapter.is_gpt:  # one pass: the layer's state and the final state's last-token logits
-            f, lp = _gpt_pass(adapter, chunk, layer, position)
-        else:
-            f = adapter.hidden_states(chunk[:, :-1], layer=layer)[:, position].float().cpu().numpy()
-            lp = adapter.token_logprobs(chunk)[:, -1].double().cpu().numpy()
-        feats.append(f)
-        losses.append(-lp)  # (b,)
+        f, lp = adapter.features_and_last_logprob(ids[a : a + rows], layer, position)  # (b, C), (b,)
+        feats.append(f.cpu().numpy())
+        losses.append(-lp.double().cpu().numpy())  # (b,)
     return np.concatenate(feats), np.concatenate(losses)
-
-
-def _gpt_pass(adapter, chunk: np.ndarray, layer: int, position: int) -> tuple[np.ndarray, np.ndarray]:
-    """A contextlab GPT: features and last-token log-probs from a single trunk call (as the adapter computes them)."""
-    import torch
-
-    idx = torch.as_tensor(chunk, dtype=torch.long, device=adapter.device)  # (b, T+1)
-    with torch.no_grad(), adapter.autocast():
-        hidden, layers = adapter.model.trunk(idx[:, :-1], return_hidden=[layer])  # (b, T, C), [(b, T, C)]
-        logits = adapter.model.unembed(hidden[:, -1])  # (b, V)
-    lp = torch.log_softmax(logits.float(), dim=-1).gather(1, idx[:, -1:])[:, 0]  # (b,)
-    return layers[0][:, position].float().cpu().numpy(), lp.double().cpu().numpy()
 
 
 def _check_contexts(adapter, contexts: list[int], extra: int, what: str) -> list[int]:
@@ -273,7 +256,7 @@ def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, di
         for row, loss, b in zip(per, col.losses, col.bayes):
             row["ce_task_weighted"] = task_weighted(loss, col.strata, col.strata_weights)
             row["abs_diff_task_weighted"] = abs(row["ce_task_weighted"] - b)
-    series = measure_series(per)
+    series = intrinsic.measure_series(per)
     ce = [r["ce"] for r in per]
     fits = {name: intrinsic.linear_fit(x, ce) for name, x in series.items()}
     results: dict = {"summary": _summary(per, fits, col), "contexts": per, "fits_vs_ce": fits}
@@ -281,19 +264,6 @@ def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, di
         results["fits_vs_bayes"] = {name: intrinsic.linear_fit(x, col.bayes) for name, x in series.items()}
     width = min(len(s) for s in spectra)
     return results, {"relative_eigenvalues": np.stack([s[:width] for s in spectra])}
-
-
-def measure_series(per: list[dict]) -> dict[str, list[float]]:
-    """Every measure as one value per context: 'entropy@n', 'dimension@thr', 'kde_entropy', 'twonn', ..."""
-    out: dict[str, list[float]] = {}
-    for key in per[0]["entropy"]:
-        out[f"entropy@{key}"] = [r["entropy"][key] for r in per]
-    for key in per[0]["dimension"]:
-        out[f"dimension@{key}"] = [float(r["dimension"][key]) for r in per]
-    for key in ("kde_entropy", *intrinsic.SKDIM_ESTIMATORS):
-        if key in per[0]:
-            out[key] = [r[key] for r in per]
-    return out
 
 
 def _summary(per: list[dict], fits: dict, col: Collected) -> dict:

@@ -44,7 +44,7 @@ def entropy_png(results: dict, spectra: np.ndarray, thresholds: list[float], pat
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from contextlab.eval.entropy import measure_series
+    from contextlab.eval.intrinsic import measure_series
 
     per = results["contexts"]
     ctx = [r["context"] for r in per]

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
+import contextlab.eval.tasks as tasks
 from contextlab.config import opt
 from contextlab.errors import UserError
-from contextlab.eval import tasks
 from contextlab.eval.base import EvalOutput, accuracy_ci, require_file
 from contextlab.eval.results import file_hash
 

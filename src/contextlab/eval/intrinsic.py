@@ -164,7 +164,8 @@ def linear_fit(x, y) -> dict:
 def measures(
     X: np.ndarray, *, n_components: list[int], thresholds: list[float], kde_dims: int, estimators: list[str]
 ) -> tuple[dict, np.ndarray]:
-    """All measures of one feature cloud: ({"entropy": {n: S}, "dimension": {thr: d}, ...}, relative eigenvalues)."""
+    """All measures of one feature cloud: ({"entropy": {n: S}, "dimension": {thr: d}, ...},
+    relative eigenvalues)."""
     rel = relative_eigenvalues(X)
     out: dict = {
         "entropy": {str(n or len(rel)): pca_entropy(rel, n) for n in n_components},
@@ -175,3 +176,16 @@ def measures(
         out["kde_entropy"] = kde_entropy(X, kde_dims)
     out.update(skdim_dimensions(X, estimators))
     return out, rel
+
+
+def measure_series(per: list[dict]) -> dict[str, list[float]]:
+    """Every measure as one value per context: 'entropy@n', 'dimension@thr', 'kde_entropy', 'twonn', ..."""
+    out: dict[str, list[float]] = {}
+    for key in per[0]["entropy"]:
+        out[f"entropy@{key}"] = [r["entropy"][key] for r in per]
+    for key in per[0]["dimension"]:
+        out[f"dimension@{key}"] = [float(r["dimension"][key]) for r in per]
+    for key in ("kde_entropy", *SKDIM_ESTIMATORS):
+        if key in per[0]:
+            out[key] = [r[key] for r in per]
+    return out

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import contextlab.eval.tasks as tasks
 from contextlab.config import opt
 from contextlab.errors import UserError
-from contextlab.eval import tasks
 from contextlab.eval.base import EvalOutput, require_file
 from contextlab.eval.results import file_hash
 
@@ -113,7 +113,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     rows = tasks.score_samples(adapter, samples, options.scoring)
     res = tasks.summarize(rows, 1 + options.distractors)
     res["prompt_tokens"] = float(np.mean([len(s.prompt) for s in samples]))
-    key, cell_key = tasks.headline_metric(res["summary"])
+    _key, cell_key = tasks.headline_metric(res["summary"])
     res["by_position"] = {
         "positions": info["positions"],
         "metric": cell_key,

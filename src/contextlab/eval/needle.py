@@ -21,9 +21,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import contextlab.eval.tasks as tasks
 from contextlab.config import opt
 from contextlab.errors import UserError
-from contextlab.eval import tasks
 from contextlab.eval.base import EvalOutput
 from contextlab.eval.results import text_hash
 
@@ -61,7 +61,8 @@ def read_haystack(data: str | Path) -> str:
     files = sorted(p.glob("*.txt")) if p.is_dir() else [p]
     if not files:
         raise UserError(
-            f"no .txt files in {p}; pass --data a folder of text files (e.g. ../shared/data/paul_graham_essays)"
+            f"no .txt files in {p}; pass --data a folder of text files "
+            "(e.g. ../shared/data/paul_graham_essays)"
         )
     text = "\n\n".join(f.read_bytes().decode("utf-8", errors="replace").replace("\r\n", "\n") for f in files)
     return re.sub(r"[ \t]+", " ", text)
@@ -144,7 +145,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     res = tasks.summarize(rows, 1 + len(options.distractors))
     res["samples"] = [{**r, **s.meta} for r, s in zip(rows, samples)]
     lengths, depths = info["lengths"], options.depths
-    key, cell_key = tasks.headline_metric(res["summary"])
+    _key, cell_key = tasks.headline_metric(res["summary"])
     res["heatmap"] = {
         "metric": cell_key,
         "rows_depth": depths,

@@ -96,7 +96,8 @@ class ContextMLP(nn.Module):
         self.mlp = nn.Sequential(nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, 2))
 
     def features(self, bits: Tensor, task: Tensor) -> Tensor:
-        """The last hidden layer (B, hidden): what the answer is read from (the analogue of a last-token state)."""
+        """The last hidden layer (B, hidden): what the answer is read from (the analogue of a
+        last-token state)."""
         return self.mlp[:-1](self.bits(bits) + self.task(task))
 
     def forward(self, bits: Tensor, task: Tensor) -> Tensor:
@@ -118,7 +119,8 @@ def _val_loss(model: ContextMLP, val: tuple[Tensor, Tensor, Tensor]) -> float:
 
 
 def fit_cell(cfg: SweepConfig, train: syn.ParitySamples, val: syn.ParitySamples, l: int, seed: int) -> dict:
-    """Train one fresh MLP on ``train`` seeing l bits; early stopping on ``val``. Returns the best val loss."""
+    """Train one fresh MLP on ``train`` seeing l bits; early stopping on ``val``. Returns the best
+    val loss."""
     torch.manual_seed(seed)
     model = ContextMLP(l, cfg.n_tasks, cfg.hidden)
     opt_ = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -162,7 +164,7 @@ def fit_cell(cfg: SweepConfig, train: syn.ParitySamples, val: syn.ParitySamples,
 @torch.no_grad()
 def _feature_measures(model: ContextMLP, val: tuple[Tensor, Tensor, Tensor]) -> dict:
     """Intrinsic entropy / dimension of the best model's last hidden layer on the validation set."""
-    from contextlab.eval import intrinsic
+    import contextlab.eval.intrinsic as intrinsic
 
     model.eval()
     X = model.features(val[0], val[1]).numpy()  # (N, hidden)
@@ -229,7 +231,7 @@ def _results(cfg: SweepConfig, tasks: syn.ParityTasks, cells: dict) -> dict:
 
 def _feature_fits(cfg: SweepConfig, cells: dict) -> dict:
     """Per data size: each feature measure across the contexts fitted linearly against the best val loss."""
-    from contextlab.eval import intrinsic
+    import contextlab.eval.intrinsic as intrinsic
 
     fits = {}
     for D in cfg.data_sizes:

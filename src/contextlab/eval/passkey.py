@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import contextlab.eval.tasks as tasks
 from contextlab.config import opt
 from contextlab.errors import UserError
-from contextlab.eval import tasks
 from contextlab.eval.base import EvalOutput, filler_ids
 from contextlab.eval.results import text_hash
 
@@ -70,7 +70,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     samples, info = build(adapter, options, data)
     rows = tasks.score_samples(adapter, samples, options.scoring)
     res = tasks.summarize(rows, 1 + options.distractors)
-    key, cell_key = tasks.headline_metric(res["summary"])
+    _key, cell_key = tasks.headline_metric(res["summary"])
     res["heatmap"] = {
         "metric": cell_key,
         "rows_depth": options.depths,

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import contextlab.eval.tasks as tasks
 from contextlab.config import opt
 from contextlab.errors import UserError
-from contextlab.eval import tasks
 from contextlab.eval.base import EvalOutput, filler_ids
 from contextlab.eval.passkey import FILLER
 from contextlab.eval.results import text_hash
@@ -58,7 +58,7 @@ def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], di
         for _ in range(o.samples):
             chain, values = chains(rng, o.n_chains, o.hops)
             statements = []  # (chain, hop, ids)
-            for c, (names, v) in enumerate(zip(chain, values)):
+            for names, v in zip(chain, values):
                 statements.append(enc(f" VAR {names[0]} = {v}. "))
                 statements += [enc(f" VAR {names[h]} = VAR {names[h - 1]}. ") for h in range(1, o.hops + 1)]
             order = (
@@ -93,7 +93,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     samples, info = build(adapter, options, data)
     rows = tasks.score_samples(adapter, samples, options.scoring)
     res = tasks.summarize(rows, options.n_chains)
-    key, cell_key = tasks.headline_metric(res["summary"])
+    _key, cell_key = tasks.headline_metric(res["summary"])
 
     def plot(path):
         from contextlab.eval.plots import lines_png

@@ -17,9 +17,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import contextlab.eval.bayes_fit as bayes_fit
+import contextlab.eval.icl as icl
+import contextlab.eval.kv as kv
+import contextlab.eval.needle as needle
+import contextlab.eval.passkey as passkey
+import contextlab.eval.tasks as tasks
+import contextlab.eval.vartrack as vartrack
 from contextlab.config import opt
 from contextlab.errors import UserError
-from contextlab.eval import tasks
 from contextlab.eval.base import EvalOutput, open_store
 
 
@@ -37,8 +43,6 @@ class Options:
 
 
 def _task_samples(adapter, o: Options, data):
-    from contextlab.eval import icl, kv, needle, passkey, vartrack
-
     L = [o.length or adapter.max_context]
     if o.task == "niah":
         return needle.build(
@@ -72,8 +76,6 @@ def tasks_folder(data):
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
     points = []
     if options.task == "loss":
-        from contextlab.eval import bayes_fit
-
         store = open_store(data, adapter, "visible (task loss)")
         ks = sorted({int(v) for v in options.visible if v >= 1})
         if not ks:

@@ -1,80 +1,17 @@
 """Find and load trained contextlab models for inference (evaluation, analysis, export).
 
-A run directory holds ``checkpoints/step_NNNNNN/`` folders (written by the trainer); this
-module reads them without importing the trainer, so evaluations depend on models and
-data only. Weights come from safetensors, metadata from JSON: nothing is unpickled.
+A run directory holds ``checkpoints/step_NNNNNN/`` folders (written by the trainer; their
+layout is ``contextlab.rundir``'s); this module builds the model of one without importing the
+trainer, so evaluations depend on models and data only. Weights come from safetensors,
+metadata from JSON: nothing is unpickled.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
-from pathlib import Path
 
 from contextlab.errors import UserError
-
-_STEP_DIR = re.compile(r"^step_(\d{6,})$")
-
-
-def list_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
-    """Complete checkpoints of a run, oldest first (a checkpoint is complete once state.json exists)."""
-    root = Path(run_dir) / "checkpoints"
-    if not root.is_dir():
-        return []
-    found = []
-    for d in root.iterdir():
-        m = _STEP_DIR.match(d.name)
-        if m and (d / "state.json").is_file():
-            found.append((int(m.group(1)), d))
-    return sorted(found)
-
-
-def is_checkpoint(path: str | os.PathLike) -> bool:
-    path = Path(path)
-    return (path / "state.json").is_file() and (path / "model.safetensors").is_file()
-
-
-def resolve_checkpoint(path: str | os.PathLike, step: int | None = None) -> Path:
-    """A run directory (+ optional step) or a checkpoint directory -> the checkpoint directory."""
-    path = Path(path)
-    if is_checkpoint(path):
-        return path
-    if not path.exists():
-        raise UserError(f"run or checkpoint not found: {path}")
-    found = dict(list_checkpoints(path))
-    if not found:
-        raise UserError(f"{path} has no checkpoints (expected {path}/checkpoints/step_NNNNNN/); train first")
-    if step is None:
-        return found[max(found)]
-    if step not in found:
-        raise UserError(
-            f"{path} has no checkpoint at step {step}; available: {', '.join(map(str, sorted(found)))}"
-        )
-    return found[step]
-
-
-def read_checkpoint_state(ckpt: str | os.PathLike) -> dict:
-    try:
-        return json.loads((Path(ckpt) / "state.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise UserError(f"checkpoint {ckpt} has no readable state.json ({exc})") from None
-
-
-def training_stores(run_config: dict) -> list[str]:
-    """The token stores a run trained on, from its resolved config: data.store, and the stores that
-    data.packed / data.mixture were packed from (read from their meta.json). Paths as written."""
-    d = run_config.get("data", {})
-    stores = [d["store"]] if d.get("store") else []
-    packed = ([d["packed"]] if d.get("packed") else []) + [
-        m["packed"] for m in d.get("mixture", []) if m.get("packed")
-    ]
-    for p in packed:
-        try:
-            stores.append(json.loads((Path(p) / "meta.json").read_text())["store"]["path"])
-        except (OSError, ValueError, KeyError):
-            continue  # moved or deleted: callers try the other places they know
-    return stores
+from contextlab.rundir import read_checkpoint_state, resolve_checkpoint
 
 
 def load_trained_model(run_or_ckpt: str | os.PathLike, step: int | None = None):

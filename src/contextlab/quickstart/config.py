@@ -105,10 +105,10 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] = ()) -> Qu
     if not runs:
         raise UserError("the recipe has no [runs.NAME] table; add at least one run")
     cfg.runs = runs
-    from contextlab.eval import OPTIONS
+    from contextlab.eval import EVALS as REGISTRY
 
     for name in EVALS:
-        from_dict(OPTIONS[name], eval_options(cfg, name), prefix=f"eval.{name.replace('-', '_')}")
+        from_dict(REGISTRY[name].options, eval_options(cfg, name), prefix=f"eval.{name.replace('-', '_')}")
     if cfg.eval.dtype not in ("fp32", "bf16"):
         raise UserError(f"eval.dtype must be fp32 or bf16, got {cfg.eval.dtype!r}")
     from contextlab.objectives import OBJECTIVES

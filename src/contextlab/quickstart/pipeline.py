@@ -222,7 +222,8 @@ class Pipeline:
 
         from contextlab.config import from_dict
         from contextlab.corpus import books_dir
-        from contextlab.eval import OPTIONS, evaluate, load_model
+        from contextlab.eval import EVALS as REGISTRY
+        from contextlab.eval import evaluate, load_model
         from contextlab.eval.adapter import ContextLengthWarning
 
         e = self.cfg.eval
@@ -257,7 +258,7 @@ class Pipeline:
             ):  # scoring past the training context is deliberate here (see recipe)
                 warnings.simplefilter("ignore", ContextLengthWarning)
                 _, res = evaluate(
-                    name, adapter, from_dict(OPTIONS[name], options), data[name], run_dir / "eval"
+                    name, adapter, from_dict(REGISTRY[name].options, options), data[name], run_dir / "eval"
                 )
             summary = {
                 k: round(v, 4) if isinstance(v, float) else v

@@ -17,12 +17,13 @@ import html
 import json
 from pathlib import Path
 
+from contextlab import rundir
 from contextlab.io import atomic_write_text
 from contextlab.report.plots import loss_curve_png
-from contextlab.train.metrics import read_metrics, summarize
 
 CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;
+  padding:0 1em;color:#222}
 h1{font-size:1.6em;margin-bottom:.2em} h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
 h3{margin-bottom:.3em} table{border-collapse:collapse;font-size:.85em;margin:.5em 0}
 td,th{border:1px solid #ddd;padding:3px 8px;text-align:right} th{background:#f4f4f4}
@@ -104,9 +105,9 @@ def eval_scalars(doc: dict) -> dict:
 def run_section(run: Path, title: str | None = None) -> tuple[str, dict]:
     """HTML for one training run directory, and its key numbers."""
     parts, key = [f"<h2>{html.escape(title or 'Run ' + run.name)}</h2>"], {}
-    rows = read_metrics(run)
+    rows = rundir.read_metrics(run)
     if rows:
-        s = summarize(rows)
+        s = rundir.summarize(rows)
         key = {
             "steps": s["steps"],
             "train loss": s["train_loss"],
@@ -117,21 +118,16 @@ def run_section(run: Path, title: str | None = None) -> tuple[str, dict]:
         )
         png = loss_curve_png(rows, run / "loss_curve.png", title=run.name)
         parts.append(_img(png, "loss curve"))
-    eval_dir = run / "eval"
-    for f in sorted(eval_dir.glob("*.json")) if eval_dir.exists() else []:
-        try:
-            data = json.loads(f.read_text())
-        except ValueError:
-            continue
-        parts.append(f"<h3>Evaluation: {html.escape(f.stem)}</h3>")
+    eval_dir = rundir.eval_dir(run)
+    for name, data in rundir.read_evals(run).items():
+        parts.append(f"<h3>Evaluation: {html.escape(name)}</h3>")
         parts.append(_table([eval_scalars(data)]))
-        for png in sorted(eval_dir.glob(f"{f.stem}*.png")):
-            parts.append(_img(png, f"{f.stem} plot"))
-        cmd = data.get("command") or f"contextlab eval {f.stem} --model {run}"
-        parts.append(
-            f"<details><summary>reproduce</summary>{_pre(cmd if isinstance(cmd, str) else ' '.join(cmd))}</details>"
-        )
-    cfg = run / "config.toml"
+        for png in sorted(eval_dir.glob(f"{name}*.png")):
+            parts.append(_img(png, f"{name} plot"))
+        cmd = data.get("command") or f"contextlab eval {name} --model {run}"
+        cmd = cmd if isinstance(cmd, str) else " ".join(cmd)
+        parts.append(f"<details><summary>reproduce</summary>{_pre(cmd)}</details>")
+    cfg = run / rundir.CONFIG
     if cfg.exists():
         parts.append(
             "<details><summary>resolved config and command</summary>"
@@ -242,21 +238,14 @@ def eval_key(run: Path) -> dict:
     """One headline number per known evaluation of a run, for the runs table."""
     out = {}
     for name, keys in KEY_METRICS.items():
-        f = run / "eval" / f"{name}.json"
-        if not f.exists():
-            continue
         try:
-            summary = json.loads(f.read_text())["results"]["summary"]
-        except (ValueError, KeyError, TypeError):
+            summary = rundir.read_eval(run, name)["results"]["summary"]
+        except (KeyError, TypeError):
             continue
         key = next((k for k in keys if isinstance(summary.get(k), (int, float))), None)
         if key:
             out[f"{name}.{key}"] = summary[key]
     return out
-
-
-def find_runs(root: Path) -> list[Path]:
-    return sorted(p.parent for p in root.rglob("metrics.jsonl"))
 
 
 def build_report(
@@ -296,7 +285,7 @@ def build_report(
         body.append("<h2>Packing</h2>" + "".join(packed_section(f, root) for f in packs))
     if (root / "results.csv").exists():
         body.append(sweep_section(root))
-    runs = find_runs(root)
+    runs = rundir.find_runs(root)
     summary = []
     for run in runs[:50]:
         section, key = run_section(run, f"Run {run.relative_to(root) if run != root else run.name}")

@@ -37,7 +37,7 @@ from pathlib import Path
 from contextlab.config import apply_overrides, dumps_toml, from_dict, opt, read_toml
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_json, atomic_write_text
-from contextlab.train.metrics import read_metrics, summarize
+from contextlab.rundir import latest_checkpoint, read_checkpoint_state, read_evals, read_metrics, summarize
 
 
 @dataclass
@@ -259,24 +259,16 @@ def run_sweep(
 def run_summary(run_dir: Path) -> dict:
     """Training summary of a run from its metrics.jsonl and checkpoints, plus evaluation scalars."""
     row: dict = summarize(read_metrics(run_dir))
-    ckpts = (
-        sorted((run_dir / "checkpoints").glob("step_*/state.json"))
-        if (run_dir / "checkpoints").exists()
-        else []
-    )
-    if ckpts:
-        state = json.loads(ckpts[-1].read_text())
+    latest = latest_checkpoint(run_dir)
+    if latest is not None:
+        state = read_checkpoint_state(latest)
         row.update(flops=state.get("flops"), elapsed_s=state.get("elapsed"))
-    for f in sorted((run_dir / "eval").glob("*.json")) if (run_dir / "eval").exists() else []:
-        try:
-            data = json.loads(f.read_text())
-        except ValueError:
-            continue
+    for name, data in read_evals(run_dir).items():
         results = data.get("results") if isinstance(data.get("results"), dict) else None
         if results is not None and isinstance(results.get("summary"), dict):
             data = {**results["summary"], "seconds": data.get("seconds")}  # an eval result file: its headline
         for k, v in _scalars(data).items():
-            row[f"{f.stem}.{k}"] = v
+            row[f"{name}.{k}"] = v
     return row
 
 

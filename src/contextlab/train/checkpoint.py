@@ -11,7 +11,8 @@ A checkpoint is a directory ``checkpoints/step_NNNNNN/`` holding
 
 It is written into a hidden temporary directory and renamed into place, so a kill or a
 full disk in the middle leaves the previous checkpoint intact and no half checkpoint
-visible. Only the newest ``keep_last`` are kept, and with early stopping the best one too.
+visible. Checkpoint names and listing belong to ``contextlab.rundir``; this module writes and
+reads what is inside. Only the newest ``keep_last`` are kept, and with early stopping the best one too.
 """
 
 from __future__ import annotations
@@ -28,16 +29,7 @@ from safetensors.torch import load_file, save_file
 
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_json, fsync_dir
-from contextlab.models.loading import list_checkpoints, resolve_checkpoint  # noqa: F401  (re-exported)
-
-
-def step_dir(run_dir: Path, step: int) -> Path:
-    return Path(run_dir) / "checkpoints" / f"step_{step:06d}"
-
-
-def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
-    found = list_checkpoints(run_dir)
-    return found[-1][1] if found else None
+from contextlab.rundir import latest_checkpoint, list_checkpoints, step_dir
 
 
 def _contiguous(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

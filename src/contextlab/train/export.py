@@ -2,12 +2,19 @@
 
 A contextlab model becomes a ``contextlab-gpt`` folder (``models/hf.py``); a continued Hugging
 Face model is saved back in its own format (Llama stays Llama) with its tokenizer files.
+The tokenizer comes from the run itself (``contextlab.rundir.find_tokenizer_dir``), never from a
+path relative to the current directory. Trade-off: an export without its tokenizer is useless
+to whoever receives it, so when none can be found the export is refused with one clear error
+rather than written half; only a byte tokenizer, fully described by its spec, is rebuilt.
 """
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
+from contextlab import rundir
+from contextlab.errors import UserError
 from contextlab.models.loading import load_trained_model
 
 
@@ -17,27 +24,47 @@ def export_checkpoint(
     from contextlab.models.hf_archs import export_arch_to_hf  # GPT, MTP (as its GPT) and ContextLM
 
     model, state, path = load_trained_model(run_or_ckpt, step)
-    run_dir = path.parent.parent
-    tokenizer_dir = None
-    from contextlab.config import read_toml
-    from contextlab.models.loading import training_stores
-
-    for store in training_stores(read_toml(path / "config.toml")):  # data.store, data.packed or data.mixture
-        if (Path(store) / "tokenizer").is_dir():
-            tokenizer_dir = Path(store) / "tokenizer"
-            break
+    spec = state.get("tokenizer") or {}
+    tokenizer_dir = rundir.find_tokenizer_dir(path, spec)
     extra = {
         "contextlab_tokenizer": state.get("tokenizer"),
         "contextlab_step": state["step"],
         "contextlab_objective": state.get("objective"),
-        "contextlab_run": str(run_dir),
+        "contextlab_run": str(rundir.run_of(path)),
     }
     if state.get("arch") == "hf":  # a continued Hugging Face model goes back to its own format
-        from contextlab.models.hf_causal import save_hf
+        from contextlab.models.hf_causal import TOKENIZER_FILES, save_hf
 
         source = Path((state.get("init") or {}).get("source", ""))
         folders = [source, source / "tokenizer"] + ([tokenizer_dir] if tokenizer_dir else [])
+        if not any((f / name).is_file() for f in folders for name in TOKENIZER_FILES):
+            raise _no_tokenizer(run_or_ckpt, spec)
         save_hf(model, out, tokenizer_from=folders, extra_config=extra, overwrite=overwrite)
         return Path(out)
-    export_arch_to_hf(model, out, tokenizer_dir=tokenizer_dir, extra_config=extra, overwrite=overwrite)
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer_dir = tokenizer_dir or _byte_tokenizer(spec, Path(tmp))
+        if tokenizer_dir is None:
+            raise _no_tokenizer(run_or_ckpt, spec)
+        export_arch_to_hf(model, out, tokenizer_dir=tokenizer_dir, extra_config=extra, overwrite=overwrite)
     return Path(out)
+
+
+def _byte_tokenizer(spec: dict, folder: Path) -> Path | None:
+    """A byte tokenizer saved into ``folder`` when ``spec`` describes one exactly, else None."""
+    if spec.get("kind") != "byte":
+        return None
+    from contextlab.data.tokenizers import ByteTokenizer
+
+    tok = ByteTokenizer(spec.get("special_tokens") or None)
+    if tok.hash != spec.get("hash"):
+        return None
+    tok.save(folder / "tokenizer")
+    return folder / "tokenizer"
+
+
+def _no_tokenizer(run: str | Path, spec: dict) -> UserError:
+    return UserError(
+        f"cannot find the tokenizer of {run} ({spec.get('name')}, hash {str(spec.get('hash'))[:8]}): "
+        "the run has no tokenizer/ folder and its training store is not where its config says; put the "
+        "store back (or copy STORE/tokenizer to RUN/tokenizer) and export again"
+    )

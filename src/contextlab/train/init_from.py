@@ -52,7 +52,8 @@ class InitModel:
 
 
 def init_model(cfg, objective, store) -> InitModel:
-    """The initial model of a continued run (see the module docstring); ``store`` is the training data's store."""
+    """The initial model of a continued run (see the module docstring); ``store`` is the training
+    data's store."""
     src = Path(cfg.init.source)
     if not src.exists():
         raise UserError(
@@ -100,7 +101,7 @@ def _note_plain_extrapolation(method: str, original: int, new_context: int) -> N
 def _from_run(cfg, objective, store, src: Path) -> InitModel:
     from safetensors.torch import load_file
 
-    from contextlab.models.loading import read_checkpoint_state, resolve_checkpoint
+    from contextlab.rundir import read_checkpoint_state, resolve_checkpoint
 
     ckpt = resolve_checkpoint(src, cfg.init.step or None)
     state = read_checkpoint_state(ckpt)
@@ -191,7 +192,8 @@ def _continue_gpt(cfg, objective, fields: dict, weights: dict, meta: dict) -> In
 
 
 def _load_matching(model: nn.Module, weights: dict) -> tuple[list[str], list[str]]:
-    """Copy ``weights`` into ``model``: equal shapes as they are, embedding rows up to the smaller vocabulary."""
+    """Copy ``weights`` into ``model``: equal shapes as they are, embedding rows up to the smaller
+    vocabulary."""
     own = model.state_dict()
     merged, dropped = dict(own), []
     for k, v in weights.items():
@@ -280,8 +282,8 @@ def _check_hf_tokenizer(src: Path, store, model_vocab: int) -> None:
             )
     elif int(store.tokenizer_spec["vocab_size"]) > model_vocab:
         raise UserError(
-            f"{store.path} has {store.tokenizer_spec['vocab_size']} token ids but {src} only {model_vocab}; ingest the data "
-            "with the model's tokenizer"
+            f"{store.path} has {store.tokenizer_spec['vocab_size']} token ids but {src} only "
+            f"{model_vocab}; ingest the data with the model's tokenizer"
         )
     else:
         print(f"note: {src} has no tokenizer.json: cannot check that {store.path} uses the model's tokenizer")

@@ -4,7 +4,8 @@
 through the progress bar so the two never garble each other; ``progress_bar`` is a tqdm
 bar that can be switched off. The trainer decides what a row holds; this module only
 writes it. Trade-off: plain JSON lines rather than a logging framework, so a run is read
-back with one line of Python and a resumed run can truncate the file to its checkpoint.
+back with one line of Python (``contextlab.rundir.read_metrics``) and a resumed run can
+truncate the file to its checkpoint.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 from pathlib import Path
 
 from contextlab.errors import UserError
+from contextlab.rundir import read_metrics, summarize  # noqa: F401  (reading a run's rows lives there)
 
 
 class MetricsWriter:
@@ -58,25 +60,3 @@ def progress_bar(enabled: bool, total: int | None, initial: int):
     return tqdm(
         total=total, initial=initial, unit="step", desc="train", disable=not enabled, dynamic_ncols=True
     )
-
-
-def read_metrics(run_dir: str | Path) -> list[dict]:
-    """The rows of ``RUN/metrics.jsonl`` ([] when the run has none yet)."""
-    f = Path(run_dir) / "metrics.jsonl"
-    if not f.exists():
-        return []
-    return [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
-
-
-def summarize(rows: list[dict]) -> dict:
-    """steps, tokens and the last training loss of a run's rows; with validations also the last
-    validation loss and the best one with its step. {} for no rows."""
-    if not rows:
-        return {}
-    last = rows[-1]
-    out = {"steps": last["step"], "tokens": last.get("tokens"), "train_loss": last["loss"]}
-    vals = [(r["val_loss"], r["step"]) for r in rows if "val_loss" in r]
-    if vals:
-        out["val_loss"] = vals[-1][0]
-        out["best_val_loss"], out["best_step"] = min(vals)
-    return out

@@ -37,6 +37,7 @@ from contextlab.data.views import DocView, all_documents, first_tokens, split_do
 from contextlab.errors import UserError
 from contextlab.models.gpt import GPT, size_config
 from contextlab.objectives import OBJECTIVES, TrainModule
+from contextlab.rundir import save_tokenizer
 from contextlab.train import checkpoint as ckpt
 from contextlab.train import distributed as D
 from contextlab.train.config import RunConfig, config_hash
@@ -468,6 +469,7 @@ class Trainer:
         self._resume()
         if self.info.is_main:
             (self.run_dir / "config.toml").write_text(dumps_toml(self.cfg), encoding="utf-8")
+            save_tokenizer(self.run_dir, self.store.path / "tokenizer", self.store.tokenizer_spec)
             print(
                 describe(self.model) + f"; {self.objective.name}; {self.rows} rows x {t.seq_len} tokens/step"
                 f" on {self.info.world_size} process(es), {self.info.device.type}, {t.dtype}"

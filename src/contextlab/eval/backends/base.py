@@ -1,0 +1,96 @@
+"""What both model backends share: the interface, the model record, and finding a tokenizer.
+
+A backend wraps one loaded model and answers the few forward passes an evaluation needs
+(logits, output rows for chunked log-probabilities, hidden states of a layer, a layer plus
+the last token's log-probability); ``ModelAdapter`` holds one, chosen once at load, and adds
+what does not depend on the kind of model (batching, length checks, scoring, generation).
+Trade-off: a small protocol instead of one class with ``if is_gpt`` in every method, so each
+kind of model keeps its fast path (a contextlab GPT never builds the full fp32 logits) and
+evaluations never look inside the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from contextlab.data.tokenizers import ByteTokenizer, Tokenizer, load_saved_tokenizer
+from contextlab.errors import UserError
+
+LOGPROB_CHUNK = 4096  # rows (tokens) per fp32 log-softmax chunk: bounds memory to chunk x vocab floats
+
+
+@dataclass
+class ModelInfo:
+    """What a result file records about the model."""
+
+    id: str  # the path as given
+    kind: str  # "contextlab" or "hf": which backend runs it
+    path: str  # resolved checkpoint or model folder
+    architecture: str  # GPT shape or the HF model_type
+    n_params: int
+    max_context: int  # training context (contextlab) or position limit (HF)
+    extends_beyond: bool  # positions beyond max_context are allowed (RoPE)
+    tokenizer: dict = field(default_factory=dict)  # the tokenizer spec (with its hash)
+    step: int | None = None
+
+
+class ModelBackend(Protocol):
+    """One kind of model. ``idx`` is a (B, T) long tensor on the model's device; every method runs
+    under ``torch.no_grad`` and applies the compute dtype itself (``autocast``)."""
+
+    model: torch.nn.Module
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def logits(self, idx: Tensor) -> Tensor:
+        """(B, T, V) in the compute dtype."""
+
+    def output_rows(self, idx: Tensor) -> Callable[[int, int], Tensor]:
+        """A function (a, b) -> logits of the flattened positions a:b of ``idx`` (B*T rows)."""
+
+    def hidden_states(self, idx: Tensor, layer: int, what: str) -> Tensor:
+        """(B, T, C) residual stream after block ``layer``; ``what`` names the model in errors."""
+
+    def layer_and_last_logprob(self, idx: Tensor, layer: int, what: str) -> tuple[Tensor, Tensor]:
+        """(hidden states (B, T-1, C) of ``layer`` over ``idx[:, :-1]``,
+        fp32 log p(idx[:, -1] | idx[:, :-1]) (B,))."""
+
+
+Autocast = Callable[[], AbstractContextManager]
+
+
+def chunked_logprobs(rows: Callable[[int, int], Tensor], targets: Tensor, autocast: Autocast) -> Tensor:
+    """fp32 log p(targets[i]) from the logits rows, LOGPROB_CHUNK rows at a time: (N,)."""
+    out = torch.empty(targets.numel(), dtype=torch.float32, device=targets.device)
+    for a in range(0, out.numel(), LOGPROB_CHUNK):
+        b = min(a + LOGPROB_CHUNK, out.numel())
+        with autocast():
+            chunk = rows(a, b)
+        out[a:b] = -F.cross_entropy(chunk.float(), targets[a:b], reduction="none")  # fused log_softmax+gather
+    return out
+
+
+def tokenizer_from_spec(spec: dict, folders: list[Path], what: str) -> Tokenizer:
+    """The tokenizer a spec describes: rebuilt (byte) or loaded from the first folder whose hash matches."""
+    if spec.get("kind") == "byte":
+        tok: Tokenizer = ByteTokenizer(spec.get("special_tokens") or None)
+        if tok.hash == spec.get("hash"):
+            return tok
+    for d in folders:
+        if (d / "tokenizer_spec.json").is_file():
+            tok = load_saved_tokenizer(d)
+            if not spec.get("hash") or tok.hash == spec["hash"]:
+                return tok
+    raise UserError(
+        f"cannot find the tokenizer of {what} ({spec.get('name')}, hash {str(spec.get('hash'))[:8]}); "
+        "put the training store back where the run's config says (or copy STORE/tokenizer to RUN/tokenizer)"
+    )

@@ -1,0 +1,103 @@
+"""The contextlab backend: a contextlab model (run, checkpoint or export) run as the plain GPT.
+
+GPT, ContextLM and MTP models all give next-token logits through ``trunk`` (final normed
+hidden states and any requested layer) and ``unembed`` (the output layer). Trade-off: the
+output layer is applied in row chunks, so the full (B, T, V) logits in fp32 never exist at
+once, and a layer's state and the last token's log-probability come from one trunk pass.
+This module also loads such models: a run or checkpoint through ``contextlab.models.loading``
+with the tokenizer the run carries, and a ``contextlab-gpt`` Hugging Face export.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from contextlab.eval.backends.base import Autocast, ModelInfo, tokenizer_from_spec
+
+
+class ContextlabBackend:
+    def __init__(self, model: torch.nn.Module, autocast: Autocast):
+        self.model = model
+        self.autocast = autocast
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.config.vocab_size
+
+    def logits(self, idx: Tensor) -> Tensor:
+        with self.autocast():
+            return self.model(idx).logits
+
+    def output_rows(self, idx: Tensor) -> Callable[[int, int], Tensor]:
+        with self.autocast():
+            hidden, _ = self.model.trunk(idx)  # (B, T, C), final norm applied
+        h = hidden.reshape(-1, hidden.size(-1))  # (B*T, C)
+        return lambda a, b: self.model.unembed(h[a:b])  # (b-a, V), called under autocast
+
+    def hidden_states(self, idx: Tensor, layer: int, what: str) -> Tensor:
+        with self.autocast():
+            _, layers = self.model.trunk(idx, return_hidden=[layer])
+        return layers[0]
+
+    def layer_and_last_logprob(self, idx: Tensor, layer: int, what: str) -> tuple[Tensor, Tensor]:
+        with self.autocast():  # one pass: the layer's state and the final state's last-token logits
+            hidden, layers = self.model.trunk(idx[:, :-1], return_hidden=[layer])  # (b, T, C), [(b, T, C)]
+            logits = self.model.unembed(hidden[:, -1])  # (b, V)
+        lp = torch.log_softmax(logits.float(), dim=-1).gather(1, idx[:, -1:])[:, 0]  # (b,)
+        return layers[0], lp
+
+
+def load_run(path: Path, step: int | None):
+    """(model, tokenizer, info) of a contextlab run or checkpoint (a continued HF model runs as "hf")."""
+    from contextlab.models.loading import load_trained_model
+    from contextlab.rundir import tokenizer_dirs
+
+    model, state, ckpt = load_trained_model(path, step)
+    tok = tokenizer_from_spec(state.get("tokenizer") or {}, tokenizer_dirs(ckpt), f"run {path}")
+    if state.get("arch") == "hf":  # a continued Hugging Face model: run it as one
+        from contextlab.models.hf_causal import context_limit
+
+        info = ModelInfo(
+            id=str(path),
+            kind="hf",
+            path=str(ckpt),
+            architecture=str(model.config.model_type),
+            n_params=sum(t.numel() for t in model.parameters()),
+            max_context=context_limit(model.config),
+            extends_beyond=True,
+            tokenizer=tok.spec(),
+            step=state.get("step"),
+        )
+        return model, tok, info
+    return model, tok, _info(model, path, ckpt, tok, state.get("step"))
+
+
+def load_export(p: Path, cfg: dict):
+    """(model, tokenizer, info) of a ``contextlab-gpt`` Hugging Face export: run as the plain GPT."""
+    from contextlab.models import hf
+
+    model = hf.gpt_from_hf_export(p)
+    provenance = cfg.get("contextlab") or {}
+    spec = provenance.get("contextlab_tokenizer") or {}
+    tok = tokenizer_from_spec(spec, [p / "tokenizer"], f"export {p}")
+    return model, tok, _info(model, p, p, tok, provenance.get("contextlab_step"))
+
+
+def _info(model, path: Path, where: Path, tok, step: int | None) -> ModelInfo:
+    from contextlab.models.gpt import describe_model
+
+    return ModelInfo(
+        id=str(path),
+        kind="contextlab",
+        path=str(where),
+        architecture=describe_model(model),
+        n_params=model.num_params(False),
+        max_context=int(model.config.block_size),
+        extends_beyond=True,
+        tokenizer=tok.spec(),
+        step=step,
+    )

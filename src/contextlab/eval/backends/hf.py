@@ -1,0 +1,94 @@
+"""The Hugging Face backend: any local causal LM folder, and a run that continued one.
+
+The model is called as ``transformers`` models are (``input_ids``, ``output_hidden_states``);
+its tokenizer is the folder's ``tokenizer.json``. Trade-off: such models return their logits
+in one piece (they compute them anyway), so only the log-softmax is chunked, and a layer plus
+the last token's log-probability take two forward passes: any causal LM works, at the price
+of a second forward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from contextlab.data.tokenizers import HFTokenizer
+from contextlab.errors import UserError
+from contextlab.eval.backends.base import Autocast, ModelInfo, chunked_logprobs
+
+POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length")
+
+
+class HFBackend:
+    def __init__(self, model: torch.nn.Module, autocast: Autocast):
+        self.model = model
+        self.autocast = autocast
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.config.vocab_size)
+
+    def logits(self, idx: Tensor) -> Tensor:
+        with self.autocast():
+            return self.model(input_ids=idx).logits[..., : self.vocab_size]
+
+    def output_rows(self, idx: Tensor) -> Callable[[int, int], Tensor]:
+        logits = self.logits(idx)
+        logits = logits.reshape(-1, logits.size(-1))  # (B*T, V)
+        return lambda a, b: logits[a:b]
+
+    def hidden_states(self, idx: Tensor, layer: int, what: str) -> Tensor:
+        with self.autocast():
+            states = self.model(input_ids=idx, output_hidden_states=True).hidden_states
+            if not -len(states) <= layer < len(states):
+                raise UserError(f"layer {layer} does not exist; {what} has {len(states) - 1} blocks")
+            return states[layer]
+
+    def layer_and_last_logprob(self, idx: Tensor, layer: int, what: str) -> tuple[Tensor, Tensor]:
+        h = self.hidden_states(idx[:, :-1], layer, what)
+        lp = chunked_logprobs(self.output_rows(idx[:, :-1]), idx[:, 1:].reshape(-1), self.autocast)
+        return h, lp.view(idx.size(0), -1)[:, -1]
+
+
+def load_folder(p: Path, cfg: dict):
+    """(model, tokenizer, info) of a local Hugging Face causal LM folder with its tokenizer.json."""
+    from contextlab.models import hf
+
+    tok_file = next(
+        (f for f in (p / "tokenizer.json", p / "tokenizer" / "tokenizer.json") if f.is_file()), None
+    )
+    if tok_file is None:
+        raise UserError(
+            f"{p} has no tokenizer.json; save the model's fast tokenizer beside it "
+            "(tokenizer.save_pretrained(folder))"
+        )
+    tok = HFTokenizer.from_file(tok_file, name=p.name)
+    model = hf.load_hf_causal_lm(p)
+    info = ModelInfo(
+        id=str(p),
+        kind="hf",
+        path=str(p),
+        architecture=str(cfg.get("model_type")),
+        n_params=sum(t.numel() for t in model.parameters()),
+        max_context=next((int(cfg[k]) for k in POSITION_KEYS if isinstance(cfg.get(k), int)), 2048),
+        extends_beyond=_has_rope(cfg),
+        tokenizer=tok.spec(),
+    )
+    if tok.vocab_size > int(model.config.vocab_size):
+        raise UserError(
+            f"{p}: the tokenizer has {tok.vocab_size} ids but the model only {model.config.vocab_size}; "
+            "save the tokenizer that belongs to this model"
+        )
+    return model, tok, info
+
+
+def _has_rope(cfg: dict) -> bool:
+    return (
+        "rope_theta" in cfg
+        or "rope_scaling" in cfg
+        or "rope_parameters" in cfg  # transformers 4.x / 5
+        or cfg.get("position_embedding_type") == "rotary"
+    )

@@ -1,0 +1,292 @@
+"""The run directory: the one place that knows its layout.
+
+A run directory, written by the trainer and read by everything after it, holds
+
+    config.toml                  the fully resolved run config
+    metrics.jsonl                one JSON line per logged step
+    tokenizer/                   a copy of the training store's tokenizer folder
+    checkpoints/step_NNNNNN/     model.safetensors, state.json, config.toml, ...
+    eval/<name>.json             evaluation results (+ <name>.png, <name>.<key>.npy)
+
+This module names those files, lists and resolves checkpoints, reads metrics, configs and
+evaluation results, tells a run, a checkpoint and a Hugging Face folder apart, and finds
+the tokenizer of a run. It imports the standard library and ``contextlab.io`` / ``errors``
+only, so the trainer, the evaluations, the sweeps and the report all share it without
+importing one another.
+
+Trade-off: a run carries its own tokenizer (a few MB at most) so that it is relocatable and
+never depends on the directory a command ran in. Runs written before that fall back to the
+training store named in their config, resolved against the directory training ran in
+(read back from ``train.out_dir``), then against the places such runs were looked up
+before; the tokenizer hash always decides, so a wrong guess is never used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from contextlab.errors import UserError
+from contextlab.io import fsync_dir
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+CONFIG = "config.toml"
+METRICS = "metrics.jsonl"
+TOKENIZER = "tokenizer"
+TOKENIZER_SPEC = "tokenizer_spec.json"  # the file a saved tokenizer folder is recognised by
+CHECKPOINTS = "checkpoints"
+STATE = "state.json"
+WEIGHTS = "model.safetensors"
+EVAL = "eval"
+HF_CONFIG = "config.json"
+
+_STEP_DIR = re.compile(r"^step_(\d{6,})$")
+PathLike = str | os.PathLike
+
+
+# ---------------------------------------------------------------------------- what a folder is
+
+
+def is_checkpoint(path: PathLike) -> bool:
+    path = Path(path)
+    return (path / STATE).is_file() and (path / WEIGHTS).is_file()
+
+
+def is_hf_folder(path: PathLike) -> bool:
+    """A Hugging Face model folder (a contextlab export included): config.json and no state.json."""
+    path = Path(path)
+    return (path / HF_CONFIG).is_file() and not (path / STATE).is_file()
+
+
+def is_run(path: PathLike) -> bool:
+    """A contextlab run directory: its config, its metrics or its checkpoints folder."""
+    path = Path(path)
+    return any((path / name).exists() for name in (CONFIG, METRICS, CHECKPOINTS))
+
+
+def run_of(path: PathLike) -> Path:
+    """The run directory of a checkpoint (``RUN/checkpoints/step_N`` -> ``RUN``); anything else is itself."""
+    path = Path(path)
+    if (path / STATE).is_file() and path.parent.name == CHECKPOINTS:
+        return path.parent.parent
+    return path
+
+
+# ---------------------------------------------------------------------------- checkpoints
+
+
+def step_dir(run_dir: PathLike, step: int) -> Path:
+    return Path(run_dir) / CHECKPOINTS / f"step_{step:06d}"
+
+
+def list_checkpoints(run_dir: PathLike) -> list[tuple[int, Path]]:
+    """Complete checkpoints of a run, oldest first (a checkpoint is complete once state.json exists)."""
+    root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    found = []
+    for d in root.iterdir():
+        m = _STEP_DIR.match(d.name)
+        if m and (d / STATE).is_file():
+            found.append((int(m.group(1)), d))
+    return sorted(found)
+
+
+def latest_checkpoint(run_dir: PathLike) -> Path | None:
+    found = list_checkpoints(run_dir)
+    return found[-1][1] if found else None
+
+
+def resolve_checkpoint(path: PathLike, step: int | None = None) -> Path:
+    """A run directory (+ optional step) or a checkpoint directory -> the checkpoint directory."""
+    path = Path(path)
+    if is_checkpoint(path):
+        return path
+    if not path.exists():
+        raise UserError(f"run or checkpoint not found: {path}")
+    found = dict(list_checkpoints(path))
+    if not found:
+        raise UserError(f"{path} has no checkpoints (expected {path}/checkpoints/step_NNNNNN/); train first")
+    if step is None:
+        return found[max(found)]
+    if step not in found:
+        raise UserError(
+            f"{path} has no checkpoint at step {step}; available: {', '.join(map(str, sorted(found)))}"
+        )
+    return found[step]
+
+
+def read_checkpoint_state(ckpt: PathLike) -> dict:
+    try:
+        return json.loads((Path(ckpt) / STATE).read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"checkpoint {ckpt} has no readable state.json ({exc})") from None
+
+
+# ---------------------------------------------------------------------------- config and metrics
+
+
+def read_config(path: PathLike) -> dict:
+    """The resolved config.toml of a run or checkpoint directory ({} when it has none)."""
+    f = Path(path) / CONFIG
+    if not f.is_file():
+        return {}
+    try:
+        return tomllib.loads(f.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(
+            f"{f} is not valid TOML ({exc}); restore it from a checkpoint's config.toml"
+        ) from None
+
+
+def read_metrics(run_dir: PathLike) -> list[dict]:
+    """The rows of ``RUN/metrics.jsonl`` ([] when the run has none yet)."""
+    f = Path(run_dir) / METRICS
+    if not f.exists():
+        return []
+    return [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+
+
+def summarize(rows: list[dict]) -> dict:
+    """steps, tokens and the last training loss of a run's rows; with validations also the last
+    validation loss and the best one with its step. {} for no rows."""
+    if not rows:
+        return {}
+    last = rows[-1]
+    out = {"steps": last["step"], "tokens": last.get("tokens"), "train_loss": last["loss"]}
+    vals = [(r["val_loss"], r["step"]) for r in rows if "val_loss" in r]
+    if vals:
+        out["val_loss"] = vals[-1][0]
+        out["best_val_loss"], out["best_step"] = min(vals)
+    return out
+
+
+def find_runs(root: PathLike) -> list[Path]:
+    """Every run directory below ``root`` (those with a metrics.jsonl), sorted."""
+    return sorted(p.parent for p in Path(root).rglob(METRICS))
+
+
+# ---------------------------------------------------------------------------- evaluation results
+
+
+def eval_dir(path: PathLike) -> Path:
+    """Where the evaluations of a run, a checkpoint (its run's) or a model folder are written by default."""
+    return run_of(path) / EVAL
+
+
+def read_eval(run_dir: PathLike, name: str) -> dict | None:
+    """The result ``RUN/eval/<name>.json``; None when it is missing or not a JSON object."""
+    f = Path(run_dir) / EVAL / f"{name}.json"
+    try:
+        doc = json.loads(f.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def read_evals(run_dir: PathLike) -> dict[str, dict]:
+    """Every readable ``RUN/eval/*.json`` by name, in name order (unreadable files are left out)."""
+    d = Path(run_dir) / EVAL
+    found = {f.stem: read_eval(run_dir, f.stem) for f in sorted(d.glob("*.json"))} if d.is_dir() else {}
+    return {name: doc for name, doc in found.items() if doc is not None}
+
+
+# ---------------------------------------------------------------------------- the tokenizer of a run
+
+
+def save_tokenizer(run_dir: PathLike, source: PathLike, spec: dict) -> Path | None:
+    """Copy the tokenizer folder ``source`` (a store's ``tokenizer/``) into ``RUN/tokenizer``.
+
+    Called when training starts, so a run carries its tokenizer. A copy already there with
+    ``spec``'s hash is kept; the folder is copied beside and renamed into place, so a kill
+    never leaves half a tokenizer. Returns the run's folder, or None when ``source`` has none.
+    """
+    dest = Path(run_dir) / TOKENIZER
+    if _spec_hash(dest) == spec.get("hash") and spec.get("hash"):
+        return dest
+    source = Path(source)
+    if not (source / TOKENIZER_SPEC).is_file():
+        return None
+    tmp = dest.with_name(f".{TOKENIZER}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(source, tmp)
+    if dest.exists():
+        shutil.rmtree(dest)
+    os.replace(tmp, dest)
+    fsync_dir(dest.parent)
+    return dest
+
+
+def tokenizer_dirs(ckpt: PathLike) -> list[Path]:
+    """The folders that may hold the tokenizer of a checkpoint, most trusted first.
+
+    The checkpoint's and the run's own ``tokenizer/``; then, for runs written before runs carried
+    their tokenizer, the training stores named in the config, resolved against the directory
+    training ran in, and at last against the places such runs were always looked up (the current
+    directory, the run and its two parents). Callers check the tokenizer hash of what they find.
+    """
+    ckpt = Path(ckpt)
+    run = run_of(ckpt)
+    dirs = [ckpt / TOKENIZER, run / TOKENIZER]
+    for config in (read_config(ckpt), read_config(run)):
+        bases = [launch_dir(run, config), Path.cwd(), run, run.parent, run.parent.parent]
+        for base in [b for b in bases if b is not None]:
+            dirs += [store / TOKENIZER for store in training_stores(config, base)]
+    return list(dict.fromkeys(dirs))
+
+
+def find_tokenizer_dir(ckpt: PathLike, spec: dict) -> Path | None:
+    """The first of ``tokenizer_dirs(ckpt)`` whose saved spec has ``spec``'s hash (None: none has)."""
+    for d in tokenizer_dirs(ckpt):
+        found = _spec_hash(d)
+        if found is not None and (not spec.get("hash") or found == spec["hash"]):
+            return d
+    return None
+
+
+def _spec_hash(folder: Path) -> str | None:
+    try:
+        return str(json.loads((folder / TOKENIZER_SPEC).read_text())["hash"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def launch_dir(run_dir: PathLike, config: dict) -> Path | None:
+    """The directory training ran in, read back from the run's own path: a relative ``train.out_dir``
+    names the run from there. None when it cannot be told (an absolute out_dir, a moved run)."""
+    out = (config.get("train") or {}).get("out_dir")
+    if not out or Path(out).is_absolute() or ".." in Path(out).parts:
+        return None
+    parts = [p for p in Path(out).parts if p != "."]
+    run = Path(run_dir).resolve()
+    if not parts:
+        return run
+    if len(parts) >= len(run.parts) or list(run.parts[-len(parts) :]) != parts:
+        return None
+    return run.parents[len(parts) - 1]
+
+
+def training_stores(run_config: dict, base: PathLike | None = None) -> list[Path]:
+    """The token stores a run trained on, from its resolved config: data.store, and the stores that
+    data.packed / data.mixture were packed from (read from their meta.json). Relative paths are
+    taken relative to ``base`` (the current directory when None), as training took them."""
+    root = Path(base) if base is not None else Path()
+    d = run_config.get("data", {})
+    stores = [root / d["store"]] if d.get("store") else []
+    packed = ([d["packed"]] if d.get("packed") else []) + [
+        m["packed"] for m in d.get("mixture", []) if m.get("packed")
+    ]
+    for p in packed:
+        try:
+            stores.append(root / json.loads((root / p / "meta.json").read_text())["store"]["path"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # moved or deleted: callers try the other places they know
+    return stores

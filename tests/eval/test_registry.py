@@ -1,0 +1,67 @@
+"""The EVALS registry: one record per evaluation, read by the command line, with no import circle."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+import contextlab.eval as eval_pkg
+from contextlab.cli.eval import cmd_eval
+from contextlab.eval import EVALS, Eval
+
+
+def test_every_record_is_complete():
+    assert list(EVALS) == [
+        "ppl",
+        "contextwise",
+        "bayes-fit",
+        "niah",
+        "kv",
+        "passkey",
+        "vartrack",
+        "icl",
+        "visible",
+    ]
+    for name, spec in EVALS.items():
+        assert isinstance(spec, Eval) and callable(spec.run), name
+        assert dataclasses.is_dataclass(spec.options) and spec.options.__module__ == spec.run.__module__, name
+        assert spec.help and spec.data and "\n" not in spec.help, name
+    assert EVALS["niah"].default_data() and Path(EVALS["niah"].default_data()).is_dir()  # shipped books
+    assert all(spec.default_data is None for name, spec in EVALS.items() if name != "niah")
+
+
+def squeeze(text: str) -> str:
+    return "".join(text.split())
+
+
+def test_the_command_line_reads_help_data_and_options_from_the_registry(capsys):
+    with pytest.raises(SystemExit):
+        cmd_eval(["--help"])
+    text = squeeze(capsys.readouterr().out)  # argparse wraps lines, also at hyphens
+    for name, spec in EVALS.items():
+        assert squeeze(f"{name} ({spec.help})") in text
+    with pytest.raises(SystemExit):
+        cmd_eval(["kv", "--help"])
+    text = squeeze(capsys.readouterr().out)
+    assert squeeze(EVALS["kv"].data) in text
+    for f in dataclasses.fields(EVALS["kv"].options):
+        assert "--" + f.name.replace("_", "-") in text
+
+
+def test_no_evaluation_module_imports_the_package_back():
+    """The registry imports the evaluation modules; none of them may import ``contextlab.eval``
+    itself (``from contextlab.eval import x`` does), or the registry sits in an import circle."""
+    root = Path(eval_pkg.__file__).parent
+    offenders = []
+    for f in sorted(root.rglob("*.py")):
+        if f == root / "__init__.py":
+            continue
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "contextlab.eval":
+                offenders.append(f"{f.relative_to(root)}:{node.lineno}")
+            if isinstance(node, ast.Import) and any(a.name == "contextlab.eval" for a in node.names):
+                offenders.append(f"{f.relative_to(root)}:{node.lineno}")
+    assert offenders == []
