@@ -19,7 +19,7 @@ OUTSIDE = re.compile(
     r"\bSHARED_DATA\b"  # the old constant
     r"|(?<![/.\w])shared_data\b(?!/)"  # the old fixture (a folder name such as tests/shared_data is fine)
     r"|[\"']shared[\"']"  # a "shared" path part
-    r"|[\"']\.\./"  # a relative path that climbs out
+    r"|[\"'](?:\.\./)+shared\b"  # a relative path that climbs out to ../shared
     r"|\bREPO\.parent\b|\bparents\[\d+\]\.parent\b"  # a path built above the repository root
 )
 
@@ -58,7 +58,12 @@ def test_the_scan_catches_each_spelling(tmp_path):
         "ROOT = REPO.parent",
         'DATA = Path(__file__).resolve().parents[2].parent / "data"',
     ]
-    fine = ['"""See tests/shared_data."""', "pytestmark = pytest.mark.shared_data", "REPO / 'tests'"]
+    fine = [
+        '"""See tests/shared_data."""',
+        "pytestmark = pytest.mark.shared_data",
+        "REPO / 'tests'",
+        '{"out_dir": "../x/tiny"}',
+    ]
     (tmp_path / "tests" / "shared_data").mkdir(parents=True)
     for i, line in enumerate(bad + fine):
         (tmp_path / "tests" / f"test_{i}.py").write_text(line + "\n")

@@ -13,7 +13,7 @@ from contextlab.eval.adapter import ModelAdapter, ModelInfo
 from contextlab.eval.backends import BACKENDS
 from contextlab.eval.backends.contextlab import ContextlabBackend
 from contextlab.eval.backends.hf import HFBackend
-from tests.conftest import FIXTURES
+from tests.conftest import shakespeare
 from tests.eval.conftest import byte_adapter, tiny_gpt
 
 
@@ -31,7 +31,7 @@ def hf_adapter() -> ModelAdapter:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     src = tmp_path_factory.mktemp("src")
-    text = (FIXTURES / "tinyshakespeare_100k.txt").read_text()
+    text = shakespeare(100_000)
     for i, n in enumerate([300, 500, 400, 260]):
         (src / f"d{i}.txt").write_text(text[i * 1000 : i * 1000 + n])
     return ingest(src, tmp_path_factory.mktemp("st") / "b", IngestConfig(), progress=False).store

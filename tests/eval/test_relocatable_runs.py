@@ -19,7 +19,7 @@ from contextlab.config import from_dict
 from contextlab.data.ingest import IngestConfig, ingest
 from contextlab.errors import UserError
 from contextlab.eval import load_model
-from tests.conftest import FIXTURES
+from tests.conftest import shakespeare
 
 RUN = "out/runs/tiny"
 TINY = {
@@ -49,7 +49,7 @@ def project(tmp_path_factory):
     from contextlab.train.trainer import train
 
     proj = tmp_path_factory.mktemp("proj")
-    text = (FIXTURES / "tinyshakespeare_100k.txt").read_text()[:30_000]
+    text = shakespeare(30_000)
     (proj / "corpus").mkdir()
     for i in range(3):
         (proj / "corpus" / f"part{i}.txt").write_text(text[i * 10_000 : (i + 1) * 10_000])
@@ -133,7 +133,7 @@ def test_an_old_byte_run_exports_with_its_rebuilt_tokenizer(tmp_path, monkeypatc
     from contextlab.train.config import RunConfig
     from contextlab.train.trainer import train
 
-    (tmp_path / "corpus.txt").write_text((FIXTURES / "tinyshakespeare_100k.txt").read_text()[:20_000])
+    (tmp_path / "corpus.txt").write_text(shakespeare(20_000))
     store = ingest(tmp_path / "corpus.txt", tmp_path / "bytes", IngestConfig(), progress=False).store
     cfg = json.loads(json.dumps(TINY))
     cfg["data"]["store"], cfg["train"]["out_dir"] = str(store.path), str(tmp_path / "run")
