@@ -115,7 +115,7 @@ def _forward(adapter, ids: np.ndarray, layer: int, position: int) -> tuple[np.nd
 
 
 def _gpt_pass(adapter, chunk: np.ndarray, layer: int, position: int) -> tuple[np.ndarray, np.ndarray]:
-    """A contextlab GPT: features and last-token log-probs from a single trunk call (as the adapter computes them)."""
+    """A contextlab GPT: features and last-token log-probs from one trunk call, as the adapter does."""
     import torch
 
     idx = torch.as_tensor(chunk, dtype=torch.long, device=adapter.device)  # (b, T+1)
@@ -333,7 +333,9 @@ def run(adapter, options: Options, data: str | None, progress: bool = True) -> E
     def plot(path):
         from contextlab.eval.entropy_plots import entropy_png
 
-        return entropy_png(results, arrays["relative_eigenvalues"], options.thresholds, path, title=label)
+        spectra = arrays["relative_eigenvalues"]
+        series = measure_series(results["contexts"])
+        return entropy_png(results, series, spectra, options.thresholds, path, title=label)
 
     return EvalOutput(
         results,

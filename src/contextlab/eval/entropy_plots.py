@@ -9,8 +9,10 @@ Measures of very different scales share a panel by standardising each to zero me
 unit variance over the contexts: a linear relation stays linear and Pearson r is
 unchanged, which is what the panels are for.
 
-Trade-off: reads only the result dict and the spectra array, so a figure can be redrawn
-from a saved ``entropy.json`` + ``entropy.relative_eigenvalues.npy`` without the model.
+Trade-off: reads only the result dict, its measures as series (``entropy.measure_series``
+of the per-context rows, passed in so this module never imports the analysis) and the
+spectra array, so a figure can be redrawn from a saved ``entropy.json`` +
+``entropy.relative_eigenvalues.npy`` without the model.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from contextlab.eval.plots import _save
+from contextlab.figures import pyplot, save_png
 
 
 def _standardise(x) -> np.ndarray:
@@ -38,19 +40,20 @@ def _scatter(ax, series: dict, ce: list[float], fits: dict, title: str) -> None:
     ax.legend(fontsize=6)
 
 
-def entropy_png(results: dict, spectra: np.ndarray, thresholds: list[float], path, title: str = "") -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from contextlab.eval.entropy import measure_series
-
+def entropy_png(
+    results: dict,
+    series: dict[str, list[float]],
+    spectra: np.ndarray,
+    thresholds: list[float],
+    path,
+    title: str = "",
+) -> Path:
+    """The six panels; ``series`` is ``measure_series(results["contexts"])`` (one value per context)."""
+    plt = pyplot()
     per = results["contexts"]
     ctx = [r["context"] for r in per]
     ce = [r["ce"] for r in per]
     fits = results["fits_vs_ce"]
-    series = measure_series(per)
     colors = plt.cm.viridis(np.linspace(0, 1, len(ctx)))
     fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
     idx = np.arange(1, spectra.shape[1] + 1)
@@ -83,4 +86,4 @@ def entropy_png(results: dict, spectra: np.ndarray, thresholds: list[float], pat
     else:
         axes[1, 2].axis("off")
     fig.suptitle(title, fontsize=10)
-    return _save(plt, fig, path)
+    return save_png(fig, path)

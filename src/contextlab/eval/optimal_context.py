@@ -96,7 +96,7 @@ class ContextMLP(nn.Module):
         self.mlp = nn.Sequential(nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, 2))
 
     def features(self, bits: Tensor, task: Tensor) -> Tensor:
-        """The last hidden layer (B, hidden): what the answer is read from (the analogue of a last-token state)."""
+        """The last hidden layer (B, hidden): what the answer is read from (like a last-token state)."""
         return self.mlp[:-1](self.bits(bits) + self.task(task))
 
     def forward(self, bits: Tensor, task: Tensor) -> Tensor:
@@ -118,7 +118,7 @@ def _val_loss(model: ContextMLP, val: tuple[Tensor, Tensor, Tensor]) -> float:
 
 
 def fit_cell(cfg: SweepConfig, train: syn.ParitySamples, val: syn.ParitySamples, l: int, seed: int) -> dict:
-    """Train one fresh MLP on ``train`` seeing l bits; early stopping on ``val``. Returns the best val loss."""
+    """Train a fresh MLP on ``train`` seeing l bits, early stopping on ``val``; returns the best val loss."""
     torch.manual_seed(seed)
     model = ContextMLP(l, cfg.n_tasks, cfg.hidden)
     opt_ = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -250,13 +250,9 @@ def _feature_fits(cfg: SweepConfig, cells: dict) -> dict:
 
 def optimal_context_png(results: dict, path) -> Path:
     """Left: validation loss vs context per data size (and the Bayes risk); right: optimal context vs D."""
-    import matplotlib
+    from contextlab.figures import pyplot, save_png
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from contextlab.eval.plots import _save
-
+    plt = pyplot()
     cfg, cells = results["config"], results["cells"]
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
     colors = plt.cm.plasma(np.linspace(0, 0.85, len(cfg["data_sizes"])))
@@ -285,4 +281,4 @@ def optimal_context_png(results: dict, path) -> Path:
     b.set_xlabel("training samples D")
     b.set_ylabel("optimal context l*")
     b.set_title("optimal context vs training-set size", fontsize=9)
-    return _save(plt, fig, path)
+    return save_png(fig, path)
