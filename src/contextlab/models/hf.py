@@ -23,7 +23,6 @@ import dataclasses
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
@@ -34,7 +33,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 import contextlab
 from contextlab.errors import UserError
-from contextlab.io import replace_dir
+from contextlab.io import staged_dir
 from contextlab.models.gpt import GPT, GPTConfig
 
 MODEL_TYPE = "contextlab-gpt"
@@ -78,7 +77,8 @@ class ContextlabGPTConfig(PretrainedConfig):
     ):
         self.vocab_size, self.n_layer, self.n_head, self.n_embd = vocab_size, n_layer, n_head, n_embd
         self.block_size, self.rope_base, self.mlp, self.mlp_ratio = block_size, rope_base, mlp, mlp_ratio
-        # RoPE context extension (models/rope.py); named so transformers' own rope_scaling logic never reads it
+        # RoPE context extension (models/rope.py); named so that transformers' own rope_scaling
+        # logic never reads it
         self.rope_extension, self.rope_factor = rope_extension, rope_factor
         self.rope_original_context = rope_original_context
         self.mlp_hidden, self.dropout, self.bias, self.norm_eps = mlp_hidden, dropout, bias, norm_eps
@@ -193,32 +193,20 @@ def export_to_hf(
     """
     model = getattr(model, "_orig_mod", model)  # a torch.compile'd model shares the parameters
     out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
-        raise UserError(
-            f"export folder {out} already exists and is not empty; choose another folder or pass overwrite"
-        )
     if tokenizer_dir is not None and not Path(tokenizer_dir).is_dir():
         raise UserError(
             f"tokenizer folder {tokenizer_dir} does not exist; pass the folder holding the tokenizer files"
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
     provenance = {
         "format_version": contextlab.FORMAT_VERSION,
         "contextlab_version": contextlab.__version__,
         **(extra_config or {}),
     }
     config = ContextlabGPTConfig.from_gpt_config(model.config, contextlab=provenance)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
+    with staged_dir(out, overwrite=overwrite, what="export folder") as tmp:
         ContextlabGPTForCausalLM(config, gpt=model).save_pretrained(tmp, safe_serialization=True)
         if tokenizer_dir is not None:
             shutil.copytree(tokenizer_dir, tmp / "tokenizer")
-        replace_dir(
-            tmp, out, overwrite=True
-        )  # the caller checked overwrite; the old export is swapped out whole
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

@@ -18,14 +18,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from contextlab.errors import UserError
-from contextlab.io import replace_dir
+from contextlab.io import staged_dir
 from contextlab.models.contextlm import ContextLM, ContextLMConfig
 from contextlab.models.gpt import GPTConfig
 from contextlab.models.hf import _HF_NAME, ContextlabGPTConfig, ContextlabGPTForCausalLM, export_to_hf
@@ -87,16 +84,10 @@ def export_arch_to_hf(
             model, out_dir, tokenizer_dir=tokenizer_dir, extra_config=extra_config, overwrite=overwrite
         )
     out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
-        raise UserError(
-            f"export folder {out} already exists and is not empty; choose another folder or pass overwrite"
-        )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
-        staged = export_to_hf(
+    with staged_dir(out, overwrite=overwrite, what="export folder") as staged:
+        export_to_hf(
             model,
-            work / "export",
+            staged,
             tokenizer_dir=tokenizer_dir,
             extra_config={**(extra_config or {}), "arch": "contextlm"},
         )
@@ -105,7 +96,4 @@ def export_arch_to_hf(
         cfg["model_type"] = CONTEXTLM_TYPE
         cfg["architectures"] = [ContextlabContextLMForCausalLM.__name__]
         cfg_file.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-        replace_dir(staged, out, overwrite=True)  # the check above guards a non-empty folder
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     return out

@@ -32,9 +32,9 @@ from contextlab.config import save_toml, to_dict
 from contextlab.data.packing import shards as shards_mod
 from contextlab.data.packing.config import PackConfig
 from contextlab.data.packing.packed_store import PACKED_FORMAT, PackedStore, is_packed_store, sequence_lengths
-from contextlab.data.store import TokenStore, replace_dir
+from contextlab.data.store import TokenStore
 from contextlab.errors import UserError
-from contextlab.io import atomic_write_bytes, atomic_write_json
+from contextlab.io import atomic_write_bytes, atomic_write_json, open_partial, replace_dir
 
 
 @dataclass
@@ -85,14 +85,21 @@ def pack(
         if done is not None:
             return done
     t0 = time.perf_counter()
-    partial = out.with_name(out.name + ".partial")
-    _open_partial(partial, fp, overwrite)
+    partial, _ = open_partial(
+        out,
+        {"fingerprint": fp},
+        overwrite=overwrite,
+        has_work=lambda folder, _: any((folder / "shards").glob("shard_*.npz")),
+        what="pack with another config or store",
+    )
+    (partial / "shards").mkdir(exist_ok=True)
     ranges = shards_mod.shard_ranges(tstore.lengths(), cfg.shards)
     wanted = list(range(len(ranges))) if only_shards is None else list(only_shards)
     for s in wanted:
         if not 0 <= s < len(ranges):
             raise UserError(
-                f"shard {s} does not exist: this store packs into {len(ranges)} shard(s) (0..{len(ranges) - 1})"
+                f"shard {s} does not exist: this store packs into {len(ranges)} shard(s) "
+                f"(0..{len(ranges) - 1})"
             )
     todo = [s for s in wanted if shards_mod.read_shard(shards_mod.shard_file(partial, s), fp) is None]
     if progress and len(todo) < len(wanted):
@@ -139,25 +146,6 @@ def _existing_output(out: Path, fp: str, overwrite: bool) -> PackReport | None:
     elif not overwrite and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{out} exists and is not a packed store; choose another --out or pass --overwrite")
     return None
-
-
-def _open_partial(partial: Path, fp: str, overwrite: bool) -> None:
-    record = partial / "progress.json"
-    if partial.exists():
-        try:
-            old = json.loads(record.read_text()).get("fingerprint")
-        except (OSError, ValueError):
-            old = None
-        if old == fp:
-            return
-        has_work = any((partial / "shards").glob("shard_*.npz"))
-        if has_work and not overwrite:
-            raise UserError(
-                f"{partial} holds an unfinished pack with another config or store; delete it or pass --overwrite"
-            )
-        shutil.rmtree(partial)
-    (partial / "shards").mkdir(parents=True)
-    atomic_write_json(record, {"fingerprint": fp})
 
 
 def _run(
