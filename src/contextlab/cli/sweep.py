@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from contextlab.errors import UserError
+
 
 def cmd_sweep(argv: list[str]) -> int:
     """Run a sweep (grid of runs + evaluations), resumable; then the compute-optimal analysis."""
@@ -13,9 +15,9 @@ def cmd_sweep(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
         prog="contextlab sweep",
         description=(
-            "Run every point of a sweep file's [grid] as an independent training run (then its evaluations), "
-            "N at a time; finished runs are skipped when started again, failures are recorded and retried. "
-            "Writes OUT/results.csv, then compute_optimal.json and U-curve plots."
+            "Run every point of a sweep file's [grid] as an independent training run (then its "
+            "evaluations), N at a time; finished runs are skipped when started again, failures are "
+            "recorded and retried. Writes OUT/results.csv, then compute_optimal.json and U-curve plots."
         ),
     )
     p.add_argument("sweep", help="a sweep TOML file with [sweep], [base] and [grid] tables (see recipes/)")
@@ -49,14 +51,14 @@ def cmd_sweep(argv: list[str]) -> int:
                 metric=section.analysis_metric or None,
                 window=max(1, section.analysis_window),
             )
-        except Exception as exc:  # the analysis needs a context axis; a sweep may not have one
+        except UserError as exc:  # e.g. no context axis in the grid, or no finished run
             print(f"compute-optimal analysis skipped: {exc}")
             return 0
         for b, opt in res["optimal"].items():
             best = opt["best"]
             print(
-                f"{res['budget_key'] or 'budget'} {float(b):.3g}: best {best['size']} at context {best['context']} "
-                f"({res['metric']} {best['loss']:.4f})"
+                f"{res['budget_key'] or 'budget'} {float(b):.3g}: best {best['size']} "
+                f"at context {best['context']} ({res['metric']} {best['loss']:.4f})"
             )
         print("plots: " + ", ".join(res["plots"]))
     return 0
