@@ -17,6 +17,7 @@ import tiktoken.load
 from tiktoken_ext.openai_public import r50k_pat_str
 
 from contextlab.data import tokenizers as T
+from contextlab.data.tokenizer_base import bytes_to_unicode
 from contextlab.errors import UserError
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
@@ -236,7 +237,7 @@ def from_json(obj: dict) -> T.HFTokenizer:
 
 
 def assert_same_ids(fast: T.Tokenizer, slow: T.Tokenizer, texts: list[str]) -> int:
-    """Both engines give identical ids (batch and single) and decode back to the text; returns the token count."""
+    """Both engines give identical ids (batch and single) and decode back to the text; returns the count."""
     n = 0
     for text, a, b in zip(texts, fast.encode_batch(texts), slow.encode_batch(texts)):
         assert a.dtype == np.uint32 and a.tolist() == b.tolist()
@@ -371,7 +372,7 @@ def test_increasing_merge_ids_alone_do_not_make_tiktoken_exact():
     """Merges b+c, a+b, c+d, ab+cd have increasing ids, yet HF BPEs "abcd" as a|bc|d, tiktoken as abcd."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-    vocab = {c: b for b, c in T._bytes_to_unicode().items()} | {"bc": 256, "ab": 257, "cd": 258, "abcd": 259}
+    vocab = {c: b for b, c in bytes_to_unicode().items()} | {"bc": 256, "ab": 257, "cd": 258, "abcd": 259}
     tok = Tokenizer(models.BPE(vocab, [("b", "c"), ("a", "b"), ("c", "d"), ("ab", "cd")]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -533,7 +534,7 @@ def test_encoding_in_pieces_equals_encoding_whole(all_kinds, kind):
 
 
 def test_gpt2_cuts_keep_every_regex_piece(gpt2):
-    """The proof's premise, checked without any vocabulary: the regex pieces of the parts are those of the whole."""
+    """The proof's premise, checked without a vocabulary: the parts' regex pieces are those of the whole."""
     import regex
 
     pattern = regex.compile(T.GPT2_PATTERN)
