@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
+import contextlab.data.packing.shards as shards_mod
 from contextlab import FORMAT_VERSION, __version__
 from contextlab.config import save_toml, to_dict
-from contextlab.data.packing import shards as shards_mod
 from contextlab.data.packing.config import PackConfig
 from contextlab.data.packing.packed_store import PACKED_FORMAT, PackedStore, is_packed_store, sequence_lengths
 from contextlab.data.store import TokenStore

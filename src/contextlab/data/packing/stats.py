@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 
 import numpy as np
 
+from contextlab.data.packing.methods import retrieving_methods
 from contextlab.data.packing.packed_store import PackedStore
 from contextlab.figures import pyplot, save_png
 
@@ -86,7 +87,7 @@ def pack_stats(packed: PackedStore, *, max_sequences: int = 2000, seed: int = 0)
     return {
         "path": str(packed.path),
         "method": cfg["method"],
-        "retriever": cfg["retriever"] if cfg["method"] in ("splice", "icp") else None,
+        "retriever": cfg["retriever"] if cfg["method"] in retrieving_methods() else None,
         "seq_len": packed.seq_len,
         "n_sequences": n_seq,
         "n_full_sequences": len(full),
