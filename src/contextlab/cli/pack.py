@@ -114,6 +114,27 @@ def cmd_pack_stats(argv: list[str]) -> int:
     from contextlab.data.packing import PackedStore, pack_stats
     from contextlab.data.packing.stats import format_pack_stats, plot_pack_stats
 
+    args = _pack_stats_parser().parse_args(argv)
+    if args.max_sequences < 0:
+        raise UserError(f"--max-sequences must be >= 0, got {args.max_sequences}")
+    packed = PackedStore(args.packed)
+    stats = pack_stats(packed, max_sequences=args.max_sequences, seed=args.seed)
+    if args.json:
+        print(
+            json.dumps(
+                {k: v for k, v in stats.items() if not k.endswith(("_all", "_per_sequence"))}, indent=2
+            )
+        )
+    else:
+        print(format_pack_stats(stats))
+    if not args.no_plot:
+        out = plot_pack_stats(stats, args.plot or Path(args.packed) / "pack_stats.png")
+        if not args.json:
+            print(f"plot           {out}")
+    return 0
+
+
+def _pack_stats_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="contextlab data pack-stats",
         description="Diagnostics of a packed store: documents per sequence, mean retrieval similarity of "
@@ -134,21 +155,4 @@ def cmd_pack_stats(argv: list[str]) -> int:
     p.add_argument(
         "--json", action="store_true", help="print the summary as JSON (without per-sequence lists)"
     )
-    args = p.parse_args(argv)
-    if args.max_sequences < 0:
-        raise UserError(f"--max-sequences must be >= 0, got {args.max_sequences}")
-    packed = PackedStore(args.packed)
-    stats = pack_stats(packed, max_sequences=args.max_sequences, seed=args.seed)
-    if args.json:
-        print(
-            json.dumps(
-                {k: v for k, v in stats.items() if not k.endswith(("_all", "_per_sequence"))}, indent=2
-            )
-        )
-    else:
-        print(format_pack_stats(stats))
-    if not args.no_plot:
-        out = plot_pack_stats(stats, args.plot or Path(args.packed) / "pack_stats.png")
-        if not args.json:
-            print(f"plot           {out}")
-    return 0
+    return p

@@ -279,18 +279,7 @@ class Source:
                         line_text = self._decode(line, label)
                         if line_text is None:
                             continue
-                        try:
-                            record = json.loads(line_text)
-                        except json.JSONDecodeError as e:
-                            hint = (
-                                " (a JSON array? write one object per line)"
-                                if row == 0 and line_text.lstrip().startswith("[")
-                                else ""
-                            )
-                            raise UserError(
-                                f"{label} is not valid JSON ({e.msg}){hint}; "
-                                f"each line must be an object with a {tf!r} field"
-                            ) from None
+                        record = _json_line(line_text, label, row, tf)
                         text = _field(record, tf, label, "--text-field")
                         domain = _field(record, df, label, "--domain-field") if df else stem(path.name)
                         yield (
@@ -367,6 +356,20 @@ class Source:
             ": " + ", ".join(parts) if parts else ""
         )
         return f"no documents in {self.given}: {seen}; check --include/--exclude, --min-chars and the path"
+
+
+def _json_line(line: str, label: str, row: int, text_field: str) -> Any:
+    """The JSON value of one JSONL line; invalid JSON is a UserError naming the line."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        hint = (
+            " (a JSON array? write one object per line)" if row == 0 and line.lstrip().startswith("[") else ""
+        )
+        raise UserError(
+            f"{label} is not valid JSON ({e.msg}){hint}; "
+            f"each line must be an object with a {text_field!r} field"
+        ) from None
 
 
 def _field(record: Any, name: str, label: str, flag: str) -> str:

@@ -40,6 +40,21 @@ def _scatter(ax, series: dict, ce: list[float], fits: dict, title: str) -> None:
     ax.legend(fontsize=6)
 
 
+def _spectra(ax, ctx: list, spectra: np.ndarray, colors, thresholds: list[float], logx: bool) -> None:
+    """Relative eigenvalue vs index, one line per context; the dimension thresholds in grey."""
+    idx = np.arange(1, spectra.shape[1] + 1)
+    for c, rel, col in zip(ctx, spectra, colors):
+        ax.plot(idx, np.maximum(rel, 1e-12), color=col, lw=1, label=f"l={c}")
+    for t in thresholds:
+        ax.axhline(t, color="grey", lw=0.6, ls="--")
+    ax.set_yscale("log")
+    if logx:
+        ax.set_xscale("log")
+    ax.set_xlabel("eigenvalue index")
+    ax.set_ylabel("relative eigenvalue")
+    ax.set_title("PCA spectrum per visible context" + (" (log-log)" if logx else ""), fontsize=9)
+
+
 def entropy_png(
     results: dict,
     series: dict[str, list[float]],
@@ -56,18 +71,8 @@ def entropy_png(
     fits = results["fits_vs_ce"]
     colors = plt.cm.viridis(np.linspace(0, 1, len(ctx)))
     fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
-    idx = np.arange(1, spectra.shape[1] + 1)
     for ax, logx in ((axes[0, 0], False), (axes[0, 1], True)):
-        for c, rel, col in zip(ctx, spectra, colors):
-            ax.plot(idx, np.maximum(rel, 1e-12), color=col, lw=1, label=f"l={c}")
-        for t in thresholds:
-            ax.axhline(t, color="grey", lw=0.6, ls="--")
-        ax.set_yscale("log")
-        if logx:
-            ax.set_xscale("log")
-        ax.set_xlabel("eigenvalue index")
-        ax.set_ylabel("relative eigenvalue")
-        ax.set_title("PCA spectrum per visible context" + (" (log-log)" if logx else ""), fontsize=9)
+        _spectra(ax, ctx, spectra, colors, thresholds, logx)
     axes[0, 0].legend(fontsize=6, ncol=2)
     ax = axes[0, 2]
     ax.errorbar(ctx, ce, yerr=[r["ce_stderr"] for r in per], fmt="o-", ms=3, label="model")
