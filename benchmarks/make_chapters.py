@@ -18,7 +18,7 @@ import re
 import sys
 from pathlib import Path
 
-from contextlab.data.sources import find_gutenberg_body
+from contextlab.data.gutenberg import find_gutenberg_body
 
 HEADING = re.compile(
     r"^[ \t]*(chapter|book|part|letter|stave|canto|act)[ \t]+([0-9]+|[ivxlcdm]+|[a-z]+)\b[^\n]{0,60}$",

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
 import json
 import math
 from pathlib import Path
 
-from contextlab.io import atomic_write_bytes
+from contextlab.figures import pyplot, save_png
 
 
 def curves(sweep: Path) -> dict[str, list[tuple[float, float]]]:
@@ -43,11 +42,7 @@ def main() -> None:
     data = curves(args.sweep)
     if not data:
         raise SystemExit(f"{args.sweep}/results.csv has no finished runs; run the sweep first")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.0))
     for name, pts in data.items():
         x, y = zip(*pts)
@@ -63,11 +58,7 @@ def main() -> None:
     twin.set_ylabel("perplexity")
     ax.set_title(args.title or args.sweep.name)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    atomic_write_bytes(args.out, buf.getvalue())
+    save_png(fig, args.out)
     print(f"wrote {args.out}")
 
 

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from contextlab.config import dumps_toml, read_toml
+from contextlab.figures import pyplot, save_png
 
 ARMS = {
     "ep": "example packing (EP)",
@@ -344,7 +345,8 @@ def summarize(out: Path) -> str:
 
 def paired_difference(recipe: dict, out: Path, data_eval: Path, timings: dict) -> dict:
     """SPLICE minus EP loss per window (the same held-out windows for both), mean and standard error,
-    over positions before and after the pretraining context: is the gap larger than the window-to-window noise?"""
+    over positions before and after the pretraining context: is the gap larger than the
+    window-to-window noise?"""
     dest = out / "eval" / "paired.json"
     if dest.exists():
         return json.loads(dest.read_text())
@@ -380,12 +382,8 @@ def paired_difference(recipe: dict, out: Path, data_eval: Path, timings: dict) -
 
 
 def plot_buckets(res: dict, path: Path) -> None:
-    """Mean loss in each 2^i position bucket, one line per model (per-position curves are too noisy to read)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """Mean loss in each 2^i position bucket, one line per model (per-position curves are too noisy)."""
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for m, label in MODELS.items():
         bk = res[m]["contextwise"]["buckets"]
@@ -396,18 +394,12 @@ def plot_buckets(res: dict, path: Path) -> None:
     ax.set_ylabel("mean loss (nats/token)")
     ax.set_title("held-out books: loss by position bucket")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_png(fig, path, dpi=120)
 
 
 def plot_retrieval(res: dict, path: Path) -> None:
     """Needle accuracy by prompt length and key-value accuracy by gold position, one line per model."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
     for m, label in MODELS.items():
         h = res[m]["niah"]["heatmap"]
@@ -429,9 +421,7 @@ def plot_retrieval(res: dict, path: Path) -> None:
     b.set_xlabel("position of the gold pair (of 20)")
     b.set_title("key-value retrieval")
     b.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_png(fig, path, dpi=120)
 
 
 def main(argv: list[str] | None = None) -> int:

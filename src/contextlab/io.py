@@ -1,30 +1,61 @@
-"""Atomic file writes: nothing a user made is overwritten half-way.
+"""Atomic file and folder writes: nothing a user made is overwritten half-way.
 
 Every file contextlab writes goes to a temporary name in the same directory, is flushed
 and fsynced, then renamed over the target. A crash leaves either the old file or the new
 one, never a torn mix. The cost is one extra rename per file, which is nothing next to the
-data written.
+data written. Folders are built the same way: ``staged_dir`` hands out a fresh sibling
+folder and swaps it in whole when the block ends; ``open_partial`` keeps the resumable
+``OUT.partial`` folder of a long job (ingest, pack) that survives a kill.
+
+The temporary file is created with ``os.open(..., O_CREAT | O_EXCL, 0o666)``, so the kernel
+applies the process umask exactly as it does for a plain ``open()``; the umask is never read
+or changed (changing it is process-wide, and another thread could create a file meanwhile).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 import shutil
-import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from contextlab.errors import UserError
+
+_TEMP_FLAGS = (
+    os.O_WRONLY
+    | os.O_CREAT
+    | os.O_EXCL
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+
+
+def _temp_name(target: Path) -> Path:
+    return target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+
+
+def _create_temp_file(target: Path) -> tuple[int, Path]:
+    """A new, empty file beside ``target`` (mode 0o666 less the umask, as ``open()`` gives)."""
+    for _ in range(100):
+        tmp = _temp_name(target)
+        try:
+            return os.open(tmp, _TEMP_FLAGS, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {target}")
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (temp file in the same directory, then rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _create_temp_file(path)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600 files; give the usual permissions
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -37,12 +68,6 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             pass
         raise
     fsync_dir(path.parent)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -86,3 +111,72 @@ def replace_dir(src: str | os.PathLike, dst: str | os.PathLike, *, overwrite: bo
     else:
         os.replace(src, dst)
     fsync_dir(dst.parent)
+
+
+@contextlib.contextmanager
+def staged_dir(out: str | os.PathLike, *, overwrite: bool, what: str = "folder") -> Iterator[Path]:
+    """A new empty folder beside ``out`` to write into; it replaces ``out`` when the block ends.
+
+    An ``out`` that exists and is not an empty folder is refused up front unless
+    ``overwrite`` (``what`` names it in the message). If the block raises, the staged folder
+    is deleted and ``out`` is left as it was. The folder gets the mode ``mkdir`` gives.
+    """
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
+        raise UserError(
+            f"{what} {out} already exists and is not empty; choose another folder or pass overwrite"
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(100):
+        tmp = _temp_name(out)
+        try:
+            tmp.mkdir()
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"no free temporary name beside {out}")
+    try:
+        yield tmp
+        replace_dir(tmp, out, overwrite=True)  # checked above; the old folder is swapped out whole
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def partial_dir(out: str | os.PathLike) -> Path:
+    """Where a resumable job writing ``out`` keeps its unfinished work: ``OUT.partial``."""
+    out = Path(out)
+    return out.with_name(out.name + ".partial")
+
+
+def open_partial(
+    out: str | os.PathLike,
+    fresh: dict,
+    *,
+    overwrite: bool,
+    has_work: Callable[[Path, dict | None], bool],
+    what: str,
+) -> tuple[Path, dict]:
+    """Open ``OUT.partial`` for a resumable job: (its path, its progress record).
+
+    ``progress.json`` in the folder holds the job's record. A record with the fingerprint
+    of ``fresh`` is resumed as it is. Any other folder is deleted and started afresh with
+    ``fresh`` as its record, except that one where ``has_work(folder, old_record)`` is true
+    is refused unless ``overwrite`` (``what`` describes it: "ingest of a different source").
+    """
+    partial = partial_dir(out)
+    record_file = partial / "progress.json"
+    if partial.exists():
+        try:
+            record = json.loads(record_file.read_text())
+        except (OSError, ValueError):
+            record = None
+        if isinstance(record, dict) and record.get("fingerprint") == fresh["fingerprint"]:
+            return partial, record
+        if has_work(partial, record if isinstance(record, dict) else None) and not overwrite:
+            raise UserError(f"{partial} holds an unfinished {what}; delete it or pass --overwrite")
+        shutil.rmtree(partial)
+    partial.mkdir(parents=True)
+    atomic_write_json(record_file, fresh)
+    return partial, fresh

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from contextlab.data.sources import SourceOptions, find_gutenberg_body, open_source
+from contextlab.data.gutenberg import find_gutenberg_body
+from contextlab.data.sources import SourceOptions, open_source
 from contextlab.errors import UserError
 from tests.conftest import FIXTURES, read_gz_text
 

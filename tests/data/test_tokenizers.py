@@ -18,6 +18,7 @@ from tiktoken_ext.openai_public import r50k_pat_str
 
 from contextlab.corpus import books_dir
 from contextlab.data import tokenizers as T
+from contextlab.data.tokenizer_base import bytes_to_unicode
 from contextlab.errors import UserError
 from tests.conftest import GPT2_DIR, WIKI_TEST, read_gz_text, shakespeare
 
@@ -380,7 +381,7 @@ def test_increasing_merge_ids_alone_do_not_make_tiktoken_exact():
     """Merges b+c, a+b, c+d, ab+cd have increasing ids, yet HF BPEs "abcd" as a|bc|d, tiktoken as abcd."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-    vocab = {c: b for b, c in T._bytes_to_unicode().items()} | {"bc": 256, "ab": 257, "cd": 258, "abcd": 259}
+    vocab = {c: b for b, c in bytes_to_unicode().items()} | {"bc": 256, "ab": 257, "cd": 258, "abcd": 259}
     tok = Tokenizer(models.BPE(vocab, [("b", "c"), ("a", "b"), ("c", "d"), ("ab", "cd")]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()

@@ -12,14 +12,35 @@ from contextlab.errors import UserError
 
 
 def cmd_pack(argv: list[str]) -> int:
-    """Pack a token store into training sequences (ep, ep-domain, splice, icp)."""
-    from contextlab.data.packing import PackConfig, pack
+    """Pack a token store into training sequences with one of the packing methods."""
+    from contextlab.data.packing import pack
+
+    args = _pack_parser().parse_args(argv)
+    config = _pack_config(args)
+    only = _only_shards(args.only_shards)
+    if args.workers < 1:
+        raise UserError(f"--workers must be >= 1, got {args.workers}")
+    report = pack(
+        args.store,
+        args.out,
+        config,
+        overwrite=args.overwrite,
+        workers=args.workers,
+        only_shards=only,
+        progress=not args.no_progress,
+    )
+    print(_pack_summary(report, config, args))
+    return 0
+
+
+def _pack_parser() -> argparse.ArgumentParser:
+    from contextlab.data.packing import PACKERS, PackConfig
 
     p = argparse.ArgumentParser(
         prog="contextlab data pack",
-        description="Write a packed store (document order + sequence boundaries, no token copies) from STORE. "
-        "Deterministic from --seed; sharded (--shards, --workers); resumes where it stopped if killed "
-        "(run the same command again).",
+        description="Write a packed store (document order + sequence boundaries, no token copies) from "
+        f"STORE with one of the methods {', '.join(PACKERS)} (see --method). Deterministic from --seed; "
+        "sharded (--shards, --workers); resumes where it stopped if killed (run the same command again).",
     )
     p.add_argument("store", help="a token store directory (from `contextlab data ingest`)")
     p.add_argument("--out", required=True, help="the packed store directory to create")
@@ -45,50 +66,47 @@ def cmd_pack(argv: list[str]) -> int:
     )
     p.add_argument("--no-progress", action="store_true", help="print nothing while packing")
     add_dataclass_args(p, PackConfig)
-    args = p.parse_args(argv)
+    return p
+
+
+def _pack_config(args: argparse.Namespace):
+    """The PackConfig of a TOML file, then --set overrides, then the flags given."""
+    from contextlab.data.packing import PackConfig
 
     data = apply_overrides(read_toml(args.config) if args.config else {}, args.set)
     for f in dataclasses.fields(PackConfig):
         if getattr(args, f.name, None) is not None:
             data[f.name] = getattr(args, f.name)
-    config = from_dict(PackConfig, data)
-    only = None
-    if args.only_shards:
-        try:
-            only = [int(x) for x in args.only_shards.split(",") if x.strip()]
-        except ValueError:
-            raise UserError(
-                f"--only-shards expects comma-separated integers, got {args.only_shards!r}"
-            ) from None
-    if args.workers < 1:
-        raise UserError(f"--workers must be >= 1, got {args.workers}")
-    report = pack(
-        args.store,
-        args.out,
-        config,
-        overwrite=args.overwrite,
-        workers=args.workers,
-        only_shards=only,
-        progress=not args.no_progress,
-    )
+    return from_dict(PackConfig, data)
+
+
+def _only_shards(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--only-shards expects comma-separated integers, got {text!r}") from None
+
+
+def _pack_summary(report, config, args: argparse.Namespace) -> str:
     if report.packed is None:
-        print(
+        return (
             f"packed shard(s) {args.only_shards} into {Path(args.out).name}.partial "
-            f"({report.shards_packed} new, {report.shards_resumed} already there); run without --only-shards to assemble"
+            f"({report.shards_packed} new, {report.shards_resumed} already there); "
+            "run without --only-shards to assemble"
         )
-        return 0
     pk = report.packed
     if report.up_to_date:
-        print(f"{pk.path} is up to date ({pk.n_sequences:,} sequences); nothing to do")
-        return 0
+        return f"{pk.path} is up to date ({pk.n_sequences:,} sequences); nothing to do"
     m = pk.meta
-    print(
+    return (
         f"wrote {pk.path}: {config.method}, {pk.n_sequences:,} sequences of {config.seq_len:,} tokens "
-        f"({m['n_full_sequences']:,} full), {pk.n_entries:,} entries from {m['store']['n_docs']:,} documents "
-        f"in {report.seconds:,.1f} s ({m['store']['n_docs'] / max(report.seconds, 1e-9):,.0f} docs/s); "
+        f"({m['n_full_sequences']:,} full), {pk.n_entries:,} entries from {m['store']['n_docs']:,} "
+        f"documents in {report.seconds:,.1f} s "
+        f"({m['store']['n_docs'] / max(report.seconds, 1e-9):,.0f} docs/s); "
         f"largest shard index {m['index_bytes_max'] / 2**20:,.1f} MiB"
     )
-    return 0
 
 
 def cmd_pack_stats(argv: list[str]) -> int:
@@ -96,6 +114,27 @@ def cmd_pack_stats(argv: list[str]) -> int:
     from contextlab.data.packing import PackedStore, pack_stats
     from contextlab.data.packing.stats import format_pack_stats, plot_pack_stats
 
+    args = _pack_stats_parser().parse_args(argv)
+    if args.max_sequences < 0:
+        raise UserError(f"--max-sequences must be >= 0, got {args.max_sequences}")
+    packed = PackedStore(args.packed)
+    stats = pack_stats(packed, max_sequences=args.max_sequences, seed=args.seed)
+    if args.json:
+        print(
+            json.dumps(
+                {k: v for k, v in stats.items() if not k.endswith(("_all", "_per_sequence"))}, indent=2
+            )
+        )
+    else:
+        print(format_pack_stats(stats))
+    if not args.no_plot:
+        out = plot_pack_stats(stats, args.plot or Path(args.packed) / "pack_stats.png")
+        if not args.json:
+            print(f"plot           {out}")
+    return 0
+
+
+def _pack_stats_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="contextlab data pack-stats",
         description="Diagnostics of a packed store: documents per sequence, mean retrieval similarity of "
@@ -116,21 +155,4 @@ def cmd_pack_stats(argv: list[str]) -> int:
     p.add_argument(
         "--json", action="store_true", help="print the summary as JSON (without per-sequence lists)"
     )
-    args = p.parse_args(argv)
-    if args.max_sequences < 0:
-        raise UserError(f"--max-sequences must be >= 0, got {args.max_sequences}")
-    packed = PackedStore(args.packed)
-    stats = pack_stats(packed, max_sequences=args.max_sequences, seed=args.seed)
-    if args.json:
-        print(
-            json.dumps(
-                {k: v for k, v in stats.items() if not k.endswith(("_all", "_per_sequence"))}, indent=2
-            )
-        )
-    else:
-        print(format_pack_stats(stats))
-    if not args.no_plot:
-        out = plot_pack_stats(stats, args.plot or Path(args.packed) / "pack_stats.png")
-        if not args.json:
-            print(f"plot           {out}")
-    return 0
+    return p

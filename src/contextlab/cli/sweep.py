@@ -3,19 +3,39 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from contextlab.errors import UserError
 
 
 def cmd_sweep(argv: list[str]) -> int:
     """Run a sweep (grid of runs + evaluations), resumable; then the compute-optimal analysis."""
-    from contextlab.sweep.compute_optimal import compute_optimal
     from contextlab.sweep.grid import load_sweep, run_sweep
 
+    args = _parser().parse_args(argv)
+    if args.dry_run:
+        from contextlab.sweep.grid import status
+
+        section, runs = load_sweep(args.sweep, args.set)
+        for run in runs:
+            print(f"{status(run)['status']:<8} {run.name}")
+        print(f"{len(runs)} runs in {section.out_dir}")
+        return 0
+    results = run_sweep(args.sweep, args.set, only=args.only)
+    print(f"results: {results}")
+    if not args.no_analysis:
+        section, _ = load_sweep(args.sweep, args.set)
+        _analysis(results.parent, section)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="contextlab sweep",
         description=(
-            "Run every point of a sweep file's [grid] as an independent training run (then its evaluations), "
-            "N at a time; finished runs are skipped when started again, failures are recorded and retried. "
-            "Writes OUT/results.csv, then compute_optimal.json and U-curve plots."
+            "Run every point of a sweep file's [grid] as an independent training run (then its "
+            "evaluations), N at a time; finished runs are skipped when started again, failures are "
+            "recorded and retried. Writes OUT/results.csv, then compute_optimal.json and U-curve plots."
         ),
     )
     p.add_argument("sweep", help="a sweep TOML file with [sweep], [base] and [grid] tables (see recipes/)")
@@ -29,34 +49,27 @@ def cmd_sweep(argv: list[str]) -> int:
     p.add_argument("--only", help="run only the runs whose name matches this regular expression")
     p.add_argument("--dry-run", action="store_true", help="list the runs and their status, run nothing")
     p.add_argument("--no-analysis", action="store_true", help="skip the compute-optimal analysis")
-    args = p.parse_args(argv)
-    if args.dry_run:
-        from contextlab.sweep.grid import status
+    return p
 
-        section, runs = load_sweep(args.sweep, args.set)
-        for run in runs:
-            print(f"{status(run)['status']:<8} {run.name}")
-        print(f"{len(runs)} runs in {section.out_dir}")
-        return 0
-    results = run_sweep(args.sweep, args.set, only=args.only)
-    print(f"results: {results}")
-    if not args.no_analysis:
-        section, _ = load_sweep(args.sweep, args.set)
-        try:
-            res = compute_optimal(
-                results.parent,
-                budget_key=section.analysis_axis or None,
-                metric=section.analysis_metric or None,
-                window=max(1, section.analysis_window),
-            )
-        except Exception as exc:  # the analysis needs a context axis; a sweep may not have one
-            print(f"compute-optimal analysis skipped: {exc}")
-            return 0
-        for b, opt in res["optimal"].items():
-            best = opt["best"]
-            print(
-                f"{res['budget_key'] or 'budget'} {float(b):.3g}: best {best['size']} at context {best['context']} "
-                f"({res['metric']} {best['loss']:.4f})"
-            )
-        print("plots: " + ", ".join(res["plots"]))
-    return 0
+
+def _analysis(sweep_dir: Path, section) -> None:
+    """The compute-optimal analysis, or the one line saying why this sweep has none."""
+    from contextlab.sweep.compute_optimal import compute_optimal
+
+    try:
+        res = compute_optimal(
+            sweep_dir,
+            budget_key=section.analysis_axis or None,
+            metric=section.analysis_metric or None,
+            window=max(1, section.analysis_window),
+        )
+    except UserError as exc:  # e.g. no context axis in the grid, or no finished run
+        print(f"compute-optimal analysis skipped: {exc}")
+        return
+    for b, opt in res["optimal"].items():
+        best = opt["best"]
+        print(
+            f"{res['budget_key'] or 'budget'} {float(b):.3g}: best {best['size']} "
+            f"at context {best['context']} ({res['metric']} {best['loss']:.4f})"
+        )
+    print("plots: " + ", ".join(res["plots"]))

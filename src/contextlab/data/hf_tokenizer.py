@@ -17,21 +17,21 @@ from typing import Any
 
 import numpy as np
 
-from contextlab.data.tokenizers import (
-    _BYTE_CHARS,
+from contextlab.data.tokenizer_base import (
+    BYTE_CHARS,
     EOT,
     GPT2_PATTERN,
     N_THREADS,
     Tokenizer,
-    _to_array,
     gpt2_regex_cuts,
+    ids_to_array,
 )
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_text
 
 
 class HFTokenizer(Tokenizer):
-    """Any Hugging Face ``tokenizers.Tokenizer`` (takes it over: special tokens become plain text in ``encode``).
+    """Any Hugging Face ``tokenizers.Tokenizer``, taken over: special tokens are plain text in ``encode``.
 
     ``engine`` is "tiktoken" when tiktoken gives the same ids (a plain byte-level BPE), else "hf".
     """
@@ -39,7 +39,7 @@ class HFTokenizer(Tokenizer):
     kind = "hf"
 
     def __init__(self, tok: Any, name: str, *, engine: str = "auto") -> None:
-        """``engine``: "auto" encodes with tiktoken when that is exact (see ``_tiktoken_twin``), "hf" never does."""
+        """``engine``: "auto" encodes with tiktoken when exact (see ``_tiktoken_twin``), "hf" never does."""
         if engine not in ("auto", "hf"):
             raise ValueError(f"engine must be 'auto' or 'hf', not {engine!r}")
         tok.encode_special_tokens = True  # not saved in tokenizer.json: set on every load
@@ -83,8 +83,8 @@ class HFTokenizer(Tokenizer):
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
         if self._tt is not None:
-            return [_to_array(ids) for ids in self._tt.encode_ordinary_batch(texts, num_threads=N_THREADS)]
-        return [_to_array(e.ids) for e in self._tok.encode_batch_fast(texts, add_special_tokens=False)]
+            return [ids_to_array(ids) for ids in self._tt.encode_ordinary_batch(texts, num_threads=N_THREADS)]
+        return [ids_to_array(e.ids) for e in self._tok.encode_batch_fast(texts, add_special_tokens=False)]
 
     def cut_points(self, text: str, size: int) -> list[int]:
         return gpt2_regex_cuts(text, size) if self._tt is not None else []
@@ -192,9 +192,9 @@ def _ranks_following_merges(
     model = obj["model"]
     special_ids = set(specials.values())
     plain = {t: i for t, i in model["vocab"].items() if i not in special_ids}
-    if not set(map(ord, "".join(plain))) <= _BYTE_CHARS.keys():
+    if not set(map(ord, "".join(plain))) <= BYTE_CHARS.keys():
         return None, "the vocabulary has tokens that are not byte-level strings"
-    ranks = {t.translate(_BYTE_CHARS).encode("latin-1"): i for t, i in plain.items()}
+    ranks = {t.translate(BYTE_CHARS).encode("latin-1"): i for t, i in plain.items()}
     if len(ranks) != 256 + len(model["merges"]) or any(bytes([b]) not in ranks for b in range(256)):
         return None, "the vocabulary is not the 256 bytes plus one distinct token per merge"
     if model.get("ignore_merges"):  # (2) must be checked with the merges, not by a vocab lookup
@@ -206,7 +206,8 @@ def _ranks_following_merges(
         if not (last < i and plain.get(a, i) < i and plain.get(b, i) < i):
             return (
                 None,
-                f"merge {n} '{a} {b}' does not make a new token with an id above its parts' and the last merge's",
+                f"merge {n} '{a} {b}' does not make a new token with an id above its parts' "
+                "and the last merge's",
             )
         if [t.id for t in hf_model.tokenize(a + b)] != [i]:
             return None, f"merge {n} '{a} {b}': HF's own BPE does not turn {a + b!r} back into that token"

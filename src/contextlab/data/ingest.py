@@ -42,7 +42,7 @@ from contextlab.data.store import (
 )
 from contextlab.data.tokenizers import N_THREADS, Tokenizer, load_saved_tokenizer, load_tokenizer
 from contextlab.errors import UserError
-from contextlab.io import atomic_write_json
+from contextlab.io import atomic_write_json, open_partial
 
 TOKENIZER_SPECS = "byte | gpt2:DIR | hf:PATH | bpe:N | store:STORE"
 
@@ -109,8 +109,13 @@ def ingest(
         done = _existing_output(out, fingerprint, overwrite)
         if done is not None:
             return done
-    partial = out.with_name(out.name + ".partial")
-    record = _open_partial(partial, fingerprint, overwrite)
+    partial, record = open_partial(
+        out,
+        _fresh_record(fingerprint),
+        overwrite=overwrite,
+        has_work=lambda _, old: old is not None and int(old.get("source_pos", 0)) > 0,
+        what="ingest of a different source or config",
+    )
     start = time.perf_counter()
 
     tokenizer = _partial_tokenizer(partial, record, config, src)
@@ -203,33 +208,15 @@ def _existing_output(out: Path, fingerprint: str, overwrite: bool) -> IngestRepo
     return None
 
 
-def _open_partial(partial: Path, fingerprint: str, overwrite: bool) -> dict:
-    fresh = {
+def _fresh_record(fingerprint: str) -> dict:
+    """The progress record of an ingest that has stored nothing yet."""
+    return {
         "fingerprint": fingerprint,
         "source_pos": 0,
         "writer": vars(WriterState()),
         "counts": {"skipped_short": 0, "skipped_long": 0},
         "tokenizer_saved": False,
     }
-    record_file = partial / "progress.json"
-    if partial.exists():
-        record = None
-        if record_file.is_file():
-            try:
-                record = json.loads(record_file.read_text())
-            except ValueError:
-                record = None
-        if record is not None and record.get("fingerprint") == fingerprint:
-            return record
-        if record is not None and int(record.get("source_pos", 0)) > 0 and not overwrite:
-            raise UserError(
-                f"{partial} holds an unfinished ingest of a different source or config; "
-                f"delete it or pass --overwrite"
-            )
-        shutil.rmtree(partial)  # no document was committed there, or the user asked to overwrite
-    partial.mkdir(parents=True)
-    atomic_write_json(record_file, fresh)
-    return fresh
 
 
 def _partial_tokenizer(partial: Path, record: dict, config: IngestConfig, src) -> Tokenizer:

@@ -31,28 +31,27 @@ import dataclasses
 import gzip
 import hashlib
 import json
-import os
-import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from contextlab.config import opt
+from contextlab.data.gutenberg import find_gutenberg_body
+from contextlab.data.source_files import (
+    JSONL_SUFFIXES,
+    hf_arrow_files,
+    open_bytes,
+    read_text_bytes,
+    record_batches,
+    stem,
+    walk,
+)
 from contextlab.errors import UserError
 
 FORMAT = "contextlab.sources/1"
-BINARY_PROBE = 8192  # bytes inspected for a NUL byte
-_JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz")
 _GUTENBERG_CHOICES = ("auto", "yes", "no")
 _ENCODINGS = ("strict", "replace", "skip", "latin-1")
-# The literal "***" prefix (case-sensitive) keeps re's fast literal scan; the rest ignores case.
-_PG_START = re.compile(
-    r"\*\*\*[ \t]*(?i:START OF (?:THE|THIS) PROJECT GUTENBERG E-?(?:BOOK|TEXT))"
-    r"(?:[^*\r\n]*(?:\r\n|\r|\n)?[^*\r\n]*\*\*\*)?"  # title, may wrap once, up to the closing ***
-    r"[^\r\n]*(?:\r\n|\r|\n|\Z)"
-)
-_PG_END = re.compile(r"\*\*\*[ \t]*(?i:END OF (?:THE|THIS) PROJECT GUTENBERG E-?(?:BOOK|TEXT))")
 
 
 @dataclass
@@ -89,7 +88,8 @@ class SourceOptions:
     def __post_init__(self) -> None:
         if self.strip_gutenberg not in _GUTENBERG_CHOICES:
             raise UserError(
-                f"unknown strip_gutenberg {self.strip_gutenberg!r}; use one of {', '.join(_GUTENBERG_CHOICES)}"
+                f"unknown strip_gutenberg {self.strip_gutenberg!r}; "
+                f"use one of {', '.join(_GUTENBERG_CHOICES)}"
             )
         if self.encoding not in _ENCODINGS:
             raise UserError(f"unknown encoding policy {self.encoding!r}; use one of {', '.join(_ENCODINGS)}")
@@ -124,197 +124,22 @@ class SourceStats:
             setattr(self, f.name, 0)
 
 
-def find_gutenberg_body(text: str) -> tuple[int, int] | None:
-    """Return ``(start, end)`` of a Project Gutenberg body, or None if a marker is missing.
-
-    The body runs from the line after the START marker (which may wrap onto a second line
-    before its closing ``***``) to the start of the line holding the END marker.
-    """
-    start = _line_start_match(_PG_START, text, 0)
-    if start is None:
-        return None
-    end = _line_start_match(_PG_END, text, start.end())
-    if end is None:
-        return None
-    return start.end(), _line_start(text, end.start())
-
-
-def _line_start(text: str, pos: int) -> int:
-    return max(text.rfind("\n", 0, pos), text.rfind("\r", 0, pos)) + 1
-
-
-def _line_start_match(rx: re.Pattern, text: str, pos: int) -> re.Match | None:
-    """First match of ``rx`` at or after ``pos`` preceded on its line only by spaces/tabs."""
-    while (m := rx.search(text, pos)) is not None:
-        if not text[_line_start(text, m.start()) : m.start()].strip(" \t"):
-            return m
-        pos = m.start() + 1
-    return None
-
-
-def _globs_regex(patterns: list[str]) -> re.Pattern:
-    """One regex matching a relative posix path against any of ``patterns``."""
-    return re.compile("|".join(f"(?:{_glob_regex(p)})" for p in patterns), re.S)
-
-
-def _glob_regex(pattern: str) -> str:
-    """Translate a glob into a regex string: ``**/`` = any directories, ``*`` and ``?`` stay inside one path part.
-
-    A pattern without ``/`` matches the file name at any depth (``*.py``); a trailing ``/``
-    means everything below (``docs/`` = ``docs/**``).
-    """
-    pat = pattern.strip()
-    if pat.endswith("/"):
-        pat += "**"
-    pat = pat.lstrip("/") if "/" in pat.rstrip("/") else "**/" + pat
-    out, i = [], 0
-    while i < len(pat):
-        if pat.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pat.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pat[i] in "*?":
-            out.append("[^/]*" if pat[i] == "*" else "[^/]")
-            i += 1
-        elif pat[i] == "[" and (j := pat.find("]", i + 2)) != -1:
-            body = pat[i + 1 : j]
-            out.append("[" + ("^" + body[1:] if body[0] == "!" else body).replace("\\", "\\\\") + "]")
-            i = j + 1
-        else:
-            out.append(re.escape(pat[i]))
-            i += 1
-    return "".join(out) + r"\Z"
-
-
-def _walk(root: Path, options: SourceOptions) -> tuple[list[tuple[str, Path]], int, int]:
-    """Files under ``root`` as sorted ``(relative posix path, path)``; also n excluded, n symlinks."""
-    include = _globs_regex(options.include) if options.include else None
-    exclude = _globs_regex(options.exclude) if options.exclude else None
-    real_root = root.resolve()
-    files: list[tuple[str, str]] = []
-    excluded = links = 0
-    stack = [(str(root), "")]
-    while stack:
-        folder, prefix = stack.pop()
-        try:
-            entries = list(os.scandir(folder))
-        except OSError as e:
-            raise UserError(f"cannot list {folder}: {e.strerror}; check the permissions") from None
-        for entry in entries:
-            if entry.name.startswith("."):
-                continue
-            rel = prefix + entry.name
-            if entry.is_symlink():
-                target = Path(entry.path).resolve()
-                if not target.is_file() or not target.is_relative_to(real_root):
-                    links += 1
-                    continue
-            elif entry.is_dir():
-                stack.append((entry.path, rel + "/"))
-                continue
-            elif not entry.is_file():
-                continue
-            if (include and not include.match(rel)) or (exclude and exclude.match(rel)):
-                excluded += 1
-            else:
-                files.append((rel, entry.path))
-    files.sort()
-    return [(rel, Path(path)) for rel, path in files], excluded, links
-
-
-def _open_bytes(path: Path):
-    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
-
-
-def _read_text_bytes(path: Path, head_only: bool = False) -> tuple[bytes, bool]:
-    """The (decompressed) bytes of ``path`` and whether it is binary (then only the head)."""
-    try:
-        with _open_bytes(path) as f:
-            head = f.read(BINARY_PROBE)
-            if b"\0" in head or head_only:
-                return head, b"\0" in head
-            return head + f.read(), False
-    except (gzip.BadGzipFile, EOFError) as e:
-        raise UserError(f"{path} is not a valid gzip file ({e}); fix or remove it") from None
-
-
 def _detect(path: Path, options: SourceOptions) -> str:
     """The kind of source at ``path``, from its name or the files it holds."""
     if path.is_file():
         name = path.name.lower()
         if name.endswith(".parquet"):
             return "parquet"
-        return "jsonl" if name.endswith(_JSONL_SUFFIXES) else "file"
+        return "jsonl" if name.endswith(JSONL_SUFFIXES) else "file"
     saved = (path / "state.json").is_file() or (path / "dataset_info.json").is_file()
     if (path / "dataset_dict.json").is_file() or (saved and any(path.glob("*.arrow"))):
         return "hf-dataset"
-    names = [rel.lower() for rel, _ in _walk(path, options)[0]]
+    names = [rel.lower() for rel, _ in walk(path, options.include, options.exclude)[0]]
     if names and all(n.endswith(".parquet") for n in names):
         return "parquet"
-    if names and all(n.endswith(_JSONL_SUFFIXES) for n in names):
+    if names and all(n.endswith(JSONL_SUFFIXES) for n in names):
         return "jsonl"
     return "folder"
-
-
-def _hf_arrow_files(path: Path) -> list[tuple[str, Path]]:
-    """The Arrow files of a saved ``Dataset`` (a ``DatasetDict`` gives its train split)."""
-    if (path / "dataset_dict.json").is_file():
-        splits = json.loads((path / "dataset_dict.json").read_text()).get("splits", [])
-        if "train" not in splits:
-            raise UserError(
-                f"{path} has no 'train' split (splits: {', '.join(splits)}); pass {path}/SPLIT as SOURCE"
-            )
-        return [("train/" + rel, p) for rel, p in _hf_arrow_files(path / "train")]
-    state = path / "state.json"
-    if state.is_file():
-        names = [f["filename"] for f in json.loads(state.read_text()).get("_data_files", [])]
-    else:
-        names = sorted(p.name for p in path.glob("*.arrow"))
-    missing = [n for n in names if not (path / n).is_file()]
-    if missing or not names:
-        raise UserError(
-            f"{path} is an incomplete Hugging Face dataset (missing {missing or '*.arrow'}); save it again with save_to_disk"
-        )
-    return [(n, path / n) for n in names]
-
-
-def _record_batches(
-    path: Path, arrow: bool, columns: list[str], check: Callable[[Path, Any], None]
-) -> Iterator[Any]:
-    """Record batches of an Arrow IPC file (stream format, else file format) or of a Parquet
-    file (only ``columns``, 256 rows at a time), memory-mapped; ``check`` sees the schema first."""
-    import pyarrow as pa
-    import pyarrow.ipc as ipc
-    import pyarrow.parquet as pq
-
-    what = "Arrow" if arrow else "Parquet"
-    try:
-        if not arrow:
-            with pq.ParquetFile(path, memory_map=True) as pf:
-                check(path, pf.schema_arrow)
-                yield from pf.iter_batches(batch_size=256, columns=columns)
-            return
-        with pa.memory_map(str(path)) as source:
-            try:
-                reader = ipc.open_stream(source)
-                batches: Iterable[Any] = reader
-            except pa.ArrowInvalid:
-                source.seek(0)
-                reader = ipc.open_file(source)
-                batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
-            check(path, reader.schema)
-            yield from batches
-    except (pa.ArrowInvalid, OSError) as e:
-        raise UserError(
-            f"{path} is not a readable {what} file ({str(e).splitlines()[0]}); fix or remove it"
-        ) from None
-
-
-def _stem(name: str) -> str:
-    """A file name without its format suffixes: ``wiki.jsonl.gz`` -> ``wiki``."""
-    return re.sub(r"(\.jsonl|\.json|\.parquet|\.arrow)?(\.gz)?\Z", "", name, flags=re.I)
 
 
 class Source:
@@ -329,10 +154,11 @@ class Source:
         self.kind = _detect(self.path, self.options)
         self.stats = SourceStats()
         if self.kind == "hf-dataset":
-            _hf_arrow_files(self.path)  # fail early on a missing split
-        if self.kind == "file" and _read_text_bytes(self.path, head_only=True)[1]:
+            hf_arrow_files(self.path)  # fail early on a missing split
+        if self.kind == "file" and read_text_bytes(self.path, head_only=True)[1]:
             raise UserError(
-                f"SOURCE is not a text file (NUL byte in its first 8 KiB): {self.given}; pass a text file, a folder, JSONL or Parquet"
+                f"SOURCE is not a text file (NUL byte in its first 8 KiB): {self.given}; "
+                "pass a text file, a folder, JSONL or Parquet"
             )
 
     def describe(self) -> dict:
@@ -357,10 +183,10 @@ class Source:
 
     def _files(self) -> tuple[list[tuple[str, Path]], int, int]:
         if self.kind == "hf-dataset":
-            return _hf_arrow_files(self.path), 0, 0
+            return hf_arrow_files(self.path), 0, 0
         if self.path.is_file():
             return [(self.path.name, self.path)], 0, 0
-        return _walk(self.path, self.options)
+        return walk(self.path, self.options.include, self.options.exclude)
 
     def __iter__(self) -> Iterator[Document]:
         self.stats.reset()
@@ -389,7 +215,8 @@ class Source:
                 st.gutenberg_stripped += 1
             elif opts.strip_gutenberg == "yes":
                 raise UserError(
-                    f"no Project Gutenberg START/END markers in {meta['id']} of {self.given}; use --strip-gutenberg auto or no"
+                    f"no Project Gutenberg START/END markers in {meta['id']} of {self.given}; "
+                    "use --strip-gutenberg auto or no"
                 )
         n = len(text)
         if n and (text[0].isspace() or text[-1].isspace()):
@@ -410,7 +237,8 @@ class Source:
         except UnicodeDecodeError as e:
             if self.options.encoding == "strict":
                 raise UserError(
-                    f"{label} is not valid UTF-8 (byte offset {e.start}); use --encoding replace (or skip, latin-1)"
+                    f"{label} is not valid UTF-8 (byte offset {e.start}); "
+                    "use --encoding replace (or skip, latin-1)"
                 ) from None
         st = self.stats
         if self.options.encoding == "latin-1":
@@ -426,7 +254,7 @@ class Source:
     def _text_rows(self, files: list[tuple[str, Path]]) -> Iterator[tuple[str, dict]]:
         for rel, path in files:
             self.stats.files_seen += 1
-            data, binary = _read_text_bytes(path)
+            data, binary = read_text_bytes(path)
             self.stats.bytes_read += len(data)
             if binary:
                 self.stats.skipped_binary += 1
@@ -441,7 +269,7 @@ class Source:
         for rel, path in files:
             self.stats.files_seen += 1
             try:
-                with _open_bytes(path) as f:
+                with open_bytes(path) as f:
                     for row, line in enumerate(f):
                         self.stats.bytes_read += len(line)
                         if not line.strip():
@@ -451,19 +279,9 @@ class Source:
                         line_text = self._decode(line, label)
                         if line_text is None:
                             continue
-                        try:
-                            record = json.loads(line_text)
-                        except json.JSONDecodeError as e:
-                            hint = (
-                                " (a JSON array? write one object per line)"
-                                if row == 0 and line_text.lstrip().startswith("[")
-                                else ""
-                            )
-                            raise UserError(
-                                f"{label} is not valid JSON ({e.msg}){hint}; each line must be an object with a {tf!r} field"
-                            ) from None
+                        record = _json_line(line_text, label, row, tf)
                         text = _field(record, tf, label, "--text-field")
-                        domain = _field(record, df, label, "--domain-field") if df else _stem(path.name)
+                        domain = _field(record, df, label, "--domain-field") if df else stem(path.name)
                         yield (
                             text,
                             {
@@ -500,8 +318,8 @@ class Source:
         for rel, path in files:
             self.stats.files_seen += 1
             row = row if hf else 0  # a saved HF dataset numbers rows across its shards
-            default_domain = name if hf else _stem(path.name)
-            for batch in _record_batches(path, hf, [tf] + ([df] if df and df != tf else []), check):
+            default_domain = name if hf else stem(path.name)
+            for batch in record_batches(path, hf, [tf] + ([df] if df and df != tf else []), check):
                 column = batch.column(tf)
                 self.stats.bytes_read += pc.sum(pc.binary_length(column)).as_py() or 0
                 texts = column.to_pylist()
@@ -538,6 +356,20 @@ class Source:
             ": " + ", ".join(parts) if parts else ""
         )
         return f"no documents in {self.given}: {seen}; check --include/--exclude, --min-chars and the path"
+
+
+def _json_line(line: str, label: str, row: int, text_field: str) -> Any:
+    """The JSON value of one JSONL line; invalid JSON is a UserError naming the line."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        hint = (
+            " (a JSON array? write one object per line)" if row == 0 and line.lstrip().startswith("[") else ""
+        )
+        raise UserError(
+            f"{label} is not valid JSON ({e.msg}){hint}; "
+            f"each line must be an object with a {text_field!r} field"
+        ) from None
 
 
 def _field(record: Any, name: str, label: str, flag: str) -> str:

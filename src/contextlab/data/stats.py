@@ -58,7 +58,8 @@ def format_summary(s: dict) -> str:
     lines = [
         f"store      {s['path']}",
         f"documents  {s['n_docs']:,}    tokens {s['n_tokens']:,}    dtype {s['dtype']}",
-        f"tokenizer  {tok['name']} ({tok['kind']}, vocab {tok['vocab_size']:,}, hash {str(tok['hash'])[:12]})",
+        f"tokenizer  {tok['name']} ({tok['kind']}, vocab {tok['vocab_size']:,}, "
+        f"hash {str(tok['hash'])[:12]})",
         f"source     {s['source'].get('kind', '?')} {s['source'].get('path', '')}",
     ]
     if s.get("length_percentiles"):
@@ -89,15 +90,9 @@ def format_summary(s: dict) -> str:
 
 def plot_length_histogram(store: TokenStore, out: str | Path) -> Path:
     """Histogram of document lengths on log-spaced bins, written as a PNG (atomically)."""
-    import matplotlib
+    from contextlab.figures import pyplot, save_png
 
-    matplotlib.use("Agg")
-    import io
-
-    import matplotlib.pyplot as plt
-
-    from contextlab.io import atomic_write_bytes
-
+    plt = pyplot()
     lens = store.lengths()
     lens = lens[lens > 0]
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -116,10 +111,4 @@ def plot_length_histogram(store: TokenStore, out: str | Path) -> Path:
     ax.set_xlabel("document length (tokens, log scale)")
     ax.set_ylabel("documents")
     ax.set_title(f"{store.path.name}: {store.n_docs:,} documents, {store.n_tokens:,} tokens")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
-    plt.close(fig)
-    out = Path(out)
-    atomic_write_bytes(out, buf.getvalue())
-    return out
+    return save_png(fig, out, dpi=120)

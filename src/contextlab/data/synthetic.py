@@ -244,19 +244,19 @@ def write_parity_store(
     chunk: int = 50_000,
     progress: bool = True,
 ) -> Path:
-    """Write ``cfg.n_samples`` samples as a byte-tokenizer token store at ``out`` (reproducible from the seeds)."""
+    """Write ``cfg.n_samples`` samples as a byte-tokenizer token store at ``out``, reproducible from seeds."""
     from tqdm.auto import tqdm
 
     from contextlab.data.store import StoreWriter, WriterState, finalize_store
     from contextlab.data.tokenizers import ByteTokenizer
-    from contextlab.io import atomic_write_json
+    from contextlab.io import atomic_write_json, partial_dir
 
     out = Path(out)
     if out.exists() and not overwrite:
         raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
     tasks = make_tasks(cfg)
     tok = ByteTokenizer()
-    partial = out.with_name(out.name + ".partial")
+    partial = partial_dir(out)
     if partial.exists():
         shutil.rmtree(partial)
     rng = np.random.default_rng([cfg.seed, 1])

@@ -149,7 +149,8 @@ def collect_text(adapter, store, o: Options, progress: bool = True) -> Collected
     )
 
 
-def collect_parity(adapter, store, o: Options, progress: bool = True) -> Collected:
+def _parity_store(store):
+    """(ParityConfig, tasks) of a parity store written for measuring, else a UserError."""
     from contextlab.data import synthetic as syn
 
     found = syn.parity_of_store(store)
@@ -164,21 +165,33 @@ def collect_parity(adapter, store, o: Options, progress: bool = True) -> Collect
             f"{store.path} is a parity training store (queries={cfg.queries}, bias_fraction="
             f"{cfg.bias_fraction}); measure on a store written with queries=1 and bias_fraction=0"
         )
-    L = cfg.n_bits
-    ctxs = sorted({int(c) for c in o.contexts})
-    if not ctxs or ctxs[0] < 0 or ctxs[-1] > L:
-        raise UserError(f"parity contexts are visible bits in 0..{L}; got {o.contexts}")
-    _check_contexts(adapter, [L], 1, "all bits + the task token")
-    _check_position(o.position, L + 1)
+    return cfg, tasks
+
+
+def _unmasked_samples(store, n_bits: int, o: Options) -> np.ndarray:
+    """``o.samples`` samples with every bit visible, drawn with ``o.seed``: (N, n_bits + 2) ids."""
     visible = np.array([m["visible"] for m in store.docs_meta()])
-    full = np.flatnonzero(visible == L)  # samples with nothing masked
+    full = np.flatnonzero(visible == n_bits)  # samples with nothing masked
     if len(full) < o.samples:
         raise UserError(
             f"{store.path} has {len(full)} unmasked samples but --samples is {o.samples}; write a store "
             "with more samples and --mask-fraction 0, or lower --samples"
         )
     pick = np.sort(np.random.default_rng(o.seed).choice(full, size=o.samples, replace=False))
-    docs = np.stack([np.asarray(store.doc(int(d)), dtype=np.int64) for d in pick])  # (N, L + 2)
+    return np.stack([np.asarray(store.doc(int(d)), dtype=np.int64) for d in pick])
+
+
+def collect_parity(adapter, store, o: Options, progress: bool = True) -> Collected:
+    from contextlab.data import synthetic as syn
+
+    cfg, tasks = _parity_store(store)
+    L = cfg.n_bits
+    ctxs = sorted({int(c) for c in o.contexts})
+    if not ctxs or ctxs[0] < 0 or ctxs[-1] > L:
+        raise UserError(f"parity contexts are visible bits in 0..{L}; got {o.contexts}")
+    _check_contexts(adapter, [L], 1, "all bits + the task token")
+    _check_position(o.position, L + 1)
+    docs = _unmasked_samples(store, L, o)  # (N, L + 2)
     feats, losses = [], np.zeros((len(ctxs), len(docs)))
     for i, l in enumerate(tqdm(ctxs, desc="entropy: contexts", disable=not progress)):
         f, losses[i] = _forward(adapter, syn.mask_tokens(docs, L, l), o.layer, o.position)
@@ -242,6 +255,19 @@ def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, di
         }
         per.append(row)
         spectra.append(rel)
+    _add_bayes(per, col)
+    series = intrinsic.measure_series(per)
+    ce = [r["ce"] for r in per]
+    fits = {name: intrinsic.linear_fit(x, ce) for name, x in series.items()}
+    results: dict = {"summary": _summary(per, fits, col), "contexts": per, "fits_vs_ce": fits}
+    if col.bayes is not None:
+        results["fits_vs_bayes"] = {name: intrinsic.linear_fit(x, col.bayes) for name, x in series.items()}
+    width = min(len(s) for s in spectra)
+    return results, {"relative_eigenvalues": np.stack([s[:width] for s in spectra])}
+
+
+def _add_bayes(per: list[dict], col: Collected) -> None:
+    """Add the exact Bayes risk (parity data) and the loss's distance from it to each context's row."""
     if col.bayes is not None:
         for row, b in zip(per, col.bayes):
             row["bayes_risk"] = b
@@ -256,14 +282,6 @@ def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, di
         for row, loss, b in zip(per, col.losses, col.bayes):
             row["ce_task_weighted"] = task_weighted(loss, col.strata, col.strata_weights)
             row["abs_diff_task_weighted"] = abs(row["ce_task_weighted"] - b)
-    series = intrinsic.measure_series(per)
-    ce = [r["ce"] for r in per]
-    fits = {name: intrinsic.linear_fit(x, ce) for name, x in series.items()}
-    results: dict = {"summary": _summary(per, fits, col), "contexts": per, "fits_vs_ce": fits}
-    if col.bayes is not None:
-        results["fits_vs_bayes"] = {name: intrinsic.linear_fit(x, col.bayes) for name, x in series.items()}
-    width = min(len(s) for s in spectra)
-    return results, {"relative_eigenvalues": np.stack([s[:width] for s in spectra])}
 
 
 def _summary(per: list[dict], fits: dict, col: Collected) -> dict:
@@ -303,7 +321,9 @@ def run(adapter, options: Options, data: str | None, progress: bool = True) -> E
     def plot(path):
         from contextlab.eval.entropy_plots import entropy_png
 
-        return entropy_png(results, arrays["relative_eigenvalues"], options.thresholds, path, title=label)
+        spectra = arrays["relative_eigenvalues"]
+        series = intrinsic.measure_series(results["contexts"])
+        return entropy_png(results, series, spectra, options.thresholds, path, title=label)
 
     return EvalOutput(
         results,

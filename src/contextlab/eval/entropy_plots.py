@@ -9,8 +9,10 @@ Measures of very different scales share a panel by standardising each to zero me
 unit variance over the contexts: a linear relation stays linear and Pearson r is
 unchanged, which is what the panels are for.
 
-Trade-off: reads only the result dict and the spectra array, so a figure can be redrawn
-from a saved ``entropy.json`` + ``entropy.relative_eigenvalues.npy`` without the model.
+Trade-off: reads only the result dict, its measures as series (``intrinsic.measure_series``
+of the per-context rows, passed in so this module never imports the analysis) and the
+spectra array, so a figure can be redrawn from a saved ``entropy.json`` +
+``entropy.relative_eigenvalues.npy`` without the model.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from contextlab.eval.plots import _save
+from contextlab.figures import pyplot, save_png
 
 
 def _standardise(x) -> np.ndarray:
@@ -38,33 +40,39 @@ def _scatter(ax, series: dict, ce: list[float], fits: dict, title: str) -> None:
     ax.legend(fontsize=6)
 
 
-def entropy_png(results: dict, spectra: np.ndarray, thresholds: list[float], path, title: str = "") -> Path:
-    import matplotlib
+def _spectra(ax, ctx: list, spectra: np.ndarray, colors, thresholds: list[float], logx: bool) -> None:
+    """Relative eigenvalue vs index, one line per context; the dimension thresholds in grey."""
+    idx = np.arange(1, spectra.shape[1] + 1)
+    for c, rel, col in zip(ctx, spectra, colors):
+        ax.plot(idx, np.maximum(rel, 1e-12), color=col, lw=1, label=f"l={c}")
+    for t in thresholds:
+        ax.axhline(t, color="grey", lw=0.6, ls="--")
+    ax.set_yscale("log")
+    if logx:
+        ax.set_xscale("log")
+    ax.set_xlabel("eigenvalue index")
+    ax.set_ylabel("relative eigenvalue")
+    ax.set_title("PCA spectrum per visible context" + (" (log-log)" if logx else ""), fontsize=9)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    from contextlab.eval.intrinsic import measure_series
-
+def entropy_png(
+    results: dict,
+    series: dict[str, list[float]],
+    spectra: np.ndarray,
+    thresholds: list[float],
+    path,
+    title: str = "",
+) -> Path:
+    """The six panels; ``series`` is ``measure_series(results["contexts"])`` (one value per context)."""
+    plt = pyplot()
     per = results["contexts"]
     ctx = [r["context"] for r in per]
     ce = [r["ce"] for r in per]
     fits = results["fits_vs_ce"]
-    series = measure_series(per)
     colors = plt.cm.viridis(np.linspace(0, 1, len(ctx)))
     fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
-    idx = np.arange(1, spectra.shape[1] + 1)
     for ax, logx in ((axes[0, 0], False), (axes[0, 1], True)):
-        for c, rel, col in zip(ctx, spectra, colors):
-            ax.plot(idx, np.maximum(rel, 1e-12), color=col, lw=1, label=f"l={c}")
-        for t in thresholds:
-            ax.axhline(t, color="grey", lw=0.6, ls="--")
-        ax.set_yscale("log")
-        if logx:
-            ax.set_xscale("log")
-        ax.set_xlabel("eigenvalue index")
-        ax.set_ylabel("relative eigenvalue")
-        ax.set_title("PCA spectrum per visible context" + (" (log-log)" if logx else ""), fontsize=9)
+        _spectra(ax, ctx, spectra, colors, thresholds, logx)
     axes[0, 0].legend(fontsize=6, ncol=2)
     ax = axes[0, 2]
     ax.errorbar(ctx, ce, yerr=[r["ce_stderr"] for r in per], fmt="o-", ms=3, label="model")
@@ -83,4 +91,4 @@ def entropy_png(results: dict, spectra: np.ndarray, thresholds: list[float], pat
     else:
         axes[1, 2].axis("off")
     fig.suptitle(title, fontsize=10)
-    return _save(plt, fig, path)
+    return save_png(fig, path)

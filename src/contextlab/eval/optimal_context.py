@@ -252,13 +252,9 @@ def _feature_fits(cfg: SweepConfig, cells: dict) -> dict:
 
 def optimal_context_png(results: dict, path) -> Path:
     """Left: validation loss vs context per data size (and the Bayes risk); right: optimal context vs D."""
-    import matplotlib
+    from contextlab.figures import pyplot, save_png
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from contextlab.eval.plots import _save
-
+    plt = pyplot()
     cfg, cells = results["config"], results["cells"]
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
     colors = plt.cm.plasma(np.linspace(0, 0.85, len(cfg["data_sizes"])))
@@ -287,4 +283,4 @@ def optimal_context_png(results: dict, path) -> Path:
     b.set_xlabel("training samples D")
     b.set_ylabel("optimal context l*")
     b.set_title("optimal context vs training-set size", fontsize=9)
-    return _save(plt, fig, path)
+    return save_png(fig, path)

@@ -7,28 +7,13 @@ lists/dicts from the result, so the report layer can redraw them from JSON alone
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
-from contextlab.io import atomic_write_bytes
+from contextlab.figures import pyplot, save_png
 
 
 def _figure(w: float = 6.5, h: float = 4.0):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt, *plt.subplots(figsize=(w, h))
-
-
-def _save(plt, fig, out: str | Path) -> Path:
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    atomic_write_bytes(out, buf.getvalue())
-    return Path(out)
+    return pyplot().subplots(figsize=(w, h))
 
 
 def contextwise_png(curves: dict[str, dict], out: str | Path, smooth: int = 0) -> Path:
@@ -38,7 +23,7 @@ def contextwise_png(curves: dict[str, dict], out: str | Path, smooth: int = 0) -
     """
     import numpy as np
 
-    plt, fig, ax = _figure()
+    fig, ax = _figure()
     for label, c in curves.items():
         x, y = np.asarray(c["context"], float), np.asarray(c["loss"], float)
         if smooth > 1 and len(y) > smooth:  # moving average on a log-spaced grid keeps the early points
@@ -53,14 +38,14 @@ def contextwise_png(curves: dict[str, dict], out: str | Path, smooth: int = 0) -
     ax.set_title("contextwise loss")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return _save(plt, fig, out)
+    return save_png(fig, out)
 
 
 def bayes_fit_png(lengths, losses, sems, params: dict | None, out: str | Path, title: str = "") -> Path:
     """Loss vs visible tokens l with the fitted C0 + C / l^gamma."""
     import numpy as np
 
-    plt, fig, ax = _figure()
+    fig, ax = _figure()
     ax.errorbar(lengths, losses, yerr=sems, fmt="o", markersize=4, label="measured", capsize=2)
     if params:
         grid = np.geomspace(min(lengths), max(lengths), 200)
@@ -68,7 +53,8 @@ def bayes_fit_png(lengths, losses, sems, params: dict | None, out: str | Path, t
             grid,
             params["C0"] + params["C"] / grid ** params["gamma"],
             label=(
-                f"C0 + C/l^γ: C0={params['C0']:.3f}, C={params['C']:.3f}, γ={params['gamma']:.3f}, R²={params['r2']:.4f}"
+                f"C0 + C/l^γ: C0={params['C0']:.3f}, C={params['C']:.3f}, "
+                f"γ={params['gamma']:.3f}, R²={params['r2']:.4f}"
             ),
         )
     ax.set_xscale("log", base=2)
@@ -77,7 +63,7 @@ def bayes_fit_png(lengths, losses, sems, params: dict | None, out: str | Path, t
     ax.set_title(title or "Bayes-risk fit")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return _save(plt, fig, out)
+    return save_png(fig, out)
 
 
 def heatmap_png(
@@ -96,7 +82,7 @@ def heatmap_png(
     import numpy as np
 
     m = np.asarray(matrix, float)
-    plt, fig, ax = _figure(1.2 + 0.9 * len(cols), 1.2 + 0.5 * len(rows))
+    fig, ax = _figure(1.2 + 0.9 * len(cols), 1.2 + 0.5 * len(rows))
     im = ax.imshow(m, cmap="RdYlGn", vmin=vmin, vmax=vmax, aspect="auto")
     ax.set_xticks(range(len(cols)), [str(c) for c in cols])
     ax.set_yticks(range(len(rows)), [str(r) for r in rows])
@@ -108,7 +94,7 @@ def heatmap_png(
                 ax.text(j, i, f"{m[i, j]:.2f}", ha="center", va="center", fontsize=7)
     fig.colorbar(im, ax=ax)
     ax.set_title(title, fontsize=9)
-    return _save(plt, fig, out)
+    return save_png(fig, out)
 
 
 def lines_png(
@@ -122,7 +108,7 @@ def lines_png(
     chance: float | None = None,
 ) -> Path:
     """Several y(x) lines (accuracy by gold position, by shots, by visible context...)."""
-    plt, fig, ax = _figure()
+    fig, ax = _figure()
     for label, (x, y) in series.items():
         ax.plot(x, y, marker="o", markersize=4, label=label)
     if chance is not None:
@@ -134,4 +120,4 @@ def lines_png(
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return _save(plt, fig, out)
+    return save_png(fig, out)

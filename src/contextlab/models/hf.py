@@ -27,7 +27,6 @@ import dataclasses
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
@@ -38,7 +37,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 import contextlab
 from contextlab.errors import UserError
-from contextlab.io import replace_dir
+from contextlab.io import staged_dir
 from contextlab.models.contextlm import ContextLM, ContextLMConfig, ContextLMOptions
 from contextlab.models.gpt import GPT, GPTConfig
 
@@ -212,7 +211,11 @@ def export_to_hf(
     under the "contextlab" key of config.json, with the format and code versions.
     """
     model = getattr(model, "_orig_mod", model)  # a torch.compile'd model shares the parameters
-    out = _check_export_target(Path(out_dir), overwrite, tokenizer_dir)
+    out = Path(out_dir)
+    if tokenizer_dir is not None and not Path(tokenizer_dir).is_dir():
+        raise UserError(
+            f"tokenizer folder {tokenizer_dir} does not exist; pass the folder holding the tokenizer files"
+        )
     provenance = {
         "format_version": contextlab.FORMAT_VERSION,
         "contextlab_version": contextlab.__version__,
@@ -220,29 +223,10 @@ def export_to_hf(
     }
     wrapper = ContextlabContextLMForCausalLM if isinstance(model, ContextLM) else ContextlabGPTForCausalLM
     config = wrapper.config_class.from_gpt_config(model.config, contextlab=provenance)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
+    with staged_dir(out, overwrite=overwrite, what="export folder") as tmp:
         wrapper(config, gpt=model).save_pretrained(tmp, safe_serialization=True)
         if tokenizer_dir is not None:
             shutil.copytree(tokenizer_dir, tmp / "tokenizer")
-        replace_dir(tmp, out, overwrite=True)  # overwrite was checked; the old export is swapped out whole
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
-
-
-def _check_export_target(out: Path, overwrite: bool, tokenizer_dir: str | os.PathLike | None) -> Path:
-    """out, checked (empty or overwrite) and its parent created; the tokenizer folder must exist."""
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
-        raise UserError(
-            f"export folder {out} already exists and is not empty; choose another folder or pass overwrite"
-        )
-    if tokenizer_dir is not None and not Path(tokenizer_dir).is_dir():
-        raise UserError(
-            f"tokenizer folder {tokenizer_dir} does not exist; pass the folder holding the tokenizer files"
-        )
-    out.parent.mkdir(parents=True, exist_ok=True)
     return out
 
 

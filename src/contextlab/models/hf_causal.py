@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
@@ -31,7 +30,7 @@ from torch import Tensor, nn
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
 from contextlab.errors import UserError
-from contextlab.io import replace_dir
+from contextlab.io import staged_dir
 from contextlab.models.gpt import GPTOutput
 from contextlab.models.rope import ntk_base
 
@@ -117,8 +116,10 @@ class HFCausalLM(nn.Module):
         return n
 
     def flops_per_token(self, seq_len: int) -> float:
-        """Training FLOPs per token: 6 (non-embedding params + output layer) + 12 n_layer width T
-        (as flops.py)."""
+        """Training FLOPs per token: 6 (non-embedding params + output layer) + 12 n_layer width T.
+
+        The same count as ``contextlab.models.flops``.
+        """
         c = self.config
         width = int(getattr(c, "hidden_size", 0) or getattr(c, "n_embd", 0))
         n_layer = int(getattr(c, "num_hidden_layers", 0) or getattr(c, "n_layer", 0))
@@ -283,16 +284,9 @@ def save_hf(
     extra_config: dict | None = None,
     overwrite: bool = False,
 ) -> Path:
-    """save_pretrained into ``out_dir`` atomically, with the tokenizer files of the first folder that
-    has them."""
+    """save_pretrained into ``out_dir`` atomically, with the tokenizer files of the first folder with any."""
     out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
-        raise UserError(
-            f"export folder {out} already exists and is not empty; choose another folder or pass overwrite"
-        )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
+    with staged_dir(out, overwrite=overwrite, what="export folder") as tmp:
         if extra_config:
             hf.config.contextlab = extra_config
         hf.save_pretrained(tmp, safe_serialization=True)
@@ -304,8 +298,4 @@ def save_hf(
                 for f in found:
                     shutil.copy2(Path(folder) / f, tmp / f)
                 break
-        replace_dir(tmp, out, overwrite=True)  # never a moment with neither the old nor the new export
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out

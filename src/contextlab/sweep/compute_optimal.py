@@ -19,12 +19,12 @@ per budget, and every budget's curve minus its minimum on one axis, as the seed'
 from __future__ import annotations
 
 import csv
-import io
 from collections import Counter
 from pathlib import Path
 
 from contextlab.errors import UserError
-from contextlab.io import atomic_write_bytes, atomic_write_json
+from contextlab.figures import pyplot, save_png
+from contextlab.io import atomic_write_json
 
 METRICS = ("contextwise.best_context_loss", "val_loss")
 
@@ -83,7 +83,8 @@ def analyze(
         metric = next((m for m in METRICS if any(_num(r.get(m)) is not None for r in done)), None)
     if metric is None or context_key not in done[0]:
         raise UserError(f"the results need '{context_key}' and a loss column ({' or '.join(METRICS)})")
-    samples: dict = {}  # (budget, size, context) -> the metric of every replicate run (e.g. a grid over train.seed)
+    # (budget, size, context) -> the metric of every replicate run (e.g. a grid over train.seed)
+    samples: dict = {}
     for r in done:
         loss = _num(r.get(metric))
         if loss is None:
@@ -135,10 +136,7 @@ def analyze(
 
 
 def plot(result: dict, out_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     budgets = list(result["curves"])
     fig, axes = plt.subplots(1, len(budgets), figsize=(4.2 * len(budgets), 3.6), squeeze=False, sharey=True)
@@ -159,8 +157,7 @@ def plot(result: dict, out_dir: Path) -> list[Path]:
         ax.set_title(f"{result['budget_key'] or 'budget'} = {float(b):.3g}")
     axes[0][0].set_ylabel(result["metric"])
     axes[0][-1].legend(fontsize=8)
-    fig.tight_layout()
-    paths = [_save(fig, out_dir / "u_curves.png")]
+    paths = [save_png(fig, out_dir / "u_curves.png")]
     fig, ax = plt.subplots(figsize=(5, 3.6))
     for size, pts in sorted(result["optimal_context_smoothed"].items()):
         ax.plot([float(b) for b, _ in pts], [c for _, c in pts], marker="o", label=size)
@@ -171,8 +168,7 @@ def plot(result: dict, out_dir: Path) -> list[Path]:
     w = result.get("window", 3)
     ax.set_ylabel("optimal training context" + (f" (mode of {w})" if w > 1 else ""))
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    paths.append(_save(fig, out_dir / "optimal_context.png"))
+    paths.append(save_png(fig, out_dir / "optimal_context.png"))
     # the seed's Figure 4 view: each budget's curve minus its own minimum, all budgets on one axis
     sizes = sorted({s for b in budgets for s in result["curves"][b]})
     fig, axes = plt.subplots(1, len(sizes), figsize=(4.6 * len(sizes), 3.6), squeeze=False)
@@ -199,19 +195,8 @@ def plot(result: dict, out_dir: Path) -> list[Path]:
         ax.set_ylabel(f"{result['metric']} − its minimum")
         ax.set_title(str(size))
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    paths.append(_save(fig, out_dir / "gap_curves.png"))
+    paths.append(save_png(fig, out_dir / "gap_curves.png"))
     return paths
-
-
-def _save(fig, path: Path) -> Path:
-    import matplotlib.pyplot as plt
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
-    return path
 
 
 def compute_optimal(sweep_dir: str | Path, **kwargs) -> dict:

@@ -3,7 +3,8 @@
 Every knob of every method lives here (``contextlab data pack --help`` lists them all and
 ``meta.json`` of a packed store records them), so a packed store always says exactly how
 it was made. Knobs that a method does not use are recorded but ignored (``k`` for ``ep``).
-Validation raises ``UserError`` with one line naming the knob and its valid values.
+Validation raises ``UserError`` with one line naming the knob and its valid values. The
+method and retriever names and their help come from the records in ``methods``.
 """
 
 from __future__ import annotations
@@ -11,11 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from contextlab.config import opt
+from contextlab.data.packing.methods import PACKERS, RETRIEVERS, choices_help, retrieving_methods
 from contextlab.errors import UserError
 
-METHODS = ("ep", "ep-domain", "splice", "icp")
 ORDERS = ("identity", "reverse", "shuffle")
-RETRIEVER_NAMES = ("bm25", "dense", "repo")
 SEPARATORS = ("eot", "none")
 REMAINDERS = ("drop", "next", "pool")
 
@@ -24,11 +24,7 @@ REMAINDERS = ("drop", "next", "pool")
 class PackConfig:
     """How a token store becomes a packed store (document order + sequence boundaries)."""
 
-    method: str = opt(
-        "ep",
-        "ep (random documents) | ep-domain (random documents of one domain) | "
-        "splice (BFS over retrieved related documents) | icp (greedy most-similar path)",
-    )
+    method: str = opt("ep", choices_help(PACKERS))
     seq_len: int = opt(
         2048,
         "tokens per sequence, separators included (pack with the training context + 1 "
@@ -39,11 +35,7 @@ class PackConfig:
     order: str = opt(
         "identity", "splice: order of the collected documents before trimming: identity | reverse | shuffle"
     )
-    retriever: str = opt(
-        "bm25",
-        "splice/icp: bm25 (bm25s over the text) | dense (sentence embeddings + Faiss) | "
-        "repo (depth-first over the directory tree)",
-    )
+    retriever: str = opt("bm25", "/".join(retrieving_methods()) + ": " + choices_help(RETRIEVERS))
     noise: float = opt(
         0.0,
         "splice: probability that a random unused document of the query's domain replaces "
@@ -91,9 +83,9 @@ class PackConfig:
             if value not in valid:
                 raise UserError(f"unknown {name} {value!r}; use one of: {', '.join(valid)}")
 
-        choice("packing method", self.method, METHODS)
+        choice("packing method", self.method, tuple(PACKERS))
         choice("order", self.order, ORDERS)
-        choice("retriever", self.retriever, RETRIEVER_NAMES)
+        choice("retriever", self.retriever, tuple(RETRIEVERS))
         choice("separator policy", self.separator, SEPARATORS)
         choice("remainder policy", self.remainder, REMAINDERS)
         if self.seq_len < 1:
@@ -113,4 +105,5 @@ class PackConfig:
 
     @property
     def uses_retriever(self) -> bool:
-        return self.method in ("splice", "icp") and not (self.method == "splice" and self.noise >= 1.0)
+        """The method retrieves, and not every retrieved document is replaced (splice, noise 1)."""
+        return PACKERS[self.method].retrieves and not (self.method == "splice" and self.noise >= 1.0)

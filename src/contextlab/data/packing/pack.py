@@ -27,14 +27,14 @@ from pathlib import Path
 
 import numpy as np
 
+import contextlab.data.packing.shards as shards_mod
 from contextlab import FORMAT_VERSION, __version__
 from contextlab.config import save_toml, to_dict
-from contextlab.data.packing import shards as shards_mod
 from contextlab.data.packing.config import PackConfig
 from contextlab.data.packing.packed_store import PACKED_FORMAT, PackedStore, is_packed_store, sequence_lengths
-from contextlab.data.store import TokenStore, replace_dir
+from contextlab.data.store import TokenStore
 from contextlab.errors import UserError
-from contextlab.io import atomic_write_bytes, atomic_write_json
+from contextlab.io import atomic_write_bytes, atomic_write_json, open_partial, replace_dir
 
 
 @dataclass
@@ -85,33 +85,55 @@ def pack(
         if done is not None:
             return done
     t0 = time.perf_counter()
-    partial = out.with_name(out.name + ".partial")
-    _open_partial(partial, fp, overwrite)
+    partial = _open_partial(out, fp, overwrite)
     ranges = shards_mod.shard_ranges(tstore.lengths(), cfg.shards)
-    wanted = list(range(len(ranges))) if only_shards is None else list(only_shards)
-    for s in wanted:
-        if not 0 <= s < len(ranges):
-            raise UserError(
-                f"shard {s} does not exist: this store packs into {len(ranges)} shard(s) (0..{len(ranges) - 1})"
-            )
+    wanted = _wanted_shards(only_shards, len(ranges))
     todo = [s for s in wanted if shards_mod.read_shard(shards_mod.shard_file(partial, s), fp) is None]
     if progress and len(todo) < len(wanted):
         print(f"resuming pack into {out}: {len(wanted) - len(todo)} of {len(wanted)} shard(s) already packed")
     _run(tstore, cfg, ranges, todo, partial, fp, workers, progress)
     if only_shards is not None:
         return PackReport(None, time.perf_counter() - t0, len(todo), len(wanted) - len(todo))
+    results = _read_all_shards(partial, len(ranges), fp)
+    _finalize(tstore, cfg, results, partial, out, fp, sep_id, overwrite)
+    return PackReport(
+        PackedStore(out, store=tstore), time.perf_counter() - t0, len(todo), len(wanted) - len(todo)
+    )
+
+
+def _open_partial(out: Path, fp: str, overwrite: bool) -> Path:
+    """OUT.partial with its shards/ folder, resumed when it holds the same fingerprint."""
+    partial, _ = open_partial(
+        out,
+        {"fingerprint": fp},
+        overwrite=overwrite,
+        has_work=lambda folder, _: any((folder / "shards").glob("shard_*.npz")),
+        what="pack with another config or store",
+    )
+    (partial / "shards").mkdir(exist_ok=True)
+    return partial
+
+
+def _wanted_shards(only_shards: list[int] | None, n_shards: int) -> list[int]:
+    wanted = list(range(n_shards)) if only_shards is None else list(only_shards)
+    for s in wanted:
+        if not 0 <= s < n_shards:
+            raise UserError(
+                f"shard {s} does not exist: this store packs into {n_shards} shard(s) (0..{n_shards - 1})"
+            )
+    return wanted
+
+
+def _read_all_shards(partial: Path, n_shards: int, fp: str) -> list[tuple[dict, dict]]:
     results = []
-    for s in range(len(ranges)):
+    for s in range(n_shards):
         got = shards_mod.read_shard(shards_mod.shard_file(partial, s), fp)
         if got is None:
             raise UserError(
                 f"shard {s} of {partial} is missing or from another config; run the same command again"
             )
         results.append(got)
-    _finalize(tstore, cfg, results, partial, out, fp, sep_id, overwrite)
-    return PackReport(
-        PackedStore(out, store=tstore), time.perf_counter() - t0, len(todo), len(wanted) - len(todo)
-    )
+    return results
 
 
 def _separator_id(store: TokenStore, cfg: PackConfig) -> int | None:
@@ -139,25 +161,6 @@ def _existing_output(out: Path, fp: str, overwrite: bool) -> PackReport | None:
     elif not overwrite and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{out} exists and is not a packed store; choose another --out or pass --overwrite")
     return None
-
-
-def _open_partial(partial: Path, fp: str, overwrite: bool) -> None:
-    record = partial / "progress.json"
-    if partial.exists():
-        try:
-            old = json.loads(record.read_text()).get("fingerprint")
-        except (OSError, ValueError):
-            old = None
-        if old == fp:
-            return
-        has_work = any((partial / "shards").glob("shard_*.npz"))
-        if has_work and not overwrite:
-            raise UserError(
-                f"{partial} holds an unfinished pack with another config or store; delete it or pass --overwrite"
-            )
-        shutil.rmtree(partial)
-    (partial / "shards").mkdir(parents=True)
-    atomic_write_json(record, {"fingerprint": fp})
 
 
 def _run(
@@ -200,6 +203,25 @@ def _save_npy(path: Path, arr: np.ndarray) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
+_FILES = {
+    "entries.npy": "int64 (n_entries, 3): document, begin, end",
+    "seq_offsets.npy": "int64 (n_sequences + 1)",
+    "similarity.npy": "float32 (n_entries), NaN = not retrieved",
+}
+
+
+def _store_record(store: TokenStore) -> dict:
+    """What meta.json records of the token store a packed store was made from."""
+    return {
+        "path": str(store.path.resolve()),
+        "content_hash": store.hash,
+        "tokenizer_hash": store.tokenizer_hash,
+        "tokenizer": store.tokenizer_spec.get("name"),
+        "n_docs": store.n_docs,
+        "n_tokens": store.n_tokens,
+    }
+
+
 def _finalize(
     store: TokenStore,
     cfg: PackConfig,
@@ -222,14 +244,7 @@ def _finalize(
         "code_version": __version__,
         "config": to_dict(cfg),
         "fingerprint": fp,
-        "store": {
-            "path": str(store.path.resolve()),
-            "content_hash": store.hash,
-            "tokenizer_hash": store.tokenizer_hash,
-            "tokenizer": store.tokenizer_spec.get("name"),
-            "n_docs": store.n_docs,
-            "n_tokens": store.n_tokens,
-        },
+        "store": _store_record(store),
         "separator_id": sep_id,
         "n_sequences": int(len(offsets) - 1),
         "n_entries": len(entries),
@@ -239,11 +254,7 @@ def _finalize(
         "dropped_near_duplicates": int(sum(len(s["dropped_near_duplicates"]) for s in stats)),
         "index_bytes_max": int(max(s["index_bytes"] for s in stats)),
         "shards": stats,
-        "files": {
-            "entries.npy": "int64 (n_entries, 3): document, begin, end",
-            "seq_offsets.npy": "int64 (n_sequences + 1)",
-            "similarity.npy": "float32 (n_entries), NaN = not retrieved",
-        },
+        "files": dict(_FILES),
     }
     atomic_write_json(partial / "meta.json", meta)
     save_toml(to_dict(cfg), partial / "config.toml")

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from contextlab.data.packing.config import PackConfig
+from contextlab.data.packing.methods import PACKERS, RETRIEVERS
 from contextlab.data.packing.sequencer import Sequencer, flatten
 from contextlab.data.store import TokenStore
 from contextlab.errors import UserError
@@ -55,15 +56,12 @@ def domain_codes(store: TokenStore, doc_ids: np.ndarray) -> np.ndarray:
 
 
 def build_retriever(store: TokenStore, doc_ids: np.ndarray, cfg: PackConfig):
-    from contextlab.data.packing import RETRIEVERS
-
-    return RETRIEVERS[cfg.retriever](store, doc_ids, cfg)
+    return RETRIEVERS[cfg.retriever].build(store, doc_ids, cfg)
 
 
 def pack_shard(store: TokenStore, cfg: PackConfig, index: int, lo: int, hi: int) -> tuple[dict, dict]:
     """Pack documents [lo, hi); returns (arrays, stats)."""
-    from contextlab.data.packing import PACKERS
-
+    packer = PACKERS[cfg.method]
     t0 = time.perf_counter()
     doc_ids = np.arange(lo, hi, dtype=np.int64)
     sep = cfg.separator == "eot"
@@ -73,11 +71,11 @@ def pack_shard(store: TokenStore, cfg: PackConfig, index: int, lo: int, hi: int)
         seq_len=cfg.seq_len,
         separator=sep,
         remainder=cfg.remainder,
-        order="identity" if cfg.method == "icp" else cfg.order,
+        order=cfg.order if packer.ordered else "identity",
         rng=np.random.default_rng([cfg.seed, index]),
     )
     retriever = build_retriever(store, doc_ids, cfg) if cfg.uses_retriever else None
-    PACKERS[cfg.method](seq, retriever, cfg)
+    packer.fill(seq, retriever, cfg)
     entries, offsets, sims = flatten(seq.sequences, doc_ids)
     stats = {
         "shard": index,

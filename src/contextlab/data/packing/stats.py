@@ -16,17 +16,20 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path, PurePosixPath
 
 import numpy as np
 
+from contextlab.data.packing.methods import retrieving_methods
 from contextlab.data.packing.packed_store import PackedStore
-from contextlab.io import atomic_write_bytes
+from contextlab.figures import pyplot, save_png
 
 
 def zipf_coefficient(tokens: np.ndarray) -> float:
-    """Least-squares slope s of log(count) vs log(rank) for the token counts of ``tokens`` (NaN if < 2 types)."""
+    """Least-squares slope s of log(count) vs log(rank) of the token counts of ``tokens``.
+
+    NaN when ``tokens`` holds fewer than 2 distinct types.
+    """
     _, counts = np.unique(np.asarray(tokens), return_counts=True)
     if len(counts) < 2:
         return float("nan")
@@ -84,7 +87,7 @@ def pack_stats(packed: PackedStore, *, max_sequences: int = 2000, seed: int = 0)
     return {
         "path": str(packed.path),
         "method": cfg["method"],
-        "retriever": cfg["retriever"] if cfg["method"] in ("splice", "icp") else None,
+        "retriever": cfg["retriever"] if cfg["method"] in retrieving_methods() else None,
         "seq_len": packed.seq_len,
         "n_sequences": n_seq,
         "n_full_sequences": len(full),
@@ -115,15 +118,18 @@ def format_pack_stats(s: dict) -> str:
     z = s["zipf"]
     zipf = "n/a" if z["mean"] is None else f"{z['mean']:.3f} +- {z['std']:.3f}"
     lines = [
-        f"packed store   {s['path']}  ({s['method']}{', ' + s['retriever'] if s['retriever'] else ''}, seq_len {s['seq_len']:,})",
+        f"packed store   {s['path']}  ({s['method']}{', ' + s['retriever'] if s['retriever'] else ''}, "
+        f"seq_len {s['seq_len']:,})",
         f"sequences      {s['n_sequences']:,} ({s['n_full_sequences']:,} full), entries {s['n_entries']:,}, "
         f"tokens {s['n_tokens']:,}",
-        f"docs/sequence  mean {s['docs_per_sequence']['mean']:.2f}  median {s['docs_per_sequence']['median']:.0f}  "
+        f"docs/sequence  mean {s['docs_per_sequence']['mean']:.2f}  "
+        f"median {s['docs_per_sequence']['median']:.0f}  "
         f"max {s['docs_per_sequence']['max']}",
         f"neighbours     mean similarity {'n/a' if sim is None else f'{sim:.3f}'}, "
         f"{100 * s['retrieved_fraction_of_entries']:.1f}% of entries retrieved, "
         f"{100 * s['frac_sequences_ge2_related']:.1f}% of sequences hold >= 2 related documents",
-        f"spans          {s['domains_per_sequence']:.2f} domains, {s['directories_per_sequence']:.2f} directories per sequence",
+        f"spans          {s['domains_per_sequence']:.2f} domains, "
+        f"{s['directories_per_sequence']:.2f} directories per sequence",
         f"zipf           {zipf} over {z['n_sequences']:,} full sequences (lower = burstier)",
     ]
     return "\n".join(lines)
@@ -131,11 +137,7 @@ def format_pack_stats(s: dict) -> str:
 
 def plot_pack_stats(s: dict, out: str | Path) -> Path:
     """Two panels: documents per sequence, and per-sequence Zipf coefficients (PNG, atomic)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
     docs = np.asarray(s["docs_per_sequence_all"])
     if len(docs):
@@ -156,10 +158,4 @@ def plot_pack_stats(s: dict, out: str | Path) -> Path:
         b.legend()
     b.set_xlabel("Zipf coefficient of token frequencies (per sequence)")
     b.set_title("burstiness (lower = burstier)")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    out = Path(out)
-    atomic_write_bytes(out, buf.getvalue())
-    return out
+    return save_png(fig, out)

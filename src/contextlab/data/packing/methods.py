@@ -1,0 +1,67 @@
+"""The packing methods and retrievers: one record each, the only place their names live.
+
+A ``Packer`` record holds the function that fills a shard's ``Sequencer``, its one-line
+help and what it uses (a retriever, the ``order`` knob); a ``RetrieverKind`` holds the
+builder of a retriever over a shard and its help. ``PackConfig`` validates names and
+builds its ``--method`` / ``--retriever`` help from these dicts, ``shards`` calls the
+records, and ``contextlab data pack`` lists them; the package ``__init__`` re-exports both
+dicts.
+
+Trade-off: the records sit in this small module rather than in the package ``__init__``,
+because ``PackConfig`` checks a method name as it is built and ``__init__`` exports
+``PackConfig``: records in ``__init__`` would make config and package import each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from contextlab.data.packing.dense import build_dense
+from contextlab.data.packing.example import pack_ep, pack_ep_domain
+from contextlab.data.packing.icp import pack_icp
+from contextlab.data.packing.retrievers import build_bm25, build_repo
+from contextlab.data.packing.splice import pack_splice
+
+
+@dataclass(frozen=True)
+class Packer:
+    """A packing method: ``fill(sequencer, retriever_or_None, config)`` lays out the shard."""
+
+    fill: Callable[..., None]
+    help: str  # one line for --help: how the method chooses the next document
+    retrieves: bool = False  # builds a retriever over each shard (--retriever, --k)
+    ordered: bool = True  # honours --order; False keeps the method's own order (icp's path)
+
+
+@dataclass(frozen=True)
+class RetrieverKind:
+    """A retriever: ``build(store, doc_ids, config)`` indexes one shard's documents."""
+
+    build: Callable[..., Any]
+    help: str  # one line for --help: what "related" means
+
+
+PACKERS: dict[str, Packer] = {
+    "ep": Packer(pack_ep, "random documents"),
+    "ep-domain": Packer(pack_ep_domain, "random documents of one domain"),
+    "splice": Packer(pack_splice, "BFS over retrieved related documents", retrieves=True),
+    "icp": Packer(pack_icp, "greedy most-similar path", retrieves=True, ordered=False),
+}
+
+RETRIEVERS: dict[str, RetrieverKind] = {
+    "bm25": RetrieverKind(build_bm25, "bm25s over the text"),
+    "dense": RetrieverKind(build_dense, "sentence embeddings + Faiss"),
+    "repo": RetrieverKind(build_repo, "depth-first over the directory tree"),
+}
+
+
+def choices_help(records: dict[str, Packer] | dict[str, RetrieverKind]) -> str:
+    """``name (help) | name (help) | ...`` for a --help line."""
+    return " | ".join(f"{name} ({record.help})" for name, record in records.items())
+
+
+def retrieving_methods() -> list[str]:
+    """Names of the methods that use a retriever."""
+    return [name for name, packer in PACKERS.items() if packer.retrieves]

@@ -1,0 +1,207 @@
+"""Tests for contextlab.io and contextlab.figures: atomic files, staged folders, PNGs.
+
+A write that raises or is killed must leave the old file (or folder) exactly as it was and
+no half-written target; a written file gets the mode a plain ``open()`` would give it, and
+the process umask is never touched to find that mode.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from contextlab import io as cio
+from contextlab.errors import UserError
+from contextlab.figures import pyplot, save_png
+
+
+@pytest.fixture
+def no_umask(monkeypatch):
+    """Fail the test if anything calls os.umask (reading it means setting it)."""
+
+    def umask(mask):
+        raise AssertionError(f"os.umask({mask:o}) was called")
+
+    monkeypatch.setattr(os, "umask", umask)
+
+
+def _mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def _names(folder) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
+@pytest.mark.parametrize("mask", [0o022, 0o077, 0o002, 0o000])
+def test_atomic_write_gives_the_mode_of_a_plain_open(tmp_path, mask):
+    script = textwrap.dedent(
+        f"""
+        import os, stat
+        from pathlib import Path
+        os.umask({mask})
+        import contextlab.io as cio
+        def fail(m):
+            raise AssertionError("umask called")
+        os.umask = fail
+        d = Path({str(tmp_path)!r})
+        with open(d / "plain", "wb") as f:
+            f.write(b"x")
+        cio.atomic_write_bytes(d / "atomic", b"x")
+        cio.atomic_write_bytes(d / "atomic", b"again")  # replacing a file: still the default mode
+        with cio.staged_dir(d / "folder", overwrite=False) as tmp:
+            (tmp / "f").write_bytes(b"x")
+        (d / "plain_dir").mkdir()
+        mode = lambda name: oct(stat.S_IMODE((d / name).stat().st_mode))
+        print(mode("plain"), mode("atomic"))
+        print(mode("plain_dir"), mode("folder"))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    (plain, atomic), (plain_dir, folder) = (line.split() for line in out.splitlines())
+    assert atomic == plain == oct(0o666 & ~mask)
+    assert folder == plain_dir == oct(0o777 & ~mask)
+
+
+def test_atomic_write_never_touches_the_umask(tmp_path, no_umask):
+    before = open("/proc/self/status").read() if os.path.exists("/proc/self/status") else ""
+    cio.atomic_write_json(tmp_path / "a" / "b.json", {"x": 1})
+    assert (tmp_path / "a" / "b.json").read_text() == '{\n  "x": 1\n}\n'
+    with open(tmp_path / "plain", "w") as f:
+        f.write("x")
+    assert _mode(tmp_path / "a" / "b.json") == _mode(tmp_path / "plain")
+    if before:
+        umask = [ln for ln in before.splitlines() if ln.startswith("Umask:")]
+        after = [ln for ln in open("/proc/self/status").read().splitlines() if ln.startswith("Umask:")]
+        assert umask == after
+
+
+def test_a_write_that_raises_leaves_the_old_file(tmp_path, monkeypatch):
+    target = tmp_path / "f.txt"
+    cio.atomic_write_text(target, "old")
+
+    def broken_fsync(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", broken_fsync)
+    with pytest.raises(OSError, match="No space"):
+        cio.atomic_write_text(target, "new " * 10_000)
+    assert target.read_text() == "old"
+    assert _names(tmp_path) == ["f.txt"]  # the temporary file was removed
+
+
+def test_a_killed_write_leaves_the_old_file(tmp_path):
+    """SIGKILL after the data is written but before the rename: the target keeps its old bytes."""
+    target = tmp_path / "f.bin"
+    cio.atomic_write_bytes(target, b"old")
+    script = textwrap.dedent(
+        f"""
+        import os, signal
+        import contextlab.io as cio
+        os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)
+        cio.atomic_write_bytes({str(target)!r}, b"new" * 100_000)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script])
+    assert proc.returncode == -9
+    assert target.read_bytes() == b"old"
+    leftovers = [n for n in _names(tmp_path) if n != "f.bin"]
+    assert all(n.startswith(".f.bin.") and n.endswith(".tmp") for n in leftovers)  # hidden, never the target
+
+
+def test_staged_dir_swaps_the_folder_whole(tmp_path):
+    out = tmp_path / "export"
+    with cio.staged_dir(out, overwrite=False) as tmp:
+        assert tmp.parent == tmp_path and tmp.is_dir() and not out.exists()
+        (tmp / "a.txt").write_text("1")
+    assert _names(out) == ["a.txt"] and _names(tmp_path) == ["export"]
+    with cio.staged_dir(out, overwrite=True) as tmp:
+        (tmp / "b.txt").write_text("2")
+    assert _names(out) == ["b.txt"] and _names(tmp_path) == ["export"]  # the old files are gone
+
+
+def test_staged_dir_that_raises_leaves_the_old_folder(tmp_path):
+    out = tmp_path / "export"
+    out.mkdir()
+    (out / "old.txt").write_text("keep")
+    with pytest.raises(RuntimeError, match="boom"), cio.staged_dir(out, overwrite=True) as tmp:
+        (tmp / "half.txt").write_text("half")
+        raise RuntimeError("boom")
+    assert _names(out) == ["old.txt"] and (out / "old.txt").read_text() == "keep"
+    assert _names(tmp_path) == ["export"]  # the staged folder was deleted
+
+
+def test_staged_dir_refuses_a_non_empty_folder(tmp_path):
+    out = tmp_path / "export"
+    out.mkdir()
+    with cio.staged_dir(out, overwrite=False) as tmp:  # an empty folder may be filled
+        (tmp / "a").write_text("a")
+    with (
+        pytest.raises(UserError, match="export folder .* already exists and is not empty"),
+        cio.staged_dir(out, overwrite=False, what="export folder"),
+    ):
+        pass
+    assert _names(out) == ["a"] and _names(tmp_path) == ["export"]
+
+
+def test_open_partial_resumes_restarts_or_refuses(tmp_path):
+    out = tmp_path / "store"
+    has_work = lambda folder, old: (folder / "work").exists()
+    partial, record = cio.open_partial(
+        out, {"fingerprint": "A", "pos": 0}, overwrite=False, has_work=has_work, what="job"
+    )
+    assert partial == tmp_path / "store.partial" == cio.partial_dir(out)
+    assert record == {"fingerprint": "A", "pos": 0}
+    cio.atomic_write_json(partial / "progress.json", {"fingerprint": "A", "pos": 7})
+    (partial / "work").write_text("done")
+    # the same fingerprint resumes: the record and the work stay
+    again = cio.open_partial(
+        out, {"fingerprint": "A", "pos": 0}, overwrite=False, has_work=has_work, what="job"
+    )
+    assert again == (partial, {"fingerprint": "A", "pos": 7}) and (partial / "work").exists()
+    # another fingerprint over finished work needs overwrite
+    with pytest.raises(
+        UserError, match=r"store.partial holds an unfinished job; delete it or pass --overwrite"
+    ):
+        cio.open_partial(out, {"fingerprint": "B"}, overwrite=False, has_work=has_work, what="job")
+    assert (partial / "work").exists()
+    _, record = cio.open_partial(out, {"fingerprint": "B"}, overwrite=True, has_work=has_work, what="job")
+    assert record == {"fingerprint": "B"} and _names(partial) == ["progress.json"]
+    # no work (or an unreadable record): started afresh without asking
+    (partial / "progress.json").write_text("{torn")
+    _, record = cio.open_partial(out, {"fingerprint": "C"}, overwrite=False, has_work=has_work, what="job")
+    assert record == {"fingerprint": "C"}
+
+
+def test_save_png_writes_and_closes(tmp_path):
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(2, 2))
+    ax.plot([0, 1], [1, 0])
+    path = save_png(fig, tmp_path / "p.png", dpi=50)
+    assert path == tmp_path / "p.png"
+    data = path.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 500
+    assert fig.number not in plt.get_fignums()
+    assert plt.get_backend().lower() == "agg"
+
+
+def test_save_png_that_fails_leaves_the_old_png(tmp_path):
+    plt = pyplot()
+    target = tmp_path / "p.png"
+    target.write_bytes(b"old png")
+    fig, _ = plt.subplots()
+
+    def broken(*args, **kwargs):
+        raise ValueError("cannot render")
+
+    fig.savefig = broken
+    with pytest.raises(ValueError, match="cannot render"):
+        save_png(fig, target)
+    assert target.read_bytes() == b"old png" and _names(tmp_path) == ["p.png"]
+    assert fig.number not in plt.get_fignums()  # closed even though it failed
