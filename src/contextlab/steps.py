@@ -193,9 +193,7 @@ def _read(path: Path) -> dict:
             f"{path} is not a readable step state ({exc}); delete it to run every step again"
         ) from None
     if not isinstance(data, dict):
-        raise UserError(
-            f"{path} is not a step state (not a JSON object); delete it to run every step again"
-        ) from None
+        raise UserError(f"{path} is not a step state (not a JSON object); delete it to run every step again")
     return {s: dict(data.get(s) or {}) for s in _SECTIONS}
 
 
