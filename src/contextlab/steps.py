@@ -59,7 +59,7 @@ class Step:
     key: str  # unique within the state file, e.g. "train gpt"
     fingerprint: Any  # JSON data of the inputs, a callable returning it, or None (the step checks itself)
     outputs: Sequence[str | Path]  # files or directories the step must leave
-    run: Callable[[], Any]  # makes the outputs; its return value is handed back
+    run: Callable[[], Any] | None = None  # makes the outputs (None: run elsewhere, e.g. by a process)
     skip_note: str = ""  # printed when the step is skipped
 
     def digest(self) -> str | None:
@@ -137,7 +137,14 @@ class StepRunner:
         try:
             value = step.run()
         except BaseException as exc:
-            self.fail(step, exc, time.perf_counter() - t0)
+            seconds = time.perf_counter() - t0
+            self.fail(step, exc)
+            kind = "was interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+            print(
+                f"step '{step.key}' {kind} after {seconds:.0f} s; its outputs are not trusted until it "
+                f"finishes: fix the cause and run the same command again (finished steps are skipped)",
+                file=sys.stderr,
+            )
             raise
         seconds = time.perf_counter() - t0
         if fp is None and value is UP_TO_DATE:
@@ -154,19 +161,11 @@ class StepRunner:
         """Record ``step`` as finished with fingerprint ``fp`` after ``seconds`` of wall time."""
         self._update(step.key, steps=fp, started=None, seconds=round(seconds, 1))
 
-    def fail(self, step: Step, error: BaseException | str, seconds: float) -> None:
-        """Record that ``step`` failed (it stays unfinished) and tell the user what to do."""
+    def fail(self, step: Step, error: BaseException | str) -> None:
+        """Record that ``step`` failed, with the last line of its error; it stays unfinished."""
         if isinstance(error, BaseException):
-            line = (str(error).strip().splitlines() or [type(error).__name__])[-1][:300]
-            kind = "was interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
-        else:
-            line, kind = error[-300:], "failed"
-        self._update(step.key, failed=line)
-        print(
-            f"step '{step.key}' {kind} after {seconds:.0f} s; its outputs are not trusted until it "
-            f"finishes: fix the cause and run the same command again (finished steps are skipped)",
-            file=sys.stderr,
-        )
+            error = (str(error).strip().splitlines() or [type(error).__name__])[-1]
+        self._update(step.key, failed=error[-300:])
 
     def _update(self, key: str, **changes: Any) -> None:
         """Re-read the state, set (or with None delete) ``key`` in the given sections, write it atomically."""
