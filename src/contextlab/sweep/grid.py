@@ -224,6 +224,19 @@ def _must_run(section: SweepSection, step: Step, runner: StepRunner) -> bool:
     return True
 
 
+def _record_end(run: Run, returncode: int, seconds: float, runner: StepRunner, step: Step) -> dict:
+    """A run's processes ended: record it finished or failed (sweep state and RUN/sweep_status.json)."""
+    ok = returncode == 0
+    record = {"status": "done" if ok else "failed", "seconds": round(seconds, 1), "returncode": returncode}
+    if ok:
+        runner.finish(step, step.digest(), record["seconds"])
+    else:
+        record["error"] = _last_error(run)
+        runner.fail(step, record["error"])
+    atomic_write_json(run.dir / "sweep_status.json", record)
+    return record
+
+
 def run_sweep(
     path: str | Path, overrides: list[str] = (), *, only: str | None = None, progress: bool = True
 ) -> Path:
@@ -264,18 +277,8 @@ def run_sweep(
                     continue
                 proc.log.close()
                 running.remove(item)
-                ok = proc.returncode == 0
-                record = {
-                    "status": "done" if ok else "failed",
-                    "seconds": round(time.time() - started, 1),
-                    "returncode": proc.returncode,
-                }
-                if ok:
-                    runner.finish(steps[run.name], steps[run.name].digest(), record["seconds"])
-                else:
-                    record["error"] = _last_error(run)
-                    runner.fail(steps[run.name], record["error"])
-                atomic_write_json(run.dir / "sweep_status.json", record)
+                record = _record_end(run, proc.returncode, time.time() - started, runner, steps[run.name])
+                ok = record["status"] == "done"
                 bar.update(1)
                 bar.write(
                     f"{'done  ' if ok else 'FAILED'} {run.name} ({record['seconds']:.0f} s)"
