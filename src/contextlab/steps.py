@@ -56,6 +56,8 @@ def digest(obj: Any) -> str:
 
 @dataclass
 class Step:
+    """One unit of resumable work: what it is called, what determines it, what it leaves, how it runs."""
+
     key: str  # unique within the state file, e.g. "train gpt"
     fingerprint: Any  # JSON data of the inputs, a callable returning it, or None (the step checks itself)
     outputs: Sequence[str | Path]  # files or directories the step must leave
@@ -70,6 +72,8 @@ class Step:
 
 @dataclass
 class Outcome:
+    """What ``StepRunner.run`` did with a step."""
+
     ran: bool  # False: skipped (recorded, or a self-checking step that was up to date)
     value: Any = None  # what ``run`` returned
     seconds: float = 0.0
