@@ -2,17 +2,20 @@
 
     .venv/bin/python scripts/splice_vs_ep_extension.py recipes/splice_vs_ep_extension.toml [--out DIR]
 
-Every stage is an ordinary ``contextlab`` command (printed before it runs, so any number can
-be reproduced by hand) except the corpus preparation, which is this script's own: hold out
-every ``eval_every``-th book whole, cut the other books into paragraph-aligned pieces and
-split them, book by book, into a "standard" half and a "long-context" half (the seed mixes
-RedPajama with separately prepared long-context data; here both come from the books).
-Stages whose outputs exist are skipped (training resumes from its checkpoints), so running
-the command again after an interruption finishes the job. Wall time per stage goes to
-``timings.json``; the tables to ``summary.md`` / ``summary.json``.
+The study is a list of steps on ``contextlab.steps`` (state in ``OUT/steps.json``). Every step
+is an ordinary ``contextlab`` command (printed before it runs, so any number can be
+reproduced by hand) except two: the corpus preparation, which is this study's own (hold
+out every ``eval_every``-th book whole, cut the other books into paragraph-aligned pieces
+and split them, book by book, into a "standard" half and a "long-context" half; the seed
+mixes RedPajama with separately prepared long-context data, here both come from the
+books), and the paired SPLICE-minus-EP difference over the same held-out windows. A
+finished step is skipped when the command is run again (a killed training resumes from its
+checkpoints); a finished step whose settings changed in the recipe is refused. Wall time per
+stage goes to ``timings.json``; the tables (``scripts/splice_vs_ep_tables.py``, from the
+result files) to ``summary.md`` / ``summary.json``.
 
-Trade-off: a plain sequential script over subprocesses instead of a sweep: the recipe has
-a fixed shape (one base model, two arms) and the commands stay readable as documentation.
+Trade-off: a fixed list of steps over subprocesses instead of a sweep: the recipe has a
+fixed shape (one base model, two arms) and the commands stay readable as documentation.
 """
 
 from __future__ import annotations
@@ -21,76 +24,78 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+from splice_vs_ep_tables import ARMS, MODELS, summarize  # the script beside this one
+
 from contextlab.config import dumps_toml, read_toml
-from contextlab.figures import pyplot, save_png
+from contextlab.errors import UserError
+from contextlab.io import atomic_write_json, atomic_write_text
+from contextlab.steps import Step, StepRunner
 
-ARMS = {
-    "ep": "example packing (EP)",
-    "splice": "SPLICE-BM25",
-}  # arm -> label; both mixed 50/50 with standard EP
-MODELS = {"base": "start (256, no extension)", **ARMS}
-
-
-def sh(cmd: list[str], timings: dict, stage: str, out: Path) -> None:
-    print("\n$ " + " ".join(cmd), flush=True)
-    t0 = time.perf_counter()
-    subprocess.run(cmd, check=True)
-    timings[stage] = round(timings.get(stage, 0.0) + time.perf_counter() - t0, 1)
-    (out / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
+EVALS = ("contextwise", "niah", "kv")
+STATE_FILE = "steps.json"
 
 
 def contextlab(*args: str) -> list[str]:
     return [sys.executable, "-m", "contextlab", *args]
 
 
+def command_step(key: str, argv: list[str], outputs: list, after=(), config: tuple | None = None) -> Step:
+    """A step that runs one ``contextlab`` command; its fingerprint is the command, the config file it
+    writes first (``config`` = (path, dict)) and the fingerprints of the steps it reads (``after``)."""
+
+    def run() -> None:
+        if config is not None:
+            atomic_write_text(config[0], dumps_toml(config[1]))
+        print("\n$ " + " ".join(argv), flush=True)
+        subprocess.run(argv, check=True)
+
+    fp = {"args": argv[3:], "config": config and config[1], "after": [s.digest() for s in after]}
+    return Step(key, fp, outputs, run)
+
+
 # ---------------------------------------------------------------------------- corpus
 
 
-def prepare_corpus(recipe: dict, out: Path) -> dict[str, Path]:
-    """Held-out books (links), the pretraining exclusion list, standard and long-context pieces (JSONL)."""
+def split_books(recipe: dict) -> tuple[list[dict], list[dict]]:
+    """(held-out books, training books) of the manifest: every ``eval_every``-th by ebook id is held out."""
     c = recipe["corpus"]
-    root = Path(c["books"])
-    books = sorted(
-        (json.loads(line) for line in (root / "manifest.jsonl").read_text().splitlines() if line.strip()),
-        key=lambda b: b["ebook_id"],
-    )
+    lines = (Path(c["books"]) / "manifest.jsonl").read_text().splitlines()
+    books = sorted((json.loads(line) for line in lines if line.strip()), key=lambda b: b["ebook_id"])
     held = books[:: c["eval_every"]]
-    train_books = [b for b in books if b not in held]
-    data = out / "data"
-    paths = {
-        "eval_books": data / "eval_books",
-        "standard": data / "standard.jsonl",
-        "long": data / "long.jsonl",
-    }
-    if all(p.exists() for p in paths.values()):
-        return paths | {"exclude": [Path(b["file"]).name for b in held]}
-    paths["eval_books"].mkdir(parents=True, exist_ok=True)
+    return held, [b for b in books if b not in held]
+
+
+def prepare_corpus(recipe: dict, out: Path) -> None:
+    """Held-out books (links), standard and long-context pieces (JSONL). An unchanged file is not rewritten
+    (the ingest steps recognise their sources by size and modification time)."""
+    c = recipe["corpus"]
+    root, data = Path(c["books"]), out / "data"
+    held, train_books = split_books(recipe)
+    (data / "eval_books").mkdir(parents=True, exist_ok=True)
     for b in held:
-        link = paths["eval_books"] / Path(b["file"]).name
+        link = data / "eval_books" / Path(b["file"]).name
         if not link.exists():
             link.symlink_to((root / b["file"]).resolve())
     halves = {"standard": [], "long": []}
     for i, b in enumerate(train_books):  # alternate books: each half has its own books
         text = (root / b["file"]).read_bytes().decode("utf-8")[b["body_start_char"] : b["body_end_char"]]
-        text = text.replace("\r\n", "\n")
-        for piece in cut_pieces(text, c["piece_chars"]):
+        for piece in cut_pieces(text.replace("\r\n", "\n"), c["piece_chars"]):
             halves["standard" if i % 2 == 0 else "long"].append(
                 {"text": piece, "domain": f"pg{b['ebook_id']}"}
             )
     for name, rows in halves.items():
-        tmp = paths[name].with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        tmp.rename(paths[name])
+        text = "".join(json.dumps(r) + "\n" for r in rows)
+        path = data / f"{name}.jsonl"
+        if not path.exists() or path.read_text() != text:
+            atomic_write_text(path, text)
     info = {
         "eval_books": [b["title"] for b in held],
         "train_books": len(train_books),
         "pieces": {k: len(v) for k, v in halves.items()},
     }
-    (data / "corpus.json").write_text(json.dumps(info, indent=2) + "\n")
-    return paths | {"exclude": [Path(b["file"]).name for b in held]}
+    atomic_write_json(data / "corpus.json", info)
 
 
 def cut_pieces(text: str, min_chars: int) -> list[str]:
@@ -110,253 +115,161 @@ def cut_pieces(text: str, min_chars: int) -> list[str]:
     return pieces
 
 
-# ---------------------------------------------------------------------------- stages
+# ---------------------------------------------------------------------------- the steps
 
 
-def build_data(recipe: dict, out: Path, corpus: dict, timings: dict) -> dict[str, Path]:
-    c, pk = recipe["corpus"], recipe["pack"]
-    stores = {k: out / "stores" / k for k in ("pretrain", "standard", "long", "eval")}
-    if not (stores["pretrain"] / "meta.json").exists():
-        sh(
-            contextlab(
-                "data",
-                "ingest",
-                str(Path(c["books"]) / "texts"),
-                "--tokenizer",
-                c["tokenizer"],
-                "--bpe-sample-mb",
-                str(c["bpe_sample_mb"]),
-                "--exclude",
-                ",".join(corpus["exclude"]),
-                "--out",
-                str(stores["pretrain"]),
-                "--no-progress",
-            ),
-            timings,
-            "ingest",
-            out,
-        )
-    same_tok = f"store:{stores['pretrain']}"
-    texts = str(Path(c["books"]) / "texts")
+def ingest_steps(recipe: dict, out: Path) -> dict[str, Step]:
+    """Prepare the corpus; ingest the pretraining books (training the BPE), then three stores with it."""
+    c, stores = recipe["corpus"], out / "stores"
+    exclude = ",".join(Path(b["file"]).name for b in split_books(recipe)[0])
+    texts, data = str(Path(c["books"]) / "texts"), out / "data"
+    made = [data / "standard.jsonl", data / "long.jsonl", data / "eval_books"]
+    prep = Step("prepare", {"corpus": c}, made, lambda: prepare_corpus(recipe, out))
+    bpe = ["--tokenizer", c["tokenizer"], "--bpe-sample-mb", str(c["bpe_sample_mb"]), "--exclude", exclude]
+    argv = contextlab("data", "ingest", texts, *bpe, "--out", str(stores / "pretrain"), "--no-progress")
+    steps = {"prepare": prep, "ingest pretrain": command_step("ingest pretrain", argv, [stores / "pretrain"])}
+    same = ["--tokenizer", f"store:{stores / 'pretrain'}"]
     for name, src, extra in (
-        ("standard", corpus["standard"], ["--domain-field", "domain"]),
-        ("long", corpus["long"], ["--domain-field", "domain"]),
-        ("eval", texts, ["--include", ",".join(corpus["exclude"])]),
-    ):  # the held-out books
-        if not (stores[name] / "meta.json").exists():
-            sh(
-                contextlab(
-                    "data",
-                    "ingest",
-                    str(src),
-                    "--tokenizer",
-                    same_tok,
-                    *extra,
-                    "--out",
-                    str(stores[name]),
-                    "--no-progress",
-                ),
-                timings,
-                "ingest",
-                out,
-            )
-    seq = str(recipe["extension"]["train"]["seq_len"] + 1)
-    packed = {
-        "standard_ep": (stores["standard"], ["--method", "ep"]),
-        "long_ep": (stores["long"], ["--method", "ep"]),
-        "long_splice": (
-            stores["long"],
-            [
-                "--method",
-                "splice",
-                "--retriever",
-                pk["retriever"],
-                "--k",
-                str(pk["k"]),
-                "--order",
-                pk["order"],
-            ],
-        ),
-    }
-    for name, (store, method) in packed.items():
+        ("standard", data / "standard.jsonl", ["--domain-field", "domain"]),
+        ("long", data / "long.jsonl", ["--domain-field", "domain"]),
+        ("eval", texts, ["--include", exclude]),  # the held-out books
+    ):
+        argv = contextlab(
+            "data", "ingest", str(src), *same, *extra, "--out", str(stores / name), "--no-progress"
+        )
+        after = [prep, steps["ingest pretrain"]]
+        steps[f"ingest {name}"] = command_step(f"ingest {name}", argv, [stores / name], after)
+    return steps
+
+
+def pack_steps(recipe: dict, out: Path, ingested: dict) -> dict[str, Step]:
+    """Pack the standard pieces with EP and the long-context pieces with EP and with SPLICE."""
+    pk = recipe["pack"]
+    splice = [
+        "--method",
+        "splice",
+        "--retriever",
+        pk["retriever"],
+        "--k",
+        str(pk["k"]),
+        "--order",
+        pk["order"],
+    ]
+    common = ["--seq-len", str(recipe["extension"]["train"]["seq_len"] + 1), "--seed", str(pk["seed"])]
+    steps = {}
+    for name, store, method in (
+        ("standard_ep", "standard", ["--method", "ep"]),
+        ("long_ep", "long", ["--method", "ep"]),
+        ("long_splice", "long", splice),
+    ):
         dest = out / "packed" / name
-        if not (dest / "meta.json").exists():
-            sh(
-                contextlab(
-                    "data",
-                    "pack",
-                    str(store),
-                    *method,
-                    "--seq-len",
-                    seq,
-                    "--seed",
-                    str(pk["seed"]),
-                    "--out",
-                    str(dest),
-                    "--no-progress",
-                ),
-                timings,
-                "pack",
-                out,
-            )
-    return {**stores, **{k: out / "packed" / k for k in packed}}
+        argv = contextlab("data", "pack", str(out / "stores" / store), *method, *common, "--out", str(dest))
+        after = [ingested[f"ingest {store}"]]
+        steps[f"pack {name}"] = command_step(f"pack {name}", [*argv, "--no-progress"], [dest], after)
+    return steps
 
 
-def write_config(section: dict, path: Path, **sets) -> Path:
+def data_steps(recipe: dict, out: Path) -> list[tuple[str, Step]]:
+    """(stage, step): prepare the corpus, ingest four stores with one tokenizer, pack three ways."""
+    ingested = ingest_steps(recipe, out)
+    steps = {**ingested, **pack_steps(recipe, out, ingested)}
+    return [(k.split()[0], s) for k, s in steps.items()]  # stage: prepare, ingest or pack
+
+
+def with_keys(section: dict, **sets) -> dict:
+    """A copy of a recipe section with ``a.b = value`` keys set."""
     cfg = json.loads(json.dumps(section))
     for dotted, value in sets.items():
         a, b = dotted.split(".")
         cfg.setdefault(a, {})[b] = value
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dumps_toml(cfg))
-    return path
+    return cfg
 
 
-def train_all(recipe: dict, out: Path, data: dict, timings: dict) -> dict[str, Path]:
+def train_steps(recipe: dict, out: Path, data: dict) -> dict[str, Step]:
+    """Model name -> step: pretrain the base model, then extend it once per arm on its mixture."""
     runs = {k: out / "runs" / k for k in MODELS}
-    cfg = write_config(
-        recipe["pretrain"],
-        out / "configs" / "base.toml",
-        **{"data.store": str(data["pretrain"]), "train.out_dir": str(runs["base"])},
-    )
-    sh(contextlab("train", str(cfg)), timings, "pretrain", out)
+    sets = {"data.store": str(out / "stores" / "pretrain"), "train.out_dir": str(runs["base"])}
+    path = out / "configs" / "base.toml"
+    argv = contextlab("train", str(path))
+    after = [data["ingest pretrain"]]
+    cfg = with_keys(recipe["pretrain"], **sets)
+    steps = {"base": command_step("pretrain", argv, [runs["base"] / "config.toml"], after, (path, cfg))}
     for arm in ARMS:
         mixture = [
-            {"packed": str(data["standard_ep"]), "weight": 0.5},
-            {"packed": str(data[f"long_{arm}"]), "weight": 0.5},
+            {"packed": str(out / "packed" / "standard_ep"), "weight": 0.5},
+            {"packed": str(out / "packed" / f"long_{arm}"), "weight": 0.5},
         ]
-        cfg = write_config(
-            recipe["extension"],
-            out / "configs" / f"{arm}.toml",
-            **{"data.mixture": mixture, "train.out_dir": str(runs[arm])},
-        )
-        sh(contextlab("train", str(cfg), "--init-from", str(runs["base"])), timings, f"extend_{arm}", out)
-    return runs
+        cfg = with_keys(recipe["extension"], **{"data.mixture": mixture, "train.out_dir": str(runs[arm])})
+        path = out / "configs" / f"{arm}.toml"
+        argv = contextlab("train", str(path), "--init-from", str(runs["base"]))
+        after = [steps["base"], data["pack standard_ep"], data[f"pack long_{arm}"]]
+        steps[arm] = command_step(f"extend {arm}", argv, [runs[arm] / "config.toml"], after, (path, cfg))
+    return steps
 
 
-def evaluate_all(recipe: dict, out: Path, data: dict, runs: dict, corpus: dict, timings: dict) -> None:
-    e = recipe["eval"]
-    for name, run in runs.items():
-        dest = out / "eval" / name
-        jobs = {"contextwise": str(data["eval"]), "niah": str(corpus["eval_books"]), "kv": e["kv"]["data"]}
-        for ev, d in jobs.items():
-            if (dest / f"{ev}.json").exists():
-                continue
-            opts = []
-            for k, v in e[ev].items():
-                if k != "data":
-                    opts += [
-                        f"--{k.replace('_', '-')}",
-                        ",".join(map(str, v)) if isinstance(v, list) else str(v),
-                    ]
-            sh(
-                contextlab("eval", ev, "--model", str(run), "--data", d, "--out", str(dest), *opts),
-                timings,
-                f"eval_{name}",
-                out,
-            )
-
-
-# ---------------------------------------------------------------------------- tables
-
-
-def summarize(out: Path) -> str:
-    res = {
-        m: {
-            ev: json.loads((out / "eval" / m / f"{ev}.json").read_text())["results"]
-            for ev in ("contextwise", "niah", "kv")
-        }
-        for m in MODELS
+def model_steps(recipe: dict, out: Path, data: dict) -> list[tuple[str, Step]]:
+    """(stage, step): train the three models, evaluate each, then the paired SPLICE - EP difference."""
+    train = train_steps(recipe, out, data)
+    steps = [("pretrain", train["base"])] + [(f"extend_{arm}", train[arm]) for arm in ARMS]
+    for name in MODELS:
+        after = [train[name], data["prepare"], data["ingest eval"]]
+        steps += [(f"eval_{name}", eval_step(recipe, out, name, ev, after)) for ev in EVALS]
+    fp = {
+        "contextwise": recipe["eval"]["contextwise"],
+        "split": recipe["pretrain"]["train"]["seq_len"],
+        "after": [train[arm].digest() for arm in ARMS] + [data["ingest eval"].digest()],
     }
-    lines = ["### Loss by position bucket (held-out books, nats/token)", ""]
-    buckets = [b for b in res["base"]["contextwise"]["buckets"]]
-    head = [f"{b['from']}-{b['to']}" for b in buckets]
-    lines += ["| model | " + " | ".join(head) + " |", "|---|" + "---|" * len(head)]
-    for m, label in MODELS.items():
-        bk = res[m]["contextwise"]["buckets"]
-        lines.append(f"| {label} | " + " | ".join(f"{b['loss']:.3f}" for b in bk) + " |")
-    niah = res["base"]["niah"]["heatmap"]
-    lines += [
-        "",
-        "### Needle in a haystack (likelihood accuracy, 5 candidates; by prompt length)",
-        "",
-        "| model | " + " | ".join(str(x) for x in niah["cols_length"]) + " | all |",
-        "|---|" + "---|" * (len(niah["cols_length"]) + 1),
-    ]
-    for m, label in MODELS.items():
-        vals = res[m]["niah"]["heatmap"]["values"]  # rows depth, cols length
-        by_len = [sum(r[j] for r in vals) / len(vals) for j in range(len(niah["cols_length"]))]
-        lines.append(
-            f"| {label} | "
-            + " | ".join(f"{v:.2f}" for v in by_len)
-            + f" | {res[m]['niah']['summary']['likelihood_accuracy']:.2f} |"
-        )
-    lines += [
-        "",
-        "| model | " + " | ".join(f"depth {d:g}%" for d in niah["rows_depth"]) + " |",
-        "|---|" + "---|" * len(niah["rows_depth"]),
-    ]
-    for m, label in MODELS.items():
-        vals = res[m]["niah"]["heatmap"]["values"]
-        lines.append(f"| {label} | " + " | ".join(f"{sum(r) / len(r):.2f}" for r in vals) + " |")
-    kv = res["base"]["kv"]["by_position"]
-    lines += [
-        "",
-        "### Key-value retrieval (likelihood accuracy, 5 candidates; by gold position)",
-        "",
-        "| model | " + " | ".join(f"pos {p}" for p in kv["positions"]) + " | all |",
-        "|---|" + "---|" * (len(kv["positions"]) + 1),
-    ]
-    for m, label in MODELS.items():
-        acc = res[m]["kv"]["by_position"]["accuracy"]
-        lines.append(
-            f"| {label} | "
-            + " | ".join(f"{a:.2f}" for a in acc)
-            + f" | {res[m]['kv']['summary']['likelihood_accuracy']:.2f} |"
-        )
-    paired = out / "eval" / "paired.json"
-    if paired.exists():
-        lines += [
-            "",
-            "### SPLICE minus EP, paired over the same held-out windows (nats/token)",
-            "",
-            "| positions | SPLICE - EP | standard error | windows where SPLICE is better |",
-            "|---|---|---|---|",
-        ]
-        for part, r in json.loads(paired.read_text()).items():
-            lines.append(
-                f"| {part.removeprefix('positions ')} | {r['splice_minus_ep']:+.4f} | {r['stderr']:.4f} | "
-                f"{r['splice_better_in']} of {r['windows']} |"
-            )
-    timings = json.loads((out / "timings.json").read_text())
-    lines += [
-        "",
-        "Wall time (s): "
-        + ", ".join(f"{k} {v:.0f}" for k, v in timings.items())
-        + f"; total {sum(timings.values()) / 60:.1f} min",
-    ]
-    text = "\n".join(lines) + "\n"
-    (out / "summary.md").write_text(text)
-    (out / "summary.json").write_text(json.dumps(res, indent=1, default=float) + "\n")
-    plot_buckets(res, out / "buckets.png")
-    plot_retrieval(res, out / "retrieval.png")
-    return text
+    run = lambda: paired_difference(recipe, out, out / "stores" / "eval")
+    return steps + [("eval_paired", Step("paired", fp, [out / "eval" / "paired.json"], run))]
 
 
-def paired_difference(recipe: dict, out: Path, data_eval: Path, timings: dict) -> dict:
+def eval_step(recipe: dict, out: Path, name: str, ev: str, after: list) -> Step:
+    """``contextlab eval EV`` of model ``name`` on the held-out books (key-value data: the recipe's file)."""
+    e, dest = recipe["eval"], out / "eval" / name
+    data = {
+        "contextwise": str(out / "stores" / "eval"),
+        "niah": str(out / "data" / "eval_books"),
+        "kv": e["kv"]["data"],
+    }[ev]
+    opts = []
+    for k, v in e[ev].items():
+        if k != "data":
+            opts += [f"--{k.replace('_', '-')}", ",".join(map(str, v)) if isinstance(v, list) else str(v)]
+    argv = contextlab(
+        "eval", ev, "--model", str(out / "runs" / name), "--data", data, "--out", str(dest), *opts
+    )
+    return command_step(f"eval {name} {ev}", argv, [dest / f"{ev}.json"], after)
+
+
+def plan(recipe: dict, out: Path) -> list[tuple[str, Step]]:
+    """Every step of the study in order, with the stage its wall time is counted in."""
+    data = data_steps(recipe, out)
+    return data + model_steps(recipe, out, {s.key: s for _, s in data})
+
+
+def write_timings(runner: StepRunner, steps: list[tuple[str, Step]], out: Path) -> dict:
+    """Wall time per stage (seconds, summed over its steps) to OUT/timings.json."""
+    timings: dict = {}
+    for stage, step in steps:
+        if step.key in runner.seconds:
+            timings[stage] = round(timings.get(stage, 0.0) + runner.seconds[step.key], 1)
+    atomic_write_json(out / "timings.json", timings)
+    return timings
+
+
+# ---------------------------------------------------------------------------- paired difference
+
+
+def paired_difference(recipe: dict, out: Path, data_eval: Path) -> dict:
     """SPLICE minus EP loss per window (the same held-out windows for both), mean and standard error,
-    over positions before and after the pretraining context: is the gap larger than the
-    window-to-window noise?"""
-    dest = out / "eval" / "paired.json"
-    if dest.exists():
-        return json.loads(dest.read_text())
+    over positions before and after the pretraining context: is the gap larger than the window-to-window
+    noise?"""
     import numpy as np
 
     from contextlab.data.store import TokenStore
     from contextlab.eval.adapter import load_model
     from contextlab.eval.contextwise import sequences
 
-    t0 = time.perf_counter()
     cw = recipe["eval"]["contextwise"]
     store = TokenStore(data_eval)
     pieces = sequences(store, cw["length"], cw["max_docs"], cw["pieces_per_doc"])
@@ -365,7 +278,7 @@ def paired_difference(recipe: dict, out: Path, data_eval: Path, timings: dict) -
     per_window = {}
     for arm in ARMS:
         lp = load_model(out / "runs" / arm).token_logprobs(rows).numpy()  # (N, L-1) log-probs
-        per_window[arm] = (-lp[:, : split - 1].mean(1), -lp[:, split - 1 :].mean(1))  # within / beyond 256
+        per_window[arm] = (-lp[:, : split - 1].mean(1), -lp[:, split - 1 :].mean(1))  # within / beyond
     res = {}
     for i, part in enumerate((f"positions 1-{split - 1}", f"positions {split}-{cw['length'] - 1}")):
         diff = per_window["splice"][i] - per_window["ep"][i]  # (N,)
@@ -375,53 +288,8 @@ def paired_difference(recipe: dict, out: Path, data_eval: Path, timings: dict) -
             "windows": len(diff),
             "splice_better_in": int((diff < 0).sum()),
         }
-    dest.write_text(json.dumps(res, indent=2) + "\n")
-    timings["eval_paired"] = round(time.perf_counter() - t0, 1)
-    (out / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
+    atomic_write_json(out / "eval" / "paired.json", res)
     return res
-
-
-def plot_buckets(res: dict, path: Path) -> None:
-    """Mean loss in each 2^i position bucket, one line per model (per-position curves are too noisy)."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for m, label in MODELS.items():
-        bk = res[m]["contextwise"]["buckets"]
-        ax.plot([b["from"] for b in bk], [b["loss"] for b in bk], marker="o", label=label)
-    ax.axvline(256, color="grey", ls=":", lw=1, label="pretraining context")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("position bucket [2^i, 2^(i+1)) (tokens of context)")
-    ax.set_ylabel("mean loss (nats/token)")
-    ax.set_title("held-out books: loss by position bucket")
-    ax.legend(fontsize=8)
-    save_png(fig, path, dpi=120)
-
-
-def plot_retrieval(res: dict, path: Path) -> None:
-    """Needle accuracy by prompt length and key-value accuracy by gold position, one line per model."""
-    plt = pyplot()
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for m, label in MODELS.items():
-        h = res[m]["niah"]["heatmap"]
-        by_len = [sum(r[j] for r in h["values"]) / len(h["values"]) for j in range(len(h["cols_length"]))]
-        a.plot(h["cols_length"], by_len, marker="o", label=label)
-        kv = res[m]["kv"]["by_position"]
-        b.plot(kv["positions"], kv["accuracy"], marker="o", label=label)
-    for ax, chance in (
-        (a, res["base"]["niah"]["summary"].get("chance")),
-        (b, res["base"]["kv"]["summary"].get("chance")),
-    ):
-        if chance:
-            ax.axhline(chance, color="grey", ls=":", lw=1, label="chance")
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_ylabel("likelihood accuracy")
-    a.set_xscale("log", base=2)
-    a.set_xlabel("needle prompt length (tokens)")
-    a.set_title("needle in a haystack (held-out books)")
-    b.set_xlabel("position of the gold pair (of 20)")
-    b.set_title("key-value retrieval")
-    b.legend(fontsize=8)
-    save_png(fig, path, dpi=120)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -432,21 +300,24 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     recipe = read_toml(args.recipe)
     out = Path(args.out or recipe["out"]["dir"])
-    if args.tables_only:  # (+ the paired difference, if missing)
-        timings = json.loads((out / "timings.json").read_text())
-        paired_difference(recipe, out, out / "stores" / "eval", timings)
-        print(summarize(out))
-        return 0
-    out.mkdir(parents=True, exist_ok=True)
-    tf = out / "timings.json"
-    timings = json.loads(tf.read_text()) if tf.exists() else {}
-    t0 = time.perf_counter()
-    corpus = prepare_corpus(recipe, out)
-    timings["prepare"] = timings.get("prepare", round(time.perf_counter() - t0, 1))
-    data = build_data(recipe, out, corpus, timings)
-    runs = train_all(recipe, out, data, timings)
-    evaluate_all(recipe, out, data, runs, corpus, timings)
-    paired_difference(recipe, out, data["eval"], timings)
+
+    def refuse(step: Step) -> None:
+        raise UserError(
+            f"{step.outputs[0]} was made with other recipe settings; delete it (and what was made from "
+            f"it) or pass --out NEW_DIR"
+        )
+
+    runner = StepRunner(out / STATE_FILE, on_change=refuse)
+    steps = plan(recipe, out)
+    try:
+        for _, step in steps[-1:] if args.tables_only else steps:  # tables only: + the paired difference
+            runner.run(step)
+            write_timings(runner, steps, out)
+    except subprocess.CalledProcessError as exc:  # the command printed its own error
+        return exc.returncode
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print("\n" + summarize(out))
     return 0
 

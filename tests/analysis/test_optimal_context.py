@@ -8,10 +8,10 @@ import pytest
 
 from contextlab.data import synthetic as syn
 from contextlab.errors import UserError
-from contextlab.eval import optimal_context as oc
+from contextlab.sweep import optimal_context as oc
 
 
-def _cfg(tmp_path, **kw) -> oc.SweepConfig:
+def _cfg(tmp_path, **kw) -> oc.OptimalContextConfig:
     base = dict(
         n_bits=12,
         n_tasks=4,
@@ -27,7 +27,7 @@ def _cfg(tmp_path, **kw) -> oc.SweepConfig:
         max_steps=400,
         out_dir=str(tmp_path / "sweep"),
     )
-    return oc.SweepConfig(**{**base, **kw})
+    return oc.OptimalContextConfig(**{**base, **kw})
 
 
 def test_mlp_reaches_the_bayes_risk_when_it_sees_every_bit(tmp_path):
@@ -45,7 +45,7 @@ def test_mlp_reaches_the_bayes_risk_when_it_sees_every_bit(tmp_path):
 
 def test_sweep_writes_results_and_resumes(tmp_path, monkeypatch):
     cfg = _cfg(tmp_path, max_steps=40)
-    res = oc.run_sweep(cfg, progress=False)
+    res = oc.run_optimal_context(cfg, progress=False)
     assert set(res["cells"]) == {"512/2", "512/12", "2048/2", "2048/12"}
     assert set(res["optimal_context"]) == {"512", "2048"}
     tasks = syn.make_tasks(cfg.parity())
@@ -65,9 +65,93 @@ def test_sweep_writes_results_and_resumes(tmp_path, monkeypatch):
     }  # hidden=64: all = 64 components and cell["dimension"]["0.002"] >= 1
     assert -1 <= res["feature_fits"]["2048"]["entropy@10"]["r"] <= 1
     monkeypatch.setattr(oc, "fit_cell", lambda *a, **k: pytest.fail("a finished cell was trained again"))
-    assert oc.run_sweep(cfg, progress=False)["cells"] == res["cells"]
+    assert oc.run_optimal_context(cfg, progress=False)["cells"] == res["cells"]
     with pytest.raises(UserError, match="different config"):
-        oc.run_sweep(_cfg(tmp_path, max_steps=40, lr=1e-3), progress=False)
+        oc.run_optimal_context(_cfg(tmp_path, max_steps=40, lr=1e-3), progress=False)
     assert oc.optimal_context_png(res, tmp_path / "oc.png").stat().st_size > 10_000
     with pytest.raises(ValueError, match="contexts must lie"):
         _cfg(tmp_path, contexts=[13])
+
+
+def test_an_interrupted_sweep_trains_only_the_cells_left(tmp_path, monkeypatch):
+    cfg = _cfg(tmp_path, max_steps=40, measure_features=False)
+    real, trained = oc.fit_cell, []
+
+    def dies_on_the_third(cfg, train, val, l, seed):
+        if len(trained) == 2:
+            raise KeyboardInterrupt
+        trained.append((len(train.task), l))
+        return real(cfg, train, val, l, seed)
+
+    monkeypatch.setattr(oc, "fit_cell", dies_on_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        oc.run_optimal_context(cfg, progress=False)
+    assert trained == [(512, 2), (512, 12)]
+    partial = json.loads((tmp_path / "sweep" / "results.json").read_text())
+    assert set(partial["cells"]) == {"512/2", "512/12"} and set(partial["optimal_context"]) == {"512"}
+    monkeypatch.setattr(
+        oc,
+        "fit_cell",
+        lambda cfg, train, val, l, seed: (
+            trained.append((len(train.task), l)) or real(cfg, train, val, l, seed)
+        ),
+    )
+    res = oc.run_optimal_context(cfg, progress=False)
+    assert trained == [(512, 2), (512, 12), (2048, 2), (2048, 12)]  # the killed cell again, then the last
+    whole = oc.run_optimal_context(
+        _cfg(tmp_path / "whole", max_steps=40, measure_features=False), progress=False
+    )
+    strip = lambda cells: {k: {n: v for n, v in c.items() if n != "seconds"} for k, c in cells.items()}
+    assert strip(res["cells"]) == strip(whole["cells"])  # resumed = uninterrupted
+
+
+def test_cells_of_a_sweep_run_before_cells_were_steps_are_kept(tmp_path, monkeypatch):
+    import shutil
+
+    cfg = _cfg(tmp_path, max_steps=40, measure_features=False)
+    res = oc.run_optimal_context(cfg, progress=False)
+    (tmp_path / "sweep" / "steps.json").unlink()  # what an older version left: results.json only
+    shutil.rmtree(tmp_path / "sweep" / "cells")
+    monkeypatch.setattr(oc, "fit_cell", lambda *a, **k: pytest.fail("a finished cell was trained again"))
+    assert oc.run_optimal_context(cfg, progress=False)["cells"] == res["cells"]
+    assert (tmp_path / "sweep" / "cells" / "2048_12.json").exists()
+
+
+def test_the_command_documents_every_option_and_runs_the_sweep(tmp_path, capsys):
+    import dataclasses
+
+    from contextlab.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["optimal-context", "--help"])
+    text = capsys.readouterr().out
+    for f in dataclasses.fields(oc.OptimalContextConfig):
+        flag = "--" + f.name.replace("_", "-")
+        assert flag in text, flag
+    recipe = tmp_path / "oc.toml"
+    recipe.write_text(
+        "n_bits = 12\nn_tasks = 4\nmin_far_bit = 3\ndata_sizes = [512]\ncontexts = [2, 12]\n"
+        "val_samples = 500\nhidden = 32\nbatch_size = 64\neval_every = 20\nmax_steps = 40\n"
+        f'out_dir = "{tmp_path / "out"}"\n'
+    )
+    assert (
+        main(
+            [
+                "optimal-context",
+                str(recipe),
+                "--set",
+                "patience=2",
+                "--measure-features",
+                "false",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    printed = capsys.readouterr().out
+    assert "rows = training samples D" in printed and "optimal_context.png" in printed
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert res["config"]["patience"] == 2 and res["config"]["measure_features"] is False
+    assert (tmp_path / "out" / "optimal_context.png").stat().st_size > 10_000
+    assert main(["optimal-context", str(recipe), "--lr", "1e-2", "--no-progress"]) == 2
+    assert "different config; use another out_dir" in capsys.readouterr().err

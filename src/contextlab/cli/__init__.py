@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "export": "contextlab.cli.train:cmd_export",
     "eval": "contextlab.cli.eval:cmd_eval",
     "sweep": "contextlab.cli.sweep:cmd_sweep",
+    "optimal-context": "contextlab.cli.optimal_context:cmd_optimal_context",
     "report": "contextlab.cli.report:cmd_report",
     "analyze entropy": "contextlab.cli.analyze:cmd_entropy",
 }

@@ -13,14 +13,13 @@ import argparse
 import time
 
 
-def cmd_quickstart(argv: list[str]) -> int:
-    """Run the whole pipeline on the embedded corpus: ingest, pack, train GPT + ContextLM, evaluate, report."""
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="contextlab quickstart",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        description="Ingest the embedded books and the Python standard library, pack the code with example packing "
-        "and SPLICE, train a tiny GPT and a tiny ContextLM, measure contextwise loss on held-out code and "
-        "needle-in-a-haystack accuracy, and write OUT/report.html. Under 10 minutes on 2 CPU cores. "
+        description="Ingest the embedded books and the Python standard library, pack the code with example "
+        "packing and SPLICE, train a tiny GPT and a tiny ContextLM, measure contextwise loss on held-out "
+        "code and needle-in-a-haystack accuracy, and write OUT/report.html. Under 10 minutes on 2 CPU cores. "
         "Run it again to resume after an interruption; finished steps are skipped.",
     )
     p.add_argument(
@@ -53,14 +52,13 @@ def cmd_quickstart(argv: list[str]) -> int:
     p.add_argument("--overwrite", action="store_true", help="redo every step from scratch")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--print-recipe", action="store_true", help="print the packaged recipe and exit")
-    args = p.parse_args(argv)
+    return p
 
+
+def _overrides(args: argparse.Namespace) -> list[str]:
+    """The recipe overrides: every --set, then what the shortcut flags stand for."""
     from contextlab.errors import UserError
-    from contextlab.quickstart import format_headline, load_recipe, packaged_recipe, run_quickstart
 
-    if args.print_recipe:
-        print(packaged_recipe(), end="")
-        return 0
     sets = list(args.set)
     if args.steps is not None:
         if args.steps < 1:
@@ -78,7 +76,18 @@ def cmd_quickstart(argv: list[str]) -> int:
 
         torch.set_num_threads(args.threads)
         sets.append(f"base.train.threads={args.threads}")
-    cfg = load_recipe(args.recipe, sets)
+    return sets
+
+
+def cmd_quickstart(argv: list[str]) -> int:
+    """Run the whole pipeline on the embedded corpus: ingest, pack, train GPT/ContextLM, evaluate, report."""
+    from contextlab.quickstart import format_headline, load_recipe, packaged_recipe, run_quickstart
+
+    args = _parser().parse_args(argv)
+    if args.print_recipe:
+        print(packaged_recipe(), end="")
+        return 0
+    cfg = load_recipe(args.recipe, _overrides(args))
     if args.no_progress:
         cfg.base.setdefault("train", {})["progress"] = False
     t0 = time.perf_counter()

@@ -1,16 +1,20 @@
-"""The quickstart pipeline: ingest -> pack (EP, SPLICE) -> train (GPT, ContextLM) -> evaluate -> report.
+"""The quickstart as a list of steps: ingest, pack (EP, SPLICE), train (GPT, ContextLM), evaluate, report.
 
 Each step calls the same Python API as its command (``ingest``, ``pack``, ``train``,
 ``evaluate``, ``build_report``) and leaves the same artifacts, so everything the
 quickstart makes can be inspected and redone with the single commands it prints.
 
-Resume and skip: ingest and pack keep their own fingerprints (an identical store is "up
-to date"; a killed one resumes). Training runs, evaluations and the report are recorded in
-``OUT/quickstart_state.json`` with a fingerprint of everything that determines them (the
-resolved run config and the packed store it reads; the evaluation options and the run).
-A recorded step whose fingerprint still matches is skipped; a run killed half-way resumes
-from its newest checkpoint; a step whose settings changed is refused with a one-line
-error unless ``overwrite`` (then everything is redone from scratch).
+The steps run on ``contextlab.steps.StepRunner`` with one state file,
+``OUT/quickstart_state.json``. Ingest and pack check themselves (a store records the
+fingerprint it was made from; an identical one is "up to date", a killed one resumes).
+Training runs, evaluations and the report are recorded with a fingerprint of everything
+that determines them (the resolved run config and the packed store it reads; the
+evaluation options and the run; every run and evaluation for the report). A recorded step
+whose fingerprint still matches is skipped; a run killed half-way resumes from its newest
+checkpoint; a finished step whose settings changed is refused with a one-line error
+unless ``overwrite`` (then everything is redone from scratch). The state file of a
+quickstart finished before the step runner existed has the same keys and fingerprints and
+is read as it is.
 
 Trade-off: every step runs in this one process (no subprocesses as in sweeps): the
 quickstart is short and sequential, and one process gives one readable console with one
@@ -19,7 +23,6 @@ progress bar per step; a crash is resumed by running the same command again.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import shutil
@@ -31,270 +34,258 @@ from contextlab.errors import UserError
 from contextlab.io import atomic_write_json
 from contextlab.quickstart.config import EVALS, TRAIN_STORE, QuickstartConfig, eval_options, run_config
 from contextlab.quickstart.summary import write_summary
+from contextlab.steps import UP_TO_DATE, Step, StepRunner, digest
 
 STATE_FILE = "quickstart_state.json"
+HELDOUT_STORE = "stdlib_heldout"
 
 
-def fingerprint(obj) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+def _write(text: str) -> None:
+    """Print without breaking a progress bar that is on screen."""
+    from tqdm.auto import tqdm
+
+    tqdm.write(text)
 
 
-class Pipeline:
-    """The steps of one quickstart directory, with the state that lets finished steps be skipped."""
+class Quickstart:
+    """The steps of one quickstart directory, grouped under the numbered headers they print."""
 
     def __init__(
         self, cfg: QuickstartConfig, out: str | Path, *, overwrite: bool = False, progress: bool = True
     ):
         self.cfg, self.out, self.overwrite, self.progress = cfg, Path(out), overwrite, progress
-        self.n_steps = 3 + len(cfg.pack.methods) + len(cfg.runs) + 2
-        self.k = 0
-        self.state_path = self.out / STATE_FILE
         if overwrite and self.out.exists():
             for sub in ("runs", STATE_FILE, "report.html", "summary.json"):
                 p = self.out / sub
                 shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
-        self.state = self._read_state()
+        self.runner = StepRunner(self.out / STATE_FILE, on_change=self._refuse, log=_write)
+        self.stores: dict = {}  # store name -> TokenStore, filled by the ingest steps
+        self.packed: dict = {}  # method -> PackedStore, filled by the pack steps
 
-    # ------------------------------------------------------------------ bookkeeping
-    def _read_state(self) -> dict:
-        try:
-            state = json.loads(self.state_path.read_text())
-        except (OSError, ValueError):
-            state = {}
-        return {"steps": state.get("steps", {}), "seconds": state.get("seconds", {})}
-
-    def _done(self, key: str, fp: str, output: Path) -> bool:
-        """True when ``key`` finished with fingerprint ``fp``; refuses a finished step with other settings."""
-        old = self.state["steps"].get(key)
-        if old is None or not output.exists():
-            return False
-        if old == fp:
-            return True
+    @staticmethod
+    def _refuse(step: Step) -> None:
         raise UserError(
-            f"{output} was made with other quickstart settings; pass --overwrite to redo the "
+            f"{step.outputs[0]} was made with other quickstart settings; pass --overwrite to redo the "
             f"quickstart, or --out NEW_DIR"
         )
 
-    def _record(self, key: str, fp: str, seconds: float | None) -> None:
-        self.state["steps"][key] = fp
-        if seconds is not None:
-            self.state["seconds"][key] = round(seconds, 1)
-        self.out.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(self.state_path, self.state)
+    def plan(self, t0: float) -> list[tuple[str, list[Step]]]:
+        """(header, steps) in the order they run; ``t0`` is when the invocation started."""
+        c = self.cfg
+        seq_len = run_config(c, next(iter(c.runs)), self.out).train.seq_len + 1
+        groups = [
+            (what, [self.ingest_step(name, source, config)]) for name, what, source, config in self.jobs()
+        ]
+        for method in c.pack.methods:
+            title = f"pack the training code with {method} ({seq_len} tokens per sequence)"
+            groups.append((title, [self.pack_step(method, seq_len)]))
+        for name, spec in c.runs.items():
+            t = run_config(c, name, self.out).train
+            title = (
+                f"train {name}: {spec.objective} on the {spec.packing} sequences, "
+                f"{t.max_steps or '?'} steps of {t.tokens_per_step:,} tokens"
+            )
+            groups.append((title, [self.train_step(name)]))
+        evals = [self.eval_step(run, name) for run in c.runs for name in EVALS]
+        groups.append((f"evaluate: {', '.join(EVALS)} for {', '.join(c.runs)}", evals))
+        groups.append(("report", [self.report_step(t0)]))
+        return groups
 
-    def header(self, text: str) -> None:
-        self.k += 1
-        print(f"\n[{self.k}/{self.n_steps}] {text}", flush=True)
+    def run(self) -> tuple[Path, dict]:
+        """Run (or skip) every step; returns (report path, summary)."""
+        from tqdm.auto import tqdm
 
-    # ------------------------------------------------------------------ steps
-    def ingest(self):
-        """The books (a BPE trained on them), the training code and the held-out code (same tokenizer)."""
+        t0 = time.perf_counter()
+        groups = self.plan(t0)
+        outcome = None
+        for k, (title, steps) in enumerate(groups, 1):
+            print(f"\n[{k}/{len(groups)}] {title}", flush=True)
+            if len(steps) > 1:  # the evaluations: one bar over all of them
+                steps = tqdm(
+                    steps, desc="evaluate", unit="eval", disable=not self.progress, dynamic_ncols=True
+                )
+            for step in steps:
+                outcome = self.runner.run(step)
+        page = self.out / "report.html"
+        if outcome.ran:
+            return page, outcome.value
+        return page, json.loads((self.out / "summary.json").read_text())
+
+    # ------------------------------------------------------------------ ingest and pack (self-checking)
+    def jobs(self) -> list:
+        """(store name, header, source, IngestConfig): the books (a BPE trained on them), the training
+        code and the held-out code (same tokenizer)."""
         from contextlab.corpus import STDLIB_EXCLUDE, books_dir, books_provenance, stdlib_dir
-        from contextlab.data.ingest import IngestConfig, ingest
+        from contextlab.data.ingest import IngestConfig
         from contextlab.data.sources import SourceOptions
 
-        c = self.cfg.corpus
-        jobs = [
+        c, same = self.cfg.corpus, f"store:{self.out / 'books'}"
+        books = f"{len(books_provenance())} public-domain books with a {c.vocab}-token BPE trained on them"
+        code = SourceOptions(include=c.code_include, exclude=STDLIB_EXCLUDE + c.heldout, encoding="replace")
+        held = SourceOptions(include=c.heldout, exclude=STDLIB_EXCLUDE, encoding="replace")
+        return [
             (
                 "books",
+                f"ingest {books}",
                 books_dir(),
-                f"{len(books_provenance())} public-domain books with a {c.vocab}-token BPE trained on them",
                 IngestConfig(
                     tokenizer=f"bpe:{c.vocab}", source=SourceOptions(include=["*.txt"], strip_gutenberg="no")
                 ),
             ),
             (
                 TRAIN_STORE,
-                stdlib_dir(),
-                f"the Python standard library ({stdlib_dir()}) except {', '.join(c.heldout)}, "
+                f"ingest the Python standard library ({stdlib_dir()}) except {', '.join(c.heldout)}, "
                 "with the same tokenizer",
-                IngestConfig(
-                    tokenizer=f"store:{self.out / 'books'}",
-                    source=SourceOptions(
-                        include=c.code_include, exclude=STDLIB_EXCLUDE + c.heldout, encoding="replace"
-                    ),
-                ),
+                stdlib_dir(),
+                IngestConfig(tokenizer=same, source=code),
             ),
             (
-                "stdlib_heldout",
+                HELDOUT_STORE,
+                f"ingest held-out code ({', '.join(c.heldout)}) for the evaluations",
                 stdlib_dir(),
-                f"held-out code ({', '.join(c.heldout)}) for the evaluations",
-                IngestConfig(
-                    tokenizer=f"store:{self.out / 'books'}",
-                    source=SourceOptions(include=c.heldout, exclude=STDLIB_EXCLUDE, encoding="replace"),
-                ),
+                IngestConfig(tokenizer=same, source=held),
             ),
         ]
-        stores = {}
-        for name, source, what, config in jobs:
-            self.header(f"ingest {what}")
+
+    def ingest_step(self, name: str, source, config) -> Step:
+        def run():
+            from contextlab.data.ingest import ingest
+            from contextlab.data.stats import plot_length_histogram
+
             t0 = time.perf_counter()
             rep = ingest(source, self.out / name, config, overwrite=self.overwrite, progress=self.progress)
-            s = rep.store
+            s = self.stores[name] = rep.store
             note = "up to date, skipped" if rep.up_to_date else f"{time.perf_counter() - t0:.1f} s"
             print(f"  {s.path}: {s.n_docs:,} documents, {s.n_tokens:,} tokens ({note})")
-            if not rep.up_to_date:
-                self.state["seconds"][f"ingest {name}"] = round(time.perf_counter() - t0, 1)
             if not (s.path / "doc_lengths.png").exists() or not rep.up_to_date:
-                from contextlab.data.stats import plot_length_histogram
-
                 plot_length_histogram(s, s.path / "doc_lengths.png")
-            stores[name] = s
-        return stores
+            return UP_TO_DATE if rep.up_to_date else s
 
-    def pack(self, code_store) -> dict:
-        """Pack the training code with every method; write each packing's diagnostics beside it."""
-        from contextlab.data.packing import PackConfig, pack, pack_stats
-        from contextlab.data.packing.stats import format_pack_stats, plot_pack_stats
+        return Step(f"ingest {name}", None, [self.out / name], run)
 
-        p, seq_len = self.cfg.pack, self.cfg_seq_len() + 1
-        packed = {}
-        for method in p.methods:
-            self.header(f"pack the training code with {method} ({seq_len} tokens per sequence)")
-            t0 = time.perf_counter()
+    def pack_step(self, method: str, seq_len: int) -> Step:
+        """Pack the training code with ``method``; write the packing's diagnostics beside it."""
+
+        def run():
+            from contextlab.data.packing import PackConfig, pack, pack_stats
+            from contextlab.data.packing.stats import format_pack_stats, plot_pack_stats
+
+            p = self.cfg.pack
             cfg = PackConfig(method=method, seq_len=seq_len, retriever=p.retriever, k=p.k, seed=p.seed)
-            rep = pack(
-                code_store,
-                self.out / "packed" / method,
-                cfg,
-                overwrite=self.overwrite,
-                progress=self.progress,
-            )
-            pk = rep.packed
+            dest = self.out / "packed" / method
+            rep = pack(self.stores[TRAIN_STORE], dest, cfg, overwrite=self.overwrite, progress=self.progress)
+            pk = self.packed[method] = rep.packed
             stats_file = pk.path / "pack_stats.json"
-            if not rep.up_to_date or not stats_file.exists():
-                stats = pack_stats(pk)
-                plot_pack_stats(stats, pk.path / "pack_stats.png")
-                atomic_write_json(
-                    stats_file, {k: v for k, v in stats.items() if not k.endswith(("_all", "_per_sequence"))}
-                )
-                self.state["seconds"][f"pack {method}"] = round(time.perf_counter() - t0, 1)
-                print("  " + format_pack_stats(stats).replace("\n", "\n  "))
-            else:
+            if rep.up_to_date and stats_file.exists():
                 print(f"  {pk.path}: {pk.n_sequences:,} sequences (up to date, skipped)")
-            packed[method] = pk
-        return packed
+                return UP_TO_DATE
+            stats = pack_stats(pk)
+            plot_pack_stats(stats, pk.path / "pack_stats.png")
+            kept = {k: v for k, v in stats.items() if not k.endswith(("_all", "_per_sequence"))}
+            atomic_write_json(stats_file, kept)
+            print("  " + format_pack_stats(stats).replace("\n", "\n  "))
+            return pk
 
-    def cfg_seq_len(self) -> int:
-        name = next(iter(self.cfg.runs))
-        return run_config(self.cfg, name, self.out).train.seq_len
+        return Step(f"pack {method}", None, [self.out / "packed" / method], run)
 
-    def train(self, packed: dict) -> dict:
-        """Train every run of the recipe (resuming a killed one); returns name -> fingerprint."""
+    # ------------------------------------------------------------------ recorded steps
+    def train_fingerprint(self, name: str) -> dict:
+        """What determines run ``name``: its resolved config, the packed store it reads, its budget."""
         from contextlab.train.config import config_hash
-        from contextlab.train.trainer import train
 
-        fps = {}
-        for name, spec in self.cfg.runs.items():
-            rc = run_config(self.cfg, name, self.out)
-            t = rc.train
-            fp = fingerprint(
-                {
-                    "config": config_hash(rc),
-                    "packed": packed[spec.packing].meta.get("fingerprint"),
-                    "budget": [t.max_steps, t.max_tokens, t.max_flops, t.max_minutes],
-                }
-            )
-            run_dir = Path(rc.train.out_dir)
-            self.header(
-                f"train {name}: {spec.objective} on the {spec.packing} sequences, "
-                f"{rc.train.max_steps or '?'} steps of {rc.train.tokens_per_step:,} tokens"
-            )
-            if self._done(f"train {name}", fp, run_dir / "config.toml"):
-                print(f"  {run_dir}: finished already, skipped")
-            else:
-                t0 = time.perf_counter()
-                res = train(rc)
-                if math.isfinite(res.final_loss):
-                    print(
-                        f"  {run_dir}: {res.steps} steps, train loss {res.final_loss:.4f}"
-                        + (f", validation loss {res.val_loss:.4f}" if res.val_loss is not None else "")
-                    )
-                else:  # resumed from its last checkpoint: nothing was left to do
-                    print(f"  {run_dir}: {res.steps} steps, finished already")
-                self._record(f"train {name}", fp, time.perf_counter() - t0)
-            fps[name] = fp
-        return fps
-
-    def evaluate(self, run_fps: dict, heldout_store) -> None:
-        """contextwise loss on the held-out code and needle in a haystack, for every run."""
-        from tqdm.auto import tqdm
-
-        from contextlab.config import from_dict
-        from contextlab.corpus import books_dir
-        from contextlab.eval import EVALS as REGISTRY
-        from contextlab.eval import evaluate, load_model
-        from contextlab.eval.adapter import ContextLengthWarning
-
-        e = self.cfg.eval
-        data = {
-            "contextwise": str(heldout_store.path),
-            "bayes-fit": str(heldout_store.path),
-            "niah": str(books_dir()),
+        rc = run_config(self.cfg, name, self.out)
+        t = rc.train
+        return {
+            "config": config_hash(rc),
+            "packed": self.packed[self.cfg.runs[name].packing].meta.get("fingerprint"),
+            "budget": [t.max_steps, t.max_tokens, t.max_flops, t.max_minutes],
         }
-        jobs = [(run, name) for run in self.cfg.runs for name in EVALS]
-        self.header(f"evaluate: {', '.join(EVALS)} for {', '.join(self.cfg.runs)}")
-        bar = tqdm(jobs, desc="evaluate", unit="eval", disable=not self.progress, dynamic_ncols=True)
-        for run, name in bar:
-            run_dir = self.out / "runs" / run
-            options = eval_options(self.cfg, name)
-            fp = fingerprint(
-                {
-                    "run": run_fps[run],
-                    "options": options,
-                    "dtype": e.dtype,
-                    "batch": e.batch_size,
-                    "data": data[name] if name == "niah" else heldout_store.hash,
-                }
-            )
-            out_json = run_dir / "eval" / f"{name}.json"
-            if self._done(f"eval {run} {name}", fp, out_json):
-                bar.write(f"  {name} {run}: done already, skipped")
-                continue
-            t0 = time.perf_counter()
+
+    def train_step(self, name: str) -> Step:
+        """Train run ``name`` of the recipe (a run killed half-way resumes from its newest checkpoint)."""
+        rc = run_config(self.cfg, name, self.out)
+        run_dir = Path(rc.train.out_dir)
+
+        def run():
+            from contextlab.train.trainer import train
+
+            res = train(rc)
+            if math.isfinite(res.final_loss):
+                val = f", validation loss {res.val_loss:.4f}" if res.val_loss is not None else ""
+                print(f"  {run_dir}: {res.steps} steps, train loss {res.final_loss:.4f}{val}")
+            else:  # resumed from its last checkpoint: nothing was left to do
+                print(f"  {run_dir}: {res.steps} steps, finished already")
+
+        skip = f"  {run_dir}: finished already, skipped"
+        return Step(
+            f"train {name}", lambda: self.train_fingerprint(name), [run_dir / "config.toml"], run, skip
+        )
+
+    def eval_data(self, name: str) -> str:
+        """What evaluation ``name`` reads: the held-out code, or the books (needle haystacks)."""
+        from contextlab.corpus import books_dir
+
+        return str(books_dir()) if name == "niah" else str(self.stores[HELDOUT_STORE].path)
+
+    def eval_step(self, run: str, name: str) -> Step:
+        """Evaluation ``name`` (contextwise, bayes-fit, niah) of run ``run``."""
+        e, run_dir, options = self.cfg.eval, self.out / "runs" / run, eval_options(self.cfg, name)
+
+        def fingerprint() -> dict:
+            held = self.stores[HELDOUT_STORE].hash
+            return {
+                "run": digest(self.train_fingerprint(run)),
+                "options": options,
+                "dtype": e.dtype,
+                "batch": e.batch_size,
+                "data": self.eval_data(name) if name == "niah" else held,
+            }
+
+        def go():
+            from contextlab.config import from_dict
+            from contextlab.eval import EVALS as REGISTRY
+            from contextlab.eval import evaluate, load_model
+            from contextlab.eval.adapter import ContextLengthWarning
+
             adapter = load_model(run_dir, dtype=e.dtype, batch_size=e.batch_size)
             with (
                 warnings.catch_warnings()
             ):  # scoring past the training context is deliberate here (see recipe)
                 warnings.simplefilter("ignore", ContextLengthWarning)
-                _, res = evaluate(
-                    name, adapter, from_dict(REGISTRY[name].options, options), data[name], run_dir / "eval"
-                )
+                opts = from_dict(REGISTRY[name].options, options)
+                _, res = evaluate(name, adapter, opts, self.eval_data(name), run_dir / "eval")
             summary = {
                 k: round(v, 4) if isinstance(v, float) else v
                 for k, v in res.results["summary"].items()
                 if isinstance(v, (int, float)) and not isinstance(v, bool)
             }
-            bar.write(f"  {name} {run}: {json.dumps(summary)}")
-            self._record(f"eval {run} {name}", fp, time.perf_counter() - t0)
-        bar.close()
+            _write(f"  {name} {run}: {json.dumps(summary)}")
 
-    def report(self, seconds: float) -> tuple[Path, dict]:
+        out_json = run_dir / "eval" / f"{name}.json"
+        return Step(
+            f"eval {run} {name}", fingerprint, [out_json], go, f"  {name} {run}: done already, skipped"
+        )
+
+    def report_step(self, t0: float) -> Step:
         """Summary numbers and plots, then the HTML report over everything in OUT."""
-        from contextlab.report.html import build_report
+        page, summary_file = self.out / "report.html", self.out / "summary.json"
 
-        self.header("report")
-        fp = fingerprint({k: v for k, v in self.state["steps"].items() if k != "report"})
-        page = self.out / "report.html"
-        summary_file = self.out / "summary.json"
-        if self._done("report", fp, page) and summary_file.exists():
-            print(f"  {page}: up to date, skipped")
-            return page, json.loads(summary_file.read_text())
-        summary = write_summary(self.out, self.cfg, self.state["seconds"], seconds)
-        page = build_report(self.out, title="contextlab quickstart")
-        self._record("report", fp, None)
-        print(f"  wrote {page}")
-        return page, summary
+        def fingerprint() -> dict:  # every finished run and evaluation
+            return {k: v for k, v in self.runner.state["steps"].items() if k != "report"}
+
+        def run() -> dict:
+            from contextlab.report.html import build_report
+
+            seconds = {k: v for k, v in self.runner.seconds.items() if k != "report"}
+            summary = write_summary(self.out, self.cfg, seconds, time.perf_counter() - t0)
+            print(f"  wrote {build_report(self.out, title='contextlab quickstart')}")
+            return summary
+
+        return Step("report", fingerprint, [page, summary_file], run, f"  {page}: up to date, skipped")
 
 
 def run_quickstart(
     cfg: QuickstartConfig, out: str | Path, *, overwrite: bool = False, progress: bool = True
 ) -> tuple[Path, dict]:
     """Run (or resume) the whole quickstart in ``out``; returns (report path, summary)."""
-    t0 = time.perf_counter()
-    pipe = Pipeline(cfg, out, overwrite=overwrite, progress=progress)
-    stores = pipe.ingest()
-    packed = pipe.pack(stores[TRAIN_STORE])
-    fps = pipe.train(packed)
-    pipe.evaluate(fps, stores["stdlib_heldout"])
-    return pipe.report(time.perf_counter() - t0)
+    return Quickstart(cfg, out, overwrite=overwrite, progress=progress).run()

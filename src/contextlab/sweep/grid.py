@@ -10,10 +10,12 @@ Every point of the grid is the base config with those keys set; all of them are 
 validated before anything runs, so a typo fails in a second, not after an hour. Each run
 is an independent process (``python -m contextlab train``) with its own run directory and
 log; its evaluations follow as processes too (``python -m contextlab eval NAME --model
-RUN ...``). A run's outcome is recorded in ``RUN/sweep_status.json``: finished runs are
-skipped when the sweep is started again, failed runs keep their error and are retried,
-and one failure never stops the others. ``results.csv`` gets one row per run (grid values,
-training summary, every scalar of every evaluation) after each run ends.
+RUN ...``). Which runs finished with which config (and evaluations) is recorded in
+``OUT/sweep_state.json`` (``contextlab.steps``): finished runs are skipped when the sweep
+is started again, a finished run whose config changed runs again, failed runs keep their
+error and are retried, and one failure never stops the others. ``RUN/sweep_status.json``
+holds each run's status and error for ``results.csv``, which gets one row per run (grid
+values, training summary, every scalar of every evaluation) after each run ends.
 
 Trade-off: processes instead of threads or one long-lived process: a run that crashes,
 leaks memory or is killed cannot take the sweep down, and the same runs can be spread
@@ -38,6 +40,9 @@ from contextlab.config import apply_overrides, dumps_toml, from_dict, opt, read_
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_json, atomic_write_text
 from contextlab.rundir import latest_checkpoint, read_checkpoint_state, read_evals, read_metrics, summarize
+from contextlab.steps import Step, StepRunner
+
+STATE_FILE = "sweep_state.json"  # which runs finished with which config (contextlab.steps)
 
 
 @dataclass
@@ -191,6 +196,47 @@ def _last_error(run: Run) -> str:
     return (errors or lines or ["failed"])[-1][-500:]
 
 
+def _step(section: SweepSection, run: Run, runner: StepRunner) -> Step:
+    """A run and its evaluations as one step of OUT/sweep_state.json (its processes do the work).
+
+    A run that a sweep from before the state file finished or saw fail (``sweep_status.json``
+    says so, the state knows nothing of it) is recorded that way, as that sweep would have.
+    """
+    evals = [[name, [_format_arg(a, run) for a in section.eval_args.get(name, [])]] for name in section.evals]
+    step = Step(run.name, {"config": run.config, "evals": evals}, [run.dir / "metrics.jsonl"])
+    st = runner.state
+    if run.name not in st["steps"] and run.name not in st["started"] and run.name not in st["failed"]:
+        old = status(run)
+        if old["status"] == "done":
+            runner.finish(step, step.digest(), old.get("seconds", 0.0))
+        elif old["status"] == "failed":
+            runner.fail(step, old.get("error") or "failed")
+    return step
+
+
+def _must_run(section: SweepSection, step: Step, runner: StepRunner) -> bool:
+    """Not finished with this config (a failed run: when ``retry_failed``); says why a finished one reruns."""
+    _, reason = runner.check(step)
+    if reason is None or (runner.failure(step.key) is not None and not section.retry_failed):
+        return False
+    if runner.recorded(step.key) is not None:
+        print(f"{step.key}: {reason}; running it again", file=sys.stderr)
+    return True
+
+
+def _record_end(run: Run, returncode: int, seconds: float, runner: StepRunner, step: Step) -> dict:
+    """A run's processes ended: record it finished or failed (sweep state and RUN/sweep_status.json)."""
+    ok = returncode == 0
+    record = {"status": "done" if ok else "failed", "seconds": round(seconds, 1), "returncode": returncode}
+    if ok:
+        runner.finish(step, step.digest(), record["seconds"])
+    else:
+        record["error"] = _last_error(run)
+        runner.fail(step, record["error"])
+    atomic_write_json(run.dir / "sweep_status.json", record)
+    return record
+
+
 def run_sweep(
     path: str | Path, overrides: list[str] = (), *, only: str | None = None, progress: bool = True
 ) -> Path:
@@ -203,11 +249,9 @@ def run_sweep(
     atomic_write_text(out / "sweep.toml", Path(path).read_text(encoding="utf-8"))
     if only:
         runs = [r for r in runs if re.search(only, r.name)]
-    todo = [
-        r
-        for r in runs
-        if status(r)["status"] != "done" and (section.retry_failed or status(r)["status"] != "failed")
-    ]
+    runner = StepRunner(out / STATE_FILE)
+    steps = {r.name: _step(section, r, runner) for r in runs}
+    todo = [r for r in runs if _must_run(section, steps[r.name], runner)]
     threads = section.threads_per_run or max(1, (os.cpu_count() or 1) // max(1, section.parallel))
     bar = tqdm(
         total=len(runs),
@@ -223,6 +267,7 @@ def run_sweep(
             while todo and len(running) < max(1, section.parallel):
                 run = todo.pop(0)
                 run.dir.mkdir(parents=True, exist_ok=True)
+                runner.begin(steps[run.name], steps[run.name].digest())
                 atomic_write_json(run.dir / "sweep_status.json", {"status": "running"})
                 running.append((run, _run_one(section, run, threads), time.time()))
             time.sleep(0.2)
@@ -232,15 +277,8 @@ def run_sweep(
                     continue
                 proc.log.close()
                 running.remove(item)
-                ok = proc.returncode == 0
-                record = {
-                    "status": "done" if ok else "failed",
-                    "seconds": round(time.time() - started, 1),
-                    "returncode": proc.returncode,
-                }
-                if not ok:
-                    record["error"] = _last_error(run)
-                atomic_write_json(run.dir / "sweep_status.json", record)
+                record = _record_end(run, proc.returncode, time.time() - started, runner, steps[run.name])
+                ok = record["status"] == "done"
                 bar.update(1)
                 bar.write(
                     f"{'done  ' if ok else 'FAILED'} {run.name} ({record['seconds']:.0f} s)"

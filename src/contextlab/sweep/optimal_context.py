@@ -11,9 +11,11 @@ The model is an MLP over the l bits (as ±1) with the task as a one-hot input of
 layer, two hidden layers, two answer logits. The seed's Figure 16 instead concatenates the
 task after a context MLP; measured here, that model stays on the parity plateau (validation
 loss 0.693 = log 2 after 3,000 steps on 32K samples), while the task-at-the-input MLP learns
-and then overfits, which is what the question needs. Every cell of the grid gets a fresh model and the same
-validation set; results are written after every cell and finished cells are skipped when
-the sweep is run again, so an interrupted sweep resumes.
+and then overfits, which is what the question needs. Every cell of the grid gets a fresh
+model and the same validation set. A cell is a step of ``contextlab.steps`` (state in
+``OUT/steps.json``): it writes ``OUT/cells/D_l.json``, ``OUT/results.json`` gathers the
+finished cells after each one, and finished cells are skipped when the sweep is run again,
+so an interrupted sweep resumes (``contextlab optimal-context``).
 
 Trade-off: the MLP sees a bit vector, not tokens, so thousands of small trainings fit in
 minutes on a CPU; the transformer version of the same question (one run per cell through
@@ -38,10 +40,11 @@ from contextlab.config import opt
 from contextlab.data import synthetic as syn
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_json
+from contextlab.steps import Step, StepRunner
 
 
 @dataclass
-class SweepConfig:
+class OptimalContextConfig:
     n_bits: int = opt(100, "context bits L of the parity data")
     n_tasks: int = opt(90, "parity tasks T")
     min_far_bit: int = opt(11, "far bits spread over min_far_bit..L")
@@ -96,8 +99,7 @@ class ContextMLP(nn.Module):
         self.mlp = nn.Sequential(nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, 2))
 
     def features(self, bits: Tensor, task: Tensor) -> Tensor:
-        """The last hidden layer (B, hidden): what the answer is read from (the analogue of a
-        last-token state)."""
+        """The last hidden layer (B, hidden): what the answer is read from (as a last-token state is)."""
         return self.mlp[:-1](self.bits(bits) + self.task(task))
 
     def forward(self, bits: Tensor, task: Tensor) -> Tensor:
@@ -118,9 +120,10 @@ def _val_loss(model: ContextMLP, val: tuple[Tensor, Tensor, Tensor]) -> float:
     return loss
 
 
-def fit_cell(cfg: SweepConfig, train: syn.ParitySamples, val: syn.ParitySamples, l: int, seed: int) -> dict:
-    """Train one fresh MLP on ``train`` seeing l bits; early stopping on ``val``. Returns the best
-    val loss."""
+def fit_cell(
+    cfg: OptimalContextConfig, train: syn.ParitySamples, val: syn.ParitySamples, l: int, seed: int
+) -> dict:
+    """Train a fresh MLP on ``train`` seeing l bits; early stopping on ``val``. Returns the best val loss."""
     torch.manual_seed(seed)
     model = ContextMLP(l, cfg.n_tasks, cfg.hidden)
     opt_ = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -178,42 +181,75 @@ def _feature_measures(model: ContextMLP, val: tuple[Tensor, Tensor, Tensor]) -> 
     return m
 
 
-def run_sweep(cfg: SweepConfig, progress: bool = True) -> dict:
-    """Every (D, l) cell, resuming from OUT/results.json; returns the full results dict."""
+FREE = ("out_dir", "threads", "measure_features")  # may change between a sweep and its resumption
+
+
+def run_optimal_context(cfg: OptimalContextConfig, progress: bool = True) -> dict:
+    """Every (D, l) cell, skipping finished ones; writes OUT/results.json and returns it."""
     from tqdm.auto import tqdm
 
     torch.set_num_threads(cfg.threads)
     out = Path(cfg.out_dir)
-    path = out / "results.json"
     tasks = syn.make_tasks(cfg.parity())
-    cells: dict = {}
-    if path.is_file():
-        old = json.loads(path.read_text())
-        free = ("out_dir", "threads", "measure_features")  # may change between a sweep and its resumption
-        same = {k: v for k, v in old.get("config", {}).items() if k not in free}
-        if same != {k: v for k, v in asdict(cfg).items() if k not in free}:
-            raise UserError(f"{path} holds a sweep with a different config; use another out_dir")
-        cells = old.get("cells", {})
+    old = _same_config(cfg, out / "results.json")
+    runner = StepRunner(out / "steps.json", log=tqdm.write)
     val = syn.sample(cfg.parity(), tasks, cfg.val_samples, np.random.default_rng([cfg.seed, 2]))
-    todo = [(D, l) for D in cfg.data_sizes for l in cfg.contexts if f"{D}/{l}" not in cells]
-    bar = tqdm(total=len(todo), desc="optimal context", unit="cell", disable=not progress)
+    train: dict = {}  # D -> its samples, drawn when a cell of D first needs them (nested per D)
+    cells: dict = {}
+    n_cells = len(cfg.data_sizes) * len(cfg.contexts)
+    bar = tqdm(total=n_cells, desc="optimal context", unit="cell", disable=not progress)
     for D in cfg.data_sizes:
-        train = syn.sample(cfg.parity(), tasks, D, np.random.default_rng([cfg.seed, 3, D]))  # nested per D
         for l in cfg.contexts:
             key = f"{D}/{l}"
-            if key in cells:
-                continue
-            cells[key] = {"data_size": D, "context": l, **fit_cell(cfg, train, val, l, cfg.seed + l)}
-            bar.set_postfix_str(f"D={D} l={l} val={cells[key]['best_val_loss']:.4f}")
+            step = _cell_step(cfg, D, l, lambda D=D: _train_set(cfg, tasks, train, D), val, out)
+            if key in old and runner.check(step)[1] is not None:
+                _adopt(runner, step, old[key])  # a cell of a sweep run before cells were steps
+            ran = runner.run(step).ran
+            cells[key] = json.loads(step.outputs[0].read_text())
+            if ran:
+                bar.set_postfix_str(f"D={D} l={l} val={cells[key]['best_val_loss']:.4f}")
             bar.update(1)
-            atomic_write_json(path, _results(cfg, tasks, cells))
+            atomic_write_json(out / "results.json", _results(cfg, tasks, cells))
     bar.close()
-    results = _results(cfg, tasks, cells)
-    atomic_write_json(path, results)
-    return results
+    return json.loads((out / "results.json").read_text())
 
 
-def _results(cfg: SweepConfig, tasks: syn.ParityTasks, cells: dict) -> dict:
+def _same_config(cfg: OptimalContextConfig, path: Path) -> dict:
+    """The cells of an earlier sweep in ``path``; refuses one made with another config."""
+    if not path.is_file():
+        return {}
+    old = json.loads(path.read_text())
+    same = {k: v for k, v in old.get("config", {}).items() if k not in FREE}
+    if same != {k: v for k, v in asdict(cfg).items() if k not in FREE}:
+        raise UserError(f"{path} holds a sweep with a different config; use another out_dir")
+    return old.get("cells", {})
+
+
+def _train_set(cfg: OptimalContextConfig, tasks, cache: dict, D: int) -> syn.ParitySamples:
+    if D not in cache:
+        cache[D] = syn.sample(cfg.parity(), tasks, D, np.random.default_rng([cfg.seed, 3, D]))
+    return cache[D]
+
+
+def _cell_step(cfg: OptimalContextConfig, D: int, l: int, train, val, out: Path) -> Step:
+    """Cell (D, l) as a step: fit a fresh MLP, write OUT/cells/D_l.json."""
+    dest = out / "cells" / f"{D}_{l}.json"
+    config = {k: v for k, v in asdict(cfg).items() if k not in FREE}
+
+    def run() -> None:
+        cell = {"data_size": D, "context": l, **fit_cell(cfg, train(), val, l, cfg.seed + l)}
+        atomic_write_json(dest, cell)
+
+    return Step(f"cell {D}/{l}", {"config": config, "data_size": D, "context": l}, [dest], run)
+
+
+def _adopt(runner: StepRunner, step: Step, cell: dict) -> None:
+    """Record a cell found in an earlier results.json as finished (its numbers kept as they are)."""
+    atomic_write_json(step.outputs[0], cell)
+    runner.finish(step, step.digest(), cell.get("seconds", 0.0))
+
+
+def _results(cfg: OptimalContextConfig, tasks: syn.ParityTasks, cells: dict) -> dict:
     optimal = {}
     for D in cfg.data_sizes:
         row = [cells[f"{D}/{l}"] for l in cfg.contexts if f"{D}/{l}" in cells]
@@ -229,7 +265,7 @@ def _results(cfg: SweepConfig, tasks: syn.ParityTasks, cells: dict) -> dict:
     }
 
 
-def _feature_fits(cfg: SweepConfig, cells: dict) -> dict:
+def _feature_fits(cfg: OptimalContextConfig, cells: dict) -> dict:
     """Per data size: each feature measure across the contexts fitted linearly against the best val loss."""
     import contextlab.eval.intrinsic as intrinsic
 
