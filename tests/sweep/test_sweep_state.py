@@ -10,7 +10,7 @@ import pytest
 
 from contextlab.data.ingest import IngestConfig, ingest
 from contextlab.sweep.grid import STATE_FILE, load_sweep, run_sweep
-from tests.conftest import FIXTURES
+from tests.conftest import shakespeare
 
 SWEEP = """
 [sweep]
@@ -47,7 +47,7 @@ log_every = 1
 @pytest.fixture(scope="module")
 def sweep_file(tmp_path_factory):
     src = tmp_path_factory.mktemp("src") / "s.txt"
-    src.write_text((FIXTURES / "tinyshakespeare_100k.txt").read_text()[:20_000])
+    src.write_text(shakespeare(20_000))
     store = ingest(src, tmp_path_factory.mktemp("st") / "s", IngestConfig(), progress=False).store
     f = tmp_path_factory.mktemp("sw") / "s.toml"
     f.write_text(SWEEP.format(out=f.parent / "out", store=store.path))
