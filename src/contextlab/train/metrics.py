@@ -120,7 +120,7 @@ def step_metrics(
     values = [v.sum().double() if c else v.double().div(accum).sum() for v, c in zip(values, counts)]
     summed = all_reduce(torch.stack([total, *values]).tolist())
     out = {"loss": summed[0] / world}
-    out.update({k: v if c else v / world for k, v, c in zip(names, summed[1:], counts)})
+    out.update({k: round(v) if c else v / world for k, v, c in zip(names, summed[1:], counts)})
     return out
 
 
