@@ -100,6 +100,7 @@ class Trainer:
             torch.set_num_threads(t.threads)
         if t.dtype not in ("bf16", "fp32"):
             raise UserError(f"train.dtype must be bf16 or fp32, got {t.dtype!r}")
+        self.stopping = EarlyStopping(t.patience, t.val_every)
         self.run_dir = Path(t.out_dir)
         self.rows, self.micro, self.accum = batch_shape(t, self.info.world_size)
         data = build_training_data(
@@ -116,7 +117,6 @@ class Trainer:
         self._build_optimizer()
         self._next = None  # (loader state before it, tokens, doc ids): the batch fetched ahead, on the device
         self.state = {"step": 0, "tokens": 0, "flops": 0.0, "elapsed": 0.0, "total_steps": None}
-        self.stopping = EarlyStopping(t.patience, t.val_every)
         dtype = torch.bfloat16 if t.dtype == "bf16" else torch.float32
         self.peak = t.peak_flops or cached_peak_flops(dtype, self.info.device.type)  # 0 = unknown
 
