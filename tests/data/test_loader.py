@@ -1,4 +1,4 @@
-"""The training loader: exact rows, separators, doc ids, rank slicing, resume."""
+"""The training loader and its row sources: exact rows, separators, doc ids, rank slicing, resume."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from contextlab.data.ingest import IngestConfig, ingest
-from contextlab.data.loader import TokenLoader
+from contextlab.data.loader import LongDocRows, TokenLoader, WindowRows, document_rows
 from contextlab.data.views import all_documents, long_documents
 from contextlab.errors import UserError
 from tests.conftest import write_tree
@@ -20,24 +20,29 @@ def view(tmp_path):
     return all_documents(ingest(src, tmp_path / "s", IngestConfig(), progress=False).store)
 
 
+def windows(view, seq_len, rows, seed=0, separator=256, **kw):
+    """The loader the trainer builds over a token store: windows in a seeded document order."""
+    return TokenLoader(WindowRows(view, seq_len, separator=separator, seed=seed), rows, seed=seed, **kw)
+
+
 def expected_stream(loader, sep=256):
     out = []
-    for d in loader.doc_order:
+    for d in loader.source.doc_order:
         out += list(TEXTS[int(d)].encode()) + [sep]
     return out
 
 
 def test_packed_rows_are_windows_of_the_stream(view):
-    loader = TokenLoader(view, seq_len=4, rows_per_step=2, separator=256, seed=3)
+    loader = windows(view, 4, 2, seed=3)
     stream = expected_stream(loader)
     assert loader.n_rows == (len(stream) - 1) // 4
     for r in range(loader.n_rows):
-        assert loader.row(r).tolist() == stream[r * 4 : r * 4 + 5]
-    assert sorted(loader.doc_order.tolist()) == [0, 1, 2, 3, 4]
+        assert loader.source.row(r).tolist() == stream[r * 4 : r * 4 + 5]
+    assert sorted(loader.source.doc_order.tolist()) == [0, 1, 2, 3, 4]
 
 
 def test_doc_ids_mark_document_changes(view):
-    loader = TokenLoader(view, seq_len=8, rows_per_step=1, separator=256, seed=0)
+    loader = windows(view, 8, 1, seed=0)
     b = loader.next_batch()
     toks, ids = b.tokens[0], b.doc_ids[0]
     # a new document id starts right after each separator
@@ -46,11 +51,11 @@ def test_doc_ids_mark_document_changes(view):
 
 
 def test_every_row_once_per_epoch_and_deterministic(view):
-    a = TokenLoader(view, seq_len=4, rows_per_step=2, separator=256, seed=1)
-    b = TokenLoader(view, seq_len=4, rows_per_step=2, separator=256, seed=1)
+    a = windows(view, 4, 2, seed=1)
+    b = windows(view, 4, 2, seed=1)
     n_steps = a.n_rows // 2
     seen = [tuple(r) for _ in range(n_steps) for r in a.next_batch().tokens.tolist()]
-    all_rows = {tuple(a.row(r).tolist()) for r in range(a.n_rows)}
+    all_rows = {tuple(a.source.row(r).tolist()) for r in range(a.n_rows)}
     assert len(all_rows) == a.n_rows  # rows of this corpus are all different
     assert len(set(seen)) == len(seen) == 2 * n_steps and set(seen) <= all_rows
     assert [tuple(r) for _ in range(n_steps) for r in b.next_batch().tokens.tolist()] == seen
@@ -58,45 +63,69 @@ def test_every_row_once_per_epoch_and_deterministic(view):
 
 
 def test_rank_slices_partition_the_global_batch(view):
-    single = TokenLoader(view, seq_len=3, rows_per_step=4, separator=256, seed=2)
-    ranks = [
-        TokenLoader(view, seq_len=3, rows_per_step=4, separator=256, seed=2, rank=r, world_size=2)
-        for r in range(2)
-    ]
+    single = windows(view, 3, 4, seed=2)
+    ranks = [windows(view, 3, 4, seed=2, rank=r, world_size=2) for r in range(2)]
     for _ in range(5):
         full = single.next_batch().tokens
         parts = np.concatenate([ld.next_batch().tokens for ld in ranks])
         assert np.array_equal(full, parts)
     with pytest.raises(UserError, match="divisible"):
-        TokenLoader(view, seq_len=3, rows_per_step=3, world_size=2)
+        windows(view, 3, 3, separator=None, world_size=2)
 
 
 def test_resume_gives_the_same_batches(view):
-    a = TokenLoader(view, seq_len=4, rows_per_step=2, separator=256, seed=5)
+    a = windows(view, 4, 2, seed=5)
     for _ in range(7):
         a.next_batch()
     state = a.state_dict()
     rest = [a.next_batch().tokens.tolist() for _ in range(6)]
-    b = TokenLoader(view, seq_len=4, rows_per_step=2, separator=256, seed=5)
+    b = windows(view, 4, 2, seed=5)
     b.load_state_dict(state)
     assert [b.next_batch().tokens.tolist() for _ in range(6)] == rest
-    c = TokenLoader(view, seq_len=5, rows_per_step=2, separator=256, seed=5)
+    c = windows(view, 5, 2, seed=5)
     with pytest.raises(UserError, match="same data and config"):
         c.load_state_dict(state)
 
 
+def test_the_state_format_is_that_of_older_checkpoints(view):
+    """A loader state is the dict checkpoints have always held; one written before row sources existed
+    resumes, and one of another kind of rows is refused."""
+    a = windows(view, 4, 2, seed=5)
+    for _ in range(9):
+        a.next_batch()
+    n = a.n_rows
+    assert a.state_dict() == {
+        "epoch": 9 * 2 // n,
+        "position": a.state.position,
+        "n_rows": n,
+        "seq_len": 4,
+        "rows": 2,
+        "mode": "packed",
+        "seed": 5,
+    }
+    old = {"epoch": 1, "position": 4, "n_rows": n, "seq_len": 4, "rows": 2, "mode": "packed", "seed": 5}
+    b, c = windows(view, 4, 2, seed=5), windows(view, 4, 2, seed=5)
+    b.load_state_dict(old)
+    c.state.epoch, c.state.position = 1, 4
+    assert b.next_batch().tokens.tolist() == c.next_batch().tokens.tolist()
+    with pytest.raises(UserError, match="mode=long_docs"):
+        b.load_state_dict({**old, "mode": "long_docs"})
+
+
 def test_long_docs_mode(view):
-    loader = TokenLoader(view, seq_len=9, rows_per_step=2, mode="long_docs", seed=0)
+    loader = TokenLoader(LongDocRows(view, 9), 2, seed=0)
     assert loader.n_rows == 2  # only the 11- and 13-token documents have 10 tokens
-    rows = sorted(loader.row(r).tolist() for r in range(2))
+    rows = sorted(loader.source.row(r).tolist() for r in range(2))
     assert rows == sorted([list(TEXTS[2].encode()[:10]), list(TEXTS[4].encode()[:10])])
     lv = long_documents(view.store, 10)
-    assert TokenLoader(lv, seq_len=9, rows_per_step=2, mode="long_docs").n_rows == 2
+    assert TokenLoader(document_rows(lv, 9, "long_docs", separator=None, seed=0), 2).n_rows == 2
+    with pytest.raises(UserError, match="unknown data.mode 'zzz'; use one of packed, long_docs"):
+        document_rows(lv, 9, "zzz", separator=None, seed=0)
 
 
 def test_too_little_data_is_a_clear_error(view):
     with pytest.raises(UserError, match="one step needs"):
-        TokenLoader(view, seq_len=16, rows_per_step=64, separator=256)
+        windows(view, 16, 64)
 
 
 def test_first_tokens_is_exact_and_nested(tmp_path):
@@ -105,7 +134,7 @@ def test_first_tokens_is_exact_and_nested(tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
     for i in range(12):
-        (docs / f"d{i:02d}.txt").write_text(("document %d " % i) * (20 + 7 * i))
+        (docs / f"d{i:02d}.txt").write_text(f"document {i} " * (20 + 7 * i))
     store = ingest(docs, tmp_path / "store", IngestConfig(), progress=False).store
     small, big = first_tokens(store, 300, seed=1), first_tokens(store, 1500, seed=1)
     assert small.n_tokens() == 300 and big.n_tokens() == 1500

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from contextlab.config import from_dict
-from contextlab.data.loader import TokenLoader
+from contextlab.data.loader import PackedRows, TokenLoader
 from contextlab.data.mixture import MixtureLoader, exact_shares
 from contextlab.data.packing import PackConfig, pack
 from contextlab.errors import UserError
@@ -48,7 +48,7 @@ def packed(tmp_path_factory):
 
 
 def loader(packed, weights, rows, rank=0, world=1, seed=0):
-    subs = [TokenLoader(p, 32, 1, mode="packed_store", seed=seed + i) for i, p in enumerate(packed)]
+    subs = [TokenLoader(PackedRows(p, 32), 1, seed=seed + i) for i, p in enumerate(packed)]
     return MixtureLoader(subs, weights, rows, rank=rank, world_size=world)
 
 
@@ -80,7 +80,7 @@ def test_shares_never_drift_by_a_row(packed):
 def test_each_source_yields_its_own_loader_order(packed):
     mix = loader(packed, [0.5, 0.5, 0.0001], rows=4)
     rows = np.concatenate([mix.next_batch().tokens for _ in range(30)])
-    alone = TokenLoader(packed[1], 32, 1, mode="packed_store", seed=1)  # source 1 by itself, same seed
+    alone = TokenLoader(PackedRows(packed[1], 32), 1, seed=1)  # source 1 by itself, same seed
     from_b = [r for r in rows if source_of(r) == 1]
     assert len(from_b) == 60
     assert all(np.array_equal(r, alone.next_batch().tokens[0]) for r in from_b)

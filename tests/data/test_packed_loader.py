@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from contextlab.config import from_dict
-from contextlab.data.loader import TokenLoader, packed_split
+from contextlab.data.loader import PackedRows, TokenLoader, document_rows
 from contextlab.data.packing import PackConfig, pack
+from contextlab.data.views import all_documents, packed_split
 from contextlab.errors import UserError
 from contextlab.train.config import RunConfig
 from contextlab.train.trainer import train
@@ -26,12 +27,12 @@ def packed(tmp_path_factory):
 def test_rows_are_the_packed_sequences_and_short_ones_are_dropped(packed):
     lengths = packed.sequence_lengths()
     assert (lengths < 33).sum() >= 1 and (lengths == 33).sum() > 20  # the last sequence is short
-    loader = TokenLoader(packed, seq_len=32, rows_per_step=4, mode="packed_store", seed=0)
+    loader = TokenLoader(PackedRows(packed, 32), 4, seed=0)
     full = np.flatnonzero(lengths == 33)
-    assert loader.n_rows == len(full) and sorted(loader.doc_order.tolist()) == full.tolist()
+    assert loader.n_rows == len(full) and sorted(loader.source.doc_order.tolist()) == full.tolist()
     for r in range(loader.n_rows):
-        tokens, _ = packed.sequence_tokens(int(loader.doc_order[r]))
-        assert loader.row(r).tolist() == tokens.tolist()
+        tokens, _ = packed.sequence_tokens(int(loader.source.doc_order[r]))
+        assert loader.source.row(r).tolist() == tokens.tolist()
     batch = loader.next_batch()
     for toks, ids in zip(batch.tokens, batch.doc_ids):  # row-local document ids step after every separator
         assert ids[0] == 0
@@ -45,15 +46,17 @@ def test_split_is_disjoint_seeded_and_respected(packed):
     assert len(val_ids) == round(0.2 * len(packed))
     assert packed_split(packed, 0.2, seed=3)[1].tolist() == val_ids.tolist()
     assert packed_split(packed, 0.2, seed=4)[1].tolist() != val_ids.tolist()
-    loader = TokenLoader(packed, 32, 2, mode="packed_store", sequences=train_ids)
-    assert set(loader.doc_order.tolist()) <= set(train_ids.tolist())
+    loader = TokenLoader(PackedRows(packed, 32, train_ids), 2)
+    assert set(loader.source.doc_order.tolist()) <= set(train_ids.tolist())
 
 
-def test_wrong_packing_length_and_wrong_view_are_refused(packed):
+def test_wrong_packing_length_and_wrong_mode_are_refused(packed):
     with pytest.raises(UserError, match="pack again with --seq-len 65"):
-        TokenLoader(packed, seq_len=64, rows_per_step=1, mode="packed_store")
-    with pytest.raises(ValueError, match="takes a PackedStore"):
-        TokenLoader(packed, seq_len=32, rows_per_step=1, mode="packed")
+        PackedRows(packed, 64)
+    with pytest.raises(
+        UserError, match="unknown data.mode 'packed_store'"
+    ):  # packed rows come from data.packed
+        document_rows(all_documents(packed.store), 32, "packed_store", separator=EOT, seed=0)
 
 
 def test_training_on_a_packed_store(packed, tmp_path):

@@ -76,3 +76,26 @@ def test_measured_peak_uses_and_fills_the_cache(tmp_path, monkeypatch):
     assert flops.measured_peak_flops(torch.float32) == 1.25e12
     path.write_text("not json")  # a broken cache is re-measured, not an error
     assert flops.measured_peak_flops(torch.float32) > 1e9
+
+
+def test_the_peak_command_measures_once_into_the_cache_the_trainer_reads(tmp_path, monkeypatch, capsys):
+    from contextlab.cli import main
+
+    path = tmp_path / "peak.json"
+    monkeypatch.setenv("CONTEXTLAB_PEAK_FILE", str(path))
+    assert flops.cached_peak_flops(torch.float32) == 0.0 and not path.exists()  # reading writes nothing
+    threads = torch.get_num_threads()
+    try:
+        assert (
+            main(["peak", "--device", "cpu", "--dtype", "fp32", "--seconds", "0.05", "--threads", "1"]) == 0
+        )
+    finally:
+        torch.set_num_threads(threads)
+    key = flops.peak_key(torch.float32, "cpu", threads=1)
+    measured = json.loads(path.read_text())["entries"][key]["flops"]
+    assert measured > 1e9 and f"{key}: " in capsys.readouterr().out
+    torch.set_num_threads(1)
+    try:
+        assert flops.cached_peak_flops(torch.float32) == measured
+    finally:
+        torch.set_num_threads(threads)

@@ -244,3 +244,48 @@ def test_train_tokens_caps_the_training_data(store, tmp_path):
     cfg.data.train_tokens = 10**9
     with pytest.raises(UserError, match="train_tokens"):
         Trainer(cfg)
+
+
+def test_an_mtp_run_logs_every_head_loss(store, tmp_path):
+    cfg = config(store, tmp_path / "mtp", max_steps=3, micro_batch_rows=2)  # 4 micro-batches per step
+    cfg.objective.name, cfg.objective.options = "mtp", {"n_future": 3, "loss_weights": [2.0, 1.0, 1.0]}
+    train(cfg)
+    rows = [json.loads(line) for line in (tmp_path / "mtp" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 3
+    for row in rows:
+        heads = [row[f"loss_head{k}"] for k in (1, 2, 3)]
+        # the loss is the weighted mean of the heads' losses, micro-batch by micro-batch
+        assert row["loss"] == pytest.approx((2 * heads[0] + heads[1] + heads[2]) / 4, abs=1e-5)
+        assert len(set(heads)) == 3  # three separate losses
+    cfg = config(store, tmp_path / "mlm", max_steps=1)
+    cfg.objective.name = "mlm"
+    train(cfg)
+    row = json.loads((tmp_path / "mlm" / "metrics.jsonl").read_text())
+    assert 0 < row["loss_tokens"] < 256 and isinstance(
+        row["loss_tokens"], int
+    )  # the masked tokens of the step
+
+
+def test_a_trainer_reads_the_peak_and_never_measures_it(store, tmp_path, monkeypatch):
+    from contextlab.train import flops
+
+    peak_file = tmp_path / "cache" / "peak.json"
+    monkeypatch.setenv("CONTEXTLAB_PEAK_FILE", str(peak_file))
+
+    def no_benchmark(*a, **k):
+        raise AssertionError("a Trainer must not benchmark the machine")
+
+    monkeypatch.setattr(flops, "time_matmul", no_benchmark)
+    t = Trainer(config(store, tmp_path / "a", max_steps=1, peak_flops=0.0))
+    assert t.peak == 0.0 and not peak_file.exists()  # unknown: no MFU, nothing written
+    flops.write_peak_entries({flops.peak_key(torch.float32, "cpu"): {"flops": 3.5e11}})  # `contextlab peak`
+    assert Trainer(config(store, tmp_path / "b", max_steps=1, peak_flops=0.0)).peak == 3.5e11
+    assert Trainer(config(store, tmp_path / "c", max_steps=1, peak_flops=2e12)).peak == 2e12  # declared wins
+
+
+def test_an_impossible_mfu_is_never_shown(store, tmp_path, capsys):
+    train(config(store, tmp_path / "run", max_steps=3, peak_flops=1.0))  # a peak of 1 FLOP/s
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and all("mfu" not in r and r["tokens_per_s"] > 0 for r in rows)
+    out = capsys.readouterr().out
+    assert out.count("MFU not shown") == 1 and "MFU " not in out.replace("MFU not shown", "")

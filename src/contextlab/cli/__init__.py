@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "data synthetic": "contextlab.cli.synthetic:cmd_synthetic",
     "train": "contextlab.cli.train:cmd_train",
     "export": "contextlab.cli.train:cmd_export",
+    "peak": "contextlab.cli.train:cmd_peak",
     "eval": "contextlab.cli.eval:cmd_eval",
     "sweep": "contextlab.cli.sweep:cmd_sweep",
     "optimal-context": "contextlab.cli.optimal_context:cmd_optimal_context",

@@ -1,4 +1,4 @@
-"""``contextlab train`` and ``contextlab export``."""
+"""``contextlab train``, ``contextlab export`` and ``contextlab peak``."""
 
 from __future__ import annotations
 
@@ -34,8 +34,9 @@ def cmd_train(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
         prog="contextlab train",
         description=(
-            "Train a model on a token store with a chosen objective. Running the same command again resumes from "
-            "the newest checkpoint in train.out_dir. Scale out with: torchrun --nproc_per_node=N -m contextlab train ..."
+            "Train a model on a token store with a chosen objective. Running the same command again "
+            "resumes from the newest checkpoint in train.out_dir. Scale out with: "
+            "torchrun --nproc_per_node=N -m contextlab train ..."
         ),
         epilog=_config_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -48,8 +49,8 @@ def cmd_train(argv: list[str]) -> int:
         "--init-from",
         metavar="SOURCE",
         help=(
-            "continue from SOURCE: a contextlab run/checkpoint or a local Hugging Face causal LM folder (same as "
-            "--set init.source=SOURCE; extend the context with --set extend.method=pi|ntk|yarn|base)"
+            "continue from SOURCE: a contextlab run/checkpoint or a local Hugging Face causal LM folder "
+            "(same as --set init.source=SOURCE; extend the context with --set extend.method=pi|ntk|yarn|base)"
         ),
     )
     args = p.parse_args(argv)
@@ -88,4 +89,37 @@ def cmd_export(argv: list[str]) -> int:
 
     out = export_checkpoint(args.run, args.out, step=args.step, overwrite=args.overwrite)
     print(f"exported to {out}")
+    return 0
+
+
+def cmd_peak(argv: list[str]) -> int:
+    """Measure this machine's peak matmul FLOP/s once and cache it, so training can print its MFU."""
+    p = argparse.ArgumentParser(
+        prog="contextlab peak",
+        description=(
+            "Time square matmuls (2048^2 on a CPU, 8192^2 on a GPU) for about --seconds per dtype and merge "
+            "the 90th-percentile rate into the peak cache ($CONTEXTLAB_PEAK_FILE or "
+            "~/.cache/contextlab/peak.json; a key keeps its highest measurement). Training reads that cache "
+            "for its MFU and never measures by itself; train.peak_flops overrides it. Measure on an idle "
+            "machine with the thread count you train with."
+        ),
+    )
+    p.add_argument("--device", default="auto", help="auto (cuda when a GPU is visible), cpu or cuda")
+    p.add_argument("--dtype", choices=["bf16", "fp32"], action="append", help="repeatable (default: both)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 = torch's default")
+    p.add_argument("--seconds", type=float, default=1.0, help="time per dtype")
+    args = p.parse_args(argv)
+    import torch
+
+    from contextlab.train.distributed import pick_device
+    from contextlab.train.flops import measure_peak_flops, peak_file, peak_key
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = pick_device(args.device).type
+    for name in args.dtype or ["bf16", "fp32"]:
+        dtype = torch.bfloat16 if name == "bf16" else torch.float32
+        flops = measure_peak_flops(dtype, device, seconds=args.seconds)
+        print(f"{peak_key(dtype, device)}: {flops / 1e9:,.1f} GFLOP/s")
+    print(f"cached in {peak_file()}")
     return 0

@@ -1,30 +1,31 @@
-"""Deterministic, resumable, rank-sliced training batches from a token store.
+"""Deterministic, resumable, rank-sliced training batches: row sources under one loader.
 
-A loader turns documents into fixed-length rows of ``seq_len + 1`` tokens (inputs plus the
-shifted targets) and hands out global batches of ``rows_per_step`` rows; rank r of a
-world of w takes rows r*b .. (r+1)*b - 1 of every global batch (b = rows / w), so a run on
-w processes sees exactly the rows a single process sees, and losses match.
+A row is ``seq_len + 1`` tokens (inputs plus the shifted targets). Where rows come from is a
+*row source*, which only knows how to fill row r of its ``n_rows``; the ``TokenLoader`` on top
+only decides which rows a step takes: the order, the epochs and each rank's slice. Three
+sources (their ``mode`` is saved in the loader state, so a checkpoint resumes only on the same
+kind of rows):
 
-Two ways to make rows (``mode``):
+* ``WindowRows`` (mode ``packed``): documents laid end to end in a seeded order, separated by
+  the end-of-text token, and the stream cut into windows (example packing). Nothing is
+  copied: a row is located by binary search over the cumulative document lengths, so the
+  source costs O(n_docs) memory, whatever the corpus size.
+* ``LongDocRows`` (mode ``long_docs``): one document per row, only documents of at least
+  ``seq_len + 1`` tokens, each cut to that length (the LongCrawl64 protocol: every row has
+  real long-range structure, which context-size comparisons need).
+* ``PackedRows`` (mode ``packed_store``): the sequences of a packed store made by ``contextlab
+  data pack`` (example packing, SPLICE, ...), optionally only the ids of a train or validation
+  share (``views.packed_split``). Shorter sequences (the last of a shard) are never used, so
+  every row is full.
 
-* ``packed``: documents are laid end to end in a seeded order, separated by the
-  end-of-text token, and the stream is cut into rows (example packing). Nothing is copied:
-  a row is located by binary search over the cumulative document lengths, so building
-  the loader costs O(n_docs) memory, whatever the corpus size.
-* ``long_docs``: one document per row, only documents of at least ``seq_len + 1`` tokens,
-  each cut to that length (the LongCrawl64 protocol: every row has real long-range
-  structure, which context-size comparisons need).
-* ``packed_store``: the rows are the sequences of a packed store made by ``contextlab data
-  pack`` (example packing, SPLICE, ...) with ``seq_len + 1`` tokens each; ``view`` is the
-  ``PackedStore`` and ``sequences`` the ids of the sequences this loader may use (a
-  train or validation share from ``packed_split``). Shorter sequences (the last of a
-  shard) are never used, so every row is full.
-
-Row order: every epoch visits all rows once in a permutation seeded by ``(seed, epoch)``.
-The whole state is two integers (epoch, position), saved in every checkpoint; restoring
-them gives the same batches as an uninterrupted run. Per-position document ids are
-returned too, for block-diagonal attention masks when packed documents must not see each
-other.
+Loader: every epoch visits all rows once in a permutation seeded by ``(seed, epoch)``; a
+global batch is the next ``rows_per_step`` rows of it and rank r of a world of w takes rows
+r*b .. (r+1)*b - 1 (b = rows / w), so a run on w processes sees exactly the rows a single
+process sees, and losses match. The whole state is two integers (epoch, position), saved in
+every checkpoint; restoring them gives the same batches as an uninterrupted run. Per-position
+document ids are returned too, for block-diagonal attention masks when packed documents must
+not see each other. Trade-off: the ragged end of an epoch (fewer rows than a step) is dropped,
+so every step has the same rows and tokens.
 """
 
 from __future__ import annotations
@@ -36,8 +37,6 @@ import numpy as np
 from contextlab.data.packing.packed_store import PackedStore
 from contextlab.data.views import DocView
 from contextlab.errors import UserError
-
-MODES = ("packed", "long_docs", "packed_store")
 
 
 @dataclass
@@ -52,65 +51,141 @@ class Batch:
     doc_ids: np.ndarray  # (b, seq_len + 1) int32: which document each position comes from (row-local ids)
 
 
+# ---------------------------------------------------------------------------------------
+# Row sources
+
+
+class RowSource:
+    """``n_rows`` rows of ``row_len`` tokens; a subclass fills row r (see the module docstring)."""
+
+    mode = ""  # the kind of rows, checked when a checkpoint's loader state is loaded
+    need = "tokens"  # what "more data" means, for the too-little-data error
+    n_rows = 0
+    row_len = 0
+
+    def fill(self, r: int, out: np.ndarray, doc_ids: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def row(self, r: int) -> np.ndarray:
+        """Row r alone: (row_len,) int64."""
+        tokens = np.empty(self.row_len, dtype=np.int64)
+        self.fill(r, tokens, np.zeros(self.row_len, dtype=np.int32))
+        return tokens
+
+
+class WindowRows(RowSource):
+    """Windows over the documents of ``view`` laid end to end in a ``seed``-ed order, each followed by
+    ``separator`` (none when it is None); consecutive windows share one token."""
+
+    mode = "packed"
+
+    def __init__(self, view: DocView, seq_len: int, *, separator: int | None = None, seed: int = 0):
+        self.view, self.sep, self.seq_len, self.row_len = view, separator, int(seq_len), int(seq_len) + 1
+        self.doc_order = np.random.default_rng(seed).permutation(len(view))  # positions in the view
+        doc_lens = view.lengths()[self.doc_order] + (1 if separator is not None else 0)
+        self.starts = np.concatenate([[0], np.cumsum(doc_lens)])  # (n_docs + 1,) stream offsets
+        self.n_rows = max(0, int((self.starts[-1] - 1) // self.seq_len))
+
+    def fill(self, r: int, out: np.ndarray, doc_ids: np.ndarray) -> None:
+        pos = r * self.seq_len
+        end = pos + self.row_len
+        d = int(np.searchsorted(self.starts, pos, side="right") - 1)
+        filled, local = 0, 0
+        while filled < self.row_len:
+            off = pos + filled - int(self.starts[d])
+            doc = self.view.doc(int(self.doc_order[d]))
+            body = len(doc)
+            if off < body:
+                take = min(body - off, end - pos - filled)
+                out[filled : filled + take] = doc[off : off + take]
+                doc_ids[filled : filled + take] = local
+                filled += take
+                off += take
+            if filled < self.row_len and off >= body and self.sep is not None and off < body + 1:
+                out[filled] = self.sep
+                doc_ids[filled] = local
+                filled += 1
+            d += 1
+            local += 1
+
+
+class LongDocRows(RowSource):
+    """One row per document of ``view`` with at least ``seq_len + 1`` tokens: its first ``seq_len + 1``."""
+
+    mode = "long_docs"
+
+    def __init__(self, view: DocView, seq_len: int):
+        self.view, self.row_len = view, int(seq_len) + 1
+        self.doc_order = np.flatnonzero(view.lengths() >= self.row_len)
+        self.n_rows = len(self.doc_order)
+        self.need = f"documents of at least {self.row_len} tokens"
+
+    def fill(self, r: int, out: np.ndarray, doc_ids: np.ndarray) -> None:
+        out[:] = self.view.doc(int(self.doc_order[r]))[: self.row_len]
+
+
+class PackedRows(RowSource):
+    """The full sequences of ``packed`` among the ids ``sequences`` (default: all), in id order."""
+
+    mode = "packed_store"
+    need = "packed sequences"
+
+    def __init__(self, packed: PackedStore, seq_len: int, sequences: np.ndarray | None = None):
+        self.packed, self.row_len = packed, int(seq_len) + 1
+        if packed.seq_len != self.row_len:
+            raise UserError(
+                f"{packed.path} was packed with --seq-len {packed.seq_len} but training rows need "
+                f"{self.row_len} (train.seq_len + 1 for the shifted targets); pack again with "
+                f"--seq-len {self.row_len}"
+            )
+        ids = np.arange(len(packed)) if sequences is None else np.asarray(sequences, dtype=np.int64)
+        self.doc_order = ids[packed.sequence_lengths()[ids] == self.row_len]  # sequence ids
+        self.n_rows = len(self.doc_order)
+
+    def fill(self, r: int, out: np.ndarray, doc_ids: np.ndarray) -> None:
+        tokens, docs = self.packed.sequence_tokens(int(self.doc_order[r]))
+        out[:] = tokens
+        doc_ids[0] = 0
+        np.cumsum(docs[1:] != docs[:-1], out=doc_ids[1:])  # row-local: 0, 0, 1, 1, 1, 2, ...
+
+
+DOC_MODES = ("packed", "long_docs")  # data.mode: the row sources over a document view
+
+
+def document_rows(view: DocView, seq_len: int, mode: str, *, separator: int | None, seed: int) -> RowSource:
+    """The row source of ``mode`` (one of DOC_MODES) over ``view``; ``separator`` and ``seed`` (the
+    document order) apply to windows only."""
+    if mode == "packed":
+        return WindowRows(view, seq_len, separator=separator, seed=seed)
+    if mode == "long_docs":
+        return LongDocRows(view, seq_len)
+    raise UserError(f"unknown data.mode {mode!r}; use one of {', '.join(DOC_MODES)}")
+
+
+# ---------------------------------------------------------------------------------------
+# The loader
+
+
 class TokenLoader:
-    """Rows of ``seq_len + 1`` tokens from ``view``; see the module docstring."""
+    """Global batches of ``rows_per_step`` rows of ``source``: seeded order, epochs, this rank's slice."""
 
     def __init__(
-        self,
-        view: DocView | PackedStore,
-        seq_len: int,
-        rows_per_step: int,
-        *,
-        mode: str = "packed",
-        separator: int | None = None,
-        seed: int = 0,
-        rank: int = 0,
-        world_size: int = 1,
-        order_seed: int | None = None,
-        sequences: np.ndarray | None = None,
+        self, source: RowSource, rows_per_step: int, *, seed: int = 0, rank: int = 0, world_size: int = 1
     ):
-        if mode not in MODES:
-            raise UserError(f"unknown loader mode {mode!r}; use one of {', '.join(MODES)}")
-        if (mode == "packed_store") != isinstance(view, PackedStore):
-            raise ValueError("mode packed_store takes a PackedStore, the other modes a DocView")
         if rows_per_step % world_size:
             raise UserError(
                 f"rows per step ({rows_per_step}) must be divisible by the number of processes "
                 f"({world_size}); change train.tokens_per_step or the process count"
             )
-        self.view, self.seq_len, self.rows = view, int(seq_len), int(rows_per_step)
-        self.mode, self.sep, self.seed = mode, separator, int(seed)
+        self.source, self.rows, self.seed = source, int(rows_per_step), int(seed)
         self.rank, self.world = rank, world_size
+        self.row_len, self.n_rows, self.mode = source.row_len, source.n_rows, source.mode
+        self.seq_len = self.row_len - 1
         self.state = LoaderState()
-        self.row_len = self.seq_len + 1
-        if mode == "packed":  # doc_order holds positions in the view
-            self.doc_order = np.random.default_rng(
-                self.seed if order_seed is None else order_seed
-            ).permutation(len(view))
-            self.doc_lens = view.lengths()[self.doc_order] + (1 if separator is not None else 0)
-            self.starts = np.concatenate([[0], np.cumsum(self.doc_lens)])
-            self.n_rows = int((self.starts[-1] - 1) // self.seq_len)  # consecutive rows share one token
-        elif mode == "long_docs":
-            self.doc_order = np.flatnonzero(view.lengths() >= self.row_len)
-            self.n_rows = len(self.doc_order)
-        else:  # doc_order holds sequence ids of the packed store
-            if view.seq_len != self.row_len:
-                raise UserError(
-                    f"{view.path} was packed with --seq-len {view.seq_len} but training rows need "
-                    f"{self.row_len} (train.seq_len + 1 for the shifted targets); pack again with "
-                    f"--seq-len {self.row_len}"
-                )
-            ids = np.arange(len(view)) if sequences is None else np.asarray(sequences, dtype=np.int64)
-            self.doc_order = ids[view.sequence_lengths()[ids] == self.row_len]
-            self.n_rows = len(self.doc_order)
         if self.n_rows < self.rows:
-            need = {
-                "long_docs": "documents of at least %d tokens" % self.row_len,
-                "packed_store": "packed sequences",
-            }.get(mode, "tokens")
             raise UserError(
-                f"the data gives {max(self.n_rows, 0)} rows of {self.row_len} tokens but one step needs "
-                f"{self.rows}; use more data ({need}) or a smaller train.tokens_per_step / seq_len"
+                f"the data gives {self.n_rows} rows of {self.row_len} tokens but one step needs "
+                f"{self.rows}; use more data ({source.need}) or a smaller train.tokens_per_step / seq_len"
             )
 
     # ------------------------------------------------------------------ state
@@ -127,7 +202,7 @@ class TokenLoader:
 
     def load_state_dict(self, state: dict) -> None:
         for key in ("n_rows", "seq_len", "rows", "mode", "seed"):
-            if key in state and state[key] != getattr(self, key if key != "rows" else "rows"):
+            if key in state and state[key] != getattr(self, key):
                 raise UserError(
                     f"the checkpoint's data loader has {key}={state[key]} but this run has "
                     f"{getattr(self, key)}; resume with the same data and config"
@@ -153,56 +228,5 @@ class TokenLoader:
         tokens = np.empty((per_rank, self.row_len), dtype=np.int64)
         doc_ids = np.zeros((per_rank, self.row_len), dtype=np.int32)
         for i, r in enumerate(rows):
-            self._fill_row(int(r), tokens[i], doc_ids[i])
+            self.source.fill(int(r), tokens[i], doc_ids[i])
         return Batch(tokens, doc_ids)
-
-    def row(self, r: int) -> np.ndarray:
-        tokens = np.empty(self.row_len, dtype=np.int64)
-        self._fill_row(r, tokens, np.zeros(self.row_len, dtype=np.int32))
-        return tokens
-
-    def _fill_row(self, r: int, out: np.ndarray, doc_ids: np.ndarray) -> None:
-        if self.mode == "long_docs":
-            out[:] = self.view.doc(int(self.doc_order[r]))[: self.row_len]
-            return
-        if self.mode == "packed_store":
-            tokens, docs = self.view.sequence_tokens(int(self.doc_order[r]))
-            out[:] = tokens
-            doc_ids[0] = 0
-            np.cumsum(docs[1:] != docs[:-1], out=doc_ids[1:])  # row-local: 0, 0, 1, 1, 1, 2, ...
-            return
-        pos = r * self.seq_len
-        end = pos + self.row_len
-        d = int(np.searchsorted(self.starts, pos, side="right") - 1)
-        filled, local = 0, 0
-        while filled < self.row_len:
-            off = pos + filled - int(self.starts[d])
-            doc = self.view.doc(int(self.doc_order[d]))
-            body = len(doc)
-            if off < body:
-                take = min(body - off, end - pos - filled)
-                out[filled : filled + take] = doc[off : off + take]
-                doc_ids[filled : filled + take] = local
-                filled += take
-                off += take
-            if filled < self.row_len and off >= body and self.sep is not None and off < body + 1:
-                out[filled] = self.sep
-                doc_ids[filled] = local
-                filled += 1
-            d += 1
-            local += 1
-
-
-def packed_split(packed: PackedStore, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(train, validation) sequence ids of ``packed``: a seeded ``val_fraction`` of its sequences is held out.
-
-    Example packing puts each document in one sequence, so held-out sequences are mostly
-    unseen documents; SPLICE may place a document's pieces in several sequences, so use a
-    separate ``val_store`` when the validation loss must be on strictly unseen text.
-    """
-    n = len(packed)
-    n_val = int(round(n * val_fraction)) if val_fraction > 0 else 0
-    if n_val >= n:
-        raise UserError(f"val_fraction {val_fraction} holds out all {n} sequences of {packed.path}; lower it")
-    perm = np.random.default_rng(seed).permutation(n)
-    return np.sort(perm[n_val:]), np.sort(perm[:n_val])

@@ -112,7 +112,11 @@ class TrainSection:
     )
     ckpt_every: int = opt(100, "steps between checkpoints; 0 = only at the end")
     keep_last: int = opt(2, "checkpoints to keep")
-    peak_flops: float = opt(0.0, "declared peak FLOP/s for MFU; 0 = measure this machine")
+    peak_flops: float = opt(
+        0.0,
+        "peak FLOP/s of one device for the MFU; 0 = the one `contextlab peak` measured and cached "
+        "(no MFU is shown when there is none)",
+    )
     tensorboard: bool = opt(False, "also write TensorBoard events (needs the tensorboard package)")
     progress: bool = opt(True, "show a progress bar")
 

