@@ -51,14 +51,21 @@ class InitModel:
     meta: dict  # what every checkpoint records under "init"
 
 
-def init_model(cfg, objective, store) -> InitModel:
-    """The initial model of a continued run (see the module docstring); ``store`` is the training
-    data's store."""
-    src = Path(cfg.init.source)
+def check_source(source: str) -> Path:
+    """``init.source`` as a path, or one clear error when it does not exist (checked before the
+    trainer reads any data, so this mistake is the one reported)."""
+    src = Path(source)
     if not src.exists():
         raise UserError(
             f"init.source {src} does not exist; pass a contextlab run/checkpoint or a Hugging Face folder"
         )
+    return src
+
+
+def init_model(cfg, objective, store) -> InitModel:
+    """The initial model of a continued run (see the module docstring); ``store`` is the training
+    data's store."""
+    src = check_source(cfg.init.source)
     if (src / "config.json").is_file() and not (src / "state.json").is_file():
         from contextlab.models.hf_causal import read_hf_config
 

@@ -40,7 +40,7 @@ from contextlab.train import distributed as D
 from contextlab.train.budget import EarlyStopping, StepBudget, batch_shape, budget_steps
 from contextlab.train.config import RunConfig, config_hash
 from contextlab.train.flops import cached_peak_flops, flops_per_token
-from contextlab.train.init_from import describe, freeze_parameters, init_model, is_hf
+from contextlab.train.init_from import check_source, describe, freeze_parameters, init_model, is_hf
 from contextlab.train.metrics import (
     MetricsWriter,
     Throughput,
@@ -102,6 +102,8 @@ class Trainer:
         if t.dtype not in ("bf16", "fp32"):
             raise UserError(f"train.dtype must be bf16 or fp32, got {t.dtype!r}")
         self.stopping = EarlyStopping(t.patience, t.val_every)
+        if cfg.init.source:
+            check_source(cfg.init.source)
         self.run_dir = Path(t.out_dir)
         self.rows, self.micro, self.accum = batch_shape(t, self.info.world_size)
         data = build_training_data(
