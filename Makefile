@@ -2,11 +2,12 @@
 #   make quickstart   the main job on the embedded corpus
 #   make test         the test suite (self-contained: reads only this repository)
 #   make test-shared  the opt-in tests that read ../shared/data (CI runs both)
+#   make lint         ruff: lint and format check (CI runs it before the tests)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: quickstart test test-shared install clean browser
+.PHONY: quickstart test test-shared lint install clean browser
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +32,10 @@ test: $(VENV)/.installed browser
 
 test-shared: $(VENV)/.installed
 	$(BIN)/python -m pytest -m shared_data tests/shared_data
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 clean:
 	rm -rf $(VENV) contextlab-quickstart
