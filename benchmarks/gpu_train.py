@@ -57,7 +57,7 @@ def make_trainer(store: Path, out: Path, args) -> Trainer:
         "optim": {"lr": 6e-4, "warmup_steps": 10, "weight_decay": 0.1, "grad_clip": 1.0},
         "train": {
             "out_dir": str(out),
-            "seq_len": args.context,
+            "context": args.context,
             "tokens_per_step": tokens,
             "micro_batch_rows": args.micro,
             "max_steps": 10**6,

@@ -70,7 +70,7 @@ def splice_steps(store: TokenStore, retriever, steps: int, seed: int, seq_len: i
     seq = Sequencer(
         store.lengths(),
         domain_codes(store, np.arange(n)),
-        seq_len=seq_len,
+        row_len=seq_len,
         separator=True,
         remainder="next",
         order="identity",
@@ -84,7 +84,7 @@ def splice_steps(store: TokenStore, retriever, steps: int, seed: int, seq_len: i
             raise _Stop
 
     seq.on_take.append(counting)
-    cfg = PackConfig(method="splice", k=1, seq_len=seq_len)
+    cfg = PackConfig(method="splice", k=1, context=seq_len - 1)
     t0 = time.perf_counter()
     try:
         pack_splice(seq, retriever, cfg)
@@ -98,7 +98,7 @@ def _end_to_end(store: str, out: str, seq_len: int, q) -> None:
     rep = pack(
         store,
         out,
-        PackConfig(method="splice", retriever="bm25", k=1, seq_len=seq_len),
+        PackConfig(method="splice", retriever="bm25", k=1, context=seq_len - 1),
         progress=False,
         overwrite=True,
     )
@@ -127,11 +127,11 @@ def compare_stats(
     store = TokenStore(store_path)
     out = {}
     runs = [
-        ("ep", PackConfig(method="ep", seq_len=seq_len)),
-        ("splice_bm25", PackConfig(method="splice", retriever="bm25", seq_len=seq_len)),
+        ("ep", PackConfig(method="ep", context=seq_len - 1)),
+        ("splice_bm25", PackConfig(method="splice", retriever="bm25", context=seq_len - 1)),
     ]
     if any("/" in (m.get("path") or "") for m in store.docs_meta()[:50]):
-        runs.append(("splice_repo", PackConfig(method="splice", retriever="repo", seq_len=seq_len)))
+        runs.append(("splice_repo", PackConfig(method="splice", retriever="repo", context=seq_len - 1)))
     for name, cfg in runs:
         if name == "splice_bm25" and splice_out:
             packed = PackedStore(splice_out)
@@ -164,7 +164,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--store", required=True, help="the chapters token store")
     ap.add_argument("--extra", nargs="*", default=[], help="more stores for the Zipf / span comparison")
-    ap.add_argument("--seq-len", type=int, default=2048)
+    ap.add_argument("--seq-len", type=int, default=2048, help="tokens per packed sequence (context + 1)")
     ap.add_argument("--steps", type=int, default=400, help="SPLICE steps per bm25s side-by-side repeat")
     ap.add_argument("--rank-steps", type=int, default=8, help="SPLICE steps per rank_bm25 repeat")
     ap.add_argument("--repeats", type=int, default=3)

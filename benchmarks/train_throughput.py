@@ -68,7 +68,7 @@ def contextlab_trainer(
         "optim": {"lr": 1e-3, "warmup_steps": 10, "weight_decay": 0.1, "grad_clip": 1.0},
         "train": {
             "out_dir": str(out),
-            "seq_len": seq_len,
+            "context": seq_len,
             "tokens_per_step": tokens,
             "micro_batch_rows": micro,
             "max_steps": 1000,
@@ -90,7 +90,7 @@ class HFReference:
         c = trainer.model.config
         cfg = GPT2Config(
             vocab_size=c.vocab_size,
-            n_positions=trainer.cfg.train.seq_len,
+            n_positions=trainer.cfg.train.context,
             n_embd=c.n_embd,
             n_layer=c.n_layer,
             n_head=c.n_head,
@@ -183,7 +183,7 @@ class PlainLoop:
         vocab = (
             -(-c.vocab_size // 64) * 64
         )  # nanoGPT pads its vocabulary to a multiple of 64 (50257 -> 50304)
-        self.model = NanoGPT(vocab, trainer.cfg.train.seq_len, c.n_layer, c.n_embd, c.n_head)
+        self.model = NanoGPT(vocab, trainer.cfg.train.context, c.n_layer, c.n_embd, c.n_head)
         decay = [p for p in self.model.parameters() if p.dim() >= 2]
         rest = [p for p in self.model.parameters() if p.dim() < 2]
         self.opt = torch.optim.AdamW(

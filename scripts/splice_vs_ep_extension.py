@@ -155,7 +155,7 @@ def pack_steps(recipe: dict, out: Path, ingested: dict) -> dict[str, Step]:
         "--order",
         pk["order"],
     ]
-    common = ["--seq-len", str(recipe["extension"]["train"]["seq_len"] + 1), "--seed", str(pk["seed"])]
+    common = ["--context", str(recipe["extension"]["train"]["context"]), "--seed", str(pk["seed"])]
     steps = {}
     for name, store, method in (
         ("standard_ep", "standard", ["--method", "ep"]),
@@ -216,7 +216,7 @@ def model_steps(recipe: dict, out: Path, data: dict) -> list[tuple[str, Step]]:
         steps += [(f"eval_{name}", eval_step(recipe, out, name, ev, after)) for ev in EVALS]
     fp = {
         "contextwise": recipe["eval"]["contextwise"],
-        "split": recipe["pretrain"]["train"]["seq_len"],
+        "split": recipe["pretrain"]["train"]["context"],
         "after": [train[arm].digest() for arm in ARMS] + [data["ingest eval"].digest()],
     }
     run = lambda: paired_difference(recipe, out, out / "stores" / "eval")
@@ -274,7 +274,7 @@ def paired_difference(recipe: dict, out: Path, data_eval: Path) -> dict:
     store = TokenStore(data_eval)
     pieces = sequences(store, cw["length"], cw["max_docs"], cw["pieces_per_doc"])
     rows = np.stack([store.doc(d)[s : s + cw["length"]].astype(np.int64) for d, s in pieces])  # (N, L)
-    split = recipe["pretrain"]["train"]["seq_len"]
+    split = recipe["pretrain"]["train"]["context"]
     per_window = {}
     for arm in ARMS:
         lp = load_model(out / "runs" / arm).token_logprobs(rows).numpy()  # (N, L-1) log-probs

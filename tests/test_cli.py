@@ -124,7 +124,7 @@ def test_train_bad_input_is_one_line(tmp_path, sets, message):
         "train",
         "--set=train.peak_flops=1e12",
         f"--set=train.out_dir={tmp_path}/run",
-        "--set=train.seq_len=32",
+        "--set=train.context=32",
         "--set=train.tokens_per_step=64",
     ]
     res = run_cli(*args, *[f"--set={s.replace('{tmp}', str(tmp_path))}" for s in sets])

@@ -1,4 +1,5 @@
-"""The quickstart end to end at a tiny budget: every artifact, the headline, skipping and refusing on re-runs."""
+"""The quickstart end to end at a tiny budget: every artifact, the headline, skipping and refusing
+on re-runs."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ TINY = [
     "--set",
     "base.model.n_head=2",
     "--set",
-    "base.train.seq_len=64",
+    "base.train.context=64",
     "--set",
     "base.train.tokens_per_step=256",
     "--set",
@@ -76,7 +77,9 @@ def test_both_packings_are_written_with_their_diagnostics(quickstart):
     out, _ = quickstart
     for method in ("ep", "splice"):
         pk = PackedStore(out / "packed" / method)
-        assert pk.meta["config"]["method"] == method and pk.seq_len == 65  # train.seq_len + 1
+        assert (
+            pk.meta["config"]["method"] == method and pk.context == 64 and pk.row_len == 65
+        )  # train.context + 1
         stats = json.loads((out / "packed" / method / "pack_stats.json").read_text())
         assert stats["method"] == method and stats["n_sequences"] == pk.n_sequences
     assert json.loads((out / "packed" / "splice" / "pack_stats.json").read_text())["retriever"] == "bm25"

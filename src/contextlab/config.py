@@ -189,12 +189,38 @@ def _type_error(key: str, value: Any, tp: Any) -> UserError:
     return UserError(f"config key '{key}' must be {_type_name(tp)}, got {value!r}")
 
 
+_RENAME_NOTED: set[str] = set()
+
+
+def _renamed_keys(cls: type, data: dict, prefix: str) -> dict:
+    """``data`` with the old names a dataclass declares in ``RENAMED = {old: new}`` read as
+    the new ones (said once per key on stderr); both names at once is an error."""
+    renamed = getattr(cls, "RENAMED", {})
+    if not any(old in data for old in renamed):
+        return data
+    out = dict(data)
+    for old, new in renamed.items():
+        if old not in out:
+            continue
+        full_old, full_new = (f"{prefix}.{k}" if prefix else k for k in (old, new))
+        if new in out:
+            raise UserError(f"config keys '{full_old}' and '{full_new}' are the same; keep only '{full_new}'")
+        out[new] = out.pop(old)
+        if full_old not in _RENAME_NOTED:
+            _RENAME_NOTED.add(full_old)
+            print(f"note: config key '{full_old}' is read as '{full_new}' (its new name)", file=sys.stderr)
+    return out
+
+
 def from_dict(cls: type[T], data: dict, prefix: str = "") -> T:
-    """Build dataclass ``cls`` from a (possibly nested) dict, strictly."""
+    """Build dataclass ``cls`` from a (possibly nested) dict, strictly.
+
+    A dataclass may declare ``RENAMED: ClassVar[dict] = {old: new}``: old configs, run
+    directories and ``--set`` overrides that use an old key name keep working."""
     hints = get_type_hints(cls)
     names = {f.name: f for f in dataclasses.fields(cls) if f.init}
     kwargs = {}
-    for key, value in data.items():
+    for key, value in _renamed_keys(cls, data, prefix).items():
         full = f"{prefix}.{key}" if prefix else key
         if key not in names:
             valid = ", ".join(sorted(names))

@@ -50,7 +50,7 @@ def parity(tmp_path_factory):
         "optim": {"lr": 3e-3, "warmup_steps": 1},
         "train": {
             "out_dir": str(root / "run"),
-            "seq_len": 17,
+            "context": 17,
             "tokens_per_step": 17 * 16,
             "max_steps": 4,
             "val_every": 0,

@@ -98,12 +98,15 @@ def test_the_state_format_is_that_of_older_checkpoints(view):
         "epoch": 9 * 2 // n,
         "position": a.state.position,
         "n_rows": n,
-        "seq_len": 4,
+        "context": 4,
         "rows": 2,
         "mode": "packed",
         "seed": 5,
     }
+    # a checkpoint from before the rename (seq_len) and one after it (context) resume alike
     old = {"epoch": 1, "position": 4, "n_rows": n, "seq_len": 4, "rows": 2, "mode": "packed", "seed": 5}
+    with pytest.raises(UserError, match="context=5"):
+        windows(view, 4, 2, seed=5).load_state_dict({**old, "seq_len": 5})
     b, c = windows(view, 4, 2, seed=5), windows(view, 4, 2, seed=5)
     b.load_state_dict(old)
     c.state.epoch, c.state.position = 1, 4

@@ -40,7 +40,7 @@ def packed(tmp_path_factory):
         pack(
             make_store(root, corpus(letters, 60, i), name=f"s{i}"),
             root / f"p{i}",
-            PackConfig(method="ep", seq_len=33, seed=1),
+            PackConfig(method="ep", context=32, seed=1),
             progress=False,
         ).packed
         for i, letters in enumerate(LETTERS)
@@ -124,7 +124,7 @@ def mixture_config(sources, out_dir, **data) -> RunConfig:
             },
             "train": {
                 "out_dir": str(out_dir),
-                "seq_len": 32,
+                "context": 32,
                 "tokens_per_step": 128,
                 "max_steps": 6,
                 "ckpt_every": 3,

@@ -21,7 +21,7 @@ from tests.data.packing.helpers import EOT, make_store, mixed_corpus
 def packed(tmp_path_factory):
     root = tmp_path_factory.mktemp("packed")
     store = make_store(root, mixed_corpus(120, seed=4))
-    return pack(store, root / "ep", PackConfig(method="ep", seq_len=33, seed=1), progress=False).packed
+    return pack(store, root / "ep", PackConfig(method="ep", context=32, seed=1), progress=False).packed
 
 
 def test_rows_are_the_packed_sequences_and_short_ones_are_dropped(packed):
@@ -51,7 +51,9 @@ def test_split_is_disjoint_seeded_and_respected(packed):
 
 
 def test_wrong_packing_length_and_wrong_mode_are_refused(packed):
-    with pytest.raises(UserError, match="pack again with --seq-len 65"):
+    with pytest.raises(
+        UserError, match="packed for context 32 but train.context is 64; pack again with --context 64"
+    ):
         PackedRows(packed, 64)
     with pytest.raises(
         UserError, match="unknown data.mode 'packed_store'"
@@ -66,7 +68,7 @@ def test_training_on_a_packed_store(packed, tmp_path):
         "data": {"packed": str(packed.path), "val_fraction": 0.1},
         "train": {
             "out_dir": str(tmp_path / "run"),
-            "seq_len": 32,
+            "context": 32,
             "tokens_per_step": 128,
             "max_steps": 6,
             "log_every": 1,
@@ -83,7 +85,7 @@ def test_training_on_a_packed_store(packed, tmp_path):
     assert res.steps == 6 and len(rows) == 6 and res.val_loss is not None
     state = json.loads((tmp_path / "run" / "checkpoints" / "step_000006" / "state.json").read_text())
     assert state["loader"]["mode"] == "packed_store" and state["loader"]["position"] == 6 * 4
-    cfg["train"]["seq_len"] = 16
+    cfg["train"]["context"] = 16
     cfg["train"]["out_dir"] = str(tmp_path / "run2")
-    with pytest.raises(UserError, match="--seq-len 17"):
+    with pytest.raises(UserError, match="--context 16"):
         train(from_dict(RunConfig, cfg))

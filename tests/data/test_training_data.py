@@ -36,12 +36,12 @@ def stores(tmp_path_factory):
 @pytest.fixture(scope="module")
 def packed(stores, tmp_path_factory):
     root = tmp_path_factory.mktemp("packed")
-    cfg = PackConfig(method="ep", seq_len=9, seed=1)
+    cfg = PackConfig(method="ep", context=8, seed=1)
     return [pack(stores[f"s{i}"], root / f"p{i}", cfg, progress=False).packed for i in range(2)]
 
 
 def build(data: DataSection, **kw):
-    args = dict(seq_len=8, rows=4, seed=1, val_tokens=40)  # 5 validation rows
+    args = dict(context=8, rows=4, seed=1, val_tokens=40)  # 5 validation rows
     return build_training_data(data, **{**args, **kw})
 
 
@@ -116,13 +116,13 @@ def test_a_validation_store_replaces_the_held_out_share(stores, packed):
 
 def test_resume_gives_the_same_batches(stores):
     d = DataSection(store=str(stores["s1"].path), val_fraction=0.25, mode="long_docs")
-    a = build(d, seq_len=4)
+    a = build(d, context=4)
     for _ in range(7):
         a.loader.next_batch()
     state = a.loader.state_dict()
     assert state["mode"] == "long_docs"
     rest = [a.loader.next_batch().tokens.tolist() for _ in range(5)]
-    b = build(d, seq_len=4)
+    b = build(d, context=4)
     b.loader.load_state_dict(state)
     assert [b.loader.next_batch().tokens.tolist() for _ in range(5)] == rest
 

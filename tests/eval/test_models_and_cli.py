@@ -62,7 +62,7 @@ def trained_run(tmp_path_factory, stores):
         "optim": {"lr": 3e-3, "warmup_steps": 2},
         "train": {
             "out_dir": str(out),
-            "seq_len": 64,
+            "context": 64,
             "tokens_per_step": 512,
             "max_steps": 6,
             "val_every": 0,

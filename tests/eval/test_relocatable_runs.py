@@ -28,7 +28,7 @@ TINY = {
     "optim": {"lr": 3e-3, "warmup_steps": 2},
     "train": {
         "out_dir": RUN,
-        "seq_len": 32,
+        "context": 32,
         "tokens_per_step": 256,
         "max_steps": 2,
         "val_every": 0,

@@ -44,7 +44,7 @@ def test_each_answer_is_scored_as_its_own_single_question_row():
 def test_rows_too_short_are_refused():
     model = GPT(GPTConfig(vocab_size=64, n_layer=1, n_head=2, n_embd=16, block_size=16))
     obj = Queries(Queries.Options(n_queries=4))
-    with pytest.raises(UserError, match="seq_len"):
+    with pytest.raises(UserError, match="train.context"):
         obj(model, torch.zeros(2, 8, dtype=torch.long))
     with pytest.raises(ValueError, match="n_queries"):
         Queries.Options(n_queries=0)

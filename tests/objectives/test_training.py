@@ -30,7 +30,7 @@ TINY = {
     "model": {"size": "tiny-2x128", "n_layer": 2, "n_head": 2, "n_embd": 32},
     "optim": {"lr": 3e-3, "warmup_steps": 1},
     "train": {
-        "seq_len": 32,
+        "context": 32,
         "tokens_per_step": 128,
         "log_every": 1,
         "val_every": 0,

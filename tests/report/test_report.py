@@ -60,7 +60,7 @@ def sweep_dir(tmp_path_factory, store):  # noqa: F811
     f = root / "s.toml"
     f.write_text(
         SWEEP.format(out=root / "out", store=store.path, bad=64).replace(
-            '"train.seq_len" = [16, 32, 64]', '"train.seq_len" = [16, 32, 64]\n"model.n_embd" = [32, 64]'
+            '"train.context" = [16, 32, 64]', '"train.context" = [16, 32, 64]\n"model.n_embd" = [32, 64]'
         )
     )
     run_sweep(f, progress=False)

@@ -10,6 +10,7 @@ import pytest
 
 from contextlab.data.ingest import IngestConfig, ingest
 from contextlab.errors import UserError
+from contextlab.sweep import grid
 from contextlab.sweep.compute_optimal import analyze
 from contextlab.sweep.grid import load_sweep, run_sweep, status
 from tests.conftest import shakespeare
@@ -43,7 +44,7 @@ dtype = "fp32"
 log_every = 1
 
 [grid]
-"train.seq_len" = [16, 32, {bad}]
+"train.context" = [16, 32, {bad}]
 """
 
 
@@ -57,27 +58,38 @@ def store(tmp_path_factory):
 def test_grid_is_validated_before_running(tmp_path, store):
     f = tmp_path / "s.toml"
     f.write_text(SWEEP.format(out=tmp_path / "out", store=store.path, bad='"long"'))
-    with pytest.raises(UserError, match="grid point seq_len-long: config key 'train.seq_len' must be int"):
+    with pytest.raises(UserError, match="grid point context-long: config key 'train.context' must be int"):
         load_sweep(f)
     f.write_text(SWEEP.format(out=tmp_path / "out", store=store.path, bad=64) + "\n[extra]\nx = 1\n")
     with pytest.raises(UserError, match="unknown table"):
         load_sweep(f)
 
 
+def test_a_grid_over_the_old_name_train_seq_len_keeps_its_run_names(tmp_path, store):
+    old = SWEEP.replace('"train.context"', '"train.seq_len"').replace("[sweep]", "[sweep]\nevals = ['x']\n")
+    old = old.replace("parallel = 2", 'parallel = 2\neval_args = {{ x = ["--length", "{{train.context}}"] }}')
+    f = tmp_path / "s.toml"
+    f.write_text(old.format(out=tmp_path / "out", store=store.path, bad=64))
+    _section, runs = load_sweep(f)
+    assert [r.name for r in runs] == ["seq_len-16", "seq_len-32", "seq_len-64"]  # as the old sweep named them
+    assert [r.params for r in runs] == [{"train.context": c} for c in (16, 32, 64)]
+    assert grid._format_arg("{train.context}", runs[0]) == "16"
+
+
 def test_sweep_runs_records_failure_and_resumes(tmp_path, store):
     f = tmp_path / "s.toml"
-    # seq_len 256 needs 257-token rows but tokens_per_step 256 is not a multiple: that run fails at start
+    # context 256 needs 257-token rows but tokens_per_step 256 is not a multiple: that run fails at start
     f.write_text(SWEEP.format(out=tmp_path / "out", store=store.path, bad=48))
     _section, runs = load_sweep(f)
-    assert [r.name for r in runs] == ["seq_len-16", "seq_len-32", "seq_len-48"]
+    assert [r.name for r in runs] == ["context-16", "context-32", "context-48"]
     results = run_sweep(f, progress=False)
     rows = {r["run"]: r for r in csv.DictReader(open(results))}
-    assert rows["seq_len-16"]["status"] == "done" and rows["seq_len-32"]["status"] == "done"
+    assert rows["context-16"]["status"] == "done" and rows["context-32"]["status"] == "done"
     assert (
-        rows["seq_len-48"]["status"] == "failed"
-        and "multiple of train.seq_len" in rows["seq_len-48"]["error"]
+        rows["context-48"]["status"] == "failed"
+        and "multiple of train.context" in rows["context-48"]["error"]
     )
-    assert int(rows["seq_len-16"]["steps"]) == 3 and float(rows["seq_len-16"]["val_loss"]) > 0
+    assert int(rows["context-16"]["steps"]) == 3 and float(rows["context-16"]["val_loss"]) > 0
     done_mtime = (runs[0].dir / "metrics.jsonl").stat().st_mtime
     run_sweep(f, progress=False)  # resume: finished runs are not run again, the failed one is retried
     assert (runs[0].dir / "metrics.jsonl").stat().st_mtime == done_mtime
@@ -97,7 +109,7 @@ def test_compute_optimal_on_known_numbers():
             rows.append(
                 {
                     "status": "done",
-                    "train.seq_len": str(ctx),
+                    "train.context": str(ctx),
                     "model.size": size,
                     "train.max_flops": str(budget),
                     "val_loss": str(loss),
@@ -106,7 +118,7 @@ def test_compute_optimal_on_known_numbers():
     rows.append(
         {
             "status": "failed",
-            "train.seq_len": "512",
+            "train.context": "512",
             "model.size": "s",
             "train.max_flops": "1e12",
             "val_loss": "",
@@ -148,7 +160,7 @@ def test_results_rows_carry_each_evaluations_headline(tmp_path):
             [
                 {
                     "status": "done",
-                    "train.seq_len": "64",
+                    "train.context": "64",
                     "model.size": "s",
                     **{k: str(v) for k, v in row.items()},
                 }
@@ -181,7 +193,7 @@ def test_data_size_axis_and_best_val_loss(tmp_path):
             rows.append(
                 {
                     "status": "done",
-                    "train.seq_len": str(ctx),
+                    "train.context": str(ctx),
                     "model.size": "m",
                     "train.max_steps": "900",
                     "data.train_tokens": str(size),
@@ -205,6 +217,7 @@ def test_data_size_axis_and_best_val_loss(tmp_path):
 def test_compute_optimal_writes_the_analysis_and_three_plots(tmp_path):
     from contextlab.sweep.compute_optimal import compute_optimal
 
+    # a results.csv from before the rename of train.seq_len to train.context
     header = ["run", "status", "data.train_tokens", "train.seq_len", "model.size", "best_val_loss"]
     lines = [",".join(header)]
     for size, curve in {25000: {16: 6.0, 64: 6.1}, 100000: {16: 5.5, 64: 5.4}}.items():

@@ -20,20 +20,20 @@ class Clock:
 
 
 def test_batch_shape_splits_a_step_over_processes_and_micro_batches():
-    t = TrainSection(seq_len=32, tokens_per_step=512)
+    t = TrainSection(context=32, tokens_per_step=512)
     assert batch_shape(t, 1) == (16, 16, 1)
     assert batch_shape(t, 2) == (16, 8, 1)
-    assert batch_shape(TrainSection(seq_len=32, tokens_per_step=512, micro_batch_rows=2), 2) == (16, 2, 4)
-    with pytest.raises(UserError, match="multiple of train.seq_len"):
-        batch_shape(TrainSection(seq_len=32, tokens_per_step=500), 1)
+    assert batch_shape(TrainSection(context=32, tokens_per_step=512, micro_batch_rows=2), 2) == (16, 2, 4)
+    with pytest.raises(UserError, match="multiple of train.context"):
+        batch_shape(TrainSection(context=32, tokens_per_step=500), 1)
     with pytest.raises(UserError, match="split evenly over 3 processes"):
         batch_shape(t, 3)
     with pytest.raises(UserError, match="micro-batches of 3 rows"):
-        batch_shape(TrainSection(seq_len=32, tokens_per_step=512, micro_batch_rows=3), 1)
+        batch_shape(TrainSection(context=32, tokens_per_step=512, micro_batch_rows=3), 1)
 
 
 def test_budget_steps_converts_exactly_one_budget():
-    t = dict(seq_len=32, tokens_per_step=256)
+    t = dict(context=32, tokens_per_step=256)
     assert budget_steps(TrainSection(**t, max_steps=7), 1e6) == 7
     assert budget_steps(TrainSection(**t, max_tokens=256 * 7 + 100), 1e6) == 7
     assert budget_steps(TrainSection(**t, max_tokens=10), 1e6) == 1  # at least one step

@@ -26,7 +26,7 @@ CONFIG = {
     "optim": {"lr": 3e-3, "warmup_steps": 4},
     "data": {"val_split": "tail", "val_fraction": 0.1},
     "train": {
-        "seq_len": 64,
+        "context": 64,
         "tokens_per_step": 512,
         "max_steps": 12,
         "log_every": 1,

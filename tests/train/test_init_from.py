@@ -25,7 +25,7 @@ BASE = {
     "model": {"size": "tiny-4x256", "n_layer": 2, "n_head": 2, "n_embd": 32},
     "optim": {"lr": 3e-3, "warmup_steps": 2},
     "train": {
-        "seq_len": 16,
+        "context": 16,
         "tokens_per_step": 128,
         "log_every": 1,
         "val_every": 0,
@@ -136,7 +136,7 @@ def test_hf_llama_continues_with_yarn_exports_and_reloads(tmp_path, hf_store, ll
         run_config(
             hf_store,
             run,
-            train={"seq_len": 32, "max_steps": 4, "ckpt_every": 2},
+            train={"context": 32, "max_steps": 4, "ckpt_every": 2},
             init={"source": str(llama_dir)},
             extend={"method": "yarn"},
         )
@@ -174,11 +174,11 @@ def test_hf_llama_continues_with_yarn_exports_and_reloads(tmp_path, hf_store, ll
 def test_continued_hf_run_resumes_exactly(tmp_path, hf_store, llama_dir):
     sections = dict(init={"source": str(llama_dir)}, extend={"method": "pi"})
     ref = tmp_path / "ref"
-    train(run_config(hf_store, ref, train={"seq_len": 32, "max_steps": 6}, **sections))
+    train(run_config(hf_store, ref, train={"context": 32, "max_steps": 6}, **sections))
     crashed = tmp_path / "crashed"
     shutil.copytree(ref, crashed)  # as if killed after the step-3 checkpoint
     shutil.rmtree(crashed / "checkpoints" / "step_000006")
-    train(run_config(hf_store, crashed, train={"seq_len": 32, "max_steps": 6}, **sections))
+    train(run_config(hf_store, crashed, train={"context": 32, "max_steps": 6}, **sections))
     assert losses(crashed) == losses(ref)  # bitwise, steps 4-6 recomputed
     a, _, _ = load_trained_model(ref)
     b, _, _ = load_trained_model(crashed)
@@ -191,13 +191,13 @@ def test_contextlab_run_continues_with_yarn_and_exports(tmp_path, byte_store, ba
         run_config(
             byte_store,
             run,
-            train={"seq_len": 64, "max_steps": 3},
+            train={"context": 64, "max_steps": 3},
             init={"source": str(base_run)},
             extend={"method": "yarn"},
         )
     )
     fresh = tmp_path / "fresh"
-    train(run_config(byte_store, fresh, train={"seq_len": 64, "max_steps": 3}))
+    train(run_config(byte_store, fresh, train={"context": 64, "max_steps": 3}))
     assert losses(run)[1] < losses(fresh)[1] - 0.5  # starts from the pretrained weights
     model, state, _ = load_trained_model(run)
     c = model.config
@@ -228,7 +228,7 @@ def test_base_change_other_objective_and_freezing(tmp_path, byte_store, base_run
         run_config(
             byte_store,
             run,
-            train={"seq_len": 32, "max_steps": 2},
+            train={"context": 32, "max_steps": 2},
             init={"source": str(base_run), "freeze": ["embeddings", "blocks.0.*"]},
             extend={"method": "base", "rope_base": 1e6},
             objective={"name": "mtp"},
@@ -255,7 +255,7 @@ def test_user_errors_are_one_clear_line(tmp_path, byte_store, hf_store, base_run
         "extend.method='rope' is unknown",
         init={"source": str(base_run)},
         extend={"method": "rope"},
-        train={"seq_len": 32, "max_steps": 1},
+        train={"context": 32, "max_steps": 1},
     )
     check("needs the new base", init={"source": str(base_run)}, extend={"method": "base"})
     check("matches no parameter", init={"source": str(base_run), "freeze": ["nothing.*"]})

@@ -27,7 +27,7 @@ TINY = {
     "model": {"size": "tiny-4x256", "n_layer": 2, "n_head": 2, "n_embd": 64},
     "optim": {"lr": 3e-3, "warmup_steps": 3},
     "train": {
-        "seq_len": 32,
+        "context": 32,
         "tokens_per_step": 256,
         "log_every": 1,
         "val_every": 5,
@@ -81,7 +81,7 @@ def test_training_lowers_the_loss_and_writes_a_run(store, tmp_path):
     state = json.loads((run / "checkpoints" / "step_000040" / "state.json").read_text())
     assert state["tokens"] == 40 * 256 and state["tokenizer_hash"] == store.tokenizer_hash
     assert state["loader"]["position"] > 0 and res.val_loss is not None
-    assert (run / "config.toml").read_text().count("seq_len = 32") == 1
+    assert (run / "config.toml").read_text().count("context = 32") == 1
 
 
 def test_exact_resume_after_sigkill(store, tmp_path):
@@ -129,7 +129,7 @@ def test_exact_resume_after_sigkill(store, tmp_path):
 def test_resume_refuses_a_different_config(store, tmp_path):
     train(config(store, tmp_path / "run", max_steps=4))
     with pytest.raises(UserError, match="different config"):
-        train(config(store, tmp_path / "run", max_steps=8, seq_len=64))
+        train(config(store, tmp_path / "run", max_steps=8, context=64))
     res = train(config(store, tmp_path / "run", max_steps=8, log_every=2))  # a bigger budget continues
     assert res.steps == 8
 
@@ -159,14 +159,14 @@ def test_budgets_convert_to_steps(store, tmp_path):
     assert t.total_steps() == 5
     with pytest.raises(UserError, match="exactly one budget"):
         Trainer(config(store, tmp_path / "c", max_steps=3, max_tokens=100)).total_steps()
-    with pytest.raises(UserError, match="multiple of train.seq_len"):
+    with pytest.raises(UserError, match="multiple of train.context"):
         Trainer(config(store, tmp_path / "d", max_steps=3, tokens_per_step=100))
 
 
 def test_constant_tokens_per_step_across_contexts(store, tmp_path):
-    for seq_len in (16, 32, 64):
-        t = Trainer(config(store, tmp_path / f"r{seq_len}", max_steps=1, seq_len=seq_len))
-        assert t.rows * seq_len == 256 and t.loader.next_batch().tokens.shape == (256 // seq_len, seq_len + 1)
+    for context in (16, 32, 64):
+        t = Trainer(config(store, tmp_path / f"r{context}", max_steps=1, context=context))
+        assert t.rows * context == 256 and t.loader.next_batch().tokens.shape == (256 // context, context + 1)
 
 
 def test_wall_clock_budget(store, tmp_path):

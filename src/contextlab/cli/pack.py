@@ -66,6 +66,7 @@ def _pack_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-progress", action="store_true", help="print nothing while packing")
     add_dataclass_args(p, PackConfig)
+    p.add_argument("--seq-len", dest="retired_seq_len", help=argparse.SUPPRESS)
     return p
 
 
@@ -74,10 +75,23 @@ def _pack_config(args: argparse.Namespace):
     from contextlab.data.packing import PackConfig
 
     data = apply_overrides(read_toml(args.config) if args.config else {}, args.set)
+    old = args.retired_seq_len if args.retired_seq_len is not None else data.get("seq_len")
+    if old is not None:
+        raise UserError(
+            f"seq_len (tokens per sequence) is replaced by context, the training context: use --context "
+            f"{_minus_one(old)} (sequences hold context + 1 tokens)"
+        )
     for f in dataclasses.fields(PackConfig):
         if getattr(args, f.name, None) is not None:
             data[f.name] = getattr(args, f.name)
     return from_dict(PackConfig, data)
+
+
+def _minus_one(value) -> str:
+    try:
+        return str(int(value) - 1)
+    except (TypeError, ValueError):
+        return "L"
 
 
 def _only_shards(text: str | None) -> list[int] | None:
@@ -101,7 +115,7 @@ def _pack_summary(report, config, args: argparse.Namespace) -> str:
         return f"{pk.path} is up to date ({pk.n_sequences:,} sequences); nothing to do"
     m = pk.meta
     return (
-        f"wrote {pk.path}: {config.method}, {pk.n_sequences:,} sequences of {config.seq_len:,} tokens "
+        f"wrote {pk.path}: {config.method}, {pk.n_sequences:,} sequences for context {config.context:,} "
         f"({m['n_full_sequences']:,} full), {pk.n_entries:,} entries from {m['store']['n_docs']:,} "
         f"documents in {report.seconds:,.1f} s "
         f"({m['store']['n_docs'] / max(report.seconds, 1e-9):,.0f} docs/s); "

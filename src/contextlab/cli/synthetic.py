@@ -17,12 +17,13 @@ KINDS = ("parity",)
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="contextlab data synthetic",
-        description="Write synthetic data with a known Bayes risk as a token store. KIND parity: position-weighted "
-        "multitask sparse parity (intrinsic-entropy seed §4.2): L context bits, T tasks each the XOR of "
-        "two bits, the farther bit spread over min_far_bit..L, task frequency ∝ far_bit^-decay. Each "
+        description="Write synthetic data with a known Bayes risk as a token store. KIND parity: "
+        "position-weighted multitask sparse parity (intrinsic-entropy seed §4.2): L context bits, "
+        "T tasks each the XOR of two bits, the farther bit spread over min_far_bit..L, task "
+        "frequency ∝ far_bit^-decay. Each "
         "document is [bit_L .. bit_1, TASK, answer]; train on it with objective last_token, "
-        "data.mode long_docs and train.seq_len L+1 (with --set queries=K: [bits, K tasks, K answers], "
-        "objective queries, train.seq_len L+2K-1). Same seeds, same bytes.",
+        "data.mode long_docs and train.context L+1 (with --set queries=K: [bits, K tasks, K answers], "
+        "objective queries, train.context L+2K-1). Same seeds, same bytes.",
     )
     p.add_argument("kind", choices=KINDS, help="the synthetic task: parity")
     p.add_argument("--out", required=True, help="the token store directory to create")
@@ -56,7 +57,8 @@ def cmd_synthetic(argv: list[str]) -> int:
     asked = "task + answer" if cfg.queries == 1 else f"{cfg.queries} tasks ({cfg.query_tasks}) + answers"
     print(
         f"wrote {out}: {store.n_docs:,} samples of {cfg.n_bits} bits + {asked} ({store.n_tokens:,} tokens), "
-        f"{cfg.n_tasks} tasks, {100 * cfg.mask_fraction:.0f}% masked, {100 * cfg.bias_fraction:.0f}% biased bits"
+        f"{cfg.n_tasks} tasks, {100 * cfg.mask_fraction:.0f}% masked, "
+        f"{100 * cfg.bias_fraction:.0f}% biased bits"
     )
     shown = sorted({c for c in (0, 10, 15, 20, 25, 30, 40, 50, 60, 80, 100, cfg.n_bits) if c <= cfg.n_bits})
     of = " of single-task rows of unbiased bits" if cfg.queries > 1 or cfg.bias_fraction > 0 else ""

@@ -1,6 +1,6 @@
 """Deterministic, resumable, rank-sliced training batches: row sources under one loader.
 
-A row is ``seq_len + 1`` tokens (inputs plus the shifted targets). Where rows come from is a
+A row is ``context + 1`` tokens (inputs plus the shifted targets). Where rows come from is a
 *row source*, which only knows how to fill row r of its ``n_rows``; the ``TokenLoader`` on top
 only decides which rows a step takes: the order, the epochs and each rank's slice. Three
 sources (their ``mode`` is saved in the loader state, so a checkpoint resumes only on the same
@@ -11,7 +11,7 @@ kind of rows):
   copied: a row is located by binary search over the cumulative document lengths, so the
   source costs O(n_docs) memory, whatever the corpus size.
 * ``LongDocRows`` (mode ``long_docs``): one document per row, only documents of at least
-  ``seq_len + 1`` tokens, each cut to that length (the LongCrawl64 protocol: every row has
+  ``context + 1`` tokens, each cut to that length (the LongCrawl64 protocol: every row has
   real long-range structure, which context-size comparisons need).
 * ``PackedRows`` (mode ``packed_store``): the sequences of a packed store made by ``contextlab
   data pack`` (example packing, SPLICE, ...), optionally only the ids of a train or validation
@@ -47,8 +47,8 @@ class LoaderState:
 
 @dataclass
 class Batch:
-    tokens: np.ndarray  # (b, seq_len + 1) int64: inputs are [:, :-1], targets [:, 1:]
-    doc_ids: np.ndarray  # (b, seq_len + 1) int32: which document each position comes from (row-local ids)
+    tokens: np.ndarray  # (b, context + 1) int64: inputs are [:, :-1], targets [:, 1:]
+    doc_ids: np.ndarray  # (b, context + 1) int32: which document each position comes from (row-local ids)
 
 
 # ---------------------------------------------------------------------------------------
@@ -79,15 +79,15 @@ class WindowRows(RowSource):
 
     mode = "packed"
 
-    def __init__(self, view: DocView, seq_len: int, *, separator: int | None = None, seed: int = 0):
-        self.view, self.sep, self.seq_len, self.row_len = view, separator, int(seq_len), int(seq_len) + 1
+    def __init__(self, view: DocView, context: int, *, separator: int | None = None, seed: int = 0):
+        self.view, self.sep, self.context, self.row_len = view, separator, int(context), int(context) + 1
         self.doc_order = np.random.default_rng(seed).permutation(len(view))  # positions in the view
         doc_lens = view.lengths()[self.doc_order] + (1 if separator is not None else 0)
         self.starts = np.concatenate([[0], np.cumsum(doc_lens)])  # (n_docs + 1,) stream offsets
-        self.n_rows = max(0, int((self.starts[-1] - 1) // self.seq_len))
+        self.n_rows = max(0, int((self.starts[-1] - 1) // self.context))
 
     def fill(self, r: int, out: np.ndarray, doc_ids: np.ndarray) -> None:
-        pos = r * self.seq_len
+        pos = r * self.context
         end = pos + self.row_len
         d = int(np.searchsorted(self.starts, pos, side="right") - 1)
         filled, local = 0, 0
@@ -110,12 +110,12 @@ class WindowRows(RowSource):
 
 
 class LongDocRows(RowSource):
-    """One row per document of ``view`` with at least ``seq_len + 1`` tokens: its first ``seq_len + 1``."""
+    """One row per document of ``view`` with at least ``context + 1`` tokens: its first ``context + 1``."""
 
     mode = "long_docs"
 
-    def __init__(self, view: DocView, seq_len: int):
-        self.view, self.row_len = view, int(seq_len) + 1
+    def __init__(self, view: DocView, context: int):
+        self.view, self.row_len = view, int(context) + 1
         self.doc_order = np.flatnonzero(view.lengths() >= self.row_len)
         self.n_rows = len(self.doc_order)
         self.need = f"documents of at least {self.row_len} tokens"
@@ -130,13 +130,12 @@ class PackedRows(RowSource):
     mode = "packed_store"
     need = "packed sequences"
 
-    def __init__(self, packed: PackedStore, seq_len: int, sequences: np.ndarray | None = None):
-        self.packed, self.row_len = packed, int(seq_len) + 1
-        if packed.seq_len != self.row_len:
+    def __init__(self, packed: PackedStore, context: int, sequences: np.ndarray | None = None):
+        self.packed, self.row_len = packed, int(context) + 1
+        if packed.context != int(context):
             raise UserError(
-                f"{packed.path} was packed with --seq-len {packed.seq_len} but training rows need "
-                f"{self.row_len} (train.seq_len + 1 for the shifted targets); pack again with "
-                f"--seq-len {self.row_len}"
+                f"{packed.path} was packed for context {packed.context} but train.context is {context}; "
+                f"pack again with --context {context} or set train.context = {packed.context}"
             )
         ids = np.arange(len(packed)) if sequences is None else np.asarray(sequences, dtype=np.int64)
         self.doc_order = ids[packed.sequence_lengths()[ids] == self.row_len]  # sequence ids
@@ -152,13 +151,13 @@ class PackedRows(RowSource):
 DOC_MODES = ("packed", "long_docs")  # data.mode: the row sources over a document view
 
 
-def document_rows(view: DocView, seq_len: int, mode: str, *, separator: int | None, seed: int) -> RowSource:
+def document_rows(view: DocView, context: int, mode: str, *, separator: int | None, seed: int) -> RowSource:
     """The row source of ``mode`` (one of DOC_MODES) over ``view``; ``separator`` and ``seed`` (the
     document order) apply to windows only."""
     if mode == "packed":
-        return WindowRows(view, seq_len, separator=separator, seed=seed)
+        return WindowRows(view, context, separator=separator, seed=seed)
     if mode == "long_docs":
-        return LongDocRows(view, seq_len)
+        return LongDocRows(view, context)
     raise UserError(f"unknown data.mode {mode!r}; use one of {', '.join(DOC_MODES)}")
 
 
@@ -180,12 +179,13 @@ class TokenLoader:
         self.source, self.rows, self.seed = source, int(rows_per_step), int(seed)
         self.rank, self.world = rank, world_size
         self.row_len, self.n_rows, self.mode = source.row_len, source.n_rows, source.mode
-        self.seq_len = self.row_len - 1
+        self.context = self.row_len - 1
         self.state = LoaderState()
         if self.n_rows < self.rows:
             raise UserError(
                 f"the data gives {self.n_rows} rows of {self.row_len} tokens but one step needs "
-                f"{self.rows}; use more data ({source.need}) or a smaller train.tokens_per_step / seq_len"
+                f"{self.rows}; use more data ({source.need}) or a smaller "
+                "train.tokens_per_step / train.context"
             )
 
     # ------------------------------------------------------------------ state
@@ -194,14 +194,16 @@ class TokenLoader:
             "epoch": self.state.epoch,
             "position": self.state.position,
             "n_rows": self.n_rows,
-            "seq_len": self.seq_len,
+            "context": self.context,
             "rows": self.rows,
             "mode": self.mode,
             "seed": self.seed,
         }
 
     def load_state_dict(self, state: dict) -> None:
-        for key in ("n_rows", "seq_len", "rows", "mode", "seed"):
+        if "seq_len" in state:  # checkpoints written before the rename to context
+            state = {**state, "context": state["seq_len"]}
+        for key in ("n_rows", "context", "rows", "mode", "seed"):
             if key in state and state[key] != getattr(self, key):
                 raise UserError(
                     f"the checkpoint's data loader has {key}={state[key]} but this run has "

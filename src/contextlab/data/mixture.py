@@ -46,8 +46,8 @@ class MixtureLoader:
             raise UserError(f"data.mixture weights must be positive, got {list(weights)}")
         if len({s.row_len for s in sources}) != 1:
             raise UserError(
-                "the packed stores of data.mixture have different sequence lengths; pack them all with "
-                "--seq-len train.seq_len+1"
+                "the packed stores of data.mixture were packed for different contexts; pack them all with "
+                "--context train.context"
             )
         if any(s.rows != 1 or s.world != 1 for s in sources):
             raise ValueError("mixture sources are single-row, single-process loaders")
@@ -58,7 +58,7 @@ class MixtureLoader:
         self.sources, self.weights = sources, w / w.sum()
         self.rows, self.rank, self.world = int(rows_per_step), rank, world_size
         self.row_len = sources[0].row_len
-        self.seq_len = sources[0].seq_len
+        self.context = sources[0].context
         self.n_rows = sum(s.n_rows for s in sources)
         self.n = 0  # global rows handed out so far
         self.counts = np.zeros(len(sources), dtype=np.int64)  # rows given by each source

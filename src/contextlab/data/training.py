@@ -1,6 +1,6 @@
 """The run's ``[data]`` section turned into what training needs, in one call.
 
-``build_training_data(data, seq_len=..., rows=..., seed=..., val_tokens=..., rank=..., world=...)``
+``build_training_data(data, context=..., rows=..., seed=..., val_tokens=..., rank=..., world=...)``
 resolves the three kinds of training data into a ``TrainingData``:
 
 * ``data.store``: a token store, split into train and validation by documents or by each
@@ -12,7 +12,7 @@ resolves the three kinds of training data into a ``TrainingData``:
   same shares.
 
 ``data.val_store`` replaces the held-out share with a separate store in every case. The
-validation rows are fixed: the first ``ceil(val_tokens / seq_len)`` rows of the held-out
+validation rows are fixed: the first ``ceil(val_tokens / context)`` rows of the held-out
 sources in their own order (documents in a ``split_seed``-ed order), each rank keeping every
 w-th. Trade-off: the data layer reads the run config's ``[data]`` fields by name (``DataOptions``)
 instead of importing the training config, so data stays below train in the layering, and the
@@ -64,7 +64,7 @@ class DataOptions(Protocol):
 @dataclass
 class TrainingData:
     loader: TokenLoader | MixtureLoader  # this rank's training batches, resumable
-    val_rows: np.ndarray  # (n, seq_len + 1) int64: this rank's share of the fixed validation rows
+    val_rows: np.ndarray  # (n, context + 1) int64: this rank's share of the fixed validation rows
     store: TokenStore  # the token store every row comes from (tokenizer, hashes)
 
 
@@ -72,27 +72,27 @@ ValSources = list[tuple[RowSource, int]]  # validation: (row source, rows wanted
 
 
 def build_training_data(
-    data: DataOptions, *, seq_len: int, rows: int, seed: int, val_tokens: int, rank: int = 0, world: int = 1
+    data: DataOptions, *, context: int, rows: int, seed: int, val_tokens: int, rank: int = 0, world: int = 1
 ) -> TrainingData:
     """The training loader (``rows`` rows per global step in a ``seed``-ed order), this rank's
     validation rows (about ``val_tokens`` tokens in all) and the token store of the run's data."""
     packed = packed_sources(data)
     store = token_store(data, packed)
-    n_val = max(1, math.ceil(val_tokens / seq_len))
+    n_val = max(1, math.ceil(val_tokens / context))
     if packed:
-        train, val = _split_packed(data, packed, store, seq_len, n_val)
+        train, val = _split_packed(data, packed, store, context, n_val)
         loader = _packed_loader(data, train, rows, seed, rank, world)
     else:
-        source, val = _split_documents(data, store, seq_len, n_val, seed)
+        source, val = _split_documents(data, store, context, n_val, seed)
         loader = TokenLoader(source, rows, seed=seed, rank=rank, world_size=world)
-    return TrainingData(loader, validation_rows(val, seq_len)[rank::world], store)
+    return TrainingData(loader, validation_rows(val, context)[rank::world], store)
 
 
-def validation_rows(sources: ValSources, seq_len: int) -> np.ndarray:
-    """The first k rows of every (source, k), stacked: (n, seq_len + 1) int64."""
+def validation_rows(sources: ValSources, context: int) -> np.ndarray:
+    """The first k rows of every (source, k), stacked: (n, context + 1) int64."""
     if any(source.n_rows == 0 for source, _ in sources):
         raise UserError(
-            f"the validation documents are too few or too short for seq_len {seq_len}; "
+            f"the validation documents are too few or too short for context {context}; "
             f"raise data.val_fraction or use data.val_store"
         )
     return np.stack([source.row(r) for source, k in sources for r in range(min(k, source.n_rows))])
@@ -142,7 +142,7 @@ def token_store(data: DataOptions, packed: list[PackedStore]) -> TokenStore:
 
 
 def _split_documents(
-    data: DataOptions, store: TokenStore, seq_len: int, n_val: int, seed: int
+    data: DataOptions, store: TokenStore, context: int, n_val: int, seed: int
 ) -> tuple[RowSource, ValSources]:
     """The training rows of a token store (documents in a ``seed``-ed order) and its validation sources."""
     if data.val_store:
@@ -161,12 +161,12 @@ def _split_documents(
     if data.train_tokens:
         train = first_tokens(train, data.train_tokens, data.split_seed)
     eot = store.tokenizer_spec.get("eot_id")
-    source = document_rows(train, seq_len, data.mode, separator=eot, seed=seed)
-    return source, _val_documents(data, val, eot, seq_len, n_val)
+    source = document_rows(train, context, data.mode, separator=eot, seed=seed)
+    return source, _val_documents(data, val, eot, context, n_val)
 
 
 def _split_packed(
-    data: DataOptions, packed: list[PackedStore], store: TokenStore, seq_len: int, n_val: int
+    data: DataOptions, packed: list[PackedStore], store: TokenStore, context: int, n_val: int
 ) -> tuple[list[RowSource], ValSources]:
     """The training rows of every packed store and the validation sources: the held-out sequences of
     every store in the mixture's shares, or data.val_store."""
@@ -177,12 +177,12 @@ def _split_packed(
         )
     if data.val_store:
         eot = store.tokenizer_spec.get("eot_id")
-        val_docs = _val_documents(data, _val_store(data, store), eot, seq_len, n_val)
-        return [PackedRows(p, seq_len) for p in packed], val_docs
+        val_docs = _val_documents(data, _val_store(data, store), eot, context, n_val)
+        return [PackedRows(p, context) for p in packed], val_docs
     splits = [packed_split(p, data.val_fraction, data.split_seed) for p in packed]
-    train = [PackedRows(p, seq_len, ids) for p, (ids, _) in zip(packed, splits)]
+    train = [PackedRows(p, context, ids) for p, (ids, _) in zip(packed, splits)]
     shares = exact_shares(n_val, [m.weight for m in data.mixture] or [1.0])
-    return train, [(PackedRows(p, seq_len, ids), int(k)) for p, (_, ids), k in zip(packed, splits, shares)]
+    return train, [(PackedRows(p, context, ids), int(k)) for p, (_, ids), k in zip(packed, splits, shares)]
 
 
 def _packed_loader(data: DataOptions, train: list[RowSource], rows: int, seed: int, rank: int, world: int):
@@ -199,6 +199,6 @@ def _val_store(data: DataOptions, store: TokenStore) -> DocView:
     return all_documents(val_store)
 
 
-def _val_documents(data: DataOptions, view: DocView, eot: int | None, seq_len: int, n_val: int) -> ValSources:
+def _val_documents(data: DataOptions, view: DocView, eot: int | None, context: int, n_val: int) -> ValSources:
     """Validation rows over documents: the same kind of rows as training, documents in a split_seed order."""
-    return [(document_rows(view, seq_len, data.mode, separator=eot, seed=data.split_seed), n_val)]
+    return [(document_rows(view, context, data.mode, separator=eot, seed=data.split_seed), n_val)]

@@ -97,7 +97,7 @@ class ModelAdapter:
                 f"{self.info.id} was trained at context {self.max_context} and has no RoPE extension to "
                 f"{T} tokens: positions past {self.max_context} are extrapolated and usually score much "
                 f"worse; extend it first (contextlab train --init-from MODEL --set extend.method=yarn "
-                f"--set train.seq_len={T})",
+                f"--set train.context={T})",
                 ContextLengthWarning,
                 stacklevel=3,
             )

@@ -12,7 +12,7 @@ span by a unique sentinel in the inputs, and asks for the sentinels and spans as
 One row of the batch becomes ``[inputs][targets][pad]``; attention is bidirectional over the
 inputs and causal over the targets (a prefix LM), and only the target tokens carry a loss.
 The number of source tokens L is the largest for which everything fits the row, so the
-layout (and the prefix length) is the same for every row of a given seq_len. Sentinels are
+layout (and the prefix length) is the same for every row of a given context. Sentinels are
 special tokens ``<extra_id_i>`` appended to the vocabulary; EOS is the data's ``eot_id``.
 
 Trade-off: the row is corrupted as a whole (T5 also corrupts packed text), so a span may
@@ -47,7 +47,7 @@ def span_layout(total: int, density: float, mean_span: float, reserve: int = 0) 
         S = max(1, min(_round(N / mean_span), L - N))
         if L + 2 * S + 1 + reserve <= total:
             return L, N, S
-    raise UserError(f"a row of {total} tokens is too short for span corruption; raise train.seq_len")
+    raise UserError(f"a row of {total} tokens is too short for span corruption; raise train.context")
 
 
 def random_segmentation(B: int, n_items: int, n_segments: int, generator, device) -> Tensor:

@@ -72,13 +72,13 @@ class Quickstart:
     def plan(self, t0: float) -> list[tuple[str, list[Step]]]:
         """(header, steps) in the order they run; ``t0`` is when the invocation started."""
         c = self.cfg
-        seq_len = run_config(c, next(iter(c.runs)), self.out).train.seq_len + 1
+        context = run_config(c, next(iter(c.runs)), self.out).train.context
         groups = [
             (what, [self.ingest_step(name, source, config)]) for name, what, source, config in self.jobs()
         ]
         for method in c.pack.methods:
-            title = f"pack the training code with {method} ({seq_len} tokens per sequence)"
-            groups.append((title, [self.pack_step(method, seq_len)]))
+            title = f"pack the training code with {method} (context {context})"
+            groups.append((title, [self.pack_step(method, context)]))
         for name, spec in c.runs.items():
             t = run_config(c, name, self.out).train
             title = (
@@ -163,7 +163,7 @@ class Quickstart:
 
         return Step(f"ingest {name}", None, [self.out / name], run)
 
-    def pack_step(self, method: str, seq_len: int) -> Step:
+    def pack_step(self, method: str, context: int) -> Step:
         """Pack the training code with ``method``; write the packing's diagnostics beside it."""
 
         def run():
@@ -171,7 +171,7 @@ class Quickstart:
             from contextlab.data.packing.stats import format_pack_stats, plot_pack_stats
 
             p = self.cfg.pack
-            cfg = PackConfig(method=method, seq_len=seq_len, retriever=p.retriever, k=p.k, seed=p.seed)
+            cfg = PackConfig(method=method, context=context, retriever=p.retriever, k=p.k, seed=p.seed)
             dest = self.out / "packed" / method
             rep = pack(self.stores[TRAIN_STORE], dest, cfg, overwrite=self.overwrite, progress=self.progress)
             pk = self.packed[method] = rep.packed

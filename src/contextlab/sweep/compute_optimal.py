@@ -49,7 +49,7 @@ def load_results(path: str | Path) -> list[dict]:
 def analyze(
     rows: list[dict],
     *,
-    context_key: str = "train.seq_len",
+    context_key: str = "train.context",
     size_key: str = "model.size",
     budget_key: str | None = None,
     metric: str | None = None,
@@ -58,6 +58,8 @@ def analyze(
     done = [r for r in rows if r.get("status") == "done"]
     if not done:
         raise UserError("no finished runs in the results; nothing to analyse")
+    if context_key == "train.context" and "train.seq_len" in done[0]:  # results from before the rename
+        done = [{"train.context": r["train.seq_len"], **r} for r in done]
     if size_key not in done[0]:  # e.g. a grid over model.n_embd instead of named sizes
         size_key = next((k for k in done[0] if k.startswith("model.")), size_key)
     if budget_key is None:

@@ -4,7 +4,7 @@ A sweep file has three tables::
 
     [sweep]   name, out_dir, parallel, evals, eval_args ...   (SweepSection)
     [base]    a run config, exactly as `contextlab train` takes it
-    [grid]    "section.key" = [values ...]   e.g. "train.seq_len" = [64, 128, 256]
+    [grid]    "section.key" = [values ...]   e.g. "train.context" = [64, 128, 256]
 
 Every point of the grid is the base config with those keys set; all of them are built and
 validated before anything runs, so a typo fails in a second, not after an hour. Each run
@@ -95,7 +95,7 @@ def _fmt(value) -> str:
 
 def load_sweep(path: str | Path, overrides: list[str] = ()) -> tuple[SweepSection, list[Run]]:
     """Read a sweep file and expand its grid into validated runs."""
-    from contextlab.train.config import RunConfig
+    from contextlab.train.config import RunConfig, renamed_keys
 
     data = apply_overrides(read_toml(path), list(overrides))
     unknown = set(data) - {"sweep", "base", "grid"}
@@ -131,6 +131,9 @@ def load_sweep(path: str | Path, overrides: list[str] = ()) -> tuple[SweepSectio
             from_dict(RunConfig, cfg)
         except UserError as exc:
             raise UserError(f"grid point {name}: {exc}") from None
+        # results columns use the new names of renamed keys; the run name and config keep the
+        # grid's own spelling, so a sweep written before a rename resumes where it stopped
+        params = {renamed_keys().get(k, k): v for k, v in params.items()}
         runs.append(Run(name, params, cfg, out / "runs" / name))
     return section, runs
 
@@ -144,16 +147,19 @@ def status(run: Run) -> dict:
 
 
 def _format_arg(arg: str, run: Run) -> str:
+    from contextlab.train.config import renamed_keys
+
     def lookup(m: re.Match) -> str:
         key = m.group(1)
         if key == "run":
             return str(run.dir)
-        node = run.config
-        for part in key.split("."):
-            if not isinstance(node, dict) or part not in node:
-                raise UserError(f"eval argument {arg!r}: the run config has no key '{key}'")
-            node = node[part]
-        return str(node)
+        for spelling in [key] + [old for old, new in renamed_keys().items() if new == key]:
+            node = run.config
+            for part in spelling.split("."):
+                node = node.get(part) if isinstance(node, dict) else None
+            if node is not None:
+                return str(node)
+        raise UserError(f"eval argument {arg!r}: the run config has no key '{key}'")
 
     return re.sub(r"\{([A-Za-z0-9_.]+)\}", lookup, arg)
 

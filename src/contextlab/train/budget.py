@@ -1,6 +1,6 @@
 """How much a run trains: the rows of a step, its budget in steps, the wall-clock pace, early stopping.
 
-* ``batch_shape``: train.tokens_per_step as rows of seq_len tokens, split over processes and
+* ``batch_shape``: train.tokens_per_step as rows of train.context tokens, split over processes and
   micro-batches (the tokens of a step stay constant when the context changes).
 * ``budget_steps``: train.max_steps, max_tokens or max_flops as a number of optimizer steps
   (exactly one budget; 0 for a wall-clock budget, whose length is not known yet).
@@ -43,11 +43,11 @@ def budget_steps(t: TrainSection, flops_per_token: float) -> int:
 
 def batch_shape(t: TrainSection, world: int) -> tuple[int, int, int]:
     """(rows per step, rows per micro-batch, micro-batches per process and step) of the [train] section."""
-    rows = max(1, t.tokens_per_step // t.seq_len)
-    if rows * t.seq_len != t.tokens_per_step:
+    rows = max(1, t.tokens_per_step // t.context)
+    if rows * t.context != t.tokens_per_step:
         raise UserError(
-            f"train.tokens_per_step ({t.tokens_per_step}) must be a multiple of train.seq_len "
-            f"({t.seq_len}) so every step sees the same number of tokens"
+            f"train.tokens_per_step ({t.tokens_per_step}) must be a multiple of train.context "
+            f"({t.context}) so every step sees the same number of tokens"
         )
     micro = t.micro_batch_rows or rows // world
     per_rank = rows // max(1, world)

@@ -3,7 +3,10 @@
 Loaded from TOML and ``--set`` overrides (see ``contextlab.config``), written resolved to
 ``RUN/config.toml``. The budget is exactly one of steps, tokens, training FLOPs or minutes;
 tokens per step stay constant when the context changes (rows per step = tokens per step /
-seq_len), which is what comparing training contexts at a fixed budget requires.
+context), which is what comparing training contexts at a fixed budget requires.
+
+Renamed keys (``RENAMED`` on a section, e.g. ``train.seq_len`` -> ``train.context``) are
+read under their new name, so old recipes and run directories keep working.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import ClassVar, get_type_hints
 
 from contextlab.config import opt, to_dict
 
@@ -28,7 +32,7 @@ class ModelSection:
 
 @dataclass
 class MixtureSource:
-    packed: str = opt("", "a packed store (contextlab data pack --seq-len train.seq_len+1)")
+    packed: str = opt("", "a packed store (contextlab data pack --context train.context)")
     weight: float = opt(1.0, "share of the rows drawn from it (weights are normalised)")
 
 
@@ -50,7 +54,7 @@ class DataSection:
     )
     packed: str = opt(
         "",
-        "packed store to train on (contextlab data pack --seq-len train.seq_len+1): its sequences "
+        "packed store to train on (contextlab data pack --context train.context): its sequences "
         "are the rows; data.store may stay empty (the packed store knows its token store)",
     )
     mode: str = opt(
@@ -81,8 +85,12 @@ class OptimSection:
 
 @dataclass
 class TrainSection:
+    RENAMED: ClassVar[dict[str, str]] = {"seq_len": "context"}
+
     out_dir: str = opt("runs/run", "run directory (checkpoints, metrics.jsonl, config.toml)")
-    seq_len: int = opt(256, "training context (tokens per row)")
+    context: int = opt(
+        256, "training context: the input tokens of a row (the model predicts each next token)"
+    )
     tokens_per_step: int = opt(16384, "tokens per optimizer step, constant across contexts")
     micro_batch_rows: int = opt(0, "rows per forward pass per process; 0 = all of this process's rows")
     max_steps: int = opt(0, "budget: optimizer steps")
@@ -151,7 +159,7 @@ class ExtendSection:
         "(NTK-aware), yarn, or base (a new RoPE base, as CodeLlama)",
     )
     factor: float = opt(
-        0.0, "extension factor s for pi / ntk / yarn; 0 = train.seq_len / the model's original context"
+        0.0, "extension factor s for pi / ntk / yarn; 0 = train.context / the model's original context"
     )
     rope_base: float = opt(0.0, "method base: the new RoPE base (CodeLlama: 1e6)")
     original_context: int = opt(0, "the context the model was trained at; 0 = read it from the model")
@@ -201,9 +209,22 @@ LATER_KEYS = {
 }
 
 
+def renamed_keys() -> dict[str, str]:
+    """Every renamed run-config key as "section.old" -> "section.new" (sweep grids use it)."""
+    hints = get_type_hints(RunConfig)
+    return {
+        f"{name}.{old}": f"{name}.{new}"
+        for name, section in hints.items()
+        for old, new in getattr(section, "RENAMED", {}).items()
+    }
+
+
 def config_hash(cfg: RunConfig) -> str:
-    """Hash of everything that determines the numbers of a run (resume must match it)."""
+    """Hash of everything that determines the numbers of a run (resume must match it).
+
+    Renamed keys are hashed under their old names, so runs from before a rename resume."""
     d = to_dict(cfg)
+    d["train"]["seq_len"] = d["train"].pop("context")
     for section, key in RESUME_FREE:
         d[section].pop(key, None)
     for (section, key), default in LATER_KEYS.items():

@@ -10,7 +10,7 @@
   and wrapped by ``models.hf_causal.HFCausalLM``; objectives that need only causal logits
   train it (see that module).
 
-Either way the context becomes ``train.seq_len``, and ``[extend]`` may rescale RoPE
+Either way the context becomes ``train.context``, and ``[extend]`` may rescale RoPE
 (``models/rope.py``; for HF models through their config). The optimizer, schedule and
 data order start fresh, so ``optim.warmup_steps`` is a fresh warm-up from the checkpoint;
 resuming the continued run itself is the ordinary exact resume of its own checkpoints.
@@ -88,8 +88,8 @@ def resolve_extension(ext, original_context: int, new_context: int) -> tuple[str
     factor = float(ext.factor or new_context / original_context)
     if ext.method in ("pi", "ntk", "yarn") and factor <= 1.0:
         raise UserError(
-            f"extend.factor is {factor:g}: train.seq_len ({new_context}) is not longer than the model's "
-            f"context ({original_context}); raise train.seq_len or set extend.factor"
+            f"extend.factor is {factor:g}: train.context ({new_context}) is not longer than the model's "
+            f"context ({original_context}); raise train.context or set extend.factor"
         )
     return ext.method, factor
 
@@ -163,7 +163,7 @@ def _continue_gpt(cfg, objective, fields: dict, weights: dict, meta: dict) -> In
 
     base = {f.name: fields[f.name] for f in dataclasses.fields(GPTConfig) if f.name in fields}
     src_cfg = GPTConfig(**base)
-    new_context = cfg.train.seq_len
+    new_context = cfg.train.context
     original = cfg.extend.original_context or src_cfg.rope_original_context or src_cfg.block_size
     method, factor = resolve_extension(cfg.extend, original, new_context)
     if method != "none" and src_cfg.rope_extension != "none":
@@ -246,7 +246,7 @@ def _from_hf(cfg, objective, store, src: Path, hf_config) -> InitModel:
         )
     limit = context_limit(hf_config)
     original = cfg.extend.original_context or limit
-    new_context = cfg.train.seq_len
+    new_context = cfg.train.context
     method, factor = resolve_extension(cfg.extend, original, new_context)
     rope = None
     if method != "none":
@@ -254,8 +254,8 @@ def _from_hf(cfg, objective, store, src: Path, hf_config) -> InitModel:
     elif new_context > limit:
         if rope_params(hf_config) is None:
             raise UserError(
-                f"{src} has absolute positions for at most {limit} tokens but train.seq_len is "
-                f"{new_context}; lower train.seq_len"
+                f"{src} has absolute positions for at most {limit} tokens but train.context is "
+                f"{new_context}; lower train.context"
             )
         _note_plain_extrapolation(method, limit, new_context)
     model = load_for_training(src, hf_config)

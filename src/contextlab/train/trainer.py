@@ -74,7 +74,7 @@ def build_model(cfg: RunConfig, vocab_size: int, arch: str = "gpt", arch_options
     mcfg = size_config(  # raises UserError for an unknown size or a shape that does not fit
         m.size,
         vocab_size,
-        cfg.train.seq_len,
+        cfg.train.context,
         mlp=m.mlp,
         rope_base=m.rope_base,
         dropout=m.dropout,
@@ -108,7 +108,7 @@ class Trainer:
         self.rows, self.micro, self.accum = batch_shape(t, self.info.world_size)
         data = build_training_data(
             cfg.data,
-            seq_len=t.seq_len,
+            context=t.context,
             rows=self.rows,
             seed=t.seed,
             val_tokens=t.val_tokens,
@@ -144,11 +144,11 @@ class Trainer:
                 print(f"frozen: {frozen:,} parameters ({', '.join(cfg.init.freeze)})")
         self.module = TrainModule(self.model, self.objective).to(self.info.device)
         if is_hf(self.model):  # objectives that train a HF model add no compute of their own
-            self.flops_per_token = self.model.flops_per_token(t.seq_len)
+            self.flops_per_token = self.model.flops_per_token(t.context)
         else:
             self.flops_per_token = flops_per_token(
-                self.model.config, t.seq_len
-            ) + self.objective.extra_flops_per_token(self.model.config, t.seq_len)
+                self.model.config, t.context
+            ) + self.objective.extra_flops_per_token(self.model.config, t.context)
 
     def _build_optimizer(self) -> None:
         """Parallelism (DDP / FSDP), AdamW and the (compiled) forward."""
@@ -180,7 +180,7 @@ class Trainer:
             atomic_write_text(self.run_dir / "config.toml", dumps_toml(self.cfg))
             save_tokenizer(self.run_dir, self.store.path / "tokenizer", self.store.tokenizer_spec)
             print(
-                describe(self.model) + f"; {self.objective.name}; {self.rows} rows x {t.seq_len} tokens/step"
+                describe(self.model) + f"; {self.objective.name}; {self.rows} rows x {t.context} tokens/step"
                 f" on {self.info.world_size} process(es), {self.info.device.type}, {t.dtype}"
             )
 

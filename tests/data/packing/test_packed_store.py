@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import numpy as np
 import pytest
 
+from contextlab import FORMAT_VERSION
+from contextlab.config import to_dict
 from contextlab.data.ingest import IngestConfig, ingest
 from contextlab.data.packing import PackConfig, PackedStore, pack
 from contextlab.data.packing import shards as shards_mod
+from contextlab.data.packing.pack import PACKED_FORMAT, fingerprint
 from contextlab.errors import UserError
 from tests.conftest import write_tree
 from tests.data.packing.helpers import EOT, make_store, mixed_corpus, paths_of
@@ -17,7 +21,7 @@ from tests.data.packing.helpers import EOT, make_store, mixed_corpus, paths_of
 
 def test_sequence_tokens_exact_ids_separators_and_trimming(tmp_path):
     store = make_store(tmp_path, {"a/1.txt": "abcde", "a/2.txt": "fghij", "a/3.txt": "klmnopqrst"})
-    packed = pack(store, tmp_path / "p", PackConfig(method="ep", seq_len=8, seed=0), progress=False).packed
+    packed = pack(store, tmp_path / "p", PackConfig(method="ep", context=7, seed=0), progress=False).packed
     text = {p: open(tmp_path / "store_src" / p, "rb").read() for p in paths_of(store)}
     stream, ids = [], []
     for i in range(packed.n_sequences):
@@ -49,7 +53,7 @@ def test_sequence_tokens_exact_ids_separators_and_trimming(tmp_path):
 
 def test_meta_is_self_describing(tmp_path):
     store = make_store(tmp_path, mixed_corpus(12))
-    cfg = PackConfig(method="splice", seq_len=50, k=2, noise=0.25, shards=2, seed=9)
+    cfg = PackConfig(method="splice", context=49, k=2, noise=0.25, shards=2, seed=9)
     packed = pack(store, tmp_path / "p", cfg, progress=False).packed
     m = json.loads((packed.path / "meta.json").read_text())
     assert m["format"] == "contextlab-packed-store" and m["version"] == 1
@@ -76,7 +80,7 @@ def _meta_without_timings(path):
 
 def test_resume_after_kill_gives_identical_bytes(tmp_path, monkeypatch):
     store = make_store(tmp_path, mixed_corpus(40))
-    cfg = PackConfig(method="splice", seq_len=60, shards=4, seed=4, remainder="pool", order="shuffle")
+    cfg = PackConfig(method="splice", context=59, shards=4, seed=4, remainder="pool", order="shuffle")
     full = pack(store, tmp_path / "full", cfg, progress=False)
 
     real, calls = shards_mod.run_shard, []
@@ -104,7 +108,7 @@ def test_resume_after_kill_gives_identical_bytes(tmp_path, monkeypatch):
 
 def test_shards_in_parallel_processes_and_one_at_a_time_agree(tmp_path):
     store = make_store(tmp_path, mixed_corpus(30))
-    cfg = PackConfig(method="splice", seq_len=60, shards=3, seed=1)
+    cfg = PackConfig(method="splice", context=59, shards=3, seed=1)
     serial = pack(store, tmp_path / "serial", cfg, progress=False)
     for s in (2, 0, 1):  # e.g. three machines, in any order
         assert pack(store, tmp_path / "many", cfg, only_shards=[s], progress=False).packed is None
@@ -117,8 +121,8 @@ def test_shards_in_parallel_processes_and_one_at_a_time_agree(tmp_path):
 def test_user_errors(tmp_path):
     with pytest.raises(UserError, match="store not found"):
         pack(tmp_path / "nope", tmp_path / "p", PackConfig())
-    with pytest.raises(UserError, match="seq_len must be >= 1"):
-        PackConfig(seq_len=0)
+    with pytest.raises(UserError, match="context must be >= 1"):
+        PackConfig(context=0)
     with pytest.raises(UserError, match="unknown packing method 'zigzag'"):
         PackConfig(method="zigzag")
     with pytest.raises(UserError, match="noise"):
@@ -127,11 +131,11 @@ def test_user_errors(tmp_path):
         PackedStore(tmp_path / "nothing")
     files = {"a/1.txt": "one two", "a/2.txt": "three four"}
     store = make_store(tmp_path, files)
-    pack(store, tmp_path / "p", PackConfig(seq_len=8), progress=False)
+    pack(store, tmp_path / "p", PackConfig(context=7), progress=False)
     with pytest.raises(UserError, match="already holds a different packed store"):
-        pack(store, tmp_path / "p", PackConfig(seq_len=9), progress=False)
+        pack(store, tmp_path / "p", PackConfig(context=8), progress=False)
     with pytest.raises(UserError, match="shard 5 does not exist"):
-        pack(store, tmp_path / "q", PackConfig(seq_len=8), only_shards=[5], progress=False)
+        pack(store, tmp_path / "q", PackConfig(context=7), only_shards=[5], progress=False)
     # the token store changes under the packed store: hash mismatch
     write_tree(tmp_path / "store_src", {"a/1.txt": "one two changed"})
     ingest(
@@ -147,3 +151,23 @@ def test_user_errors(tmp_path):
     np.save(tmp_path / "p" / "entries.npy", np.zeros((1, 3), np.int64))
     with pytest.raises(UserError, match="entries.npy is int64"):
         PackedStore(tmp_path / "p")
+
+
+def test_a_store_packed_before_the_rename_opens_for_its_context(tmp_path):
+    store = make_store(tmp_path, mixed_corpus(8))
+    new = pack(store, tmp_path / "p", PackConfig(method="ep", context=15), progress=False).packed
+    assert new.context == 15 and new.row_len == 16 and new.meta["row_len"] == 16
+    meta = json.loads((new.path / "meta.json").read_text())
+    meta["config"]["seq_len"] = meta["config"].pop("context") + 1  # how meta.json looked before
+    del meta["row_len"]
+    (new.path / "meta.json").write_text(json.dumps(meta))
+    old = PackedStore(new.path)
+    assert old.context == 15 and old.row_len == 16
+    assert old.sequence_lengths().tolist() == new.sequence_lengths().tolist()
+    # the fingerprint hashes the old config form, so stores packed before the rename stay up to date
+    old_config = {**to_dict(PackConfig(method="ep", context=15)), "seq_len": 16}
+    del old_config["context"]
+    blob = {"format": PACKED_FORMAT, "version": FORMAT_VERSION, "config": old_config}
+    blob |= {"store": store.hash, "tokenizer": store.tokenizer_hash}
+    want = hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()
+    assert fingerprint(PackConfig(method="ep", context=15), store) == want == meta["fingerprint"]

@@ -54,9 +54,9 @@ def test_a_new_record_is_all_a_new_method_needs(tmp_path, monkeypatch):
     monkeypatch.setitem(PACKERS, "ep-test", Packer(recorded_ep, "ep, recorded", ordered=False))
     assert methods_mod.PACKERS is PACKERS
     store = make_store(tmp_path, mixed_corpus(12))
-    cfg = PackConfig(method="ep-test", seq_len=64, order="reverse")
+    cfg = PackConfig(method="ep-test", context=63, order="reverse")
     new = pack(store, tmp_path / "new", cfg, progress=False).packed
     assert calls == [(None, "identity")]  # no retriever, and its own order (ordered=False)
-    ep = pack(store, tmp_path / "ep", PackConfig(method="ep", seq_len=64), progress=False).packed
+    ep = pack(store, tmp_path / "ep", PackConfig(method="ep", context=63), progress=False).packed
     assert new.n_sequences == ep.n_sequences
     assert all((new.sequence_entries(i) == ep.sequence_entries(i)).all() for i in range(ep.n_sequences))

@@ -1,4 +1,5 @@
-"""pack-stats numbers on hand-made cases, the command line, and the retrievers' exclusion of used documents."""
+"""pack-stats numbers on hand-made cases, the command line, and the retrievers' exclusion of used
+documents."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def test_pack_stats_on_twins(tmp_path):
     }
     store = make_store(tmp_path, files)
     packed = pack(
-        store, tmp_path / "p", PackConfig(method="splice", seq_len=28, seed=0), progress=False
+        store, tmp_path / "p", PackConfig(method="splice", context=27, seed=0), progress=False
     ).packed
     s = pack_stats(packed)
     assert s["n_sequences"] == 2 and s["docs_per_sequence"]["mean"] == 2.0
@@ -43,7 +44,7 @@ def test_pack_stats_on_twins(tmp_path):
     # the Zipf coefficient of each sequence is that of its tokens
     want = [zipf_coefficient(packed.sequence_tokens(i)[0]) for i in range(2)]
     assert s["zipf"]["mean"] == pytest.approx(np.mean(want))
-    ep = pack_stats(pack(store, tmp_path / "e", PackConfig(method="ep", seq_len=28), progress=False).packed)
+    ep = pack_stats(pack(store, tmp_path / "e", PackConfig(method="ep", context=27), progress=False).packed)
     assert ep["mean_neighbour_similarity"] is None and ep["frac_sequences_ge2_related"] == 0.0
 
 
@@ -58,8 +59,8 @@ def test_cli_pack_and_pack_stats(tmp_path, capsys):
                 str(out),
                 "--method",
                 "splice",
-                "--seq-len",
-                "64",
+                "--context",
+                "63",
                 "--k",
                 "2",
                 "--noise",
@@ -81,8 +82,8 @@ def test_cli_pack_and_pack_stats(tmp_path, capsys):
                 str(out),
                 "--method",
                 "splice",
-                "--seq-len",
-                "64",
+                "--context",
+                "63",
                 "--k",
                 "2",
                 "--noise",
@@ -100,8 +101,12 @@ def test_cli_pack_and_pack_stats(tmp_path, capsys):
     assert "zipf" in text and (out / "pack_stats.png").stat().st_size > 1000
     with pytest.raises(UserError, match="unknown packing method"):
         cmd_pack([str(tmp_path / "store"), "--out", str(tmp_path / "x"), "--method", "nope"])
-    with pytest.raises(UserError, match="seq_len must be >= 1"):
-        cmd_pack([str(tmp_path / "store"), "--out", str(tmp_path / "x"), "--seq-len", "0"])
+    with pytest.raises(UserError, match="context must be >= 1"):
+        cmd_pack([str(tmp_path / "store"), "--out", str(tmp_path / "x"), "--context", "0"])
+    with pytest.raises(UserError, match="seq_len .* is replaced by context.* use --context 63 "):
+        cmd_pack([str(tmp_path / "store"), "--out", str(tmp_path / "x"), "--seq-len", "64"])
+    with pytest.raises(UserError, match="use --context 63 "):
+        cmd_pack([str(tmp_path / "store"), "--out", str(tmp_path / "x"), "--set", "seq_len=64"])
     with pytest.raises(UserError, match="unknown config key 'kk'"):
         from_dict(PackConfig, {"kk": 1})
     for cmd in (cmd_pack, cmd_pack_stats):
@@ -146,7 +151,7 @@ def test_dense_splice_pairs_documents_on_the_same_topic(tmp_path):
         method="splice",
         retriever="dense",
         k=1,
-        seq_len=int(np.sort(lens)[:2].sum()) + 2,
+        context=int(np.sort(lens)[:2].sum()) + 1,
         remainder="drop",
         seed=1,
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from contextlab.config import opt
+from contextlab.config import opt, to_dict
 from contextlab.data.packing.methods import PACKERS, RETRIEVERS, choices_help, retrieving_methods
 from contextlab.errors import UserError
 
@@ -25,10 +25,10 @@ class PackConfig:
     """How a token store becomes a packed store (document order + sequence boundaries)."""
 
     method: str = opt("ep", choices_help(PACKERS))
-    seq_len: int = opt(
+    context: int = opt(
         2048,
-        "tokens per sequence, separators included (pack with the training context + 1 "
-        "to get inputs and shifted targets from one sequence)",
+        "the training context the sequences are for (train.context); each sequence holds context + 1 "
+        "tokens, separators included, so one sequence gives the inputs and their shifted targets",
     )
     seed: int = opt(0, "random seed: roots, random documents, noise and shuffles; same seed = same packing")
     k: int = opt(1, "splice: related documents retrieved per popped document (top-k)")
@@ -46,7 +46,7 @@ class PackConfig:
     )
     remainder: str = opt(
         "next",
-        "the part of a document cut off at seq_len: drop | next (starts the next "
+        "the part of a document cut off at the sequence end: drop | next (starts the next "
         "sequence) | pool (returns to the pool of random roots)",
     )
     shards: int = opt(
@@ -88,8 +88,8 @@ class PackConfig:
         choice("retriever", self.retriever, tuple(RETRIEVERS))
         choice("separator policy", self.separator, SEPARATORS)
         choice("remainder policy", self.remainder, REMAINDERS)
-        if self.seq_len < 1:
-            raise UserError(f"seq_len must be >= 1, got {self.seq_len}; pass --seq-len L with L >= 1")
+        if self.context < 1:
+            raise UserError(f"context must be >= 1, got {self.context}; pass --context L with L >= 1")
         if self.k < 1:
             raise UserError(f"k must be >= 1, got {self.k}; pass --k 1 or more")
         if not 0.0 <= self.noise <= 1.0:
@@ -102,6 +102,18 @@ class PackConfig:
             raise UserError("ivf_min_docs and ivf_nprobe must be >= 1")
         if not 0.0 <= self.icp_dedup <= 1.0:
             raise UserError(f"icp_dedup must be in [0, 1] (0 = off), got {self.icp_dedup}")
+
+    @property
+    def row_len(self) -> int:
+        """Tokens per packed sequence: the context plus the one shifted target."""
+        return self.context + 1
+
+    def fingerprint_dict(self) -> dict:
+        """The config as hashed by the pack fingerprint: in the form written before the rename to
+        ``context`` (``seq_len`` = tokens per sequence), so stores packed before it stay up to date."""
+        d = to_dict(self)
+        d["seq_len"] = d.pop("context") + 1
+        return d
 
     @property
     def uses_retriever(self) -> bool:

@@ -2,7 +2,7 @@
 
 ICP orders a shard as a path: from the current document, walk to the most similar
 *unvisited* document; when none is left (no related unused document), start a new path at
-a random unvisited document. The path is cut into sequences of ``seq_len`` tokens and
+a random unvisited document. The path is cut into sequences of ``context + 1`` tokens and
 continues across sequence boundaries (unlike SPLICE, which restarts from a random root
 in every sequence). Optional near-duplicate filter: a document whose similarity to the
 current one is at least ``icp_dedup`` is dropped (taken, never emitted; counted), and the

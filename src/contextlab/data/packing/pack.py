@@ -53,7 +53,7 @@ def fingerprint(cfg: PackConfig, store: TokenStore) -> str:
         {
             "format": PACKED_FORMAT,
             "version": FORMAT_VERSION,
-            "config": to_dict(cfg),
+            "config": cfg.fingerprint_dict(),
             "store": store.hash,
             "tokenizer": store.tokenizer_hash,
         },
@@ -233,7 +233,7 @@ def _finalize(
     overwrite: bool,
 ) -> None:
     entries, offsets, sims = shards_mod.combine(results)
-    lens = sequence_lengths(entries, offsets, store.lengths(), sep_id is not None, cfg.seq_len)
+    lens = sequence_lengths(entries, offsets, store.lengths(), sep_id is not None, cfg.row_len)
     stats = [s for _, s in results]
     _save_npy(partial / "entries.npy", entries)
     _save_npy(partial / "seq_offsets.npy", offsets)
@@ -248,7 +248,8 @@ def _finalize(
         "separator_id": sep_id,
         "n_sequences": int(len(offsets) - 1),
         "n_entries": len(entries),
-        "n_full_sequences": int((lens == cfg.seq_len).sum()),
+        "row_len": cfg.row_len,  # internal: tokens per sequence (context + 1)
+        "n_full_sequences": int((lens == cfg.row_len).sum()),
         "n_tokens": int(lens.sum()),
         "dropped_tokens": int(sum(s["dropped_tokens"] for s in stats)),
         "dropped_near_duplicates": int(sum(len(s["dropped_near_duplicates"]) for s in stats)),

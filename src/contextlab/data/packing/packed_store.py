@@ -4,9 +4,11 @@ Layout of a packed store directory (format version 1)::
 
     meta.json        format "contextlab-packed-store", version, method and every knob
                      (k, order, retriever and its settings, noise, separator, remainder,
-                     seq_len, seed, shards), the token store's path, content hash and
+                     context, seed, shards), the token store's path, content hash and
                      tokenizer hash, the separator id, n_sequences, n_entries, per-shard
-                     stats (documents, sequences, index memory bytes, seconds)
+                     stats (documents, sequences, index memory bytes, seconds), row_len
+                     (internal: context + 1 tokens per sequence). Stores written before
+                     the rename record only ``seq_len`` (= context + 1) and open the same.
     entries.npy      int64 (n_entries, 3): document index, begin token, end token. A trimmed
                      document is an entry with end < its length; its tail may be a later
                      entry (remainder "next"/"pool") beginning where this one ended.
@@ -16,8 +18,9 @@ Layout of a packed store directory (format version 1)::
     config.toml      the resolved PackConfig
 
 Sequence i as tokens = its entries' token ranges concatenated, with the separator after
-every entry that reaches the end of its document (policy "eot"), cut to ``seq_len``. So
-every sequence but the last ones of a shard holds exactly ``seq_len`` tokens. Opening
+every entry that reaches the end of its document (policy "eot"), cut to ``context + 1``
+tokens (the inputs and their shifted targets). So every sequence but the last ones of a
+shard holds exactly ``context + 1`` tokens. Opening
 validates sizes against meta.json and that the token store still has the content hash it
 was packed from (a re-ingested store would silently shift every entry otherwise).
 """
@@ -54,7 +57,8 @@ class PackedStore:
         self.meta = _read_meta(self.path)
         self.n_sequences = int(self.meta["n_sequences"])
         self.n_entries = int(self.meta["n_entries"])
-        self.seq_len = int(self.meta["config"]["seq_len"])
+        self.context = packed_context(self.meta)
+        self.row_len = self.context + 1  # tokens per sequence
         self.separator_id: int | None = self.meta.get("separator_id")
         self.entries = self._load("entries.npy", np.int64, (self.n_entries, 3))
         self.seq_offsets = self._load("seq_offsets.npy", np.int64, (self.n_sequences + 1,))
@@ -114,7 +118,7 @@ class PackedStore:
     def sequence_tokens(
         self, i: int, separator_id: int | str | None = "auto"
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(tokens int64, doc_ids int32) of sequence ``i``, at most ``seq_len`` long.
+        """(tokens int64, doc_ids int32) of sequence ``i``, at most ``row_len`` (context + 1) long.
 
         ``separator_id``: "auto" = the id recorded at packing time (None when the policy is
         "none"); an int overrides it; None leaves separators out. A separator carries the
@@ -131,28 +135,34 @@ class PackedStore:
         if not parts:
             return np.zeros(0, np.int64), np.zeros(0, np.int32)
         tokens, doc_ids = np.concatenate(parts), np.concatenate(ids)
-        return tokens[: self.seq_len], doc_ids[: self.seq_len]
+        return tokens[: self.row_len], doc_ids[: self.row_len]
 
     def sequence_lengths(self) -> np.ndarray:
-        """Token count of every sequence (separators included, cut to seq_len)."""
+        """Token count of every sequence (separators included, cut to row_len)."""
         return sequence_lengths(
             np.asarray(self.entries),
             np.asarray(self.seq_offsets),
             self._doc_len,
             self.separator_id is not None,
-            self.seq_len,
+            self.row_len,
         )
 
     def __repr__(self) -> str:
         c = self.meta["config"]
         return (
-            f"PackedStore({str(self.path)!r}, method={c['method']}, seq_len={self.seq_len}, "
+            f"PackedStore({str(self.path)!r}, method={c['method']}, context={self.context}, "
             f"n_sequences={self.n_sequences:,}, n_entries={self.n_entries:,})"
         )
 
 
+def packed_context(meta: dict) -> int:
+    """The training context a packed store's sequences are for (old stores: ``seq_len`` - 1)."""
+    config = meta["config"]
+    return int(config["context"]) if "context" in config else int(config["seq_len"]) - 1
+
+
 def sequence_lengths(
-    entries: np.ndarray, offsets: np.ndarray, doc_len: np.ndarray, separator: bool, seq_len: int
+    entries: np.ndarray, offsets: np.ndarray, doc_len: np.ndarray, separator: bool, row_len: int
 ) -> np.ndarray:
     """Tokens per sequence from the entries alone (vectorized)."""
     n = entries[:, 2] - entries[:, 1]
@@ -162,7 +172,7 @@ def sequence_lengths(
     nonempty = np.diff(offsets) > 0
     if len(n):
         sums[nonempty] = np.add.reduceat(n, offsets[:-1][nonempty])
-    return np.minimum(sums, seq_len)
+    return np.minimum(sums, row_len)
 
 
 def _read_meta(path: Path) -> dict:

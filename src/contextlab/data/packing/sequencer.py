@@ -10,12 +10,12 @@ document in a sequence):
 
 One sequence: start from the pieces carried over from the previous sequence (if any),
 else a random unused root; pop documents breadth first, append what the expansion returns
-until the pieces cost at least ``seq_len`` tokens (a document costs its length plus one
+until the pieces cost at least ``row_len`` tokens (a document costs its length plus one
 when a separator follows it); when nothing is left to expand, draw another root. Then
 order the pieces (identity / reverse / shuffle) and lay them out: the piece crossing
-``seq_len`` is trimmed and its tail follows the remainder policy (``drop``, ``next`` = it
+``row_len`` is trimmed and its tail follows the remainder policy (``drop``, ``next`` = it
 starts the next sequence, ``pool`` = it goes back to the random-root pool); whole pieces
-past ``seq_len`` (only possible after reordering) always start the next sequence, so no
+past ``row_len`` (only possible after reordering) always start the next sequence, so no
 document is silently lost. A document is *taken* once; only its tail pieces reappear.
 
 Trade-off: random draws use one seeded permutation with a moving pointer (and one per
@@ -45,7 +45,7 @@ class Sequencer:
         lengths: np.ndarray,
         domains: np.ndarray,
         *,
-        seq_len: int,
+        row_len: int,
         separator: bool,
         remainder: str,
         order: str,
@@ -53,7 +53,7 @@ class Sequencer:
     ):
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.n = len(self.lengths)
-        self.seq_len, self.separator, self.remainder, self.order = seq_len, separator, remainder, order
+        self.row_len, self.separator, self.remainder, self.order = row_len, separator, remainder, order
         self.rng = rng
         self.unused = np.ones(self.n, dtype=bool)
         self.n_unused = self.n
@@ -126,7 +126,7 @@ class Sequencer:
             cost = sum(self.cost(p) for p in pieces)
             if not path:
                 queue = deque(p[0] for p in pieces)
-            while cost < self.seq_len:
+            while cost < self.row_len:
                 if not queue:
                     root = self.draw_root()
                     if root is None:
@@ -144,7 +144,7 @@ class Sequencer:
                     pieces.append(piece)
                     cost += self.cost(piece)
                     queue.append(j)
-                    if cost >= self.seq_len:
+                    if cost >= self.row_len:
                         break
             if not pieces:
                 return self.sequences
@@ -158,7 +158,7 @@ class Sequencer:
         return pieces
 
     def _layout(self, pieces: list[Piece]) -> None:
-        room, out = self.seq_len, []
+        room, out = self.row_len, []
         for idx, (d, b, e, s) in enumerate(pieces):
             if room <= 0:
                 self.carry.extend((p[0], p[1], p[2], NAN) for p in pieces[idx:])

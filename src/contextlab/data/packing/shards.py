@@ -68,7 +68,7 @@ def pack_shard(store: TokenStore, cfg: PackConfig, index: int, lo: int, hi: int)
     seq = Sequencer(
         store.lengths()[lo:hi],
         domain_codes(store, doc_ids),
-        seq_len=cfg.seq_len,
+        row_len=cfg.row_len,
         separator=sep,
         remainder=cfg.remainder,
         order=cfg.order if packer.ordered else "identity",

@@ -2,7 +2,7 @@
 
 Per sequence: a random unused root; pop documents breadth first; each popped document
 retrieves its top-k related *unused* documents and appends them (and queues them) until
-the sequence holds ``seq_len`` tokens; then order (identity / reverse / shuffle) and trim
+the sequence holds ``context + 1`` tokens; then order (identity / reverse / shuffle) and trim
 (``Sequencer`` does roots, ordering, trimming and remainders). Every document is used at
 most once in the whole shard, because the retriever excludes used documents.
 

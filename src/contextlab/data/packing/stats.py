@@ -11,7 +11,7 @@
   token counts sorted in decreasing order are fitted as log f = c - s log r by least
   squares over all ranks; s is averaged over (a seeded sample of) sequences, with its
   standard deviation. Lower s = flatter distribution = burstier sequences. Sequences
-  shorter than seq_len are left out so every fit sees the same number of tokens.
+  shorter than context + 1 tokens are left out so every fit sees the same number of tokens.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def pack_stats(packed: PackedStore, *, max_sequences: int = 2000, seed: int = 0)
     retrieved = np.isfinite(sims) & (sims > 0)
     related_seqs = np.bincount(seq_of[retrieved], minlength=n_seq) > 0 if n_seq else np.zeros(0, bool)
     lens = packed.sequence_lengths()
-    full = np.flatnonzero(lens == packed.seq_len)
+    full = np.flatnonzero(lens == packed.row_len)
     pool = full if len(full) else np.arange(n_seq)
     picked = pool[_sample(len(pool), max_sequences, seed)]
     zipf = np.array([zipf_coefficient(packed.sequence_tokens(int(i))[0]) for i in picked])
@@ -88,7 +88,7 @@ def pack_stats(packed: PackedStore, *, max_sequences: int = 2000, seed: int = 0)
         "path": str(packed.path),
         "method": cfg["method"],
         "retriever": cfg["retriever"] if cfg["method"] in retrieving_methods() else None,
-        "seq_len": packed.seq_len,
+        "context": packed.context,
         "n_sequences": n_seq,
         "n_full_sequences": len(full),
         "n_entries": packed.n_entries,
@@ -119,7 +119,7 @@ def format_pack_stats(s: dict) -> str:
     zipf = "n/a" if z["mean"] is None else f"{z['mean']:.3f} +- {z['std']:.3f}"
     lines = [
         f"packed store   {s['path']}  ({s['method']}{', ' + s['retriever'] if s['retriever'] else ''}, "
-        f"seq_len {s['seq_len']:,})",
+        f"context {s['context']:,})",
         f"sequences      {s['n_sequences']:,} ({s['n_full_sequences']:,} full), entries {s['n_entries']:,}, "
         f"tokens {s['n_tokens']:,}",
         f"docs/sequence  mean {s['docs_per_sequence']['mean']:.2f}  "
