@@ -189,7 +189,8 @@ def test_bias_fraction_biases_the_bits_not_the_xor():
     assert np.array_equal(
         s.answer, s.bits[rows, tasks.near[s.task] - 1] ^ s.bits[rows, tasks.far[s.task] - 1]
     )
-    # the curriculum's point: on biased rows the answer agrees with a single bit of its task more often than not
+    # the curriculum's point: on biased rows the answer agrees with a single bit of its task more
+    # often than not
     agree = (s.answer == s.bits[rows, tasks.near[s.task] - 1])[biased].mean()
     assert agree > 0.75
     with pytest.raises(ValueError, match="bias_min"):

@@ -12,8 +12,9 @@ def cmd_report(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
         prog="contextlab report",
         description=(
-            "Build DIR/report.html from the result files in DIR: training runs (metrics, evaluations), token "
-            "stores, sweep results and the compute-optimal analysis. Plots are embedded; the page is one file."
+            "Build DIR/report.html from the result files in DIR: training runs (metrics, evaluations), "
+            "token stores, sweep results and the compute-optimal analysis. Plots are embedded; the page "
+            "is one file."
         ),
     )
     p.add_argument("dir", help="a run directory, a sweep directory, or a folder holding runs and stores")

@@ -64,7 +64,8 @@ def sequences(store, length: int, max_docs: int, pieces_per_doc: int) -> list[tu
 
 
 def position_losses(adapter, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """tokens (N, L) -> per-position (sum, sum of squares) of the loss over N documents, each (L-1,), float64."""
+    """tokens (N, L) -> per-position (sum, sum of squares) of the loss over N documents, each
+    (L-1,), float64."""
     s = np.zeros(tokens.shape[1] - 1)
     s2 = np.zeros(tokens.shape[1] - 1)
     for a in range(0, len(tokens), adapter.batch_size):

@@ -66,7 +66,8 @@ def write_summary(out: Path, cfg, seconds_by_step: dict, seconds: float) -> dict
     chance = rows[0]["needle chance"]
     notes = [
         f"best-context loss: mean loss (nats/token) over the last 10% of the {ctx}-token training context, "
-        f"on held-out code ({', '.join(cfg.corpus.heldout)} of the Python standard library), lower is better.",
+        f"on held-out code ({', '.join(cfg.corpus.heldout)} of the Python standard library), "
+        "lower is better.",
         f"context gain: loss of {rows[0]['targets']} held-out target tokens (random positions) with "
         f"{rows[0]['visible'][0]} visible token minus with {rows[0]['visible'][1]} visible tokens (the same "
         "targets): what reading the context is worth to the model.",
