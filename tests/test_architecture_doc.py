@@ -75,16 +75,16 @@ def test_evaluation_example_runs_through_the_registry(examples, store, tmp_path,
     assert np.isfinite(out.results["summary"]["loss"]) and path.is_file()
 
 
-def test_packer_example_packs_longest_first(examples, store, tmp_path, monkeypatch):
+def test_packer_example_packs_longest_next(examples, store, tmp_path, monkeypatch):
     from contextlab.data.packing import PACKERS, PackConfig, pack
     from contextlab.data.packing.methods import Packer
 
-    monkeypatch.setitem(PACKERS, "longest-first", Packer(examples["packer"].pack_longest_first, "longest"))
-    cfg = PackConfig(method="longest-first", context=255)
+    monkeypatch.setitem(PACKERS, "longest-next", Packer(examples["packer"].pack_longest_next, "longest"))
+    cfg = PackConfig(method="longest-next", context=255)
     packed = pack(store, tmp_path / "p", cfg, progress=False).packed
-    first = packed.sequence_entries(0)[:, 0]
-    lengths = store.lengths()
-    assert lengths[first[0]] == lengths.max()  # the longest document opens the first sequence
+    root, after = packed.sequence_entries(0)[0, 0], packed.sequence_entries(0)[1, 0]
+    others = np.delete(store.lengths(), root)
+    assert store.lengths()[after] == others.max()  # after the random root: the longest document
 
 
 def test_retriever_example_serves_splice(examples, store, tmp_path, monkeypatch):
