@@ -16,7 +16,17 @@ def _parser(prog: str, description: str) -> argparse.ArgumentParser:
 
 def cmd_ingest(argv: list[str]) -> int:
     """Tokenize a corpus (folder, JSONL, Parquet, HF dataset folder) into a token store."""
-    from contextlab.data.ingest import IngestConfig, ingest
+    from contextlab.data.ingest import ingest
+
+    args = _ingest_parser().parse_args(argv)
+    config = _ingest_config(args)
+    report = ingest(args.source, args.out, config, overwrite=args.overwrite, progress=not args.no_progress)
+    _print_ingest_report(report)
+    return 0
+
+
+def _ingest_parser() -> argparse.ArgumentParser:
+    from contextlab.data.ingest import IngestConfig
     from contextlab.data.sources import SourceOptions
 
     p = _parser(
@@ -44,7 +54,13 @@ def cmd_ingest(argv: list[str]) -> int:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_dataclass_args(p, IngestConfig)
     add_dataclass_args(p, SourceOptions)
-    args = p.parse_args(argv)
+    return p
+
+
+def _ingest_config(args: argparse.Namespace):
+    """The IngestConfig of --config, then --set, then the option flags (each overriding the last)."""
+    from contextlab.data.ingest import IngestConfig
+    from contextlab.data.sources import SourceOptions
 
     data = apply_overrides(read_toml(args.config) if args.config else {}, args.set)
     for f in dataclasses.fields(IngestConfig):
@@ -53,14 +69,18 @@ def cmd_ingest(argv: list[str]) -> int:
     for f in dataclasses.fields(SourceOptions):
         if getattr(args, f.name, None) is not None:
             data.setdefault("source", {})[f.name] = getattr(args, f.name)
-    config = from_dict(IngestConfig, data)
-    report = ingest(args.source, args.out, config, overwrite=args.overwrite, progress=not args.no_progress)
+    return from_dict(IngestConfig, data)
+
+
+def _print_ingest_report(report) -> None:
+    """What was written (or that the store was up to date), and the skipped-document counts."""
     store = report.store
     if report.up_to_date:
         print(
-            f"{store.path} is up to date ({store.n_docs:,} documents, {store.n_tokens:,} tokens); nothing to do"
+            f"{store.path} is up to date ({store.n_docs:,} documents, {store.n_tokens:,} tokens); "
+            "nothing to do"
         )
-        return 0
+        return
     stats = store.meta.get("source_stats", {})
     print(
         f"wrote {store.path}: {store.n_docs:,} documents, {store.n_tokens:,} tokens "
@@ -78,7 +98,6 @@ def cmd_ingest(argv: list[str]) -> int:
     }
     if notes:
         print("  " + ", ".join(f"{k.replace('_', ' ')}: {v:,}" for k, v in notes.items()))
-    return 0
 
 
 def cmd_info(argv: list[str]) -> int:

@@ -109,16 +109,48 @@ def ingest(
         done = _existing_output(out, fingerprint, overwrite)
         if done is not None:
             return done
-    partial, record = open_partial(
+    partial, record = _open_partial(out, fingerprint, overwrite)
+    start = time.perf_counter()
+
+    tokenizer = _partial_tokenizer(partial, record, config, src)
+    resumed_from = int(record["source_pos"])
+    counts = _store_documents(partial, record, tokenizer, src, config, source, out, progress)
+    meta = _store_meta(tokenizer, src, config, counts, fingerprint)
+    save_toml({"source": str(source), **to_dict(config)}, partial / "config.toml")
+    finalize_store(partial, out, meta, overwrite=overwrite)
+    return IngestReport(
+        store=TokenStore(out),
+        seconds=time.perf_counter() - start,
+        bytes_read=int(src.stats.bytes_read),
+        resumed_from_docs=resumed_from,
+        skipped_short=counts["skipped_short"],
+        skipped_long=counts["skipped_long"],
+    )
+
+
+def _open_partial(out: Path, fingerprint: str, overwrite: bool) -> tuple[Path, dict]:
+    """The partial store directory and its progress record: the one to resume, or a fresh one."""
+    return open_partial(
         out,
         _fresh_record(fingerprint),
         overwrite=overwrite,
         has_work=lambda _, old: old is not None and int(old.get("source_pos", 0)) > 0,
         what="ingest of a different source or config",
     )
-    start = time.perf_counter()
 
-    tokenizer = _partial_tokenizer(partial, record, config, src)
+
+def _store_documents(
+    partial: Path,
+    record: dict,
+    tokenizer: Tokenizer,
+    src,
+    config: IngestConfig,
+    source: str | Path,
+    out: Path,
+    progress: bool,
+) -> dict:
+    """Tokenize the documents not stored yet into ``partial``, committing ``record`` after each
+    batch; return the filter counts. Raises when no document is left after filtering."""
     state = WriterState(**record["writer"])
     writer = StoreWriter(partial, dtype_for_vocab(tokenizer.vocab_size), state)
     counts = dict(record["counts"])
@@ -132,14 +164,7 @@ def ingest(
         bar = _progress_bar(progress, src, state)
         for batch in _prefetch(_batches(iter(src), resumed_from, int(config.batch_mb * 1e6))):
             ids = tokenizer.encode_pieces([d.text for d in batch], piece_chars)
-            for doc, arr in zip(batch, ids):
-                n = len(arr)
-                if n < max(config.min_tokens, 1):
-                    counts["skipped_short"] += 1
-                elif config.max_tokens and n > config.max_tokens:
-                    counts["skipped_long"] += 1
-                else:
-                    writer.add(arr, doc.meta)
+            _add_filtered(writer, batch, ids, config, counts)
             pos += len(batch)
             durable = writer.flush()
             record.update(source_pos=pos, writer=vars(durable), counts=counts)
@@ -152,7 +177,26 @@ def ingest(
             f"--min-tokens {config.min_tokens}, {counts['skipped_long']} longer than --max-tokens); "
             f"relax the filters"
         )
-    meta = {
+    return counts
+
+
+def _add_filtered(
+    writer: StoreWriter, batch: list[Document], ids, config: IngestConfig, counts: dict
+) -> None:
+    """Add the documents of a batch within the length filters; count the others in ``counts``."""
+    for doc, arr in zip(batch, ids):
+        n = len(arr)
+        if n < max(config.min_tokens, 1):
+            counts["skipped_short"] += 1
+        elif config.max_tokens and n > config.max_tokens:
+            counts["skipped_long"] += 1
+        else:
+            writer.add(arr, doc.meta)
+
+
+def _store_meta(tokenizer: Tokenizer, src, config: IngestConfig, counts: dict, fingerprint: str) -> dict:
+    """The finished store's meta.json entries that describe the ingest."""
+    return {
         "tokenizer": tokenizer.spec(),
         "dtype": dtype_for_vocab(tokenizer.vocab_size).name,
         "source": src.describe(),
@@ -161,16 +205,6 @@ def ingest(
         "ingest_fingerprint": fingerprint,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    save_toml({"source": str(source), **to_dict(config)}, partial / "config.toml")
-    finalize_store(partial, out, meta, overwrite=overwrite)
-    return IngestReport(
-        store=TokenStore(out),
-        seconds=time.perf_counter() - start,
-        bytes_read=int(src.stats.bytes_read),
-        resumed_from_docs=resumed_from,
-        skipped_short=counts["skipped_short"],
-        skipped_long=counts["skipped_long"],
-    )
 
 
 # ---------------------------------------------------------------------------- helpers

@@ -245,9 +245,7 @@ def write_parity_store(
     progress: bool = True,
 ) -> Path:
     """Write ``cfg.n_samples`` samples as a byte-tokenizer token store at ``out``, reproducible from seeds."""
-    from tqdm.auto import tqdm
-
-    from contextlab.data.store import StoreWriter, WriterState, finalize_store
+    from contextlab.data.store import finalize_store
     from contextlab.data.tokenizers import ByteTokenizer
     from contextlab.io import atomic_write_json, partial_dir
 
@@ -259,6 +257,22 @@ def write_parity_store(
     partial = partial_dir(out)
     if partial.exists():
         shutil.rmtree(partial)
+    _write_parity_samples(cfg, tasks, partial, chunk, progress)
+    tok.save(partial / "tokenizer")
+    meta = _parity_store_meta(cfg, tasks, tok)
+    atomic_write_json(partial / "parity.json", meta["parity"])
+    finalize_store(partial, out, meta, overwrite=overwrite)
+    return out
+
+
+def _write_parity_samples(
+    cfg: ParityConfig, tasks: ParityTasks, partial: Path, chunk: int, progress: bool
+) -> None:
+    """Draw the samples ``chunk`` at a time and write them, one document each, into ``partial``."""
+    from tqdm.auto import tqdm
+
+    from contextlab.data.store import StoreWriter, WriterState
+
     rng = np.random.default_rng([cfg.seed, 1])
     writer = StoreWriter(partial, np.dtype(np.uint16), WriterState())
     try:
@@ -268,9 +282,8 @@ def write_parity_store(
                 n = min(chunk, cfg.n_samples - done)
                 s = sample(cfg, tasks, n, rng)
                 rows = to_tokens(s)  # (n, L + 2)
-                for i in range(
-                    n
-                ):  # K > 1: the tasks are in the row itself (tokens L..L+K-1), not repeated here
+                # K > 1: the tasks are in the row itself (tokens L..L+K-1), not repeated here
+                for i in range(n):
                     meta = {"id": done + i, "visible": int(s.visible[i])}
                     if cfg.queries == 1:
                         meta["task"] = int(s.task[i])
@@ -280,8 +293,11 @@ def write_parity_store(
         writer.flush()
     finally:
         writer.close()
-    tok.save(partial / "tokenizer")
-    meta = {
+
+
+def _parity_store_meta(cfg: ParityConfig, tasks: ParityTasks, tok) -> dict:
+    """meta.json of a parity store: the tokenizer, the config, the tasks and the exact Bayes risk."""
+    return {
         "tokenizer": tok.spec(),
         "dtype": "uint16",
         "source": {"kind": SOURCE_KIND, "config": dataclasses.asdict(cfg)},
@@ -293,9 +309,6 @@ def write_parity_store(
         },
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    atomic_write_json(partial / "parity.json", meta["parity"])
-    finalize_store(partial, out, meta, overwrite=overwrite)
-    return out
 
 
 def parity_of_store(store) -> tuple[ParityConfig, ParityTasks] | None:

@@ -80,57 +80,17 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     train, test = read_trec(train_f), read_trec(test_f)[: options.n_test]
     per_shot, skipped = [], []
     for k in options.shots:
-        correct, lengths = [], []
-        for seed in range(options.seeds):
-            samples = build_prompts(adapter, train, test, k, seed)
-            longest = max(len(s.prompt) + 4 for s in samples)
-            if longest > adapter.max_context and not adapter.info.extends_beyond:
-                skipped.append(k)
-                break
-            rows = tasks.score_samples(adapter, samples, "likelihood")
-            acc = float(np.mean([r["likelihood_correct"] for r in rows]))
-            correct.append(acc)
-            lengths += [r["prompt_tokens"] for r in rows]
-        if correct:
-            per_shot.append(
-                {
-                    "shots": k,
-                    "accuracy": float(np.mean(correct)),
-                    "accuracy_per_set": correct,
-                    "set_std": float(np.std(correct)),
-                    "context_tokens": float(np.mean(lengths)),
-                    "n_test": len(test),
-                    "n_sets": len(correct),
-                }
-            )
+        row, too_long = _score_shots(adapter, train, test, k, options.seeds)
+        if too_long:
+            skipped.append(k)
+        if row is not None:
+            per_shot.append(row)
     if not per_shot:
         raise UserError("every shot count gives prompts longer than the model allows; lower --shots")
-    best = max(per_shot, key=lambda r: r["accuracy"])
-    res = {
-        "summary": {
-            "accuracy_max_shots": per_shot[-1]["accuracy"],
-            "shots_max": per_shot[-1]["shots"],
-            "best_accuracy": best["accuracy"],
-            "best_shots": best["shots"],
-            "chance": 1 / len(LABELS),
-            "majority_class": accuracy_ci([a == _majority(test) for _, a in test])["accuracy"],
-        },
-        "by_shots": per_shot,
-        "skipped_shots": skipped,
-    }
+    res = {"summary": _summary(per_shot, test), "by_shots": per_shot, "skipped_shots": skipped}
 
     def plot(path):
-        from contextlab.eval.plots import lines_png
-
-        return lines_png(
-            {adapter.info.id: ([r["context_tokens"] for r in per_shot], [r["accuracy"] for r in per_shot])},
-            path,
-            xlabel="context length (tokens; shots: " + ", ".join(str(r["shots"]) for r in per_shot) + ")",
-            ylabel="accuracy",
-            title="TREC many-shot in-context classification",
-            logx=True,
-            chance=1 / len(LABELS),
-        )
+        return _plot_accuracy(adapter.info.id, per_shot, path)
 
     return EvalOutput(
         res,
@@ -141,6 +101,63 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             "n_test": len(test),
         },
         plot=plot,
+    )
+
+
+def _score_shots(adapter, train, test, k: int, seeds: int) -> tuple[dict | None, bool]:
+    """The accuracy row for ``k`` shots over ``seeds`` sets of examples (None when no set was
+    scored), and whether a set gave prompts longer than the model allows (later sets are not run)."""
+    correct, lengths = [], []
+    too_long = False
+    for seed in range(seeds):
+        samples = build_prompts(adapter, train, test, k, seed)
+        longest = max(len(s.prompt) + 4 for s in samples)
+        if longest > adapter.max_context and not adapter.info.extends_beyond:
+            too_long = True
+            break
+        rows = tasks.score_samples(adapter, samples, "likelihood")
+        acc = float(np.mean([r["likelihood_correct"] for r in rows]))
+        correct.append(acc)
+        lengths += [r["prompt_tokens"] for r in rows]
+    if not correct:
+        return None, too_long
+    row = {
+        "shots": k,
+        "accuracy": float(np.mean(correct)),
+        "accuracy_per_set": correct,
+        "set_std": float(np.std(correct)),
+        "context_tokens": float(np.mean(lengths)),
+        "n_test": len(test),
+        "n_sets": len(correct),
+    }
+    return row, too_long
+
+
+def _summary(per_shot: list[dict], test) -> dict:
+    """Headline numbers: accuracy at the most shots, the best accuracy, chance and majority class."""
+    best = max(per_shot, key=lambda r: r["accuracy"])
+    return {
+        "accuracy_max_shots": per_shot[-1]["accuracy"],
+        "shots_max": per_shot[-1]["shots"],
+        "best_accuracy": best["accuracy"],
+        "best_shots": best["shots"],
+        "chance": 1 / len(LABELS),
+        "majority_class": accuracy_ci([a == _majority(test) for _, a in test])["accuracy"],
+    }
+
+
+def _plot_accuracy(model_id: str, per_shot: list[dict], path):
+    """Accuracy against the prompt length in tokens, the shot counts in the axis label."""
+    from contextlab.eval.plots import lines_png
+
+    return lines_png(
+        {model_id: ([r["context_tokens"] for r in per_shot], [r["accuracy"] for r in per_shot])},
+        path,
+        xlabel="context length (tokens; shots: " + ", ".join(str(r["shots"]) for r in per_shot) + ")",
+        ylabel="accuracy",
+        title="TREC many-shot in-context classification",
+        logx=True,
+        chance=1 / len(LABELS),
     )
 
 

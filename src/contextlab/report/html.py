@@ -265,14 +265,34 @@ def build_report(
     if summary_file.exists() and json.loads(summary_file.read_text()).get("format") == "contextlab-summary":
         body.append(summary_section(root))
     if headline:
-        body.append(
-            "<p>"
-            + "".join(
-                f'<span class="key">{html.escape(k)} <b>{_fmt(v)}</b></span>' for k, v in headline.items()
-            )
-            + "</p>"
-        )
+        body.append(_headline(headline))
     lead = len(body)  # the runs table goes right after the headline
+    body += _data_sections(root)
+    runs = rundir.find_runs(root)
+    sections, summary = _run_sections(root, runs[:50])
+    body += sections
+    if len(runs) > 1:
+        body.insert(lead, "<h2>Runs</h2>" + _table(summary))
+    if not body:
+        raise UserError(f"report: nothing to report in {root} (no runs, token stores or sweep results)")
+    title = title or f"contextlab report: {root.resolve().name}"
+    out = Path(out) if out else root / "report.html"
+    atomic_write_text(out, _page(title, root, body))
+    return out
+
+
+def _headline(headline: dict) -> str:
+    """The headline numbers as one paragraph of key/value spans."""
+    return (
+        "<p>"
+        + "".join(f'<span class="key">{html.escape(k)} <b>{_fmt(v)}</b></span>' for k, v in headline.items())
+        + "</p>"
+    )
+
+
+def _data_sections(root: Path) -> list[str]:
+    """The token stores, packed stores and sweep results found under ``root``."""
+    body = []
     stores = sorted(
         p.parent
         for p in root.rglob("meta.json")
@@ -285,20 +305,24 @@ def build_report(
         body.append("<h2>Packing</h2>" + "".join(packed_section(f, root) for f in packs))
     if (root / "results.csv").exists():
         body.append(sweep_section(root))
-    runs = rundir.find_runs(root)
-    summary = []
-    for run in runs[:50]:
+    return body
+
+
+def _run_sections(root: Path, runs: list[Path]) -> tuple[list[str], list[dict]]:
+    """One section per run, and the row of each run in the runs table."""
+    sections, summary = [], []
+    for run in runs:
         section, key = run_section(run, f"Run {run.relative_to(root) if run != root else run.name}")
-        body.append(section)
+        sections.append(section)
         summary.append(
             {"run": str(run.relative_to(root)) if run != root else run.name, **key, **eval_key(run)}
         )
-    if len(runs) > 1:
-        body.insert(lead, "<h2>Runs</h2>" + _table(summary))
-    if not body:
-        raise UserError(f"report: nothing to report in {root} (no runs, token stores or sweep results)")
-    title = title or f"contextlab report: {root.resolve().name}"
-    page = (
+    return sections, summary
+
+
+def _page(title: str, root: Path, body: list[str]) -> str:
+    """The whole HTML page around the sections."""
+    return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"
         f"<p class='muted'>{html.escape(str(root.resolve()))}</p>"
@@ -306,6 +330,3 @@ def build_report(
         + CHECK
         + "</body></html>"
     )
-    out = Path(out) if out else root / "report.html"
-    atomic_write_text(out, page)
-    return out

@@ -60,6 +60,33 @@ def analyze(
         raise UserError("no finished runs in the results; nothing to analyse")
     if context_key == "train.context" and "train.seq_len" in done[0]:  # results from before the rename
         done = [{"train.context": r["train.seq_len"], **r} for r in done]
+    size_key, budget_key, metric = _columns(done, context_key, size_key, budget_key, metric)
+    samples = _samples(done, metric, context_key, size_key, budget_key)
+    table, spread = _means_and_spread(samples)
+    budgets = sorted(table)
+    optimal = {b: _optimum(table[b]) for b in budgets}
+    sizes = sorted({s for b in budgets for s in table[b]})
+    smoothed = {s: _smoothed_optimum(optimal, budgets, s, window) for s in sizes}
+    return {
+        "metric": metric,
+        "context_key": context_key,
+        "size_key": size_key,
+        "budget_key": budget_key,
+        "window": window,
+        "replicates": max(len(v) for v in samples.values()) if samples else 0,
+        "replicate_spread": {
+            b: {sz: dict(sorted(c.items())) for sz, c in v.items()} for b, v in spread.items()
+        },
+        "curves": {str(b): {s: dict(sorted(c.items())) for s, c in table[b].items()} for b in budgets},
+        "optimal": {str(b): v for b, v in optimal.items()},
+        "optimal_context_smoothed": {s: [[b, c] for b, c in v] for s, v in smoothed.items()},
+    }
+
+
+def _columns(
+    done: list[dict], context_key: str, size_key: str, budget_key: str | None, metric: str | None
+) -> tuple[str, str | None, str]:
+    """The size, budget and metric columns to analyse: defaults filled in, each one checked."""
     if size_key not in done[0]:  # e.g. a grid over model.n_embd instead of named sizes
         size_key = next((k for k in done[0] if k.startswith("model.")), size_key)
     if budget_key is None:
@@ -85,7 +112,11 @@ def analyze(
         metric = next((m for m in METRICS if any(_num(r.get(m)) is not None for r in done)), None)
     if metric is None or context_key not in done[0]:
         raise UserError(f"the results need '{context_key}' and a loss column ({' or '.join(METRICS)})")
-    # (budget, size, context) -> the metric of every replicate run (e.g. a grid over train.seed)
+    return size_key, budget_key, metric
+
+
+def _samples(done: list[dict], metric: str, context_key: str, size_key: str, budget_key: str | None) -> dict:
+    """(budget, size, context) -> the metric of every replicate run (e.g. a grid over train.seed)."""
     samples: dict = {}
     for r in done:
         loss = _num(r.get(metric))
@@ -93,54 +124,55 @@ def analyze(
             continue
         budget = _num(r.get(budget_key)) if budget_key else 0.0
         samples.setdefault((budget, r.get(size_key, "model"), int(float(r[context_key]))), []).append(loss)
+    return samples
+
+
+def _means_and_spread(samples: dict) -> tuple[dict, dict]:
+    """budget -> size -> context -> mean loss, and the same (budget as str) -> max - min of replicates."""
     table: dict = {}
     spread: dict = {}
     for (budget, size, ctx), losses in samples.items():
         table.setdefault(budget, {}).setdefault(size, {})[ctx] = sum(losses) / len(losses)
         if len(losses) > 1:
             spread.setdefault(str(budget), {}).setdefault(size, {})[ctx] = max(losses) - min(losses)
-    budgets = sorted(table)
-    optimal = {}
-    for b in budgets:
-        per_size = {s: min(curve, key=curve.get) for s, curve in table[b].items()}
-        best_size, best_ctx = min(
-            ((s, c) for s, c in per_size.items()), key=lambda sc: table[b][sc[0]][sc[1]]
-        )
-        optimal[b] = {
-            "per_size": per_size,
-            "best": {"size": best_size, "context": best_ctx, "loss": table[b][best_size][best_ctx]},
-        }
-    sizes = sorted({s for b in budgets for s in table[b]})
-    smoothed = {}
-    for s in sizes:
-        seq = [(b, optimal[b]["per_size"].get(s)) for b in budgets if s in optimal[b]["per_size"]]
-        out = []
-        for i, (b, _) in enumerate(seq):
-            lo, hi = max(0, i - window // 2), min(len(seq), i + window // 2 + 1)
-            counts = Counter(c for _, c in seq[lo:hi])
-            top = max(counts.values())
-            out.append((b, min(c for c, n in counts.items() if n == top)))  # ties: the smaller context
-        smoothed[s] = out
+    return table, spread
+
+
+def _optimum(curves: dict) -> dict:
+    """One budget's optimal context per size (size -> context -> loss), and the best (size, context)."""
+    per_size = {s: min(curve, key=curve.get) for s, curve in curves.items()}
+    best_size, best_ctx = min(((s, c) for s, c in per_size.items()), key=lambda sc: curves[sc[0]][sc[1]])
     return {
-        "metric": metric,
-        "context_key": context_key,
-        "size_key": size_key,
-        "budget_key": budget_key,
-        "window": window,
-        "replicates": max(len(v) for v in samples.values()) if samples else 0,
-        "replicate_spread": {
-            b: {sz: dict(sorted(c.items())) for sz, c in v.items()} for b, v in spread.items()
-        },
-        "curves": {str(b): {s: dict(sorted(c.items())) for s, c in table[b].items()} for b in budgets},
-        "optimal": {str(b): v for b, v in optimal.items()},
-        "optimal_context_smoothed": {s: [[b, c] for b, c in v] for s, v in smoothed.items()},
+        "per_size": per_size,
+        "best": {"size": best_size, "context": best_ctx, "loss": curves[best_size][best_ctx]},
     }
+
+
+def _smoothed_optimum(optimal: dict, budgets: list, size, window: int) -> list[tuple]:
+    """(budget, most common optimal context in a window of budgets) for one size."""
+    seq = [(b, optimal[b]["per_size"].get(size)) for b in budgets if size in optimal[b]["per_size"]]
+    out = []
+    for i, (b, _) in enumerate(seq):
+        lo, hi = max(0, i - window // 2), min(len(seq), i + window // 2 + 1)
+        counts = Counter(c for _, c in seq[lo:hi])
+        top = max(counts.values())
+        out.append((b, min(c for c, n in counts.items() if n == top)))  # ties: the smaller context
+    return out
 
 
 def plot(result: dict, out_dir: Path) -> list[Path]:
     plt = pyplot()
 
     budgets = list(result["curves"])
+    return [
+        _plot_u_curves(plt, result, budgets, out_dir / "u_curves.png"),
+        _plot_optimal_context(plt, result, out_dir / "optimal_context.png"),
+        _plot_gap_curves(plt, result, budgets, out_dir / "gap_curves.png"),
+    ]
+
+
+def _plot_u_curves(plt, result: dict, budgets: list, path: Path) -> Path:
+    """Loss against training context, one panel per budget, one line per size, a star at its optimum."""
     fig, axes = plt.subplots(1, len(budgets), figsize=(4.2 * len(budgets), 3.6), squeeze=False, sharey=True)
     for ax, b in zip(axes[0], budgets):
         for size, curve in sorted(result["curves"][b].items()):
@@ -159,7 +191,11 @@ def plot(result: dict, out_dir: Path) -> list[Path]:
         ax.set_title(f"{result['budget_key'] or 'budget'} = {float(b):.3g}")
     axes[0][0].set_ylabel(result["metric"])
     axes[0][-1].legend(fontsize=8)
-    paths = [save_png(fig, out_dir / "u_curves.png")]
+    return save_png(fig, path)
+
+
+def _plot_optimal_context(plt, result: dict, path: Path) -> Path:
+    """The smoothed optimal context against the budget, one line per size."""
     fig, ax = plt.subplots(figsize=(5, 3.6))
     for size, pts in sorted(result["optimal_context_smoothed"].items()):
         ax.plot([float(b) for b, _ in pts], [c for _, c in pts], marker="o", label=size)
@@ -170,8 +206,11 @@ def plot(result: dict, out_dir: Path) -> list[Path]:
     w = result.get("window", 3)
     ax.set_ylabel("optimal training context" + (f" (mode of {w})" if w > 1 else ""))
     ax.legend(fontsize=8)
-    paths.append(save_png(fig, out_dir / "optimal_context.png"))
-    # the seed's Figure 4 view: each budget's curve minus its own minimum, all budgets on one axis
+    return save_png(fig, path)
+
+
+def _plot_gap_curves(plt, result: dict, budgets: list, path: Path) -> Path:
+    """The seed's Figure 4 view: each budget's curve minus its own minimum, all budgets on one axis."""
     sizes = sorted({s for b in budgets for s in result["curves"][b]})
     fig, axes = plt.subplots(1, len(sizes), figsize=(4.6 * len(sizes), 3.6), squeeze=False)
     cmap = plt.get_cmap("viridis")
@@ -197,8 +236,7 @@ def plot(result: dict, out_dir: Path) -> list[Path]:
         ax.set_ylabel(f"{result['metric']} − its minimum")
         ax.set_title(str(size))
         ax.legend(fontsize=8)
-    paths.append(save_png(fig, out_dir / "gap_curves.png"))
-    return paths
+    return save_png(fig, path)
 
 
 def compute_optimal(sweep_dir: str | Path, **kwargs) -> dict:

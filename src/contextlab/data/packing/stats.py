@@ -48,41 +48,12 @@ def _sample(n: int, max_n: int, seed: int) -> np.ndarray:
 def pack_stats(packed: PackedStore, *, max_sequences: int = 2000, seed: int = 0) -> dict:
     """Summary dict (see the module docstring); ``zipf_per_sequence`` holds the sampled values."""
     entries = np.asarray(packed.entries)
-    offsets = np.asarray(packed.seq_offsets)
-    sims = np.asarray(packed.similarity, dtype=np.float64)
     n_seq = packed.n_sequences
-    seq_of = np.repeat(np.arange(n_seq), np.diff(offsets))
-    meta = packed.store.docs_meta()
-    dom_names: dict[str, int] = {}
-    dir_names: dict[str, int] = {}
-    dom = np.array(
-        [dom_names.setdefault(str(m.get("domain", "")), len(dom_names)) for m in meta], dtype=np.int64
-    )
-    dirs = np.array(
-        [
-            dir_names.setdefault(str(PurePosixPath(str(m.get("path") or "")).parent), len(dir_names))
-            for m in meta
-        ],
-        dtype=np.int64,
-    )
-
-    def distinct_per_seq(keys: np.ndarray) -> np.ndarray:
-        if not len(keys):
-            return np.zeros(n_seq, np.int64)
-        pairs = np.unique(np.stack([seq_of, keys], axis=1), axis=0)
-        return np.bincount(pairs[:, 0], minlength=n_seq)
-
-    docs_per = distinct_per_seq(entries[:, 0])
-    doms_per = distinct_per_seq(dom[entries[:, 0]]) if len(entries) else docs_per
-    dirs_per = distinct_per_seq(dirs[entries[:, 0]]) if len(entries) else docs_per
-    retrieved = np.isfinite(sims) & (sims > 0)
-    related_seqs = np.bincount(seq_of[retrieved], minlength=n_seq) > 0 if n_seq else np.zeros(0, bool)
+    seq_of = np.repeat(np.arange(n_seq), np.diff(np.asarray(packed.seq_offsets)))  # entry -> sequence
+    docs_per = _distinct_per_seq(seq_of, entries[:, 0], n_seq)
     lens = packed.sequence_lengths()
     full = np.flatnonzero(lens == packed.row_len)
-    pool = full if len(full) else np.arange(n_seq)
-    picked = pool[_sample(len(pool), max_sequences, seed)]
-    zipf = np.array([zipf_coefficient(packed.sequence_tokens(int(i))[0]) for i in picked])
-    zipf = zipf[np.isfinite(zipf)]
+    zipf = _zipf_sample(packed, full, max_sequences, seed)
     cfg = packed.meta["config"]
     return {
         "path": str(packed.path),
@@ -98,11 +69,8 @@ def pack_stats(packed: PackedStore, *, max_sequences: int = 2000, seed: int = 0)
             "median": float(np.median(docs_per)) if n_seq else 0.0,
             "max": int(docs_per.max()) if n_seq else 0,
         },
-        "mean_neighbour_similarity": float(sims[retrieved].mean()) if retrieved.any() else None,
-        "retrieved_fraction_of_entries": float(retrieved.mean()) if len(sims) else 0.0,
-        "frac_sequences_ge2_related": float(related_seqs.mean()) if n_seq else 0.0,
-        "domains_per_sequence": float(doms_per.mean()) if n_seq else 0.0,
-        "directories_per_sequence": float(dirs_per.mean()) if n_seq else 0.0,
+        **_neighbour_stats(np.asarray(packed.similarity, dtype=np.float64), seq_of, n_seq),
+        **_span_stats(packed.store.docs_meta(), entries, seq_of, docs_per, n_seq),
         "zipf": {
             "mean": float(zipf.mean()) if len(zipf) else None,
             "std": float(zipf.std()) if len(zipf) else None,
@@ -111,6 +79,58 @@ def pack_stats(packed: PackedStore, *, max_sequences: int = 2000, seed: int = 0)
         "docs_per_sequence_all": docs_per.tolist(),
         "zipf_per_sequence": zipf.tolist(),
     }
+
+
+def _distinct_per_seq(seq_of: np.ndarray, keys: np.ndarray, n_seq: int) -> np.ndarray:
+    """(n_seq,) how many distinct ``keys`` (one per entry) each sequence holds."""
+    if not len(keys):
+        return np.zeros(n_seq, np.int64)
+    pairs = np.unique(np.stack([seq_of, keys], axis=1), axis=0)
+    return np.bincount(pairs[:, 0], minlength=n_seq)
+
+
+def _neighbour_stats(sims: np.ndarray, seq_of: np.ndarray, n_seq: int) -> dict:
+    """Similarity of the retrieved entries (similarity > 0), and the share of sequences holding one."""
+    retrieved = np.isfinite(sims) & (sims > 0)
+    related_seqs = np.bincount(seq_of[retrieved], minlength=n_seq) > 0 if n_seq else np.zeros(0, bool)
+    return {
+        "mean_neighbour_similarity": float(sims[retrieved].mean()) if retrieved.any() else None,
+        "retrieved_fraction_of_entries": float(retrieved.mean()) if len(sims) else 0.0,
+        "frac_sequences_ge2_related": float(related_seqs.mean()) if n_seq else 0.0,
+    }
+
+
+def _span_stats(
+    meta: list[dict], entries: np.ndarray, seq_of: np.ndarray, docs_per: np.ndarray, n_seq: int
+) -> dict:
+    """Mean distinct domains and parent directories per sequence."""
+    dom_names: dict[str, int] = {}
+    dir_names: dict[str, int] = {}
+    dom = np.array(
+        [dom_names.setdefault(str(m.get("domain", "")), len(dom_names)) for m in meta], dtype=np.int64
+    )
+    dirs = np.array(
+        [
+            dir_names.setdefault(str(PurePosixPath(str(m.get("path") or "")).parent), len(dir_names))
+            for m in meta
+        ],
+        dtype=np.int64,
+    )
+    doms_per = _distinct_per_seq(seq_of, dom[entries[:, 0]], n_seq) if len(entries) else docs_per
+    dirs_per = _distinct_per_seq(seq_of, dirs[entries[:, 0]], n_seq) if len(entries) else docs_per
+    return {
+        "domains_per_sequence": float(doms_per.mean()) if n_seq else 0.0,
+        "directories_per_sequence": float(dirs_per.mean()) if n_seq else 0.0,
+    }
+
+
+def _zipf_sample(packed: PackedStore, full: np.ndarray, max_sequences: int, seed: int) -> np.ndarray:
+    """Zipf coefficients of a seeded sample of the full sequences (of all when none is full), NaNs
+    left out."""
+    pool = full if len(full) else np.arange(packed.n_sequences)
+    picked = pool[_sample(len(pool), max_sequences, seed)]
+    zipf = np.array([zipf_coefficient(packed.sequence_tokens(int(i))[0]) for i in picked])
+    return zipf[np.isfinite(zipf)]
 
 
 def format_pack_stats(s: dict) -> str:
