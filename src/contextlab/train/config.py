@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import ClassVar, get_type_hints
+from typing import ClassVar, Literal, get_type_hints
 
 from contextlab.config import opt, to_dict
 
@@ -31,7 +31,7 @@ class ModelSection:
     n_layer: int | None = opt(None, "transformer blocks (overrides the size)")
     n_head: int | None = opt(None, "attention heads (overrides the size)")
     n_embd: int | None = opt(None, "width (overrides the size)")
-    mlp: str = opt("gelu", "MLP kind: gelu or swiglu")
+    mlp: Literal["gelu", "swiglu"] = opt("gelu", "MLP kind")
     rope_base: float = opt(10000.0, "RoPE base")
     dropout: float = opt(0.0, "dropout probability")
 
@@ -47,7 +47,7 @@ class DataSection:
     store: str = opt("", "token store to train on (contextlab data ingest ...)")
     val_store: str = opt("", "separate validation store; empty = hold out val_fraction of the documents")
     val_fraction: float = opt(0.02, "fraction held out for validation")
-    val_split: str = opt(
+    val_split: Literal["documents", "tail"] = opt(
         "documents",
         "documents (hold out whole documents) or tail (the last val_fraction of "
         "every document's tokens: for corpora of a few long documents)",
@@ -63,7 +63,7 @@ class DataSection:
         "packed store to train on (contextlab data pack --context train.context): its sequences "
         "are the rows; data.store may stay empty (the packed store knows its token store)",
     )
-    mode: str = opt(
+    mode: Literal["packed", "long_docs"] = opt(
         "packed",
         "packed (documents end to end with separators) or long_docs (one document per row); "
         "ignored when data.packed is set",
@@ -103,15 +103,15 @@ class TrainSection:
     max_tokens: int = opt(0, "budget: training tokens")
     max_flops: float = opt(0.0, "budget: training FLOPs (model + objective)")
     max_minutes: float = opt(0.0, "budget: wall-clock minutes")
-    dtype: str = opt("bf16", "bf16 (autocast) or fp32")
+    dtype: Literal["bf16", "fp32"] = opt("bf16", "bf16 (autocast) or fp32")
     compile: bool = opt(False, "torch.compile the model")
-    device: str = opt("auto", "auto (cuda when a GPU is visible), cpu or cuda")
+    device: Literal["auto", "cpu", "cuda"] = opt("auto", "auto (cuda when a GPU is visible), cpu or cuda")
     deterministic: bool = opt(
         False,
         "deterministic GPU kernels (a little slower): a rerun or a resumed GPU run "
         "repeats every bit; CPU runs are deterministic at a fixed thread count anyway",
     )
-    parallel: str = opt("ddp", "with torchrun: ddp or fsdp")
+    parallel: Literal["ddp", "fsdp"] = opt("ddp", "with torchrun: ddp or fsdp")
     threads: int = opt(0, "torch CPU threads; 0 = torch's default")
     seed: int = opt(0, "seed of the initialisation and the data order")
     log_every: int = opt(10, "steps between console/metrics lines")
@@ -159,7 +159,7 @@ class InitSection:
 
 @dataclass
 class ExtendSection:
-    method: str = opt(
+    method: Literal["none", "pi", "ntk", "yarn", "base"] = opt(
         "none",
         "RoPE context extension of the initial model: none, pi (position interpolation), ntk "
         "(NTK-aware), yarn, or base (a new RoPE base, as CodeLlama)",

@@ -99,8 +99,6 @@ class Trainer:
         D.set_determinism(self.info, t.deterministic)
         if t.threads:
             torch.set_num_threads(t.threads)
-        if t.dtype not in ("bf16", "fp32"):
-            raise UserError(f"train.dtype must be bf16 or fp32, got {t.dtype!r}")
         self.stopping = EarlyStopping(t.patience, t.val_every)
         if cfg.init.source:
             check_source(cfg.init.source)
