@@ -219,7 +219,7 @@ def test_bad_input_gives_one_clear_line(parity, tmp_path, capsys):
     assert "config key 'samples' must be int" in err(
         "--model", run, "--data", val, "--contexts", "4", "--samples", "many"
     )
-    assert "must be auto, text or parity" in err(
+    assert "config key 'protocol' must be 'auto' | 'text' | 'parity'" in err(
         "--model", run, "--data", val, "--contexts", "4", "--protocol", "bits"
     )
     assert "unknown intrinsic-dimension estimator" in err(

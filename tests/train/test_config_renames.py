@@ -1,5 +1,6 @@
 """Renamed config keys: ``train.seq_len`` is read as ``train.context`` (TOML, --set, old run
-directories), once noted on stderr, and hashes as before so runs from before the rename resume."""
+directories), once noted on stderr, and its legacy hash is the one from before the rename, so
+runs from before it resume."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from contextlab import config as config_mod
 from contextlab.config import from_dict, load_config, to_dict
 from contextlab.errors import UserError
-from contextlab.train.config import RESUME_FREE, RunConfig, config_hash, renamed_keys
+from contextlab.train.config import RESUME_FREE, RunConfig, legacy_config_hash, renamed_keys
 
 
 def test_the_old_key_is_read_as_the_new_one(tmp_path, capsys, monkeypatch):
@@ -37,5 +38,5 @@ def test_the_hash_of_a_run_is_the_one_it_had_before_the_rename():
         d.pop(section)
     d["data"].pop("mixture"), d["data"].pop("train_tokens")
     old = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
-    assert config_hash(cfg) == old
-    assert config_hash(from_dict(RunConfig, {"train": {"seq_len": 32, "tokens_per_step": 256}})) == old
+    assert legacy_config_hash(cfg) == old
+    assert legacy_config_hash(from_dict(RunConfig, {"train": {"seq_len": 32, "tokens_per_step": 256}})) == old

@@ -252,7 +252,7 @@ def test_user_errors_are_one_clear_line(tmp_path, byte_store, hf_store, base_run
 
     check("is not longer than the model's context", init={"source": str(base_run)}, extend={"method": "pi"})
     check(
-        "extend.method='rope' is unknown",
+        r"config key 'extend.method' must be 'none' \| 'pi' \| 'ntk' \| 'yarn' \| 'base', got 'rope'",
         init={"source": str(base_run)},
         extend={"method": "rope"},
         train={"context": 32, "max_steps": 1},

@@ -18,7 +18,7 @@ from contextlab.config import from_dict
 from contextlab.data.ingest import IngestConfig, ingest
 from contextlab.errors import UserError
 from contextlab.train import checkpoint as ckpt
-from contextlab.train.config import RunConfig
+from contextlab.train.config import RunConfig, legacy_config_hash
 from contextlab.train.optim import lr_at
 from contextlab.train.trainer import Trainer, train
 from tests.conftest import GPT2_DIR, REPO, shakespeare
@@ -132,6 +132,18 @@ def test_resume_refuses_a_different_config(store, tmp_path):
         train(config(store, tmp_path / "run", max_steps=8, context=64))
     res = train(config(store, tmp_path / "run", max_steps=8, log_every=2))  # a bigger budget continues
     assert res.steps == 8
+
+
+def test_a_checkpoint_with_the_legacy_config_hash_resumes(store, tmp_path):
+    run = tmp_path / "run"
+    train(config(store, run, max_steps=4))
+    state_file = run / "checkpoints" / "step_000004" / "state.json"
+    state = json.loads(state_file.read_text())
+    state["config_hash"] = legacy_config_hash(config(store, run))  # as written before the non-default rule
+    state_file.write_text(json.dumps(state))
+    with pytest.raises(UserError, match="different config"):
+        train(config(store, run, max_steps=8, seed=1))
+    assert train(config(store, run, max_steps=8)).steps == 8
 
 
 def test_checkpoint_write_failure_keeps_the_previous_one(store, tmp_path, monkeypatch):

@@ -34,7 +34,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from contextlab.config import opt
 from contextlab.data.gutenberg import find_gutenberg_body
@@ -50,8 +50,6 @@ from contextlab.data.source_files import (
 from contextlab.errors import UserError
 
 FORMAT = "contextlab.sources/1"
-_GUTENBERG_CHOICES = ("auto", "yes", "no")
-_ENCODINGS = ("strict", "replace", "skip", "latin-1")
 
 
 @dataclass
@@ -66,6 +64,10 @@ class Document:
         return self.meta["id"]
 
 
+Gutenberg = Literal["auto", "yes", "no"]
+Encoding = Literal["strict", "replace", "skip", "latin-1"]
+
+
 @dataclass
 class SourceOptions:
     """How to read a source; every field maps to a command-line flag of the same name."""
@@ -74,25 +76,27 @@ class SourceOptions:
     domain_field: str | None = opt(None, "field to use as the domain (default: the file name)")
     include: list[str] = opt([], "globs on the relative path to read (comma-separated); empty = all files")
     exclude: list[str] = opt([], "globs on the relative path to leave out (comma-separated)")
-    strip_gutenberg: str = opt(
+    strip_gutenberg: Gutenberg = opt(
         "auto",
         "cut Project Gutenberg header/footer: auto (when markers are found), yes (markers required), no",
     )
-    encoding: str = opt(
+    encoding: Encoding = opt(
         "strict",
         "undecodable bytes: strict (stop), replace (U+FFFD), skip (the file), "
         "latin-1 (decode the file as Latin-1); all are counted",
     )
     min_chars: int = opt(1, "skip documents whose stripped text is shorter than this (counted)")
 
-    def __post_init__(self) -> None:
-        if self.strip_gutenberg not in _GUTENBERG_CHOICES:
+    def __post_init__(self) -> None:  # also built in code, not only by the config loader
+        if self.strip_gutenberg not in get_args(Gutenberg):
             raise UserError(
                 f"unknown strip_gutenberg {self.strip_gutenberg!r}; "
-                f"use one of {', '.join(_GUTENBERG_CHOICES)}"
+                f"use one of {', '.join(get_args(Gutenberg))}"
             )
-        if self.encoding not in _ENCODINGS:
-            raise UserError(f"unknown encoding policy {self.encoding!r}; use one of {', '.join(_ENCODINGS)}")
+        if self.encoding not in get_args(Encoding):
+            raise UserError(
+                f"unknown encoding policy {self.encoding!r}; use one of {', '.join(get_args(Encoding))}"
+            )
         if not isinstance(self.min_chars, int) or self.min_chars < 0:
             raise UserError(f"min_chars must be an integer >= 0, got {self.min_chars!r}")
         self.include = [self.include] if isinstance(self.include, str) else list(self.include)

@@ -55,6 +55,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -64,6 +65,8 @@ from contextlab.errors import UserError
 BIT0, BIT1, MASK, TASK_BASE = 48, 49, 63, 64  # byte ids of '0', '1', '?', '@' (task 0)
 MAX_TASKS = 256 - TASK_BASE
 SOURCE_KIND = "synthetic-parity"
+
+QueryTasks = Literal["frequency", "uniform"]
 
 
 @dataclass
@@ -95,7 +98,7 @@ class ParityConfig:
     )
     bias_min: float = opt(0.05, "lowest P(bit = 1) of a biased sample")
     bias_max: float = opt(0.3, "highest P(bit = 1) of a biased sample")
-    query_tasks: str = opt(
+    query_tasks: QueryTasks = opt(
         "frequency",
         "how the K tasks of a sample are drawn (queries K > 1): frequency (the task "
         "distribution) or uniform (each task equally often, so the rare far tasks get "
@@ -123,7 +126,7 @@ class ParityConfig:
                 f"bias_min={self.bias_min} and bias_max={self.bias_max} must satisfy "
                 "0 < bias_min <= bias_max < 1"
             )
-        if self.query_tasks not in ("frequency", "uniform"):
+        if self.query_tasks not in get_args(QueryTasks):  # also built in code, not only by the loader
             raise ValueError(f"query_tasks={self.query_tasks!r} must be 'frequency' or 'uniform'")
         if self.query_tasks == "uniform" and self.queries == 1:
             raise ValueError(

@@ -27,6 +27,7 @@ at the price of a second forward.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -60,12 +61,10 @@ class Options:
     estimators: list[str] = opt(
         ["twonn", "mle", "lpca"], "scikit-dimension estimators (twonn, mle, lpca); empty = none"
     )
-    protocol: str = opt("auto", "auto, text or parity (auto: parity for a synthetic parity store, else text)")
+    protocol: Literal["auto", "text", "parity"] = opt(
+        "auto", "auto: parity for a synthetic parity store, else text"
+    )
     seed: int = opt(0, "seed of the sampled targets / documents")
-
-    def __post_init__(self):
-        if self.protocol not in ("auto", "text", "parity"):
-            raise ValueError(f"protocol={self.protocol!r} must be auto, text or parity")
 
 
 @dataclass

@@ -15,6 +15,7 @@ from __future__ import annotations
 import gzip
 import json
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -33,7 +34,7 @@ class Options:
         [], "gold positions (0-based) to test; empty = 5 evenly spaced from first to last"
     )
     distractors: int = opt(4, "wrong values scored against the true one (likelihood)")
-    scoring: str = opt("both", "likelihood, generate or both")
+    scoring: Literal["likelihood", "generate", "both"] = opt("both", "how the answer is scored")
     seed: int = opt(0, "seed for choosing pairs and distractors")
 
 

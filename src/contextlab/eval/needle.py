@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import contextlab.eval.tasks as tasks
 from contextlab.config import opt
@@ -52,7 +53,7 @@ class Options:
     answer_prefix: str = opt(ANSWER_PREFIX, "the start of the answer, written into the prompt")
     answer: str = opt(ANSWER, "the answer the model must produce after answer_prefix")
     distractors: list[str] = opt(DISTRACTORS, "wrong answers for likelihood scoring (separate with commas)")
-    scoring: str = opt("both", "likelihood, generate or both")
+    scoring: Literal["likelihood", "generate", "both"] = opt("both", "how the answer is scored")
     max_new_tokens: int = opt(0, "tokens to generate; 0 = the answer's length + 4")
 
 

@@ -11,6 +11,7 @@ of the true key against random 5-digit keys.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -36,7 +37,7 @@ class Options:
     depths: list[float] = opt([0.0, 50.0, 100.0], "depth of the key sentence in percent of the filler")
     samples: int = opt(4, "keys per (length, depth) cell")
     distractors: int = opt(4, "random wrong keys scored against the true one (likelihood)")
-    scoring: str = opt("both", "likelihood, generate or both")
+    scoring: Literal["likelihood", "generate", "both"] = opt("both", "how the answer is scored")
     seed: int = opt(0, "seed of the keys")
 
 

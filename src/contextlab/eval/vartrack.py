@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import string
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -31,7 +32,7 @@ class Options:
     n_chains: int = opt(2, "chains per prompt (the first is asked about, the others are distractors)")
     hops: int = opt(3, "assignments per chain after the first")
     samples: int = opt(8, "prompts per length")
-    scoring: str = opt("both", "likelihood, generate or both")
+    scoring: Literal["likelihood", "generate", "both"] = opt("both", "how the answer is scored")
     seed: int = opt(0, "seed of names, values and positions")
 
 

@@ -14,6 +14,7 @@ the same questions.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -39,7 +40,7 @@ class Options:
     samples: int = opt(256, "target tokens for task=loss")
     shots: int = opt(32, "in-context examples for task=icl")
     length: int = opt(0, "prompt length in tokens for niah/passkey/vartrack; 0 = the model's context")
-    scoring: str = opt("likelihood", "likelihood, generate or both (prompt tasks)")
+    scoring: Literal["likelihood", "generate", "both"] = opt("likelihood", "how prompt tasks are scored")
 
 
 def _task_samples(adapter, o: Options, data):

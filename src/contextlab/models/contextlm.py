@@ -31,6 +31,7 @@ predictor learns from the error signals of the w positions its prediction is add
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn as nn
@@ -55,7 +56,7 @@ class ContextLMOptions:
     chunk_size: int = opt(4, "w: tokens per context chunk")
     predictor_layers: int = opt(2, "transformer blocks of the causal context predictor")
     encoder_layers: int = opt(0, "of model.n_layer blocks, how many encode tokens before the fusion")
-    fusion: str = opt(
+    fusion: Literal["plain", "gated", "normalised"] = opt(
         "gated",
         "plain (h + c, the seed), gated (zero-initialised per-channel gate) or "
         "normalised (RMSNorm(c) times a small learnt gain)",

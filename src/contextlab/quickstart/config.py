@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Literal
 
 from contextlab.config import apply_overrides, from_dict, opt, read_toml, tomllib
 from contextlab.errors import UserError
@@ -64,7 +65,7 @@ class RunSpec:
 
 @dataclass
 class EvalSection:
-    dtype: str = opt("fp32", "evaluation precision: fp32 or bf16")
+    dtype: Literal["fp32", "bf16"] = opt("fp32", "evaluation precision")
     batch_size: int = opt(8, "sequences per forward pass")
     contextwise: dict = opt({}, "options of `contextlab eval contextwise` (data: the held-out code)")
     bayes_fit: dict = opt({}, "options of `contextlab eval bayes-fit` (data: the held-out code)")
@@ -109,8 +110,6 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] = ()) -> Qu
 
     for name in EVALS:
         from_dict(REGISTRY[name].options, eval_options(cfg, name), prefix=f"eval.{name.replace('-', '_')}")
-    if cfg.eval.dtype not in ("fp32", "bf16"):
-        raise UserError(f"eval.dtype must be fp32 or bf16, got {cfg.eval.dtype!r}")
     from contextlab.objectives import OBJECTIVES
 
     for name, spec in runs.items():  # the trainer's own checks, before anything runs

@@ -191,12 +191,12 @@ class Quickstart:
     # ------------------------------------------------------------------ recorded steps
     def train_fingerprint(self, name: str) -> dict:
         """What determines run ``name``: its resolved config, the packed store it reads, its budget."""
-        from contextlab.train.config import config_hash
+        from contextlab.train.config import legacy_config_hash
 
         rc = run_config(self.cfg, name, self.out)
         t = rc.train
-        return {
-            "config": config_hash(rc),
+        return {  # the legacy hash: a quickstart finished before the non-default hash rule stays finished
+            "config": legacy_config_hash(rc),
             "packed": self.packed[self.cfg.runs[name].packing].meta.get("fingerprint"),
             "budget": [t.max_steps, t.max_tokens, t.max_flops, t.max_minutes],
         }

@@ -7,6 +7,12 @@ context), which is what comparing training contexts at a fixed budget requires.
 
 Renamed keys (``RENAMED`` on a section, e.g. ``train.seq_len`` -> ``train.context``) are
 read under their new name, so old recipes and run directories keep working.
+
+``config_hash`` (a resumed run must match it) covers only the values that differ from their
+defaults, so an option added later with a default leaves every earlier run's hash as it was.
+Trade-off: a default is then part of the meaning of every hash, so a default must never change
+(its numbers would change without the hash noticing); add a new option instead. Hashes
+written before this rule are still accepted through ``legacy_config_hash``.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import ClassVar, get_type_hints
+from typing import ClassVar, Literal, get_type_hints
 
 from contextlab.config import opt, to_dict
 
@@ -25,7 +31,7 @@ class ModelSection:
     n_layer: int | None = opt(None, "transformer blocks (overrides the size)")
     n_head: int | None = opt(None, "attention heads (overrides the size)")
     n_embd: int | None = opt(None, "width (overrides the size)")
-    mlp: str = opt("gelu", "MLP kind: gelu or swiglu")
+    mlp: Literal["gelu", "swiglu"] = opt("gelu", "MLP kind")
     rope_base: float = opt(10000.0, "RoPE base")
     dropout: float = opt(0.0, "dropout probability")
 
@@ -41,7 +47,7 @@ class DataSection:
     store: str = opt("", "token store to train on (contextlab data ingest ...)")
     val_store: str = opt("", "separate validation store; empty = hold out val_fraction of the documents")
     val_fraction: float = opt(0.02, "fraction held out for validation")
-    val_split: str = opt(
+    val_split: Literal["documents", "tail"] = opt(
         "documents",
         "documents (hold out whole documents) or tail (the last val_fraction of "
         "every document's tokens: for corpora of a few long documents)",
@@ -57,7 +63,7 @@ class DataSection:
         "packed store to train on (contextlab data pack --context train.context): its sequences "
         "are the rows; data.store may stay empty (the packed store knows its token store)",
     )
-    mode: str = opt(
+    mode: Literal["packed", "long_docs"] = opt(
         "packed",
         "packed (documents end to end with separators) or long_docs (one document per row); "
         "ignored when data.packed is set",
@@ -97,15 +103,15 @@ class TrainSection:
     max_tokens: int = opt(0, "budget: training tokens")
     max_flops: float = opt(0.0, "budget: training FLOPs (model + objective)")
     max_minutes: float = opt(0.0, "budget: wall-clock minutes")
-    dtype: str = opt("bf16", "bf16 (autocast) or fp32")
+    dtype: Literal["bf16", "fp32"] = opt("bf16", "bf16 (autocast) or fp32")
     compile: bool = opt(False, "torch.compile the model")
-    device: str = opt("auto", "auto (cuda when a GPU is visible), cpu or cuda")
+    device: Literal["auto", "cpu", "cuda"] = opt("auto", "auto (cuda when a GPU is visible), cpu or cuda")
     deterministic: bool = opt(
         False,
         "deterministic GPU kernels (a little slower): a rerun or a resumed GPU run "
         "repeats every bit; CPU runs are deterministic at a fixed thread count anyway",
     )
-    parallel: str = opt("ddp", "with torchrun: ddp or fsdp")
+    parallel: Literal["ddp", "fsdp"] = opt("ddp", "with torchrun: ddp or fsdp")
     threads: int = opt(0, "torch CPU threads; 0 = torch's default")
     seed: int = opt(0, "seed of the initialisation and the data order")
     log_every: int = opt(10, "steps between console/metrics lines")
@@ -153,7 +159,7 @@ class InitSection:
 
 @dataclass
 class ExtendSection:
-    method: str = opt(
+    method: Literal["none", "pi", "ntk", "yarn", "base"] = opt(
         "none",
         "RoPE context extension of the initial model: none, pi (position interpolation), ntk "
         "(NTK-aware), yarn, or base (a new RoPE base, as CodeLlama)",
@@ -200,15 +206,6 @@ RESUME_FREE = {
 }
 
 
-# keys added after runs existed: left out of the hash while at their default, so those runs still resume
-LATER_KEYS = {
-    ("data", "mixture"): [],
-    ("data", "train_tokens"): 0,
-    ("init", None): to_dict(InitSection()),
-    ("extend", None): to_dict(ExtendSection()),
-}
-
-
 def renamed_keys() -> dict[str, str]:
     """Every renamed run-config key as "section.old" -> "section.new" (sweep grids use it)."""
     hints = get_type_hints(RunConfig)
@@ -222,14 +219,69 @@ def renamed_keys() -> dict[str, str]:
 def config_hash(cfg: RunConfig) -> str:
     """Hash of everything that determines the numbers of a run (resume must match it).
 
-    Renamed keys are hashed under their old names, so runs from before a rename resume."""
-    d = to_dict(cfg)
+    Only values that differ from their defaults are hashed (``RESUME_FREE`` keys never): an
+    option added later with a default leaves the hash of every earlier run as it was."""
+    d, defaults = _hashed(cfg), _hashed(type(cfg)())
+    changed = {s: {k: v for k, v in sec.items() if v != defaults[s].get(k)} for s, sec in d.items()}
+    return _sha({s: sec for s, sec in changed.items() if sec})
+
+
+def config_hash_matches(cfg: RunConfig, recorded_hash: str | None) -> bool:
+    """Whether a checkpoint recording ``recorded_hash`` was written under this config (the hash of
+    today's rule, or of the legacy rule for runs written before it)."""
+    return recorded_hash in (config_hash(cfg), legacy_config_hash(cfg))
+
+
+# ---------------------------------------------------------------------------- legacy hash rule
+# Before the non-default rule, every key was hashed except these, left out while at their
+# default (keys added after runs existed), and train.context was hashed as train.seq_len.
+# Frozen here: runs and quickstart states written then hold such hashes.
+LEGACY_LATER_KEYS = {
+    ("data", "mixture"): [],
+    ("data", "train_tokens"): 0,
+    ("init", None): {"source": "", "step": 0, "freeze": []},
+    ("extend", None): {"method": "none", "factor": 0.0, "rope_base": 0.0, "original_context": 0},
+}
+# the keys that existed then (a key added since is left out while at its default)
+LEGACY_KEYS = {
+    "model": "size n_layer n_head n_embd mlp rope_base dropout",
+    "data": "store val_store val_fraction val_split split_seed train_tokens packed mode doc_mask mixture",
+    "optim": "lr min_lr_ratio warmup_steps weight_decay beta1 beta2 eps grad_clip",
+    "train": "out_dir seq_len tokens_per_step micro_batch_rows max_steps max_tokens max_flops "
+    "max_minutes dtype compile device deterministic parallel threads seed log_every val_every "
+    "val_tokens patience ckpt_every keep_last peak_flops tensorboard progress",
+    "objective": "name options",
+    "init": "source step freeze",
+    "extend": "method factor rope_base original_context",
+}
+
+
+def legacy_config_hash(cfg: RunConfig) -> str:
+    """The run-config hash as computed before the non-default rule (exactly, for every config
+    that could be written then); runs from then resume with it."""
+    d, defaults = _hashed(cfg), _hashed(type(cfg)())
     d["train"]["seq_len"] = d["train"].pop("context")
-    for section, key in RESUME_FREE:
-        d[section].pop(key, None)
-    for (section, key), default in LATER_KEYS.items():
+    defaults["train"]["seq_len"] = defaults["train"].pop("context")
+    for section, sec in d.items():
+        known = LEGACY_KEYS.get(section, "").split()
+        for key in [k for k in sec if k not in known and sec[k] == defaults[section][k]]:
+            sec.pop(key)
+    d = {section: sec for section, sec in d.items() if sec or section in LEGACY_KEYS}
+    for (section, key), default in LEGACY_LATER_KEYS.items():
         if key is None and d.get(section) == default:
             d.pop(section)
         elif key is not None and d[section].get(key) == default:
             d[section].pop(key)
+    return _sha(d)
+
+
+def _hashed(cfg: RunConfig) -> dict:
+    """The config as a dict of sections without the ``RESUME_FREE`` keys."""
+    d = to_dict(cfg)
+    for section, key in RESUME_FREE:
+        d[section].pop(key, None)
+    return d
+
+
+def _sha(d: dict) -> str:
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()

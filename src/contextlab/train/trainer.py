@@ -38,7 +38,7 @@ from contextlab.rundir import save_tokenizer
 from contextlab.train import checkpoint as ckpt
 from contextlab.train import distributed as D
 from contextlab.train.budget import EarlyStopping, StepBudget, batch_shape, budget_steps
-from contextlab.train.config import RunConfig, config_hash
+from contextlab.train.config import RunConfig, config_hash, config_hash_matches
 from contextlab.train.flops import cached_peak_flops, flops_per_token
 from contextlab.train.init_from import check_source, describe, freeze_parameters, init_model, is_hf
 from contextlab.train.metrics import (
@@ -99,8 +99,6 @@ class Trainer:
         D.set_determinism(self.info, t.deterministic)
         if t.threads:
             torch.set_num_threads(t.threads)
-        if t.dtype not in ("bf16", "fp32"):
-            raise UserError(f"train.dtype must be bf16 or fp32, got {t.dtype!r}")
         self.stopping = EarlyStopping(t.patience, t.val_every)
         if cfg.init.source:
             check_source(cfg.init.source)
@@ -189,7 +187,7 @@ class Trainer:
         if latest is None:
             return
         model_state, optim_state, rng, state = ckpt.load_checkpoint(latest)
-        if state.get("config_hash") != config_hash(self.cfg):
+        if not config_hash_matches(self.cfg, state.get("config_hash")):
             raise UserError(
                 f"{self.run_dir} holds a run with a different config; use another train.out_dir "
                 f"or the same config to resume"

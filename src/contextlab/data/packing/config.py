@@ -10,14 +10,11 @@ method and retriever names and their help come from the records in ``methods``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from contextlab.config import opt, to_dict
 from contextlab.data.packing.methods import PACKERS, RETRIEVERS, choices_help, retrieving_methods
 from contextlab.errors import UserError
-
-ORDERS = ("identity", "reverse", "shuffle")
-SEPARATORS = ("eot", "none")
-REMAINDERS = ("drop", "next", "pool")
 
 
 @dataclass
@@ -32,8 +29,8 @@ class PackConfig:
     )
     seed: int = opt(0, "random seed: roots, random documents, noise and shuffles; same seed = same packing")
     k: int = opt(1, "splice: related documents retrieved per popped document (top-k)")
-    order: str = opt(
-        "identity", "splice: order of the collected documents before trimming: identity | reverse | shuffle"
+    order: Literal["identity", "reverse", "shuffle"] = opt(
+        "identity", "splice: order of the collected documents before trimming"
     )
     retriever: str = opt("bm25", "/".join(retrieving_methods()) + ": " + choices_help(RETRIEVERS))
     noise: float = opt(
@@ -41,10 +38,10 @@ class PackConfig:
         "splice: probability that a random unused document of the query's domain replaces "
         "a retrieved one (seed Table 7); 1 = within-domain example packing",
     )
-    separator: str = opt(
-        "eot", "eot: the tokenizer's end-of-text id after every document that ends inside a sequence | none"
+    separator: Literal["eot", "none"] = opt(
+        "eot", "eot: the tokenizer's end-of-text id after every document that ends inside a sequence"
     )
-    remainder: str = opt(
+    remainder: Literal["drop", "next", "pool"] = opt(
         "next",
         "the part of a document cut off at the sequence end: drop | next (starts the next "
         "sequence) | pool (returns to the pool of random roots)",
@@ -84,10 +81,7 @@ class PackConfig:
                 raise UserError(f"unknown {name} {value!r}; use one of: {', '.join(valid)}")
 
         choice("packing method", self.method, tuple(PACKERS))
-        choice("order", self.order, ORDERS)
         choice("retriever", self.retriever, tuple(RETRIEVERS))
-        choice("separator policy", self.separator, SEPARATORS)
-        choice("remainder policy", self.remainder, REMAINDERS)
         if self.context < 1:
             raise UserError(f"context must be >= 1, got {self.context}; pass --context L with L >= 1")
         if self.k < 1:

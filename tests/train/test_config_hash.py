@@ -1,0 +1,95 @@
+"""The run-config hash: only values that differ from their defaults are hashed, so an option added
+later with a default changes no hash; hashes written by the rule before it still resume."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from contextlab.config import from_dict, opt
+from contextlab.train.config import (
+    RunConfig,
+    TrainSection,
+    config_hash,
+    config_hash_matches,
+    legacy_config_hash,
+)
+
+SETTINGS = {
+    "model": {"mlp": "swiglu", "n_layer": 2},
+    "data": {"store": "stores/x", "val_split": "tail"},
+    "train": {"context": 64, "tokens_per_step": 1024, "out_dir": "runs/a", "dtype": "fp32"},
+    "objective": {"name": "mtp", "options": {"k": 2}},
+}
+# written by the code before the non-default rule (commit 16fc8d5, train.seq_len = 64) for SETTINGS,
+# for a continued-pretraining config, and for the defaults
+OLD_HASHES = {
+    "settings": "f96fee71a5f2c415a4d05149492cdfec10188988707222f92b8fc25a840b2843",
+    "continued": "f80432ebb3dbd595415645a80d9e955795e63b83073fc4ca93a0e9582e0734a7",
+    "defaults": "8d5a420680264994c9a0ff6f141e2deb06132aaae2126a912d3a120501a9fb2b",
+}
+CONTINUED = {
+    "train": {"context": 64},
+    "init": {"source": "runs/base"},
+    "extend": {"method": "pi", "factor": 2.0},
+    "data": {"train_tokens": 1000},
+}
+
+
+@dataclass
+class LaterTrain(TrainSection):
+    later_knob: int = opt(7, "an option added after runs existed")
+
+
+@dataclass
+class LaterSection:
+    level: int = opt(3, "a section added after runs existed")
+
+
+@dataclass
+class LaterRunConfig(RunConfig):
+    train: LaterTrain = opt(factory=LaterTrain, help="train")
+    later: LaterSection = opt(factory=LaterSection, help="later")
+
+
+def test_a_hash_written_before_the_rule_still_resumes():
+    configs = {
+        "settings": from_dict(RunConfig, SETTINGS),
+        "continued": from_dict(RunConfig, CONTINUED),
+        "defaults": RunConfig(),
+    }
+    for name, cfg in configs.items():
+        assert legacy_config_hash(cfg) == OLD_HASHES[name]
+        assert config_hash(cfg) != OLD_HASHES[name]  # a new rule, and still accepted
+        assert config_hash_matches(cfg, OLD_HASHES[name]) and config_hash_matches(cfg, config_hash(cfg))
+
+
+def test_a_changed_config_is_refused_under_either_rule():
+    changed = from_dict(RunConfig, {**SETTINGS, "train": {**SETTINGS["train"], "context": 128}})
+    assert not config_hash_matches(changed, OLD_HASHES["settings"])
+    assert not config_hash_matches(changed, config_hash(from_dict(RunConfig, SETTINGS)))
+    assert not config_hash_matches(RunConfig(), None)
+
+
+def test_an_option_added_with_a_default_changes_no_hash():
+    for settings in (SETTINGS, CONTINUED, {}):
+        now, later = from_dict(RunConfig, settings), from_dict(LaterRunConfig, settings)
+        assert config_hash(later) == config_hash(now)
+        assert legacy_config_hash(later) == legacy_config_hash(now)  # old runs resume after it too
+    later = from_dict(LaterRunConfig, SETTINGS)
+    later.train.later_knob = 8
+    assert config_hash(later) != config_hash(from_dict(RunConfig, SETTINGS))
+    later.train.later_knob, later.later.level = 7, 4
+    assert config_hash(later) != config_hash(from_dict(RunConfig, SETTINGS))
+    assert legacy_config_hash(later) != OLD_HASHES["settings"]
+
+
+def test_only_values_away_from_their_defaults_count():
+    base = config_hash(from_dict(RunConfig, SETTINGS))
+    same = from_dict(RunConfig, {**SETTINGS, "optim": {"lr": 1e-3}})  # the default, written out
+    assert config_hash(same) == base
+    for section, key, value in [("optim", "lr", 2e-3), ("model", "mlp", "gelu"), ("train", "seed", 1)]:
+        changed = from_dict(RunConfig, SETTINGS)
+        setattr(getattr(changed, section), key, value)
+        assert config_hash(changed) != base, key
+    free = from_dict(RunConfig, {**SETTINGS, "train": {**SETTINGS["train"], "log_every": 3}})
+    assert config_hash(free) == base  # RESUME_FREE keys are never hashed
