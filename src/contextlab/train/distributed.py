@@ -88,8 +88,14 @@ def synchronize(info: DistInfo) -> None:
         torch.cuda.synchronize(info.device)
 
 
-def shutdown() -> None:
+def shutdown(finished: DistInfo | None = None) -> None:
+    """Tear down the process group. After a run that ``finished`` on every rank, first wait for
+    all ranks: a gloo rank that destroys its group while a peer is still talking to it can abort
+    that peer ("terminate called without an active exception"). Not after an error: the other
+    ranks may never reach the barrier (torchrun stops them)."""
     if dist.is_initialized():
+        if finished is not None and finished.enabled:
+            dist.barrier()
         dist.destroy_process_group()
 
 

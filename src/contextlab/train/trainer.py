@@ -389,7 +389,10 @@ def _model_config(model) -> dict:
 def train(cfg: RunConfig) -> TrainResult:
     """Train (or resume) the run described by ``cfg``."""
     trainer = Trainer(cfg)
+    finished = None
     try:
-        return trainer.run()
+        result = trainer.run()
+        finished = trainer.info
+        return result
     finally:
-        D.shutdown()
+        D.shutdown(finished)
