@@ -1,13 +1,13 @@
 # Two commands do everything on a fresh machine (each creates .venv and installs what it needs):
 #   make quickstart   the main job on the embedded corpus
 #   make test         the test suite (self-contained: reads only this repository)
-#   make test-shared  the opt-in tests that read ../shared/data (CI runs both)
+#   make check-fixtures  tests/fixtures against ../shared/data (CI runs it after the tests)
 #   make lint         ruff: lint and format check (CI runs it before the tests)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: quickstart test test-shared lint install clean browser
+.PHONY: quickstart test check-fixtures lint install clean browser
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,8 +30,8 @@ browser:
 test: $(VENV)/.installed browser
 	$(BIN)/python -m pytest
 
-test-shared: $(VENV)/.installed
-	$(BIN)/python -m pytest -m shared_data tests/shared_data
+check-fixtures: $(VENV)/.installed
+	$(BIN)/python scripts/check_fixtures.py
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

@@ -1,9 +1,9 @@
 """Shared test helpers: the repository's own fixture files, and tiny corpora in tmp_path.
 
 Every file a test reads lives in this repository (tests/fixtures, see its README), so a fresh
-clone tests with nothing beside it; the opt-in suite in tests/shared_data is the one place that
-reads ../shared/data. Trade-off: the fixtures are small cuts of the real data sets, rebuilt and
-checked byte for byte against them by that suite.
+clone tests with nothing beside it; no test reads ../shared/data. Trade-off: the fixtures are
+small cuts of the real data sets, rebuilt and checked byte for byte against them by
+scripts/check_fixtures.py (make check-fixtures, run by CI).
 """
 
 from __future__ import annotations

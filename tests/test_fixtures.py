@@ -1,7 +1,7 @@
 """tests/fixtures is what its README says: verbatim copies keep their sources' hashes, every file is listed.
 
 Trade-off: only hashes recorded inside the repository are checked here (no ../shared needed);
-tests/shared_data rebuilds every fixture from the real data sets and compares all bytes.
+scripts/check_fixtures.py rebuilds every fixture from the real data sets and compares all bytes.
 """
 
 from __future__ import annotations

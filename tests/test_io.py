@@ -38,7 +38,6 @@ def _names(folder) -> list[str]:
     return sorted(p.name for p in folder.iterdir())
 
 
-@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
 @pytest.mark.parametrize("mask", [0o022, 0o077, 0o002, 0o000])
 def test_atomic_write_gives_the_mode_of_a_plain_open(tmp_path, mask):
     script = textwrap.dedent(

@@ -1,4 +1,4 @@
-"""A clone tests with nothing beside it: no test outside tests/shared_data may point at ../shared.
+"""A clone tests with nothing beside it: no test may point at ../shared.
 
 A static scan, so it costs milliseconds and names the file and line; the real proof is running
 the suite from a clone with no ../shared beside it (see tests/fixtures/README.md). Trade-off: it
@@ -11,13 +11,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from contextlab.config import read_toml
 from tests.conftest import REPO
 
-OPT_IN = REPO / "tests" / "shared_data"  # the opt-in suite, deselected by default
 OUTSIDE = re.compile(
     r"\bSHARED_DATA\b"  # the old constant
-    r"|(?<![/.\w])shared_data\b(?!/)"  # the old fixture (a folder name such as tests/shared_data is fine)
+    r"|(?<![/.\w])shared_data\b(?!/)"  # the old fixture
     r"|[\"']shared[\"']"  # a "shared" path part
     r"|[\"'](?:\.\./)+shared\b"  # a relative path that climbs out to ../shared
     r"|\bREPO\.parent\b|\bparents\[\d+\]\.parent\b"  # a path built above the repository root
@@ -27,14 +25,9 @@ OUTSIDE = re.compile(
 def outside_references(repo: Path = REPO) -> list[str]:
     """``file:line: text`` for every line of tests/**/*.py that points outside the repository."""
     tests = repo / "tests"
-    allowed = [
-        tests / "shared_data",
-        tests / "fixtures" / "build_fixtures.py",
-        tests / "test_self_contained.py",
-    ]
     hits = []
     for path in sorted(tests.rglob("*.py")):
-        if any(path == a or a in path.parents for a in allowed):
+        if path == tests / "test_self_contained.py":  # spells the patterns out
             continue
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if OUTSIDE.search(line):
@@ -45,7 +38,7 @@ def outside_references(repo: Path = REPO) -> list[str]:
 def test_no_test_reads_outside_the_repository():
     hits = outside_references()
     assert not hits, (
-        "tests must read tests/fixtures, not ../shared (or move to tests/shared_data):\n" + "\n".join(hits)
+        "tests must read tests/fixtures, not ../shared (data checks go in scripts/):\n" + "\n".join(hits)
     )
 
 
@@ -58,23 +51,11 @@ def test_the_scan_catches_each_spelling(tmp_path):
         "ROOT = REPO.parent",
         'DATA = Path(__file__).resolve().parents[2].parent / "data"',
     ]
-    fine = [
-        '"""See tests/shared_data."""',
-        "pytestmark = pytest.mark.shared_data",
-        "REPO / 'tests'",
-        '{"out_dir": "../x/tiny"}',
-    ]
-    (tmp_path / "tests" / "shared_data").mkdir(parents=True)
+    fine = ["REPO / 'tests'", '{"out_dir": "../x/tiny"}', '"""See scripts/check_fixtures.py."""']
+    (tmp_path / "tests" / "sub").mkdir(parents=True)
     for i, line in enumerate(bad + fine):
         (tmp_path / "tests" / f"test_{i}.py").write_text(line + "\n")
-    (tmp_path / "tests" / "shared_data" / "test_opt_in.py").write_text(bad[0] + "\n")
+    (tmp_path / "tests" / "sub" / "test_nested.py").write_text(bad[0] + "\n")  # folders are scanned too
     hits = outside_references(tmp_path)
-    assert [h.split(":")[0] for h in hits] == [f"tests/test_{i}.py" for i in range(len(bad))]
-
-
-def test_opt_in_modules_are_marked_and_deselected_by_default():
-    for path in sorted(OPT_IN.glob("test_*.py")):
-        assert "pytestmark = pytest.mark.shared_data" in path.read_text(encoding="utf-8"), path.name
-    ini = read_toml(REPO / "pyproject.toml")["tool"]["pytest"]["ini_options"]
-    assert "-m 'not shared_data'" in ini["addopts"]
-    assert any(m.startswith("shared_data:") for m in ini["markers"])
+    expected = [f"tests/test_{i}.py" for i in range(len(bad))] + ["tests/sub/test_nested.py"]
+    assert sorted(h.split(":")[0] for h in hits) == sorted(expected)

@@ -316,8 +316,8 @@ def test_gutenberg_small_case(tmp_path: Path):
 
 
 def test_gutenberg_marker_spellings_of_real_books(tmp_path: Path):
-    """One raw book per START/END spelling among the 127 of ../shared/data (the suite in
-    tests/shared_data checks all of them): the header and footer verbatim, the body cut short."""
+    """One raw book per START/END spelling among the 127 of ../shared/data (scripts/check_fixtures.py
+    checks all of them): the header and footer verbatim, the body cut short."""
     rows = [json.loads(line) for line in read_gz_text(PG_VARIANTS).splitlines()]
     for m in rows:
         (tmp_path / m["file"]).write_bytes(m["text"].encode("utf-8"))
