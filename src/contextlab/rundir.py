@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 
 from contextlab.errors import UserError
-from contextlab.io import fsync_dir
+from contextlab.io import staged_dir
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -206,8 +206,9 @@ def save_tokenizer(run_dir: PathLike, source: PathLike, spec: dict) -> Path | No
     """Copy the tokenizer folder ``source`` (a store's ``tokenizer/``) into ``RUN/tokenizer``.
 
     Called when training starts, so a run carries its tokenizer. A copy already there with
-    ``spec``'s hash is kept; the folder is copied beside and renamed into place, so a kill
-    never leaves half a tokenizer. Returns the run's folder, or None when ``source`` has none.
+    ``spec``'s hash is kept; the folder is staged beside and swapped in whole
+    (``io.staged_dir``), so a kill never leaves half a tokenizer. Returns the run's folder, or
+    None when ``source`` has none.
     """
     dest = Path(run_dir) / TOKENIZER
     if _spec_hash(dest) == spec.get("hash") and spec.get("hash"):
@@ -215,13 +216,8 @@ def save_tokenizer(run_dir: PathLike, source: PathLike, spec: dict) -> Path | No
     source = Path(source)
     if not (source / TOKENIZER_SPEC).is_file():
         return None
-    tmp = dest.with_name(f".{TOKENIZER}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(source, tmp)
-    if dest.exists():
-        shutil.rmtree(dest)
-    os.replace(tmp, dest)
-    fsync_dir(dest.parent)
+    with staged_dir(dest, overwrite=True, what="the run's tokenizer folder") as tmp:
+        shutil.copytree(source, tmp, dirs_exist_ok=True)
     return dest
 
 
