@@ -51,50 +51,12 @@ def test_pack_stats_on_twins(tmp_path):
 def test_cli_pack_and_pack_stats(tmp_path, capsys):
     make_store(tmp_path, mixed_corpus(16))
     out = tmp_path / "packed"
-    assert (
-        cmd_pack(
-            [
-                str(tmp_path / "store"),
-                "--out",
-                str(out),
-                "--method",
-                "splice",
-                "--context",
-                "63",
-                "--k",
-                "2",
-                "--noise",
-                "0.1",
-                "--shards",
-                "2",
-                "--no-progress",
-            ]
-        )
-        == 0
-    )
+    args = [str(tmp_path / "store"), "--out", str(out), "--method", "splice", "--context", "63"]
+    args += ["--k", "2", "--noise", "0.1", "--shards", "2", "--no-progress"]
+    assert cmd_pack(args) == 0
     assert "wrote" in capsys.readouterr().out
     assert PackedStore(out).meta["config"]["k"] == 2
-    assert (
-        cmd_pack(
-            [
-                str(tmp_path / "store"),
-                "--out",
-                str(out),
-                "--method",
-                "splice",
-                "--context",
-                "63",
-                "--k",
-                "2",
-                "--noise",
-                "0.1",
-                "--shards",
-                "2",
-                "--no-progress",
-            ]
-        )
-        == 0
-    )
+    assert cmd_pack(args) == 0  # the same command again
     assert "up to date" in capsys.readouterr().out
     assert cmd_pack_stats([str(out)]) == 0
     text = capsys.readouterr().out
