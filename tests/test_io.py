@@ -204,3 +204,39 @@ def test_save_png_that_fails_leaves_the_old_png(tmp_path):
         save_png(fig, target)
     assert target.read_bytes() == b"old png" and _names(tmp_path) == ["p.png"]
     assert fig.number not in plt.get_fignums()  # closed even though it failed
+
+
+def test_exclusive_lock_refuses_a_second_writer_and_names_the_holder(tmp_path):
+    import time
+
+    from contextlab.io import exclusive_lock
+
+    lock = tmp_path / "run" / ".lock"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from contextlab.io import exclusive_lock\n"
+            f"with exclusive_lock({str(lock)!r}, 'x'):\n"
+            "    print('held', flush=True); time.sleep(60)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        refused = rf"run directory R is being written by pid {holder.pid} "
+        with pytest.raises(UserError, match=refused), exclusive_lock(lock, "run directory R"):
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+    deadline = time.monotonic() + 10
+    while True:  # the kernel drops a killed holder's lock: the next writer gets it
+        try:
+            with exclusive_lock(lock, "run directory R"):
+                break
+        except UserError:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)

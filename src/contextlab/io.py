@@ -180,3 +180,41 @@ def open_partial(
     partial.mkdir(parents=True)
     atomic_write_json(record_file, fresh)
     return partial, fresh
+
+
+@contextlib.contextmanager
+def exclusive_lock(lock_file: str | os.PathLike, what: str) -> Iterator[None]:
+    """Hold ``lock_file`` exclusively for the block, or refuse at once with the holder's name.
+
+    The lock is ``fcntl.flock`` on the file (released by the kernel when the process dies, so a
+    killed writer never leaves a stale lock); the file records the holder's pid, host and
+    command line for the message the second writer gets. ``what`` names the thing being
+    written ("run directory runs/x"). The file stays after the block (removing it would race
+    with a writer that just opened it).
+    """
+    import fcntl
+    import socket
+    import sys
+
+    lock_file = Path(lock_file)
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another process"
+            raise UserError(
+                f"{what} is being written by {holder}; wait for it to finish or stop it "
+                f"(lock file {lock_file})"
+            ) from None
+        me = f"pid {os.getpid()} on {socket.gethostname()} ({' '.join(sys.argv)[:200]})"
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, me.encode(), 0)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
