@@ -8,7 +8,7 @@ evaluation should cost little more than the forward pass it cannot avoid. The ma
 shared, so only the side-by-side ratio is meaningful. The last line is one JSON object.
 
     python benchmarks/eval_throughput.py [--model RUN_OR_HF_DIR] [--size tiny-4x256 --vocab 4096]
-        [--seq-len 512] [--docs 32] [--batch-size 8] [--dtype bf16] [--repeats 5] [--threads N]
+        [--context 512] [--docs 32] [--batch-size 8] [--dtype bf16] [--repeats 5] [--threads N]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def main() -> None:
     p.add_argument("--model", help="a run or HF folder (default: a fresh GPT of --size)")
     p.add_argument("--size", default="tiny-4x256", help="model size when no --model is given")
     p.add_argument("--vocab", type=int, default=4096, help="vocabulary of the fresh model")
-    p.add_argument("--seq-len", type=int, default=512, help="tokens per document")
+    p.add_argument("--context", "--seq-len", type=int, default=512, help="tokens the model sees per document")
     p.add_argument("--docs", type=int, default=32, help="documents per timed pass")
     p.add_argument("--batch-size", type=int, default=8, help="documents per forward")
     p.add_argument("--dtype", default="bf16", choices=["fp32", "bf16"])
@@ -52,13 +52,13 @@ def main() -> None:
             path="-",
             architecture=args.size,
             n_params=model.num_params(False),
-            max_context=256,
+            context=256,
             extends_beyond=True,
         )
         adapter = ModelAdapter(model, ByteTokenizer(), info, dtype=args.dtype, batch_size=args.batch_size)
     V = min(adapter.vocab_size, args.vocab if not args.model else adapter.vocab_size)
-    tokens = np.random.default_rng(0).integers(0, V, (args.docs, args.seq_len + 1)).astype(np.int64)
-    n_tokens = args.docs * args.seq_len  # forward positions of both sides
+    tokens = np.random.default_rng(0).integers(0, V, (args.docs, args.context + 1)).astype(np.int64)
+    n_tokens = args.docs * args.context  # forward positions of both sides
 
     def raw_forward():
         with torch.no_grad():
@@ -80,7 +80,7 @@ def main() -> None:
             acc.append(time.perf_counter() - t0)
     raw_tps, eval_tps = n_tokens / statistics.median(t_raw), n_tokens / statistics.median(t_eval)
     print(
-        f"model {adapter.info.id}, {args.docs} docs x {args.seq_len} tokens, batch {args.batch_size}, "
+        f"model {adapter.info.id}, {args.docs} docs x {args.context} tokens, batch {args.batch_size}, "
         f"{args.dtype}, {torch.get_num_threads()} threads"
     )
     print(f"raw forward       {raw_tps:10,.0f} tokens/s   (runs: {', '.join(f'{t:.3f}' for t in t_raw)} s)")
@@ -93,7 +93,7 @@ def main() -> None:
                 "eval_tokens_per_s": round(eval_tps),
                 "forward_tokens_per_s": round(raw_tps),
                 "dtype": args.dtype,
-                "seq_len": args.seq_len,
+                "context": args.context,
                 "batch_size": args.batch_size,
             }
         )

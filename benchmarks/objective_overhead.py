@@ -15,7 +15,7 @@ over rounds. The seed claims +6.25% FLOPs and < 5% memory for ContextLM on GPUs.
 
     python benchmarks/objective_overhead.py [--rounds 3] [--steps 8] [--threads 2]
     python benchmarks/objective_overhead.py --device cuda --size gpt2-small --vocab 50257 \
-        --seq-len 1024 --rows 16
+        --context 1024 --rows 16
 
 Last line: {"bench": "objective_overhead", "contextlm_time_ratio": ..., "contextlm_mem_ratio": ...,
 "mtp_time_ratio": ..., "mtp_mem_ratio": ...}
@@ -57,14 +57,14 @@ def measure(variant: str, args) -> dict:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     cuda = args.device == "cuda"
-    tokens = torch.randint(0, args.vocab, (args.rows, args.seq_len + 1), device=args.device)
+    tokens = torch.randint(0, args.vocab, (args.rows, args.context + 1), device=args.device)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     before = torch.cuda.memory_allocated() if cuda else _rss_kb("VmRSS:") * 1024
     name, options = VARIANTS[variant]
     cls = OBJECTIVES[name]
     objective = cls(cls.Options(**options))
     objective.bind_tokenizer({"vocab_size": args.vocab, "eot_id": args.vocab - 1})
-    base = size_config(args.size, objective.vocab_size, args.seq_len)
+    base = size_config(args.size, objective.vocab_size, args.context)
     model = build_arch(objective.arch, base, **objective.arch_options())
     module = TrainModule(model, objective).to(args.device)
     opt = make_adamw(module, lr=1e-3, weight_decay=0.1, betas=(0.9, 0.95), eps=1e-8)
@@ -81,8 +81,8 @@ def measure(variant: str, args) -> dict:
         if step >= args.warmup:
             times.append(time.perf_counter() - t0)
     peak = torch.cuda.max_memory_allocated() if cuda else _rss_kb("VmHWM:") * 1024
-    fpt = flops_per_token(model.config, args.seq_len) + objective.extra_flops_per_token(
-        model.config, args.seq_len
+    fpt = flops_per_token(model.config, args.context) + objective.extra_flops_per_token(
+        model.config, args.context
     )
     return {
         "variant": variant,
@@ -97,7 +97,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", default="tiny-4x256")
     ap.add_argument("--vocab", type=int, default=8192)
-    ap.add_argument("--seq-len", type=int, default=512)
+    ap.add_argument("--context", "--seq-len", type=int, default=512, help="training context")
     ap.add_argument("--rows", type=int, default=8)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)
@@ -154,7 +154,7 @@ def main() -> None:
                 "bench": "objective_overhead",
                 "device": _device_name(args.device),
                 "size": args.size,
-                "seq_len": args.seq_len,
+                "context": args.context,
                 "rows": args.rows,
                 **ratio,
             }

@@ -64,13 +64,13 @@ class _Stop(Exception):
     pass
 
 
-def splice_steps(store: TokenStore, retriever, steps: int, seed: int, seq_len: int) -> tuple[int, float]:
+def splice_steps(store: TokenStore, retriever, steps: int, seed: int, context: int) -> tuple[int, float]:
     """Run SPLICE k=1 until ``steps`` documents are placed; (documents placed, seconds)."""
     n = store.n_docs
     seq = Sequencer(
         store.lengths(),
         domain_codes(store, np.arange(n)),
-        row_len=seq_len,
+        row_len=context + 1,  # the sequencer counts the inputs and the shifted last target
         separator=True,
         remainder="next",
         order="identity",
@@ -84,7 +84,7 @@ def splice_steps(store: TokenStore, retriever, steps: int, seed: int, seq_len: i
             raise _Stop
 
     seq.on_take.append(counting)
-    cfg = PackConfig(method="splice", k=1, context=seq_len - 1)
+    cfg = PackConfig(method="splice", k=1, context=context)
     t0 = time.perf_counter()
     try:
         pack_splice(seq, retriever, cfg)
@@ -93,12 +93,12 @@ def splice_steps(store: TokenStore, retriever, steps: int, seed: int, seq_len: i
     return placed[0], time.perf_counter() - t0
 
 
-def _end_to_end(store: str, out: str, seq_len: int, q) -> None:
+def _end_to_end(store: str, out: str, context: int, q) -> None:
     t0 = time.perf_counter()
     rep = pack(
         store,
         out,
-        PackConfig(method="splice", retriever="bm25", k=1, context=seq_len - 1),
+        PackConfig(method="splice", retriever="bm25", k=1, context=context),
         progress=False,
         overwrite=True,
     )
@@ -111,10 +111,10 @@ def _end_to_end(store: str, out: str, seq_len: int, q) -> None:
     )
 
 
-def end_to_end(store: str, out: str, seq_len: int) -> tuple[float, int, int]:
+def end_to_end(store: str, out: str, context: int) -> tuple[float, int, int]:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    p = ctx.Process(target=_end_to_end, args=(store, out, seq_len, q))
+    p = ctx.Process(target=_end_to_end, args=(store, out, context, q))
     p.start()
     res = q.get()
     p.join()
@@ -122,16 +122,16 @@ def end_to_end(store: str, out: str, seq_len: int) -> tuple[float, int, int]:
 
 
 def compare_stats(
-    store_path: str, work: Path, seq_len: int, max_seq: int, splice_out: str | None = None
+    store_path: str, work: Path, context: int, max_seq: int, splice_out: str | None = None
 ) -> dict:
     store = TokenStore(store_path)
     out = {}
     runs = [
-        ("ep", PackConfig(method="ep", context=seq_len - 1)),
-        ("splice_bm25", PackConfig(method="splice", retriever="bm25", context=seq_len - 1)),
+        ("ep", PackConfig(method="ep", context=context)),
+        ("splice_bm25", PackConfig(method="splice", retriever="bm25", context=context)),
     ]
     if any("/" in (m.get("path") or "") for m in store.docs_meta()[:50]):
-        runs.append(("splice_repo", PackConfig(method="splice", retriever="repo", context=seq_len - 1)))
+        runs.append(("splice_repo", PackConfig(method="splice", retriever="repo", context=context)))
     for name, cfg in runs:
         if name == "splice_bm25" and splice_out:
             packed = PackedStore(splice_out)
@@ -164,7 +164,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--store", required=True, help="the chapters token store")
     ap.add_argument("--extra", nargs="*", default=[], help="more stores for the Zipf / span comparison")
-    ap.add_argument("--seq-len", type=int, default=2048, help="tokens per packed sequence (context + 1)")
+    ap.add_argument("--context", type=int, default=2047, help="the training context the data is packed for")
     ap.add_argument("--steps", type=int, default=400, help="SPLICE steps per bm25s side-by-side repeat")
     ap.add_argument("--rank-steps", type=int, default=8, help="SPLICE steps per rank_bm25 repeat")
     ap.add_argument("--repeats", type=int, default=3)
@@ -180,7 +180,7 @@ def main() -> None:
     )
 
     splice_out = str(work / "chapters_splice_bm25")
-    secs, peak, index_bytes = end_to_end(str(store.path), splice_out, args.seq_len)
+    secs, peak, index_bytes = end_to_end(str(store.path), splice_out, args.context)
     e2e = store.n_docs / secs
     print(
         f"end to end SPLICE-BM25 k=1: {secs:,.1f} s, {e2e:,.1f} docs/s, peak RSS {peak / 2**20:,.0f} MiB, "
@@ -210,7 +210,7 @@ def main() -> None:
                 else RankBM25Retriever(term_lists)
             )
             n, s = splice_steps(
-                store, r, args.steps if name == "bm25s" else args.rank_steps, rep, args.seq_len
+                store, r, args.steps if name == "bm25s" else args.rank_steps, rep, args.context
             )
             rates[name].append(n / s)
             print(f"  repeat {rep}: {name:<9} {n} docs in {s:,.2f} s = {n / s:,.2f} docs/s", flush=True)
@@ -226,10 +226,10 @@ def main() -> None:
 
     print("Zipf (lower = burstier) and spans, SPLICE vs EP:")
     results = {
-        Path(args.store).name: compare_stats(str(store.path), work, args.seq_len, args.max_seq, splice_out)
+        Path(args.store).name: compare_stats(str(store.path), work, args.context, args.max_seq, splice_out)
     }
     for extra in args.extra:
-        results[Path(extra).name] = compare_stats(extra, work, args.seq_len, args.max_seq)
+        results[Path(extra).name] = compare_stats(extra, work, args.context, args.max_seq)
     chap = results[Path(args.store).name]
     print(
         json.dumps(

@@ -55,7 +55,7 @@ def contextlab_trainer(
     n_layer: int,
     n_embd: int,
     n_head: int,
-    seq_len: int,
+    context: int,
     tokens: int,
     micro: int,
     dtype: str,
@@ -68,13 +68,13 @@ def contextlab_trainer(
         "optim": {"lr": 1e-3, "warmup_steps": 10, "weight_decay": 0.1, "grad_clip": 1.0},
         "train": {
             "out_dir": str(out),
-            "context": seq_len,
+            "context": context,
             "tokens_per_step": tokens,
             "micro_batch_rows": micro,
             "max_steps": 1000,
             "dtype": dtype,
             "progress": False,
-            "val_tokens": seq_len,
+            "val_tokens": context,
             "compile": compiled,
         },
     }
@@ -226,7 +226,7 @@ def timed(step, n: int) -> float:
 
 
 def bench_shape(
-    label: str, store: Path, shape: tuple[int, int, int], seq_len: int, args, work: Path
+    label: str, store: Path, shape: tuple[int, int, int], context: int, args, work: Path
 ) -> list[dict]:
     rows = []
     for dtype in ("fp32", "bf16"):
@@ -236,7 +236,7 @@ def bench_shape(
             n_layer,
             n_embd,
             n_head,
-            seq_len,
+            context,
             args.tokens_per_step,
             args.micro_batch_rows,
             dtype,
@@ -248,7 +248,7 @@ def bench_shape(
         steps = {"contextlab": trainer.train_step, "hf": ref.step, "nanogpt": plain.step}
         if not args.no_compile:
             steps["compiled"] = make("compiled", True).train_step
-        fpt = flops_per_token(trainer.model.config, seq_len)
+        fpt = flops_per_token(trainer.model.config, context)
         peak = measured_peak_flops(torch.bfloat16 if dtype == "bf16" else torch.float32)
         for step in steps.values():  # warm-up: allocator, autocast caches, lazy init, torch.compile
             timed(step, 2)

@@ -84,7 +84,7 @@ def tiny_adapter() -> ModelAdapter:
     """A seeded byte-level GPT of context 128, as in the ICL tests (cut and full files are scored
     by the same model, so any fixed model serves)."""
     torch.manual_seed(7)
-    model = GPT(GPTConfig(vocab_size=257, n_layer=2, n_head=2, n_embd=64, block_size=128)).eval()
+    model = GPT(GPTConfig(vocab_size=257, n_layer=2, n_head=2, n_embd=64, context=128)).eval()
     tok = ByteTokenizer()
     info = ModelInfo(
         id="tiny",
@@ -92,7 +92,7 @@ def tiny_adapter() -> ModelAdapter:
         path="-",
         architecture="tiny",
         n_params=0,
-        max_context=128,
+        context=128,
         extends_beyond=True,
         tokenizer=tok.spec(),
     )

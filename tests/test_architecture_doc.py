@@ -55,7 +55,7 @@ def test_objective_example_trains(examples):
     from contextlab.models.gpt import GPT, GPTConfig
 
     obj = examples["objective"].LastHalf(examples["objective"].LastHalf.Options())
-    model = GPT(GPTConfig(vocab_size=260, n_layer=1, n_head=2, n_embd=32, block_size=16))
+    model = GPT(GPTConfig(vocab_size=260, n_layer=1, n_head=2, n_embd=32, context=16))
     tokens = torch.randint(0, 260, (2, 17))
     loss, metrics = obj(model, tokens)
     loss.backward()
@@ -70,7 +70,7 @@ def test_evaluation_example_runs_through_the_registry(examples, store, tmp_path,
 
     m = examples["evaluation"]
     monkeypatch.setitem(EVALS, "first-token", Eval(m.run, m.Options, "loss of the first tokens", "a store"))
-    adapter = byte_adapter(tiny_gpt(1, block_size=64), batch_size=4)
+    adapter = byte_adapter(tiny_gpt(1, context=64), batch_size=4)
     path, out = evaluate("first-token", adapter, m.Options(tokens=8), str(store.path), tmp_path)
     assert np.isfinite(out.results["summary"]["loss"]) and path.is_file()
 

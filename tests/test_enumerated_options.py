@@ -12,7 +12,9 @@ from contextlab.data.packing import PackConfig
 from contextlab.data.sources import SourceOptions
 from contextlab.errors import UserError
 from contextlab.eval.needle import Options as NeedleOptions
+from contextlab.eval.visible import Options as VisibleOptions
 from contextlab.models.contextlm import ContextLMOptions
+from contextlab.quickstart.config import PackSection as QuickstartPack
 from contextlab.train.config import RunConfig
 
 
@@ -50,6 +52,12 @@ def test_a_bad_run_config_value_names_the_key_and_the_choices(override, message)
         (SourceOptions, {"strip_gutenberg": "maybe"}, "'strip_gutenberg' must be 'auto' | 'yes' | 'no'"),
         (ContextLMOptions, {"fusion": "sum"}, "'fusion' must be 'plain' | 'gated' | 'normalised'"),
         (NeedleOptions, {"scoring": "exact"}, "'scoring' must be 'likelihood' | 'generate' | 'both'"),
+        (
+            VisibleOptions,
+            {"task": "needle"},
+            "'task' must be 'niah' | 'kv' | 'passkey' | 'vartrack' | 'icl' | 'loss', got 'needle'",
+        ),
+        (QuickstartPack, {"retriever": "bm26"}, "'retriever' must be 'bm25' | 'dense' | 'repo', got 'bm26'"),
     ],
 )
 def test_a_bad_option_value_names_the_key_and_the_choices(cls, data, message):

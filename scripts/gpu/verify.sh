@@ -18,4 +18,4 @@ grep -E "^(PASSED|FAILED|ERROR)|passed|failed" "$out/gpu_tests.txt"
 timeout 280 python3 benchmarks/gpu_train.py --corpus /tmp/books/texts --tokenizer gpt2:.gpu/gpt2 \
   --rounds 5 --steps 10 --out "$out/gpu_train.json" 2>&1 | grep -v Warning | tee "$out/gpu_train.txt"
 timeout 140 python3 benchmarks/objective_overhead.py --device cuda --size gpt2-small --vocab 50257 \
-  --seq-len 1024 --rows 16 --rounds 2 --steps 6 --warmup 2 2>&1 | tee "$out/objective_overhead.txt"
+  --context 1024 --rows 16 --rounds 2 --steps 6 --warmup 2 2>&1 | tee "$out/objective_overhead.txt"

@@ -13,6 +13,7 @@ framework; that covers everything our configs use and keeps the errors in our wo
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import sys
 import types
@@ -350,13 +351,15 @@ def add_dataclass_args(parser: Any, cls: type, *, skip: tuple[str, ...] = ()) ->
             parser.add_argument(flag, dest=f.name, nargs="?", const="true", default=None, help=helptext)
         else:
             parser.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(), help=helptext)
+    for old in getattr(cls, "RENAMED", {}):  # old option names keep working (from_dict says so once)
+        parser.add_argument("--" + old.replace("_", "-"), dest=old, default=None, help=argparse.SUPPRESS)
 
 
 def dataclass_from_args(cls: type[T], args: Any, base: dict | None = None) -> T:
     """Build ``cls`` from parsed argparse options (only those given) on top of ``base``."""
     data = dict(base or {})
-    for f in dataclasses.fields(cls):
-        value = getattr(args, f.name, None)
+    for name in [f.name for f in dataclasses.fields(cls)] + list(getattr(cls, "RENAMED", {})):
+        value = getattr(args, name, None)
         if value is not None:
-            data[f.name] = value
+            data[name] = value
     return from_dict(cls, data)

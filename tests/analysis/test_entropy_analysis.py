@@ -70,7 +70,7 @@ def parity(tmp_path_factory):
 def test_last_token_objective_scores_only_the_answer():
     from contextlab.objectives.last_token import LastToken
 
-    model = tiny_gpt(0, block_size=32)
+    model = tiny_gpt(0, context=32)
     tokens = torch.randint(0, 257, (3, 12))
     obj = LastToken(LastToken.Options())
     loss, _ = obj(model, tokens)
@@ -168,7 +168,7 @@ def test_text_protocol_matches_the_bayes_fit_losses(tmp_path):
     for i in range(4):
         (src / f"d{i}.txt").write_text(text[i * 3000 : i * 3000 + 600])
     store = ingest(src, tmp_path / "st", IngestConfig(tokenizer="byte"), progress=False).store
-    adapter = byte_adapter(tiny_gpt(1, block_size=64), batch_size=8)
+    adapter = byte_adapter(tiny_gpt(1, context=64), batch_size=8)
     o = entropy.Options(
         contexts=[4, 16, 48], samples=60, seed=2, estimators=[], kde_dims=0, n_components=[5, 0]
     )

@@ -12,9 +12,9 @@ from contextlab.models.gpt import GPT, GPTConfig
 from tests.conftest import shakespeare
 
 
-def tiny_gpt(seed: int = 0, block_size: int = 64) -> GPT:
+def tiny_gpt(seed: int = 0, context: int = 64) -> GPT:
     torch.manual_seed(seed)
-    model = GPT(GPTConfig(vocab_size=257, n_layer=2, n_head=2, n_embd=64, block_size=block_size))
+    model = GPT(GPTConfig(vocab_size=257, n_layer=2, n_head=2, n_embd=64, context=context))
     with torch.no_grad():  # larger weights than the init so that context matters to the outputs
         for p in model.parameters():
             if p.dim() == 2:
@@ -30,7 +30,7 @@ def byte_adapter(model: GPT, batch_size: int = 4, dtype: str = "fp32") -> ModelA
         path="-",
         architecture="tiny",
         n_params=0,
-        max_context=model.config.block_size,
+        context=model.config.context,
         extends_beyond=True,
         tokenizer=tok.spec(),
     )

@@ -38,7 +38,7 @@ def store(tmp_path_factory):
 
 
 @pytest.mark.parametrize(
-    "make", [lambda: byte_adapter(tiny_gpt(block_size=512)), hf_adapter], ids=["contextlab", "hf"]
+    "make", [lambda: byte_adapter(tiny_gpt(context=512)), hf_adapter], ids=["contextlab", "hf"]
 )
 def test_backends_give_the_same_answers_through_every_path(make):
     adapter = make()
@@ -65,13 +65,13 @@ def test_the_kind_picks_the_backend_once():
 
 
 @pytest.mark.parametrize(
-    "make", [lambda: byte_adapter(tiny_gpt(block_size=512)), hf_adapter], ids=["contextlab", "hf"]
+    "make", [lambda: byte_adapter(tiny_gpt(context=512)), hf_adapter], ids=["contextlab", "hf"]
 )
 def test_evaluations_never_reach_into_the_model(make, store):
     adapter = make()
     del adapter.model  # only the backend holds the model: an evaluation that looks inside fails here
     data = str(store.path)
-    assert ppl.run(adapter, ppl.Options(window=32, max_docs=2), data).results["n_tokens_scored"] > 0
+    assert ppl.run(adapter, ppl.Options(context=32, max_docs=2), data).results["n_tokens_scored"] > 0
     assert contextwise.run(adapter, contextwise.Options(length=40, max_docs=2), data).results["loss"]
     assert bayes_fit.run(adapter, bayes_fit.Options(lengths=[1, 2, 4, 8, 16], samples=8), data).results
     assert passkey.run(adapter, passkey.Options(lengths=[400], depths=[50.0], samples=1), None).results

@@ -24,7 +24,7 @@ def manual_token_losses(model, ids: np.ndarray) -> np.ndarray:
 def test_ppl_equals_a_hand_computation(byte_store):
     model = tiny_gpt()
     adapter = byte_adapter(model)
-    out = ppl.run(adapter, ppl.Options(window=64), str(byte_store.path))
+    out = ppl.run(adapter, ppl.Options(context=64), str(byte_store.path))
     docs = [np.asarray(byte_store.doc(i)) for i in range(byte_store.n_docs)]
     expected = []
     for d in docs:  # by hand: disjoint 64-token inputs, each predicting the next 64 tokens

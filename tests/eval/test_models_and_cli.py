@@ -83,7 +83,7 @@ def test_hf_gpt2_loads_through_the_real_code_and_matches_its_own_forward(hf_fold
     from transformers import GPT2LMHeadModel
 
     adapter = load_model(hf_folder, batch_size=2)
-    assert adapter.info.kind == "hf" and adapter.info.max_context == 128 and not adapter.info.extends_beyond
+    assert adapter.info.kind == "hf" and adapter.info.context == 128 and not adapter.info.extends_beyond
     assert adapter.tokenizer.hash == stores[0].tokenizer_hash
     ids = np.asarray(stores[0].doc(0)[:50], dtype=np.int64)
     ref = GPT2LMHeadModel.from_pretrained(hf_folder).eval()
@@ -157,7 +157,7 @@ def test_cli_on_hf_folder_writes_json_and_plot(hf_folder, stores, tmp_path):
 def test_trained_run_loads_its_tokenizer_and_runs_evals(trained_run, stores, tmp_path, hf_folder):
     adapter = load_model(trained_run)
     assert adapter.info.kind == "contextlab" and adapter.tokenizer.hash == stores[1].tokenizer_hash
-    assert adapter.info.max_context == 64 and adapter.info.step == 6
+    assert adapter.info.context == 64 and adapter.info.step == 6
     assert (
         cmd_eval(
             [
@@ -208,3 +208,23 @@ def test_cli_help_documents_every_option(capsys):
         assert flag in text
     with pytest.raises(SystemExit):
         cmd_eval(["nonsense", "--model", "x"])
+
+
+def test_ppl_context_option_and_its_old_name_window(hf_folder, stores, tmp_path, capsys):
+    common = [
+        "--model",
+        str(hf_folder),
+        "--data",
+        str(stores[0].path),
+        "--max-docs",
+        "1",
+        "--max-tokens",
+        "300",
+    ]
+    assert cmd_eval(["ppl", *common, "--out", str(tmp_path / "new"), "--context", "64"]) == 0
+    assert cmd_eval(["ppl", *common, "--out", str(tmp_path / "old"), "--window", "64"]) == 0
+    assert "config key 'window' is read as 'context'" in capsys.readouterr().err
+    new, old = (json.loads((tmp_path / d / "ppl.json").read_text()) for d in ("new", "old"))
+    assert new["results"]["context"] == old["results"]["context"] == 64
+    assert new["results"]["summary"] == old["results"]["summary"]
+    assert new["options"]["context"] == 64 and "window" not in new["options"]

@@ -56,7 +56,7 @@ def test_kv_prompt_holds_every_pair_exactly_once():
 
 
 def test_kv_build_with_fewer_pairs_keeps_the_gold_pair():
-    adapter = byte_adapter(tiny_gpt(block_size=4096))
+    adapter = byte_adapter(tiny_gpt(context=4096))
     path = str(KV_75)
     samples, info = kv.build(adapter, kv.Options(n_examples=2, n_pairs=6), path)
     assert info["positions"] == [0, 1, 2, 4, 5] and len(samples) == 10
@@ -79,7 +79,7 @@ def test_candidate_scores_equal_separate_forward_passes():
 
 
 def test_passkey_vartrack_and_scoring_on_a_tiny_model():
-    adapter = byte_adapter(tiny_gpt(6, block_size=128), batch_size=6)
+    adapter = byte_adapter(tiny_gpt(6, context=128), batch_size=6)
     samples, _info = passkey.build(adapter, passkey.Options(lengths=[300], depths=[0, 100], samples=1), None)
     assert [len(s.prompt) for s in samples] == [300, 300]
     key = samples[1].answer
@@ -97,7 +97,7 @@ def test_passkey_vartrack_and_scoring_on_a_tiny_model():
 
 
 def test_icl_and_visible_sweep_run_on_a_tiny_model():
-    adapter = byte_adapter(tiny_gpt(7, block_size=128), batch_size=6)
+    adapter = byte_adapter(tiny_gpt(7, context=128), batch_size=6)
     trec = str(TREC)
     out = icl.run(adapter, icl.Options(shots=[0, 2], n_test=6, seeds=1), trec)
     assert [r["shots"] for r in out.results["by_shots"]] == [0, 2]

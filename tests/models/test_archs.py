@@ -15,7 +15,7 @@ from contextlab.models.gpt import GPT, GPTConfig, TrunkState
 from contextlab.models.mtp import MTPModel
 
 V = 61
-BASE = GPTConfig(vocab_size=V, n_layer=2, n_head=2, n_embd=32, block_size=32)
+BASE = GPTConfig(vocab_size=V, n_layer=2, n_head=2, n_embd=32, context=32)
 
 
 def contextlm(
@@ -226,10 +226,10 @@ def test_explicit_positions_use_the_rope_extension(arch):
     """Explicit position_ids (padded HF generation) must rotate exactly like the cached, extended RoPE."""
     torch.manual_seed(0)
     base = GPTConfig(
-        vocab_size=50, n_layer=2, n_head=2, n_embd=32, block_size=16, rope_extension="yarn", rope_factor=4.0
+        vocab_size=50, n_layer=2, n_head=2, n_embd=32, context=16, rope_extension="yarn", rope_factor=4.0
     )
     model = (GPT(base) if arch == "gpt" else build_arch("contextlm", base, chunk_size=4)).eval()
-    idx = torch.randint(0, 50, (2, 40))  # beyond block_size: the extension matters
+    idx = torch.randint(0, 50, (2, 40))  # beyond context: the extension matters
     with torch.no_grad():
         cached = model(idx).logits
         explicit = model(idx, position_ids=torch.arange(40)).logits

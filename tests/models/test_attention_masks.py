@@ -103,7 +103,7 @@ def test_flex_refuses_a_cpu_backward_with_a_clear_error():
 def test_gpt_with_a_flex_mask_equals_the_dense_mask(device):
     """The whole model: logits (and on CUDA the gradients) with FlexAttention = with the dense mask."""
     torch.manual_seed(0)
-    cfg = GPTConfig(vocab_size=97, n_layer=2, n_head=2, n_embd=64, block_size=256)
+    cfg = GPTConfig(vocab_size=97, n_layer=2, n_head=2, n_embd=64, context=256)
     model = GPT(cfg).to(device)
     idx = torch.randint(0, 97, (2, 256), device=device)
     grad = device != "cpu"  # FlexAttention has no CPU backward
@@ -133,7 +133,7 @@ def test_compiled_gpt_with_a_flex_mask_equals_the_dense_mask(device):
     """train.compile: FlexAttention inside a compiled model (strided q, k, v once gave wrong outputs
     there)."""
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=97, n_layer=2, n_head=2, n_embd=64, block_size=256)).to(device)
+    model = GPT(GPTConfig(vocab_size=97, n_layer=2, n_head=2, n_embd=64, context=256)).to(device)
     compiled = torch.compile(model)
     idx = torch.randint(0, 97, (2, 256), device=device)
     for m in masks(2, 256, seed=3)[::2]:  # documents; documents with a prefix; documents in any order

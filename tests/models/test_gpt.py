@@ -27,7 +27,7 @@ def tiny(seed: int = 0, **overrides) -> GPT:
     torch.manual_seed(seed)
     return GPT(
         GPTConfig(
-            **{"vocab_size": VOCAB, "n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 32, **overrides}
+            **{"vocab_size": VOCAB, "n_layer": 2, "n_head": 2, "n_embd": 64, "context": 32, **overrides}
         )
     )
 
@@ -73,7 +73,7 @@ def test_causality_by_gradient(mlp):
 
 
 def test_rope_beyond_block_size_equals_a_precomputed_cache():
-    model = tiny().eval()  # block_size 32
+    model = tiny().eval()  # context 32
     idx = tokens(2, 80)
     with torch.no_grad():
         short = model(idx[:, :32]).logits
@@ -81,7 +81,7 @@ def test_rope_beyond_block_size_equals_a_precomputed_cache():
         assert model._rope_cache[0].shape[0] == 80
         assert torch.isfinite(long).all()
         assert torch.allclose(long[:, :32], short, atol=1e-5)  # the grown cache keeps old positions
-        bigger = GPT(GPTConfig(**{**vars(model.config), "block_size": 128})).eval()
+        bigger = GPT(GPTConfig(**{**vars(model.config), "context": 128})).eval()
         bigger.load_state_dict(model.state_dict())  # same weights, cache built for 128 up front
         assert torch.allclose(bigger(idx).logits, long, atol=1e-5)
 
@@ -196,7 +196,7 @@ def test_bf16_autocast_is_close_to_fp32():
 
 def test_gpt2_small_has_124m_parameters():
     with torch.device("meta"):  # no memory, no init cost
-        model = GPT.from_size("gpt2-small", vocab_size=50257, block_size=1024)
+        model = GPT.from_size("gpt2-small", vocab_size=50257, context=1024)
     n = model.num_params(non_embedding=False)
     assert abs(n - 124.4e6) / 124.4e6 < 0.01, n  # GPT-2 small: 124,439,808 (it adds 786K learned positions)
     assert model.num_params(non_embedding=True) == n - 50304 * 768  # padded embedding rows
@@ -220,7 +220,7 @@ def test_standalone_block_and_sizes():
     assert block(x, model.rope(10, x.device)).shape == (2, 10, 64)
     assert block(x).shape == (2, 10, 64)  # no positions at all is allowed
     for name in ("tiny-4x256", "gpt2-small", "gpt2-xl", "pythia-1b"):
-        cfg = size_config(name, vocab_size=VOCAB, block_size=64)
+        cfg = size_config(name, vocab_size=VOCAB, context=64)
         assert cfg.n_embd % cfg.n_head == 0 and cfg.n_layer == SIZES[name]["n_layer"]
     with pytest.raises(UserError, match="unknown model size"):
         GPT.from_size("huge", VOCAB, 64)

@@ -28,7 +28,7 @@ def one_thread():
 
 def tiny(**overrides) -> GPT:
     torch.manual_seed(0)
-    cfg = {"vocab_size": VOCAB, "n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 32, **overrides}
+    cfg = {"vocab_size": VOCAB, "n_layer": 2, "n_head": 2, "n_embd": 64, "context": 32, **overrides}
     return GPT(GPTConfig(**cfg)).eval()
 
 
@@ -47,7 +47,7 @@ def test_export_loads_with_plain_auto_model(tmp_path, overrides):
     loaded = transformers.AutoModelForCausalLM.from_pretrained(out)  # no trust_remote_code
     assert type(loaded).__name__ == "ContextlabGPTForCausalLM"
     assert (loaded.gpt.lm_head.weight is loaded.gpt.wte.weight) == model.config.tie_embeddings
-    x = ids(2, 40)  # longer than block_size: RoPE extrapolates in both
+    x = ids(2, 40)  # longer than context: RoPE extrapolates in both
     with torch.no_grad():
         ours = model(x).logits
         theirs = loaded(x).logits
@@ -167,3 +167,17 @@ def test_importing_hf_registers_both_types_without_hf_archs():
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert res.stdout.split() == ["ContextlabGPTConfig", "ContextlabContextLMConfig"]
+
+
+def test_an_export_from_before_the_context_rename_still_loads(tmp_path):
+    """Exports written before GPTConfig.block_size became GPTConfig.context say block_size."""
+    model = tiny()
+    out = hf.export_to_hf(model, tmp_path / "old")
+    config = json.loads((out / "config.json").read_text())
+    config["block_size"] = config.pop("context")
+    (out / "config.json").write_text(json.dumps(config))
+    assert hf.gpt_from_hf_export(out).config == model.config
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(out)
+    assert loaded.config.context == loaded.config.max_position_embeddings == 32
+    with torch.no_grad():
+        assert torch.allclose(loaded(ids(1, 20)).logits, model(ids(1, 20)).logits, atol=1e-5)

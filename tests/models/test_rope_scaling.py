@@ -77,7 +77,7 @@ def test_matches_transformers_implementation(method, hf_type):
         cfg = GPTConfig(
             n_embd=head_dim * 2,
             n_head=2,
-            block_size=original * int(factor),
+            context=original * int(factor),
             rope_base=base,
             rope_extension=method,
             rope_factor=factor,
@@ -103,13 +103,13 @@ def test_ntk_equals_a_base_change_in_transformers():
 
 
 def test_gpt_position_interpolation_maps_position_s_m_to_m():
-    base = GPT(GPTConfig(n_layer=1, n_embd=32, n_head=2, block_size=16))
+    base = GPT(GPTConfig(n_layer=1, n_embd=32, n_head=2, context=16))
     ext = GPT(
         GPTConfig(
             n_layer=1,
             n_embd=32,
             n_head=2,
-            block_size=64,
+            context=64,
             rope_extension="pi",
             rope_factor=4.0,
             rope_original_context=16,
@@ -125,7 +125,7 @@ def test_gpt_yarn_scales_tables_and_explicit_positions_agree():
         n_layer=1,
         n_embd=32,
         n_head=2,
-        block_size=64,
+        context=64,
         rope_extension="yarn",
         rope_factor=4.0,
         rope_original_context=16,
@@ -139,7 +139,7 @@ def test_gpt_yarn_scales_tables_and_explicit_positions_agree():
     a = model(idx).logits
     b = model(idx, position_ids=torch.arange(12)).logits  # the uncached path uses the same frequencies
     assert torch.allclose(a, b, atol=1e-5)
-    plain = GPT(GPTConfig(n_layer=1, n_embd=32, n_head=2, block_size=64))
+    plain = GPT(GPTConfig(n_layer=1, n_embd=32, n_head=2, context=64))
     plain.load_state_dict(model.state_dict())
     assert not torch.allclose(plain.eval()(idx).logits, a, atol=1e-4)  # the extension changes the model
 

@@ -20,7 +20,7 @@ from contextlab.models.gpt import GPTConfig
 from contextlab.models.mtp import MTPConfig, MTPOptions
 from contextlab.objectives import OBJECTIVES
 
-SHAPE = GPTConfig(vocab_size=50, n_layer=2, n_head=2, n_embd=32, block_size=32)
+SHAPE = GPTConfig(vocab_size=50, n_layer=2, n_head=2, n_embd=32, context=32)
 
 
 def test_each_option_has_one_declaration():

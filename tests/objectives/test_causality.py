@@ -26,7 +26,7 @@ def setup(name: str, **options):
     obj = cls(cls.Options(**options))
     obj.bind_tokenizer(SPEC)
     torch.manual_seed(0)
-    cfg = GPTConfig(vocab_size=obj.vocab_size, n_layer=2, n_head=2, n_embd=32, block_size=32)
+    cfg = GPTConfig(vocab_size=obj.vocab_size, n_layer=2, n_head=2, n_embd=32, context=32)
     model = build_arch(obj.arch, cfg, **obj.arch_options()).eval()
     if obj.arch == "contextlm" and model.fusion.mode == "gated":
         with torch.no_grad():
@@ -114,7 +114,7 @@ def test_mtp_loss_is_the_weighted_mean_of_its_heads():
 
 
 def test_extra_flops_per_token():
-    cfg = GPTConfig(vocab_size=4096, n_layer=4, n_head=4, n_embd=256, block_size=512)
+    cfg = GPTConfig(vocab_size=4096, n_layer=4, n_head=4, n_embd=256, context=512)
     ctx, _ = setup("contextlm", chunk_size=4, predictor_layers=2)
     assert ctx.extra_flops_per_token(cfg, 512) == 2 * block_flops_per_token(cfg, 128) / 4
     mtp, _ = setup("mtp", n_future=4)

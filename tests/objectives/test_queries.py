@@ -21,7 +21,7 @@ def test_mask_is_causal_on_the_context_and_isolates_the_questions():
 
 def test_each_answer_is_scored_as_its_own_single_question_row():
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=64, n_layer=2, n_head=2, n_embd=32, block_size=32)).eval()
+    model = GPT(GPTConfig(vocab_size=64, n_layer=2, n_head=2, n_embd=32, context=32)).eval()
     L, K, B = 9, 4, 3
     rows = torch.randint(0, 64, (B, L + 2 * K))
     obj = OBJECTIVES["queries"](Queries.Options(n_queries=K))
@@ -42,7 +42,7 @@ def test_each_answer_is_scored_as_its_own_single_question_row():
 
 
 def test_rows_too_short_are_refused():
-    model = GPT(GPTConfig(vocab_size=64, n_layer=1, n_head=2, n_embd=16, block_size=16))
+    model = GPT(GPTConfig(vocab_size=64, n_layer=1, n_head=2, n_embd=16, context=16))
     obj = Queries(Queries.Options(n_queries=4))
     with pytest.raises(UserError, match="train.context"):
         obj(model, torch.zeros(2, 8, dtype=torch.long))
@@ -58,7 +58,7 @@ def test_training_on_queries_lowers_the_answer_loss():
     cfg = syn.ParityConfig(n_bits=12, n_tasks=4, min_far_bit=2, queries=8, bias_fraction=0.5)
     tasks = syn.make_tasks(cfg)
     rows = torch.from_numpy(syn.to_tokens(syn.sample(cfg, tasks, 256, np.random.default_rng(0))))
-    model = GPT(GPTConfig(vocab_size=257, n_layer=2, n_head=2, n_embd=32, block_size=32))
+    model = GPT(GPTConfig(vocab_size=257, n_layer=2, n_head=2, n_embd=32, context=32))
     obj = Queries(Queries.Options(n_queries=8))
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     first = obj(model, rows)[0].item()

@@ -112,3 +112,53 @@ def test_no_patience_never_stops_and_patience_needs_validations():
     assert not es.stop and not es.keep(1) and es.pinned() == ()
     with pytest.raises(UserError, match="set train.val_every"):
         EarlyStopping(patience=3, val_every=0)
+
+
+def _shape_config(data: dict, **train):
+    from contextlab.config import from_dict
+    from contextlab.train.config import RunConfig
+
+    return from_dict(RunConfig, {"data": data, "train": train})
+
+
+def test_resolve_shape_takes_the_context_from_the_data_and_counts_rows(tmp_path):
+    """train.context = 0 is the data's: one synthetic sample per row (long_docs of one length), or a
+    packed store's context; rows_per_step / val_rows give the same run as the hand arithmetic."""
+    from contextlab.data import synthetic as syn
+    from contextlab.data.packing import PackConfig, pack
+    from contextlab.train.budget import resolve_shape
+    from tests.data.packing.helpers import make_store
+
+    syn.write_parity_store(
+        syn.ParityConfig(n_bits=12, n_tasks=4, n_samples=30), tmp_path / "p", progress=False
+    )
+    syn.write_parity_store(
+        syn.ParityConfig(n_bits=12, n_tasks=4, n_samples=8, seed=1), tmp_path / "v", progress=False
+    )
+    data = {"store": str(tmp_path / "p"), "val_store": str(tmp_path / "v"), "mode": "long_docs"}
+    by_rows = resolve_shape(_shape_config(data, context=0, rows_per_step=4, val_rows=3))
+    by_hand = resolve_shape(
+        _shape_config(data, context=13, tokens_per_step=52, val_tokens=39)
+    )  # 12 bits, task, answer
+    assert by_rows == by_hand and by_rows.train.context == 13
+
+    store = make_store(tmp_path, {f"d{i}.txt": "ab" * (5 + i) for i in range(12)})
+    packed = pack(store, tmp_path / "packed", PackConfig(method="ep", context=16), progress=False).packed
+    assert resolve_shape(_shape_config({"packed": str(packed.path)}, context=0)).train.context == 16
+
+    for data_, train_, message in [
+        ({"store": str(store.path)}, {"context": 0}, "data.mode = long_docs over documents of one length"),
+        (
+            {"store": str(store.path), "mode": "long_docs"},
+            {"context": 0},
+            "have lengths 10..32; set train.context",
+        ),
+        (
+            data,
+            {"rows_per_step": 4, "tokens_per_step": 52},
+            "set train.rows_per_step or train.tokens_per_step",
+        ),
+        (data, {"val_rows": 3, "val_tokens": 39}, "set train.val_rows or train.val_tokens, not both"),
+    ]:
+        with pytest.raises(UserError, match=message):
+            resolve_shape(_shape_config(data_, **train_))

@@ -12,7 +12,7 @@ from contextlab.train import flops
 
 
 def test_flops_per_token_matches_a_hand_computation():
-    cfg = GPTConfig(vocab_size=257, n_layer=4, n_head=4, n_embd=256, block_size=256)  # gelu, no bias
+    cfg = GPTConfig(vocab_size=257, n_layer=4, n_head=4, n_embd=256, context=256)  # gelu, no bias
     # one block: qkv 256*768 + proj 256*256 + mlp 256*1024 + 1024*256 + two norm gains 2*256
     block = 196_608 + 65_536 + 262_144 + 262_144 + 512
     n = 4 * block + 256  # + final norm gain
@@ -31,12 +31,12 @@ def test_flops_per_token_matches_a_hand_computation():
 
 @pytest.mark.parametrize("overrides", [{}, {"mlp": "swiglu", "bias": True}, {"tie_embeddings": False}])
 def test_parameter_count_agrees_with_the_model(overrides):
-    cfg = GPTConfig(vocab_size=100, n_layer=3, n_head=4, n_embd=64, block_size=32, **overrides)
+    cfg = GPTConfig(vocab_size=100, n_layer=3, n_head=4, n_embd=64, context=32, **overrides)
     assert flops.non_embedding_params(cfg) == GPT(cfg).num_params(non_embedding=True)
 
 
 def test_extra_flops_hook():
-    cfg = size_config("tiny-2x128", vocab_size=257, block_size=128)
+    cfg = size_config("tiny-2x128", vocab_size=257, context=128)
     two_heads = lambda c, T, training=True: (
         2
         * (
@@ -52,7 +52,7 @@ def test_extra_flops_hook():
 def test_mfu_arithmetic():
     assert flops.mfu(tokens_per_s=1000, flops_per_token=2e9, peak_flops=4e12) == pytest.approx(0.5)
     # GPT-2 small at 1024 context: the well-known ~0.85 GFLOP/token (6N with N=85.0M, + 6CV + 12LCT)
-    cfg = size_config("gpt2-small", vocab_size=50257, block_size=1024)
+    cfg = size_config("gpt2-small", vocab_size=50257, context=1024)
     assert flops.flops_per_token(cfg, 1024) == pytest.approx(
         6 * (84_953_856 + 768 * 50257) + 12 * 12 * 768 * 1024
     )

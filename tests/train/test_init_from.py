@@ -167,7 +167,7 @@ def test_hf_llama_continues_with_yarn_exports_and_reloads(tmp_path, hf_store, ll
         theirs = reloaded(input_ids=x).logits
     assert torch.allclose(ours, theirs[..., : ours.size(-1)], atol=1e-5)
     exported = load_model(out)  # the export evaluates as an ordinary HF folder, with its tokenizer
-    assert exported.info.kind == "hf" and exported.info.max_context == 32
+    assert exported.info.kind == "hf" and exported.info.context == 32
     assert torch.allclose(exported.logits(x), ours, atol=1e-5)
 
 
@@ -201,7 +201,7 @@ def test_contextlab_run_continues_with_yarn_and_exports(tmp_path, byte_store, ba
     assert losses(run)[1] < losses(fresh)[1] - 0.5  # starts from the pretrained weights
     model, state, _ = load_trained_model(run)
     c = model.config
-    assert (c.block_size, c.rope_extension, c.rope_factor, c.rope_original_context) == (64, "yarn", 4.0, 16)
+    assert (c.context, c.rope_extension, c.rope_factor, c.rope_original_context) == (64, "yarn", 4.0, 16)
     assert state["init"]["step"] == 12 and state["init"]["extension"] == "yarn"
 
     out = export_checkpoint(run, tmp_path / "export")

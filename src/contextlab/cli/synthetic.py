@@ -22,8 +22,9 @@ def _parser() -> argparse.ArgumentParser:
         "T tasks each the XOR of two bits, the farther bit spread over min_far_bit..L, task "
         "frequency ∝ far_bit^-decay. Each "
         "document is [bit_L .. bit_1, TASK, answer]; train on it with objective last_token, "
-        "data.mode long_docs and train.context L+1 (with --set queries=K: [bits, K tasks, K answers], "
-        "objective queries, train.context L+2K-1). Same seeds, same bytes.",
+        "data.mode long_docs and train.context 0 (one sample per row: the context is taken from the "
+        "data); with --set queries=K: [bits, K tasks, K answers], objective queries. Same seeds, same "
+        "bytes.",
     )
     p.add_argument("kind", choices=KINDS, help="the synthetic task: parity")
     p.add_argument("--out", required=True, help="the token store directory to create")

@@ -98,6 +98,32 @@ def validation_rows(sources: ValSources, context: int) -> np.ndarray:
     return np.stack([source.row(r) for source, k in sources for r in range(min(k, source.n_rows))])
 
 
+def data_context(data: DataOptions) -> int:
+    """The training context the data itself fixes (for ``train.context = 0``): a packed store's
+    context, or, with ``data.mode = "long_docs"``, the length - 1 of documents that all have one
+    length (synthetic tasks: one sample per row)."""
+    packed = packed_sources(data)
+    if packed:
+        contexts = sorted({p.context for p in packed})
+        if len(contexts) > 1:
+            raise UserError(f"the data.mixture stores were packed for contexts {contexts}; set train.context")
+        return contexts[0]
+    if data.mode != "long_docs":
+        raise UserError(
+            "train.context = 0 takes the context from the data: a packed store, or data.mode = "
+            "long_docs over documents of one length; set train.context"
+        )
+    stores = [TokenStore(data.store)] + ([TokenStore(data.val_store)] if data.val_store else [])
+    lengths = np.unique(np.concatenate([s.lengths() for s in stores]))
+    if len(lengths) != 1 or lengths[0] < 2:
+        span = f"{lengths.min()}..{lengths.max()}" if len(lengths) else "none"
+        raise UserError(
+            f"train.context = 0 needs documents of one length (one sample per row), but the "
+            f"documents of {', '.join(str(s.path) for s in stores)} have lengths {span}; set train.context"
+        )
+    return int(lengths[0]) - 1
+
+
 # ---------------------------------------------------------------------------------------
 # Which stores
 

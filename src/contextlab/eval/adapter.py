@@ -69,8 +69,8 @@ class ModelAdapter:
 
     # ------------------------------------------------------------------ basics
     @property
-    def max_context(self) -> int:
-        return self.info.max_context
+    def context(self) -> int:
+        return self.info.context
 
     @property
     def vocab_size(self) -> int:
@@ -87,15 +87,15 @@ class ModelAdapter:
     def check_length(self, T: int, what: str = "the input", fix: str = "choose shorter lengths") -> None:
         """Refuse sequences an absolute-position model cannot take; warn (once) when a RoPE model
         goes beyond."""
-        if self.max_context < T and not self.info.extends_beyond:
+        if self.context < T and not self.info.extends_beyond:
             raise UserError(
-                f"{what} has {T} tokens but {self.info.id} supports at most {self.max_context}; {fix}"
+                f"{what} has {T} tokens but {self.info.id} supports at most {self.context}; {fix}"
             )
-        if self.max_context < T and not self._warned_length:
+        if self.context < T and not self._warned_length:
             self._warned_length = True
             warnings.warn(
-                f"{self.info.id} was trained at context {self.max_context} and has no RoPE extension to "
-                f"{T} tokens: positions past {self.max_context} are extrapolated and usually score much "
+                f"{self.info.id} was trained at context {self.context} and has no RoPE extension to "
+                f"{T} tokens: positions past {self.context} are extrapolated and usually score much "
                 f"worse; extend it first (contextlab train --init-from MODEL --set extend.method=yarn "
                 f"--set train.context={T})",
                 ContextLengthWarning,

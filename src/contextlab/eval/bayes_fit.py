@@ -96,9 +96,7 @@ def last_token_losses(adapter, store, targets: list[tuple[int, int]], lengths: l
         ids = np.stack(
             [np.asarray(store.doc(d)[t - l : t + 1], dtype=np.int64) for d, t in targets]
         )  # (N, l+1)
-        rows = max(
-            adapter.batch_size, adapter.batch_size * adapter.max_context // (l + 1)
-        )  # short l: more rows
+        rows = max(adapter.batch_size, adapter.batch_size * adapter.context // (l + 1))  # short l: more rows
         for a in range(0, len(ids), rows):
             lp = adapter.token_logprobs(ids[a : a + rows])[:, -1]  # only the target
             out[i, a : a + len(lp)] = -lp.double().cpu().numpy()
@@ -111,7 +109,7 @@ def default_lengths(context: int) -> list[int]:
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
     store = open_store(data, adapter, "bayes-fit")
-    lengths = sorted(set(options.lengths or default_lengths(adapter.max_context)))
+    lengths = sorted(set(options.lengths or default_lengths(adapter.context)))
     if lengths[0] < 1:
         raise UserError("visible context lengths must be >= 1")
     targets = sample_targets(store, options.samples, max(lengths), options.seed)

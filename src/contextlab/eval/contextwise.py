@@ -104,7 +104,7 @@ def best_context_loss(curve: np.ndarray, train_context: int, fraction: float) ->
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
     store = open_store(data, adapter, "contextwise")
-    ctx = options.train_context or adapter.max_context
+    ctx = options.train_context or adapter.context
     L = options.length or (2 * ctx if adapter.info.extends_beyond else ctx + 1)
     adapter.check_length(L - 1, "the documents")
     pieces = sequences(store, L, options.max_docs, options.pieces_per_doc)

@@ -94,7 +94,7 @@ def task_weighted(loss: np.ndarray, strata: np.ndarray, weights: np.ndarray) -> 
 
 
 def _rows_per_batch(adapter, length: int) -> int:
-    return max(adapter.batch_size, adapter.batch_size * adapter.max_context // max(length, 1))
+    return max(adapter.batch_size, adapter.batch_size * adapter.context // max(length, 1))
 
 
 def _forward(adapter, ids: np.ndarray, layer: int, position: int) -> tuple[np.ndarray, np.ndarray]:
@@ -114,10 +114,10 @@ def _check_contexts(adapter, contexts: list[int], extra: int, what: str) -> list
         raise UserError("give the context lengths to measure, e.g. --contexts 8,16,32,64")
     if ctxs[0] < 1:
         raise UserError(f"context lengths must be >= 1, got {ctxs[0]}")
-    if ctxs[-1] + extra > adapter.max_context:
+    if ctxs[-1] + extra > adapter.context:
         raise UserError(
             f"context {ctxs[-1]} ({what}) needs {ctxs[-1] + extra} tokens but {adapter.info.id} supports "
-            f"at most {adapter.max_context}; choose shorter --contexts"
+            f"at most {adapter.context}; choose shorter --contexts"
         )
     return ctxs
 

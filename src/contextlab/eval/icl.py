@@ -112,7 +112,7 @@ def _score_shots(adapter, train, test, k: int, seeds: int) -> tuple[dict | None,
     for seed in range(seeds):
         samples = build_prompts(adapter, train, test, k, seed)
         longest = max(len(s.prompt) + 4 for s in samples)
-        if longest > adapter.max_context and not adapter.info.extends_beyond:
+        if longest > adapter.context and not adapter.info.extends_beyond:
             too_long = True
             break
         rows = tasks.score_samples(adapter, samples, "likelihood")

@@ -112,7 +112,7 @@ def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], di
             "../shared/data/paul_graham_essays)"
         )
     hay = read_haystack(data)
-    ctx = adapter.max_context
+    ctx = adapter.context
     lengths = o.lengths or [ctx // 4, ctx // 2, ctx] + ([2 * ctx] if adapter.info.extends_beyond else [])
     for L in lengths:
         adapter.check_length(L + 32, f"needle length {L}")

@@ -42,7 +42,7 @@ class Options:
 
 
 def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], dict]:
-    ctx = adapter.max_context
+    ctx = adapter.context
     lengths = o.lengths or [ctx // 2, ctx] + ([2 * ctx] if adapter.info.extends_beyond else [])
     rng = np.random.default_rng(o.seed)
     enc = adapter.encode

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -32,8 +33,10 @@ from contextlab.eval.base import EvalOutput, open_store
 
 @dataclass
 class Options:
-    window: int = opt(0, "tokens per window; 0 = the model's context")
-    stride: int = opt(0, "tokens between window starts (<= window); 0 = window (disjoint, as lm-eval)")
+    RENAMED: ClassVar[dict[str, str]] = {"window": "context"}
+
+    context: int = opt(0, "tokens the model sees per window (the context); 0 = the model's context")
+    stride: int = opt(0, "tokens between window starts (<= context); 0 = context (disjoint, as lm-eval)")
     max_docs: int = opt(0, "score at most this many documents (the first ones); 0 = all")
     max_tokens: int = opt(0, "cut every document to this many tokens; 0 = no cut")
 
@@ -74,10 +77,10 @@ def document_losses(adapter, docs: list[np.ndarray], window: int, stride: int) -
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
     store = open_store(data, adapter, "ppl")
-    window = options.window or adapter.max_context
+    window = options.context or adapter.context
     stride = options.stride or window
     if not 0 < stride <= window:
-        raise UserError(f"stride {stride} must be between 1 and the window ({window}); lower --stride")
+        raise UserError(f"stride {stride} must be between 1 and the context ({window}); lower --stride")
     adapter.check_length(window, "the window")
     n = min(store.n_docs, options.max_docs) if options.max_docs else store.n_docs
     docs = [np.asarray(store.doc(i)) for i in range(n)]
@@ -102,7 +105,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             "bits_per_byte": nll / math.log(2) / n_bytes,
             "bits_per_token": mean / math.log(2),
         },
-        "window": window,
+        "context": window,
         "stride": stride,
         "n_documents": len(docs),
         "n_tokens_scored": len(flat),

@@ -49,7 +49,7 @@ def chains(rng, n_chains: int, hops: int) -> tuple[list[list[str]], list[str]]:
 def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], dict]:
     if o.n_chains < 1 or o.hops < 1:
         raise UserError("variable tracking needs n_chains >= 1 and hops >= 1")
-    ctx = adapter.max_context
+    ctx = adapter.context
     lengths = o.lengths or [ctx] + ([2 * ctx] if adapter.info.extends_beyond else [])
     rng = np.random.default_rng(o.seed)
     enc = adapter.encode

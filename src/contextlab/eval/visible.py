@@ -32,7 +32,9 @@ from contextlab.eval.base import EvalOutput, open_store
 
 @dataclass
 class Options:
-    task: str = opt("passkey", "the evaluation to sweep: niah, kv, passkey, vartrack, icl or loss")
+    task: Literal["niah", "kv", "passkey", "vartrack", "icl", "loss"] = opt(
+        "passkey", "the evaluation to sweep"
+    )
     visible: list[float] = opt(
         [0.125, 0.25, 0.5, 0.75, 1.0],
         "visible context: tokens (>= 1) or fractions of each prompt (< 1; 1.0 = everything)",
@@ -44,7 +46,7 @@ class Options:
 
 
 def _task_samples(adapter, o: Options, data):
-    L = [o.length or adapter.max_context]
+    L = [o.length or adapter.context]
     if o.task == "niah":
         return needle.build(
             adapter, needle.Options(lengths=L, depths=[0.0, 25.0, 50.0, 75.0, 100.0]), data
@@ -61,9 +63,7 @@ def _task_samples(adapter, o: Options, data):
         folder = tasks_folder(data)
         train, test = icl.read_trec(folder / "train.txt"), icl.read_trec(folder / "test.txt")[:100]
         return (icl.build_prompts(adapter, train, test, o.shots, 0), {"folder": str(folder)}), len(icl.LABELS)
-    raise UserError(
-        f"unknown task {o.task!r} for the visible-context sweep; use niah, kv, passkey, vartrack, icl or loss"
-    )
+    raise AssertionError(f"task {o.task!r} (the config loader admits only the Options.task values)")
 
 
 def tasks_folder(data):

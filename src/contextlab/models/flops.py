@@ -50,10 +50,10 @@ def non_embedding_params(cfg: GPTConfig) -> int:
 
 
 def block_flops_per_token(
-    cfg: GPTConfig, seq_len: int, *, training: bool = True, causal_attention_discount: bool = False
+    cfg: GPTConfig, context: int, *, training: bool = True, causal_attention_discount: bool = False
 ) -> float:
-    """FLOPs per token of one Block attending over seq_len keys (for objectives adding blocks)."""
-    attention = 4 * cfg.n_embd * seq_len * (0.5 if causal_attention_discount else 1.0)
+    """FLOPs per token of one Block attending over context keys (for objectives adding blocks)."""
+    attention = 4 * cfg.n_embd * context * (0.5 if causal_attention_discount else 1.0)
     return _flops_per_param(training) * block_params(cfg) + (3 if training else 1) * attention
 
 
@@ -62,24 +62,24 @@ def lm_head_flops_per_token(cfg: GPTConfig, *, training: bool = True) -> float:
     return _flops_per_param(training) * cfg.n_embd * cfg.vocab_size
 
 
-def extra_flops_per_token(cfg: GPTConfig, seq_len: int, *, training: bool = True) -> float:
+def extra_flops_per_token(cfg: GPTConfig, context: int, *, training: bool = True) -> float:
     """The hook for objectives: extra FLOPs per *input* token beyond the plain GPT. This default adds none.
 
     An objective with more compute writes a function with this signature and passes it as
     ``flops_per_token(..., extra=fn)``. Examples:
 
     - k extra multi-token-prediction heads, each one Block and one output layer:
-      ``k * (block_flops_per_token(cfg, seq_len) + lm_head_flops_per_token(cfg))``
+      ``k * (block_flops_per_token(cfg, context) + lm_head_flops_per_token(cfg))``
     - a 2-layer ContextLM predictor over chunks of w tokens (one predictor position per w
-      tokens, attending over seq_len / w chunks):
-      ``2 * block_flops_per_token(cfg, seq_len // w) / w``
+      tokens, attending over context / w chunks):
+      ``2 * block_flops_per_token(cfg, context // w) / w``
     """
     return 0.0
 
 
 def flops_per_token(
     cfg: GPTConfig,
-    seq_len: int,
+    context: int,
     *,
     training: bool = True,
     causal_attention_discount: bool = False,
@@ -87,9 +87,9 @@ def flops_per_token(
 ) -> float:
     """Model FLOPs per token: (6 or 2) * (N_non_embedding + n_embd * vocab) + attention + extra."""
     n = non_embedding_params(cfg) + cfg.n_embd * cfg.vocab_size  # the output layer is a real matmul
-    attention = 12 * cfg.n_layer * cfg.n_embd * seq_len  # nanoGPT: 6 * (2 * L * C * T) for training
+    attention = 12 * cfg.n_layer * cfg.n_embd * context  # nanoGPT: 6 * (2 * L * C * T) for training
     if causal_attention_discount:
         attention /= 2
     if not training:
         attention /= 3
-    return _flops_per_param(training) * n + attention + extra(cfg, seq_len, training=training)
+    return _flops_per_param(training) * n + attention + extra(cfg, context, training=training)

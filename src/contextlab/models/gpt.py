@@ -2,7 +2,7 @@
 
 One plain ``nn.Module`` readable top to bottom. The trade-offs:
 
-- Rotary position embeddings instead of learned ones, so a model trained at ``block_size``
+- Rotary position embeddings instead of learned ones, so a model trained at a context of ``context`` tokens
   can be evaluated on longer sequences (the cos/sin cache grows on demand). Frequencies,
   tables and their context extension (position interpolation, NTK, YaRN) live in
   ``models/rope.py``; the config names the method.
@@ -44,11 +44,11 @@ class GPTConfig:
     n_layer: int = 4  # number of transformer blocks
     n_head: int = 4  # attention heads per block (n_embd must be divisible by it)
     n_embd: int = 256  # width of the residual stream
-    block_size: int = 256  # training context length (RoPE still works beyond it)
+    context: int = 256  # training context length (RoPE still works beyond it)
     rope_base: float = 10000.0  # RoPE base ("theta") of the inverse frequencies
     rope_extension: str = "none"  # RoPE context extension: none, pi, ntk or yarn (see models/rope.py)
     rope_factor: float = 1.0  # extension factor s = extended context / original context
-    rope_original_context: int = 0  # context the RoPE was trained at (YaRN's ramp); 0 = block_size
+    rope_original_context: int = 0  # context the RoPE was trained at (YaRN's ramp); 0 = context
     mlp: str = "gelu"  # MLP kind: "gelu" (GPT-2 style, exact erf GELU) or "swiglu" (LLaMA style)
     mlp_ratio: float = 4.0  # MLP hidden width / n_embd (swiglu uses 2/3 of it, see mlp_dim)
     mlp_hidden: int | None = None  # explicit MLP hidden width; None derives it from mlp_ratio
@@ -235,7 +235,7 @@ class GPT(nn.Module):
         device = torch.device(device) if device is not None else self.wte.weight.device
         cache = self._rope_cache
         if cache is None or cache[0].size(0) < offset + T or cache[0].device.type != device.type:
-            length = max(offset + T, self.config.block_size)
+            length = max(offset + T, self.config.context)
             cache = self._rope_cache = rope_tables(torch.arange(length, device=device), self.config)
         cos, sin = cache
         return cos[offset : offset + T].to(device), sin[offset : offset + T].to(device)
@@ -324,9 +324,9 @@ class GPT(nn.Module):
         return n
 
     @classmethod
-    def from_size(cls, name: str, vocab_size: int, block_size: int, **overrides) -> GPT:
+    def from_size(cls, name: str, vocab_size: int, context: int, **overrides) -> GPT:
         """A fresh model of a named size from SIZES, e.g. GPT.from_size("tiny-4x256", 257, 256)."""
-        return cls(size_config(name, vocab_size, block_size, **overrides))
+        return cls(size_config(name, vocab_size, context, **overrides))
 
 
 def _layer_indices(return_hidden: bool | list[int], n_layer: int) -> set[int]:
@@ -355,11 +355,11 @@ SIZES: dict[str, dict] = {
 }
 
 
-def size_config(name: str, vocab_size: int, block_size: int, **overrides) -> GPTConfig:
+def size_config(name: str, vocab_size: int, context: int, **overrides) -> GPTConfig:
     """The GPTConfig of a named size; overrides replace any field."""
     if name not in SIZES:
         raise UserError(f"unknown model size {name!r}; choose one of: {', '.join(SIZES)}")
-    return GPTConfig(**{**SIZES[name], "vocab_size": vocab_size, "block_size": block_size, **overrides})
+    return GPTConfig(**{**SIZES[name], "vocab_size": vocab_size, "context": context, **overrides})
 
 
 def _human(n: float) -> str:
@@ -375,5 +375,5 @@ def describe_model(model: GPT) -> str:
     return (
         f"{type(model).__name__} {c.n_layer}x{c.n_embd} ({c.n_head} heads, {c.mlp}), "
         f"{_human(model.num_params(False))} parameters "
-        f"({_human(model.num_params(True))} non-embedding), vocab {c.vocab_size}, context {c.block_size}"
+        f"({_human(model.num_params(True))} non-embedding), vocab {c.vocab_size}, context {c.context}"
     )

@@ -45,6 +45,16 @@ MODEL_TYPE = "contextlab-gpt"
 CONTEXTLM_TYPE = "contextlab-contextlm"
 _GPT_FIELDS = [f.name for f in dataclasses.fields(GPTConfig)]
 _HF_NAME = {"tie_embeddings": "tie_word_embeddings"}  # GPTConfig field -> config.json key
+_OLD_KEYS = {"block_size": "context"}  # config.json keys of exports made before a GPTConfig rename
+
+
+def _current_keys(cfg: dict) -> dict:
+    """An export's config.json keys under their current names (older exports say block_size)."""
+    out = dict(cfg)
+    for old, new in _OLD_KEYS.items():
+        if old in out:
+            out.setdefault(new, out.pop(old))
+    return out
 
 
 class ContextlabGPTConfig(PretrainedConfig):
@@ -55,13 +65,14 @@ class ContextlabGPTConfig(PretrainedConfig):
         "hidden_size": "n_embd",
         "num_hidden_layers": "n_layer",
         "num_attention_heads": "n_head",
-        "max_position_embeddings": "block_size",
+        "max_position_embeddings": "context",
         "tie_embeddings": "tie_word_embeddings",
     }
 
     def __init__(self, tie_word_embeddings=True, use_cache=False, **kwargs):
         # every GPTConfig field, its default from the dataclass; rope_extension, rope_factor and
         # rope_original_context (models/rope.py) are named so transformers' own rope logic never reads them
+        kwargs = _current_keys(kwargs)
         _take_fields(self, GPTConfig, kwargs, skip=("tie_embeddings",))
         self.use_cache = use_cache  # no KV cache
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
@@ -259,7 +270,7 @@ def gpt_from_hf_export(path: str | os.PathLike) -> GPT:
     from safetensors.torch import load_file
 
     p = _check_model_dir(path)
-    cfg = json.loads((p / "config.json").read_text())
+    cfg = _current_keys(json.loads((p / "config.json").read_text()))
     if cfg.get("model_type") != MODEL_TYPE:
         raise UserError(
             f"{p} holds a {cfg.get('model_type')!r} model, not a contextlab export; "

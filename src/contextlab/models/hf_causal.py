@@ -115,7 +115,7 @@ class HFCausalLM(nn.Module):
                 n -= out.weight.numel()
         return n
 
-    def flops_per_token(self, seq_len: int) -> float:
+    def flops_per_token(self, context: int) -> float:
         """Training FLOPs per token: 6 (non-embedding params + output layer) + 12 n_layer width T.
 
         The same count as ``contextlab.models.flops``.
@@ -124,7 +124,7 @@ class HFCausalLM(nn.Module):
         width = int(getattr(c, "hidden_size", 0) or getattr(c, "n_embd", 0))
         n_layer = int(getattr(c, "num_hidden_layers", 0) or getattr(c, "n_layer", 0))
         vocab = int(self.hf.get_input_embeddings().weight.shape[0])
-        return 6.0 * (self.num_params(True) + width * vocab) + 12.0 * n_layer * width * seq_len
+        return 6.0 * (self.num_params(True) + width * vocab) + 12.0 * n_layer * width * context
 
     def describe(self) -> str:
         return (

@@ -121,7 +121,7 @@ def rope_frequencies(config, device=None) -> tuple[Tensor, float]:
     """(inverse frequencies (hs/2,) fp32, attention scale) of a GPTConfig with its RoPE extension."""
     method = getattr(config, "rope_extension", "none")
     factor = float(getattr(config, "rope_factor", 1.0))
-    original = int(getattr(config, "rope_original_context", 0) or config.block_size)
+    original = int(getattr(config, "rope_original_context", 0) or config.context)
     inv_freq = METHODS[method](config.head_dim, config.rope_base, factor, original, device)
     scale = yarn_attention_scale(factor) if method == "yarn" else 1.0
     return inv_freq, scale

@@ -11,7 +11,7 @@ its parts (``model(idx)``, ``model.trunk``, ``model.blocks``...) as it needs.
   data's vocabulary, in order), and ``self.vocab_size`` is the model's vocabulary.
 * ``arch``: which model architecture of ``contextlab.models`` the objective trains
   ("gpt" unless the objective needs extra model parts that inference also uses).
-* ``extra_flops_per_token(cfg, seq_len)``: what the objective adds to the model's FLOPs,
+* ``extra_flops_per_token(cfg, context)``: what the objective adds to the model's FLOPs,
   so budgets compare objectives at equal compute.
 * ``arch_options()``: the architecture's options (chunk size, heads...) taken from ``Options``,
   which extends the architecture's options dataclass (declared once, in the models layer).
@@ -137,7 +137,7 @@ class Objective(nn.Module):
         loss = masked_loss(logits, batch.labels)
         return loss, {"loss_tokens": (batch.labels != -100).sum()}
 
-    def extra_flops_per_token(self, cfg, seq_len: int) -> float:
+    def extra_flops_per_token(self, cfg, context: int) -> float:
         return 0.0
 
 

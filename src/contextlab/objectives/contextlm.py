@@ -32,7 +32,7 @@ class ContextLMObjective(Objective):
         logits = model(x, attn_mask=mask, is_causal=True).logits  # (B, T, V)
         return next_token_loss(logits, y), {}
 
-    def extra_flops_per_token(self, cfg, seq_len: int) -> float:
-        """The predictor: predictor_layers blocks at one position per w tokens, over seq_len // w chunks."""
+    def extra_flops_per_token(self, cfg, context: int) -> float:
+        """The predictor: predictor_layers blocks at one position per w tokens, over context // w chunks."""
         w = self.options.chunk_size
-        return self.options.predictor_layers * block_flops_per_token(cfg, seq_len // w) / w
+        return self.options.predictor_layers * block_flops_per_token(cfg, context // w) / w

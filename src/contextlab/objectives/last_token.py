@@ -2,7 +2,7 @@
 
 For data where each row is one question whose answer is the last token, such as the
 sparse-parity samples of ``contextlab data synthetic parity`` (``[bits, TASK, answer]``,
-read with ``data.mode = "long_docs"`` and ``train.context`` = document length - 1). The
+read with ``data.mode = "long_docs"`` and ``train.context = 0``: one document per row). The
 model still runs causally over the whole row; the loss is the mean cross-entropy of the
 last ``n_last`` targets, so the validation loss is directly the answer's cross-entropy.
 

@@ -59,7 +59,7 @@ class MTP(Objective):
             loss = loss + weight * head_loss
         return loss, metrics
 
-    def extra_flops_per_token(self, cfg, seq_len: int) -> float:
+    def extra_flops_per_token(self, cfg, context: int) -> float:
         """n_future - 1 extra head blocks and output layers (head 1 is the GPT's own last block)."""
         extra = self.options.n_future - 1
-        return extra * (block_flops_per_token(cfg, seq_len) + lm_head_flops_per_token(cfg))
+        return extra * (block_flops_per_token(cfg, context) + lm_head_flops_per_token(cfg))

@@ -72,7 +72,7 @@ class Queries(Objective):
         if L < 1:
             raise UserError(
                 f"objective queries: rows of {row_len} tokens cannot hold a context and "
-                f"{K} questions + {K} answers; set train.context = the visible context + 2 * n_queries - 1"
+                f"{K} questions + {K} answers; set train.context = 0 (one sample per row, from the data)"
             )
         key = (row_len, K, device)
         if self._cache is None or self._cache[0] != key:

@@ -51,7 +51,7 @@ class PackSection:
     methods: list[str] = opt(
         ["ep", "splice"], "packings of the training code (contextlab data pack --method)"
     )
-    retriever: str = opt("bm25", "retriever of splice/icp: bm25, dense or repo")
+    retriever: Literal["bm25", "dense", "repo"] = opt("bm25", "retriever of splice/icp")
     k: int = opt(1, "splice: related documents retrieved per popped document")
     seed: int = opt(0, "packing seed")
 

@@ -1,5 +1,7 @@
 """How much a run trains: the rows of a step, its budget in steps, the wall-clock pace, early stopping.
 
+* ``resolve_shape``: the run config with ``train.context = 0`` taken from the data and
+  ``rows_per_step`` / ``val_rows`` turned into tokens, so everything after reads one context.
 * ``batch_shape``: train.tokens_per_step as rows of train.context tokens, split over processes and
   micro-batches (the tokens of a step stay constant when the context changes).
 * ``budget_steps``: train.max_steps, max_tokens or max_flops as a number of optimizer steps
@@ -17,13 +19,33 @@ so its learning-rate schedule can decay to the end and a resumed run repeats its
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 
+from contextlab.data.training import data_context
 from contextlab.errors import UserError
-from contextlab.train.config import TrainSection
+from contextlab.train.config import RunConfig, TrainSection
 
 WALL_CLOCK_PROBE = 10  # a wall-clock budget fixes its step count here (or 4 steps after its pace starts)
+
+
+def resolve_shape(cfg: RunConfig) -> RunConfig:
+    """``cfg`` with train.context fixed (0 = the data's) and rows_per_step / val_rows as tokens."""
+    t = cfg.train
+    defaults = TrainSection()
+    for rows, tokens in (("rows_per_step", "tokens_per_step"), ("val_rows", "val_tokens")):
+        if getattr(t, rows) and getattr(t, tokens) != getattr(defaults, tokens):
+            raise UserError(f"set train.{rows} or train.{tokens}, not both")
+    context = t.context or data_context(cfg.data)
+    shape = {
+        "context": context,
+        "tokens_per_step": t.rows_per_step * context if t.rows_per_step else t.tokens_per_step,
+        "val_tokens": t.val_rows * context if t.val_rows else t.val_tokens,
+        "rows_per_step": 0,
+        "val_rows": 0,
+    }
+    return dataclasses.replace(cfg, train=dataclasses.replace(t, **shape))
 
 
 def budget_steps(t: TrainSection, flops_per_token: float) -> int:

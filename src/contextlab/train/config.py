@@ -95,9 +95,15 @@ class TrainSection:
 
     out_dir: str = opt("runs/run", "run directory (checkpoints, metrics.jsonl, config.toml)")
     context: int = opt(
-        256, "training context: the input tokens of a row (the model predicts each next token)"
+        256,
+        "training context: the input tokens of a row (the model predicts each next token); 0 = the "
+        "data's: a packed store's context, or with data.mode long_docs the length - 1 of documents "
+        "that all have one length (synthetic tasks)",
     )
     tokens_per_step: int = opt(16384, "tokens per optimizer step, constant across contexts")
+    rows_per_step: int = opt(
+        0, "rows per optimizer step instead of tokens_per_step (rows x context); 0 = unset"
+    )
     micro_batch_rows: int = opt(0, "rows per forward pass per process; 0 = all of this process's rows")
     max_steps: int = opt(0, "budget: optimizer steps")
     max_tokens: int = opt(0, "budget: training tokens")
@@ -117,6 +123,7 @@ class TrainSection:
     log_every: int = opt(10, "steps between console/metrics lines")
     val_every: int = opt(100, "steps between validation losses; 0 = only at the end")
     val_tokens: int = opt(65536, "tokens in the fixed validation set")
+    val_rows: int = opt(0, "rows in the fixed validation set instead of val_tokens; 0 = unset")
     patience: int = opt(
         0,
         "early stopping: end the run when the validation loss has not improved for this many "

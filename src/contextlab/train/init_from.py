@@ -160,7 +160,7 @@ def _continue_gpt(cfg, objective, fields: dict, weights: dict, meta: dict) -> In
     base = {f.name: fields[f.name] for f in dataclasses.fields(GPTConfig) if f.name in fields}
     src_cfg = GPTConfig(**base)
     new_context = cfg.train.context
-    original = cfg.extend.original_context or src_cfg.rope_original_context or src_cfg.block_size
+    original = cfg.extend.original_context or src_cfg.rope_original_context or src_cfg.context
     method, factor = resolve_extension(cfg.extend, original, new_context)
     if method != "none" and src_cfg.rope_extension != "none":
         raise UserError(
@@ -169,7 +169,7 @@ def _continue_gpt(cfg, objective, fields: dict, weights: dict, meta: dict) -> In
         )
     _note_plain_extrapolation(method if src_cfg.rope_extension == "none" else "kept", original, new_context)
     base.update(
-        block_size=new_context,
+        context=new_context,
         dropout=cfg.model.dropout,
         vocab_size=max(src_cfg.vocab_size, objective.vocab_size),
     )

@@ -37,7 +37,7 @@ from contextlab.objectives import OBJECTIVES, TrainModule
 from contextlab.rundir import save_tokenizer
 from contextlab.train import checkpoint as ckpt
 from contextlab.train import distributed as D
-from contextlab.train.budget import EarlyStopping, StepBudget, batch_shape, budget_steps
+from contextlab.train.budget import EarlyStopping, StepBudget, batch_shape, budget_steps, resolve_shape
 from contextlab.train.config import RunConfig, config_hash, config_hash_matches
 from contextlab.train.flops import cached_peak_flops, flops_per_token
 from contextlab.train.init_from import check_source, describe, freeze_parameters, init_model, is_hf
@@ -94,7 +94,8 @@ def build_objective(cfg: RunConfig):
 
 class Trainer:
     def __init__(self, cfg: RunConfig):
-        self.cfg, t = cfg, cfg.train
+        self.cfg = cfg = resolve_shape(cfg)
+        t = cfg.train
         self.info = D.init_distributed(t.device)
         D.set_determinism(self.info, t.deterministic)
         if t.threads:

@@ -36,8 +36,8 @@ class ModelInfo:
     path: str  # resolved checkpoint or model folder
     architecture: str  # GPT shape or the HF model_type
     n_params: int
-    max_context: int  # training context (contextlab) or position limit (HF)
-    extends_beyond: bool  # positions beyond max_context are allowed (RoPE)
+    context: int  # training context (contextlab) or position limit (HF)
+    extends_beyond: bool  # positions beyond context are allowed (RoPE)
     tokenizer: dict = field(default_factory=dict)  # the tokenizer spec (with its hash)
     step: int | None = None
 

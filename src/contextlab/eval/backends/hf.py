@@ -73,7 +73,7 @@ def load_folder(p: Path, cfg: dict):
         path=str(p),
         architecture=str(cfg.get("model_type")),
         n_params=sum(t.numel() for t in model.parameters()),
-        max_context=next((int(cfg[k]) for k in POSITION_KEYS if isinstance(cfg.get(k), int)), 2048),
+        context=next((int(cfg[k]) for k in POSITION_KEYS if isinstance(cfg.get(k), int)), 2048),
         extends_beyond=_has_rope(cfg),
         tokenizer=tok.spec(),
     )
