@@ -32,7 +32,7 @@ from contextlab import FORMAT_VERSION, __version__
 from contextlab.config import save_toml, to_dict
 from contextlab.data.packing.config import PackConfig
 from contextlab.data.packing.packed_store import PACKED_FORMAT, PackedStore, is_packed_store, sequence_lengths
-from contextlab.data.store import TokenStore
+from contextlab.data.store import TokenStore, holds_output_lock
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_bytes, atomic_write_json, open_partial, replace_dir
 
@@ -62,6 +62,7 @@ def fingerprint(cfg: PackConfig, store: TokenStore) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+@holds_output_lock("packed store")
 def pack(
     store: str | Path | TokenStore,
     out: str | Path,
