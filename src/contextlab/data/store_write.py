@@ -95,6 +95,7 @@ class StoreWriter:
         self.state = WriterState(**vars(state))
         self.dir.mkdir(parents=True, exist_ok=True)
         self._files = {}
+        _restore_raw_offsets(self.dir)
         for name, size in (
             ("tokens.bin", state.n_tokens * self.dtype.itemsize),
             ("offsets.i64", state.n_docs * 8),
@@ -162,6 +163,15 @@ class StoreWriter:
         self._files = {}
 
 
+def _restore_raw_offsets(partial_dir: Path) -> None:
+    """Rebuild ``offsets.i64`` from ``offsets.npy`` in a partial store whose finalizing was cut
+    short before ``finalize.json`` existed (earlier versions unlinked offsets.i64 first, leaving
+    such partial stores unresumable)."""
+    raw, npy = partial_dir / "offsets.i64", partial_dir / "offsets.npy"
+    if not raw.exists() and npy.is_file():
+        atomic_write_bytes(raw, np.load(npy)[1:].astype(np.int64).tobytes())
+
+
 FINALIZE_FILE = "finalize.json"  # the meta being finalized: present while finalizing is under way
 
 
@@ -197,12 +207,12 @@ def finalize_store(partial_dir: Path, out_dir: Path, meta: dict, *, overwrite: b
             content_hash=content_hash(partial_dir / "tokens.bin", partial_dir / "offsets.npy"),
         )
         atomic_write_json(partial_dir / "meta.json", meta)
-        for name in ("offsets.i64", "progress.json"):
-            (partial_dir / name).unlink(missing_ok=True)
-        for tmp in partial_dir.glob(".*.tmp"):  # left by a write that was killed before its rename
-            tmp.unlink()
-        (partial_dir / FINALIZE_FILE).unlink(missing_ok=True)
-        fsync_dir(partial_dir)
+    for name in ("offsets.i64", "progress.json"):
+        (partial_dir / name).unlink(missing_ok=True)
+    for tmp in partial_dir.glob(".*.tmp"):  # left by a write that was killed before its rename
+        tmp.unlink()
+    (partial_dir / FINALIZE_FILE).unlink(missing_ok=True)
+    fsync_dir(partial_dir)
     replace_dir(partial_dir, out_dir, overwrite=overwrite)
 
 
