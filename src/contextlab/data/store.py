@@ -13,10 +13,12 @@ Layout of a store directory (format version 1)::
 
 Reading goes through ``np.memmap``: opening a store costs the same for 1 MB or 1 TB, and
 memory use does not grow with the corpus. Opening validates that the files agree with
-``meta.json`` (sizes, counts, monotone offsets) so a truncated or hand-edited store is
-caught at once with one clear line, not later as garbage tokens. The full content hash is
-computed once at the end of ingest; re-checking it costs a read of the whole store, so
-that is an explicit ``verify()`` rather than part of opening.
+``meta.json`` (sizes, counts, monotone offsets, the vocabulary size against the dtype and the
+saved tokenizer's spec) so a truncated or hand-edited store is caught at once with one clear
+line, not later as garbage tokens or a model with the wrong vocabulary. The full content hash
+is computed once at the end of ingest; re-checking it, loading the tokenizer and checking every
+id costs a read of the whole store, so that is an explicit ``verify()`` rather than part of
+opening (packing checks the ids alone: ``check_ids``).
 
 Writing (``StoreWriter``, ``finalize_store``: ``contextlab.data.store_write``) appends to a
 ``.partial`` directory and commits its progress after every batch, so an ingest killed at
@@ -44,6 +46,7 @@ from contextlab.data.store_write import (  # noqa: F401 (the writing side, re-ex
     output_lock,
     pending_finalize,
 )
+from contextlab.data.tokenizer_base import SPEC_FILE
 from contextlab.errors import UserError
 
 _FIX = "re-create it with `contextlab data ingest ... --overwrite`"
@@ -74,11 +77,43 @@ class TokenStore:
         self.n_tokens = int(self.meta["n_tokens"])
         self.dtype = np.dtype(self.meta["dtype"])
         self.tokenizer_spec: dict = self.meta["tokenizer"]
+        self.vocab_size = self._check_vocab()
         self.offsets = self._open_offsets()
         self.tokens = self._open_tokens()
         self._docs_meta: list[dict] | None = None
 
     # ---------------------------------------------------------------- validation
+    def _check_vocab(self) -> int:
+        """The vocabulary size, cross-checked with the dtype and the saved tokenizer's spec file
+        (cheap: one small file; ``verify`` loads the tokenizer itself and reads every id)."""
+        vocab = int(self.tokenizer_spec.get("vocab_size") or 0)
+        if vocab - 1 > np.iinfo(self.dtype).max:
+            raise UserError(
+                f"store {self.path} is corrupt: its dtype {self.dtype} cannot hold the ids of a "
+                f"vocabulary of {vocab}; {_FIX}"
+            )
+        spec_file = self.path / "tokenizer" / SPEC_FILE
+        if not spec_file.is_file():
+            return vocab
+        try:
+            saved = json.loads(spec_file.read_text(encoding="utf-8"))
+            saved_vocab, saved_hash = int(saved["vocab_size"]), saved["hash"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise UserError(
+                f"store {self.path} is corrupt: {spec_file} cannot be read ({exc}); {_FIX}"
+            ) from None
+        if saved_vocab != vocab:
+            raise UserError(
+                f"store {self.path} is corrupt: meta.json says vocab_size {vocab} but its tokenizer/ "
+                f"folder says {saved_vocab}; {_FIX}"
+            )
+        if saved_hash != self.tokenizer_spec.get("hash"):
+            raise UserError(
+                f"store {self.path} is corrupt: its tokenizer/ folder (hash {str(saved_hash)[:8]}) is "
+                f"not the tokenizer meta.json names (hash {str(self.tokenizer_spec.get('hash'))[:8]}); {_FIX}"
+            )
+        return vocab
+
     def _open_offsets(self) -> np.ndarray:
         f = self.path / "offsets.npy"
         if not f.is_file():
@@ -121,11 +156,33 @@ class TokenStore:
         return np.memmap(f, dtype=self.dtype, mode="r", shape=(self.n_tokens,))
 
     def verify(self) -> None:
-        """Recompute the content hash (reads everything) and compare with meta.json."""
+        """Check everything (reads the whole store): the vocabulary size against the tokenizer,
+        every id against the vocabulary, and the content hash against meta.json."""
+        tok = self.tokenizer()
+        if tok.vocab_size != self.vocab_size:
+            raise UserError(
+                f"store {self.path} is corrupt: meta.json says vocab_size {self.vocab_size} but its "
+                f"tokenizer has {tok.vocab_size}; {_FIX}"
+            )
+        self.check_ids(fix=_FIX)
         got = content_hash(self.path / "tokens.bin", self.path / "offsets.npy")
         if got != self.meta.get("content_hash"):
             raise UserError(
                 f"store {self.path} is corrupt: content hash {got[:12]} differs from meta.json's; {_FIX}"
+            )
+
+    def check_ids(self, fix: str | None = None, chunk: int = 1 << 23) -> None:
+        """Raise one line when an id is outside the vocabulary (reads every token, ~GB/s).
+
+        Packing calls this: an out-of-range id would otherwise crash a retriever with a raw
+        error (SPLICE) or be packed silently (EP) and fail only in training.
+        """
+        top = max((int(self.tokens[a : a + chunk].max()) for a in range(0, self.n_tokens, chunk)), default=-1)
+        if self.vocab_size and top >= self.vocab_size:
+            raise UserError(
+                f"store {self.path} is corrupt: it holds token id {top}, outside the vocabulary "
+                f"0..{self.vocab_size - 1} of its tokenizer; "
+                + (fix or f"check it with `contextlab data verify {self.path}` and {_FIX}")
             )
 
     # ---------------------------------------------------------------- access
