@@ -222,3 +222,15 @@ def test_pack_into_an_out_being_written_is_refused(reference, tmp_path):
     with output_lock(out, "packed store"), pytest.raises(UserError, match=f"packed store {out} is being"):
         pack(ref, out, progress=False)
     assert not out.exists() and not out.with_name("packed.partial").exists()
+
+
+def test_packs_of_single_shards_may_share_an_out(reference, tmp_path):
+    """``only_shards`` slices (many machines on one filesystem) run unlocked; assembling locks."""
+    from contextlab.data.packing import PackConfig, pack
+    from contextlab.data.store import output_lock
+
+    _, ref = reference
+    out = tmp_path / "packed"
+    with output_lock(out, "packed store"):
+        pack(ref, out, PackConfig(shards=2), only_shards=[1], progress=False)
+    assert pack(ref, out, PackConfig(shards=2), progress=False).shards_resumed == 1

@@ -56,15 +56,23 @@ def output_lock(out: str | os.PathLike, what: str):
     return exclusive_lock(out.with_name(f".{out.name}.lock"), f"{what} {out}")
 
 
-def holds_output_lock(what: str) -> Callable[[F], F]:
-    """Decorate a writer ``fn(src, out, ...)`` so it holds ``output_lock(out)`` while it runs."""
+def holds_output_lock(what: str, *, unless: str | None = None) -> Callable[[F], F]:
+    """Decorate a writer ``fn(src, out, ...)`` so it holds ``output_lock(out)`` while it runs.
+
+    ``unless`` names an argument that, when given (not None), makes the call run unlocked: a
+    pack of ``only_shards`` writes just its own shard files, atomically, so many such calls may
+    share an OUT (the documented scale-out); the assembling call takes the lock.
+    """
 
     def wrap(fn: F) -> F:
         signature = inspect.signature(fn)
 
         @functools.wraps(fn)
         def locked(*args, **kwargs):
-            with output_lock(signature.bind(*args, **kwargs).arguments["out"], what):
+            bound = signature.bind(*args, **kwargs).arguments
+            if unless is not None and bound.get(unless) is not None:
+                return fn(*args, **kwargs)
+            with output_lock(bound["out"], what):
                 return fn(*args, **kwargs)
 
         return locked  # type: ignore[return-value]

@@ -62,7 +62,7 @@ def fingerprint(cfg: PackConfig, store: TokenStore) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-@holds_output_lock("packed store")
+@holds_output_lock("packed store", unless="only_shards")
 def pack(
     store: str | Path | TokenStore,
     out: str | Path,
