@@ -198,6 +198,7 @@ def _store_documents(
         closing.callback(writer.close)
         pos = resumed_from
         bar = _progress_bar(progress, src, state)
+        closing.callback(bar.close)  # also on an error, so its line is cleared before the message
         for batch in _prefetch(_batches(iter(src), resumed_from, int(config.batch_mb * 1e6))):
             ids = tokenizer.encode_pieces([d.text for d in batch], piece_chars)
             _add_filtered(writer, batch, ids, config, counts)
