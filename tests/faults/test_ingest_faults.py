@@ -50,8 +50,10 @@ raise SystemExit(main(argv))
 
 STORE = "contextlab.data.store_write"
 KILL_POINTS = {
+    "before-the-first-batch": ("contextlab.data.ingest:atomic_write_json", "before", 1, "progress.json"),
     "mid-batch": (f"{STORE}:StoreWriter.add", "after", 25, ""),
     "after-a-commit": ("contextlab.data.ingest:atomic_write_json", "after", 4, "progress.json"),
+    "after-finalize.json": ("os:replace", "after", 1, "finalize.json"),
     "before-offsets.npy": ("os:replace", "before", 1, "offsets.npy"),
     "after-offsets.npy": ("os:replace", "after", 1, "offsets.npy"),
     "in-content-hash": (f"{STORE}:content_hash", "before", 1, ""),
@@ -60,6 +62,7 @@ KILL_POINTS = {
     "after-meta.json": ("os:replace", "after", 1, "meta.json"),
     "after-offsets.i64-unlink": ("pathlib:Path.unlink", "after", 1, "offsets.i64"),
     "after-progress.json-unlink": ("pathlib:Path.unlink", "after", 1, "progress.json"),
+    "after-finalize.json-unlink": ("pathlib:Path.unlink", "after", 1, "finalize.json"),
     "before-rename": (f"{STORE}:replace_dir", "before", 1, ""),
     "after-rename": (f"{STORE}:replace_dir", "after", 1, ""),
 }
