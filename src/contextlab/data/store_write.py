@@ -45,7 +45,7 @@ def content_hash(tokens_file: Path, offsets_file: Path, chunk: int = 1 << 20) ->
     return h.hexdigest()
 
 
-def output_lock(out: str | os.PathLike, what: str):
+def output_lock(out: str | os.PathLike, what: str) -> contextlib.AbstractContextManager[None]:
     """Hold the one-writer lock of the store (or packed store) being written at ``out``.
 
     The lock file is ``.OUT.lock`` beside ``out``, not inside it: ``OUT`` and ``OUT.partial``
