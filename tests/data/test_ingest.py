@@ -209,3 +209,47 @@ def test_undecodable_bytes_are_reported(tmp_path):
     )
     assert rep.store.meta["source_stats"]["undecodable_bytes"] == 3
     assert rep.store.tokenizer().decode(rep.store.doc(0)) == "caf\ufffd and \ufffd\ufffd"
+
+
+def test_partial_left_by_a_kill_inside_the_old_finalize_resumes(tmp_path, monkeypatch):
+    """Earlier versions unlinked offsets.i64 before hashing and had no finalize.json: such a partial
+    store said "damaged" on every rerun (with --overwrite too); now it resumes to the same store."""
+    import contextlab.data.store_write as store_write
+
+    src = make_corpus(tmp_path / "c", n_files=20)
+    cfg = IngestConfig(batch_mb=0.01)
+    ref = ingest(src, tmp_path / "ref", cfg, progress=False).store
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(store_write, "content_hash", killed)
+    with pytest.raises(KeyboardInterrupt):
+        ingest(src, tmp_path / "out", cfg, progress=False)
+    monkeypatch.undo()
+    partial = tmp_path / "out.partial"
+    (partial / "offsets.i64").unlink()  # the state the old finalize left
+    (partial / "finalize.json").unlink()
+    assert (partial / "offsets.npy").is_file() and (partial / "progress.json").is_file()
+    rep = ingest(src, tmp_path / "out", cfg, overwrite=True, progress=False)
+    same_store(rep.store, ref)
+    assert not partial.exists()
+
+
+def test_interrupted_finalize_of_another_config_is_not_discarded_silently(tmp_path, monkeypatch):
+    import contextlab.data.store_write as store_write
+
+    src = make_corpus(tmp_path / "c", n_files=10)
+    real = store_write.replace_dir
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(store_write, "replace_dir", killed)  # finalized, not renamed yet
+    with pytest.raises(KeyboardInterrupt):
+        ingest(src, tmp_path / "out", IngestConfig(batch_mb=0.01), progress=False)
+    monkeypatch.setattr(store_write, "replace_dir", real)
+    with pytest.raises(UserError, match="unfinished ingest of a different source"):
+        ingest(src, tmp_path / "out", IngestConfig(batch_mb=0.01, min_tokens=3), progress=False)
+    rep = ingest(src, tmp_path / "out", IngestConfig(batch_mb=0.01), progress=False)
+    assert rep.store.n_docs == 10 and not (tmp_path / "out.partial").exists()

@@ -143,3 +143,71 @@ def test_split_tail_holds_out_the_end_of_every_document(store):
         d = int(val.indices[i])
         assert val.doc(i).tolist() == store.doc(d)[lens[d] // 2 :].tolist()
     assert train.n_tokens() + val.n_tokens() == store.n_tokens
+
+
+def _edit_meta(store_dir, **tokenizer_changes) -> None:
+    meta = json.loads((store_dir / "meta.json").read_text())
+    meta["tokenizer"].update(tokenizer_changes)
+    (store_dir / "meta.json").write_text(json.dumps(meta))
+
+
+def test_tampered_vocab_size_in_meta_is_caught_at_open(store):
+    _edit_meta(store.path, vocab_size=226)
+    with pytest.raises(UserError, match="vocab_size 226 .* tokenizer/ .* 257"):
+        TokenStore(store.path)
+
+
+def test_dtype_that_cannot_hold_the_vocabulary_is_caught_at_open(store):
+    for f in ("meta.json", "tokenizer/tokenizer_spec.json"):
+        spec = json.loads((store.path / f).read_text())
+        (spec.get("tokenizer", spec))["vocab_size"] = 70_000
+        (store.path / f).write_text(json.dumps(spec))
+    with pytest.raises(UserError, match="dtype uint16 cannot hold .* 70000"):
+        TokenStore(store.path)
+
+
+def test_verify_checks_vocab_size_against_the_tokenizer(store):
+    """A vocabulary size edited in meta.json and the tokenizer's spec file alike opens (the spec
+    file's vocab_size of a byte tokenizer is not hashed) but fails ``verify``."""
+    _edit_meta(store.path, vocab_size=226)
+    spec_file = store.path / "tokenizer" / "tokenizer_spec.json"
+    spec = json.loads(spec_file.read_text())
+    spec["vocab_size"] = 226
+    spec_file.write_text(json.dumps(spec))
+    opened = TokenStore(store.path)
+    with pytest.raises(UserError, match="vocab_size 226 but its tokenizer has 257"):
+        opened.verify()
+
+
+def _corrupt_first_token(store) -> None:
+    tokens = np.memmap(store.path / "tokens.bin", dtype=np.uint16, mode="r+")
+    tokens[0] = 60_000
+    tokens.flush()
+    del tokens
+
+
+def test_verify_names_a_token_id_outside_the_vocabulary(store):
+    _corrupt_first_token(store)
+    with pytest.raises(UserError, match="token id 60000, outside the vocabulary 0..256"):
+        TokenStore(store.path).verify()
+
+
+@pytest.mark.parametrize("method", ["ep", "splice"])
+def test_pack_of_a_store_with_an_out_of_range_token_names_data_verify(store, tmp_path, method):
+    from contextlab.data.packing import PackConfig, pack
+
+    _corrupt_first_token(store)
+    with pytest.raises(UserError, match="contextlab data verify") as e:
+        pack(store.path, tmp_path / "packed", PackConfig(method=method, context=16), progress=False)
+    assert "\n" not in str(e.value)
+
+
+def test_data_verify_command_on_a_tampered_store_is_one_line(store, capsys):
+    from contextlab.cli import main
+
+    assert main(["data", "verify", str(store.path)]) == 0
+    assert "every id below the vocabulary size 257" in capsys.readouterr().out
+    _edit_meta(store.path, vocab_size=226)
+    assert main(["data", "verify", str(store.path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "vocab_size 226" in err

@@ -572,3 +572,74 @@ def test_tokenizers_without_a_proof_never_cut(bpe4k):
     text = pg_text("pg863.txt", 20_000)
     assert slow.cut_points(text, 100) == []
     assert slow.encode_pieces([text], 100)[0].tolist() == slow.encode(text)
+
+
+# ---------------------------------------------------------------- identity
+
+
+def test_tokenizer_resaved_by_transformers_keeps_its_identity(bpe, tmp_path):
+    """transformers re-saves a tokenizer.json with other bytes (a no-op post-processor here); the
+    ids are the same, so the hash is too, and a store made with one accepts the other."""
+    from transformers import PreTrainedTokenizerFast
+
+    from contextlab.data.ingest import IngestConfig, ingest
+    from tests.conftest import write_tree
+
+    bpe.save(tmp_path / "orig")
+    fast = PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "orig" / "tokenizer.json"))
+    fast.save_pretrained(tmp_path / "resaved")
+    raw = [(d / "tokenizer.json").read_bytes() for d in (tmp_path / "orig", tmp_path / "resaved")]
+    assert json.loads(raw[0]) != json.loads(raw[1])  # the files differ
+    resaved = T.load_tokenizer(f"hf:{tmp_path / 'resaved'}")
+    text = pg_text("pg158.txt", 20_000) + UNICODE
+    assert resaved.encode(text) == bpe.encode(text) and resaved.hash == bpe.hash
+    corpus = write_tree(tmp_path / "c", {"a.txt": text})
+    store = ingest(corpus, tmp_path / "s", IngestConfig(tokenizer=f"hf:{tmp_path / 'orig'}"), progress=False)
+    store.store.check_tokenizer(resaved.spec(), "the model")
+
+
+def test_what_changes_the_ids_changes_the_hash(bpe):
+    """Merges, normalizer, pre-tokenizer, post-processor and added tokens are all part of the hash."""
+    from tokenizers import AddedToken, normalizers, processors
+    from tokenizers import Tokenizer as HFTok
+
+    def variant(edit) -> str:
+        tok = HFTok.from_str(bpe._tok.to_str())
+        edit(tok)
+        return T.HFTokenizer(tok, "x").hash
+
+    def swap_merges(tok):
+        obj = json.loads(tok.to_str())
+        obj["model"]["merges"][:2] = obj["model"]["merges"][1::-1]
+        tok.model = HFTok.from_str(json.dumps(obj)).model
+
+    def post(tok):
+        tok.post_processor = processors.TemplateProcessing(
+            single="<|endoftext|> $A", special_tokens=[("<|endoftext|>", 256)]
+        )
+
+    hashes = {
+        bpe.hash,
+        variant(swap_merges),
+        variant(lambda tok: setattr(tok, "normalizer", normalizers.NFKC())),
+        variant(lambda tok: setattr(tok.pre_tokenizer, "add_prefix_space", True)),
+        variant(post),
+        variant(lambda tok: tok.add_tokens([AddedToken("hello", normalized=False)])),
+    }
+    assert len(hashes) == 6
+
+
+def test_old_raw_file_hash_is_still_accepted(bpe, tmp_path):
+    """Folders and stores written before the hash covered only what determines the ids hold the
+    hash of the whole tokenizer.json: they still load, keep that hash, and match new specs."""
+    bpe.save(tmp_path / "old")
+    spec_file = tmp_path / "old" / T.SPEC_FILE
+    spec = json.loads(spec_file.read_text())
+    spec["hash"] = bpe.legacy_hash
+    spec.pop("legacy_hash")
+    spec_file.write_text(json.dumps(spec))
+    assert bpe.legacy_hash != bpe.hash
+    old = T.load_saved_tokenizer(tmp_path / "old")
+    assert old.hash == bpe.legacy_hash  # the identity it was recorded with
+    T.check_same_tokenizer(old.spec(), bpe.spec(), "the model", "the data store")
+    T.check_same_tokenizer(spec, bpe.spec(), "the model", "the data store")

@@ -126,15 +126,21 @@ def cmd_info(argv: list[str]) -> int:
 
 
 def cmd_verify(argv: list[str]) -> int:
-    """Check a token store end to end (sizes, counts, metadata, content hash)."""
+    """Check a token store end to end (sizes, counts, vocabulary, token ids, content hash)."""
     from contextlab.data.store import TokenStore
 
-    p = _parser("data verify", "Re-read the whole store and check it against meta.json.")
+    p = _parser(
+        "data verify",
+        "Re-read the whole store and check it against meta.json: sizes and counts, the vocabulary "
+        "size against the tokenizer, every token id against the vocabulary, the content hash.",
+    )
     p.add_argument("store", help="a token store directory")
     args = p.parse_args(argv)
     store = TokenStore(args.store)
     store.verify()
     store.docs_meta()
-    store.tokenizer()
-    print(f"{store.path}: ok ({store.n_docs:,} documents, {store.n_tokens:,} tokens, hash {store.hash[:12]})")
+    print(
+        f"{store.path}: ok ({store.n_docs:,} documents, {store.n_tokens:,} tokens, every id below the "
+        f"vocabulary size {store.vocab_size:,}, hash {store.hash[:12]})"
+    )
     return 0

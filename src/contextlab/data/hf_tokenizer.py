@@ -93,6 +93,9 @@ class HFTokenizer(Tokenizer):
         return self._tok.decode(ids.tolist(), skip_special_tokens=False)
 
     def _canonical(self) -> Iterator[bytes]:
+        yield json.dumps(_identity(json.loads(self._tok.to_str())), sort_keys=True).encode()
+
+    def _legacy_canonical(self) -> Iterator[bytes]:
         yield json.dumps(json.loads(self._tok.to_str()), sort_keys=True).encode()
 
     def _save_files(self, d: Path) -> None:
@@ -113,6 +116,56 @@ class HFTokenizer(Tokenizer):
                     "ordinary token of the vocabulary; pick another name"
                 )
         return out
+
+
+def _identity(obj: dict[str, Any]) -> dict[str, Any]:
+    """What in a tokenizer.json determines the ids, spelled one way.
+
+    Left out: the decoder, truncation, padding and the format version (they never change an
+    id), ``trim_offsets`` (offsets only) and a post-processor that adds no token (transformers
+    writes a template of just ``$A``/``$A $B`` where the file had none; contextlab encodes
+    without post-processing anyway). Merges are pairs whether written ``"a b"`` or ``["a", "b"]``.
+    """
+    model = dict(obj.get("model") or {})
+    if "merges" in model:
+        model["merges"] = [m.split(" ", 1) if isinstance(m, str) else list(m) for m in model["merges"]]
+    normalizer = obj.get("normalizer")
+    return {
+        "model": model,
+        "normalizer": None if normalizer == {"type": "Sequence", "normalizers": []} else normalizer,
+        "pre_tokenizer": _without_offsets(obj.get("pre_tokenizer")),
+        "post_processor": _post_processor(obj.get("post_processor")),
+        "added_tokens": sorted(obj.get("added_tokens") or [], key=lambda t: t.get("id", -1)),
+    }
+
+
+def _without_offsets(part: Any) -> Any:
+    """``part`` with every ``trim_offsets`` flag removed (they only move offsets)."""
+    if isinstance(part, dict):
+        return {k: _without_offsets(v) for k, v in part.items() if k != "trim_offsets"}
+    if isinstance(part, list):
+        return [_without_offsets(v) for v in part]
+    return part
+
+
+def _post_processor(post: Any) -> Any:
+    """The post-processor, or None when it adds no token (ByteLevel, a template of sequences only)."""
+    if not isinstance(post, dict):
+        return post
+    kind = post.get("type")
+    if kind == "Sequence":
+        parts = [p for p in map(_post_processor, post.get("processors") or []) if p is not None]
+        return {"type": "Sequence", "processors": parts} if parts else None
+    if kind == "ByteLevel":
+        return None
+    templates = [*(post.get("single") or []), *(post.get("pair") or [])]
+    if (
+        kind == "TemplateProcessing"
+        and not post.get("special_tokens")
+        and all("Sequence" in t for t in templates)
+    ):
+        return None
+    return _without_offsets(post)
 
 
 # Checked by both engines when an HFTokenizer picks tiktoken: prose, indented code, digits,

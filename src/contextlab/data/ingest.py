@@ -14,12 +14,18 @@ truncated back to the committed sizes and the source is re-walked, skipping (wit
 tokenizing) the documents already stored. So no document is lost or stored twice. The
 record also holds a fingerprint of the source files, options and tokenizer: resuming with
 anything different is refused. When the source is exhausted the partial directory is
-renamed to OUT in one step.
+finalized (``store.finalize_store``, restartable from any point: a kill while finalizing is
+finished by the next run) and renamed to OUT in one step.
+
+One writer per store: the whole ingest holds ``.OUT.lock`` (``store.output_lock``), so a
+second ingest into the same --out is refused with one line naming the first. A full disk
+ends with one line; the torn batch is cut off the partial files and the rerun resumes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import queue
@@ -31,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contextlab.config import opt, save_toml, to_dict
+from contextlab.data.heap import steady_heap
 from contextlab.data.sources import Document, SourceOptions, open_source
 from contextlab.data.store import (
     StoreWriter,
@@ -38,11 +45,13 @@ from contextlab.data.store import (
     WriterState,
     dtype_for_vocab,
     finalize_store,
+    holds_output_lock,
     is_store,
+    pending_finalize,
 )
 from contextlab.data.tokenizers import N_THREADS, Tokenizer, load_saved_tokenizer, load_tokenizer
 from contextlab.errors import UserError
-from contextlab.io import atomic_write_json, open_partial
+from contextlab.io import atomic_write_json, open_partial, partial_dir
 
 TOKENIZER_SPECS = "byte | gpt2:DIR | hf:PATH | bpe:N | store:STORE"
 
@@ -92,6 +101,7 @@ def resolve_tokenizer_spec(spec: str) -> str:
     return spec
 
 
+@holds_output_lock("token store")
 def ingest(
     source: str | Path,
     out: str | Path,
@@ -100,15 +110,39 @@ def ingest(
     overwrite: bool = False,
     progress: bool = True,
 ) -> IngestReport:
-    """Tokenize ``source`` into a token store at ``out`` (resuming an unfinished run)."""
+    """Tokenize ``source`` into a token store at ``out`` (resuming an unfinished run).
+
+    One ingest at a time writes ``out`` (a second one is refused, naming the first). A full
+    disk ends with one line; the partial store keeps what was committed (the torn batch is cut
+    off) and the same command resumes once there is space.
+    """
     config = config or IngestConfig()
     out = Path(out)
+    try:
+        return _ingest(source, out, config, overwrite, progress)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise UserError(
+            f"no space left on the disk while writing {exc.filename or partial_dir(out)} ({exc.strerror}); "
+            f"free some space and run the same command again: it resumes from the last committed batch "
+            f"kept in {partial_dir(out)}"
+        ) from None
+
+
+def _ingest(source: str | Path, out: Path, config: IngestConfig, overwrite: bool, progress: bool):
+    """``ingest`` without the lock and the full-disk message."""
     src = open_source(source, config.source)
     fingerprint = _fingerprint(src, config)
     if out.exists():
         done = _existing_output(out, fingerprint, overwrite)
         if done is not None:
             return done
+    pending = pending_finalize(partial_dir(out))
+    if pending is not None and pending.get("ingest_fingerprint") == fingerprint:
+        print(f"finishing the interrupted ingest into {out}")
+        finalize_store(partial_dir(out), out, pending, overwrite=overwrite)
+        return _report_of(TokenStore(out), up_to_date=False)
     partial, record = _open_partial(out, fingerprint, overwrite)
     start = time.perf_counter()
 
@@ -134,7 +168,9 @@ def _open_partial(out: Path, fingerprint: str, overwrite: bool) -> tuple[Path, d
         out,
         _fresh_record(fingerprint),
         overwrite=overwrite,
-        has_work=lambda _, old: old is not None and int(old.get("source_pos", 0)) > 0,
+        has_work=lambda folder, old: (
+            (old is not None and int(old.get("source_pos", 0)) > 0) or pending_finalize(folder) is not None
+        ),
         what="ingest of a different source or config",
     )
 
@@ -158,10 +194,11 @@ def _store_documents(
     if resumed_from:
         print(f"resuming ingest into {out}: {state.n_docs:,} documents already stored")
     piece_chars = max(1 << 16, int(config.batch_mb * 1e6) // (4 * N_THREADS))
-    with _steady_heap(), contextlib.ExitStack() as closing:
+    with steady_heap(), contextlib.ExitStack() as closing:
         closing.callback(writer.close)
         pos = resumed_from
         bar = _progress_bar(progress, src, state)
+        closing.callback(bar.close)  # also on an error, so its line is cleared before the message
         for batch in _prefetch(_batches(iter(src), resumed_from, int(config.batch_mb * 1e6))):
             ids = tokenizer.encode_pieces([d.text for d in batch], piece_chars)
             _add_filtered(writer, batch, ids, config, counts)
@@ -220,15 +257,7 @@ def _existing_output(out: Path, fingerprint: str, overwrite: bool) -> IngestRepo
     if is_store(out):
         store = TokenStore(out)
         if store.meta.get("ingest_fingerprint") == fingerprint and not overwrite:
-            return IngestReport(
-                store=store,
-                seconds=0.0,
-                bytes_read=0,
-                resumed_from_docs=store.n_docs,
-                skipped_short=store.meta["filters"].get("skipped_short", 0),
-                skipped_long=store.meta["filters"].get("skipped_long", 0),
-                up_to_date=True,
-            )
+            return _report_of(store, up_to_date=True)
         if not overwrite:
             raise UserError(
                 f"{out} already holds a different token store (source "
@@ -240,6 +269,19 @@ def _existing_output(out: Path, fingerprint: str, overwrite: bool) -> IngestRepo
             f"{out} exists and is not a contextlab token store; choose another --out or pass --overwrite"
         )
     return None
+
+
+def _report_of(store: TokenStore, up_to_date: bool) -> IngestReport:
+    """The report of an ingest that had nothing left to tokenize."""
+    return IngestReport(
+        store=store,
+        seconds=0.0,
+        bytes_read=0,
+        resumed_from_docs=store.n_docs,
+        skipped_short=store.meta["filters"].get("skipped_short", 0),
+        skipped_long=store.meta["filters"].get("skipped_long", 0),
+        up_to_date=up_to_date,
+    )
 
 
 def _fresh_record(fingerprint: str) -> dict:
@@ -295,51 +337,6 @@ def _batches(docs: Iterator[Document], skip: int, batch_chars: int) -> Iterator[
             batch, size = [], 0
     if batch:
         yield batch
-
-
-@contextlib.contextmanager
-def _steady_heap() -> Iterator[None]:
-    """Keep glibc from growing the heap with the corpus (peak RSS flat in corpus size), then
-    leave the allocator set for tensor work.
-
-    glibc raises its mmap threshold each time a large block is freed, after which the
-    multi-MB texts and id lists of every batch come from the heap, and the heap fragments
-    and grows slowly over a long ingest (measured: 139 MB peak for 10 MB of books, 177 MB
-    for 67 MB). A fixed 128 KB threshold sends large blocks back to the OS when freed.
-
-    A fixed threshold also stops glibc's adaptation for the rest of the process, and at
-    128 KB every activation tensor of a training step would be mmapped and page-faulted
-    anew (a 4 x 256 step ran 1.7x slower after an ingest in the same process). On the way
-    out the thresholds are set where glibc's adaptation ends up on its own (mmap 32 MB,
-    trim 64 MB). Elsewhere than glibc this does nothing.
-    """
-    libc = _glibc()
-    if libc is not None:
-        libc.mallopt(_M_MMAP_THRESHOLD, 128 * 1024)
-    try:
-        yield
-    finally:
-        if libc is not None:
-            libc.mallopt(_M_MMAP_THRESHOLD, 32 * 1024 * 1024)
-            libc.mallopt(_M_TRIM_THRESHOLD, 64 * 1024 * 1024)
-
-
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (malloc.h)
-
-
-def _glibc():
-    """The process's C library through ctypes when it is glibc (it has mallopt), else None."""
-    import ctypes
-    import platform
-
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return None
-    try:
-        libc = ctypes.CDLL(None)
-        libc.mallopt  # noqa: B018 (present in glibc)
-        return libc
-    except (OSError, AttributeError):
-        return None
 
 
 def _prefetch(it: Iterator, depth: int = 2) -> Iterator:

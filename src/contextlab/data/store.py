@@ -13,33 +13,42 @@ Layout of a store directory (format version 1)::
 
 Reading goes through ``np.memmap``: opening a store costs the same for 1 MB or 1 TB, and
 memory use does not grow with the corpus. Opening validates that the files agree with
-``meta.json`` (sizes, counts, monotone offsets) so a truncated or hand-edited store is
-caught at once with one clear line, not later as garbage tokens. The full content hash is
-computed once at the end of ingest; re-checking it costs a read of the whole store, so
-that is an explicit ``verify()`` rather than part of opening.
+``meta.json`` (sizes, counts, monotone offsets, the vocabulary size against the dtype and the
+saved tokenizer's spec) so a truncated or hand-edited store is caught at once with one clear
+line, not later as garbage tokens or a model with the wrong vocabulary. The full content hash
+is computed once at the end of ingest; re-checking it, loading the tokenizer and checking every
+id costs a read of the whole store, so that is an explicit ``verify()`` rather than part of
+opening (packing checks the ids alone: ``check_ids``).
 
-Writing (``StoreWriter``) appends to a ``.partial`` directory and commits its progress
-after every batch, so an ingest killed at any moment resumes without losing or
-duplicating a document (see ``contextlab.data.ingest``).
+Writing (``StoreWriter``, ``finalize_store``: ``contextlab.data.store_write``) appends to a
+``.partial`` directory and commits its progress after every batch, so an ingest killed at
+any moment, finalizing included, resumes without losing or duplicating a document.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from contextlab import FORMAT_VERSION, __version__
+from contextlab import FORMAT_VERSION
+from contextlab.data.store_write import (  # noqa: F401 (the writing side, re-exported)
+    FINALIZE_FILE,
+    STORE_FORMAT,
+    StoreWriter,
+    WriterState,
+    content_hash,
+    finalize_store,
+    holds_output_lock,
+    output_lock,
+    pending_finalize,
+)
+from contextlab.data.tokenizer_base import SPEC_FILE
 from contextlab.errors import UserError
-from contextlab.io import atomic_write_json, replace_dir
 
-STORE_FORMAT = "contextlab-token-store"
 _FIX = "re-create it with `contextlab data ingest ... --overwrite`"
 
 
@@ -68,11 +77,43 @@ class TokenStore:
         self.n_tokens = int(self.meta["n_tokens"])
         self.dtype = np.dtype(self.meta["dtype"])
         self.tokenizer_spec: dict = self.meta["tokenizer"]
+        self.vocab_size = self._check_vocab()
         self.offsets = self._open_offsets()
         self.tokens = self._open_tokens()
         self._docs_meta: list[dict] | None = None
 
     # ---------------------------------------------------------------- validation
+    def _check_vocab(self) -> int:
+        """The vocabulary size, cross-checked with the dtype and the saved tokenizer's spec file
+        (cheap: one small file; ``verify`` loads the tokenizer itself and reads every id)."""
+        vocab = int(self.tokenizer_spec.get("vocab_size") or 0)
+        if vocab - 1 > np.iinfo(self.dtype).max:
+            raise UserError(
+                f"store {self.path} is corrupt: its dtype {self.dtype} cannot hold the ids of a "
+                f"vocabulary of {vocab}; {_FIX}"
+            )
+        spec_file = self.path / "tokenizer" / SPEC_FILE
+        if not spec_file.is_file():
+            return vocab
+        try:
+            saved = json.loads(spec_file.read_text(encoding="utf-8"))
+            saved_vocab, saved_hash = int(saved["vocab_size"]), saved["hash"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise UserError(
+                f"store {self.path} is corrupt: {spec_file} cannot be read ({exc}); {_FIX}"
+            ) from None
+        if saved_vocab != vocab:
+            raise UserError(
+                f"store {self.path} is corrupt: meta.json says vocab_size {vocab} but its tokenizer/ "
+                f"folder says {saved_vocab}; {_FIX}"
+            )
+        if saved_hash != self.tokenizer_spec.get("hash"):
+            raise UserError(
+                f"store {self.path} is corrupt: its tokenizer/ folder (hash {str(saved_hash)[:8]}) is "
+                f"not the tokenizer meta.json names (hash {str(self.tokenizer_spec.get('hash'))[:8]}); {_FIX}"
+            )
+        return vocab
+
     def _open_offsets(self) -> np.ndarray:
         f = self.path / "offsets.npy"
         if not f.is_file():
@@ -115,11 +156,33 @@ class TokenStore:
         return np.memmap(f, dtype=self.dtype, mode="r", shape=(self.n_tokens,))
 
     def verify(self) -> None:
-        """Recompute the content hash (reads everything) and compare with meta.json."""
+        """Check everything (reads the whole store): the vocabulary size against the tokenizer,
+        every id against the vocabulary, and the content hash against meta.json."""
+        tok = self.tokenizer()
+        if tok.vocab_size != self.vocab_size:
+            raise UserError(
+                f"store {self.path} is corrupt: meta.json says vocab_size {self.vocab_size} but its "
+                f"tokenizer has {tok.vocab_size}; {_FIX}"
+            )
+        self.check_ids(fix=_FIX)
         got = content_hash(self.path / "tokens.bin", self.path / "offsets.npy")
         if got != self.meta.get("content_hash"):
             raise UserError(
                 f"store {self.path} is corrupt: content hash {got[:12]} differs from meta.json's; {_FIX}"
+            )
+
+    def check_ids(self, fix: str | None = None, chunk: int = 1 << 23) -> None:
+        """Raise one line when an id is outside the vocabulary (reads every token, ~GB/s).
+
+        Packing calls this: an out-of-range id would otherwise crash a retriever with a raw
+        error (SPLICE) or be packed silently (EP) and fail only in training.
+        """
+        top = max((int(self.tokens[a : a + chunk].max()) for a in range(0, self.n_tokens, chunk)), default=-1)
+        if self.vocab_size and top >= self.vocab_size:
+            raise UserError(
+                f"store {self.path} is corrupt: it holds token id {top}, outside the vocabulary "
+                f"0..{self.vocab_size - 1} of its tokenizer; "
+                + (fix or f"check it with `contextlab data verify {self.path}` and {_FIX}")
             )
 
     # ---------------------------------------------------------------- access
@@ -214,107 +277,3 @@ def _read_meta(path: Path) -> dict:
         if key not in meta:
             raise UserError(f"store {path} is corrupt: meta.json lacks '{key}'; {_FIX}")
     return meta
-
-
-def content_hash(tokens_file: Path, offsets_file: Path, chunk: int = 1 << 20) -> str:
-    """sha256 over tokens.bin then offsets.npy's array bytes."""
-    h = hashlib.sha256()
-    with open(tokens_file, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    h.update(np.ascontiguousarray(np.load(offsets_file, mmap_mode="r")).tobytes())
-    return h.hexdigest()
-
-
-# ---------------------------------------------------------------------------- writing
-
-
-@dataclass
-class WriterState:
-    """What has been durably written to a partial store (the resume point)."""
-
-    n_docs: int = 0
-    n_tokens: int = 0
-    docs_bytes: int = 0
-
-
-class StoreWriter:
-    """Appends documents to ``partial_dir``; ``commit()`` makes them durable.
-
-    Files: ``tokens.bin`` (appended), ``offsets.i64`` (end offset of every document, raw
-    int64, appended), ``docs.jsonl`` (appended). ``open`` truncates each file back to the
-    last committed state, which drops whatever a killed run wrote after its last commit.
-    """
-
-    def __init__(self, partial_dir: Path, dtype: np.dtype, state: WriterState):
-        self.dir = Path(partial_dir)
-        self.dtype = np.dtype(dtype)
-        self.state = WriterState(**vars(state))
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self._files = {}
-        for name, size in (
-            ("tokens.bin", state.n_tokens * self.dtype.itemsize),
-            ("offsets.i64", state.n_docs * 8),
-            ("docs.jsonl", state.docs_bytes),
-        ):
-            path = self.dir / name
-            fh = open(path, "r+b" if path.exists() else "w+b")
-            if os.fstat(fh.fileno()).st_size < size:
-                fh.close()
-                raise UserError(
-                    f"partial ingest in {self.dir} is damaged ({name} is shorter than its "
-                    f"committed size); delete {self.dir} and ingest again"
-                )
-            fh.truncate(size)
-            fh.seek(size)
-            self._files[name] = fh
-
-    def add(self, tokens: np.ndarray, meta: dict[str, Any]) -> None:
-        arr = np.asarray(tokens)
-        if arr.size and int(arr.max()) > np.iinfo(self.dtype).max:
-            raise ValueError(f"token id {int(arr.max())} does not fit {self.dtype}")
-        self._files["tokens.bin"].write(arr.astype(self.dtype, copy=False).tobytes())
-        self.state.n_tokens += int(arr.size)
-        self.state.n_docs += 1
-        self._files["offsets.i64"].write(np.int64(self.state.n_tokens).tobytes())
-        line = (json.dumps(meta, ensure_ascii=False) + "\n").encode("utf-8")
-        self._files["docs.jsonl"].write(line)
-        self.state.docs_bytes += len(line)
-
-    def flush(self) -> WriterState:
-        """Flush and fsync the data files; returns the state that is now durable."""
-        for fh in self._files.values():
-            fh.flush()
-            os.fsync(fh.fileno())
-        return WriterState(**vars(self.state))
-
-    def close(self) -> None:
-        for fh in self._files.values():
-            fh.close()
-        self._files = {}
-
-
-def finalize_store(partial_dir: Path, out_dir: Path, meta: dict, *, overwrite: bool) -> None:
-    """Turn a complete partial directory into a store at ``out_dir`` (atomic rename)."""
-    partial_dir, out_dir = Path(partial_dir), Path(out_dir)
-    ends = np.fromfile(partial_dir / "offsets.i64", dtype=np.int64)
-    offsets = np.concatenate([np.zeros(1, np.int64), ends])
-    tmp = partial_dir / ".offsets.npy.tmp"
-    with open(tmp, "wb") as fh:
-        np.save(fh, offsets)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, partial_dir / "offsets.npy")
-    (partial_dir / "offsets.i64").unlink()
-    meta = dict(meta)
-    meta.update(
-        format=STORE_FORMAT,
-        version=FORMAT_VERSION,
-        code_version=__version__,
-        n_docs=int(len(offsets) - 1),
-        n_tokens=int(offsets[-1]),
-        content_hash=content_hash(partial_dir / "tokens.bin", partial_dir / "offsets.npy"),
-    )
-    atomic_write_json(partial_dir / "meta.json", meta)
-    (partial_dir / "progress.json").unlink(missing_ok=True)
-    replace_dir(partial_dir, out_dir, overwrite=overwrite)

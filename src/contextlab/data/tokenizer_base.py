@@ -8,10 +8,12 @@ string into any of them.
 
 Trade-offs:
 
-- Identity is a sha256 of a canonical description of the content (ranks, special tokens,
-  canonical JSON), never a name or path: renaming a folder or re-saving a file keeps the
-  hash, while changing one merge or adding one special token changes it. Stores and models
-  compare hashes before they are used together.
+- Identity is a sha256 of a canonical description of what determines the ids (ranks or
+  vocabulary and merges, normalizer, pre-tokenizer, post-processor, special and added
+  tokens), never a name, path or file spelling: renaming a folder or re-saving a file (by
+  ``transformers`` too) keeps the hash, while changing one merge or adding one special token
+  changes it. Stores and models compare hashes before they are used together; hashes that
+  earlier versions recorded (``legacy_hash``) are still accepted.
 - ``encode`` never parses special-token strings in text: a document that happens to
   contain ``<|endoftext|>`` cannot forge a document boundary. Special tokens are inserted
   as ids by the code that needs them.
@@ -107,19 +109,30 @@ class Tokenizer:
 
     @functools.cached_property
     def hash(self) -> str:
-        """sha256 hex of the canonical content: equal hashes encode identically."""
+        """sha256 hex of what determines the ids: equal hashes encode identically."""
+        return self._sha256(self._canonical())
+
+    @functools.cached_property
+    def legacy_hash(self) -> str:
+        """The hash earlier versions recorded (for HF: the whole tokenizer.json); still accepted."""
+        return self._sha256(self._legacy_canonical())
+
+    def _sha256(self, chunks: Iterator[bytes]) -> str:
         h = hashlib.sha256(f"kind={self.kind}\n".encode())
         h.update(json.dumps(sorted(self.special_tokens.items())).encode())
-        for chunk in self._canonical():
+        for chunk in chunks:
             h.update(chunk)
         return h.hexdigest()
 
     def _canonical(self) -> Iterator[bytes]:
         return iter(())
 
+    def _legacy_canonical(self) -> Iterator[bytes]:
+        return self._canonical()
+
     def spec(self) -> dict[str, Any]:
         """JSON-serialisable description: kind, name, vocab size, eot id, specials, hash."""
-        return {
+        spec = {
             "kind": self.kind,
             "name": self.name,
             "vocab_size": self.vocab_size,
@@ -127,6 +140,9 @@ class Tokenizer:
             "special_tokens": dict(self.special_tokens),
             "hash": self.hash,
         }
+        if self.legacy_hash != self.hash:  # lets specs recorded by earlier versions match this one
+            spec["legacy_hash"] = self.legacy_hash
+        return spec
 
     def save(self, directory: str | os.PathLike) -> None:
         """Write the files to reload this tokenizer into ``directory`` (spec file last)."""

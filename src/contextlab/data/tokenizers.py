@@ -115,6 +115,12 @@ def load_saved_tokenizer(directory: str | os.PathLike) -> Tokenizer:
         raise UserError(
             f"{d / SPEC_FILE} has unknown tokenizer kind {kind!r}: re-create the folder with save()"
         )
+    if spec.get("hash") == tok.legacy_hash != tok.hash:
+        # Saved by an earlier version, whose hash covered the whole tokenizer.json: accepted, and
+        # the tokenizer keeps that recorded hash as its identity, so the stores, runs and
+        # checkpoints that recorded it still match it (``check_same_tokenizer`` also matches
+        # it against new specs through their ``legacy_hash``).
+        tok.__dict__["hash"] = tok.legacy_hash
     if tok.hash != spec.get("hash"):
         raise UserError(
             f"tokenizer files in {d} do not match their spec (hash {tok.hash[:8]} != "
@@ -126,9 +132,13 @@ def load_saved_tokenizer(directory: str | os.PathLike) -> Tokenizer:
 def check_same_tokenizer(
     a_spec: dict[str, Any], b_spec: dict[str, Any], what_a: str, what_b: str, *, fix: str | None = None
 ) -> None:
-    """Raise UserError naming both tokenizers if the two specs' hashes differ."""
+    """Raise UserError naming both tokenizers if the two specs' hashes differ.
+
+    A spec written by an earlier version holds only the old whole-file hash; it matches a new
+    spec whose ``legacy_hash`` is that hash (the same tokenizer.json, so the same ids).
+    """
     a_hash, b_hash = str(a_spec.get("hash")), str(b_spec.get("hash"))
-    if a_hash == b_hash and a_spec.get("hash"):
+    if _hashes(a_spec) & _hashes(b_spec):
         return
     fix = fix or (
         f"rebuild {what_b} with {what_a}'s tokenizer (--tokenizer dir:<its tokenizer folder>) "
@@ -138,3 +148,7 @@ def check_same_tokenizer(
         f"{what_a}'s tokenizer ({a_spec.get('name')}, hash {a_hash[:8]}) differs from "
         f"{what_b}'s ({b_spec.get('name')}, hash {b_hash[:8]}): {fix}"
     )
+
+
+def _hashes(spec: dict[str, Any]) -> set[str]:
+    return {str(spec[k]) for k in ("hash", "legacy_hash") if spec.get(k)}

@@ -32,7 +32,7 @@ from contextlab import FORMAT_VERSION, __version__
 from contextlab.config import save_toml, to_dict
 from contextlab.data.packing.config import PackConfig
 from contextlab.data.packing.packed_store import PACKED_FORMAT, PackedStore, is_packed_store, sequence_lengths
-from contextlab.data.store import TokenStore
+from contextlab.data.store import TokenStore, holds_output_lock
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_bytes, atomic_write_json, open_partial, replace_dir
 
@@ -62,6 +62,7 @@ def fingerprint(cfg: PackConfig, store: TokenStore) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+@holds_output_lock("packed store", unless="only_shards")
 def pack(
     store: str | Path | TokenStore,
     out: str | Path,
@@ -77,6 +78,7 @@ def pack(
     tstore = store if isinstance(store, TokenStore) else TokenStore(store)
     if tstore.n_docs == 0:
         raise UserError(f"store {tstore.path} has no documents; ingest a corpus first")
+    tstore.check_ids()
     sep_id = _separator_id(tstore, cfg)
     fp = fingerprint(cfg, tstore)
     out = Path(out)

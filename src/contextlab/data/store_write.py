@@ -1,0 +1,254 @@
+"""Writing a token store: the resumable partial writer, restartable finalize, one writer at a time.
+
+``StoreWriter`` appends documents to ``OUT.partial/`` and commits after every batch (fsync),
+so a killed ingest resumes without losing or duplicating a document; a failed write (a full
+disk) cuts the files back to the last commit. ``finalize_store`` turns the partial directory
+into the store in steps that can each be repeated, so a kill while finalizing is finished by
+calling it again. ``output_lock`` keeps a second writer off the same OUT.
+
+Trade-off: finalizing writes ``offsets.npy`` and reads the whole store once for its content
+hash before the rename; a step log (``finalize.json``) costs one small file but makes every
+point of that sequence resumable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import inspect
+import io
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from contextlab import FORMAT_VERSION, __version__
+from contextlab.errors import UserError
+from contextlab.io import atomic_write_bytes, atomic_write_json, exclusive_lock, fsync_dir, replace_dir
+
+STORE_FORMAT = "contextlab-token-store"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def content_hash(tokens_file: Path, offsets_file: Path, chunk: int = 1 << 20) -> str:
+    """sha256 over tokens.bin then offsets.npy's array bytes."""
+    h = hashlib.sha256()
+    with open(tokens_file, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    h.update(np.ascontiguousarray(np.load(offsets_file, mmap_mode="r")).tobytes())
+    return h.hexdigest()
+
+
+def output_lock(out: str | os.PathLike, what: str) -> contextlib.AbstractContextManager[None]:
+    """Hold the one-writer lock of the store (or packed store) being written at ``out``.
+
+    The lock file is ``.OUT.lock`` beside ``out``, not inside it: ``OUT`` and ``OUT.partial``
+    are replaced and removed while the lock is held. A second writer gets one line naming the
+    first (``contextlab.io.exclusive_lock``).
+    """
+    out = Path(out)
+    return exclusive_lock(out.with_name(f".{out.name}.lock"), f"{what} {out}")
+
+
+def holds_output_lock(what: str, *, unless: str | None = None) -> Callable[[F], F]:
+    """Decorate a writer ``fn(src, out, ...)`` so it holds ``output_lock(out)`` while it runs.
+
+    ``unless`` names an argument that, when given (not None), makes the call run unlocked: a
+    pack of ``only_shards`` writes just its own shard files, atomically, so many such calls may
+    share an OUT (the documented scale-out); the assembling call takes the lock.
+    """
+
+    def wrap(fn: F) -> F:
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def locked(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs).arguments
+            if unless is not None and bound.get(unless) is not None:
+                return fn(*args, **kwargs)
+            with output_lock(bound["out"], what):
+                return fn(*args, **kwargs)
+
+        return locked  # type: ignore[return-value]
+
+    return wrap
+
+
+@dataclass
+class WriterState:
+    """What has been durably written to a partial store (the resume point)."""
+
+    n_docs: int = 0
+    n_tokens: int = 0
+    docs_bytes: int = 0
+
+
+class StoreWriter:
+    """Appends documents to ``partial_dir``; ``commit()`` makes them durable.
+
+    Files: ``tokens.bin`` (appended), ``offsets.i64`` (end offset of every document, raw
+    int64, appended), ``docs.jsonl`` (appended). ``open`` truncates each file back to the
+    last committed state, which drops whatever a killed run wrote after its last commit.
+    """
+
+    def __init__(self, partial_dir: Path, dtype: np.dtype, state: WriterState):
+        self.dir = Path(partial_dir)
+        self.dtype = np.dtype(dtype)
+        self.state = WriterState(**vars(state))
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._files = {}
+        _restore_raw_offsets(self.dir)
+        for name, size in (
+            ("tokens.bin", state.n_tokens * self.dtype.itemsize),
+            ("offsets.i64", state.n_docs * 8),
+            ("docs.jsonl", state.docs_bytes),
+        ):
+            path = self.dir / name
+            fh = open(path, "r+b" if path.exists() else "w+b")
+            if os.fstat(fh.fileno()).st_size < size:
+                fh.close()
+                raise UserError(
+                    f"partial ingest in {self.dir} is damaged ({name} is shorter than its "
+                    f"committed size); delete {self.dir} and ingest again"
+                )
+            fh.truncate(size)
+            fh.seek(size)
+            self._files[name] = fh
+        self._durable = WriterState(**vars(state))
+
+    def add(self, tokens: np.ndarray, meta: dict[str, Any]) -> None:
+        arr = np.asarray(tokens)
+        if arr.size and int(arr.max()) > np.iinfo(self.dtype).max:
+            raise ValueError(f"token id {int(arr.max())} does not fit {self.dtype}")
+        line = (json.dumps(meta, ensure_ascii=False) + "\n").encode("utf-8")
+        try:
+            self._files["tokens.bin"].write(arr.astype(self.dtype, copy=False).tobytes())
+            self.state.n_tokens += int(arr.size)
+            self.state.n_docs += 1
+            self._files["offsets.i64"].write(np.int64(self.state.n_tokens).tobytes())
+            self._files["docs.jsonl"].write(line)
+            self.state.docs_bytes += len(line)
+        except OSError:
+            self._roll_back()
+            raise
+
+    def flush(self) -> WriterState:
+        """Flush and fsync the data files; returns the state that is now durable."""
+        try:
+            for fh in self._files.values():
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError:
+            self._roll_back()
+            raise
+        self._durable = WriterState(**vars(self.state))
+        return WriterState(**vars(self.state))
+
+    def _roll_back(self) -> None:
+        """After a failed write (a full disk): close the files and cut them back to the last
+        durable state, so the space a torn batch took is given back and a rerun resumes."""
+        sizes = {
+            "tokens.bin": self._durable.n_tokens * self.dtype.itemsize,
+            "offsets.i64": self._durable.n_docs * 8,
+            "docs.jsonl": self._durable.docs_bytes,
+        }
+        for name, fh in self._files.items():
+            with contextlib.suppress(OSError):
+                fh.close()  # its buffered bytes may not fit either
+            os.truncate(self.dir / name, sizes[name])
+        self._files = {}
+        self.state = WriterState(**vars(self._durable))
+
+    def close(self) -> None:
+        for fh in self._files.values():
+            fh.close()
+        self._files = {}
+
+
+def _restore_raw_offsets(partial_dir: Path) -> None:
+    """Rebuild ``offsets.i64`` from ``offsets.npy`` in a partial store whose finalizing was cut
+    short before ``finalize.json`` existed (earlier versions unlinked offsets.i64 first, leaving
+    such partial stores unresumable)."""
+    raw, npy = partial_dir / "offsets.i64", partial_dir / "offsets.npy"
+    if not raw.exists() and npy.is_file():
+        atomic_write_bytes(raw, np.load(npy)[1:].astype(np.int64).tobytes())
+
+
+FINALIZE_FILE = "finalize.json"  # the meta being finalized: present while finalizing is under way
+
+
+def finalize_store(partial_dir: Path, out_dir: Path, meta: dict, *, overwrite: bool) -> None:
+    """Turn a complete partial directory into a store at ``out_dir`` (atomic rename).
+
+    Restartable from any point: a kill anywhere in here is finished by calling it again (with
+    any ``meta``: the one recorded first wins, see ``pending_finalize``). Every step is atomic
+    and can be repeated, and nothing is removed before what replaces it is durable:
+
+    1. ``finalize.json`` records ``meta`` (skipped when it is there, or meta.json is);
+    2. ``offsets.npy`` is written from ``offsets.i64`` (while ``offsets.i64`` exists);
+    3. ``meta.json`` gets the counts and the content hash, computed from the final files;
+    4. ``offsets.i64``, ``progress.json``, temporary files of killed writes and then
+       ``finalize.json`` are removed: the partial directory is now a complete store;
+    5. the directory is renamed to ``out_dir``.
+    """
+    partial_dir, out_dir = Path(partial_dir), Path(out_dir)
+    record = partial_dir / FINALIZE_FILE
+    done = (partial_dir / "meta.json").is_file() and not record.exists()
+    if not done:
+        if not record.is_file():
+            atomic_write_json(record, {"meta": meta})
+        meta = json.loads(record.read_text(encoding="utf-8"))["meta"]
+        offsets = _final_offsets(partial_dir)
+        meta = dict(meta)
+        meta.update(
+            format=STORE_FORMAT,
+            version=FORMAT_VERSION,
+            code_version=__version__,
+            n_docs=int(len(offsets) - 1),
+            n_tokens=int(offsets[-1]),
+            content_hash=content_hash(partial_dir / "tokens.bin", partial_dir / "offsets.npy"),
+        )
+        atomic_write_json(partial_dir / "meta.json", meta)
+    for name in ("offsets.i64", "progress.json"):
+        (partial_dir / name).unlink(missing_ok=True)
+    for tmp in partial_dir.glob(".*.tmp"):  # left by a write that was killed before its rename
+        tmp.unlink()
+    (partial_dir / FINALIZE_FILE).unlink(missing_ok=True)
+    fsync_dir(partial_dir)
+    replace_dir(partial_dir, out_dir, overwrite=overwrite)
+
+
+def _final_offsets(partial_dir: Path) -> np.ndarray:
+    """``offsets.npy`` of a partial store, written from ``offsets.i64`` unless that is gone."""
+    raw = partial_dir / "offsets.i64"
+    if not raw.exists():
+        return np.load(partial_dir / "offsets.npy")
+    ends = np.fromfile(raw, dtype=np.int64)
+    offsets = np.concatenate([np.zeros(1, np.int64), ends])
+    buf = io.BytesIO()
+    np.save(buf, offsets)
+    atomic_write_bytes(partial_dir / "offsets.npy", buf.getvalue())
+    return offsets
+
+
+def pending_finalize(partial_dir: Path) -> dict | None:
+    """The meta of a finalize that was interrupted in ``partial_dir`` (None: none was).
+
+    Once finalizing has started the data files are no longer appendable (``offsets.i64`` may
+    be gone), so the caller must finish it with ``finalize_store`` rather than resume writing.
+    """
+    partial_dir = Path(partial_dir)
+    try:
+        if (partial_dir / FINALIZE_FILE).is_file():
+            return dict(json.loads((partial_dir / FINALIZE_FILE).read_text(encoding="utf-8"))["meta"])
+        if (partial_dir / "meta.json").is_file():  # finalized; only the rename is left
+            return dict(json.loads((partial_dir / "meta.json").read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return None
