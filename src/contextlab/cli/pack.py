@@ -84,7 +84,25 @@ def _pack_config(args: argparse.Namespace):
     for f in dataclasses.fields(PackConfig):
         if getattr(args, f.name, None) is not None:
             data[f.name] = getattr(args, f.name)
-    return from_dict(PackConfig, data)
+    config = from_dict(PackConfig, data)
+    _refuse_ignored(config)
+    return config
+
+
+def _refuse_ignored(config) -> None:
+    """An option the method would ignore is a mistake (``--method ep --k 5``): one line, not silence."""
+    ignored = config.ignored_options()
+    if not ignored:
+        return
+    given = ", ".join(f"--{name.replace('_', '-')} {getattr(config, name)}" for name in ignored)
+    by = f"--method {config.method}"
+    if config.uses_retriever:
+        by += f" with --retriever {config.retriever}"
+    them = "it" if len(ignored) == 1 else "them"
+    raise UserError(
+        f"{by} does not use {given}; leave {them} out, or pick a method or retriever that uses {them} "
+        "(see contextlab data pack --help)"
+    )
 
 
 def _minus_one(value) -> str:

@@ -44,7 +44,10 @@ from contextlab.data.tokenizers import N_THREADS, Tokenizer, load_saved_tokenize
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_json, open_partial
 
-TOKENIZER_SPECS = "byte | gpt2:DIR | hf:PATH | bpe:N | store:STORE"
+TOKENIZER_SPECS = (
+    "byte | gpt2:DIR | hf:PATH (tokenizer.json or its folder) | bpe:N (train one) | "
+    "dir:DIR (a saved tokenizer folder) | store:STORE (the tokenizer of a token store)"
+)
 
 
 @dataclass
@@ -85,7 +88,17 @@ class IngestReport:
 
 
 def resolve_tokenizer_spec(spec: str) -> str:
-    """``store:DIR`` means "the tokenizer of that store"."""
+    """Check the form of a spec (one line listing ``TOKENIZER_SPECS``, before anything is
+    written); ``store:DIR`` means "the tokenizer of that store"."""
+    kind, _, arg = spec.partition(":")
+    if spec != "byte" and (kind not in ("gpt2", "hf", "bpe", "dir", "store") or not arg):
+        raise UserError(f"bad tokenizer spec {spec!r}; use one of: {TOKENIZER_SPECS}")
+    if kind == "bpe" and not arg.isdigit():
+        raise UserError(
+            f"bad tokenizer spec {spec!r}: N is a vocabulary size (bpe:4096); use one of: {TOKENIZER_SPECS}"
+        )
+    if kind in ("gpt2", "hf", "dir") and not Path(arg).expanduser().exists():
+        raise UserError(f"bad tokenizer spec {spec!r}: {arg} does not exist; use one of: {TOKENIZER_SPECS}")
     if spec.startswith("store:"):
         store = TokenStore(spec[len("store:") :])
         return f"dir:{store.path / 'tokenizer'}"

@@ -85,9 +85,9 @@ def pack(
         if done is not None:
             return done
     t0 = time.perf_counter()
-    partial = _open_partial(out, fp, overwrite)
     ranges = shards_mod.shard_ranges(tstore.lengths(), cfg.shards)
-    wanted = _wanted_shards(only_shards, len(ranges))
+    wanted = _wanted_shards(only_shards, len(ranges))  # validated before OUT.partial is created
+    partial = _open_partial(out, fp, overwrite)
     todo = [s for s in wanted if shards_mod.read_shard(shards_mod.shard_file(partial, s), fp) is None]
     if progress and len(todo) < len(wanted):
         print(f"resuming pack into {out}: {len(wanted) - len(todo)} of {len(wanted)} shard(s) already packed")
