@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from contextlab.config import add_dataclass_args, apply_overrides, field_help, from_dict, read_toml
+from contextlab.errors import UserError
 
 
 def _parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -20,10 +21,25 @@ def cmd_ingest(argv: list[str]) -> int:
 
     args = _ingest_parser().parse_args(argv)
     config = _ingest_config(args)
-    resolve_tokenizer_spec(config.tokenizer)  # a bad spec is one line before OUT.partial exists
+    _check_tokenizer_spec(config.tokenizer)  # a bad spec is one line before OUT.partial exists
+    resolve_tokenizer_spec(config.tokenizer)  # store:STORE must be a token store
     report = ingest(args.source, args.out, config, overwrite=args.overwrite, progress=not args.no_progress)
     _print_ingest_report(report)
     return 0
+
+
+def _check_tokenizer_spec(spec: str) -> None:
+    """The forms --help lists (``TOKENIZER_SPECS``), in the one line of a bad spec."""
+    from contextlab.data.ingest import TOKENIZER_SPECS
+
+    kind, _, arg = spec.partition(":")
+    ok = (
+        spec == "byte"
+        or (kind in ("gpt2", "hf", "dir", "store") and arg)
+        or (kind == "bpe" and arg.isdigit())
+    )
+    if not ok or (kind in ("gpt2", "hf", "dir") and not Path(arg).expanduser().exists()):
+        raise UserError(f"bad tokenizer spec {spec!r} (no such form or path); use one of: {TOKENIZER_SPECS}")
 
 
 def _ingest_parser() -> argparse.ArgumentParser:
