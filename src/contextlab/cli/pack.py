@@ -135,10 +135,19 @@ def _pack_summary(report, config, args: argparse.Namespace) -> str:
     return (
         f"wrote {pk.path}: {config.method}, {pk.n_sequences:,} sequences for context {config.context:,} "
         f"({m['n_full_sequences']:,} full), {pk.n_entries:,} entries from {m['store']['n_docs']:,} "
-        f"documents in {report.seconds:,.1f} s "
-        f"({m['store']['n_docs'] / max(report.seconds, 1e-9):,.0f} docs/s); "
+        f"documents in {report.seconds:,.1f} s ({_rate(report)}); "
         f"largest shard index {m['index_bytes_max'] / 2**20:,.1f} MiB"
     )
+
+
+def _rate(report) -> str:
+    """Documents per second over the documents this run packed (a resumed run packed fewer)."""
+    rate = f"{report.docs_packed / max(report.seconds, 1e-9):,.0f} docs/s"
+    if not report.shards_resumed:
+        return rate
+    if not report.docs_packed:
+        return "0 documents packed now: every shard was already packed"
+    return f"{report.docs_packed:,} documents packed now, {rate}; {report.shards_resumed} shard(s) resumed"
 
 
 def cmd_pack_stats(argv: list[str]) -> int:
