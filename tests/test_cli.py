@@ -225,3 +225,43 @@ def test_pack_refuses_ignored_and_bad_options_without_creating_anything(tmp_path
         )
         == 0
     )
+
+
+def test_ingest_bar_has_the_source_bytes_as_total_and_reaches_it(tmp_path, monkeypatch):
+    """issue 21 item 18: the ingest bar had no total (so no ETA) and counted characters, not bytes."""
+    import tqdm.auto
+
+    bars = []
+
+    class Recorded(tqdm.auto.tqdm):
+        def close(self):
+            bars.append((self.total, self.n))
+            super().close()
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", Recorded)
+    files = {f"d{i % 3}/{i}.txt": f"café {i} " * (40 + i) for i in range(30)}
+    src = write_tree(tmp_path / "c", {**files, "skip/x.md": "left out"})
+    assert main(["data", "ingest", str(src), "--out", str(tmp_path / "s"), "--exclude", "skip/*"]) == 0
+    size = sum(len(text.encode()) for text in files.values())
+    assert bars[-1] == (size, size)
+
+
+def test_training_a_bpe_says_so_on_stderr(tmp_path, capsys):
+    """issue 21 item 18: training a BPE tokenizer gave 30 s of silence."""
+    from tests.conftest import shakespeare
+
+    src = write_tree(tmp_path / "c", {"play.txt": shakespeare(200_000)})
+    args = [
+        "data",
+        "ingest",
+        str(src),
+        "--out",
+        str(tmp_path / "s"),
+        "--tokenizer",
+        "bpe:300",
+        "--no-progress",
+    ]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "training a BPE of 43 merges: reading the text" in err
+    assert "training a BPE of 43 merges on 0.2 MB ..." in err
