@@ -5,6 +5,14 @@ parent's death."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
 
 from contextlab.cli.pack import cmd_pack_stats
 from contextlab.data.packing import PackConfig, pack, pack_stats
@@ -113,3 +121,39 @@ def test_a_resumed_pack_reports_the_rate_of_the_documents_it_packed(tmp_path, ca
     assert cmd_pack(args) == 0
     out = capsys.readouterr().out
     assert f"{sizes[3]} documents packed now" in out and "3 shard(s) resumed" in out, out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc")
+def test_the_parent_watchdog_ends_a_worker_whose_parent_died():
+    """issue 21 item 16, the portable fallback of PR_SET_PDEATHSIG: a worker exits when its parent
+    pid changes (it was re-parented after the parent died)."""
+    worker = (
+        "import sys; from contextlab.data.packing.workers import _watch_parent; "
+        "_watch_parent(int(sys.argv[1]), 0.05); raise SystemExit('the watchdog returned')"
+    )
+    parent = (
+        "import os, subprocess, sys, time; "
+        f"p = subprocess.Popen([sys.executable, '-c', {worker!r}, str(os.getpid())]); "
+        "print(p.pid, flush=True); time.sleep(120)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
+    pid = int(proc.stdout.readline())
+    try:
+        time.sleep(0.3)
+        assert _alive(pid)
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 3
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(pid)
+    finally:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)

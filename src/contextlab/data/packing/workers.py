@@ -105,8 +105,12 @@ def run_shards(
         )
         with pool:
             pending = {pool.submit(fn, *job, add_to_shared_counter) for job in jobs}
-            while pending:
-                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-                bar.update(counter.value - bar.n)
-                for future in done:
-                    report(future.result(), bar)
+            try:
+                while pending:
+                    done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                    bar.update(counter.value - bar.n)
+                    for future in done:
+                        report(future.result(), bar)
+            except BaseException:  # a failed shard: do not start the others (finished ones are kept)
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
