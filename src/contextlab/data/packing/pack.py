@@ -87,8 +87,7 @@ def pack(
         done = _existing_output(out, fp, overwrite)
         if done is not None:
             return done
-    t0 = time.perf_counter()
-    ranges = shards_mod.shard_ranges(tstore.lengths(), cfg.shards)
+    t0, ranges = time.perf_counter(), shards_mod.shard_ranges(tstore.lengths(), cfg.shards)
     wanted = _wanted_shards(only_shards, len(ranges))  # validated before OUT.partial is created
     if only_shards is None and _finalized(partial_dir(out), fp):  # killed after meta.json was written
         _complete(partial_dir(out), out, overwrite)
@@ -98,8 +97,8 @@ def pack(
     if progress and len(todo) < len(wanted):
         print(f"resuming pack into {out}: {len(wanted) - len(todo)} of {len(wanted)} shard(s) already packed")
     _run(tstore, cfg, ranges, todo, partial, fp, workers, progress)
-    done = dict(shards_packed=len(todo), shards_resumed=len(wanted) - len(todo))
-    done["docs_packed"] = sum(ranges[s][1] - ranges[s][0] for s in todo)
+    n_docs = sum(ranges[s][1] - ranges[s][0] for s in todo)
+    done = dict(shards_packed=len(todo), shards_resumed=len(wanted) - len(todo), docs_packed=n_docs)
     if only_shards is not None:
         return PackReport(None, time.perf_counter() - t0, **done)
     results = _read_all_shards(partial, len(ranges), fp)

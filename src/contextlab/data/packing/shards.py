@@ -84,8 +84,7 @@ def pack_shard(
         rng=np.random.default_rng([cfg.seed, index]),
     )
     retriever = build_retriever(store, doc_ids, cfg) if cfg.uses_retriever else None
-    if on_take is not None:
-        seq.on_take.append(on_take)
+    seq.on_take.extend([on_take] if on_take else [])  # progress: a document was packed
     packer.fill(seq, retriever, cfg)
     entries, offsets, sims = flatten(seq.sequences, doc_ids)
     stats = {
