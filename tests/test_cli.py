@@ -139,3 +139,129 @@ def test_train_bad_input_is_one_line(tmp_path, sets, message):
 def test_export_of_a_missing_run(tmp_path):
     res = run_cli("export", str(tmp_path / "nope"), "--out", str(tmp_path / "hf"))
     assert res.returncode == 2 and "not found" in res.stderr
+
+
+def _pack_cli_store(tmp_path):
+    src = write_tree(tmp_path / "c", {f"{d}/{i}.txt": f"text {d} {i} " * 8 for d in "ab" for i in range(6)})
+    assert main(["data", "ingest", str(src), "--out", str(tmp_path / "s"), "--no-progress"]) == 0
+    return tmp_path / "s"
+
+
+def test_repeated_include_and_comma_lists_all_count(tmp_path, capsys):
+    """issue 21 item 13: a repeated --include kept only the last one (6 of 12 documents were read)."""
+    src = write_tree(tmp_path / "c", {f"{d}/{i}.txt": f"text {d} {i}" for d in "abc" for i in range(4)})
+    args = ["data", "ingest", str(src), "--no-progress", "--include", "a/*", "--include", "b/0.txt,b/1.txt"]
+    assert main([*args, "--out", str(tmp_path / "s"), "--exclude", "a/0.txt", "--exclude", "a/1.txt"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    from contextlab.data.store import TokenStore
+
+    paths = [m["path"] for m in TokenStore(tmp_path / "s").docs_meta()]
+    assert paths == ["a/2.txt", "a/3.txt", "b/0.txt", "b/1.txt"]
+
+
+def test_tokenizer_spec_error_lists_the_forms_help_lists(tmp_path, capsys):
+    """issue 21 item 13: the error listed dir: while --help listed store:; both now list what ingest takes."""
+    with pytest.raises(SystemExit):
+        main(["data", "ingest", "--help"])
+    helptext = " ".join(capsys.readouterr().out.split())
+    for spec in ("sentencepiece:x", "bpe:many", f"hf:{tmp_path / 'missing'}", "dir:"):
+        assert main(["data", "ingest", str(tmp_path), "--out", str(tmp_path / "s"), "--tokenizer", spec]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and repr(spec) in err
+        forms = err.split("use one of: ")[1]
+        for form in ("byte", "gpt2:DIR", "hf:PATH", "bpe:N", "dir:DIR", "store:STORE"):
+            assert form in forms
+        assert forms in helptext
+    assert not (tmp_path / "s.partial").exists()
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (
+            ["--method", "ep", "--retriever", "repo", "--k", "5"],
+            "--method ep does not use --k 5, --retriever repo",
+        ),
+        (
+            ["--method", "icp", "--order", "shuffle"],
+            "--method icp with --retriever bm25 does not use --order",
+        ),
+        (["--method", "splice", "--retriever", "repo", "--dense-batch", "8"], "does not use --dense-batch 8"),
+        (["--context", "1"], "context must be >= 4 tokens, got 1"),
+        (["--only-shards", "5"], "shard 5 does not exist"),
+    ],
+)
+def test_pack_refuses_ignored_and_bad_options_without_creating_anything(tmp_path, capsys, flags, message):
+    """issue 21 item 13: options a method ignores, --context 1 and a missing shard were accepted or left
+    an empty OUT.partial behind."""
+    store = _pack_cli_store(tmp_path)
+    capsys.readouterr()
+    out = tmp_path / "p"
+    assert main(["data", "pack", str(store), "--out", str(out), "--context", "16", *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert not out.exists() and not (tmp_path / "p.partial").exists()
+    # the defaults of an option the method ignores are fine, and so is the option where it is used
+    ok = ["--method", "ep", "--retriever", "bm25", "--k", "1", "--no-progress"]
+    assert main(["data", "pack", str(store), "--out", str(out), "--context", "16", *ok]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "pack",
+                str(store),
+                "--out",
+                str(tmp_path / "q"),
+                "--method",
+                "splice",
+                "--k",
+                "5",
+                "--retriever",
+                "repo",
+                "--context",
+                "16",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+
+
+def test_ingest_bar_has_the_source_bytes_as_total_and_reaches_it(tmp_path, monkeypatch):
+    """issue 21 item 18: the ingest bar had no total (so no ETA) and counted characters, not bytes."""
+    import tqdm.auto
+
+    bars = []
+
+    class Recorded(tqdm.auto.tqdm):
+        def close(self):
+            bars.append((self.total, self.n))
+            super().close()
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", Recorded)
+    files = {f"d{i % 3}/{i}.txt": f"café {i} " * (40 + i) for i in range(30)}
+    src = write_tree(tmp_path / "c", {**files, "skip/x.md": "left out"})
+    assert main(["data", "ingest", str(src), "--out", str(tmp_path / "s"), "--exclude", "skip/*"]) == 0
+    size = sum(len(text.encode()) for text in files.values())
+    assert bars[-1] == (size, size)
+
+
+def test_training_a_bpe_says_so_on_stderr(tmp_path, capsys):
+    """issue 21 item 18: training a BPE tokenizer gave 30 s of silence."""
+    from tests.conftest import shakespeare
+
+    src = write_tree(tmp_path / "c", {"play.txt": shakespeare(200_000)})
+    args = [
+        "data",
+        "ingest",
+        str(src),
+        "--out",
+        str(tmp_path / "s"),
+        "--tokenizer",
+        "bpe:300",
+        "--no-progress",
+    ]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "training a BPE of 43 merges: reading the text" in err
+    assert "training a BPE of 43 merges on 0.2 MB ..." in err

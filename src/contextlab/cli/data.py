@@ -7,7 +7,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from contextlab.config import add_dataclass_args, apply_overrides, from_dict, read_toml
+from contextlab.config import add_dataclass_args, apply_overrides, field_help, from_dict, read_toml
+from contextlab.errors import UserError
 
 
 def _parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -16,13 +17,29 @@ def _parser(prog: str, description: str) -> argparse.ArgumentParser:
 
 def cmd_ingest(argv: list[str]) -> int:
     """Tokenize a corpus (folder, JSONL, Parquet, HF dataset folder) into a token store."""
-    from contextlab.data.ingest import ingest
+    from contextlab.data.ingest import ingest, resolve_tokenizer_spec
 
     args = _ingest_parser().parse_args(argv)
     config = _ingest_config(args)
+    _check_tokenizer_spec(config.tokenizer)  # a bad spec is one line before OUT.partial exists
+    resolve_tokenizer_spec(config.tokenizer)  # store:STORE must be a token store
     report = ingest(args.source, args.out, config, overwrite=args.overwrite, progress=not args.no_progress)
     _print_ingest_report(report)
     return 0
+
+
+def _check_tokenizer_spec(spec: str) -> None:
+    """The forms --help lists (``TOKENIZER_SPECS``), in the one line of a bad spec."""
+    from contextlab.data.ingest import TOKENIZER_SPECS
+
+    kind, _, arg = spec.partition(":")
+    ok = (
+        spec == "byte"
+        or (kind in ("gpt2", "hf", "dir", "store") and arg)
+        or (kind == "bpe" and arg.isdigit())
+    )
+    if not ok or (kind in ("gpt2", "hf", "dir") and not Path(arg).expanduser().exists()):
+        raise UserError(f"bad tokenizer spec {spec!r} (no such form or path); use one of: {TOKENIZER_SPECS}")
 
 
 def _ingest_parser() -> argparse.ArgumentParser:
@@ -53,8 +70,19 @@ def _ingest_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_dataclass_args(p, IngestConfig)
-    add_dataclass_args(p, SourceOptions)
+    add_dataclass_args(p, SourceOptions, skip=_GLOB_FLAGS)
+    for name in _GLOB_FLAGS:  # repeatable, and each may be a comma list: all of them count
+        p.add_argument(
+            f"--{name}",
+            dest=name,
+            action="append",
+            metavar="GLOB[,GLOB...]",
+            help=f"{field_help(SourceOptions, name)}; repeat the flag to add more",
+        )
     return p
+
+
+_GLOB_FLAGS = ("include", "exclude")
 
 
 def _ingest_config(args: argparse.Namespace):
@@ -67,8 +95,9 @@ def _ingest_config(args: argparse.Namespace):
         if getattr(args, f.name, None) is not None and f.name != "source":
             data[f.name] = getattr(args, f.name)
     for f in dataclasses.fields(SourceOptions):
-        if getattr(args, f.name, None) is not None:
-            data.setdefault("source", {})[f.name] = getattr(args, f.name)
+        value = getattr(args, f.name, None)
+        if value is not None:
+            data.setdefault("source", {})[f.name] = ",".join(value) if isinstance(value, list) else value
     return from_dict(IngestConfig, data)
 
 

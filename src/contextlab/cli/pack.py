@@ -84,7 +84,25 @@ def _pack_config(args: argparse.Namespace):
     for f in dataclasses.fields(PackConfig):
         if getattr(args, f.name, None) is not None:
             data[f.name] = getattr(args, f.name)
-    return from_dict(PackConfig, data)
+    config = from_dict(PackConfig, data)
+    _refuse_ignored(config)
+    return config
+
+
+def _refuse_ignored(config) -> None:
+    """An option the method would ignore is a mistake (``--method ep --k 5``): one line, not silence."""
+    ignored = config.ignored_options()
+    if not ignored:
+        return
+    given = ", ".join(f"--{name.replace('_', '-')} {getattr(config, name)}" for name in ignored)
+    by = f"--method {config.method}"
+    if config.uses_retriever:
+        by += f" with --retriever {config.retriever}"
+    them = "it" if len(ignored) == 1 else "them"
+    raise UserError(
+        f"{by} does not use {given}; leave {them} out, or pick a method or retriever that uses {them} "
+        "(see contextlab data pack --help)"
+    )
 
 
 def _minus_one(value) -> str:
@@ -117,10 +135,19 @@ def _pack_summary(report, config, args: argparse.Namespace) -> str:
     return (
         f"wrote {pk.path}: {config.method}, {pk.n_sequences:,} sequences for context {config.context:,} "
         f"({m['n_full_sequences']:,} full), {pk.n_entries:,} entries from {m['store']['n_docs']:,} "
-        f"documents in {report.seconds:,.1f} s "
-        f"({m['store']['n_docs'] / max(report.seconds, 1e-9):,.0f} docs/s); "
+        f"documents in {report.seconds:,.1f} s ({_rate(report)}); "
         f"largest shard index {m['index_bytes_max'] / 2**20:,.1f} MiB"
     )
+
+
+def _rate(report) -> str:
+    """Documents per second over the documents this run packed (a resumed run packed fewer)."""
+    rate = f"{report.docs_packed / max(report.seconds, 1e-9):,.0f} docs/s"
+    if not report.shards_resumed:
+        return rate
+    if not report.docs_packed:
+        return "0 documents packed now: every shard was already packed"
+    return f"{report.docs_packed:,} documents packed now, {rate}; {report.shards_resumed} shard(s) resumed"
 
 
 def cmd_pack_stats(argv: list[str]) -> int:
@@ -134,11 +161,7 @@ def cmd_pack_stats(argv: list[str]) -> int:
     packed = PackedStore(args.packed)
     stats = pack_stats(packed, max_sequences=args.max_sequences, seed=args.seed)
     if args.json:
-        print(
-            json.dumps(
-                {k: v for k, v in stats.items() if not k.endswith(("_all", "_per_sequence"))}, indent=2
-            )
-        )
+        print(json.dumps({k: v for k, v in stats.items() if not isinstance(v, list)}, indent=2))
     else:
         print(format_pack_stats(stats))
     if not args.no_plot:
@@ -167,6 +190,8 @@ def _pack_stats_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", help="where to write the PNG (default: PACKED/pack_stats.png)")
     p.add_argument("--no-plot", action="store_true", help="do not draw the plot")
     p.add_argument(
-        "--json", action="store_true", help="print the summary as JSON (without per-sequence lists)"
+        "--json",
+        action="store_true",
+        help="print the summary as JSON: every number the text shows (without the per-sequence lists)",
     )
     return p

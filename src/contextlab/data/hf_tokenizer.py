@@ -294,5 +294,20 @@ def train_bpe(
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=show_progress,
     )
-    tok.train_from_iterator(texts, trainer=trainer)
+    tok.train_from_iterator(
+        _told(texts, f"training a BPE of {vocab_size - minimum:,} merges"), trainer=trainer
+    )
     return HFTokenizer(tok, f"bpe-{vocab_size}")
+
+
+def _told(texts: Iterable[str], what: str) -> Iterator[str]:
+    """``texts``, saying on stderr what is trained on them (a long silence otherwise) and, once all
+    are read, on how many MB (the merges are computed after that)."""
+    import sys
+
+    print(f"{what}: reading the text ...", file=sys.stderr, flush=True)
+    n_bytes = 0
+    for text in texts:
+        n_bytes += len(text.encode("utf-8", "replace"))
+        yield text
+    print(f"{what} on {n_bytes / 1e6:,.1f} MB ...", file=sys.stderr, flush=True)

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from contextlab.config import opt, save_toml, to_dict
 from contextlab.data.heap import steady_heap
+from contextlab.data.source_bytes import source_bytes
 from contextlab.data.sources import Document, SourceOptions, open_source
 from contextlab.data.store import (
     StoreWriter,
@@ -53,7 +54,7 @@ from contextlab.data.tokenizers import N_THREADS, Tokenizer, load_saved_tokenize
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_json, open_partial, partial_dir
 
-TOKENIZER_SPECS = "byte | gpt2:DIR | hf:PATH | bpe:N | store:STORE"
+TOKENIZER_SPECS = "byte | gpt2:DIR | hf:PATH | bpe:N | dir:DIR (a saved tokenizer) | store:STORE"
 
 
 @dataclass
@@ -206,7 +207,7 @@ def _store_documents(
             durable = writer.flush()
             record.update(source_pos=pos, writer=vars(durable), counts=counts)
             atomic_write_json(partial / "progress.json", record)
-            bar.update(sum(len(d.text) for d in batch))
+            bar.update(src.stats.bytes_read - bar.n)
         bar.close()
     if writer.state.n_docs == 0:
         raise UserError(
@@ -377,10 +378,8 @@ def _prefetch(it: Iterator, depth: int = 2) -> Iterator:
 def _progress_bar(enabled: bool, src, state: WriterState):
     from tqdm.auto import tqdm
 
-    total = getattr(src, "total_bytes", None)
-    total = total() if callable(total) else total
     return tqdm(
-        total=total,
+        total=source_bytes(src),  # counted in bytes_read: see _store_documents
         unit="B",
         unit_scale=True,
         desc="ingest",

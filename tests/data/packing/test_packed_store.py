@@ -121,7 +121,7 @@ def test_shards_in_parallel_processes_and_one_at_a_time_agree(tmp_path):
 def test_user_errors(tmp_path):
     with pytest.raises(UserError, match="store not found"):
         pack(tmp_path / "nope", tmp_path / "p", PackConfig())
-    with pytest.raises(UserError, match="context must be >= 1"):
+    with pytest.raises(UserError, match="context must be >= 4"):
         PackConfig(context=0)
     with pytest.raises(UserError, match="unknown packing method 'zigzag'"):
         PackConfig(method="zigzag")

@@ -63,7 +63,7 @@ def test_cli_pack_and_pack_stats(tmp_path, capsys):
     assert "zipf" in text and (out / "pack_stats.png").stat().st_size > 1000
     with pytest.raises(UserError, match="unknown packing method"):
         cmd_pack([str(tmp_path / "store"), "--out", str(tmp_path / "x"), "--method", "nope"])
-    with pytest.raises(UserError, match="context must be >= 1"):
+    with pytest.raises(UserError, match="context must be >= 4"):
         cmd_pack([str(tmp_path / "store"), "--out", str(tmp_path / "x"), "--context", "0"])
     with pytest.raises(UserError, match="seq_len .* is replaced by context.* use --context 63 "):
         cmd_pack([str(tmp_path / "store"), "--out", str(tmp_path / "x"), "--seq-len", "64"])

@@ -2,19 +2,33 @@
 
 Every knob of every method lives here (``contextlab data pack --help`` lists them all and
 ``meta.json`` of a packed store records them), so a packed store always says exactly how
-it was made. Knobs that a method does not use are recorded but ignored (``k`` for ``ep``).
-Validation raises ``UserError`` with one line naming the knob and its valid values. The
-method and retriever names and their help come from the records in ``methods``.
+it was made. Knobs that a method does not use are recorded but ignored (``k`` for ``ep``);
+``ignored_options`` names those set away from their defaults, which the command line refuses
+(the API keeps accepting them, so one config can drive several methods). Validation raises
+``UserError`` with one line naming the knob and its valid values. The method and retriever
+names and their help come from the records in ``methods``.
+
+Trade-off: ``context`` has a floor of ``MIN_CONTEXT`` tokens, not 1: a shorter context
+trains nothing useful and is always a slip (the old ``--seq-len 1``), while every small test
+and debug configuration still fits above it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 from contextlab.config import opt, to_dict
-from contextlab.data.packing.methods import PACKERS, RETRIEVERS, choices_help, retrieving_methods
+from contextlab.data.packing.methods import (
+    PACKERS,
+    RETRIEVERS,
+    choices_help,
+    retrieving_methods,
+    specific_knobs,
+)
 from contextlab.errors import UserError
+
+MIN_CONTEXT = 4  # tokens; below it a packed row is a typo, not an experiment
 
 
 @dataclass
@@ -82,8 +96,11 @@ class PackConfig:
 
         choice("packing method", self.method, tuple(PACKERS))
         choice("retriever", self.retriever, tuple(RETRIEVERS))
-        if self.context < 1:
-            raise UserError(f"context must be >= 1, got {self.context}; pass --context L with L >= 1")
+        if self.context < MIN_CONTEXT:
+            raise UserError(
+                f"context must be >= {MIN_CONTEXT} tokens, got {self.context}; pass --context L with "
+                f"L >= {MIN_CONTEXT} (the training context, e.g. 2048)"
+            )
         if self.k < 1:
             raise UserError(f"k must be >= 1, got {self.k}; pass --k 1 or more")
         if not 0.0 <= self.noise <= 1.0:
@@ -113,3 +130,13 @@ class PackConfig:
     def uses_retriever(self) -> bool:
         """The method retrieves, and not every retrieved document is replaced (splice, noise 1)."""
         return PACKERS[self.method].retrieves and not (self.method == "splice" and self.noise >= 1.0)
+
+    def ignored_options(self) -> list[str]:
+        """The method- or retriever-specific knobs set away from their defaults that this method
+        (with its retriever, if it uses one) never reads, e.g. ``["retriever", "k"]`` for ep."""
+        packer = PACKERS[self.method]
+        used = set(packer.knobs) | ({"order"} if packer.ordered else set())
+        if self.uses_retriever:
+            used |= {"retriever", *RETRIEVERS[self.retriever].knobs}
+        unused = specific_knobs() - used
+        return [f.name for f in fields(self) if f.name in unused and getattr(self, f.name) != f.default]

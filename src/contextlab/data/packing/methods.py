@@ -31,8 +31,9 @@ class Packer:
 
     fill: Callable[..., None]
     help: str  # one line for --help: how the method chooses the next document
-    retrieves: bool = False  # builds a retriever over each shard (--retriever, --k)
+    retrieves: bool = False  # builds a retriever over each shard (--retriever and its knobs)
     ordered: bool = True  # honours --order; False keeps the method's own order (icp's path)
+    knobs: tuple[str, ...] = ()  # the method-specific PackConfig fields it reads (k, noise, ...)
 
 
 @dataclass(frozen=True)
@@ -41,18 +42,25 @@ class RetrieverKind:
 
     build: Callable[..., Any]
     help: str  # one line for --help: what "related" means
+    knobs: tuple[str, ...] = ()  # the PackConfig fields it reads (bm25_max_tokens, dense_batch, ...)
 
 
 PACKERS: dict[str, Packer] = {
     "ep": Packer(pack_ep, "random documents"),
     "ep-domain": Packer(pack_ep_domain, "random documents of one domain"),
-    "splice": Packer(pack_splice, "BFS over retrieved related documents", retrieves=True),
-    "icp": Packer(pack_icp, "greedy most-similar path", retrieves=True, ordered=False),
+    "splice": Packer(
+        pack_splice, "BFS over retrieved related documents", retrieves=True, knobs=("k", "noise")
+    ),
+    "icp": Packer(pack_icp, "greedy most-similar path", retrieves=True, ordered=False, knobs=("icp_dedup",)),
 }
 
 RETRIEVERS: dict[str, RetrieverKind] = {
-    "bm25": RetrieverKind(build_bm25, "bm25s over the text"),
-    "dense": RetrieverKind(build_dense, "sentence embeddings + Faiss"),
+    "bm25": RetrieverKind(build_bm25, "bm25s over the text", knobs=("bm25_max_tokens",)),
+    "dense": RetrieverKind(
+        build_dense,
+        "sentence embeddings + Faiss",
+        knobs=("dense_model", "dense_max_tokens", "dense_batch", "ivf_min_docs", "ivf_nprobe"),
+    ),
     "repo": RetrieverKind(build_repo, "depth-first over the directory tree"),
 }
 
@@ -60,6 +68,12 @@ RETRIEVERS: dict[str, RetrieverKind] = {
 def choices_help(records: dict[str, Packer] | dict[str, RetrieverKind]) -> str:
     """``name (help) | name (help) | ...`` for a --help line."""
     return " | ".join(f"{name} ({record.help})" for name, record in records.items())
+
+
+def specific_knobs() -> set[str]:
+    """The PackConfig fields that only some methods or retrievers read."""
+    records = [*PACKERS.values(), *RETRIEVERS.values()]
+    return {"order", "retriever"} | {knob for record in records for knob in record.knobs}
 
 
 def retrieving_methods() -> list[str]:

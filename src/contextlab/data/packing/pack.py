@@ -5,8 +5,11 @@ store hash, tokenizer hash); every finished shard is one file in ``shards/``. A 
 at any moment restarts by skipping the shards already written, and since a shard's result
 depends only on (documents, config, seed, shard index), the resumed output is
 byte-identical to an uninterrupted one (timings in meta.json aside). When every shard is
-there, the arrays are concatenated in shard order, meta.json and config.toml written, and
-the directory renamed to OUT in one step.
+there, the arrays are concatenated in shard order, config.toml and then meta.json written
+(meta.json last: it marks the folder finished), the work files removed and the directory
+renamed to OUT in one step. A run killed while finalizing resumes there: before meta.json
+it writes the same files again from the shards; after it, it only completes the clean-up
+and the rename, packing nothing again.
 
 Scale-out: ``workers`` runs shards in that many processes (spawned, so numba/Faiss/torch
 threads are never forked); ``only_shards`` packs just those shards and stops before
@@ -18,10 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing as mp
 import shutil
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,9 +33,10 @@ from contextlab import FORMAT_VERSION, __version__
 from contextlab.config import save_toml, to_dict
 from contextlab.data.packing.config import PackConfig
 from contextlab.data.packing.packed_store import PACKED_FORMAT, PackedStore, is_packed_store, sequence_lengths
+from contextlab.data.packing.workers import run_shards
 from contextlab.data.store import TokenStore, holds_output_lock
 from contextlab.errors import UserError
-from contextlab.io import atomic_write_bytes, atomic_write_json, open_partial, replace_dir
+from contextlab.io import atomic_write_bytes, atomic_write_json, open_partial, partial_dir, replace_dir
 
 
 @dataclass
@@ -46,6 +48,7 @@ class PackReport:
     shards_packed: int
     shards_resumed: int
     up_to_date: bool = False
+    docs_packed: int = 0  # documents of the shards this call packed (not those resumed)
 
 
 def fingerprint(cfg: PackConfig, store: TokenStore) -> str:
@@ -86,21 +89,24 @@ def pack(
         done = _existing_output(out, fp, overwrite)
         if done is not None:
             return done
-    t0 = time.perf_counter()
+    t0, ranges = time.perf_counter(), shards_mod.shard_ranges(tstore.lengths(), cfg.shards)
+    wanted = _wanted_shards(only_shards, len(ranges))  # validated before OUT.partial is created
+    if only_shards is None and _finalized(partial_dir(out), fp):  # killed after meta.json was written
+        _complete(partial_dir(out), out, overwrite)
+        return PackReport(PackedStore(out, store=tstore), time.perf_counter() - t0, 0, len(wanted))
     partial = _open_partial(out, fp, overwrite)
-    ranges = shards_mod.shard_ranges(tstore.lengths(), cfg.shards)
-    wanted = _wanted_shards(only_shards, len(ranges))
     todo = [s for s in wanted if shards_mod.read_shard(shards_mod.shard_file(partial, s), fp) is None]
     if progress and len(todo) < len(wanted):
         print(f"resuming pack into {out}: {len(wanted) - len(todo)} of {len(wanted)} shard(s) already packed")
     _run(tstore, cfg, ranges, todo, partial, fp, workers, progress)
+    n_docs = sum(ranges[s][1] - ranges[s][0] for s in todo)
+    done = dict(shards_packed=len(todo), shards_resumed=len(wanted) - len(todo), docs_packed=n_docs)
     if only_shards is not None:
-        return PackReport(None, time.perf_counter() - t0, len(todo), len(wanted) - len(todo))
+        return PackReport(None, time.perf_counter() - t0, **done)
     results = _read_all_shards(partial, len(ranges), fp)
-    _finalize(tstore, cfg, results, partial, out, fp, sep_id, overwrite)
-    return PackReport(
-        PackedStore(out, store=tstore), time.perf_counter() - t0, len(todo), len(wanted) - len(todo)
-    )
+    _finalize(tstore, cfg, results, partial, fp, sep_id)
+    _complete(partial, out, overwrite)
+    return PackReport(PackedStore(out, store=tstore), time.perf_counter() - t0, **done)
 
 
 def _open_partial(out: Path, fp: str, overwrite: bool) -> Path:
@@ -175,26 +181,20 @@ def _run(
     workers: int,
     progress: bool,
 ) -> None:
-    def report(stats: dict) -> None:
+    def report(stats: dict, bar) -> None:
         if progress:
-            print(
+            bar.write(
                 f"  shard {stats['shard'] + 1}/{len(ranges)}: {stats['n_docs']:,} documents -> "
                 f"{stats['n_sequences']:,} sequences, index {stats['index_bytes'] / 2**20:,.1f} MiB, "
-                f"{stats['seconds']:,.1f} s",
-                flush=True,
+                f"{stats['seconds']:,.1f} s"
             )
 
-    args = [
+    jobs = [
         (str(store.path.resolve()), cfg, s, *ranges[s], str(shards_mod.shard_file(partial, s)), fp)
         for s in todo
     ]
-    if workers <= 1 or len(todo) <= 1:
-        for a in args:
-            report(shards_mod.run_shard(*a))
-        return
-    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
-        for stats in pool.map(shards_mod.run_shard, *zip(*args)):
-            report(stats)
+    total = sum(ranges[s][1] - ranges[s][0] for s in todo)
+    run_shards(shards_mod.run_shard, jobs, total, workers, report, progress)
 
 
 def _save_npy(path: Path, arr: np.ndarray) -> None:
@@ -225,21 +225,16 @@ def _store_record(store: TokenStore) -> dict:
 
 
 def _finalize(
-    store: TokenStore,
-    cfg: PackConfig,
-    results,
-    partial: Path,
-    out: Path,
-    fp: str,
-    sep_id: int | None,
-    overwrite: bool,
+    store: TokenStore, cfg: PackConfig, results, partial: Path, fp: str, sep_id: int | None
 ) -> None:
+    """Write the arrays, config.toml and, last, meta.json (its presence marks the work done)."""
     entries, offsets, sims = shards_mod.combine(results)
     lens = sequence_lengths(entries, offsets, store.lengths(), sep_id is not None, cfg.row_len)
     stats = [s for _, s in results]
     _save_npy(partial / "entries.npy", entries)
     _save_npy(partial / "seq_offsets.npy", offsets)
     _save_npy(partial / "similarity.npy", sims)
+    save_toml(to_dict(cfg), partial / "config.toml")
     meta = {
         "format": PACKED_FORMAT,
         "version": FORMAT_VERSION,
@@ -260,7 +255,21 @@ def _finalize(
         "files": dict(_FILES),
     }
     atomic_write_json(partial / "meta.json", meta)
-    save_toml(to_dict(cfg), partial / "config.toml")
-    shutil.rmtree(partial / "shards")
+
+
+def _finalized(partial: Path, fp: str) -> bool:
+    """``partial`` holds a finished pack of fingerprint ``fp`` (its meta.json, written last)."""
+    try:
+        return json.loads((partial / "meta.json").read_text()).get("fingerprint") == fp
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _complete(partial: Path, out: Path, overwrite: bool) -> None:
+    """Clear the work files out of a finalized ``partial`` and rename it to ``out``. Every step
+    can be repeated, so a run killed anywhere in here is finished by the next one."""
+    shutil.rmtree(partial / "shards", ignore_errors=True)
+    for stray in partial.glob(".*.tmp"):  # a temporary file of a write that a kill interrupted
+        stray.unlink()
     (partial / "progress.json").unlink(missing_ok=True)
     replace_dir(partial, out, overwrite=overwrite)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ import numpy as np
 from contextlab.data.packing.config import PackConfig
 from contextlab.data.packing.methods import PACKERS, RETRIEVERS
 from contextlab.data.packing.sequencer import Sequencer, flatten
+from contextlab.data.packing.workers import batched
 from contextlab.data.store import TokenStore
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_bytes
@@ -59,8 +61,15 @@ def build_retriever(store: TokenStore, doc_ids: np.ndarray, cfg: PackConfig):
     return RETRIEVERS[cfg.retriever].build(store, doc_ids, cfg)
 
 
-def pack_shard(store: TokenStore, cfg: PackConfig, index: int, lo: int, hi: int) -> tuple[dict, dict]:
-    """Pack documents [lo, hi); returns (arrays, stats)."""
+def pack_shard(
+    store: TokenStore,
+    cfg: PackConfig,
+    index: int,
+    lo: int,
+    hi: int,
+    on_take: Callable[[int], None] | None = None,
+) -> tuple[dict, dict]:
+    """Pack documents [lo, hi); returns (arrays, stats). ``on_take(doc)`` sees every packed document."""
     packer = PACKERS[cfg.method]
     t0 = time.perf_counter()
     doc_ids = np.arange(lo, hi, dtype=np.int64)
@@ -75,6 +84,7 @@ def pack_shard(store: TokenStore, cfg: PackConfig, index: int, lo: int, hi: int)
         rng=np.random.default_rng([cfg.seed, index]),
     )
     retriever = build_retriever(store, doc_ids, cfg) if cfg.uses_retriever else None
+    seq.on_take.extend([on_take] if on_take else [])  # progress: a document was packed
     packer.fill(seq, retriever, cfg)
     entries, offsets, sims = flatten(seq.sequences, doc_ids)
     stats = {
@@ -116,11 +126,21 @@ def read_shard(path: Path, fingerprint: str) -> tuple[dict, dict] | None:
 
 
 def run_shard(
-    store_path: str, cfg: PackConfig, index: int, lo: int, hi: int, out: str, fingerprint: str
+    store_path: str,
+    cfg: PackConfig,
+    index: int,
+    lo: int,
+    hi: int,
+    out: str,
+    fingerprint: str,
+    count: Callable[[int], None] | None = None,
 ) -> dict:
-    """Pack one shard and write its file (a top-level function: runs in worker processes)."""
+    """Pack one shard and write its file (a top-level function: runs in worker processes).
+    ``count(n)``: n more documents packed, called every few documents and once at the end."""
     store = TokenStore(store_path)
-    arrays, stats = pack_shard(store, cfg, index, lo, hi)
+    one, flush = batched(count or (lambda n: None))
+    arrays, stats = pack_shard(store, cfg, index, lo, hi, one)
+    flush()
     write_shard(Path(out), arrays, stats, fingerprint)
     return stats
 
