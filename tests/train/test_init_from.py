@@ -289,3 +289,24 @@ def test_command_line_flag_sets_the_source(tmp_path, byte_store, capsys):
         ]
     )
     assert rc != 0 and f"init.source {tmp_path / 'no model'} does not exist" in capsys.readouterr().err
+
+
+def test_a_store_ingested_before_the_id_hash_continues_a_hf_model(tmp_path, hf_store, llama_dir):
+    """Stores ingested before tokenizer identity hashed the ids recorded the raw file's hash."""
+    from contextlab.data.store import TokenStore
+    from contextlab.data.tokenizers import HFTokenizer
+    from contextlab.train.init_from import _check_hf_tokenizer
+
+    old = tmp_path / "old_store"
+    shutil.copytree(hf_store.path, old)
+    tok = HFTokenizer.from_file(llama_dir / "tokenizer.json")
+    assert tok.legacy_hash != tok.hash
+    for f in (old / "meta.json", old / "tokenizer" / "tokenizer_spec.json"):
+        doc = json.loads(f.read_text())
+        spec = doc["tokenizer"] if f.name == "meta.json" else doc
+        spec["hash"] = tok.legacy_hash
+        spec.pop("legacy_hash", None)
+        f.write_text(json.dumps(doc))
+    store = TokenStore(old)
+    assert store.tokenizer_hash == tok.legacy_hash
+    _check_hf_tokenizer(llama_dir, store, 320)  # accepted: the same tokenizer.json, the same ids

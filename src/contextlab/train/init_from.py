@@ -278,7 +278,8 @@ def _check_hf_tokenizer(src: Path, store, model_vocab: int) -> None:
     if tok_file is not None:
         from contextlab.data.tokenizers import HFTokenizer
 
-        if HFTokenizer.from_file(tok_file).hash != store.tokenizer_hash:
+        tok = HFTokenizer.from_file(tok_file)
+        if store.tokenizer_hash not in (tok.hash, tok.legacy_hash):  # stores ingested before the id hash
             raise UserError(
                 f"{store.path} was not tokenized with the tokenizer of {src}; ingest the data with "
                 f"--tokenizer hf:{tok_file}"
