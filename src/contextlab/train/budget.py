@@ -1,5 +1,7 @@
 """How much a run trains: the rows of a step, its budget in steps, the wall-clock pace, early stopping.
 
+* ``check_train``: the budgets, shapes and intervals of the [train] section, checked before a run
+  directory exists (a negative budget or context is one line naming the key, never a run).
 * ``batch_shape``: train.tokens_per_step as rows of train.context tokens, split over processes and
   micro-batches (the tokens of a step stay constant when the context changes).
 * ``budget_steps``: train.max_steps, max_tokens or max_flops as a number of optimizer steps
@@ -24,6 +26,50 @@ from contextlab.errors import UserError
 from contextlab.train.config import TrainSection
 
 WALL_CLOCK_PROBE = 10  # a wall-clock budget fixes its step count here (or 4 steps after its pace starts)
+
+
+# keys that must be > 0, and keys that must be >= 0 (0 = off / automatic)
+POSITIVE = ("context", "tokens_per_step", "log_every", "val_tokens")
+NOT_NEGATIVE = [
+    "max_steps",
+    "max_tokens",
+    "max_flops",
+    "max_minutes",
+    "micro_batch_rows",
+    "val_every",
+    "ckpt_every",
+    "keep_last",
+    "patience",
+    "threads",
+    "peak_flops",
+]
+
+
+def check_train(t: TrainSection) -> None:
+    """Refuse budgets, shapes and intervals that cannot describe a run, naming the key."""
+    for key in POSITIVE:
+        value = getattr(t, key)
+        if value <= 0:
+            old = " (train.seq_len is its old name)" if key == "context" else ""
+            raise UserError(f"train.{key} is {value}{old}; it must be a positive number")
+    for key in NOT_NEGATIVE:
+        value = getattr(t, key)
+        if value < 0:
+            what = "a budget" if key.startswith("max_") else "it"
+            raise UserError(f"train.{key} is {value}; {what} must be positive (0 = {_zero(key)})")
+    budget_steps(t, 1.0)  # exactly one budget
+
+
+def _zero(key: str) -> str:
+    return {
+        "micro_batch_rows": "all of a process's rows",
+        "val_every": "validate only at the end",
+        "ckpt_every": "checkpoint only at the end",
+        "keep_last": "keep every checkpoint",
+        "patience": "no early stopping",
+        "threads": "torch's default",
+        "peak_flops": "the cached peak",
+    }.get(key, "not this budget")
 
 
 def budget_steps(t: TrainSection, flops_per_token: float) -> int:
