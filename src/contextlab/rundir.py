@@ -49,6 +49,8 @@ WEIGHTS = "model.safetensors"
 EVAL = "eval"
 HF_CONFIG = "config.json"
 LOCK = ".lock"  # io.exclusive_lock's file: one train command writes a run at a time
+# what may be in a run directory before its first train starts: the lock, and a sweep's own files
+BEFORE_TRAIN = (LOCK, "sweep_config.toml", "sweep.log", "sweep_status.json")
 
 _STEP_DIR = re.compile(r"^step_(\d{6,})$")
 PathLike = str | os.PathLike
@@ -83,7 +85,7 @@ def run_of(path: PathLike) -> Path:
 
 
 def check_run_dir(path: PathLike) -> None:
-    """Refuse ``path`` as a run to write unless it is missing, empty (but for a lock file) or a run.
+    """Refuse ``path`` as a run to write unless it is missing, a run, or empty but for ``BEFORE_TRAIN``.
 
     A token store, a packed store, a model folder, a checkpoint or any other non-empty folder
     is not a run: training would write its config.toml, metrics and checkpoints into it."""
@@ -92,7 +94,7 @@ def check_run_dir(path: PathLike) -> None:
         return
     if not path.is_dir():
         raise UserError(f"train.out_dir {path} is a file; choose a new folder or an existing run")
-    if not [p for p in path.iterdir() if p.name != LOCK]:
+    if not [p for p in path.iterdir() if p.name not in BEFORE_TRAIN]:
         return
     kind = _other_kind(path)
     if kind is None and _looks_like_run(path):

@@ -106,6 +106,7 @@ def test_non_finite_weights_are_never_saved(store, tmp_path, monkeypatch, max_st
     run = tmp_path / "run"
     at = 8 if max_steps == 12 else 6
     _poison_after(monkeypatch, at)
+    monkeypatch.setattr(Trainer, "validate", lambda self: 4.0)  # the weights check alone (not validation)
     with pytest.raises(UserError, match=f"non-finite.*step {at}.*last good checkpoint is .*step_000004"):
         train(config(store, run, max_steps=max_steps))
     assert kept(run) == [4]
@@ -120,6 +121,13 @@ def test_the_divergence_message_suggests_fp32_only_to_a_bf16_run(store, tmp_path
     assert "loss became nan at step 1" in str(fp32.value) and "dtype=fp32" not in str(fp32.value)
     with pytest.raises(UserError, match="train.dtype=fp32"):
         train(config(store, tmp_path / "b", max_steps=3, dtype="bf16"))
+
+
+def test_a_non_finite_validation_loss_is_never_logged(store, tmp_path, monkeypatch):
+    monkeypatch.setattr(Trainer, "validate", lambda self: math.inf)
+    with pytest.raises(UserError, match="validation loss became inf at step 4; the run has no checkpoint"):
+        train(config(store, tmp_path / "run", max_steps=6))
+    assert steps(tmp_path / "run") == [1, 2, 3]  # rows without a validation are logged as before
 
 
 def test_an_eval_result_never_holds_nan(tmp_path):

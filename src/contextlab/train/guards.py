@@ -105,6 +105,7 @@ def non_finite_weights(run_dir: Path, step: int, bad: int) -> UserError:
     )
 
 
-def diverged(run_dir: Path, loss: float, step: int, dtype: str) -> UserError:
+def diverged(run_dir: Path, loss: float, step: int, dtype: str, what: str = "loss") -> UserError:
+    """A non-finite training (or validation) loss: never logged or saved; fp32 is suggested to bf16 runs."""
     fix = "lower optim.lr or use train.dtype=fp32" if dtype != "fp32" else "lower optim.lr or optim.grad_clip"
-    return UserError(f"the loss became {loss} at step {step}; {last_good(run_dir)}; {fix}")
+    return UserError(f"the {what} became {loss} at step {step}; {last_good(run_dir)}; {fix}")

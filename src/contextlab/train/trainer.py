@@ -329,6 +329,8 @@ class Trainer:
     def _validation(self, step: int) -> dict:
         """Validate, track the best loss for early stopping; the row's validation fields."""
         val, s = self.validate(), self.stopping
+        if not math.isfinite(val):  # a NaN is not JSON: never in metrics.jsonl or state.json
+            raise guards.diverged(self.run_dir, val, step, self.cfg.train.dtype, "validation loss")
         s.update(val, step)
         return {"val_loss": val, "best_val_loss": s.best_val_loss, "best_step": s.best_step}
 
