@@ -241,6 +241,9 @@ def test_a_torn_metrics_line_is_dropped_on_resume_and_readers_skip_it(store, tmp
         f.write('{"step": 9, "loss": 3.1, "l')  # a kill inside the write of row 9
     assert [r["step"] for r in rundir.read_metrics(run)] == list(range(1, 9))
     assert rundir.summarize(rundir.read_metrics(run))["steps"] == 8
+    from contextlab.report.html import run_section
+
+    assert run_section(run)[1]["steps"] == 8  # the report reads it as well
     train(config(store, run, max_steps=10))
     assert steps(run) == list(range(1, 11))
 
