@@ -269,3 +269,16 @@ def test_budgets_and_shapes_are_checked_before_a_run_exists(store, tmp_path, ove
     with pytest.raises(UserError, match=key.replace(".", r"\.")) as e:
         train(config(store, run, **override))
     assert "\n" not in str(e.value) and not run.exists()
+
+
+@pytest.mark.parametrize(
+    "section, key, value",
+    [("model", "n_layer", -1), ("model", "n_embd", -32), ("model", "n_head", 0), ("model", "dropout", 2.0)]
+    + [("optim", "lr", -1.0), ("optim", "warmup_steps", -5), ("optim", "grad_clip", -1.0)],
+)
+def test_model_shapes_and_optimizer_values_are_checked_up_front(store, tmp_path, section, key, value):
+    cfg = config(store, tmp_path / "run", max_steps=3)
+    setattr(getattr(cfg, section), key, value)
+    with pytest.raises(UserError, match=f"{section}.{key} is {value}; it must be"):
+        train(cfg)
+    assert not (tmp_path / "run").exists()

@@ -39,7 +39,7 @@ from contextlab.train import distributed as D
 from contextlab.train import guards
 from contextlab.train.budget import EarlyStopping, StepBudget, batch_shape, budget_steps, check_train
 from contextlab.train.build import build_model, build_objective, model_config
-from contextlab.train.config import RunConfig, config_hash, config_hash_matches
+from contextlab.train.config import RunConfig, check_values, config_hash, config_hash_matches
 from contextlab.train.flops import cached_peak_flops, flops_per_token
 from contextlab.train.init_from import check_source, describe, freeze_parameters, init_model, is_hf
 from contextlab.train.metrics import (
@@ -69,7 +69,7 @@ class TrainResult:
 class Trainer:
     def __init__(self, cfg: RunConfig):
         self.cfg, t = cfg, cfg.train
-        check_train(t)  # before anything exists
+        check_values(cfg), check_train(t)  # before anything exists
         self.info = D.init_distributed(t.device)
         D.set_determinism(self.info, t.deterministic)
         if t.threads:
