@@ -65,20 +65,7 @@ def save_checkpoint(
     final = step_dir(run_dir, step)
     tmp = final.with_name(f".{final.name}.tmp")
     try:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
-        save_file(_contiguous(model_state), str(tmp / "model.safetensors"))
-        torch.save(optim_state, tmp / "optimizer.pt")
-        rng = {"torch": torch.get_rng_state()}
-        if torch.cuda.is_available():
-            rng["cuda"] = torch.cuda.get_rng_state_all()
-        torch.save(rng, tmp / "rng.pt")
-        (tmp / "config.toml").write_text(config_toml, encoding="utf-8")
-        atomic_write_json(tmp / "state.json", state)
-        for f in tmp.iterdir():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
+        _write_files(tmp, model_state, optim_state, state, config_toml)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
@@ -94,6 +81,24 @@ def save_checkpoint(
         if old_step not in pinned:
             shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _write_files(tmp: Path, model_state: dict, optim_state: dict, state: dict, config_toml: str) -> None:
+    """The files of a checkpoint, in a fresh ``tmp`` folder, fsynced."""
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    save_file(_contiguous(model_state), str(tmp / "model.safetensors"))
+    torch.save(optim_state, tmp / "optimizer.pt")
+    rng = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        rng["cuda"] = torch.cuda.get_rng_state_all()
+    torch.save(rng, tmp / "rng.pt")
+    (tmp / "config.toml").write_text(config_toml, encoding="utf-8")
+    atomic_write_json(tmp / "state.json", state)
+    for f in tmp.iterdir():
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
 
 
 def _why(exc: BaseException) -> str:
