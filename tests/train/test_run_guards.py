@@ -257,6 +257,7 @@ def test_a_torn_metrics_line_is_dropped_on_resume_and_readers_skip_it(store, tmp
         ({"max_steps": -5}, "train.max_steps"),
         ({"max_steps": 3, "max_tokens": -64}, "train.max_tokens"),
         ({"max_minutes": -1.0}, "train.max_minutes"),
+        ({"max_steps": 3, "max_tokens": 64}, "exactly one budget"),
         ({"max_steps": 3, "context": -128}, "train.context"),
         ({"max_steps": 3, "tokens_per_step": 0}, "train.tokens_per_step"),
         ({"max_steps": 3, "log_every": 0}, "train.log_every"),

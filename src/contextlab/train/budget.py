@@ -46,7 +46,8 @@ NOT_NEGATIVE = [
 
 
 def check_train(t: TrainSection) -> None:
-    """Refuse budgets, shapes and intervals that cannot describe a run, naming the key."""
+    """Refuse budgets, shapes and intervals that cannot describe a run, naming the key (that exactly one
+    budget is set is checked by ``budget_steps``, once the data is known to exist)."""
     for key in POSITIVE:
         value = getattr(t, key)
         if value <= 0:
@@ -57,7 +58,6 @@ def check_train(t: TrainSection) -> None:
         if value < 0:
             what = "a budget" if key.startswith("max_") else "it"
             raise UserError(f"train.{key} is {value}; {what} must be positive (0 = {_zero(key)})")
-    budget_steps(t, 1.0)  # exactly one budget
 
 
 def _zero(key: str) -> str:

@@ -95,6 +95,7 @@ class Trainer:
         self.state = {"step": 0, "tokens": 0, "flops": 0.0, "elapsed": 0.0, "total_steps": None}
         dtype = torch.bfloat16 if t.dtype == "bf16" else torch.float32
         self.peak = t.peak_flops or cached_peak_flops(dtype, self.info.device.type)  # 0 = unknown
+        self.total_steps()  # exactly one budget: refused before the run directory exists
 
     # ------------------------------------------------------------------ setup
     def _build_model(self) -> None:
