@@ -14,7 +14,10 @@ nothing random is drawn outside that state.
 Logging (``metrics.py``): one console line per ``log_every`` steps (step, loss, lr, tokens/s,
 MFU when the peak FLOP/s is known), a progress bar, ``metrics.jsonl`` (rank 0; every metric
 the objective returns as well; lines past the resumed checkpoint are dropped so the file
-always describes one consistent run), optional TensorBoard. Trade-off: the loop holds only the
+always describes one consistent run; a start without a checkpoint begins a clean file), optional
+TensorBoard. ``guards.py`` holds the run directory for the whole run (one writer, never a folder
+that is not a run) and keeps non-finite weights out of checkpoints; ``build.py`` builds the model
+and the objective from the config. Trade-off: the loop holds only the
 order of a step's events; what a row, a budget or a batch is lives in those modules.
 """
 
