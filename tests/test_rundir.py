@@ -156,3 +156,40 @@ def test_rundir_is_a_bottom_layer_module():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out.replace("'", '"')) == ["contextlab.errors", "contextlab.io", "contextlab.rundir"]
+
+
+def test_a_torn_last_metrics_line_is_skipped_and_other_damage_named(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.5, "val_loss": 2.7}]
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    (run / "metrics.jsonl").write_text(text + '{"step": 3, "lo')  # a kill inside the third write
+    assert rundir.read_metrics(run) == rows and rundir.summarize(rundir.read_metrics(run))["steps"] == 2
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 3.0}\nnot json\n' + text)
+    with pytest.raises(UserError, match=r"metrics.jsonl line 2 is not a metrics row"):
+        rundir.read_metrics(run)
+
+
+def test_only_a_run_or_an_empty_folder_is_a_run_to_write(tmp_path):
+    rundir.check_run_dir(tmp_path / "new")
+    sweep_run = tmp_path / "sweep_run"
+    sweep_run.mkdir()
+    for name in rundir.BEFORE_TRAIN:  # a sweep writes its files before the run's train starts
+        (sweep_run / name).write_text("")
+    rundir.check_run_dir(sweep_run)
+    run = tmp_path / "run"
+    checkpoint(run, 3)
+    rundir.check_run_dir(run)
+    refused = {
+        "store": ("meta.json", "token store or packed store"),
+        "hf": ("config.json", "model folder"),
+        "other": ("notes.txt", "non-empty folder without a run"),
+        "toml": ("config.toml", "non-empty folder without a run"),  # a config.toml with no [train]
+    }
+    for name, (file, kind) in refused.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / file).write_text("{}" if file.endswith(".json") else "x = 1\n")
+        with pytest.raises(UserError, match=f"{kind}.*, not a contextlab run"):
+            rundir.check_run_dir(tmp_path / name)
+    with pytest.raises(UserError, match="is a checkpoint, not a contextlab run"):
+        rundir.check_run_dir(run / "checkpoints" / "step_000003")

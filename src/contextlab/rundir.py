@@ -4,6 +4,7 @@ A run directory, written by the trainer and read by everything after it, holds
 
     config.toml                  the fully resolved run config
     metrics.jsonl                one JSON line per logged step
+    .lock                        held (flock) by the one ``train`` writing the run
     tokenizer/                   a copy of the training store's tokenizer folder
     checkpoints/step_NNNNNN/     model.safetensors, state.json, config.toml, ...
     eval/<name>.json             evaluation results (+ <name>.png, <name>.<key>.npy)
@@ -47,6 +48,9 @@ STATE = "state.json"
 WEIGHTS = "model.safetensors"
 EVAL = "eval"
 HF_CONFIG = "config.json"
+LOCK = ".lock"  # io.exclusive_lock's file: one train command writes a run at a time
+# what may be in a run directory before its first train starts: the lock, and a sweep's own files
+BEFORE_TRAIN = (LOCK, "sweep_config.toml", "sweep.log", "sweep_status.json")
 
 _STEP_DIR = re.compile(r"^step_(\d{6,})$")
 PathLike = str | os.PathLike
@@ -78,6 +82,49 @@ def run_of(path: PathLike) -> Path:
     if (path / STATE).is_file() and path.parent.name == CHECKPOINTS:
         return path.parent.parent
     return path
+
+
+def check_run_dir(path: PathLike) -> None:
+    """Refuse ``path`` as a run to write unless it is missing, a run, or empty but for ``BEFORE_TRAIN``.
+
+    A token store, a packed store, a model folder, a checkpoint or any other non-empty folder
+    is not a run: training would write its config.toml, metrics and checkpoints into it."""
+    path = Path(path)
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise UserError(f"train.out_dir {path} is a file; choose a new folder or an existing run")
+    if not [p for p in path.iterdir() if p.name not in BEFORE_TRAIN]:
+        return
+    kind = _other_kind(path)
+    if kind is None and _looks_like_run(path):
+        return
+    raise UserError(
+        f"train.out_dir {path} is {kind or 'a non-empty folder without a run'}, not a contextlab run; "
+        f"training would write its config.toml, metrics and checkpoints there: choose another train.out_dir "
+        f"(a new or empty folder, or a run to resume)"
+    )
+
+
+def _other_kind(path: Path) -> str | None:
+    """What a folder holds when it is something a run is not (None: nothing known)."""
+    if (path / "meta.json").is_file():
+        return "a token store or packed store (it has meta.json)"
+    if (path / STATE).is_file():
+        return "a checkpoint"
+    if (path / HF_CONFIG).is_file():
+        return "a model folder (it has config.json)"
+    return None
+
+
+def _looks_like_run(path: Path) -> bool:
+    """Metrics, a checkpoints folder, or a config.toml with a [train] table."""
+    if (path / METRICS).is_file() or (path / CHECKPOINTS).is_dir():
+        return True
+    try:
+        return "train" in read_config(path)
+    except UserError:
+        return False
 
 
 # ---------------------------------------------------------------------------- checkpoints
@@ -147,12 +194,34 @@ def read_config(path: PathLike) -> dict:
         ) from None
 
 
-def read_metrics(run_dir: PathLike) -> list[dict]:
-    """The rows of ``RUN/metrics.jsonl`` ([] when the run has none yet)."""
+def metrics_lines(run_dir: PathLike) -> list[tuple[str, dict]]:
+    """(line, row) for every row of ``RUN/metrics.jsonl`` ([] when the run has none yet).
+
+    A last line that is not a complete JSON object is a row torn by a kill in the middle of its
+    write: it is left out (a resumed run drops it from the file). Any other unreadable line is
+    damage that no kill makes, and is refused in one line naming it."""
     f = Path(run_dir) / METRICS
     if not f.exists():
         return []
-    return [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    lines = [line for line in f.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    out = []
+    for i, line in enumerate(lines):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if isinstance(row, dict):
+            out.append((line, row))
+        elif i < len(lines) - 1:
+            raise UserError(
+                f"{f} line {i + 1} is not a metrics row ({line[:40]!r}); delete that line or the file"
+            )
+    return out
+
+
+def read_metrics(run_dir: PathLike) -> list[dict]:
+    """The rows of ``RUN/metrics.jsonl`` ([] when the run has none yet; a torn last line is left out)."""
+    return [row for _, row in metrics_lines(run_dir)]
 
 
 def summarize(rows: list[dict]) -> dict:

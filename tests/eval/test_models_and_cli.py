@@ -228,3 +228,26 @@ def test_ppl_context_option_and_its_old_name_window(hf_folder, stores, tmp_path,
     assert new["results"]["context"] == old["results"]["context"] == 64
     assert new["results"]["summary"] == old["results"]["summary"]
     assert new["options"]["context"] == 64 and "window" not in new["options"]
+
+
+def test_a_checkpoint_from_before_the_context_rename_loads(trained_run, tmp_path):
+    """Checkpoints written before GPTConfig.block_size became GPTConfig.context say block_size."""
+    import shutil
+
+    import torch
+
+    from contextlab.models.loading import load_trained_model
+
+    old = tmp_path / "old_run"
+    shutil.copytree(trained_run, old)
+    (ckpt,) = (old / "checkpoints").iterdir()
+    state = json.loads((ckpt / "state.json").read_text())
+    state["model_config"]["block_size"] = state["model_config"].pop("context")
+    (ckpt / "state.json").write_text(json.dumps(state))
+    model, _, _ = load_trained_model(old)
+    new, _, _ = load_trained_model(trained_run)
+    assert model.config == new.config and model.config.context == 64
+    idx = torch.randint(0, 257, (1, 20))
+    with torch.no_grad():
+        assert torch.equal(model(idx).logits, new(idx).logits)
+    assert load_model(old).info.context == 64

@@ -72,3 +72,19 @@ def test_ddp_and_fsdp_match_one_process_and_resume(cfg_file, tmp_path):
     assert sorted(resumed) == list(range(1, 11))
     for s in (9, 10):
         assert resumed[s] == pytest.approx(single[s], abs=2e-5)
+
+
+def test_a_torchrun_on_a_locked_run_ends_every_rank_with_one_line(cfg_file, tmp_path):
+    from contextlab.io import exclusive_lock
+    from contextlab.rundir import LOCK
+
+    run_dir = tmp_path / "busy"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    cmd += ["-m", "contextlab", "train", str(cfg_file), f"--set=train.out_dir={run_dir}"]
+    with exclusive_lock(run_dir / LOCK, "a run being written"):  # another train holds the run
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode != 0 and "src/contextlab" not in res.stderr  # torchrun's own traceback only
+    assert f"error: run directory {run_dir} is being written by pid {os.getpid()}" in res.stderr
+    assert "rank 0 refused to start the run" in res.stderr  # rank 1 learnt it and ended too
+    assert not (run_dir / "metrics.jsonl").exists()

@@ -6,6 +6,11 @@ shape, tokenizer hash, step), the data (path and content hash), the code version
 version and git commit when available) and the wall-clock time. Reports read these files
 and nothing else. Large arrays (per-token losses) go to ``.npy`` files beside the JSON and
 are referenced by name, so the JSON stays small enough to read.
+
+NaN and infinity are never written (they are not JSON, and strict parsers refuse the file):
+such a value is written as null and its place is listed under ``non_finite`` with the reason.
+Trade-off: a result with a null is still written, so the rest of it (and its plot) is kept;
+a reader that needs the number sees at once why it is missing.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -21,9 +27,13 @@ from typing import Any
 import numpy as np
 
 import contextlab
-from contextlab.io import atomic_write_bytes, atomic_write_json
+from contextlab.io import atomic_write_bytes, atomic_write_text
 
 RESULT_FORMAT = "contextlab-eval-result"
+NON_FINITE_NOTE = (
+    "these fields were NaN or infinite and are written as null (JSON has no NaN): the model gave "
+    "non-finite numbers there, e.g. from non-finite weights or an overflow in low precision"
+)
 
 
 def code_version() -> dict:
@@ -60,18 +70,21 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _jsonable(obj: Any) -> Any:
+def _jsonable(obj: Any, where: str = "", bad: list[str] | None = None) -> Any:
+    """``obj`` as plain JSON values; a NaN or infinity becomes null and its place is added to ``bad``."""
+    bad = [] if bad is None else bad
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
     if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
+        return {str(k): _jsonable(v, f"{where}.{k}" if where else str(k), bad) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
+        return [_jsonable(v, f"{where}[{i}]", bad) for i, v in enumerate(obj)]
     if isinstance(obj, np.ndarray):
-        return _jsonable(obj.tolist())
+        return _jsonable(obj.tolist(), where, bad)
     if isinstance(obj, np.generic):
-        return _jsonable(obj.item())
+        return _jsonable(obj.item(), where, bad)
     if isinstance(obj, float) and not np.isfinite(obj):
+        bad.append(where)
         return None  # JSON has no NaN/inf
     if isinstance(obj, Path):
         return str(obj)
@@ -98,18 +111,21 @@ def write_result(
         fname = f"{name}.{key}.npy"
         atomic_write_bytes(out / fname, buf.getvalue())
         files[key] = fname
+    bad: list[str] = []
     doc = {
         "format": RESULT_FORMAT,
         "eval": name,
         **code_version(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "seconds": round(seconds, 3),
-        "model": _jsonable(model),
-        "data": _jsonable(data),
-        "options": _jsonable(options),
-        "results": _jsonable(results),
+        "model": _jsonable(model, "model", bad),
+        "data": _jsonable(data, "data", bad),
+        "options": _jsonable(options, "options", bad),
+        "results": _jsonable(results, "results", bad),
         "arrays": files,
     }
+    if bad:
+        doc["non_finite"] = {"fields": bad, "note": NON_FINITE_NOTE}
     path = out / f"{name}.json"
-    atomic_write_json(path, doc)
+    atomic_write_text(path, json.dumps(doc, indent=2, allow_nan=False) + "\n")
     return path

@@ -15,7 +15,7 @@ import dataclasses
 
 from contextlab.errors import UserError
 from contextlab.models.contextlm import ContextLM, ContextLMConfig
-from contextlab.models.gpt import GPT, GPTConfig
+from contextlab.models.gpt import GPT, GPTConfig, current_fields
 from contextlab.models.mtp import MTPConfig, MTPModel
 
 ARCHS: dict[str, tuple[type[GPTConfig], type[GPT]]] = {
@@ -40,6 +40,7 @@ def arch_option_names(arch: str) -> list[str]:
 def arch_config(arch: str, fields: dict) -> GPTConfig:
     """The config of architecture ``arch`` from a dict of its fields (e.g. a checkpoint's model_config)."""
     cls = _config_class(arch)
+    fields = current_fields(fields)  # checkpoints written before a field was renamed
     unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(cls)})
     if unknown:
         raise UserError(

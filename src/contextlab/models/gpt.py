@@ -91,6 +91,21 @@ class GPTConfig:
         return int(self.mlp_ratio * self.n_embd)
 
 
+# GPTConfig fields renamed since checkpoints and exports were written: old name -> new name.
+RENAMED_FIELDS = {"block_size": "context"}
+
+
+def current_fields(fields: dict) -> dict:
+    """A stored GPTConfig dict (a checkpoint's model_config, an export's config.json) under the
+    current field names; a dict naming a field by both its names keeps the current one."""
+    out = dict(fields)
+    for old, new in RENAMED_FIELDS.items():
+        if old in out:
+            value = out.pop(old)
+            out.setdefault(new, value)
+    return out
+
+
 class GPTOutput(NamedTuple):
     logits: Tensor  # (B, T, vocab_size)
     hidden: Tensor  # (B, T, C) final hidden state, after the final norm

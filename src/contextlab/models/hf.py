@@ -39,22 +39,13 @@ import contextlab
 from contextlab.errors import UserError
 from contextlab.io import staged_dir
 from contextlab.models.contextlm import ContextLM, ContextLMConfig, ContextLMOptions
-from contextlab.models.gpt import GPT, GPTConfig
+from contextlab.models.gpt import GPT, GPTConfig, current_fields
 
 MODEL_TYPE = "contextlab-gpt"
 CONTEXTLM_TYPE = "contextlab-contextlm"
 _GPT_FIELDS = [f.name for f in dataclasses.fields(GPTConfig)]
 _HF_NAME = {"tie_embeddings": "tie_word_embeddings"}  # GPTConfig field -> config.json key
-_OLD_KEYS = {"block_size": "context"}  # config.json keys of exports made before a GPTConfig rename
-
-
-def _current_keys(cfg: dict) -> dict:
-    """An export's config.json keys under their current names (older exports say block_size)."""
-    out = dict(cfg)
-    for old, new in _OLD_KEYS.items():
-        if old in out:
-            out.setdefault(new, out.pop(old))
-    return out
+_current_keys = current_fields  # config.json keys of older exports (block_size) under their current names
 
 
 class ContextlabGPTConfig(PretrainedConfig):

@@ -1,5 +1,7 @@
 """How much a run trains: the rows of a step, its budget in steps, the wall-clock pace, early stopping.
 
+* ``check_train``: the budgets, shapes and intervals of the [train] section, checked before a run
+  directory exists (a negative budget or context is one line naming the key, never a run).
 * ``resolve_shape``: the run config with ``train.context = 0`` taken from the data and
   ``rows_per_step`` / ``val_rows`` turned into tokens, so everything after reads one context.
 * ``batch_shape``: train.tokens_per_step as rows of train.context tokens, split over processes and
@@ -28,6 +30,56 @@ from contextlab.errors import UserError
 from contextlab.train.config import RunConfig, TrainSection
 
 WALL_CLOCK_PROBE = 10  # a wall-clock budget fixes its step count here (or 4 steps after its pace starts)
+
+
+# keys that must be > 0, and keys that must be >= 0 (0 = off / automatic)
+POSITIVE = ("tokens_per_step", "log_every", "val_tokens")
+NOT_NEGATIVE = [
+    "context",
+    "rows_per_step",
+    "val_rows",
+    "max_steps",
+    "max_tokens",
+    "max_flops",
+    "max_minutes",
+    "micro_batch_rows",
+    "val_every",
+    "ckpt_every",
+    "keep_last",
+    "patience",
+    "threads",
+    "peak_flops",
+]
+
+
+def check_train(t: TrainSection) -> None:
+    """Refuse budgets, shapes and intervals that cannot describe a run, naming the key (that exactly one
+    budget is set is checked by ``budget_steps``, once the data is known to exist)."""
+    for key in POSITIVE:
+        value = getattr(t, key)
+        if value <= 0:
+            raise UserError(f"train.{key} is {value}; it must be a positive number")
+    for key in NOT_NEGATIVE:
+        value = getattr(t, key)
+        if value < 0:
+            what = "a budget" if key.startswith("max_") else "it"
+            old = " (train.seq_len is its old name)" if key == "context" else ""
+            raise UserError(f"train.{key} is {value}{old}; {what} must be positive (0 = {_zero(key)})")
+
+
+def _zero(key: str) -> str:
+    return {
+        "context": "the data's context",
+        "rows_per_step": "train.tokens_per_step",
+        "val_rows": "train.val_tokens",
+        "micro_batch_rows": "all of a process's rows",
+        "val_every": "validate only at the end",
+        "ckpt_every": "checkpoint only at the end",
+        "keep_last": "keep every checkpoint",
+        "patience": "no early stopping",
+        "threads": "torch's default",
+        "peak_flops": "the cached peak",
+    }.get(key, "not this budget")
 
 
 def resolve_shape(cfg: RunConfig) -> RunConfig:

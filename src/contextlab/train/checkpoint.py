@@ -11,8 +11,12 @@ A checkpoint is a directory ``checkpoints/step_NNNNNN/`` holding
 
 It is written into a hidden temporary directory and renamed into place, so a kill or a
 full disk in the middle leaves the previous checkpoint intact and no half checkpoint
-visible. Checkpoint names and listing belong to ``contextlab.rundir``; this module writes and
-reads what is inside. Only the newest ``keep_last`` are kept, and with early stopping the best one too.
+visible. A write that fails (``torch.save`` reports a full disk as a ``RuntimeError``,
+safetensors as a ``SafetensorError``) removes the temporary folder and ends in one line naming
+the last good checkpoint; so does a checkpoint whose files cannot be read back (truncated
+weights, a garbage optimizer file), naming the newest earlier one that can. Checkpoint names
+and listing belong to ``contextlab.rundir``; this module writes and reads what is inside.
+Only the newest ``keep_last`` are kept, and with early stopping the best one too.
 """
 
 from __future__ import annotations
@@ -20,11 +24,13 @@ from __future__ import annotations
 import errno
 import json
 import os
+import pickle
 import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from contextlab.errors import UserError
@@ -59,31 +65,17 @@ def save_checkpoint(
     final = step_dir(run_dir, step)
     tmp = final.with_name(f".{final.name}.tmp")
     try:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
-        save_file(_contiguous(model_state), str(tmp / "model.safetensors"))
-        torch.save(optim_state, tmp / "optimizer.pt")
-        rng = {"torch": torch.get_rng_state()}
-        if torch.cuda.is_available():
-            rng["cuda"] = torch.cuda.get_rng_state_all()
-        torch.save(rng, tmp / "rng.pt")
-        (tmp / "config.toml").write_text(config_toml, encoding="utf-8")
-        atomic_write_json(tmp / "state.json", state)
-        for f in tmp.iterdir():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
+        _write_files(tmp, model_state, optim_state, state, config_toml)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
         fsync_dir(final.parent)
-    except OSError as exc:
+    except (OSError, RuntimeError, SafetensorError) as exc:  # torch.save: RuntimeError on a full disk
         shutil.rmtree(tmp, ignore_errors=True)
         prev = latest_checkpoint(run_dir)
         kept = f"the previous checkpoint {prev.name} is intact" if prev else "no earlier checkpoint exists"
-        what = "the disk is full" if exc.errno == errno.ENOSPC else f"{exc.strerror or exc}"
         raise UserError(
-            f"could not write checkpoint {final} ({what}); {kept}; fix it and run again to resume"
+            f"could not write checkpoint {final} ({_why(exc)}); {kept}; fix it and run again to resume"
         ) from None
     for old_step, old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
         if old_step not in pinned:
@@ -91,19 +83,82 @@ def save_checkpoint(
     return final
 
 
+def _write_files(tmp: Path, model_state: dict, optim_state: dict, state: dict, config_toml: str) -> None:
+    """The files of a checkpoint, in a fresh ``tmp`` folder, fsynced."""
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    save_file(_contiguous(model_state), str(tmp / "model.safetensors"))
+    torch.save(optim_state, tmp / "optimizer.pt")
+    rng = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        rng["cuda"] = torch.cuda.get_rng_state_all()
+    torch.save(rng, tmp / "rng.pt")
+    (tmp / "config.toml").write_text(config_toml, encoding="utf-8")
+    atomic_write_json(tmp / "state.json", state)
+    for f in tmp.iterdir():
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
+
+
+def _why(exc: BaseException) -> str:
+    """The first line of what went wrong; "the disk is full" when it was that."""
+    text = str(exc)
+    if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "No space left" in text:
+        return "the disk is full"
+    if "file write failed" in text:  # torch's stream writer: almost always a full disk
+        return "the write failed: is the disk full?"
+    line = (text.strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {line[:160]}" if line else type(exc).__name__
+
+
+UNREADABLE = (OSError, ValueError, RuntimeError, EOFError, KeyError, pickle.UnpicklingError, SafetensorError)
+
+
 def load_checkpoint(ckpt: Path) -> tuple[dict[str, torch.Tensor], dict, dict, dict]:
-    """(model state, optimizer state, rng states, state.json) of a checkpoint; no arbitrary unpickling."""
-    ckpt = Path(ckpt)
+    """(model state, optimizer state, rng states, state.json) of a checkpoint; no arbitrary unpickling.
+    A damaged checkpoint is one line naming the newest earlier checkpoint that reads back."""
     try:
-        model_state = load_file(str(ckpt / "model.safetensors"))
-        optim_state = torch.load(ckpt / "optimizer.pt", map_location="cpu", weights_only=True)
-        rng = torch.load(ckpt / "rng.pt", map_location="cpu", weights_only=True)
-        state = json.loads((ckpt / "state.json").read_text())
-    except (OSError, ValueError, RuntimeError) as exc:
-        raise UserError(
-            f"checkpoint {ckpt} cannot be read ({exc}); delete it to resume from an earlier one"
-        ) from None
+        return _read(Path(ckpt))
+    except UNREADABLE as exc:
+        ckpt = Path(ckpt)
+        good = _earlier_good(ckpt)
+        then = (
+            f"move it away to resume from {good}"
+            if good
+            else "no earlier checkpoint reads back: move it away to start the run again"
+        )
+        raise UserError(f"checkpoint {ckpt} cannot be read ({_why(exc)}); {then}") from None
+
+
+def _read(ckpt: Path) -> tuple[dict[str, torch.Tensor], dict, dict, dict]:
+    model_state = load_file(str(ckpt / "model.safetensors"))
+    optim_state = torch.load(ckpt / "optimizer.pt", map_location="cpu", weights_only=True)
+    rng = torch.load(ckpt / "rng.pt", map_location="cpu", weights_only=True)
+    state = json.loads((ckpt / "state.json").read_text())
     return model_state, optim_state, rng, state
+
+
+def _earlier_good(ckpt: Path) -> Path | None:
+    """The newest checkpoint of ``ckpt``'s run older than it whose files all read back."""
+    if ckpt.parent.name != "checkpoints":
+        return None
+    listed = list_checkpoints(ckpt.parent.parent)
+    step = next((s for s, d in listed if d == ckpt), None)
+    for _, d in reversed([(s, d) for s, d in listed if d != ckpt and (step is None or s < step)]):
+        try:
+            _read(d)
+            return d
+        except UNREADABLE:
+            continue
+    return None
+
+
+def remove_temporary(run_dir: Path) -> None:
+    """Delete checkpoint folders a kill left half written (call it holding the run's lock)."""
+    root = Path(run_dir) / "checkpoints"
+    for tmp in root.glob(".step_*.tmp") if root.is_dir() else []:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def restore_rng(rng: dict) -> None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal, get_type_hints
 
 from contextlab.config import opt, to_dict
+from contextlab.errors import UserError
 
 
 @dataclass
@@ -211,6 +212,34 @@ RESUME_FREE = {
         "patience",
     )
 }
+
+
+# values [model] and [optim] can take: (section, key, allowed, what the message asks for)
+_RULES = [
+    *[
+        ("model", k, lambda v: v is None or v > 0, "a positive number")
+        for k in ("n_layer", "n_head", "n_embd")
+    ],
+    ("model", "rope_base", lambda v: v > 0, "positive"),
+    ("model", "dropout", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("optim", "lr", lambda v: v > 0, "positive"),
+    ("optim", "min_lr_ratio", lambda v: 0 <= v <= 1, "in [0, 1]"),
+    ("optim", "warmup_steps", lambda v: v >= 0, "0 or more"),
+    ("optim", "weight_decay", lambda v: v >= 0, "0 or more"),
+    ("optim", "beta1", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("optim", "beta2", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("optim", "eps", lambda v: v > 0, "positive"),
+    ("optim", "grad_clip", lambda v: v >= 0, "0 (no clipping) or more"),
+]
+
+
+def check_values(cfg: RunConfig) -> None:
+    """Refuse a [model] shape or an [optim] value that cannot train, naming the key (the [train]
+    budgets and shapes: ``budget.check_train``)."""
+    for section, key, allowed, what in _RULES:
+        value = getattr(getattr(cfg, section), key)
+        if not allowed(value):
+            raise UserError(f"{section}.{key} is {value}; it must be {what}")
 
 
 def renamed_keys() -> dict[str, str]:

@@ -30,7 +30,7 @@ from pathlib import Path
 from torch import nn
 
 from contextlab.errors import UserError
-from contextlab.models.gpt import GPT, GPTConfig, describe_model
+from contextlab.models.gpt import GPT, GPTConfig, current_fields, describe_model
 
 # group name -> substrings of parameter names (contextlab GPT and common HF names alike)
 FREEZE_GROUPS: dict[str, tuple[str, ...]] = {
@@ -157,6 +157,7 @@ def _from_contextlab_export(cfg, objective, store, src: Path) -> InitModel:
 def _continue_gpt(cfg, objective, fields: dict, weights: dict, meta: dict) -> InitModel:
     from contextlab.models.archs import build_arch
 
+    fields = current_fields(fields)  # checkpoints written before a GPTConfig field was renamed
     base = {f.name: fields[f.name] for f in dataclasses.fields(GPTConfig) if f.name in fields}
     src_cfg = GPTConfig(**base)
     new_context = cfg.train.context

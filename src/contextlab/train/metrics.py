@@ -3,7 +3,8 @@
 ``MetricsWriter`` appends to ``RUN/metrics.jsonl`` (rank 0 only) and echoes a short line
 through the progress bar so the two never garble each other; ``progress_bar`` is a tqdm
 bar that can be switched off; ``Throughput`` measures tokens/s and MFU between logged steps;
-``truncate_metrics`` drops the lines past a resumed checkpoint (an atomic rewrite).
+``truncate_metrics`` drops the lines past a resumed checkpoint and a line torn by a kill (an atomic
+rewrite; a start without a checkpoint empties the file).
 
 A row holds ``step``, ``loss``, ``lr``, ``tokens``, every metric the objective returns (e.g.
 ``loss_head1`` .. ``loss_headN`` of multi-token prediction, ``loss_tokens``: the tokens that
@@ -24,7 +25,7 @@ import torch
 
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_text
-from contextlab.rundir import read_metrics, summarize
+from contextlab.rundir import metrics_lines, read_metrics, summarize
 from contextlab.train.flops import mfu
 
 
@@ -126,11 +127,13 @@ def step_metrics(
 
 
 def truncate_metrics(run_dir: Path, step: int) -> None:
-    """Keep the rows of ``RUN/metrics.jsonl`` up to ``step`` (a resumed run repeats the later ones)."""
+    """Keep the rows of ``RUN/metrics.jsonl`` up to ``step`` (a resumed run repeats the later ones; a row
+    torn by a kill is dropped too). ``step`` 0 empties the file: a run that starts with no checkpoint
+    never continues the rows of an earlier start."""
     f = Path(run_dir) / "metrics.jsonl"
     if not f.exists():
         return
-    keep = [line for line in f.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+    keep = [line for line, row in metrics_lines(run_dir) if row["step"] <= step] if step else []
     atomic_write_text(f, "".join(line + "\n" for line in keep))
 
 

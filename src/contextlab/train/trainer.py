@@ -14,7 +14,10 @@ nothing random is drawn outside that state.
 Logging (``metrics.py``): one console line per ``log_every`` steps (step, loss, lr, tokens/s,
 MFU when the peak FLOP/s is known), a progress bar, ``metrics.jsonl`` (rank 0; every metric
 the objective returns as well; lines past the resumed checkpoint are dropped so the file
-always describes one consistent run), optional TensorBoard. Trade-off: the loop holds only the
+always describes one consistent run; a start without a checkpoint begins a clean file), optional
+TensorBoard. ``guards.py`` holds the run directory for the whole run (one writer, never a folder
+that is not a run) and keeps non-finite weights out of checkpoints; ``build.py`` builds the model
+and the objective from the config. Trade-off: the loop holds only the
 order of a step's events; what a row, a budget or a batch is lives in those modules.
 """
 
@@ -28,17 +31,25 @@ from pathlib import Path
 import torch
 
 from contextlab import __version__
-from contextlab.config import dumps_toml, from_dict, to_dict
+from contextlab.config import dumps_toml
 from contextlab.data.training import build_training_data
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_text
-from contextlab.models.gpt import GPT, size_config
-from contextlab.objectives import OBJECTIVES, TrainModule
+from contextlab.objectives import TrainModule
 from contextlab.rundir import save_tokenizer
 from contextlab.train import checkpoint as ckpt
 from contextlab.train import distributed as D
-from contextlab.train.budget import EarlyStopping, StepBudget, batch_shape, budget_steps, resolve_shape
-from contextlab.train.config import RunConfig, config_hash, config_hash_matches
+from contextlab.train import guards
+from contextlab.train.budget import (
+    EarlyStopping,
+    StepBudget,
+    batch_shape,
+    budget_steps,
+    check_train,
+    resolve_shape,
+)
+from contextlab.train.build import build_model, build_objective, model_config
+from contextlab.train.config import RunConfig, check_values, config_hash, config_hash_matches
 from contextlab.train.flops import cached_peak_flops, flops_per_token
 from contextlab.train.init_from import check_source, describe, freeze_parameters, init_model, is_hf
 from contextlab.train.metrics import (
@@ -65,35 +76,9 @@ class TrainResult:
     stopped_early: bool = False
 
 
-def build_model(cfg: RunConfig, vocab_size: int, arch: str = "gpt", arch_options: dict | None = None) -> GPT:
-    """The run's GPT shape, as architecture ``arch`` (see contextlab.models.archs) with its options."""
-    from contextlab.models.archs import build_arch
-
-    m = cfg.model
-    overrides = {k: v for k, v in (("n_layer", m.n_layer), ("n_head", m.n_head), ("n_embd", m.n_embd)) if v}
-    mcfg = size_config(  # raises UserError for an unknown size or a shape that does not fit
-        m.size,
-        vocab_size,
-        cfg.train.context,
-        mlp=m.mlp,
-        rope_base=m.rope_base,
-        dropout=m.dropout,
-        **overrides,
-    )
-    return build_arch(arch, mcfg, **(arch_options or {}))
-
-
-def build_objective(cfg: RunConfig):
-    name = cfg.objective.name
-    if name not in OBJECTIVES:
-        raise UserError(f"unknown objective {name!r}; choose one of {', '.join(OBJECTIVES)}")
-    cls = OBJECTIVES[name]
-    options = from_dict(cls.Options, dict(cfg.objective.options))
-    return cls(options, doc_mask=cfg.data.doc_mask)
-
-
 class Trainer:
     def __init__(self, cfg: RunConfig):
+        check_values(cfg), check_train(cfg.train)  # before anything exists
         self.cfg = cfg = resolve_shape(cfg)
         t = cfg.train
         self.info = D.init_distributed(t.device)
@@ -121,6 +106,7 @@ class Trainer:
         self.state = {"step": 0, "tokens": 0, "flops": 0.0, "elapsed": 0.0, "total_steps": None}
         dtype = torch.bfloat16 if t.dtype == "bf16" else torch.float32
         self.peak = t.peak_flops or cached_peak_flops(dtype, self.info.device.type)  # 0 = unknown
+        self.total_steps()  # exactly one budget: refused before the run directory exists
 
     # ------------------------------------------------------------------ setup
     def _build_model(self) -> None:
@@ -186,7 +172,7 @@ class Trainer:
     def _resume(self) -> None:
         latest = ckpt.latest_checkpoint(self.run_dir)
         if latest is None:
-            return
+            return guards.start_fresh(self.run_dir, self.cfg, self.info.is_main)
         model_state, optim_state, rng, state = ckpt.load_checkpoint(latest)
         if not config_hash_matches(self.cfg, state.get("config_hash")):
             raise UserError(
@@ -209,6 +195,9 @@ class Trainer:
             truncate_metrics(self.run_dir, state["step"])
 
     def _save(self) -> None:
+        bad = guards.count_non_finite(self.wrapped, self.info)  # never save weights a resume cannot use
+        if bad:
+            raise guards.non_finite_weights(self.run_dir, self.state["step"], bad)
         model_state, optim_state = D.full_state_dicts(self.wrapped, self.opt)
         if self.info.is_main:
             loader = self.loader.state_dict() if self._next is None else self._next[0]  # not the batch ahead
@@ -219,7 +208,7 @@ class Trainer:
                 "config_hash": config_hash(self.cfg),
                 "tokenizer_hash": self.store.tokenizer_hash,
                 "tokenizer": self.store.tokenizer_spec,
-                "model_config": _model_config(self.model),
+                "model_config": model_config(self.model),
                 "objective": self.cfg.objective.name,
                 "arch": "hf" if is_hf(self.model) else self.objective.arch,
                 "init": self.init.meta if self.init else None,
@@ -336,9 +325,7 @@ class Trainer:
             g["lr"] = lr
         out = self.train_step()
         if not math.isfinite(out["loss"]):
-            raise UserError(
-                f"the loss became {out['loss']} at step {step + 1}; lower optim.lr or use train.dtype=fp32"
-            )
+            raise guards.diverged(self.run_dir, out["loss"], step + 1, self.cfg.train.dtype)
         n = self.cfg.train.tokens_per_step
         self.state["step"] = step + 1
         self.state["tokens"] += n
@@ -354,6 +341,8 @@ class Trainer:
     def _validation(self, step: int) -> dict:
         """Validate, track the best loss for early stopping; the row's validation fields."""
         val, s = self.validate(), self.stopping
+        if not math.isfinite(val):  # a NaN is not JSON: never in metrics.jsonl or state.json
+            raise guards.diverged(self.run_dir, val, step, self.cfg.train.dtype, "validation loss")
         s.update(val, step)
         return {"val_loss": val, "best_val_loss": s.best_val_loss, "best_step": s.best_step}
 
@@ -378,21 +367,13 @@ class Trainer:
         )
 
 
-def _model_config(model) -> dict:
-    """The model's config as a JSON-safe dict (a GPTConfig, or a Hugging Face config)."""
-    if is_hf(model):
-        from contextlab.models.hf_causal import config_dict
-
-        return config_dict(model.config)
-    return to_dict(model.config)
-
-
 def train(cfg: RunConfig) -> TrainResult:
     """Train (or resume) the run described by ``cfg``."""
     trainer = Trainer(cfg)
     finished = None
     try:
-        result = trainer.run()
+        with guards.guard_run(trainer.run_dir, trainer.info):  # one writer; a full disk is one line
+            result = trainer.run()
         finished = trainer.info
         return result
     finally:

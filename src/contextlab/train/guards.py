@@ -1,0 +1,111 @@
+"""What keeps a run directory honest: one writer, no foreign folder, no stale rows, no NaN weights.
+
+* ``guard_run``: around a whole run, refuse an ``out_dir`` that is not a run (a token store, any
+  other non-empty folder), hold ``io.exclusive_lock`` on ``RUN/.lock`` so a second ``train`` on the
+  same run stops at once with one line naming the holder, clear checkpoint folders a kill left
+  half written, and turn a full disk anywhere in the run into one line naming the last good
+  checkpoint. Under torchrun only rank 0 takes the lock; every rank learns its outcome through
+  one all-reduce, so a refused start ends all ranks together and none waits for a peer.
+* ``start_fresh``: a start with no checkpoint begins a clean ``metrics.jsonl`` (rows of an earlier
+  start killed before its first checkpoint never mix into this run), and a directory whose
+  ``config.toml`` holds a different config is refused like a resume with a different config.
+* ``count_non_finite`` and the messages of a run that diverged: weights are checked before every
+  checkpoint, so a non-finite update is never saved and the last good checkpoint is named.
+
+Trade-off: the lock and the checks cost a few file operations per run and one scan of the weights
+per checkpoint (far below the cost of writing them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from contextlab.config import from_dict
+from contextlab.errors import UserError
+from contextlab.io import exclusive_lock
+from contextlab.rundir import LOCK, check_run_dir, latest_checkpoint, read_config
+from contextlab.train import distributed as D
+from contextlab.train.checkpoint import remove_temporary
+from contextlab.train.config import RunConfig, config_hash
+from contextlab.train.metrics import truncate_metrics
+
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
+
+
+@contextlib.contextmanager
+def guard_run(run_dir: Path, info: D.DistInfo) -> Iterator[None]:
+    """Hold the run directory for the block (see the module docstring)."""
+    with contextlib.ExitStack() as stack:
+        error = None
+        if info.is_main:
+            try:
+                check_run_dir(run_dir)
+                stack.enter_context(exclusive_lock(run_dir / LOCK, f"run directory {run_dir}"))
+                remove_temporary(run_dir)
+            except UserError as exc:
+                error = exc
+        refused = D.all_reduce_sum([float(error is not None)], info)[0]
+        if error is not None:
+            raise error
+        if refused:
+            raise UserError(f"rank 0 refused to start the run in {run_dir}; see its message")
+        try:
+            yield
+        except OSError as exc:
+            if exc.errno not in FULL_DISK:
+                raise
+            raise UserError(
+                f"the disk is full ({exc.filename or run_dir}); {last_good(run_dir)}; free some space and "
+                f"run the same command again to resume"
+            ) from None
+
+
+def last_good(run_dir: Path) -> str:
+    """Which checkpoint a run can go back to, as a clause of a message."""
+    latest = latest_checkpoint(run_dir)
+    return f"the last good checkpoint is {latest}" if latest else "the run has no checkpoint yet"
+
+
+def start_fresh(run_dir: Path, cfg: RunConfig, is_main: bool) -> None:
+    """A start without a checkpoint: refuse a different config, then (rank 0) empty the metrics."""
+    recorded = read_config(run_dir)
+    if recorded:
+        try:
+            same = config_hash(from_dict(RunConfig, recorded)) == config_hash(cfg)
+        except UserError:  # keys this version does not know: not this config
+            same = False
+        if not same:
+            raise UserError(
+                f"{run_dir} holds a run with a different config (no checkpoint yet: see its config.toml); "
+                f"use another train.out_dir, the same config, or delete the folder to start over"
+            )
+    if is_main:
+        truncate_metrics(run_dir, 0)
+
+
+def count_non_finite(module: torch.nn.Module, info: D.DistInfo) -> int:
+    """Parameter tensors (shards under FSDP) holding a NaN or infinity, summed over processes."""
+    bad = 0
+    for p in module.parameters():
+        local = p.to_local() if hasattr(p, "to_local") else p
+        bad += int(not bool(torch.isfinite(local.detach()).all()))
+    return int(D.all_reduce_sum([float(bad)], info)[0])
+
+
+def non_finite_weights(run_dir: Path, step: int, bad: int) -> UserError:
+    return UserError(
+        f"the weights became non-finite ({bad} tensor(s)) in the update of step {step}; nothing was saved; "
+        f"{last_good(run_dir)}; train again with a lower optim.lr or optim.grad_clip (a new train.out_dir, "
+        f"or --init-from that checkpoint)"
+    )
+
+
+def diverged(run_dir: Path, loss: float, step: int, dtype: str, what: str = "loss") -> UserError:
+    """A non-finite training (or validation) loss: never logged or saved; fp32 is suggested to bf16 runs."""
+    fix = "lower optim.lr or use train.dtype=fp32" if dtype != "fp32" else "lower optim.lr or optim.grad_clip"
+    return UserError(f"the {what} became {loss} at step {step}; {last_good(run_dir)}; {fix}")

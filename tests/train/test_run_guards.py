@@ -1,0 +1,285 @@
+"""What a run refuses or survives: stale metrics, non-finite weights, a full disk, a second writer,
+an out_dir that is not a run, corrupt checkpoint files, a torn metrics line, bad budgets and shapes."""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+
+import pytest
+import torch
+
+from contextlab import rundir
+from contextlab.config import from_dict
+from contextlab.data.ingest import IngestConfig, ingest
+from contextlab.errors import UserError
+from contextlab.train import checkpoint as ckpt
+from contextlab.train.config import RunConfig
+from contextlab.train.metrics import MetricsWriter
+from contextlab.train.trainer import Trainer, train
+from tests.conftest import shakespeare
+
+SMALL = {
+    "model": {"size": "tiny-4x256", "n_layer": 1, "n_head": 2, "n_embd": 32},
+    "optim": {"lr": 3e-3, "warmup_steps": 2},
+    "train": {
+        "context": 16,
+        "tokens_per_step": 64,
+        "log_every": 1,
+        "val_every": 4,
+        "val_tokens": 256,
+        "ckpt_every": 4,
+        "keep_last": 3,
+        "threads": 1,
+        "peak_flops": 1e12,
+        "progress": False,
+        "dtype": "fp32",
+    },
+    "data": {"val_split": "tail", "val_fraction": 0.1},
+}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    src = tmp_path_factory.mktemp("src") / "shakes.txt"
+    src.write_text(shakespeare(40_000))
+    return ingest(src, tmp_path_factory.mktemp("store") / "s", IngestConfig(), progress=False).store
+
+
+def config(store, out_dir, **train) -> RunConfig:
+    data = json.loads(json.dumps(SMALL))
+    data["data"]["store"] = str(store.path)
+    data["train"].update(out_dir=str(out_dir), **train)
+    return from_dict(RunConfig, data)
+
+
+def steps(run) -> list[int]:
+    return [r["step"] for r in rundir.read_metrics(run)]
+
+
+def kept(run) -> list[int]:
+    return [s for s, _ in ckpt.list_checkpoints(run)]
+
+
+# ---------------------------------------------------------------------------- 1. stale metrics
+
+
+def test_a_start_without_a_checkpoint_begins_a_clean_metrics_file(store, tmp_path):
+    run = tmp_path / "run"
+    train(config(store, run, max_steps=3))
+    for _, d in ckpt.list_checkpoints(run):  # as if killed before its first checkpoint
+        __import__("shutil").rmtree(d)
+    train(config(store, run, max_steps=6))
+    assert steps(run) == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_changed_config_is_refused_where_only_metrics_exist(store, tmp_path):
+    run = tmp_path / "run"
+    train(config(store, run, max_steps=3, ckpt_every=0))
+    __import__("shutil").rmtree(run / "checkpoints")
+    before = (run / "metrics.jsonl").read_bytes()
+    with pytest.raises(UserError, match="different config"):
+        train(config(store, run, max_steps=6, seed=1))
+    assert (run / "metrics.jsonl").read_bytes() == before
+
+
+# ---------------------------------------------------------------------------- 2. non-finite weights
+
+
+def _poison_after(monkeypatch, at_step: int) -> None:
+    """The update of step ``at_step`` makes a weight NaN (its loss, computed before, stays finite)."""
+    real = Trainer.train_step
+
+    def step(self):
+        out = real(self)
+        if self.state["step"] + 1 == at_step:
+            with torch.no_grad():
+                next(self.model.parameters()).view(-1)[0] = math.nan
+        return out
+
+    monkeypatch.setattr(Trainer, "train_step", step)
+
+
+@pytest.mark.parametrize("max_steps", [6, 12])  # the poisoned step 8 is a checkpoint step / ... the last
+def test_non_finite_weights_are_never_saved(store, tmp_path, monkeypatch, max_steps):
+    run = tmp_path / "run"
+    at = 8 if max_steps == 12 else 6
+    _poison_after(monkeypatch, at)
+    monkeypatch.setattr(Trainer, "validate", lambda self: 4.0)  # the weights check alone (not validation)
+    with pytest.raises(UserError, match=f"non-finite.*step {at}.*last good checkpoint is .*step_000004"):
+        train(config(store, run, max_steps=max_steps))
+    assert kept(run) == [4]
+    monkeypatch.undo()
+    assert train(config(store, run, max_steps=max_steps)).steps == max_steps  # resumes from step 4
+
+
+def test_the_divergence_message_suggests_fp32_only_to_a_bf16_run(store, tmp_path, monkeypatch):
+    monkeypatch.setattr(Trainer, "train_step", lambda self: {"loss": math.nan})
+    with pytest.raises(UserError) as fp32:
+        train(config(store, tmp_path / "a", max_steps=3))
+    assert "loss became nan at step 1" in str(fp32.value) and "dtype=fp32" not in str(fp32.value)
+    with pytest.raises(UserError, match="train.dtype=fp32"):
+        train(config(store, tmp_path / "b", max_steps=3, dtype="bf16"))
+
+
+def test_a_non_finite_validation_loss_is_never_logged(store, tmp_path, monkeypatch):
+    monkeypatch.setattr(Trainer, "validate", lambda self: math.inf)
+    with pytest.raises(UserError, match="validation loss became inf at step 4; the run has no checkpoint"):
+        train(config(store, tmp_path / "run", max_steps=6))
+    assert steps(tmp_path / "run") == [1, 2, 3]  # rows without a validation are logged as before
+
+
+def test_an_eval_result_never_holds_nan(tmp_path):
+    import numpy as np
+
+    from contextlab.eval.results import write_result
+
+    results = {"summary": {"loss": math.nan, "ok": 1.0}, "curve": np.array([1.0, np.inf])}
+    path = write_result(tmp_path, "ppl", results=results, options={}, model={}, data={}, seconds=1.0)
+    doc = json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"{c} in a result file"))
+    assert doc["results"]["summary"] == {"loss": None, "ok": 1.0} and doc["results"]["curve"] == [1.0, None]
+    assert doc["non_finite"]["fields"] == ["results.summary.loss", "results.curve[1]"]
+    assert "null" in doc["non_finite"]["note"]
+
+
+# ---------------------------------------------------------------------------- 3. a full disk
+
+
+def test_a_full_disk_inside_torch_save_is_one_line(store, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    train(config(store, run, max_steps=4))
+
+    def torch_save_full(*a, **k):  # what torch.save raises when the disk is full
+        raise RuntimeError(
+            "[enforce fail at inline_container.cc:778] . PytorchStreamWriter failed writing file data/0: "
+            "file write failed"
+        )
+
+    monkeypatch.setattr(ckpt.torch, "save", torch_save_full)
+    with pytest.raises(
+        UserError, match="could not write checkpoint.*step_000008.*step_000004 is intact"
+    ) as e:
+        train(config(store, run, max_steps=8))
+    assert "\n" not in str(e.value)
+    assert kept(run) == [4] and not list((run / "checkpoints").glob(".*"))
+
+
+def test_a_full_disk_while_logging_names_the_last_checkpoint(store, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    real = MetricsWriter.write
+
+    def write(self, row, bar):
+        if row["step"] == 6:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(self, row, bar)
+
+    monkeypatch.setattr(MetricsWriter, "write", write)
+    with pytest.raises(UserError, match="disk is full.*step_000004"):
+        train(config(store, run, max_steps=8))
+
+
+# ---------------------------------------------------------------------------- 4. two writers
+
+
+def test_a_second_writer_on_one_run_is_refused(store, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    real, seen = Trainer._step, []
+
+    def step(self, budget):
+        if self.state["step"] == 2 and not seen:
+            seen.append(1)
+            with pytest.raises(UserError, match=f"run directory {run} is being written by pid"):
+                train(config(store, run, max_steps=5))
+        return real(self, budget)
+
+    monkeypatch.setattr(Trainer, "_step", step)
+    train(config(store, run, max_steps=5))
+    assert seen and steps(run) == [1, 2, 3, 4, 5]
+
+
+# ---------------------------------------------------------------------------- 5. out_dir not a run
+
+
+def test_an_out_dir_that_is_not_a_run_is_refused(store, tmp_path):
+    before = {p.name: p.read_bytes() for p in store.path.iterdir() if p.is_file()}
+    with pytest.raises(UserError, match="token store.*not a contextlab run.*train.out_dir"):
+        train(config(store, store.path, max_steps=2))
+    assert {p.name: p.read_bytes() for p in store.path.iterdir() if p.is_file()} == before
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "todo.txt").write_text("mine")
+    with pytest.raises(UserError, match="non-empty folder without a run, not a contextlab run"):
+        train(config(store, other, max_steps=2))
+    assert sorted(p.name for p in other.iterdir()) == ["todo.txt"]
+    (tmp_path / "empty").mkdir()
+    assert train(config(store, tmp_path / "empty", max_steps=1)).steps == 1
+
+
+# ---------------------------------------------------------------------------- 6. corrupt files
+
+
+@pytest.mark.parametrize("damage", ["truncated weights", "garbage optimizer"])
+def test_a_corrupt_checkpoint_is_one_line_naming_an_earlier_good_one(store, tmp_path, damage):
+    run = tmp_path / "run"
+    train(config(store, run, max_steps=8))
+    newest = rundir.step_dir(run, 8)
+    if damage == "truncated weights":
+        f = newest / "model.safetensors"
+        f.write_bytes(f.read_bytes()[:100])
+    else:
+        (newest / "optimizer.pt").write_bytes(b"\x80\x02garbage" * 50)
+    with pytest.raises(UserError, match="step_000008 cannot be read.*step_000004") as e:
+        train(config(store, run, max_steps=12))
+    assert "\n" not in str(e.value)
+
+
+def test_a_torn_metrics_line_is_dropped_on_resume_and_readers_skip_it(store, tmp_path):
+    run = tmp_path / "run"
+    train(config(store, run, max_steps=8))
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"step": 9, "loss": 3.1, "l')  # a kill inside the write of row 9
+    assert [r["step"] for r in rundir.read_metrics(run)] == list(range(1, 9))
+    assert rundir.summarize(rundir.read_metrics(run))["steps"] == 8
+    from contextlab.report.html import run_section
+
+    assert run_section(run)[1]["steps"] == 8  # the report reads it as well
+    train(config(store, run, max_steps=10))
+    assert steps(run) == list(range(1, 11))
+
+
+# ---------------------------------------------------------------------------- 7. budgets and shapes
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ({"max_steps": -5}, "train.max_steps"),
+        ({"max_steps": 3, "max_tokens": -64}, "train.max_tokens"),
+        ({"max_minutes": -1.0}, "train.max_minutes"),
+        ({"max_steps": 3, "max_tokens": 64}, "exactly one budget"),
+        ({"max_steps": 3, "context": -128}, "train.context"),
+        ({"max_steps": 3, "tokens_per_step": 0}, "train.tokens_per_step"),
+        ({"max_steps": 3, "log_every": 0}, "train.log_every"),
+        ({"max_steps": 3, "ckpt_every": -1}, "train.ckpt_every"),
+        ({"max_steps": 3, "micro_batch_rows": -2}, "train.micro_batch_rows"),
+    ],
+)
+def test_budgets_and_shapes_are_checked_before_a_run_exists(store, tmp_path, override, key):
+    run = tmp_path / "run"
+    with pytest.raises(UserError, match=key.replace(".", r"\.")) as e:
+        train(config(store, run, **override))
+    assert "\n" not in str(e.value) and not run.exists()
+
+
+@pytest.mark.parametrize(
+    "section, key, value",
+    [("model", "n_layer", -1), ("model", "n_embd", -32), ("model", "n_head", 0), ("model", "dropout", 2.0)]
+    + [("optim", "lr", -1.0), ("optim", "warmup_steps", -5), ("optim", "grad_clip", -1.0)],
+)
+def test_model_shapes_and_optimizer_values_are_checked_up_front(store, tmp_path, section, key, value):
+    cfg = config(store, tmp_path / "run", max_steps=3)
+    setattr(getattr(cfg, section), key, value)
+    with pytest.raises(UserError, match=f"{section}.{key} is {value}; it must be"):
+        train(cfg)
+    assert not (tmp_path / "run").exists()
