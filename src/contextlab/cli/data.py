@@ -98,6 +98,8 @@ def _print_ingest_report(report) -> None:
     }
     if notes:
         print("  " + ", ".join(f"{k.replace('_', ' ')}: {v:,}" for k, v in notes.items()))
+    if (store.path / "skipped.jsonl").stat().st_size if (store.path / "skipped.jsonl").exists() else 0:
+        print(f"  every skipped file is named, with its reason, in {store.path / 'skipped.jsonl'}")
 
 
 def cmd_info(argv: list[str]) -> int:

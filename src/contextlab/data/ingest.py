@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contextlab.config import opt, save_toml, to_dict
+from contextlab.data.ingest_long import add_streamed, batches
+from contextlab.data.source_files import LongText
 from contextlab.data.sources import Document, SourceOptions, open_source
 from contextlab.data.store import (
     StoreWriter,
@@ -42,9 +44,10 @@ from contextlab.data.store import (
 )
 from contextlab.data.tokenizers import N_THREADS, Tokenizer, load_saved_tokenizer, load_tokenizer
 from contextlab.errors import UserError
-from contextlab.io import atomic_write_json, open_partial
+from contextlab.io import atomic_write_json, atomic_write_text, open_partial
 
 TOKENIZER_SPECS = "byte | gpt2:DIR | hf:PATH | bpe:N | store:STORE"
+SKIPPED_FILE = "skipped.jsonl"  # in the store: every file (or row) the source left out, and why
 
 
 @dataclass
@@ -104,6 +107,7 @@ def ingest(
     config = config or IngestConfig()
     out = Path(out)
     src = open_source(source, config.source)
+    src.check_encoding()  # strict: every undecodable file named before any work is done
     fingerprint = _fingerprint(src, config)
     if out.exists():
         done = _existing_output(out, fingerprint, overwrite)
@@ -162,15 +166,19 @@ def _store_documents(
         closing.callback(writer.close)
         pos = resumed_from
         bar = _progress_bar(progress, src, state)
-        for batch in _prefetch(_batches(iter(src), resumed_from, int(config.batch_mb * 1e6))):
-            ids = tokenizer.encode_pieces([d.text for d in batch], piece_chars)
-            _add_filtered(writer, batch, ids, config, counts)
+        closing.callback(bar.close)  # before an error is printed: no message glued to the bar
+        for batch in _prefetch(batches(iter(src), resumed_from, int(config.batch_mb * 1e6))):
+            if isinstance(batch[0].text, LongText):
+                add_streamed(writer, batch[0], tokenizer, piece_chars, config, counts, bar.update)
+            else:
+                ids = tokenizer.encode_pieces([d.text for d in batch], piece_chars)
+                _add_filtered(writer, batch, ids, config, counts)
+                bar.update(sum(len(d.text) for d in batch))
             pos += len(batch)
             durable = writer.flush()
             record.update(source_pos=pos, writer=vars(durable), counts=counts)
             atomic_write_json(partial / "progress.json", record)
-            bar.update(sum(len(d.text) for d in batch))
-        bar.close()
+    atomic_write_text(partial / SKIPPED_FILE, "".join(json.dumps(e) + "\n" for e in src.skipped))
     if writer.state.n_docs == 0:
         raise UserError(
             f"no documents left in {source} after filtering ({counts['skipped_short']} shorter than "
@@ -277,24 +285,12 @@ def _sample_texts(src, sample_mb: float) -> Callable[[], Iterable[str]]:
             if seen >= budget:
                 return
             seen += len(doc.text)
-            yield doc.text
+            if isinstance(doc.text, LongText):
+                yield from doc.text.chunks()
+            else:
+                yield doc.text
 
     return texts
-
-
-def _batches(docs: Iterator[Document], skip: int, batch_chars: int) -> Iterator[list[Document]]:
-    batch: list[Document] = []
-    size = 0
-    for pos, doc in enumerate(docs):
-        if pos < skip:
-            continue
-        batch.append(doc)
-        size += len(doc.text)
-        if size >= batch_chars:
-            yield batch
-            batch, size = [], 0
-    if batch:
-        yield batch
 
 
 @contextlib.contextmanager

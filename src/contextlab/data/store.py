@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -271,10 +271,36 @@ class StoreWriter:
 
     def add(self, tokens: np.ndarray, meta: dict[str, Any]) -> None:
         arr = np.asarray(tokens)
+        self._write_tokens(arr)
+        self._end_doc(int(arr.size), meta)
+
+    def add_parts(
+        self, parts: Iterable[np.ndarray], meta: dict[str, Any], min_tokens: int, max_tokens: int
+    ) -> int:
+        """Add one document given as consecutive id arrays (a long document streamed through the
+        tokenizer) and return its length; one outside ``min_tokens``..``max_tokens`` (0 = no
+        limit; reading stops once it is passed) is cut back off the file and not added."""
+        fh = self._files["tokens.bin"]
+        start, n = fh.tell(), 0
+        for arr in parts:
+            self._write_tokens(np.asarray(arr))
+            n += len(arr)
+            if max_tokens and n > max_tokens:
+                break
+        if n < min_tokens or (max_tokens and n > max_tokens):
+            fh.truncate(start)
+            fh.seek(start)
+            return n
+        self._end_doc(n, meta)
+        return n
+
+    def _write_tokens(self, arr: np.ndarray) -> None:
         if arr.size and int(arr.max()) > np.iinfo(self.dtype).max:
             raise ValueError(f"token id {int(arr.max())} does not fit {self.dtype}")
         self._files["tokens.bin"].write(arr.astype(self.dtype, copy=False).tobytes())
-        self.state.n_tokens += int(arr.size)
+
+    def _end_doc(self, n_tokens: int, meta: dict[str, Any]) -> None:
+        self.state.n_tokens += n_tokens
         self.state.n_docs += 1
         self._files["offsets.i64"].write(np.int64(self.state.n_tokens).tobytes())
         line = (json.dumps(meta, ensure_ascii=False) + "\n").encode("utf-8")
