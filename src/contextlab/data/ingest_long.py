@@ -13,15 +13,12 @@ a tokenizer that knows no safe cut points still gets the whole text at once.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import Any
 
 from contextlab.data.source_files import LongText
 from contextlab.data.sources import Document
 from contextlab.data.store import StoreWriter
 from contextlab.data.tokenizers import Tokenizer
-
-if TYPE_CHECKING:
-    from contextlab.data.ingest import IngestConfig
 
 
 def batches(docs: Iterator[Document], skip: int, batch_chars: int) -> Iterator[list[Document]]:
@@ -51,7 +48,7 @@ def add_streamed(
     doc: Document,
     tokenizer: Tokenizer,
     piece_chars: int,
-    config: IngestConfig,
+    config: Any,  # IngestConfig (min_tokens, max_tokens)
     counts: dict,
     progress: Callable[[int], object],
 ) -> None:

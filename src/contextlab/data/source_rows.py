@@ -16,13 +16,12 @@ import json
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from contextlab.data.source_files import open_bytes, record_batches, stem
 from contextlab.errors import UserError
 
-if TYPE_CHECKING:
-    from contextlab.data.sources import Source
+Source = Any  # contextlab.data.sources.Source (not imported: it imports this module)
 
 
 def row_meta(src: Source, rel: str, row: int, domain: Any, path: Any = None, id_: str | None = None) -> dict:
