@@ -415,3 +415,23 @@ def test_path_field_gives_rows_their_own_path_and_domain(tmp_path: Path):
     ]
     with pytest.raises(UserError, match=r"has no field 'path' \(found: text, file\); pass --path-field"):
         list(open_source(tmp_path / "code.jsonl", SourceOptions(path_field="path")))
+
+
+@pytest.mark.parametrize("policy", ["strict", "replace", "latin-1", "skip"])
+def test_long_files_read_in_chunks_equal_whole_files(tmp_path: Path, policy, monkeypatch):
+    import contextlab.data.source_files as sf
+
+    monkeypatch.setattr(sf, "CHUNK_BYTES", 7)  # chunk edges fall inside multi-byte characters
+    body = {"ok.txt": "  café — naïve\n" * 40 + " \t", "pad.txt": " \n" * 300}
+    if policy != "strict":
+        body["bad.txt"] = BAD_UTF8 * 30 + b"\xe2\x82"  # ends inside a truncated sequence
+    root = write(tmp_path / "c", body)
+    whole = open_source(root, SourceOptions(encoding=policy))
+    want = [(d.text, d.meta) for d in whole]
+    chunked = open_source(root, SourceOptions(encoding=policy, long_doc_mb=1e-4))
+    got = [d for d in chunked]
+    assert all(isinstance(d.text, sf.LongText) for d in got)
+    assert [("".join(d.text.chunks()), d.meta) for d in got] == want
+    assert [len(d.text) for d in got] == [len(t) for t, _ in want]
+    assert chunked.stats.as_dict() == whole.stats.as_dict()
+    assert chunked.skipped == whole.skipped

@@ -349,20 +349,23 @@ class Source:
     def _long_text(self, rel: str, path: Path) -> LongText | None:
         """Scan a long file once, chunk by chunk, under the encoding policy (see ``decode``)."""
         st, policy = self.stats, self.options.encoding
-        at = utf8_error_offset(path)
-        if at is not None and policy == "strict":
-            raise UserError(
-                f"{path} is not valid UTF-8 (byte offset {at}); use --encoding replace (or skip, latin-1)"
-            )
-        if at is not None and policy == "skip":
-            st.undecodable_files += 1
-            self.skip(rel, f"not UTF-8 (byte {at}), --encoding skip")
-            return None
-        errors = "strict" if at is None else policy
-        text, bad = scan_long_text(path, errors)
+        try:
+            text, bad = scan_long_text(path, "strict")
+        except UnicodeDecodeError:
+            at = utf8_error_offset(path)
+            if policy == "strict":
+                raise UserError(
+                    f"{path} is not valid UTF-8 (byte offset {at}); use --encoding replace (or skip, latin-1)"
+                ) from None
+            st.undecodable_files += policy != "latin-1"
+            text, bad = scan_long_text(path, "replace" if policy == "skip" else policy)
+            if policy == "skip":
+                st.undecodable_bytes += bad
+                st.bytes_read += text.n_bytes
+                self.skip(rel, f"not UTF-8 (byte {at}), --encoding skip")
+                return None
+            st.latin1_files += policy == "latin-1"
         st.bytes_read += text.n_bytes
-        st.latin1_files += errors == "latin-1"
-        st.undecodable_files += errors == "replace"
         st.undecodable_bytes += bad
         return text
 
