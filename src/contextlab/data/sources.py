@@ -87,7 +87,8 @@ class SourceOptions:
     )
     encoding: Encoding = opt(
         "strict",
-        "undecodable bytes: strict (stop), replace (U+FFFD), skip (the file), "
+        "undecodable bytes: strict (stop before tokenizing, naming every such file), replace (U+FFFD), "
+        "skip (the file), "
         "latin-1 (decode the file as Latin-1); all are counted",
     )
     min_chars: int = opt(1, "skip documents whose stripped text is shorter than this (counted)")
