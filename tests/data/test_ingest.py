@@ -315,3 +315,15 @@ def test_repo_retriever_warns_once_when_rows_have_no_paths(tmp_path, capsys):
     assert [m["domain"] for m in with_paths.docs_meta()] == ["repo"] * 4
     build_repo(with_paths, np.arange(4), None)
     assert capsys.readouterr().err == ""
+
+
+def test_error_mid_ingest_is_not_glued_to_the_progress_bar(tmp_path):
+    lines = [json.dumps({"text": f"row {i} " * 40}) for i in range(40)] + ["{oops"]
+    write_tree(tmp_path, {"rows.jsonl": "\n".join(lines) + "\n"})
+    cmd = [sys.executable, "-m", "contextlab", "data", "ingest", str(tmp_path / "rows.jsonl")]
+    r = subprocess.run(
+        [*cmd, "--out", str(tmp_path / "s"), "--batch-mb", "0.001"], capture_output=True, text=True
+    )
+    assert r.returncode != 0 and "ingest:" in r.stderr  # the bar was drawn
+    shown = r.stderr.split("\n")[-2].split("\r")[-1]  # what the terminal shows on the last line
+    assert shown.startswith("contextlab data ingest: error: ") and "line 41 is not valid JSON" in shown

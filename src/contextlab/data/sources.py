@@ -61,7 +61,7 @@ SHOW_BAD = 20  # undecodable files named in the strict-encoding error (skipped.j
 class Document:
     """One document: its exact text and metadata (``id``, ``source``, ``path``, ``domain``, ``row``)."""
 
-    text: str
+    text: str  # a LongText for a file past --long-doc-mb (see source_files.LongText)
     meta: dict
 
     @property
