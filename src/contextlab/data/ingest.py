@@ -5,7 +5,9 @@ and hands over batches of about a MB of text; long documents are cut where the t
 proves a cut changes no id, and the tokenizer encodes all pieces of a batch with its
 native thread pool (Rust in HF ``tokenizers`` and tiktoken, so the GIL is released); the
 main thread appends the ids to the partial store. Memory stays flat: at most a couple of
-batches are alive at once, whatever the corpus size.
+batches are alive at once, whatever the corpus size; a file past ``--long-doc-mb`` is
+streamed through the tokenizer and the writer in pieces (``ingest_long``). Every file the
+source leaves out is named, with its reason, in ``OUT/skipped.jsonl``.
 
 Resume: everything is written to ``OUT.partial/``. After each batch the data files are
 fsynced and ``progress.json`` records how many source documents were consumed and the

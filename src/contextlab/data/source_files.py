@@ -1,12 +1,15 @@
 """Finding and opening a source's files: folder walk, text bytes, Arrow and Parquet batches.
 
 ``walk`` lists a folder tree in sorted relative-path order with include/exclude globs,
-skipping hidden entries and symlinks that leave the tree (counted). ``read_text_bytes``
-reads a text file (gzip transparently) and tells binary files by a NUL byte in the first
-``BINARY_PROBE`` bytes. ``hf_arrow_files`` finds the Arrow files of a ``save_to_disk``
-dataset and ``record_batches`` streams Arrow or Parquet record batches, memory-mapped.
-Trade-off: a text file is read whole (a document is one file), while row formats stream in
-batches, so memory follows the largest document, never the corpus.
+and names every entry it leaves out with a reason (links that leave the tree, loop, break,
+or duplicate a file read anyway; hidden entries are not listed). ``read_text_bytes`` reads
+a text file (gzip transparently) and tells binary files by a NUL byte in the first
+``BINARY_PROBE`` bytes; a corrupt file raises ``Unreadable`` for the caller to skip.
+``LongText`` / ``scan_long_text`` give a file too long to hold whole as chunks, decoded
+incrementally. ``hf_arrow_files`` finds the Arrow files of a ``save_to_disk`` dataset and
+``record_batches`` streams Arrow or Parquet record batches, memory-mapped. Trade-off: a
+text file is read whole below ``long_doc_mb`` (a document is one file) and in 16 MB chunks
+above it, read twice (a scan, then the tokenizing pass), so memory follows a chunk.
 """
 
 from __future__ import annotations
@@ -261,11 +264,17 @@ class LongText:
         return self.n_chars
 
     def chunks(self) -> Iterator[str]:
+        """The text again, chunk by chunk; a file that changed since the scan is a UserError."""
         decoder = text_decoder(self.errors)
-        for data in byte_chunks(self.path):
-            yield decoder.decode(data)
-        if tail := decoder.decode(b"", final=True):
-            yield tail
+        try:
+            for data in byte_chunks(self.path):
+                yield decoder.decode(data)
+            if tail := decoder.decode(b"", final=True):
+                yield tail
+        except (Unreadable, UnicodeDecodeError) as e:
+            raise UserError(
+                f"{self.path} changed while it was ingested ({e}); run the command again"
+            ) from None
 
 
 def scan_long_text(path: Path, errors: str) -> tuple[LongText, int]:

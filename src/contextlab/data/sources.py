@@ -3,10 +3,9 @@
 ``open_source(PATH)`` looks at PATH and picks a reader:
 
 - ``folder``: a tree of text/code files, one document per file, sorted by relative posix
-  path. Hidden files and directories (``.git``) are skipped; symlinked directories and
-  symlinks that point out of the tree are skipped and counted; ``.gz`` files are
-  decompressed and keep their full name (``a/b.txt.gz``), so a path always names a real
-  file. A file with a NUL byte in its first 8 KiB is binary: skipped and counted.
+  path. Hidden entries (``.git``) are skipped; links to folders, out of the tree, broken,
+  looping or to a file read anyway, binary files (a NUL byte in the first 8 KiB) and corrupt
+  ``.gz`` files are skipped, counted and named; ``.gz`` files keep their full name.
 - ``file``: one text file, one document.
 - ``jsonl``: ``.jsonl``/``.jsonl.gz``/``.json`` lines files (or a folder holding only
   those), one document per line, the text in ``options.text_field``.
@@ -15,12 +14,13 @@
   gives its ``train`` split), read straight from the Arrow files with pyarrow, so the
   ``datasets`` package is not needed.
 
-Trade-offs. Text files are read whole (a document is one file, and documents are what the
-tokenizer takes), while row formats stream in batches, so memory follows the largest
-document, never the corpus. Text is kept byte-exact: no newline conversion and no
+Trade-offs. Text files are read whole, except past ``long_doc_mb`` (a ``LongText``, read in
+chunks), and row formats stream in batches, so memory follows the largest document, never
+the corpus. Under strict UTF-8 ``check_encoding`` reads every file once more before any
+work, so no ingest stops half way on one bad file. Text is kept byte-exact: no newline conversion and no
 whitespace stripping (``min_chars`` looks at the stripped length but keeps the text), so
 offsets into the source files stay valid. Nothing is dropped silently: every skipped file
-or row is counted in ``Source.stats``, and a corpus that yields nothing raises
+or row is counted in ``Source.stats`` and named in ``Source.skipped``, and a corpus that yields nothing raises
 ``UserError`` at the end of the iteration, saying what was skipped. The fingerprint only
 stats the input files (size, mtime), so it is cheap but misses an edit that keeps both.
 """
