@@ -253,3 +253,121 @@ def test_interrupted_finalize_of_another_config_is_not_discarded_silently(tmp_pa
         ingest(src, tmp_path / "out", IngestConfig(batch_mb=0.01, min_tokens=3), progress=False)
     rep = ingest(src, tmp_path / "out", IngestConfig(batch_mb=0.01), progress=False)
     assert rep.store.n_docs == 10 and not (tmp_path / "out.partial").exists()
+
+
+def single_line(path, n_chars, seed=0):
+    """A one-line text of about ``n_chars`` characters (words, odd spacing, non-ASCII)."""
+    rng = np.random.default_rng(seed)
+    words = ["context", "window", "  token", "über", "naïve—", "data\t", "x", "12345", "   "]
+    text = " ".join(rng.choice(words, size=n_chars // 6))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return text
+
+
+@pytest.mark.parametrize("spec", ["byte", f"gpt2:{GPT2_DIR}"])
+def test_long_document_streamed_equals_whole_document(tmp_path, spec):
+    from contextlab.data.source_files import LongText
+    from contextlab.data.sources import open_source
+    from contextlab.data.tokenizers import load_tokenizer
+
+    text = single_line(tmp_path / "c" / "long.txt", 2_000_000)
+    (tmp_path / "c" / "short.txt").write_text("short one")
+    streamed = SourceOptions(long_doc_mb=0.3)
+    assert isinstance(next(iter(open_source(tmp_path / "c", streamed))).text, LongText)
+    cfg = IngestConfig(tokenizer=spec, batch_mb=0.2)
+    whole = ingest(tmp_path / "c", tmp_path / "whole", cfg, progress=False).store
+    cfg_s = IngestConfig(tokenizer=spec, batch_mb=0.2, source=streamed)
+    got = ingest(tmp_path / "c", tmp_path / "streamed", cfg_s, progress=False)
+    assert got.bytes_read == len(text.encode()) + len("short one")
+    assert np.array_equal(got.store.doc(0), load_tokenizer(spec).encode_batch([text])[0])
+    same_store(got.store, whole)
+    # a streamed document outside the length filters is taken back out of the file
+    n = len(got.store.doc(0))
+    cut = IngestConfig(tokenizer=spec, batch_mb=0.2, max_tokens=n - 1, source=streamed)
+    rep = ingest(tmp_path / "c", tmp_path / "cut", cut, progress=False)
+    assert rep.skipped_long == 1 and rep.store.n_docs == 1 and rep.store.n_tokens == len(rep.store.doc(0))
+
+
+def test_skipped_files_are_named_next_to_the_store(tmp_path):
+    import gzip
+
+    root = write_tree(tmp_path / "c", {"a.txt": "alpha", "d/b.txt": "beta", "bin.dat": b"\0\1"})
+    (root / "bad.txt.gz").write_bytes(gzip.compress(b"x" * 100)[:-8] + b"garbage!")
+    os.symlink("loop", root / "d" / "loop")
+    os.symlink("a.txt", root / "again.txt")
+    rep = ingest(root, tmp_path / "s", IngestConfig(source=SourceOptions(exclude=["d/loop"])), progress=False)
+    assert [m["path"] for m in rep.store.docs_meta()] == ["a.txt", "d/b.txt"]
+    lines = [json.loads(x) for x in (tmp_path / "s" / "skipped.jsonl").read_text().splitlines()]
+    assert {e["path"]: e["reason"].split(" (")[0] for e in lines} == {
+        "again.txt": "duplicate of a.txt",
+        "bad.txt.gz": "unreadable: not a valid gzip file",
+        "bin.dat": "binary",
+        "d/loop": "symlink loop",
+    }
+    stats = rep.store.meta["source_stats"]
+    assert (stats["skipped_unreadable"], stats["skipped_duplicates"], stats["skipped_symlinks"]) == (1, 1, 1)
+    rep.store.verify()
+
+
+def test_strict_encoding_names_all_bad_files_first_and_a_new_policy_needs_no_overwrite(tmp_path):
+    files = {f"f{i:02d}.txt": f"file {i} " * 50 for i in range(30)}
+    files.update({"f05.txt": b"caf\xe9", "f25.txt": b"\xff ok"})
+    root = write_tree(tmp_path / "c", files)
+    out = tmp_path / "s"
+    cmd = [
+        sys.executable,
+        "-m",
+        "contextlab",
+        "data",
+        "ingest",
+        str(root),
+        "--out",
+        str(out),
+        "--batch-mb",
+        "0.0001",
+    ]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    assert r.returncode != 0
+    last = r.stderr.split("\n")[-2].split("\r")[-1]  # what the terminal shows on the last line
+    assert (
+        last.startswith("contextlab data ingest: error: 2 files in ")
+        and "f05.txt (byte 3), f25.txt (byte 0)" in last
+    )
+    assert "Traceback" not in r.stderr
+    r = subprocess.run([*cmd, "--encoding", "skip"], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    store = TokenStore(out)
+    assert store.n_docs == 28
+    skipped = [json.loads(x) for x in (out / "skipped.jsonl").read_text().splitlines()]
+    assert [e["path"] for e in skipped] == ["f05.txt", "f25.txt"]
+
+
+def test_repo_retriever_warns_once_when_rows_have_no_paths(tmp_path, capsys):
+    from contextlab.data.packing.retrievers import build_repo
+
+    rows = [{"text": f"doc {i}", "file": f"repo/d{i % 2}/f{i}.py"} for i in range(4)]
+    write_tree(tmp_path, {"code.jsonl": "".join(json.dumps(r) + "\n" for r in rows)})
+    plain = ingest(tmp_path / "code.jsonl", tmp_path / "plain", progress=False).store
+    build_repo(plain, np.arange(2), None)
+    build_repo(plain, np.arange(2, 4), None)
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1 and "--path-field" in err
+    cfg = IngestConfig(source=SourceOptions(path_field="file"))
+    with_paths = ingest(tmp_path / "code.jsonl", tmp_path / "paths", cfg, progress=False).store
+    assert [m["path"] for m in with_paths.docs_meta()] == [r["file"] for r in rows]
+    assert [m["domain"] for m in with_paths.docs_meta()] == ["repo"] * 4
+    build_repo(with_paths, np.arange(4), None)
+    assert capsys.readouterr().err == ""
+
+
+def test_error_mid_ingest_is_not_glued_to_the_progress_bar(tmp_path):
+    lines = [json.dumps({"text": f"row {i} " * 40}) for i in range(40)] + ["{oops"]
+    write_tree(tmp_path, {"rows.jsonl": "\n".join(lines) + "\n"})
+    cmd = [sys.executable, "-m", "contextlab", "data", "ingest", str(tmp_path / "rows.jsonl")]
+    r = subprocess.run(
+        [*cmd, "--out", str(tmp_path / "s"), "--batch-mb", "0.001"], capture_output=True, text=True
+    )
+    assert r.returncode != 0 and "ingest:" in r.stderr  # the bar was drawn
+    shown = r.stderr.split("\n")[-2].split("\r")[-1]  # what the terminal shows on the last line
+    assert shown.startswith("contextlab data ingest: error: ") and "line 41 is not valid JSON" in shown

@@ -89,8 +89,10 @@ def test_symlinks_not_followed_out_of_tree(tmp_path: Path):
     os.symlink(root / "in.txt", root / "link_in.txt")
     os.symlink(outside, root / "dirlink")
     src = open_source(root)
-    assert [(d.meta["path"], d.text) for d in src] == [("in.txt", "inside"), ("link_in.txt", "inside")]
-    assert src.stats.skipped_symlinks == 2
+    # link_in.txt is the same file as in.txt: skipped as a duplicate (by resolved path), and named
+    assert [(d.meta["path"], d.text) for d in src] == [("in.txt", "inside")]
+    assert src.stats.skipped_symlinks == 2 and src.stats.skipped_duplicates == 1
+    assert {"path": "link_in.txt", "reason": "duplicate of in.txt (a symlink to it)"} in src.skipped
 
 
 @pytest.mark.parametrize(
@@ -326,3 +328,110 @@ def test_gutenberg_marker_spellings_of_real_books(tmp_path: Path):
     assert len(rows) == 13 == len(bodies) == src.stats.gutenberg_stripped
     for m in rows:
         assert bodies[m["file"]] == m["text"][m["body_start_char"] : m["body_end_char"]], m["file"]
+
+
+def test_symlink_loops_corrupt_gz_and_duplicate_links_are_skipped_and_named(tmp_path: Path):
+    root = write(
+        tmp_path / "c", {"real.txt": "real", "sub/x.txt": "x", "zip/ok.txt.gz": gzip.compress(b"gz")}
+    )
+    (root / "zip" / "bad.txt.gz").write_bytes(b"\x1f\x8b\x08\x00" + b"not deflate data" * 4)
+    os.symlink("self", root / "self")  # a link to itself
+    os.symlink("b", root / "sub" / "a")  # a -> b -> a
+    os.symlink("a", root / "sub" / "b")
+    os.symlink("real.txt", root / "link.txt")  # the same file twice
+    src = open_source(root, SourceOptions(exclude=["sub/"]))
+    assert [(d.meta["path"], d.text) for d in src] == [("real.txt", "real"), ("zip/ok.txt.gz", "gz")]
+    st = src.stats
+    assert (st.skipped_symlinks, st.skipped_unreadable, st.skipped_duplicates) == (3, 1, 1)
+    reasons = {e["path"]: e["reason"] for e in src.skipped}
+    assert reasons["self"] == reasons["sub/a"] == reasons["sub/b"] == "symlink loop"
+    assert reasons["link.txt"] == "duplicate of real.txt (a symlink to it)"
+    assert reasons["zip/bad.txt.gz"].startswith("unreadable: not a valid gzip file")
+    assert reasons["sub/x.txt"] == "excluded by --include/--exclude"
+
+
+def test_corrupt_gz_jsonl_is_skipped_after_its_good_rows(tmp_path: Path):
+    good = gzip.compress(b'{"text": "a"}\n{"text": "b"}\n')
+    write(tmp_path / "j", {"1.jsonl.gz": good[:-12] + b"\0" * 12, "2.jsonl": '{"text": "c"}\n'})
+    src = open_source(tmp_path / "j")
+    assert [d.text for d in src][-1] == "c"
+    assert src.stats.skipped_unreadable == 1
+    assert src.skipped[0]["path"] == "1.jsonl.gz" and "gzip" in src.skipped[0]["reason"]
+
+
+def test_strict_encoding_check_lists_every_undecodable_file_before_reading(tmp_path: Path):
+    root = write(
+        tmp_path / "c",
+        {
+            "a.txt": "fine",
+            "b/bad1.c": BAD_UTF8,
+            "c/bad2.c": b"x\xe9",
+            "d.bin": b"\0\xff",
+            "e.jsonl": '{"t": 1}\n',
+        },
+    )
+    src = open_source(root)
+    with pytest.raises(
+        UserError,
+        match=r"2 files in .* are not valid UTF-8: b/bad1\.c \(byte 3\), c/bad2\.c \(byte 1\); "
+        r"nothing was tokenized: run again with --encoding replace, skip or latin-1",
+    ):
+        src.check_encoding()
+    open_source(root, SourceOptions(encoding="skip")).check_encoding()  # only strict checks
+    src = open_source(root, SourceOptions(encoding="skip"))
+    list(src)
+    assert [e for e in src.skipped if e["reason"].startswith("not UTF-8")] == [
+        {"path": "b/bad1.c", "reason": "not UTF-8 (byte 3), --encoding skip"},
+        {"path": "c/bad2.c", "reason": "not UTF-8 (byte 1), --encoding skip"},
+    ]
+
+
+def test_domain_is_first_folder_below_the_common_root(tmp_path: Path):
+    root = write(
+        tmp_path / "t",
+        {"project-1.0/src/a.c": "a", "project-1.0/docs/b.md": "b", "project-1.0/README": "r"},
+    )
+    assert [(d.meta["path"], d.meta["domain"]) for d in open_source(root)] == [
+        ("project-1.0/README", "project-1.0"),
+        ("project-1.0/docs/b.md", "project-1.0/docs"),
+        ("project-1.0/src/a.c", "project-1.0/src"),
+    ]
+    assert {d.meta["domain"] for d in open_source(root, SourceOptions(domain_depth=1))} == {"project-1.0"}
+    deep = {d.meta["domain"] for d in open_source(root, SourceOptions(domain_depth=3))}
+    assert deep == {"project-1.0", "project-1.0/docs", "project-1.0/src"}
+
+
+def test_path_field_gives_rows_their_own_path_and_domain(tmp_path: Path):
+    rows = [{"text": "x", "file": "repo/src/a.py"}, {"text": "y", "file": "repo/tests/t.py"}]
+    write(tmp_path, {"code.jsonl": "".join(json.dumps(r) + "\n" for r in rows)})
+    got = docs(tmp_path / "code.jsonl", path_field="file")
+    assert [(m["path"], m["domain"], m["file"], m["row"]) for _, m in got] == [
+        ("repo/src/a.py", "repo", "code.jsonl", 0),
+        ("repo/tests/t.py", "repo", "code.jsonl", 1),
+    ]
+    assert [m["domain"] for _, m in docs(tmp_path / "code.jsonl", path_field="file", domain_depth=2)] == [
+        "repo/src",
+        "repo/tests",
+    ]
+    with pytest.raises(UserError, match=r"has no field 'path' \(found: text, file\); pass --path-field"):
+        list(open_source(tmp_path / "code.jsonl", SourceOptions(path_field="path")))
+
+
+@pytest.mark.parametrize("policy", ["strict", "replace", "latin-1", "skip"])
+def test_long_files_read_in_chunks_equal_whole_files(tmp_path: Path, policy, monkeypatch):
+    import contextlab.data.source_files as sf
+
+    monkeypatch.setattr(sf, "CHUNK_BYTES", 7)  # chunk edges fall inside multi-byte characters
+    body = {"ok.txt": "  café — naïve\n" * 40 + " \t", "pad.txt": " \n" * 300}
+    if policy != "strict":
+        body["bad.txt"] = BAD_UTF8 * 30 + b"\xe2\x82"  # ends inside a truncated sequence
+    root = write(tmp_path / "c", body)
+    whole = open_source(root, SourceOptions(encoding=policy))
+    want = [(d.text, d.meta) for d in whole]
+    chunked = open_source(root, SourceOptions(encoding=policy, long_doc_mb=1e-4))
+    got = [d for d in chunked]
+    assert all(isinstance(d.text, sf.LongText) for d in got)
+    assert [("".join(d.text.chunks()), d.meta) for d in got] == want
+    assert [len(d.text) for d in got] == [len(t) for t, _ in want]
+    assert chunked.stats.as_dict() == whole.stats.as_dict()
+    assert chunked.skipped == whole.skipped

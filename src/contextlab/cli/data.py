@@ -127,6 +127,9 @@ def _print_ingest_report(report) -> None:
     }
     if notes:
         print("  " + ", ".join(f"{k.replace('_', ' ')}: {v:,}" for k, v in notes.items()))
+    skipped = store.path / "skipped.jsonl"
+    if skipped.exists() and skipped.stat().st_size:
+        print(f"  every skipped file is named, with its reason, in {skipped}")
 
 
 def cmd_info(argv: list[str]) -> int:

@@ -5,7 +5,9 @@ and hands over batches of about a MB of text; long documents are cut where the t
 proves a cut changes no id, and the tokenizer encodes all pieces of a batch with its
 native thread pool (Rust in HF ``tokenizers`` and tiktoken, so the GIL is released); the
 main thread appends the ids to the partial store. Memory stays flat: at most a couple of
-batches are alive at once, whatever the corpus size.
+batches are alive at once, whatever the corpus size; a file past ``--long-doc-mb`` is
+streamed through the tokenizer and the writer in pieces (``ingest_long``). Every file the
+source leaves out is named, with its reason, in ``OUT/skipped.jsonl``.
 
 Resume: everything is written to ``OUT.partial/``. After each batch the data files are
 fsynced and ``progress.json`` records how many source documents were consumed and the
@@ -38,7 +40,9 @@ from pathlib import Path
 
 from contextlab.config import opt, save_toml, to_dict
 from contextlab.data.heap import steady_heap
+from contextlab.data.ingest_long import add_streamed, batches
 from contextlab.data.source_bytes import source_bytes
+from contextlab.data.source_files import LongText
 from contextlab.data.sources import Document, SourceOptions, open_source
 from contextlab.data.store import (
     StoreWriter,
@@ -52,9 +56,10 @@ from contextlab.data.store import (
 )
 from contextlab.data.tokenizers import N_THREADS, Tokenizer, load_saved_tokenizer, load_tokenizer
 from contextlab.errors import UserError
-from contextlab.io import atomic_write_json, open_partial, partial_dir
+from contextlab.io import atomic_write_json, atomic_write_text, open_partial, partial_dir
 
 TOKENIZER_SPECS = "byte | gpt2:DIR | hf:PATH | bpe:N | dir:DIR (a saved tokenizer) | store:STORE"
+SKIPPED_FILE = "skipped.jsonl"  # in the store: every file (or row) the source left out, and why
 
 
 @dataclass
@@ -134,6 +139,7 @@ def ingest(
 def _ingest(source: str | Path, out: Path, config: IngestConfig, overwrite: bool, progress: bool):
     """``ingest`` without the lock and the full-disk message."""
     src = open_source(source, config.source)
+    src.check_encoding()  # strict: every undecodable file named before any work is done
     fingerprint = _fingerprint(src, config)
     if out.exists():
         done = _existing_output(out, fingerprint, overwrite)
@@ -200,15 +206,20 @@ def _store_documents(
         pos = resumed_from
         bar = _progress_bar(progress, src, state)
         closing.callback(bar.close)  # also on an error, so its line is cleared before the message
-        for batch in _prefetch(_batches(iter(src), resumed_from, int(config.batch_mb * 1e6))):
-            ids = tokenizer.encode_pieces([d.text for d in batch], piece_chars)
-            _add_filtered(writer, batch, ids, config, counts)
+        for batch in _prefetch(batches(iter(src), resumed_from, int(config.batch_mb * 1e6))):
+            if isinstance(batch[0].text, LongText):
+                step = lambda _: bar.update(src.stats.bytes_read - bar.n)
+                add_streamed(writer, batch[0], tokenizer, piece_chars, config, counts, step)
+            else:
+                ids = tokenizer.encode_pieces([d.text for d in batch], piece_chars)
+                _add_filtered(writer, batch, ids, config, counts)
             pos += len(batch)
             durable = writer.flush()
             record.update(source_pos=pos, writer=vars(durable), counts=counts)
             atomic_write_json(partial / "progress.json", record)
             bar.update(src.stats.bytes_read - bar.n)
         bar.close()
+    atomic_write_text(partial / SKIPPED_FILE, "".join(json.dumps(e) + "\n" for e in src.skipped))
     if writer.state.n_docs == 0:
         raise UserError(
             f"no documents left in {source} after filtering ({counts['skipped_short']} shorter than "
@@ -320,24 +331,12 @@ def _sample_texts(src, sample_mb: float) -> Callable[[], Iterable[str]]:
             if seen >= budget:
                 return
             seen += len(doc.text)
-            yield doc.text
+            if isinstance(doc.text, LongText):
+                yield from doc.text.chunks()
+            else:
+                yield doc.text
 
     return texts
-
-
-def _batches(docs: Iterator[Document], skip: int, batch_chars: int) -> Iterator[list[Document]]:
-    batch: list[Document] = []
-    size = 0
-    for pos, doc in enumerate(docs):
-        if pos < skip:
-            continue
-        batch.append(doc)
-        size += len(doc.text)
-        if size >= batch_chars:
-            yield batch
-            batch, size = [], 0
-    if batch:
-        yield batch
 
 
 def _prefetch(it: Iterator, depth: int = 2) -> Iterator:

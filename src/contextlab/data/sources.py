@@ -3,10 +3,9 @@
 ``open_source(PATH)`` looks at PATH and picks a reader:
 
 - ``folder``: a tree of text/code files, one document per file, sorted by relative posix
-  path. Hidden files and directories (``.git``) are skipped; symlinked directories and
-  symlinks that point out of the tree are skipped and counted; ``.gz`` files are
-  decompressed and keep their full name (``a/b.txt.gz``), so a path always names a real
-  file. A file with a NUL byte in its first 8 KiB is binary: skipped and counted.
+  path. Hidden entries (``.git``) are skipped; links to folders, out of the tree, broken,
+  looping or to a file read anyway, binary files (a NUL byte in the first 8 KiB) and corrupt
+  ``.gz`` files are skipped, counted and named; ``.gz`` files keep their full name.
 - ``file``: one text file, one document.
 - ``jsonl``: ``.jsonl``/``.jsonl.gz``/``.json`` lines files (or a folder holding only
   those), one document per line, the text in ``options.text_field``.
@@ -15,12 +14,13 @@
   gives its ``train`` split), read straight from the Arrow files with pyarrow, so the
   ``datasets`` package is not needed.
 
-Trade-offs. Text files are read whole (a document is one file, and documents are what the
-tokenizer takes), while row formats stream in batches, so memory follows the largest
-document, never the corpus. Text is kept byte-exact: no newline conversion and no
+Trade-offs. Text files are read whole, except past ``long_doc_mb`` (a ``LongText``, read in
+chunks), and row formats stream in batches, so memory follows the largest document, never
+the corpus. Under strict UTF-8 ``check_encoding`` reads every file once more before any
+work, so no ingest stops half way on one bad file. Text is kept byte-exact: no newline conversion and no
 whitespace stripping (``min_chars`` looks at the stripped length but keeps the text), so
 offsets into the source files stay valid. Nothing is dropped silently: every skipped file
-or row is counted in ``Source.stats``, and a corpus that yields nothing raises
+or row is counted in ``Source.stats`` and named in ``Source.skipped``, and a corpus that yields nothing raises
 ``UserError`` at the end of the iteration, saying what was skipped. The fingerprint only
 stats the input files (size, mtime), so it is cheap but misses an edit that keeps both.
 """
@@ -28,35 +28,40 @@ stats the input files (size, mtime), so it is cheap but misses an edit that keep
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 from contextlab.config import opt
 from contextlab.data.gutenberg import find_gutenberg_body
 from contextlab.data.source_files import (
-    JSONL_SUFFIXES,
+    EXCLUDED,
+    LongText,
+    Unreadable,
+    detect_kind,
+    folder_domains,
     hf_arrow_files,
-    open_bytes,
     read_text_bytes,
-    record_batches,
-    stem,
+    scan_long_text,
+    utf8_error_offset,
     walk,
 )
+from contextlab.data.source_rows import jsonl_rows, table_rows
 from contextlab.errors import UserError
 
 FORMAT = "contextlab.sources/1"
+SHOW_BAD = 20  # undecodable files named in the strict-encoding error (skipped.jsonl has all)
 
 
 @dataclass
 class Document:
     """One document: its exact text and metadata (``id``, ``source``, ``path``, ``domain``, ``row``)."""
 
-    text: str
+    text: str  # a LongText for a file past --long-doc-mb (see source_files.LongText)
     meta: dict
 
     @property
@@ -82,10 +87,22 @@ class SourceOptions:
     )
     encoding: Encoding = opt(
         "strict",
-        "undecodable bytes: strict (stop), replace (U+FFFD), skip (the file), "
+        "undecodable bytes: strict (stop before tokenizing, naming every such file), replace (U+FFFD), "
+        "skip (the file), "
         "latin-1 (decode the file as Latin-1); all are counted",
     )
     min_chars: int = opt(1, "skip documents whose stripped text is shorter than this (counted)")
+    domain_depth: int = opt(
+        0,
+        "a document's domain is the first N folders of its path; 0 = the first folder below "
+        "the folder common to all files (JSONL/Parquet with --path-field: the first folder)",
+    )
+    path_field: str | None = opt(
+        None, "JSONL / Parquet / HF datasets: field holding each row's own file path (for domains, repo)"
+    )
+    long_doc_mb: float = opt(
+        64.0, "text files larger than this many MB are streamed through the tokenizer, never held whole"
+    )
 
     def __post_init__(self) -> None:  # also built in code, not only by the config loader
         if self.strip_gutenberg not in get_args(Gutenberg):
@@ -99,6 +116,10 @@ class SourceOptions:
             )
         if not isinstance(self.min_chars, int) or self.min_chars < 0:
             raise UserError(f"min_chars must be an integer >= 0, got {self.min_chars!r}")
+        if not isinstance(self.domain_depth, int) or self.domain_depth < 0:
+            raise UserError(f"domain_depth must be an integer >= 0, got {self.domain_depth!r}")
+        if not self.long_doc_mb > 0:
+            raise UserError(f"long_doc_mb must be > 0, got {self.long_doc_mb!r}")
         self.include = [self.include] if isinstance(self.include, str) else list(self.include)
         self.exclude = [self.exclude] if isinstance(self.exclude, str) else list(self.exclude)
 
@@ -113,7 +134,9 @@ class SourceStats:
     skipped_short: int = 0  # documents shorter than min_chars
     skipped_binary: int = 0  # files with a NUL byte in their first 8 KiB
     skipped_excluded: int = 0  # files left out by include/exclude
-    skipped_symlinks: int = 0  # symlinked directories, links out of the tree, broken links
+    skipped_symlinks: int = 0  # symlinked directories, links out of the tree, broken links, loops
+    skipped_duplicates: int = 0  # symlinks to a file that is read anyway
+    skipped_unreadable: int = 0  # corrupt .gz files, files the OS cannot read
     undecodable_bytes: int = 0  # bytes that are not UTF-8 (policies replace and skip)
     undecodable_files: int = 0  # files (JSONL: lines) with such bytes (replace and skip)
     latin1_files: int = 0  # files (JSONL: lines) decoded as Latin-1
@@ -128,26 +151,12 @@ class SourceStats:
             setattr(self, f.name, 0)
 
 
-def _detect(path: Path, options: SourceOptions) -> str:
-    """The kind of source at ``path``, from its name or the files it holds."""
-    if path.is_file():
-        name = path.name.lower()
-        if name.endswith(".parquet"):
-            return "parquet"
-        return "jsonl" if name.endswith(JSONL_SUFFIXES) else "file"
-    saved = (path / "state.json").is_file() or (path / "dataset_info.json").is_file()
-    if (path / "dataset_dict.json").is_file() or (saved and any(path.glob("*.arrow"))):
-        return "hf-dataset"
-    names = [rel.lower() for rel, _ in walk(path, options.include, options.exclude)[0]]
-    if names and all(n.endswith(".parquet") for n in names):
-        return "parquet"
-    if names and all(n.endswith(JSONL_SUFFIXES) for n in names):
-        return "jsonl"
-    return "folder"
-
-
 class Source:
-    """A corpus on disk; iterate it for ``Document`` objects (see the module docstring)."""
+    """A corpus on disk; iterate it for ``Document`` objects (see the module docstring).
+
+    After an iteration, ``stats`` counts what happened and ``skipped`` names every file (or
+    row) that was left out, as ``{"path", "reason"}`` (rows also have ``"row"``).
+    """
 
     def __init__(self, path: str | Path, options: SourceOptions | None = None):
         self.given = str(path)
@@ -155,15 +164,21 @@ class Source:
         self.options = options or SourceOptions()
         if not self.path.exists():
             raise UserError(f"SOURCE not found: {self.given}")
-        self.kind = _detect(self.path, self.options)
+        self.kind = detect_kind(self.path, self.options.include, self.options.exclude)
         self.stats = SourceStats()
+        self.skipped: list[dict] = []
         if self.kind == "hf-dataset":
             hf_arrow_files(self.path)  # fail early on a missing split
-        if self.kind == "file" and read_text_bytes(self.path, head_only=True)[1]:
-            raise UserError(
-                f"SOURCE is not a text file (NUL byte in its first 8 KiB): {self.given}; "
-                "pass a text file, a folder, JSONL or Parquet"
-            )
+        if self.kind == "file":
+            try:
+                binary = read_text_bytes(self.path, head_only=True)[1]
+            except Unreadable as e:
+                raise UserError(f"cannot read SOURCE {self.given}: {e}; fix or remove it") from None
+            if binary:
+                raise UserError(
+                    f"SOURCE is not a text file (NUL byte in its first 8 KiB): {self.given}; "
+                    "pass a text file, a folder, JSONL or Parquet"
+                )
 
     def describe(self) -> dict:
         """Kind, resolved path and options, JSON-serialisable (for a store's meta.json)."""
@@ -185,22 +200,39 @@ class Source:
             h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
         return h.hexdigest()
 
-    def _files(self) -> tuple[list[tuple[str, Path]], int, int]:
+    def check_encoding(self) -> None:
+        """Under ``--encoding strict``, find every undecodable text file before anything is read
+        for real, and raise one ``UserError`` listing them (a cheap extra pass over the bytes)."""
+        if self.options.encoding != "strict" or self.kind not in ("folder", "file", "jsonl"):
+            return
+        bad = [(rel, at) for rel, path in self._files()[0] if (at := utf8_error_offset(path)) is not None]
+        if bad:
+            shown = ", ".join(f"{rel} (byte {at})" for rel, at in bad[:SHOW_BAD])
+            more = f" and {len(bad) - SHOW_BAD} more" if len(bad) > SHOW_BAD else ""
+            raise UserError(
+                f"{len(bad)} file{'s' * (len(bad) != 1)} in {self.given} {'are' if len(bad) > 1 else 'is'} "
+                f"not valid UTF-8: {shown}{more}; nothing was tokenized: run again with "
+                "--encoding replace, skip or latin-1 (skip leaves them out and lists them in skipped.jsonl)"
+            )
+
+    def _files(self) -> tuple[list[tuple[str, Path]], list[dict]]:
         if self.kind == "hf-dataset":
-            return hf_arrow_files(self.path), 0, 0
+            return hf_arrow_files(self.path), []
         if self.path.is_file():
-            return [(self.path.name, self.path)], 0, 0
+            return [(self.path.name, self.path)], []
         return walk(self.path, self.options.include, self.options.exclude)
 
     def __iter__(self) -> Iterator[Document]:
         self.stats.reset()
-        files, self.stats.skipped_excluded, self.stats.skipped_symlinks = self._files()
+        files, self.skipped = self._files()
+        for entry in self.skipped:
+            self._count_skip(entry["reason"])
         reader = {
             "folder": self._text_rows,
             "file": self._text_rows,
-            "jsonl": self._jsonl_rows,
-            "parquet": self._table_rows,
-            "hf-dataset": self._table_rows,
+            "jsonl": partial(jsonl_rows, self),
+            "parquet": partial(table_rows, self),
+            "hf-dataset": partial(table_rows, self),
         }[self.kind]
         for text, meta in reader(files):
             doc = self._accept(text, meta)
@@ -209,10 +241,27 @@ class Source:
         if self.stats.documents == 0:
             raise UserError(self._empty_message())
 
-    def _accept(self, text: str, meta: dict) -> Document | None:
+    def skip(self, rel: str, reason: str, row: int | None = None) -> None:
+        """Name a file (or a row of one) that is left out, and count it."""
+        entry = {"path": rel, "reason": reason}
+        self.skipped.append(entry if row is None else {"path": rel, "row": row, "reason": reason})
+        self._count_skip(reason)
+
+    def _count_skip(self, reason: str) -> None:
+        st = self.stats
+        if reason == EXCLUDED:
+            st.skipped_excluded += 1
+        elif reason.startswith("duplicate"):
+            st.skipped_duplicates += 1
+        elif "symlink" in reason:
+            st.skipped_symlinks += 1
+        elif reason.startswith("unreadable"):
+            st.skipped_unreadable += 1
+
+    def _accept(self, text: str | LongText, meta: dict) -> Document | None:
         """Strip Gutenberg header/footer, drop empty and short texts, count what happened."""
         st, opts = self.stats, self.options
-        if opts.strip_gutenberg != "no":
+        if opts.strip_gutenberg != "no" and isinstance(text, str):
             span = find_gutenberg_body(text)
             if span is not None:
                 text = text[span[0] : span[1]]
@@ -223,19 +272,29 @@ class Source:
                     "use --strip-gutenberg auto or no"
                 )
         n = len(text)
-        if n and (text[0].isspace() or text[-1].isspace()):
+        if isinstance(text, LongText):
+            n = text.n_stripped
+        elif n and (text[0].isspace() or text[-1].isspace()):
             n = len(text.strip())
         if n == 0:
             st.skipped_empty += 1
+            self._skip_doc(meta, "empty")
         elif n < opts.min_chars:
             st.skipped_short += 1
+            self._skip_doc(meta, f"shorter than --min-chars {opts.min_chars}")
         else:
             st.documents += 1
-            return Document(text, meta)
+            return Document(text, meta)  # type: ignore[arg-type]  (a LongText is streamed by ingest)
         return None
 
-    def _decode(self, data: bytes, label: str) -> str | None:
-        """UTF-8 decode under ``options.encoding``; None means skip the unit."""
+    def _skip_doc(self, meta: dict, reason: str) -> None:
+        entry = {"path": meta.get("file", meta["path"]), "reason": reason}
+        if "row" in meta:
+            entry["row"] = meta["row"]
+        self.skipped.append(entry)
+
+    def decode(self, data: bytes, label: str, rel: str, row: int | None = None) -> str | None:
+        """UTF-8 decode under ``options.encoding``; None means skip the unit (named in ``skipped``)."""
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as e:
@@ -244,6 +303,7 @@ class Source:
                     f"{label} is not valid UTF-8 (byte offset {e.start}); "
                     "use --encoding replace (or skip, latin-1)"
                 ) from None
+            start = e.start
         st = self.stats
         if self.options.encoding == "latin-1":
             st.latin1_files += 1
@@ -253,91 +313,62 @@ class Source:
             data.decode("utf-8", "ignore")
         )
         st.undecodable_files += 1
-        return data.decode("utf-8", "replace") if self.options.encoding == "replace" else None
+        if self.options.encoding == "replace":
+            return data.decode("utf-8", "replace")
+        self.skip(rel, f"not UTF-8 (byte {start}), --encoding skip", row)
+        return None
 
-    def _text_rows(self, files: list[tuple[str, Path]]) -> Iterator[tuple[str, dict]]:
-        for rel, path in files:
-            self.stats.files_seen += 1
-            data, binary = read_text_bytes(path)
-            self.stats.bytes_read += len(data)
-            if binary:
-                self.stats.skipped_binary += 1
-                continue
-            text = self._decode(data, str(path))
-            if text is not None:
-                domain = rel.split("/", 1)[0] if "/" in rel else ""
-                yield text, {"id": rel, "source": self.given, "path": rel, "domain": domain}
-
-    def _jsonl_rows(self, files: list[tuple[str, Path]]) -> Iterator[tuple[str, dict]]:
-        tf, df = self.options.text_field, self.options.domain_field
+    def _text_rows(self, files: list[tuple[str, Path]]) -> Iterator[tuple[str | LongText, dict]]:
+        domain = folder_domains([rel for rel, _ in files], self.options.domain_depth)
         for rel, path in files:
             self.stats.files_seen += 1
             try:
-                with open_bytes(path) as f:
-                    for row, line in enumerate(f):
-                        self.stats.bytes_read += len(line)
-                        if not line.strip():
-                            self.stats.skipped_empty += 1
-                            continue
-                        label = f"{path} line {row + 1}"
-                        line_text = self._decode(line, label)
-                        if line_text is None:
-                            continue
-                        record = _json_line(line_text, label, row, tf)
-                        text = _field(record, tf, label, "--text-field")
-                        domain = _field(record, df, label, "--domain-field") if df else stem(path.name)
-                        yield (
-                            text,
-                            {
-                                "id": f"{rel}#{row}",
-                                "source": self.given,
-                                "path": rel,
-                                "row": row,
-                                "domain": domain,
-                            },
-                        )
-            except (gzip.BadGzipFile, EOFError) as e:
-                raise UserError(f"{path} is not a valid gzip file ({e}); fix or remove it") from None
+                text = self._read_text(rel, path)
+            except Unreadable as e:
+                self.skip(rel, f"unreadable: {e}")
+                continue
+            if text is not None:
+                yield text, {"id": rel, "source": self.given, "path": rel, "domain": domain(rel)}
 
-    def _table_rows(self, files: list[tuple[str, Path]]) -> Iterator[tuple[str, dict]]:
-        """Rows of Parquet files, or of a saved HF dataset (rows numbered across its shards)."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
+    def _read_text(self, rel: str, path: Path) -> str | LongText | None:
+        """The text of one file (a ``LongText`` past ``long_doc_mb``); None when it is skipped."""
+        opts = self.options
+        if path.stat().st_size > opts.long_doc_mb * 1e6 and opts.strip_gutenberg != "yes":
+            if read_text_bytes(path, head_only=True)[1]:
+                self.stats.skipped_binary += 1
+                self.skip(rel, "binary (a NUL byte in its first 8 KiB)")
+                return None
+            return self._long_text(rel, path)
+        data, binary = read_text_bytes(path)
+        self.stats.bytes_read += len(data)
+        if binary:
+            self.stats.skipped_binary += 1
+            self.skip(rel, "binary (a NUL byte in its first 8 KiB)")
+            return None
+        return self.decode(data, str(path), rel)
 
-        tf, df = self.options.text_field, self.options.domain_field
-        hf = self.kind == "hf-dataset"
-        name = self.path.resolve().name
-        row = 0
-
-        def check(path: Path, schema: Any) -> None:
-            for col, flag in ((tf, "--text-field"), (df, "--domain-field")):
-                if col is not None and col not in schema.names:
-                    raise UserError(
-                        f"{path} has no column {col!r} (columns: {', '.join(schema.names)}); pass {flag} NAME"
-                    )
-            kind = schema.field(tf).type
-            if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-                raise UserError(f"column {tf!r} of {path} holds {kind}, not text; pass --text-field NAME")
-
-        for rel, path in files:
-            self.stats.files_seen += 1
-            row = row if hf else 0  # a saved HF dataset numbers rows across its shards
-            default_domain = name if hf else stem(path.name)
-            for batch in record_batches(path, hf, [tf] + ([df] if df and df != tf else []), check):
-                column = batch.column(tf)
-                self.stats.bytes_read += pc.sum(pc.binary_length(column)).as_py() or 0
-                texts = column.to_pylist()
-                domains = batch.column(df).to_pylist() if df else [default_domain] * len(texts)
-                for text, domain in zip(texts, domains):
-                    meta = {
-                        "id": f"{name if hf else rel}#{row}",
-                        "source": self.given,
-                        "path": rel,
-                        "row": row,
-                        "domain": "" if domain is None else str(domain),
-                    }
-                    yield text or "", meta
-                    row += 1
+    def _long_text(self, rel: str, path: Path) -> LongText | None:
+        """Scan a long file once, chunk by chunk, under the encoding policy (see ``decode``)."""
+        st, policy = self.stats, self.options.encoding
+        try:
+            text, bad = scan_long_text(path, "strict")
+        except UnicodeDecodeError:
+            at = utf8_error_offset(path)
+            if policy == "strict":
+                raise UserError(
+                    f"{path} is not valid UTF-8 (byte offset {at}); use --encoding replace (or skip, latin-1)"
+                ) from None
+            st.undecodable_files += policy != "latin-1"
+            text, bad = scan_long_text(path, "replace" if policy == "skip" else policy)
+            if policy == "skip":
+                st.undecodable_bytes += bad
+                st.bytes_read += text.n_bytes
+                self.skip(rel, f"not UTF-8 (byte {at}), --encoding skip")
+                return None
+            st.latin1_files += policy == "latin-1"
+        st.bytes_read += text.n_bytes
+        st.undecodable_bytes += bad
+        return text
 
     def _empty_message(self) -> str:
         st = self.stats
@@ -353,6 +384,8 @@ class Source:
                 ),
                 (st.skipped_excluded, "excluded by --include/--exclude"),
                 (st.skipped_symlinks, "symlinks skipped"),
+                (st.skipped_duplicates, "duplicate symlinks"),
+                (st.skipped_unreadable, "unreadable"),
             )
             if n
         ]
@@ -360,36 +393,6 @@ class Source:
             ": " + ", ".join(parts) if parts else ""
         )
         return f"no documents in {self.given}: {seen}; check --include/--exclude, --min-chars and the path"
-
-
-def _json_line(line: str, label: str, row: int, text_field: str) -> Any:
-    """The JSON value of one JSONL line; invalid JSON is a UserError naming the line."""
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as e:
-        hint = (
-            " (a JSON array? write one object per line)" if row == 0 and line.lstrip().startswith("[") else ""
-        )
-        raise UserError(
-            f"{label} is not valid JSON ({e.msg}){hint}; "
-            f"each line must be an object with a {text_field!r} field"
-        ) from None
-
-
-def _field(record: Any, name: str, label: str, flag: str) -> str:
-    """A string field of a JSON record; a missing field or a non-text value is a UserError."""
-    if not isinstance(record, dict):
-        raise UserError(
-            f"{label} holds a JSON {type(record).__name__}, not an object; write one object per line"
-        )
-    if name not in record:
-        raise UserError(f"{label} has no field {name!r} (found: {', '.join(record)}); pass {flag} NAME")
-    value = record[name]
-    if value is None:
-        return ""
-    if not isinstance(value, (str, int, float)) or (flag == "--text-field" and not isinstance(value, str)):
-        raise UserError(f"{label}: field {name!r} holds {type(value).__name__}, not text; pass {flag} NAME")
-    return str(value)
 
 
 def open_source(path: str | Path, options: SourceOptions | None = None) -> Source:

@@ -20,7 +20,7 @@ import inspect
 import io
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -124,19 +124,52 @@ class StoreWriter:
 
     def add(self, tokens: np.ndarray, meta: dict[str, Any]) -> None:
         arr = np.asarray(tokens)
-        if arr.size and int(arr.max()) > np.iinfo(self.dtype).max:
-            raise ValueError(f"token id {int(arr.max())} does not fit {self.dtype}")
-        line = (json.dumps(meta, ensure_ascii=False) + "\n").encode("utf-8")
+        with self._rolled_back_on_error():
+            self._write_tokens(arr)
+            self._end_doc(int(arr.size), meta)
+
+    def add_parts(
+        self, parts: Iterable[np.ndarray], meta: dict[str, Any], min_tokens: int, max_tokens: int
+    ) -> int:
+        """Add one document given as consecutive id arrays (a long document streamed through the
+        tokenizer) and return its length; one outside ``min_tokens``..``max_tokens`` (0 = no
+        limit; reading stops once it is passed) is cut back off the file and not added."""
+        with self._rolled_back_on_error():
+            fh = self._files["tokens.bin"]
+            start, n = fh.tell(), 0
+            for arr in parts:
+                self._write_tokens(np.asarray(arr))
+                n += len(arr)
+                if max_tokens and n > max_tokens:
+                    break
+            if n < min_tokens or (max_tokens and n > max_tokens):
+                fh.truncate(start)
+                fh.seek(start)
+                return n
+            self._end_doc(n, meta)
+        return n
+
+    @contextlib.contextmanager
+    def _rolled_back_on_error(self):
+        """A failed write (a full disk) cuts the files back to the last durable state."""
         try:
-            self._files["tokens.bin"].write(arr.astype(self.dtype, copy=False).tobytes())
-            self.state.n_tokens += int(arr.size)
-            self.state.n_docs += 1
-            self._files["offsets.i64"].write(np.int64(self.state.n_tokens).tobytes())
-            self._files["docs.jsonl"].write(line)
-            self.state.docs_bytes += len(line)
+            yield
         except OSError:
             self._roll_back()
             raise
+
+    def _write_tokens(self, arr: np.ndarray) -> None:
+        if arr.size and int(arr.max()) > np.iinfo(self.dtype).max:
+            raise ValueError(f"token id {int(arr.max())} does not fit {self.dtype}")
+        self._files["tokens.bin"].write(arr.astype(self.dtype, copy=False).tobytes())
+
+    def _end_doc(self, n_tokens: int, meta: dict[str, Any]) -> None:
+        line = (json.dumps(meta, ensure_ascii=False) + "\n").encode("utf-8")
+        self.state.n_tokens += n_tokens
+        self.state.n_docs += 1
+        self._files["offsets.i64"].write(np.int64(self.state.n_tokens).tobytes())
+        self._files["docs.jsonl"].write(line)
+        self.state.docs_bytes += len(line)
 
     def flush(self) -> WriterState:
         """Flush and fsync the data files; returns the state that is now durable."""

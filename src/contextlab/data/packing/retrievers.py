@@ -35,6 +35,8 @@ Similarity = 1 / (1 + steps between the two directories in the tree).
 
 from __future__ import annotations
 
+import functools
+import sys
 import time
 from pathlib import PurePosixPath
 
@@ -305,4 +307,15 @@ def build_bm25(store, doc_ids: np.ndarray, cfg) -> BM25Retriever:
 
 def build_repo(store, doc_ids: np.ndarray, cfg) -> RepoRetriever:
     meta = store.docs_meta()
+    if any("row" in meta[int(i)] and "file" not in meta[int(i)] for i in doc_ids):
+        _warn_no_paths(str(store.path))
     return RepoRetriever([str(meta[int(i)].get("path") or "") for i in doc_ids])
+
+
+@functools.cache  # one line per store, not one per shard
+def _warn_no_paths(store: str) -> None:
+    print(
+        f"warning: the documents of {store} are rows of JSONL/Parquet files with no path of their own: "
+        "the repo retriever sees one folder per file; ingest with --path-field NAME",
+        file=sys.stderr,
+    )

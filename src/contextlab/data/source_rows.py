@@ -1,0 +1,137 @@
+"""Rows of JSONL, Parquet and saved Hugging Face datasets as (text, meta) pairs for ``Source``.
+
+JSONL is read line by line (gzip transparently) and Parquet / Arrow in record batches, so
+memory follows the largest row, never the file. A row's ``path`` is the file it came from,
+unless ``--path-field`` names a field holding the row's own path (a code dataset's file
+name): then ``path`` is that value, ``file`` the container, and the domain comes from the
+path's folders. Trade-off: a corrupt gzip stream is found only when reading reaches it, so
+the rows before it are kept and the rest of that file is skipped and named, rather than the
+whole corpus being checked first.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from contextlab.data.source_files import open_bytes, record_batches, stem
+from contextlab.errors import UserError
+
+Source = Any  # contextlab.data.sources.Source (not imported: it imports this module)
+
+
+def row_meta(src: Source, rel: str, row: int, domain: Any, path: Any = None, id_: str | None = None) -> dict:
+    """The meta of one row; with ``--path-field`` the row's own ``path`` and a domain from it."""
+    meta = {"id": id_ or f"{rel}#{row}", "source": src.given, "path": rel, "row": row}
+    if src.options.path_field is not None:
+        own = "" if path is None else str(path)
+        meta.update(path=own, file=rel)
+        if src.options.domain_field is None:
+            depth = src.options.domain_depth or 1
+            domain = "/".join(own.split("/")[:-1][:depth])
+    meta["domain"] = "" if domain is None else str(domain)
+    return meta
+
+
+def jsonl_rows(src: Source, files: list[tuple[str, Path]]) -> Iterator[tuple[str, dict]]:
+    tf, df, pf = src.options.text_field, src.options.domain_field, src.options.path_field
+    for rel, path in files:
+        src.stats.files_seen += 1
+        row = -1
+        try:
+            with open_bytes(path) as f:
+                for row, line in enumerate(f):
+                    src.stats.bytes_read += len(line)
+                    if not line.strip():
+                        src.stats.skipped_empty += 1
+                        continue
+                    label = f"{path} line {row + 1}"
+                    line_text = src.decode(line, label, rel, row)
+                    if line_text is None:
+                        continue
+                    record = json_line(line_text, label, row, tf)
+                    text = field(record, tf, label, "--text-field")
+                    domain = field(record, df, label, "--domain-field") if df else stem(path.name)
+                    own = field(record, pf, label, "--path-field") if pf else None
+                    yield text, row_meta(src, rel, row, domain, own)
+        except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+            src.skip(
+                rel,
+                f"unreadable: not a valid gzip file ({e}) after line {row + 1}; the lines before are kept",
+            )
+
+
+def table_rows(src: Source, files: list[tuple[str, Path]]) -> Iterator[tuple[str, dict]]:
+    """Rows of Parquet files, or of a saved HF dataset (rows numbered across its shards)."""
+    import pyarrow.compute as pc
+
+    tf, df, pf = src.options.text_field, src.options.domain_field, src.options.path_field
+    hf = src.kind == "hf-dataset"
+    name = src.path.resolve().name
+    columns = list(dict.fromkeys(c for c in (tf, df, pf) if c))
+    row = 0
+    for rel, path in files:
+        src.stats.files_seen += 1
+        row = row if hf else 0  # a saved HF dataset numbers rows across its shards
+        default_domain = name if hf else stem(path.name)
+        for batch in record_batches(path, hf, columns, _check_schema(src)):
+            column = batch.column(tf)
+            src.stats.bytes_read += pc.sum(pc.binary_length(column)).as_py() or 0
+            texts = column.to_pylist()
+            domains = batch.column(df).to_pylist() if df else [default_domain] * len(texts)
+            paths = batch.column(pf).to_pylist() if pf else [None] * len(texts)
+            for text, domain, own in zip(texts, domains, paths):
+                yield text or "", row_meta(src, rel, row, domain, own, f"{name if hf else rel}#{row}")
+                row += 1
+
+
+def _check_schema(src: Source):
+    import pyarrow as pa
+
+    tf, df, pf = src.options.text_field, src.options.domain_field, src.options.path_field
+
+    def check(path: Path, schema: Any) -> None:
+        for col, flag in ((tf, "--text-field"), (df, "--domain-field"), (pf, "--path-field")):
+            if col is not None and col not in schema.names:
+                raise UserError(
+                    f"{path} has no column {col!r} (columns: {', '.join(schema.names)}); pass {flag} NAME"
+                )
+        kind = schema.field(tf).type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            raise UserError(f"column {tf!r} of {path} holds {kind}, not text; pass --text-field NAME")
+
+    return check
+
+
+def json_line(line: str, label: str, row: int, text_field: str) -> Any:
+    """The JSON value of one JSONL line; invalid JSON is a UserError naming the line."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        hint = (
+            " (a JSON array? write one object per line)" if row == 0 and line.lstrip().startswith("[") else ""
+        )
+        raise UserError(
+            f"{label} is not valid JSON ({e.msg}){hint}; "
+            f"each line must be an object with a {text_field!r} field"
+        ) from None
+
+
+def field(record: Any, name: str, label: str, flag: str) -> str:
+    """A string field of a JSON record; a missing field or a non-text value is a UserError."""
+    if not isinstance(record, dict):
+        raise UserError(
+            f"{label} holds a JSON {type(record).__name__}, not an object; write one object per line"
+        )
+    if name not in record:
+        raise UserError(f"{label} has no field {name!r} (found: {', '.join(record)}); pass {flag} NAME")
+    value = record[name]
+    if value is None:
+        return ""
+    if not isinstance(value, (str, int, float)) or (flag == "--text-field" and not isinstance(value, str)):
+        raise UserError(f"{label}: field {name!r} holds {type(value).__name__}, not text; pass {flag} NAME")
+    return str(value)
