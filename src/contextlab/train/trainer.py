@@ -221,6 +221,7 @@ class Trainer:
                 "tokenizer": self.store.tokenizer_spec,
                 "model_config": _model_config(self.model),
                 "objective": self.cfg.objective.name,
+                "left_to_right": {"prefix_ids": self.objective.lm_prefix_ids(), "why": self.objective.not_lm},
                 "arch": "hf" if is_hf(self.model) else self.objective.arch,
                 "init": self.init.meta if self.init else None,
                 "world_size": self.info.world_size,
@@ -289,6 +290,23 @@ class Trainer:
         loss_sum, count = D.all_reduce_sum([loss_sum, float(count)], self.info)
         return loss_sum / max(count, 1)
 
+    def validate_lm(self, val_loss: float) -> float | None:
+        """The validation rows' left-to-right loss: the one loss every objective that can run left to
+        right shares (``val_loss`` itself for clm and contextlm); None when this objective cannot."""
+        obj = self.objective
+        if obj.lm_prefix is None or obj.loss_is_lm:
+            return None if obj.lm_prefix is None else val_loss
+        self.model.eval()
+        lm_sum, count = 0.0, 0
+        for i in range(0, len(self.val_rows), max(1, self.micro)):
+            rows = torch.from_numpy(self.val_rows[i : i + self.micro]).to(self.info.device)
+            with self._autocast(), torch.no_grad():
+                lm_sum += float(obj.lm_loss(self.model, rows)) * len(rows)
+            count += len(rows)
+        self.model.train()
+        lm_sum, count = D.all_reduce_sum([lm_sum, float(count)], self.info)
+        return lm_sum / max(count, 1)
+
     # ------------------------------------------------------------------ loop
     def run(self) -> TrainResult:
         t = self.cfg.train
@@ -354,8 +372,10 @@ class Trainer:
     def _validation(self, step: int) -> dict:
         """Validate, track the best loss for early stopping; the row's validation fields."""
         val, s = self.validate(), self.stopping
+        lm = self.validate_lm(val)
         s.update(val, step)
-        return {"val_loss": val, "best_val_loss": s.best_val_loss, "best_step": s.best_step}
+        row = {"val_loss": val, "best_val_loss": s.best_val_loss, "best_step": s.best_step}
+        return row if lm is None else {**row, "val_lm_loss": lm}
 
     def _agree(self, total: int) -> int:
         """The mean of every process's ``total``: one step count for all."""
