@@ -226,7 +226,8 @@ def read_metrics(run_dir: PathLike) -> list[dict]:
 
 def summarize(rows: list[dict]) -> dict:
     """steps, tokens and the last training loss of a run's rows; with validations also the last
-    validation loss and the best one with its step. {} for no rows."""
+    validation loss and the best one with its step, and the left-to-right loss (``val_lm_loss``,
+    the one to compare objectives by) last and best. {} for no rows."""
     if not rows:
         return {}
     last = rows[-1]
@@ -235,6 +236,9 @@ def summarize(rows: list[dict]) -> dict:
     if vals:
         out["val_loss"] = vals[-1][0]
         out["best_val_loss"], out["best_step"] = min(vals)
+    lm = [r["val_lm_loss"] for r in rows if "val_lm_loss" in r]  # comparable across objectives
+    if lm:
+        out["val_lm_loss"], out["best_val_lm_loss"] = lm[-1], min(lm)
     return out
 
 

@@ -91,6 +91,7 @@ def test_objective_trains_and_its_checkpoint_loads_back(store, tmp_path, name, o
         assert torch.equal(model(idx).logits, trainer.model(idx).logits)
     if name == "contextlm":
         assert float(model.fusion.gate.detach().abs().sum()) > 0  # the gate opened during training
+    check_left_to_right_loss(trainer, tmp_path / "run", name)
     if name in ("contextlm", "mtp"):  # `contextlab export` writes the arch's own HF type
         from contextlab.models.hf import load_hf_causal_lm
         from contextlab.train.export import export_checkpoint
@@ -102,6 +103,31 @@ def test_objective_trains_and_its_checkpoint_loads_back(store, tmp_path, name, o
         with torch.no_grad():
             ours = model(idx).logits if name == "contextlm" else model.to_gpt()(idx).logits
             assert torch.allclose(hf(idx).logits, ours, atol=1e-5)
+
+
+def check_left_to_right_loss(trainer, run_dir, name: str) -> None:
+    """val_lm_loss: the validation rows' next-token loss with the model run left to right (after
+    UL2's [S]), computed here by hand; equal to val_loss for clm and contextlm; absent for mlm and span."""
+    (last,) = [
+        r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "val_loss" in r
+    ]
+    if name in ("mlm", "span"):
+        assert "val_lm_loss" not in last
+        return
+    rows = torch.from_numpy(trainer.val_rows)
+    x = rows[:, :-1]
+    if name == "ul2":
+        x = torch.cat([torch.full((len(x), 1), trainer.objective.special_ids["[S]"]), x], dim=1)
+    with torch.no_grad():
+        logits = trainer.model(x).logits[:, x.size(1) - rows.size(1) + 1 :]
+    want = float(
+        torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), rows[:, 1:].reshape(-1))
+    )
+    assert last["val_lm_loss"] == pytest.approx(want, rel=1e-5)
+    if name in ("clm", "contextlm"):  # their own loss is the left-to-right loss
+        assert last["val_lm_loss"] == last["val_loss"]
+    else:
+        assert last["val_lm_loss"] != last["val_loss"]  # a different quantity from the objective's own
 
 
 def test_contextlm_with_document_mask_and_encoder_split_trains(store, tmp_path):

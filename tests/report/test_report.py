@@ -98,3 +98,23 @@ def test_the_report_imports_no_trainer_no_model_and_no_evaluation():
     assert "contextlab.rundir" in loaded
     assert [m for m in loaded if m.split(".")[:2] in (["contextlab", "train"], ["contextlab", "eval"])] == []
     assert [m for m in loaded if m.split(".")[:2] == ["contextlab", "models"] or m == "torch"] == []
+
+
+def test_a_run_shows_its_left_to_right_loss_when_the_objective_loss_differs(tmp_path):
+    from contextlab.report.html import run_section
+
+    def key(rows):
+        run = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+        run.mkdir()
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return run_section(run)[1]
+
+    fim = [{"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.5, "val_loss": 2.4, "val_lm_loss": 2.8}]
+    assert key(fim) == {
+        "steps": 2,
+        "train loss": 2.5,
+        "validation loss": 2.4,
+        "left-to-right validation loss": 2.8,
+    }
+    clm = [{"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.5, "val_loss": 2.4, "val_lm_loss": 2.4}]
+    assert "left-to-right validation loss" not in key(clm)

@@ -98,6 +98,7 @@ def cmd_entropy(argv: list[str]) -> int:
     adapter = load_model(
         args.model, dtype=args.dtype, batch_size=args.batch_size, device=args.device, step=args.step
     )
+    adapter.require_lm("analyze entropy")
     out_dir = Path(args.out) if args.out else eval_dir(args.model)
     t0 = time.perf_counter()
     out = run(adapter, options, args.data, progress=not args.no_progress)

@@ -23,6 +23,10 @@ def cmd_sweep(argv: list[str]) -> int:
         return 0
     results = run_sweep(args.sweep, args.set, only=args.only)
     print(f"results: {results}")
+    from contextlab.sweep.objectives import objective_ranking
+
+    for line in objective_ranking(results):
+        print(line)
     if not args.no_analysis:
         section, _ = load_sweep(args.sweep, args.set)
         _analysis(results.parent, section)

@@ -92,6 +92,8 @@ def evaluate(
     if name not in EVALS:
         raise UserError(f"unknown evaluation {name!r}; choose one of: {', '.join(EVALS)}")
     spec = EVALS[name]
+    if spec.needs_lm:
+        adapter.require_lm(f"eval {name}")
     if not data and spec.default_data is not None:
         data = spec.default_data()
     t0 = time.perf_counter()

@@ -64,7 +64,7 @@ class ModelAdapter:
         self.dtype = dtype
         self.batch_size = batch_size
         self.device = torch.device(device)
-        self.backend = BACKENDS[info.kind](self.model, self.autocast)  # the kind decides once, here
+        self.backend = BACKENDS[info.kind](self.model, self.autocast, info.lm_prefix)  # decided once, here
         self._warned_length = False
 
     # ------------------------------------------------------------------ basics
@@ -83,6 +83,16 @@ class ModelAdapter:
         if self.dtype == "bf16":
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
+
+    def require_lm(self, what: str) -> None:
+        """Refuse, in one line, ``what`` (an evaluation scoring next-token predictions) for a model
+        whose training objective makes it no left-to-right language model (MLM, span corruption)."""
+        if self.info.not_lm:
+            raise UserError(
+                f"{what} scores {self.info.id} as a left-to-right language model, but it was trained "
+                f"with {self.info.not_lm}; evaluate a run of a causal objective (clm, prefix_lm, fim, "
+                "mtp, contextlm, ul2)"
+            )
 
     def check_length(self, T: int, what: str = "the input", fix: str = "choose shorter lengths") -> None:
         """Refuse sequences an absolute-position model cannot take; warn (once) when a RoPE model

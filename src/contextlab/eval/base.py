@@ -27,6 +27,7 @@ class Eval:
     help: str  # one line: what it measures
     data: str  # what --data it reads
     default_data: Callable[[], str] | None = None  # the data used when none is given
+    needs_lm: bool = True  # it scores the model as a left-to-right LM (refused for models that are not)
 
 
 @dataclass

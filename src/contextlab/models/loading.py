@@ -3,7 +3,8 @@
 A run directory holds ``checkpoints/step_NNNNNN/`` folders (written by the trainer; their
 layout is ``contextlab.rundir``'s); this module builds the model of one without importing the
 trainer, so evaluations depend on models and data only. Weights come from safetensors,
-metadata from JSON: nothing is unpickled.
+metadata from JSON: nothing is unpickled. ``left_to_right`` says whether (and after which
+tokens) the model of a checkpoint runs as a causal LM, as its training objective recorded it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,28 @@ import os
 
 from contextlab.errors import UserError
 from contextlab.rundir import read_checkpoint_state, resolve_checkpoint
+
+# Objectives whose runs predate the record: the non-causal ones are refused (UL2 needs its [S]
+# token id, which old checkpoints do not store); every other objective ran left to right.
+_LEGACY_NOT_LM = {
+    "mlm": "it attends in both directions and predicts the token at the same position",
+    "span": "it learned to write sentinel-marked spans, never to continue plain text",
+    "ul2": "it runs left to right only after its [S] mode token, whose id runs from before this "
+    "version do not record; train it again",
+}
+
+
+def left_to_right(state: dict) -> tuple[list[int] | None, str]:
+    """(token ids to put before plain text, "") when the checkpoint's model runs as a causal LM,
+    else (None, why not) — from the record its objective wrote (``Objective.lm_prefix``)."""
+    record = state.get("left_to_right")
+    objective = state.get("objective") or "clm"
+    if record is None:
+        why = _LEGACY_NOT_LM.get(objective)
+        return (None, f"objective {objective}: {why}") if why else ([], "")
+    if record.get("prefix_ids") is None:
+        return None, f"objective {objective}: {record.get('why', 'not a left-to-right model')}"
+    return [int(i) for i in record["prefix_ids"]], ""
 
 
 def load_trained_model(run_or_ckpt: str | os.PathLike, step: int | None = None):

@@ -19,6 +19,11 @@ its parts (``model(idx)``, ``model.trunk``, ``model.blocks``...) as it needs.
   corruption, UL2), so attention takes a described mask (``models/masks.py``) even without
   ``data.doc_mask``.
 * ``Options``: a dataclass of the objective's own typed options (``[objective.NAME]``).
+* ``lm_prefix`` / ``lm_loss``: how the trained model runs left to right over plain text, so
+  every objective that allows it reports one comparable loss (the next-token cross-entropy of
+  the validation rows) next to its own: ``()`` as it is, ``("[S]",)`` after UL2's mode token,
+  ``None`` when it cannot (MLM, span corruption; ``not_lm`` says why). Evaluations and export,
+  which treat a model as a causal LM, read the same record from the run's objective.
 
 Most objectives are "rewrite the batch, then cross-entropy": they implement
 ``prepare(tokens, doc_ids) -> Batch`` (model inputs, labels with -100 = no loss, the
@@ -86,6 +91,9 @@ class Objective(nn.Module):
     arch = "gpt"
     special_tokens: tuple[str, ...] = ()
     prefix_masks = False  # every row gets a bidirectional prefix (an AttentionMask, even without doc_mask)
+    lm_prefix: tuple[str, ...] | None = ()  # special tokens before plain text to run it left to right
+    not_lm = ""  # why the model cannot be run left to right (when lm_prefix is None)
+    loss_is_lm = False  # the objective's own loss is already the left-to-right loss (clm)
 
     @dataclass
     class Options:
@@ -139,6 +147,23 @@ class Objective(nn.Module):
 
     def extra_flops_per_token(self, cfg, context: int) -> float:
         return 0.0
+
+    def lm_prefix_ids(self) -> list[int] | None:
+        """The ids of ``lm_prefix`` (after ``bind_tokenizer``); None when the model is no left-to-right LM."""
+        return None if self.lm_prefix is None else [self.special_ids[t] for t in self.lm_prefix]
+
+    def lm_loss(self, model: nn.Module, tokens: Tensor) -> Tensor | None:
+        """Mean next-token cross-entropy (fp32) of plain rows (B, T+1), the model run left to right
+        after ``lm_prefix`` with causal attention; None when it cannot be run so."""
+        ids = self.lm_prefix_ids()
+        if ids is None:
+            return None
+        x, y = tokens[:, :-1], tokens[:, 1:]
+        if ids:
+            lead = torch.tensor(ids, dtype=x.dtype, device=x.device).expand(x.size(0), -1)
+            x = torch.cat([lead, x], dim=1)
+        logits = model(x, is_causal=True).logits[:, len(ids) :]  # (B, T, V)
+        return next_token_loss(logits, y)
 
 
 class TrainModule(nn.Module):

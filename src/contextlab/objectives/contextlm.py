@@ -23,6 +23,7 @@ class ContextLMObjective(Objective):
 
     name = "contextlm"
     arch = "contextlm"
+    loss_is_lm = True  # its loss is the next-token loss of the model run left to right
 
     Options = ContextLMOptions  # chunk_size, predictor_layers, encoder_layers, fusion
 

@@ -55,6 +55,12 @@ def select_positions(B: int, T: int, n: int, generator: torch.Generator | None, 
 class MLM(Objective):
     """BERT masked LM on a bidirectional decoder; special token ``[MASK]``."""
 
+    lm_prefix = None
+    not_lm = (
+        "it attends in both directions and its logits predict the (masked) token at the same "
+        "position, not the next one"
+    )
+
     name = "mlm"
     special_tokens = ("[MASK]",)
 

@@ -133,6 +133,11 @@ class SpanCorruption(Objective):
 
     name = "span"
     prefix_masks = True
+    lm_prefix = None
+    not_lm = (
+        "it learned to write sentinel-marked spans after a bidirectionally read input, never to "
+        "continue plain text left to right"
+    )
 
     @dataclass
     class Options:

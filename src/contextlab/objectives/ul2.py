@@ -52,6 +52,7 @@ class UL2(Objective):
 
     name = "ul2"
     prefix_masks = True
+    lm_prefix = ("[S]",)  # S-mode with an empty prefix: a causal LM after its mode token
 
     @dataclass
     class Options:

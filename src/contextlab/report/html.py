@@ -112,6 +112,12 @@ def run_section(run: Path, title: str | None = None) -> tuple[str, dict]:
             "steps": s["steps"],
             "train loss": s["train_loss"],
             **({"validation loss": s["val_loss"]} if "val_loss" in s else {}),
+            # the objective's own loss differs from the left-to-right one: show both
+            **(
+                {"left-to-right validation loss": s["val_lm_loss"]}
+                if s.get("val_lm_loss") not in (None, s.get("val_loss"))
+                else {}
+            ),
         }
         parts.append(
             "".join(f'<span class="key">{html.escape(k)} <b>{_fmt(v)}</b></span>' for k, v in key.items())

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from contextlab import rundir
 from contextlab.errors import UserError
-from contextlab.models.loading import load_trained_model
+from contextlab.models.loading import left_to_right, load_trained_model
 
 
 def export_checkpoint(
@@ -24,6 +24,12 @@ def export_checkpoint(
     from contextlab.models.hf_archs import export_arch_to_hf  # GPT, MTP (as its GPT) and ContextLM
 
     model, state, path = load_trained_model(run_or_ckpt, step)
+    prefix, why = left_to_right(state)
+    if prefix is None or prefix:
+        raise UserError(
+            f"{run_or_ckpt} is not exported: an export is a causal language model, and this run's "
+            f"model is not one as it is ({why or 'it runs left to right only after its mode token'})"
+        )
     spec = state.get("tokenizer") or {}
     tokenizer_dir = rundir.find_tokenizer_dir(path, spec)
     extra = {

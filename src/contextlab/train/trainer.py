@@ -61,6 +61,7 @@ from contextlab.train.metrics import (
     truncate_metrics,
 )
 from contextlab.train.optim import lr_at, make_adamw
+from contextlab.train.validation import eval_mode, mean_over_rows
 
 
 @dataclass
@@ -210,6 +211,7 @@ class Trainer:
                 "tokenizer": self.store.tokenizer_spec,
                 "model_config": model_config(self.model),
                 "objective": self.cfg.objective.name,
+                "left_to_right": {"prefix_ids": self.objective.lm_prefix_ids(), "why": self.objective.not_lm},
                 "arch": "hf" if is_hf(self.model) else self.objective.arch,
                 "init": self.init.meta if self.init else None,
                 "world_size": self.info.world_size,
@@ -266,17 +268,24 @@ class Trainer:
 
     @torch.no_grad()
     def validate(self) -> float:
-        self.wrapped.eval()
-        loss_sum, count = 0.0, 0
-        for i in range(0, len(self.val_rows), max(1, self.micro)):
-            rows = torch.from_numpy(self.val_rows[i : i + self.micro]).to(self.info.device)
-            with self._autocast():
-                loss, _ = self.wrapped(rows, None)  # eager: a compiled forward would recompile for eval
-            loss_sum += float(loss) * len(rows)
-            count += len(rows)
-        self.wrapped.train()
-        loss_sum, count = D.all_reduce_sum([loss_sum, float(count)], self.info)
-        return loss_sum / max(count, 1)
+        """The objective's own loss over the fixed validation rows (eager: a compiled forward would
+        recompile for eval)."""
+        with eval_mode(self.wrapped), self._autocast():
+            return mean_over_rows(
+                self.val_rows, self.micro, self.info, lambda rows: self.wrapped(rows, None)[0]
+            )
+
+    @torch.no_grad()
+    def validate_lm(self, val_loss: float) -> float | None:
+        """The validation rows' left-to-right loss: the one loss every objective that can run left to
+        right shares (``val_loss`` itself for clm and contextlm); None when this objective cannot."""
+        obj = self.objective
+        if obj.lm_prefix is None or obj.loss_is_lm:
+            return None if obj.lm_prefix is None else val_loss
+        with eval_mode(self.model), self._autocast():
+            return mean_over_rows(
+                self.val_rows, self.micro, self.info, lambda rows: obj.lm_loss(self.model, rows)
+            )
 
     # ------------------------------------------------------------------ loop
     def run(self) -> TrainResult:
@@ -343,8 +352,14 @@ class Trainer:
         val, s = self.validate(), self.stopping
         if not math.isfinite(val):  # a NaN is not JSON: never in metrics.jsonl or state.json
             raise guards.diverged(self.run_dir, val, step, self.cfg.train.dtype, "validation loss")
+        lm = self.validate_lm(val)
+        if lm is not None and not math.isfinite(lm):
+            raise guards.diverged(
+                self.run_dir, lm, step, self.cfg.train.dtype, "left-to-right validation loss"
+            )
         s.update(val, step)
-        return {"val_loss": val, "best_val_loss": s.best_val_loss, "best_step": s.best_step}
+        row = {"val_loss": val, "best_val_loss": s.best_val_loss, "best_step": s.best_step}
+        return row if lm is None else {**row, "val_lm_loss": lm}
 
     def _agree(self, total: int) -> int:
         """The mean of every process's ``total``: one step count for all."""

@@ -40,6 +40,9 @@ class ModelInfo:
     extends_beyond: bool  # positions beyond context are allowed (RoPE)
     tokenizer: dict = field(default_factory=dict)  # the tokenizer spec (with its hash)
     step: int | None = None
+    objective: str = "clm"  # what it was trained with (an HF model: a causal LM)
+    lm_prefix: list[int] = field(default_factory=list)  # ids before plain text to run it left to right
+    not_lm: str = ""  # why it cannot be run as a left-to-right LM at all ("" = it can)
 
 
 class ModelBackend(Protocol):

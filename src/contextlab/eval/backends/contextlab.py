@@ -1,7 +1,9 @@
 """The contextlab backend: a contextlab model (run, checkpoint or export) run as the plain GPT.
 
 GPT, ContextLM and MTP models all give next-token logits through ``trunk`` (final normed
-hidden states and any requested layer) and ``unembed`` (the output layer). Trade-off: the
+hidden states and any requested layer) and ``unembed`` (the output layer). A model that runs
+left to right only after a few tokens (UL2 after its ``[S]`` mode token) gets them put before
+every input and their positions cut from every output, so evaluations never see them. Trade-off: the
 output layer is applied in row chunks, so the full (B, T, V) logits in fp32 never exist at
 once, and a layer's state and the last token's log-probability come from one trunk pass.
 This module also loads such models: a run or checkpoint through ``contextlab.models.loading``
@@ -10,7 +12,7 @@ with the tokenizer the run carries, and a ``contextlab-gpt`` Hugging Face export
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -20,9 +22,21 @@ from contextlab.eval.backends.base import Autocast, ModelInfo, tokenizer_from_sp
 
 
 class ContextlabBackend:
-    def __init__(self, model: torch.nn.Module, autocast: Autocast):
+    def __init__(self, model: torch.nn.Module, autocast: Autocast, lm_prefix: Sequence[int] = ()):
         self.model = model
         self.autocast = autocast
+        self.lead = list(lm_prefix)
+
+    def _in(self, idx: Tensor) -> Tensor:
+        """``idx`` after the model's left-to-right prefix tokens."""
+        if not self.lead:
+            return idx
+        lead = torch.tensor(self.lead, dtype=idx.dtype, device=idx.device).expand(idx.size(0), -1)
+        return torch.cat([lead, idx], dim=1)
+
+    def _out(self, t: Tensor) -> Tensor:
+        """An output over ``_in(idx)`` cut back to the positions of ``idx``."""
+        return t[:, len(self.lead) :] if self.lead else t
 
     @property
     def vocab_size(self) -> int:
@@ -30,34 +44,41 @@ class ContextlabBackend:
 
     def logits(self, idx: Tensor) -> Tensor:
         with self.autocast():
-            return self.model(idx).logits
+            return self._out(self.model(self._in(idx)).logits)
 
     def output_rows(self, idx: Tensor) -> Callable[[int, int], Tensor]:
         with self.autocast():
-            hidden, _ = self.model.trunk(idx)  # (B, T, C), final norm applied
-        h = hidden.reshape(-1, hidden.size(-1))  # (B*T, C)
+            hidden, _ = self.model.trunk(self._in(idx))  # (B, T, C), final norm applied
+        h = self._out(hidden).reshape(-1, hidden.size(-1))  # (B*T, C)
         return lambda a, b: self.model.unembed(h[a:b])  # (b-a, V), called under autocast
 
     def hidden_states(self, idx: Tensor, layer: int, what: str) -> Tensor:
         with self.autocast():
-            _, layers = self.model.trunk(idx, return_hidden=[layer])
-        return layers[0]
+            _, layers = self.model.trunk(self._in(idx), return_hidden=[layer])
+        return self._out(layers[0])
 
     def layer_and_last_logprob(self, idx: Tensor, layer: int, what: str) -> tuple[Tensor, Tensor]:
         with self.autocast():  # one pass: the layer's state and the final state's last-token logits
-            hidden, layers = self.model.trunk(idx[:, :-1], return_hidden=[layer])  # (b, T, C), [(b, T, C)]
+            hidden, layers = self.model.trunk(self._in(idx[:, :-1]), return_hidden=[layer])  # (b, T, C)
             logits = self.model.unembed(hidden[:, -1])  # (b, V)
         lp = torch.log_softmax(logits.float(), dim=-1).gather(1, idx[:, -1:])[:, 0]  # (b,)
-        return layers[0], lp
+        return self._out(layers[0]), lp
 
 
 def load_run(path: Path, step: int | None):
     """(model, tokenizer, info) of a contextlab run or checkpoint (a continued HF model runs as "hf")."""
-    from contextlab.models.loading import load_trained_model
+    from contextlab.models.loading import left_to_right, load_trained_model
     from contextlab.rundir import tokenizer_dirs
 
     model, state, ckpt = load_trained_model(path, step)
     tok = tokenizer_from_spec(state.get("tokenizer") or {}, tokenizer_dirs(ckpt), f"run {path}")
+    model, tok, info = _run_model(model, state, path, ckpt, tok)
+    prefix, info.not_lm = left_to_right(state)
+    info.objective, info.lm_prefix = state.get("objective") or "clm", prefix or []
+    return model, tok, info
+
+
+def _run_model(model, state: dict, path: Path, ckpt: Path, tok):
     if state.get("arch") == "hf":  # a continued Hugging Face model: run it as one
         from contextlab.models.hf_causal import context_limit
 
@@ -79,12 +100,17 @@ def load_run(path: Path, step: int | None):
 def load_export(p: Path, cfg: dict):
     """(model, tokenizer, info) of a ``contextlab-gpt`` Hugging Face export: run as the plain GPT."""
     from contextlab.models import hf
+    from contextlab.models.loading import left_to_right
 
     model = hf.gpt_from_hf_export(p)
     provenance = cfg.get("contextlab") or {}
     spec = provenance.get("contextlab_tokenizer") or {}
     tok = tokenizer_from_spec(spec, [p / "tokenizer"], f"export {p}")
-    return model, tok, _info(model, p, p, tok, provenance.get("contextlab_step"))
+    info = _info(model, p, p, tok, provenance.get("contextlab_step"))
+    info.objective = provenance.get("contextlab_objective") or "clm"
+    prefix, info.not_lm = left_to_right({"objective": info.objective})  # exports of older versions
+    info.lm_prefix = prefix or []
+    return model, tok, info
 
 
 def _info(model, path: Path, where: Path, tok, step: int | None) -> ModelInfo:

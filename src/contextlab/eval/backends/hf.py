@@ -23,7 +23,12 @@ POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length"
 
 
 class HFBackend:
-    def __init__(self, model: torch.nn.Module, autocast: Autocast):
+    def __init__(self, model: torch.nn.Module, autocast: Autocast, lm_prefix=()):
+        if lm_prefix:
+            raise UserError(
+                "a continued Hugging Face model that runs left to right only after mode tokens (UL2) "
+                "cannot be evaluated yet; evaluate a run trained with another objective"
+            )
         self.model = model
         self.autocast = autocast
 

@@ -1,0 +1,41 @@
+"""Validation losses: a mean over the fixed validation rows, summed across processes.
+
+``mean_over_rows`` runs a loss function over the rows in micro-batches and weights each batch by
+its rows, so the mean does not depend on how the rows split into batches or processes;
+``eval_mode`` puts a module in eval mode for a block and back into training mode after it. The
+trainer uses them for the objective's own loss and for the left-to-right loss every objective
+that can be run so shares (``Objective.lm_loss``). Trade-off: the losses are read back to the
+host once per micro-batch (a sync per batch), which is nothing next to a validation pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from contextlab.train import distributed as D
+
+
+@contextlib.contextmanager
+def eval_mode(module: nn.Module) -> Iterator[None]:
+    """``module`` in eval mode (no dropout, fixed objective randomness) for the block."""
+    module.eval()
+    try:
+        yield
+    finally:
+        module.train()
+
+
+def mean_over_rows(rows: np.ndarray, micro: int, info: D.DistInfo, loss: Callable[[Tensor], Tensor]) -> float:
+    """The row-weighted mean of ``loss(batch)`` over ``rows`` in batches of ``micro``, over all processes."""
+    total, count = 0.0, 0
+    for i in range(0, len(rows), max(1, micro)):
+        batch = torch.from_numpy(rows[i : i + micro]).to(info.device)
+        total += float(loss(batch)) * len(batch)
+        count += len(batch)
+    total, count = D.all_reduce_sum([total, float(count)], info)
+    return total / max(count, 1)
