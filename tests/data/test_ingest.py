@@ -371,3 +371,15 @@ def test_error_mid_ingest_is_not_glued_to_the_progress_bar(tmp_path):
     assert r.returncode != 0 and "ingest:" in r.stderr  # the bar was drawn
     shown = r.stderr.split("\n")[-2].split("\r")[-1]  # what the terminal shows on the last line
     assert shown.startswith("contextlab data ingest: error: ") and "line 41 is not valid JSON" in shown
+
+
+def test_an_ingest_that_keeps_no_document_leaves_nothing_to_resume(tmp_path):
+    src = tmp_path / "c"
+    src.mkdir()
+    for i in range(5):
+        (src / f"{i}.txt").write_text("short text " * (i + 1))
+    with pytest.raises(UserError, match="no documents left .* relax the filters"):
+        ingest(src, tmp_path / "s", IngestConfig(min_tokens=10_000), progress=False)
+    assert not (tmp_path / "s.partial").exists() and not (tmp_path / "s").exists()
+    rep = ingest(src, tmp_path / "s", IngestConfig(min_tokens=1), progress=False)  # no --overwrite needed
+    assert rep.store.n_docs == 5

@@ -251,3 +251,22 @@ def test_a_checkpoint_from_before_the_context_rename_loads(trained_run, tmp_path
     with torch.no_grad():
         assert torch.equal(model(idx).logits, new(idx).logits)
     assert load_model(old).info.context == 64
+
+
+def test_a_corrupt_checkpoint_is_one_line_for_eval_and_export(trained_run, stores, tmp_path, capsys):
+    import shutil
+
+    from contextlab.cli import main as cli
+
+    bad = tmp_path / "bad_run"
+    shutil.copytree(trained_run, bad)
+    (ckpt,) = (bad / "checkpoints").iterdir()
+    weights = ckpt / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])  # truncated by a kill or a full disk
+    data = str(stores[1].path)
+    assert cli(["eval", "ppl", "--model", str(bad), "--data", data, "--out", str(tmp_path / "e")]) == 2
+    assert cli(["export", str(bad), "--out", str(tmp_path / "hf")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2 and all(
+        "cannot be read (SafetensorError" in line and "--step" in line for line in lines
+    )

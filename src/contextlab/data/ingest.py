@@ -220,7 +220,8 @@ def _store_documents(
             bar.update(src.stats.bytes_read - bar.n)
         bar.close()
     atomic_write_text(partial / SKIPPED_FILE, "".join(json.dumps(e) + "\n" for e in src.skipped))
-    if writer.state.n_docs == 0:
+    if writer.state.n_docs == 0:  # nothing worth resuming: a rerun with other filters starts afresh
+        shutil.rmtree(partial, ignore_errors=True)
         raise UserError(
             f"no documents left in {source} after filtering ({counts['skipped_short']} shorter than "
             f"--min-tokens {config.min_tokens}, {counts['skipped_long']} longer than --max-tokens); "

@@ -46,6 +46,7 @@ def load_trained_model(run_or_ckpt: str | os.PathLike, step: int | None = None):
     the ``transformers`` model itself. Only the ``model.*`` weights are loaded;
     modules an objective owns for training only are left out.
     """
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     from contextlab.models.archs import ARCHS, arch_config
@@ -54,8 +55,11 @@ def load_trained_model(run_or_ckpt: str | os.PathLike, step: int | None = None):
     state = read_checkpoint_state(path)
     try:
         weights = load_file(str(path / "model.safetensors"))
-    except (OSError, ValueError, RuntimeError) as exc:
-        raise UserError(f"checkpoint {path} cannot be read ({exc})") from None
+    except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
+        raise UserError(
+            f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc}); pass --step of an earlier "
+            "checkpoint of the run (its checkpoints/ folder lists them)"
+        ) from None
     arch = state.get("arch", "gpt")
     if arch == "hf":  # a continued Hugging Face model: rebuilt by transformers from the stored config
         from contextlab.models.hf_causal import from_checkpoint
