@@ -17,9 +17,11 @@ def _figure(w: float = 6.5, h: float = 4.0):
 
 
 def contextwise_png(curves: dict[str, dict], out: str | Path, smooth: int = 0) -> Path:
-    """Loss vs context length (log x) for several models; a dotted line marks each training context.
+    """Loss vs context length (log x) for several models; a dotted line marks each training context
+    and a triangle the curve's lowest window (the true minimum, ``contextwise.curve_minimum``).
 
-    curves: label -> {"context": [...], "loss": [...], "train_context": int | None}.
+    curves: label -> {"context": [...], "loss": [...], "train_context": int | None, "minimum": the
+    result's ``minimum`` (optional)}.
     """
     import numpy as np
 
@@ -32,10 +34,13 @@ def contextwise_png(curves: dict[str, dict], out: str | Path, smooth: int = 0) -
         (line,) = ax.plot(x, y, label=label, linewidth=1.2)
         if c.get("train_context"):
             ax.axvline(c["train_context"], color=line.get_color(), linestyle=":", linewidth=1)
+        if c.get("minimum"):
+            w = c["minimum"]["window"]
+            ax.plot([(w["from"] + w["to"]) / 2], [w["loss"]], marker="v", color=line.get_color())
     ax.set_xscale("log", base=2)
     ax.set_xlabel("context length (tokens seen before the predicted token)")
     ax.set_ylabel("loss (nats/token)")
-    ax.set_title("contextwise loss")
+    ax.set_title("contextwise loss (▼ lowest window, as wide as the best-context one)", fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return save_png(fig, out)
