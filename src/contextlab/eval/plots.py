@@ -7,6 +7,7 @@ lists/dicts from the result, so the report layer can redraw them from JSON alone
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from contextlab.figures import pyplot, save_png
@@ -36,11 +37,17 @@ def contextwise_png(curves: dict[str, dict], out: str | Path, smooth: int = 0) -
             ax.axvline(c["train_context"], color=line.get_color(), linestyle=":", linewidth=1)
         if c.get("minimum"):
             w = c["minimum"]["window"]
-            ax.plot([(w["from"] + w["to"]) / 2], [w["loss"]], marker="v", color=line.get_color())
+            ax.hlines(w["loss"], w["from"], w["to"], color="black", linewidth=2.5, zorder=4)
+            mid = math.sqrt(w["from"] * w["to"])  # the middle on the log axis
+            ax.plot(
+                [mid], [w["loss"]], marker="v", markersize=9, color=line.get_color(), mec="black", zorder=5
+            )
     ax.set_xscale("log", base=2)
     ax.set_xlabel("context length (tokens seen before the predicted token)")
     ax.set_ylabel("loss (nats/token)")
-    ax.set_title("contextwise loss (▼ lowest window, as wide as the best-context one)", fontsize=9)
+    ax.set_title(
+        "contextwise loss (▼ and bar: the lowest window as wide as the best-context one)", fontsize=9
+    )
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return save_png(fig, out)
