@@ -117,6 +117,10 @@ def test_headline_numbers_come_from_the_result_files(quickstart):
         bf = json.loads((out / "runs" / row["run"] / "eval" / "bayes-fit.json").read_text())["results"]
         assert bf["lengths"] == [1, 2, 4, 8, 16, 32, 64] and bf["n_targets"] == 512
         assert row["context gain"] == pytest.approx(bf["loss"][0] - bf["loss"][-1])
+        half = 1.96 * (bf["stderr"][0] + bf["stderr"][-1])  # conservative: no pairing kept
+        assert row["context gain interval95"] == pytest.approx(
+            [row["context gain"] - half, row["context gain"] + half]
+        )
         assert row["needle accuracy"] == pytest.approx(niah["likelihood_accuracy"])
     assert (out / "contextwise_models.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

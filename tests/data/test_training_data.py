@@ -127,6 +127,24 @@ def test_resume_gives_the_same_batches(stores):
     assert [b.loader.next_batch().tokens.tolist() for _ in range(5)] == rest
 
 
+def test_long_docs_train_on_every_window_and_validate_on_different_documents(stores):
+    """data.mode = long_docs over documents of 4..29 tokens at context 4: one row per 4 tokens of
+    every training document of >= 5 (not one per document), and the validation rows are the first
+    windows of as many different held-out documents."""
+    store = stores["s1"]
+    d = DataSection(store=str(store.path), val_fraction=0.25, mode="long_docs", split_seed=2)
+    got = build(d, context=4, val_tokens=4 * 6)
+    train, val = split_documents(store, 0.25, 2)
+    lens = train.lengths()
+    assert got.loader.n_rows == int(((lens[lens >= 5] - 1) // 4).sum()) > int((lens >= 5).sum())
+    docs = [val.doc(i).tolist() for i in range(len(val)) if len(val.doc(i)) >= 5]
+    assert len(got.val_rows) == 6
+    for row in got.val_rows.tolist():  # a window of a rolled held-out document, each its own
+        owner = [j for j, t in enumerate(docs) if any((t + t)[o : o + 5] == row for o in range(len(t)))]
+        assert owner
+        docs.pop(owner[0])
+
+
 @pytest.mark.parametrize(
     "fields,message",
     [

@@ -92,6 +92,19 @@ def test_contextwise_equals_a_per_document_loop(byte_store):
     assert r["summary"]["last_full_bucket"] == [64, 127]
     assert r["best_context"] == {"loss": pytest.approx(manual[57:64].mean(), rel=1e-6), "from": 58, "to": 64}
     assert r["summary"]["loss_beyond_train_context"] == pytest.approx(manual[64:].mean(), rel=1e-6)
+    # the true minimum over all 128 positions, and the per-document gain first bucket -> [64, 127]
+    assert r["summary"]["min_loss"] == pytest.approx(manual.min(), rel=1e-6)
+    assert r["summary"]["min_context"] == int(np.argmin(manual)) + 1
+    window = np.convolve(manual, np.ones(7) / 7, mode="valid")  # as wide as the best-context window
+    assert r["summary"]["min_window_loss"] == pytest.approx(window.min(), rel=1e-6)
+    assert r["summary"]["min_window"] == [int(np.argmin(window)) + 1, int(np.argmin(window)) + 7]
+    per_doc = np.array([manual_token_losses(model, d) for d in docs])  # (4, 128)
+    diff = per_doc[:, 0] - per_doc[:, 63:127].mean(1)
+    half = 3.182446305284263 * diff.std(ddof=1) / 2  # t(0.975, 3) * sd / sqrt(4)
+    assert r["summary"]["context_gain"] == pytest.approx(diff.mean(), rel=1e-5)
+    assert r["summary"]["context_gain_interval95"] == pytest.approx([diff.mean() - half, diff.mean() + half])
+    assert r["summary"]["falls_with_position"] == (diff.mean() - half > 0)
+    assert r["context_gain"]["early"] == [1, 1] and r["context_gain"]["late"] == [64, 127]
 
 
 def test_contextwise_pieces_cut_long_documents(byte_store):
@@ -110,6 +123,56 @@ def test_contextwise_pieces_cut_long_documents(byte_store):
         (5, 400),
     ]
     assert contextwise.sequences(byte_store, 100, max_docs=3, pieces_per_doc=1) == [(1, 0), (2, 0), (4, 0)]
+
+
+def test_contextwise_plot_marks_the_minimum_and_reads_older_results(byte_store, tmp_path):
+    import json
+
+    out = contextwise.run(byte_adapter(tiny_gpt(2)), contextwise.Options(length=33), str(byte_store.path))
+    assert out.plot(tmp_path / "one.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    old = {k: v for k, v in out.results.items() if k != "minimum"}  # a result from before the minimum
+    files = []
+    for i, results in enumerate((out.results, old)):
+        files.append(tmp_path / f"r{i}.json")
+        files[-1].write_text(json.dumps({"model": {"id": f"m{i}"}, "results": results}))
+    contextwise.combined_plot(files, tmp_path / "both.png")
+    assert (tmp_path / "both.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_true_minimum_of_a_known_curve_and_where_it_falls():
+    """A curve that falls to 2.0 at context 150 (beyond a training context of 100), then rises."""
+    t = np.arange(1, 201)
+    curve = 2.0 + 1e-4 * (t - 150.0) ** 2
+    got = contextwise.curve_minimum(curve, np.full(200, 0.01), train_context=100, width=10)
+    assert got["position"] == {"loss": 2.0, "context": 150, "stderr": 0.01, "inside_train_context": False}
+    assert (got["window"]["from"], got["window"]["to"]) in [(145, 154), (146, 155)]
+    assert got["window"]["loss"] == pytest.approx(2.0 + 1e-4 * np.mean((np.arange(145, 155) - 150) ** 2))
+    assert not got["window"]["inside_train_context"]
+    inside = contextwise.curve_minimum(curve[:120][::-1], np.zeros(120), train_context=100, width=10)
+    assert inside["position"]["context"] == 1 and inside["window"] == {
+        "loss": pytest.approx(curve[110:120].mean()),
+        "from": 1,
+        "to": 10,
+        "inside_train_context": True,
+    }
+
+
+def test_falls_with_position_is_a_test_on_paired_document_differences():
+    """Known answers: a real gain of 0.5 nats is found with an interval around it; zero-mean noise
+    is not called a fall although its mean is above 0 (the strict `<` said it was); pieces of one
+    document count once."""
+    rng = np.random.default_rng(0)
+    late = rng.normal(3.0, 0.3, 40)
+    real = contextwise.context_gain(late + 0.5 + rng.normal(0, 0.1, 40), late, list(range(40)))
+    lo, hi = real["interval95"]
+    assert lo < 0.5 < hi and lo > 0 and real["n_documents"] == 40
+    noise = np.array([0.9, -0.8, 0.7, -0.6, 0.5, -0.4, 0.3])  # mean 0.0857 > 0
+    none = contextwise.context_gain(late[:7] + noise, late[:7], list(range(7)))
+    assert none["gain"] == pytest.approx(noise.mean()) and none["interval95"][0] < 0 < none["interval95"][1]
+    pieces = contextwise.context_gain(np.array([1.0, 3.0, 2.0, 2.0]), np.zeros(4), [7, 7, 9, 9])
+    assert pieces["n_documents"] == 2 and pieces["gain"] == 2.0 and pieces["interval95"] == [2.0, 2.0]
+    one = contextwise.context_gain(np.array([5.0, 4.0]), np.zeros(2), [3, 3])
+    assert one == {"gain": 4.5, "interval95": None, "n_documents": 1}
 
 
 def test_bayes_fit_recovers_known_parameters():

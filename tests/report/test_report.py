@@ -64,7 +64,7 @@ def sweep_dir(tmp_path_factory, store):  # noqa: F811
         )
     )
     run_sweep(f, progress=False)
-    compute_optimal(root / "out")
+    compute_optimal(root / "out", rank_by_mean_loss=True)  # no contextwise evaluation in this sweep
     return root / "out"
 
 
@@ -74,6 +74,7 @@ def test_sweep_report_displays_every_plot(sweep_dir):
     n_imgs = len(re.findall(r"<img ", text))
     assert n_imgs >= 2 + 6  # U-curves, optimal context, one loss curve per run
     assert "Compute-optimal context" in text and "contextlab sweep" in text and "results" in text.lower()
+    assert "warning: val_loss averages the loss over positions" in text
     dom = render(page)
     assert f'data-images="{n_imgs}"' in dom and 'data-images-ok="yes"' in dom
 

@@ -124,8 +124,12 @@ def test_compute_optimal_on_known_numbers():
             "val_loss": "",
         }
     )
-    res = analyze(rows, window=1)
+    with pytest.raises(UserError, match="will not rank training contexts by val_loss: it ranks them wrongly"):
+        analyze(rows, window=1)  # no contextwise column: the fallback to val_loss must be asked for
+    res = analyze(rows, window=1, rank_by_mean_loss=True)
     assert res["metric"] == "val_loss" and res["budget_key"] == "train.max_flops"
+    assert res["warning"].startswith("warning: val_loss averages the loss over positions 1..")
+    assert "ranks training contexts wrongly" in res["warning"]
     assert res["optimal"]["1000000000000.0"]["per_size"] == {"s": 128, "m": 128}
     assert res["optimal"]["4000000000000.0"]["best"] == {"size": "m", "context": 256, "loss": 2.4}
     assert res["optimal_context_smoothed"]["s"] == [[1e12, 128], [4e12, 256]]
@@ -203,7 +207,11 @@ def test_data_size_axis_and_best_val_loss(tmp_path):
             )
     # a second seed of one cell: replicates are averaged, their range kept
     rows.append({**rows[-2], "train.seed": "1", "best_val_loss": "4.3"})  # 4e5, context 64: (4.4 + 4.3) / 2
-    res = analyze(rows, budget_key="data.train_tokens", metric="best_val_loss", window=1)
+    with pytest.raises(UserError, match="sweep.analysis_rank_by_mean_loss = true"):
+        analyze(rows, budget_key="data.train_tokens", metric="best_val_loss", window=1)
+    res = analyze(
+        rows, budget_key="data.train_tokens", metric="best_val_loss", window=1, rank_by_mean_loss=True
+    )
     assert res["curves"]["400000.0"]["m"][64] == pytest.approx(4.35) and res["replicates"] == 2
     assert res["replicate_spread"] == {"400000.0": {"m": {64: pytest.approx(0.1)}}}
     assert {b: o["best"]["context"] for b, o in res["optimal"].items()} == {"100000.0": 64, "400000.0": 128}
@@ -223,7 +231,9 @@ def test_compute_optimal_writes_the_analysis_and_three_plots(tmp_path):
     for size, curve in {25000: {16: 6.0, 64: 6.1}, 100000: {16: 5.5, 64: 5.4}}.items():
         lines += [f"r{size}_{c},done,{size},{c},m,{v}" for c, v in curve.items()]
     (tmp_path / "results.csv").write_text("\n".join(lines) + "\n")
-    res = compute_optimal(tmp_path, budget_key="data.train_tokens", metric="best_val_loss", window=1)
+    res = compute_optimal(
+        tmp_path, budget_key="data.train_tokens", metric="best_val_loss", window=1, rank_by_mean_loss=True
+    )
     assert [p.rsplit("/", 1)[-1] for p in res["plots"]] == [
         "u_curves.png",
         "optimal_context.png",

@@ -66,10 +66,13 @@ def _analysis(sweep_dir: Path, section) -> None:
             budget_key=section.analysis_axis or None,
             metric=section.analysis_metric or None,
             window=max(1, section.analysis_window),
+            rank_by_mean_loss=section.analysis_rank_by_mean_loss,
         )
     except UserError as exc:  # e.g. no context axis in the grid, or no finished run
         print(f"compute-optimal analysis skipped: {exc}")
         return
+    if res["warning"]:
+        print(res["warning"])
     for b, opt in res["optimal"].items():
         best = opt["best"]
         print(

@@ -10,16 +10,27 @@ kind of rows):
   the end-of-text token, and the stream cut into windows (example packing). Nothing is
   copied: a row is located by binary search over the cumulative document lengths, so the
   source costs O(n_docs) memory, whatever the corpus size.
-* ``LongDocRows`` (mode ``long_docs``): one document per row, only documents of at least
-  ``context + 1`` tokens, each cut to that length (the LongCrawl64 protocol: every row has
-  real long-range structure, which context-size comparisons need).
+* ``LongDocRows`` (mode ``long_docs``): the LongCrawl64 reading of documents of at least
+  ``context + 1`` tokens (every row has real long-range structure, which context-size
+  comparisons need). Every window of every such document is a row (consecutive windows share
+  one token, so every token but the last few of a document is a target once per epoch); each
+  document longer than one row is first rolled (cyclically) by a seeded offset, so document
+  openings fall anywhere in a window and in any step; and an epoch is read column-major: the
+  documents go to ``rows_per_step`` lanes, row r of step k is the k-th window of lane r, so
+  the rows of one step come from different documents and the next step continues them.
+  Trade-off: the roll joins a document's end to its start inside one of its windows (without a
+  separator), against windows aligned to document openings, which column-major reading
+  would put all in the same steps. A
+  document of exactly one row is its single window, unrolled (rolling it would only move its
+  end before its start): synthetic stores of one sample per row read as before.
 * ``PackedRows`` (mode ``packed_store``): the sequences of a packed store made by ``contextlab
   data pack`` (example packing, SPLICE, ...), optionally only the ids of a train or validation
   share (``views.packed_split``). Shorter sequences (the last of a shard) are never used, so
   every row is full.
 
-Loader: every epoch visits all rows once in a permutation seeded by ``(seed, epoch)``; a
-global batch is the next ``rows_per_step`` rows of it and rank r of a world of w takes rows
+Loader: every epoch visits all rows once, in the source's order for (seed, epoch): a seeded
+permutation, or for long documents the column-major reading; a global batch is the next
+``rows_per_step`` rows of it and rank r of a world of w takes rows
 r*b .. (r+1)*b - 1 (b = rows / w), so a run on w processes sees exactly the rows a single
 process sees, and losses match. The whole state is two integers (epoch, position), saved in
 every checkpoint; restoring them gives the same batches as an uninterrupted run. Per-position
@@ -30,6 +41,7 @@ so every step has the same rows and tokens.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,6 +77,11 @@ class RowSource:
 
     def fill(self, r: int, out: np.ndarray, doc_ids: np.ndarray) -> None:
         raise NotImplementedError
+
+    def order(self, seed: int, epoch: int, rows: int) -> np.ndarray:
+        """The rows of epoch ``epoch`` in reading order (a permutation of range(n_rows)); ``rows``
+        per global step. Default: a permutation seeded by (seed, epoch)."""
+        return np.random.default_rng([seed, epoch]).permutation(self.n_rows)
 
     def row(self, r: int) -> np.ndarray:
         """Row r alone: (row_len,) int64."""
@@ -110,18 +127,57 @@ class WindowRows(RowSource):
 
 
 class LongDocRows(RowSource):
-    """One row per document of ``view`` with at least ``context + 1`` tokens: its first ``context + 1``."""
+    """Every ``context + 1``-token window of every document of ``view`` with at least that many tokens
+    (LongCrawl64 reading, see the module docstring). A document of n tokens longer than one row is
+    first rolled left by a ``seed``-ed offset in [0, n) and gives (n - 1) // context windows that
+    share one token; one of exactly one row is its only window, unrolled. Row ids go window-major
+    (the first window of every document, then the second of those that have one, ...), so the
+    first k rows (validation) come from k different documents when there are k."""
 
     mode = "long_docs"
 
-    def __init__(self, view: DocView, context: int):
-        self.view, self.row_len = view, int(context) + 1
-        self.doc_order = np.flatnonzero(view.lengths() >= self.row_len)
-        self.n_rows = len(self.doc_order)
+    def __init__(self, view: DocView, context: int, *, seed: int = 0):
+        self.view, self.context, self.row_len = view, int(context), int(context) + 1
+        lengths = view.lengths()
+        docs = np.flatnonzero(lengths >= self.row_len)  # positions in the view
+        n_win = (lengths[docs] - 1) // self.context  # (n_docs,) windows per document
+        by_windows = np.argsort(-n_win, kind="stable")  # those with > i windows are a prefix
+        self.doc_order, self.n_windows = docs[by_windows], n_win[by_windows]
+        rolls = np.random.default_rng(seed).integers(0, np.maximum(lengths[self.doc_order], 1))
+        self.roll = np.where(lengths[self.doc_order] > self.row_len, rolls, 0)  # one-row documents: 0
+        per_level = np.bincount(self.n_windows, minlength=1)[::-1].cumsum()[::-1][1:]  # docs with > i
+        self.level_start = np.concatenate([[0], np.cumsum(per_level)])  # row id of window i of doc 0
+        self.n_rows = int(self.level_start[-1])
         self.need = f"documents of at least {self.row_len} tokens"
 
     def fill(self, r: int, out: np.ndarray, doc_ids: np.ndarray) -> None:
-        out[:] = self.view.doc(int(self.doc_order[r]))[: self.row_len]
+        i = int(np.searchsorted(self.level_start, r, side="right") - 1)  # the window's index
+        j = r - int(self.level_start[i])  # the document's index in doc_order
+        doc = self.view.doc(int(self.doc_order[j]))
+        start = (int(self.roll[j]) + i * self.context) % len(doc)
+        take = min(self.row_len, len(doc) - start)
+        out[:take] = doc[start : start + take]
+        out[take:] = doc[: self.row_len - take]  # past the end of the rolled document: its start
+
+    def rows_of(self, j: int) -> np.ndarray:
+        """The row ids of document j's windows, in reading order."""
+        return self.level_start[: int(self.n_windows[j])] + j
+
+    def order(self, seed: int, epoch: int, rows: int) -> np.ndarray:
+        """Column-major: documents in a (seed, epoch) order go to ``rows`` lanes (each to the lane
+        with the fewest windows so far); step k takes the k-th window of every lane."""
+        lanes: list[list[np.ndarray]] = [[] for _ in range(rows)]
+        loads = [(0, lane) for lane in range(rows)]  # a heap of (windows so far, lane)
+        for j in np.random.default_rng([seed, epoch]).permutation(len(self.doc_order)):
+            load, lane = heapq.heappop(loads)
+            lanes[lane].append(self.rows_of(int(j)))
+            heapq.heappush(loads, (load + int(self.n_windows[j]), lane))
+        reads = [np.concatenate(lane) if lane else np.empty(0, np.int64) for lane in lanes]
+        grid = np.full((rows, max(len(x) for x in reads)), -1, dtype=np.int64)  # (lanes, steps)
+        for lane, x in enumerate(reads):
+            grid[lane, : len(x)] = x
+        flat = grid.T.ravel()  # step by step, lane by lane
+        return flat[flat >= 0]
 
 
 class PackedRows(RowSource):
@@ -157,7 +213,7 @@ def document_rows(view: DocView, context: int, mode: str, *, separator: int | No
     if mode == "packed":
         return WindowRows(view, context, separator=separator, seed=seed)
     if mode == "long_docs":
-        return LongDocRows(view, context)
+        return LongDocRows(view, context, seed=seed)
     raise UserError(f"unknown data.mode {mode!r}; use one of {', '.join(DOC_MODES)}")
 
 
@@ -215,7 +271,7 @@ class TokenLoader:
     def _epoch_perm(self, epoch: int) -> np.ndarray:
         cached = getattr(self, "_perm", None)
         if cached is None or cached[0] != epoch:  # one permutation per epoch, not per batch
-            self._perm = cached = (epoch, np.random.default_rng([self.seed, epoch]).permutation(self.n_rows))
+            self._perm = cached = (epoch, self.source.order(self.seed, epoch, self.rows))
         return cached[1]
 
     def next_batch(self) -> Batch:

@@ -5,7 +5,8 @@ resolves the three kinds of training data into a ``TrainingData``:
 
 * ``data.store``: a token store, split into train and validation by documents or by each
   document's tail (``data.val_split``), optionally cut to ``data.train_tokens``; rows are
-  windows over the documents end to end, or one long document each (``data.mode``).
+  windows over the documents end to end, or every window of every long document read
+  column-major (``data.mode = "long_docs"``, ``loader.LongDocRows``).
 * ``data.packed``: a packed store; a seeded share of its sequences is held out.
 * ``data.mixture``: several packed stores with weights; each holds out its own share, the
   training loader draws the weighted rows (``mixture.py``) and the validation rows follow the

@@ -1,16 +1,31 @@
-"""Contextwise loss: mean loss at every position, best-context loss, 2^i position buckets.
+"""Contextwise loss: mean loss at every position, best-context loss, its true minimum, 2^i buckets.
 
 The protocol of the compute-optimal-context study: take every document with at least L
 tokens (or, with ``pieces_per_doc``, consecutive L-token pieces of long documents), score
 each from its own start with no context from any other document, and average the loss of
 the token at position t over documents. The curve is loss vs context length t (tokens
 seen before the predicted token); L may exceed the training context (RoPE models), which
-shows whether the model keeps improving beyond it. Two summaries:
+shows whether the model keeps improving beyond it. Summaries:
 
 * best-context loss: the mean loss over the last 10% of the training context (the
   study's heuristic for models that do not generalise beyond their context);
+* its true minimum over every evaluated position, beyond the training context too, and
+  where it falls: the lowest mean over a window as wide as the best-context window
+  (``min_window_loss``, comparable to the best-context loss) and the lowest single position
+  (``min_loss``; the minimum of many noisy means is biased low, by about its stderr);
 * SPLICE-style buckets (its Appendix E): positions grouped into [2^i, 2^(i+1)) and
-  averaged, one number per octave of context.
+  averaged, one number per octave of context;
+* whether the curve falls with position, as a statistical statement (``falls_with_position``):
+  the context gain is each document's mean loss in the first bucket minus that in the last
+  complete bucket, averaged over documents, with a 95% Student-t interval; the curve falls
+  when the whole interval lies above 0 (a one-sided test at the 2.5% level). Documents, not
+  positions or pieces, are the unit: the losses of neighbouring positions (and of pieces of
+  one document) are correlated, so pieces are averaged per document first and a test over
+  positions would be overconfident. A t interval rather than a bootstrap: deterministic and
+  correct for few documents (the late-bucket means average many positions, so the
+  differences are near normal). A monotone-decrease test was not chosen: it tests a stronger
+  claim (lower at every step) that noise and the rise beyond the training context break,
+  while the reader's question is whether late positions beat early ones.
 
 Cost: each batch of documents goes through the model exactly once (one forward of L
 tokens per document); per-position sums are accumulated in float64.
@@ -18,6 +33,7 @@ tokens per document); per-position sums are accumulated in float64.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -66,13 +82,23 @@ def sequences(store, length: int, max_docs: int, pieces_per_doc: int) -> list[tu
 def position_losses(adapter, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """tokens (N, L) -> per-position (sum, sum of squares) of the loss over N documents, each
     (L-1,), float64."""
+    s, s2, _ = scan(adapter, tokens, [])
+    return s, s2
+
+
+def scan(adapter, tokens: np.ndarray, ranges: list[tuple[int, int]]):
+    """tokens (N, L) -> per-position (sum, sum of squares) of the loss, each (L-1,) float64, and
+    every sequence's mean loss over the context lengths lo..hi of each of ``ranges``: (N, R)."""
     s = np.zeros(tokens.shape[1] - 1)
     s2 = np.zeros(tokens.shape[1] - 1)
+    means = np.zeros((len(tokens), len(ranges)))
     for a in range(0, len(tokens), adapter.batch_size):
         loss = -adapter.token_logprobs(tokens[a : a + adapter.batch_size]).double().cpu().numpy()  # (b, L-1)
         s += loss.sum(0)
         s2 += (loss * loss).sum(0)
-    return s, s2
+        for j, (lo, hi) in enumerate(ranges):
+            means[a : a + len(loss), j] = loss[:, lo - 1 : hi].mean(1)
+    return s, s2, means
 
 
 def buckets(curve: np.ndarray) -> list[dict]:
@@ -102,59 +128,126 @@ def best_context_loss(curve: np.ndarray, train_context: int, fraction: float) ->
     return {"loss": float(curve[lo - 1 : top].mean()), "from": lo, "to": top}
 
 
-def run(adapter, options: Options, data: str | None) -> EvalOutput:
-    store = open_store(data, adapter, "contextwise")
-    ctx = options.train_context or adapter.context
-    L = options.length or (2 * ctx if adapter.info.extends_beyond else ctx + 1)
-    adapter.check_length(L - 1, "the documents")
+def curve_minimum(curve: np.ndarray, sem: np.ndarray, train_context: int, width: int) -> dict:
+    """The lowest mean over ``width`` consecutive positions and the lowest single position of the
+    whole curve (curve[t-1] = loss at context length t), each with where it falls."""
+    width = max(1, min(width, len(curve)))
+    sums = np.concatenate([[0.0], np.cumsum(curve)])
+    means = (sums[width:] - sums[:-width]) / width  # means[i]: context lengths i+1 .. i+width
+    i, t = int(np.argmin(means)), int(np.argmin(curve)) + 1
+    return {
+        "window": {
+            "loss": float(means[i]),
+            "from": i + 1,
+            "to": i + width,
+            "inside_train_context": i + width <= train_context,
+        },
+        "position": {
+            "loss": float(curve[t - 1]),
+            "context": t,
+            "stderr": float(sem[t - 1]),
+            "inside_train_context": t <= train_context,
+        },
+    }
+
+
+def context_gain(early: np.ndarray, late: np.ndarray, docs: list[int]) -> dict:
+    """Per-document paired gain (mean loss early minus late, pieces of a document averaged first):
+    its mean over documents and 95% Student-t interval (None with fewer than two documents)."""
+    from scipy import stats
+
+    diff = early - late  # (N,) one per piece
+    ids, inverse = np.unique(np.asarray(docs), return_inverse=True)
+    per_doc = np.bincount(inverse, weights=diff) / np.bincount(inverse)  # (n_docs,)
+    n, gain = len(ids), float(per_doc.mean())
+    if n < 2:
+        return {"gain": gain, "interval95": None, "n_documents": n}
+    half = float(stats.t.ppf(0.975, n - 1) * per_doc.std(ddof=1) / math.sqrt(n))
+    return {"gain": gain, "interval95": [gain - half, gain + half], "n_documents": n}
+
+
+def _pieces(store, L: int, options: Options) -> tuple[list[tuple[int, int]], np.ndarray]:
+    """The (document, start) of the pieces to score and their tokens (N, L) int64."""
     pieces = sequences(store, L, options.max_docs, options.pieces_per_doc)
     if not pieces:
         raise UserError(
             f"no document of {store.path} has {L} tokens (longest: {int(store.lengths().max())}); "
             "lower --length"
         )
-    tokens = np.stack([np.asarray(store.doc(d)[s : s + L], dtype=np.int64) for d, s in pieces])  # (N, L)
-    s, s2 = position_losses(adapter, tokens)
+    return pieces, np.stack([np.asarray(store.doc(d)[s : s + L], dtype=np.int64) for d, s in pieces])
+
+
+def _gain_buckets(L: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The (from, to) context lengths of the first bucket and of the last complete one (a partial
+    last bucket may hold a single position)."""
+    bk = buckets(np.zeros(L - 1))  # the bucket bounds depend on L only
+    last = [b for b in bk if b["complete"]][-1]
+    return (bk[0]["from"], bk[0]["to"]), (last["from"], last["to"])
+
+
+def run(adapter, options: Options, data: str | None) -> EvalOutput:
+    store = open_store(data, adapter, "contextwise")
+    ctx = options.train_context or adapter.context
+    L = options.length or (2 * ctx if adapter.info.extends_beyond else ctx + 1)
+    adapter.check_length(L - 1, "the documents")
+    pieces, tokens = _pieces(store, L, options)
+    early, late = _gain_buckets(L)
+    s, s2, ends = scan(adapter, tokens, [early, late])
     n = len(tokens)
     curve = s / n
     sem = np.sqrt(np.maximum(s2 / n - curve**2, 0) / max(n - 1, 1))
     bk = buckets(curve)
     best = best_context_loss(curve, ctx, options.best_fraction)
-    beyond = float(curve[ctx:].mean()) if len(curve) > ctx else None
-    last = [b for b in bk if b["complete"]][-1]  # a partial last bucket may hold a single position
-    summary = {
-        "best_context_loss": best["loss"],
-        "mean_loss": float(curve.mean()),
-        "loss_first_bucket": bk[0]["loss"],
-        "loss_last_full_bucket": last["loss"],
-        "last_full_bucket": [last["from"], last["to"]],
-        "loss_beyond_train_context": beyond,
-        "falls_with_position": bool(last["loss"] < bk[0]["loss"]),
-    }
+    lowest = curve_minimum(curve, sem, ctx, best["to"] - best["from"] + 1)
+    gain = context_gain(ends[:, 0], ends[:, 1], [d for d, _ in pieces])
     results = {
-        "summary": summary,
+        "summary": _summary(curve, bk, best, lowest, gain, ctx),
         "length": L,
         "train_context": ctx,
         "n_sequences": n,
         "n_documents": len({d for d, _ in pieces}),
         "best_context": best,
+        "minimum": lowest,
+        "context_gain": {**gain, "early": list(early), "late": list(late)},
         "buckets": bk,
         "context": list(range(1, L)),
         "loss": curve.tolist(),
         "stderr": sem.tolist(),
     }
-    label = adapter.info.id
-
-    def plot(path):
-        from contextlab.eval.plots import contextwise_png
-
-        return contextwise_png(
-            {label: {"context": results["context"], "loss": results["loss"], "train_context": ctx}},
-            path,
-            smooth=_smooth(n),
-        )
-
+    curves = {
+        adapter.info.id: {**{k: results[k] for k in ("context", "loss", "minimum")}, "train_context": ctx}
+    }
+    plot = functools.partial(_plot, curves, smooth=_smooth(n))
     return EvalOutput(results, {"store": str(store.path), "hash": store.hash, "pieces": n}, plot=plot)
+
+
+def _summary(curve: np.ndarray, bk: list[dict], best: dict, lowest: dict, gain: dict, ctx: int) -> dict:
+    """The headline numbers (the keys before the true minimum and the interval are kept for readers)."""
+    last = [b for b in bk if b["complete"]][-1]
+    interval = gain["interval95"]
+    return {
+        "best_context_loss": best["loss"],
+        "min_window_loss": lowest["window"]["loss"],
+        "min_window": [lowest["window"]["from"], lowest["window"]["to"]],
+        "min_window_inside_train_context": lowest["window"]["inside_train_context"],
+        "min_loss": lowest["position"]["loss"],
+        "min_context": lowest["position"]["context"],
+        "min_inside_train_context": lowest["position"]["inside_train_context"],
+        "mean_loss": float(curve.mean()),
+        "loss_first_bucket": bk[0]["loss"],
+        "loss_last_full_bucket": last["loss"],
+        "last_full_bucket": [last["from"], last["to"]],
+        "loss_beyond_train_context": float(curve[ctx:].mean()) if len(curve) > ctx else None,
+        "context_gain": gain["gain"],
+        "context_gain_interval95": interval,
+        "falls_with_position": interval is not None and interval[0] > 0,
+    }
+
+
+def _plot(curves: dict, path, smooth: int):
+    from contextlab.eval.plots import contextwise_png
+
+    return contextwise_png(curves, path, smooth=smooth)
 
 
 def _smooth(n_docs: int) -> int:
@@ -173,6 +266,7 @@ def combined_plot(result_files: list, out) -> None:
             "context": r["context"],
             "loss": r["loss"],
             "train_context": r["train_context"],
+            "minimum": r.get("minimum"),  # absent in results written before it
         }
     from contextlab.eval.plots import contextwise_png
 

@@ -7,6 +7,7 @@ lists/dicts from the result, so the report layer can redraw them from JSON alone
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from contextlab.figures import pyplot, save_png
@@ -17,9 +18,11 @@ def _figure(w: float = 6.5, h: float = 4.0):
 
 
 def contextwise_png(curves: dict[str, dict], out: str | Path, smooth: int = 0) -> Path:
-    """Loss vs context length (log x) for several models; a dotted line marks each training context.
+    """Loss vs context length (log x) for several models; a dotted line marks each training context
+    and a triangle the curve's lowest window (the true minimum, ``contextwise.curve_minimum``).
 
-    curves: label -> {"context": [...], "loss": [...], "train_context": int | None}.
+    curves: label -> {"context": [...], "loss": [...], "train_context": int | None, "minimum": the
+    result's ``minimum`` (optional)}.
     """
     import numpy as np
 
@@ -32,10 +35,19 @@ def contextwise_png(curves: dict[str, dict], out: str | Path, smooth: int = 0) -
         (line,) = ax.plot(x, y, label=label, linewidth=1.2)
         if c.get("train_context"):
             ax.axvline(c["train_context"], color=line.get_color(), linestyle=":", linewidth=1)
+        if c.get("minimum"):
+            w = c["minimum"]["window"]
+            ax.hlines(w["loss"], w["from"], w["to"], color="black", linewidth=2.5, zorder=4)
+            mid = math.sqrt(w["from"] * w["to"])  # the middle on the log axis
+            ax.plot(
+                [mid], [w["loss"]], marker="v", markersize=9, color=line.get_color(), mec="black", zorder=5
+            )
     ax.set_xscale("log", base=2)
     ax.set_xlabel("context length (tokens seen before the predicted token)")
     ax.set_ylabel("loss (nats/token)")
-    ax.set_title("contextwise loss")
+    ax.set_title(
+        "contextwise loss (▼ and bar: the lowest window as wide as the best-context one)", fontsize=9
+    )
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return save_png(fig, out)

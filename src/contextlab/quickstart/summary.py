@@ -9,7 +9,9 @@ For every run:
   token minus with the whole training context visible (``bayes-fit``'s paired last-token
   losses), i.e. how much the model's predictions improve by reading its context. Paired
   targets at random positions, not the contextwise curve's first positions: files start
-  with boilerplate (licence headers, imports) that is easy to predict from nothing;
+  with boilerplate (licence headers, imports) that is easy to predict from nothing. With a 95%
+  interval, gain ± 1.96 (se_1 + se_L): conservative, since the bayes-fit result keeps each
+  length's standard error but not the pairs (|correlation| <= 1 bounds the difference's);
 * needle accuracy: how often the needle-in-a-haystack answer is the most likely of five
   candidates (chance 0.2), over every length and depth.
 
@@ -44,12 +46,33 @@ def run_numbers(run_dir: Path) -> dict:
     return {
         "best-context loss": cw["summary"]["best_context_loss"],
         "context gain": bf["loss"][0] - bf["loss"][-1],
+        "context gain interval95": _gain_interval(bf),
         "visible": [bf["lengths"][0], bf["lengths"][-1]],
         "targets": bf["n_targets"],
         "needle accuracy": niah["summary"][key],
         "needle chance": niah["summary"].get("chance"),
         "train context": cw["train_context"],
     }
+
+
+def _gain_interval(bf: dict) -> list[float]:
+    """A conservative 95% interval of the context gain loss[0] - loss[-1] (module docstring)."""
+    gain, half = bf["loss"][0] - bf["loss"][-1], 1.96 * (bf["stderr"][0] + bf["stderr"][-1])
+    return [gain - half, gain + half]
+
+
+def _gain_note(rows: list[dict]) -> str:
+    """The context-gain line of the notes, with every run's interval."""
+    intervals = ", ".join(
+        f"{r['run']} {r['context gain interval95'][0]:.3f} to {r['context gain interval95'][1]:.3f}"
+        for r in rows
+    )
+    return (
+        f"context gain: loss of {rows[0]['targets']} held-out target tokens (random positions) with "
+        f"{rows[0]['visible'][0]} visible token minus with {rows[0]['visible'][1]} visible tokens (the same "
+        f"targets): what reading the context is worth to the model; 95% intervals (conservative): "
+        f"{intervals}."
+    )
 
 
 def write_summary(out: Path, cfg, seconds_by_step: dict, seconds: float) -> dict:
@@ -68,9 +91,7 @@ def write_summary(out: Path, cfg, seconds_by_step: dict, seconds: float) -> dict
         f"best-context loss: mean loss (nats/token) over the last 10% of the {ctx}-token training context, "
         f"on held-out code ({', '.join(cfg.corpus.heldout)} of the Python standard library), "
         "lower is better.",
-        f"context gain: loss of {rows[0]['targets']} held-out target tokens (random positions) with "
-        f"{rows[0]['visible'][0]} visible token minus with {rows[0]['visible'][1]} visible tokens (the same "
-        "targets): what reading the context is worth to the model.",
+        _gain_note(rows),
         "needle accuracy: the true answer is the most likely of 5 candidates, over every needle length and "
         f"depth (chance {chance:g})."
         if chance

@@ -210,6 +210,8 @@ def sweep_section(sweep: Path) -> str:
     if co.exists():
         res = json.loads(co.read_text())
         parts.append("<h2>Compute-optimal context</h2>")
+        if res.get("warning"):  # ranked by a mean loss on request (contextlab.sweep.compute_optimal)
+            parts.append(f"<p><b>{html.escape(res['warning'])}</b></p>")
         axis = res.get("budget_key") or "budget"
         best = [
             {

@@ -2,7 +2,7 @@
 
 Following the compute-optimal-context-size study: for every run, take its best-context
 loss (the mean contextwise loss over the last 10% of the training context, from the
-``contextwise`` evaluation; the validation loss when that evaluation was not run). Then
+``contextwise`` evaluation; add it to ``sweep.evals``). Then
 
 * U-curves: best-context loss against the training context, one line per model size, one
   panel per budget (runs that differ only in keys outside the analysis, e.g. a grid over
@@ -11,6 +11,12 @@ loss (the mean contextwise loss over the last 10% of the training context, from 
   the most common optimum in a sliding window (the study's smoothing, since the raw argmin
   jumps around with noise);
 * the optimal (model size, context) pair per budget.
+
+Ranking by a loss averaged over the training context's positions (``val_loss``,
+``best_val_loss``, ...) is refused unless asked for (``rank_by_mean_loss``,
+``sweep.analysis_rank_by_mean_loss``), and then carries ``MEAN_LOSS_WARNING``: such a loss ranks
+training contexts wrongly (the seed's section 2). Trade-off: a sweep without the contextwise
+evaluation gets no analysis by default rather than a plausible wrong one.
 
 Reads results.csv only; writes compute_optimal.json and three PNGs (U-curves per budget, the optimum
 per budget, and every budget's curve minus its minimum on one axis, as the seed's Figure 4).
@@ -26,7 +32,20 @@ from contextlab.errors import UserError
 from contextlab.figures import pyplot, save_png
 from contextlab.io import atomic_write_json
 
-METRICS = ("contextwise.best_context_loss", "val_loss")
+METRICS = ("contextwise.best_context_loss", "val_loss")  # the default, then the fallback when allowed
+MEAN_LOSS_WARNING = (
+    "warning: {metric} averages the loss over positions 1..the run's own training context, so a longer "
+    "context is scored on more positions that have much context to use; the compute-optimal-context "
+    "study shows this ranks training contexts wrongly (its 16K-context model had the lower training "
+    "loss, yet a 4K-context model predicted better at every context length both can see). Rank by "
+    "contextwise.best_context_loss (add contextwise to sweep.evals) to choose a training context."
+)
+
+
+def context_resolved(metric: str) -> bool:
+    """Whether ``metric`` compares runs at matched positions (a contextwise result), not as a mean
+    over each run's own training context."""
+    return metric.startswith("contextwise.")
 
 
 def _num(x: str):
@@ -54,13 +73,17 @@ def analyze(
     budget_key: str | None = None,
     metric: str | None = None,
     window: int = 3,
+    rank_by_mean_loss: bool = False,
 ) -> dict:
+    """The analysis of the finished runs of ``rows`` (see the module docstring); ``rank_by_mean_loss``
+    allows a metric that is not context-resolved, with ``MEAN_LOSS_WARNING`` in the result."""
     done = [r for r in rows if r.get("status") == "done"]
     if not done:
         raise UserError("no finished runs in the results; nothing to analyse")
     if context_key == "train.context" and "train.seq_len" in done[0]:  # results from before the rename
         done = [{"train.context": r["train.seq_len"], **r} for r in done]
     size_key, budget_key, metric = _columns(done, context_key, size_key, budget_key, metric)
+    warning = _mean_loss_warning(done, metric, context_key, rank_by_mean_loss)
     samples = _samples(done, metric, context_key, size_key, budget_key)
     table, spread = _means_and_spread(samples)
     budgets = sorted(table)
@@ -69,6 +92,7 @@ def analyze(
     smoothed = {s: _smoothed_optimum(optimal, budgets, s, window) for s in sizes}
     return {
         "metric": metric,
+        "warning": warning,
         "context_key": context_key,
         "size_key": size_key,
         "budget_key": budget_key,
@@ -113,6 +137,20 @@ def _columns(
     if metric is None or context_key not in done[0]:
         raise UserError(f"the results need '{context_key}' and a loss column ({' or '.join(METRICS)})")
     return size_key, budget_key, metric
+
+
+def _mean_loss_warning(done: list[dict], metric: str, context_key: str, rank_by_mean_loss: bool) -> str:
+    """ "" when ``metric`` may rank the training contexts of ``done`` (context-resolved, or one context
+    only); the warning when it is a mean loss that was asked for; else the refusal."""
+    if context_resolved(metric) or len({r.get(context_key) for r in done}) < 2:
+        return ""
+    if rank_by_mean_loss:
+        return MEAN_LOSS_WARNING.format(metric=metric)
+    fix = (
+        "add contextwise to sweep.evals and rank by contextwise.best_context_loss, or set "
+        "sweep.analysis_rank_by_mean_loss = true to rank by it anyway"
+    )
+    raise UserError(f"will not rank training contexts by {metric}: it ranks them wrongly; {fix}")
 
 
 def _samples(done: list[dict], metric: str, context_key: str, size_key: str, budget_key: str | None) -> dict:

@@ -66,8 +66,13 @@ class SweepSection:
     )
     analysis_metric: str = opt(
         "",
-        "results column the analysis minimises, e.g. best_val_loss for runs with early "
-        "stopping; empty = contextwise.best_context_loss when evaluated, else val_loss",
+        "results column the analysis minimises; empty = contextwise.best_context_loss (add "
+        "contextwise to evals); another column (val_loss, best_val_loss) needs analysis_rank_by_mean_loss",
+    )
+    analysis_rank_by_mean_loss: bool = opt(
+        False,
+        "let the analysis rank training contexts by a loss averaged over each run's own context "
+        "(val_loss, best_val_loss), which ranks them wrongly; it then prints a warning",
     )
     analysis_window: int = opt(
         3,

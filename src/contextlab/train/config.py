@@ -66,7 +66,8 @@ class DataSection:
     )
     mode: Literal["packed", "long_docs"] = opt(
         "packed",
-        "packed (documents end to end with separators) or long_docs (one document per row); "
+        "packed (documents end to end with separators) or long_docs (every window of every "
+        "document of >= context + 1 tokens, each rolled by a seeded offset, read column-major); "
         "ignored when data.packed is set",
     )
     doc_mask: bool = opt(False, "block-diagonal attention: packed documents do not see each other")
