@@ -15,8 +15,11 @@ deterministically in one or both ways:
 * calibration, when the sample has a ``control`` prompt (the same prompt with the evidence
   removed: the needle, the queried pair, the shots): ``gain_true`` = log p(true | prompt)
   - log p(true | control), and ``gain_distractors`` the same for the wrong candidates
-  (their mean), so a shift that raises every candidate is told apart from retrieval. The
-  control prompt of a set is scored once per call, however many members share it;
+  (their mean), so a shift that raises every candidate is told apart from retrieval
+  (``calibrated_specific`` = their difference). A shorter prompt moves every candidate's
+  log-likelihood even in a model that retrieves nothing (a random-init GPT), so read the
+  true answer's gain beside the distractors'. The control prompt of a set is scored once
+  per call, however many members share it;
 * generation: greedy decoding of up to ``max_new_tokens``; ``exact`` when the generated
   text (whitespace-trimmed) starts with the answer, ``contains`` when it holds it anywhere,
   and ``keyword_recall``, the SPLICE paper's needle metric: the fraction of the answer's
@@ -160,6 +163,9 @@ def _metrics(rows: list[dict]) -> dict:
     if rows and "gain_true" in rows[0]:
         out["calibrated"], out["calibrated_stderr"] = stats.mean_stderr([r["gain_true"] for r in rows])
         out["calibrated_distractors"] = float(np.mean([r["gain_distractors"] for r in rows]))
+        out["calibrated_specific"], out["calibrated_specific_stderr"] = stats.mean_stderr(
+            [r["gain_true"] - r["gain_distractors"] for r in rows]
+        )
     out["n"] = len(rows)
     return out
 
@@ -196,11 +202,12 @@ def summary_lines(summary: dict) -> list[str]:
             chance = summary.get("chance") if name == "likelihood_accuracy" else None
             calibrated = summary.get("calibrated") if name == "likelihood_accuracy" else None
             label = name.replace("_", " ")
-            lines.append(
-                stats.accuracy_line(
-                    label, summary[name], summary[f"{name}_ci95"], summary["n"], chance, calibrated
-                )
+            line = stats.accuracy_line(
+                label, summary[name], summary[f"{name}_ci95"], summary["n"], chance, calibrated
             )
+            if calibrated is not None:
+                line += f" (distractors {summary['calibrated_distractors']:+.2f})"
+            lines.append(line)
     if "keyword_recall" in summary:
         lines.append(f"keyword recall {summary['keyword_recall']:.2f} of n={summary['n']}")
     return lines
