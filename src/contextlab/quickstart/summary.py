@@ -13,8 +13,9 @@ For every run:
 * needle accuracy: how often the needle-in-a-haystack answer is the most likely of five
   candidates, over every length and depth, with its 95% Wilson interval, the number of
   prompts, chance (0.2: each haystack is asked once with each of the five values as the
-  needle) and the calibrated score (nats the needle adds to the true answer's
-  log-likelihood); a model that does not retrieve reads as chance within its interval.
+  needle) and the calibrated scores (nats the needle adds to the true answer's
+  log-likelihood, and to the wrong answers'); a model that does not retrieve reads as
+  chance within its interval.
 
 Written to ``OUT/summary.json`` (``format = contextlab-summary``), which the HTML report
 shows at the top, together with the two models' contextwise curves on one plot. Reading
@@ -54,6 +55,7 @@ def run_numbers(run_dir: Path) -> dict:
         "needle n": niah["summary"].get("n"),
         "needle chance": niah["summary"].get("chance"),
         "needle calibrated": niah["summary"].get("calibrated"),
+        "needle calibrated distractors": niah["summary"].get("calibrated_distractors"),
         "train context": cw["train_context"],
     }
 
@@ -79,8 +81,9 @@ def write_summary(out: Path, cfg, seconds_by_step: dict, seconds: float) -> dict
         "targets): what reading the context is worth to the model.",
         "needle accuracy: the true answer is the most likely of 5 candidates, over every needle length and "
         f"depth, each haystack asked once with each candidate as the needle (chance {chance:g}); "
-        "[lo, hi] is its 95% Wilson interval over n prompts, and 'cal' the mean log-likelihood (nats) "
-        "the needle adds to the true answer (0 for a model that does not retrieve)."
+        "[lo, hi] is its 95% Wilson interval over n prompts; 'cal' is the mean log-likelihood (nats) "
+        "the needle adds to the true answer, beside what it adds to the wrong ones: a model that "
+        "retrieves raises the true answer more (docs/evaluations.md, the negative control)."
         if chance
         else "needle accuracy: substring match of the generated answer.",
     ]
@@ -99,7 +102,8 @@ def write_summary(out: Path, cfg, seconds_by_step: dict, seconds: float) -> dict
 
 
 def needle_text(r: dict) -> str:
-    """'0.20 [0.14, 0.28] n=150, chance 0.20, cal +0.01' (older summaries: the accuracy and chance only)."""
+    """'0.20 [0.14, 0.27] n=150, chance 0.20, cal +0.23 (distractors +0.12)' (older summaries: accuracy and
+    chance only)."""
     text = f"{r['needle accuracy']:.2f}"
     if r.get("needle ci95"):
         lo, hi = r["needle ci95"]
@@ -108,6 +112,8 @@ def needle_text(r: dict) -> str:
         text += f", chance {r['needle chance']:.2f}"
     if r.get("needle calibrated") is not None:
         text += f", cal {r['needle calibrated']:+.2f}"
+    if r.get("needle calibrated distractors") is not None:
+        text += f" (distractors {r['needle calibrated distractors']:+.2f})"
     return text
 
 
