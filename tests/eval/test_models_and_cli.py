@@ -205,7 +205,7 @@ def test_cli_help_documents_every_option(capsys):
     with pytest.raises(SystemExit):
         cmd_eval(["niah", "--help"])
     text = capsys.readouterr().out
-    for flag in ("--model", "--data", "--out", "--dtype", "--lengths", "--depths", "--needle", "--scoring"):
+    for flag in ("--model", "--data", "--out", "--dtype", "--lengths", "--depths", "--answers", "--scoring"):
         assert flag in text
     with pytest.raises(SystemExit):
         cmd_eval(["nonsense", "--model", "x"])
