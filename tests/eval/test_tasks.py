@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from contextlab.eval import icl, kv, needle, passkey, tasks, vartrack, visible
+from contextlab.eval import icl, kv, needle, passkey, stats, tasks, vartrack, visible
 from tests.conftest import KV_75, TREC
 from tests.eval.conftest import byte_adapter, tiny_gpt
 
@@ -128,6 +128,14 @@ def test_passkey_vartrack_and_scoring_on_a_tiny_model():
     ).replace(f" The pass key is {key}. Remember it. {key} is the pass key. ", "")
     rows = tasks.score_samples(adapter, samples, "both", max_new_tokens=4)
     assert all(isinstance(r["likelihood_correct"], bool) and "generated" in r for r in rows)
+    assert all(
+        r["keyword_recall"] == tasks.keyword_recall(r["generated"], s.answer) for r, s in zip(rows, samples)
+    )
+    summary = tasks.summarize(rows, 5)
+    assert 0 <= summary["summary"]["keyword_recall"] <= 1 and "keyword_recall" in summary["by_cell"][0]
+    assert summary["summary"]["exact_match_ci95"] == list(
+        stats.wilson(sum(r["exact"] for r in rows), len(rows))
+    )
     out = vartrack.run(adapter, vartrack.Options(lengths=[700], samples=2, hops=2), None)
     s = out.results["summary"]
     assert s["chance"] == 0.5 and 0 <= s["likelihood_accuracy"] <= 1

@@ -189,7 +189,9 @@ def summarize(rows: list[dict], n_candidates: int) -> dict:
             if m in rs[0]:
                 cell[m] = float(np.mean([r[m] for r in rs]))
         m = _metrics(rs)
-        cell.update({k: v for k, v in m.items() if k.endswith("_ci95") or k.startswith("calibrated")})
+        cell.update(
+            {k: v for k, v in m.items() if k.endswith("_ci95") or k.startswith(("calibrated", "keyword"))}
+        )
         by_cell.append(cell)
     return {"summary": summary, "by_cell": by_cell, "text": summary_lines(summary)}
 
