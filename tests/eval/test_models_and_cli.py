@@ -196,7 +196,8 @@ def test_trained_run_loads_its_tokenizer_and_runs_evals(trained_run, stores, tmp
         == 0
     )  # default haystack, default output
     doc = json.loads((trained_run / "eval" / "niah.json").read_text())
-    assert doc["results"]["heatmap"]["cols_length"] == [256, 512] and len(doc["results"]["samples"]) == 4
+    assert doc["results"]["heatmap"]["cols_length"] == [256, 512]
+    assert len(doc["results"]["samples"]) == 4 * 5  # 4 cells, each haystack asked with the 5 needle values
     assert (trained_run / "eval" / "niah.png").is_file()
 
 
@@ -204,7 +205,7 @@ def test_cli_help_documents_every_option(capsys):
     with pytest.raises(SystemExit):
         cmd_eval(["niah", "--help"])
     text = capsys.readouterr().out
-    for flag in ("--model", "--data", "--out", "--dtype", "--lengths", "--depths", "--needle", "--scoring"):
+    for flag in ("--model", "--data", "--out", "--dtype", "--lengths", "--depths", "--answers", "--scoring"):
         assert flag in text
     with pytest.raises(SystemExit):
         cmd_eval(["nonsense", "--model", "x"])

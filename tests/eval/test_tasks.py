@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from contextlab.eval import icl, kv, needle, passkey, tasks, vartrack, visible
+from contextlab.eval import icl, kv, needle, passkey, stats, tasks, vartrack, visible
 from tests.conftest import KV_75, TREC
 from tests.eval.conftest import byte_adapter, tiny_gpt
 
@@ -31,12 +31,38 @@ def test_needle_prompt_has_the_needle_at_depth_in_the_model_tokens(tmp_path):
     adapter = byte_adapter(tiny_gpt())
     o = needle.Options()
     for depth in (0.0, 50.0, 100.0):
-        ids, meta = needle.build_prompt(adapter, HAY, 600, depth, o)
-        text = adapter.tokenizer.decode(ids)
-        assert len(ids) <= 600 and text.count(o.needle) == 1
-        assert text.endswith("Answer: " + o.answer_prefix)
-        assert abs(meta["depth_tokens"] - depth / 100) < 0.12  # a sentence here is ~50 of ~450 haystack bytes
-        assert meta["target_char"] - meta["insert_char"] < 60
+        for value in o.answers:
+            ids, control, meta = needle.build_prompt(adapter, HAY, 600, depth, o, value)
+            text = adapter.tokenizer.decode(ids)
+            sentence = needle.needle_sentence(o, value)
+            assert len(ids) <= 600 and text.count(sentence) == 1 and text.count(o.answer_prefix) == 2
+            assert text.endswith("Answer: " + o.answer_prefix)
+            assert abs(meta["depth_tokens"] - depth / 100) < 0.12  # a sentence is ~50 of ~450 haystack bytes
+            assert meta["target_char"] - meta["insert_char"] < 60
+            # the control is the same prompt without the needle sentence (and its separating space)
+            assert adapter.tokenizer.decode(control) == text.replace(" " + sentence, "", 1).replace(
+                sentence + " ", "", 1
+            )
+    assert needle.needle_sentence(o, o.answers[0]) == needle.NEEDLE
+
+
+def test_needle_asks_each_haystack_once_with_every_value_of_the_pool(tmp_path):
+    (tmp_path / "a.txt").write_text(HAY)
+    adapter = byte_adapter(tiny_gpt(context=512))
+    o = needle.Options(lengths=[400], depths=[0.0, 50.0], samples=2)
+    samples, _ = needle.build(adapter, o, str(tmp_path))
+    k = len(o.answers)
+    assert len(samples) == 2 * 2 * k
+    for g in range(4):
+        members = samples[g * k : (g + 1) * k]
+        assert {s.group for s in members} == {g}
+        assert [s.answer for s in members] == o.answers  # every value is the truth once
+        assert all(
+            sorted(map(tuple, s.candidates)) == sorted(map(tuple, members[0].candidates)) for s in members
+        )
+        assert all(s.control == members[0].control for s in members)  # one haystack per set
+        for s in members:
+            assert adapter.tokenizer.decode(s.candidates[0]) == " " + s.answer
 
 
 def test_kv_prompt_holds_every_pair_exactly_once():
@@ -59,12 +85,24 @@ def test_kv_build_with_fewer_pairs_keeps_the_gold_pair():
     adapter = byte_adapter(tiny_gpt(context=4096))
     path = str(KV_75)
     samples, info = kv.build(adapter, kv.Options(n_examples=2, n_pairs=6), path)
-    assert info["positions"] == [0, 1, 2, 4, 5] and len(samples) == 10
+    assert info["positions"] == [0, 1, 2, 4, 5] and len(samples) == 2 * 5 * 5  # examples x positions x keys
+    files = kv.read_examples(KV_75)
     for s in samples:
         text = adapter.tokenizer.decode(s.prompt)
         body = json.loads(text[text.index("{") : text.rindex("}") + 1])
         assert len(body) == 6 and list(body.values())[s.cell[0]] == s.answer
         assert adapter.tokenizer.decode(s.candidates[0]) == f' "{s.answer}"'
+        key = text[text.rindex('Key: "') + 6 :].split('"')[0]
+        assert body[key] == s.answer and list(body)[s.cell[0]] == key  # the queried pair sits at the position
+        control = adapter.tokenizer.decode(s.control)
+        assert key not in control[: control.rindex("Key:")] and control.count(s.answer) == 0
+    for g in range(10):  # each set: every key queried once, the same candidates, the file's key in set 0
+        members = [s for s in samples if s.group == g]
+        assert len(members) == 5 and len({s.answer for s in members}) == 5
+        assert all(
+            sorted(map(tuple, s.candidates)) == sorted(map(tuple, members[0].candidates)) for s in members
+        )
+    assert {files[0]["value"], files[1]["value"]} <= {s.answer for s in samples}
 
 
 def test_candidate_scores_equal_separate_forward_passes():
@@ -81,25 +119,43 @@ def test_candidate_scores_equal_separate_forward_passes():
 def test_passkey_vartrack_and_scoring_on_a_tiny_model():
     adapter = byte_adapter(tiny_gpt(6, context=128), batch_size=6)
     samples, _info = passkey.build(adapter, passkey.Options(lengths=[300], depths=[0, 100], samples=1), None)
-    assert [len(s.prompt) for s in samples] == [300, 300]
-    key = samples[1].answer
-    assert adapter.tokenizer.decode(samples[1].prompt).count(key) == 2
+    assert [len(s.prompt) for s in samples] == [300] * 10 and len({s.answer for s in samples[:5]}) == 5
+    key = samples[6].answer
+    assert adapter.tokenizer.decode(samples[6].prompt).count(key) == 2
+    assert [s.group for s in samples] == [0] * 5 + [1] * 5
+    assert adapter.tokenizer.decode(samples[6].control) == adapter.tokenizer.decode(
+        samples[6].prompt
+    ).replace(f" The pass key is {key}. Remember it. {key} is the pass key. ", "")
     rows = tasks.score_samples(adapter, samples, "both", max_new_tokens=4)
     assert all(isinstance(r["likelihood_correct"], bool) and "generated" in r for r in rows)
+    assert all(
+        r["keyword_recall"] == tasks.keyword_recall(r["generated"], s.answer) for r, s in zip(rows, samples)
+    )
+    summary = tasks.summarize(rows, 5)
+    assert 0 <= summary["summary"]["keyword_recall"] <= 1 and "keyword_recall" in summary["by_cell"][0]
+    assert summary["summary"]["exact_match_ci95"] == list(
+        stats.wilson(sum(r["exact"] for r in rows), len(rows))
+    )
     out = vartrack.run(adapter, vartrack.Options(lengths=[700], samples=2, hops=2), None)
     s = out.results["summary"]
     assert s["chance"] == 0.5 and 0 <= s["likelihood_accuracy"] <= 1
     vs, _ = vartrack.build(adapter, vartrack.Options(lengths=[700], samples=1, hops=2), None)
-    text = adapter.tokenizer.decode(vs[0].prompt)
-    names = vs[0].answer.split()
-    assert len(vs[0].prompt) == 700 and all(text.count(f"VAR {n} =") == 1 for n in names)
-    assert [text.index(f"VAR {n} =") for n in names] == sorted(text.index(f"VAR {n} =") for n in names)
+    assert len(vs) == 2 and vs[0].answer != vs[1].answer
+    for v in vs:  # the same text asked about each chain; the control drops the asked chain's statements
+        text = adapter.tokenizer.decode(v.prompt)
+        names = v.answer.split()
+        assert len(v.prompt) == 700 and all(text.count(f"VAR {n} =") == 1 for n in names)
+        assert [text.index(f"VAR {n} =") for n in names] == sorted(text.index(f"VAR {n} =") for n in names)
+        control = adapter.tokenizer.decode(v.control)
+        assert all(f"VAR {n} =" not in control for n in names) and control.endswith(text[-150:])
+    other = vs[1].answer.split()
+    assert all(f"VAR {n} =" in adapter.tokenizer.decode(vs[0].control) for n in other)
 
 
 def test_icl_and_visible_sweep_run_on_a_tiny_model():
     adapter = byte_adapter(tiny_gpt(7, context=128), batch_size=6)
     trec = str(TREC)
-    out = icl.run(adapter, icl.Options(shots=[0, 2], n_test=6, seeds=1), trec)
+    out = icl.run(adapter, icl.Options(shots=[0, 2], n_test=6, seeds=1, balance=False), trec)
     assert [r["shots"] for r in out.results["by_shots"]] == [0, 2]
     assert out.results["by_shots"][1]["context_tokens"] > out.results["by_shots"][0]["context_tokens"]
     samples = icl.build_prompts(

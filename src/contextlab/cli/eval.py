@@ -96,6 +96,8 @@ def cmd_eval(argv: list[str]) -> int:
         written.append(path)
         summary = json.dumps(out.results.get("summary", {}), default=float)
         print(f"{name} {model_path}: {summary}")
+        for line in out.results.get("text", []):  # the prompt tasks: accuracy [95% interval] of n, chance
+            print(f"  {line}")
         print(f"  wrote {path}" + (f" and {path.with_suffix('.png')}" if out.plot else ""))
     if name == "contextwise" and several:
         from contextlab.eval.contextwise import combined_plot

@@ -4,9 +4,14 @@
 holds k training questions with their coarse label written as a word ("Question: ...\\n
 Type: location\\n\\n"), then a test question and "Type:". The prediction is the label word
 with the highest log-likelihood after the prompt (all six scored in one batch), so no
-generation or parsing is involved and the chance level is about 1/6. As in the paper,
-results are averaged over several sets of in-context examples (``seeds``); accuracy is
-reported against the number of shots and the resulting context length.
+generation or parsing is involved. The test questions are label-balanced by default
+(``n_test // 6`` of each label, the first ones of test.txt), so every label is the truth
+equally often and a model that ignores the shots, always preferring one label word,
+scores exactly 1/6 (on TREC's own test split the majority label alone would score 0.28).
+As in the paper, results are averaged over several sets of in-context examples
+(``seeds``); accuracy is reported with its Wilson interval over all (set, question)
+samples against the number of shots and the resulting context length, and calibrated by
+the zero-shot prompt: the log-likelihood of the true label with the shots minus without.
 """
 
 from __future__ import annotations
@@ -16,10 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
+import contextlab.eval.stats as stats
 import contextlab.eval.tasks as tasks
 from contextlab.config import opt
 from contextlab.errors import UserError
-from contextlab.eval.base import EvalOutput, accuracy_ci, require_file
+from contextlab.eval.base import EvalOutput, require_file
 from contextlab.eval.results import file_hash
 
 LABELS = {
@@ -39,8 +45,15 @@ class Options:
         "numbers of in-context examples to test (prompts longer than a "
         "fixed-position model allows are skipped)",
     )
-    n_test: int = opt(100, "test questions per set (the first ones of test.txt)")
+    n_test: int = opt(
+        54,
+        "test questions per set; with balance, n_test // 6 of each label, the first ones of test.txt "
+        "(TREC's test.txt has 9 abbreviation questions, so at most 54)",
+    )
     seeds: int = opt(3, "sets of in-context examples (drawn from train.txt) to average over")
+    balance: bool = opt(
+        True, "label-balanced test questions (chance exactly 1/6); false = the first n_test of test.txt"
+    )
 
 
 def read_trec(path: Path) -> list[tuple[str, str]]:
@@ -60,7 +73,27 @@ def shot_text(q: str, label: str) -> str:
     return f"Question: {q}\nType: {label}\n\n"
 
 
+def select_test(test: list[tuple[str, str]], n_test: int, balance: bool) -> list[tuple[str, str]]:
+    """The test questions: the first n_test, or (balance) the first n_test // 6 of each label,
+    interleaved label by label."""
+    if not balance:
+        return test[:n_test]
+    labels = list(LABELS.values())
+    per = n_test // len(labels)
+    by = {lab: [row for row in test if row[1] == lab] for lab in labels}
+    fewest = min(labels, key=lambda lab: len(by[lab]))
+    if per < 1 or len(by[fewest]) < per:
+        raise UserError(
+            f"a label-balanced test set of {n_test} questions needs {max(per, 1)} of each label, but the "
+            f"test file has {len(by[fewest])} '{fewest}' questions; use --n-test between 6 and "
+            f"{6 * len(by[fewest])} or --balance false"
+        )
+    return [by[lab][i] for i in range(per) for lab in labels]
+
+
 def build_prompts(adapter, train, test, k: int, seed: int) -> list[tasks.Sample]:
+    """One sample per test question: k shots drawn with ``seed``, the six label words as candidates
+    (the true one first) and the zero-shot prompt as its control."""
     rng = np.random.default_rng(seed)
     shots = [train[i] for i in rng.choice(len(train), k, replace=False)] if k else []
     prefix = "".join(shot_text(q, a) for q, a in shots)
@@ -69,15 +102,17 @@ def build_prompts(adapter, train, test, k: int, seed: int) -> list[tasks.Sample]
     out = []
     for q, a in test:
         ids = adapter.encode(prefix + f"Question: {q}\nType:")
+        control = adapter.encode(f"Question: {q}\nType:")
         cands = [cand_ids[a]] + [cand_ids[lab] for lab in labels if lab != a]
-        out.append(tasks.Sample(ids, a, cands, cell=(k,)))
+        out.append(tasks.Sample(ids, a, cands, cell=(k,), control=control))
     return out
 
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
     folder = require_file(data, "icl", "../shared/data/trec_qc")
     train_f, test_f = (folder / "train.txt", folder / "test.txt") if folder.is_dir() else (folder, folder)
-    train, test = read_trec(train_f), read_trec(test_f)[: options.n_test]
+    train = read_trec(train_f)
+    test = select_test(read_trec(test_f), options.n_test, options.balance)
     per_shot, skipped = [], []
     for k in options.shots:
         row, too_long = _score_shots(adapter, train, test, k, options.seeds)
@@ -87,62 +122,74 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             per_shot.append(row)
     if not per_shot:
         raise UserError("every shot count gives prompts longer than the model allows; lower --shots")
-    res = {"summary": _summary(per_shot, test), "by_shots": per_shot, "skipped_shots": skipped}
+    text = [f"{r['shots']} shots: " + _line(r) for r in per_shot]
+    res = {"summary": _summary(per_shot, test), "by_shots": per_shot, "skipped_shots": skipped, "text": text}
 
     def plot(path):
         return _plot_accuracy(adapter.info.id, per_shot, path)
 
-    return EvalOutput(
-        res,
-        {
-            "folder": str(folder),
-            "hash": file_hash(train_f, test_f),
-            "n_train": len(train),
-            "n_test": len(test),
-        },
-        plot=plot,
+    data_info = {"folder": str(folder), "hash": file_hash(train_f, test_f), "n_train": len(train)}
+    return EvalOutput(res, {**data_info, "n_test": len(test), "balanced": options.balance}, plot=plot)
+
+
+def _line(row: dict) -> str:
+    return stats.accuracy_line(
+        "accuracy", row["accuracy"], row["ci95"], row["n"], 1 / len(LABELS), row["calibrated"]
     )
 
 
 def _score_shots(adapter, train, test, k: int, seeds: int) -> tuple[dict | None, bool]:
     """The accuracy row for ``k`` shots over ``seeds`` sets of examples (None when no set was
-    scored), and whether a set gave prompts longer than the model allows (later sets are not run)."""
-    correct, lengths = [], []
+    scored), and whether a set gave prompts longer than the model allows (later sets are not run).
+    All sets are scored in one call, so each question's zero-shot control is scored once."""
+    samples: list[tasks.Sample] = []
     too_long = False
     for seed in range(seeds):
-        samples = build_prompts(adapter, train, test, k, seed)
-        longest = max(len(s.prompt) + 4 for s in samples)
-        if longest > adapter.context and not adapter.info.extends_beyond:
+        batch = build_prompts(adapter, train, test, k, seed)
+        if max(len(s.prompt) + 4 for s in batch) > adapter.context and not adapter.info.extends_beyond:
             too_long = True
             break
-        rows = tasks.score_samples(adapter, samples, "likelihood")
-        acc = float(np.mean([r["likelihood_correct"] for r in rows]))
-        correct.append(acc)
-        lengths += [r["prompt_tokens"] for r in rows]
-    if not correct:
+        samples += batch
+    if not samples:
         return None, too_long
+    rows = tasks.score_samples(adapter, samples, "likelihood")
+    n_sets = len(samples) // len(test)
+    correct = [r["likelihood_correct"] for r in rows]
+    per_set = [float(np.mean(correct[i * len(test) : (i + 1) * len(test)])) for i in range(n_sets)]
+    p = stats.proportion(correct)
+    cal, cal_se = stats.mean_stderr([r["gain_true"] for r in rows])
     row = {
         "shots": k,
-        "accuracy": float(np.mean(correct)),
-        "accuracy_per_set": correct,
-        "set_std": float(np.std(correct)),
-        "context_tokens": float(np.mean(lengths)),
+        "accuracy": p["accuracy"],
+        "ci95": p["ci95"],
+        "n": p["n"],
+        "accuracy_per_set": per_set,
+        "set_std": float(np.std(per_set)),
+        "calibrated": cal,
+        "calibrated_stderr": cal_se,
+        "calibrated_distractors": float(np.mean([r["gain_distractors"] for r in rows])),
+        "context_tokens": float(np.mean([r["prompt_tokens"] for r in rows])),
         "n_test": len(test),
-        "n_sets": len(correct),
+        "n_sets": n_sets,
     }
     return row, too_long
 
 
 def _summary(per_shot: list[dict], test) -> dict:
-    """Headline numbers: accuracy at the most shots, the best accuracy, chance and majority class."""
+    """Headline numbers: accuracy at the most shots (interval, n, calibration), the best accuracy,
+    chance and the majority class's accuracy on these test questions."""
     best = max(per_shot, key=lambda r: r["accuracy"])
+    last = per_shot[-1]
     return {
-        "accuracy_max_shots": per_shot[-1]["accuracy"],
-        "shots_max": per_shot[-1]["shots"],
+        "accuracy_max_shots": last["accuracy"],
+        "ci95_max_shots": last["ci95"],
+        "n_max_shots": last["n"],
+        "calibrated_max_shots": last["calibrated"],
+        "shots_max": last["shots"],
         "best_accuracy": best["accuracy"],
         "best_shots": best["shots"],
         "chance": 1 / len(LABELS),
-        "majority_class": accuracy_ci([a == _majority(test) for _, a in test])["accuracy"],
+        "majority_class": stats.proportion([a == _majority(test) for _, a in test])["accuracy"],
     }
 
 

@@ -1,13 +1,18 @@
-"""Key-value retrieval on the lost-in-the-middle data: accuracy by the gold pair's position.
+"""Key-value retrieval on the lost-in-the-middle data: accuracy by the queried pair's position.
 
 Each example of ``kv-retrieval-{75,140}_keys.jsonl.gz`` (Liu et al. 2023) is a JSON object
-of UUID keys and values plus the key to look up. As in that paper, the gold pair is moved
-to each position in ``positions`` in turn (the other pairs keep their order), the prompt
-is the paper's template, and a model answers after "Corresponding value:". ``n_pairs``
-keeps only that many pairs (the gold one included) so that small-context models can take
-the task; the prompt text is tokenized with the model's own tokenizer. Scoring: generated
-text containing the value, and the likelihood of the true value against values of other
-keys of the same object.
+of UUID keys and values plus the key to look up. A candidate set is k keys of one example
+(the file's own key among them in the first set); the queried key rotates over them: for
+every position in ``positions`` and every key of the set, that key's pair is moved to the
+position (the other pairs keep their order) and asked for, its value being the true
+candidate and the set's other values the wrong ones. So every value is the answer exactly
+once per position, and a model with a fixed preference among value strings scores 1/k,
+not a rate set by which value the file happened to query. The prompt is the paper's
+template and a model answers after "Corresponding value:". ``n_pairs`` keeps only that
+many pairs (the set's among them) so that small-context models can take the task; the
+prompt text is tokenized with the model's own tokenizer. Scoring: the likelihood of the
+true value against the set's others, calibrated by the same prompt without the queried
+pair; generated text containing the value.
 """
 
 from __future__ import annotations
@@ -29,11 +34,14 @@ from contextlab.eval.results import file_hash
 @dataclass
 class Options:
     n_examples: int = opt(20, "examples to use (the first ones of the file)")
-    n_pairs: int = opt(0, "key-value pairs per prompt (the gold pair kept); 0 = all of the example's")
+    n_pairs: int = opt(0, "key-value pairs per prompt (the set's kept); 0 = all of the example's")
     positions: list[int] = opt(
-        [], "gold positions (0-based) to test; empty = 5 evenly spaced from first to last"
+        [], "positions (0-based) of the queried pair to test; empty = 5 evenly spaced from first to last"
     )
-    distractors: int = opt(4, "wrong values scored against the true one (likelihood)")
+    distractors: int = opt(
+        4, "wrong values scored against the true one: candidate sets of 1 + this many keys"
+    )
+    sets: int = opt(1, "candidate sets per example (each asked at every position with each key queried)")
     scoring: Literal["likelihood", "generate", "both"] = opt("both", "how the answer is scored")
     seed: int = opt(0, "seed for choosing pairs and distractors")
 
@@ -64,42 +72,40 @@ def place_gold(records: list, gold_index: int, position: int) -> list:
     return rest[:position] + [records[gold_index]] + rest[position:]
 
 
+def _draw_set(rng, records: list, gold: int, o: Options, first: bool) -> tuple[list, list[int]]:
+    """(the pairs of one prompt, indices of the set's keys among them): the file's key is in the first set."""
+    n = len(records)
+    k = min(o.distractors + 1, o.n_pairs or n, n)
+    others = [i for i in range(n) if i != gold]
+    members = ([gold] if first else []) + list(rng.choice(others, k - first, replace=False))
+    keep = list(range(n))
+    if o.n_pairs and o.n_pairs < n:
+        rest = [i for i in range(n) if i not in members]
+        keep = sorted(members + list(rng.choice(rest, o.n_pairs - k, replace=False)))
+    return [records[i] for i in keep], [keep.index(i) for i in members]
+
+
 def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], dict]:
     path = require_file(data, "kv", "../shared/data/lost_in_the_middle/kv-retrieval-75_keys.jsonl.gz")
     rows = read_examples(path)[: o.n_examples]
+    if o.distractors < 1 or o.sets < 1:
+        raise UserError("kv needs --distractors >= 1 and --sets >= 1")
     rng = np.random.default_rng(o.seed)
-    tok = adapter.tokenizer
-    samples = []
+    samples: list[tasks.Sample] = []
     n = min(len(r["ordered_kv_records"]) for r in rows) if not o.n_pairs else o.n_pairs
     positions = o.positions or sorted({int(round(x)) for x in np.linspace(0, n - 1, 5)})
     for ex in rows:
         records = [tuple(kv) for kv in ex["ordered_kv_records"]]
         gold = next(i for i, (k, _) in enumerate(records) if k == ex["key"])
-        if o.n_pairs and o.n_pairs < len(records):
-            others = sorted(
-                rng.choice([i for i in range(len(records)) if i != gold], o.n_pairs - 1, replace=False)
-            )
-            keep = sorted([gold, *others])
-            records, gold = [records[i] for i in keep], keep.index(gold)
-        wrong = [
-            records[i][1]
-            for i in rng.choice(
-                [i for i in range(len(records)) if i != gold],
-                min(o.distractors, len(records) - 1),
-                replace=False,
-            )
-        ]
-        cands = [tok.encode(" " + json.dumps(v)) for v in [ex["value"], *wrong]]
-        for p in positions:
-            if p >= len(records):
-                raise UserError(
-                    f"gold position {p} does not exist with {len(records)} pairs; lower --positions"
-                )
-            ids = tok.encode(kv_prompt(place_gold(records, gold, p), ex["key"]))
-            adapter.check_length(
-                len(ids) + len(cands[0]), "the key-value prompt", "use fewer pairs (--n-pairs)"
-            )
-            samples.append(tasks.Sample(ids, ex["value"], cands, cell=(p,), max_new=len(cands[0]) + 4))
+        for s in range(o.sets):
+            kept, members = _draw_set(rng, records, gold, o, s == 0)
+            pool = [adapter.encode(" " + json.dumps(kept[m][1])) for m in members]
+            for p in positions:
+                if p >= len(kept):
+                    raise UserError(f"position {p} does not exist with {len(kept)} pairs; lower --positions")
+                group = len(samples) // len(pool)
+                for m, cands in zip(members, tasks.rotations(pool)):
+                    samples.append(_sample(adapter, kept, m, p, cands, group))
     return samples, {
         "file": str(path),
         "hash": file_hash(path),
@@ -109,10 +115,20 @@ def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], di
     }
 
 
+def _sample(adapter, kept: list, member: int, position: int, cands: list, group: int) -> tasks.Sample:
+    """The prompt asking for pair ``member`` of ``kept`` moved to ``position``, and its control."""
+    key, value = kept[member]
+    placed = place_gold(kept, member, position)
+    ids = adapter.encode(kv_prompt(placed, key))
+    adapter.check_length(len(ids) + len(cands[0]), "the key-value prompt", "use fewer pairs (--n-pairs)")
+    control = adapter.encode(kv_prompt([r for r in placed if r[0] != key], key))
+    return tasks.Sample(ids, value, cands, (position,), len(cands[0]) + 4, {}, control, group)
+
+
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
     samples, info = build(adapter, options, data)
     rows = tasks.score_samples(adapter, samples, options.scoring)
-    res = tasks.summarize(rows, 1 + options.distractors)
+    res = tasks.summarize(rows, len(samples[0].candidates))
     res["prompt_tokens"] = float(np.mean([len(s.prompt) for s in samples]))
     _key, cell_key = tasks.headline_metric(res["summary"])
     res["by_position"] = {
@@ -127,7 +143,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         return lines_png(
             {adapter.info.id: (info["positions"], res["by_position"]["accuracy"])},
             path,
-            xlabel="position of the gold key-value pair",
+            xlabel="position of the queried key-value pair",
             ylabel=cell_key,
             title=f"key-value retrieval, {info['n_pairs']} pairs",
             chance=res["summary"].get("chance"),

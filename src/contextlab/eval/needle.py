@@ -3,16 +3,21 @@
 Haystack: plain text files (``--data``: a folder of .txt or one file; public-domain
 books by default, or the Paul Graham essays of the original test), read in name order,
 CRLF normalised. For every context length L and depth d, the haystack is cut to the
-tokens left after the needle and the question, and the needle sentence is inserted at
-the last sentence boundary at or before d% of the haystack tokens, so it never splits a
-sentence and lands within one sentence of the requested depth. Samples of one cell start
-at different sentences of the haystack.
+tokens left after the longest needle and the question, and the needle sentence is
+inserted at the last sentence boundary at or before d% of the haystack tokens, so it
+never splits a sentence and lands within one sentence of the requested depth. Samples of
+one cell start at different sentences of the haystack.
 
-The prompt ends in the first words of the answer ("Answer: The best thing to do in San
+The needle is "<answer_prefix> <value>" with its value drawn from a pool (``answers``, by
+default the original needle's and four of the same form): every haystack is asked once
+with each value as the needle, the others being the wrong candidates, so a model that
+ignores the context is right exactly 1/k of the time instead of always picking the value
+it finds likelier a priori (the fixed needle scored below chance by construction). The
+prompt ends in the first words of the answer ("Answer: The best thing to do in San
 Francisco is"), which makes base models answer in-line. Scoring (``tasks.score_samples``):
-greedy generation matched exactly or as a substring, and the likelihood of the true
-answer against distractor answers of the same form; the heatmap shows accuracy by depth
-(rows) and length (columns).
+the likelihood of the true value against the others, calibrated by the same haystack
+without the needle; greedy generation matched exactly, as a substring and by keyword
+recall. The heatmap shows accuracy by depth (rows) and length (columns).
 """
 
 from __future__ import annotations
@@ -47,12 +52,17 @@ class Options:
         [], "prompt lengths in tokens; empty = 1/4, 1/2, 1 and 2 (RoPE) times the model's context"
     )
     depths: list[float] = opt([0.0, 25.0, 50.0, 75.0, 100.0], "needle depths in percent of the haystack")
-    samples: int = opt(2, "haystacks per (length, depth) cell, each starting at a different sentence")
-    needle: str = opt(NEEDLE, "the sentence to hide")
+    samples: int = opt(
+        2,
+        "haystacks per (length, depth) cell, each starting at a different sentence and asked once per value",
+    )
     question: str = opt(QUESTION, "the question asked after the haystack")
-    answer_prefix: str = opt(ANSWER_PREFIX, "the start of the answer, written into the prompt")
-    answer: str = opt(ANSWER, "the answer the model must produce after answer_prefix")
-    distractors: list[str] = opt(DISTRACTORS, "wrong answers for likelihood scoring (separate with commas)")
+    answer_prefix: str = opt(ANSWER_PREFIX, "the needle's first words, also written into the prompt's answer")
+    answers: list[str] = opt(
+        [ANSWER, *DISTRACTORS],
+        "the pool of needle values (separate with commas): every haystack is asked once with each "
+        "as the needle, the others being the wrong candidates (chance = 1 / their number)",
+    )
     scoring: Literal["likelihood", "generate", "both"] = opt("both", "how the answer is scored")
     max_new_tokens: int = opt(0, "tokens to generate; 0 = the answer's length + 4")
 
@@ -86,11 +96,20 @@ def insert_needle(hay: str, needle: str, target_char: int) -> tuple[str, int]:
     return hay[:b] + " " + needle + hay[b:], b
 
 
-def build_prompt(adapter, hay: str, length: int, depth: float, o: Options) -> tuple[list[int], dict]:
-    """Prompt ids of about ``length`` tokens with the needle at ``depth`` percent of the haystack."""
+def needle_sentence(o: Options, value: str) -> str:
+    return f"{o.answer_prefix} {value}"
+
+
+def build_prompt(
+    adapter, hay: str, length: int, depth: float, o: Options, value: str
+) -> tuple[list[int], list[int], dict]:
+    """(prompt ids of about ``length`` tokens with the needle of ``value`` at ``depth`` percent of the
+    haystack, the same prompt without the needle, meta). The haystack is cut for the pool's longest
+    needle, so the prompts of one haystack differ only in the needle's value."""
     tok = adapter.tokenizer
     tail = tok.encode("\n\nQuestion: " + o.question + "\nAnswer: " + o.answer_prefix)
-    budget = length - len(tok.encode(" " + o.needle)) - len(tail)
+    longest = max(len(tok.encode(" " + needle_sentence(o, v))) for v in o.answers)
+    budget = length - longest - len(tail)
     if budget < 8:
         raise UserError(f"length {length} leaves no room for a haystack; use longer --lengths")
     hay_ids = tok.encode(hay[: budget * 12])[:budget]
@@ -98,11 +117,16 @@ def build_prompt(adapter, hay: str, length: int, depth: float, o: Options) -> tu
         raise UserError(f"the haystack is too short for {length} tokens; give more text in --data")
     hay_text = tok.decode(hay_ids)
     target = len(tok.decode(hay_ids[: int(round(depth / 100 * len(hay_ids)))]))
-    text, at = insert_needle(hay_text, o.needle, target)
-    before = tok.encode(text[:at]) if at else []
-    rest = tok.encode(text[at:])
-    ids = (before + rest)[: length - len(tail)] + tail
-    return ids, {"insert_char": at, "target_char": target, "depth_tokens": len(before) / max(len(hay_ids), 1)}
+    text, at = insert_needle(hay_text, needle_sentence(o, value), target)
+    keep = length - len(tail)
+    ids = ((tok.encode(text[:at]) if at else []) + tok.encode(text[at:]))[:keep] + tail
+    before = tok.encode(hay_text[:at]) if at else []
+    control = (before + tok.encode(hay_text[at:] if at else hay_text.lstrip()))[:keep] + tail
+    return (
+        ids,
+        control,
+        {"insert_char": at, "target_char": target, "depth_tokens": len(before) / len(hay_ids)},
+    )
 
 
 def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], dict]:
@@ -111,31 +135,28 @@ def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], di
             "niah needs a haystack: pass --data a folder of .txt files (public-domain books, or "
             "../shared/data/paul_graham_essays)"
         )
+    if len(o.answers) < 2 or len(set(o.answers)) < len(o.answers):
+        raise UserError("niah needs at least two different --answers (the pool of needle values)")
     hay = read_haystack(data)
     ctx = adapter.context
     lengths = o.lengths or [ctx // 4, ctx // 2, ctx] + ([2 * ctx] if adapter.info.extends_beyond else [])
     for L in lengths:
         adapter.check_length(L + 32, f"needle length {L}")
     starts = [0] + sentence_boundaries(hay[:200_000])[::97][1:]
-    tok = adapter.tokenizer
-    true = tok.encode(" " + o.answer)
-    cands = [true] + [tok.encode(" " + d) for d in o.distractors]
-    samples = []
+    pool = [adapter.encode(" " + v) for v in o.answers]
+    samples: list[tasks.Sample] = []
     for L in lengths:
         for d in o.depths:
             for k in range(o.samples):
-                start = starts[k % len(starts)]
-                ids, meta = build_prompt(adapter, hay[start:].lstrip(), L, d, o)
-                samples.append(
-                    tasks.Sample(
-                        ids,
-                        o.answer,
-                        cands,
-                        cell=(d, L),
-                        max_new=o.max_new_tokens or len(true) + 4,
-                        meta=meta,
+                group = len(samples) // len(pool)
+                hay_k = hay[starts[k % len(starts)] :].lstrip()
+                for j, cands in enumerate(tasks.rotations(pool)):
+                    ids, control, meta = build_prompt(adapter, hay_k, L, d, o, o.answers[j])
+                    max_new = o.max_new_tokens or len(cands[0]) + 4
+                    meta["value"] = j
+                    samples.append(
+                        tasks.Sample(ids, o.answers[j], cands, (d, L), max_new, meta, control, group)
                     )
-                )
     info = {"haystack": str(data), "hash": text_hash(hay), "haystack_chars": len(hay), "lengths": lengths}
     return samples, info
 
@@ -143,7 +164,7 @@ def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], di
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
     samples, info = build(adapter, options, data)
     rows = tasks.score_samples(adapter, samples, options.scoring)
-    res = tasks.summarize(rows, 1 + len(options.distractors))
+    res = tasks.summarize(rows, len(options.answers))
     res["samples"] = [{**r, **s.meta} for r, s in zip(rows, samples)]
     lengths, depths = info["lengths"], options.depths
     _key, cell_key = tasks.headline_metric(res["summary"])

@@ -4,8 +4,11 @@ The prompt is the original one: an instruction, the filler "The grass is green. 
 is blue. ..." repeated to the target length, the sentence "The pass key is K. Remember
 it. K is the pass key." at depth d% of the filler, more filler, and "What is the pass
 key? The pass key is". Lengths are exact in the model's tokens (the parts are tokenized
-separately and the filler is cut to fit). Scoring: generated digits, and the likelihood
-of the true key against random 5-digit keys.
+separately and the filler is cut to fit). A candidate set is 1 + ``distractors`` random
+5-digit keys; the prompt is built once with each of them as the pass key (the same filler
+and depth), the others being the wrong candidates, so a model that ignores the context
+scores 1/k. Scoring: the likelihood of the true key against the set's others, calibrated
+by the same prompt without the key sentence; generated digits.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ class Options:
         [], "prompt lengths in tokens; empty = 1/2, 1 and 2 (RoPE) times the model's context"
     )
     depths: list[float] = opt([0.0, 50.0, 100.0], "depth of the key sentence in percent of the filler")
-    samples: int = opt(4, "keys per (length, depth) cell")
+    samples: int = opt(4, "candidate sets per (length, depth) cell, each asked once per key of the set")
     distractors: int = opt(4, "random wrong keys scored against the true one (likelihood)")
     scoring: Literal["likelihood", "generate", "both"] = opt("both", "how the answer is scored")
     seed: int = opt(0, "seed of the keys")
@@ -44,10 +47,10 @@ class Options:
 def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], dict]:
     ctx = adapter.context
     lengths = o.lengths or [ctx // 2, ctx] + ([2 * ctx] if adapter.info.extends_beyond else [])
+    if o.distractors < 1:
+        raise UserError("passkey needs --distractors >= 1")
     rng = np.random.default_rng(o.seed)
-    enc = adapter.encode
-    intro, question = enc(INTRO), enc(QUESTION)
-    samples = []
+    samples: list[tasks.Sample] = []
     for L in lengths:
         adapter.check_length(L + 8, f"passkey length {L}")
         for d in o.depths:
@@ -55,16 +58,26 @@ def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], di
                 keys = [
                     str(k) for k in rng.choice(np.arange(10000, 100000), 1 + o.distractors, replace=False)
                 ]
-                needle = enc(f" The pass key is {keys[0]}. Remember it. {keys[0]} is the pass key. ")
-                n_fill = L - len(intro) - len(needle) - len(question)
-                if n_fill < 0:
-                    raise UserError(f"passkey length {L} is too short for the prompt; use longer --lengths")
-                fill = filler_ids(adapter, FILLER, n_fill)
-                cut = int(round(d / 100 * n_fill))
-                ids = intro + fill[:cut] + needle + fill[cut:] + question
-                cands = [enc(" " + k) for k in keys]
-                samples.append(tasks.Sample(ids, keys[0], cands, cell=(d, L), max_new=len(cands[0]) + 3))
+                samples += _key_set(adapter, keys, L, d, len(samples) // len(keys))
     return samples, {"filler_hash": text_hash(INTRO + FILLER + QUESTION), "lengths": lengths}
+
+
+def _key_set(adapter, keys: list[str], L: int, d: float, group: int) -> list[tasks.Sample]:
+    """One prompt per key of the set, the same filler around it; the control has no key sentence."""
+    enc = adapter.encode
+    intro, question = enc(INTRO), enc(QUESTION)
+    needles = [enc(f" The pass key is {k}. Remember it. {k} is the pass key. ") for k in keys]
+    n_fill = L - len(intro) - max(len(n) for n in needles) - len(question)
+    if n_fill < 0:
+        raise UserError(f"passkey length {L} is too short for the prompt; use longer --lengths")
+    fill = filler_ids(adapter, FILLER, n_fill)
+    cut = int(round(d / 100 * n_fill))
+    control = intro + fill + question
+    out = []
+    for key, needle, cands in zip(keys, needles, tasks.rotations([enc(" " + k) for k in keys])):
+        ids = intro + fill[:cut] + needle + fill[cut:] + question
+        out.append(tasks.Sample(ids, key, cands, (d, L), len(cands[0]) + 3, {}, control, group))
+    return out
 
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:

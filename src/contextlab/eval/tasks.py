@@ -1,30 +1,47 @@
 """Shared machinery of the prompt tasks (needle, key-value, passkey, variable tracking, ICL).
 
 A task builds ``Sample``s: prompt ids in the model's own tokenizer, the answer text, and
-candidate continuations (the true one first, then distractors). ``score_samples`` scores
-them deterministically in one or both ways:
+candidate continuations (the true one first, then distractors). The tasks build *balanced
+candidate sets*: each set of k candidates is asked k times, once with each member as the
+true answer (``group`` names the set), so a model that ignores the context picks the same
+candidate in every member and scores exactly 1/k on average. ``score_samples`` scores them
+deterministically in one or both ways:
 
-* generation: greedy decoding of up to ``max_new_tokens``; ``exact`` when the generated
-  text (whitespace-trimmed) starts with the answer, ``contains`` when it holds it anywhere;
 * likelihood: the summed log-probability of each candidate after the prompt (candidates
   of one prompt are scored in one batch); correct when the true answer scores highest.
-  This works even for tiny models that cannot yet generate the answer: it measures
-  whether the context raises the right answer above the distractors.
+  Exact ties go to the candidate with the smallest token ids, an order that does not
+  depend on which member is true, so a tie never lifts a model above 1/k. This works even
+  for tiny models that cannot yet generate the answer;
+* calibration, when the sample has a ``control`` prompt (the same prompt with the evidence
+  removed: the needle, the queried pair, the shots): ``gain_true`` = log p(true | prompt)
+  - log p(true | control), and ``gain_distractors`` the same for the wrong candidates
+  (their mean), so a shift that raises every candidate is told apart from retrieval
+  (``calibrated_specific`` = their difference). A shorter prompt moves every candidate's
+  log-likelihood even in a model that retrieves nothing (a random-init GPT), so read the
+  true answer's gain beside the distractors'. The control prompt of a set is scored once
+  per call, however many members share it;
+* generation: greedy decoding of up to ``max_new_tokens``; ``exact`` when the generated
+  text (whitespace-trimmed) starts with the answer, ``contains`` when it holds it anywhere,
+  and ``keyword_recall``, the SPLICE paper's needle metric: the fraction of the answer's
+  keywords (its words less stopwords) found among the generated words.
 
 ``visible`` keeps only the most recent k prompt tokens (k < 1: that fraction of the
 prompt), the knob of the visible-context sweep. Results are grouped by each sample's
-``cell`` (e.g. (length, depth)) into accuracy tables.
+``cell`` (e.g. (length, depth)) into accuracy tables, each with its Wilson interval.
+Trade-off: the control prompts cost one extra forward per candidate per distinct control,
+in exchange for a score that reads 0 for a model that does not use the evidence.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from contextlab.eval.base import accuracy_ci
+import contextlab.eval.stats as stats
 
 
 @dataclass
@@ -35,6 +52,31 @@ class Sample:
     cell: tuple = ()  # grouping key, e.g. (length, depth)
     max_new: int = 0  # tokens to generate; 0 = the caller's max_new_tokens
     meta: dict = field(default_factory=dict)
+    control: list[int] | None = None  # the prompt without its evidence; None = not calibrated
+    group: int = -1  # the balanced candidate set the sample belongs to
+
+
+_STOP = (
+    "a an the and or but of in on at to is are was were be been it its this that for with by as from "
+    "into than then there their they he she we you i"
+)
+STOPWORDS = frozenset(_STOP.split())
+WORD = re.compile(r"\w+(?:[-']\w+)*")
+
+
+def keywords(text: str) -> list[str]:
+    """The words of ``text`` that carry its content: lower-cased, punctuation and stopwords dropped."""
+    words = WORD.findall(text.lower())
+    return [w for w in words if w not in STOPWORDS] or words
+
+
+def keyword_recall(generated: str, answer: str) -> float:
+    """Fraction of the answer's keywords that occur among the generated words (SPLICE, appendix N)."""
+    want = keywords(answer)
+    if not want:
+        return float("nan")
+    have = set(WORD.findall(generated.lower()))
+    return sum(w in have for w in want) / len(want)
 
 
 def truncate(prompt: list[int], visible: float | None) -> list[int]:
@@ -44,25 +86,56 @@ def truncate(prompt: list[int], visible: float | None) -> list[int]:
     return prompt[-k:] if k < len(prompt) else prompt
 
 
+def winner(scores: np.ndarray, candidates: list[list[int]]) -> int:
+    """Index of the best-scoring candidate; exact ties go to the smallest token ids."""
+    best = scores.max()
+    return min((i for i in range(len(scores)) if scores[i] == best), key=lambda i: list(candidates[i]))
+
+
+def _likelihood(adapter, s: Sample, prompt: list[int], visible, cache: dict) -> dict:
+    """Likelihood fields of one sample; control-prompt scores are read from / written to ``cache``."""
+    cands = [list(c) for c in s.candidates]
+    items = [(prompt + c, len(prompt)) for c in cands]
+    control = truncate(s.control, visible) if s.control is not None else None
+    need = []
+    if control is not None:
+        ck = tuple(control)
+        need = [c for c in cands if (ck, tuple(c)) not in cache]
+        items += [(control + c, len(control)) for c in need]
+    scores = adapter.score_spans(items)
+    with_ = scores[: len(cands)]
+    row: dict = {
+        "likelihood_correct": winner(with_, cands) == 0,
+        "rank": int((with_[1:] >= with_[0]).sum()),
+        "margin": float(with_[0] - with_[1:].max()) if len(cands) > 1 else 0.0,
+    }
+    if control is not None:
+        for c, v in zip(need, scores[len(cands) :]):
+            cache[(ck, tuple(c))] = float(v)
+        gain = with_ - np.array([cache[(ck, tuple(c))] for c in cands])
+        row["gain_true"] = float(gain[0])
+        row["gain_distractors"] = float(gain[1:].mean()) if len(cands) > 1 else 0.0
+    return row
+
+
 def score_samples(
     adapter, samples: list[Sample], mode: str = "both", max_new_tokens: int = 16, visible: float | None = None
 ) -> list[dict]:
-    """One dict per sample: likelihood_correct / rank / margin and/or generated / exact / contains."""
-    out = []
+    """One dict per sample: likelihood_correct / rank / margin / gain_true / gain_distractors and/or
+    generated / exact / contains / keyword_recall."""
+    out, cache = [], {}
     for s in samples:
         prompt = truncate(s.prompt, visible)
-        row: dict = {"cell": list(s.cell), "prompt_tokens": len(prompt)}
+        row: dict = {"cell": list(s.cell), "prompt_tokens": len(prompt), "group": s.group}
         if mode in ("likelihood", "both") and s.candidates:
-            scores = adapter.score_continuations(prompt, s.candidates)
-            row["likelihood_correct"] = bool(scores[0] > scores[1:].max()) if len(scores) > 1 else True
-            row["rank"] = int((scores[1:] >= scores[0]).sum())
-            row["margin"] = float(scores[0] - scores[1:].max()) if len(scores) > 1 else 0.0
+            row.update(_likelihood(adapter, s, prompt, visible, cache))
         if mode in ("generate", "both"):
             stop = [i for i in (adapter.tokenizer.eot_id,) if i is not None]
             gen = adapter.tokenizer.decode(adapter.generate(prompt, s.max_new or max_new_tokens, stop=stop))
             row["generated"] = gen
             row["exact"] = _norm(gen).startswith(_norm(s.answer))
             row["contains"] = _norm(s.answer) in _norm(gen)
+            row["keyword_recall"] = keyword_recall(gen, s.answer)
         out.append(row)
     return out
 
@@ -71,28 +144,75 @@ def _norm(text: str) -> str:
     return " ".join(text.strip().split()).lower()
 
 
+ACCURACIES = {
+    "likelihood_correct": "likelihood_accuracy",
+    "exact": "exact_match",
+    "contains": "contains_match",
+}
+
+
+def _metrics(rows: list[dict]) -> dict:
+    """Accuracies with their Wilson intervals, keyword recall and the calibrated scores of ``rows``."""
+    out: dict = {}
+    for m, name in ACCURACIES.items():
+        if rows and m in rows[0]:
+            p = stats.proportion([r[m] for r in rows])
+            out[name], out[f"{name}_ci95"] = p["accuracy"], p["ci95"]
+    if rows and "keyword_recall" in rows[0]:
+        out["keyword_recall"] = float(np.nanmean([r["keyword_recall"] for r in rows]))
+    if rows and "gain_true" in rows[0]:
+        out["calibrated"], out["calibrated_stderr"] = stats.mean_stderr([r["gain_true"] for r in rows])
+        out["calibrated_distractors"] = float(np.mean([r["gain_distractors"] for r in rows]))
+        out["calibrated_specific"], out["calibrated_specific_stderr"] = stats.mean_stderr(
+            [r["gain_true"] - r["gain_distractors"] for r in rows]
+        )
+    out["n"] = len(rows)
+    return out
+
+
 def summarize(rows: list[dict], n_candidates: int) -> dict:
-    """Overall and per-cell accuracies (likelihood, exact, contains)."""
-    metrics = [m for m in ("likelihood_correct", "exact", "contains") if rows and m in rows[0]]
+    """Overall and per-cell accuracies (likelihood, exact, contains) with intervals and calibration."""
     cells = defaultdict(list)
     for r in rows:
         cells[tuple(r["cell"])].append(r)
-    summary = {}
-    for m in metrics:
-        name = "likelihood_accuracy" if m == "likelihood_correct" else f"{m}_match"
-        summary[name] = accuracy_ci([r[m] for r in rows])["accuracy"]
-    if n_candidates > 1 and "likelihood_correct" in metrics:
+    summary = _metrics(rows)
+    if n_candidates > 1 and "likelihood_accuracy" in summary:
         summary["chance"] = 1.0 / n_candidates
-    by_cell = [
-        {
+    by_cell = []
+    for c, rs in sorted(cells.items()):
+        cell = {
             "cell": list(c),
-            **{m: float(np.mean([r[m] for r in rs])) for m in metrics},
             "n": len(rs),
             "prompt_tokens": float(np.mean([r["prompt_tokens"] for r in rs])),
         }
-        for c, rs in sorted(cells.items())
-    ]
-    return {"summary": summary, "by_cell": by_cell}
+        for m in ACCURACIES:
+            if m in rs[0]:
+                cell[m] = float(np.mean([r[m] for r in rs]))
+        m = _metrics(rs)
+        cell.update(
+            {k: v for k, v in m.items() if k.endswith("_ci95") or k.startswith(("calibrated", "keyword"))}
+        )
+        by_cell.append(cell)
+    return {"summary": summary, "by_cell": by_cell, "text": summary_lines(summary)}
+
+
+def summary_lines(summary: dict) -> list[str]:
+    """'likelihood accuracy 0.20 [0.16, 0.25] of n=500, chance 0.20, calibrated +0.01 nats' and the like."""
+    lines = []
+    for name in ACCURACIES.values():
+        if name in summary:
+            chance = summary.get("chance") if name == "likelihood_accuracy" else None
+            calibrated = summary.get("calibrated") if name == "likelihood_accuracy" else None
+            label = name.replace("_", " ")
+            line = stats.accuracy_line(
+                label, summary[name], summary[f"{name}_ci95"], summary["n"], chance, calibrated
+            )
+            if calibrated is not None:
+                line += f" (distractors {summary['calibrated_distractors']:+.2f})"
+            lines.append(line)
+    if "keyword_recall" in summary:
+        lines.append(f"keyword recall {summary['keyword_recall']:.2f} of n={summary['n']}")
+    return lines
 
 
 def headline_metric(summary: dict) -> tuple[str, str]:
@@ -106,3 +226,8 @@ def table(by_cell: list[dict], metric: str, rows: list, cols: list) -> list[list
     """by_cell with 2-part cells (row value, col value) -> matrix[row][col] of metric."""
     look = {tuple(c["cell"]): c[metric] for c in by_cell}
     return [[look.get((r, c), float("nan")) for c in cols] for r in rows]
+
+
+def rotations(candidates: list[list[int]]) -> list[list[list[int]]]:
+    """For a balanced set: candidate lists with member j first (then the others in set order), j = 0..k-1."""
+    return [[candidates[j]] + [c for i, c in enumerate(candidates) if i != j] for j in range(len(candidates))]

@@ -2,10 +2,13 @@
 
 ``n_chains`` chains of ``hops`` assignments each: "VAR ABCDE = 12345." then "VAR FGHIJ =
 VAR ABCDE." and so on, the statements spread in order at random places of a repeated
-filler. The question asks for every variable assigned the first chain's value. Scoring:
-generated text containing all names of the chain (in order), and the likelihood of the
-chain's names against the names of the other chains (the distractors have the same
-form, so chance is 1/n_chains).
+filler. The chains form a balanced candidate set: the same text is asked about each
+chain in turn ("every variable assigned the value V" for each chain's V), the asked
+chain's names being the true candidate and the other chains' names the wrong ones (the
+same form, so chance is 1/n_chains and a model that ignores the text scores exactly that
+on average). Scoring: the likelihood of the asked chain's names against the others,
+calibrated by the same prompt without the asked chain's statements; generated text
+containing all names of the chain (in order).
 """
 
 from __future__ import annotations
@@ -29,9 +32,9 @@ INTRO = "Memorize and track the chain(s) of variable assignment hidden in the fo
 @dataclass
 class Options:
     lengths: list[int] = opt([], "prompt lengths in tokens; empty = 1 and 2 (RoPE) times the model's context")
-    n_chains: int = opt(2, "chains per prompt (the first is asked about, the others are distractors)")
+    n_chains: int = opt(2, "chains per prompt; each is asked about once, the others being the distractors")
     hops: int = opt(3, "assignments per chain after the first")
-    samples: int = opt(8, "prompts per length")
+    samples: int = opt(8, "texts per length, each asked once per chain")
     scoring: Literal["likelihood", "generate", "both"] = opt("both", "how the answer is scored")
     seed: int = opt(0, "seed of names, values and positions")
 
@@ -48,46 +51,59 @@ def chains(rng, n_chains: int, hops: int) -> tuple[list[list[str]], list[str]]:
 
 def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], dict]:
     if o.n_chains < 1 or o.hops < 1:
-        raise UserError("variable tracking needs n_chains >= 1 and hops >= 1")
+        raise UserError(
+            "variable tracking needs n_chains >= 1 and hops >= 1 (n_chains >= 2 for a chance level)"
+        )
     ctx = adapter.context
     lengths = o.lengths or [ctx] + ([2 * ctx] if adapter.info.extends_beyond else [])
     rng = np.random.default_rng(o.seed)
-    enc = adapter.encode
-    samples = []
+    samples: list[tasks.Sample] = []
     for L in lengths:
         adapter.check_length(L + 40, f"variable tracking length {L}")
         for _ in range(o.samples):
-            chain, values = chains(rng, o.n_chains, o.hops)
-            statements = []  # (chain, hop, ids)
-            for names, v in zip(chain, values):
-                statements.append(enc(f" VAR {names[0]} = {v}. "))
-                statements += [enc(f" VAR {names[h]} = VAR {names[h - 1]}. ") for h in range(1, o.hops + 1)]
-            order = (
-                np.arange(len(statements)).reshape(o.n_chains, o.hops + 1).T.ravel()
-            )  # interleave chains, in order
-            question = enc(
-                f"\n\nQuestion: Find all variables that are assigned the value {values[0]} in the text "
-                f"above. Answer: According to the chain(s) of variable assignment in the text above, "
-                f"{o.hops + 1} variables are assigned the value {values[0]}, they are:"
-            )
-            intro = enc(INTRO)
-            n_fill = L - len(intro) - len(question) - sum(len(s) for s in statements)
-            if n_fill < len(statements):
-                raise UserError(
-                    f"variable tracking length {L} is too short for {len(statements)} statements; "
-                    "use longer --lengths or fewer --hops"
-                )
-            fill = filler_ids(adapter, FILLER, n_fill)
-            cuts = np.sort(rng.choice(np.arange(n_fill + 1), len(statements), replace=True))
-            ids, prev = list(intro), 0
-            for cut, s in zip(cuts, order):
-                ids += fill[prev:cut] + statements[s]
-                prev = cut
-            ids += fill[prev:] + question
-            answers = [" " + " ".join(names) for names in chain]
-            cands = [enc(a) for a in answers]
-            samples.append(tasks.Sample(ids, answers[0].strip(), cands, cell=(L,), max_new=len(cands[0]) + 4))
+            samples += _chain_set(adapter, rng, o, L, len(samples) // o.n_chains)
     return samples, {"filler_hash": text_hash(INTRO + FILLER), "lengths": lengths}
+
+
+def _question(o: Options, value: str) -> str:
+    return (
+        f"\n\nQuestion: Find all variables that are assigned the value {value} in the text "
+        f"above. Answer: According to the chain(s) of variable assignment in the text above, "
+        f"{o.hops + 1} variables are assigned the value {value}, they are:"
+    )
+
+
+def _chain_set(adapter, rng, o: Options, L: int, group: int) -> list[tasks.Sample]:
+    """One text of interleaved chains in filler, asked once about each chain (its control: the text
+    without that chain's statements)."""
+    enc = adapter.encode
+    chain, values = chains(rng, o.n_chains, o.hops)
+    statements = []  # chain-major: chain c's statements are [c * (hops + 1), (c + 1) * (hops + 1))
+    for names, v in zip(chain, values):
+        statements.append(enc(f" VAR {names[0]} = {v}. "))
+        statements += [enc(f" VAR {names[h]} = VAR {names[h - 1]}. ") for h in range(1, o.hops + 1)]
+    order = np.arange(len(statements)).reshape(o.n_chains, o.hops + 1).T.ravel()  # interleave, in order
+    questions, intro = [enc(_question(o, v)) for v in values], enc(INTRO)
+    n_fill = L - len(intro) - max(len(q) for q in questions) - sum(len(s) for s in statements)
+    if n_fill < len(statements):
+        raise UserError(
+            f"variable tracking length {L} is too short for {len(statements)} statements; "
+            "use longer --lengths or fewer --hops"
+        )
+    fill = filler_ids(adapter, FILLER, n_fill)
+    cuts = np.sort(rng.choice(np.arange(n_fill + 1), len(statements), replace=True))
+    answers = [" " + " ".join(names) for names in chain]
+    out = []
+    for c, cands in enumerate(tasks.rotations([enc(a) for a in answers])):
+        ids, control, prev = list(intro), list(intro), 0
+        for cut, s in zip(cuts, order):
+            ids += fill[prev:cut] + statements[s]
+            control += fill[prev:cut] + (statements[s] if s // (o.hops + 1) != c else [])
+            prev = cut
+        ids += fill[prev:] + questions[c]
+        control += fill[prev:] + questions[c]
+        out.append(tasks.Sample(ids, answers[c].strip(), cands, (L,), len(cands[0]) + 4, {}, control, group))
+    return out
 
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:

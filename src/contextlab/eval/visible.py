@@ -8,7 +8,8 @@ last-token loss with k visible tokens (the protocol of ``bayes_fit``), so the sa
 targets are scored at every k.
 
 The prompts are built once; only their left end is cut, so every point of the curve asks
-the same questions.
+the same questions (the balanced candidate sets of ``tasks``; their control prompts are cut
+alike, so each point carries its calibrated score and Wilson interval).
 """
 
 from __future__ import annotations
@@ -56,13 +57,14 @@ def _task_samples(adapter, o: Options, data):
             adapter, passkey.Options(lengths=L, depths=[0.0, 25.0, 50.0, 75.0, 100.0]), data
         ), 5
     if o.task == "vartrack":
-        return vartrack.build(adapter, vartrack.Options(lengths=L, samples=16), data), 2
+        return vartrack.build(adapter, vartrack.Options(lengths=L, samples=8), data), 2
     if o.task == "kv":
         return kv.build(adapter, kv.Options(n_examples=10), data), 5
     if o.task == "icl":
         folder = tasks_folder(data)
-        train, test = icl.read_trec(folder / "train.txt"), icl.read_trec(folder / "test.txt")[:100]
-        return (icl.build_prompts(adapter, train, test, o.shots, 0), {"folder": str(folder)}), len(icl.LABELS)
+        test = icl.select_test(icl.read_trec(folder / "test.txt"), icl.Options().n_test, True)
+        samples = icl.build_prompts(adapter, icl.read_trec(folder / "train.txt"), test, o.shots, 0)
+        return (samples, {"folder": str(folder)}), len(icl.LABELS)
     raise AssertionError(f"task {o.task!r} (the config loader admits only the Options.task values)")
 
 

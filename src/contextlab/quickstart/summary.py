@@ -13,7 +13,11 @@ For every run:
   interval, gain ± 1.96 (se_1 + se_L): conservative, since the bayes-fit result keeps each
   length's standard error but not the pairs (|correlation| <= 1 bounds the difference's);
 * needle accuracy: how often the needle-in-a-haystack answer is the most likely of five
-  candidates (chance 0.2), over every length and depth.
+  candidates, over every length and depth, with its 95% Wilson interval, the number of
+  prompts, chance (0.2: each haystack is asked once with each of the five values as the
+  needle) and the calibrated scores (nats the needle adds to the true answer's
+  log-likelihood, and to the wrong answers'); a model that does not retrieve reads as
+  chance within its interval.
 
 Written to ``OUT/summary.json`` (``format = contextlab-summary``), which the HTML report
 shows at the top, together with the two models' contextwise curves on one plot. Reading
@@ -50,7 +54,11 @@ def run_numbers(run_dir: Path) -> dict:
         "visible": [bf["lengths"][0], bf["lengths"][-1]],
         "targets": bf["n_targets"],
         "needle accuracy": niah["summary"][key],
+        "needle ci95": [round(x, 4) for x in niah["summary"].get(f"{key}_ci95") or []] or None,
+        "needle n": niah["summary"].get("n"),
         "needle chance": niah["summary"].get("chance"),
+        "needle calibrated": niah["summary"].get("calibrated"),
+        "needle calibrated distractors": niah["summary"].get("calibrated_distractors"),
         "train context": cw["train_context"],
     }
 
@@ -93,7 +101,10 @@ def write_summary(out: Path, cfg, seconds_by_step: dict, seconds: float) -> dict
         "lower is better.",
         _gain_note(rows),
         "needle accuracy: the true answer is the most likely of 5 candidates, over every needle length and "
-        f"depth (chance {chance:g})."
+        f"depth, each haystack asked once with each candidate as the needle (chance {chance:g}); "
+        "[lo, hi] is its 95% Wilson interval over n prompts; 'cal' is the mean log-likelihood (nats) "
+        "the needle adds to the true answer, beside what it adds to the wrong ones: a model that "
+        "retrieves raises the true answer more (docs/evaluations.md, the negative control)."
         if chance
         else "needle accuracy: substring match of the generated answer.",
     ]
@@ -111,14 +122,29 @@ def write_summary(out: Path, cfg, seconds_by_step: dict, seconds: float) -> dict
     return summary
 
 
+def needle_text(r: dict) -> str:
+    """'0.20 [0.14, 0.27] n=150, chance 0.20, cal +0.23 (distractors +0.12)' (older summaries: accuracy and
+    chance only)."""
+    text = f"{r['needle accuracy']:.2f}"
+    if r.get("needle ci95"):
+        lo, hi = r["needle ci95"]
+        text += f" [{lo:.2f}, {hi:.2f}] n={r['needle n']}"
+    if r.get("needle chance"):
+        text += f", chance {r['needle chance']:.2f}"
+    if r.get("needle calibrated") is not None:
+        text += f", cal {r['needle calibrated']:+.2f}"
+    if r.get("needle calibrated distractors") is not None:
+        text += f" (distractors {r['needle calibrated distractors']:+.2f})"
+    return text
+
+
 def format_headline(summary: dict) -> str:
-    """The three numbers per model as a small console table."""
+    """The three numbers per model as a small console table (the needle column with its interval)."""
     rows = summary["headline"]
     width = max(len(r["run"]) for r in rows) + 2
-    lines = [" " * width + "".join(f"{c:>20}" for c in COLUMNS)]
+    lines = [" " * width + "".join(f"{c:>20}" for c in COLUMNS[:2]) + f"  {COLUMNS[2]}"]
     for r in rows:
-        acc = f"{r['needle accuracy']:.2f}" + (
-            f" (chance {r['needle chance']:.2f})" if r.get("needle chance") else ""
+        lines.append(
+            f"{r['run']:<{width}}{r['best-context loss']:>20.4f}{r['context gain']:>20.4f}  {needle_text(r)}"
         )
-        lines.append(f"{r['run']:<{width}}{r['best-context loss']:>20.4f}{r['context gain']:>20.4f}{acc:>20}")
     return "\n".join(lines)

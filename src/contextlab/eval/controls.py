@@ -1,0 +1,192 @@
+"""Negative controls: models that cannot use their context, and the retrieval table they must score at chance.
+
+A retrieval accuracy means something only if a model that does not read its context scores
+chance on it. Two such models run here through the same ``ModelAdapter`` and scoring path as
+any checkpoint: a random-init tiny GPT (it attends to its context but has learned nothing to
+retrieve with), and ``BigramLM``, whose logits depend on the current token only (log
+bigram probabilities counted from a token store, add-one smoothed), shaped like a contextlab
+model (``trunk`` / ``unembed`` / ``config``) so the contextlab backend runs it unchanged.
+``negative_control`` runs every prompt task (needle, key-value, passkey, variable tracking,
+ICL) at the settings of ``control_options`` and returns one row per task: accuracy, Wilson
+interval, n, chance, and the calibrated scores.
+
+Trade-off: short prompts and a byte tokenizer, so the whole table costs tens of CPU seconds
+and runs as a test; the settings are fixed here (not tuned per model) so that the test and
+``scripts/negative_control.py`` print the same numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+from torch import Tensor
+
+import contextlab.eval.icl as icl
+import contextlab.eval.kv as kv
+import contextlab.eval.needle as needle
+import contextlab.eval.passkey as passkey
+import contextlab.eval.tasks as tasks
+import contextlab.eval.vartrack as vartrack
+from contextlab.eval.adapter import ModelAdapter
+from contextlab.eval.backends.base import ModelInfo
+
+TASKS = ("niah", "kv", "passkey", "vartrack", "icl")
+
+
+@dataclass
+class BigramConfig:
+    vocab_size: int
+    context: int
+
+
+class BigramLM(torch.nn.Module):
+    """Next-token logits from the current token alone: ``table[current]`` (V log-probabilities)."""
+
+    def __init__(self, logprobs: Tensor, context: int):
+        super().__init__()
+        self.config = BigramConfig(int(logprobs.size(0)), context)
+        self.register_buffer("table", logprobs.float())  # (V, V): row = current token
+
+    def trunk(self, idx: Tensor, return_hidden: list[int] | None = None) -> tuple[Tensor, list[Tensor]]:
+        h = self.table[idx]  # (B, T, V): the "hidden state" is the row of log-probabilities
+        return h, [h for _ in return_hidden or []]
+
+    def unembed(self, h: Tensor) -> Tensor:
+        return h
+
+    def forward(self, idx: Tensor) -> SimpleNamespace:
+        return SimpleNamespace(logits=self.table[idx])
+
+    def num_params(self, non_embedding: bool = False) -> int:
+        return 0
+
+
+def random_gpt(
+    vocab_size: int, context: int, seed: int = 0, scale: float = 1.0, n_layer: int = 1, n_embd: int = 32
+) -> torch.nn.Module:
+    """A tiny GPT at its random init; ``scale`` > 1 multiplies its weight matrices, so that its outputs
+    depend strongly on the context (the hard case for a balanced task) while nothing in it retrieves."""
+    from contextlab.models.gpt import GPT, GPTConfig
+
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(vocab_size=vocab_size, n_layer=n_layer, n_head=2, n_embd=n_embd, context=context))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(scale)
+    return model.eval()
+
+
+def bigram_from_store(store, context: int = 4096, smoothing: float = 1.0) -> BigramLM:
+    """A BigramLM of a token store's within-document bigram counts (plus ``smoothing`` per pair)."""
+    V = int(store.tokenizer().vocab_size)
+    counts = np.full((V, V), smoothing, dtype=np.float64)
+    for doc in store:
+        d = np.asarray(doc, dtype=np.int64)
+        np.add.at(counts, (d[:-1], d[1:]), 1.0)
+    logprobs = np.log(counts) - np.log(counts.sum(axis=1, keepdims=True))
+    return BigramLM(torch.from_numpy(logprobs), context)
+
+
+def control_adapter(model: torch.nn.Module, tokenizer, name: str, batch_size: int = 16) -> ModelAdapter:
+    """A ModelAdapter for a control model, run as a contextlab model (positions past its context allowed)."""
+    info = ModelInfo(
+        id=name,
+        kind="contextlab",
+        path="-",
+        architecture=name,
+        n_params=sum(p.numel() for p in model.parameters()),
+        context=int(model.config.context),
+        extends_beyond=True,
+        tokenizer=tokenizer.spec(),
+    )
+    return ModelAdapter(model, tokenizer, info, batch_size=batch_size)
+
+
+def control_options() -> dict:
+    """Per task: its options at >= 500 samples of short prompts (byte tokens)."""
+    depths = [0.0, 25.0, 50.0, 75.0, 100.0]
+    return {
+        "niah": needle.Options(lengths=[256], depths=depths, samples=20, scoring="likelihood"),
+        "kv": kv.Options(
+            n_examples=2, n_pairs=4, distractors=3, positions=[0, 3], sets=32, scoring="likelihood"
+        ),
+        "passkey": passkey.Options(lengths=[320], depths=depths, samples=20, scoring="likelihood"),
+        "vartrack": vartrack.Options(lengths=[512], n_chains=4, hops=1, samples=125, scoring="likelihood"),
+        "icl": icl.Options(shots=[4], n_test=12, seeds=42),
+    }
+
+
+def write_trec_split(train_file: Path, out: Path, per_label: int = 2) -> Path:
+    """A TREC folder from one labelled file: the first ``per_label`` questions of each label as test.txt,
+    the rest as train.txt (so no test question is also a shot)."""
+    lines = train_file.read_bytes().decode("latin-1").splitlines()
+    seen: dict[str, int] = {}
+    test, train = [], []
+    for line in lines:
+        label = line.split(":", 1)[0]
+        (test if seen.get(label, 0) < per_label else train).append(line)
+        seen[label] = seen.get(label, 0) + 1
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "train.txt").write_bytes(("\n".join(train) + "\n").encode("latin-1"))
+    (out / "test.txt").write_bytes(("\n".join(test) + "\n").encode("latin-1"))
+    return out
+
+
+def _task_rows(adapter, name: str, o, data: str) -> tuple[list[dict], int]:
+    """The scored rows of one task and its number of candidates."""
+    if name == "icl":
+        train = icl.read_trec(Path(data) / "train.txt")
+        test = icl.select_test(icl.read_trec(Path(data) / "test.txt"), o.n_test, o.balance)
+        samples = [
+            s for seed in range(o.seeds) for s in icl.build_prompts(adapter, train, test, o.shots[0], seed)
+        ]
+    else:
+        module = {"niah": needle, "kv": kv, "passkey": passkey, "vartrack": vartrack}[name]
+        samples, _info = module.build(adapter, o, data)
+    return tasks.score_samples(adapter, samples, "likelihood"), len(samples[0].candidates)
+
+
+def negative_control(adapter, data: dict[str, str | None], names=TASKS) -> list[dict]:
+    """One row per task: accuracy, ci95, n, chance, calibrated (+ stderr), calibrated_distractors,
+    specific (the true answer's gain minus the distractors', + stderr), and the scored rows."""
+    out = []
+    for name in names:
+        rows, k = _task_rows(adapter, name, control_options()[name], data.get(name))
+        s = tasks.summarize(rows, k)["summary"]
+        out.append(
+            {
+                "task": name,
+                "accuracy": s["likelihood_accuracy"],
+                "ci95": s["likelihood_accuracy_ci95"],
+                "n": s["n"],
+                "chance": 1.0 / k,
+                "calibrated": s["calibrated"],
+                "calibrated_stderr": s["calibrated_stderr"],
+                "calibrated_distractors": s["calibrated_distractors"],
+                "specific": s["calibrated_specific"],
+                "specific_stderr": s["calibrated_specific_stderr"],
+                "rows": rows,
+            }
+        )
+    return out
+
+
+def format_table(model: str, table: list[dict]) -> str:
+    """The negative-control table as text, one line per task."""
+    lines = [
+        f"{model}:",
+        f"  {'task':<9}{'accuracy':>9}  {'95% interval':<15}{'n':>5}{'chance':>8}  calibrated (nats)",
+    ]
+    for r in table:
+        lines.append(
+            f"  {r['task']:<9}{r['accuracy']:>9.3f}  [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] {r['n']:>5}"
+            f"{r['chance']:>8.3f}  true {r['calibrated']:+.4f} +- {r['calibrated_stderr']:.4f}, "
+            f"distractors {r['calibrated_distractors']:+.4f}, "
+            f"specific {r['specific']:+.4f} +- {r['specific_stderr']:.4f}"
+        )
+    return "\n".join(lines)

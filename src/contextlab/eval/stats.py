@@ -1,0 +1,70 @@
+"""Small statistics every measurement reports: Wilson intervals, means with standard errors, one-line texts.
+
+An accuracy is read with its uncertainty or not at all: ``proportion`` gives the 95% Wilson
+score interval (Wilson 1927), which stays inside [0, 1] and keeps its coverage at the small
+n and extreme rates that retrieval tasks produce (0/30, 30/30), where the normal interval
+``p +- 1.96 se`` collapses to a point. ``mean_stderr`` is the plain mean with its standard
+error (sample standard deviation / sqrt(n)). Trade-off: closed forms with no resampling, so
+they are cheap enough to attach to every number; they assume independent samples, which is
+conservative for the balanced candidate sets of the prompt tasks (see ``tasks``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
+
+
+def wilson(successes: float, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of a proportion ``successes / n`` (``(nan, nan)`` when n = 0)."""
+    if n <= 0:
+        return float("nan"), float("nan")
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def proportion(outcomes: Sequence[bool] | Sequence[float] | np.ndarray, z: float = Z95) -> dict:
+    """Mean of 0/1 outcomes with its Wilson interval: {"accuracy", "n", "ci95": [lo, hi]}."""
+    c = np.asarray(outcomes, dtype=float)
+    n = len(c)
+    acc = float(c.mean()) if n else float("nan")
+    lo, hi = wilson(float(c.sum()), n, z)
+    return {"accuracy": acc, "n": n, "ci95": [lo, hi]}
+
+
+def mean_stderr(values: Sequence[float] | np.ndarray) -> tuple[float, float]:
+    """(mean, standard error of the mean); the error is nan for fewer than two values."""
+    v = np.asarray(values, dtype=float)
+    if len(v) == 0:
+        return float("nan"), float("nan")
+    se = float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else float("nan")
+    return float(v.mean()), se
+
+
+def contains(interval: Sequence[float], value: float) -> bool:
+    """Whether ``value`` lies in the closed interval [lo, hi]."""
+    return interval[0] <= value <= interval[1]
+
+
+def accuracy_line(
+    name: str,
+    accuracy: float,
+    ci95: Sequence[float],
+    n: int,
+    chance: float | None = None,
+    calibrated: float | None = None,
+) -> str:
+    """'accuracy 0.20 [0.16, 0.25] of n=500, chance 0.20, calibrated +0.01 nats' (parts given only)."""
+    text = f"{name} {accuracy:.2f} [{ci95[0]:.2f}, {ci95[1]:.2f}] of n={n}"
+    if chance is not None:
+        text += f", chance {chance:.2f}"
+    if calibrated is not None and not math.isnan(calibrated):
+        text += f", calibrated {calibrated:+.2f} nats"
+    return text

@@ -1,0 +1,97 @@
+"""Wilson intervals, keyword recall, balanced scoring (ties, calibration) and label-balanced ICL sets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import binomtest
+
+from contextlab.errors import UserError
+from contextlab.eval import icl, needle, stats, tasks
+from tests.conftest import TREC
+
+
+@pytest.mark.parametrize("k,n", [(0, 30), (6, 30), (15, 30), (30, 30), (101, 500), (1, 1)])
+def test_wilson_matches_scipy(k, n):
+    ref = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+    lo, hi = stats.wilson(k, n)
+    assert lo == pytest.approx(ref.low, abs=1e-9) and hi == pytest.approx(ref.high, abs=1e-9)
+    p = stats.proportion([True] * k + [False] * (n - k))
+    assert p["n"] == n and p["accuracy"] == k / n and p["ci95"] == [lo, hi]
+
+
+def test_wilson_of_nothing_and_mean_stderr():
+    assert all(np.isnan(stats.wilson(0, 0)))
+    m, se = stats.mean_stderr([1.0, 2.0, 3.0, 4.0])
+    assert m == 2.5 and se == pytest.approx(np.std([1, 2, 3, 4], ddof=1) / 2)
+    assert stats.accuracy_line("accuracy", 0.2, [0.16, 0.25], 500, 0.2, 0.01) == (
+        "accuracy 0.20 [0.16, 0.25] of n=500, chance 0.20, calibrated +0.01 nats"
+    )
+
+
+def test_keyword_recall_counts_the_answers_content_words():
+    assert tasks.keywords(needle.ANSWER) == ["eat", "sandwich", "sit", "dolores", "park", "sunny", "day"]
+    assert tasks.keyword_recall("Eat a sandwich, then the park.", needle.ANSWER) == pytest.approx(3 / 7)
+    assert tasks.keyword_recall(" 12345 is it", "12345") == 1.0
+    assert tasks.keyword_recall("1234", "12345") == 0.0
+
+
+class FakeAdapter:
+    """score_spans from a function of (prompt, candidate); records every scored item."""
+
+    def __init__(self, fn):
+        self.fn, self.items = fn, []
+
+    def score_spans(self, items):
+        self.items += [(tuple(ids[:start]), tuple(ids[start:])) for ids, start in items]
+        return np.array([self.fn(list(ids[:start]), list(ids[start:])) for ids, start in items], dtype=float)
+
+
+def balanced_set() -> list[tasks.Sample]:
+    """Three prompts [9, evidence, 8], the evidence being candidate j's token; control [9, 8]."""
+    pool = [[1], [2], [3]]
+    return [
+        tasks.Sample([9, *pool[j], 8], str(j), cands, control=[9, 8], group=0)
+        for j, cands in enumerate(tasks.rotations(pool))
+    ]
+
+
+@pytest.mark.parametrize(
+    "fn,correct,gain_true,gain_distractors",
+    [
+        (lambda p, c: 2.0 * (c[0] in p) + 0.5, [True] * 3, 2.0, 0.0),  # reads the evidence
+        (lambda p, c: 0.0, [True, False, False], 0.0, 0.0),  # ignores everything: ties
+        (lambda p, c: float(c[0]), [False, False, True], 0.0, 0.0),  # a fixed preference
+        (lambda p, c: 0.3 * len(p), [True, False, False], 0.3, 0.3),  # longer prompt, all shifted
+    ],
+)
+def test_balanced_sets_give_a_context_blind_model_one_in_k(fn, correct, gain_true, gain_distractors):
+    adapter = FakeAdapter(fn)
+    rows = tasks.score_samples(adapter, balanced_set(), "likelihood")
+    assert [r["likelihood_correct"] for r in rows] == correct
+    assert [r["gain_true"] for r in rows] == pytest.approx([gain_true] * 3)
+    assert [r["gain_distractors"] for r in rows] == pytest.approx([gain_distractors] * 3)
+    assert sum(p == (9, 8) for p, _ in adapter.items) == 3  # the shared control: once per candidate
+    s = tasks.summarize(rows, 3)
+    assert s["summary"]["n"] == 3 and s["summary"]["chance"] == pytest.approx(1 / 3)
+    assert s["summary"]["likelihood_accuracy_ci95"] == list(stats.wilson(sum(correct), 3))
+    assert s["summary"]["calibrated"] == pytest.approx(gain_true)
+    assert s["text"][0].startswith(f"likelihood accuracy {sum(correct) / 3:.2f} [")
+
+
+def test_ties_go_to_the_smallest_candidate_ids():
+    scores = np.array([1.0, 1.0, 0.5])
+    assert tasks.winner(scores, [[5, 1], [4, 9], [0]]) == 1
+    assert tasks.winner(scores, [[4], [4, 9], [0]]) == 0
+
+
+def test_icl_label_balanced_test_sets(tmp_path):
+    rows = icl.read_trec(TREC / "train.txt")
+    picked = icl.select_test(rows, 12, True)
+    labels = [a for _, a in picked]
+    assert len(picked) == 12 and all(labels.count(lab) == 2 for lab in icl.LABELS.values())
+    assert icl.select_test(rows, 12, False) == rows[:12]
+    with pytest.raises(UserError, match="has 2 'abbreviation' questions; use --n-test between 6 and 12"):
+        icl.select_test(rows, 18, True)
+    with pytest.raises(UserError, match="'abbreviation'"):
+        icl.select_test(icl.read_trec(TREC / "test.txt"), 6, True)  # the cut test file has no ABBR line
