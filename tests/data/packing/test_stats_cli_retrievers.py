@@ -10,6 +10,7 @@ from contextlab.cli.pack import cmd_pack, cmd_pack_stats
 from contextlab.config import from_dict
 from contextlab.data.packing import PackConfig, PackedStore, pack, pack_stats, zipf_coefficient
 from contextlab.data.packing.retrievers import BM25Retriever
+from contextlab.data.packing.stats import power_law_fit
 from contextlab.errors import UserError
 from tests.data.packing.helpers import make_store, mixed_corpus, sequences_as_paths
 
@@ -23,6 +24,15 @@ def test_zipf_coefficient_of_known_distributions():
     assert zipf_coefficient(_tokens_with_counts([3600 // r**2 for r in range(1, 7)])) == pytest.approx(2.0)
     assert zipf_coefficient(np.array([5, 5, 5, 9, 9, 9])) == pytest.approx(0.0)  # flat = maximally bursty
     assert np.isnan(zipf_coefficient(np.array([1, 1, 1])))
+
+
+def test_power_law_mle_recovers_a_known_exponent():
+    """Counts drawn from a discrete power law of exponent 2.5: the MLE finds it (within its
+    sampling error), and its rank exponent is 1 / (alpha - 1); too few distinct counts give NaN."""
+    counts = np.random.default_rng(0).zipf(2.5, size=20_000)
+    s, alpha, xmin = power_law_fit(_tokens_with_counts(counts.tolist()))
+    assert alpha == pytest.approx(2.5, abs=0.1) and s == pytest.approx(1 / (alpha - 1)) and xmin >= 1
+    assert all(np.isnan(v) for v in power_law_fit(_tokens_with_counts([5, 4, 3, 2, 1])))
 
 
 def test_pack_stats_on_twins(tmp_path):
@@ -44,6 +54,7 @@ def test_pack_stats_on_twins(tmp_path):
     # the Zipf coefficient of each sequence is that of its tokens
     want = [zipf_coefficient(packed.sequence_tokens(i)[0]) for i in range(2)]
     assert s["zipf"]["mean"] == pytest.approx(np.mean(want))
+    assert s["zipf_mle"]["n_sequences"] == 0 and s["zipf_mle"]["mean"] is None  # too few tokens to fit
     ep = pack_stats(pack(store, tmp_path / "e", PackConfig(method="ep", context=27), progress=False).packed)
     assert ep["mean_neighbour_similarity"] is None and ep["frac_sequences_ge2_related"] == 0.0
 
