@@ -23,6 +23,7 @@ order of a step's events; what a row, a budget or a batch is lives in those modu
 
 from __future__ import annotations
 
+import gc
 import math
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -392,4 +393,6 @@ def train(cfg: RunConfig) -> TrainResult:
         finished = trainer.info
         return result
     finally:
+        trainer = None  # the model and optimizer (FSDP's DTensors hold the process group) go first
+        gc.collect()
         D.shutdown(finished)
