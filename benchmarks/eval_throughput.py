@@ -65,7 +65,11 @@ def main() -> None:
             for a in range(0, len(tokens), args.batch_size):
                 idx = torch.as_tensor(tokens[a : a + args.batch_size, :-1])
                 with adapter.autocast():
-                    out = adapter.model(idx) if adapter.is_gpt else adapter.model(input_ids=idx)
+                    out = (
+                        adapter.model(idx)
+                        if adapter.info.kind == "contextlab"
+                        else adapter.model(input_ids=idx)
+                    )
                 out.logits.sum().item()  # consume the logits as an eval would
 
     def contextwise_eval():
