@@ -61,15 +61,6 @@ def require_file(data: str | None, what: str, example: str) -> Path:
     return p
 
 
-def accuracy_ci(correct: list[bool] | np.ndarray) -> dict:
-    """Accuracy with its standard error and a normal 95% interval."""
-    c = np.asarray(correct, dtype=float)
-    n = len(c)
-    acc = float(c.mean()) if n else float("nan")
-    se = float(np.sqrt(acc * (1 - acc) / n)) if n else float("nan")
-    return {"accuracy": acc, "n": n, "stderr": se, "ci95": [acc - 1.96 * se, acc + 1.96 * se]}
-
-
 def filler_ids(adapter, text: str, n: int) -> list[int]:
     """n tokens of ``text`` repeated (a deterministic filler of exactly n ids)."""
     unit = adapter.encode(text)
