@@ -189,3 +189,96 @@ def test_results_of_different_data_or_options_are_refused(tmp_path):
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 2  # one line, exit code 2
     with pytest.raises(UserError, match="holds no evaluation results"):
         compare_runs(tmp_path / "a", tmp_path / "missing", None, Options(), None)
+
+
+def test_two_tiny_trained_models_end_to_end(tmp_path):
+    """Train two tiny runs (different seeds), evaluate both with contextwise and niah through the command
+    line, compare them, and read the comparison back: A - B equals the difference of the reported numbers."""
+    from contextlab.config import from_dict
+    from contextlab.data.ingest import IngestConfig, ingest
+    from contextlab.report.html import build_report
+    from contextlab.train.config import RunConfig
+    from contextlab.train.trainer import train
+    from tests.conftest import shakespeare
+
+    text = shakespeare(40_000)
+    for i in range(4):
+        (tmp_path / "src").mkdir(exist_ok=True)
+        (tmp_path / "src" / f"part{i}.txt").write_text(text[i * 10_000 : (i + 1) * 10_000])
+    store = ingest(tmp_path / "src", tmp_path / "store", IngestConfig(tokenizer="byte"), progress=False).store
+    runs = [tmp_path / "runs" / name for name in ("a", "b")]
+    for seed, run in enumerate(runs):
+        cfg = {
+            "model": {"size": "tiny-4x256", "n_layer": 1, "n_head": 2, "n_embd": 32},
+            "data": {"store": str(store.path), "val_split": "tail", "val_fraction": 0.1},
+            "optim": {"lr": 3e-3, "warmup_steps": 1},
+            "train": {
+                "out_dir": str(run),
+                "context": 32,
+                "tokens_per_step": 256,
+                "max_steps": 4 + 4 * seed,
+                "val_every": 0,
+                "ckpt_every": 0,
+                "threads": 1,
+                "peak_flops": 1e12,
+                "progress": False,
+                "dtype": "fp32",
+                "seed": seed,
+            },
+        }
+        train(from_dict(RunConfig, cfg))
+        assert (
+            main(
+                [
+                    "eval",
+                    "contextwise",
+                    "--model",
+                    str(run),
+                    "--data",
+                    str(store.path),
+                    "--length",
+                    "65",
+                    "--max-docs",
+                    "8",
+                    "--pieces-per-doc",
+                    "2",
+                ]
+            )
+            == 0
+        )
+        assert (
+            main(
+                [
+                    "eval",
+                    "niah",
+                    "--model",
+                    str(run),
+                    "--lengths",
+                    "256,384",
+                    "--depths",
+                    "0,100",
+                    "--samples",
+                    "2",
+                    "--scoring",
+                    "likelihood",
+                ]
+            )
+            == 0
+        )
+    assert main(["compare", *map(str, runs)]) == 0
+    out = runs[0] / "compare" / "b"
+    cw = json.loads((out / "compare_contextwise.json").read_text())
+    reported = [json.loads((r / "eval" / "contextwise.json").read_text())["results"] for r in runs]
+    best = cw["results"]["best_context"]
+    assert best["diff"] == pytest.approx(
+        reported[0]["best_context"]["loss"] - reported[1]["best_context"]["loss"]
+    )
+    assert best["n_clusters"] == 4 and cw["results"]["n_pieces"] == 8  # 4 documents, 2 pieces each
+    for got, ra, rb in zip(cw["results"]["buckets"], *(r["buckets"] for r in reported)):
+        assert got["diff"] == pytest.approx(ra["loss"] - rb["loss"])
+    niah = json.loads((out / "compare_niah.json").read_text())["results"]["overall"]
+    acc = [json.loads((r / "eval" / "niah.json").read_text())["results"]["summary"] for r in runs]
+    assert niah["diff"] == pytest.approx(acc[0]["likelihood_accuracy"] - acc[1]["likelihood_accuracy"])
+    assert niah["n"] == 4 * 2 * 5 and niah["n_clusters"] == 8
+    page = build_report(runs[0]).read_text()
+    assert "Comparison a - b" in page and "contextwise best-context loss A - B" in page
