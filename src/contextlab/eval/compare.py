@@ -170,7 +170,16 @@ def contextwise(a: Side, b: Side, o: Options) -> dict:
         f"({len(docs)} pieces; A {best['a']:.3f}, B {best['b']:.3f})"
     )
     results = {"unit": "piece", "cluster": "document", "n_pieces": len(docs), "n_documents": n_docs}
-    return {"lines": [line], "results": {**results, "best_context": best, "buckets": per_bucket}}
+    notes = []
+    if best["window_a"] != best["window_b"]:  # models of different training contexts
+        notes.append(
+            f"best-context windows differ (A {best['window_a']}, B {best['window_b']}): each model's own"
+        )
+    return {
+        "lines": [line],
+        "results": {**results, "best_context": best, "buckets": per_bucket},
+        "notes": notes,
+    }
 
 
 def ppl(a: Side, b: Side, o: Options) -> dict:
