@@ -187,6 +187,8 @@ def test_results_of_different_data_or_options_are_refused(tmp_path):
     with pytest.raises(UserError, match="no per-sample arrays .*rerun `contextlab eval contextwise`"):
         compare_runs(tmp_path / "a", tmp_path / "d", None, Options(), None)
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 2  # one line, exit code 2
+    with pytest.raises(UserError, match="too few"):
+        compare_runs(tmp_path / "a", tmp_path / "d", None, Options(resamples=10), None)
     with pytest.raises(UserError, match="holds no evaluation results"):
         compare_runs(tmp_path / "a", tmp_path / "missing", None, Options(), None)
 

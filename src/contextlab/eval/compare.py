@@ -296,6 +296,8 @@ def compare_runs(
 ) -> tuple[Path, list[dict]]:
     """Compare every evaluation both runs have (or ``evals``); write OUT/compare_NAME.json and .png for
     each and return OUT and the written documents. OUT defaults to RUN_A/compare/<B's name>."""
+    if options.resamples < 100:
+        raise UserError(f"--resamples {options.resamples} is too few for a 95% interval; use 1000 or more")
     fa, fb = eval_folder(run_a), eval_folder(run_b)
     la, lb = labels(fa, fb)
     both = sorted({f.stem for f in fa.glob("*.json")} & {f.stem for f in fb.glob("*.json")} & set(COMPARERS))
