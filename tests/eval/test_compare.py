@@ -284,3 +284,21 @@ def test_two_tiny_trained_models_end_to_end(tmp_path):
     assert niah["n"] == 4 * 2 * 5 and niah["n_clusters"] == 8
     page = build_report(runs[0]).read_text()
     assert "Comparison a - b" in page and "contextwise best-context loss A - B" in page
+
+
+def test_sample_arrays_keep_every_scored_accuracy_in_sample_order():
+    from contextlab.eval.tasks import sample_arrays
+
+    rows = [
+        {"cell": [0.0, 32], "group": 0, "likelihood_correct": True, "exact": False, "contains": True},
+        {"cell": [50.0, 64], "group": 1, "likelihood_correct": False, "exact": False, "contains": False},
+    ]
+    got = sample_arrays(rows)
+    assert got["correct_likelihood_correct"].tolist() == [1, 0] and got["correct_contains"].tolist() == [1, 0]
+    assert got["correct_exact"].tolist() == [0, 0] and got["group"].tolist() == [0, 1]
+    assert got["cell"].tolist() == [[0, 32], [50, 64]]
+    assert set(sample_arrays([{"cell": [4], "group": 0, "contains": True}])) == {
+        "correct_contains",
+        "cell",
+        "group",
+    }
