@@ -53,6 +53,7 @@ CELL_PARTS = {
     "kv": ["position"],
     "vartrack": ["length"],
 }
+METRIC_NAMES = {"likelihood_correct": "likelihood", "contains": "substring-match", "exact": "exact-match"}
 SAMPLE_KEYS = {"contextwise": ("pieces",), "ppl": ("doc_offsets",), **{t: ("cell", "group") for t in TASKS}}
 
 
@@ -218,8 +219,8 @@ def task(name: str):
             by_cell.append({"cell": c.tolist(), **_accuracy_diff(ca[m], cb[m], group[m], o)})
         mc = overall["mcnemar"]
         line = (
-            f"{name} {metric} accuracy A - B = {cs.interval_text(overall, 2)} over {len(ca)} samples in "
-            f"{overall['n_clusters']} candidate sets (A {overall['a']:.2f}, B {overall['b']:.2f}; "
+            f"{name} {METRIC_NAMES[metric]} accuracy A - B = {cs.interval_text(overall, 2)} over {len(ca)} "
+            f"samples in {overall['n_clusters']} candidate sets (A {overall['a']:.2f}, B {overall['b']:.2f}; "
             f"only A right {mc['only_a_right']}, only B right {mc['only_b_right']}, "
             f"McNemar p={mc['p_value']:.2g})"
         )

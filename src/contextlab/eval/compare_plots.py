@@ -70,7 +70,7 @@ def task_png(doc: dict, out: str | Path) -> Path:
     names = [", ".join(f"{v:g}" for v in c["cell"]) for c in r["by_cell"]] + ["all"]
     ax.set_xticks(range(len(rows)), names, rotation=60, fontsize=7)
     ax.set_xlabel(" x ".join(r["cell_parts"]))
-    ax.set_ylabel(f"{r['metric']} accuracy A - B")
+    ax.set_ylabel("accuracy A - B (" + r["metric"].replace("_correct", "") + ")")
     ax.set_title(_title(doc, doc["eval"]), fontsize=9)
     return save_png(fig, out)
 
