@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "eval": "contextlab.cli.eval:cmd_eval",
     "sweep": "contextlab.cli.sweep:cmd_sweep",
     "optimal-context": "contextlab.cli.optimal_context:cmd_optimal_context",
+    "compare": "contextlab.cli.compare:cmd_compare",
     "report": "contextlab.cli.report:cmd_report",
     "analyze entropy": "contextlab.cli.analyze:cmd_entropy",
 }

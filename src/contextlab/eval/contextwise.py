@@ -28,7 +28,9 @@ shows whether the model keeps improving beyond it. Summaries:
   while the reader's question is whether late positions beat early ones.
 
 Cost: each batch of documents goes through the model exactly once (one forward of L
-tokens per document); per-position sums are accumulated in float64.
+tokens per document); per-position sums are accumulated in float64. Beside the JSON, each
+piece's (document, start), its mean loss in every bucket and over the best-context window are
+saved (a few numbers per piece), so that ``contextlab compare`` can pair two models piece by piece.
 """
 
 from __future__ import annotations
@@ -177,12 +179,13 @@ def _pieces(store, L: int, options: Options) -> tuple[list[tuple[int, int]], np.
     return pieces, np.stack([np.asarray(store.doc(d)[s : s + L], dtype=np.int64) for d, s in pieces])
 
 
-def _gain_buckets(L: int) -> tuple[tuple[int, int], tuple[int, int]]:
-    """The (from, to) context lengths of the first bucket and of the last complete one (a partial
-    last bucket may hold a single position)."""
+def _bucket_ranges(L: int) -> tuple[list[tuple[int, int]], int]:
+    """The (from, to) context lengths of every bucket, and the index of the last complete one (the
+    first bucket and that one are the context gain's early and late ranges; a partial last bucket
+    may hold a single position)."""
     bk = buckets(np.zeros(L - 1))  # the bucket bounds depend on L only
-    last = [b for b in bk if b["complete"]][-1]
-    return (bk[0]["from"], bk[0]["to"]), (last["from"], last["to"])
+    last = max(i for i, b in enumerate(bk) if b["complete"])
+    return [(b["from"], b["to"]) for b in bk], last
 
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
@@ -191,15 +194,17 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     L = options.length or (2 * ctx if adapter.info.extends_beyond else ctx + 1)
     adapter.check_length(L - 1, "the documents")
     pieces, tokens = _pieces(store, L, options)
-    early, late = _gain_buckets(L)
-    s, s2, ends = scan(adapter, tokens, [early, late])
+    ranges, last = _bucket_ranges(L)
+    best = best_context_loss(np.zeros(L - 1), ctx, options.best_fraction)  # its bounds depend on L only
+    s, s2, means = scan(adapter, tokens, ranges + [(best["from"], best["to"])])  # means: (N, buckets + 1)
     n = len(tokens)
     curve = s / n
     sem = np.sqrt(np.maximum(s2 / n - curve**2, 0) / max(n - 1, 1))
     bk = buckets(curve)
     best = best_context_loss(curve, ctx, options.best_fraction)
     lowest = curve_minimum(curve, sem, ctx, best["to"] - best["from"] + 1)
-    gain = context_gain(ends[:, 0], ends[:, 1], [d for d, _ in pieces])
+    early, late = ranges[0], ranges[last]
+    gain = context_gain(means[:, 0], means[:, last], [d for d, _ in pieces])
     results = {
         "summary": _summary(curve, bk, best, lowest, gain, ctx),
         "length": L,
@@ -218,7 +223,13 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         adapter.info.id: {**{k: results[k] for k in ("context", "loss", "minimum")}, "train_context": ctx}
     }
     plot = functools.partial(_plot, curves, smooth=_smooth(n))
-    return EvalOutput(results, {"store": str(store.path), "hash": store.hash, "pieces": n}, plot=plot)
+    arrays = {  # per piece, what a paired comparison of two models needs (contextlab.eval.compare)
+        "pieces": np.asarray(pieces, dtype=np.int64).reshape(n, 2),  # (N, 2): document, start token
+        "piece_bucket_loss": means[:, :-1],  # (N, buckets): each piece's mean loss in each bucket
+        "piece_best_loss": means[:, -1],  # (N,): each piece's mean over the best-context window
+    }
+    data = {"store": str(store.path), "hash": store.hash, "pieces": n}
+    return EvalOutput(results, data, arrays=arrays, plot=plot)
 
 
 def _summary(curve: np.ndarray, bk: list[dict], best: dict, lowest: dict, gain: dict, ctx: int) -> dict:

@@ -149,4 +149,4 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             chance=res["summary"].get("chance"),
         )
 
-    return EvalOutput(res, info, plot=plot)
+    return EvalOutput(res, info, arrays=tasks.sample_arrays(rows), plot=plot)

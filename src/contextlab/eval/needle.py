@@ -188,4 +188,4 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             title=f"needle in a haystack ({cell_key}): {adapter.info.id}",
         )
 
-    return EvalOutput(res, info, plot=plot)
+    return EvalOutput(res, info, arrays=tasks.sample_arrays(rows), plot=plot)

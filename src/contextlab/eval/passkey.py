@@ -105,4 +105,4 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             title=f"passkey ({cell_key}): {adapter.info.id}",
         )
 
-    return EvalOutput(res, info, plot=plot)
+    return EvalOutput(res, info, arrays=tasks.sample_arrays(rows), plot=plot)

@@ -25,6 +25,9 @@ deterministically in one or both ways:
   and ``keyword_recall``, the SPLICE paper's needle metric: the fraction of the answer's
   keywords (its words less stopwords) found among the generated words.
 
+``sample_arrays`` turns the scored rows into the per-sample arrays every task saves beside its
+JSON (correctness, cell, candidate set), which ``contextlab compare`` pairs between two models.
+
 ``visible`` keeps only the most recent k prompt tokens (k < 1: that fraction of the
 prompt), the knob of the visible-context sweep. Results are grouped by each sample's
 ``cell`` (e.g. (length, depth)) into accuracy tables, each with its Wilson interval.
@@ -137,6 +140,18 @@ def score_samples(
             row["contains"] = _norm(s.answer) in _norm(gen)
             row["keyword_recall"] = keyword_recall(gen, s.answer)
         out.append(row)
+    return out
+
+
+def sample_arrays(rows: list[dict]) -> dict[str, np.ndarray]:
+    """The per-sample outcomes of ``score_samples`` as arrays saved beside the result, in sample order:
+    ``correct_<metric>`` (n,) int8 for each accuracy scored, ``cell`` (n, parts) float64 and
+    ``group`` (n,) int64, so two models' results pair sample by sample (``contextlab compare``)."""
+    out = {
+        f"correct_{m}": np.asarray([r[m] for r in rows], np.int8) for m in ACCURACIES if rows and m in rows[0]
+    }
+    out["cell"] = np.asarray([r["cell"] for r in rows], np.float64).reshape(len(rows), -1)
+    out["group"] = np.asarray([r["group"] for r in rows], np.int64)
     return out
 
 

@@ -2,11 +2,11 @@
 
 The report reads result files only (metrics.jsonl, config.toml, eval/*.json and their PNGs,
 results.csv, compute_optimal.json, a packed store's pack_stats.json, a pipeline's summary.json
-with its headline table and figures): it never imports a model or the trainer, so it can be
-built anywhere the files are, long after the runs. Plots are embedded as base64 PNGs, so
-the page is one file that can be mailed or archived. A small script marks the page once
-every image has decoded (``data-images-ok``), which is how the test checks in a real
-browser that every plot is displayed.
+with its headline table and figures, ``contextlab compare``'s compare_*.json and plots): it never
+imports a model or the trainer, so it can be built anywhere the files are, long after the runs.
+Plots are embedded as base64 PNGs, so the page is one file that can be mailed or archived. A
+small script marks the page once every image has decoded (``data-images-ok``), which is how the
+test checks in a real browser that every plot is displayed.
 """
 
 from __future__ import annotations
@@ -236,6 +236,29 @@ def sweep_section(sweep: Path) -> str:
     return "\n".join(parts)
 
 
+def compare_sections(root: Path) -> list[str]:
+    """One section per folder of ``contextlab compare`` results under ``root``: a line per result
+    (A - B with its 95% interval), the notes, and the plots."""
+    docs: dict[Path, list[dict]] = {}
+    for f in sorted(root.rglob("compare_*.json")):
+        try:
+            doc = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and doc.get("format") == "contextlab-compare":
+            docs.setdefault(f.parent, []).append(doc)
+    out = []
+    for folder, found in docs.items():
+        a, b = found[0]["a"]["label"], found[0]["b"]["label"]
+        parts = [f"<h2>Comparison {html.escape(a)} - {html.escape(b)}</h2>", "<ul>"]
+        parts += [f"<li>{html.escape(line)}</li>" for d in found for line in d.get("lines", [])]
+        parts.append("</ul>")
+        parts += [f'<p class="muted">{html.escape(n)}</p>' for d in found for n in d.get("notes", [])]
+        parts += [_img(png, png.stem) for d in found if (png := folder / f"compare_{d['eval']}.png").exists()]
+        out.append("\n".join(parts))
+    return out
+
+
 # ---------------------------------------------------------------------------- page
 
 
@@ -278,7 +301,7 @@ def build_report(
     body += _data_sections(root)
     runs = rundir.find_runs(root)
     sections, summary = _run_sections(root, runs[:50])
-    body += sections
+    body += sections + compare_sections(root)
     if len(runs) > 1:
         body.insert(lead, "<h2>Runs</h2>" + _table(summary))
     if not body:

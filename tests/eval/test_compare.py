@@ -1,0 +1,304 @@
+"""Paired comparisons: synthetic results with known answers, the refusal, tiny trained models end to end."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from contextlab.cli import main
+from contextlab.errors import UserError
+from contextlab.eval.compare import Options, compare_runs
+from contextlab.eval.compare_stats import cluster_bootstrap, cluster_t, per_cluster
+from contextlab.eval.results import write_result
+
+BUCKETS = [{"from": 1, "to": 1}, {"from": 2, "to": 3}, {"from": 4, "to": 7}]
+
+
+def contextwise_result(run, bucket_loss, best_loss, pieces, *, hash_="a" * 64, **options) -> None:
+    """A contextwise result file in RUN/eval with the given per-piece arrays."""
+    n = len(pieces)
+    write_result(
+        run / "eval",
+        "contextwise",
+        results={
+            "summary": {"best_context_loss": float(np.mean(best_loss))},
+            "buckets": BUCKETS,
+            "best_context": {"from": 6, "to": 7, "loss": float(np.mean(best_loss))},
+        },
+        options={"length": 8, "max_docs": 0, "pieces_per_doc": 0, "best_fraction": 0.1, **options},
+        model={"id": run.name, "path": str(run)},
+        data={"store": str(run / "store"), "hash": hash_, "pieces": n},
+        seconds=0.0,
+        arrays={
+            "pieces": np.asarray(pieces, np.int64),
+            "piece_bucket_loss": np.asarray(bucket_loss, np.float64),
+            "piece_best_loss": np.asarray(best_loss, np.float64),
+        },
+    )
+
+
+def niah_result(run, correct, group, cell, **options) -> None:
+    write_result(
+        run / "eval",
+        "niah",
+        results={"summary": {"likelihood_accuracy": float(np.mean(correct))}},
+        options={"samples": 2, "scoring": "likelihood", **options},
+        model={"id": run.name},
+        data={"haystack": "x", "hash": "h" * 64, "lengths": [32, 64]},
+        seconds=0.0,
+        arrays={
+            "correct_likelihood_correct": np.asarray(correct, np.int8),
+            "group": np.asarray(group, np.int64),
+            "cell": np.asarray(cell, np.float64),
+        },
+    )
+
+
+def test_identical_runs_give_zero_with_an_interval_containing_zero(tmp_path):
+    rng = np.random.default_rng(0)
+    pieces = [(d, 0) for d in range(20)]
+    loss, best = rng.normal(5, 0.3, (20, 3)), rng.normal(4.5, 0.3, 20)
+    group = np.repeat(np.arange(8), 5)
+    correct = rng.integers(0, 2, 40)
+    cell = np.repeat([[0, 32], [100, 64]], 20, axis=0)
+    for run in (tmp_path / "a", tmp_path / "b"):
+        contextwise_result(run, loss, best, pieces)
+        niah_result(run, correct, group, cell)
+    out, docs = compare_runs(tmp_path / "a", tmp_path / "b", None, Options(), None)
+    assert out == tmp_path / "a" / "compare" / "b" and [d["eval"] for d in docs] == ["contextwise", "niah"]
+    cw, niah = (d["results"] for d in docs)
+    for r in [cw["best_context"], *cw["buckets"], niah["overall"], *niah["by_cell"]]:
+        assert r["diff"] == 0 and r["interval95"][0] <= 0 <= r["interval95"][1]
+    assert niah["overall"]["mcnemar"]["only_a_right"] == niah["overall"]["mcnemar"]["only_b_right"] == 0
+    assert (out / "compare_contextwise.png").stat().st_size > 1000 and (out / "compare_niah.png").is_file()
+    assert json.loads((out / "compare_niah.json").read_text())["format"] == "contextlab-compare"
+
+
+def test_a_shifted_run_gives_the_shift_and_the_paired_t_interval(tmp_path):
+    rng = np.random.default_rng(1)
+    pieces = [(d, 0) for d in range(30)]  # one piece per document: the ordinary paired t interval
+    loss_b, best_b = rng.normal(5, 0.5, (30, 3)), rng.normal(4.5, 0.5, 30)
+    noise = rng.normal(0, 0.02, 30)
+    contextwise_result(tmp_path / "a", loss_b - 0.1, best_b - 0.1 + noise, pieces)
+    contextwise_result(tmp_path / "b", loss_b, best_b, pieces)
+    _, (doc,) = compare_runs(tmp_path / "a", tmp_path / "b", ["contextwise"], Options(), tmp_path / "o")
+    best = doc["results"]["best_context"]
+    ref = stats.ttest_rel(best_b - 0.1 + noise, best_b).confidence_interval(0.95)
+    assert best["diff"] == pytest.approx(-0.1 + noise.mean())
+    assert best["interval95"] == pytest.approx([ref.low, ref.high])
+    assert best["interval95"][1] < 0 and best["interval95"][0] < -0.1 < best["interval95"][1]
+    assert [b["diff"] for b in doc["results"]["buckets"]] == pytest.approx([-0.1] * 3)
+    assert (
+        doc["lines"][0].startswith("contextwise best-context loss A - B = -0.1")
+        and "over 30 documents" in (doc["lines"][0])
+    )
+
+
+def test_pieces_of_one_document_are_one_cluster():
+    """Two identical pieces per document: the same interval as one value per document, not narrower."""
+    x = np.random.default_rng(2).normal(0.1, 1.0, 12)
+    one = cluster_t(*per_cluster(x, np.arange(12)))
+    two = cluster_t(*per_cluster(np.repeat(x, 2), np.repeat(np.arange(12), 2)))
+    assert two["diff"] == pytest.approx(one["diff"]) and two["interval95"] == pytest.approx(one["interval95"])
+    assert cluster_t(np.array([1.0]), np.array([2.0]))["interval95"] is None  # one document: no interval
+
+
+def test_retrieval_shift_counts_and_a_seeded_bootstrap_over_candidate_sets(tmp_path):
+    rng = np.random.default_rng(3)
+    group = np.repeat(np.arange(40), 5)
+    cell = np.repeat([[0, 32], [50, 32], [0, 64], [50, 64]], 50, axis=0)
+    b = rng.random(200) < 0.2
+    a = b | (rng.random(200) < 0.5)  # A right wherever B is, and on about half the rest
+    niah_result(tmp_path / "a", a, group, cell)
+    niah_result(tmp_path / "b", b, group, cell)
+    _, (doc,) = compare_runs(tmp_path / "a", tmp_path / "b", ["niah"], Options(), tmp_path / "o")
+    overall = doc["results"]["overall"]
+    assert overall["diff"] == pytest.approx(a.mean() - b.mean()) and overall["n_clusters"] == 40
+    assert (
+        overall["mcnemar"]["only_a_right"] == int((a & ~b).sum()) and overall["mcnemar"]["only_b_right"] == 0
+    )
+    lo, hi = overall["interval95"]
+    assert 0 < lo < overall["diff"] < hi
+    assert [c["cell"] for c in doc["results"]["by_cell"]] == [[0, 32], [0, 64], [50, 32], [50, 64]]
+    _, (again,) = compare_runs(tmp_path / "a", tmp_path / "b", ["niah"], Options(), tmp_path / "o2")
+    assert again["results"]["overall"]["interval95"] == overall["interval95"]  # seeded
+    assert cluster_bootstrap(np.ones(3), np.ones(3), 100, 0)["interval95"] == [1.0, 1.0]
+
+
+def test_ppl_pairs_the_same_tokens_with_documents_as_clusters(tmp_path):
+    rng = np.random.default_rng(4)
+    offsets = np.array([0, 50, 120, 200, 260])
+    base = rng.normal(4, 1, 260).astype(np.float32)
+    for run, shift in (("a", 0.0), ("b", 0.25)):
+        losses = base + np.float32(shift)
+        write_result(
+            tmp_path / run / "eval",
+            "ppl",
+            results={"summary": {"loss": float(losses.mean()), "perplexity": float(np.exp(losses.mean()))}},
+            options={"context": 64 if run == "a" else 32, "stride": 0, "max_docs": 0, "max_tokens": 0},
+            model={"id": run},
+            data={"store": run, "hash": "s" * 64, "n_docs": 4},
+            seconds=0.0,
+            arrays={"token_losses": losses, "doc_offsets": offsets},
+        )
+    _, (doc,) = compare_runs(tmp_path / "a", tmp_path / "b", None, Options(), None)
+    assert doc["results"]["loss"]["diff"] == pytest.approx(-0.25, abs=1e-6)
+    assert doc["results"]["per_document"]["diff"] == pytest.approx([-0.25] * 4, abs=1e-6)
+    assert doc["notes"] == ["option context 64 vs 32"]  # a different window scores the same tokens
+
+
+def test_icl_per_set_difference_and_histogram(tmp_path):
+    for run, per_set in (("a", [0.5, 0.6, 0.4, 0.55] * 3), ("b", [0.45, 0.5, 0.4, 0.5] * 3)):
+        write_result(
+            tmp_path / run / "eval",
+            "icl",
+            results={"by_shots": [{"shots": 8, "accuracy_per_set": per_set}]},
+            options={"shots": [8], "n_test": 54, "seeds": 12, "balance": True},
+            model={"id": run},
+            data={"folder": run, "hash": "t" * 64, "n_train": 100, "n_test": 54, "balanced": True},
+            seconds=0.0,
+        )
+    _, (doc,) = compare_runs(tmp_path / "a", tmp_path / "b", ["icl"], Options(), tmp_path / "o")
+    row = doc["results"]["by_shots"][0]
+    assert row["diff"] == pytest.approx(0.05) and row["per_set"] == pytest.approx([0.05, 0.1, 0.0, 0.05] * 3)
+    assert 0 < row["interval95"][0] <= 0.05 <= row["interval95"][1] and doc["notes"] == []
+    assert (tmp_path / "o" / "compare_icl.png").stat().st_size > 1000
+
+
+def test_results_of_different_data_or_options_are_refused(tmp_path):
+    pieces = [(d, 0) for d in range(4)]
+    loss, best = np.ones((4, 3)), np.ones(4)
+    contextwise_result(tmp_path / "a", loss, best, pieces)
+    contextwise_result(tmp_path / "b", loss, best, pieces, hash_="b" * 64, max_docs=4)
+    with pytest.raises(
+        UserError, match=r"same samples \(data hash aaaaaaaaaaaa vs bbbbbbbbbbbb; option max_docs"
+    ):
+        compare_runs(tmp_path / "a", tmp_path / "b", None, Options(), None)
+    contextwise_result(tmp_path / "c", loss, best, [(d, 8) for d in range(4)])  # other pieces, same options
+    with pytest.raises(UserError, match="saved pieces"):
+        compare_runs(tmp_path / "a", tmp_path / "c", None, Options(), None)
+    contextwise_result(tmp_path / "d", loss + 1, best, pieces, best_fraction=0.2)  # scoring only: a note
+    _, (doc,) = compare_runs(tmp_path / "a", tmp_path / "d", None, Options(), None)
+    assert doc["notes"] == ["option best_fraction 0.1 vs 0.2"]
+    (tmp_path / "d" / "eval" / "contextwise.pieces.npy").unlink()  # as if written before compare existed
+    with pytest.raises(UserError, match="no per-sample arrays .*rerun `contextlab eval contextwise`"):
+        compare_runs(tmp_path / "a", tmp_path / "d", None, Options(), None)
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 2  # one line, exit code 2
+    with pytest.raises(UserError, match="too few"):
+        compare_runs(tmp_path / "a", tmp_path / "d", None, Options(resamples=10), None)
+    with pytest.raises(UserError, match="holds no evaluation results"):
+        compare_runs(tmp_path / "a", tmp_path / "missing", None, Options(), None)
+
+
+def test_two_tiny_trained_models_end_to_end(tmp_path):
+    """Train two tiny runs (different seeds), evaluate both with contextwise and niah through the command
+    line, compare them, and read the comparison back: A - B equals the difference of the reported numbers."""
+    from contextlab.config import from_dict
+    from contextlab.data.ingest import IngestConfig, ingest
+    from contextlab.report.html import build_report
+    from contextlab.train.config import RunConfig
+    from contextlab.train.trainer import train
+    from tests.conftest import shakespeare
+
+    text = shakespeare(40_000)
+    for i in range(4):
+        (tmp_path / "src").mkdir(exist_ok=True)
+        (tmp_path / "src" / f"part{i}.txt").write_text(text[i * 10_000 : (i + 1) * 10_000])
+    store = ingest(tmp_path / "src", tmp_path / "store", IngestConfig(tokenizer="byte"), progress=False).store
+    runs = [tmp_path / "runs" / name for name in ("a", "b")]
+    for seed, run in enumerate(runs):
+        cfg = {
+            "model": {"size": "tiny-4x256", "n_layer": 1, "n_head": 2, "n_embd": 32},
+            "data": {"store": str(store.path), "val_split": "tail", "val_fraction": 0.1},
+            "optim": {"lr": 3e-3, "warmup_steps": 1},
+            "train": {
+                "out_dir": str(run),
+                "context": 32,
+                "tokens_per_step": 256,
+                "max_steps": 4 + 4 * seed,
+                "val_every": 0,
+                "ckpt_every": 0,
+                "threads": 1,
+                "peak_flops": 1e12,
+                "progress": False,
+                "dtype": "fp32",
+                "seed": seed,
+            },
+        }
+        train(from_dict(RunConfig, cfg))
+        assert (
+            main(
+                [
+                    "eval",
+                    "contextwise",
+                    "--model",
+                    str(run),
+                    "--data",
+                    str(store.path),
+                    "--length",
+                    "65",
+                    "--max-docs",
+                    "8",
+                    "--pieces-per-doc",
+                    "2",
+                ]
+            )
+            == 0
+        )
+        assert (
+            main(
+                [
+                    "eval",
+                    "niah",
+                    "--model",
+                    str(run),
+                    "--lengths",
+                    "256,384",
+                    "--depths",
+                    "0,100",
+                    "--samples",
+                    "2",
+                    "--scoring",
+                    "likelihood",
+                ]
+            )
+            == 0
+        )
+    assert main(["compare", *map(str, runs)]) == 0
+    out = runs[0] / "compare" / "b"
+    cw = json.loads((out / "compare_contextwise.json").read_text())
+    reported = [json.loads((r / "eval" / "contextwise.json").read_text())["results"] for r in runs]
+    best = cw["results"]["best_context"]
+    assert best["diff"] == pytest.approx(
+        reported[0]["best_context"]["loss"] - reported[1]["best_context"]["loss"]
+    )
+    assert best["n_clusters"] == 4 and cw["results"]["n_pieces"] == 8  # 4 documents, 2 pieces each
+    for got, ra, rb in zip(cw["results"]["buckets"], *(r["buckets"] for r in reported)):
+        assert got["diff"] == pytest.approx(ra["loss"] - rb["loss"])
+    niah = json.loads((out / "compare_niah.json").read_text())["results"]["overall"]
+    acc = [json.loads((r / "eval" / "niah.json").read_text())["results"]["summary"] for r in runs]
+    assert niah["diff"] == pytest.approx(acc[0]["likelihood_accuracy"] - acc[1]["likelihood_accuracy"])
+    assert niah["n"] == 4 * 2 * 5 and niah["n_clusters"] == 8
+    page = build_report(runs[0]).read_text()
+    assert "Comparison a - b" in page and "contextwise best-context loss A - B" in page
+
+
+def test_sample_arrays_keep_every_scored_accuracy_in_sample_order():
+    from contextlab.eval.tasks import sample_arrays
+
+    rows = [
+        {"cell": [0.0, 32], "group": 0, "likelihood_correct": True, "exact": False, "contains": True},
+        {"cell": [50.0, 64], "group": 1, "likelihood_correct": False, "exact": False, "contains": False},
+    ]
+    got = sample_arrays(rows)
+    assert got["correct_likelihood_correct"].tolist() == [1, 0] and got["correct_contains"].tolist() == [1, 0]
+    assert got["correct_exact"].tolist() == [0, 0] and got["group"].tolist() == [0, 1]
+    assert got["cell"].tolist() == [[0, 32], [50, 64]]
+    assert set(sample_arrays([{"cell": [4], "group": 0, "contains": True}])) == {
+        "correct_contains",
+        "cell",
+        "group",
+    }
