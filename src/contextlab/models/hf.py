@@ -136,7 +136,7 @@ def write_remote_code_model(
     config = wrapper.config_class.from_gpt_config(
         model.config, contextlab=provenance(extra_config), **config_extra
     )
-    hf_model = wrapper(config)
+    hf_model = wrapper(config).to(next(model.parameters()).dtype)  # saved in the model's dtype
     hf_model.gpt.load_state_dict(model.state_dict(), strict=True)
     hf_model.save_pretrained(folder, safe_serialization=True)
     names = {"AutoConfig": type(config).__mro__[1], "AutoModelForCausalLM": wrapper.__mro__[1]}

@@ -135,7 +135,7 @@ def save_llama(model: GPT, folder: str | os.PathLike, **config_extra) -> Path:
     from transformers import LlamaForCausalLM
 
     config = llama_config(model.config, **config_extra)
-    llama = LlamaForCausalLM(config)
+    llama = LlamaForCausalLM(config).to(model.wte.weight.dtype)  # saved in the model's dtype
     llama.load_state_dict(llama_state_dict(model), strict=True)
     if config.tie_word_embeddings:
         llama.tie_weights()
