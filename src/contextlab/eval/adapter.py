@@ -211,10 +211,10 @@ def load_model(
             f"model not found: {p}; pass a contextlab run directory or a Hugging Face model folder"
         )
     if is_hf_folder(p):
-        from contextlab.models.hf import MODEL_TYPE  # imports transformers: only for HF folders
+        from contextlab.models.hf import is_gpt_export  # imports transformers: only for HF folders
 
         cfg = json.loads((p / "config.json").read_text())
-        load = contextlab.load_export if cfg.get("model_type") == MODEL_TYPE else hf.load_folder
+        load = contextlab.load_export if is_gpt_export(cfg) else hf.load_folder
         model, tok, info = load(p, cfg)
     else:
         model, tok, info = contextlab.load_run(p, step)

@@ -1,24 +1,21 @@
 """Hugging Face interop: export a contextlab model, load any local HF causal LM, load exports back.
 
-An export is an ordinary ``save_pretrained`` folder (``config.json`` + ``model.safetensors``)
-of one of two model types: ``contextlab-gpt`` (a ``GPT``; an MTP model exports its
-next-token GPT, see ``models/hf_archs.py``) and ``contextlab-contextlm`` (a ``ContextLM``,
-whose predictor feeds every prediction). ``ContextlabGPTForCausalLM`` wraps the model under
-the attribute ``gpt``, so the state dict maps 1:1 (keys gain a ``gpt.`` prefix) and logits
-are bit-for-bit those of contextlab. The config.json keys are the model config's fields
-(``tie_embeddings`` under HF's name): the dataclasses stay their one declaration.
+A contextlab export in its own format is a ``save_pretrained`` folder (``config.json`` +
+``model.safetensors``) of one of two model types: ``contextlab-gpt`` (a ``GPT``; an MTP model
+exports its next-token GPT, see ``models/hf_archs.py``) and ``contextlab-contextlm`` (a
+``ContextLM``, whose predictor feeds every prediction). The transformers implementation of both
+is ``models/hf_remote/modeling_contextlab.py``, which imports only torch and transformers: every
+export carries a copy of it and an ``auto_map``, so ``from_pretrained(dir,
+trust_remote_code=True)`` loads it where contextlab is not installed. Its parameters keep
+contextlab's names under ``gpt.``, so the state dict maps 1:1. The config.json keys are the
+model config's fields (``tie_embeddings`` under HF's name). (A GPT of the Llama shape is
+exported as a native Llama folder instead: ``models/hf_llama.py``.)
 
-Registration, the trade-off: ``transformers`` finds architectures only through its own
-table or through ``trust_remote_code`` (it has no plugin entry points), so it cannot
-discover the contextlab types by itself. Importing this module registers both with
-``AutoConfig`` / ``AutoModelForCausalLM`` (idempotent); after ``import contextlab.models.hf``
-a plain ``AutoModelForCausalLM.from_pretrained(export_dir)`` works without
-``trust_remote_code``, and no modeling code is copied into the folder. We chose this
-explicit import over hidden import-order tricks; contextlab's own loaders
-(``load_hf_causal_lm``) always register first.
-
-Generation re-runs the full sequence at every step (no KV cache): correct and simple,
-O(T^2) per sequence, fine for the short samples contextlab generates.
+Registration, the trade-off: inside contextlab the same classes are registered with
+``AutoConfig`` / ``AutoModelForCausalLM`` when this module is imported (idempotent), so
+contextlab's own loaders (``load_hf_causal_lm``) read exports, old ones without ``auto_map``
+included, without executing code from the folder. The subclasses here only add conversions to
+and from contextlab's dataclass configs.
 """
 
 from __future__ import annotations
@@ -30,16 +27,16 @@ import shutil
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-import transformers
-from transformers import AutoConfig, AutoModelForCausalLM, GenerationMixin, PretrainedConfig, PreTrainedModel
-from transformers.modeling_outputs import CausalLMOutputWithPast
+from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
 
 import contextlab
 from contextlab.errors import UserError
 from contextlab.io import staged_dir
 from contextlab.models.contextlm import ContextLM, ContextLMConfig, ContextLMOptions
 from contextlab.models.gpt import GPT, GPTConfig, current_fields
+from contextlab.models.hf_remote import REMOTE_DIR, REMOTE_FILES
+from contextlab.models.hf_remote import configuration_contextlab as remote_config
+from contextlab.models.hf_remote import modeling_contextlab as remote
 
 MODEL_TYPE = "contextlab-gpt"
 CONTEXTLM_TYPE = "contextlab-contextlm"
@@ -48,25 +45,11 @@ _HF_NAME = {"tie_embeddings": "tie_word_embeddings"}  # GPTConfig field -> confi
 _current_keys = current_fields  # config.json keys of older exports (block_size) under their current names
 
 
-class ContextlabGPTConfig(PretrainedConfig):
+class ContextlabGPTConfig(remote_config.ContextlabGPTConfig):
     """The GPTConfig fields as a transformers config (plus HF's standard attribute names)."""
 
-    model_type = MODEL_TYPE
-    attribute_map = {
-        "hidden_size": "n_embd",
-        "num_hidden_layers": "n_layer",
-        "num_attention_heads": "n_head",
-        "max_position_embeddings": "context",
-        "tie_embeddings": "tie_word_embeddings",
-    }
-
-    def __init__(self, tie_word_embeddings=True, use_cache=False, **kwargs):
-        # every GPTConfig field, its default from the dataclass; rope_extension, rope_factor and
-        # rope_original_context (models/rope.py) are named so transformers' own rope logic never reads them
-        kwargs = _current_keys(kwargs)
-        _take_fields(self, GPTConfig, kwargs, skip=("tie_embeddings",))
-        self.use_cache = use_cache  # no KV cache
-        super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
+    def __init__(self, **kwargs):  # transformers 5 replaces a config subclass's missing __init__
+        super().__init__(**kwargs)
 
     @classmethod
     def from_gpt_config(cls, cfg: GPTConfig, **kwargs) -> ContextlabGPTConfig:
@@ -75,113 +58,23 @@ class ContextlabGPTConfig(PretrainedConfig):
     def to_gpt_config(self) -> GPTConfig:
         return GPTConfig(**{k: getattr(self, _HF_NAME.get(k, k)) for k in _GPT_FIELDS})
 
-    def build_model(self) -> GPT:
-        """A fresh contextlab model of this config (from_pretrained then loads its weights)."""
-        return GPT(self.to_gpt_config())
 
-
-class ContextlabContextLMConfig(ContextlabGPTConfig):
+class ContextlabContextLMConfig(remote_config.ContextlabContextLMConfig, ContextlabGPTConfig):
     """ContextlabGPTConfig plus ContextLMOptions' fields (chunk_size, predictor_layers, ...)."""
 
-    model_type = CONTEXTLM_TYPE
-
     def __init__(self, **kwargs):
-        _take_fields(self, ContextLMOptions, kwargs)
         super().__init__(**kwargs)
 
     def to_arch_config(self) -> ContextLMConfig:
         options = {f.name: getattr(self, f.name) for f in dataclasses.fields(ContextLMOptions)}
         return ContextLMConfig(**dataclasses.asdict(self.to_gpt_config()), **options)
 
-    def build_model(self) -> ContextLM:
-        return ContextLM(self.to_arch_config())
 
-
-def _take_fields(config: PretrainedConfig, cls: type, kwargs: dict, skip: tuple[str, ...] = ()) -> None:
-    """Set each field of dataclass ``cls`` on ``config`` from kwargs (popped) or the field's default."""
-    for f in dataclasses.fields(cls):
-        if f.name not in skip:
-            setattr(config, f.name, kwargs.pop(f.name, f.default))
-
-
-class ContextlabGPTForCausalLM(PreTrainedModel, GenerationMixin):
-    """transformers face of a contextlab GPT: logits, loss with the usual shift, generate()."""
-
+class ContextlabGPTForCausalLM(remote.ContextlabGPTForCausalLM):
     config_class = ContextlabGPTConfig
-    base_model_prefix = "gpt"
-    main_input_name = "input_ids"
-    _no_split_modules = ["Block"]
-    # transformers 5 maps tied target -> source; 4.x lists the tied keys
-    _tied_weights_keys = (
-        {"gpt.lm_head.weight": "gpt.wte.weight"}
-        if int(transformers.__version__.split(".")[0]) >= 5
-        else ["gpt.lm_head.weight"]
-    )
-
-    def __init__(self, config: ContextlabGPTConfig, gpt: GPT | None = None):
-        super().__init__(config)
-        self.gpt = gpt if gpt is not None else config.build_model()
-        self.post_init()
-        self.generation_config.use_cache = False
-
-    def _init_weights(self, module):
-        pass  # GPT initialises itself in its constructor; from_pretrained then loads every weight
-
-    @classmethod
-    def _supports_default_dynamic_cache(cls) -> bool:
-        return False  # there is no KV cache: generate must not create one
-
-    def get_input_embeddings(self):
-        return self.gpt.wte
-
-    def get_output_embeddings(self):
-        return self.gpt.lm_head
-
-    def prepare_inputs_for_generation(self, input_ids, attention_mask=None, **kwargs):
-        return {"input_ids": input_ids, "attention_mask": attention_mask}  # the full sequence, every step
-
-    def forward(
-        self,
-        input_ids: torch.LongTensor,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        labels: torch.LongTensor | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs,
-    ):
-        T = input_ids.size(1)
-        attn_mask = None
-        if attention_mask is not None and not bool(attention_mask.all()):  # padding (generate pads left)
-            keep = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T) real keys
-            pads_see_themselves = torch.eye(T, dtype=torch.bool, device=input_ids.device)  # no NaN rows
-            attn_mask = keep | pads_see_themselves  # (B, 1, T, T); the model adds causality
-            if position_ids is None:
-                position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
-        if output_hidden_states is None:
-            output_hidden_states = self.config.output_hidden_states
-        out = self.gpt(
-            input_ids,
-            attn_mask=attn_mask,
-            position_ids=position_ids,
-            return_hidden=bool(output_hidden_states),
-        )
-        loss = None
-        if labels is not None:  # predict token t+1 from positions <= t
-            logits = out.logits[:, :-1].float()
-            loss = F.cross_entropy(
-                logits.reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=-100
-            )
-        # HF convention: n_layer + 1 states, embeddings first, the last one after the final norm
-        hidden_states = (*out.layers[:-1], out.hidden) if output_hidden_states else None
-        result = CausalLMOutputWithPast(loss=loss, logits=out.logits, hidden_states=hidden_states)
-        use_dict = return_dict if return_dict is not None else self.config.return_dict
-        return result if use_dict else result.to_tuple()
 
 
-class ContextlabContextLMForCausalLM(ContextlabGPTForCausalLM):
-    """transformers face of a ContextLM (same forward, loss and generate as the GPT wrapper)."""
-
+class ContextlabContextLMForCausalLM(remote.ContextlabContextLMForCausalLM):
     config_class = ContextlabContextLMConfig
 
 
@@ -206,7 +99,8 @@ def export_to_hf(
     extra_config: dict | None = None,
     overwrite: bool = False,
 ) -> Path:
-    """Write a GPT or a ContextLM as a HF folder (config.json + model.safetensors [+ tokenizer/]) atomically.
+    """Write a GPT or a ContextLM as a custom-code HF folder (config.json with auto_map +
+    model.safetensors + the modeling files [+ tokenizer/]) atomically.
 
     The folder is built beside out_dir and renamed into place, so a crash never leaves half
     an export. extra_config (provenance: tokenizer hash, resolved run config, ...) is stored
@@ -218,18 +112,41 @@ def export_to_hf(
         raise UserError(
             f"tokenizer folder {tokenizer_dir} does not exist; pass the folder holding the tokenizer files"
         )
-    provenance = {
+    with staged_dir(out, overwrite=overwrite, what="export folder") as tmp:
+        write_remote_code_model(model, tmp, extra_config)
+        if tokenizer_dir is not None:
+            shutil.copytree(tokenizer_dir, tmp / "tokenizer")
+    return out
+
+
+def provenance(extra_config: dict | None) -> dict:
+    """The "contextlab" entry of an export's config.json: format and code versions, then extra_config."""
+    return {
         "format_version": contextlab.FORMAT_VERSION,
         "contextlab_version": contextlab.__version__,
         **(extra_config or {}),
     }
+
+
+def write_remote_code_model(
+    model: GPT, folder: Path, extra_config: dict | None = None, **config_extra
+) -> None:
+    """config.json (with auto_map), model.safetensors and the modeling files of ``model`` into ``folder``."""
     wrapper = ContextlabContextLMForCausalLM if isinstance(model, ContextLM) else ContextlabGPTForCausalLM
-    config = wrapper.config_class.from_gpt_config(model.config, contextlab=provenance)
-    with staged_dir(out, overwrite=overwrite, what="export folder") as tmp:
-        wrapper(config, gpt=model).save_pretrained(tmp, safe_serialization=True)
-        if tokenizer_dir is not None:
-            shutil.copytree(tokenizer_dir, tmp / "tokenizer")
-    return out
+    config = wrapper.config_class.from_gpt_config(
+        model.config, contextlab=provenance(extra_config), **config_extra
+    )
+    hf_model = wrapper(config).to(next(model.parameters()).dtype)  # saved in the model's dtype
+    hf_model.gpt.load_state_dict(model.state_dict(), strict=True)
+    hf_model.save_pretrained(folder, safe_serialization=True)
+    names = {"AutoConfig": type(config).__mro__[1], "AutoModelForCausalLM": wrapper.__mro__[1]}
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["auto_map"] = {
+        auto: f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}" for auto, cls in names.items()
+    }
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    for name in REMOTE_FILES:
+        shutil.copyfile(REMOTE_DIR / name, folder / name)
 
 
 def _check_model_dir(path: str | os.PathLike) -> Path:
@@ -256,23 +173,37 @@ def load_hf_causal_lm(path: str | os.PathLike, dtype: torch.dtype | None = None)
     return model.eval()
 
 
+def is_gpt_export(cfg: dict) -> bool:
+    """Whether a config.json is a contextlab GPT export: ``contextlab-gpt``, or the Llama form of one."""
+    provenance = cfg.get("contextlab") or {}
+    return cfg.get("model_type") == MODEL_TYPE or (
+        cfg.get("model_type") == "llama" and isinstance(provenance.get("gpt_config"), dict)
+    )
+
+
 def gpt_from_hf_export(path: str | os.PathLike) -> GPT:
-    """Load a contextlab export back into a plain GPT (exact weights, fp32 or the saved dtype)."""
+    """Load a contextlab GPT export (either form) back into a plain GPT (exact weights, as saved)."""
     from safetensors.torch import load_file
+
+    from contextlab.models.hf_llama import gpt_state_from_llama
 
     p = _check_model_dir(path)
     cfg = _current_keys(json.loads((p / "config.json").read_text()))
-    if cfg.get("model_type") != MODEL_TYPE:
+    if not is_gpt_export(cfg):
         raise UserError(
             f"{p} holds a {cfg.get('model_type')!r} model, not a contextlab export; "
             "use load_hf_causal_lm for other Hugging Face models"
         )
-    config = GPTConfig(**{k: cfg[_HF_NAME.get(k, k)] for k in _GPT_FIELDS if _HF_NAME.get(k, k) in cfg})
     weights = p / "model.safetensors"
     if not weights.is_file():
         raise UserError(f"{p} has no model.safetensors; re-export the model with export_to_hf")
-    prefix = ContextlabGPTForCausalLM.base_model_prefix + "."
-    state = {k.removeprefix(prefix): v for k, v in load_file(weights).items()}
+    if cfg["model_type"] == "llama":  # the exact GPTConfig rides along in the provenance
+        config = GPTConfig(**_current_keys(cfg["contextlab"]["gpt_config"]))
+        state = gpt_state_from_llama(load_file(weights), config)
+    else:
+        config = GPTConfig(**{k: cfg[_HF_NAME.get(k, k)] for k in _GPT_FIELDS if _HF_NAME.get(k, k) in cfg})
+        prefix = ContextlabGPTForCausalLM.base_model_prefix + "."
+        state = {k.removeprefix(prefix): v for k, v in load_file(weights).items()}
     model = GPT(config)
     if config.tie_embeddings:
         state.setdefault("lm_head.weight", state["wte.weight"])  # tied: saved once

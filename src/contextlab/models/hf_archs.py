@@ -1,24 +1,33 @@
-"""What each training architecture exports to Hugging Face format, on top of ``models/hf.py``.
+"""What each training architecture exports to Hugging Face format, and in which form.
 
-- GPT: itself, as a ``contextlab-gpt`` folder.
-- MTP: the next-token model (trunk + head 1 + final norm + unembedding) *is* a GPT, so it
-  is exported as an ordinary ``contextlab-gpt`` folder; the extra heads are training-only
-  (the folder records ``arch = "mtp"`` and the number of trained heads).
+- GPT of the Llama shape (SwiGLU MLP; RMSNorm, RoPE and the rest are always Llama's): a
+  native ``LlamaForCausalLM`` folder, no custom code (``models/hf_llama.py``).
+- GPT of any other shape (GELU MLP): a ``contextlab-gpt`` folder carrying its modeling code
+  and an ``auto_map`` (``models/hf.py``, ``models/hf_remote/``).
+- MTP: the next-token model (trunk + head 1 + final norm + unembedding) *is* a GPT, exported
+  as one of the two above; the extra heads are training-only (the folder records
+  ``arch = "mtp"`` and the number of trained heads).
 - ContextLM: the predictor feeds every prediction, so the whole model is exported, as a
-  ``contextlab-contextlm`` folder (``models/hf.py`` registers both types with
-  ``transformers``).
+  ``contextlab-contextlm`` custom-code folder.
 
-Trade-off: the export keeps only what inference uses, so an MTP export cannot resume
-multi-token training; the training checkpoint is the place for that.
+The tokenizer goes to the folder's root as a ``PreTrainedTokenizerFast`` (``models/hf_tokenizer.py``)
+and, as contextlab saved it (with its spec and hash), under ``tokenizer/`` for contextlab's
+own loaders. Trade-off: the export keeps only what inference uses, so an MTP export cannot
+resume multi-token training; the training checkpoint is the place for that.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
 from pathlib import Path
 
+from contextlab.errors import UserError
+from contextlab.io import staged_dir
 from contextlab.models.contextlm import ContextLM
-from contextlab.models.hf import export_to_hf
+from contextlab.models.hf import provenance, write_remote_code_model
+from contextlab.models.hf_llama import llama_compatible, save_llama
 from contextlab.models.mtp import MTPModel
 
 
@@ -30,7 +39,7 @@ def export_arch_to_hf(
     extra_config: dict | None = None,
     overwrite: bool = False,
 ) -> Path:
-    """Export a GPT, an MTPModel (as its next-token GPT) or a ContextLM as a HF folder."""
+    """Export a GPT, an MTPModel (as its next-token GPT) or a ContextLM as a HF folder (atomically)."""
     model = getattr(model, "_orig_mod", model)  # a torch.compile'd model shares the parameters
     extra = dict(extra_config or {})
     if isinstance(model, MTPModel):
@@ -38,4 +47,31 @@ def export_arch_to_hf(
         model = model.to_gpt()
     elif isinstance(model, ContextLM):
         extra["arch"] = "contextlm"
-    return export_to_hf(model, out_dir, tokenizer_dir=tokenizer_dir, extra_config=extra, overwrite=overwrite)
+    why_not_llama = llama_compatible(model)
+    extra["hf_format"] = "llama" if not why_not_llama else f"custom code ({why_not_llama})"
+    if not why_not_llama:  # lets contextlab load the folder back as the GPT it was (models/hf.py)
+        extra["gpt_config"] = dataclasses.asdict(model.config)
+    if tokenizer_dir is not None and not (Path(tokenizer_dir) / "tokenizer_spec.json").is_file():
+        raise UserError(
+            f"{tokenizer_dir} is not a saved contextlab tokenizer (no tokenizer_spec.json); pass the "
+            "tokenizer/ folder of the run or its training store"
+        )
+    out = Path(out_dir)
+    with staged_dir(out, overwrite=overwrite, what="export folder") as tmp:
+        special = _save_tokenizer(tokenizer_dir, tmp, model.config.context) if tokenizer_dir else {}
+        if why_not_llama:
+            write_remote_code_model(model, tmp, extra, **special)
+        else:
+            save_llama(model, tmp, contextlab=provenance(extra), **special)
+        if tokenizer_dir is not None:
+            shutil.copytree(tokenizer_dir, tmp / "tokenizer")
+    return out
+
+
+def _save_tokenizer(tokenizer_dir, folder: Path, context: int) -> dict[str, int]:
+    from contextlab.models.hf_tokenizer import save_hf_tokenizer
+
+    try:
+        return save_hf_tokenizer(Path(tokenizer_dir), folder, context)
+    except ValueError as exc:
+        raise UserError(f"cannot write the export's tokenizer: {exc}") from None

@@ -1,7 +1,9 @@
 """Export a trained checkpoint to Hugging Face format (safetensors + config + tokenizer).
 
-A contextlab model becomes a ``contextlab-gpt`` folder (``models/hf.py``); a continued Hugging
-Face model is saved back in its own format (Llama stays Llama) with its tokenizer files.
+A contextlab model becomes a native Llama folder when it has the Llama shape, else a folder
+carrying its modeling code (``models/hf_archs.py``), with the tokenizer at the folder's root; a
+continued Hugging Face model is saved back in its own format (Llama stays Llama) with its
+tokenizer files.
 The tokenizer comes from the run itself (``contextlab.rundir.find_tokenizer_dir``), never from a
 path relative to the current directory. Trade-off: an export without its tokenizer is useless
 to whoever receives it, so when none can be found the export is refused with one clear error

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,10 +66,11 @@ def init_model(cfg, objective, store) -> InitModel:
     data's store."""
     src = check_source(cfg.init.source)
     if (src / "config.json").is_file() and not (src / "state.json").is_file():
+        from contextlab.models.hf import is_gpt_export
         from contextlab.models.hf_causal import read_hf_config
 
         hf_config = read_hf_config(src)
-        if hf_config.model_type != "contextlab-gpt":
+        if not is_gpt_export(json.loads((src / "config.json").read_text())):
             return _from_hf(cfg, objective, store, src, hf_config)
         return _from_contextlab_export(cfg, objective, store, src)
     return _from_run(cfg, objective, store, src)
