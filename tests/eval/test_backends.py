@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -78,3 +80,17 @@ def test_evaluations_never_reach_into_the_model(make, store):
     assert vartrack.run(adapter, vartrack.Options(lengths=[400], n_chains=1, hops=1, samples=1), None).results
     opts = entropy.Options(contexts=[4, 8, 16], samples=12, n_components=[4], kde_dims=0, estimators=[])
     assert len(entropy.run(adapter, opts, data, progress=False).results["contexts"]) == 3
+
+
+def test_log_probabilities_do_not_depend_on_the_chunk_size():
+    """The chunk is sized for the cache (about 2M logits, 128..4096 rows); the numbers are the same."""
+    from contextlab.eval.backends.base import chunked_logprobs, logprob_chunk
+
+    assert (logprob_chunk(257), logprob_chunk(4096), logprob_chunk(50257)) == (4096, 512, 128)
+    logits = torch.randn(1000, 300, generator=torch.Generator().manual_seed(0))
+    targets = torch.randint(0, 300, (1000,), generator=torch.Generator().manual_seed(1))
+    rows = lambda a, b: logits[a:b]
+    whole = chunked_logprobs(rows, targets, contextlib.nullcontext, 4096)
+    for chunk in (128, 333, 1000):
+        assert torch.equal(chunked_logprobs(rows, targets, contextlib.nullcontext, chunk), whole)
+    assert torch.allclose(whole, torch.log_softmax(logits, -1).gather(1, targets[:, None])[:, 0], atol=1e-6)

@@ -36,7 +36,7 @@ from torch import Tensor
 from contextlab.data.tokenizers import Tokenizer
 from contextlab.errors import UserError
 from contextlab.eval.backends import BACKENDS
-from contextlab.eval.backends.base import ModelInfo, chunked_logprobs
+from contextlab.eval.backends.base import ModelInfo, chunked_logprobs, logprob_chunk
 
 
 class ContextLengthWarning(UserWarning):
@@ -131,7 +131,8 @@ class ModelAdapter:
         B, T = idx.shape
         self.check_length(T - 1)  # the last token is only a target: the forward sees T-1 tokens
         rows = self.backend.output_rows(idx[:, :-1])  # logits of the B*(T-1) positions
-        return chunked_logprobs(rows, idx[:, 1:].reshape(-1), self.autocast).view(B, T - 1)
+        chunk = logprob_chunk(self.vocab_size)
+        return chunked_logprobs(rows, idx[:, 1:].reshape(-1), self.autocast, chunk).view(B, T - 1)
 
     @torch.no_grad()
     def hidden_states(self, ids, layer: int = -1) -> Tensor:

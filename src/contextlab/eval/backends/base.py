@@ -24,7 +24,15 @@ from torch import Tensor
 from contextlab.data.tokenizers import ByteTokenizer, Tokenizer, load_saved_tokenizer
 from contextlab.errors import UserError
 
-LOGPROB_CHUNK = 4096  # rows (tokens) per fp32 log-softmax chunk: bounds memory to chunk x vocab floats
+LOGPROB_CHUNK = 4096  # most rows (tokens) per fp32 log-softmax chunk: bounds memory to chunk x vocab floats
+CHUNK_ELEMENTS = 1 << 21  # logits per chunk: 8 MB of fp32, so the chunk stays in cache while it is reduced
+
+
+def logprob_chunk(vocab_size: int) -> int:
+    """Rows per chunk for a vocabulary: about CHUNK_ELEMENTS logits (cache-sized: measured 0.73x ->
+    1.02x a raw forward at V = 4096 going from 4096 to 512 rows), at least 128 rows so the output
+    layer's matmul stays efficient, at most LOGPROB_CHUNK."""
+    return max(128, min(LOGPROB_CHUNK, CHUNK_ELEMENTS // max(1, vocab_size)))
 
 
 @dataclass
@@ -71,14 +79,16 @@ class ModelBackend(Protocol):
 Autocast = Callable[[], AbstractContextManager]
 
 
-def chunked_logprobs(rows: Callable[[int, int], Tensor], targets: Tensor, autocast: Autocast) -> Tensor:
-    """fp32 log p(targets[i]) from the logits rows, LOGPROB_CHUNK rows at a time: (N,)."""
+def chunked_logprobs(
+    rows: Callable[[int, int], Tensor], targets: Tensor, autocast: Autocast, chunk: int = LOGPROB_CHUNK
+) -> Tensor:
+    """fp32 log p(targets[i]) from the logits rows, ``chunk`` rows at a time (``logprob_chunk``): (N,)."""
     out = torch.empty(targets.numel(), dtype=torch.float32, device=targets.device)
-    for a in range(0, out.numel(), LOGPROB_CHUNK):
-        b = min(a + LOGPROB_CHUNK, out.numel())
+    for a in range(0, out.numel(), chunk):
+        b = min(a + chunk, out.numel())
         with autocast():
-            chunk = rows(a, b)
-        out[a:b] = -F.cross_entropy(chunk.float(), targets[a:b], reduction="none")  # fused log_softmax+gather
+            logits = rows(a, b)
+        out[a:b] = -F.cross_entropy(logits.float(), targets[a:b], reduction="none")  # fused log_softmax+gather
     return out
 
 

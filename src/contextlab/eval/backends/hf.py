@@ -17,7 +17,7 @@ from torch import Tensor
 
 from contextlab.data.tokenizers import HFTokenizer
 from contextlab.errors import UserError
-from contextlab.eval.backends.base import Autocast, ModelInfo, chunked_logprobs
+from contextlab.eval.backends.base import Autocast, ModelInfo, chunked_logprobs, logprob_chunk
 
 POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length")
 
@@ -54,7 +54,8 @@ class HFBackend:
 
     def layer_and_last_logprob(self, idx: Tensor, layer: int, what: str) -> tuple[Tensor, Tensor]:
         h = self.hidden_states(idx[:, :-1], layer, what)
-        lp = chunked_logprobs(self.output_rows(idx[:, :-1]), idx[:, 1:].reshape(-1), self.autocast)
+        rows, chunk = self.output_rows(idx[:, :-1]), logprob_chunk(self.vocab_size)
+        lp = chunked_logprobs(rows, idx[:, 1:].reshape(-1), self.autocast, chunk)
         return h, lp.view(idx.size(0), -1)[:, -1]
 
 
