@@ -88,7 +88,8 @@ def chunked_logprobs(
         b = min(a + chunk, out.numel())
         with autocast():
             logits = rows(a, b)
-        out[a:b] = -F.cross_entropy(logits.float(), targets[a:b], reduction="none")  # fused log_softmax+gather
+        # fused log_softmax + gather, in fp32
+        out[a:b] = -F.cross_entropy(logits.float(), targets[a:b], reduction="none")
     return out
 
 
