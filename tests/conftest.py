@@ -48,3 +48,12 @@ def write_tree(root: Path, files: dict[str, str | bytes]) -> Path:
         else:
             path.write_bytes(content.encode("utf-8"))
     return root
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (Linux /proc: a zombie counts as dead, only unreaped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from contextlab.cli import main
-from tests.conftest import REPO, shakespeare, write_tree
+from tests.conftest import REPO, process_alive, shakespeare, write_tree
 
 DRIVER = '''
 import os, signal, sys, time
@@ -161,15 +161,6 @@ def test_a_killed_pack_resumes_to_the_uninterrupted_result(store, reference, dri
         assert not re.search(r"^  shard \d+/", stdout, re.M) and "0 documents packed now" in stdout, stdout
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state not in ("Z", "X")  # a zombie is dead; only its parent has not reaped it yet
-
-
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc")
 def test_workers_die_with_a_killed_parent_and_the_rerun_equals_the_reference(
     store, reference, driver, tmp_path
 ):
@@ -194,12 +185,12 @@ def test_workers_die_with_a_killed_parent_and_the_rerun_equals_the_reference(
         parent.send_signal(signal.SIGKILL)
         parent.wait()
         deadline = time.monotonic() + 3
-        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        while any(process_alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not [p for p in pids if _alive(p)], "worker processes outlived their killed parent"
+        assert not [p for p in pids if process_alive(p)], "worker processes outlived their killed parent"
     finally:
         for pid in pids:
-            if _alive(pid):
+            if process_alive(pid):
                 os.kill(pid, signal.SIGKILL)
     again = _run(driver, "none", _pack_args(store, out, "--workers", "2", "--no-progress"))
     _, err = again.communicate(timeout=300)

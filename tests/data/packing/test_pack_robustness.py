@@ -10,14 +10,12 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
-
-import pytest
 
 from contextlab.cli.pack import cmd_pack_stats
 from contextlab.data.packing import PackConfig, pack, pack_stats
 from contextlab.data.packing.shards import shard_ranges
 from contextlab.data.packing.stats import format_pack_stats
+from tests.conftest import process_alive
 from tests.data.packing.helpers import make_store, mixed_corpus
 
 
@@ -123,14 +121,6 @@ def test_a_resumed_pack_reports_the_rate_of_the_documents_it_packed(tmp_path, ca
     assert f"{sizes[3]} documents packed now" in out and "3 shard(s) resumed" in out, out
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (FileNotFoundError, IndexError):
-        return False
-
-
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc")
 def test_the_parent_watchdog_ends_a_worker_whose_parent_died():
     """issue 21 item 16, the portable fallback of PR_SET_PDEATHSIG: a worker exits when its parent
     pid changes (it was re-parented after the parent died)."""
@@ -147,13 +137,13 @@ def test_the_parent_watchdog_ends_a_worker_whose_parent_died():
     pid = int(proc.stdout.readline())
     try:
         time.sleep(0.3)
-        assert _alive(pid)
+        assert process_alive(pid)
         proc.kill()
         proc.wait()
         deadline = time.monotonic() + 3
-        while _alive(pid) and time.monotonic() < deadline:
+        while process_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _alive(pid)
+        assert not process_alive(pid)
     finally:
-        if _alive(pid):
+        if process_alive(pid):
             os.kill(pid, signal.SIGKILL)
