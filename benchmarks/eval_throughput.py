@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from contextlab.data.tokenizers import ByteTokenizer
-from contextlab.eval.adapter import ModelAdapter, ModelInfo, load_model
+from contextlab.eval.adapter import in_memory_adapter, load_model
 from contextlab.eval.contextwise import position_losses
 from contextlab.models.gpt import GPT
 
@@ -46,16 +46,10 @@ def main() -> None:
         adapter = load_model(args.model, dtype=args.dtype, batch_size=args.batch_size)
     else:
         model = GPT.from_size(args.size, args.vocab, 256).eval()
-        info = ModelInfo(
-            id=f"fresh {args.size}",
-            kind="contextlab",
-            path="-",
-            architecture=args.size,
-            n_params=model.num_params(False),
-            context=256,
-            extends_beyond=True,
+        name = f"fresh {args.size}"
+        adapter = in_memory_adapter(
+            model, ByteTokenizer(), name, dtype=args.dtype, batch_size=args.batch_size
         )
-        adapter = ModelAdapter(model, ByteTokenizer(), info, dtype=args.dtype, batch_size=args.batch_size)
     V = min(adapter.vocab_size, args.vocab if not args.model else adapter.vocab_size)
     tokens = np.random.default_rng(0).integers(0, V, (args.docs, args.context + 1)).astype(np.int64)
     n_tokens = args.docs * args.context  # forward positions of both sides

@@ -30,7 +30,7 @@ from build_fixtures import FIXTURES, REPO, build
 from contextlab.data.sources import SourceOptions, open_source
 from contextlab.data.tokenizers import ByteTokenizer
 from contextlab.eval import icl, kv
-from contextlab.eval.adapter import ContextLengthWarning, ModelAdapter, ModelInfo
+from contextlab.eval.adapter import ContextLengthWarning, ModelAdapter, in_memory_adapter
 from contextlab.models.gpt import GPT, GPTConfig
 
 NOT_BUILT = {"README.md"}
@@ -85,18 +85,7 @@ def tiny_adapter() -> ModelAdapter:
     by the same model, so any fixed model serves)."""
     torch.manual_seed(7)
     model = GPT(GPTConfig(vocab_size=257, n_layer=2, n_head=2, n_embd=64, context=128)).eval()
-    tok = ByteTokenizer()
-    info = ModelInfo(
-        id="tiny",
-        kind="contextlab",
-        path="-",
-        architecture="tiny",
-        n_params=0,
-        context=128,
-        extends_beyond=True,
-        tokenizer=tok.spec(),
-    )
-    return ModelAdapter(model, tok, info, batch_size=6)
+    return in_memory_adapter(model, ByteTokenizer(), "tiny", batch_size=6)
 
 
 def check_cuts(shared: Path) -> list[str]:

@@ -7,7 +7,7 @@ import torch
 
 from contextlab.data.ingest import IngestConfig, ingest
 from contextlab.data.tokenizers import ByteTokenizer
-from contextlab.eval.adapter import ModelAdapter, ModelInfo
+from contextlab.eval.adapter import ModelAdapter, in_memory_adapter
 from contextlab.models.gpt import GPT, GPTConfig
 from tests.conftest import shakespeare
 
@@ -23,18 +23,7 @@ def tiny_gpt(seed: int = 0, context: int = 64) -> GPT:
 
 
 def byte_adapter(model: GPT, batch_size: int = 4, dtype: str = "fp32") -> ModelAdapter:
-    tok = ByteTokenizer()
-    info = ModelInfo(
-        id="tiny",
-        kind="contextlab",
-        path="-",
-        architecture="tiny",
-        n_params=0,
-        context=model.config.context,
-        extends_beyond=True,
-        tokenizer=tok.spec(),
-    )
-    return ModelAdapter(model, tok, info, batch_size=batch_size, dtype=dtype)
+    return in_memory_adapter(model, ByteTokenizer(), "tiny", batch_size=batch_size, dtype=dtype)
 
 
 @pytest.fixture(scope="session")

@@ -194,6 +194,24 @@ class ModelAdapter:
 # ---------------------------------------------------------------------- loading
 
 
+def in_memory_adapter(
+    model: torch.nn.Module, tokenizer: Tokenizer, name: str, *, batch_size: int = 8, dtype: str = "fp32"
+) -> ModelAdapter:
+    """A ModelAdapter for a contextlab model built in this process (controls, tests, benchmarks),
+    run as a contextlab model whose positions may go past its context (RoPE)."""
+    info = ModelInfo(
+        id=name,
+        kind="contextlab",
+        path="-",
+        architecture=name,
+        n_params=sum(p.numel() for p in model.parameters()),
+        context=int(model.config.context),
+        extends_beyond=True,
+        tokenizer=tokenizer.spec(),
+    )
+    return ModelAdapter(model, tokenizer, info, dtype=dtype, batch_size=batch_size)
+
+
 def load_model(
     path: str | os.PathLike,
     *,

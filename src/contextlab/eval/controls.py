@@ -31,8 +31,7 @@ import contextlab.eval.needle as needle
 import contextlab.eval.passkey as passkey
 import contextlab.eval.tasks as tasks
 import contextlab.eval.vartrack as vartrack
-from contextlab.eval.adapter import ModelAdapter
-from contextlab.eval.backends.base import ModelInfo
+from contextlab.eval.adapter import ModelAdapter, in_memory_adapter
 
 TASKS = ("niah", "kv", "passkey", "vartrack", "icl")
 
@@ -93,18 +92,8 @@ def bigram_from_store(store, context: int = 4096, smoothing: float = 1.0) -> Big
 
 
 def control_adapter(model: torch.nn.Module, tokenizer, name: str, batch_size: int = 16) -> ModelAdapter:
-    """A ModelAdapter for a control model, run as a contextlab model (positions past its context allowed)."""
-    info = ModelInfo(
-        id=name,
-        kind="contextlab",
-        path="-",
-        architecture=name,
-        n_params=sum(p.numel() for p in model.parameters()),
-        context=int(model.config.context),
-        extends_beyond=True,
-        tokenizer=tokenizer.spec(),
-    )
-    return ModelAdapter(model, tokenizer, info, batch_size=batch_size)
+    """A ModelAdapter for a control model (positions past its context allowed)."""
+    return in_memory_adapter(model, tokenizer, name, batch_size=batch_size)
 
 
 def control_options() -> dict:

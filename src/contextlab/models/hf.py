@@ -42,7 +42,6 @@ MODEL_TYPE = "contextlab-gpt"
 CONTEXTLM_TYPE = "contextlab-contextlm"
 _GPT_FIELDS = [f.name for f in dataclasses.fields(GPTConfig)]
 _HF_NAME = {"tie_embeddings": "tie_word_embeddings"}  # GPTConfig field -> config.json key
-_current_keys = current_fields  # config.json keys of older exports (block_size) under their current names
 
 
 class ContextlabGPTConfig(remote_config.ContextlabGPTConfig):
@@ -188,7 +187,7 @@ def gpt_from_hf_export(path: str | os.PathLike) -> GPT:
     from contextlab.models.hf_llama import gpt_state_from_llama
 
     p = _check_model_dir(path)
-    cfg = _current_keys(json.loads((p / "config.json").read_text()))
+    cfg = current_fields(json.loads((p / "config.json").read_text()))
     if not is_gpt_export(cfg):
         raise UserError(
             f"{p} holds a {cfg.get('model_type')!r} model, not a contextlab export; "
@@ -198,7 +197,7 @@ def gpt_from_hf_export(path: str | os.PathLike) -> GPT:
     if not weights.is_file():
         raise UserError(f"{p} has no model.safetensors; re-export the model with export_to_hf")
     if cfg["model_type"] == "llama":  # the exact GPTConfig rides along in the provenance
-        config = GPTConfig(**_current_keys(cfg["contextlab"]["gpt_config"]))
+        config = GPTConfig(**current_fields(cfg["contextlab"]["gpt_config"]))
         state = gpt_state_from_llama(load_file(weights), config)
     else:
         config = GPTConfig(**{k: cfg[_HF_NAME.get(k, k)] for k in _GPT_FIELDS if _HF_NAME.get(k, k) in cfg})
