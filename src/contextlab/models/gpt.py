@@ -134,10 +134,13 @@ class Attention(nn.Module):
         self.proj.residual_proj = True  # scaled init, see GPT._init_module
         self.dropout = config.dropout
 
-    def forward(
-        self, x: Tensor, rope: tuple[Tensor, Tensor] | None, attn_mask: Tensor | None, is_causal: bool
-    ) -> Tensor:
-        B, T, C = x.shape
+    def heads(self, x: Tensor, rope: tuple[Tensor, Tensor] | None) -> tuple[Tensor, Tensor, Tensor]:
+        """x (B, T, C) -> q, k, v, each (B, nh, T, hs) strided views, RoPE applied to q and k.
+
+        The one place queries and keys are made: the forward below and anything that needs the
+        attention weights themselves (the analysis of where attention goes) both call it.
+        """
+        B, T, _ = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.n_head, self.head_dim)  # (B, T, 3, nh, hs)
         if rope is not None:
             cos, sin = (t.to(qkv.dtype)[..., None, None, :] for t in rope)  # ([B,] T, 1, 1, hs)
@@ -146,10 +149,17 @@ class Attention(nn.Module):
         else:
             q, k = qkv[:, :, 0], qkv[:, :, 1]
         v = qkv[:, :, 2]  # (B, T, nh, hs)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, nh, T, hs)
+
+    def forward(
+        self, x: Tensor, rope: tuple[Tensor, Tensor] | None, attn_mask: Tensor | None, is_causal: bool
+    ) -> Tensor:
+        B, T, C = x.shape
+        q, k, v = self.heads(x, rope)  # (B, nh, T, hs) strided views
         y = attention(
-            q.transpose(1, 2),
-            k.transpose(1, 2),
-            v.transpose(1, 2),  # (B, nh, T, hs) strided views
+            q,
+            k,
+            v,
             attn_mask=attn_mask,
             is_causal=is_causal and attn_mask is None,  # a given mask already holds the causal part
             dropout_p=self.dropout if self.training else 0.0,
