@@ -135,11 +135,7 @@ class Attention(nn.Module):
         self.dropout = config.dropout
 
     def heads(self, x: Tensor, rope: tuple[Tensor, Tensor] | None) -> tuple[Tensor, Tensor, Tensor]:
-        """x (B, T, C) -> q, k, v, each (B, nh, T, hs) strided views, RoPE applied to q and k.
-
-        The one place queries and keys are made: the forward below and anything that needs the
-        attention weights themselves (the analysis of where attention goes) both call it.
-        """
+        """x (B, T, C) -> q, k, v (B, nh, T, hs), RoPE on q and k: for the forward and attention analysis."""
         B, T, _ = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.n_head, self.head_dim)  # (B, T, 3, nh, hs)
         if rope is not None:
