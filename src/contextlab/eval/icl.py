@@ -205,6 +205,7 @@ def _plot_accuracy(model_id: str, per_shot: list[dict], path):
         title="TREC many-shot in-context classification",
         logx=True,
         chance=1 / len(LABELS),
+        bands={model_id: [r["ci95"] for r in per_shot]},
     )
 
 

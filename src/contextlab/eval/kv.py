@@ -135,6 +135,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         "positions": info["positions"],
         "metric": cell_key,
         "accuracy": [c[cell_key] for c in res["by_cell"]],
+        "ci95": [c[tasks.interval_key(cell_key)] for c in res["by_cell"]],
     }
 
     def plot(path):
@@ -147,6 +148,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             ylabel=cell_key,
             title=f"key-value retrieval, {info['n_pairs']} pairs",
             chance=res["summary"].get("chance"),
+            bands={adapter.info.id: res["by_position"]["ci95"]},
         )
 
     return EvalOutput(res, info, arrays=tasks.sample_arrays(rows), plot=plot)

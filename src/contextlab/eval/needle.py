@@ -173,6 +173,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         "rows_depth": depths,
         "cols_length": lengths,
         "values": tasks.table(res["by_cell"], cell_key, depths, lengths),
+        "ci95": tasks.interval_table(res["by_cell"], cell_key, depths, lengths),
     }
 
     def plot(path):
@@ -186,6 +187,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             row_label="needle depth (%)",
             col_label="context length (tokens)",
             title=f"needle in a haystack ({cell_key}): {adapter.info.id}",
+            intervals=res["heatmap"]["ci95"],
         )
 
     return EvalOutput(res, info, arrays=tasks.sample_arrays(rows), plot=plot)

@@ -90,6 +90,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         "rows_depth": options.depths,
         "cols_length": info["lengths"],
         "values": tasks.table(res["by_cell"], cell_key, options.depths, info["lengths"]),
+        "ci95": tasks.interval_table(res["by_cell"], cell_key, options.depths, info["lengths"]),
     }
 
     def plot(path):
@@ -103,6 +104,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             row_label="key depth (%)",
             col_label="context length (tokens)",
             title=f"passkey ({cell_key}): {adapter.info.id}",
+            intervals=res["heatmap"]["ci95"],
         )
 
     return EvalOutput(res, info, arrays=tasks.sample_arrays(rows), plot=plot)

@@ -89,8 +89,12 @@ def heatmap_png(
     title: str,
     vmin: float = 0.0,
     vmax: float = 1.0,
+    intervals=None,
 ) -> Path:
-    """A NIAH-style heatmap: rows (e.g. depth %) x columns (e.g. context length), values annotated."""
+    """A NIAH-style heatmap: rows (e.g. depth %) x columns (e.g. context length), values annotated.
+
+    intervals: matrix of (lo, hi) per cell (95% intervals), printed under each value.
+    """
     import numpy as np
 
     m = np.asarray(matrix, float)
@@ -103,7 +107,11 @@ def heatmap_png(
     for i in range(m.shape[0]):
         for j in range(m.shape[1]):
             if np.isfinite(m[i, j]):
-                ax.text(j, i, f"{m[i, j]:.2f}", ha="center", va="center", fontsize=7)
+                text = f"{m[i, j]:.2f}"
+                if intervals is not None and intervals[i][j] is not None:
+                    lo, hi = intervals[i][j]
+                    text += f"\n[{lo:.2f}, {hi:.2f}]"
+                ax.text(j, i, text, ha="center", va="center", fontsize=7 if intervals is None else 5.5)
     fig.colorbar(im, ax=ax)
     ax.set_title(title, fontsize=9)
     return save_png(fig, out)
@@ -118,11 +126,18 @@ def lines_png(
     title: str,
     logx: bool = False,
     chance: float | None = None,
+    bands: dict[str, list] | None = None,
 ) -> Path:
-    """Several y(x) lines (accuracy by gold position, by shots, by visible context...)."""
+    """Several y(x) lines (accuracy by gold position, by shots, by visible context...).
+
+    bands: for a series label, its (lo, hi) 95% interval at each x, drawn as a shaded band.
+    """
     fig, ax = _figure()
     for label, (x, y) in series.items():
-        ax.plot(x, y, marker="o", markersize=4, label=label)
+        (line,) = ax.plot(x, y, marker="o", markersize=4, label=label)
+        if bands and label in bands:
+            lo, hi = zip(*bands[label])
+            ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
     if chance is not None:
         ax.axhline(chance, color="grey", linestyle="--", linewidth=1, label="chance")
     if logx:

@@ -243,6 +243,17 @@ def table(by_cell: list[dict], metric: str, rows: list, cols: list) -> list[list
     return [[look.get((r, c), float("nan")) for c in cols] for r in rows]
 
 
+def interval_key(cell_key: str) -> str:
+    """The per-cell key of the 95% interval of a per-cell accuracy key ('likelihood_correct' -> ...)."""
+    return f"{ACCURACIES[cell_key]}_ci95"
+
+
+def interval_table(by_cell: list[dict], cell_key: str, rows: list, cols: list) -> list[list]:
+    """Like ``table``, with each cell's (lo, hi) Wilson interval of ``cell_key`` (None where absent)."""
+    look = {tuple(c["cell"]): c.get(interval_key(cell_key)) for c in by_cell}
+    return [[look.get((r, c)) for c in cols] for r in rows]
+
+
 def rotations(candidates: list[list[int]]) -> list[list[list[int]]]:
     """For a balanced set: candidate lists with member j first (then the others in set order), j = 0..k-1."""
     return [[candidates[j]] + [c for i, c in enumerate(candidates) if i != j] for j in range(len(candidates))]

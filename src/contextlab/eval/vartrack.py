@@ -123,6 +123,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             title="variable tracking",
             logx=True,
             chance=res["summary"].get("chance"),
+            bands={adapter.info.id: [c[tasks.interval_key(cell_key)] for c in res["by_cell"]]},
         )
 
     return EvalOutput(res, info, arrays=tasks.sample_arrays(rows), plot=plot)

@@ -29,6 +29,7 @@ import contextlab.eval.vartrack as vartrack
 from contextlab.config import opt
 from contextlab.errors import UserError
 from contextlab.eval.base import EvalOutput, open_store
+from contextlab.eval.stats import Z95
 
 
 @dataclass
@@ -127,6 +128,16 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             ylabel=metric,
             title=f"visible-context sweep: {options.task}",
             logx=options.task == "loss",
+            bands=_bands(adapter.info.id, points, metric),
         )
 
     return EvalOutput(res, info, plot=plot)
+
+
+def _bands(label: str, points: list[dict], metric: str) -> dict | None:
+    """95% intervals per point: mean ± 1.96 standard errors for losses, Wilson for accuracies."""
+    if metric == "loss":
+        band = [(p["loss"] - Z95 * p["stderr"], p["loss"] + Z95 * p["stderr"]) for p in points]
+    else:
+        band = [p.get(f"{metric}_ci95") for p in points]
+    return {label: band} if all(b is not None for b in band) else None
