@@ -134,4 +134,5 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             lengths, mean, sem, fit, path, title=f"last-token loss vs visible context: {label}"
         )
 
-    return EvalOutput(results, {"store": str(store.path), "hash": store.hash}, plot=plot)
+    arrays = {"targets": np.asarray(targets, np.int64), "target_losses": losses}  # (N, 2), (L, N)
+    return EvalOutput(results, {"store": str(store.path), "hash": store.hash}, arrays=arrays, plot=plot)

@@ -10,6 +10,9 @@ documents or prompts were drawn cancels and only the models' difference is left:
   why a t interval and not a bootstrap);
 * ppl: the loss per token A - B over the same tokens, documents as clusters, and each
   document's mean difference;
+* bayes-fit: per visible length the loss A - B of the same target tokens (documents as
+  clusters), and the fitted C0 and gamma differences with a bootstrap over documents
+  (compare_fit.py);
 * niah, kv, passkey, vartrack: per cell and overall, the accuracy difference with a seeded
   bootstrap interval over balanced candidate sets and McNemar's discordant counts;
 * icl: per number of shots, the accuracy difference of each set of in-context examples (the
@@ -36,6 +39,7 @@ import numpy as np
 import contextlab.eval.compare_stats as cs
 from contextlab.config import opt
 from contextlab.errors import UserError
+from contextlab.eval.compare_fit import bayes_fit
 from contextlab.eval.results import RESULT_FORMAT, _jsonable, code_version
 from contextlab.io import atomic_write_text
 
@@ -54,7 +58,12 @@ CELL_PARTS = {
     "vartrack": ["length"],
 }
 METRIC_NAMES = {"likelihood_correct": "likelihood", "contains": "substring-match", "exact": "exact-match"}
-SAMPLE_KEYS = {"contextwise": ("pieces",), "ppl": ("doc_offsets",), **{t: ("cell", "group") for t in TASKS}}
+SAMPLE_KEYS = {
+    "contextwise": ("pieces",),
+    "ppl": ("doc_offsets",),
+    "bayes-fit": ("targets",),
+    **{t: ("cell", "group") for t in TASKS},
+}
 
 
 @dataclass
@@ -286,7 +295,13 @@ def _icl_shots(k: int, pa: list[float], pb: list[float], o: Options) -> dict:
     }
 
 
-COMPARERS = {"contextwise": contextwise, "ppl": ppl, **{t: task(t) for t in TASKS}, "icl": icl}
+COMPARERS = {
+    "contextwise": contextwise,
+    "ppl": ppl,
+    "bayes-fit": bayes_fit,
+    **{t: task(t) for t in TASKS},
+    "icl": icl,
+}
 
 
 # ---------------------------------------------------------------------------- both runs, every evaluation

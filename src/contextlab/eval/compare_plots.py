@@ -75,6 +75,20 @@ def task_png(doc: dict, out: str | Path) -> Path:
     return save_png(fig, out)
 
 
+def bayes_fit_png(doc: dict, out: str | Path) -> Path:
+    """Loss difference at each visible length (log x), the C0 and gamma differences in the title."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.0))
+    r = doc["results"]
+    _errorbars(ax, [p["length"] for p in r["by_length"]], r["by_length"])
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("visible context l (tokens)")
+    ax.set_ylabel("last-token loss A - B (nats; < 0: A better)")
+    fits = "; ".join(f"{p} {r['fit'][p]['diff']:+.3f}" for p in ("C0", "gamma"))
+    ax.set_title(_title(doc, "bayes-fit") + f"\nfit A - B: {fits}", fontsize=9)
+    return save_png(fig, out)
+
+
 def icl_png(doc: dict, out: str | Path) -> Path:
     """Left: accuracy difference per number of shots; right: histogram of the per-set differences."""
     plt = pyplot()
@@ -97,6 +111,7 @@ def icl_png(doc: dict, out: str | Path) -> Path:
 PLOTS = {
     "contextwise": contextwise_png,
     "ppl": ppl_png,
+    "bayes-fit": bayes_fit_png,
     "niah": task_png,
     "kv": task_png,
     "passkey": task_png,

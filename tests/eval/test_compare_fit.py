@@ -1,0 +1,98 @@
+"""Paired comparison of Bayes-risk fits: known shifts recovered, documents as clusters, real results."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from contextlab.eval import bayes_fit
+from contextlab.eval.compare import Options, compare_runs
+from contextlab.eval.compare_stats import cluster_t, per_cluster
+from contextlab.eval.results import write_result
+from tests.eval.conftest import byte_adapter, tiny_gpt
+
+LENGTHS = [1, 2, 4, 8, 16, 32]
+
+
+def fit_result(run, losses: np.ndarray, targets: np.ndarray) -> dict:
+    """A bayes-fit result in RUN/eval with per-target losses (L, N), its summary fitted as the eval does."""
+    mean, sem = losses.mean(1), losses.std(1, ddof=1) / np.sqrt(losses.shape[1])
+    fit = bayes_fit.fit_power_law(LENGTHS, mean, sem)
+    write_result(
+        run / "eval",
+        "bayes-fit",
+        results={"summary": fit, "lengths": LENGTHS, "loss": mean.tolist(), "fit": fit},
+        options={"lengths": LENGTHS, "samples": losses.shape[1], "seed": 0},
+        model={"id": run.name, "path": str(run)},
+        data={"store": "s", "hash": "f" * 64},
+        seconds=0.0,
+        arrays={"targets": targets, "target_losses": losses},
+    )
+    return fit
+
+
+def synthetic(seed: int, n_docs: int = 40, per_doc: int = 5):
+    """Losses 2 + 3 / l^0.6 per target, a per-document offset and per-target noise; targets (doc, pos)."""
+    rng = np.random.default_rng(seed)
+    docs = np.repeat(np.arange(n_docs), per_doc)
+    targets = np.stack([docs, 100 + np.arange(len(docs))], 1).astype(np.int64)
+    curve = 2 + 3 / np.power(np.asarray(LENGTHS, float), 0.6)  # (L,)
+    losses = curve[:, None] + rng.normal(0, 0.3, n_docs)[docs] + rng.normal(0, 0.2, (len(LENGTHS), len(docs)))
+    return losses, targets
+
+
+def test_a_constant_shift_moves_c0_by_the_shift_and_leaves_gamma(tmp_path):
+    losses, targets = synthetic(0)
+    noise = np.random.default_rng(1).normal(0, 0.02, losses.shape)
+    fa = fit_result(tmp_path / "a", losses - 0.1 + noise, targets)
+    fb = fit_result(tmp_path / "b", losses, targets)
+    _, (doc,) = compare_runs(tmp_path / "a", tmp_path / "b", ["bayes-fit"], Options(resamples=200), None)
+    r = doc["results"]
+    for p in ("C0", "gamma"):  # the point estimates are the two reported fits
+        assert r["fit"][p]["a"] == pytest.approx(fa[p], rel=1e-6) and r["fit"][p]["b"] == pytest.approx(fb[p])
+    c0, gamma = r["fit"]["C0"], r["fit"]["gamma"]
+    assert c0["diff"] == pytest.approx(-0.1, abs=0.01) and c0["interval95"][0] < -0.1 < c0["interval95"][1]
+    assert c0["interval95"][1] < 0 and gamma["interval95"][0] < 0 < gamma["interval95"][1]
+    assert r["fit"]["resamples"] + r["fit"]["failed"] == 200
+    docs = targets[:, 0]
+    for i, row in enumerate(r["by_length"]):  # per length: the paired cluster t interval over documents
+        ref = cluster_t(*per_cluster(losses[i] - 0.1 + noise[i] - losses[i], docs))
+        assert row["diff"] == pytest.approx(ref["diff"]) and row["interval95"] == pytest.approx(
+            ref["interval95"]
+        )
+        assert row["n_clusters"] == 40 and row["interval95"][0] < -0.1 < row["interval95"][1]
+    assert doc["lines"][0].startswith("bayes-fit C0 A - B = -0.1")
+
+
+def test_the_bootstrap_resamples_documents_not_targets(tmp_path):
+    """Targets of one document share its offset: resampling documents gives a wider interval for C0
+    than the same differences would get if every target were its own document."""
+    losses_a, targets = synthetic(2, n_docs=20, per_doc=10)
+    losses_b, _ = synthetic(3, n_docs=20, per_doc=10)
+    fit_result(tmp_path / "a", losses_a, targets)
+    fit_result(tmp_path / "b", losses_b, targets)
+    own = targets.copy()
+    own[:, 0] = np.arange(len(own))  # every target its own document
+    fit_result(tmp_path / "c", losses_a, own)
+    fit_result(tmp_path / "d", losses_b, own)
+    o = Options(resamples=300)
+    _, (clustered,) = compare_runs(tmp_path / "a", tmp_path / "b", ["bayes-fit"], o, tmp_path / "o1")
+    _, (flat,) = compare_runs(tmp_path / "c", tmp_path / "d", ["bayes-fit"], o, tmp_path / "o2")
+    width = [np.diff(d["results"]["fit"]["C0"]["interval95"])[0] for d in (clustered, flat)]
+    assert clustered["results"]["fit"]["C0"]["diff"] == pytest.approx(flat["results"]["fit"]["C0"]["diff"])
+    assert width[0] > 1.5 * width[1]
+
+
+def test_real_bayes_fit_results_of_two_models_pair_and_compare(tmp_path, byte_store):
+    from contextlab.eval import evaluate
+
+    runs = [tmp_path / "a", tmp_path / "b"]
+    options = bayes_fit.Options(lengths=[1, 2, 4, 8], samples=12)
+    for seed, run in enumerate(runs):
+        evaluate("bayes-fit", byte_adapter(tiny_gpt(seed)), options, str(byte_store.path), run / "eval")
+    _, (doc,) = compare_runs(*runs, ["bayes-fit"], Options(resamples=100), tmp_path / "o")
+    for row, la, lb in zip(
+        doc["results"]["by_length"], *(np.load(run / "eval" / "bayes-fit.target_losses.npy") for run in runs)
+    ):
+        assert row["diff"] == pytest.approx(float((la - lb).mean()))
+    assert (tmp_path / "o" / "compare_bayes-fit.png").stat().st_size > 1000
