@@ -234,3 +234,14 @@ def test_killed_export_leaves_no_out_and_a_rerun_starts_clean(packed, tmp_path, 
     assert {p.name.split("-of-")[1] for p in out.glob("*.parquet")} == {
         f"{-(-len(full_ids(packed)) // 50):05d}.parquet"
     }
+
+
+def test_lengths_in_chunks_and_released_pages_change_nothing(packed, monkeypatch):
+    from contextlab.data.export import rows
+
+    monkeypatch.setattr(rows, "_CHUNK", 7)
+    assert rows.row_lengths(packed).tolist() == packed.sequence_lengths().tolist()
+    before = packed.sequence_tokens(5)[0].tolist()
+    rows.release_pages(packed.store.tokens)
+    rows.release_pages(np.arange(3))  # an in-memory array: nothing to do
+    assert packed.sequence_tokens(5)[0].tolist() == before

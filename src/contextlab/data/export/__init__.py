@@ -26,7 +26,7 @@ from contextlab import __version__
 from contextlab.config import opt
 from contextlab.data.export.megatron import megatron_dtype, write_megatron_split
 from contextlab.data.export.parquet import rows_per_shard_for, write_parquet_split
-from contextlab.data.export.rows import row_ids
+from contextlab.data.export.rows import row_ids, row_lengths
 from contextlab.data.packing.packed_store import PackedStore
 from contextlab.data.views import packed_split
 from contextlab.errors import UserError
@@ -154,7 +154,7 @@ def _write_splits(
 
 
 def _record(pk: PackedStore, cfg: ExportConfig, written: dict[str, dict]) -> dict:
-    meta, lengths = pk.meta, pk.sequence_lengths()
+    meta, lengths = pk.meta, row_lengths(pk)
     return {
         "format": EXPORT_FORMAT,
         "version": EXPORT_VERSION,

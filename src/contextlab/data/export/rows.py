@@ -6,19 +6,26 @@ every document or document piece in the row, counting up to its end, the separat
 and ``document_ids`` (per token: the token store's global document index of the entry it belongs
 to; a separator carries the id of the document it ends, as in the packed store). Batches are
 flat (values plus row offsets, the layout of an Arrow list column), so a writer never holds more
-than one batch: the packed store's arrays are memory maps and every token is read from the
-token store's memory map. Trade-off: rows are built one at a time in Python (a few
-microseconds of numpy per entry), which is simple and streams, not the fastest possible path.
+than one batch: the packed store's arrays are memory maps, every token is read from the
+token store's memory map, and after each batch the pages read are handed back
+(``MADV_DONTNEED``: they leave this process's resident set and stay in the OS page cache), so
+the resident set does not grow with the tokens read either. What does grow: 8 bytes per
+sequence (the ids to export) and per document (the lengths ``PackedStore`` keeps).
+Trade-off: rows are built one at a time in Python (a few microseconds of numpy per entry),
+which is simple and streams, not the fastest possible path.
 """
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-from contextlab.data.packing.packed_store import PackedStore
+from contextlab.data.packing.packed_store import PackedStore, sequence_lengths
+
+_CHUNK = 1 << 20  # sequences whose lengths are computed at a time
 
 
 @dataclass
@@ -51,10 +58,33 @@ def row_positions(packed: PackedStore, i: int, doc_len: np.ndarray, n_tokens: in
 def row_ids(packed: PackedStore, keep_short: bool, sequences: np.ndarray | None = None) -> np.ndarray:
     """The sequence ids to export, in packed order: all full rows (``context + 1`` tokens), or every
     non-empty row with ``keep_short``; ``sequences`` restricts them (a train or validation share)."""
-    lengths = packed.sequence_lengths()  # (n_sequences,)
+    lengths = row_lengths(packed)  # (n_sequences,)
     ids = np.arange(len(lengths)) if sequences is None else np.asarray(sequences, dtype=np.int64)
     keep = lengths[ids] > 0 if keep_short else lengths[ids] == packed.row_len
     return ids[keep]
+
+
+def row_lengths(packed: PackedStore) -> np.ndarray:
+    """``packed.sequence_lengths()`` a chunk of sequences at a time (no array per entry)."""
+    n, off, doc_len = packed.n_sequences, packed.seq_offsets, packed.store.lengths()
+    out = np.zeros(n, dtype=np.int64)  # (n_sequences,)
+    for a in range(0, n, _CHUNK):
+        b = min(a + _CHUNK, n)
+        e0, e1 = int(off[a]), int(off[b])
+        entries = np.asarray(packed.entries[e0:e1])  # (entries of the chunk, 3)
+        offsets = np.asarray(off[a : b + 1]) - e0
+        out[a:b] = sequence_lengths(
+            entries, offsets, doc_len, packed.separator_id is not None, packed.row_len
+        )
+    return out
+
+
+def release_pages(array: np.ndarray) -> None:
+    """Drop the pages of a memory-mapped ``array`` from this process's resident set (a no-op for an
+    in-memory array). The mapping is read-only, so the next read simply maps them again."""
+    mapped = getattr(array, "_mmap", None)  # np.memmap keeps its mmap.mmap here
+    if mapped is not None and hasattr(mmap, "MADV_DONTNEED"):
+        mapped.madvise(mmap.MADV_DONTNEED)
 
 
 def row_batches(packed: PackedStore, ids: np.ndarray, batch_rows: int) -> Iterator[RowBatch]:
@@ -74,3 +104,4 @@ def row_batches(packed: PackedStore, ids: np.ndarray, batch_rows: int) -> Iterat
             np.concatenate(docs).astype(np.int32),
             np.cumsum(lens, dtype=np.int64),
         )
+        release_pages(packed.store.tokens)
