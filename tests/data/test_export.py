@@ -245,3 +245,32 @@ def test_lengths_in_chunks_and_released_pages_change_nothing(packed, monkeypatch
     rows.release_pages(packed.store.tokens)
     rows.release_pages(np.arange(3))  # an in-memory array: nothing to do
     assert packed.sequence_tokens(5)[0].tolist() == before
+
+
+def test_hf_model_given_position_ids_masks_documents_within_a_row(packed, tmp_path):
+    """The HF recipe of docs/data.md: rows with their position_ids and no attention_mask (use_cache
+    off) attend within each document only: logits equal those of each document run alone."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, default_data_collator
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=257, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=2, max_position_embeddings=64, use_cache=False, attn_implementation="sdpa",
+    )  # fmt: skip
+    model = LlamaForCausalLM(cfg).eval()
+    out = tmp_path / "pq"
+    export(packed, out, ExportConfig(), progress=False)
+    ds = load_parquet(out, tmp_path)["train"].with_format("numpy")
+    rows = [r for r in ds.select(range(40)) if (r["position_ids"] == 0).sum() >= 2][:4]
+    assert len(rows) == 4
+    batch = default_data_collator([{k: r[k] for k in ("input_ids", "position_ids")} for r in rows])
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"]).logits  # (4, ROW, V)
+        for b, row in enumerate(rows):
+            starts = np.flatnonzero(row["position_ids"] == 0).tolist() + [ROW]
+            for s, e in zip(starts, starts[1:]):
+                alone = model(input_ids=torch.as_tensor(row["input_ids"][s:e])[None].long()).logits[0]
+                torch.testing.assert_close(logits[b, s:e], alone, rtol=1e-4, atol=1e-4)
+        whole = model(input_ids=batch["input_ids"]).logits  # without position_ids: one causal sequence
+    assert not torch.allclose(whole, logits, atol=1e-3)
