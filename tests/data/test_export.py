@@ -117,6 +117,20 @@ def test_megatron_read_back_by_megatron_core(packed, tmp_path):
     assert rec == report.record and rec["splits"]["train"]["rows"] == len(want) and rec["eod_id"] == EOT
 
 
+def test_megatron_validation_split(packed, tmp_path):
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    out = tmp_path / "mg"
+    export(packed, out, ExportConfig(format="megatron", val_fraction=0.25, split_seed=3), progress=False)
+    train_ids, val_ids = packed_split(packed, 0.25, 3)
+    for split, ids in (("train", train_ids), ("validation", val_ids)):
+        ds = IndexedDataset(str(out / split))
+        want = full_ids(packed, ids)
+        assert [ds[r].tolist() for r in range(len(ds))] == [
+            packed.sequence_tokens(i)[0].tolist() for i in want
+        ]
+
+
 def gpt_dataset(prefix, n, seq_len, add_extra):
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
     from megatron.core.datasets.indexed_dataset import IndexedDataset

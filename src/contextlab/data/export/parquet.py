@@ -35,7 +35,7 @@ def _schema():
 def _record_batch(batch: RowBatch):
     import pyarrow as pa
 
-    offsets = pa.array(batch.offsets.astype(np.int32))  # list offsets; a shard stays < 2**31 tokens
+    offsets = pa.array(batch.offsets.astype(np.int32))  # list offsets of one batch (< 2**31 tokens)
     arrays = [
         pa.ListArray.from_arrays(offsets, pa.array(values.astype(np.int32)))
         for values in (batch.input_ids, batch.position_ids, batch.document_ids)
