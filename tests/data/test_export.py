@@ -288,3 +288,19 @@ def test_hf_model_given_position_ids_masks_documents_within_a_row(packed, tmp_pa
                 torch.testing.assert_close(logits[b, s:e], alone, rtol=1e-4, atol=1e-4)
         whole = model(input_ids=batch["input_ids"]).logits  # without position_ids: one causal sequence
     assert not torch.allclose(whole, logits, atol=1e-3)
+
+
+def test_without_separators_positions_restart_at_each_entry(tmp_path):
+    store = make_store(tmp_path, mixed_corpus(30, seed=2))
+    cfg = PackConfig(method="ep", context=CONTEXT, seed=0, separator="none")
+    pk = pack(store, tmp_path / "ep", cfg, progress=False).packed
+    export(pk, tmp_path / "pq", ExportConfig(), progress=False)
+    table = pq.read_table(tmp_path / "pq" / "train-00000-of-00001.parquet").to_pydict()
+    ids = full_ids(pk)
+    assert len(table["input_ids"]) == len(ids) and all(EOT not in row for row in table["input_ids"])
+    for r, i in enumerate(ids):
+        want = []
+        for _, b, e in pk.sequence_entries(i):
+            want += list(range(e - b))
+        assert table["position_ids"][r] == want[:ROW]
+        assert table["input_ids"][r] == pk.sequence_tokens(i)[0].tolist()
