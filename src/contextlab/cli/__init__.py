@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "data verify": "contextlab.cli.data:cmd_verify",
     "data pack": "contextlab.cli.pack:cmd_pack",
     "data pack-stats": "contextlab.cli.pack:cmd_pack_stats",
+    "data export": "contextlab.cli.export_data:cmd_data_export",
     "data synthetic": "contextlab.cli.synthetic:cmd_synthetic",
     "train": "contextlab.cli.train:cmd_train",
     "export": "contextlab.cli.train:cmd_export",

@@ -1,0 +1,43 @@
+"""``contextlab data export``: a packed store as Parquet or a Megatron indexed dataset."""
+
+from __future__ import annotations
+
+import argparse
+
+from contextlab.config import add_dataclass_args, dataclass_from_args
+
+
+def cmd_data_export(argv: list[str]) -> int:
+    """Export a packed store's rows for other trainers (Parquet for HF, Megatron .bin/.idx)."""
+    from contextlab.data.export import ExportConfig, export
+
+    args = _parser().parse_args(argv)
+    config = dataclass_from_args(ExportConfig, args)
+    report = export(args.packed, args.out, config, overwrite=args.overwrite, progress=not args.no_progress)
+    rec = report.record
+    splits = ", ".join(
+        f"{name} {s['rows']:,} rows / {s['tokens']:,} tokens" for name, s in rec["splits"].items()
+    )
+    print(
+        f"wrote {report.out} ({rec['export_format']}, context {rec['context']:,}): {splits}; "
+        f"{rec['short_rows_left_out']:,} short rows left out; {report.seconds:,.1f} s"
+    )
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    from contextlab.data.export import FORMATS, ExportConfig
+
+    p = argparse.ArgumentParser(
+        prog="contextlab data export",
+        description="Write the rows of a packed store, in packed order, for another trainer: "
+        + "; ".join(f"{k}: {v}" for k, v in FORMATS.items())
+        + ". OUT gets export.json (source fingerprint, tokenizer hash, eod id, context, counts). "
+        "See docs/data.md, 'Training on SPLICE data elsewhere'.",
+    )
+    p.add_argument("packed", help="a finished packed store (from `contextlab data pack`)")
+    p.add_argument("--out", required=True, help="the folder to create (written as OUT.partial, then renamed)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_dataclass_args(p, ExportConfig)
+    return p

@@ -1,0 +1,179 @@
+"""Export a packed store for other trainers: Parquet (Hugging Face) or a Megatron indexed dataset.
+
+``export(packed, out, ExportConfig(...))`` writes the packed store's rows, in packed order, to a
+folder that describes itself (``export.json``: format version, the packed store's fingerprint, the
+tokenizer hash, the end-of-text id, the context, the counts of every split and file). Rows stream
+from the packed store's memory maps in batches, so memory does not grow with the corpus.
+Everything is written under ``OUT.partial`` and renamed to ``OUT`` at the end: a killed export
+leaves no ``OUT``, and running it again clears the partial folder and starts over (an export
+is a copy, minutes where a pack is hours; resuming it is not worth its bookkeeping).
+Variants live in the ``FORMATS`` dict. Trade-off: only full rows (``context + 1`` tokens) by
+default, the rows contextlab's own trainer uses; ``keep_short_rows`` adds the short last row of
+each shard to Parquet (Megatron's sampler needs equal rows, see ``megatron.py``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from contextlab import __version__
+from contextlab.config import opt
+from contextlab.data.export.megatron import megatron_dtype, write_megatron_split
+from contextlab.data.export.parquet import rows_per_shard_for, write_parquet_split
+from contextlab.data.export.rows import row_ids, row_lengths
+from contextlab.data.packing.packed_store import PackedStore
+from contextlab.data.views import packed_split
+from contextlab.errors import UserError
+from contextlab.io import atomic_write_json, partial_dir, replace_dir
+
+EXPORT_FORMAT = "contextlab-export"
+EXPORT_VERSION = 1
+FORMATS = {
+    "parquet": "one Parquet row per sequence: input_ids, position_ids, document_ids (Hugging Face)",
+    "megatron": "Megatron-LM indexed dataset PREFIX.bin + PREFIX.idx, one sequence per packed row",
+}
+
+
+@dataclass
+class ExportConfig:
+    format: Literal["parquet", "megatron"] = opt("parquet", "output format: parquet or megatron")
+    rows_per_shard: int = opt(0, "Parquet rows per file; 0 = as many as fit in --shard-mb")
+    shard_mb: float = opt(256.0, "Parquet file size target in MiB before compression (with rows_per_shard 0)")
+    val_fraction: float = opt(
+        0.0, "hold out this fraction of the sequences as a validation split (0 = train only)"
+    )
+    split_seed: int = opt(0, "seed of the held-out sequences (as the trainer's data.split_seed)")
+    keep_short_rows: bool = opt(False, "also export the short last row of each shard (Parquet only)")
+    batch_rows: int = opt(256, "rows built and written at a time (memory: about batch_rows x row bytes)")
+
+
+@dataclass
+class ExportReport:
+    out: Path
+    record: dict  # the export.json written
+    seconds: float
+
+
+def export(
+    packed: str | Path | PackedStore,
+    out: str | Path,
+    config: ExportConfig | None = None,
+    *,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> ExportReport:
+    """Write the rows of ``packed`` to ``out`` in ``config.format``; see the module docstring."""
+    cfg = config or ExportConfig()
+    _check_config(cfg)
+    out = Path(out)
+    pk = packed if isinstance(packed, PackedStore) else _open_packed(Path(packed))
+    _check_out(pk, out, overwrite)
+    t0 = time.perf_counter()
+    splits = _split_ids(pk, cfg)
+    partial = partial_dir(out)
+    if partial.exists():
+        shutil.rmtree(partial)  # an earlier export killed midway: start again
+    partial.mkdir(parents=True)
+    written = _write_splits(pk, cfg, splits, partial, progress)
+    record = _record(pk, cfg, written)
+    atomic_write_json(partial / "export.json", record)
+    replace_dir(partial, out, overwrite=overwrite)
+    return ExportReport(out, record, time.perf_counter() - t0)
+
+
+def _check_config(cfg: ExportConfig) -> None:
+    if cfg.format not in FORMATS:
+        raise UserError(f"unknown export format {cfg.format!r}; use one of: {', '.join(FORMATS)}")
+    if cfg.format == "megatron" and cfg.keep_short_rows:
+        raise UserError(
+            "--keep-short-rows is for --format parquet: Megatron's sampler cuts samples of one fixed "
+            "length, so a short row would shift every later one; leave it out"
+        )
+    if not 0.0 <= cfg.val_fraction < 1.0:
+        raise UserError(f"--val-fraction must be in [0, 1), got {cfg.val_fraction}")
+    if cfg.rows_per_shard < 0 or cfg.shard_mb <= 0 or cfg.batch_rows < 1:
+        raise UserError(
+            "--rows-per-shard must be >= 0, --shard-mb > 0 and --batch-rows >= 1 "
+            f"(got {cfg.rows_per_shard}, {cfg.shard_mb}, {cfg.batch_rows})"
+        )
+
+
+def _open_packed(path: Path) -> PackedStore:
+    if not (path / "meta.json").exists() and partial_dir(path).exists():
+        raise UserError(
+            f"the pack writing {path} is unfinished ({partial_dir(path).name} exists); "
+            "run the same `contextlab data pack` command again to finish it, then export"
+        )
+    return PackedStore(path)
+
+
+def _check_out(pk: PackedStore, out: Path, overwrite: bool) -> None:
+    src, dst = pk.path.resolve(), out.resolve()
+    if dst == src or dst in src.parents or src in dst.parents:
+        raise UserError(f"--out {out} overlaps the packed store {pk.path}; choose a folder outside it")
+    if out.exists() and not overwrite:
+        raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
+
+
+def _split_ids(pk: PackedStore, cfg: ExportConfig) -> dict[str, np.ndarray]:
+    """Sequence ids per split, in packed order (the trainer's split for the same fraction and seed)."""
+    if cfg.val_fraction == 0:
+        return {"train": row_ids(pk, cfg.keep_short_rows)}
+    train, val = packed_split(pk, cfg.val_fraction, cfg.split_seed)
+    return {
+        "train": row_ids(pk, cfg.keep_short_rows, train),
+        "validation": row_ids(pk, cfg.keep_short_rows, val),
+    }
+
+
+def _write_splits(
+    pk: PackedStore, cfg: ExportConfig, splits: dict[str, np.ndarray], folder: Path, progress: bool
+) -> dict[str, dict]:
+    from tqdm.auto import tqdm
+
+    written = {}
+    total = sum(len(ids) for ids in splits.values())
+    with tqdm(total=total, unit="row", desc=f"export {cfg.format}", disable=not progress) as bar:
+        for split, ids in splits.items():
+            if cfg.format == "parquet":
+                per = cfg.rows_per_shard or rows_per_shard_for(pk.row_len, cfg.shard_mb)
+                files = write_parquet_split(pk, ids, folder, split, per, cfg.batch_rows, bar.update)
+                written[split] = {"rows": int(len(ids)), "files": files}
+            else:
+                dtype = megatron_dtype(pk.store.vocab_size)
+                info = write_megatron_split(pk, ids, folder / split, dtype, cfg.batch_rows, bar.update)
+                written[split] = {**info, "dtype": dtype.name}
+            written[split]["tokens"] = sum(f["tokens"] for f in written[split].get("files", [written[split]]))
+    return written
+
+
+def _record(pk: PackedStore, cfg: ExportConfig, written: dict[str, dict]) -> dict:
+    meta, lengths = pk.meta, row_lengths(pk)
+    return {
+        "format": EXPORT_FORMAT,
+        "version": EXPORT_VERSION,
+        "code_version": __version__,
+        "export_format": cfg.format,
+        "config": asdict(cfg),
+        "source": {
+            "path": str(pk.path.resolve()),
+            "fingerprint": meta.get("fingerprint"),
+            "method": meta["config"].get("method"),
+            "n_sequences": pk.n_sequences,
+        },
+        "tokenizer": meta["store"].get("tokenizer"),
+        "tokenizer_hash": meta["store"].get("tokenizer_hash"),
+        "vocab_size": int(pk.store.vocab_size),
+        "eod_id": pk.separator_id,
+        "context": pk.context,
+        "row_len": pk.row_len,
+        "document_ids": "global document index of the token store",
+        "short_rows_left_out": 0 if cfg.keep_short_rows else int((lengths < pk.row_len).sum()),
+        "splits": written,
+    }
