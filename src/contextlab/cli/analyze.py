@@ -132,7 +132,7 @@ def _attention_parser() -> argparse.ArgumentParser:
         "the weights it gets, heads and layers averaged), mass by distance in buckets [0], [1], [2,3], "
         "[4,7], ... per layer, the entropy of the weights; with --compare, model A against model B on "
         "the same tokens: percent change per token and per chunk (the ContextLM paper's Figure 6) and "
-        "the differences with 95%% intervals over documents. The weights are recomputed in fp32 from each "
+        "the differences with 95% intervals over documents. The weights are recomputed in fp32 from each "
         "attention module's q and k (checked against the model's own attention output); the model "
         "itself is unchanged. Writes OUT/attention.json, .npy arrays and three PNGs.",
     )
