@@ -218,3 +218,19 @@ def test_weights_that_are_not_the_models_stop_the_analysis(monkeypatch):
     monkeypatch.setattr(attention, "attention_weights", wrong)
     with pytest.raises(RuntimeError, match="differs from the model's output"):
         collect(byte_adapter(tiny_gpt()), np.arange(40)[None] % 256, progress=False)
+
+
+def test_a_model_run_by_transformers_or_behind_mode_tokens_is_refused_in_one_line():
+    from types import SimpleNamespace
+
+    from contextlab.eval.attention import check_model
+
+    hf = SimpleNamespace(
+        model=torch.nn.Linear(2, 2), info=SimpleNamespace(kind="hf", id="x", architecture="gpt2")
+    )
+    with pytest.raises(UserError, match="gpt2 model run by transformers; analyze attention reads contextlab"):
+        check_model(hf, "model B")
+    ul2 = byte_adapter(tiny_gpt())
+    ul2.info.lm_prefix, ul2.info.objective = [5], "ul2"
+    with pytest.raises(UserError, match="mode tokens"):
+        run(ul2, Options(), text=TEXT, progress=False)
