@@ -19,6 +19,7 @@ from contextlab.eval.attention import (
     Options,
     attention_weights,
     bucket_index,
+    bucket_mass,
     collect,
     module_output,
     run,
@@ -95,6 +96,17 @@ def test_distance_buckets_cover_every_distance_once():
         sel = torch.tril(idx == b) if b else (dist == 0) & torch.eye(T, dtype=torch.bool)
         assert bool(((dist[sel] >= lo) & (dist[sel] <= hi)).all())
         assert int(sel.sum()) == sum(T - d for d in range(lo, hi + 1))  # every pair (i, j<=i) once
+
+
+def test_every_querys_distance_buckets_sum_to_one():
+    attn, x, rope = _block_call(tiny_gpt(), T=37)
+    with torch.no_grad():
+        w, _ = attention_weights(attn, x, rope, None, True)
+    mass = bucket_mass(w.mean(1), bucket_index(37)[0])  # (B, T, n_buckets)
+    assert mass.shape == (3, 37, 7)
+    torch.testing.assert_close(mass.sum(-1), torch.ones(3, 37), atol=1e-6, rtol=0)
+    torch.testing.assert_close(mass[:, 0, 0], torch.ones(3))  # the first query sees only itself
+    assert float(mass[:, :16, 5:].abs().max()) == 0.0  # queries before 16 cannot reach distance 16
 
 
 def _uniform(model):

@@ -137,6 +137,15 @@ def bucket_index(T: int, device=None) -> tuple[Tensor, Tensor]:
     return idx, d.float()
 
 
+def bucket_mass(weights: Tensor, idx: Tensor) -> Tensor:
+    """Each query's weight on each distance bucket: weights (B, T, T), idx = bucket_index(T)[0] ->
+    (B, T, n_buckets); sums to 1 per query for causal weights."""
+    B, T, _ = weights.shape
+    n_buckets = len(M.distance_buckets(T))
+    out = torch.zeros(B, T, n_buckets, dtype=weights.dtype, device=weights.device)
+    return out.scatter_add_(2, idx.expand(B, T, T), weights)
+
+
 @dataclass
 class Layered:
     """Per-row measures of one group of attention modules (the blocks, or the ContextLM predictor)."""
@@ -178,8 +187,7 @@ class Collector:
             self._index[T] = bucket_index(T, w.device)
         idx, dist = self._index[T]
         wm = w.mean(1)  # (B, T, T) head-averaged
-        n_buckets = len(M.distance_buckets(T))
-        mass = torch.zeros(B, T, n_buckets, device=w.device).scatter_add_(2, idx.expand(B, T, T), wm)
+        mass = bucket_mass(wm, idx)  # (B, T, n_buckets)
         ent = -torch.special.xlogy(w, w).sum(-1).mean((1, 2))  # (B,) nats, mean over heads and queries
         for store, value in (
             (g.received, wm.sum(1)),  # (B, T): sum over queries i of a[i, j]
