@@ -246,3 +246,14 @@ def test_a_model_run_by_transformers_or_behind_mode_tokens_is_refused_in_one_lin
     ul2.info.lm_prefix, ul2.info.objective = [5], "ul2"
     with pytest.raises(UserError, match="mode tokens"):
         run(ul2, Options(), text=TEXT, progress=False)
+
+
+def test_a_contextlm_with_an_encoder_averages_its_decoder_blocks_only():
+    torch.manual_seed(3)
+    cfg = ContextLMConfig(vocab_size=257, n_layer=3, n_head=2, n_embd=32, context=64, encoder_layers=1)
+    out = run(byte_adapter(ContextLM(cfg).eval()), Options(), text=TEXT, progress=False)
+    blocks = out.results["models"]["a"]["blocks"]
+    assert blocks["layers_averaged"] == [1, 2] and blocks["n_layers"] == 3
+    decoder = out.arrays["a_received"][0, 1:].mean(0)  # (T,) blocks 2 and 3
+    np.testing.assert_allclose(blocks["received"], decoder, rtol=1e-6)
+    assert not np.allclose(out.arrays["a_received"][0].mean(0), decoder, rtol=1e-3)
