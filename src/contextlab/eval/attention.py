@@ -260,8 +260,8 @@ class Rows:
 
 def read_rows(adapter, options: Options, data: str | None, text: str | None) -> Rows:
     """The rows to analyse: pieces of the store's documents (as ``contextwise`` cuts them) or the text."""
-    from contextlab.eval import contextwise
     from contextlab.eval.base import open_store
+    from contextlab.eval.contextwise import sequences
     from contextlab.eval.results import text_hash
 
     L = options.length or adapter.context
@@ -274,7 +274,7 @@ def read_rows(adapter, options: Options, data: str | None, text: str | None) -> 
         rows = np.asarray([ids], dtype=np.int64)
         return Rows(rows, np.zeros(1, np.int64), {"text": text, "hash": text_hash(text), "tokens": len(ids)})
     store = open_store(data, adapter, "analyze attention")
-    pieces = contextwise.sequences(store, L, options.rows, options.pieces_per_doc)
+    pieces = sequences(store, L, options.rows, options.pieces_per_doc)
     if not pieces:
         raise UserError(f"no document of {store.path} has {L} tokens; lower --length")
     tokens = np.stack([np.asarray(store.doc(d)[s : s + L], dtype=np.int64) for d, s in pieces])
