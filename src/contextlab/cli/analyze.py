@@ -1,8 +1,12 @@
-"""``contextlab analyze entropy``: intrinsic entropy / dimension of hidden states vs context length.
+"""``contextlab analyze entropy`` and ``analyze attention``: hidden-state entropy, where attention goes.
 
 Runs ``contextlab.eval.entropy`` on a contextlab run or a Hugging Face folder and writes
 ``OUT/entropy.json`` (self-describing result: options, model, data hash, code version),
-``OUT/entropy.relative_eigenvalues.npy`` (the spectra) and ``OUT/entropy.png``.
+``OUT/entropy.relative_eigenvalues.npy`` (the spectra) and ``OUT/entropy.png``. ``analyze
+attention`` runs ``contextlab.eval.attention`` on one model or two (A against B on the same rows)
+and writes ``OUT/attention.json``, its per-row ``.npy`` arrays and three PNGs
+(``eval/attention_plots.py``). Trade-off: both commands live here because each is one parser and
+one function over an eval module; the work is in ``eval``.
 """
 
 from __future__ import annotations
@@ -116,4 +120,102 @@ def cmd_entropy(argv: list[str]) -> int:
     out.plot(out_dir / "entropy.png")
     print(_table(out.results))
     print(f"wrote {path}, {out_dir / 'entropy.png'} ({time.perf_counter() - t0:.0f} s)")
+    return 0
+
+
+def _attention_parser() -> argparse.ArgumentParser:
+    from contextlab.eval.attention import Options
+
+    p = argparse.ArgumentParser(
+        prog="contextlab analyze attention",
+        description="Where attention goes: attention received per source token (the sum over queries of "
+        "the weights it gets, heads and layers averaged), mass by distance in buckets [0], [1], [2,3], "
+        "[4,7], ... per layer, the entropy of the weights; with --compare, model A against model B on "
+        "the same tokens: percent change per token and per chunk (the ContextLM paper's Figure 6) and "
+        "the differences with 95% intervals over documents. The weights are recomputed in fp32 from each "
+        "attention module's q and k (checked against the model's own attention output); the model "
+        "itself is unchanged. Writes OUT/attention.json, .npy arrays and three PNGs.",
+    )
+    p.add_argument(
+        "--model", required=True, metavar="PATH", help="model A: a contextlab run, checkpoint or export"
+    )
+    p.add_argument(
+        "--compare", metavar="PATH", help="model B, the reference of the percent changes (same tokenizer)"
+    )
+    p.add_argument(
+        "--data", metavar="STORE", help="a token store made with the models' tokenizer (held-out rows)"
+    )
+    p.add_argument("--text", help="analyse this text instead of --data (one row, cut to --length tokens)")
+    p.add_argument("--out", help="output folder (default: MODEL/eval)")
+    p.add_argument("--step", type=int, help="checkpoint step of model A's run (default: the newest)")
+    p.add_argument("--compare-step", type=int, help="checkpoint step of model B's run (default: the newest)")
+    p.add_argument("--batch-size", type=int, default=8, help="rows per forward pass (default: 8)")
+    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 = torch's default")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_dataclass_args(p.add_argument_group("attention options"), Options)
+    return p
+
+
+def _attention_table(results: dict) -> str:
+    s = results["summary"]
+    lines = [
+        f"{'model':<6} {'mean dist':>9} {'d=0':>6} {'d=1':>6} {'d>=16':>6} {'entropy':>7} {'first tok':>9}"
+    ]
+    for k in ("a", "b"):
+        if k in s:
+            r = s[k]
+            lines.append(
+                f"{k.upper():<6} {r['mean_distance']:>9.2f} {r['mass_at_distance_0']:>6.3f} "
+                f"{r['mass_at_distance_1']:>6.3f} {r['mass_beyond_16']:>6.3f} {r['entropy']:>7.3f} "
+                f"{r['received_first_token_share']:>9.3f}"
+            )
+    if "a_vs_b" in s:
+        c = s["a_vs_b"]
+        ci = c["mean_distance_diff_interval95"]
+        lines.append(
+            f"A vs B: attention received {c['percent_rest']:+.1f}% beyond the first token, "
+            f"{c['percent_first_token']:+.1f}% on it; mean distance {c['mean_distance_diff']:+.2f}"
+            + (f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else "")
+            + f"; median |change| per token {c['token_abs_percent_median']:.1f}%"
+        )
+    return "\n".join(lines)
+
+
+def cmd_attention(argv: list[str]) -> int:
+    """Where attention goes: received per token, mass by distance per layer, two models compared."""
+    from contextlab.eval import load_model
+    from contextlab.eval.attention import Options, run
+    from contextlab.eval.attention_plots import plot_all
+    from contextlab.eval.results import write_result
+    from contextlab.rundir import eval_dir
+
+    args = _attention_parser().parse_args(argv)
+    options = dataclass_from_args(Options, args)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    common = dict(dtype="fp32", batch_size=args.batch_size, device=args.device)
+    a = load_model(args.model, step=args.step, **common)
+    b = load_model(args.compare, step=args.compare_step, **common) if args.compare else None
+    out_dir = Path(args.out) if args.out else eval_dir(args.model)
+    t0 = time.perf_counter()
+    out = run(a, options, args.data, args.text, compare=b, progress=not args.no_progress)
+    model = {
+        k: {**vars(m.info), "batch_size": m.batch_size} for k, m in (("a", a), ("b", b)) if m is not None
+    }
+    path = write_result(
+        out_dir,
+        "attention",
+        results=out.results,
+        options=options,
+        model=model,
+        data=out.data,
+        seconds=time.perf_counter() - t0,
+        arrays=out.arrays,
+    )
+    pngs = plot_all(out.results, out_dir, options.per_layer)
+    print(_attention_table(out.results))
+    print(f"wrote {path}, {', '.join(p.name for p in pngs)} ({time.perf_counter() - t0:.0f} s)")
     return 0

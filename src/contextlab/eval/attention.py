@@ -1,0 +1,369 @@
+"""Attention weights made visible, for analysis only: where each layer's attention goes.
+
+The model attends through SDPA (``models/gpt.py``), which never forms the weights. Here forward
+pre-hooks on every ``Attention`` module capture what it is called with (x, rope, attn_mask,
+is_causal), recompute q, k, v through the module's own ``heads`` and form
+softmax(q k^T / sqrt(hs) + mask) in fp32; a forward hook checks, on every call, that these
+weights times v, through the module's output projection, reproduce the module's output
+(``max_abs_diff`` in the result; a mismatch above ``CHECK_TOL``, relative for outputs larger than
+1, stops the analysis: the weights would not be the model's). Training and every other
+evaluation keep SDPA untouched.
+
+Per row and layer (heads averaged) this module keeps what the measures need
+(``attention_measures.py`` turns it into numbers): attention received by each source
+position j (the sum over queries i >= j of a[i, j]), the mass each query puts at distances
+i - j in buckets [0], [1], [2, 3], [4, 7], ... (averaged over queries), the mean distance and
+the entropy of the weights; and the head-averaged weight matrix of one sample row.
+
+Trade-off: the weights of one layer are O(B nh T^2) fp32 memory and time, which is why this is
+an analysis path run at a model's training context on a few hundred rows, not a kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+import contextlab.eval.attention_measures as M
+from contextlab.config import opt
+from contextlab.errors import UserError
+from contextlab.models.gpt import GPT, Attention
+
+CHECK_TOL = 1e-4  # largest |weights @ v - the module's output| accepted (fp32), times max(1, |output|)
+
+
+def attention_weights(
+    attn: Attention, x: Tensor, rope, attn_mask: Tensor | None, is_causal: bool
+) -> tuple[Tensor, Tensor]:
+    """The weights (B, nh, T, T) fp32 and the values (B, nh, T, hs) of ``attn`` called on x (B, T, C).
+
+    attn_mask as ``Attention.forward`` takes it: None (causal when is_causal), a bool mask
+    (True = may attend) or an additive float mask, broadcastable to (B, nh, T, T), that already
+    holds its causal part.
+    """
+    q, k, v = (t.float() for t in attn.heads(x.float(), rope))  # (B, nh, T, hs)
+    T = q.size(-2)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, nh, T, T)
+    if attn_mask is None:
+        if is_causal:
+            causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+            scores = scores.masked_fill(~causal, float("-inf"))
+    elif isinstance(attn_mask, Tensor):
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask.float()
+    else:
+        raise UserError(
+            f"analyze attention needs a dense mask, got {type(attn_mask).__name__}; run it on the CPU "
+            "or with --device cpu (FlexAttention block masks are not materialised)"
+        )
+    return torch.softmax(scores, dim=-1), v  # rows sum to 1 over the keys each query may see
+
+
+def module_output(attn: Attention, weights: Tensor, v: Tensor) -> Tensor:
+    """What ``attn`` returns for these weights (B, nh, T, T) and values (B, nh, T, hs): (B, T, C)."""
+    B, nh, T, hs = v.shape
+    y = (weights @ v).transpose(1, 2).reshape(B, T, nh * hs)  # (B, T, C)
+    return attn.proj(y)
+
+
+def _call_args(args: tuple, kwargs: dict):
+    names = ("x", "rope", "attn_mask", "is_causal")
+    given = dict(zip(names, args)) | {k: v for k, v in kwargs.items() if k in names}
+    return given["x"], given.get("rope"), given.get("attn_mask"), bool(given.get("is_causal", True))
+
+
+class AttentionProbe:
+    """Hooks on every ``Attention`` of ``model``: ``on_weights(name, weights (B, nh, T, T))`` per call.
+
+    Use as a context manager; the hooks are removed on exit. ``max_abs_diff`` is the largest
+    difference seen between weights @ v (through the output projection) and the module's output.
+    """
+
+    def __init__(self, model: torch.nn.Module, on_weights: Callable[[str, Tensor], None]):
+        self.model, self.on_weights = model, on_weights
+        self.max_abs_diff = 0.0
+        self._pending: dict[str, tuple[Tensor, Tensor]] = {}
+        self._handles: list = []
+
+    def __enter__(self) -> AttentionProbe:
+        for name, module in self.model.named_modules():
+            if isinstance(module, Attention):
+                self._handles.append(module.register_forward_pre_hook(self._pre(name), with_kwargs=True))
+                self._handles.append(module.register_forward_hook(self._post(name)))
+        if not self._handles:
+            raise UserError(f"{type(self.model).__name__} has no contextlab Attention module to analyse")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    def _pre(self, name: str):
+        def hook(module, args, kwargs):
+            self._pending[name] = attention_weights(module, *_call_args(args, kwargs))
+
+        return hook
+
+    def _post(self, name: str):
+        def hook(module, args, output):
+            weights, v = self._pending.pop(name)
+            diff = float((module_output(module, weights, v) - output.float()).abs().max())
+            scale = max(1.0, float(output.abs().max()))  # fp32 rounding grows with the output's size
+            if not diff <= CHECK_TOL * scale:  # also catches NaN
+                raise RuntimeError(
+                    f"{name}: materialised attention differs from the model's output by {diff:.2e} "
+                    f"(> {CHECK_TOL * scale:.0e}); the analysis path no longer matches the model's attention"
+                )
+            self.max_abs_diff = max(self.max_abs_diff, diff)
+            self.on_weights(name, weights)
+
+        return hook
+
+
+def bucket_index(T: int, device=None) -> tuple[Tensor, Tensor]:
+    """(bucket of distance i - j (T, T) long, 0 above the diagonal; the distance (T, T) fp32, >= 0)."""
+    d = torch.arange(T, device=device)[:, None] - torch.arange(T, device=device)[None, :]  # (T, T)
+    d = d.clamp(min=0)
+    idx = torch.where(d > 0, torch.floor(torch.log2(d.clamp(min=1).double())).long() + 1, 0)
+    return idx, d.float()
+
+
+def bucket_mass(weights: Tensor, idx: Tensor) -> Tensor:
+    """Each query's weight on each distance bucket: weights (B, T, T), idx = bucket_index(T)[0] ->
+    (B, T, n_buckets); sums to 1 per query for causal weights."""
+    B, T, _ = weights.shape
+    n_buckets = len(M.distance_buckets(T))
+    out = torch.zeros(B, T, n_buckets, dtype=weights.dtype, device=weights.device)
+    return out.scatter_add_(2, idx.expand(B, T, T), weights)
+
+
+@dataclass
+class Layered:
+    """Per-row measures of one group of attention modules (the blocks, or the ContextLM predictor)."""
+
+    received: dict[int, list[np.ndarray]] = field(default_factory=dict)  # layer -> [(b, T)] per batch
+    buckets: dict[int, list[np.ndarray]] = field(default_factory=dict)  # layer -> [(b, n_buckets)]
+    distance: dict[int, list[np.ndarray]] = field(default_factory=dict)  # layer -> [(b,)] mean i - j
+    entropy: dict[int, list[np.ndarray]] = field(default_factory=dict)  # layer -> [(b,)] nats
+    sample: dict[int, np.ndarray] = field(default_factory=dict)  # layer -> (T, T) the sample row
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """received (N, L, T), buckets (N, L, n_buckets), distance (N, L), entropy (N, L); layers sorted."""
+        layers = sorted(self.received)
+        stack = lambda d: np.stack([np.concatenate(d[k]) for k in layers], axis=1)
+        return {k: stack(getattr(self, k)) for k in ("received", "buckets", "distance", "entropy")}
+
+
+def _group_layer(name: str) -> tuple[str, int]:
+    """'blocks.3.attn' -> ('blocks', 3); 'predictor.1.attn' -> ('predictor', 1)."""
+    parts = name.split(".")
+    i = next(k for k, p in enumerate(parts) if p.isdigit())
+    return ".".join(parts[:i]), int(parts[i])
+
+
+class Collector:
+    """The ``on_weights`` of an AttentionProbe: reduces each call's weights to the per-row measures."""
+
+    def __init__(self, sample_row: int):
+        self.groups: dict[str, Layered] = {}
+        self.sample_row = sample_row
+        self.row0 = 0  # global index of the current batch's first row
+        self._index: dict[int, tuple[Tensor, Tensor]] = {}
+
+    def __call__(self, name: str, w: Tensor) -> None:
+        group, layer = _group_layer(name)
+        g = self.groups.setdefault(group, Layered())
+        B, _, T, _ = w.shape
+        if T not in self._index:
+            self._index[T] = bucket_index(T, w.device)
+        idx, dist = self._index[T]
+        wm = w.mean(1)  # (B, T, T) head-averaged
+        mass = bucket_mass(wm, idx)  # (B, T, n_buckets)
+        ent = -torch.special.xlogy(w, w).sum(-1).mean((1, 2))  # (B,) nats, mean over heads and queries
+        for store, value in (
+            (g.received, wm.sum(1)),  # (B, T): sum over queries i of a[i, j]
+            (g.buckets, mass.mean(1)),  # (B, n_buckets): mean over queries
+            (g.distance, (wm * dist).sum(-1).mean(-1)),  # (B,)
+            (g.entropy, ent),
+        ):
+            store.setdefault(layer, []).append(value.double().cpu().numpy())
+        if self.row0 <= self.sample_row < self.row0 + B:
+            g.sample[layer] = wm[self.sample_row - self.row0].double().cpu().numpy()
+
+
+def check_model(adapter, what: str) -> GPT:
+    """The contextlab model inside ``adapter``, or one line saying why it cannot be analysed."""
+    model = adapter.model
+    if not isinstance(model, GPT) or adapter.info.kind != "contextlab":
+        raise UserError(
+            f"{what}: {adapter.info.id} is a {adapter.info.architecture} model run by transformers; "
+            "analyze attention reads contextlab models (a run, a checkpoint or a contextlab export)"
+        )
+    if adapter.info.lm_prefix:
+        raise UserError(
+            f"{what}: {adapter.info.id} reads text only after its mode tokens {adapter.info.lm_prefix} "
+            f"(objective {adapter.info.objective}); analyze attention reads models that take plain text"
+        )
+    return model
+
+
+@torch.no_grad()
+def collect(adapter, tokens: np.ndarray, sample_row: int = 0, progress: bool = True) -> tuple[dict, float]:
+    """Run the model on tokens (N, T) in fp32, batch by batch: ({group: per-row arrays}, max_abs_diff)."""
+    model = check_model(adapter, "analyze attention")
+    collector = Collector(sample_row)
+    rows = adapter.batch_size
+    with AttentionProbe(model, collector) as probe:
+        bar = tqdm(range(0, len(tokens), rows), desc=f"attention {adapter.info.id}", disable=not progress)
+        for a in bar:
+            collector.row0 = a
+            idx = torch.as_tensor(tokens[a : a + rows], dtype=torch.long, device=adapter.device)
+            model.trunk(idx)  # fp32: no autocast; the hooks see every attention call
+    out = {}
+    for name, g in collector.groups.items():
+        out[name] = {**g.arrays(), "sample": np.stack([g.sample[k] for k in sorted(g.sample)])}
+    return out, probe.max_abs_diff
+
+
+# ---------------------------------------------------------------------------------------
+# The analysis: rows, both models, the numbers
+
+
+@dataclass
+class Options:
+    rows: int = opt(256, "rows (pieces of held-out documents) to average over; 0 = all that qualify")
+    length: int = opt(0, "tokens per row (documents shorter are skipped); 0 = model A's context")
+    pieces_per_doc: int = opt(1, "consecutive rows cut from one long document at most; 0 = as many as fit")
+    chunk: int = opt(0, "chunk size of the per-chunk percent change; 0 = the ContextLM's w (4 if none)")
+    per_layer: bool = opt(False, "plot every layer's attention received, not only the average")
+    sample_row: int = opt(0, "the row shown token by token (the seed's Figure 6)")
+    plot_tokens: int = opt(48, "tokens of the sample row in the per-token figure")
+    top_tokens: int = opt(10, "token ids listed with the largest gain and loss of attention")
+    min_count: int = opt(20, "a token id is listed only if it occurs at least this often in the rows")
+
+
+@dataclass
+class Rows:
+    tokens: np.ndarray  # (N, T) int64
+    docs: np.ndarray  # (N,) the document of each row (its cluster for intervals)
+    data: dict  # what was read: store and hash, or the text's hash
+
+
+def read_rows(adapter, options: Options, data: str | None, text: str | None) -> Rows:
+    """The rows to analyse: pieces of the store's documents (as ``contextwise`` cuts them) or the text."""
+    from contextlab.eval.base import open_store
+    from contextlab.eval.contextwise import sequences
+    from contextlab.eval.results import text_hash
+
+    L = options.length or adapter.context
+    if (data is None) == (text is None):
+        raise UserError("give the rows to analyse: --data STORE or --text TEXT (one of them)")
+    if text is not None:
+        ids = adapter.encode(text)[:L]
+        if len(ids) < 2:
+            raise UserError("--text encodes to fewer than 2 tokens; give a longer text")
+        rows = np.asarray([ids], dtype=np.int64)
+        return Rows(rows, np.zeros(1, np.int64), {"text": text, "hash": text_hash(text), "tokens": len(ids)})
+    store = open_store(data, adapter, "analyze attention")
+    pieces = sequences(store, L, options.rows, options.pieces_per_doc)
+    if not pieces:
+        raise UserError(f"no document of {store.path} has {L} tokens; lower --length")
+    tokens = np.stack([np.asarray(store.doc(d)[s : s + L], dtype=np.int64) for d, s in pieces])
+    docs = np.asarray([d for d, _ in pieces], dtype=np.int64)
+    return Rows(tokens, docs, {"store": str(store.path), "hash": store.hash, "rows": len(pieces)})
+
+
+def decoder_layers(model: GPT) -> list[int]:
+    """The blocks the token decoder runs: after a ContextLM's encoder blocks, else all."""
+    return list(range(getattr(model.config, "encoder_layers", 0), model.config.n_layer))
+
+
+def chunk_size(options: Options, models: list[GPT]) -> int:
+    if options.chunk:
+        return options.chunk
+    return next((m.config.chunk_size for m in models if hasattr(m.config, "chunk_size")), 4)
+
+
+def _model_part(adapter, arrays: dict, diff: float) -> dict:
+    model = adapter.model
+    out = {
+        "id": adapter.info.id,
+        "architecture": type(model).__name__,
+        "max_abs_diff_vs_model": diff,
+        "blocks": M.summarise(arrays["blocks"], decoder_layers(model)),
+    }
+    if "predictor" in arrays:  # ContextLM: the predictor's attention over chunks (distances in chunks)
+        out["predictor"] = M.summarise(arrays["predictor"], list(range(len(model.predictor))))
+    return out
+
+
+def _models(adapter, compare) -> list[GPT]:
+    """The contextlab model of A (and B), refused in one line when not analysable or not comparable."""
+    from contextlab.data.tokenizers import check_same_tokenizer
+
+    adapters = [adapter] + ([compare] if compare is not None else [])
+    models = [check_model(a, f"model {k}") for a, k in zip(adapters, "AB")]
+    if compare is not None:
+        check_same_tokenizer(
+            adapter.tokenizer.spec(),
+            compare.tokenizer.spec(),
+            f"model A {adapter.info.id}",
+            f"model B {compare.info.id}",
+            fix="compare two models trained with the same tokenizer",
+        )
+    return models
+
+
+def _comparison(blocks: list[dict], layers: dict, w: int, rows: Rows, decode, options: Options) -> dict:
+    a, b = blocks
+    comp = M.compare(a, b, layers["a"], layers["b"], w, rows.docs)
+    ra, rb = (x["received"][:, layers[k]].mean(1) for x, k in ((a, "a"), (b, "b")))  # (N, T) each
+    comp["tokens"] = M.token_moves(ra, rb, rows.tokens, decode, options.top_tokens, options.min_count)
+    return comp
+
+
+def run(
+    adapter, options: Options, data: str | None = None, text: str | None = None, compare=None, progress=True
+):
+    """Analyse model ``adapter`` (A) and, if given, ``compare`` (B, the reference) on the same rows."""
+    from contextlab.eval.base import EvalOutput
+
+    models = _models(adapter, compare)
+    adapters = [adapter] + ([compare] if compare is not None else [])
+    rows = read_rows(adapter, options, data, text)
+    N, T = rows.tokens.shape
+    if not 0 <= options.sample_row < N:
+        raise UserError(f"--sample-row {options.sample_row} is not one of the {N} rows; choose 0..{N - 1}")
+    for a in adapters:
+        a.check_length(T, "the rows", "lower --length")
+    w = chunk_size(options, models)
+    collected = [collect(a, rows.tokens, options.sample_row, progress) for a in adapters]
+    blocks = [arr["blocks"] for arr, _ in collected]
+    layers = {k: decoder_layers(m) for k, m in zip("ab", models)}
+    samples = {k: x["sample"] for k, x in zip("ab", blocks)}
+    ids, decode = rows.tokens[options.sample_row].tolist(), adapter.tokenizer.decode
+    results = {
+        "length": T,
+        "rows": N,
+        "documents": len(set(rows.docs.tolist())),
+        "chunk": w,
+        "buckets": [{"from": lo, "to": hi} for lo, hi in M.distance_buckets(T)],
+        "models": {k: _model_part(a, arr, diff) for k, a, (arr, diff) in zip("ab", adapters, collected)},
+        "sample": M.sample_section(samples, layers, w, ids, decode, options.plot_tokens),
+    }
+    if compare is not None:
+        results["comparison"] = _comparison(blocks, layers, w, rows, decode, options)
+    arrays = {
+        f"{k}_{n}": v.astype(np.float32) for k, x in zip("ab", blocks) for n, v in x.items() if n != "sample"
+    }
+    arrays |= {"tokens": rows.tokens, "docs": rows.docs}
+    return EvalOutput({"summary": M.headline(results), **results}, rows.data, arrays=arrays)
