@@ -115,8 +115,11 @@ def ingest(
     *,
     overwrite: bool = False,
     progress: bool = True,
+    executor=None,
+    parts: int = 32,
 ) -> IngestReport:
-    """Tokenize ``source`` into a token store at ``out`` (resuming an unfinished run).
+    """Tokenize ``source`` into a token store at ``out`` (resuming an unfinished run); with an
+    ``executor`` (Ray tasks) in ``parts`` parts run there (``ingest_shards``), to the same store.
 
     One ingest at a time writes ``out`` (a second one is refused, naming the first). A full
     disk ends with one line; the partial store keeps what was committed (the torn batch is cut
@@ -125,7 +128,7 @@ def ingest(
     config = config or IngestConfig()
     out = Path(out)
     try:
-        return _ingest(source, out, config, overwrite, progress)
+        return _ingest(source, out, config, overwrite, progress, executor, parts)
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
@@ -136,7 +139,7 @@ def ingest(
         ) from None
 
 
-def _ingest(source: str | Path, out: Path, config: IngestConfig, overwrite: bool, progress: bool):
+def _ingest(source, out: Path, config: IngestConfig, overwrite: bool, progress: bool, executor, parts: int):
     """``ingest`` without the lock and the full-disk message."""
     src = open_source(source, config.source)
     src.check_encoding()  # strict: every undecodable file named before any work is done
@@ -155,7 +158,13 @@ def _ingest(source: str | Path, out: Path, config: IngestConfig, overwrite: bool
 
     tokenizer = _partial_tokenizer(partial, record, config, src)
     resumed_from = int(record["source_pos"])
-    counts = _store_documents(partial, record, tokenizer, src, config, source, out, progress)
+    if executor is None:
+        counts = _store_documents(partial, record, tokenizer, src, config, source, out, progress)
+    else:
+        from contextlab.data.ingest_shards import store_parts
+
+        counts = store_parts(partial, record, tokenizer, src, config, progress, executor, parts)
+    shutil.rmtree(partial / "parts", ignore_errors=True)  # an --ray run's work files
     meta = _store_meta(tokenizer, src, config, counts, fingerprint)
     save_toml({"source": str(source), **to_dict(config)}, partial / "config.toml")
     finalize_store(partial, out, meta, overwrite=overwrite)
@@ -191,9 +200,10 @@ def _store_documents(
     source: str | Path,
     out: Path,
     progress: bool,
+    empty_ok: bool = False,
 ) -> dict:
     """Tokenize the documents not stored yet into ``partial``, committing ``record`` after each
-    batch; return the filter counts. Raises when no document is left after filtering."""
+    batch; return the filter counts. Raises when no document is left, unless ``empty_ok``."""
     state = WriterState(**record["writer"])
     writer = StoreWriter(partial, dtype_for_vocab(tokenizer.vocab_size), state)
     counts = dict(record["counts"])
@@ -220,7 +230,7 @@ def _store_documents(
             bar.update(src.stats.bytes_read - bar.n)
         bar.close()
     atomic_write_text(partial / SKIPPED_FILE, "".join(json.dumps(e) + "\n" for e in src.skipped))
-    if writer.state.n_docs == 0:  # nothing worth resuming: a rerun with other filters starts afresh
+    if writer.state.n_docs == 0 and not empty_ok:  # nothing worth resuming: a rerun starts afresh
         shutil.rmtree(partial, ignore_errors=True)
         raise UserError(
             f"no documents left in {source} after filtering ({counts['skipped_short']} shorter than "
