@@ -62,9 +62,12 @@ def connect(address: str | None, num_cpus: int = 0):
     return ray
 
 
-def as_completed(ray, refs: dict, poll: float = 0.5, on_tick: Callable[[], None] | None = None) -> Iterator:
+def as_completed(
+    ray, refs: dict, poll: float = 0.5, on_tick: Callable[[], None] | None = None, errors: bool = False
+) -> Iterator:
     """Yield ``(key, result)`` of ``refs`` ({ObjectRef: key}) as the tasks finish; a failed task
-    raises its error here. ``on_tick()`` runs every ``poll`` seconds while waiting."""
+    raises its error here (``errors``: its error is yielded as the result). ``on_tick()`` runs
+    every ``poll`` seconds while waiting."""
     pending = dict(refs)
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1, timeout=poll)
@@ -72,7 +75,13 @@ def as_completed(ray, refs: dict, poll: float = 0.5, on_tick: Callable[[], None]
             on_tick()
         for ref in done:
             key = pending.pop(ref)
-            yield key, ray.get(ref)
+            try:
+                result = ray.get(ref)
+            except ray.exceptions.RayError as exc:  # the task raised, or its worker or node was lost
+                if not errors:
+                    raise
+                result = exc
+            yield key, result
 
 
 def cancel_all(ray, refs) -> None:

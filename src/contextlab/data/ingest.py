@@ -115,11 +115,10 @@ def ingest(
     *,
     overwrite: bool = False,
     progress: bool = True,
-    executor=None,
-    parts: int = 32,
+    store_documents: Callable[..., dict] | None = None,
 ) -> IngestReport:
-    """Tokenize ``source`` into a token store at ``out`` (resuming an unfinished run); with an
-    ``executor`` (Ray tasks) in ``parts`` parts run there (``ingest_shards``), to the same store.
+    """Tokenize ``source`` into a token store at ``out`` (resuming an unfinished run);
+    ``store_documents``: how, if not in this process (``ingest_shards.in_parts``: Ray tasks).
 
     One ingest at a time writes ``out`` (a second one is refused, naming the first). A full
     disk ends with one line; the partial store keeps what was committed (the torn batch is cut
@@ -128,7 +127,7 @@ def ingest(
     config = config or IngestConfig()
     out = Path(out)
     try:
-        return _ingest(source, out, config, overwrite, progress, executor, parts)
+        return _ingest(source, out, config, overwrite, progress, store_documents or _store_documents)
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
@@ -139,7 +138,7 @@ def ingest(
         ) from None
 
 
-def _ingest(source, out: Path, config: IngestConfig, overwrite: bool, progress: bool, executor, parts: int):
+def _ingest(source, out: Path, config: IngestConfig, overwrite: bool, progress: bool, store_documents):
     """``ingest`` without the lock and the full-disk message."""
     src = open_source(source, config.source)
     src.check_encoding()  # strict: every undecodable file named before any work is done
@@ -158,12 +157,7 @@ def _ingest(source, out: Path, config: IngestConfig, overwrite: bool, progress: 
 
     tokenizer = _partial_tokenizer(partial, record, config, src)
     resumed_from = int(record["source_pos"])
-    if executor is None:
-        counts = _store_documents(partial, record, tokenizer, src, config, source, out, progress)
-    else:
-        from contextlab.data.ingest_shards import store_parts
-
-        counts = store_parts(partial, record, tokenizer, src, config, progress, executor, parts)
+    counts = store_documents(partial, record, tokenizer, src, config, source, out, progress)
     shutil.rmtree(partial / "parts", ignore_errors=True)  # an --ray run's work files
     meta = _store_meta(tokenizer, src, config, counts, fingerprint)
     save_toml({"source": str(source), **to_dict(config)}, partial / "config.toml")

@@ -19,6 +19,7 @@ dataset, whose rows are numbered across its files) is one part, so it gains noth
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
 import shutil
@@ -99,33 +100,52 @@ def ingest_part(
     count=None,
 ) -> dict:
     """Ingest one part into ``partial/parts/`` and record it (a shard function: runs anywhere the
-    filesystem is shared). Returns its small record; ``count(n)`` gets the documents read."""
-    done = read_part(Path(partial), index, fingerprint)
-    if done is None:
-        folder = part_dir(Path(partial), index)
-        try:
-            record = json.loads((folder / "progress.json").read_text())
-        except (OSError, ValueError):
-            record = None
-        if not isinstance(record, dict) or record.get("fingerprint") != fingerprint:
-            shutil.rmtree(folder, ignore_errors=True)
-            record = _fresh_record(fingerprint)
-        folder.mkdir(parents=True, exist_ok=True)
-        tokenizer = load_saved_tokenizer(Path(partial) / "tokenizer")
-        src = PartSource(source, options, files)
-        counts = _store_documents(folder, record, tokenizer, src, config, source, folder, False, True)
-        done = {
-            "fingerprint": fingerprint,
-            "part": index,
-            "n_docs": src.stats.documents,
-            "writer": record["writer"],
-            "counts": counts,
-            "stats": src.stats.as_dict(),
-        }
-        atomic_write_json(folder.with_suffix(".json"), done)
+    filesystem is shared). Returns its small record; ``count(n)`` gets the documents read.
+    A task of a killed driver may still be on it: the part's lock makes this one wait for it."""
+    (Path(partial) / PARTS).mkdir(exist_ok=True)
+    with open(part_dir(Path(partial), index).with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released by the kernel if the holder dies
+        done = read_part(Path(partial), index, fingerprint) or _ingest_part(
+            source, options, config, index, files, Path(partial), fingerprint
+        )
     if count is not None:
         count(done["n_docs"])
     return done
+
+
+def _ingest_part(source, options, config, index, files, partial: Path, fingerprint: str) -> dict:
+    """``ingest_part`` under its lock, when the part is not done yet."""
+    folder = part_dir(partial, index)
+    try:
+        record = json.loads((folder / "progress.json").read_text())
+    except (OSError, ValueError):
+        record = None
+    if not isinstance(record, dict) or record.get("fingerprint") != fingerprint:
+        shutil.rmtree(folder, ignore_errors=True)
+        record = _fresh_record(fingerprint)
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = load_saved_tokenizer(partial / "tokenizer")
+    src = PartSource(source, options, files)
+    counts = _store_documents(folder, record, tokenizer, src, config, source, folder, False, True)
+    done = {
+        "fingerprint": fingerprint,
+        "part": index,
+        "n_docs": src.stats.documents,
+        "writer": record["writer"],
+        "counts": counts,
+        "stats": src.stats.as_dict(),
+    }
+    atomic_write_json(folder.with_suffix(".json"), done)
+    return done
+
+
+def in_parts(executor, n_parts: int):
+    """The ``store_documents`` of ``ingest.ingest`` that runs ``n_parts`` parts on ``executor``."""
+
+    def store_documents(partial, record, tokenizer, src, config, source, out, progress) -> dict:
+        return store_parts(partial, record, tokenizer, src, config, progress, executor, n_parts)
+
+    return store_documents
 
 
 def store_parts(
