@@ -1,4 +1,4 @@
-"""Ingest and pack on a local Ray instance (2 CPUs, started once for this module): the same
+"""Ingest and pack on a local Ray instance (2 CPUs, ``cluster`` in conftest.py): the same
 files, byte for byte, as the local path; a worker killed mid-shard is run again by Ray; a
 killed driver is resumed by the same command. meta.json is compared with its timings and
 creation time taken out (they differ between any two runs, local ones too)."""
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import contextlab.data.executors as executors
 import contextlab.data.packing.shards as shards_mod
 from contextlab.cli import main
 from contextlab.data.executors import RayExecutor
@@ -43,22 +44,6 @@ def digest(folder: Path) -> dict[str, str]:
             data = json.dumps(_strip(json.loads(data)), sort_keys=True).encode()
         out[str(path.relative_to(folder))] = hashlib.sha256(data).hexdigest()
     return out
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    """A local Ray instance for the module; yields its address (subprocesses join it)."""
-    import ray
-
-    path = os.pathsep.join([str(REPO / "src"), str(REPO)])
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": path}},
-    )
-    yield ray.get_runtime_context().gcs_address
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -127,22 +112,47 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-@pytest.mark.parametrize("command", ["ingest", "pack"])
-def test_a_killed_driver_resumes_from_the_finished_shards(cluster, corpus, local, tmp_path, command, capsys):
+def test_a_killed_driver_resumes_from_the_finished_shards(cluster, local, tmp_path, capsys):
     out = tmp_path / "out"
-    args = (
-        ["data", "ingest", str(corpus), "--ray-parts", "4"]
-        if command == "ingest"
-        else ["data", "pack", str(local[0]), *PACK_FLAGS]
-    ) + ["--out", str(out), "--ray", cluster, "--no-progress"]
+    args = ["data", "pack", str(local[0]), *PACK_FLAGS, "--out", str(out), "--ray", cluster]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
-    killed = subprocess.run([sys.executable, "-c", DRIVER, *args], env=env, capture_output=True, text=True)
+    cmd = [sys.executable, "-c", DRIVER, *args, "--no-progress"]
+    killed = subprocess.run(cmd, env=env, capture_output=True, text=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    assert not out.exists()
-    finished = list(
-        (tmp_path / "out.partial").glob("parts/part_*.json" if command == "ingest" else "shards/*.npz")
-    )
-    assert 1 <= len(finished) <= 4
-    assert main([a for a in args if a != "--no-progress"]) == 0
-    assert "already" in capsys.readouterr().out  # it resumed from the finished shards
-    assert digest(out) == digest(local[0] if command == "ingest" else local[1])
+    assert not out.exists() and 1 <= len(list((tmp_path / "out.partial" / "shards").glob("*.npz"))) <= 4
+    assert main(args) == 0  # the same command again
+    assert "already packed" in capsys.readouterr().out  # it resumed from the finished shards
+    assert digest(out) == digest(local[1])
+
+
+def test_an_interrupted_ingest_resumes_from_its_finished_parts(cluster, corpus, local, tmp_path, monkeypatch):
+    finished = executors.as_completed
+
+    def first_then_interrupt(*args, **kwargs):
+        for item in finished(*args, **kwargs):
+            yield item
+            raise KeyboardInterrupt
+
+    parts, out = in_parts(RayExecutor(address=cluster), 4), tmp_path / "store"
+    monkeypatch.setattr(executors, "as_completed", first_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        ingest(corpus, out, IngestConfig(), progress=False, store_documents=parts)
+    done = sorted(p.name for p in (tmp_path / "store.partial" / "parts").glob("part_*.json"))
+    assert 1 <= len(done) < 4 and not out.exists()
+    monkeypatch.setattr(executors, "as_completed", finished)
+    mtimes = {n: (tmp_path / "store.partial" / "parts" / n).stat().st_mtime_ns for n in done}
+    seen = []
+    monkeypatch.setattr(RayExecutor, "run", _spy(RayExecutor.run, seen))
+    ingest(corpus, out, IngestConfig(), progress=False, store_documents=parts)
+    assert sorted(job[3] for job in seen) == [i for i in range(4) if f"part_{i:05d}.json" not in mtimes]
+    assert digest(out) == digest(local[0])
+
+
+def _spy(run, seen: list):
+    """``RayExecutor.run`` that notes the jobs it is given."""
+
+    def spied(self, fn, jobs, *args, **kwargs):
+        seen.extend(jobs)
+        return run(self, fn, jobs, *args, **kwargs)
+
+    return spied
