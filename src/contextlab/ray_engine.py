@@ -49,11 +49,12 @@ def connect(address: str | None, num_cpus: int = 0):
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
     if local and num_cpus > 0:
         kwargs["num_cpus"] = num_cpus
-    # workers import contextlab from the driver's source tree, as the driver does
     src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {"PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)}
+    if "-packages" not in src:  # a source checkout: workers import contextlab from it, as the driver
+        path = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)
+        kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": path}}
     try:
-        ray.init(address=None if local else address, runtime_env={"env_vars": env}, **kwargs)
+        ray.init(address=None if local else address, **kwargs)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise UserError(
             f"cannot reach the Ray cluster at {address}: {str(exc).splitlines()[0][:200]}; start it with "

@@ -156,3 +156,18 @@ def _spy(run, seen: list):
         return run(self, fn, jobs, *args, **kwargs)
 
     return spied
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["data", "pack", "S", "--out", "O", "--workers", "2", "--ray"], "--workers is for local processes"),
+        (["data", "pack", "S", "--out", "O", "--ray-cpus", "2"], "only apply with --ray"),
+        (["data", "ingest", "S", "--out", "O", "--ray-parts", "3"], "only apply with --ray"),
+        (["sweep", "S.toml", "--gpus-per-run", "1"], "need --ray"),
+    ],
+)
+def test_ray_options_that_cannot_apply_are_one_line(args, message, capsys):
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
