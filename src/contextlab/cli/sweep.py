@@ -21,7 +21,8 @@ def cmd_sweep(argv: list[str]) -> int:
             print(f"{status(run)['status']:<8} {run.name}")
         print(f"{len(runs)} runs in {section.out_dir}")
         return 0
-    results = run_sweep(args.sweep, args.set, only=args.only, ray=_ray_runs(args))
+    on_ray = _ray_runs(args)
+    results = run_sweep(args.sweep, args.set, only=args.only, **({} if on_ray is None else {"ray": on_ray}))
     print(f"results: {results}")
     from contextlab.sweep.objectives import objective_ranking
 
