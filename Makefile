@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[dev,hf,dense]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,hf,dense,ray]'
 	touch $@
 
 install: $(VENV)/.installed

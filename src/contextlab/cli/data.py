@@ -18,14 +18,53 @@ def _parser(prog: str, description: str) -> argparse.ArgumentParser:
 def cmd_ingest(argv: list[str]) -> int:
     """Tokenize a corpus (folder, JSONL, Parquet, HF dataset folder) into a token store."""
     from contextlab.data.ingest import ingest, resolve_tokenizer_spec
+    from contextlab.data.ingest_shards import in_parts
 
     args = _ingest_parser().parse_args(argv)
     config = _ingest_config(args)
     _check_tokenizer_spec(config.tokenizer)  # a bad spec is one line before OUT.partial exists
     resolve_tokenizer_spec(config.tokenizer)  # store:STORE must be a token store
-    report = ingest(args.source, args.out, config, overwrite=args.overwrite, progress=not args.no_progress)
+    executor = ray_executor(args)
+    report = ingest(
+        args.source,
+        args.out,
+        config,
+        overwrite=args.overwrite,
+        progress=not args.no_progress,
+        store_documents=None if executor is None else in_parts(executor, args.ray_parts),
+    )
     _print_ingest_report(report)
     return 0
+
+
+def add_ray_args(p: argparse.ArgumentParser, parts: bool = False) -> None:
+    """``--ray [ADDRESS]`` and ``--ray-cpus N`` (ingest, pack); ``--ray-parts N`` for ingest."""
+    from contextlab.ray_engine import LOCAL, RAY_CPUS_HELP, RAY_HELP
+
+    p.add_argument("--ray", nargs="?", const=LOCAL, metavar="ADDRESS", help=RAY_HELP)
+    p.add_argument("--ray-cpus", type=int, default=0, metavar="N", help=RAY_CPUS_HELP)
+    if parts:
+        p.add_argument(
+            "--ray-parts",
+            type=int,
+            default=32,
+            metavar="N",
+            help="with --ray: the source's files are cut into N parts of about equal bytes, one Ray task "
+            "each (a single file is one part); the store is the same for any N [default: 32]",
+        )
+
+
+def ray_executor(args: argparse.Namespace):
+    """The Ray executor asked for with --ray, or None (the local path)."""
+    if args.ray is None:
+        if args.ray_cpus or getattr(args, "ray_parts", 32) != 32:
+            raise UserError("--ray-cpus and --ray-parts only apply with --ray; add --ray or leave them out")
+        return None
+    if args.ray_cpus < 0 or getattr(args, "ray_parts", 1) < 1:
+        raise UserError("--ray-cpus must be >= 0 and --ray-parts >= 1")
+    from contextlab.data.executors import make_executor
+
+    return make_executor(args.ray, ray_cpus=args.ray_cpus)
 
 
 def _check_tokenizer_spec(spec: str) -> None:
@@ -69,6 +108,7 @@ def _ingest_parser() -> argparse.ArgumentParser:
         "--overwrite", action="store_true", help="replace an existing store or unfinished ingest at --out"
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_ray_args(p, parts=True)
     add_dataclass_args(p, IngestConfig)
     add_dataclass_args(p, SourceOptions, skip=_GLOB_FLAGS)
     for name in _GLOB_FLAGS:  # repeatable, and each may be a comma list: all of them count

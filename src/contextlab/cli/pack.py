@@ -7,6 +7,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from contextlab.cli.data import add_ray_args, ray_executor
 from contextlab.config import add_dataclass_args, apply_overrides, from_dict, read_toml
 from contextlab.errors import UserError
 
@@ -20,6 +21,8 @@ def cmd_pack(argv: list[str]) -> int:
     only = _only_shards(args.only_shards)
     if args.workers < 1:
         raise UserError(f"--workers must be >= 1, got {args.workers}")
+    if args.ray is not None and args.workers != 1:
+        raise UserError("--workers is for local processes; with --ray the cluster runs the shards: drop one")
     report = pack(
         args.store,
         args.out,
@@ -28,6 +31,7 @@ def cmd_pack(argv: list[str]) -> int:
         workers=args.workers,
         only_shards=only,
         progress=not args.no_progress,
+        executor=ray_executor(args),
     )
     print(_pack_summary(report, config, args))
     return 0
@@ -65,6 +69,7 @@ def _pack_parser() -> argparse.ArgumentParser:
         help="replace an existing packed store or unfinished pack at --out",
     )
     p.add_argument("--no-progress", action="store_true", help="print nothing while packing")
+    add_ray_args(p)
     add_dataclass_args(p, PackConfig)
     p.add_argument("--seq-len", dest="retired_seq_len", help=argparse.SUPPRESS)
     return p

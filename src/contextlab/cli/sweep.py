@@ -21,7 +21,8 @@ def cmd_sweep(argv: list[str]) -> int:
             print(f"{status(run)['status']:<8} {run.name}")
         print(f"{len(runs)} runs in {section.out_dir}")
         return 0
-    results = run_sweep(args.sweep, args.set, only=args.only)
+    on_ray = _ray_runs(args)
+    results = run_sweep(args.sweep, args.set, only=args.only, **({} if on_ray is None else {"ray": on_ray}))
     print(f"results: {results}")
     from contextlab.sweep.objectives import objective_ranking
 
@@ -53,7 +54,68 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--only", help="run only the runs whose name matches this regular expression")
     p.add_argument("--dry-run", action="store_true", help="list the runs and their status, run nothing")
     p.add_argument("--no-analysis", action="store_true", help="skip the compute-optimal analysis")
+    _add_ray_args(p)
     return p
+
+
+def _add_ray_args(p: argparse.ArgumentParser) -> None:
+    """--ray and the resources of each run on Ray."""
+    from contextlab.ray_engine import LOCAL, RAY_CPUS_HELP, RAY_HELP
+
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const=LOCAL,
+        metavar="ADDRESS",
+        help=RAY_HELP.replace("the input and --out", "the stores and sweep.out_dir")
+        + "; each run is one Ray task (sweep.parallel is then the cluster's business)",
+    )
+    p.add_argument("--ray-cpus", type=int, default=0, metavar="N", help=RAY_CPUS_HELP)
+    p.add_argument(
+        "--cpus-per-run",
+        type=float,
+        default=1.0,
+        metavar="N",
+        help="with --ray: CPUs each run reserves; its torch threads = N // --procs-per-run unless "
+        "sweep.threads_per_run is set [default: 1]",
+    )
+    p.add_argument(
+        "--gpus-per-run",
+        type=float,
+        default=0.0,
+        metavar="N",
+        help="with --ray: GPUs each run reserves (Ray sets CUDA_VISIBLE_DEVICES) [default: 0]",
+    )
+    p.add_argument(
+        "--procs-per-run",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --ray: training processes per run; > 1 runs train under torchrun --standalone "
+        "--nproc_per_node=N on the task's node (train.parallel picks ddp or fsdp) [default: 1]",
+    )
+
+
+def _ray_runs(args: argparse.Namespace):
+    """The Ray runner asked for with --ray, or None (local processes)."""
+    given = (args.ray_cpus, args.cpus_per_run, args.gpus_per_run, args.procs_per_run) != (0, 1.0, 0.0, 1)
+    if args.ray is None:
+        if given:
+            raise UserError("--ray-cpus, --cpus-per-run, --gpus-per-run and --procs-per-run need --ray")
+        return None
+    if args.ray_cpus < 0 or args.cpus_per_run <= 0 or args.gpus_per_run < 0 or args.procs_per_run < 1:
+        raise UserError(
+            "--ray-cpus must be >= 0, --cpus-per-run > 0, --gpus-per-run >= 0 and --procs-per-run >= 1"
+        )
+    from contextlab.sweep.ray_runner import RayRuns
+
+    return RayRuns(
+        address=None if args.ray == "local" else args.ray,
+        num_cpus=args.ray_cpus,
+        cpus=args.cpus_per_run,
+        gpus=args.gpus_per_run,
+        procs=args.procs_per_run,
+    )
 
 
 def _analysis(sweep_dir: Path, section) -> None:

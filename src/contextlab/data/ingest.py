@@ -115,8 +115,10 @@ def ingest(
     *,
     overwrite: bool = False,
     progress: bool = True,
+    store_documents: Callable[..., dict] | None = None,
 ) -> IngestReport:
-    """Tokenize ``source`` into a token store at ``out`` (resuming an unfinished run).
+    """Tokenize ``source`` into a token store at ``out`` (resuming an unfinished run);
+    ``store_documents``: how, if not in this process (``ingest_shards.in_parts``: Ray tasks).
 
     One ingest at a time writes ``out`` (a second one is refused, naming the first). A full
     disk ends with one line; the partial store keeps what was committed (the torn batch is cut
@@ -125,7 +127,7 @@ def ingest(
     config = config or IngestConfig()
     out = Path(out)
     try:
-        return _ingest(source, out, config, overwrite, progress)
+        return _ingest(source, out, config, overwrite, progress, store_documents or _store_documents)
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
@@ -136,7 +138,7 @@ def ingest(
         ) from None
 
 
-def _ingest(source: str | Path, out: Path, config: IngestConfig, overwrite: bool, progress: bool):
+def _ingest(source, out: Path, config: IngestConfig, overwrite: bool, progress: bool, store_documents):
     """``ingest`` without the lock and the full-disk message."""
     src = open_source(source, config.source)
     src.check_encoding()  # strict: every undecodable file named before any work is done
@@ -155,7 +157,8 @@ def _ingest(source: str | Path, out: Path, config: IngestConfig, overwrite: bool
 
     tokenizer = _partial_tokenizer(partial, record, config, src)
     resumed_from = int(record["source_pos"])
-    counts = _store_documents(partial, record, tokenizer, src, config, source, out, progress)
+    counts = store_documents(partial, record, tokenizer, src, config, source, out, progress)
+    shutil.rmtree(partial / "parts", ignore_errors=True)  # an --ray run's work files
     meta = _store_meta(tokenizer, src, config, counts, fingerprint)
     save_toml({"source": str(source), **to_dict(config)}, partial / "config.toml")
     finalize_store(partial, out, meta, overwrite=overwrite)
@@ -191,9 +194,10 @@ def _store_documents(
     source: str | Path,
     out: Path,
     progress: bool,
+    empty_ok: bool = False,
 ) -> dict:
     """Tokenize the documents not stored yet into ``partial``, committing ``record`` after each
-    batch; return the filter counts. Raises when no document is left after filtering."""
+    batch; return the filter counts. Raises when no document is left, unless ``empty_ok``."""
     state = WriterState(**record["writer"])
     writer = StoreWriter(partial, dtype_for_vocab(tokenizer.vocab_size), state)
     counts = dict(record["counts"])
@@ -220,7 +224,7 @@ def _store_documents(
             bar.update(src.stats.bytes_read - bar.n)
         bar.close()
     atomic_write_text(partial / SKIPPED_FILE, "".join(json.dumps(e) + "\n" for e in src.skipped))
-    if writer.state.n_docs == 0:  # nothing worth resuming: a rerun with other filters starts afresh
+    if writer.state.n_docs == 0 and not empty_ok:  # nothing worth resuming: a rerun starts afresh
         shutil.rmtree(partial, ignore_errors=True)
         raise UserError(
             f"no documents left in {source} after filtering ({counts['skipped_short']} shorter than "

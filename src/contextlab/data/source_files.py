@@ -173,6 +173,12 @@ def _drop_duplicates(
 def folder_domains(rels: list[str], depth: int) -> Callable[[str], str]:
     """The domain of a relative path: its first ``depth`` folders; with ``depth`` 0, the folders
     common to all ``rels`` and one more (a tarball's ``project-1.0/`` is not one domain)."""
+    depth = domain_depth(rels, depth)
+    return lambda rel: "/".join(rel.split("/")[:-1][:depth])
+
+
+def domain_depth(rels: list[str], depth: int) -> int:
+    """The folders a domain keeps: ``depth``, or for 0 the depth ``folder_domains`` infers from ``rels``."""
     if depth == 0:
         dirs = [rel.split("/")[:-1] for rel in rels]
         common = 0
@@ -181,7 +187,7 @@ def folder_domains(rels: list[str], depth: int) -> Callable[[str], str]:
             common = min(len(d) for d in dirs)
             common = next((i for i in range(common) if any(d[i] != first[i] for d in dirs)), common)
         depth = common + 1
-    return lambda rel: "/".join(rel.split("/")[:-1][:depth])
+    return depth
 
 
 def open_bytes(path: Path):

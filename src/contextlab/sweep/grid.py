@@ -169,21 +169,24 @@ def _format_arg(arg: str, run: Run) -> str:
     return re.sub(r"\{([A-Za-z0-9_.]+)\}", lookup, arg)
 
 
-def _commands(section: SweepSection, run: Run) -> list[tuple[str, list[str]]]:
+def _commands(section: SweepSection, run: Run, nproc: int = 1) -> list[tuple[str, list[str]]]:
+    """The run's commands: train (under torchrun on this node when ``nproc`` > 1), then its evals."""
     py = [sys.executable, "-m", "contextlab"]
-    cmds = [("train", py + ["train", str(run.dir / "sweep_config.toml")])]
+    launch = py if nproc <= 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    launch = launch if nproc <= 1 else launch + [f"--nproc_per_node={nproc}", "-m", "contextlab"]
+    cmds = [("train", launch + ["train", str(run.dir / "sweep_config.toml")])]
     for name in section.evals:
         extra = [_format_arg(a, run) for a in section.eval_args.get(name, [])]
         cmds.append((f"eval {name}", py + ["eval", name, "--model", str(run.dir)] + extra))
     return cmds
 
 
-def _run_one(section: SweepSection, run: Run, threads: int) -> subprocess.Popen:
+def _run_one(section: SweepSection, run: Run, threads: int, nproc: int = 1) -> subprocess.Popen:
     """Start a run's commands as one shell-free chain in a background process."""
     run.dir.mkdir(parents=True, exist_ok=True)
     cfg = apply_overrides(run.config, [f"train.threads={threads}", "train.progress=false"])
     atomic_write_text(run.dir / "sweep_config.toml", dumps_toml(cfg))
-    chain = json.dumps([c for _, c in _commands(section, run)])
+    chain = json.dumps([c for _, c in _commands(section, run, nproc)])
     code = (
         "import json, subprocess, sys\n"
         f"for cmd in json.loads({chain!r}):\n"
@@ -249,9 +252,15 @@ def _record_end(run: Run, returncode: int, seconds: float, runner: StepRunner, s
 
 
 def run_sweep(
-    path: str | Path, overrides: list[str] = (), *, only: str | None = None, progress: bool = True
+    path: str | Path,
+    overrides: list[str] = (),
+    *,
+    only: str | None = None,
+    progress: bool = True,
+    ray=None,
 ) -> Path:
-    """Run every pending run of the sweep; returns the path of results.csv."""
+    """Run every pending run of the sweep; returns the path of results.csv. ``ray``: a
+    ``ray_runner.RayRuns`` to run them as Ray tasks instead of local processes."""
     from tqdm.auto import tqdm
 
     section, runs = load_sweep(path, overrides)
@@ -263,7 +272,6 @@ def run_sweep(
     runner = StepRunner(out / STATE_FILE)
     steps = {r.name: _step(section, r, runner) for r in runs}
     todo = [r for r in runs if _must_run(section, steps[r.name], runner)]
-    threads = section.threads_per_run or max(1, (os.cpu_count() or 1) // max(1, section.parallel))
     bar = tqdm(
         total=len(runs),
         initial=len(runs) - len(todo),
@@ -272,14 +280,55 @@ def run_sweep(
         disable=not progress,
         dynamic_ncols=True,
     )
+    sweep = Sweep(section, runs, steps, runner, bar)
+    try:
+        if ray is not None:
+            ray.run(sweep, todo)
+        else:
+            _run_local(sweep, todo)
+    finally:
+        bar.close()
+    return write_results(section, runs)
+
+
+@dataclass
+class Sweep:
+    """What the runners share: the sweep, its step state and its progress bar."""
+
+    section: SweepSection
+    runs: list[Run]
+    steps: dict[str, Step]
+    runner: StepRunner
+    bar: object
+
+    def start(self, run: Run) -> None:
+        """A run is about to start: recorded as started in the state and in RUN/sweep_status.json."""
+        run.dir.mkdir(parents=True, exist_ok=True)
+        self.runner.begin(self.steps[run.name], self.steps[run.name].digest())
+        atomic_write_json(run.dir / "sweep_status.json", {"status": "running"})
+
+    def end(self, run: Run, returncode: int, seconds: float) -> None:
+        """A run's processes ended: record it, say so, rewrite results.csv."""
+        record = _record_end(run, returncode, seconds, self.runner, self.steps[run.name])
+        ok = record["status"] == "done"
+        self.bar.update(1)
+        self.bar.write(
+            f"{'done  ' if ok else 'FAILED'} {run.name} ({record['seconds']:.0f} s)"
+            + ("" if ok else f": {record['error']}")
+        )
+        write_results(self.section, self.runs)
+
+
+def _run_local(sweep: Sweep, todo: list[Run]) -> None:
+    """``section.parallel`` runs at a time as local processes."""
+    section = sweep.section
+    threads = section.threads_per_run or max(1, (os.cpu_count() or 1) // max(1, section.parallel))
     running: list[tuple[Run, subprocess.Popen, float]] = []
     try:
         while todo or running:
             while todo and len(running) < max(1, section.parallel):
                 run = todo.pop(0)
-                run.dir.mkdir(parents=True, exist_ok=True)
-                runner.begin(steps[run.name], steps[run.name].digest())
-                atomic_write_json(run.dir / "sweep_status.json", {"status": "running"})
+                sweep.start(run)
                 running.append((run, _run_one(section, run, threads), time.time()))
             time.sleep(0.2)
             for item in list(running):
@@ -288,21 +337,11 @@ def run_sweep(
                     continue
                 proc.log.close()
                 running.remove(item)
-                record = _record_end(run, proc.returncode, time.time() - started, runner, steps[run.name])
-                ok = record["status"] == "done"
-                bar.update(1)
-                bar.write(
-                    f"{'done  ' if ok else 'FAILED'} {run.name} ({record['seconds']:.0f} s)"
-                    + ("" if ok else f": {record['error']}")
-                )
-                write_results(section, runs)
+                sweep.end(run, proc.returncode, time.time() - started)
     except KeyboardInterrupt:
         for _, proc, _ in running:
             proc.terminate()
         raise
-    finally:
-        bar.close()
-    return write_results(section, runs)
 
 
 def run_summary(run_dir: Path) -> dict:

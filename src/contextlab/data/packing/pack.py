@@ -14,7 +14,8 @@ and the rename, packing nothing again.
 Scale-out: ``workers`` runs shards in that many processes (spawned, so numba/Faiss/torch
 threads are never forked); ``only_shards`` packs just those shards and stops before
 finalizing, so a SLURM array or many machines sharing a filesystem can each take a slice,
-and a final call without ``only_shards`` assembles the result.
+and a final call without ``only_shards`` assembles the result. ``executor`` runs the same
+shards as Ray tasks instead (``data.executors``, ``contextlab data pack --ray``).
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ import numpy as np
 import contextlab.data.packing.shards as shards_mod
 from contextlab import FORMAT_VERSION, __version__
 from contextlab.config import save_toml, to_dict
+from contextlab.data.executors import LocalExecutor, ShardExecutor
 from contextlab.data.packing.config import PackConfig
 from contextlab.data.packing.packed_store import PACKED_FORMAT, PackedStore, is_packed_store, sequence_lengths
-from contextlab.data.packing.workers import run_shards
 from contextlab.data.store import TokenStore, holds_output_lock
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_bytes, atomic_write_json, open_partial, partial_dir, replace_dir
@@ -75,8 +76,10 @@ def pack(
     workers: int = 1,
     only_shards: list[int] | None = None,
     progress: bool = True,
+    executor: ShardExecutor | None = None,
 ) -> PackReport:
-    """Pack ``store`` into a packed store at ``out`` (resuming an unfinished run)."""
+    """Pack ``store`` into a packed store at ``out`` (resuming an unfinished run). ``executor``
+    says where the shards run (``data.executors``; default: ``workers`` local processes)."""
     cfg = config or PackConfig()
     tstore = store if isinstance(store, TokenStore) else TokenStore(store)
     if tstore.n_docs == 0:
@@ -98,7 +101,7 @@ def pack(
     todo = [s for s in wanted if shards_mod.read_shard(shards_mod.shard_file(partial, s), fp) is None]
     if progress and len(todo) < len(wanted):
         print(f"resuming pack into {out}: {len(wanted) - len(todo)} of {len(wanted)} shard(s) already packed")
-    _run(tstore, cfg, ranges, todo, partial, fp, workers, progress)
+    _run(tstore, cfg, ranges, todo, partial, fp, executor or LocalExecutor(workers), progress)
     n_docs = sum(ranges[s][1] - ranges[s][0] for s in todo)
     done = dict(shards_packed=len(todo), shards_resumed=len(wanted) - len(todo), docs_packed=n_docs)
     if only_shards is not None:
@@ -178,7 +181,7 @@ def _run(
     todo: list[int],
     partial: Path,
     fp: str,
-    workers: int,
+    executor: ShardExecutor,
     progress: bool,
 ) -> None:
     def report(stats: dict, bar) -> None:
@@ -194,7 +197,7 @@ def _run(
         for s in todo
     ]
     total = sum(ranges[s][1] - ranges[s][0] for s in todo)
-    run_shards(shards_mod.run_shard, jobs, total, workers, report, progress)
+    executor.run(shards_mod.run_shard, jobs, total, report, progress=progress, desc="pack")
 
 
 def _save_npy(path: Path, arr: np.ndarray) -> None:

@@ -1,0 +1,248 @@
+"""Ingest in parts (``contextlab data ingest --ray``): the one-process ingest's store, built in parallel.
+
+The source's files (sorted, as the source walks them) are cut into contiguous parts balanced
+by bytes. Each part is ingested by ``ingest_part``, a shard function any executor can run (Ray
+tasks here), with the one-process ingest's own loop (``ingest._store_documents``: batches, long
+documents, filters, per-batch commits) into ``OUT.partial/parts/part_NNNNN/`` and, last, an
+atomic ``part_NNNNN.json`` record (fingerprint, counts, source statistics). The driver then
+concatenates the parts in order (token ids, offsets shifted by the tokens before them, document
+lines, skipped files) into ``OUT.partial`` and finalizes it exactly as the one-process ingest
+does, so the store is byte for byte the same (the ``created`` time in meta.json aside).
+
+Resume: a part with its record is never run again, and a part cut short resumes from its own
+last committed batch; once assembled, ``progress.json`` says so and a rerun only finalizes.
+Trade-offs: the driver copies the parts' bytes once more (file to file on the shared
+filesystem, never through Ray); a single-file source (one text file, one JSONL, a saved HF
+dataset, whose rows are numbered across its files) is one part, so it gains nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from contextlab.data.ingest import IngestConfig, _fresh_record, _store_documents
+from contextlab.data.source_files import domain_depth
+from contextlab.data.sources import Source, SourceOptions
+from contextlab.data.store import WriterState, dtype_for_vocab
+from contextlab.data.tokenizers import Tokenizer, load_saved_tokenizer
+from contextlab.errors import UserError
+from contextlab.io import atomic_write_json, atomic_write_text
+
+PARTS = "parts"  # in OUT.partial: part_NNNNN/ (a part's partial store) and part_NNNNN.json (it is done)
+CHUNK = 1 << 22  # bytes (or offsets) copied at a time while assembling
+
+
+class PartSource(Source):
+    """Some consecutive files of a source, read exactly as the whole source reads them."""
+
+    def __init__(self, given: str, options: SourceOptions, files: list[tuple[str, Path]]):
+        super().__init__(given, options)
+        self._part_files = files
+
+    def _files(self):
+        return list(self._part_files), []  # the walk's skipped entries belong to the whole source
+
+    def __iter__(self):
+        try:
+            yield from super().__iter__()
+        except UserError as exc:  # a part with no documents is fine; the whole source is checked
+            if self.stats.documents or str(exc) != self._empty_message():
+                raise
+
+
+def split_files(src: Source, n_parts: int) -> list[list[tuple[str, Path]]]:
+    """The source's files in ``n_parts`` consecutive groups of about equal bytes."""
+    from contextlab.data.packing.shards import shard_ranges
+
+    files, _ = src._files()
+    if src.kind in ("file", "hf-dataset") or len(files) <= 1:
+        return [files]
+    sizes = np.array([max(1, path.stat().st_size) for _, path in files], dtype=np.int64)
+    return [files[lo:hi] for lo, hi in shard_ranges(sizes, n_parts)]
+
+
+def part_options(src: Source) -> SourceOptions:
+    """The whole source's options, with the folder depth of its domains fixed for every part."""
+    if src.kind != "folder" or src.options.domain_depth:
+        return src.options
+    depth = domain_depth([rel for rel, _ in src._files()[0]], 0)
+    return dataclasses.replace(src.options, domain_depth=depth)
+
+
+def part_dir(partial: Path, index: int) -> Path:
+    return Path(partial) / PARTS / f"part_{index:05d}"
+
+
+def read_part(partial: Path, index: int, fingerprint: str) -> dict | None:
+    """The record of a finished part, or None (missing, unreadable, another ingest's)."""
+    try:
+        record = json.loads(part_dir(partial, index).with_suffix(".json").read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("fingerprint") == fingerprint else None
+
+
+def ingest_part(
+    source: str,
+    options: SourceOptions,
+    config: IngestConfig,
+    index: int,
+    files: list[tuple[str, Path]],
+    partial: str,
+    fingerprint: str,
+    count=None,
+) -> dict:
+    """Ingest one part into ``partial/parts/`` and record it (a shard function: runs anywhere the
+    filesystem is shared). Returns its small record; ``count(n)`` gets the documents read.
+    A task of a killed driver may still be on it: the part's lock makes this one wait for it."""
+    (Path(partial) / PARTS).mkdir(exist_ok=True)
+    with open(part_dir(Path(partial), index).with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released by the kernel if the holder dies
+        done = read_part(Path(partial), index, fingerprint) or _ingest_part(
+            source, options, config, index, files, Path(partial), fingerprint
+        )
+    if count is not None:
+        count(done["n_docs"])
+    return done
+
+
+def _ingest_part(source, options, config, index, files, partial: Path, fingerprint: str) -> dict:
+    """``ingest_part`` under its lock, when the part is not done yet."""
+    folder = part_dir(partial, index)
+    try:
+        record = json.loads((folder / "progress.json").read_text())
+    except (OSError, ValueError):
+        record = None
+    if not isinstance(record, dict) or record.get("fingerprint") != fingerprint:
+        shutil.rmtree(folder, ignore_errors=True)
+        record = _fresh_record(fingerprint)
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = load_saved_tokenizer(partial / "tokenizer")
+    src = PartSource(source, options, files)
+    counts = _store_documents(folder, record, tokenizer, src, config, source, folder, False, True)
+    done = {
+        "fingerprint": fingerprint,
+        "part": index,
+        "n_docs": src.stats.documents,
+        "writer": record["writer"],
+        "counts": counts,
+        "stats": src.stats.as_dict(),
+    }
+    atomic_write_json(folder.with_suffix(".json"), done)
+    return done
+
+
+def in_parts(executor, n_parts: int):
+    """The ``store_documents`` of ``ingest.ingest`` that runs ``n_parts`` parts on ``executor``."""
+
+    def store_documents(partial, record, tokenizer, src, config, source, out, progress) -> dict:
+        return store_parts(partial, record, tokenizer, src, config, progress, executor, n_parts)
+
+    return store_documents
+
+
+def store_parts(
+    partial: Path,
+    record: dict,
+    tokenizer: Tokenizer,
+    src: Source,
+    config: IngestConfig,
+    progress: bool,
+    executor,
+    n_parts: int,
+) -> dict:
+    """``ingest._store_documents`` done in parts by ``executor``: the same files in ``partial``
+    (and ``src.stats`` / ``src.skipped`` as a whole iteration leaves them); returns the counts."""
+    fp = record["fingerprint"]
+    if not record.get("assembled"):
+        groups, options = split_files(src, n_parts), part_options(src)
+        jobs = [
+            (src.given, options, config, i, files, str(partial), fp)
+            for i, files in enumerate(groups)
+            if read_part(partial, i, fp) is None
+        ]
+        if progress and len(jobs) < len(groups):
+            print(f"resuming ingest: {len(groups) - len(jobs)} of {len(groups)} part(s) already ingested")
+        executor.run(ingest_part, jobs, None, lambda stats, bar: None, progress=progress, desc="ingest")
+        parts = [read_part(partial, i, fp) for i in range(len(groups))]
+        if any(p is None for p in parts):
+            raise UserError(f"a part of {partial} is missing after the run; run the same command again")
+        _assemble(partial, parts, tokenizer, src, record)
+        shutil.rmtree(partial / PARTS, ignore_errors=True)
+    src.stats.reset()
+    for name, value in record["source_stats"].items():
+        setattr(src.stats, name, value)
+    if record["writer"]["n_docs"] == 0:
+        raise UserError(
+            src._empty_message()
+            if not src.stats.documents
+            else f"no documents left in {src.given} after filtering ({record['counts']['skipped_short']} "
+            f"shorter than --min-tokens {config.min_tokens}, {record['counts']['skipped_long']} longer "
+            "than --max-tokens); relax the filters"
+        )
+    return dict(record["counts"])
+
+
+def _assemble(partial: Path, parts: list[dict], tokenizer: Tokenizer, src: Source, record: dict) -> None:
+    """Concatenate the parts into ``partial``'s store files, then commit ``record`` (assembled)."""
+    itemsize = dtype_for_vocab(tokenizer.vocab_size).itemsize
+    state = WriterState()
+    names = ("tokens.bin", "offsets.i64", "docs.jsonl")
+    with (
+        open(partial / names[0], "wb") as tokens,
+        open(partial / names[1], "wb") as offsets,
+        open(partial / names[2], "wb") as docs,
+    ):
+        for i, part in enumerate(parts):
+            folder, w = part_dir(partial, i), part["writer"]
+            _copy(folder / names[0], tokens, w["n_tokens"] * itemsize)
+            ends = np.memmap(folder / names[1], dtype=np.int64, mode="r", shape=(w["n_docs"],))
+            for lo in range(0, w["n_docs"], CHUNK):
+                offsets.write((ends[lo : lo + CHUNK] + state.n_tokens).astype(np.int64).tobytes())
+            _copy(folder / names[2], docs, w["docs_bytes"])
+            state = WriterState(**{k: v + w[k] for k, v in vars(state).items()})
+        for fh in (tokens, offsets, docs):
+            fh.flush()
+            os.fsync(fh.fileno())
+    _merge_source_stats(src, parts, partial)
+    counts = {k: sum(p["counts"][k] for p in parts) for k in parts[0]["counts"]}
+    record.update(
+        source_pos=src.stats.documents,
+        writer=vars(state),
+        counts=counts,
+        source_stats=src.stats.as_dict(),
+        assembled=True,
+    )
+    atomic_write_json(partial / "progress.json", record)
+
+
+def _merge_source_stats(src: Source, parts: list[dict], partial: Path) -> None:
+    """``src.stats`` and ``src.skipped`` as one whole iteration leaves them (and skipped.jsonl)."""
+    src.stats.reset()  # the walk's skipped files first, then every part's, in order
+    _, src.skipped = src._files()
+    for entry in src.skipped:
+        src._count_skip(entry["reason"])
+    for i, part in enumerate(parts):
+        for name, value in part["stats"].items():
+            setattr(src.stats, name, getattr(src.stats, name) + value)
+        text = (part_dir(partial, i) / "skipped.jsonl").read_text(encoding="utf-8")
+        src.skipped += [json.loads(line) for line in text.splitlines() if line]
+    atomic_write_text(partial / "skipped.jsonl", "".join(json.dumps(e) + "\n" for e in src.skipped))
+
+
+def _copy(path: Path, out, n_bytes: int) -> None:
+    """Copy the first ``n_bytes`` of ``path`` (its committed part) to the open file ``out``."""
+    with open(path, "rb") as f:
+        while n_bytes > 0:
+            block = f.read(min(CHUNK, n_bytes))
+            if not block:
+                raise UserError(f"{path} is shorter than its record says; delete {path.parent} and run again")
+            out.write(block)
+            n_bytes -= len(block)

@@ -1,0 +1,94 @@
+"""Ray, the optional engine that spreads shards and sweep runs over a cluster.
+
+``connect`` joins a running cluster (``--ray ADDRESS``) or starts a local instance
+(``--ray`` alone, or ``--ray local``), importing ``ray`` only then: contextlab works
+without it, and a missing install is one line naming the extra. ``as_completed`` hands
+back task results in the order they finish, so callers can record each one at once.
+
+Trade-off: tasks exchange only small records with the driver; the shards' inputs and
+outputs are files on a filesystem every node sees at the same path (a shared filesystem
+is required). That keeps the driver's memory and the object store out of the data path,
+at the cost of not working on clusters without shared storage.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from contextlab.errors import UserError
+
+LOCAL = "local"  # --ray with no address, or --ray local: a Ray instance on this machine
+RAY_HELP = (
+    "run on Ray: ADDRESS of a running cluster (ray://host:10001, host:6379 or auto), or nothing "
+    "(or 'local') for a Ray instance on this machine; every node must see the input and --out at the same "
+    "path (a shared filesystem); needs `pip install contextlab[ray]`"
+)
+RAY_CPUS_HELP = "CPUs of the local Ray instance started by --ray without an address; 0 = all of them"
+
+
+def import_ray():
+    """The ``ray`` module, or one line saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise UserError("--ray needs the ray package: pip install 'contextlab[ray]'") from None
+    return ray
+
+
+def connect(address: str | None, num_cpus: int = 0):
+    """Join the cluster at ``address`` (a local instance for None/'local'); returns ``ray``.
+
+    A Ray already initialised in this process (a test's fixture, a notebook) is used as it is.
+    """
+    ray = import_ray()
+    if ray.is_initialized():
+        return ray
+    local = address in (None, "", LOCAL)
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
+    if local and num_cpus > 0:
+        kwargs["num_cpus"] = num_cpus
+    src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if "-packages" not in src:  # a source checkout: workers import contextlab from it, as the driver
+        path = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)
+        kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": path}}
+    try:
+        ray.init(address=None if local else address, **kwargs)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise UserError(
+            f"cannot reach the Ray cluster at {address}: {str(exc).splitlines()[0][:200]}; start it with "
+            "`ray start --head` or pass its address (or --ray alone for a local instance)"
+        ) from None
+    return ray
+
+
+def as_completed(
+    ray, refs: dict, poll: float = 0.5, on_tick: Callable[[], None] | None = None, errors: bool = False
+) -> Iterator:
+    """Yield ``(key, result)`` of ``refs`` ({ObjectRef: key}) as the tasks finish; a failed task
+    raises its error here (``errors``: its error is yielded as the result). ``on_tick()`` runs
+    every ``poll`` seconds while waiting."""
+    pending = dict(refs)
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=poll)
+        if on_tick is not None:
+            on_tick()
+        for ref in done:
+            key = pending.pop(ref)
+            try:
+                result = ray.get(ref)
+            except ray.exceptions.RayError as exc:  # the task raised, or its worker or node was lost
+                if not errors:
+                    raise
+                result = exc
+            yield key, result
+
+
+def cancel_all(ray, refs) -> None:
+    """Cancel tasks that have not finished (after a failure or an interrupt)."""
+    for ref in refs:
+        try:
+            ray.cancel(ref, force=True)
+        except Exception:  # already finished or gone: nothing to cancel
+            pass

@@ -1,0 +1,173 @@
+"""Ingest and pack on a local Ray instance (2 CPUs, ``cluster`` in conftest.py): the same
+files, byte for byte, as the local path; a worker killed mid-shard is run again by Ray; a
+killed driver is resumed by the same command. meta.json is compared with its timings and
+creation time taken out (they differ between any two runs, local ones too)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import contextlab.data.executors as executors
+import contextlab.data.packing.shards as shards_mod
+from contextlab.cli import main
+from contextlab.data.executors import RayExecutor
+from contextlab.data.ingest import IngestConfig, ingest
+from contextlab.data.ingest_shards import in_parts
+from contextlab.data.packing import PackConfig, pack
+from tests.conftest import REPO, shakespeare, write_tree
+
+TIMINGS = ("created", "seconds", "index_seconds")
+PACK = PackConfig(method="splice", retriever="bm25", context=63, shards=4)
+PACK_FLAGS = ["--method", "splice", "--retriever", "bm25", "--context", "63", "--shards", "4"]
+
+
+def _strip(value):
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items() if k not in TIMINGS}
+    return [_strip(v) for v in value] if isinstance(value, list) else value
+
+
+def digest(folder: Path) -> dict[str, str]:
+    """Every file under ``folder``: its sha256 (meta.json: of its content without timings)."""
+    out = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        if path.name == "meta.json":
+            data = json.dumps(_strip(json.loads(data)), sort_keys=True).encode()
+        out[str(path.relative_to(folder))] = hashlib.sha256(data).hexdigest()
+    return out
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """A folder of 3 directories (domains), an empty file and a binary one (both skipped and named)."""
+    text = shakespeare(60_000)
+    files = {
+        f"{d}/f{i:02d}.txt": text[(k := 7 * i + 3 * j) * 900 : k * 900 + 600 + 97 * i]
+        for j, d in enumerate("abc")
+        for i in range(6)
+    }
+    files.update({"a/empty.txt": "", "b/blob.bin": b"\x00\x01binary"})
+    return write_tree(tmp_path_factory.mktemp("corpus"), files)
+
+
+@pytest.fixture(scope="module")
+def local(corpus, tmp_path_factory):
+    """The local path's store and packed store."""
+    root = tmp_path_factory.mktemp("local")
+    store = ingest(corpus, root / "store", IngestConfig(), progress=False).store
+    pack(store, root / "packed", PACK, progress=False)
+    return root / "store", root / "packed"
+
+
+def test_ingest_and_pack_on_ray_equal_the_local_path(cluster, corpus, local, tmp_path):
+    parts = in_parts(RayExecutor(address=cluster), 4)
+    store = ingest(corpus, tmp_path / "store", IngestConfig(), progress=False, store_documents=parts).store
+    assert digest(store.path) == digest(local[0])
+    assert len(store.meta["source_stats"]) and json.loads(
+        (store.path / "skipped.jsonl").read_text().splitlines()[0]
+    )["path"] in ("a/empty.txt", "b/blob.bin")
+    assert not (tmp_path / "store.partial").exists()
+    packed = pack(  # from the local store: meta.json names the store's path
+        local[0], tmp_path / "packed", PACK, progress=False, executor=RayExecutor(address=cluster)
+    )
+    assert digest(packed.packed.path) == digest(local[1])
+    assert packed.packed.meta["n_sequences"] > 4 and len(packed.packed.meta["shards"]) == 4
+
+
+def test_a_worker_killed_mid_shard_is_run_again(cluster, local, tmp_path, monkeypatch):
+    marker, original = tmp_path / "killed-once", shards_mod.run_shard
+
+    def dies_once(*args):
+        if args[2] == 1 and not marker.exists():  # shard 1, first attempt: its worker process dies
+            marker.write_text(str(os.getpid()))
+            os.kill(os.getpid(), signal.SIGKILL)
+        return original(*args)
+
+    monkeypatch.setattr(shards_mod, "run_shard", dies_once)
+    report = pack(local[0], tmp_path / "packed", PACK, progress=False, executor=RayExecutor(address=cluster))
+    assert marker.exists() and int(marker.read_text()) != os.getpid()
+    assert report.shards_packed == 4 and digest(report.packed.path) == digest(local[1])
+
+
+DRIVER = """
+import os, signal, sys
+import contextlab.data.executors as ex
+finished = ex.as_completed
+def first_then_die(*args, **kwargs):  # the driver is killed once one shard has finished
+    for item in finished(*args, **kwargs):
+        yield item
+        os.kill(os.getpid(), signal.SIGKILL)
+ex.as_completed = first_then_die
+from contextlab.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_killed_driver_resumes_from_the_finished_shards(cluster, local, tmp_path, capsys):
+    out = tmp_path / "out"
+    args = ["data", "pack", str(local[0]), *PACK_FLAGS, "--out", str(out), "--ray", cluster]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
+    cmd = [sys.executable, "-c", DRIVER, *args, "--no-progress"]
+    killed = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert not out.exists() and 1 <= len(list((tmp_path / "out.partial" / "shards").glob("*.npz"))) <= 4
+    assert main(args) == 0  # the same command again
+    assert "already packed" in capsys.readouterr().out  # it resumed from the finished shards
+    assert digest(out) == digest(local[1])
+
+
+def test_an_interrupted_ingest_resumes_from_its_finished_parts(cluster, corpus, local, tmp_path, monkeypatch):
+    finished = executors.as_completed
+
+    def first_then_interrupt(*args, **kwargs):
+        for item in finished(*args, **kwargs):
+            yield item
+            raise KeyboardInterrupt
+
+    parts, out = in_parts(RayExecutor(address=cluster), 4), tmp_path / "store"
+    monkeypatch.setattr(executors, "as_completed", first_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        ingest(corpus, out, IngestConfig(), progress=False, store_documents=parts)
+    done = sorted(p.name for p in (tmp_path / "store.partial" / "parts").glob("part_*.json"))
+    assert 1 <= len(done) < 4 and not out.exists()
+    monkeypatch.setattr(executors, "as_completed", finished)
+    mtimes = {n: (tmp_path / "store.partial" / "parts" / n).stat().st_mtime_ns for n in done}
+    seen = []
+    monkeypatch.setattr(RayExecutor, "run", _spy(RayExecutor.run, seen))
+    ingest(corpus, out, IngestConfig(), progress=False, store_documents=parts)
+    assert sorted(job[3] for job in seen) == [i for i in range(4) if f"part_{i:05d}.json" not in mtimes]
+    assert digest(out) == digest(local[0])
+
+
+def _spy(run, seen: list):
+    """``RayExecutor.run`` that notes the jobs it is given."""
+
+    def spied(self, fn, jobs, *args, **kwargs):
+        seen.extend(jobs)
+        return run(self, fn, jobs, *args, **kwargs)
+
+    return spied
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["data", "pack", "S", "--out", "O", "--workers", "2", "--ray"], "--workers is for local processes"),
+        (["data", "pack", "S", "--out", "O", "--ray-cpus", "2"], "only apply with --ray"),
+        (["data", "ingest", "S", "--out", "O", "--ray-parts", "3"], "only apply with --ray"),
+        (["sweep", "S.toml", "--gpus-per-run", "1"], "need --ray"),
+    ],
+)
+def test_ray_options_that_cannot_apply_are_one_line(args, message, capsys):
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
