@@ -6,7 +6,8 @@ One plain ``nn.Module`` readable top to bottom. The trade-offs:
   can be evaluated on longer sequences (the cos/sin cache grows on demand). Frequencies,
   tables and their context extension (position interpolation, NTK, YaRN) live in
   ``models/rope.py``; the config names the method.
-- Attention (``models/attention.py``, with the optional KV cache of ``models/kv_cache.py``) goes through ``models/kernels.py``'s ``attention``: SDPA (flash on CUDA, fused
+- Attention (``models/attention.py``; an optional KV cache, ``models/kv_cache.py``, for
+  generation) goes through ``models/kernels.py``'s ``attention``: SDPA (flash on CUDA, fused
   on CPU, flat memory in T) except where another kernel measured faster. Masks (documents,
   a bidirectional prefix) are passed as ``attn_mask``: described (``models/masks.py``:
   FlexAttention block masks on CUDA, a dense boolean mask on CPU) or as a dense mask; the
