@@ -46,7 +46,7 @@ class Sampling:
 
 
 def restrict(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
-    """logits (B, V) with -inf outside the top-k and the top-p nucleus (the most likely token always stays)."""
+    """logits (B, V) with -inf outside the top-k and the top-p nucleus (the likeliest token always stays)."""
     if top_k > 0 and top_k < logits.size(-1):
         kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1) the k-th largest
         logits = logits.masked_fill(logits < kth, float("-inf"))
