@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "report": "contextlab.cli.report:cmd_report",
     "analyze entropy": "contextlab.cli.analyze:cmd_entropy",
     "analyze attention": "contextlab.cli.analyze:cmd_attention",
+    "generate": "contextlab.cli.generate:cmd_generate",
 }
 
 

@@ -16,8 +16,9 @@ Trade-offs:
 - Variable-length batches are right-padded without an attention mask: in a causal model a
   position never sees what comes after it, so padding on the right changes nothing that
   is read back (this holds for RoPE and absolute positions alike).
-- Greedy generation re-runs the whole sequence at every step (no KV cache, as in the
-  contextlab model itself): simple, exact, fine for answers of a few dozen tokens.
+- Greedy generation runs with a KV cache (contextlab models: ``models/decode.py``; Hugging Face
+  models: their own cache); it gives the tokens of greedy decoding that re-runs the whole
+  sequence at every step (the tests check it), in time linear in the answer's length.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import contextlib
 import json
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +38,7 @@ from contextlab.data.tokenizers import Tokenizer
 from contextlab.errors import UserError
 from contextlab.eval.backends import BACKENDS
 from contextlab.eval.backends.base import ModelInfo, chunked_logprobs, logprob_chunk
+from contextlab.models.sampling import Sampling
 
 
 class ContextLengthWarning(UserWarning):
@@ -180,15 +182,47 @@ class ModelAdapter:
     @torch.no_grad()
     def generate(self, prompt: Sequence[int], max_new_tokens: int, stop: Sequence[int] = ()) -> list[int]:
         """Greedy continuation of ``prompt`` (ids), at most max_new_tokens, stopping at any ``stop`` id."""
-        ids = list(prompt)
-        out: list[int] = []
-        for _ in range(max_new_tokens):
-            nxt = int(self.logits(ids)[0, -1].float().argmax())
-            if nxt in stop:
-                break
-            out.append(nxt)
-            ids.append(nxt)
-        return out
+        prompt = list(prompt)
+        if max_new_tokens <= 0:
+            return []
+        self.check_length(len(prompt))
+        n = [0]
+
+        def on_token(row: int, token: int) -> None:  # the length of the next forward's sequence
+            n[0] += 1
+            if n[0] < max_new_tokens:
+                self.check_length(len(prompt) + n[0])
+
+        return self.backend.generate(prompt, max_new_tokens, list(stop), on_token)
+
+    @torch.no_grad()
+    def generate_many(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        *,
+        sampling: Sampling | None = None,
+        stop_strings: Sequence[str] = (),
+        on_token: Callable[[int, int], None] | None = None,
+    ) -> list[list[int]]:
+        """Continuations of several prompts (ids) in one batch: a contextlab model with its KV cache
+        (``models/decode.py``), a Hugging Face model with ``transformers``' generate (``use_cache=True``).
+        A row ends at the tokenizer's end-of-text (not kept), at a stop string (kept) or after
+        max_new_tokens; ``on_token(row, id)`` streams (Hugging Face models: one prompt at a time)."""
+        self.require_lm("generation")
+        if not prompts:
+            return []
+        self.check_length(max(len(p) for p in prompts) + max_new_tokens - 1, "the prompt plus the new tokens")
+        stop_ids = [i for i in (self.tokenizer.eot_id,) if i is not None]
+        return self.backend.generate_many(
+            [list(p) for p in prompts],
+            max_new_tokens,
+            sampling or Sampling(),
+            stop_ids,
+            list(stop_strings),
+            self.tokenizer.decode,
+            on_token,
+        )
 
 
 # ---------------------------------------------------------------------- loading
