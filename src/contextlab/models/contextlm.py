@@ -24,6 +24,10 @@ above the token embeddings and drown them, and training stalls (DESIGN.md). Thre
 - ``normalised``: h + a ⊙ RMSNorm(ĉ^b) with a per-channel gain a initialised to the
   embedding init scale (``init_std``), so the context enters at the token embeddings' size.
 
+Cached generation: ``new_cache`` attaches a ``ContextCache`` (``models/contextlm_cache.py``) to
+the token KV cache; pooling and the predictor then advance incrementally as each row's chunks
+complete, with the same alignment, and left padding is never pooled.
+
 There is no extra loss: the seed trains with next-token cross-entropy only, and the
 predictor learns from the error signals of the w positions its prediction is added to.
 """
@@ -39,7 +43,9 @@ from torch import Tensor
 
 from contextlab.config import opt
 from contextlab.errors import UserError
+from contextlab.models.contextlm_cache import ContextCache, context_cache
 from contextlab.models.gpt import GPT, Block, GPTConfig, TrunkState
+from contextlab.models.kv_cache import KVCache
 from contextlab.models.masks import AttentionMask
 
 FUSIONS = ("plain", "gated", "normalised")
@@ -169,16 +175,30 @@ class ContextLM(GPT):
 
     # --- the hooks of GPT's forward ---------------------------------------------------------
 
-    def prepare(self, idx: Tensor, attn_mask=None, is_causal: bool = True, position_ids=None) -> TrunkState:
+    def prepare(
+        self, idx: Tensor, attn_mask=None, is_causal: bool = True, position_ids=None, cache=None, real=None
+    ) -> TrunkState:
         """As GPT.prepare; refuses a non-causal call (the predictor must stay causal)."""
         if not is_causal and attn_mask is None:
             raise UserError("ContextLM is autoregressive: call it with is_causal=True or a causal attn_mask")
-        return super().prepare(idx, attn_mask, is_causal, position_ids)
+        return super().prepare(idx, attn_mask, is_causal, position_ids, cache, real)
+
+    def new_cache(self, batch: int, capacity: int) -> KVCache:
+        """A token KV cache with the context pathway's incremental state attached."""
+        cache = super().new_cache(batch, capacity)
+        c = self.config
+        cache.children.append(ContextCache(c.chunk_size, c.predictor_layers, batch, capacity, cache.device))
+        return cache
 
     def mix(self, i: int, x: Tensor, state: TrunkState) -> Tensor:
         """After block ``encoder_layers`` (0 = the embeddings), fuse the predicted context into x."""
         if i != self.config.encoder_layers:
             return x
+        if state.kv is not None:  # a cached forward: advance the chunk state by these tokens
+            chunks = context_cache(state.kv.cache)
+            chunks.store(x, state.kv)
+            chunks.advance(state.kv, self.rope(state.kv.span, x.device), self.predictor)
+            return self.fusion(x, chunks.broadcast(state.kv))
         context = self.context_for(x, rope=state.rope, attn_mask=predictor_mask(state, x.shape[1], x.device))
         return self.fusion(x, context)
 

@@ -6,7 +6,8 @@ One plain ``nn.Module`` readable top to bottom. The trade-offs:
   can be evaluated on longer sequences (the cos/sin cache grows on demand). Frequencies,
   tables and their context extension (position interpolation, NTK, YaRN) live in
   ``models/rope.py``; the config names the method.
-- Attention goes through ``models/kernels.py``'s ``attention``: SDPA (flash on CUDA, fused
+- Attention (``models/attention.py``; an optional KV cache, ``models/kv_cache.py``, for
+  generation) goes through ``models/kernels.py``'s ``attention``: SDPA (flash on CUDA, fused
   on CPU, flat memory in T) except where another kernel measured faster. Masks (documents,
   a bidirectional prefix) are passed as ``attn_mask``: described (``models/masks.py``:
   FlexAttention block masks on CUDA, a dense boolean mask on CPU) or as a dense mask; the
@@ -33,9 +34,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from contextlab.errors import UserError
-from contextlab.models.kernels import RMSNorm, attention
+from contextlab.models.attention import Attention, LayerKV
+from contextlab.models.kernels import RMSNorm
+from contextlab.models.kv_cache import CacheStep, KVCache
 from contextlab.models.masks import AttentionMask, prepare_mask
-from contextlab.models.rope import apply_rope, check_extension, rope_tables
+from contextlab.models.rope import check_extension, rope_tables
 
 
 @dataclass
@@ -119,49 +122,15 @@ class TrunkState(NamedTuple):
     attn_mask: object  # what the blocks get: a dense mask, a FlexAttention BlockMask, or None
     is_causal: bool  # the blocks add causality to a dense mask / to no mask
     given_mask: AttentionMask | Tensor | None  # the caller's mask before resolution (for variants)
+    kv: CacheStep | None = None  # a cached forward: where its k/v go (models/kv_cache.py)
+
+    def layer_kv(self, layer: int) -> LayerKV | None:
+        """The cache view of attention layer ``layer`` (0-based), or None without a cache."""
+        return None if self.kv is None else LayerKV(self.kv, layer)
 
 
 # ---------------------------------------------------------------------------------------
 # The transformer block
-
-
-class Attention(nn.Module):
-    def __init__(self, config: GPTConfig):
-        super().__init__()
-        self.n_head, self.head_dim = config.n_head, config.head_dim
-        self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)  # fused q, k, v
-        self.proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
-        self.proj.residual_proj = True  # scaled init, see GPT._init_module
-        self.dropout = config.dropout
-
-    def heads(self, x: Tensor, rope: tuple[Tensor, Tensor] | None) -> tuple[Tensor, Tensor, Tensor]:
-        """x (B, T, C) -> q, k, v (B, nh, T, hs), RoPE on q and k: for the forward and attention analysis."""
-        B, T, _ = x.shape
-        qkv = self.qkv(x).view(B, T, 3, self.n_head, self.head_dim)  # (B, T, 3, nh, hs)
-        if rope is not None:
-            cos, sin = (t.to(qkv.dtype)[..., None, None, :] for t in rope)  # ([B,] T, 1, 1, hs)
-            qk = apply_rope(qkv[:, :, :2], cos, sin)  # q and k in one go: (B, T, 2, nh, hs)
-            q, k = qk.unbind(2)
-        else:
-            q, k = qkv[:, :, 0], qkv[:, :, 1]
-        v = qkv[:, :, 2]  # (B, T, nh, hs)
-        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, nh, T, hs)
-
-    def forward(
-        self, x: Tensor, rope: tuple[Tensor, Tensor] | None, attn_mask: Tensor | None, is_causal: bool
-    ) -> Tensor:
-        B, T, C = x.shape
-        q, k, v = self.heads(x, rope)  # (B, nh, T, hs) strided views
-        y = attention(
-            q,
-            k,
-            v,
-            attn_mask=attn_mask,
-            is_causal=is_causal and attn_mask is None,  # a given mask already holds the causal part
-            dropout_p=self.dropout if self.training else 0.0,
-        )  # (B, nh, T, hs)
-        y = y.transpose(1, 2).reshape(B, T, C)  # re-assemble heads; no copy when SDPA wrote (B, T, nh, hs)
-        return self.proj(y)
 
 
 class MLP(nn.Module):
@@ -200,9 +169,11 @@ class Block(nn.Module):
         rope: tuple[Tensor, Tensor] | None = None,
         attn_mask: Tensor | None = None,
         is_causal: bool = True,
+        kv: LayerKV | None = None,
     ) -> Tensor:
-        """x (B, T, C); rope = model.rope(T, device) or None for no positions; attn_mask see GPT.forward."""
-        x = x + self.drop(self.attn(self.norm1(x), rope, attn_mask, is_causal))
+        """x (B, T, C); rope = model.rope(T, device) or None for no positions; attn_mask see GPT.forward;
+        kv: this block's view of a cached forward (models/attention.py)."""
+        x = x + self.drop(self.attn(self.norm1(x), rope, attn_mask, is_causal, kv))
         x = x + self.drop(self.mlp(self.norm2(x)))
         return x  # (B, T, C)
 
@@ -264,15 +235,32 @@ class GPT(nn.Module):
     # --- forward ------------------------------------------------------------------------
 
     def prepare(
-        self, idx: Tensor, attn_mask=None, is_causal: bool = True, position_ids: Tensor | int | None = None
+        self,
+        idx: Tensor,
+        attn_mask=None,
+        is_causal: bool = True,
+        position_ids: Tensor | int | None = None,
+        cache: KVCache | None = None,
+        real: Tensor | None = None,
     ) -> TrunkState:
-        """The rope tables and the resolved mask of a forward on idx (B, T): built once for every block."""
+        """The rope tables and the resolved mask of a forward on idx (B, T): built once for every block.
+
+        With a cache, idx are the next T tokens of each row (``real`` (B, T) False marks left padding):
+        positions come from the cache and the mask is the cache step's."""
         T = idx.shape[1]
+        if cache is not None:
+            step = cache.step(T, real)
+            cos, sin = self.rope(step.span, idx.device)  # (S, hs) each
+            return TrunkState((cos[step.positions], sin[step.positions]), step.mask, False, None, step)
         if isinstance(position_ids, Tensor):  # (T,) or (B, T) explicit positions: no cache, no host sync
             rope = rope_tables(position_ids.to(idx.device), self.config)  # ([B,] T, hs)
         else:  # None or an int offset
             rope = self.rope(T, idx.device, offset=position_ids or 0)
         return TrunkState(rope, prepare_mask(attn_mask, is_causal, T, idx.device), is_causal, attn_mask)
+
+    def new_cache(self, batch: int, capacity: int) -> KVCache:
+        """An empty KV cache for ``batch`` rows of up to ``capacity`` tokens (it grows past that)."""
+        return KVCache(self.config.n_layer, batch, capacity, self.wte.weight.device)
 
     def mix(self, i: int, x: Tensor, state: TrunkState) -> Tensor:
         """Hook on the residual stream x (B, T, C) after block i (0 = embeddings); variants override it."""
@@ -285,7 +273,8 @@ class GPT(nn.Module):
         layers = [x] if 0 in wanted else []  # layer 0: the embeddings, before any mix
         x = self.mix(0, x, state)
         for i, block in enumerate(blocks, start=1):
-            x = self.mix(i, block(x, state.rope, state.attn_mask, state.is_causal), state)  # (B, T, C)
+            y = block(x, state.rope, state.attn_mask, state.is_causal, state.layer_kv(i - 1))  # (B, T, C)
+            x = self.mix(i, y, state)
             if i in wanted:
                 layers.append(x)
         return x, layers  # layers in depth order
@@ -298,9 +287,11 @@ class GPT(nn.Module):
         is_causal: bool = True,
         position_ids: Tensor | int | None = None,
         return_hidden: bool | list[int] = False,
+        cache: KVCache | None = None,
+        real: Tensor | None = None,
     ):
         """Everything but the output layer: returns (final-normed hidden (B, T, C), layers or None)."""
-        state = self.prepare(idx, attn_mask, is_causal, position_ids)
+        state = self.prepare(idx, attn_mask, is_causal, position_ids, cache, real)
         wanted = _layer_indices(return_hidden, self.config.n_layer)
         x, layers = self.run_blocks(self.embed(idx), state, self.blocks, wanted)
         return self.final_norm(x), (layers if return_hidden is not False else None)
@@ -313,6 +304,8 @@ class GPT(nn.Module):
         is_causal: bool = True,
         position_ids: Tensor | int | None = None,
         return_hidden: bool | list[int] = False,
+        cache: KVCache | None = None,
+        real: Tensor | None = None,
     ) -> GPTOutput:
         """Run the model on token ids idx (B, T).
 
@@ -323,6 +316,9 @@ class GPT(nn.Module):
         position_ids: None (0..T-1), an int offset, or explicit positions (T,) or (B, T).
         return_hidden: False; True for the residual stream at every layer (n_layer + 1 tensors,
             index 0 = embeddings, i = after block i, before the final norm); or a list of indices.
+        cache: a ``KVCache`` (``new_cache``): idx are the next tokens of each cached row, appended to
+            it; the logits equal those of the full sequence. ``real`` (B, T) bool marks real tokens
+            (False = left padding, never attended, no position). Masks and positions are the cache's.
         """
         hidden, layers = self.trunk(
             idx,
@@ -330,6 +326,8 @@ class GPT(nn.Module):
             is_causal=is_causal,
             position_ids=position_ids,
             return_hidden=return_hidden,
+            cache=cache,
+            real=real,
         )
         return GPTOutput(self.unembed(hidden), hidden, layers)
 

@@ -11,18 +11,26 @@ Trade-off: with n_future = 1 the model *is* the GPT (same parameters, same numbe
 ``forward`` / evaluation / generation / export use head 1 only, as in the paper; the
 price is that the extra heads cost one block and one output layer each during training.
 The extra heads' logits are computed one after another by the objective, not kept at once.
+
+Cached generation (``models/kv_cache.py``): ``new_cache(..., heads=False)`` caches the trunk and
+head 1 only, the next-token GPT. ``heads=True`` adds a layer per extra head; every cached
+forward then runs all heads (so their caches never miss a position) and
+``future_logits`` gives every head's logits at the last position, the drafts of
+self-speculative decoding.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 import torch.nn as nn
 from torch import Tensor
 
 from contextlab.config import opt
 from contextlab.errors import UserError
 from contextlab.models.gpt import GPT, Block, GPTConfig, TrunkState
+from contextlab.models.kv_cache import KVCache
 
 
 @dataclass
@@ -66,9 +74,11 @@ class MTPModel(GPT):
         attn_mask: Tensor | None = None,
         is_causal: bool = True,
         position_ids: Tensor | int | None = None,
+        cache: KVCache | None = None,
+        real: Tensor | None = None,
     ) -> tuple[Tensor, TrunkState]:
         """(residual stream after the shared trunk (B, T, C), the rope and mask every head shares)."""
-        state = self.prepare(idx, attn_mask, is_causal, position_ids)
+        state = self.prepare(idx, attn_mask, is_causal, position_ids, cache, real)
         z, _ = self.run_blocks(self.embed(idx), state, self.blocks[:-1])  # (B, T, C)
         return z, state
 
@@ -78,8 +88,42 @@ class MTPModel(GPT):
 
     def head_logits(self, z: Tensor, k: int, state: TrunkState) -> Tensor:
         """Logits (B, T, V) of head k (1-based) from trunk states z (B, T, C)."""
-        block = self.head_blocks()[k - 1]
-        return self.unembed(self.final_norm(block(z, state.rope, state.attn_mask, state.is_causal)))
+        return self.unembed(self.head_hidden(z, k, state))
+
+    def head_hidden(self, z: Tensor, k: int, state: TrunkState) -> Tensor:
+        """Final-normed hidden state (B, T, C) of head k from trunk states z; cache layer n_layer - 2 + k."""
+        block, layer = self.head_blocks()[k - 1], self.config.n_layer - 2 + k
+        return self.final_norm(block(z, state.rope, state.attn_mask, state.is_causal, state.layer_kv(layer)))
+
+    # --- cached generation ----------------------------------------------------------------
+
+    def new_cache(self, batch: int, capacity: int, heads: bool = False) -> KVCache:
+        """A KV cache of the trunk and head 1; with ``heads`` also of heads 2..n (for future_logits)."""
+        extra = self.config.n_future - 1 if heads else 0
+        return KVCache(self.config.n_layer + extra, batch, capacity, self.wte.weight.device)
+
+    def mix(self, i: int, x: Tensor, state: TrunkState) -> Tensor:
+        """After the trunk (block n_layer - 1) of a forward with a ``heads=True`` cache, run heads 2..n on
+        it too (their caches never miss a position) and keep their hidden states for future_logits."""
+        kv = state.kv
+        if kv is not None and i == self.config.n_layer - 1 and kv.cache.n_layer > self.config.n_layer:
+            n = self.config.n_future
+            kv.cache.outputs["future_hidden"] = [self.head_hidden(x, k, state) for k in range(2, n + 1)]
+        return x
+
+    def future_logits(
+        self, idx: Tensor, cache: KVCache, real: Tensor | None = None, last_only: bool = True
+    ) -> Tensor:
+        """Append idx (B, t) to a ``heads=True`` cache; every head's logits at the last position, (B, n, V)
+        (row k-1 predicts the token k steps after it; row 0 is the next-token logits), or at every new
+        position with last_only=False, (B, t, n, V) (verifying drafts also drafts after any of them)."""
+        if cache.n_layer != self.config.n_layer + self.config.n_future - 1:
+            raise ValueError("future_logits needs a cache made with new_cache(..., heads=True)")
+        out = self(idx, cache=cache, real=real)
+        hidden = [out.hidden, *cache.outputs.pop("future_hidden")]  # [(B, t, C)] * n
+        if last_only:
+            return self.unembed(torch.stack([h[:, -1] for h in hidden], dim=1))  # (B, n, V)
+        return self.unembed(torch.stack(hidden, dim=2))  # (B, t, n, V)
 
     def all_logits(
         self, idx: Tensor, *, attn_mask: Tensor | None = None, is_causal: bool = True
