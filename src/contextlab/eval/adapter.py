@@ -16,8 +16,9 @@ Trade-offs:
 - Variable-length batches are right-padded without an attention mask: in a causal model a
   position never sees what comes after it, so padding on the right changes nothing that
   is read back (this holds for RoPE and absolute positions alike).
-- Greedy generation re-runs the whole sequence at every step (no KV cache, as in the
-  contextlab model itself): simple, exact, fine for answers of a few dozen tokens.
+- Greedy generation runs with a KV cache (contextlab models: ``models/decode.py``; Hugging Face
+  models: their own cache); it gives the tokens of greedy decoding that re-runs the whole
+  sequence at every step (the tests check it), in time linear in the answer's length.
 """
 
 from __future__ import annotations
@@ -180,15 +181,18 @@ class ModelAdapter:
     @torch.no_grad()
     def generate(self, prompt: Sequence[int], max_new_tokens: int, stop: Sequence[int] = ()) -> list[int]:
         """Greedy continuation of ``prompt`` (ids), at most max_new_tokens, stopping at any ``stop`` id."""
-        ids = list(prompt)
-        out: list[int] = []
-        for _ in range(max_new_tokens):
-            nxt = int(self.logits(ids)[0, -1].float().argmax())
-            if nxt in stop:
-                break
-            out.append(nxt)
-            ids.append(nxt)
-        return out
+        prompt = list(prompt)
+        if max_new_tokens <= 0:
+            return []
+        self.check_length(len(prompt))
+        n = [0]
+
+        def on_token(row: int, token: int) -> None:  # the length of the next forward's sequence
+            n[0] += 1
+            if n[0] < max_new_tokens:
+                self.check_length(len(prompt) + n[0])
+
+        return self.backend.generate(prompt, max_new_tokens, list(stop), on_token)
 
 
 # ---------------------------------------------------------------------- loading

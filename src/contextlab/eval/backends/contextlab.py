@@ -64,6 +64,23 @@ class ContextlabBackend:
         lp = torch.log_softmax(logits.float(), dim=-1).gather(1, idx[:, -1:])[:, 0]  # (b,)
         return self._out(layers[0]), lp
 
+    def generate(
+        self, prompt: Sequence[int], max_new_tokens: int, stop: Sequence[int], on_token
+    ) -> list[int]:
+        """Greedy continuation with the model's KV cache (models/decode.py), after the prefix tokens."""
+        from contextlab.models.decode import generate
+
+        out = generate(
+            self.model,
+            [list(prompt)],
+            max_new_tokens,
+            stop_ids=stop,
+            on_token=on_token,
+            lead=self.lead,
+            autocast=self.autocast,
+        )
+        return out[0]
+
 
 def load_run(path: Path, step: int | None):
     """(model, tokenizer, info) of a contextlab run or checkpoint (a continued HF model runs as "hf")."""

@@ -58,6 +58,25 @@ class HFBackend:
         lp = chunked_logprobs(rows, idx[:, 1:].reshape(-1), self.autocast, chunk)
         return h, lp.view(idx.size(0), -1)[:, -1]
 
+    def generate(self, prompt, max_new_tokens: int, stop, on_token) -> list[int]:
+        """Greedy continuation with the model's own cache (``use_cache=True``); a model that returns
+        no cache gets the whole sequence at every step."""
+        ids = torch.as_tensor([list(prompt)], device=self.model.device)  # (1, T)
+        out: list[int] = []
+        step_in, past = ids, None
+        for _ in range(max_new_tokens):
+            with self.autocast():
+                res = self.model(input_ids=step_in, past_key_values=past, use_cache=True)
+            nxt = int(res.logits[0, -1, : self.vocab_size].float().argmax())
+            if nxt in stop:
+                break
+            out.append(nxt)
+            on_token(0, nxt)
+            ids = torch.cat([ids, ids.new_tensor([[nxt]])], dim=1)
+            past = getattr(res, "past_key_values", None)
+            step_in = ids if past is None else ids[:, -1:]
+        return out
+
 
 def load_folder(p: Path, cfg: dict):
     """(model, tokenizer, info) of a local Hugging Face causal LM folder with its tokenizer.json."""
