@@ -4,15 +4,25 @@ import pytest
 import torch
 
 from contextlab.errors import UserError
+from contextlab.models.decode import generate
 from contextlab.models.gpt import GPT, GPTConfig
 from contextlab.models.mtp import MTPConfig, MTPModel
 from contextlab.models.speculative import (
     SpeculativeStats,
     _verify,
     check_speculative,
-    plain_greedy,
+    speculative_generate,
     speculative_greedy,
 )
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models on a shared machine: one thread avoids oversubscription stalls."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def mtp(seed: int, vocab: int = 6, n_future: int = 4, init_std: float = 0.3) -> MTPModel:
@@ -40,7 +50,7 @@ def test_random_model_matches_recomputed_greedy_with_rejections(seed):
     stats = SpeculativeStats(4)
     out = speculative_greedy(model, prompt[None], 30, stats=stats)
     assert out[0].tolist() == recompute_greedy(model, prompt, 30)
-    assert out[0].tolist() == plain_greedy(model, prompt[None], 30)[0].tolist()
+    assert out[0].tolist() == generate(model, [prompt.tolist()], 30)[0]  # plain cached greedy
     assert sum(stats.attempted) > sum(stats.accepted) > 0  # drafts were both accepted and rejected
     assert stats.forwards < 30
 
@@ -103,6 +113,19 @@ def test_trained_model_accepts_drafts_and_matches_greedy():
     out = speculative_greedy(model, prompt[None], 30, stats=stats)
     assert out[0].tolist() == recompute_greedy(model, prompt, 30)
     assert stats.tokens_per_forward > 2.0  # the heads learned the period: most drafts pass
+
+
+def test_generate_entry_point_keeps_stops_and_streaming():
+    """speculative_generate = decode.generate (greedy): stop ids, stop strings, streaming, uneven batches."""
+    model = mtp(2)
+    prompts = [[1, 2, 3, 4, 5], [0, 4], [5, 5, 1, 2, 0, 3, 3]]
+    kwargs = dict(stop_ids=[4], stop_strings=["3 3"], detokenize=lambda ids: " ".join(map(str, ids)))
+    streamed: list[tuple[int, int]] = []
+    got = speculative_generate(model, prompts, 24, on_token=lambda r, t: streamed.append((r, t)), **kwargs)
+    assert got == generate(model, prompts, 24, **kwargs)
+    assert min(len(out) for out in got) < 24  # a stop ended a row early
+    assert sorted(streamed) == sorted((r, t) for r, out in enumerate(got) for t in out)
+    assert speculative_generate(model, prompts, 24) == generate(model, prompts, 24)
 
 
 def test_errors_name_the_fix():

@@ -26,12 +26,15 @@ the cache's masked, scattered path.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 from contextlab.errors import UserError
+from contextlab.models.decode import OnToken, _Rows, left_pad
 from contextlab.models.mtp import MTPModel
 
 
@@ -103,18 +106,24 @@ def _count(stats: SpeculativeStats, n_acc: list[int], active: list[bool]) -> Non
             stats.accepted[i] += a >= i + 1
 
 
-@torch.no_grad()
-def plain_greedy(model, idx: Tensor, max_new_tokens: int, real: Tensor | None = None) -> Tensor:
-    """Plain cached greedy decoding (B, max_new_tokens): one forward per token on a next-token-only
-    cache (an MTP model's trunk and head 1), the baseline speculative decoding must reproduce."""
+def _blocks(model: MTPModel, idx: Tensor, real: Tensor | None, live: list[bool], stats: SpeculativeStats):
+    """Yield each forward's new tokens per row [[ids]] * B, forever: the prefill's head-1 token, then
+    every verify's accepted drafts and the verifier's token. ``live`` (set by the caller) says which
+    rows still generate; only those are counted in ``stats``."""
     B, T = idx.shape
-    cache = model.new_cache(B, T + max_new_tokens)
-    token = model(idx, cache=cache, real=real).logits[:, -1].argmax(-1)  # (B,)
-    out = [token]
-    for _ in range(max_new_tokens - 1):
-        token = model(token[:, None], cache=cache).logits[:, -1].argmax(-1)  # (B,)
-        out.append(token)
-    return torch.stack(out, dim=1)  # (B, max_new_tokens)
+    cache = model.new_cache(B, 2 * T + 64, heads=True)  # grows on demand
+    first = model.future_logits(idx, cache, real).argmax(-1)  # (B, n): every head at the prompt's end
+    pending, drafts = first[:, 0], first[:, 1:]  # (B,) head 1's token, (B, n - 1) the drafts after it
+    stats.forwards += 1
+    stats.row_forwards, stats.row_tokens = stats.row_forwards + sum(live), stats.row_tokens + sum(live)
+    yield [[t] for t in pending.tolist()]
+    while True:
+        n_acc, nxt, new_drafts = _verify(model, pending, drafts, cache)
+        stats.forwards += 1
+        acc = n_acc.tolist()
+        _count(stats, acc, live)
+        yield [[*d[:a], p] for a, d, p in zip(acc, drafts.tolist(), nxt.tolist())]
+        pending, drafts = nxt, new_drafts
 
 
 @torch.no_grad()
@@ -133,22 +142,57 @@ def speculative_greedy(
     model = check_speculative(model)
     if max_new_tokens < 1:
         raise UserError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    B, T = idx.shape
-    n = model.config.n_future
-    stats = stats if stats is not None else SpeculativeStats(n)
-    cache = model.new_cache(B, T + max_new_tokens + n, heads=True)
-    first = model.future_logits(idx, cache, real).argmax(-1)  # (B, n): every head at the prompt's end
-    pending, drafts = first[:, 0], first[:, 1:]  # (B,) head 1's token, (B, n - 1) the drafts after it
-    out = [[t] for t in pending.tolist()]
-    stats.forwards += 1
-    stats.row_forwards, stats.row_tokens = stats.row_forwards + B, stats.row_tokens + B
-    while min(len(o) for o in out) < max_new_tokens:
-        active = [len(o) < max_new_tokens for o in out]
-        n_acc, nxt, new_drafts = _verify(model, pending, drafts, cache)
-        stats.forwards += 1
-        acc = n_acc.tolist()
-        _count(stats, acc, active)
-        for row, (a, d, p) in enumerate(zip(acc, drafts.tolist(), nxt.tolist())):
-            out[row].extend([*d[:a], p])
-        pending, drafts = nxt, new_drafts
+    stats = stats if stats is not None else SpeculativeStats(model.config.n_future)
+    out: list[list[int]] = [[] for _ in range(idx.size(0))]
+    live = [True] * len(out)
+    for block in _blocks(model, idx, real, live, stats):
+        for row, tokens in zip(out, block):
+            row.extend(tokens)
+        live[:] = [len(o) < max_new_tokens for o in out]
+        if not any(live):
+            break
     return torch.tensor([o[:max_new_tokens] for o in out], dtype=torch.long, device=idx.device)
+
+
+@torch.no_grad()
+def speculative_generate(
+    model,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    *,
+    stop_ids: Sequence[int] = (),
+    stop_strings: Sequence[str] = (),
+    detokenize: Callable[[list[int]], str] | None = None,
+    on_token: OnToken | None = None,
+    lead: Sequence[int] = (),
+    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    stats: SpeculativeStats | None = None,
+) -> list[list[int]]:
+    """``models.decode.generate`` with greedy sampling, by self-speculative decoding: the same tokens,
+    stops and streaming (a row's tokens stream as each forward accepts them)."""
+    model = check_speculative(model)
+    if stop_strings and detokenize is None:
+        raise ValueError("stop strings need detokenize (ids -> text)")
+    stats = stats if stats is not None else SpeculativeStats(model.config.n_future)
+    rows = [_Rows(1, stop_ids, stop_strings, detokenize, _stream(on_token, r)) for r in range(len(prompts))]
+    if max_new_tokens <= 0 or not prompts:
+        return [[] for _ in prompts]
+    idx, real = left_pad([[*lead, *p] for p in prompts], next(model.parameters()).device)
+    steps = [0] * len(prompts)  # tokens decided per row, stop ids included (as generate counts them)
+    live = [True] * len(prompts)
+    with autocast():
+        for block in _blocks(model, idx, real, live, stats):
+            for r, tokens in enumerate(block):
+                for tok in tokens:
+                    if not live[r]:
+                        break
+                    steps[r] += 1
+                    live[r] = not rows[r].add([tok]) and steps[r] < max_new_tokens
+            if not any(live):
+                break
+    return [row.out[0] for row in rows]
+
+
+def _stream(on_token: OnToken | None, row: int) -> OnToken | None:
+    """A one-row ``_Rows``' callback that reports the batch row."""
+    return None if on_token is None else (lambda _r, tok: on_token(row, tok))
