@@ -3,17 +3,19 @@
 The model is a run trained by ``recipes/mtp_code.toml`` (``scripts/speculative.sh`` makes it);
 the prompts are held-out code: windows of documents of a token store the model never trained
 on (the recipe's held-out store is the standard library's test packages, which the training
-store excludes), each at a seeded random offset. Both decoders run greedily at batch 1 in fp32,
-on the same prompts, alternating in one process (``--repeats`` passes over all prompts; the
-medians of the pass times are compared): plain decoding is one cached forward of the
-next-token model (trunk + head 1) per token; speculative decoding is
-``contextlab.models.speculative.speculative_greedy``. It also prints each head's held-out loss
-on the prompt windows (head k predicts the token k steps ahead): drafts can only be accepted
-when heads 2..n learned something. The machine is shared, so only the side-by-side ratio
-means anything. The last line is one JSON object.
+store excludes), each at a seeded random offset. Both decoders run greedily at batch 1 in one
+dtype (``--dtype``: fp32, or the model cast to bf16), on the same prompts, alternating in one
+process (``--repeats`` passes over all prompts; the medians of the pass times are compared).
+Plain decoding is ``models.decode.generate`` (what ``contextlab generate`` runs: one cached
+forward of the next-token model, trunk + head 1, per token); speculative decoding is
+``models.speculative.speculative_greedy``. It also prints each head's held-out loss on the
+prompt windows (head k predicts the token k steps ahead): drafts are accepted only when
+heads 2..n learned something. The machine is shared, so only the side-by-side ratio means
+anything. The last line is one JSON object.
 
     python benchmarks/speculative.py RUN --heldout STORE [--step N] [--prompts 8]
         [--prompt-tokens 256] [--new-tokens 128] [--repeats 3] [--threads 1] [--seed 0]
+        [--dtype fp32|bf16]
 """
 
 from __future__ import annotations
@@ -30,13 +32,9 @@ from tqdm import tqdm
 
 from contextlab.data.store import TokenStore
 from contextlab.errors import UserError
+from contextlab.models.decode import generate
 from contextlab.models.loading import load_trained_model
-from contextlab.models.speculative import (
-    SpeculativeStats,
-    check_speculative,
-    plain_greedy,
-    speculative_greedy,
-)
+from contextlab.models.speculative import SpeculativeStats, check_speculative, speculative_greedy
 
 
 def parse_args() -> argparse.Namespace:
@@ -49,6 +47,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--new-tokens", type=int, default=128, help="tokens generated per prompt")
     p.add_argument("--repeats", type=int, default=3, help="timed passes of each decoder (medians compared)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument(
+        "--dtype",
+        default="fp32",
+        choices=["fp32", "bf16"],
+        help="weights and activations of both decoders (bf16: the model cast, no autocast)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the documents and offsets")
     return p.parse_args()
 
@@ -81,6 +85,13 @@ def head_losses(model, windows: list[torch.Tensor]) -> list[float]:
     ]
 
 
+def distinct_4grams(outputs: list[list[int]]) -> float:
+    """Distinct 4-grams / 4-grams over the continuations: near 0 = greedy decoding fell into a loop
+    (which every head predicts trivially, so acceptance says little about drafting real code)."""
+    grams = [tuple(o[i : i + 4]) for o in outputs for i in range(len(o) - 3)]
+    return len(set(grams)) / max(len(grams), 1)
+
+
 def timed(fn, *args, **kwargs) -> tuple[float, torch.Tensor]:
     t0 = time.perf_counter()
     out = fn(*args, **kwargs)
@@ -91,8 +102,8 @@ def run(model, prompts: list[torch.Tensor], new: int, repeats: int) -> dict:
     """Alternate the two decoders over all prompts ``repeats`` times; medians of the pass times."""
     stats = SpeculativeStats(model.config.n_future)
     speculative_greedy(model, prompts[0][None], 8)  # warm-up, untimed
-    plain_greedy(model, prompts[0][None], 8)
-    plain_s, spec_s, identical = [], [], True
+    generate(model, [prompts[0].tolist()], 8)
+    plain_s, spec_s, identical, outputs = [], [], True, []
     bar = tqdm(total=repeats * len(prompts), desc="prompts x repeats", unit="prompt")
     for r in range(repeats):
         plain_t = spec_t = 0.0
@@ -100,12 +111,14 @@ def run(model, prompts: list[torch.Tensor], new: int, repeats: int) -> dict:
             order = ("spec", "plain") if r % 2 else ("plain", "spec")
             for side in order:
                 if side == "plain":
-                    dt, a = timed(plain_greedy, model, p[None], new)
+                    dt, a = timed(generate, model, [p.tolist()], new)
                     plain_t += dt
                 else:
                     dt, b = timed(speculative_greedy, model, p[None], new, stats=stats if r == 0 else None)
                     spec_t += dt
-            identical &= bool(torch.equal(a, b))
+            identical &= a[0] == b[0].tolist()
+            if r == 0:
+                outputs.append(a[0])
             bar.update()
         plain_s.append(plain_t)
         spec_s.append(spec_t)
@@ -117,12 +130,14 @@ def run(model, prompts: list[torch.Tensor], new: int, repeats: int) -> dict:
         "tokens_per_forward": stats.tokens_per_forward,
         "identical_output": identical,
         "acceptance_per_head": stats.acceptance_per_head(),
+        "distinct_4gram_fraction": distinct_4grams(outputs),
         "forwards_speculative": stats.forwards,
         "forwards_plain": tokens,
         "plain_tokens_per_s": tokens / plain_med,
         "speculative_tokens_per_s": tokens / spec_med,
         "plain_s": plain_s,
         "speculative_s": spec_s,
+        "outputs": outputs,
     }
 
 
@@ -130,7 +145,8 @@ def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
     model, state, path = load_trained_model(args.run, args.step)
-    model = check_speculative(model).float().eval()
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    model = check_speculative(model).to(dtype).eval()
     store = TokenStore(args.heldout)
     store.check_tokenizer(state["tokenizer"], f"the model {path}")
     windows = heldout_windows(store, args.prompts, args.prompt_tokens + args.new_tokens, args.seed)
@@ -148,6 +164,8 @@ def main() -> None:
         f"{result['tokens_per_forward']:.2f} tokens/forward, "
         f"identical output {result['identical_output']}; acceptance {acc}"
     )
+    sample = store.tokenizer().decode(result.pop("outputs")[0])
+    print(f"first continuation ({result['distinct_4gram_fraction']:.2f} distinct 4-grams): {sample[:300]!r}")
     result.update(
         checkpoint=str(path),
         heldout=str(store.path),
@@ -157,6 +175,7 @@ def main() -> None:
         new_tokens=args.new_tokens,
         repeats=args.repeats,
         threads=args.threads,
+        dtype=args.dtype,
     )
     print(json.dumps(result))
 
