@@ -38,3 +38,15 @@ def test_objective_overhead_runs_and_reports_its_ratios():
         ]
     )
     assert {"contextlm_time_ratio", "contextlm_mem_ratio", "mtp_time_ratio", "mtp_mem_ratio"} <= set(out)
+
+
+def test_generate_throughput_runs_and_reports_its_ratios():
+    out = last_json(
+        [
+            "benchmarks/generate_throughput.py",
+            *("--size", "tiny-2x128", "--vocab", "300", "--prompt", "16", "--new", "4"),
+            *("--batches", "1,2", "--repeats", "1", "--threads", "1"),
+        ]
+    )
+    assert out["bench"] == "generate_throughput" and out["kv_speedup_vs_recompute"] > 0
+    assert out["ratio_vs_transformers"] > 0 and all(r["identical_to_recompute"] for r in out["by_batch"])

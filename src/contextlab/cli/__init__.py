@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "compare": "contextlab.cli.compare:cmd_compare",
     "report": "contextlab.cli.report:cmd_report",
     "analyze entropy": "contextlab.cli.analyze:cmd_entropy",
+    "generate": "contextlab.cli.generate:cmd_generate",
 }
 
 

@@ -27,7 +27,7 @@ import contextlib
 import json
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +38,7 @@ from contextlab.data.tokenizers import Tokenizer
 from contextlab.errors import UserError
 from contextlab.eval.backends import BACKENDS
 from contextlab.eval.backends.base import ModelInfo, chunked_logprobs, logprob_chunk
+from contextlab.models.sampling import Sampling
 
 
 class ContextLengthWarning(UserWarning):
@@ -193,6 +194,35 @@ class ModelAdapter:
                 self.check_length(len(prompt) + n[0])
 
         return self.backend.generate(prompt, max_new_tokens, list(stop), on_token)
+
+    @torch.no_grad()
+    def generate_many(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        *,
+        sampling: Sampling | None = None,
+        stop_strings: Sequence[str] = (),
+        on_token: Callable[[int, int], None] | None = None,
+    ) -> list[list[int]]:
+        """Continuations of several prompts (ids) in one batch: a contextlab model with its KV cache
+        (``models/decode.py``), a Hugging Face model with ``transformers``' generate (``use_cache=True``).
+        A row ends at the tokenizer's end-of-text (not kept), at a stop string (kept) or after
+        max_new_tokens; ``on_token(row, id)`` streams (Hugging Face models: one prompt at a time)."""
+        self.require_lm("generation")
+        if not prompts:
+            return []
+        self.check_length(max(len(p) for p in prompts) + max_new_tokens - 1, "the prompt plus the new tokens")
+        stop_ids = [i for i in (self.tokenizer.eot_id,) if i is not None]
+        return self.backend.generate_many(
+            [list(p) for p in prompts],
+            max_new_tokens,
+            sampling or Sampling(),
+            stop_ids,
+            list(stop_strings),
+            self.tokenizer.decode,
+            on_token,
+        )
 
 
 # ---------------------------------------------------------------------- loading

@@ -81,6 +81,25 @@ class ContextlabBackend:
         )
         return out[0]
 
+    def generate_many(
+        self, prompts, max_new_tokens, sampling, stop_ids, stop_strings, detokenize, on_token
+    ) -> list[list[int]]:
+        """Several prompts in one left-padded batch with the KV cache (models/decode.py)."""
+        from contextlab.models.decode import generate
+
+        return generate(
+            self.model,
+            prompts,
+            max_new_tokens,
+            sampling=sampling,
+            stop_ids=stop_ids,
+            stop_strings=stop_strings,
+            detokenize=detokenize,
+            on_token=on_token,
+            lead=self.lead,
+            autocast=self.autocast,
+        )
+
 
 def load_run(path: Path, step: int | None):
     """(model, tokenizer, info) of a contextlab run or checkpoint (a continued HF model runs as "hf")."""

@@ -58,6 +58,24 @@ class HFBackend:
         lp = chunked_logprobs(rows, idx[:, 1:].reshape(-1), self.autocast, chunk)
         return h, lp.view(idx.size(0), -1)[:, -1]
 
+    def generate_many(
+        self, prompts, max_new_tokens, sampling, stop_ids, stop_strings, detokenize, on_token
+    ) -> list[list[int]]:
+        """Several prompts at once through ``transformers``' generate (``hf_generate.py``)."""
+        from contextlab.eval.backends.hf_generate import hf_generate_many
+
+        return hf_generate_many(
+            self.model,
+            prompts,
+            max_new_tokens,
+            sampling,
+            stop_ids,
+            stop_strings,
+            detokenize,
+            on_token,
+            self.autocast,
+        )
+
     def generate(self, prompt, max_new_tokens: int, stop, on_token) -> list[int]:
         """Greedy continuation with the model's own cache (``use_cache=True``); a model that returns
         no cache gets the whole sequence at every step."""

@@ -1,0 +1,186 @@
+"""``contextlab generate --model RUN_OR_HF_DIR --prompt TEXT | --prompts FILE``: text from a model.
+
+A contextlab run or checkpoint decodes with its KV cache (``models/decode.py``); a Hugging Face
+folder (a contextlab export, or any causal LM) with ``transformers``' generate, ``use_cache=True``.
+One prompt streams to the terminal as it is generated; many prompts are decoded in batches
+(left-padded) and written as JSONL (``--out``, written atomically at the end, or stdout).
+
+Trade-off: prompts become ids in one place (``prompt_ids``) and ids become continuations in
+one place (``continuations``), so other prompt formats (infilling) and other decoders
+(speculative decoding) are added there without touching the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from contextlab.config import add_dataclass_args, dataclass_from_args
+from contextlab.errors import UserError
+
+
+def _parser() -> argparse.ArgumentParser:
+    from contextlab.eval.adapter import Sampling
+
+    p = argparse.ArgumentParser(
+        prog="contextlab generate",
+        description="Generate text with a contextlab run/checkpoint (KV cache) or a local Hugging Face "
+        "model folder (transformers' generate with its cache). Greedy unless --temperature > 0.",
+    )
+    p.add_argument(
+        "--model",
+        required=True,
+        metavar="PATH",
+        help="a contextlab run or checkpoint directory, "
+        "or a local Hugging Face model folder with its tokenizer",
+    )
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="one prompt (its continuation streams to the terminal)")
+    src.add_argument(
+        "--prompts",
+        metavar="FILE",
+        help='many prompts: a .jsonl file of {"prompt": TEXT} '
+        "objects (or JSON strings), or any other text file with one prompt per line",
+    )
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate at most (default: 64)")
+    p.add_argument(
+        "--stop",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="stop a continuation once its text holds TEXT (cut there); repeatable. The model's "
+        "end-of-text token always stops it",
+    )
+    p.add_argument("--batch-size", type=int, default=8, help="prompts decoded together (default: 8)")
+    p.add_argument(
+        "--out",
+        metavar="FILE.jsonl",
+        help="with --prompts: write {prompt, completion, new_tokens} lines here (default: print them)",
+    )
+    p.add_argument("--step", type=int, help="checkpoint step of a run (default: the newest)")
+    p.add_argument(
+        "--dtype", default="fp32", choices=["fp32", "bf16"], help="compute precision (default: fp32)"
+    )
+    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 = torch's default")
+    add_dataclass_args(p.add_argument_group("sampling"), Sampling)
+    return p
+
+
+def read_prompts(path: str) -> list[str]:
+    """The prompts of a --prompts file (see --help)."""
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"prompts file not found: {p}; pass a .jsonl or text file with one prompt per line")
+    lines = [line for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if p.suffix != ".jsonl":
+        return lines
+    out = []
+    for n, line in enumerate(lines, start=1):
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UserError(
+                f'{p}:{n} is not JSON ({exc.msg}); write one {{"prompt": TEXT}} per line'
+            ) from None
+        text = item.get("prompt") if isinstance(item, dict) else item
+        if not isinstance(text, str):
+            raise UserError(f'{p}:{n} has no "prompt" string; write one {{"prompt": TEXT}} per line')
+        out.append(text)
+    return out
+
+
+def prompt_ids(adapter, text: str) -> list[int]:
+    """A prompt's token ids (the place for other prompt formats, e.g. infilling)."""
+    ids = adapter.encode(text)
+    if not ids:
+        raise UserError("a prompt is empty; give at least one character")
+    if len(ids) > adapter.context:
+        raise UserError(
+            f"a prompt has {len(ids)} tokens but {adapter.info.id} has a context of {adapter.context}; "
+            "shorten the prompt"
+        )
+    return ids
+
+
+def continuations(adapter, ids: list[list[int]], args, sampling, on_token=None) -> list[list[int]]:
+    """New token ids for a batch of prompt ids (the place for other decoders, e.g. speculative)."""
+    return adapter.generate_many(
+        ids, args.max_new_tokens, sampling=sampling, stop_strings=args.stop, on_token=on_token
+    )
+
+
+class _Terminal:
+    """Streams one continuation's text, holding back what could still become a stop string."""
+
+    def __init__(self, decode, stops: list[str]):
+        self.decode, self.stops, self.ids, self.shown = decode, stops, [], 0
+        self.hold = max((len(s) for s in stops), default=1) - 1
+
+    def text(self) -> str:
+        from contextlab.models.decode import cut_at_stop
+
+        return cut_at_stop(self.decode(self.ids), self.stops)
+
+    def __call__(self, row: int, token: int) -> None:
+        self.ids.append(token)
+        text = self.text()
+        end = len(text) - self.hold
+        while end > self.shown and text[end - 1] == "\ufffd":  # a character still being completed
+            end -= 1
+        self._show(text, end)
+
+    def _show(self, text: str, end: int) -> None:
+        if end > self.shown:
+            sys.stdout.write(text[self.shown : end])
+            sys.stdout.flush()
+            self.shown = end
+
+    def finish(self) -> None:
+        text = self.text()
+        self._show(text, len(text))
+        sys.stdout.write("\n")
+
+
+def cmd_generate(argv: list[str]) -> int:
+    """Generate text with a model: KV-cached decoding, sampling, stop strings, batches."""
+    import torch
+    from tqdm import tqdm
+
+    from contextlab.eval import load_model
+    from contextlab.eval.adapter import Sampling
+    from contextlab.io import atomic_write_text
+    from contextlab.models.decode import cut_at_stop
+
+    args = _parser().parse_args(argv)
+    sampling = dataclass_from_args(Sampling, args)
+    if args.max_new_tokens < 1 or args.batch_size < 1:
+        raise UserError("--max-new-tokens and --batch-size must be >= 1")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    texts = [args.prompt] if args.prompt is not None else read_prompts(args.prompts)
+    adapter = load_model(args.model, dtype=args.dtype, device=args.device, step=args.step)
+    adapter.require_lm("generate")
+    ids = [prompt_ids(adapter, t) for t in texts]
+    if args.prompt is not None and not args.out:
+        stream = _Terminal(adapter.tokenizer.decode, args.stop)
+        continuations(adapter, ids, args, sampling, on_token=stream)
+        stream.finish()
+        return 0
+    rows = []
+    for a in tqdm(range(0, len(ids), args.batch_size), desc="generate", unit="batch", disable=len(ids) <= 1):
+        for text, new in zip(
+            texts[a : a + args.batch_size],
+            continuations(adapter, ids[a : a + args.batch_size], args, sampling),
+        ):
+            completion = cut_at_stop(adapter.tokenizer.decode(new), args.stop)
+            rows.append(json.dumps({"prompt": text, "completion": completion, "new_tokens": len(new)}))
+    body = "".join(r + "\n" for r in rows)
+    if args.out:
+        atomic_write_text(args.out, body)
+        print(f"wrote {len(rows)} continuations to {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(body)
+    return 0

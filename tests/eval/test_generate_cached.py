@@ -1,0 +1,61 @@
+"""The evaluations that generate (needle, passkey, kv, vartrack) give the results of recomputation.
+
+``ModelAdapter.generate`` runs with the KV cache; ``recomputed`` is the adapter's former greedy
+loop (the whole sequence re-run at every step, through ``adapter.logits``). Every generated
+answer, and so every exact/contains/keyword score, must be the same.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from contextlab.data.tokenizers import ByteTokenizer
+from contextlab.eval import kv, needle, passkey, tasks, vartrack
+from contextlab.eval.adapter import in_memory_adapter
+from contextlab.models.contextlm import ContextLM, ContextLMConfig
+from tests.conftest import KV_75, shakespeare
+from tests.eval.conftest import byte_adapter, tiny_gpt
+
+
+def recomputed(adapter):
+    def generate(prompt, max_new_tokens, stop=()):
+        ids, out = list(prompt), []
+        for _ in range(max_new_tokens):
+            nxt = int(adapter.logits(ids)[0, -1].float().argmax())
+            if nxt in stop:
+                break
+            out.append(nxt)
+            ids.append(nxt)
+        return out
+
+    return generate
+
+
+def samples_of(adapter, tmp_path):
+    hay = tmp_path / "hay"
+    hay.mkdir(exist_ok=True)
+    (hay / "a.txt").write_text(shakespeare()[:6000])
+    built = [
+        needle.build(adapter, needle.Options(lengths=[260], depths=[0.0, 100.0], samples=1), str(hay)),
+        passkey.build(adapter, passkey.Options(lengths=[300], depths=[50], samples=1), None),
+        kv.build(adapter, kv.Options(n_examples=1, n_pairs=3, positions=[1]), str(KV_75)),
+        vartrack.build(adapter, vartrack.Options(lengths=[420], samples=1, hops=1), None),
+    ]
+    return [s for samples, _ in built for s in samples[:2]]
+
+
+def test_generating_evaluations_equal_recomputation(tmp_path, monkeypatch):
+    torch.manual_seed(2)
+    cfg = ContextLMConfig(
+        vocab_size=257, n_layer=2, n_head=2, n_embd=64, context=512, chunk_size=3, fusion="plain"
+    )
+    contextlm = ContextLM(cfg).eval()
+    adapters = [byte_adapter(tiny_gpt(4, context=512)), in_memory_adapter(contextlm, ByteTokenizer(), "clm")]
+    for adapter in adapters:
+        samples = samples_of(adapter, tmp_path)
+        cached = tasks.score_samples(adapter, samples, "generate", max_new_tokens=6)
+        monkeypatch.setattr(adapter, "generate", recomputed(adapter))
+        reference = tasks.score_samples(adapter, samples, "generate", max_new_tokens=6)
+        monkeypatch.undo()
+        assert len(cached) == 8 and cached == reference
+        assert len({r["generated"] for r in cached}) > 1
