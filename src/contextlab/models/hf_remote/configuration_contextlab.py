@@ -44,14 +44,14 @@ class ContextlabGPTConfig(PretrainedConfig):
         "tie_embeddings": "tie_word_embeddings",
     }
 
-    def __init__(self, tie_word_embeddings=True, use_cache=False, **kwargs):
+    def __init__(self, tie_word_embeddings=True, use_cache=True, **kwargs):
         for old, new in RENAMED.items():
             if old in kwargs:
                 value = kwargs.pop(old)
                 kwargs.setdefault(new, value)
         for name, default in self.defaults.items():
             setattr(self, name, kwargs.pop(name, default))
-        self.use_cache = use_cache  # no KV cache
+        self.use_cache = use_cache  # generate keeps a DynamicCache (modeling_contextlab.py)
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
 
 

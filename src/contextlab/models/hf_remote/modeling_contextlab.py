@@ -11,8 +11,13 @@ predicts the next chunk's context with a causal predictor and fuses it after blo
 ``encoder_layers``. In fp32 on CPU its logits equal contextlab's bit for bit (RMSNorm is
 computed as contextlab's kernel computes it); the tests check that.
 
-Trade-off: no KV cache: generation recomputes the whole sequence at every step (correct and
-simple, O(T^2) per sequence).
+KV cache: ``use_cache=True`` (``generate``'s default) keeps every block's keys and values in a
+``transformers`` ``DynamicCache``; positions and masks follow the 2-D attention mask, so left
+padding gets no position and is never attended. A ContextLM pools each row's chunks from its
+real tokens only (chunk k = the row's positions k*w .. k*w+w-1, whatever padding precedes them).
+Trade-off: with a cache, a ContextLM keeps the encoder outputs of every position beside it and
+re-runs its small chunk predictor over all complete chunks at every step (the blocks are
+cached, the predictor is not: O(chunks) per step, and exactly the numbers of the full forward).
 """
 
 import math
@@ -21,7 +26,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import transformers
-from transformers import GenerationMixin, PreTrainedModel
+from transformers import DynamicCache, GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .configuration_contextlab import ContextlabContextLMConfig, ContextlabGPTConfig
@@ -95,14 +100,16 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
 
-    def forward(self, x, rope, mask):
+    def forward(self, x, rope, mask, is_causal=True, cache=None, layer=0):
         B, T, C = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.n_head, self.hs)  # (B, T, 3, nh, hs)
         cos, sin = (t.to(qkv.dtype)[..., None, None, :] for t in rope)  # ([B,] T, 1, 1, hs)
-        q, k = apply_rope(qkv[:, :, :2], cos, sin).unbind(2)  # q and k in one go
-        v = qkv[:, :, 2]  # (B, T, nh, hs)
+        q, k = (t.transpose(1, 2) for t in apply_rope(qkv[:, :, :2], cos, sin).unbind(2))  # (B, nh, T, hs)
+        v = qkv[:, :, 2].transpose(1, 2)  # (B, nh, T, hs)
+        if cache is not None:  # the cached prefix plus these tokens: (B, nh, S, hs)
+            k, v = cache.update(k, v, layer)
         y = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, is_causal=mask is None
+            q, k, v, attn_mask=mask, is_causal=is_causal and mask is None
         )  # (B, nh, T, hs)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
@@ -130,8 +137,8 @@ class Block(nn.Module):
         self.norm2 = RMSNorm(config.n_embd, eps=config.norm_eps)
         self.mlp = MLP(config)
 
-    def forward(self, x, rope, mask):
-        x = x + self.attn(self.norm1(x), rope, mask)
+    def forward(self, x, rope, mask, is_causal=True, cache=None, layer=0):
+        x = x + self.attn(self.norm1(x), rope, mask, is_causal, cache, layer)
         return x + self.mlp(self.norm2(x))
 
 
@@ -176,44 +183,70 @@ class ContextlabTransformer(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.wte.weight
 
-    def mix(self, i, x, rope, mask):
-        """After block ``encoder_layers`` of a ContextLM: fuse the broadcast predicted context."""
+    def mix(self, i, x, positions, cache=None, real=None, past=0):
+        """After block ``encoder_layers`` of a ContextLM: fuse the broadcast predicted context.
+
+        positions (B, T) or (T,): the new tokens' positions in their rows; real (B, S) 0/1: which of
+        the row's tokens so far (cached ones included) are real (left padding = 0), or None; past: the
+        number of tokens the cache held before this forward."""
         if not self.contextlm or i != self.config.encoder_layers:
             return x
-        B, T, C = x.shape
-        w = self.config.chunk_size
-        n = T // w
-        c = x[:, : n * w].reshape(B, n, w, C).mean(dim=2)  # (B, n, C) chunk means
-        if n > 0:
-            chunk_rope = tuple(t[..., : n * w : w, :] for t in rope)  # each chunk's first position
-            ends = torch.arange(w - 1, n * w, w, device=x.device)
-            chunk_mask = None if mask is None else mask[..., ends, :][..., :, ends]  # (B, 1, n, n)
-            for block in self.predictor:
-                c = block(c, chunk_rope, chunk_mask)
-        context = torch.cat([x[:, :1].expand(B, w - 1, C), c.repeat_interleave(w, dim=1)], dim=1)[:, :T]
-        return self.fusion(x, context)
+        h = x  # (B, T, C) encoder outputs of these tokens; with a cache, of every token so far
+        if cache is not None:
+            if past > 0:
+                h = torch.cat([cache.contextlab_h[:, :past], x], dim=1)
+            cache.contextlab_h = h
+        B, S, _ = h.shape
+        lengths = real.long().sum(-1) if real is not None else torch.full((B,), S, device=x.device)
+        return self.fusion(x, self.contexts(h, S - lengths, positions))
 
-    def forward(self, idx, mask=None, positions=None):
+    def contexts(self, h, offset, positions):
+        """ĉ_{(t+1)//w} (B, T, C) for the tokens at ``positions``; a row's real tokens start at ``offset``."""
+        B, S, C = h.shape
+        w = self.config.chunk_size
+        n = S // w  # chunks of the longest row (shorter rows' extra chunks come after theirs: causal)
+        cols = (offset[:, None] + torch.arange(n * w, device=h.device)).clamp(max=S - 1)  # (B, n*w)
+        c = h.gather(1, cols[..., None].expand(B, n * w, C)).view(B, n, w, C).mean(dim=2)  # (B, n, C)
+        if n > 0:
+            chunk_rope = rope_tables(torch.arange(n, device=h.device) * w, self.config)  # at first tokens
+            for block in self.predictor:
+                c = block(c, chunk_rope, None)  # causal over chunks
+        first = h.gather(1, offset[:, None, None].expand(B, 1, C))  # c_init = h at the row's position 0
+        preds = torch.cat([first, c], dim=1)  # (B, n + 1, C)
+        j = ((positions + 1) // w).clamp(max=n).expand(B, -1)  # (B, T)
+        return preds.gather(1, j[..., None].expand(*j.shape, C))
+
+    def forward(self, idx, mask=None, positions=None, is_causal=True, cache=None, real=None):
         """Token ids (B, T) -> (logits (B, T, vocab_size), residual stream at every layer, final hidden)."""
-        T = idx.size(1)
         if positions is None:
-            positions = torch.arange(T, device=idx.device)
+            positions = torch.arange(idx.size(1), device=idx.device)
         rope = rope_tables(positions, self.config)  # ([B,] T, hs) each
+        past = cache.get_seq_length() if cache is not None else 0
         x = self.wte(idx)  # (B, T, C)
         layers = [x]
-        x = self.mix(0, x, rope, mask)
+        x = self.mix(0, x, positions, cache, real, past)
         for i, block in enumerate(self.blocks, start=1):
-            x = self.mix(i, block(x, rope, mask), rope, mask)
+            x = self.mix(i, block(x, rope, mask, is_causal, cache, i - 1), positions, cache, real, past)
             layers.append(x)
         hidden = self.final_norm(x)
         return self.lm_head(hidden)[..., : self.config.vocab_size], layers, hidden
 
 
-def padding_mask(attention_mask, T):
-    """(B, 1, T, T) bool: causal, real keys only, each pad query sees itself (no NaN rows)."""
-    keep = attention_mask.bool()[:, None, None, :]
-    causal = torch.ones(T, T, dtype=torch.bool, device=attention_mask.device).tril()
-    return (keep & causal) | torch.eye(T, dtype=torch.bool, device=attention_mask.device)
+def attention_rule(real, past, T, device):
+    """(mask, is_causal) of T new tokens after ``past`` cached ones; real (B, past + T) 0/1 or None.
+
+    A mask is (B, 1, T, S) or (T, S) bool: causal, real keys only, each pad query sees itself."""
+    S = past + T
+    if real is None or bool(real.all()):
+        if past == 0:
+            return None, True  # the plain causal case: SDPA's fastest path
+        if T == 1:
+            return None, False  # one new token sees every cached one
+        return torch.ones(T, S, dtype=torch.bool, device=device).tril(past), False
+    causal = torch.ones(T, S, dtype=torch.bool, device=device).tril(past)
+    own = torch.zeros(T, S, dtype=torch.bool, device=device)
+    own[torch.arange(T), torch.arange(past, S)] = True  # no query row is fully masked
+    return (real.bool()[:, None, None, :] & causal) | own, False
 
 
 class ContextlabGPTForCausalLM(PreTrainedModel, GenerationMixin):
@@ -234,14 +267,9 @@ class ContextlabGPTForCausalLM(PreTrainedModel, GenerationMixin):
         super().__init__(config)
         self.gpt = ContextlabTransformer(config)
         self.post_init()
-        self.generation_config.use_cache = False
 
     def _init_weights(self, module):
         pass  # from_pretrained loads every weight
-
-    @classmethod
-    def _supports_default_dynamic_cache(cls) -> bool:
-        return False  # there is no KV cache: generate must not create one
 
     def get_input_embeddings(self):
         return self.gpt.wte
@@ -249,25 +277,46 @@ class ContextlabGPTForCausalLM(PreTrainedModel, GenerationMixin):
     def get_output_embeddings(self):
         return self.gpt.lm_head
 
-    def prepare_inputs_for_generation(self, input_ids, attention_mask=None, **kwargs):
-        return {"input_ids": input_ids, "attention_mask": attention_mask}  # the full sequence, every step
+    def prepare_inputs_for_generation(
+        self, input_ids, past_key_values=None, attention_mask=None, use_cache=None, **kwargs
+    ):
+        """The tokens the cache does not hold yet (all of them without a cache), the full 2-D mask."""
+        if past_key_values is not None and past_key_values.get_seq_length() > 0:
+            input_ids = input_ids[:, past_key_values.get_seq_length() :]
+        return {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "past_key_values": past_key_values,
+            "use_cache": use_cache,
+        }
 
     def forward(
         self,
         input_ids,
         attention_mask=None,
         position_ids=None,
+        past_key_values=None,
+        use_cache=None,
         labels=None,
         output_hidden_states=None,
         return_dict=None,
         **kwargs,
     ):
-        mask = None
-        if attention_mask is not None and not bool(attention_mask.all()):  # padding (generate pads left)
-            mask = padding_mask(attention_mask, input_ids.size(1))
-            if position_ids is None:
-                position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
-        logits, layers, hidden = self.gpt(input_ids, mask, position_ids)
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache()
+        cache = past_key_values if use_cache else None
+        past = cache.get_seq_length() if cache is not None else 0
+        T = input_ids.size(1)
+        if attention_mask is not None and attention_mask.size(-1) != past + T:
+            raise ValueError(f"attention_mask covers {attention_mask.size(-1)} tokens, expected {past + T}")
+        if position_ids is None:
+            if attention_mask is None:
+                position_ids = torch.arange(past, past + T, device=input_ids.device)
+            else:  # left padding gets no position: each row counts its real tokens
+                position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]  # (B, T)
+        mask, is_causal = attention_rule(attention_mask, past, T, input_ids.device)
+        logits, layers, hidden = self.gpt(input_ids, mask, position_ids, is_causal, cache, attention_mask)
         loss = None
         if labels is not None:  # predict token t+1 from positions <= t
             shifted = logits[:, :-1].float()
@@ -278,7 +327,9 @@ class ContextlabGPTForCausalLM(PreTrainedModel, GenerationMixin):
             output_hidden_states = self.config.output_hidden_states
         # HF convention: n_layer + 1 states, embeddings first, the last one after the final norm
         hidden_states = (*layers[:-1], hidden) if output_hidden_states else None
-        result = CausalLMOutputWithPast(loss=loss, logits=logits, hidden_states=hidden_states)
+        result = CausalLMOutputWithPast(
+            loss=loss, logits=logits, past_key_values=cache, hidden_states=hidden_states
+        )
         use_dict = return_dict if return_dict is not None else self.config.return_dict
         return result if use_dict else result.to_tuple()
 
