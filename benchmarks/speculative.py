@@ -92,6 +92,11 @@ def distinct_4grams(outputs: list[list[int]]) -> float:
     return len(set(grams)) / max(len(grams), 1)
 
 
+def same_prefix(a: list[int], b: list[int]) -> int:
+    """Tokens two continuations share from their start."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
 def timed(fn, *args, **kwargs) -> tuple[float, torch.Tensor]:
     t0 = time.perf_counter()
     out = fn(*args, **kwargs)
@@ -103,7 +108,7 @@ def run(model, prompts: list[torch.Tensor], new: int, repeats: int) -> dict:
     stats = SpeculativeStats(model.config.n_future)
     speculative_greedy(model, prompts[0][None], 8)  # warm-up, untimed
     generate(model, [prompts[0].tolist()], 8)
-    plain_s, spec_s, identical, outputs = [], [], True, []
+    plain_s, spec_s, identical, outputs, agree = [], [], True, [], []
     bar = tqdm(total=repeats * len(prompts), desc="prompts x repeats", unit="prompt")
     for r in range(repeats):
         plain_t = spec_t = 0.0
@@ -119,6 +124,7 @@ def run(model, prompts: list[torch.Tensor], new: int, repeats: int) -> dict:
             identical &= a[0] == b[0].tolist()
             if r == 0:
                 outputs.append(a[0])
+                agree.append(same_prefix(a[0], b[0].tolist()))
             bar.update()
         plain_s.append(plain_t)
         spec_s.append(spec_t)
@@ -129,6 +135,8 @@ def run(model, prompts: list[torch.Tensor], new: int, repeats: int) -> dict:
         "speedup": plain_med / spec_med,
         "tokens_per_forward": stats.tokens_per_forward,
         "identical_output": identical,
+        "identical_prompts": sum(n == new for n in agree),
+        "agreeing_prefix_tokens": agree,
         "acceptance_per_head": stats.acceptance_per_head(),
         "distinct_4gram_fraction": distinct_4grams(outputs),
         "forwards_speculative": stats.forwards,
@@ -162,7 +170,8 @@ def main() -> None:
     print(
         f"plain {plain:.1f} tok/s, speculative {spec:.1f} tok/s: speedup {result['speedup']:.2f}x, "
         f"{result['tokens_per_forward']:.2f} tokens/forward, "
-        f"identical output {result['identical_output']}; acceptance {acc}"
+        f"identical output {result['identical_output']} ({result['identical_prompts']}/{len(prompts)} "
+        f"prompts); acceptance {acc}"
     )
     sample = store.tokenizer().decode(result.pop("outputs")[0])
     print(f"first continuation ({result['distinct_4gram_fraction']:.2f} distinct 4-grams): {sample[:300]!r}")
