@@ -59,6 +59,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE.jsonl",
         help="with --prompts: write {prompt, completion, new_tokens} lines here (default: print them)",
     )
+    p.add_argument(
+        "--speculative",
+        action="store_true",
+        help="self-speculative decoding of an MTP run (objective mtp, n_future >= 2): heads 2..n draft, "
+        "one forward verifies; greedy only, the same output as plain greedy in fewer forwards",
+    )
     p.add_argument("--step", type=int, help="checkpoint step of a run (default: the newest)")
     p.add_argument(
         "--dtype", default="fp32", choices=["fp32", "bf16"], help="compute precision (default: fp32)"
@@ -108,7 +114,12 @@ def prompt_ids(adapter, text: str) -> list[int]:
 def continuations(adapter, ids: list[list[int]], args, sampling, on_token=None) -> list[list[int]]:
     """New token ids for a batch of prompt ids (the place for other decoders, e.g. speculative)."""
     return adapter.generate_many(
-        ids, args.max_new_tokens, sampling=sampling, stop_strings=args.stop, on_token=on_token
+        ids,
+        args.max_new_tokens,
+        sampling=sampling,
+        stop_strings=args.stop,
+        on_token=on_token,
+        speculative=args.speculative,
     )
 
 

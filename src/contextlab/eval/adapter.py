@@ -204,20 +204,48 @@ class ModelAdapter:
         sampling: Sampling | None = None,
         stop_strings: Sequence[str] = (),
         on_token: Callable[[int, int], None] | None = None,
+        speculative: bool = False,
     ) -> list[list[int]]:
         """Continuations of several prompts (ids) in one batch: a contextlab model with its KV cache
         (``models/decode.py``), a Hugging Face model with ``transformers``' generate (``use_cache=True``).
         A row ends at the tokenizer's end-of-text (not kept), at a stop string (kept) or after
-        max_new_tokens; ``on_token(row, id)`` streams (Hugging Face models: one prompt at a time)."""
+        max_new_tokens; ``on_token(row, id)`` streams (Hugging Face models: one prompt at a time).
+        ``speculative``: greedy self-speculative decoding of a contextlab MTP run (models/speculative.py)."""
         self.require_lm("generation")
         if not prompts:
             return []
         self.check_length(max(len(p) for p in prompts) + max_new_tokens - 1, "the prompt plus the new tokens")
         stop_ids = [i for i in (self.tokenizer.eot_id,) if i is not None]
+        if speculative:
+            return self._speculative(
+                prompts, max_new_tokens, sampling or Sampling(), stop_ids, stop_strings, on_token
+            )
         return self.backend.generate_many(
             [list(p) for p in prompts],
             max_new_tokens,
             sampling or Sampling(),
+            stop_ids,
+            list(stop_strings),
+            self.tokenizer.decode,
+            on_token,
+        )
+
+    def _speculative(self, prompts, max_new_tokens, sampling, stop_ids, stop_strings, on_token):
+        """generate_many by self-speculative decoding; one-line errors for what it cannot do."""
+        run = getattr(self.backend, "generate_speculative", None)
+        if run is None:
+            raise UserError(
+                f"speculative decoding needs a contextlab MTP run, {self.info.id} is a Hugging Face model "
+                "(exports keep head 1 only); pass the run directory or drop --speculative"
+            )
+        if not sampling.greedy:
+            raise UserError(
+                "speculative decoding is greedy only (its output equals plain greedy decoding); "
+                "drop --temperature or drop --speculative"
+            )
+        return run(
+            [list(p) for p in prompts],
+            max_new_tokens,
             stop_ids,
             list(stop_strings),
             self.tokenizer.decode,

@@ -100,6 +100,24 @@ class ContextlabBackend:
             autocast=self.autocast,
         )
 
+    def generate_speculative(
+        self, prompts, max_new_tokens, stop_ids, stop_strings, detokenize, on_token
+    ) -> list[list[int]]:
+        """Greedy continuations by self-speculative decoding of an MTP model (models/speculative.py)."""
+        from contextlab.models.speculative import speculative_generate
+
+        return speculative_generate(
+            self.model,
+            prompts,
+            max_new_tokens,
+            stop_ids=stop_ids,
+            stop_strings=stop_strings,
+            detokenize=detokenize,
+            on_token=on_token,
+            lead=self.lead,
+            autocast=self.autocast,
+        )
+
 
 def load_run(path: Path, step: int | None):
     """(model, tokenizer, info) of a contextlab run or checkpoint (a continued HF model runs as "hf")."""
