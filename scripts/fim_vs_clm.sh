@@ -14,3 +14,4 @@ for name in fim clm; do
   contextlab eval infill --model "$out/sweep/runs/name-$name" --data "$out/stores/stdlib_byte" \
     --out "$out/eval/$name" --samples 200 --threads 1 --progress false
 done
+python scripts/fim_vs_clm_table.py "$out/eval/fim/infill.json" "$out/eval/clm/infill.json"
