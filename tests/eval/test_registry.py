@@ -23,6 +23,7 @@ def test_every_record_is_complete():
         "passkey",
         "vartrack",
         "icl",
+        "infill",
         "visible",
     ]
     for name, spec in EVALS.items():

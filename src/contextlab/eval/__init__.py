@@ -20,7 +20,18 @@ from pathlib import Path
 from typing import Any
 
 from contextlab.errors import UserError
-from contextlab.eval import bayes_fit, contextwise, icl, kv, needle, passkey, ppl, vartrack, visible
+from contextlab.eval import (
+    bayes_fit,
+    contextwise,
+    icl,
+    infilling,
+    kv,
+    needle,
+    passkey,
+    ppl,
+    vartrack,
+    visible,
+)
 from contextlab.eval.adapter import ModelAdapter, load_model
 from contextlab.eval.base import Eval, EvalOutput
 
@@ -72,6 +83,12 @@ EVALS: dict[str, Eval] = {
         icl.Options,
         "TREC many-shot in-context classification",
         "the TREC folder with train.txt and test.txt (../shared/data/trec_qc)",
+    ),
+    "infill": Eval(
+        infilling.run,
+        infilling.Options,
+        "code infilling (FIM PSM/SPM and left to right): exact match, true-middle likelihood, l2r loss",
+        STORE + " (default --split run: the files the run held out) or a folder of code files",
     ),
     "visible": Eval(
         visible.run,

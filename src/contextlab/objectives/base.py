@@ -44,6 +44,7 @@ from torch import Tensor, nn
 
 from contextlab.models.archs import arch_option_names
 from contextlab.models.masks import AttentionMask
+from contextlab.models.special_tokens import bind_special_tokens
 
 
 def document_causal_mask(doc_ids: Tensor) -> AttentionMask:
@@ -112,15 +113,7 @@ class Objective(nn.Module):
         """Learn the data's tokenizer (a spec dict) and give the objective's special tokens ids."""
         self.base_vocab = int(spec["vocab_size"])
         self.eot_id = spec.get("eot_id")
-        existing = spec.get("special_tokens", {})
-        self.special_ids, nxt = {}, self.base_vocab
-        for name in self.special_tokens:
-            if name in existing:
-                self.special_ids[name] = int(existing[name])
-            else:
-                self.special_ids[name] = nxt
-                nxt += 1
-        self.vocab_size = nxt
+        self.special_ids, self.vocab_size = bind_special_tokens(spec, self.special_tokens)
 
     def attn_mask(self, doc_ids: Tensor | None) -> AttentionMask | None:
         return document_causal_mask(doc_ids) if (self.doc_mask and doc_ids is not None) else None

@@ -23,9 +23,10 @@ import torch
 from torch import Tensor
 
 from contextlab.config import opt
+from contextlab.models.special_tokens import FIM_SENTINELS
 from contextlab.objectives.base import Batch, Objective
 
-PRE, SUF, MID = "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"
+PRE, SUF, MID = FIM_SENTINELS  # <|fim_prefix|>, <|fim_suffix|>, <|fim_middle|>
 
 
 def fim_document(doc: list[int], cut1: int, cut2: int, spm: bool, pre: int, suf: int, mid: int) -> list[int]:

@@ -1,0 +1,138 @@
+"""The held-out code an infilling evaluation reads, and the spans it masks out (at line boundaries).
+
+Files: a token store's documents (by default exactly the ones the run held out for
+validation: the run's ``data.store``, ``val_fraction`` and ``split_seed`` read from its
+checkpoint) or every file of a folder. Spans, as in the FIM paper's and SantaCoder's
+single-line and multi-line infilling: one random non-blank line, or a random block of
+2..``max_lines`` consecutive lines (at least two of them non-blank); the middle is the
+whole lines with their newlines (a last line without one is never drawn), so prefix and
+suffix end and start at line boundaries.
+Every span has at least one line before it (a left-to-right baseline needs a prefix) and
+at most ``max_middle_tokens`` tokens. Trade-off: spans are drawn with rejection (a seeded
+numpy generator, a bounded number of tries), so they are deterministic for a seed and the
+same for every model with the same tokenizer, but a corpus of few long-enough lines can
+yield fewer spans than asked (the result says how many).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from contextlab.config import read_toml
+from contextlab.errors import UserError
+
+TRIES_PER_SPAN = 50  # rejection-sampling attempts per requested span before giving up
+
+
+@dataclass(frozen=True)
+class Span:
+    """Lines ``first .. first + n_lines - 1`` of document ``doc``: text[start:end] is the middle."""
+
+    doc: int
+    first: int
+    n_lines: int
+    start: int  # character offsets in the document's text
+    end: int
+
+
+def run_heldout(store, adapter) -> np.ndarray:
+    """Indices of the documents of ``store`` that the adapter's run held out for validation."""
+    from contextlab.data.views import split_documents
+
+    cfg_file = Path(adapter.info.path) / "config.toml"
+    if adapter.info.kind != "contextlab" or not cfg_file.exists():
+        raise UserError(
+            f"{adapter.info.id} is not a contextlab run, so its held-out files are unknown; pass "
+            "--split all with --data holding only files it was not trained on"
+        )
+    data = read_toml(cfg_file).get("data", {})
+    if data.get("val_store") or data.get("val_split", "documents") != "documents":
+        raise UserError(
+            f"{adapter.info.id} held out a separate store or document tails, not whole files; pass "
+            "--split all with --data its validation store"
+        )
+    if not _same_store(data.get("store", ""), store):
+        raise UserError(
+            f"{adapter.info.id} was trained on {data.get('store')!r}, not {store.path}; pass its store "
+            "as --data, or --split all for a store or folder of held-out files"
+        )
+    _, val = split_documents(store, float(data.get("val_fraction", 0.02)), int(data.get("split_seed", 0)))
+    return np.asarray(val.indices)
+
+
+def _same_store(trained: str, store) -> bool:
+    from contextlab.data.store import TokenStore, is_store
+
+    if trained and Path(trained).resolve() == Path(store.path).resolve():
+        return True
+    return bool(trained) and is_store(trained) and TokenStore(trained).hash == store.hash
+
+
+def read_texts(data: str | None, adapter, split: str, glob: str) -> tuple[list[str], dict]:
+    """(the text of every evaluated file, what was read) from a token store or a folder."""
+    from contextlab.data.store import is_store
+    from contextlab.eval.base import open_store
+
+    if data and not is_store(data) and Path(data).is_dir():
+        if split == "run":
+            raise UserError(f"{data} is a folder, not a token store: pass --split all (all its files)")
+        files = sorted(p for p in Path(data).rglob(glob) if p.is_file())
+        if not files:
+            raise UserError(f"no file matches {glob!r} under {data}; change --files")
+        texts = [p.read_text(encoding="utf-8", errors="replace") for p in files]
+        return texts, {"folder": str(data), "files": len(files), "glob": glob}
+    store = open_store(data, adapter, "infill")
+    docs = run_heldout(store, adapter) if split == "run" else np.arange(store.n_docs)
+    texts = [adapter.tokenizer.decode(store.doc(int(i))) for i in docs]
+    return texts, {"store": str(store.path), "hash": store.hash, "split": split, "docs": docs.tolist()}
+
+
+def _line_starts(text: str) -> list[int]:
+    """Offsets of every line start, and len(text) last."""
+    starts = [0]
+    for i, ch in enumerate(text):
+        if ch == "\n" and i + 1 < len(text):
+            starts.append(i + 1)
+    return starts + [len(text)]
+
+
+def _draw(rng: np.random.Generator, lines: list[int], multi: bool, max_lines: int) -> tuple[int, int] | None:
+    """(first line, number of lines) of one candidate span, or None when the file is too short."""
+    n_lines = len(lines) - 1
+    k = int(rng.integers(2, max_lines + 1)) if multi else 1
+    if n_lines - 1 < k:
+        return None
+    return int(rng.integers(1, n_lines - k + 1)), k  # first >= 1: a prefix of at least one line
+
+
+def choose_spans(
+    texts: list[str], encode, n: int, multi: bool, max_lines: int, max_middle_tokens: int, seed: int
+) -> list[Span]:
+    """``n`` distinct spans (fewer if the files do not have them), deterministic for ``seed``."""
+    if multi and max_lines < 2:
+        raise UserError(f"max_lines must be at least 2 for multi-line spans, got {max_lines}")
+    rng = np.random.default_rng([seed, int(multi)])
+    starts = [_line_starts(t) for t in texts]
+    spans: list[Span] = []
+    seen: set[tuple[int, int, int]] = set()
+    for _ in range(n * TRIES_PER_SPAN):
+        if len(spans) == n:
+            break
+        d = int(rng.integers(len(texts)))
+        drawn = _draw(rng, starts[d], multi, max_lines)
+        if drawn is None or (d, *drawn) in seen:
+            continue
+        first, k = drawn
+        a, b = starts[d][first], starts[d][first + k]
+        middle = texts[d][a:b]
+        blank = sum(not ln.strip() for ln in middle.splitlines())
+        if k - blank < (2 if multi else 1) or not middle.endswith("\n"):
+            continue
+        if not 0 < len(encode(middle)) <= max_middle_tokens:
+            continue
+        seen.add((d, first, k))
+        spans.append(Span(d, first, k, a, b))
+    return spans
