@@ -249,3 +249,48 @@ def test_contextlab_eval_infill_on_a_fim_and_a_clm_run(runs, tmp_path):
     clm = eval_infill(root, store, "clm", tmp_path / "clm")["results"]
     assert clm["modes"] == ["l2r"] and "no FIM sentinels" in clm["note"]
     assert clm["kinds"]["single"]["n"] == 3 and "single_psm_exact_match" not in clm["summary"]
+
+
+def test_contextlab_generate_infills_with_a_fim_run_and_refuses_otherwise(runs, capsys):
+    from contextlab.eval import load_model
+
+    root, _store = runs
+    prefix, suffix = "def f3(a):\n", "  return b\n"
+    for mode in ("psm", "spm"):
+        args = [
+            "generate",
+            "--model",
+            str(root / "fim"),
+            "--infill-prefix",
+            prefix,
+            "--infill-suffix",
+            suffix,
+        ]
+        assert cli(args + ["--infill-mode", mode, "--max-new-tokens", "12"]) == 0
+        expected = infill(load_model(root / "fim"), prefix, suffix, mode, 12)
+        assert capsys.readouterr().out == expected + "\n"
+    bad = [
+        (["--model", str(root / "clm"), "--infill-prefix", "a", "--infill-suffix", "b"], "not fim"),
+        (["--model", str(root / "fim"), "--infill-prefix", "a"], "needs both"),
+        (
+            ["--model", str(root / "fim"), "--prompt", "a", "--infill-prefix", "a", "--infill-suffix", "b"],
+            "one of",
+        ),
+        (
+            [
+                "--model",
+                str(root / "fim"),
+                "--infill-prefix",
+                "a",
+                "--infill-suffix",
+                "b",
+                "--temperature",
+                "1",
+            ],
+            "greedy",
+        ),
+    ]
+    for argv, words in bad:
+        assert cli(["generate", *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and words in err

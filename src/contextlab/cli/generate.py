@@ -4,6 +4,7 @@ A contextlab run or checkpoint decodes with its KV cache (``models/decode.py``);
 folder (a contextlab export, or any causal LM) with ``transformers``' generate, ``use_cache=True``.
 One prompt streams to the terminal as it is generated; many prompts are decoded in batches
 (left-padded) and written as JSONL (``--out``, written atomically at the end, or stdout).
+``--infill-prefix/--infill-suffix`` asks a FIM-trained model for the middle (eval/infill.py).
 
 Trade-off: prompts become ids in one place (``prompt_ids``) and ids become continuations in
 one place (``continuations``), so other prompt formats (infilling) and other decoders
@@ -36,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
         help="a contextlab run or checkpoint directory, "
         "or a local Hugging Face model folder with its tokenizer",
     )
-    src = p.add_mutually_exclusive_group(required=True)
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", help="one prompt (its continuation streams to the terminal)")
     src.add_argument(
         "--prompts",
@@ -72,7 +73,45 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 = torch's default")
     add_dataclass_args(p.add_argument_group("sampling"), Sampling)
+    _infill_args(p.add_argument_group("infilling (a model trained with objective fim)"))
     return p
+
+
+def _infill_args(g) -> None:
+    g.add_argument(
+        "--infill-prefix",
+        metavar="TEXT",
+        help="text before the gap; with --infill-suffix (instead of --prompt), a FIM-trained model fills "
+        "the middle, prompted in its own sentinels and training layout; greedy",
+    )
+    g.add_argument("--infill-suffix", metavar="TEXT", help="text after the gap")
+    g.add_argument(
+        "--infill-mode",
+        default="psm",
+        choices=["psm", "spm"],
+        help="prompt layout: prefix-suffix-middle or suffix-prefix-middle (fim trains both; default psm)",
+    )
+
+
+def _infilling(args, sampling) -> bool:
+    """Whether this is an infilling request; one line when the flags do not fit together."""
+    infill = args.infill_prefix is not None or args.infill_suffix is not None
+    given = [args.prompt is not None, args.prompts is not None, infill]
+    if sum(given) != 1:
+        raise UserError("give one of --prompt TEXT, --prompts FILE, or --infill-prefix with --infill-suffix")
+    if infill and (args.infill_prefix is None or args.infill_suffix is None):
+        raise UserError("infilling needs both --infill-prefix and --infill-suffix (either may be '')")
+    if infill and (sampling.temperature > 0 or args.speculative or args.out):
+        raise UserError("infilling is greedy and prints the middle: drop --temperature, --speculative, --out")
+    return infill
+
+
+def _print_infill(adapter, args) -> None:
+    from contextlab.eval.infill import infill
+    from contextlab.models.decode import cut_at_stop
+
+    middle = infill(adapter, args.infill_prefix, args.infill_suffix, args.infill_mode, args.max_new_tokens)
+    print(cut_at_stop(middle, args.stop))
 
 
 def read_prompts(path: str) -> list[str]:
@@ -171,9 +210,13 @@ def cmd_generate(argv: list[str]) -> int:
         raise UserError("--max-new-tokens and --batch-size must be >= 1")
     if args.threads:
         torch.set_num_threads(args.threads)
-    texts = [args.prompt] if args.prompt is not None else read_prompts(args.prompts)
+    infilling = _infilling(args, sampling)
+    texts = [] if infilling else [args.prompt] if args.prompt is not None else read_prompts(args.prompts)
     adapter = load_model(args.model, dtype=args.dtype, device=args.device, step=args.step)
     adapter.require_lm("generate")
+    if infilling:
+        _print_infill(adapter, args)
+        return 0
     ids = [prompt_ids(adapter, t) for t in texts]
     if args.prompt is not None and not args.out:
         stream = _Terminal(adapter.tokenizer.decode, args.stop)
