@@ -294,3 +294,32 @@ def test_contextlab_generate_infills_with_a_fim_run_and_refuses_otherwise(runs, 
         assert cli(["generate", *argv]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and words in err
+
+
+def test_compare_pairs_a_fim_and_a_clm_run_span_by_span(runs, tmp_path):
+    from contextlab.eval.compare import Options, compare_runs
+    from contextlab.eval.compare_infill import mode_pairs
+    from contextlab.eval.compare_stats import cluster_t, per_cluster
+
+    root, store = runs
+    eval_infill(root, store, "fim", tmp_path / "fim")
+    eval_infill(root, store, "clm", tmp_path / "clm")
+    _, (doc,) = compare_runs(tmp_path / "fim", tmp_path / "clm", ["infill"], Options(resamples=200), None)
+    pairs = doc["results"]["pairs"]
+    assert mode_pairs(["psm", "spm", "l2r"], ["l2r"]) == [("l2r", "l2r"), ("psm", "l2r"), ("spm", "l2r")]
+    assert [(p["kind"], p["mode_a"], p["mode_b"]) for p in pairs] == [
+        (k, a, "l2r") for k in ("single", "multi") for a in ("l2r", "psm", "spm")
+    ]
+    load = lambda side, key: np.load(tmp_path / side / f"infill.{key}.npy")
+    for p in pairs:
+        k = p["kind"]
+        docs, tokens = load("fim", f"doc_{k}"), load("fim", f"tokens_{k}")
+        d = load("clm", f"ll_{k}_l2r") - load("fim", f"ll_{k}_{p['mode_a']}")  # nll A - nll B per span
+        ref = cluster_t(per_cluster(d, docs)[0], per_cluster(tokens.astype(float), docs)[0])
+        assert p["loss"]["diff"] == pytest.approx(ref["diff"]) and p["loss"]["interval95"] == pytest.approx(
+            ref["interval95"]
+        )
+        em = load("fim", f"correct_{k}_{p['mode_a']}").mean() - load("clm", f"correct_{k}_l2r").mean()
+        assert p["exact_match"]["diff"] == pytest.approx(em)
+    lm = load("fim", "lm_token_losses").astype(float) - load("clm", "lm_token_losses")
+    assert doc["results"]["lm"]["diff"] == pytest.approx(lm.mean())

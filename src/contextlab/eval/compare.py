@@ -13,6 +13,8 @@ documents or prompts were drawn cancels and only the models' difference is left:
 * bayes-fit: per visible length the loss A - B of the same target tokens (documents as
   clusters), and the fitted C0 and gamma differences with a bootstrap over documents
   (compare_fit.py);
+* infill: per span kind and prompt mode pair, the true middle's loss and exact match A - B,
+  files as clusters, and the left-to-right loss of the same files (compare_infill.py);
 * niah, kv, passkey, vartrack: per cell and overall, the accuracy difference with a seeded
   bootstrap interval over balanced candidate sets and McNemar's discordant counts;
 * icl: per number of shots, the accuracy difference of each set of in-context examples (the
@@ -40,6 +42,7 @@ import contextlab.eval.compare_stats as cs
 from contextlab.config import opt
 from contextlab.errors import UserError
 from contextlab.eval.compare_fit import bayes_fit
+from contextlab.eval.compare_infill import infill
 from contextlab.eval.results import RESULT_FORMAT, _jsonable, code_version
 from contextlab.io import atomic_write_text
 
@@ -49,6 +52,7 @@ PATHS = ("store", "file", "folder", "haystack")  # data fields that say where th
 FREE = {  # options that change how samples are scored, not which samples there are
     "contextwise": ("best_fraction", "train_context"),
     "ppl": ("context", "stride"),
+    "infill": ("modes", "scoring", "check_generations", "progress", "lm_loss"),
     **{t: ("scoring", "max_new_tokens") for t in TASKS},
 }
 CELL_PARTS = {
@@ -62,6 +66,7 @@ SAMPLE_KEYS = {
     "contextwise": ("pieces",),
     "ppl": ("doc_offsets",),
     "bayes-fit": ("targets",),
+    "infill": ("doc_single", "start_single", "doc_multi", "start_multi"),
     **{t: ("cell", "group") for t in TASKS},
 }
 
@@ -301,6 +306,7 @@ COMPARERS = {
     "bayes-fit": bayes_fit,
     **{t: task(t) for t in TASKS},
     "icl": icl,
+    "infill": infill,
 }
 
 

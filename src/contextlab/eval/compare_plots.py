@@ -89,6 +89,22 @@ def bayes_fit_png(doc: dict, out: str | Path) -> Path:
     return save_png(fig, out)
 
 
+def infill_png(doc: dict, out: str | Path) -> Path:
+    """Middle loss difference per span kind and mode pair, then the left-to-right loss."""
+    plt = pyplot()
+    r = doc["results"]
+    rows = [p["loss"] for p in r["pairs"]] + ([r["lm"]] if "lm" in r else [])
+    names = [f"{p['kind']}\n{p['mode_a']} - {p['mode_b']}" for p in r["pairs"]] + (
+        ["l2r loss"] if "lm" in r else []
+    )
+    fig, ax = plt.subplots(figsize=(max(6.5, 0.8 * len(rows)), 4.0))
+    _errorbars(ax, list(range(len(rows))), rows)
+    ax.set_xticks(range(len(rows)), names, fontsize=7)
+    ax.set_ylabel("loss A - B (nats/token; < 0: A better)")
+    ax.set_title(_title(doc, "infill"), fontsize=9)
+    return save_png(fig, out)
+
+
 def icl_png(doc: dict, out: str | Path) -> Path:
     """Left: accuracy difference per number of shots; right: histogram of the per-set differences."""
     plt = pyplot()
@@ -117,4 +133,5 @@ PLOTS = {
     "passkey": task_png,
     "vartrack": task_png,
     "icl": icl_png,
+    "infill": infill_png,
 }
