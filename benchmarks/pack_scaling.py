@@ -108,11 +108,30 @@ def run_raw(step: dict) -> dict:
     return {"seconds": time.perf_counter() - t0, "hits": hits, "backend": backend}
 
 
+def rss_anon_mb() -> float:
+    """This process's resident anonymous memory now (RSS less memory-mapped file pages)."""
+    line = next(x for x in open("/proc/self/status") if x.startswith("RssAnon"))
+    return int(line.split()[1]) * 1024 / 1e6
+
+
 def child(step: dict) -> None:
-    """Run one measured step in this process; print its figures as JSON."""
+    """Run one measured step in this process; print its figures as JSON. Peak RSS (VmHWM) counts
+    the token store's memory-mapped pages once read; ``peak_anon_mb`` (sampled every 50 ms) does not."""
+    import threading
+
     fn = {"pack": run_pack, "dense": run_pack, "raw_bm25s": run_raw}[step["kind"]]
+    peak, done = [rss_anon_mb()], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.05):
+            peak[0] = max(peak[0], rss_anon_mb())
+
+    watcher = threading.Thread(target=sample, daemon=True)
+    watcher.start()
     res = fn(step)
-    res.update(docs_per_s=step["n_docs"] / res["seconds"], peak_rss_mb=vm_hwm_mb())
+    done.set()
+    watcher.join()
+    res.update(docs_per_s=step["n_docs"] / res["seconds"], peak_rss_mb=vm_hwm_mb(), peak_anon_mb=peak[0])
     print(json.dumps(res))
 
 
@@ -138,11 +157,12 @@ def prepare(args, n_docs: int) -> tuple[Path, dict]:
         info_file.write_text(json.dumps(info))
     info = json.loads(info_file.read_text())
     if "tokens" not in info:  # ingest (resumes an ingest that was killed)
-        t0 = time.perf_counter()
+        t0, fresh = time.perf_counter(), not (store / "meta.json").is_file()
         cmd = [sys.executable, "-m", "contextlab", "data", "ingest", str(corpus), "--tokenizer", tokenizer]
         subprocess.run([*cmd, "--out", str(store)], check=True, stdout=subprocess.DEVNULL)
         ts = TokenStore(store)
-        info.update(tokens=ts.n_tokens, store_docs=ts.n_docs, ingest_seconds=time.perf_counter() - t0)
+        seconds = time.perf_counter() - t0 if fresh else None  # None: ingested before this run
+        info.update(tokens=ts.n_tokens, store_docs=ts.n_docs, ingest_seconds=seconds)
         info_file.write_text(json.dumps(info))
     return store, info
 
@@ -200,14 +220,22 @@ def summary(work: Path, settings: dict) -> dict:
         "rate_10k_over_1m": round(small / big, 3) if small and big else None,
         "ratio_vs_raw_bm25s": round(min(r["ratio_vs_raw_bm25s"] for r in rows.values()), 3) if rows else None,
         "peak_rss_mb": round(max(r["pack"]["peak_rss_mb"] for r in rows.values()), 1) if rows else None,
-        "sizes": {str(n): _brief(r) for n, r in rows.items()},
+        "sizes": {str(n): _brief(r, work / f"packed_pack_{n}" / "meta.json") for n, r in rows.items()},
     }
 
 
-def _brief(r: dict) -> dict:
-    keep = ("seconds", "docs_per_s", "peak_rss_mb")
-    out = {k: {f: round(r[k][f], 2) for f in keep} for k in ("pack", "raw_bm25s", "dense") if k in r}
-    return out | {"ratio_vs_raw_bm25s": round(r["ratio_vs_raw_bm25s"], 3), "n_shards": r["n_shards"]}
+def _brief(r: dict, meta_file: Path) -> dict:
+    keep = ("seconds", "docs_per_s", "peak_rss_mb", "peak_anon_mb")
+    out = {
+        k: {f: round(r[k][f], 2) for f in keep if f in r[k]} for k in ("pack", "raw_bm25s", "dense") if k in r
+    }
+    out |= {"ratio_vs_raw_bm25s": round(r["ratio_vs_raw_bm25s"], 3), "n_shards": r["n_shards"]}
+    if meta_file.is_file():  # per-shard medians: flat across sizes = cost linear in the corpus
+        shards = json.loads(meta_file.read_text())["shards"]
+        for key in ("seconds", "index_seconds"):
+            out[f"pack_shard_{key}_median"] = round(float(np.median([s[key] for s in shards])), 2)
+        out["index_mb_max"] = round(max(s["index_bytes"] for s in shards) / 1e6, 1)
+    return out
 
 
 def parse_args(argv=None) -> argparse.Namespace:

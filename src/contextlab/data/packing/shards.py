@@ -92,7 +92,7 @@ def pack_shard(
     doc_ids = np.arange(lo, hi, dtype=np.int64)
     sep = cfg.separator == "eot"
     seq = Sequencer(
-        store.lengths()[lo:hi],
+        np.diff(np.asarray(store.offsets[lo : hi + 1])),  # this shard's lengths only
         lambda: shard_domain_codes(store, lo, hi),  # read only if the method draws within a domain
         row_len=cfg.row_len,
         separator=sep,
