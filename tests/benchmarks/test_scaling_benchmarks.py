@@ -134,6 +134,11 @@ def test_pack_scaling_fixed_shards_keys_and_resume(sources, tmp_path):
     assert saved["corpus"]["docs"] == 90 and saved["n_docs"] == 90
     again, stdout = _bench([*args, "--no-progress"])  # a re-run skips the finished size
     assert "done before" in stdout and again["sizes"] == out["sizes"]
+    sampled, _ = _bench([*args, "--no-progress", "--max-shards", "2"])  # shards 0 and 2 of 3, measured again
+    assert sampled["sizes"]["90"]["sampled_shards"] == [0, 2]
+    saved = json.loads((tmp_path / "w" / "result_90.json").read_text())
+    middle = meta["shards"][1]["n_docs"]
+    assert saved["pack"]["docs"] == saved["raw_bm25s"]["docs"] == 90 - middle
 
 
 def test_ingest_scaling_reports_rate_and_memory(sources, tmp_path):
