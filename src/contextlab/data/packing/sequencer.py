@@ -23,8 +23,8 @@ domain, cut from the same permutation), skipping documents taken meanwhile. Each
 is skipped at most once per list, so all draws together cost O(n), and the packing is a
 pure function of (documents, config, seed), independent of process count or timing.
 The per-domain lists are built on the first within-domain draw, so methods that never draw
-within a domain never read the domains (at a million documents, reading them was most of
-a shard's time).
+within a domain never read the domains (at a million documents, reading them was more than
+half of a shard's time).
 """
 
 from __future__ import annotations
@@ -79,9 +79,8 @@ class Sequencer:
             src = self._domains_from
             domains = np.asarray(src() if callable(src) else src, dtype=np.int64)
             perm = self._perm
-            self._dom_perm = perm[
-                np.argsort(domains[perm], kind="stable")
-            ]  # each domain's docs, random order
+            # each domain's documents in random order, domain after domain
+            self._dom_perm = perm[np.argsort(domains[perm], kind="stable")]
             counts = np.bincount(domains, minlength=int(domains.max()) + 1 if self.n else 0)
             self._dom_start = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
             self._dom_end = np.cumsum(counts).astype(np.int64)

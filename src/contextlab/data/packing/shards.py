@@ -60,11 +60,14 @@ def domain_codes(store: TokenStore, doc_ids: np.ndarray) -> np.ndarray:
 
 
 def shard_domain_codes(store: TokenStore, lo: int, hi: int) -> np.ndarray:
-    """``domain_codes`` of documents [lo, hi), parsing only their lines of docs.jsonl (the others
-    are skipped unparsed), so a shard's cost does not grow with the corpus."""
+    """``domain_codes`` of documents [lo, hi), parsing only their lines of docs.jsonl (earlier
+    lines are skipped unparsed: one cheap pass, where parsing every line cost more than packing)."""
     import itertools
 
-    with open(store.path / "docs.jsonl", "rb") as fh:
+    meta = store.path / "docs.jsonl"
+    if not meta.is_file():
+        raise UserError(f"store {store.path} is incomplete: docs.jsonl is missing; ingest the source again")
+    with open(meta, "rb") as fh:
         rows = [json.loads(line) for line in itertools.islice(fh, lo, hi)]
     if len(rows) != hi - lo:
         raise UserError(
