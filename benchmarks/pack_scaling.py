@@ -17,6 +17,14 @@ ingest`` (GPT-2 tokens), then measure, each in a fresh process (peak RSS = its V
 Why a fixed shard size: within a shard every query scans the shard's unused documents, so
 a shard costs more than linearly in its size; with the shard size fixed, the cost per
 document is fixed and the total is linear in N, and the index memory is that of one shard.
+The default, 10K documents per shard, keeps a shard's index near 10 MB and a worker near
+150 MB of its own memory, with the per-query score array (one float per unused document of
+the shard) far below the postings work; larger shards find more related documents per
+query but cost more per document (choose with ``pack-stats`` at two sizes).
+``--max-shards M`` measures only M evenly spaced shards of a size (the store underneath is
+the whole corpus): the per-shard cost at 1M documents without packing all of them.
+Memory: ``peak_rss_mb`` (VmHWM, counts the store's memory-mapped pages once read) and
+``peak_anon_mb`` (anonymous memory, sampled every 50 ms).
 
 Each size is one resumable step: its figures go to ``WORK/result_N.json`` (atomic, after
 each measurement) and a re-run skips what is there with the same settings; corpora and
@@ -26,7 +34,7 @@ The last line is one JSON object: ``docs_per_s_10k``, ``docs_per_s_1m``,
 largest pack peak), and ``sizes`` with every size's figures.
 
     python benchmarks/pack_scaling.py --work /tmp/scale --sizes 10000,100000
-    python benchmarks/pack_scaling.py --work /tmp/scale --sizes 1000000
+    python benchmarks/pack_scaling.py --work /tmp/scale --sizes 1000000 [--max-shards 10]
 """
 
 from __future__ import annotations
