@@ -243,7 +243,7 @@ def _line(r: dict) -> str:
 def summary(work: Path, settings: dict) -> dict:
     """The key figures over every size measured in ``work`` with these settings."""
     rows = {}
-    for f in sorted(work.glob("result_*.json"), key=lambda p: int(p.stem.split("_")[1])):
+    for f in sorted(work.glob("result_[0-9]*.json"), key=lambda p: int(p.stem.split("_")[1])):
         r = json.loads(f.read_text())
         same = {k: v for k, v in r.get("settings", {}).items() if k != "max_shards"}
         if same == {k: v for k, v in settings.items() if k != "max_shards"} and "ratio_vs_raw_bm25s" in r:
