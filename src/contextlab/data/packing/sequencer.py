@@ -22,6 +22,9 @@ Trade-off: random draws use one seeded permutation with a moving pointer (and on
 domain, cut from the same permutation), skipping documents taken meanwhile. Each document
 is skipped at most once per list, so all draws together cost O(n), and the packing is a
 pure function of (documents, config, seed), independent of process count or timing.
+The per-domain lists are built on the first within-domain draw, so methods that never draw
+within a domain never read the domains (at a million documents, reading them was more than
+half of a shard's time).
 """
 
 from __future__ import annotations
@@ -38,12 +41,13 @@ NAN = float("nan")
 
 
 class Sequencer:
-    """Packs one shard. Documents are local ids 0..n-1 with ``lengths`` and ``domains`` codes."""
+    """Packs one shard. Documents are local ids 0..n-1 with ``lengths`` and ``domains`` codes
+    (an array, or a function returning it: called only when a method first draws within a domain)."""
 
     def __init__(
         self,
         lengths: np.ndarray,
-        domains: np.ndarray,
+        domains: np.ndarray | Callable[[], np.ndarray],
         *,
         row_len: int,
         separator: bool,
@@ -60,20 +64,29 @@ class Sequencer:
         self.on_take: list[Callable[[int], None]] = []
         perm = rng.permutation(self.n)
         self._perm, self._ptr = perm, 0
-        domains = np.asarray(domains, dtype=np.int64)
-        by_domain = perm[np.argsort(domains[perm], kind="stable")]  # each domain's docs in random order
-        self._dom_perm = by_domain
-        n_dom = int(domains.max()) + 1 if self.n else 0
-        counts = np.bincount(domains, minlength=n_dom)
-        self._dom_start = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-        self._dom_end = np.cumsum(counts).astype(np.int64)
-        self._dom_ptr = self._dom_start.copy()
-        self.domains = domains
+        self._domains_from = domains
+        self._domains: np.ndarray | None = None
         self.pool: list[Piece] = []
         self.carry: list[Piece] = []
         self.sequences: list[list[Piece]] = []
         self.dropped_tokens = 0
         self.dropped_docs: list[int] = []  # taken but never emitted (icp near-duplicates)
+
+    @property
+    def domains(self) -> np.ndarray:
+        """int64 (n,) domain codes, read on first use (most methods never draw within a domain)."""
+        if self._domains is None:
+            src = self._domains_from
+            domains = np.asarray(src() if callable(src) else src, dtype=np.int64)
+            perm = self._perm
+            # each domain's documents in random order, domain after domain
+            self._dom_perm = perm[np.argsort(domains[perm], kind="stable")]
+            counts = np.bincount(domains, minlength=int(domains.max()) + 1 if self.n else 0)
+            self._dom_start = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+            self._dom_end = np.cumsum(counts).astype(np.int64)
+            self._dom_ptr = self._dom_start.copy()
+            self._domains = domains
+        return self._domains
 
     # ------------------------------------------------------------------ bookkeeping
     def take(self, i: int) -> None:
@@ -91,6 +104,7 @@ class Sequencer:
 
     def random_in_domain(self, domain: int) -> int | None:
         """A random unused document of ``domain``; any unused document once the domain is exhausted."""
+        _ = self.domains  # the per-domain lists exist from here on
         p, end, perm = int(self._dom_ptr[domain]), int(self._dom_end[domain]), self._dom_perm
         while p < end and not self.unused[perm[p]]:
             p += 1

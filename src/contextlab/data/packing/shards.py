@@ -7,7 +7,9 @@ Packing a shard needs only the token store and the config; its random stream is 
 or in what order. Each finished shard is written atomically as ``shard_NNNNN.npz`` (arrays
 plus a JSON stats record holding the config fingerprint); a restarted run skips shards
 whose file exists with the same fingerprint. Retriever memory is per shard, so the shard
-size bounds peak memory; it is reported as ``index_bytes``.
+size bounds peak memory; it is reported as ``index_bytes``. A shard reads only its own
+documents' metadata (domains, and only when its method uses them), so at a fixed shard size
+the cost per shard stays flat as the corpus grows.
 """
 
 from __future__ import annotations
@@ -57,6 +59,24 @@ def domain_codes(store: TokenStore, doc_ids: np.ndarray) -> np.ndarray:
     )
 
 
+def shard_domain_codes(store: TokenStore, lo: int, hi: int) -> np.ndarray:
+    """``domain_codes`` of documents [lo, hi), parsing only their lines of docs.jsonl (earlier
+    lines are skipped unparsed: one cheap pass, where parsing every line cost more than packing)."""
+    import itertools
+
+    meta = store.path / "docs.jsonl"
+    if not meta.is_file():
+        raise UserError(f"store {store.path} is incomplete: docs.jsonl is missing; ingest the source again")
+    with open(meta, "rb") as fh:
+        rows = [json.loads(line) for line in itertools.islice(fh, lo, hi)]
+    if len(rows) != hi - lo:
+        raise UserError(
+            f"store {store.path} is corrupt: docs.jsonl has fewer than {hi} lines; ingest the source again"
+        )
+    names: dict[str, int] = {}
+    return np.array([names.setdefault(str(r.get("domain", "")), len(names)) for r in rows], dtype=np.int64)
+
+
 def build_retriever(store: TokenStore, doc_ids: np.ndarray, cfg: PackConfig):
     return RETRIEVERS[cfg.retriever].build(store, doc_ids, cfg)
 
@@ -75,8 +95,8 @@ def pack_shard(
     doc_ids = np.arange(lo, hi, dtype=np.int64)
     sep = cfg.separator == "eot"
     seq = Sequencer(
-        store.lengths()[lo:hi],
-        domain_codes(store, doc_ids),
+        np.diff(np.asarray(store.offsets[lo : hi + 1])),  # this shard's lengths only
+        lambda: shard_domain_codes(store, lo, hi),  # read only if the method draws within a domain
         row_len=cfg.row_len,
         separator=sep,
         remainder=cfg.remainder,

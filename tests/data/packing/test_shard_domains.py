@@ -1,0 +1,48 @@
+"""A shard reads only its own documents' domains, and only when its method draws within a domain."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import contextlab.data.packing.shards as shards_mod
+from contextlab.data.packing import PackConfig, pack
+from contextlab.data.packing.shards import domain_codes, shard_domain_codes
+from contextlab.data.store import TokenStore
+from tests.data.packing.helpers import make_store, mixed_corpus
+
+
+def test_shard_domain_codes_equal_the_full_read(tmp_path):
+    store = make_store(tmp_path, mixed_corpus(40))
+    for lo, hi in [(0, 40), (0, 7), (13, 29), (39, 40)]:
+        np.testing.assert_array_equal(
+            shard_domain_codes(store, lo, hi), domain_codes(store, np.arange(lo, hi))
+        )
+    assert len(set(shard_domain_codes(store, 0, 40).tolist())) == 4  # d0..d3
+
+
+@pytest.mark.parametrize(
+    ("method", "noise", "reads"),
+    [
+        ("splice", 0.0, False),
+        ("ep", 0.0, False),
+        ("icp", 0.0, False),
+        ("ep-domain", 0.0, True),
+        ("splice", 0.5, True),
+    ],
+)
+def test_domains_are_read_only_by_methods_that_use_them(tmp_path, monkeypatch, method, noise, reads):
+    store = make_store(tmp_path, mixed_corpus(40))
+    calls = []
+
+    def counting(s, lo, hi):
+        calls.append((lo, hi))
+        return shard_domain_codes(s, lo, hi)
+
+    monkeypatch.setattr(shards_mod, "shard_domain_codes", counting)
+    loaded_all = []  # the whole docs.jsonl (a million parsed rows at scale) is never loaded
+    monkeypatch.setattr(TokenStore, "docs_meta", lambda s: loaded_all.append(1) or [])
+    cfg = PackConfig(method=method, noise=noise, context=63, seed=1, shards=2)
+    packed = pack(store, tmp_path / "p", cfg, progress=False).packed
+    assert packed.n_sequences > 0 and not loaded_all
+    assert sorted(calls) == (shards_mod.shard_ranges(store.lengths(), 2) if reads else [])
