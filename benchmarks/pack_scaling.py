@@ -43,6 +43,7 @@ import argparse
 import importlib.util
 import json
 import math
+import shutil
 import subprocess
 import sys
 import time
@@ -93,8 +94,11 @@ def run_pack(step: dict) -> dict:
     from contextlab.data.packing import pack
     from contextlab.data.packing.shards import shard_ranges
     from contextlab.data.store import TokenStore
+    from contextlab.io import partial_dir
 
     only = measured_shards(step)
+    for old in (Path(step["out"]), partial_dir(step["out"])):  # a same-config partial would be resumed
+        shutil.rmtree(old, ignore_errors=True)
     t0 = time.perf_counter()
     rep = pack(
         step["store"], step["out"], pack_cfg(step), overwrite=True, workers=step["workers"], only_shards=only
