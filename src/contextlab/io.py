@@ -19,7 +19,7 @@ import json
 import os
 import secrets
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,12 +52,18 @@ def _create_temp_file(target: Path) -> tuple[int, Path]:
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (temp file in the same directory, then rename)."""
+    atomic_write_chunks(path, [data])
+
+
+def atomic_write_chunks(path: str | os.PathLike, chunks: Iterable[bytes]) -> None:
+    """``atomic_write_bytes`` of the concatenated ``chunks``, never holding more than one of them."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _create_temp_file(path)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for data in chunks:
+                f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -211,3 +211,26 @@ def test_data_verify_command_on_a_tampered_store_is_one_line(store, capsys):
     assert main(["data", "verify", str(store.path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "vocab_size 226" in err
+
+
+def test_finalize_streams_the_offsets_and_hashes_them_as_before(tmp_path):
+    """offsets.npy is written and hashed in chunks smaller than the array: the file is byte for byte
+    what np.save writes, and the content hash is sha256(tokens.bin + the whole array's bytes)."""
+    import hashlib
+    import io
+
+    from contextlab.data import store_write
+
+    ends = np.cumsum(np.random.default_rng(0).integers(1, 1000, 5001)).astype(np.int64)
+    (tmp_path / "offsets.i64").write_bytes(ends.tobytes())
+    (tmp_path / "tokens.bin").write_bytes(bytes(range(256)) * 40)
+    offsets = store_write._final_offsets(tmp_path, chunk=4096)  # 10 chunks of the 40 KB array
+    expected = np.concatenate([np.zeros(1, np.int64), ends])
+    buf = io.BytesIO()
+    np.save(buf, expected)
+    assert (tmp_path / "offsets.npy").read_bytes() == buf.getvalue()
+    assert np.array_equal(offsets, expected)
+    digest = hashlib.sha256(bytes(range(256)) * 40 + expected.tobytes()).hexdigest()
+    assert store_write.content_hash(tmp_path / "tokens.bin", tmp_path / "offsets.npy", chunk=1000) == digest
+    (tmp_path / "offsets.i64").unlink()  # a finalize cut short after offsets.npy: read back as it is
+    assert np.array_equal(store_write._final_offsets(tmp_path), expected)

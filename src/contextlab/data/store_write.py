@@ -29,19 +29,35 @@ import numpy as np
 
 from contextlab import FORMAT_VERSION, __version__
 from contextlab.errors import UserError
-from contextlab.io import atomic_write_bytes, atomic_write_json, exclusive_lock, fsync_dir, replace_dir
+from contextlab.io import (
+    atomic_write_bytes,
+    atomic_write_chunks,
+    atomic_write_json,
+    exclusive_lock,
+    fsync_dir,
+    replace_dir,
+)
 
 STORE_FORMAT = "contextlab-token-store"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def content_hash(tokens_file: Path, offsets_file: Path, chunk: int = 1 << 20) -> str:
-    """sha256 over tokens.bin then offsets.npy's array bytes."""
+    """sha256 over tokens.bin then offsets.npy's array bytes, both read in chunks (flat memory)."""
     h = hashlib.sha256()
     with open(tokens_file, "rb") as f:
         while block := f.read(chunk):
             h.update(block)
-    h.update(np.ascontiguousarray(np.load(offsets_file, mmap_mode="r")).tobytes())
+    fmt = np.lib.format
+    with open(offsets_file, "rb") as f:
+        read_header = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}.get(
+            fmt.read_magic(f)
+        )
+        if read_header is None or read_header(f)[1]:  # another npy version, or Fortran order
+            h.update(np.ascontiguousarray(np.load(offsets_file)).tobytes())
+            return h.hexdigest()
+        while block := f.read(chunk):  # the array's bytes as stored: what .tobytes() gives
+            h.update(block)
     return h.hexdigest()
 
 
@@ -257,17 +273,26 @@ def finalize_store(partial_dir: Path, out_dir: Path, meta: dict, *, overwrite: b
     replace_dir(partial_dir, out_dir, overwrite=overwrite)
 
 
-def _final_offsets(partial_dir: Path) -> np.ndarray:
-    """``offsets.npy`` of a partial store, written from ``offsets.i64`` unless that is gone."""
+def _final_offsets(partial_dir: Path, chunk: int = 1 << 23) -> np.ndarray:
+    """``offsets.npy`` of a partial store (memory-mapped), written from ``offsets.i64`` unless that
+    is gone. Streamed: the file is the bytes ``np.save`` writes for [0, *ends], never all in memory."""
     raw = partial_dir / "offsets.i64"
-    if not raw.exists():
-        return np.load(partial_dir / "offsets.npy")
-    ends = np.fromfile(raw, dtype=np.int64)
-    offsets = np.concatenate([np.zeros(1, np.int64), ends])
-    buf = io.BytesIO()
-    np.save(buf, offsets)
-    atomic_write_bytes(partial_dir / "offsets.npy", buf.getvalue())
-    return offsets
+    if raw.exists():
+        n = raw.stat().st_size // 8
+        header = io.BytesIO()
+        np.lib.format.write_array_header_1_0(
+            header, {"descr": np.dtype(np.int64).str, "fortran_order": False, "shape": (n + 1,)}
+        )
+
+        def chunks():
+            yield header.getvalue()
+            yield np.zeros(1, np.int64).tobytes()
+            with open(raw, "rb") as f:
+                while block := f.read(chunk):
+                    yield block
+
+        atomic_write_chunks(partial_dir / "offsets.npy", chunks())
+    return np.load(partial_dir / "offsets.npy", mmap_mode="r")
 
 
 def pending_finalize(partial_dir: Path) -> dict | None:
