@@ -31,6 +31,10 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .configuration_contextlab import ContextlabContextLMConfig, ContextlabGPTConfig
 
+# transformers >= 5.24 names the KV cache ``cache`` (in outputs and generate's model inputs);
+# earlier versions ``past_key_values``: this file speaks the installed version's name
+CACHE_FIELD = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+
 # --- rotary positions ------------------------------------------------------------------
 
 
@@ -278,15 +282,16 @@ class ContextlabGPTForCausalLM(PreTrainedModel, GenerationMixin):
         return self.gpt.lm_head
 
     def prepare_inputs_for_generation(
-        self, input_ids, past_key_values=None, attention_mask=None, use_cache=None, **kwargs
+        self, input_ids, past_key_values=None, attention_mask=None, use_cache=None, cache=None, **kwargs
     ):
         """The tokens the cache does not hold yet (all of them without a cache), the full 2-D mask."""
-        if past_key_values is not None and past_key_values.get_seq_length() > 0:
-            input_ids = input_ids[:, past_key_values.get_seq_length() :]
+        cache = cache if cache is not None else past_key_values
+        if cache is not None and cache.get_seq_length() > 0:
+            input_ids = input_ids[:, cache.get_seq_length() :]
         return {
             "input_ids": input_ids,
             "attention_mask": attention_mask,
-            "past_key_values": past_key_values,
+            CACHE_FIELD: cache,
             "use_cache": use_cache,
         }
 
@@ -300,8 +305,10 @@ class ContextlabGPTForCausalLM(PreTrainedModel, GenerationMixin):
         labels=None,
         output_hidden_states=None,
         return_dict=None,
+        cache=None,
         **kwargs,
     ):
+        past_key_values = cache if cache is not None else past_key_values
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache()
@@ -328,7 +335,7 @@ class ContextlabGPTForCausalLM(PreTrainedModel, GenerationMixin):
         # HF convention: n_layer + 1 states, embeddings first, the last one after the final norm
         hidden_states = (*layers[:-1], hidden) if output_hidden_states else None
         result = CausalLMOutputWithPast(
-            loss=loss, logits=logits, past_key_values=cache, hidden_states=hidden_states
+            loss=loss, logits=logits, hidden_states=hidden_states, **{CACHE_FIELD: cache}
         )
         use_dict = return_dict if return_dict is not None else self.config.return_dict
         return result if use_dict else result.to_tuple()
