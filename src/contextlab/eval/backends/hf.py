@@ -79,19 +79,23 @@ class HFBackend:
     def generate(self, prompt, max_new_tokens: int, stop, on_token) -> list[int]:
         """Greedy continuation with the model's own cache (``use_cache=True``); a model that returns
         no cache gets the whole sequence at every step."""
+        from transformers.modeling_outputs import CausalLMOutputWithPast
+
+        # transformers >= 5.24 calls the cache ``cache``, earlier versions ``past_key_values``
+        name = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
         ids = torch.as_tensor([list(prompt)], device=self.model.device)  # (1, T)
         out: list[int] = []
         step_in, past = ids, None
         for _ in range(max_new_tokens):
             with self.autocast():
-                res = self.model(input_ids=step_in, past_key_values=past, use_cache=True)
+                res = self.model(input_ids=step_in, use_cache=True, **{name: past})
             nxt = int(res.logits[0, -1, : self.vocab_size].float().argmax())
             if nxt in stop:
                 break
             out.append(nxt)
             on_token(0, nxt)
             ids = torch.cat([ids, ids.new_tensor([[nxt]])], dim=1)
-            past = getattr(res, "past_key_values", None)
+            past = res.get(name) if hasattr(res, "get") else None
             step_in = ids if past is None else ids[:, -1:]
         return out
 
