@@ -15,7 +15,6 @@ time). The last line is one JSON object.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -26,24 +25,9 @@ import time
 from pathlib import Path
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
-TIMINGS = ("created", "seconds", "index_seconds")
+sys.path.insert(0, SRC)
 
-
-def _strip(value):
-    if isinstance(value, dict):
-        return {k: _strip(v) for k, v in value.items() if k not in TIMINGS}
-    return [_strip(v) for v in value] if isinstance(value, list) else value
-
-
-def digest(folder: Path) -> dict[str, str]:
-    """sha256 of every file under ``folder`` (meta.json: without timings and creation time)."""
-    out = {}
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        data = path.read_bytes()
-        if path.name == "meta.json":
-            data = json.dumps(_strip(json.loads(data)), sort_keys=True).encode()
-        out[str(path.relative_to(folder))] = hashlib.sha256(data).hexdigest()
-    return out
+from contextlab.io import tree_digest  # noqa: E402  (this checkout's package, installed or not)
 
 
 def timed(args: list[str], out: Path) -> float:
@@ -97,13 +81,13 @@ def main(argv: list[str] | None = None) -> int:
         "shards": args.shards,
         "ingest_local_s": round(ingest_local, 2),
         "ingest_ray_s": round(ingest_ray, 2),
-        "ingest_identical": digest(work / "store_local") == digest(work / "store_ray"),
+        "ingest_identical": tree_digest(work / "store_local") == tree_digest(work / "store_ray"),
         "pack_local_s": [round(s, 2) for s in local],
         "pack_ray_s": [round(s, 2) for s in ray],
         "pack_local_median_s": round(statistics.median(local), 2),
         "pack_ray_median_s": round(statistics.median(ray), 2),
         "pack_ray_over_local": round(statistics.median(ray) / statistics.median(local), 3),
-        "pack_identical": digest(work / "packed_local") == digest(work / "packed_ray"),
+        "pack_identical": tree_digest(work / "packed_local") == tree_digest(work / "packed_ray"),
     }
     print(json.dumps(result))
     return 0

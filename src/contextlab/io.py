@@ -224,3 +224,27 @@ def exclusive_lock(lock_file: str | os.PathLike, what: str) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+TIMINGS = ("created", "seconds", "index_seconds")  # meta.json fields that differ between equal runs
+
+
+def _without(value, keys: tuple[str, ...]):
+    if isinstance(value, dict):
+        return {k: _without(v, keys) for k, v in value.items() if k not in keys}
+    return [_without(v, keys) for v in value] if isinstance(value, list) else value
+
+
+def tree_digest(folder: str | os.PathLike, volatile: tuple[str, ...] = TIMINGS) -> dict[str, str]:
+    """sha256 of every file under ``folder`` by relative path; a ``meta.json`` is hashed without its
+    ``volatile`` keys (timings, creation time), so two runs that made the same output compare equal."""
+    import hashlib
+
+    folder = Path(folder)
+    out = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        if path.name == "meta.json":
+            data = json.dumps(_without(json.loads(data), volatile), sort_keys=True).encode()
+        out[str(path.relative_to(folder))] = hashlib.sha256(data).hexdigest()
+    return out

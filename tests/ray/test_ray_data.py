@@ -5,7 +5,6 @@ creation time taken out (they differ between any two runs, local ones too)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -22,28 +21,11 @@ from contextlab.data.executors import RayExecutor
 from contextlab.data.ingest import IngestConfig, ingest
 from contextlab.data.ingest_shards import in_parts
 from contextlab.data.packing import PackConfig, pack
+from contextlab.io import tree_digest
 from tests.conftest import REPO, shakespeare, write_tree
 
-TIMINGS = ("created", "seconds", "index_seconds")
 PACK = PackConfig(method="splice", retriever="bm25", context=63, shards=4)
 PACK_FLAGS = ["--method", "splice", "--retriever", "bm25", "--context", "63", "--shards", "4"]
-
-
-def _strip(value):
-    if isinstance(value, dict):
-        return {k: _strip(v) for k, v in value.items() if k not in TIMINGS}
-    return [_strip(v) for v in value] if isinstance(value, list) else value
-
-
-def digest(folder: Path) -> dict[str, str]:
-    """Every file under ``folder``: its sha256 (meta.json: of its content without timings)."""
-    out = {}
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        data = path.read_bytes()
-        if path.name == "meta.json":
-            data = json.dumps(_strip(json.loads(data)), sort_keys=True).encode()
-        out[str(path.relative_to(folder))] = hashlib.sha256(data).hexdigest()
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +53,7 @@ def local(corpus, tmp_path_factory):
 def test_ingest_and_pack_on_ray_equal_the_local_path(cluster, corpus, local, tmp_path):
     parts = in_parts(RayExecutor(address=cluster), 4)
     store = ingest(corpus, tmp_path / "store", IngestConfig(), progress=False, store_documents=parts).store
-    assert digest(store.path) == digest(local[0])
+    assert tree_digest(store.path) == tree_digest(local[0])
     assert len(store.meta["source_stats"]) and json.loads(
         (store.path / "skipped.jsonl").read_text().splitlines()[0]
     )["path"] in ("a/empty.txt", "b/blob.bin")
@@ -79,7 +61,7 @@ def test_ingest_and_pack_on_ray_equal_the_local_path(cluster, corpus, local, tmp
     packed = pack(  # from the local store: meta.json names the store's path
         local[0], tmp_path / "packed", PACK, progress=False, executor=RayExecutor(address=cluster)
     )
-    assert digest(packed.packed.path) == digest(local[1])
+    assert tree_digest(packed.packed.path) == tree_digest(local[1])
     assert packed.packed.meta["n_sequences"] > 4 and len(packed.packed.meta["shards"]) == 4
 
 
@@ -95,7 +77,7 @@ def test_a_worker_killed_mid_shard_is_run_again(cluster, local, tmp_path, monkey
     monkeypatch.setattr(shards_mod, "run_shard", dies_once)
     report = pack(local[0], tmp_path / "packed", PACK, progress=False, executor=RayExecutor(address=cluster))
     assert marker.exists() and int(marker.read_text()) != os.getpid()
-    assert report.shards_packed == 4 and digest(report.packed.path) == digest(local[1])
+    assert report.shards_packed == 4 and tree_digest(report.packed.path) == tree_digest(local[1])
 
 
 DRIVER = """
@@ -122,7 +104,7 @@ def test_a_killed_driver_resumes_from_the_finished_shards(cluster, local, tmp_pa
     assert not out.exists() and 1 <= len(list((tmp_path / "out.partial" / "shards").glob("*.npz"))) <= 4
     assert main(args) == 0  # the same command again
     assert "already packed" in capsys.readouterr().out  # it resumed from the finished shards
-    assert digest(out) == digest(local[1])
+    assert tree_digest(out) == tree_digest(local[1])
 
 
 def test_an_interrupted_ingest_resumes_from_its_finished_parts(cluster, corpus, local, tmp_path, monkeypatch):
@@ -145,7 +127,7 @@ def test_an_interrupted_ingest_resumes_from_its_finished_parts(cluster, corpus, 
     monkeypatch.setattr(RayExecutor, "run", _spy(RayExecutor.run, seen))
     ingest(corpus, out, IngestConfig(), progress=False, store_documents=parts)
     assert sorted(job[3] for job in seen) == [i for i in range(4) if f"part_{i:05d}.json" not in mtimes]
-    assert digest(out) == digest(local[0])
+    assert tree_digest(out) == tree_digest(local[0])
 
 
 def _spy(run, seen: list):
