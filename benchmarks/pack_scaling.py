@@ -73,7 +73,11 @@ def pack_cfg(step: dict):
 
     extra = {}
     if step["kind"] == "dense":
-        extra = {"retriever": "dense", "ivf_min_docs": min(step["shard_docs"], 50_000)}
+        extra = {
+            "retriever": "dense",
+            "ivf_min_docs": min(step["shard_docs"], 50_000),
+            "dense_device": step.get("dense_device", "cpu"),
+        }
     return PackConfig(
         method="splice",
         k=step["k"],
@@ -228,7 +232,13 @@ def run_size(args, n_docs: int) -> dict:
         print(f"{n_docs:,} documents: done before ({result_file})", flush=True)
         return out
     store, info = prepare(args, n_docs)
-    step = dict(settings, n_docs=info["store_docs"], store=str(store), workers=args.workers)
+    step = dict(
+        settings,
+        n_docs=info["store_docs"],
+        store=str(store),
+        workers=args.workers,
+        dense_device=args.dense_device,
+    )
     out.update(n_docs=info["store_docs"], n_shards=n_shards(info["store_docs"], args.shard_docs))
     out.update(settings=settings, corpus=info)
     for kind in todo:
@@ -303,6 +313,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     ap.add_argument("--shard-docs", type=int, default=10_000, help="documents per shard (fixed across sizes)")
     ap.add_argument("--dense-sizes", default="10000", help="sizes that also run SPLICE-dense ('' = none)")
+    ap.add_argument(
+        "--dense-device", default="cpu", help="device of the dense retriever's embedding model (cpu, cuda)"
+    )
     ap.add_argument("--k", type=int, default=1, help="SPLICE k (raw bm25s retrieves k + 1: itself and k)")
     ap.add_argument("--context", type=int, default=2047, help="training context the data is packed for")
     ap.add_argument("--seed", type=int, default=0, help="corpus sampling seed")

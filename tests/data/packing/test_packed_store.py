@@ -166,8 +166,13 @@ def test_a_store_packed_before_the_rename_opens_for_its_context(tmp_path):
     assert old.sequence_lengths().tolist() == new.sequence_lengths().tolist()
     # the fingerprint hashes the old config form, so stores packed before the rename stay up to date
     old_config = {**to_dict(PackConfig(method="ep", context=15)), "seq_len": 16}
-    del old_config["context"]
+    del old_config["context"], old_config["dense_device"]  # dense_device came later still
     blob = {"format": PACKED_FORMAT, "version": FORMAT_VERSION, "config": old_config}
     blob |= {"store": store.hash, "tokenizer": store.tokenizer_hash}
     want = hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()
     assert fingerprint(PackConfig(method="ep", context=15), store) == want == meta["fingerprint"]
+    # a pack whose embeddings came from a GPU is another pack (float sums differ from the CPU's)
+    on_gpu = PackConfig(method="splice", retriever="dense", context=15, dense_device="cuda")
+    assert fingerprint(on_gpu, store) != fingerprint(
+        PackConfig(method="splice", retriever="dense", context=15), store
+    )

@@ -109,6 +109,22 @@ def test_bm25_never_returns_used_documents_and_compaction_changes_nothing(monkey
     assert fast.compactions >= 3
 
 
+@pytest.mark.parametrize(
+    "device, why", [("cuda", "no CUDA GPU is visible here"), ("tpu9", "unknown dense device")]
+)
+def test_dense_device_that_is_not_here_is_one_line(tmp_path, device, why):
+    from contextlab.data.packing.dense import embed
+
+    if device == "cuda":
+        import torch
+
+        if torch.cuda.is_available():  # on a GPU machine the device is there: embed with it instead
+            assert embed(["a cat"], device="cuda").shape == (1, 384)
+            return
+    with pytest.raises(UserError, match=why):
+        embed(["a cat", "a dog"], device=device)
+
+
 def test_dense_splice_pairs_documents_on_the_same_topic(tmp_path):
     files = {
         "n/1.txt": "The kitten purred and curled up on the warm blanket.",

@@ -77,6 +77,11 @@ class PackConfig:
         "truncates further to its own limit)",
     )
     dense_batch: int = opt(64, "dense: documents per encoder batch")
+    dense_device: str = opt(
+        "cpu",
+        "dense: device of the embedding model (cpu, cuda, cuda:1, mps); embedding is most of the "
+        "dense retriever's cost. A pack embedded on another device is another pack (float sums differ)",
+    )
     ivf_min_docs: int = opt(
         50_000,
         "dense: shards with at least this many documents use a Faiss IVF index "
@@ -124,6 +129,8 @@ class PackConfig:
         ``context`` (``seq_len`` = tokens per sequence), so stores packed before it stay up to date."""
         d = to_dict(self)
         d["seq_len"] = d.pop("context") + 1
+        if d["dense_device"] == "cpu":
+            del d["dense_device"]  # added later: packs made before it (on the CPU) stay up to date
         return d
 
     @property

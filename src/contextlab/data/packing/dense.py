@@ -42,8 +42,8 @@ def default_model_path() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "model"
 
 
-def embed(texts: list[str], model_path: str = "", batch: int = 64) -> np.ndarray:
-    """(n, dim) float32 L2-normalised sentence embeddings, computed on CPU offline."""
+def embed(texts: list[str], model_path: str = "", batch: int = 64, device: str = "cpu") -> np.ndarray:
+    """(n, dim) float32 L2-normalised sentence embeddings, computed offline on ``device``."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         import faiss  # noqa: F401  (fail early, before the slow encoding)
@@ -63,11 +63,25 @@ def embed(texts: list[str], model_path: str = "", batch: int = 64) -> np.ndarray
         hf_logging.disable_progress_bar()
     except ImportError:  # pragma: no cover
         pass
-    model = SentenceTransformer(str(path), device="cpu")
+    _check_device(device)
+    model = SentenceTransformer(str(path), device=device)
     emb = model.encode(
         texts, batch_size=batch, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
     )
     return np.ascontiguousarray(emb, dtype=np.float32)
+
+
+def _check_device(device: str) -> None:
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise UserError(f"unknown dense device {device!r}; pass --dense-device cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"--dense-device {device}: no CUDA GPU is visible here; pass --dense-device cpu")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise UserError(f"--dense-device {device}: MPS is not available here; pass --dense-device cpu")
 
 
 class DenseRetriever(Retriever):
@@ -141,7 +155,8 @@ def build_dense(store, doc_ids: np.ndarray, cfg) -> DenseRetriever:
     from contextlab.data.packing.retrievers import decode_texts
 
     t0 = time.perf_counter()
-    emb = embed(decode_texts(store, doc_ids, cfg.dense_max_tokens), cfg.dense_model, cfg.dense_batch)
+    texts = decode_texts(store, doc_ids, cfg.dense_max_tokens)
+    emb = embed(texts, cfg.dense_model, cfg.dense_batch, cfg.dense_device)
     return DenseRetriever(
         emb, ivf_min_docs=cfg.ivf_min_docs, nprobe=cfg.ivf_nprobe, embed_seconds=time.perf_counter() - t0
     )

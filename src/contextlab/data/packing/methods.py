@@ -59,7 +59,14 @@ RETRIEVERS: dict[str, RetrieverKind] = {
     "dense": RetrieverKind(
         build_dense,
         "sentence embeddings + Faiss",
-        knobs=("dense_model", "dense_max_tokens", "dense_batch", "ivf_min_docs", "ivf_nprobe"),
+        knobs=(
+            "dense_model",
+            "dense_max_tokens",
+            "dense_batch",
+            "dense_device",
+            "ivf_min_docs",
+            "ivf_nprobe",
+        ),
     ),
     "repo": RetrieverKind(build_repo, "depth-first over the directory tree"),
 }
