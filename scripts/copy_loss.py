@@ -1,12 +1,16 @@
 """Loss on copied spans vs first-seen text: does a model copy from its context?
 
 Reads held-out documents written by ``scripts/positive_control_corpus.py`` (each with the character
-offsets of its repeats), scores the first ``--context`` + 1 bytes of each with a byte-level model
-(``token_logprobs``) and averages the loss (nats per byte) over: copies of random-word blocks and
-their first occurrences, copies of text spans and their first occurrences, and all other text. A
-model that copies has a far lower loss on the copies than on the first occurrences (random words
-cannot be predicted without the context). The first ``--skip`` bytes of each copy are left out:
-they are where the model finds out which span repeats. Last line: one JSON object.
+offsets of its repeats), tokenizes each with the model's own tokenizer, scores its first
+``--context`` + 1 tokens (``token_logprobs``) and averages the loss (nats per token) over: copies of
+random-word blocks and their first occurrences, copies of text spans and their first occurrences,
+and all other text. A model that copies has a far lower loss on the copies than on the first
+occurrences (random words cannot be predicted without the context). The first ``--skip`` tokens of
+each copy are left out: they are where the model finds out which span repeats.
+
+A document is encoded piece by piece, cut at the space before every span and at every span's end,
+so each token belongs to one kind; the cuts fall where a byte-level or GPT-2-style BPE splits
+anyway, so the ids are those of the whole text. Last line: one JSON object.
 
     python scripts/copy_loss.py --model RUN --heldout DIR/heldout.jsonl [--docs 200]
 """
@@ -23,42 +27,66 @@ from contextlab.eval import load_model
 KINDS = ("random_copy", "random_first", "text_copy", "text_first", "other")
 
 
-def categories(text: str, repeats: list, n: int, skip: int) -> np.ndarray:
-    """(n,) the kind index of each byte position (as a target) of the first n bytes of ``text``."""
-    offset = np.cumsum([0] + [len(c.encode("utf-8")) for c in text])  # char -> byte offset
-    kind = np.full(n, KINDS.index("other"))
+def pieces(text: str, repeats: list) -> list[tuple[int, int, str]]:
+    """(start, end, kind) character ranges covering ``text``: each span (with the space before it)
+    and the text between spans."""
+    marks = []
     for first, copy, length, rnd in repeats:
         base = "random" if rnd else "text"
-        for start, what, lead in ((first, "first", 0), (copy, "copy", skip)):
-            a, b = int(offset[start]) + lead, int(offset[min(start + length, len(text))])
-            kind[max(a, 0) : max(min(b, n), 0)] = KINDS.index(f"{base}_{what}")
-    return kind
+        for start, what in ((first, "first"), (copy, "copy")):
+            a = start - 1 if start > 0 and text[start - 1] == " " else start
+            marks.append((a, min(start + length, len(text)), f"{base}_{what}"))
+    out, at = [], 0
+    for a, b, kind in sorted(marks):
+        if a > at:
+            out.append((at, a, "other"))
+        out.append((max(a, at), b, kind))
+        at = max(at, b)
+    if at < len(text):
+        out.append((at, len(text), "other"))
+    return out
+
+
+def labelled_ids(adapter, text: str, repeats: list, n: int, skip: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``n`` token ids of ``text`` and the kind index of each."""
+    ids: list[int] = []
+    kinds: list[int] = []
+    for a, b, kind in pieces(text, repeats):
+        piece = adapter.encode(text[a:b])
+        k = KINDS.index(kind)
+        lead = skip if kind.endswith("copy") else 0
+        ids += piece
+        kinds += [KINDS.index("other")] * min(lead, len(piece)) + [k] * max(len(piece) - lead, 0)
+        if len(ids) >= n:
+            break
+    return np.array(ids[:n]), np.array(kinds[:n])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True, help="a byte-level run or checkpoint")
+    ap.add_argument("--model", required=True, help="a run or checkpoint (any tokenizer)")
     ap.add_argument("--heldout", required=True, help="heldout.jsonl of positive_control_corpus.py")
     ap.add_argument("--docs", type=int, default=200, help="documents scored")
-    ap.add_argument("--context", type=int, default=512, help="bytes the model sees per document")
-    ap.add_argument("--skip", type=int, default=2, help="leading bytes of each copy not counted")
+    ap.add_argument("--context", type=int, default=512, help="tokens the model sees per document")
+    ap.add_argument("--skip", type=int, default=1, help="leading tokens of each copy not counted")
     args = ap.parse_args()
     adapter = load_model(args.model, batch_size=8)
     sums, counts = np.zeros(len(KINDS)), np.zeros(len(KINDS))
     rows = [json.loads(line) for line in open(args.heldout, encoding="utf-8")][: args.docs]
-    for i in range(0, len(rows), 8):
-        batch = rows[i : i + 8]
-        ids = np.array([list(r["text"].encode("utf-8")[: args.context + 1]) for r in batch])
+    labelled = [labelled_ids(adapter, r["text"], r["repeats"], args.context + 1, args.skip) for r in rows]
+    labelled = [x for x in labelled if len(x[0]) == args.context + 1]
+    for i in range(0, len(labelled), 8):
+        batch = labelled[i : i + 8]
+        ids = np.stack([b[0] for b in batch])
         loss = -adapter.token_logprobs(ids).double().numpy()  # (b, context): target t + 1
-        for r, row_loss in zip(batch, loss):
-            kind = categories(r["text"], r["repeats"], args.context + 1, args.skip)[1:]
-            np.add.at(sums, kind, row_loss)
-            np.add.at(counts, kind, 1)
+        for (_, kind), row_loss in zip(batch, loss):
+            np.add.at(sums, kind[1:], row_loss)
+            np.add.at(counts, kind[1:], 1)
     means = {k: (sums[j] / counts[j] if counts[j] else None) for j, k in enumerate(KINDS)}
     for j, k in enumerate(KINDS):
         shown = "n/a" if means[k] is None else f"{means[k]:.3f}"
-        print(f"{k:<13} {shown} nats/byte over {int(counts[j]):,} bytes")
-    print(json.dumps({"model": args.model, "docs": len(rows), **{k: means[k] for k in KINDS}}))
+        print(f"{k:<13} {shown} nats/token over {int(counts[j]):,} tokens")
+    print(json.dumps({"model": args.model, "docs": len(labelled), **{k: means[k] for k in KINDS}}))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from contextlab.config import add_dataclass_args, dataclass_from_args
 from contextlab.corpus import books_dir
-from contextlab.data.repeats import RepeatOptions, repetition_documents
+from contextlab.data.repeats import RepeatOptions, repetition_documents, word_pool
 
 
 def book_bodies(folder: Path, skip: set[str]) -> list[str]:
@@ -32,10 +32,10 @@ def book_bodies(folder: Path, skip: set[str]) -> list[str]:
     return out
 
 
-def write(path: Path, texts: list[str], o: RepeatOptions) -> tuple[int, int]:
+def write(path: Path, texts: list[str], o: RepeatOptions, pool: list[str] | None) -> tuple[int, int]:
     n = chars = 0
     with open(path, "w", encoding="utf-8") as f:
-        for text, repeats in repetition_documents(texts, o):
+        for text, repeats in repetition_documents(texts, o, pool):
             rows = [[r.first, r.copy, r.length, int(r.random_words)] for r in repeats]
             f.write(json.dumps({"text": text, "repeats": rows}) + "\n")
             n, chars = n + 1, chars + len(text)
@@ -55,9 +55,10 @@ def main() -> None:
     bodies = book_bodies(Path(args.books), skip)[: args.books_used]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    train = write(out / "train.jsonl", bodies[: -args.heldout_books], o)
+    pool = word_pool(bodies[: -args.heldout_books], o.word_pool) if o.word_pool else None
+    train = write(out / "train.jsonl", bodies[: -args.heldout_books], o, pool)
     held = write(
-        out / "heldout.jsonl", bodies[-args.heldout_books :], dataclasses.replace(o, seed=o.seed + 1)
+        out / "heldout.jsonl", bodies[-args.heldout_books :], dataclasses.replace(o, seed=o.seed + 1), pool
     )
     print(f"train: {train[0]:,} documents, {train[1] / 1e6:.1f}M characters; held out: {held[0]:,}")
     print(json.dumps({"train_docs": train[0], "train_chars": train[1], "heldout_docs": held[0]}))

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from contextlab.data.repeats import RepeatOptions, repetition_documents, with_repeats
+from contextlab.data.repeats import RepeatOptions, repetition_documents, with_repeats, word_pool
 from contextlab.errors import UserError
 from tests.conftest import shakespeare
 
@@ -43,3 +43,33 @@ def test_random_words_appear_only_where_inserted():
 def test_bad_options_are_one_line():
     with pytest.raises(UserError, match="min_span <= max_span < max_distance < doc_chars"):
         RepeatOptions(max_span=500, max_distance=450)
+
+
+def test_word_pool_blocks_are_whole_frequent_words():
+    """With ``word_pool`` the random blocks are drawn from the texts' most frequent words (the last
+    one may be cut at the span's length), so a BPE tokenizer sees one token per word."""
+    texts = [shakespeare(60_000)]
+    pool = word_pool(texts, 200)
+    assert len(pool) == 200 and len(set(pool)) == 200
+    assert pool[0] in {"the", "and"} and all(w.isalpha() and w.islower() and len(w) >= 3 for w in pool)
+    o = RepeatOptions(doc_chars=1500, min_repeats=4, max_repeats=6, max_distance=400, word_pool=200)
+    words = [
+        w
+        for text, repeats in repetition_documents(texts, o)
+        for r in repeats
+        if r.random_words
+        for w in text[r.first : r.first + r.length].split()[:-1]
+    ]
+    assert len(words) > 200 and set(words) <= set(pool)
+    assert len(set(words)) > 100  # drawn across the pool, not a few words
+
+
+def test_log_distance_puts_most_copies_near_their_first_occurrence():
+    texts = [shakespeare(60_000)]
+    gaps = {}
+    for log in (False, True):
+        o = RepeatOptions(doc_chars=3000, min_repeats=1, max_repeats=1, max_distance=2000, log_distance=log)
+        gaps[log] = sorted(r.copy - r.first for _, repeats in repetition_documents(texts, o) for r in repeats)
+    median = {log: g[len(g) // 2] for log, g in gaps.items()}
+    assert len(gaps[True]) >= 15 and max(gaps[True]) > 900  # far copies still occur
+    assert median[True] < 0.6 * median[False]

@@ -16,8 +16,10 @@ for the byte tokenizer the positive control uses and about a quarter of that man
 from __future__ import annotations
 
 import random
+import re
 import string
-from collections.abc import Iterable, Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from contextlab.config import opt
@@ -36,6 +38,16 @@ class RepeatOptions:
     max_span: int = opt(80, "longest copied span in characters")
     max_distance: int = opt(450, "most characters between a span's first occurrence and its copy")
     seed: int = opt(0, "seed of the positions, spans and random words")
+    log_distance: bool = opt(
+        False,
+        "draw each copy's distance log-uniformly (most copies near their first occurrence, some up to "
+        "max_distance: near copies teach copying fast, far ones teach it across the context); else uniformly",
+    )
+    word_pool: int = opt(
+        0,
+        "draw the random blocks' words from the texts' N most frequent words (whole words are single "
+        "tokens of a BPE vocabulary, so one token identifies the span); 0 = random letters and digits",
+    )
 
     def __post_init__(self):
         if not 0 < self.min_span <= self.max_span < self.max_distance < self.doc_chars:
@@ -55,17 +67,20 @@ class Repeat:
     random_words: bool  # a block of random words (else a span of the text)
 
 
-def random_words(rng: random.Random, length: int) -> str:
-    """About ``length`` characters of random lowercase/digit words separated by spaces."""
+def random_words(rng: random.Random, length: int, pool: list[str] | None = None) -> str:
+    """About ``length`` characters of random words separated by spaces: drawn from ``pool``, or
+    lowercase letters and digits (2 to 9 of them) when there is none."""
     words, n = [], 0
     while n < length:
-        w = "".join(rng.choice(_ALPHABET) for _ in range(rng.randint(2, 9)))
+        w = rng.choice(pool) if pool else "".join(rng.choice(_ALPHABET) for _ in range(rng.randint(2, 9)))
         words.append(w)
         n += len(w) + 1
     return " ".join(words)[:length].strip()
 
 
-def with_repeats(text: str, rng: random.Random, o: RepeatOptions) -> tuple[str, list[Repeat]]:
+def with_repeats(
+    text: str, rng: random.Random, o: RepeatOptions, pool: list[str] | None = None
+) -> tuple[str, list[Repeat]]:
     """``text`` with copies inserted (see the module docstring), and where every repeat lies.
     Insertions go between words and never inside an earlier repeat, so every span stays whole."""
     repeats: list[Repeat] = []
@@ -73,7 +88,7 @@ def with_repeats(text: str, rng: random.Random, o: RepeatOptions) -> tuple[str, 
         length = rng.randint(o.min_span, o.max_span)
         is_random = rng.random() < o.random_fraction
         if is_random:
-            span = random_words(rng, length)
+            span = random_words(rng, length, pool)
             first = _free(text, rng.randint(0, max(0, len(text) - o.max_distance)), repeats)
             text, repeats = _insert(text, first, span, repeats)
         else:
@@ -83,11 +98,18 @@ def with_repeats(text: str, rng: random.Random, o: RepeatOptions) -> tuple[str, 
                 first < r.copy + r.length and r.copy < first + len(span) for r in repeats
             ):
                 continue  # the span would overlap an earlier repeat: skip this one
-        gap = rng.randint(len(span) + 1, o.max_distance - len(span))
+        gap = _gap(rng, len(span) + 1, o.max_distance - len(span), o.log_distance)
         copy = _free(text, min(first + gap, len(text)), repeats)
         text, repeats = _insert(text, copy, span, repeats)
         repeats.append(Repeat(first, copy, len(span), is_random))
     return text, repeats
+
+
+def _gap(rng: random.Random, lo: int, hi: int, log: bool) -> int:
+    """A distance in [lo, hi]: uniform, or log-uniform when ``log``."""
+    if not log or lo >= hi:
+        return rng.randint(lo, hi)
+    return min(hi, int(lo * (hi / lo) ** rng.random()))
 
 
 def _insert(text: str, at: int, span: str, repeats: list[Repeat]) -> tuple[str, list[Repeat]]:
@@ -117,11 +139,22 @@ def _free(text: str, i: int, repeats: list[Repeat]) -> int:
         i = j
 
 
-def repetition_documents(texts: Iterable[str], o: RepeatOptions) -> Iterator[tuple[str, list[Repeat]]]:
+def word_pool(texts: Iterable[str], n: int) -> list[str]:
+    """The ``n`` most frequent lowercase words (letters only, 3 or more) of ``texts``, most frequent first."""
+    counts = Counter(w for text in texts for w in re.findall(r"[a-z]{3,}", text.lower()))
+    return [w for w, _ in counts.most_common(n)]
+
+
+def repetition_documents(
+    texts: Sequence[str], o: RepeatOptions, pool: list[str] | None = None
+) -> Iterator[tuple[str, list[Repeat]]]:
     """Documents of ``o.doc_chars`` characters cut from ``texts`` (whitespace runs made one space),
-    each with its copies inserted."""
+    each with its copies inserted; random blocks draw from ``pool`` (default: ``word_pool(texts,
+    o.word_pool)`` when ``o.word_pool``, else letters and digits)."""
     rng = random.Random(o.seed)
+    if pool is None and o.word_pool:
+        pool = word_pool(texts, o.word_pool)
     for text in texts:
         flat = " ".join(text.split())
         for a in range(0, len(flat) - o.doc_chars + 1, o.doc_chars):
-            yield with_repeats(flat[a : a + o.doc_chars], rng, o)
+            yield with_repeats(flat[a : a + o.doc_chars], rng, o, pool)
