@@ -10,7 +10,10 @@ each copy are left out: they are where the model finds out which span repeats.
 
 A document is encoded piece by piece, cut at the space before every span and at every span's end,
 so each token belongs to one kind; the cuts fall where a byte-level or GPT-2-style BPE splits
-anyway, so the ids are those of the whole text. Last line: one JSON object.
+anyway, so the ids are those of the whole text. Also the classic induction test: ``--repeat-rows`` rows
+of ``--repeat-len`` uniformly random token ids written twice; a model with induction heads has a far
+lower loss on the second half than on the first (``repeat_second`` vs ``repeat_first``). Last line:
+one JSON object.
 
     python scripts/copy_loss.py --model RUN --heldout DIR/heldout.jsonl [--docs 200]
 """
@@ -62,6 +65,14 @@ def labelled_ids(adapter, text: str, repeats: list, n: int, skip: int) -> tuple[
     return np.array(ids[:n]), np.array(kinds[:n])
 
 
+def repeated_random(adapter, rows: int, n: int, vocab: int, seed: int = 0) -> tuple[float, float]:
+    """Mean loss (nats/token) on the first and second half of ``rows`` rows of n random ids written twice."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(1, vocab, size=(rows, n))
+    loss = -adapter.token_logprobs(np.concatenate([x, x], axis=1)).double().numpy()  # target t + 1
+    return float(loss[:, : n - 1].mean()), float(loss[:, n:].mean())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, help="a run or checkpoint (any tokenizer)")
@@ -69,6 +80,8 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=200, help="documents scored")
     ap.add_argument("--context", type=int, default=512, help="tokens the model sees per document")
     ap.add_argument("--skip", type=int, default=1, help="leading tokens of each copy not counted")
+    ap.add_argument("--repeat-rows", type=int, default=16, help="rows of the repeated-random-tokens test")
+    ap.add_argument("--repeat-len", type=int, default=200, help="random tokens per half of those rows")
     args = ap.parse_args()
     adapter = load_model(args.model, batch_size=8)
     sums, counts = np.zeros(len(KINDS)), np.zeros(len(KINDS))
@@ -86,7 +99,15 @@ def main() -> None:
     for j, k in enumerate(KINDS):
         shown = "n/a" if means[k] is None else f"{means[k]:.3f}"
         print(f"{k:<13} {shown} nats/token over {int(counts[j]):,} tokens")
-    print(json.dumps({"model": args.model, "docs": len(labelled), **{k: means[k] for k in KINDS}}))
+    vocab = adapter.model.config.vocab_size
+    means["repeat_first"], means["repeat_second"] = repeated_random(
+        adapter, args.repeat_rows, args.repeat_len, vocab
+    )
+    print(
+        f"random ids written twice ({args.repeat_rows} x {args.repeat_len}): first half "
+        f"{means['repeat_first']:.3f}, second half {means['repeat_second']:.3f} nats/token"
+    )
+    print(json.dumps({"model": args.model, "docs": len(labelled), **means}))
 
 
 if __name__ == "__main__":

@@ -193,7 +193,7 @@ def test_results_of_different_data_or_options_are_refused(tmp_path):
         compare_runs(tmp_path / "a", tmp_path / "missing", None, Options(), None)
 
 
-def test_two_tiny_trained_models_end_to_end(tmp_path):
+def test_two_tiny_trained_models_end_to_end(tmp_path, capsys):
     """Train two tiny runs (different seeds), evaluate both with contextwise and niah through the command
     line, compare them, and read the comparison back: A - B equals the difference of the reported numbers."""
     from contextlab.config import from_dict
@@ -267,8 +267,12 @@ def test_two_tiny_trained_models_end_to_end(tmp_path):
             )
             == 0
         )
+    capsys.readouterr()
     assert main(["compare", *map(str, runs)]) == 0
     out = runs[0] / "compare" / "b"
+    assert f"wrote {out}/compare_{{contextwise,niah}}.json and .png" in capsys.readouterr().out
+    assert main(["compare", *map(str, runs), "--eval", "niah"]) == 0
+    assert f"wrote {out}/compare_niah.json and .png" in capsys.readouterr().out
     cw = json.loads((out / "compare_contextwise.json").read_text())
     reported = [json.loads((r / "eval" / "contextwise.json").read_text())["results"] for r in runs]
     best = cw["results"]["best_context"]

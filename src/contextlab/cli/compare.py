@@ -48,5 +48,7 @@ def cmd_compare(argv: list[str]) -> int:
             print(f"  {line}")
         for note in doc["notes"]:
             print(f"    note: {note}")
-    print(f"  wrote {out}/compare_{{{','.join(d['eval'] for d in docs)}}}.json and .png")
+    names = [d["eval"] for d in docs]
+    shown = names[0] if len(names) == 1 else "{" + ",".join(names) + "}"
+    print(f"  wrote {out}/compare_{shown}.json and .png")
     return 0

@@ -104,7 +104,9 @@ def write_summary(out: Path, cfg, seconds_by_step: dict, seconds: float) -> dict
         f"depth, each haystack asked once with each candidate as the needle (chance {chance:g}); "
         "[lo, hi] is its 95% Wilson interval over n prompts; 'cal' is the mean log-likelihood (nats) "
         "the needle adds to the true answer, beside what it adds to the wrong ones: a model that "
-        "retrieves raises the true answer more (docs/evaluations.md, the negative control)."
+        "retrieves raises the true answer more (docs/evaluations.md, the negative control). The "
+        "positive control, a model trained to copy that should score >= 0.9 here, is not reached yet: "
+        "docs/results.md, 'Positive control'."
         if chance
         else "needle accuracy: substring match of the generated answer.",
     ]
