@@ -8,7 +8,9 @@ reproduced by hand) except two: the corpus preparation, which is this study's ow
 out every ``eval_every``-th book whole, cut the other books into paragraph-aligned pieces
 and split them, book by book, into a "standard" half and a "long-context" half; the seed
 mixes RedPajama with separately prepared long-context data, here both come from the
-books), and the paired SPLICE-minus-EP difference over the same held-out windows. A
+books), and the paired SPLICE-minus-EP difference over the same held-out windows (the last
+step, ``contextlab compare`` of the two arms, gives every evaluation's difference with 95%
+intervals, books as clusters). A
 finished step is skipped when the command is run again (a killed training resumes from its
 checkpoints); a finished step whose settings changed in the recipe is refused. Wall time per
 stage goes to ``timings.json``; the tables (``scripts/splice_vs_ep_tables.py``, from the
@@ -208,7 +210,9 @@ def train_steps(recipe: dict, out: Path, data: dict) -> dict[str, Step]:
 
 
 def model_steps(recipe: dict, out: Path, data: dict) -> list[tuple[str, Step]]:
-    """(stage, step): train the three models, evaluate each, then the paired SPLICE - EP difference."""
+    """(stage, step): train the three models, evaluate each, then the paired SPLICE - EP difference (the
+    study's own, windows as units) and ``contextlab compare`` of the two arms (every evaluation, books as
+    clusters, 95% intervals)."""
     train = train_steps(recipe, out, data)
     steps = [("pretrain", train["base"])] + [(f"extend_{arm}", train[arm]) for arm in ARMS]
     for name in MODELS:
@@ -220,7 +224,16 @@ def model_steps(recipe: dict, out: Path, data: dict) -> list[tuple[str, Step]]:
         "after": [train[arm].digest() for arm in ARMS] + [data["ingest eval"].digest()],
     }
     run = lambda: paired_difference(recipe, out, out / "stores" / "eval")
-    return steps + [("eval_paired", Step("paired", fp, [out / "eval" / "paired.json"], run))]
+    evals = {s.key: s for _, s in steps}
+    after = [evals[f"eval {arm} {ev}"] for arm in ("splice", "ep") for ev in EVALS]
+    argv = contextlab(
+        "compare", *(str(out / "eval" / arm) for arm in ("splice", "ep")), "--out", str(out / "compare")
+    )
+    compare = command_step("compare", argv, [out / "compare" / "compare_contextwise.json"], after)
+    return steps + [
+        ("eval_paired", Step("paired", fp, [out / "eval" / "paired.json"], run)),
+        ("eval_compare", compare),
+    ]
 
 
 def eval_step(recipe: dict, out: Path, name: str, ev: str, after: list) -> Step:

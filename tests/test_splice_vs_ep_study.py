@@ -54,6 +54,7 @@ def test_the_study_is_these_steps_and_commands(study, recipe, tmp_path):
     assert keys == [
         "prepare", "ingest pretrain", "ingest standard", "ingest long", "ingest eval", "pack standard_ep",
         "pack long_ep", "pack long_splice", "pretrain", "extend ep", "extend splice", *evals, "paired",
+        "compare",
     ]  # fmt: skip
     fps = {s.key: s.fingerprint for _, s in steps}
     assert fps["ingest eval"]["args"][:3] == ["data", "ingest", str(recipe["corpus"]["books"]) + "/texts"]
@@ -71,6 +72,13 @@ def test_the_study_is_these_steps_and_commands(study, recipe, tmp_path):
     ]
     mixture = fps["extend splice"]["config"]["data"]["mixture"]
     assert [m["packed"] for m in mixture] == [str(out / "packed" / n) for n in ("standard_ep", "long_splice")]
+    assert fps["compare"]["args"] == [
+        "compare",
+        str(out / "eval" / "splice"),
+        str(out / "eval" / "ep"),
+        "--out",
+        str(out / "compare"),
+    ]
     assert fps["eval ep kv"]["args"][:8] == [
         "eval", "kv", "--model", str(out / "runs" / "ep"), "--data", recipe["eval"]["kv"]["data"], "--out",
         str(out / "eval" / "ep"),
@@ -83,7 +91,7 @@ def test_a_recipe_change_reaches_exactly_the_steps_made_from_it(study, recipe, t
     after = _digests(study, recipe, tmp_path)
     changed = {k for k in before if before[k] != after[k]}
     splice_evals = {f"eval splice {e}" for e in ("contextwise", "niah", "kv")}
-    assert changed == {"pack long_splice", "extend splice", "paired"} | splice_evals
+    assert changed == {"pack long_splice", "extend splice", "paired", "compare"} | splice_evals
     recipe["pretrain"]["optim"]["lr"] = 1e-3  # the base model: everything trained or evaluated after it
     later = _digests(study, recipe, tmp_path)
     changed = {k for k in after if after[k] != later[k]}
