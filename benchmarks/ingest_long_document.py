@@ -9,7 +9,7 @@ tokenizer's cut points and encoded in one batch, as ingest did before streaming)
 The last line printed is one JSON object: ``file_mb``, ``peak_rss_mb``, ``rss_over_file``,
 ``mb_per_s``.
 
-    python benchmarks/ingest_long_document.py [--mb 1024] [--tokenizer gpt2:tests/fixtures/gpt2_tokenizer]
+    python benchmarks/ingest_long_document.py [--mb 1024] [--tokenizer gpt2:../shared/data/gpt2_tokenizer]
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def check_same_ids(tmp: Path, tokenizer: str, mb: float) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--mb", type=float, default=1024, help="size of the single-line file in MB")
-    p.add_argument("--tokenizer", default=f"gpt2:{ROOT / 'tests' / 'fixtures' / 'gpt2_tokenizer'}")
+    p.add_argument("--tokenizer", default=f"gpt2:{ROOT.parent / 'shared' / 'data' / 'gpt2_tokenizer'}")
     p.add_argument("--check-mb", type=float, default=4, help="size of the file for the id check")
     p.add_argument("--whole", action="store_true", help="measure the whole-document path instead")
     p.add_argument("--tmp", help="folder for the temp dir (needs about 4x --mb of disk)")

@@ -21,7 +21,7 @@ from contextlab.data.ingest import IngestConfig, ingest
 from contextlab.data.packing import PackConfig, pack, pack_stats
 from contextlab.data.sources import SourceOptions
 
-GPT2 = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "gpt2_tokenizer"
+GPT2 = "../shared/data/gpt2_tokenizer"  # the data folder beside the repository (see its README)
 
 
 def main() -> None:
@@ -29,6 +29,7 @@ def main() -> None:
     ap.add_argument("--source", default=sysconfig.get_paths()["stdlib"], help="a source tree to ingest")
     ap.add_argument("--include", default="*.py", help="globs of the files to read (comma-separated)")
     ap.add_argument("--exclude", default="site-packages/", help="globs of the files to leave out")
+    ap.add_argument("--gpt2", default=GPT2, help="GPT-2 tokenizer folder (encoder.json + vocab.bpe)")
     ap.add_argument("--work", required=True, help="where the store and the packed stores go")
     ap.add_argument("--context", type=int, default=2047, help="the training context packed for")
     ap.add_argument("--max-sequences", type=int, default=1000, help="full sequences fitted per method")
@@ -36,7 +37,10 @@ def main() -> None:
     work = Path(args.work)
     source = SourceOptions(include=args.include.split(","), exclude=args.exclude.split(","), encoding="skip")
     store = ingest(
-        args.source, work / "store", IngestConfig(tokenizer=f"gpt2:{GPT2}", source=source), progress=False
+        args.source,
+        work / "store",
+        IngestConfig(tokenizer=f"gpt2:{args.gpt2}", source=source),
+        progress=False,
     ).store
     print(f"store {store.path}: {store.n_docs:,} documents, {store.n_tokens:,} tokens")
     out = {}

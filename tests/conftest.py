@@ -1,7 +1,7 @@
 """Shared test helpers: the repository's own fixture files, and tiny corpora in tmp_path.
 
 Every file a test reads lives in this repository (tests/fixtures, see its README), so a fresh
-clone tests with nothing beside it; no test reads ../shared/data. Trade-off: the fixtures are
+clone tests with nothing beside it; no test reads the data folder outside it. Trade-off: the fixtures are
 small cuts of the real data sets, rebuilt and checked byte for byte against them by
 scripts/check_fixtures.py (make check-fixtures, run by CI).
 """
@@ -9,16 +9,43 @@ scripts/check_fixtures.py (make check-fixtures, run by CI).
 from __future__ import annotations
 
 import gzip
+import hashlib
+import shutil
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"  # small files the tests read (see its README)
 SHAKESPEARE = FIXTURES / "tinyshakespeare" / "input.txt"  # char-rnn Tiny Shakespeare, 1,115,394 bytes
-GPT2_DIR = FIXTURES / "gpt2_tokenizer"  # OpenAI GPT-2 encoder.json + vocab.bpe
+GPT2_FIXTURE = FIXTURES / "gpt2_tokenizer"  # OpenAI GPT-2 encoder.json.gz + vocab.bpe, as committed
 KV_75 = FIXTURES / "lost_in_the_middle" / "kv-retrieval-75_keys.first2.jsonl.gz"  # first 2 examples
 TREC = FIXTURES / "trec_qc"  # train.txt (100 lines) and test.txt (10 lines)
 WIKI_TEST = FIXTURES / "wikitext2_raw_test" / "wiki.test.raw.gz"  # WikiText-2 raw test split
 GOLDEN_CHARS = 100_000  # the golden run's corpus: the first 100,000 bytes of Tiny Shakespeare
+
+
+def unpacked_gpt2(fixture: Path = GPT2_FIXTURE) -> Path:
+    """GPT-2's tokenizer folder as its loaders read it (encoder.json, vocab.bpe, SOURCE.txt). The
+    fixture keeps encoder.json gzipped (a third of the size); it is unpacked once per content into
+    the temp dir, under a name made from the fixture's hash, and renamed into place whole, so
+    concurrent test processes never see half a folder."""
+    parts = [(fixture / n).read_bytes() for n in ("encoder.json.gz", "vocab.bpe", "SOURCE.txt")]
+    key = hashlib.sha256(b"".join(hashlib.sha256(p).digest() for p in parts)).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / f"contextlab-tests-gpt2-{key}"
+    if not folder.is_dir():
+        tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+        for name, data in zip(
+            ("encoder.json", "vocab.bpe", "SOURCE.txt"), (gzip.decompress(parts[0]), *parts[1:])
+        ):
+            (tmp / name).write_bytes(data)
+        try:
+            tmp.rename(folder)
+        except OSError:  # another process put it there first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+GPT2_DIR = unpacked_gpt2()  # the folder `gpt2:DIR` specs and the BPE loaders are given
 
 
 def shakespeare(n: int | None = None) -> str:

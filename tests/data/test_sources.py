@@ -318,7 +318,7 @@ def test_gutenberg_small_case(tmp_path: Path):
 
 
 def test_gutenberg_marker_spellings_of_real_books(tmp_path: Path):
-    """One raw book per START/END spelling among the 127 of ../shared/data (scripts/check_fixtures.py
+    """One raw book per START/END spelling among the 127 of the Gutenberg data set (scripts/check_fixtures.py
     checks all of them): the header and footer verbatim, the body cut short."""
     rows = [json.loads(line) for line in read_gz_text(PG_VARIANTS).splitlines()]
     for m in rows:
