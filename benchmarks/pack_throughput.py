@@ -69,7 +69,7 @@ def splice_steps(store: TokenStore, retriever, steps: int, seed: int, context: i
     n = store.n_docs
     seq = Sequencer(
         store.lengths(),
-        domain_codes(store, np.arange(n)),
+        domain_codes(store, 0, n),
         row_len=context + 1,  # the sequencer counts the inputs and the shifted last target
         separator=True,
         remainder="next",

@@ -51,17 +51,10 @@ def shard_file(partial: Path, index: int) -> Path:
     return partial / "shards" / f"shard_{index:05d}.npz"
 
 
-def domain_codes(store: TokenStore, doc_ids: np.ndarray) -> np.ndarray:
-    meta = store.docs_meta()
-    names: dict[str, int] = {}
-    return np.array(
-        [names.setdefault(str(meta[int(i)].get("domain", "")), len(names)) for i in doc_ids], dtype=np.int64
-    )
-
-
-def shard_domain_codes(store: TokenStore, lo: int, hi: int) -> np.ndarray:
-    """``domain_codes`` of documents [lo, hi), parsing only their lines of docs.jsonl (earlier
-    lines are skipped unparsed: one cheap pass, where parsing every line cost more than packing)."""
+def domain_codes(store: TokenStore, lo: int, hi: int) -> np.ndarray:
+    """int64 codes of the ``domain`` of documents [lo, hi), numbered in order of first appearance,
+    parsing only their lines of docs.jsonl (earlier lines are skipped unparsed: one cheap pass, where
+    parsing every line cost more than packing at a million documents)."""
     import itertools
 
     meta = store.path / "docs.jsonl"
@@ -96,7 +89,7 @@ def pack_shard(
     sep = cfg.separator == "eot"
     seq = Sequencer(
         np.diff(np.asarray(store.offsets[lo : hi + 1])),  # this shard's lengths only
-        lambda: shard_domain_codes(store, lo, hi),  # read only if the method draws within a domain
+        lambda: domain_codes(store, lo, hi),  # read only if the method draws within a domain
         row_len=cfg.row_len,
         separator=sep,
         remainder=cfg.remainder,
