@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -22,6 +21,7 @@ from contextlab.models import GPT, GPTConfig
 from contextlab.models.contextlm import ContextLM, ContextLMConfig
 from contextlab.models.hf_archs import export_arch_to_hf
 from contextlab.models.mtp import MTPConfig, MTPModel
+from tests.conftest import GPT2_DIR, shakespeare
 
 VOCAB, CONTEXT, NEW = 257, 32, 6
 SHAPE = {"vocab_size": VOCAB, "n_layer": 2, "n_head": 2, "n_embd": 64, "context": CONTEXT}
@@ -220,11 +220,10 @@ def test_tokenizers_at_the_root_give_contextlab_ids(tmp_path):
     from contextlab.data.hf_tokenizer import train_bpe
     from contextlab.models.hf_tokenizer import save_hf_tokenizer
 
-    fixtures = Path(__file__).parents[1] / "fixtures"
-    text = (fixtures / "tinyshakespeare" / "input.txt").read_text()[:20000]
+    text = shakespeare(20000)
     head, tail = text[5000:6000], "  tabs\tand ünïcode 😀"
     for name, tok in (
-        ("gpt2", GPT2Tokenizer.from_dir(fixtures / "gpt2_tokenizer")),
+        ("gpt2", GPT2Tokenizer.from_dir(GPT2_DIR)),
         ("bpe", train_bpe([text], 400)),
     ):
         tok.save(tmp_path / name)
