@@ -25,6 +25,7 @@ import json
 
 import numpy as np
 
+from contextlab.data.store import TokenStore
 from contextlab.eval import load_model
 
 KINDS = ("random_copy", "random_first", "text_copy", "text_first", "other")
@@ -65,10 +66,13 @@ def labelled_ids(adapter, text: str, repeats: list, n: int, skip: int) -> tuple[
     return np.array(ids[:n]), np.array(kinds[:n])
 
 
-def repeated_random(adapter, rows: int, n: int, vocab: int, seed: int = 0) -> tuple[float, float]:
-    """Mean loss (nats/token) on the first and second half of ``rows`` rows of n random ids written twice."""
+def repeated_random(
+    adapter, rows: int, n: int, vocab: int, pool: np.ndarray | None = None, seed: int = 0
+) -> tuple[float, float]:
+    """Mean loss (nats/token) on the first and second half of ``rows`` rows of n random ids (from 1 to
+    vocab - 1, or drawn from ``pool``) written twice."""
     rng = np.random.default_rng(seed)
-    x = rng.integers(1, vocab, size=(rows, n))
+    x = rng.integers(1, vocab, size=(rows, n)) if pool is None else rng.choice(pool, size=(rows, n))
     loss = -adapter.token_logprobs(np.concatenate([x, x], axis=1)).double().numpy()  # target t + 1
     return float(loss[:, : n - 1].mean()), float(loss[:, n:].mean())
 
@@ -82,6 +86,11 @@ def main() -> None:
     ap.add_argument("--skip", type=int, default=1, help="leading tokens of each copy not counted")
     ap.add_argument("--repeat-rows", type=int, default=16, help="rows of the repeated-random-tokens test")
     ap.add_argument("--repeat-len", type=int, default=200, help="random tokens per half of those rows")
+    ap.add_argument(
+        "--repeat-store",
+        help="draw that test's ids from the ids a token store uses (20+ times in its first 2,000 documents), "
+        "not from the whole vocabulary: for a model trained on a few token kinds only",
+    )
     args = ap.parse_args()
     adapter = load_model(args.model, batch_size=8)
     sums, counts = np.zeros(len(KINDS)), np.zeros(len(KINDS))
@@ -99,9 +108,13 @@ def main() -> None:
     for j, k in enumerate(KINDS):
         shown = "n/a" if means[k] is None else f"{means[k]:.3f}"
         print(f"{k:<13} {shown} nats/token over {int(counts[j]):,} tokens")
-    vocab = adapter.model.config.vocab_size
+    pool = None
+    if args.repeat_store:
+        store = TokenStore(args.repeat_store)
+        ids = np.concatenate([store.doc(i) for i in range(min(2000, store.n_docs))]).astype(np.int64)
+        pool = np.flatnonzero(np.bincount(ids) >= 20)
     means["repeat_first"], means["repeat_second"] = repeated_random(
-        adapter, args.repeat_rows, args.repeat_len, vocab
+        adapter, args.repeat_rows, args.repeat_len, adapter.model.config.vocab_size, pool
     )
     print(
         f"random ids written twice ({args.repeat_rows} x {args.repeat_len}): first half "
