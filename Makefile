@@ -36,6 +36,7 @@ check-fixtures: $(VENV)/.installed
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python scripts/check_self_contained.py
 
 clean:
 	rm -rf $(VENV) contextlab-quickstart
