@@ -21,7 +21,7 @@ import numpy as np
 from contextlab.data.store import TokenStore
 
 
-def word_pool(store: TokenStore, n: int, sample_docs: int = 3000) -> list[str]:
+def single_token_words(store: TokenStore, n: int, sample_docs: int = 3000) -> list[str]:
     """The n most frequent tokens of the store's first documents that are a space and a word of 2+
     letters, and that the tokenizer writes back as the same single token."""
     tok = store.tokenizer()
@@ -62,7 +62,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.words < 2 * a.span + 1:
         ap.error("--words must exceed twice --span")
-    pool = word_pool(TokenStore(a.store), a.pool)
+    pool = single_token_words(TokenStore(a.store), a.pool)
     rng = random.Random(a.seed)
     lines = [json.dumps({"text": document(rng, pool, a.words, a.spans, a.span)}) for _ in range(a.docs)]
     if a.mix:
