@@ -127,8 +127,14 @@ def ingest_steps(recipe: dict, out: Path) -> dict[str, Step]:
     texts, data = str(Path(c["books"]) / "texts"), out / "data"
     made = [data / "standard.jsonl", data / "long.jsonl", data / "eval_books"]
     prep = Step("prepare", {"corpus": c}, made, lambda: prepare_corpus(recipe, out))
-    bpe = ["--tokenizer", c["tokenizer"], "--bpe-sample-mb", str(c["bpe_sample_mb"]), "--exclude", exclude]
-    argv = contextlab("data", "ingest", texts, *bpe, "--out", str(stores / "pretrain"), "--no-progress")
+    bpe = ["--tokenizer", c["tokenizer"], "--bpe-sample-mb", str(c["bpe_sample_mb"])]
+    where = ["--out", str(stores / "pretrain"), "--no-progress"]
+    if c.get("pretrain_extra"):  # pretrain on the training books and a folder beside texts/ (code, docs)
+        held = ",".join(f"texts/{name}" for name in exclude.split(","))
+        pick = ["--include", f"texts/*,{c['pretrain_extra']}/", "--exclude", held]  # DIR/ = all below
+        argv = contextlab("data", "ingest", c["books"], *bpe, *pick, *where)
+    else:
+        argv = contextlab("data", "ingest", texts, *bpe, "--exclude", exclude, *where)
     steps = {"prepare": prep, "ingest pretrain": command_step("ingest pretrain", argv, [stores / "pretrain"])}
     same = ["--tokenizer", f"store:{stores / 'pretrain'}"]
     for name, src, extra in (
@@ -288,9 +294,13 @@ def paired_difference(recipe: dict, out: Path, data_eval: Path) -> dict:
     pieces = sequences(store, cw["length"], cw["max_docs"], cw["pieces_per_doc"])
     rows = np.stack([store.doc(d)[s : s + cw["length"]].astype(np.int64) for d, s in pieces])  # (N, L)
     split = recipe["pretrain"]["train"]["context"]
+    run = {k: cw[k] for k in ("dtype", "device", "batch_size") if k in cw}  # as the contextwise evaluation
     per_window = {}
     for arm in ARMS:
-        lp = load_model(out / "runs" / arm).token_logprobs(rows).numpy()  # (N, L-1) log-probs
+        model = load_model(out / "runs" / arm, **run)
+        b = run.get("batch_size", 8)
+        batches = [model.token_logprobs(rows[i : i + b]).cpu().numpy() for i in range(0, len(rows), b)]
+        lp = np.concatenate(batches)  # (N, L-1) log-probs
         per_window[arm] = (-lp[:, : split - 1].mean(1), -lp[:, split - 1 :].mean(1))  # within / beyond
     res = {}
     for i, part in enumerate((f"positions 1-{split - 1}", f"positions {split}-{cw['length'] - 1}")):

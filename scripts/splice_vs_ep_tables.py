@@ -24,7 +24,7 @@ ARMS = {
     "ep": "example packing (EP)",
     "splice": "SPLICE-BM25",
 }  # arm -> label; both mixed 50/50 with standard EP
-MODELS = {"base": "start (256, no extension)", **ARMS}
+MODELS = {"base": "start (no extension)", **ARMS}  # labels() adds the pretraining context
 
 
 def summarize(out: Path) -> str:
@@ -52,12 +52,22 @@ def summarize(out: Path) -> str:
     return text
 
 
+def pretraining_context(res: dict) -> int:
+    """The base model's training context, as its contextwise evaluation recorded it."""
+    return int(res["base"]["contextwise"]["train_context"])
+
+
+def labels(res: dict) -> dict[str, str]:
+    """Model -> label, the start model's with its pretraining context."""
+    return {**MODELS, "base": f"start ({pretraining_context(res)}, no extension)"}
+
+
 def bucket_table(res: dict) -> list[str]:
     lines = ["### Loss by position bucket (held-out books, nats/token)", ""]
     buckets = [b for b in res["base"]["contextwise"]["buckets"]]
     head = [f"{b['from']}-{b['to']}" for b in buckets]
     lines += ["| model | " + " | ".join(head) + " |", "|---|" + "---|" * len(head)]
-    for m, label in MODELS.items():
+    for m, label in labels(res).items():
         bk = res[m]["contextwise"]["buckets"]
         lines.append(f"| {label} | " + " | ".join(f"{b['loss']:.3f}" for b in bk) + " |")
     return lines
@@ -73,7 +83,7 @@ def retrieval_tables(res: dict) -> list[str]:
         "| model | " + " | ".join(str(x) for x in niah["cols_length"]) + " | all |",
         "|---|" + "---|" * (len(niah["cols_length"]) + 1),
     ]
-    for m, label in MODELS.items():
+    for m, label in labels(res).items():
         vals = res[m]["niah"]["heatmap"]["values"]  # rows depth, cols length
         by_len = [sum(r[j] for r in vals) / len(vals) for j in range(len(niah["cols_length"]))]
         lines.append(
@@ -86,7 +96,7 @@ def retrieval_tables(res: dict) -> list[str]:
         "| model | " + " | ".join(f"depth {d:g}%" for d in niah["rows_depth"]) + " |",
         "|---|" + "---|" * len(niah["rows_depth"]),
     ]
-    for m, label in MODELS.items():
+    for m, label in labels(res).items():
         vals = res[m]["niah"]["heatmap"]["values"]
         lines.append(f"| {label} | " + " | ".join(f"{sum(r) / len(r):.2f}" for r in vals) + " |")
     kv = res["base"]["kv"]["by_position"]
@@ -97,7 +107,7 @@ def retrieval_tables(res: dict) -> list[str]:
         "| model | " + " | ".join(f"pos {p}" for p in kv["positions"]) + " | all |",
         "|---|" + "---|" * (len(kv["positions"]) + 1),
     ]
-    for m, label in MODELS.items():
+    for m, label in labels(res).items():
         acc = res[m]["kv"]["by_position"]["accuracy"]
         lines.append(
             f"| {label} | "
@@ -130,10 +140,10 @@ def plot_buckets(res: dict, path: Path) -> None:
     """Mean loss in each 2^i position bucket, one line per model (per-position curves are too noisy)."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
-    for m, label in MODELS.items():
+    for m, label in labels(res).items():
         bk = res[m]["contextwise"]["buckets"]
         ax.plot([b["from"] for b in bk], [b["loss"] for b in bk], marker="o", label=label)
-    ax.axvline(256, color="grey", ls=":", lw=1, label="pretraining context")
+    ax.axvline(pretraining_context(res), color="grey", ls=":", lw=1, label="pretraining context")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("position bucket [2^i, 2^(i+1)) (tokens of context)")
     ax.set_ylabel("mean loss (nats/token)")
@@ -146,7 +156,7 @@ def plot_retrieval(res: dict, path: Path) -> None:
     """Needle accuracy by prompt length and key-value accuracy by gold position, one line per model."""
     plt = pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for m, label in MODELS.items():
+    for m, label in labels(res).items():
         h = res[m]["niah"]["heatmap"]
         by_len = [sum(r[j] for r in h["values"]) / len(h["values"]) for j in range(len(h["cols_length"]))]
         a.plot(h["cols_length"], by_len, marker="o", label=label)
@@ -163,7 +173,7 @@ def plot_retrieval(res: dict, path: Path) -> None:
     a.set_xscale("log", base=2)
     a.set_xlabel("needle prompt length (tokens)")
     a.set_title("needle in a haystack (held-out books)")
-    b.set_xlabel("position of the gold pair (of 20)")
+    b.set_xlabel("position of the gold pair")
     b.set_title("key-value retrieval")
     b.legend(fontsize=8)
     save_png(fig, path, dpi=120)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import importlib
 import json
+from pathlib import Path
 
 import pytest
 
 from contextlab.config import read_toml
-from tests.conftest import REPO
+from tests.conftest import REPO, shakespeare
 
 
 @pytest.fixture
@@ -110,3 +111,80 @@ def test_corpus_preparation_holds_out_books_and_rewrites_nothing_unchanged(study
     mtime = (out / "data" / "standard.jsonl").stat().st_mtime_ns
     study.prepare_corpus(recipe, out)  # a rerun must not touch the sources the ingest steps fingerprint
     assert (out / "data" / "standard.jsonl").stat().st_mtime_ns == mtime
+
+
+def test_pretraining_can_add_a_folder_beside_the_books(study, recipe, tmp_path):
+    """corpus.pretrain_extra: the pretraining store reads the training books and that folder, never a held-out
+    book; the standard, long and evaluation stores stay books only."""
+    from contextlab.cli import main as cli_main
+    from contextlab.data.store import TokenStore
+
+    default = {s.key: s.fingerprint for _, s in study.plan(recipe, tmp_path / "a")}
+    books = recipe["corpus"]["books"]
+    assert default["ingest pretrain"]["args"][2] == books + "/texts"
+    (Path(books) / "code" / "lib").mkdir(parents=True)
+    (Path(books) / "code" / "lib" / "a.c").write_text("int main(void) { return 0; }\n" * 20)
+    recipe["corpus"]["pretrain_extra"] = "code"
+    recipe["corpus"]["tokenizer"] = "byte"
+    fps = {s.key: s.fingerprint for _, s in study.plan(recipe, tmp_path / "b")}
+    args = fps["ingest pretrain"]["args"]
+    assert args[2] == books
+    assert args[args.index("--include") + 1] == "texts/*,code/"
+    assert args[args.index("--exclude") + 1] == "texts/pg0.txt,texts/pg3.txt"
+    assert fps["ingest eval"]["args"][:3] == default["ingest eval"]["args"][:3]
+    assert cli_main(args) == 0
+    sources = sorted(m["path"] for m in TokenStore(args[args.index("--out") + 1]).docs_meta())
+    assert sources == ["code/lib/a.c", "texts/pg1.txt", "texts/pg2.txt", "texts/pg4.txt", "texts/pg5.txt"]
+
+
+def test_paired_difference_runs_in_batches_on_the_evaluation_device(study, recipe, tmp_path, monkeypatch):
+    """The paired SPLICE - EP step scores the windows batch by batch with the contextwise evaluation's dtype,
+    device and batch size, and gets the same per-window means as one pass over all windows."""
+    import numpy as np
+
+    import contextlab.eval.adapter as adapter_mod
+    from contextlab.data.ingest import IngestConfig, ingest
+    from contextlab.data.tokenizers import ByteTokenizer
+    from contextlab.eval.adapter import in_memory_adapter
+    from contextlab.eval.contextwise import sequences
+    from tests.eval.conftest import tiny_gpt
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):
+        (src / f"d{i}.txt").write_text(shakespeare()[i * 900 : i * 900 + 300])
+    store = ingest(src, tmp_path / "store", IngestConfig(tokenizer="byte"), progress=False).store
+    recipe["eval"]["contextwise"] = {
+        "length": 64, "max_docs": 0, "pieces_per_doc": 0, "dtype": "fp32", "device": "cpu", "batch_size": 2,
+    }  # fmt: skip
+    recipe["pretrain"]["train"]["context"] = 32
+    models = {"splice": tiny_gpt(seed=1, context=64), "ep": tiny_gpt(seed=2, context=64)}
+    loads, calls = [], []
+
+    class Counting:
+        def __init__(self, adapter):
+            self.adapter = adapter
+
+        def token_logprobs(self, rows):
+            calls.append(len(rows))
+            return self.adapter.token_logprobs(rows)
+
+    def fake_load(path, **kw):
+        loads.append(kw)
+        return Counting(in_memory_adapter(models[Path(path).name], ByteTokenizer(), "tiny", batch_size=64))
+
+    monkeypatch.setattr(adapter_mod, "load_model", fake_load)
+    out = tmp_path / "out"
+    (out / "eval").mkdir(parents=True)
+    res = study.paired_difference(recipe, out, store.path)
+    windows = sum(len(store.doc(d)) // 64 for d in range(3))  # 300-byte documents: 4 pieces each
+    assert loads == [{"dtype": "fp32", "device": "cpu", "batch_size": 2}] * 2
+    assert windows == 12 and calls == [2] * windows  # two models, windows / 2 batches of 2 each
+    rows = np.stack([store.doc(d)[s : s + 64].astype(np.int64) for d, s in sequences(store, 64, 0, 0)])
+    whole = {
+        a: -in_memory_adapter(m, ByteTokenizer(), "t").token_logprobs(rows).numpy() for a, m in models.items()
+    }
+    for part, cut in (("positions 1-31", slice(0, 31)), ("positions 32-63", slice(31, None))):
+        diff = whole["splice"][:, cut].mean(1) - whole["ep"][:, cut].mean(1)
+        assert res[part]["windows"] == windows
+        assert abs(res[part]["splice_minus_ep"] - diff.mean()) < 1e-6

@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
-# Issue 20 (a) on a CUDA machine: recipes/optimal_context_gpu.toml (ingest the books with a BPE of 8192 on the
-# machine's cores, then the 18-run sweep, four runs at a time on the one GPU). Resumable: started again (a
-# later command on the same machine) it skips finished runs. Copies results.csv, compute_optimal.json and the
-# plots to OUT_DIR.  Run from the repository root with .whl/ and .gpu/ carried:
-#   bash scripts/gpu/optimal_context.sh OUT_DIR [extra contextlab sweep arguments, e.g. --only 'max_flops-5e\+14']
+# Issue 20 (a) on a CUDA machine: recipes/optimal_context_gpu.toml (the books and Debian corpus of
+# scripts/gpu/lm_corpus.sh, then the 18-run sweep, four runs at a time on the one GPU), in slices that fit the
+# device's 10 minutes per command. Each command restores the finished runs that came back from the previous
+# one (.gpu/state/optimal_context_gpu.tar.gz, without checkpoints), runs what is pending among the runs
+# --only selects until LIMIT_S seconds (default 480; an unfinished run is stopped and starts again from
+# scratch next time), and writes to OUT_DIR the state for the next command, results.csv,
+# compute_optimal.json and the plots. Run from the repository root with .whl/ and .gpu/ carried:
+#   bash scripts/gpu/optimal_context.sh OUT_DIR [--only REGEX]
+# e.g. first --only 'max_flops-(5e\+14|1.58e\+15)', then (after cp OUT_DIR/optimal_context_gpu.tar.gz
+# .gpu/state/) --only 'max_flops-5e\+15'.
 set -u
 out=${1:?usage: optimal_context.sh OUT_DIR [sweep arguments]}
 shift
 mkdir -p "$out"
 source scripts/gpu/setup.sh
-cl="python3 -m contextlab"
-[ -d stores/gutenberg_bpe8k_train ] || $cl data ingest /tmp/books/texts --tokenizer bpe:8192 --exclude 'pg9*.txt' \
-  --out stores/gutenberg_bpe8k_train
-[ -d stores/gutenberg_bpe8k_heldout ] || $cl data ingest /tmp/books/texts \
-  --tokenizer store:stores/gutenberg_bpe8k_train --include 'pg9??.txt' --out stores/gutenberg_bpe8k_heldout
-$cl sweep recipes/optimal_context_gpu.toml "$@" 2>&1 | tee "$out/sweep.log" | grep -v -i warn | tail -40
+source scripts/gpu/lm_corpus.sh
+restore_state .gpu/state/optimal_context_gpu.tar.gz
+timeout -s INT "${LIMIT_S:-480}" python3 -m contextlab sweep recipes/optimal_context_gpu.toml "$@" 2>&1 \
+  | tr '\r' '\n' | grep -v -i -e warn -e '%|' | tee "$out/sweep.log" | tail -40
+python3 -m contextlab sweep recipes/optimal_context_gpu.toml --dry-run | tail -20
+save_state sweeps/optimal_context_gpu "$out/optimal_context_gpu.tar.gz"
 for f in results.csv compute_optimal.json u_curves.png optimal_context.png gap_curves.png; do
   [ -f "sweeps/optimal_context_gpu/$f" ] && cp "sweeps/optimal_context_gpu/$f" "$out/"
 done

@@ -2,6 +2,7 @@
 # Installs the carried wheels (.whl/: pure-Python packages its image lacks), puts contextlab on the
 # path, and unpacks the carried data (.gpu/: the Gutenberg books, GPT-2's tokenizer files).
 export PYTHONUNBUFFERED=1
+source scripts/gpu/state.sh
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || { echo "wheel install failed"; exit 1; }
 export PYTHONPATH="/tmp/site:$PWD/src:$PWD"

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Issue 20 (b) on a CUDA machine: recipes/contextlm_vs_gpt_gpu.toml for one seed (GPT 12 blocks, GPT 14 blocks,
+# ContextLM 12 + 2, side by side on the one GPU, then contextwise on the held-out documents), then the paired
+# ContextLM - GPT comparison. Restores the runs of earlier commands (.gpu/state/contextlm_vs_gpt_gpu.tar.gz),
+# stops at LIMIT_S seconds (default 540), and writes to OUT_DIR the state for the next command (the runs
+# without checkpoints: metrics, configs, evaluations), results.csv and the comparisons.
+# Run from the repository root with .whl/ and .gpu/ carried:
+#   bash scripts/gpu/contextlm_vs_gpt.sh OUT_DIR SEED
+set -u
+out=${1:?usage: contextlm_vs_gpt.sh OUT_DIR SEED}
+seed=${2:?usage: contextlm_vs_gpt.sh OUT_DIR SEED}
+mkdir -p "$out"
+source scripts/gpu/setup.sh
+source scripts/gpu/lm_corpus.sh
+restore_state .gpu/state/contextlm_vs_gpt_gpu.tar.gz
+recipe=recipes/contextlm_vs_gpt_gpu.toml
+runs=sweeps/contextlm_vs_gpt_gpu/runs
+only="^name-(clm__n_layer-1[24]|contextlm__n_layer-12)__seed-$seed\$"
+timeout -s INT "${LIMIT_S:-540}" python3 -m contextlab sweep "$recipe" --only "$only" --no-analysis 2>&1 \
+  | tr '\r' '\n' | grep -v -i -e warn -e '%|' | tee "$out/sweep.log" | tail -30
+python3 -m contextlab sweep "$recipe" --dry-run | tail -12
+for base in "clm__n_layer-12" "clm__n_layer-14"; do
+  a=$runs/name-contextlm__n_layer-12__seed-$seed b=$runs/name-${base}__seed-$seed
+  [ -f "$a/eval/contextwise.json" ] && [ -f "$b/eval/contextwise.json" ] \
+    && python3 -m contextlab compare "$a" "$b" --out "$out/compare_seed${seed}_contextlm_vs_$base" 2>&1 | grep -v -i warn
+done
+save_state sweeps/contextlm_vs_gpt_gpu "$out/contextlm_vs_gpt_gpu.tar.gz"
+cp sweeps/contextlm_vs_gpt_gpu/results.csv "$out/" 2>/dev/null
