@@ -89,3 +89,25 @@ def test_a_splice_study_recipe_makes_valid_configs_and_commands(name, tmp_path, 
     assert len(evals) == 9
     for args in evals:
         check_eval(args[1:])
+
+
+def test_the_small_copies_of_the_gpu_recipes_are_made_and_valid(tmp_path, monkeypatch):
+    """scripts/gpu/small_copy.py (the rehearsal's recipes) finds every text it edits in the GPU recipes, and
+    its copies run on the CPU with the small model: a GPU recipe edit that the rehearsal no longer covers
+    fails here."""
+    monkeypatch.syspath_prepend(str(REPO / "scripts" / "gpu"))
+    small_copy = importlib.import_module("small_copy")
+    assert small_copy.main([str(tmp_path / "small")]) == 0
+    for name in ("optimal_context.toml", "contextlm_vs_gpt.toml"):
+        section, runs = load_sweep(tmp_path / "small" / name)
+        assert {r.config["model"]["size"] for r in runs} == {"tiny-2x128"}
+        assert {r.config["train"].get("device", "auto") for r in runs} <= {"auto", "cpu"}
+        assert all("cuda" not in a for a in section.eval_args.get("contextwise", []))
+    study = read_toml(tmp_path / "small" / "splice_vs_ep.toml")
+    assert (
+        study["pretrain"]["model"]["size"] == "tiny-2x128" and study["extension"]["train"]["device"] == "cpu"
+    )
+    assert all(ev.get("device", "cpu") == "cpu" for ev in study["eval"].values())
+    monkeypatch.setitem(small_copy.EDITS, "optimal_context_gpu.toml", [("parallel = 44", "parallel = 1")])
+    with pytest.raises(SystemExit, match="no longer contains 'parallel = 44'"):
+        small_copy.small_copy("optimal_context_gpu.toml")

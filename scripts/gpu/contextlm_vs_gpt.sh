@@ -4,6 +4,7 @@
 # ContextLM - GPT comparison. Restores the runs of earlier commands (.gpu/state/contextlm_vs_gpt_gpu.tar.gz),
 # stops at LIMIT_S seconds (default 540), and writes to OUT_DIR the state for the next command (the runs
 # without checkpoints: metrics, configs, evaluations), results.csv and the comparisons.
+# FLOPS, when set, replaces the recipe's training FLOPs per run (2.5e16): give both seeds the same.
 # Run from the repository root with .whl/ and .gpu/ carried:
 #   bash scripts/gpu/contextlm_vs_gpt.sh OUT_DIR SEED
 set -u
@@ -13,14 +14,16 @@ mkdir -p "$out"
 source scripts/gpu/setup.sh
 source scripts/gpu/lm_corpus.sh
 restore_state .gpu/state/contextlm_vs_gpt_gpu.tar.gz
-recipe=recipes/contextlm_vs_gpt_gpu.toml
+recipe=${RECIPE:-recipes/contextlm_vs_gpt_gpu.toml}  # RECIPE: a small copy, for a rehearsal on a CPU
 runs=sweeps/contextlm_vs_gpt_gpu/runs
-only="^name-(clm__n_layer-1[24]|contextlm__n_layer-12)__seed-$seed\$"
-timeout -s INT "${LIMIT_S:-540}" python3 -m contextlab sweep "$recipe" --only "$only" --no-analysis 2>&1 \
+layers=${LAYERS:-12}  # the recipe's decoder depth (the parameter-matched GPT has two blocks more)
+only="^name-(clm__n_layer-($layers|$((layers + 2)))|contextlm__n_layer-$layers)__seed-$seed\$"
+timeout -s INT "${LIMIT_S:-540}" python3 -m contextlab sweep "$recipe" --only "$only" --no-analysis \
+  ${FLOPS:+--set base.train.max_flops=$FLOPS} 2>&1 \
   | tr '\r' '\n' | grep -v -i -e warn -e '%|' | tee "$out/sweep.log" | tail -30
 python3 -m contextlab sweep "$recipe" --dry-run | tail -12
-for base in "clm__n_layer-12" "clm__n_layer-14"; do
-  a=$runs/name-contextlm__n_layer-12__seed-$seed b=$runs/name-${base}__seed-$seed
+for base in "clm__n_layer-$layers" "clm__n_layer-$((layers + 2))"; do
+  a=$runs/name-contextlm__n_layer-${layers}__seed-$seed b=$runs/name-${base}__seed-$seed
   [ -f "$a/eval/contextwise.json" ] && [ -f "$b/eval/contextwise.json" ] \
     && python3 -m contextlab compare "$a" "$b" --out "$out/compare_seed${seed}_contextlm_vs_$base" 2>&1 | grep -v -i warn
 done

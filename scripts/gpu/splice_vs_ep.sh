@@ -12,8 +12,9 @@ out=${1:?usage: splice_vs_ep.sh OUT_DIR}
 mkdir -p "$out"
 source scripts/gpu/setup.sh
 mkdir -p /tmp/lm && tar -xJf .gpu/books.tar.xz -C /tmp/lm && tar -xJf .gpu/debian.tar.xz -C /tmp/lm
-study=runs/splice_vs_ep_extension_gpu
-timeout -s INT "${LIMIT_S:-540}" python3 scripts/splice_vs_ep_extension.py recipes/splice_vs_ep_extension_gpu.toml 2>&1 \
+recipe=${RECIPE:-recipes/splice_vs_ep_extension_gpu.toml}  # RECIPE: a small copy, for a rehearsal on a CPU
+study=$(python3 -c "import sys; from contextlab.config import read_toml; print(read_toml(sys.argv[1])['out']['dir'])" "$recipe")
+timeout -s INT "${LIMIT_S:-540}" python3 scripts/splice_vs_ep_extension.py "$recipe" 2>&1 \
   | tr '\r' '\n' | grep -v -i -e warn -e '%|' > "$out/study.log"
 grep -E '^\$ |^wrote|error|Error' "$out/study.log" | cut -c1-240 | tail -30
 tail -40 "$out/study.log"

@@ -96,6 +96,33 @@ def test_sweep_runs_records_failure_and_resumes(tmp_path, store):
     assert status(runs[2])["status"] == "failed"
 
 
+def test_slices_of_a_grid_add_up_even_when_the_runs_travel_without_checkpoints(tmp_path, store):
+    """--only runs a slice; results.csv always lists the whole grid (pending runs as pending), so slices run
+    one after another (the GPU scripts: one per 10-minute command, on fresh machines that receive the
+    finished runs without their checkpoints) end with every run in it, none trained twice."""
+    import shutil
+
+    f = tmp_path / "s.toml"
+    f.write_text(SWEEP.format(out=tmp_path / "out", store=store.path, bad=64))
+    _section, runs = load_sweep(f)
+    results = run_sweep(f, only="context-(16|32)$", progress=False)
+    rows = {r["run"]: r["status"] for r in csv.DictReader(open(results))}
+    assert rows == {"context-16": "done", "context-32": "done", "context-64": "pending"}
+    for run in runs[:2]:
+        shutil.rmtree(run.dir / "checkpoints")
+    trained = {r.name: (r.dir / "metrics.jsonl").read_text() for r in runs[:2]}
+    mtimes = {r.name: (r.dir / "metrics.jsonl").stat().st_mtime_ns for r in runs[:2]}
+    results = run_sweep(f, only="context-64", progress=False)
+    rows = {r["run"]: r for r in csv.DictReader(open(results))}
+    assert {k: r["status"] for k, r in rows.items()} == dict.fromkeys(
+        ("context-16", "context-32", "context-64"), "done"
+    )
+    assert all(float(r["val_loss"]) > 0 for r in rows.values())
+    for r in runs[:2]:  # not trained again
+        assert (r.dir / "metrics.jsonl").stat().st_mtime_ns == mtimes[r.name]
+        assert (r.dir / "metrics.jsonl").read_text() == trained[r.name]
+
+
 def test_compute_optimal_on_known_numbers():
     rows = []
     losses = {

@@ -51,7 +51,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a key of the sweep file, e.g. --set sweep.parallel=2 (repeatable)",
     )
-    p.add_argument("--only", help="run only the runs whose name matches this regular expression")
+    p.add_argument(
+        "--only",
+        help="run only the runs whose name matches this regular expression (results.csv and the analysis "
+        "still cover every finished run of the grid, so slices run one after another add up)",
+    )
     p.add_argument("--dry-run", action="store_true", help="list the runs and their status, run nothing")
     p.add_argument("--no-analysis", action="store_true", help="skip the compute-optimal analysis")
     _add_ray_args(p)

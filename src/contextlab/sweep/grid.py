@@ -14,8 +14,9 @@ RUN ...``). Which runs finished with which config (and evaluations) is recorded 
 ``OUT/sweep_state.json`` (``contextlab.steps``): finished runs are skipped when the sweep
 is started again, a finished run whose config changed runs again, failed runs keep their
 error and are retried, and one failure never stops the others. ``RUN/sweep_status.json``
-holds each run's status and error for ``results.csv``, which gets one row per run (grid
-values, training summary, every scalar of every evaluation) after each run ends.
+holds each run's status and error for ``results.csv``, which gets one row per run of the
+whole grid (grid values, training summary, every scalar of every evaluation; runs not yet
+made are "pending") after each run ends, also when ``--only`` runs a slice of it.
 
 Trade-off: processes instead of threads or one long-lived process: a run that crashes,
 leaks memory or is killed cannot take the sweep down, and the same runs can be spread
@@ -267,6 +268,7 @@ def run_sweep(
     out = Path(section.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "sweep.toml", Path(path).read_text(encoding="utf-8"))
+    grid = runs  # results.csv lists every run of the grid, finished in this command or an earlier one
     if only:
         runs = [r for r in runs if re.search(only, r.name)]
     runner = StepRunner(out / STATE_FILE)
@@ -280,7 +282,7 @@ def run_sweep(
         disable=not progress,
         dynamic_ncols=True,
     )
-    sweep = Sweep(section, runs, steps, runner, bar)
+    sweep = Sweep(section, grid, steps, runner, bar)
     try:
         if ray is not None:
             ray.run(sweep, todo)
@@ -288,7 +290,7 @@ def run_sweep(
             _run_local(sweep, todo)
     finally:
         bar.close()
-    return write_results(section, runs)
+    return write_results(section, grid)
 
 
 @dataclass
@@ -296,7 +298,7 @@ class Sweep:
     """What the runners share: the sweep, its step state and its progress bar."""
 
     section: SweepSection
-    runs: list[Run]
+    runs: list[Run]  # every run of the grid (results.csv), not only those --only selects
     steps: dict[str, Step]
     runner: StepRunner
     bar: object
