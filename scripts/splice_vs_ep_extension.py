@@ -123,15 +123,20 @@ def cut_pieces(text: str, min_chars: int) -> list[str]:
 def ingest_steps(recipe: dict, out: Path) -> dict[str, Step]:
     """Prepare the corpus; ingest the pretraining books (training the BPE), then three stores with it."""
     c, stores = recipe["corpus"], out / "stores"
-    exclude = ",".join(Path(b["file"]).name for b in split_books(recipe)[0])
+    held = [Path(b["file"]).name for b in split_books(recipe)[0]]
+    exclude = ",".join(held)
     texts, data = str(Path(c["books"]) / "texts"), out / "data"
     made = [data / "standard.jsonl", data / "long.jsonl", data / "eval_books"]
     prep = Step("prepare", {"corpus": c}, made, lambda: prepare_corpus(recipe, out))
     bpe = ["--tokenizer", c["tokenizer"], "--bpe-sample-mb", str(c["bpe_sample_mb"])]
     where = ["--out", str(stores / "pretrain"), "--no-progress"]
     if c.get("pretrain_extra"):  # pretrain on the training books and a folder beside texts/ (code, docs)
-        held = ",".join(f"texts/{name}" for name in exclude.split(","))
-        pick = ["--include", f"texts/*,{c['pretrain_extra']}/", "--exclude", held]  # DIR/ = all below
+        pick = [
+            "--include",
+            f"texts/*,{c['pretrain_extra']}/",
+            "--exclude",
+            ",".join(f"texts/{n}" for n in held),
+        ]
         argv = contextlab("data", "ingest", c["books"], *bpe, *pick, *where)
     else:
         argv = contextlab("data", "ingest", texts, *bpe, "--exclude", exclude, *where)
@@ -287,7 +292,7 @@ def paired_difference(recipe: dict, out: Path, data_eval: Path) -> dict:
 
     from contextlab.data.store import TokenStore
     from contextlab.eval.adapter import load_model
-    from contextlab.eval.contextwise import sequences
+    from contextlab.eval.contextwise import scan, sequences
 
     cw = recipe["eval"]["contextwise"]
     store = TokenStore(data_eval)
@@ -295,16 +300,11 @@ def paired_difference(recipe: dict, out: Path, data_eval: Path) -> dict:
     rows = np.stack([store.doc(d)[s : s + cw["length"]].astype(np.int64) for d, s in pieces])  # (N, L)
     split = recipe["pretrain"]["train"]["context"]
     run = {k: cw[k] for k in ("dtype", "device", "batch_size") if k in cw}  # as the contextwise evaluation
-    per_window = {}
-    for arm in ARMS:
-        model = load_model(out / "runs" / arm, **run)
-        b = run.get("batch_size", 8)
-        batches = [model.token_logprobs(rows[i : i + b]).cpu().numpy() for i in range(0, len(rows), b)]
-        lp = np.concatenate(batches)  # (N, L-1) log-probs
-        per_window[arm] = (-lp[:, : split - 1].mean(1), -lp[:, split - 1 :].mean(1))  # within / beyond
+    ranges = [(1, split - 1), (split, cw["length"] - 1)]  # context lengths within / beyond pretraining
+    per_window = {arm: scan(load_model(out / "runs" / arm, **run), rows, ranges)[2] for arm in ARMS}  # (N, 2)
     res = {}
     for i, part in enumerate((f"positions 1-{split - 1}", f"positions {split}-{cw['length'] - 1}")):
-        diff = per_window["splice"][i] - per_window["ep"][i]  # (N,)
+        diff = per_window["splice"][:, i] - per_window["ep"][:, i]  # (N,)
         res[part] = {
             "splice_minus_ep": float(diff.mean()),
             "stderr": float(diff.std(ddof=1) / np.sqrt(len(diff))),

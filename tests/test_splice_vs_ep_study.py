@@ -163,7 +163,7 @@ def test_paired_difference_runs_in_batches_on_the_evaluation_device(study, recip
 
     class Counting:
         def __init__(self, adapter):
-            self.adapter = adapter
+            self.adapter, self.batch_size = adapter, adapter.batch_size
 
         def token_logprobs(self, rows):
             calls.append(len(rows))
@@ -171,7 +171,8 @@ def test_paired_difference_runs_in_batches_on_the_evaluation_device(study, recip
 
     def fake_load(path, **kw):
         loads.append(kw)
-        return Counting(in_memory_adapter(models[Path(path).name], ByteTokenizer(), "tiny", batch_size=64))
+        model = models[Path(path).name]
+        return Counting(in_memory_adapter(model, ByteTokenizer(), "tiny", batch_size=kw["batch_size"]))
 
     monkeypatch.setattr(adapter_mod, "load_model", fake_load)
     out = tmp_path / "out"

@@ -13,19 +13,14 @@ seed=${2:?usage: contextlm_vs_gpt.sh OUT_DIR SEED}
 mkdir -p "$out"
 source scripts/gpu/setup.sh
 source scripts/gpu/lm_corpus.sh
-restore_state .gpu/state/contextlm_vs_gpt_gpu.tar.gz
 recipe=${RECIPE:-recipes/contextlm_vs_gpt_gpu.toml}  # RECIPE: a small copy, for a rehearsal on a CPU
-runs=sweeps/contextlm_vs_gpt_gpu/runs
 layers=${LAYERS:-12}  # the recipe's decoder depth (the parameter-matched GPT has two blocks more)
 only="^name-(clm__n_layer-($layers|$((layers + 2)))|contextlm__n_layer-$layers)__seed-$seed\$"
-timeout -s INT "${LIMIT_S:-540}" python3 -m contextlab sweep "$recipe" --only "$only" --no-analysis \
-  ${FLOPS:+--set base.train.max_flops=$FLOPS} 2>&1 \
-  | tr '\r' '\n' | grep -v -i -e warn -e '%|' | tee "$out/sweep.log" | tail -30
-python3 -m contextlab sweep "$recipe" --dry-run | tail -12
+LIMIT_S=${LIMIT_S:-540} sweep_slice contextlm_vs_gpt_gpu "$recipe" "$out" --only "$only" --no-analysis \
+  ${FLOPS:+--set base.train.max_flops=$FLOPS}
+runs=sweeps/contextlm_vs_gpt_gpu/runs
 for base in "clm__n_layer-$layers" "clm__n_layer-$((layers + 2))"; do
   a=$runs/name-contextlm__n_layer-${layers}__seed-$seed b=$runs/name-${base}__seed-$seed
   [ -f "$a/eval/contextwise.json" ] && [ -f "$b/eval/contextwise.json" ] \
     && python3 -m contextlab compare "$a" "$b" --out "$out/compare_seed${seed}_contextlm_vs_$base" 2>&1 | grep -v -i warn
 done
-save_state sweeps/contextlm_vs_gpt_gpu "$out/contextlm_vs_gpt_gpu.tar.gz"
-cp sweeps/contextlm_vs_gpt_gpu/results.csv "$out/" 2>/dev/null

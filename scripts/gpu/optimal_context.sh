@@ -15,12 +15,7 @@ shift
 mkdir -p "$out"
 source scripts/gpu/setup.sh
 source scripts/gpu/lm_corpus.sh
-restore_state .gpu/state/optimal_context_gpu.tar.gz
-recipe=${RECIPE:-recipes/optimal_context_gpu.toml}  # RECIPE: a small copy, for a rehearsal on a CPU
-timeout -s INT "${LIMIT_S:-480}" python3 -m contextlab sweep "$recipe" "$@" 2>&1 \
-  | tr '\r' '\n' | grep -v -i -e warn -e '%|' | tee "$out/sweep.log" | tail -40
-python3 -m contextlab sweep "$recipe" --dry-run | tail -20
-save_state sweeps/optimal_context_gpu "$out/optimal_context_gpu.tar.gz"
-for f in results.csv compute_optimal.json u_curves.png optimal_context.png gap_curves.png; do
+sweep_slice optimal_context_gpu "${RECIPE:-recipes/optimal_context_gpu.toml}" "$out" "$@"  # RECIPE: a small copy
+for f in compute_optimal.json u_curves.png optimal_context.png gap_curves.png; do
   [ -f "sweeps/optimal_context_gpu/$f" ] && cp "sweeps/optimal_context_gpu/$f" "$out/"
 done

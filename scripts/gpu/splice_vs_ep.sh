@@ -11,7 +11,7 @@ set -u
 out=${1:?usage: splice_vs_ep.sh OUT_DIR}
 mkdir -p "$out"
 source scripts/gpu/setup.sh
-mkdir -p /tmp/lm && tar -xJf .gpu/books.tar.xz -C /tmp/lm && tar -xJf .gpu/debian.tar.xz -C /tmp/lm
+need_debian
 recipe=${RECIPE:-recipes/splice_vs_ep_extension_gpu.toml}  # RECIPE: a small copy, for a rehearsal on a CPU
 study=$(python3 -c "import sys; from contextlab.config import read_toml; print(read_toml(sys.argv[1])['out']['dir'])" "$recipe")
 timeout -s INT "${LIMIT_S:-540}" python3 scripts/splice_vs_ep_extension.py "$recipe" 2>&1 \

@@ -4,6 +4,7 @@
 # `contextlab sweep` (and the study drivers) to skip it on the next machine.
 #   save_state DIR ARCHIVE     DIR minus checkpoints/ into ARCHIVE (.tar.gz) -- put it under $OUT
 #   restore_state ARCHIVE      unpack ARCHIVE where it was made, when it exists
+#   sweep_slice NAME RECIPE OUT [ARGS]   a sweep command of a slice of a grid, between the two (below)
 # Between two commands, copy the archive that came back into .gpu/state/ so it travels with the checkout.
 save_state() {
   local dir=${1:?save_state DIR ARCHIVE} archive=${2:?save_state DIR ARCHIVE}
@@ -15,4 +16,17 @@ restore_state() {
   local archive=${1:?restore_state ARCHIVE}
   [ -f "$archive" ] || return 0
   tar -xzf "$archive" && echo "restored $(tar -tzf "$archive" | head -1) from $archive"
+}
+# sweep_slice NAME RECIPE OUT [contextlab sweep arguments]: restore sweeps/NAME from .gpu/state/NAME.tar.gz,
+# run the sweep until LIMIT_S seconds (default 480; a run the limit stops starts again from scratch next time),
+# list every run's status, and write OUT/NAME.tar.gz (the state for the next command) and OUT/results.csv.
+sweep_slice() {
+  local name=${1:?sweep_slice NAME RECIPE OUT} recipe=${2:?} out=${3:?}
+  shift 3
+  restore_state ".gpu/state/$name.tar.gz"
+  timeout -s INT "${LIMIT_S:-480}" python3 -m contextlab sweep "$recipe" "$@" 2>&1 \
+    | tr '\r' '\n' | grep -v -i -e warn -e '%|' | tee "$out/sweep.log" | tail -40
+  python3 -m contextlab sweep "$recipe" --dry-run | tail -20
+  save_state "sweeps/$name" "$out/$name.tar.gz"
+  cp "sweeps/$name/results.csv" "$out/" 2>/dev/null
 }
