@@ -234,3 +234,43 @@ def test_finalize_streams_the_offsets_and_hashes_them_as_before(tmp_path):
     assert store_write.content_hash(tmp_path / "tokens.bin", tmp_path / "offsets.npy", chunk=1000) == digest
     (tmp_path / "offsets.i64").unlink()  # a finalize cut short after offsets.npy: read back as it is
     assert np.array_equal(store_write._final_offsets(tmp_path), expected)
+
+
+def _widened(store, n_docs: int) -> np.ndarray:
+    """Rewrite ``store`` as ``n_docs`` one-token documents; returns its offsets."""
+    offsets = np.arange(n_docs + 1, dtype=np.int64)
+    np.save(store.path / "offsets.npy", offsets)
+    (store.path / "tokens.bin").write_bytes(np.zeros(n_docs, store.dtype).tobytes())
+    meta = json.loads((store.path / "meta.json").read_text())
+    meta.update(n_docs=n_docs, n_tokens=n_docs)
+    (store.path / "meta.json").write_text(json.dumps(meta))
+    return offsets
+
+
+@pytest.mark.parametrize("at", [1, 7, 8, 9, 16, 24, 29])  # chunks of 8: inside, at and after a boundary
+def test_a_decrease_anywhere_in_the_offsets_is_named(store, monkeypatch, at):
+    import contextlab.data.store as store_mod
+
+    monkeypatch.setattr(store_mod, "SCAN_ENTRIES", 8)
+    offsets = _widened(store, 30)
+    TokenStore(store.path)  # non-decreasing across every chunk: opens
+    offsets[at] = offsets[at - 1] - 1 if at > 1 else -1
+    offsets[at + 1 :] = np.maximum(offsets[at + 1 :], offsets[at])  # only entry `at` goes down
+    np.save(store.path / "offsets.npy", offsets)
+    with pytest.raises(UserError, match=rf"not increasing \(entry {at} is below entry {at - 1}\)"):
+        TokenStore(store.path)
+
+
+def test_opening_a_store_does_not_hold_memory_in_proportion_to_its_documents(store):
+    """The open-time offsets check allocated 9 bytes per document (diff and comparison) on top of
+    mapping all of offsets.npy: 17 GB at the peak to open a billion-document store."""
+    import tracemalloc
+
+    _widened(store, 2_000_000)  # a 16 MB offsets.npy
+    tracemalloc.start()
+    try:
+        TokenStore(store.path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4_000_000, f"{peak:,} bytes allocated to open 2M documents"
