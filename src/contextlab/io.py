@@ -76,6 +76,37 @@ def atomic_write_chunks(path: str | os.PathLike, chunks: Iterable[bytes]) -> Non
     fsync_dir(path.parent)
 
 
+def atomic_write_npy(path: str | os.PathLike, dtype, shape: tuple[int, ...], blocks: Iterable) -> None:
+    """Write atomically the bytes ``np.save`` writes for a C-order array of ``dtype`` and ``shape``
+    whose data is ``blocks`` (arrays, or raw bytes) one after another: one block in memory at a
+    time. Raises ValueError when the blocks do not add up to the shape."""
+    import io
+
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
+    )
+    want, seen = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, [0]
+
+    def chunks() -> Iterator[bytes]:
+        yield header.getvalue()
+        for block in blocks:
+            data = (
+                block
+                if isinstance(block, bytes)
+                else np.ascontiguousarray(block, dtype).reshape(-1).view(np.uint8)
+            )
+            seen[0] += len(data)  # bytes either way
+            yield data
+        if seen[0] != want:
+            raise ValueError(f"{path}: the blocks hold {seen[0]} bytes, the shape {shape} needs {want}")
+
+    atomic_write_chunks(path, chunks())
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 

@@ -62,8 +62,16 @@ elif POINT == "between-shards":
         if Path(path).name == "shard_00001.npz":
             die()
     shards.write_shard = after_shard_1
-elif POINT == "final-arrays":
-    packmod.atomic_write_bytes = half_then_die(packmod.atomic_write_bytes, "seq_offsets.npy")
+elif POINT == "final-arrays":  # die inside the streamed write of seq_offsets.npy, after its first block
+    write_npy = packmod.atomic_write_npy
+    def dies_midway(path, dtype, shape, blocks):
+        def dying(blocks=blocks):
+            for i, block in enumerate(blocks):
+                if i == 1:
+                    die()
+                yield block
+        return write_npy(path, dtype, shape, dying() if Path(path).name == "seq_offsets.npy" else blocks)
+    packmod.atomic_write_npy = dies_midway
 elif POINT == "final-meta":
     packmod.atomic_write_json = half_then_die(packmod.atomic_write_json, "meta.json")
 elif POINT == "final-rename":

@@ -203,9 +203,13 @@ class TokenStore:
         """Raise one line when an id is outside the vocabulary (reads every token, ~GB/s).
 
         Packing calls this: an out-of-range id would otherwise crash a retriever with a raw
-        error (SPLICE) or be packed silently (EP) and fail only in training.
+        error (SPLICE) or be packed silently (EP) and fail only in training. Read through the
+        file, not the memory map, so the pages read do not stay in this process's memory.
         """
-        top = max((int(self.tokens[a : a + chunk].max()) for a in range(0, self.n_tokens, chunk)), default=-1)
+        top = -1
+        with open(self.path / "tokens.bin", "rb") as fh:
+            while (ids := np.fromfile(fh, dtype=self.dtype, count=chunk)).size:
+                top = max(top, int(ids.max()))
         if self.vocab_size and top >= self.vocab_size:
             raise UserError(
                 f"store {self.path} is corrupt: it holds token id {top}, outside the vocabulary "

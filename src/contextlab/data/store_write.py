@@ -17,7 +17,6 @@ import contextlib
 import functools
 import hashlib
 import inspect
-import io
 import json
 import os
 from collections.abc import Callable, Iterable
@@ -31,8 +30,8 @@ from contextlab import FORMAT_VERSION, __version__
 from contextlab.errors import UserError
 from contextlab.io import (
     atomic_write_bytes,
-    atomic_write_chunks,
     atomic_write_json,
+    atomic_write_npy,
     exclusive_lock,
     fsync_dir,
     replace_dir,
@@ -278,20 +277,14 @@ def _final_offsets(partial_dir: Path, chunk: int = 1 << 23) -> np.ndarray:
     is gone. Streamed: the file is the bytes ``np.save`` writes for [0, *ends], never all in memory."""
     raw = partial_dir / "offsets.i64"
     if raw.exists():
-        n = raw.stat().st_size // 8
-        header = io.BytesIO()
-        np.lib.format.write_array_header_1_0(
-            header, {"descr": np.dtype(np.int64).str, "fortran_order": False, "shape": (n + 1,)}
-        )
 
-        def chunks():
-            yield header.getvalue()
-            yield np.zeros(1, np.int64).tobytes()
+        def blocks():
+            yield np.zeros(1, np.int64)
             with open(raw, "rb") as f:
                 while block := f.read(chunk):
                     yield block
 
-        atomic_write_chunks(partial_dir / "offsets.npy", chunks())
+        atomic_write_npy(partial_dir / "offsets.npy", np.int64, (raw.stat().st_size // 8 + 1,), blocks())
     return np.load(partial_dir / "offsets.npy", mmap_mode="r")
 
 

@@ -147,3 +147,25 @@ def test_the_parent_watchdog_ends_a_worker_whose_parent_died():
     finally:
         if process_alive(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_shard_ranges_from_the_store_offsets_cut_where_the_token_share_is_reached(tmp_path):
+    """Each cut is after the first document whose cumulative tokens reach s/n of the total, found
+    by binary search in the store's offsets with an integer needle (a float one would convert the
+    whole map); the shards are non-empty and cover every document."""
+    import numpy as np
+
+    from contextlab.data.packing.shards import ranges_of_ends, store_shard_ranges
+
+    rng = np.random.default_rng(3)
+    for lengths in [rng.integers(1, 500, 997), rng.integers(1, 3, 50), np.array([1000, 1, 1, 1, 1000])]:
+        cum = np.cumsum(lengths)
+        for n in (2, 3, min(7, len(cum))):
+            got = ranges_of_ends(cum, n)
+            assert got[0][0] == 0 and got[-1][1] == len(cum) and all(hi > lo for lo, hi in got)
+            assert all(a[1] == b[0] for a, b in zip(got, got[1:]))
+            for s, (lo, _) in enumerate(got[1:], 1):  # moved from `first` only to keep shards non-empty
+                first = int(np.argmax(cum.astype(np.float64) >= cum[-1] * s / n)) + 1
+                assert lo == min(max(first, got[s - 1][0] + 1), len(cum) - (n - s))
+    store = make_store(tmp_path, mixed_corpus(40))
+    assert store_shard_ranges(store, 4) == ranges_of_ends(np.cumsum(store.lengths()), 4)

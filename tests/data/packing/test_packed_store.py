@@ -176,3 +176,50 @@ def test_a_store_packed_before_the_rename_opens_for_its_context(tmp_path):
     assert fingerprint(on_gpu, store) != fingerprint(
         PackConfig(method="splice", retriever="dense", context=15), store
     )
+
+
+@pytest.mark.parametrize("separator", ["eot", "none"])
+def test_the_final_arrays_are_the_shards_one_after_another_as_np_save_writes_them(tmp_path, separator):
+    """The driver writes the arrays a shard at a time: the files must be byte for byte what
+    np.save writes for the concatenation, and the counts in meta.json what the whole arrays give."""
+    import io
+
+    store = make_store(tmp_path, mixed_corpus(60))
+    cfg = PackConfig(method="splice", context=47, shards=5, seed=2, separator=separator)
+    out = tmp_path / "packed"
+    assert pack(store, out, cfg, only_shards=list(range(5)), progress=False).packed is None
+    shards = [dict(np.load(f)) for f in sorted((tmp_path / "packed.partial" / "shards").glob("*.npz"))]
+    assert len(shards) == 5 and all(len(s["entries"]) for s in shards)
+    ends = np.cumsum([0] + [int(s["seq_offsets"][-1]) for s in shards])
+    expected = {
+        "entries.npy": np.concatenate([s["entries"] for s in shards]),
+        "seq_offsets.npy": np.concatenate([[0]] + [s["seq_offsets"][1:] + e for s, e in zip(shards, ends)]),
+        "similarity.npy": np.concatenate([s["similarity"] for s in shards]),
+    }
+    packed = pack(store, out, cfg, progress=False).packed
+    for name, arr in expected.items():
+        buf = io.BytesIO()
+        np.save(buf, arr)
+        assert (out / name).read_bytes() == buf.getvalue(), name
+    lens = packed.sequence_lengths()  # from the whole arrays
+    assert packed.meta["n_tokens"] == int(lens.sum()) and packed.meta["n_entries"] == len(
+        expected["entries.npy"]
+    )
+    assert packed.meta["n_full_sequences"] == int((lens == packed.row_len).sum()) > 0
+    assert packed.meta["n_sequences"] == len(expected["seq_offsets.npy"]) - 1
+
+
+def test_a_shard_file_that_does_not_match_its_record_is_named(tmp_path):
+    store = make_store(tmp_path, mixed_corpus(30))
+    cfg = PackConfig(method="splice", context=47, shards=3, seed=2)
+    pack(store, tmp_path / "packed", cfg, only_shards=[0, 1, 2], progress=False)
+    f = tmp_path / "packed.partial" / "shards" / "shard_00001.npz"
+    with np.load(f) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["similarity"] = arrays["similarity"][:-1]  # one row short of what its record says
+    np.savez(f, **arrays)
+    with pytest.raises(
+        UserError, match="shard_00001.npz is corrupt .similarity has .* rows, its record says"
+    ):
+        pack(store, tmp_path / "packed", cfg, progress=False)
+    assert not (tmp_path / "packed").exists()

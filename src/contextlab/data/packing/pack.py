@@ -37,7 +37,7 @@ from contextlab.data.packing.config import PackConfig
 from contextlab.data.packing.packed_store import PACKED_FORMAT, PackedStore, is_packed_store, sequence_lengths
 from contextlab.data.store import TokenStore, holds_output_lock
 from contextlab.errors import UserError
-from contextlab.io import atomic_write_bytes, atomic_write_json, open_partial, partial_dir, replace_dir
+from contextlab.io import atomic_write_json, atomic_write_npy, open_partial, partial_dir, replace_dir
 
 
 @dataclass
@@ -92,7 +92,7 @@ def pack(
         done = _existing_output(out, fp, overwrite)
         if done is not None:
             return done
-    t0, ranges = time.perf_counter(), shards_mod.shard_ranges(tstore.lengths(), cfg.shards)
+    t0, ranges = time.perf_counter(), shards_mod.store_shard_ranges(tstore, cfg.shards)
     wanted = _wanted_shards(only_shards, len(ranges))  # validated before OUT.partial is created
     if only_shards is None and _finalized(partial_dir(out), fp):  # killed after meta.json was written
         _complete(partial_dir(out), out, overwrite)
@@ -106,8 +106,7 @@ def pack(
     done = dict(shards_packed=len(todo), shards_resumed=len(wanted) - len(todo), docs_packed=n_docs)
     if only_shards is not None:
         return PackReport(None, time.perf_counter() - t0, **done)
-    results = _read_all_shards(partial, len(ranges), fp)
-    _finalize(tstore, cfg, results, partial, fp, sep_id)
+    _finalize(tstore, cfg, ranges, partial, fp, sep_id)
     _complete(partial, out, overwrite)
     return PackReport(PackedStore(out, store=tstore), time.perf_counter() - t0, **done)
 
@@ -135,16 +134,16 @@ def _wanted_shards(only_shards: list[int] | None, n_shards: int) -> list[int]:
     return wanted
 
 
-def _read_all_shards(partial: Path, n_shards: int, fp: str) -> list[tuple[dict, dict]]:
-    results = []
+def _all_shard_stats(partial: Path, n_shards: int, fp: str) -> list[dict]:
+    stats = []
     for s in range(n_shards):
         got = shards_mod.read_shard(shards_mod.shard_file(partial, s), fp)
         if got is None:
             raise UserError(
                 f"shard {s} of {partial} is missing or from another config; run the same command again"
             )
-        results.append(got)
-    return results
+        stats.append(got)
+    return stats
 
 
 def _separator_id(store: TokenStore, cfg: PackConfig) -> int | None:
@@ -200,14 +199,6 @@ def _run(
     executor.run(shards_mod.run_shard, jobs, total, report, progress=progress, desc="pack")
 
 
-def _save_npy(path: Path, arr: np.ndarray) -> None:
-    import io
-
-    buf = io.BytesIO()
-    np.save(buf, arr)
-    atomic_write_bytes(path, buf.getvalue())
-
-
 _FILES = {
     "entries.npy": "int64 (n_entries, 3): document, begin, end",
     "seq_offsets.npy": "int64 (n_sequences + 1)",
@@ -227,16 +218,37 @@ def _store_record(store: TokenStore) -> dict:
     }
 
 
-def _finalize(
-    store: TokenStore, cfg: PackConfig, results, partial: Path, fp: str, sep_id: int | None
-) -> None:
-    """Write the arrays, config.toml and, last, meta.json (its presence marks the work done)."""
-    entries, offsets, sims = shards_mod.combine(results)
-    lens = sequence_lengths(entries, offsets, store.lengths(), sep_id is not None, cfg.row_len)
-    stats = [s for _, s in results]
-    _save_npy(partial / "entries.npy", entries)
-    _save_npy(partial / "seq_offsets.npy", offsets)
-    _save_npy(partial / "similarity.npy", sims)
+def _finalize(store: TokenStore, cfg: PackConfig, ranges, partial: Path, fp: str, sep_id: int | None) -> None:
+    """Write the arrays, config.toml and, last, meta.json (its presence marks the work done).
+
+    The arrays are the shards' arrays one after another, written a shard at a time: the driver
+    never holds more than one shard's (concatenating them all cost ~3 copies of entries.npy, 24
+    bytes per entry, i.e. ~70 GB at 10^9 documents)."""
+    stats = _all_shard_stats(partial, len(ranges), fp)
+    files = [shards_mod.shard_file(partial, s) for s in range(len(ranges))]
+    n_entries, n_seq = sum(st["n_entries"] for st in stats), sum(st["n_sequences"] for st in stats)
+
+    def each(name: str):  # one shard's array at a time, checked against its record
+        for f, st in zip(files, stats):
+            rows = st["n_sequences"] + 1 if name == "seq_offsets" else st["n_entries"]
+            yield shards_mod.shard_array(f, name, rows)
+
+    def seq_offsets():  # each shard's offsets past its first, moved by the entries before it
+        yield np.zeros(1, np.int64)
+        base = 0
+        for offsets in each("seq_offsets"):
+            yield offsets[1:] + base
+            base += int(offsets[-1])
+
+    atomic_write_npy(partial / "entries.npy", np.int64, (n_entries, 3), each("entries"))
+    atomic_write_npy(partial / "seq_offsets.npy", np.int64, (n_seq + 1,), seq_offsets())
+    atomic_write_npy(partial / "similarity.npy", np.float32, (n_entries,), each("similarity"))
+    n_full = n_tokens = 0
+    for (lo, hi), entries, offsets in zip(ranges, each("entries"), each("seq_offsets")):
+        local = entries - np.array([lo, 0, 0])  # the shard's documents, numbered from its first
+        doc_len = np.diff(np.asarray(store.offsets[lo : hi + 1]))
+        lens = sequence_lengths(local, offsets, doc_len, sep_id is not None, cfg.row_len)
+        n_full, n_tokens = n_full + int((lens == cfg.row_len).sum()), n_tokens + int(lens.sum())
     save_toml(to_dict(cfg), partial / "config.toml")
     meta = {
         "format": PACKED_FORMAT,
@@ -246,11 +258,11 @@ def _finalize(
         "fingerprint": fp,
         "store": _store_record(store),
         "separator_id": sep_id,
-        "n_sequences": int(len(offsets) - 1),
-        "n_entries": len(entries),
+        "n_sequences": n_seq,
+        "n_entries": n_entries,
         "row_len": cfg.row_len,  # internal: tokens per sequence (context + 1)
-        "n_full_sequences": int((lens == cfg.row_len).sum()),
-        "n_tokens": int(lens.sum()),
+        "n_full_sequences": n_full,
+        "n_tokens": n_tokens,
         "dropped_tokens": int(sum(s["dropped_tokens"] for s in stats)),
         "dropped_near_duplicates": int(sum(len(s["dropped_near_duplicates"]) for s in stats)),
         "index_bytes_max": int(max(s["index_bytes"] for s in stats)),

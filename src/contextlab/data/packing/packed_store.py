@@ -75,7 +75,6 @@ class PackedStore:
                 f"{self.store.hash[:12]}, packed from {want[:12]}); pack it again with "
                 f"`contextlab data pack {self.store.path} ... --out {self.path} --overwrite`"
             )
-        self._doc_len = self.store.lengths()
 
     def _load(self, name: str, dtype, shape: tuple[int, ...]) -> np.ndarray:
         f = self.path / name
@@ -125,9 +124,10 @@ class PackedStore:
         document id of the document it ends."""
         sep = self.separator_id if separator_id == "auto" else separator_id
         parts, ids = [], []
+        ends = self.store.offsets  # document d is ends[d]:ends[d + 1] (read per entry, not held whole)
         for d, b, e in self.sequence_entries(i):
             toks = np.asarray(self.store.doc(int(d))[b:e], dtype=np.int64)
-            n = len(toks) + int(sep is not None and e == self._doc_len[d])
+            n = len(toks) + int(sep is not None and e == ends[d + 1] - ends[d])
             if n > len(toks):
                 toks = np.append(toks, np.int64(sep))
             parts.append(toks)
@@ -142,7 +142,7 @@ class PackedStore:
         return sequence_lengths(
             np.asarray(self.entries),
             np.asarray(self.seq_offsets),
-            self._doc_len,
+            self.store.lengths(),
             self.separator_id is not None,
             self.row_len,
         )

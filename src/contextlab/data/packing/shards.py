@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,15 +34,24 @@ from contextlab.io import atomic_write_bytes
 
 def shard_ranges(lengths: np.ndarray, n_shards: int) -> list[tuple[int, int]]:
     """``n_shards`` contiguous [lo, hi) document ranges with about equal token counts."""
-    n = len(lengths)
+    return ranges_of_ends(np.cumsum(lengths), n_shards)
+
+
+def store_shard_ranges(store: TokenStore, n_shards: int) -> list[tuple[int, int]]:
+    """``shard_ranges`` of the store's documents, read from its offsets (the cumulative lengths)
+    by binary search: a few pages of the map, not an array per document."""
+    return ranges_of_ends(store.offsets[1:], n_shards)
+
+
+def ranges_of_ends(cum: np.ndarray, n_shards: int) -> list[tuple[int, int]]:
+    """``shard_ranges`` from the cumulative lengths ``cum`` (integers, non-decreasing)."""
+    n = len(cum)
     n_shards = max(1, min(n_shards, n))
-    cum = np.cumsum(lengths)
     total = int(cum[-1]) if n else 0
-    cuts = (
-        [0]
-        + [int(np.searchsorted(cum, total * s / n_shards, side="left")) + 1 for s in range(1, n_shards)]
-        + [n]
-    )
+    # The first end >= total * s / n_shards; for integer ends that is the first >= its ceiling, and an
+    # integer needle keeps the search on ``cum`` as it is (a float one would convert it whole).
+    needles = [np.int64(math.ceil(total * s / n_shards)) for s in range(1, n_shards)]
+    cuts = [0] + [int(np.searchsorted(cum, x, side="left")) + 1 for x in needles] + [n]
     for s in range(1, len(cuts)):  # keep every shard non-empty and cuts increasing
         cuts[s] = min(max(cuts[s], cuts[s - 1] + 1), n - (len(cuts) - 1 - s))
     return [(cuts[s], cuts[s + 1]) for s in range(n_shards)]
@@ -123,19 +133,32 @@ def write_shard(path: Path, arrays: dict, stats: dict, fingerprint: str) -> None
     atomic_write_bytes(path, buf.getvalue())
 
 
-def read_shard(path: Path, fingerprint: str) -> tuple[dict, dict] | None:
-    """The shard's (arrays, stats), or None when missing, unreadable or from another config."""
+def read_shard(path: Path, fingerprint: str) -> dict | None:
+    """The stats of a finished shard (its record alone, not its arrays), or None when the file is
+    missing, unreadable or from another config."""
     if not path.is_file():
         return None
     try:
         with np.load(path) as z:
             record = json.loads(z["record"].tobytes().decode())
-            if record.get("fingerprint") != fingerprint:
-                return None
-            arrays = {k: z[k] for k in ("entries", "seq_offsets", "similarity")}
     except (OSError, ValueError, KeyError, json.JSONDecodeError):
         return None
-    return arrays, record["stats"]
+    return record["stats"] if isinstance(record, dict) and record.get("fingerprint") == fingerprint else None
+
+
+def shard_array(path: Path, name: str, length: int) -> np.ndarray:
+    """One array of a finished shard ("entries", "seq_offsets" or "similarity"), checked to hold
+    ``length`` rows (its record's count)."""
+    try:
+        with np.load(path) as z:
+            arr = z[name]
+    except (OSError, ValueError, KeyError) as exc:
+        arr, why = None, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+    else:
+        why = f"{name} has {len(arr)} rows, its record says {length}"
+    if arr is None or len(arr) != length:
+        raise UserError(f"shard file {path} is corrupt ({why}); delete it and run the same command again")
+    return arr
 
 
 def run_shard(
@@ -156,16 +179,3 @@ def run_shard(
     flush()
     write_shard(Path(out), arrays, stats, fingerprint)
     return stats
-
-
-def combine(shards: list[tuple[dict, dict]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Concatenate shards in shard order: (entries, seq_offsets, similarity)."""
-    if not shards:
-        raise UserError("nothing to pack: the store has no documents")
-    entries = np.concatenate([a["entries"] for a, _ in shards]).astype(np.int64).reshape(-1, 3)
-    sims = np.concatenate([a["similarity"] for a, _ in shards]).astype(np.float32)
-    offsets, base = [np.zeros(1, np.int64)], 0
-    for a, _ in shards:
-        offsets.append(a["seq_offsets"][1:] + base)
-        base += int(a["seq_offsets"][-1])
-    return entries, np.concatenate(offsets).astype(np.int64), sims
