@@ -7,7 +7,7 @@ import pytest
 
 import contextlab.data.packing.shards as shards_mod
 from contextlab.data.packing import PackConfig, pack
-from contextlab.data.packing.shards import domain_codes
+from contextlab.data.packing.shards import domain_codes, line_starts
 from contextlab.data.store import TokenStore
 from tests.data.packing.helpers import make_store, mixed_corpus
 
@@ -19,6 +19,8 @@ def test_shard_domain_codes_equal_the_full_read(tmp_path):
         names: dict[str, int] = {}  # codes numbered by first appearance within the range
         want = [names.setdefault(str(meta[i].get("domain", "")), len(names)) for i in range(lo, hi)]
         np.testing.assert_array_equal(domain_codes(store, lo, hi), want)
+        (at,) = line_starts(store.path / "docs.jsonl", [lo], chunk=97)  # from where line lo starts
+        np.testing.assert_array_equal(domain_codes(store, lo, hi, at), want)
     assert len(set(domain_codes(store, 0, 40).tolist())) == 4  # d0..d3
 
 
@@ -36,9 +38,12 @@ def test_domains_are_read_only_by_methods_that_use_them(tmp_path, monkeypatch, m
     store = make_store(tmp_path, mixed_corpus(40))
     calls = []
 
-    def counting(s, lo, hi):
+    lines = (store.path / "docs.jsonl").read_bytes().split(b"\n")
+
+    def counting(s, lo, hi, at=None):
         calls.append((lo, hi))
-        return domain_codes(s, lo, hi)
+        assert at == sum(len(line) + 1 for line in lines[:lo])  # pack found where the shard's lines start
+        return domain_codes(s, lo, hi, at)
 
     monkeypatch.setattr(shards_mod, "domain_codes", counting)
     loaded_all = []  # the whole docs.jsonl (a million parsed rows at scale) is never loaded
@@ -47,3 +52,16 @@ def test_domains_are_read_only_by_methods_that_use_them(tmp_path, monkeypatch, m
     packed = pack(store, tmp_path / "p", cfg, progress=False).packed
     assert packed.n_sequences > 0 and not loaded_all
     assert sorted(calls) == (shards_mod.shard_ranges(store.lengths(), 2) if reads else [])
+
+
+def test_line_starts_in_one_pass_for_lines_in_any_order(tmp_path):
+    lines = [b"x" * n for n in np.random.default_rng(0).integers(0, 40, 300)]
+    f = tmp_path / "lines.jsonl"
+    f.write_bytes(b"".join(line + b"\n" for line in lines))
+    starts = np.concatenate([[0], np.cumsum([len(line) + 1 for line in lines])])
+    wanted = [299, 0, 5, 150, 150, 1, 300, 301]  # 300: the end of the file; 301: past it
+    for chunk in (1, 7, 64, 1 << 20):  # chunk edges anywhere, lines longer than a chunk
+        assert shards_mod.line_starts(f, wanted, chunk=chunk) == [
+            *(int(starts[i]) for i in wanted[:-1]),
+            None,
+        ]

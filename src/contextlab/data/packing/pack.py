@@ -191,9 +191,15 @@ def _run(
                 f"{stats['seconds']:,.1f} s"
             )
 
+    # Where each shard's lines of docs.jsonl start, in one pass, so no shard skips the lines before
+    # its own (a pass per shard: ~0.2 s per shard at 10^6 documents, minutes at 10^9).
+    docs = store.path / "docs.jsonl"
+    starts = (
+        shards_mod.line_starts(docs, [ranges[s][0] for s in todo]) if docs.is_file() else [None] * len(todo)
+    )
     jobs = [
-        (str(store.path.resolve()), cfg, s, *ranges[s], str(shards_mod.shard_file(partial, s)), fp)
-        for s in todo
+        (str(store.path.resolve()), cfg, s, *ranges[s], str(shards_mod.shard_file(partial, s)), fp, at)
+        for s, at in zip(todo, starts)
     ]
     total = sum(ranges[s][1] - ranges[s][0] for s in todo)
     executor.run(shards_mod.run_shard, jobs, total, report, progress=progress, desc="pack")

@@ -61,23 +61,46 @@ def shard_file(partial: Path, index: int) -> Path:
     return partial / "shards" / f"shard_{index:05d}.npz"
 
 
-def domain_codes(store: TokenStore, lo: int, hi: int) -> np.ndarray:
+def domain_codes(store: TokenStore, lo: int, hi: int, at: int | None = None) -> np.ndarray:
     """int64 codes of the ``domain`` of documents [lo, hi), numbered in order of first appearance,
-    parsing only their lines of docs.jsonl (earlier lines are skipped unparsed: one cheap pass, where
-    parsing every line cost more than packing at a million documents)."""
+    parsing only their lines of docs.jsonl. ``at``: the byte where line ``lo`` starts
+    (``line_starts``), so the earlier lines are not read at all; without it they are skipped
+    unparsed (one pass over them per shard, which grows with the corpus)."""
     import itertools
 
     meta = store.path / "docs.jsonl"
     if not meta.is_file():
         raise UserError(f"store {store.path} is incomplete: docs.jsonl is missing; ingest the source again")
     with open(meta, "rb") as fh:
-        rows = [json.loads(line) for line in itertools.islice(fh, lo, hi)]
+        if at is not None:
+            fh.seek(at)
+        first = 0 if at is not None else lo
+        rows = [json.loads(line) for line in itertools.islice(fh, first, first + hi - lo)]
     if len(rows) != hi - lo:
         raise UserError(
             f"store {store.path} is corrupt: docs.jsonl has fewer than {hi} lines; ingest the source again"
         )
     names: dict[str, int] = {}
     return np.array([names.setdefault(str(r.get("domain", "")), len(names)) for r in rows], dtype=np.int64)
+
+
+def line_starts(path: Path, lines: list[int], chunk: int = 1 << 23) -> list[int | None]:
+    """The byte where each of ``lines`` (0-based line numbers, any order) starts in ``path``, found
+    in one pass that counts line ends chunk by chunk (None: the file has fewer lines)."""
+    order = sorted(range(len(lines)), key=lines.__getitem__)
+    out: list[int | None] = [0 if line == 0 else None for line in lines]
+    k = sum(1 for line in lines if line == 0)  # the next of `order` to find
+    seen = pos = 0  # line ends before the chunk, and the chunk's first byte
+    with open(path, "rb") as fh:
+        while k < len(order) and (block := fh.read(chunk)):
+            n, ends = block.count(b"\n"), None
+            while k < len(order) and lines[order[k]] - seen <= n:  # line L starts after the L-th end
+                if ends is None:
+                    ends = np.flatnonzero(np.frombuffer(block, np.uint8) == ord("\n"))
+                out[order[k]] = pos + int(ends[lines[order[k]] - seen - 1]) + 1
+                k += 1
+            seen, pos = seen + n, pos + len(block)
+    return out
 
 
 def build_retriever(store: TokenStore, doc_ids: np.ndarray, cfg: PackConfig):
@@ -91,15 +114,17 @@ def pack_shard(
     lo: int,
     hi: int,
     on_take: Callable[[int], None] | None = None,
+    docs_at: int | None = None,
 ) -> tuple[dict, dict]:
-    """Pack documents [lo, hi); returns (arrays, stats). ``on_take(doc)`` sees every packed document."""
+    """Pack documents [lo, hi); returns (arrays, stats). ``on_take(doc)`` sees every packed document;
+    ``docs_at``: the byte of docs.jsonl where document ``lo``'s line starts (see ``domain_codes``)."""
     packer = PACKERS[cfg.method]
     t0 = time.perf_counter()
     doc_ids = np.arange(lo, hi, dtype=np.int64)
     sep = cfg.separator == "eot"
     seq = Sequencer(
         np.diff(np.asarray(store.offsets[lo : hi + 1])),  # this shard's lengths only
-        lambda: domain_codes(store, lo, hi),  # read only if the method draws within a domain
+        lambda: domain_codes(store, lo, hi, docs_at),  # read only if the method draws within a domain
         row_len=cfg.row_len,
         separator=sep,
         remainder=cfg.remainder,
@@ -169,13 +194,15 @@ def run_shard(
     hi: int,
     out: str,
     fingerprint: str,
+    docs_at: int | None = None,
     count: Callable[[int], None] | None = None,
 ) -> dict:
     """Pack one shard and write its file (a top-level function: runs in worker processes).
-    ``count(n)``: n more documents packed, called every few documents and once at the end."""
+    ``docs_at``: see ``pack_shard``; ``count(n)``: n more documents packed, called every few
+    documents and once at the end."""
     store = TokenStore(store_path)
     one, flush = batched(count or (lambda n: None))
-    arrays, stats = pack_shard(store, cfg, index, lo, hi, one)
+    arrays, stats = pack_shard(store, cfg, index, lo, hi, one, docs_at)
     flush()
     write_shard(Path(out), arrays, stats, fingerprint)
     return stats
