@@ -80,6 +80,9 @@ def as_completed(
                 result = ray.get(ref)
             except ray.exceptions.RayError as exc:  # the task raised, or its worker or node was lost
                 if not errors:
+                    cause = getattr(exc, "cause", None)
+                    if isinstance(cause, UserError):  # bad input found in a task: its one line, no traceback
+                        raise cause from None
                     raise
                 result = exc
             yield key, result

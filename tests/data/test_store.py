@@ -202,6 +202,20 @@ def test_pack_of_a_store_with_an_out_of_range_token_names_data_verify(store, tmp
     assert "\n" not in str(e.value)
 
 
+def test_check_ids_of_a_range_of_documents_reads_only_their_tokens(store):
+    tokens = np.memmap(store.path / "tokens.bin", dtype=np.uint16, mode="r+")
+    tokens[int(store.offsets[2])] = 60_000  # the first token of document 2
+    tokens.flush()
+    del tokens
+    s = TokenStore(store.path)
+    s.check_ids(docs=(0, 2))
+    s.check_ids(docs=(3, 4))
+    with pytest.raises(UserError, match=r"token id 60000 \(in documents 1..3\), outside the vocabulary"):
+        s.check_ids(docs=(1, 4), chunk=3)
+    with pytest.raises(UserError, match=r"token id 60000, outside"):
+        s.check_ids(chunk=5)
+
+
 def test_data_verify_command_on_a_tampered_store_is_one_line(store, capsys):
     from contextlab.cli import main
 

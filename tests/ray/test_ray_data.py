@@ -107,6 +107,28 @@ def test_a_killed_driver_resumes_from_the_finished_shards(cluster, local, tmp_pa
     assert tree_digest(out) == tree_digest(local[1])
 
 
+def test_an_out_of_range_id_found_by_a_shard_on_ray_is_one_line(cluster, local, tmp_path):
+    """Each shard checks its own ids; on Ray the task's error comes back as its one line."""
+    import shutil
+
+    import numpy as np
+
+    from contextlab.data.packing.shards import store_shard_ranges
+    from contextlab.data.store import TokenStore
+    from contextlab.errors import UserError
+
+    store = shutil.copytree(local[0], tmp_path / "store")
+    lo, _ = store_shard_ranges(TokenStore(store), PACK.shards)[2]
+    tokens = np.memmap(store / "tokens.bin", dtype=TokenStore(store).dtype, mode="r+")
+    tokens[int(TokenStore(store).offsets[lo]) + 1] = np.iinfo(tokens.dtype).max  # in shard 2
+    tokens.flush()
+    del tokens
+    with pytest.raises(UserError) as err:
+        pack(store, tmp_path / "packed", PACK, progress=False, executor=RayExecutor(address=cluster))
+    assert "\n" not in str(err.value) and "contextlab data verify" in str(err.value)
+    assert f"in documents {lo:,}.." in str(err.value) and not (tmp_path / "packed").exists()
+
+
 def test_an_interrupted_ingest_resumes_from_its_finished_parts(cluster, corpus, local, tmp_path, monkeypatch):
     finished = executors.as_completed
 

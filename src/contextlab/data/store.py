@@ -18,7 +18,7 @@ saved tokenizer's spec) so a truncated or hand-edited store is caught at once wi
 line, not later as garbage tokens or a model with the wrong vocabulary. The full content hash
 is computed once at the end of ingest; re-checking it, loading the tokenizer and checking every
 id costs a read of the whole store, so that is an explicit ``verify()`` rather than part of
-opening (packing checks the ids alone: ``check_ids``).
+opening (each packing shard checks its own ids: ``check_ids``).
 
 Writing (``StoreWriter``, ``finalize_store``: ``contextlab.data.store_write``) appends to a
 ``.partial`` directory and commits its progress after every batch, so an ingest killed at
@@ -199,20 +199,29 @@ class TokenStore:
                 f"store {self.path} is corrupt: content hash {got[:12]} differs from meta.json's; {_FIX}"
             )
 
-    def check_ids(self, fix: str | None = None, chunk: int = 1 << 23) -> None:
-        """Raise one line when an id is outside the vocabulary (reads every token, ~GB/s).
+    def check_ids(
+        self, fix: str | None = None, chunk: int = 1 << 23, docs: tuple[int, int] | None = None
+    ) -> None:
+        """Raise one line when an id is outside the vocabulary (reads every token, ~GB/s; ``docs``:
+        only those of documents [lo, hi)).
 
-        Packing calls this: an out-of-range id would otherwise crash a retriever with a raw
-        error (SPLICE) or be packed silently (EP) and fail only in training. Read through the
-        file, not the memory map, so the pages read do not stay in this process's memory.
+        Each packing shard calls this for its own documents: an out-of-range id would otherwise
+        crash a retriever with a raw error (SPLICE) or be packed silently (EP) and fail only in
+        training. Read through the file, not the memory map, so the pages read do not stay in
+        this process's memory.
         """
+        lo, hi = (
+            (0, self.n_tokens) if docs is None else (int(self.offsets[docs[0]]), int(self.offsets[docs[1]]))
+        )
         top = -1
         with open(self.path / "tokens.bin", "rb") as fh:
-            while (ids := np.fromfile(fh, dtype=self.dtype, count=chunk)).size:
-                top = max(top, int(ids.max()))
+            fh.seek(lo * self.dtype.itemsize)
+            while lo < hi and (ids := np.fromfile(fh, dtype=self.dtype, count=min(chunk, hi - lo))).size:
+                top, lo = max(top, int(ids.max())), lo + ids.size
         if self.vocab_size and top >= self.vocab_size:
+            where = "" if docs is None else f" (in documents {docs[0]:,}..{docs[1] - 1:,})"
             raise UserError(
-                f"store {self.path} is corrupt: it holds token id {top}, outside the vocabulary "
+                f"store {self.path} is corrupt: it holds token id {top}{where}, outside the vocabulary "
                 f"0..{self.vocab_size - 1} of its tokenizer; "
                 + (fix or f"check it with `contextlab data verify {self.path}` and {_FIX}")
             )

@@ -84,7 +84,6 @@ def pack(
     tstore = store if isinstance(store, TokenStore) else TokenStore(store)
     if tstore.n_docs == 0:
         raise UserError(f"store {tstore.path} has no documents; ingest a corpus first")
-    tstore.check_ids()
     sep_id = _separator_id(tstore, cfg)
     fp = fingerprint(cfg, tstore)
     out = Path(out)
