@@ -46,12 +46,15 @@ def test_domains_are_read_only_by_methods_that_use_them(tmp_path, monkeypatch, m
         return domain_codes(s, lo, hi, at)
 
     monkeypatch.setattr(shards_mod, "domain_codes", counting)
+    scanned, line_starts_ = [], shards_mod.line_starts
+    monkeypatch.setattr(shards_mod, "line_starts", lambda *a, **k: scanned.append(1) or line_starts_(*a, **k))
     loaded_all = []  # the whole docs.jsonl (a million parsed rows at scale) is never loaded
     monkeypatch.setattr(TokenStore, "docs_meta", lambda s: loaded_all.append(1) or [])
     cfg = PackConfig(method=method, noise=noise, context=63, seed=1, shards=2)
     packed = pack(store, tmp_path / "p", cfg, progress=False).packed
     assert packed.n_sequences > 0 and not loaded_all
     assert sorted(calls) == (shards_mod.shard_ranges(store.lengths(), 2) if reads else [])
+    assert cfg.draws_within_domain == reads and bool(scanned) == reads  # docs.jsonl scanned only then
 
 
 def test_line_starts_in_one_pass_for_lines_in_any_order(tmp_path):

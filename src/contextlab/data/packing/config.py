@@ -138,6 +138,12 @@ class PackConfig:
         """The method retrieves, and not every retrieved document is replaced (splice, noise 1)."""
         return PACKERS[self.method].retrieves and not (self.method == "splice" and self.noise >= 1.0)
 
+    @property
+    def draws_within_domain(self) -> bool:
+        """The method may draw a random document of a domain (ep-domain; splice with noise), so
+        its shards read the documents' domains from docs.jsonl."""
+        return self.method == "ep-domain" or (self.method == "splice" and self.noise > 0)
+
     def ignored_options(self) -> list[str]:
         """The method- or retriever-specific knobs set away from their defaults that this method
         (with its retriever, if it uses one) never reads, e.g. ``["retriever", "k"]`` for ep."""

@@ -190,12 +190,13 @@ def _run(
                 f"{stats['seconds']:,.1f} s"
             )
 
-    # Where each shard's lines of docs.jsonl start, in one pass, so no shard skips the lines before
-    # its own (a pass per shard: ~0.2 s per shard at 10^6 documents, minutes at 10^9).
+    # Where each shard's lines of docs.jsonl start, found in one pass when the shards will read their
+    # domains, so none skips the lines before its own (~0.2 s per shard at 10^6 documents, minutes
+    # at 10^9); a method that never draws within a domain does not read docs.jsonl at all.
     docs = store.path / "docs.jsonl"
-    starts = (
-        shards_mod.line_starts(docs, [ranges[s][0] for s in todo]) if docs.is_file() else [None] * len(todo)
-    )
+    starts: list[int | None] = [None] * len(todo)
+    if cfg.draws_within_domain and docs.is_file():
+        starts = shards_mod.line_starts(docs, [ranges[s][0] for s in todo])
     jobs = [
         (str(store.path.resolve()), cfg, s, *ranges[s], str(shards_mod.shard_file(partial, s)), fp, at)
         for s, at in zip(todo, starts)
