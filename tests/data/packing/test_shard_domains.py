@@ -68,3 +68,29 @@ def test_line_starts_in_one_pass_for_lines_in_any_order(tmp_path):
             *(int(starts[i]) for i in wanted[:-1]),
             None,
         ]
+
+
+def test_the_repo_retriever_reads_only_its_shards_rows_of_docs_jsonl(tmp_path, monkeypatch):
+    """It loaded the whole docs.jsonl in every shard (a million parsed rows per shard at scale);
+    it now gets its shard's rows from where they start, and packs the same sequences."""
+    from contextlab.data.packing.methods import RETRIEVERS
+
+    store = make_store(tmp_path, mixed_corpus(40))
+    cfg = PackConfig(method="splice", retriever="repo", context=63, seed=1, shards=3)
+    assert cfg.reads_docs_meta and RETRIEVERS["repo"].reads_meta
+    whole = TokenStore.docs_meta
+    loaded_all, scanned, line_starts_ = [], [], shards_mod.line_starts
+    monkeypatch.setattr(TokenStore, "docs_meta", lambda s: loaded_all.append(1) or whole(s))
+    monkeypatch.setattr(shards_mod, "line_starts", lambda *a, **k: scanned.append(1) or line_starts_(*a, **k))
+    by_shard = pack(store, tmp_path / "shard_rows", cfg, progress=False).packed
+    assert not loaded_all and scanned
+    repo = RETRIEVERS["repo"]  # the same builder reading the whole file, for the reference
+    monkeypatch.setitem(
+        RETRIEVERS,
+        "repo",
+        type(repo)(lambda s, ids, c, rows: repo.build(s, ids, c), repo.help, reads_meta=True),
+    )
+    reference = pack(store, tmp_path / "whole", cfg, progress=False).packed
+    assert loaded_all
+    for name in ("entries", "seq_offsets", "similarity"):
+        np.testing.assert_array_equal(getattr(by_shard, name), getattr(reference, name))

@@ -144,6 +144,12 @@ class PackConfig:
         its shards read the documents' domains from docs.jsonl."""
         return self.method == "ep-domain" or (self.method == "splice" and self.noise > 0)
 
+    @property
+    def reads_docs_meta(self) -> bool:
+        """Its shards read their rows of docs.jsonl: for the domains, or for a retriever that
+        relates documents by their metadata (repo: the paths)."""
+        return self.draws_within_domain or (self.uses_retriever and RETRIEVERS[self.retriever].reads_meta)
+
     def ignored_options(self) -> list[str]:
         """The method- or retriever-specific knobs set away from their defaults that this method
         (with its retriever, if it uses one) never reads, e.g. ``["retriever", "k"]`` for ep."""

@@ -38,11 +38,13 @@ class Packer:
 
 @dataclass(frozen=True)
 class RetrieverKind:
-    """A retriever: ``build(store, doc_ids, config)`` indexes one shard's documents."""
+    """A retriever: ``build(store, doc_ids, config)`` indexes one shard's documents (with
+    ``rows=`` their docs.jsonl rows when ``reads_meta``)."""
 
     build: Callable[..., Any]
     help: str  # one line for --help: what "related" means
     knobs: tuple[str, ...] = ()  # the PackConfig fields it reads (bm25_max_tokens, dense_batch, ...)
+    reads_meta: bool = False  # relates documents by their metadata (paths), not their text
 
 
 PACKERS: dict[str, Packer] = {
@@ -68,7 +70,7 @@ RETRIEVERS: dict[str, RetrieverKind] = {
             "ivf_nprobe",
         ),
     ),
-    "repo": RetrieverKind(build_repo, "depth-first over the directory tree"),
+    "repo": RetrieverKind(build_repo, "depth-first over the directory tree", reads_meta=True),
 }
 
 

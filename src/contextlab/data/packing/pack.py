@@ -191,11 +191,11 @@ def _run(
             )
 
     # Where each shard's lines of docs.jsonl start, found in one pass when the shards will read their
-    # domains, so none skips the lines before its own (~0.2 s per shard at 10^6 documents, minutes
-    # at 10^9); a method that never draws within a domain does not read docs.jsonl at all.
+    # rows (domains, repo paths), so none skips the lines before its own (~0.2 s per shard at 10^6
+    # documents, minutes at 10^9); the other methods do not read docs.jsonl at all.
     docs = store.path / "docs.jsonl"
     starts: list[int | None] = [None] * len(todo)
-    if cfg.draws_within_domain and docs.is_file():
+    if cfg.reads_docs_meta and docs.is_file():
         starts = shards_mod.line_starts(docs, [ranges[s][0] for s in todo])
     jobs = [
         (str(store.path.resolve()), cfg, s, *ranges[s], str(shards_mod.shard_file(partial, s)), fp, at)

@@ -305,11 +305,15 @@ def build_bm25(store, doc_ids: np.ndarray, cfg) -> BM25Retriever:
     return r
 
 
-def build_repo(store, doc_ids: np.ndarray, cfg) -> RepoRetriever:
-    meta = store.docs_meta()
-    if any("row" in meta[int(i)] and "file" not in meta[int(i)] for i in doc_ids):
+def build_repo(store, doc_ids: np.ndarray, cfg, rows: list[dict] | None = None) -> RepoRetriever:
+    """``rows``: the docs.jsonl rows of ``doc_ids`` (packing passes its shard's); None reads the
+    whole file."""
+    if rows is None:
+        meta = store.docs_meta()
+        rows = [meta[int(i)] for i in doc_ids]
+    if any("row" in r and "file" not in r for r in rows):
         _warn_no_paths(str(store.path))
-    return RepoRetriever([str(meta[int(i)].get("path") or "") for i in doc_ids])
+    return RepoRetriever([str(r.get("path") or "") for r in rows])
 
 
 @functools.cache  # one line per store, not one per shard

@@ -61,11 +61,10 @@ def shard_file(partial: Path, index: int) -> Path:
     return partial / "shards" / f"shard_{index:05d}.npz"
 
 
-def domain_codes(store: TokenStore, lo: int, hi: int, at: int | None = None) -> np.ndarray:
-    """int64 codes of the ``domain`` of documents [lo, hi), numbered in order of first appearance,
-    parsing only their lines of docs.jsonl. ``at``: the byte where line ``lo`` starts
-    (``line_starts``), so the earlier lines are not read at all; without it they are skipped
-    unparsed (one pass over them per shard, which grows with the corpus)."""
+def shard_rows(store: TokenStore, lo: int, hi: int, at: int | None = None) -> list[dict]:
+    """The docs.jsonl rows of documents [lo, hi), parsing only their lines. ``at``: the byte where
+    line ``lo`` starts (``line_starts``), so the earlier lines are not read at all; without it
+    they are skipped unparsed (one pass over them per shard, which grows with the corpus)."""
     import itertools
 
     meta = store.path / "docs.jsonl"
@@ -80,7 +79,14 @@ def domain_codes(store: TokenStore, lo: int, hi: int, at: int | None = None) -> 
         raise UserError(
             f"store {store.path} is corrupt: docs.jsonl has fewer than {hi} lines; ingest the source again"
         )
+    return rows
+
+
+def domain_codes(store: TokenStore, lo: int, hi: int, at: int | None = None) -> np.ndarray:
+    """int64 codes of the ``domain`` of documents [lo, hi), numbered in order of first appearance
+    (their rows read as ``shard_rows`` reads them)."""
     names: dict[str, int] = {}
+    rows = shard_rows(store, lo, hi, at)
     return np.array([names.setdefault(str(r.get("domain", "")), len(names)) for r in rows], dtype=np.int64)
 
 
@@ -103,8 +109,14 @@ def line_starts(path: Path, lines: list[int], chunk: int = 1 << 23) -> list[int 
     return out
 
 
-def build_retriever(store: TokenStore, doc_ids: np.ndarray, cfg: PackConfig):
-    return RETRIEVERS[cfg.retriever].build(store, doc_ids, cfg)
+def build_retriever(store: TokenStore, doc_ids: np.ndarray, cfg: PackConfig, docs_at: int | None = None):
+    """The retriever over the shard's documents ``doc_ids`` (consecutive); one that reads their
+    metadata (repo: their paths) is given their rows of docs.jsonl (``shard_rows``, from ``docs_at``)."""
+    kind = RETRIEVERS[cfg.retriever]
+    if kind.reads_meta:
+        rows = shard_rows(store, int(doc_ids[0]), int(doc_ids[-1]) + 1, docs_at) if len(doc_ids) else []
+        return kind.build(store, doc_ids, cfg, rows=rows)
+    return kind.build(store, doc_ids, cfg)
 
 
 def pack_shard(
@@ -117,7 +129,7 @@ def pack_shard(
     docs_at: int | None = None,
 ) -> tuple[dict, dict]:
     """Pack documents [lo, hi); returns (arrays, stats). ``on_take(doc)`` sees every packed document;
-    ``docs_at``: the byte of docs.jsonl where document ``lo``'s line starts (see ``domain_codes``)."""
+    ``docs_at``: the byte of docs.jsonl where document ``lo``'s line starts (see ``shard_rows``)."""
     packer = PACKERS[cfg.method]
     t0 = time.perf_counter()
     store.check_ids(docs=(lo, hi))  # each shard its own tokens: no pass over the whole store anywhere
@@ -132,7 +144,7 @@ def pack_shard(
         order=cfg.order if packer.ordered else "identity",
         rng=np.random.default_rng([cfg.seed, index]),
     )
-    retriever = build_retriever(store, doc_ids, cfg) if cfg.uses_retriever else None
+    retriever = build_retriever(store, doc_ids, cfg, docs_at) if cfg.uses_retriever else None
     seq.on_take.extend([on_take] if on_take else [])  # progress: a document was packed
     packer.fill(seq, retriever, cfg)
     entries, offsets, sims = flatten(seq.sequences, doc_ids)
