@@ -288,3 +288,17 @@ def test_opening_a_store_does_not_hold_memory_in_proportion_to_its_documents(sto
     finally:
         tracemalloc.stop()
     assert peak < 4_000_000, f"{peak:,} bytes allocated to open 2M documents"
+
+
+def test_docs_meta_read_a_row_at_a_time_and_a_missing_line_is_named(store, capsys):
+    from contextlab.cli import main
+
+    rows = list(store.iter_docs_meta())
+    assert rows == store.docs_meta() and [r["path"] for r in rows] == sorted(DOCS)
+    lines = (store.path / "docs.jsonl").read_text().splitlines(keepends=True)
+    (store.path / "docs.jsonl").write_text("".join(lines[:-1]))
+    with pytest.raises(UserError, match="docs.jsonl has 3 lines but meta.json says n_docs=4"):
+        list(TokenStore(store.path).iter_docs_meta())
+    assert main(["data", "verify", str(store.path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "docs.jsonl has 3 lines" in err

@@ -210,7 +210,8 @@ def cmd_verify(argv: list[str]) -> int:
     args = p.parse_args(argv)
     store = TokenStore(args.store)
     store.verify()
-    store.docs_meta()
+    for _ in store.iter_docs_meta():  # one JSON object per document, one line each (none kept)
+        pass
     print(
         f"{store.path}: ok ({store.n_docs:,} documents, {store.n_tokens:,} tokens, every id below the "
         f"vocabulary size {store.vocab_size:,}, hash {store.hash[:12]})"

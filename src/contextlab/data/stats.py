@@ -43,7 +43,7 @@ def store_summary(store: TokenStore) -> dict:
             k += 1
     domains = {}
     try:
-        for row in store.docs_meta():
+        for row in store.iter_docs_meta():
             d = row.get("domain", "")
             domains[d] = domains.get(d, 0) + 1
     except Exception:  # metadata is optional for the summary

@@ -246,20 +246,28 @@ class TokenStore:
         return np.diff(np.asarray(self.offsets))
 
     def docs_meta(self) -> list[dict]:
-        """Per-document metadata from docs.jsonl (loaded on first use)."""
+        """Per-document metadata from docs.jsonl (loaded on first use, and kept: a dict per
+        document; ``iter_docs_meta`` reads it without keeping it)."""
         if self._docs_meta is None:
-            f = self.path / "docs.jsonl"
-            if not f.is_file():
-                raise UserError(f"store {self.path} is incomplete: docs.jsonl is missing; {_FIX}")
-            with open(f, "rb") as fh:
-                rows = [json.loads(line) for line in fh]
-            if len(rows) != self.n_docs:
-                raise UserError(
-                    f"store {self.path} is corrupt: docs.jsonl has {len(rows)} lines but meta.json "
-                    f"says n_docs={self.n_docs}; {_FIX}"
-                )
-            self._docs_meta = rows
+            self._docs_meta = list(self.iter_docs_meta())
         return self._docs_meta
+
+    def iter_docs_meta(self) -> Iterator[dict]:
+        """Per-document metadata from docs.jsonl, a row at a time; raises at the end when the file
+        does not hold one line per document."""
+        f = self.path / "docs.jsonl"
+        if not f.is_file():
+            raise UserError(f"store {self.path} is incomplete: docs.jsonl is missing; {_FIX}")
+        n = 0
+        with open(f, "rb") as fh:
+            for line in fh:
+                n += 1
+                yield json.loads(line)
+        if n != self.n_docs:
+            raise UserError(
+                f"store {self.path} is corrupt: docs.jsonl has {n} lines but meta.json says "
+                f"n_docs={self.n_docs}; {_FIX}"
+            )
 
     def doc_meta(self, i: int) -> dict:
         return self.docs_meta()[i]

@@ -35,7 +35,11 @@ def test_power_law_mle_recovers_a_known_exponent():
     assert all(np.isnan(v) for v in power_law_fit(_tokens_with_counts([5, 4, 3, 2, 1])))
 
 
-def test_pack_stats_on_twins(tmp_path):
+def test_pack_stats_on_twins(tmp_path, monkeypatch):
+    from contextlab.data.store import TokenStore
+
+    # the spans are counted from docs.jsonl read a row at a time, never a dict per document kept
+    monkeypatch.setattr(TokenStore, "docs_meta", lambda s: pytest.fail("docs.jsonl loaded whole"))
     files = {
         "x/a1.txt": "zebra harbour",
         "x/a2.txt": "zebra meadow!",

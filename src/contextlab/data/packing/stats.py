@@ -23,6 +23,8 @@
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
 import numpy as np
@@ -99,7 +101,7 @@ def pack_stats(packed: PackedStore, *, max_sequences: int = 2000, seed: int = 0)
             "max": int(docs_per.max()) if n_seq else 0,
         },
         **_neighbour_stats(np.asarray(packed.similarity, dtype=np.float64), seq_of, n_seq),
-        **_span_stats(packed.store.docs_meta(), entries, seq_of, docs_per, n_seq),
+        **_span_stats(packed.store.iter_docs_meta(), entries, seq_of, docs_per, n_seq),
         "zipf": {
             "mean": float(zipf.mean()) if len(zipf) else None,
             "std": float(zipf.std()) if len(zipf) else None,
@@ -140,21 +142,18 @@ def _neighbour_stats(sims: np.ndarray, seq_of: np.ndarray, n_seq: int) -> dict:
 
 
 def _span_stats(
-    meta: list[dict], entries: np.ndarray, seq_of: np.ndarray, docs_per: np.ndarray, n_seq: int
+    meta: Iterable[dict], entries: np.ndarray, seq_of: np.ndarray, docs_per: np.ndarray, n_seq: int
 ) -> dict:
-    """Mean distinct domains and parent directories per sequence."""
+    """Mean distinct domains and parent directories per sequence (``meta`` read a row at a time:
+    two integer codes per document are kept, not its dict)."""
     dom_names: dict[str, int] = {}
     dir_names: dict[str, int] = {}
-    dom = np.array(
-        [dom_names.setdefault(str(m.get("domain", "")), len(dom_names)) for m in meta], dtype=np.int64
-    )
-    dirs = np.array(
-        [
-            dir_names.setdefault(str(PurePosixPath(str(m.get("path") or "")).parent), len(dir_names))
-            for m in meta
-        ],
-        dtype=np.int64,
-    )
+    dom, dirs = array("q"), array("q")
+    for m in meta:
+        dom.append(dom_names.setdefault(str(m.get("domain", "")), len(dom_names)))
+        parent = str(PurePosixPath(str(m.get("path") or "")).parent)
+        dirs.append(dir_names.setdefault(parent, len(dir_names)))
+    dom, dirs = np.frombuffer(dom, np.int64), np.frombuffer(dirs, np.int64)
     doms_per = _distinct_per_seq(seq_of, dom[entries[:, 0]], n_seq) if len(entries) else docs_per
     dirs_per = _distinct_per_seq(seq_of, dirs[entries[:, 0]], n_seq) if len(entries) else docs_per
     return {
