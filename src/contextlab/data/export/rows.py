@@ -10,7 +10,8 @@ than one batch: the packed store's arrays are memory maps, every token is read f
 token store's memory map, and after each batch the pages read are handed back
 (``MADV_DONTNEED``: they leave this process's resident set and stay in the OS page cache), so
 the resident set does not grow with the tokens read either. What does grow: 8 bytes per
-sequence (the ids to export) and per document (the lengths ``PackedStore`` keeps).
+sequence (the ids to export); a document's length is read from the store's offsets when an
+entry needs it, not kept for every document.
 Trade-off: rows are built one at a time in Python (a few microseconds of numpy per entry),
 which is simple and streams, not the fastest possible path.
 """
@@ -41,12 +42,20 @@ class RowBatch:
         return len(self.offsets) - 1
 
 
-def row_positions(packed: PackedStore, i: int, doc_len: np.ndarray, n_tokens: int) -> np.ndarray:
+def entry_doc_lengths(packed: PackedStore, entries: np.ndarray) -> np.ndarray:
+    """(n,) the token count of each entry's document, read from the store's offsets."""
+    ends = packed.store.offsets
+    return np.asarray(ends[entries[:, 0] + 1]) - np.asarray(ends[entries[:, 0]])
+
+
+def row_positions(packed: PackedStore, i: int, n_tokens: int) -> np.ndarray:
     """(n_tokens,) int32 positions of sequence ``i``: restarting at 0 at each entry's first token."""
     ent = packed.sequence_entries(i)  # (n, 3): document, begin, end
     n = ent[:, 2] - ent[:, 1]
     if packed.separator_id is not None:
-        n = n + (ent[:, 2] == doc_len[ent[:, 0]])  # a separator after an entry that ends its document
+        n = n + (
+            ent[:, 2] == entry_doc_lengths(packed, ent)
+        )  # a separator after an entry that ends its document
     starts = np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int64)
     starts = starts[starts < n_tokens]
     seg = np.zeros(n_tokens, dtype=np.int64)  # (n_tokens,) the start of each token's entry
@@ -66,13 +75,15 @@ def row_ids(packed: PackedStore, keep_short: bool, sequences: np.ndarray | None 
 
 def row_lengths(packed: PackedStore) -> np.ndarray:
     """``packed.sequence_lengths()`` a chunk of sequences at a time (no array per entry)."""
-    n, off, doc_len = packed.n_sequences, packed.seq_offsets, packed.store.lengths()
+    n, off = packed.n_sequences, packed.seq_offsets
     out = np.zeros(n, dtype=np.int64)  # (n_sequences,)
     for a in range(0, n, _CHUNK):
         b = min(a + _CHUNK, n)
         e0, e1 = int(off[a]), int(off[b])
-        entries = np.asarray(packed.entries[e0:e1])  # (entries of the chunk, 3)
+        entries = np.array(packed.entries[e0:e1])  # (entries of the chunk, 3)
         offsets = np.asarray(off[a : b + 1]) - e0
+        doc_len = entry_doc_lengths(packed, entries)  # entry j's document is now "document j"
+        entries[:, 0] = np.arange(len(entries))
         out[a:b] = sequence_lengths(
             entries, offsets, doc_len, packed.separator_id is not None, packed.row_len
         )
@@ -89,14 +100,13 @@ def release_pages(array: np.ndarray) -> None:
 
 def row_batches(packed: PackedStore, ids: np.ndarray, batch_rows: int) -> Iterator[RowBatch]:
     """The rows ``ids`` of ``packed`` in that order, ``batch_rows`` at a time."""
-    doc_len = packed.store.lengths()
     for start in range(0, len(ids), batch_rows):
         toks, pos, docs, lens = [], [], [], [0]
         for i in ids[start : start + batch_rows]:
             tokens, doc_ids = packed.sequence_tokens(int(i))
             toks.append(tokens)
             docs.append(doc_ids)
-            pos.append(row_positions(packed, int(i), doc_len, len(tokens)))
+            pos.append(row_positions(packed, int(i), len(tokens)))
             lens.append(len(tokens))
         yield RowBatch(
             np.concatenate(toks),
