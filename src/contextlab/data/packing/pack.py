@@ -239,6 +239,16 @@ def _finalize(store: TokenStore, cfg: PackConfig, ranges, partial: Path, fp: str
             rows = st["n_sequences"] + 1 if name == "seq_offsets" else st["n_entries"]
             yield shards_mod.shard_array(f, name, rows)
 
+    counts = []  # per shard: (full sequences, tokens), measured as its entries are written
+
+    def entries_measured():
+        for (lo, hi), entries, offsets in zip(ranges, each("entries"), each("seq_offsets")):
+            local = entries - np.array([lo, 0, 0])  # the shard's documents, numbered from its first
+            doc_len = np.diff(np.asarray(store.offsets[lo : hi + 1]))
+            lens = sequence_lengths(local, offsets, doc_len, sep_id is not None, cfg.row_len)
+            counts.append((int((lens == cfg.row_len).sum()), int(lens.sum())))
+            yield entries
+
     def seq_offsets():  # each shard's offsets past its first, moved by the entries before it
         yield np.zeros(1, np.int64)
         base = 0
@@ -246,15 +256,10 @@ def _finalize(store: TokenStore, cfg: PackConfig, ranges, partial: Path, fp: str
             yield offsets[1:] + base
             base += int(offsets[-1])
 
-    atomic_write_npy(partial / "entries.npy", np.int64, (n_entries, 3), each("entries"))
+    atomic_write_npy(partial / "entries.npy", np.int64, (n_entries, 3), entries_measured())
     atomic_write_npy(partial / "seq_offsets.npy", np.int64, (n_seq + 1,), seq_offsets())
     atomic_write_npy(partial / "similarity.npy", np.float32, (n_entries,), each("similarity"))
-    n_full = n_tokens = 0
-    for (lo, hi), entries, offsets in zip(ranges, each("entries"), each("seq_offsets")):
-        local = entries - np.array([lo, 0, 0])  # the shard's documents, numbered from its first
-        doc_len = np.diff(np.asarray(store.offsets[lo : hi + 1]))
-        lens = sequence_lengths(local, offsets, doc_len, sep_id is not None, cfg.row_len)
-        n_full, n_tokens = n_full + int((lens == cfg.row_len).sum()), n_tokens + int(lens.sum())
+    n_full, n_tokens = (sum(c) for c in zip(*counts))
     save_toml(to_dict(cfg), partial / "config.toml")
     meta = {
         "format": PACKED_FORMAT,
