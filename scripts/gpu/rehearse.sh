@@ -31,6 +31,10 @@ step() {  # step NAME CHECK-COMMAND -- ENV... SCRIPT ARGS...: a fresh machine, t
 done_rows() { grep -c ",done," "$1" 2>/dev/null || true; }
 export -f done_rows
 
+step l "python3 -c \"import json; d = json.load(open('$work/l/learning.json')); assert len(d['variants']) == 6 and all('learns' in v for v in d['variants'].values()), d\"" \
+  -- "LEARNING_ARGS=--device cpu --size tiny-2x128 --context 128 --rows 8 --micro 4 --steps 20 --warmup 5 --val-tokens 4096 --threads 1 --parallel 2" \
+  bash scripts/gpu/learning_check.sh "$work/l"
+
 oc="RECIPE=$work/recipes/optimal_context.toml"
 step a1 "[ \$(done_rows $work/a1/results.csv) = 2 ]" -- "$oc" bash scripts/gpu/optimal_context.sh "$work/a1" --only 'max_flops-2e\+11'
 cp "$work/a1/optimal_context_gpu.tar.gz" .gpu/state/

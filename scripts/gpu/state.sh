@@ -18,13 +18,17 @@ restore_state() {
   tar -xzf "$archive" && echo "restored $(tar -tzf "$archive" | head -1) from $archive"
 }
 # sweep_slice NAME RECIPE OUT [contextlab sweep arguments]: restore sweeps/NAME from .gpu/state/NAME.tar.gz,
-# run the sweep until LIMIT_S seconds (default 480; a run the limit stops starts again from scratch next time),
+# run the sweep until LIMIT_S seconds (default 480; a run the limit stops starts again from scratch next time;
+# DEADLINE, epoch seconds, instead stops it then, so a command whose corpus build took long still ends in time),
 # list every run's status, and write OUT/NAME.tar.gz (the state for the next command) and OUT/results.csv.
 sweep_slice() {
   local name=${1:?sweep_slice NAME RECIPE OUT} recipe=${2:?} out=${3:?}
   shift 3
   restore_state ".gpu/state/$name.tar.gz"
-  timeout -s INT "${LIMIT_S:-480}" python3 -m contextlab sweep "$recipe" "$@" 2>&1 \
+  local limit=${LIMIT_S:-480}
+  [ -z "${DEADLINE:-}" ] || limit=$((DEADLINE - $(date +%s)))
+  echo "sweep $name: stops in $limit s at the latest"
+  timeout -s INT "$limit" python3 -m contextlab sweep "$recipe" "$@" 2>&1 \
     | tr '\r' '\n' | grep -v -i -e warn -e '%|' | tee "$out/sweep.log" | tail -40
   python3 -m contextlab sweep "$recipe" --dry-run | tail -20
   save_state "sweeps/$name" "$out/$name.tar.gz"
