@@ -130,24 +130,72 @@ def fsync_dir(path: str | os.PathLike) -> None:
 
 
 def replace_dir(src: str | os.PathLike, dst: str | os.PathLike, *, overwrite: bool) -> None:
-    """Move ``src`` to ``dst``; an existing ``dst`` is replaced only when ``overwrite``.
+    """Move the folder ``src`` to ``dst``; an existing folder ``dst`` is replaced only when ``overwrite``.
 
-    The old directory is first renamed aside, so at every instant either the old or the new
-    one is in place, then it is deleted.
+    The old folder is first moved into a fresh hidden folder beside it (made here, so its name
+    cannot be anything the user made: ``.DST.<hex>.replaced``), the new one is renamed in, then
+    the hidden folder is deleted; at every instant either the old or the new folder is at ``dst``.
+    Nothing else is touched: a sibling such as ``DST.old`` is the user's. A ``dst`` that is a file
+    or a link is refused, with or without ``overwrite``.
     """
     src, dst = Path(src), Path(dst)
-    if dst.exists():
-        if not overwrite:
-            raise UserError(f"{dst} already exists; choose another --out or pass --overwrite")
-        aside = dst.with_name(dst.name + ".old")
-        if aside.exists():
-            shutil.rmtree(aside)
-        os.replace(dst, aside)
+    if not (dst.exists() or dst.is_symlink()):
         os.replace(src, dst)
-        shutil.rmtree(aside)
-    else:
+        fsync_dir(dst.parent)
+        return
+    if not overwrite:
+        raise UserError(f"{dst} already exists; choose another --out or pass --overwrite")
+    refuse_non_folder(dst)
+    holder = _fresh_dir(dst, "replaced")
+    os.rename(dst, holder / dst.name)
+    try:
         os.replace(src, dst)
+    except BaseException:
+        os.rename(holder / dst.name, dst)  # the old folder goes back where it was
+        holder.rmdir()
+        raise
     fsync_dir(dst.parent)
+    shutil.rmtree(holder)
+
+
+def refuse_non_folder(out: str | os.PathLike, flag: str = "--out") -> None:
+    """One line for an output path that exists and is a file or a link (a writer never deletes one)."""
+    out = Path(out)
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        kind = "a link" if out.is_symlink() else "a file"
+        raise UserError(f"{flag} {out} is {kind}, not a folder; choose another {flag} (it is left as it is)")
+
+
+def refuse_overlap(out: str | os.PathLike, inputs: Iterable, flag: str = "--out") -> None:
+    """Refuse an output folder that is, contains or lies inside one of ``inputs`` (the paths the
+    command reads; entries that are None or do not exist are skipped): writing it would replace
+    or mix with what is being read. Links are followed on both sides."""
+    dst = Path(out).resolve()
+    for item in inputs:
+        if item is None or not str(item) or not Path(item).exists():
+            continue
+        src = Path(item).resolve()
+        if dst == src:
+            how = "is"
+        elif src in dst.parents:
+            how = "lies inside"
+        elif dst in src.parents:
+            how = "contains"
+        else:
+            continue
+        raise UserError(f"{flag} {out} {how} {item}, which this command reads; choose an {flag} outside it")
+
+
+def _fresh_dir(beside: Path, tag: str) -> Path:
+    """A new empty hidden folder ``.NAME.<hex>.TAG`` beside ``beside``, made by this call."""
+    for _ in range(100):
+        path = beside.with_name(f".{beside.name}.{secrets.token_hex(4)}.{tag}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {beside}")
 
 
 @contextlib.contextmanager
@@ -159,20 +207,13 @@ def staged_dir(out: str | os.PathLike, *, overwrite: bool, what: str = "folder")
     is deleted and ``out`` is left as it was. The folder gets the mode ``mkdir`` gives.
     """
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
+    refuse_non_folder(out, what)
+    if out.exists() and any(out.iterdir()) and not overwrite:
         raise UserError(
             f"{what} {out} already exists and is not empty; choose another folder or pass overwrite"
         )
     out.parent.mkdir(parents=True, exist_ok=True)
-    for _ in range(100):
-        tmp = _temp_name(out)
-        try:
-            tmp.mkdir()
-            break
-        except FileExistsError:
-            continue
-    else:
-        raise FileExistsError(f"no free temporary name beside {out}")
+    tmp = _fresh_dir(out, "tmp")
     try:
         yield tmp
         replace_dir(tmp, out, overwrite=True)  # checked above; the old folder is swapped out whole

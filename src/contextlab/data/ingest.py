@@ -56,7 +56,13 @@ from contextlab.data.store import (
 )
 from contextlab.data.tokenizers import N_THREADS, Tokenizer, load_saved_tokenizer, load_tokenizer
 from contextlab.errors import UserError
-from contextlab.io import atomic_write_json, atomic_write_text, open_partial, partial_dir
+from contextlab.io import (
+    atomic_write_json,
+    atomic_write_text,
+    open_partial,
+    partial_dir,
+    refuse_non_folder,
+)
 
 TOKENIZER_SPECS = "byte | gpt2:DIR | hf:PATH | bpe:N | dir:DIR (a saved tokenizer) | store:STORE"
 SKIPPED_FILE = "skipped.jsonl"  # in the store: every file (or row) the source left out, and why
@@ -107,7 +113,15 @@ def resolve_tokenizer_spec(spec: str) -> str:
     return spec
 
 
-@holds_output_lock("token store")
+def _ingest_inputs(call: dict) -> list:
+    """The paths an ingest reads: its source, when local, and the tokenizer's folder or store."""
+    source = call["source"]
+    kind, _, rest = getattr(call.get("config"), "tokenizer", "byte").partition(":")
+    tokenizer = rest if kind in ("gpt2", "hf", "dir", "store") else None  # the specs that read a path
+    return [source if isinstance(source, (str, Path)) else None, tokenizer]
+
+
+@holds_output_lock("token store", inputs=_ingest_inputs)
 def ingest(
     source: str | Path,
     out: str | Path,
@@ -140,6 +154,7 @@ def ingest(
 
 def _ingest(source, out: Path, config: IngestConfig, overwrite: bool, progress: bool, store_documents):
     """``ingest`` without the lock and the full-disk message."""
+    refuse_non_folder(out)
     src = open_source(source, config.source)
     src.check_encoding()  # strict: every undecodable file named before any work is done
     fingerprint = _fingerprint(src, config)

@@ -34,6 +34,7 @@ from contextlab.io import (
     atomic_write_npy,
     exclusive_lock,
     fsync_dir,
+    refuse_overlap,
     replace_dir,
 )
 
@@ -71,12 +72,16 @@ def output_lock(out: str | os.PathLike, what: str) -> contextlib.AbstractContext
     return exclusive_lock(out.with_name(f".{out.name}.lock"), f"{what} {out}")
 
 
-def holds_output_lock(what: str, *, unless: str | None = None) -> Callable[[F], F]:
+def holds_output_lock(
+    what: str, *, unless: str | None = None, inputs: Callable[[dict], Iterable] | None = None
+) -> Callable[[F], F]:
     """Decorate a writer ``fn(src, out, ...)`` so it holds ``output_lock(out)`` while it runs.
 
     ``unless`` names an argument that, when given (not None), makes the call run unlocked: a
     pack of ``only_shards`` writes just its own shard files, atomically, so many such calls may
-    share an OUT (the documented scale-out); the assembling call takes the lock.
+    share an OUT (the documented scale-out); the assembling call takes the lock. ``inputs``
+    maps the call's arguments to the paths it reads: an ``out`` that is, contains or lies inside
+    one is refused (``io.refuse_overlap``) before anything, the lock file included, is written.
     """
 
     def wrap(fn: F) -> F:
@@ -85,6 +90,8 @@ def holds_output_lock(what: str, *, unless: str | None = None) -> Callable[[F], 
         @functools.wraps(fn)
         def locked(*args, **kwargs):
             bound = signature.bind(*args, **kwargs).arguments
+            if inputs is not None:
+                refuse_overlap(bound["out"], inputs(bound))
             if unless is not None and bound.get(unless) is not None:
                 return fn(*args, **kwargs)
             with output_lock(bound["out"], what):

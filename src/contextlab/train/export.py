@@ -17,6 +17,7 @@ from pathlib import Path
 
 from contextlab import rundir
 from contextlab.errors import UserError
+from contextlab.io import refuse_overlap
 from contextlab.models.loading import left_to_right, load_trained_model
 
 
@@ -34,6 +35,8 @@ def export_checkpoint(
         )
     spec = state.get("tokenizer") or {}
     tokenizer_dir = rundir.find_tokenizer_dir(path, spec)
+    init_source = (state.get("init") or {}).get("source") or None
+    refuse_overlap(out, [run_or_ckpt, path, rundir.run_of(path), tokenizer_dir, init_source])
     extra = {
         "contextlab_tokenizer": state.get("tokenizer"),
         "contextlab_step": state["step"],

@@ -30,7 +30,7 @@ from contextlab.data.export.rows import row_ids, row_lengths
 from contextlab.data.packing.packed_store import PackedStore
 from contextlab.data.views import packed_split
 from contextlab.errors import UserError
-from contextlab.io import atomic_write_json, partial_dir, replace_dir
+from contextlab.io import atomic_write_json, partial_dir, refuse_non_folder, refuse_overlap, replace_dir
 
 EXPORT_FORMAT = "contextlab-export"
 EXPORT_VERSION = 1
@@ -114,9 +114,8 @@ def _open_packed(path: Path) -> PackedStore:
 
 
 def _check_out(pk: PackedStore, out: Path, overwrite: bool) -> None:
-    src, dst = pk.path.resolve(), out.resolve()
-    if dst == src or dst in src.parents or src in dst.parents:
-        raise UserError(f"--out {out} overlaps the packed store {pk.path}; choose a folder outside it")
+    refuse_overlap(out, [pk.path, pk.store.path])  # the packed store and the token store it reads
+    refuse_non_folder(out)
     if out.exists() and not overwrite:
         raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
 

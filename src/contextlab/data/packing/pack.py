@@ -37,7 +37,14 @@ from contextlab.data.packing.config import PackConfig
 from contextlab.data.packing.packed_store import PACKED_FORMAT, PackedStore, is_packed_store, sequence_lengths
 from contextlab.data.store import TokenStore, holds_output_lock
 from contextlab.errors import UserError
-from contextlab.io import atomic_write_json, atomic_write_npy, open_partial, partial_dir, replace_dir
+from contextlab.io import (
+    atomic_write_json,
+    atomic_write_npy,
+    open_partial,
+    partial_dir,
+    refuse_non_folder,
+    replace_dir,
+)
 
 
 @dataclass
@@ -66,7 +73,12 @@ def fingerprint(cfg: PackConfig, store: TokenStore) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-@holds_output_lock("packed store", unless="only_shards")
+def _pack_inputs(call: dict) -> list:
+    store = call["store"]
+    return [store.path if isinstance(store, TokenStore) else store]
+
+
+@holds_output_lock("packed store", unless="only_shards", inputs=_pack_inputs)
 def pack(
     store: str | Path | TokenStore,
     out: str | Path,
@@ -87,6 +99,7 @@ def pack(
     sep_id = _separator_id(tstore, cfg)
     fp = fingerprint(cfg, tstore)
     out = Path(out)
+    refuse_non_folder(out)
     if out.exists():
         done = _existing_output(out, fp, overwrite)
         if done is not None:

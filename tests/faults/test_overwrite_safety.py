@@ -1,0 +1,185 @@
+"""Nothing a user made is deleted by a writer, with or without ``--overwrite`` (Robustness II, items 1-2).
+
+Through the command line, for the four writers that replace a folder (ingest, pack, data export,
+model export):
+
+- a sibling ``OUT.old`` (a folder with a file in it, or a plain file) survives ``--overwrite``, and
+  the new result is in place;
+- an ``--out`` that is a regular file is refused in one line and left as it was;
+- an ``--out`` that is, contains or lies inside an input of the command is refused in one line that
+  does not suggest ``--overwrite``, and the input is left as it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from contextlab.cli import main
+from contextlab.config import from_dict
+from tests.conftest import shakespeare, write_tree
+
+TINY_RUN = {
+    "model": {"size": "tiny-2x128", "n_layer": 1, "n_head": 2, "n_embd": 32},
+    "data": {"store": "", "val_split": "tail", "val_fraction": 0.1},
+    "optim": {"lr": 3e-3, "warmup_steps": 1},
+    "train": {
+        "out_dir": "",
+        "context": 32,
+        "tokens_per_step": 128,
+        "max_steps": 1,
+        "val_every": 0,
+        "ckpt_every": 0,
+        "threads": 1,
+        "progress": False,
+        "dtype": "fp32",
+    },
+}
+
+
+def tree_digest(path: Path) -> str:
+    """A digest of every file's relative path and bytes under ``path`` (or of the file itself)."""
+    h = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for f in files:
+        h.update(str(f.relative_to(path.parent)).encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """A corpus, its byte store, an EP packed store and a one-step run, all made once."""
+    from contextlab.train.config import RunConfig
+    from contextlab.train.trainer import train
+
+    root = tmp_path_factory.mktemp("overwrite")
+    text = shakespeare(20_000)
+    write_tree(root / "corpus", {f"part{i}.txt": text[i * 5000 : (i + 1) * 5000] for i in range(4)})
+    assert main(["data", "ingest", str(root / "corpus"), "--out", str(root / "store"), "--no-progress"]) == 0
+    pack_args = ["data", "pack", str(root / "store"), "--method", "ep", "--context", "63", "--no-progress"]
+    assert main([*pack_args, "--out", str(root / "packed")]) == 0
+    cfg = json.loads(json.dumps(TINY_RUN))
+    cfg["data"]["store"], cfg["train"]["out_dir"] = str(root / "store"), str(root / "run")
+    train(from_dict(RunConfig, cfg))
+    return root
+
+
+def writer_args(project: Path, kind: str, out: Path) -> list[str]:
+    return {
+        "ingest": ["data", "ingest", str(project / "corpus"), "--out", str(out), "--no-progress"],
+        "pack": [
+            "data",
+            "pack",
+            str(project / "store"),
+            "--method",
+            "ep",
+            "--context",
+            "63",
+            "--out",
+            str(out),
+        ]
+        + ["--no-progress"],
+        "data export": ["data", "export", str(project / "packed"), "--out", str(out), "--no-progress"],
+        "export": ["export", str(project / "run"), "--out", str(out)],
+    }[kind]
+
+
+def made(kind: str, out: Path) -> bool:
+    """Whether ``out`` holds what writer ``kind`` makes."""
+    name = {"ingest": "meta.json", "pack": "meta.json", "data export": "export.json", "export": "config.json"}
+    return (out / name[kind]).is_file()
+
+
+WRITERS = ["ingest", "pack", "data export", "export"]
+
+
+@pytest.mark.parametrize("kind", WRITERS)
+@pytest.mark.parametrize("old_is", ["folder", "file"])
+def test_overwrite_leaves_a_sibling_named_out_old(project, tmp_path, kind, old_is):
+    out = tmp_path / "out"
+    args = writer_args(project, kind, out)
+    assert main(args) == 0 and made(kind, out)
+    old = tmp_path / "out.old"
+    if old_is == "folder":
+        write_tree(old, {"keep.txt": "keep"})
+    else:
+        old.write_text("keep")
+    before = tree_digest(old)
+    assert main([*args, "--overwrite"]) == 0
+    assert made(kind, out)
+    assert old.exists() and tree_digest(old) == before  # the user's OUT.old is untouched
+    left = sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock"))
+    assert left == ["out", "out.old"]  # nothing else left behind (some writers keep a lock file)
+
+
+@pytest.mark.parametrize("kind", WRITERS)
+def test_an_out_that_is_a_file_is_refused_and_kept(project, tmp_path, kind, capsys):
+    out = tmp_path / "out"
+    out.write_text("my notes")
+    assert main([*writer_args(project, kind, out), "--overwrite"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a file, not a folder" in err[0] and str(out) in err[0]
+    assert out.read_text() == "my notes"
+    assert not (tmp_path / "out.partial").exists()
+
+
+OVERLAPS = [  # (writer, where --out goes, relative to the project, the input that must survive)
+    ("ingest", "corpus", "corpus"),  # is the corpus
+    ("ingest", "corpus/sub", "corpus"),  # lies inside it
+    ("ingest", ".", "corpus"),  # contains it
+    ("pack", "store", "store"),
+    ("pack", "store/packed", "store"),
+    ("data export", "store", "store"),  # the packed store's token store
+    ("data export", "packed", "packed"),
+    ("export", "run", "run"),
+    ("export", "run/hf", "run"),
+]
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+@pytest.mark.parametrize("kind, out, kept", OVERLAPS)
+def test_an_out_that_overlaps_an_input_is_refused(project, kind, out, kept, overwrite, capsys):
+    before = tree_digest(project / kept)
+    args = writer_args(project, kind, project / out) + (["--overwrite"] if overwrite else [])
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "which this command reads" in err[0], err
+    assert "--overwrite" not in err[0]
+    assert tree_digest(project / kept) == before
+    assert not (project / f"{Path(out).name}.partial").exists()
+
+
+def test_a_folder_replaced_by_overwrite_is_gone_whole(project, tmp_path):
+    """The replaced folder is deleted (it was the command's own output), and nothing hidden stays."""
+    out = tmp_path / "packed"
+    args = writer_args(project, "pack", out)
+    assert main(args) == 0
+    (out / "note.txt").write_text("stale")  # a file in the old output, which --overwrite replaces
+    assert main([*args, "--overwrite"]) == 0
+    assert not (out / "note.txt").exists() and made("pack", out)
+    assert [
+        p.name for p in tmp_path.iterdir() if p.name.startswith(".") and not p.name.endswith(".lock")
+    ] == []
+
+
+def test_replace_dir_puts_the_old_folder_back_when_the_new_one_cannot_move_in(tmp_path, monkeypatch):
+    from contextlab import io as cio
+
+    dst = write_tree(tmp_path / "out", {"old.txt": "old"})
+    src = write_tree(tmp_path / "new", {"new.txt": "new"})
+    real = os.replace
+
+    def failing(a, b):
+        if Path(a) == src:
+            raise OSError(28, "No space left on device")
+        return real(a, b)
+
+    monkeypatch.setattr(cio.os, "replace", failing)
+    with pytest.raises(OSError):
+        cio.replace_dir(src, dst, overwrite=True)
+    assert (dst / "old.txt").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new", "out"]
