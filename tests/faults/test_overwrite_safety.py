@@ -183,3 +183,18 @@ def test_replace_dir_puts_the_old_folder_back_when_the_new_one_cannot_move_in(tm
         cio.replace_dir(src, dst, overwrite=True)
     assert (dst / "old.txt").read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["new", "out"]
+
+
+@pytest.mark.parametrize("kind", WRITERS)
+def test_a_second_writer_of_one_out_is_refused_naming_the_first(project, tmp_path, kind, capsys):
+    """Every writer takes the one-writer lock of its --out (a second data export used to interleave its
+    files with the first's); the second is refused in one line that names the holder."""
+    from contextlab.data.store import output_lock
+
+    out = tmp_path / "out"
+    with output_lock(out, "test holder"):  # another process's lock: flock conflicts across open files
+        assert main(writer_args(project, kind, out)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is being written by pid" in err[0], err
+    assert not out.exists()
+    assert main(writer_args(project, kind, out)) == 0 and made(kind, out)  # free again afterwards

@@ -16,11 +16,17 @@ import tempfile
 from pathlib import Path
 
 from contextlab import rundir
+from contextlab.data.store import holds_output_lock
 from contextlab.errors import UserError
 from contextlab.io import refuse_overlap
 from contextlab.models.loading import left_to_right, load_trained_model
 
 
+def _export_inputs(call: dict) -> list:
+    return [call["run_or_ckpt"]]  # the checkpoint's run, tokenizer and source: checked once loaded
+
+
+@holds_output_lock("export folder", inputs=_export_inputs)
 def export_checkpoint(
     run_or_ckpt: str | Path, out: str | Path, *, step: int | None = None, overwrite: bool = False
 ) -> Path:

@@ -28,9 +28,10 @@ from contextlab.data.export.megatron import megatron_dtype, write_megatron_split
 from contextlab.data.export.parquet import rows_per_shard_for, write_parquet_split
 from contextlab.data.export.rows import row_ids, row_lengths
 from contextlab.data.packing.packed_store import PackedStore
+from contextlab.data.store import holds_output_lock
 from contextlab.data.views import packed_split
 from contextlab.errors import UserError
-from contextlab.io import atomic_write_json, partial_dir, refuse_non_folder, refuse_overlap, replace_dir
+from contextlab.io import atomic_write_json, partial_dir, refuse_non_folder, replace_dir
 
 EXPORT_FORMAT = "contextlab-export"
 EXPORT_VERSION = 1
@@ -60,6 +61,19 @@ class ExportReport:
     seconds: float
 
 
+def _export_inputs(call: dict) -> list:
+    """The packed store an export reads and the token store behind it."""
+    packed = call["packed"]
+    path = packed.path if isinstance(packed, PackedStore) else Path(packed)
+    pk = (
+        packed
+        if isinstance(packed, PackedStore)
+        else (PackedStore(path) if (path / "meta.json").is_file() else None)
+    )
+    return [path, pk.store.path if pk is not None else None]
+
+
+@holds_output_lock("export", inputs=_export_inputs)
 def export(
     packed: str | Path | PackedStore,
     out: str | Path,
@@ -114,7 +128,6 @@ def _open_packed(path: Path) -> PackedStore:
 
 
 def _check_out(pk: PackedStore, out: Path, overwrite: bool) -> None:
-    refuse_overlap(out, [pk.path, pk.store.path])  # the packed store and the token store it reads
     refuse_non_folder(out)
     if out.exists() and not overwrite:
         raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
