@@ -204,3 +204,33 @@ def test_workers_die_with_a_killed_parent_and_the_rerun_equals_the_reference(
     _, err = again.communicate(timeout=300)
     assert again.returncode == 0, err
     assert _snapshot(out) == reference
+
+
+@pytest.mark.parametrize("damage", ["another-shard", "truncated", "flipped-byte"])
+def test_a_shard_file_that_is_not_its_shard_is_packed_again(store, reference, tmp_path, damage, capsys):
+    """Robustness II items 4 and 14: a resume used shard files it never checked (shard 0 copied over
+    shard 1 gave rc 0, shard 0 twice, documents missing and doubled); a truncated one was a
+    BadZipFile traceback. Each resumed shard is checked (index, documents, checksum) and redone."""
+    out = tmp_path / "packed"
+    assert main([*_pack_args(store, out, "--no-progress"), "--only-shards", "0,1,2,3"]) == 0
+    shards = out.with_name("packed.partial") / "shards"
+    one = shards / "shard_00001.npz"
+    if damage == "another-shard":
+        one.write_bytes((shards / "shard_00000.npz").read_bytes())
+    elif damage == "truncated":
+        one.write_bytes(one.read_bytes()[: one.stat().st_size // 2])
+    else:  # one byte of an array changed, the zip still readable: only the checksum can tell
+        import numpy as np
+
+        with np.load(one) as z:
+            arrays = {k: z[k] for k in z.files}
+        arrays["entries"] = arrays["entries"].copy()
+        arrays["entries"][0, 2] -= 1  # the first entry ends one token earlier
+        with open(one, "wb") as fh:
+            np.savez(fh, **arrays)
+    capsys.readouterr()
+    assert main(_pack_args(store, out)) == 0
+    said = capsys.readouterr().out
+    assert re.search(r"^shard 1: shard_00001\.npz is not usable \(.+\); packing it again$", said, re.M), said
+    assert "shard 0:" not in said and "shard 2:" not in said
+    assert _snapshot(out) == reference

@@ -110,7 +110,7 @@ def pack(
         _complete(partial_dir(out), out, overwrite)
         return PackReport(PackedStore(out, store=tstore), time.perf_counter() - t0, 0, len(wanted))
     partial = _open_partial(out, fp, overwrite)
-    todo = [s for s in wanted if shards_mod.read_shard(shards_mod.shard_file(partial, s), fp) is None]
+    todo = _shards_to_pack(partial, fp, ranges, wanted)
     if progress and len(todo) < len(wanted):
         print(f"resuming pack into {out}: {len(wanted) - len(todo)} of {len(wanted)} shard(s) already packed")
     _run(tstore, cfg, ranges, todo, partial, fp, executor or LocalExecutor(workers), progress)
@@ -146,13 +146,27 @@ def _wanted_shards(only_shards: list[int] | None, n_shards: int) -> list[int]:
     return wanted
 
 
-def _all_shard_stats(partial: Path, n_shards: int, fp: str) -> list[dict]:
+def _shards_to_pack(partial: Path, fp: str, ranges, wanted: list[int]) -> list[int]:
+    """The wanted shards without a file that holds exactly them (index, documents, checksum): a
+    file that does not is named, with what is wrong, and the shard is packed again."""
+    todo = []
+    for s in wanted:
+        stats, why = shards_mod.check_shard(shards_mod.shard_file(partial, s), fp, s, ranges[s])
+        if stats is None:
+            todo.append(s)
+            if why is not None:
+                name = shards_mod.shard_file(partial, s).name
+                print(f"shard {s}: {name} is not usable ({why}); packing it again")
+    return todo
+
+
+def _all_shard_stats(partial: Path, ranges, fp: str) -> list[dict]:
     stats = []
-    for s in range(n_shards):
-        got = shards_mod.read_shard(shards_mod.shard_file(partial, s), fp)
+    for s, docs in enumerate(ranges):  # the arrays were checked when the run began or written by it
+        got, why = shards_mod.check_shard(shards_mod.shard_file(partial, s), fp, s, docs, checksum=False)
         if got is None:
             raise UserError(
-                f"shard {s} of {partial} is missing or from another config; run the same command again"
+                f"shard {s} of {partial} is {why or 'missing'}; run the same command again to pack it again"
             )
         stats.append(got)
     return stats
@@ -243,7 +257,7 @@ def _finalize(store: TokenStore, cfg: PackConfig, ranges, partial: Path, fp: str
     The arrays are the shards' arrays one after another, written a shard at a time: the driver
     never holds more than one shard's (concatenating them all cost ~3 copies of entries.npy, 24
     bytes per entry, i.e. ~70 GB at 10^9 documents)."""
-    stats = _all_shard_stats(partial, len(ranges), fp)
+    stats = _all_shard_stats(partial, ranges, fp)
     files = [shards_mod.shard_file(partial, s) for s in range(len(ranges))]
     n_entries, n_seq = sum(st["n_entries"] for st in stats), sum(st["n_sequences"] for st in stats)
 

@@ -14,10 +14,12 @@ the cost per shard stays flat as the corpus grows.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import math
 import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -164,24 +166,55 @@ def pack_shard(
     return {"entries": entries, "seq_offsets": offsets, "similarity": sims}, stats
 
 
+def arrays_checksum(arrays: dict) -> str:
+    """sha256 over a shard's arrays (name, dtype, shape and bytes of each, by name)."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
+        h.update(a.view(np.uint8).reshape(-1).data)
+    return h.hexdigest()
+
+
 def write_shard(path: Path, arrays: dict, stats: dict, fingerprint: str) -> None:
+    """A shard's file: its arrays and a record (the pack's fingerprint, the shard's stats, which
+    name its index and document range, and a checksum of the arrays, checked before a resume)."""
     buf = io.BytesIO()
-    record = json.dumps({"fingerprint": fingerprint, "stats": stats})
+    record = json.dumps({"fingerprint": fingerprint, "stats": stats, "checksum": arrays_checksum(arrays)})
     np.savez(buf, record=np.frombuffer(record.encode(), dtype=np.uint8), **arrays)
     atomic_write_bytes(path, buf.getvalue())
 
 
-def read_shard(path: Path, fingerprint: str) -> dict | None:
-    """The stats of a finished shard (its record alone, not its arrays), or None when the file is
-    missing, unreadable or from another config."""
+ARRAYS = ("entries", "seq_offsets", "similarity")
+
+
+def check_shard(
+    path: Path, fingerprint: str, index: int, docs: tuple[int, int], *, checksum: bool = True
+) -> tuple[dict | None, str | None]:
+    """(the stats of shard ``index`` of documents ``docs`` = [lo, hi), None) when ``path`` holds
+    exactly that shard, else (None, why): why is None for a missing file, else what is wrong with
+    it (unreadable or cut short, another config, another shard's index or documents, arrays that
+    do not match the checksum written with them). ``checksum=False`` reads only the record."""
     if not path.is_file():
-        return None
+        return None, None
     try:
         with np.load(path) as z:
             record = json.loads(z["record"].tobytes().decode())
-    except (OSError, ValueError, KeyError, json.JSONDecodeError):
-        return None
-    return record["stats"] if isinstance(record, dict) and record.get("fingerprint") == fingerprint else None
+            arrays = {name: z[name] for name in ARRAYS} if checksum else None
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
+        return None, f"unreadable ({type(exc).__name__})"
+    if not isinstance(record, dict) or record.get("fingerprint") != fingerprint:
+        return None, "written by a pack with another config or store"
+    stats = record.get("stats") or {}
+    if stats.get("shard") != index or list(stats.get("docs", [])) != [int(docs[0]), int(docs[1])]:
+        return None, f"holds shard {stats.get('shard')} (documents {stats.get('docs')}), not this one"
+    if arrays is not None:
+        if record.get("checksum") != arrays_checksum(arrays):
+            return None, "its arrays do not match the checksum written with them"
+        ids = arrays["entries"][:, 0] if len(arrays["entries"]) else np.zeros(0, np.int64)
+        if len(ids) and (ids.min() < docs[0] or ids.max() >= docs[1]):
+            return None, "its entries name documents outside its range"
+    return stats, None
 
 
 def shard_array(path: Path, name: str, length: int) -> np.ndarray:
