@@ -50,3 +50,30 @@ def test_generate_throughput_runs_and_reports_its_ratios():
     )
     assert out["bench"] == "generate_throughput" and out["kv_speedup_vs_recompute"] > 0
     assert out["ratio_vs_transformers"] > 0 and all(r["identical_to_recompute"] for r in out["by_batch"])
+
+
+def test_gpu_learning_runs_its_variants_and_names_the_setting_to_train_with(tmp_path):
+    """The GPU learning check at a toy size on the CPU: each variant trains in its own process with its
+    one change applied, and the verdict follows the rule its docstring states."""
+    from contextlab.data.ingest import IngestConfig, ingest
+    from tests.conftest import shakespeare
+
+    (tmp_path / "corpus").mkdir()
+    for i in range(4):
+        (tmp_path / "corpus" / f"p{i}.txt").write_text(shakespeare(40_000)[i * 10_000 : (i + 1) * 10_000])
+    ingest(tmp_path / "corpus", tmp_path / "store", IngestConfig(tokenizer="byte"), progress=False)
+    out = last_json(
+        [
+            "benchmarks/gpu_learning.py",
+            *("--store", str(tmp_path / "store"), "--out", str(tmp_path / "check")),
+            *("--variants", "eager,eager_unfused_adamw", "--device", "cpu", "--size", "tiny-2x128"),
+            *("--context", "32", "--rows", "4", "--micro", "2", "--steps", "8", "--warmup", "2"),
+            *("--val-tokens", "256", "--threads", "1", "--parallel", "2", "--learns-below", "100"),
+        ]
+    )
+    assert out["bench"] == "gpu_learning" and set(out["variants"]) == {"eager", "eager_unfused_adamw"}
+    assert all(v["learns"] and v["loss_last_quarter"] > 0 for v in out["variants"].values())
+    assert out["train_with"] == "eager"  # "compiled" was not run, and eager learns under this threshold
+    assert "patch applied: unfused_adamw" in (tmp_path / "check" / "eager_unfused_adamw.log").read_text()
+    saved = json.loads((tmp_path / "check" / "learning.json").read_text())
+    assert len(saved["curves"]["eager"]) >= 2
