@@ -146,7 +146,7 @@ def replace_dir(src: str | os.PathLike, dst: str | os.PathLike, *, overwrite: bo
     if not overwrite:
         raise UserError(f"{dst} already exists; choose another --out or pass --overwrite")
     refuse_non_folder(dst)
-    holder = _fresh_dir(dst, "replaced")
+    holder = fresh_dir(dst, "replaced")
     os.rename(dst, holder / dst.name)
     try:
         os.replace(src, dst)
@@ -186,7 +186,7 @@ def refuse_overlap(out: str | os.PathLike, inputs: Iterable, flag: str = "--out"
         raise UserError(f"{flag} {out} {how} {item}, which this command reads; choose an {flag} outside it")
 
 
-def _fresh_dir(beside: Path, tag: str) -> Path:
+def fresh_dir(beside: Path, tag: str) -> Path:
     """A new empty hidden folder ``.NAME.<hex>.TAG`` beside ``beside``, made by this call."""
     for _ in range(100):
         path = beside.with_name(f".{beside.name}.{secrets.token_hex(4)}.{tag}")
@@ -213,7 +213,7 @@ def staged_dir(out: str | os.PathLike, *, overwrite: bool, what: str = "folder")
             f"{what} {out} already exists and is not empty; choose another folder or pass overwrite"
         )
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _fresh_dir(out, "tmp")
+    tmp = fresh_dir(out, "tmp")
     try:
         yield tmp
         replace_dir(tmp, out, overwrite=True)  # checked above; the old folder is swapped out whole

@@ -19,6 +19,8 @@ import dataclasses
 import hashlib
 import io
 import json
+import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -27,7 +29,7 @@ from typing import Any
 import numpy as np
 
 import contextlab
-from contextlab.io import atomic_write_bytes, atomic_write_text
+from contextlab.io import atomic_write_bytes, atomic_write_text, fresh_dir, fsync_dir
 
 RESULT_FORMAT = "contextlab-eval-result"
 NON_FINITE_NOTE = (
@@ -102,30 +104,45 @@ def write_result(
     seconds: float,
     arrays: dict[str, np.ndarray] | None = None,
 ) -> Path:
-    """Write OUT/<name>.json (+ OUT/<name>.<key>.npy for each array); return the JSON path."""
+    """Write OUT/<name>.json (+ OUT/<name>.<key>.npy for each array); return the JSON path.
+
+    The files are written whole into a hidden staging folder first; only then is the old
+    ``<name>.json`` removed, the arrays moved in, and the JSON moved in last. A failure while
+    writing (a full disk) leaves the old result as it was; a kill while moving leaves the new
+    arrays without a JSON (no result, never a JSON beside another run's arrays)."""
     out = Path(out_dir)
-    files = {}
-    for key, arr in (arrays or {}).items():
-        buf = io.BytesIO()
-        np.save(buf, np.asarray(arr))
-        fname = f"{name}.{key}.npy"
-        atomic_write_bytes(out / fname, buf.getvalue())
-        files[key] = fname
-    bad: list[str] = []
-    doc = {
-        "format": RESULT_FORMAT,
-        "eval": name,
-        **code_version(),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "seconds": round(seconds, 3),
-        "model": _jsonable(model, "model", bad),
-        "data": _jsonable(data, "data", bad),
-        "options": _jsonable(options, "options", bad),
-        "results": _jsonable(results, "results", bad),
-        "arrays": files,
-    }
-    if bad:
-        doc["non_finite"] = {"fields": bad, "note": NON_FINITE_NOTE}
-    path = out / f"{name}.json"
-    atomic_write_text(path, json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    out.mkdir(parents=True, exist_ok=True)
+    stage = fresh_dir(out / name, "staging")
+    try:
+        files = {}
+        for key, arr in (arrays or {}).items():
+            buf = io.BytesIO()
+            np.save(buf, np.asarray(arr))
+            fname = f"{name}.{key}.npy"
+            atomic_write_bytes(stage / fname, buf.getvalue())
+            files[key] = fname
+        bad: list[str] = []
+        doc = {
+            "format": RESULT_FORMAT,
+            "eval": name,
+            **code_version(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "seconds": round(seconds, 3),
+            "model": _jsonable(model, "model", bad),
+            "data": _jsonable(data, "data", bad),
+            "options": _jsonable(options, "options", bad),
+            "results": _jsonable(results, "results", bad),
+            "arrays": files,
+        }
+        if bad:
+            doc["non_finite"] = {"fields": bad, "note": NON_FINITE_NOTE}
+        path = out / f"{name}.json"
+        atomic_write_text(stage / path.name, json.dumps(doc, indent=2, allow_nan=False) + "\n")
+        path.unlink(missing_ok=True)  # the old result stops being one before any of its files changes
+        for fname in files.values():
+            os.replace(stage / fname, out / fname)
+        os.replace(stage / path.name, path)  # last: its presence says every array it names is in place
+        fsync_dir(out)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
     return path

@@ -1,0 +1,60 @@
+"""An evaluation's files are put in place together (Robustness II item 5): a failure while writing a
+new result (a full disk) leaves the old one whole, never the new arrays beside the old JSON."""
+
+from __future__ import annotations
+
+import errno
+import json
+
+import numpy as np
+import pytest
+
+import contextlab.eval.results as R
+
+
+def write(out, value: float, arrays_value: int):
+    return R.write_result(
+        out,
+        "contextwise",
+        results={"best_context_loss": value},
+        options={},
+        model={"path": "m"},
+        data={"path": "d"},
+        seconds=1.0,
+        arrays={
+            "pieces": np.full(4, arrays_value),
+            "piece_bucket_loss": np.full((4, 2), float(arrays_value)),
+        },
+    )
+
+
+def test_a_full_disk_while_writing_the_json_leaves_the_old_result_whole(tmp_path, monkeypatch):
+    write(tmp_path, 1.0, 1)
+    real = R.atomic_write_text
+
+    def full_disk(path, text):
+        if str(path).endswith(".json"):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, text)
+
+    monkeypatch.setattr(R, "atomic_write_text", full_disk)
+    with pytest.raises(OSError):
+        write(tmp_path, 2.0, 2)
+    doc = json.loads((tmp_path / "contextwise.json").read_text())
+    assert doc["results"]["best_context_loss"] == 1.0
+    for key, fname in doc["arrays"].items():  # the old JSON's arrays are still the old run's
+        assert np.all(np.load(tmp_path / fname) == 1), key
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "contextwise.json",
+        "contextwise.piece_bucket_loss.npy",
+        "contextwise.pieces.npy",
+    ]  # no staging folder left behind
+
+
+def test_a_new_result_replaces_the_old_one_with_all_its_arrays(tmp_path):
+    write(tmp_path, 1.0, 1)
+    path = write(tmp_path, 2.0, 2)
+    doc = json.loads(path.read_text())
+    assert doc["results"]["best_context_loss"] == 2.0
+    assert all(np.all(np.load(tmp_path / f) == 2) for f in doc["arrays"].values())
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
