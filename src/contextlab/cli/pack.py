@@ -32,6 +32,7 @@ def cmd_pack(argv: list[str]) -> int:
         only_shards=only,
         progress=not args.no_progress,
         executor=ray_executor(args),
+        verify=not args.no_verify,
     )
     print(_pack_summary(report, config, args))
     return 0
@@ -69,6 +70,12 @@ def _pack_parser() -> argparse.ArgumentParser:
         help="replace an existing packed store or unfinished pack at --out",
     )
     p.add_argument("--no-progress", action="store_true", help="print nothing while packing")
+    p.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip the check that STORE still matches its content hash (one read of the store, "
+        "remembered while its files are unchanged)",
+    )
     add_ray_args(p)
     add_dataclass_args(p, PackConfig)
     p.add_argument("--seq-len", dest="retired_seq_len", help=argparse.SUPPRESS)

@@ -16,9 +16,14 @@ memory use does not grow with the corpus. Opening validates that the files agree
 ``meta.json`` (sizes, counts, monotone offsets, the vocabulary size against the dtype and the
 saved tokenizer's spec) so a truncated or hand-edited store is caught at once with one clear
 line, not later as garbage tokens or a model with the wrong vocabulary. The full content hash
-is computed once at the end of ingest; re-checking it, loading the tokenizer and checking every
-id costs a read of the whole store, so that is an explicit ``verify()`` rather than part of
-opening (each packing shard checks its own ids: ``check_ids``).
+is computed once at the end of ingest; re-checking it costs a read of the whole store, so it is
+not part of opening. The commands that consume a store, ``train`` and ``data pack``, call
+``check_content()`` first: the content hash against meta.json and every id against the
+vocabulary, in one read (a token changed in place, same size, is caught there); the result is
+remembered in ``STORE/.verified.json`` by the files' size, modification time and inode, so an
+unchanged store is read once, not on every run (a store that cannot be written is re-read each
+time). ``data.verify = false`` / ``--no-verify`` skips it. ``verify()`` (``contextlab data
+verify``) checks the same and the tokenizer's vocabulary, always reading everything.
 
 Writing (``StoreWriter``, ``finalize_store``: ``contextlab.data.store_write``) appends to a
 ``.partial`` directory and commits its progress after every batch, so an ingest killed at
@@ -48,7 +53,9 @@ from contextlab.data.store_write import (  # noqa: F401 (the writing side, re-ex
 )
 from contextlab.data.tokenizer_base import SPEC_FILE
 from contextlab.errors import UserError
+from contextlab.io import atomic_write_json
 
+VERIFIED_FILE = ".verified.json"  # check_content's memory of a store it found intact
 _FIX = "re-create it with `contextlab data ingest ... --overwrite`"
 
 
@@ -198,6 +205,37 @@ class TokenStore:
             raise UserError(
                 f"store {self.path} is corrupt: content hash {got[:12]} differs from meta.json's; {_FIX}"
             )
+
+    def check_content(self) -> None:
+        """One line when tokens.bin or offsets.npy no longer hash to meta.json's content hash or hold
+        an id outside the vocabulary; see the module docstring for when it reads and what it remembers."""
+        stamp = self._stamp()
+        try:
+            seen = json.loads((self.path / VERIFIED_FILE).read_text())
+            if seen == {"stamp": stamp, "content_hash": self.hash}:
+                return
+        except (OSError, ValueError):
+            pass
+        got = content_hash(self.path / "tokens.bin", self.path / "offsets.npy")
+        if got != self.hash:
+            raise UserError(
+                f"store {self.path} changed after it was written: its content hash is {got[:12]}, meta.json "
+                f"says {self.hash[:12]}; ingest the source again (or skip this check with --no-verify / "
+                f"data.verify=false to use it as it is)"
+            )
+        self.check_ids()
+        try:
+            atomic_write_json(self.path / VERIFIED_FILE, {"stamp": stamp, "content_hash": self.hash})
+        except OSError:
+            pass  # a read-only store: checked again next time
+
+    def _stamp(self) -> dict:
+        """Size, modification time (ns) and inode of the files the content hash covers."""
+        out = {}
+        for name in ("tokens.bin", "offsets.npy"):
+            st = (self.path / name).stat()
+            out[name] = [st.st_size, st.st_mtime_ns, st.st_ino]
+        return out
 
     def check_ids(
         self, fix: str | None = None, chunk: int = 1 << 23, docs: tuple[int, int] | None = None

@@ -60,6 +60,7 @@ class DataOptions(Protocol):
     packed: str
     mode: str
     mixture: list[MixtureEntry]
+    verify: bool
 
 
 @dataclass
@@ -79,6 +80,9 @@ def build_training_data(
     validation rows (about ``val_tokens`` tokens in all) and the token store of the run's data."""
     packed = packed_sources(data)
     store = token_store(data, packed)
+    if getattr(data, "verify", True):
+        for checked in [store] + ([TokenStore(data.val_store)] if data.val_store else []):
+            checked.check_content()
     n_val = max(1, math.ceil(val_tokens / context))
     if packed:
         train, val = _split_packed(data, packed, store, context, n_val)

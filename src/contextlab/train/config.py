@@ -71,6 +71,11 @@ class DataSection:
         "ignored when data.packed is set",
     )
     doc_mask: bool = opt(False, "block-diagonal attention: packed documents do not see each other")
+    verify: bool = opt(
+        True,
+        "check the token stores' content hash and ids before training (one read of each store, "
+        "remembered while its files are unchanged); false uses them as they are",
+    )
     mixture: list[MixtureSource] = opt(
         [],
         "train on several packed stores with weights, e.g. [{packed=A, weight=0.5}, "
@@ -192,7 +197,7 @@ class RunConfig:
 
 
 # keys that may change between a run and its resumption without changing its numbers
-RESUME_FREE = {
+RESUME_FREE = {("data", "verify")} | {
     ("train", k)
     for k in (
         "out_dir",

@@ -89,13 +89,17 @@ def pack(
     only_shards: list[int] | None = None,
     progress: bool = True,
     executor: ShardExecutor | None = None,
+    verify: bool = True,
 ) -> PackReport:
     """Pack ``store`` into a packed store at ``out`` (resuming an unfinished run). ``executor``
-    says where the shards run (``data.executors``; default: ``workers`` local processes)."""
+    says where the shards run (``data.executors``; default: ``workers`` local processes).
+    ``verify``: check the store's content hash first (``TokenStore.check_content``)."""
     cfg = config or PackConfig()
     tstore = store if isinstance(store, TokenStore) else TokenStore(store)
     if tstore.n_docs == 0:
         raise UserError(f"store {tstore.path} has no documents; ingest a corpus first")
+    if verify and only_shards is None:  # an --only-shards machine checks its own documents' ids only
+        tstore.check_content()
     sep_id = _separator_id(tstore, cfg)
     fp = fingerprint(cfg, tstore)
     out = Path(out)
