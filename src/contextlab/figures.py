@@ -40,3 +40,12 @@ def save_png(fig: Any, path: str | os.PathLike, *, dpi: int = 110) -> Path:
         plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())
     return Path(path)
+
+
+def default_plot_path(folder: str | os.PathLike, name: str) -> Path:
+    """Where a command draws its plot of ``folder`` by default: inside it, or, when the folder
+    cannot be written (a read-only store), ``./FOLDERNAME_NAME`` in the current directory."""
+    folder = Path(folder)
+    if os.access(folder, os.W_OK):
+        return folder / name
+    return Path.cwd() / f"{folder.resolve().name}_{name}"

@@ -9,6 +9,7 @@ keeps its traceback.
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Callable
 
@@ -104,6 +105,44 @@ def _run(fn: Command, name: str, argv: list[str]) -> int:
     except KeyboardInterrupt:
         print(f"\ncontextlab {name}: interrupted; run the same command again to resume", file=sys.stderr)
         return 130
+    except Exception as exc:  # a file-system error from any layer (OSError, or a library's own type)
+        line = disk_error_line(exc)
+        if line is None:
+            raise
+        print(f"contextlab {name}: error: {line}", file=sys.stderr)
+        return 2
+
+
+# how libraries that are not Python's io report these errors (safetensors, torch.save: the OS's text)
+_TEXT_ERRNO = {
+    "No space left on device": errno.ENOSPC,
+    "os error 28": errno.ENOSPC,
+    "Disk quota exceeded": errno.EDQUOT,
+    "Read-only file system": errno.EROFS,
+    "os error 30": errno.EROFS,
+}
+
+
+def disk_error_line(exc: BaseException) -> str | None:
+    """One line for the file-system errors any writer can meet (a full disk, a read-only one, a
+    folder it may not write); None for others, which stay tracebacks (they are bugs to report).
+    Every writer writes atomically or into a staging folder, so after any of these the earlier
+    result is intact and the same command, run again, redoes or resumes what was cut short.
+    Libraries with their own error types (safetensors, torch) are recognised by the OS's text."""
+    code = exc.errno if isinstance(exc, OSError) else None
+    if code is None:
+        code = next((e for text, e in _TEXT_ERRNO.items() if text in str(exc)), None)
+    where = (exc.filename if isinstance(exc, OSError) else None) or "its output"
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return (
+            f"no space left on the disk while writing {where}; free some space and run the same command "
+            f"again (nothing half-written is kept as a result)"
+        )
+    if code == errno.EROFS:
+        return f"{where} is on a read-only file system; write the output to a folder on a disk you can write"
+    if code in (errno.EACCES, errno.EPERM):
+        return f"permission denied for {where}; fix its permissions or write to a folder you can write"
+    return None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -176,6 +176,7 @@ def cmd_info(argv: list[str]) -> int:
     """Print a token store's counts and draw its document-length histogram (PNG)."""
     from contextlab.data.stats import format_summary, plot_length_histogram, store_summary
     from contextlab.data.store import TokenStore
+    from contextlab.figures import default_plot_path
 
     p = _parser(
         "data info",
@@ -183,7 +184,11 @@ def cmd_info(argv: list[str]) -> int:
         "and a histogram of document lengths.",
     )
     p.add_argument("store", help="a token store directory")
-    p.add_argument("--plot", help="where to write the histogram PNG (default: STORE/doc_lengths.png)")
+    p.add_argument(
+        "--plot",
+        help="where to write the histogram PNG (default: STORE/doc_lengths.png, or "
+        "./STORENAME_doc_lengths.png when STORE is read-only)",
+    )
     p.add_argument("--no-plot", action="store_true", help="do not draw the histogram")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = p.parse_args(argv)
@@ -191,7 +196,7 @@ def cmd_info(argv: list[str]) -> int:
     summary = store_summary(store)
     print(json.dumps(summary, indent=2) if args.json else format_summary(summary))
     if not args.no_plot:
-        out = plot_length_histogram(store, args.plot or Path(args.store) / "doc_lengths.png")
+        out = plot_length_histogram(store, args.plot or default_plot_path(args.store, "doc_lengths.png"))
         if not args.json:
             print(f"histogram  {out}")
     return 0

@@ -166,6 +166,7 @@ def cmd_pack_stats(argv: list[str]) -> int:
     """Documents per sequence, neighbour similarity, domains spanned and Zipf burstiness of a packed store."""
     from contextlab.data.packing import PackedStore, pack_stats
     from contextlab.data.packing.stats import format_pack_stats, plot_pack_stats
+    from contextlab.figures import default_plot_path
 
     args = _pack_stats_parser().parse_args(argv)
     if args.max_sequences < 0:
@@ -177,7 +178,7 @@ def cmd_pack_stats(argv: list[str]) -> int:
     else:
         print(format_pack_stats(stats))
     if not args.no_plot:
-        out = plot_pack_stats(stats, args.plot or Path(args.packed) / "pack_stats.png")
+        out = plot_pack_stats(stats, args.plot or default_plot_path(args.packed, "pack_stats.png"))
         if not args.json:
             print(f"plot           {out}")
     return 0
@@ -199,7 +200,11 @@ def _pack_stats_parser() -> argparse.ArgumentParser:
         help="full sequences sampled (seeded) for the Zipf coefficient; 0 = all [default: 2000]",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of that sample [default: 0]")
-    p.add_argument("--plot", help="where to write the PNG (default: PACKED/pack_stats.png)")
+    p.add_argument(
+        "--plot",
+        help="where to write the PNG (default: PACKED/pack_stats.png, or ./PACKEDNAME_pack_stats.png "
+        "when PACKED is read-only)",
+    )
     p.add_argument("--no-plot", action="store_true", help="do not draw the plot")
     p.add_argument(
         "--json",

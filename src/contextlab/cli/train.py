@@ -76,8 +76,9 @@ def cmd_export(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
         prog="contextlab export",
         description=(
-            "Write a checkpoint as a Hugging Face model folder that transformers' AutoModelForCausalLM loads "
-            "(after `import contextlab.models.hf`), with the tokenizer beside it."
+            "Write a checkpoint as a Hugging Face model folder, with its tokenizer, that transformers' "
+            "AutoModelForCausalLM loads without contextlab installed: a SwiGLU GPT as a native Llama, "
+            "other models with their modeling code beside them (trust_remote_code=True)."
         ),
     )
     p.add_argument("run", help="a run directory or a checkpoint directory")
@@ -85,7 +86,11 @@ def cmd_export(argv: list[str]) -> int:
     p.add_argument("--out", required=True, help="the folder to write")
     p.add_argument("--overwrite", action="store_true", help="replace an existing folder")
     args = p.parse_args(argv)
+    from transformers.utils import logging as hf_logging
+
     from contextlab.train.export import export_checkpoint
+
+    hf_logging.disable_progress_bar()  # its "Writing model shards" bar for a one-file folder is noise
 
     out = export_checkpoint(args.run, args.out, step=args.step, overwrite=args.overwrite)
     print(f"exported to {out}")
