@@ -198,3 +198,14 @@ def test_a_second_writer_of_one_out_is_refused_naming_the_first(project, tmp_pat
     assert len(err) == 1 and "is being written by pid" in err[0], err
     assert not out.exists()
     assert main(writer_args(project, kind, out)) == 0 and made(kind, out)  # free again afterwards
+
+
+def test_eval_with_an_out_that_is_a_file_is_refused_before_evaluating(project, tmp_path, capsys):
+    """Robustness II item 9: eval --out FILE ended in FileExistsError after the evaluation had run."""
+    out = tmp_path / "results"
+    out.write_text("my notes")
+    args = ["eval", "contextwise", "--model", str(project / "run"), "--data", str(project / "store")]
+    assert main([*args, "--out", str(out), "--max-docs", "1", "--length", "32"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a file, not a folder" in err[0]
+    assert out.read_text() == "my notes"

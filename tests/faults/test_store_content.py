@@ -111,3 +111,38 @@ def test_a_verified_store_is_checked_again_once_its_files_change(store, tmp_path
     assert [st.st_size, st.st_mtime_ns, st.st_ino] != seen["stamp"]["tokens.bin"]
     with pytest.raises(Exception, match="changed after it was written"):
         TokenStore(store).check_content()
+
+
+def test_ids_outside_the_vocabulary_are_one_line_in_train_and_eval(store, tmp_path, capsys):
+    """Robustness II item 12: a store holding ids >= its vocabulary (its content hash agreeing, as from a
+    faulty writer) gave `IndexError: index out of range in self` in train and eval."""
+    from contextlab.data.store_write import content_hash
+
+    config = tmp_path / "run.toml"
+    config.write_text(TRAIN_TOML.format(store=store, out=tmp_path / "run"))
+    assert main(["train", str(config)]) == 0
+    tokens = np.memmap(store / "tokens.bin", dtype=np.uint16, mode="r+")
+    tokens[5] = 60_000
+    tokens.flush()
+    del tokens
+    meta = json.loads((store / "meta.json").read_text())
+    meta["content_hash"] = content_hash(store / "tokens.bin", store / "offsets.npy")
+    (store / "meta.json").write_text(json.dumps(meta))
+    capsys.readouterr()
+    ev = [
+        "eval",
+        "contextwise",
+        "--model",
+        str(tmp_path / "run"),
+        "--data",
+        str(store),
+        "--out",
+        str(tmp_path / "ev"),
+    ]
+    for argv in (
+        ev + ["--max-docs", "1", "--length", "32"],
+        ["train", str(config), "--set", f"train.out_dir={tmp_path / 'r2'}"],
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "token id 60000" in err[0] and "outside the vocabulary" in err[0], err

@@ -86,6 +86,10 @@ def cmd_eval(argv: list[str]) -> int:
 
         torch.set_num_threads(args.threads)
     several = len(args.model) > 1
+    if args.out:
+        from contextlab.io import refuse_non_folder
+
+        refuse_non_folder(args.out)  # before minutes of evaluation, not at the write
     written = []
     for model_path in args.model:
         adapter = load_model(

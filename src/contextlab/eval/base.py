@@ -39,7 +39,9 @@ class EvalOutput:
 
 
 def open_store(data: str | None, adapter, what: str):
-    """The token store at ``data``, checked against the model's tokenizer."""
+    """The token store at ``data``, checked against the model's tokenizer and its own content (hash
+    and ids, one read remembered while unchanged: ``TokenStore.check_content``), so a corrupt store
+    is one line, not an index error inside the model."""
     from contextlab.data.store import TokenStore
 
     if not data:
@@ -49,6 +51,7 @@ def open_store(data: str | None, adapter, what: str):
         )
     store = TokenStore(data)
     store.check_tokenizer(adapter.tokenizer.spec(), f"the model {adapter.info.id}")
+    store.check_content()
     return store
 
 
