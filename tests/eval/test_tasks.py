@@ -180,3 +180,34 @@ def test_icl_and_visible_sweep_run_on_a_tiny_model():
         and pts[0]["prompt_tokens"] == 150
         and pts[1]["prompt_tokens"] == 300
     )
+
+
+@pytest.mark.parametrize(
+    "content, expect",
+    [
+        (b'{"key": "a", "ordered_kv_records": [["a", "1"]]}\n{not json\n', "line 2 is not JSON"),
+        (b'{"key": "a"}\n', "line 1 has no 'key' and 'ordered_kv_records'"),
+        (
+            b'{"key": "a", "ordered_kv_records": ["a1"]}\n',
+            'line 1: record 0 is "a1", not a [key, value] pair',
+        ),
+        (b'{"key": "b", "ordered_kv_records": [["a", "1"]]}\n', 'its key "b" is not among its records'),
+        ("gz-cut", "cannot be read to its end"),
+    ],
+)
+def test_a_damaged_kv_file_is_one_line_naming_the_file_and_line(tmp_path, content, expect):
+    """Robustness II item 11: JSONDecodeError, KeyError, ValueError and EOFError became one line each."""
+    import gzip as gz
+    import re
+
+    from contextlab.errors import UserError
+
+    path = tmp_path / "kv.jsonl.gz"
+    if content == "gz-cut":
+        blob = KV_75.read_bytes()  # a gzip file, cut in the middle
+        path.write_bytes(blob[: len(blob) // 2])
+    else:
+        path.write_bytes(gz.compress(content))
+    with pytest.raises(UserError, match=re.escape(expect)) as e:
+        kv.read_examples(path)
+    assert "\n" not in str(e.value) and str(path) in str(e.value)

@@ -55,16 +55,54 @@ def kv_prompt(records: list[tuple[str, str]], key: str) -> str:
     )
 
 
+KV_FORMAT = (
+    "one JSON object a line with 'key' and 'ordered_kv_records' (a list of [key, value] string pairs "
+    "holding that key), as in the lost-in-the-middle key-value files"
+)
+
+
 def read_examples(path) -> list[dict]:
+    """The examples of a key-value retrieval file (.jsonl or .jsonl.gz), every line checked: a
+    damaged file or line is one line naming the file, the line and what was expected."""
+    import zlib
+
     opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    if not rows or "ordered_kv_records" not in rows[0]:
+    rows = []
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    rows.append(_kv_example(line, path, n))
+    except (EOFError, gzip.BadGzipFile, zlib.error, UnicodeDecodeError) as exc:
         raise UserError(
-            f"{path} is not a key-value retrieval file (no ordered_kv_records); pass "
-            "../shared/data/lost_in_the_middle/kv-retrieval-75_keys.jsonl.gz"
-        )
+            f"{path} cannot be read to its end ({type(exc).__name__}: {str(exc)[:120]}); expected {KV_FORMAT}"
+        ) from None
+    if not rows:
+        raise UserError(f"{path} holds no examples; expected {KV_FORMAT}")
     return rows
+
+
+def _kv_example(line: str, path, n: int) -> dict:
+    where = f"{path} line {n}"
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise UserError(
+            f"{where} is not JSON ({exc.msg} at column {exc.colno}); expected {KV_FORMAT}"
+        ) from None
+    if not isinstance(row, dict) or "ordered_kv_records" not in row or "key" not in row:
+        raise UserError(f"{where} has no 'key' and 'ordered_kv_records'; expected {KV_FORMAT}")
+    records = row["ordered_kv_records"]
+    if not isinstance(records, list) or not records:
+        raise UserError(f"{where}: 'ordered_kv_records' is not a non-empty list; expected {KV_FORMAT}")
+    for i, kv in enumerate(records):
+        if not (isinstance(kv, list) and len(kv) == 2 and all(isinstance(x, str) for x in kv)):
+            raise UserError(
+                f"{where}: record {i} is {json.dumps(kv)[:60]}, not a [key, value] pair of strings"
+            )
+    if not any(k == row["key"] for k, _ in records):
+        raise UserError(f"{where}: its key {json.dumps(row['key'])[:60]} is not among its records")
+    return row
 
 
 def place_gold(records: list, gold_index: int, position: int) -> list:
