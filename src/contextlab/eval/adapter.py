@@ -292,11 +292,26 @@ def load_model(
             f"model not found: {p}; pass a contextlab run directory or a Hugging Face model folder"
         )
     if is_hf_folder(p):
+        from safetensors import SafetensorError
+
         from contextlab.models.hf import is_gpt_export  # imports transformers: only for HF folders
 
-        cfg = json.loads((p / "config.json").read_text())
+        try:
+            cfg = json.loads((p / "config.json").read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise UserError(
+                f"{p / 'config.json'} is not valid JSON ({type(exc).__name__}: {str(exc)[:80]}); the folder "
+                "is damaged or was copied in part: copy or save it again"
+            ) from None
         load = contextlab.load_export if is_gpt_export(cfg) else hf.load_folder
-        model, tok, info = load(p, cfg)
+        try:
+            model, tok, info = load(p, cfg)
+        except (SafetensorError, OSError, ValueError, RuntimeError, EOFError) as exc:
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+            raise UserError(
+                f"cannot load the model in {p} ({type(exc).__name__}: {why}); its weights may be damaged "
+                "or copied in part: copy or save the folder again"
+            ) from None
     else:
         model, tok, info = contextlab.load_run(p, step)
     info.id = str(path)
