@@ -307,14 +307,18 @@ def _without(value, keys: tuple[str, ...]):
     return [_without(v, keys) for v in value] if isinstance(value, list) else value
 
 
+CACHE_FILES = (".verified.json",)  # what a reader leaves in a store it checked (TokenStore.check_content)
+
+
 def tree_digest(folder: str | os.PathLike, volatile: tuple[str, ...] = TIMINGS) -> dict[str, str]:
     """sha256 of every file under ``folder`` by relative path; a ``meta.json`` is hashed without its
-    ``volatile`` keys (timings, creation time), so two runs that made the same output compare equal."""
+    ``volatile`` keys (timings, creation time), and readers' caches (``CACHE_FILES``) are left out,
+    so two runs that made the same output compare equal."""
     import hashlib
 
     folder = Path(folder)
     out = {}
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in CACHE_FILES):
         data = path.read_bytes()
         if path.name == "meta.json":
             data = json.dumps(_without(json.loads(data), volatile), sort_keys=True).encode()

@@ -53,9 +53,9 @@ from contextlab.data.store_write import (  # noqa: F401 (the writing side, re-ex
 )
 from contextlab.data.tokenizer_base import SPEC_FILE
 from contextlab.errors import UserError
-from contextlab.io import atomic_write_json
+from contextlab.io import CACHE_FILES, atomic_write_json
 
-VERIFIED_FILE = ".verified.json"  # check_content's memory of a store it found intact
+VERIFIED_FILE = CACHE_FILES[0]  # check_content's memory of a store it found intact
 _FIX = "re-create it with `contextlab data ingest ... --overwrite`"
 
 
