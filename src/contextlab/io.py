@@ -186,6 +186,28 @@ def refuse_overlap(out: str | os.PathLike, inputs: Iterable, flag: str = "--out"
         raise UserError(f"{flag} {out} {how} {item}, which this command reads; choose an {flag} outside it")
 
 
+def remove_stale_staging(out: str | os.PathLike) -> list[Path]:
+    """Delete the hidden folders a killed writer of ``out`` left beside it (``staged_dir``'s
+    ``.OUT.<hex>.tmp``, ``replace_dir``'s ``.OUT.<hex>.replaced``); return them. Call it only while
+    holding ``out``'s one-writer lock: then no other writer can be using them."""
+    out = Path(out)
+    stale = [
+        p
+        for tag in ("tmp", "replaced")
+        for p in out.parent.glob(f".{out.name}.*.{tag}")
+        if p.is_dir() and not p.is_symlink() and _is_ours(p.name, out.name, tag)
+    ]
+    for p in stale:
+        shutil.rmtree(p, ignore_errors=True)
+    return stale
+
+
+def _is_ours(name: str, out: str, tag: str) -> bool:
+    """Whether ``name`` is exactly ``.OUT.<8 hex digits>.TAG`` (what ``fresh_dir`` makes)."""
+    token = name[len(out) + 2 : len(out) + 10]
+    return len(name) == len(out) + len(tag) + 11 and all(c in "0123456789abcdef" for c in token)
+
+
 def fresh_dir(beside: Path, tag: str) -> Path:
     """A new empty hidden folder ``.NAME.<hex>.TAG`` beside ``beside``, made by this call."""
     for _ in range(100):

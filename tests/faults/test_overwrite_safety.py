@@ -209,3 +209,17 @@ def test_eval_with_an_out_that_is_a_file_is_refused_before_evaluating(project, t
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is a file, not a folder" in err[0]
     assert out.read_text() == "my notes"
+
+
+@pytest.mark.parametrize("kind", WRITERS)
+def test_a_killed_writers_staging_folder_is_removed_by_the_next_run(project, tmp_path, kind):
+    """Robustness II item 17: a model export killed while staging left .NAME.<hex>.tmp for good. The
+    next writer of that --out, holding its lock, removes what a killed one left; a look-alike the
+    user made stays."""
+    out = tmp_path / "out"
+    write_tree(tmp_path / ".out.0badf00d.tmp", {"half.bin": "x"})
+    write_tree(tmp_path / ".out.12345678.replaced", {"out/old.txt": "x"})
+    write_tree(tmp_path / ".out.my-notes.tmp", {"keep.txt": "keep"})
+    assert main(writer_args(project, kind, out)) == 0 and made(kind, out)
+    left = sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock"))
+    assert left == [".out.my-notes.tmp", "out"]

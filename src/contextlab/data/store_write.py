@@ -35,6 +35,7 @@ from contextlab.io import (
     exclusive_lock,
     fsync_dir,
     refuse_overlap,
+    remove_stale_staging,
     replace_dir,
 )
 
@@ -95,6 +96,7 @@ def holds_output_lock(
             if unless is not None and bound.get(unless) is not None:
                 return fn(*args, **kwargs)
             with output_lock(bound["out"], what):
+                remove_stale_staging(bound["out"])  # left by a writer that was killed; none runs now
                 return fn(*args, **kwargs)
 
         return locked  # type: ignore[return-value]
