@@ -383,3 +383,25 @@ def test_an_ingest_that_keeps_no_document_leaves_nothing_to_resume(tmp_path):
     assert not (tmp_path / "s.partial").exists() and not (tmp_path / "s").exists()
     rep = ingest(src, tmp_path / "s", IngestConfig(min_tokens=1), progress=False)  # no --overwrite needed
     assert rep.store.n_docs == 5
+
+
+@pytest.mark.parametrize("tokenizer", ["byte", "bpe:300"])
+def test_an_empty_corpus_is_named_as_such_whatever_the_tokenizer(tmp_path, tokenizer, capsys):
+    """Robustness II item 18: with bpe:N, an empty corpus was reported as a bad tokenizer spec."""
+    from contextlab.cli import main
+
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "empty.txt").write_text("")
+    argv = [
+        "data",
+        "ingest",
+        str(tmp_path / "corpus"),
+        "--tokenizer",
+        tokenizer,
+        "--out",
+        str(tmp_path / "s"),
+    ]
+    assert main([*argv, "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()  # (bpe:N first says that it reads the text)
+    assert "error: no documents in" in err[-1] and "tokenizer spec" not in err[-1], err
+    assert [line for line in err if "error" in line] == err[-1:]

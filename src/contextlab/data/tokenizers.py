@@ -21,7 +21,7 @@ Trade-offs:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,8 +80,21 @@ def load_tokenizer(spec: str, *, texts: Callable[[], Iterable[str]] | None = Non
         if kind == "hf":
             return HFTokenizer.from_file(path)
         return load_saved_tokenizer(path)
+    except _NotTheSpec as e:  # the spec was fine; its training texts were not (an empty corpus)
+        raise UserError(str(e)) from None
     except UserError as e:
         raise UserError(f"bad tokenizer spec {spec!r}: {e}; valid forms: {VALID_SPECS}") from None
+
+
+class _NotTheSpec(UserError):
+    """A problem with what a valid spec was given to read, not with the spec."""
+
+
+def _checked_texts(texts: Iterable[str]) -> Iterator[str]:
+    try:
+        yield from texts
+    except UserError as e:
+        raise _NotTheSpec(str(e)) from None
 
 
 def _train_from_spec(arg: str, texts: Callable[[], Iterable[str]] | None) -> Tokenizer:
@@ -91,7 +104,7 @@ def _train_from_spec(arg: str, texts: Callable[[], Iterable[str]] | None) -> Tok
         raise UserError(
             "bpe:N trains a new tokenizer and needs training texts, which this command does not have"
         )
-    return train_bpe(texts(), int(arg))
+    return train_bpe(_checked_texts(texts()), int(arg))
 
 
 def load_saved_tokenizer(directory: str | os.PathLike) -> Tokenizer:
