@@ -55,9 +55,15 @@ def connect(address: str | None, num_cpus: int = 0):
         kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": path}}
     try:
         ray.init(address=None if local else address, **kwargs)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
+    except Exception as exc:  # Ray raises plain Exception too ("The current node timed out during startup")
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        if local:
+            raise UserError(
+                f"Ray could not start a local instance ({why}); stop stale Ray processes (`ray stop`), "
+                "check that /tmp has free space, and run again, or run without --ray"
+            ) from None
         raise UserError(
-            f"cannot reach the Ray cluster at {address}: {str(exc).splitlines()[0][:200]}; start it with "
+            f"cannot reach the Ray cluster at {address}: {why}; start it with "
             "`ray start --head` or pass its address (or --ray alone for a local instance)"
         ) from None
     return ray

@@ -83,6 +83,13 @@ elif POINT == "workers" and __name__ == "__mp_main__":
         time.sleep(float(os.environ["PACK_FAULT_SLEEP"]))
         return pack_shard(*args, **kwargs)
     shards.pack_shard = slow_shard
+elif POINT == "worker-dies" and __name__ == "__mp_main__":
+    pack_shard = shards.pack_shard
+    def dies_on_shard_2(store, cfg, index, *args, **kwargs):  # a worker killed from outside, mid-pack
+        if index == 2:
+            die()
+        return pack_shard(store, cfg, index, *args, **kwargs)
+    shards.pack_shard = dies_on_shard_2
 
 if __name__ == "__main__":
     from contextlab.cli import main
@@ -233,4 +240,20 @@ def test_a_shard_file_that_is_not_its_shard_is_packed_again(store, reference, tm
     said = capsys.readouterr().out
     assert re.search(r"^shard 1: shard_00001\.npz is not usable \(.+\); packing it again$", said, re.M), said
     assert "shard 0:" not in said and "shard 2:" not in said
+    assert _snapshot(out) == reference
+
+
+def test_a_worker_killed_mid_pack_is_one_line_and_the_rerun_equals_the_reference(
+    store, reference, driver, tmp_path
+):
+    """Robustness II item 13: a killed worker of `data pack --workers 2` was a BrokenProcessPool traceback."""
+    out = tmp_path / "packed"
+    broken = _run(driver, "worker-dies", _pack_args(store, out, "--workers", "2", "--no-progress"))
+    _, err = broken.communicate(timeout=300)
+    assert broken.returncode == 2 and "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "worker process died" in lines[0] and "run the same command again" in lines[0]
+    again = _run(driver, "none", _pack_args(store, out, "--workers", "2", "--no-progress"))
+    _, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err
     assert _snapshot(out) == reference

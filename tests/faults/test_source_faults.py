@@ -58,3 +58,29 @@ def test_kill_inside_a_streamed_long_document_then_resume(tmp_path, after):
     assert (a.path / "docs.jsonl").read_bytes() == (b.path / "docs.jsonl").read_bytes()
     assert a.hash == b.hash and a.n_docs == 13
     b.verify()
+
+
+def test_ray_that_cannot_start_is_one_line(monkeypatch):
+    """Robustness II item 15: `Exception: The current node timed out during startup` from Ray's init
+    was a traceback; it is one line that says what to try."""
+    import types
+
+    import pytest
+
+    import contextlab.ray_engine as engine
+    from contextlab.errors import UserError
+
+    def init(**kwargs):
+        raise Exception(
+            "The current node timed out during startup. This could happen because some of the Ray"
+        )
+
+    fake = types.SimpleNamespace(is_initialized=lambda: False, init=init)
+    monkeypatch.setattr(engine, "import_ray", lambda: fake)
+    with pytest.raises(
+        UserError, match=r"Ray could not start a local instance \(The current node timed out"
+    ) as e:
+        engine.connect(None)
+    assert "\n" not in str(e.value) and "ray stop" in str(e.value)
+    with pytest.raises(UserError, match="cannot reach the Ray cluster at 10.0.0.1:6379"):
+        engine.connect("10.0.0.1:6379")

@@ -25,6 +25,9 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+
+from contextlab.errors import UserError
 
 BATCH = 64  # documents counted locally before the shared counter is touched
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -111,6 +114,13 @@ def run_shards(
                     bar.update(counter.value - bar.n)
                     for future in done:
                         report(future.result(), bar)
+            except BrokenProcessPool:  # a worker was killed (by a user, or for memory)
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise UserError(
+                    "a worker process died before its shard was finished (killed, or out of memory); "
+                    "the shards already finished are kept: run the same command again to pack the rest"
+                    + (" (with fewer --workers if memory ran out)" if workers > 1 else "")
+                ) from None
             except BaseException:  # a failed shard: do not start the others (finished ones are kept)
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
