@@ -66,14 +66,68 @@ def test_grid_is_validated_before_running(tmp_path, store):
 
 
 def test_a_grid_over_the_old_name_train_seq_len_keeps_its_run_names(tmp_path, store):
-    old = SWEEP.replace('"train.context"', '"train.seq_len"').replace("[sweep]", "[sweep]\nevals = ['x']\n")
-    old = old.replace("parallel = 2", 'parallel = 2\neval_args = {{ x = ["--length", "{{train.context}}"] }}')
+    old = SWEEP.replace('"train.context"', '"train.seq_len"').replace(
+        "[sweep]", "[sweep]\nevals = ['contextwise']\n"
+    )
+    old = old.replace(
+        "parallel = 2", 'parallel = 2\neval_args = {{ contextwise = ["--length", "{{train.context}}"] }}'
+    )
     f = tmp_path / "s.toml"
     f.write_text(old.format(out=tmp_path / "out", store=store.path, bad=64))
     _section, runs = load_sweep(f)
     assert [r.name for r in runs] == ["seq_len-16", "seq_len-32", "seq_len-64"]  # as the old sweep named them
     assert [r.params for r in runs] == [{"train.context": c} for c in (16, 32, 64)]
     assert grid._format_arg("{train.context}", runs[0]) == "16"
+
+
+def test_unknown_evaluations_and_impossible_values_are_refused_before_any_run(tmp_path, store):
+    """Robustness II item 16: both passed --dry-run and then failed every run."""
+    f = tmp_path / "s.toml"
+    f.write_text(SWEEP.format(out=tmp_path / "out", store=store.path, bad=-8))
+    with pytest.raises(UserError, match="grid point context-8: train.context is -8"):
+        load_sweep(f)
+    f.write_text(
+        SWEEP.format(out=tmp_path / "out", store=store.path, bad=64).replace(
+            "[sweep]", "[sweep]\nevals = ['nosuch']"
+        )
+    )
+    with pytest.raises(
+        UserError, match="unknown evaluation.s. nosuch in .sweep. evals/eval_args; choose from"
+    ):
+        load_sweep(f)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_sweep_with_a_failed_run_exits_non_zero_naming_it(tmp_path, store, capsys):
+    from contextlab.cli import main
+
+    f = tmp_path / "s.toml"
+    f.write_text(SWEEP.format(out=tmp_path / "out", store=store.path, bad=48))  # context 48 fails at start
+    capsys.readouterr()
+    assert main(["sweep", str(f), "--only", "context-(16|48)", "--no-analysis"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "1 run(s) failed: context-48" in err[-1] and "run the same command again" in err[-1]
+    assert main(["sweep", str(f), "--only", "context-16", "--no-analysis"]) == 0  # that slice is fine
+
+
+def test_a_run_whose_sweep_was_killed_is_listed_as_stopped(tmp_path, store, capsys):
+    import socket
+    import subprocess
+    import sys
+
+    f = tmp_path / "s.toml"
+    f.write_text(SWEEP.format(out=tmp_path / "out", store=store.path, bad=64))
+    _section, runs = load_sweep(f)
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    runs[0].dir.mkdir(parents=True)
+    record = {"status": "running", "pid": int(gone.stdout), "host": socket.gethostname()}
+    (runs[0].dir / "sweep_status.json").write_text(json.dumps(record))
+    assert status(runs[0])["status"] == "stopped"  # its sweep process is gone: not running
+    record["pid"] = __import__("os").getpid()
+    (runs[0].dir / "sweep_status.json").write_text(json.dumps(record))
+    assert status(runs[0])["status"] == "running"
 
 
 def test_sweep_runs_records_failure_and_resumes(tmp_path, store):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from contextlab.errors import UserError
@@ -28,10 +29,30 @@ def cmd_sweep(argv: list[str]) -> int:
 
     for line in objective_ranking(results):
         print(line)
+    section, runs = load_sweep(args.sweep, args.set)
     if not args.no_analysis:
-        section, _ = load_sweep(args.sweep, args.set)
         _analysis(results.parent, section)
-    return 0
+    return _failed_runs(runs, args.only)
+
+
+def _failed_runs(runs, only: str | None) -> int:
+    """1 and one line naming them when any run of this command's selection failed, else 0."""
+    import re
+
+    from contextlab.sweep.grid import status
+
+    failed = [
+        r.name for r in runs if (not only or re.search(only, r.name)) and status(r)["status"] == "failed"
+    ]
+    if not failed:
+        return 0
+    shown = ", ".join(failed[:5]) + (f" and {len(failed) - 5} more" if len(failed) > 5 else "")
+    print(
+        f"contextlab sweep: {len(failed)} run(s) failed: {shown}; each run's error is in RUN/sweep.log "
+        "and results.csv; fix it and run the same command again (finished runs are skipped)",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -31,6 +31,7 @@ import itertools
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -101,7 +102,8 @@ def _fmt(value) -> str:
 
 def load_sweep(path: str | Path, overrides: list[str] = ()) -> tuple[SweepSection, list[Run]]:
     """Read a sweep file and expand its grid into validated runs."""
-    from contextlab.train.config import RunConfig, renamed_keys
+    from contextlab.train.budget import check_train
+    from contextlab.train.config import RunConfig, check_values, renamed_keys
 
     data = apply_overrides(read_toml(path), list(overrides))
     unknown = set(data) - {"sweep", "base", "grid"}
@@ -110,6 +112,7 @@ def load_sweep(path: str | Path, overrides: list[str] = ()) -> tuple[SweepSectio
             f"unknown table(s) {sorted(unknown)} in {path}; a sweep has [sweep], [base] and [grid]"
         )
     section = from_dict(SweepSection, data.get("sweep", {}))
+    _check_evals(section, path)
     grid = data.get("grid", {})
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
@@ -133,8 +136,10 @@ def load_sweep(path: str | Path, overrides: list[str] = ()) -> tuple[SweepSectio
                 node = node.setdefault(p, {})
             node[leaf] = v
         cfg.setdefault("train", {})["out_dir"] = str(out / "runs" / name)
-        try:
-            from_dict(RunConfig, cfg)
+        try:  # every value a run would refuse, refused here, before the first run trains
+            run_cfg = from_dict(RunConfig, cfg)
+            check_values(run_cfg)
+            check_train(run_cfg.train)
         except UserError as exc:
             raise UserError(f"grid point {name}: {exc}") from None
         # results columns use the new names of renamed keys; the run name and config keep the
@@ -144,12 +149,41 @@ def load_sweep(path: str | Path, overrides: list[str] = ()) -> tuple[SweepSectio
     return section, runs
 
 
+def _check_evals(section: SweepSection, path) -> None:
+    """Unknown evaluation names in [sweep] evals or eval_args are refused before anything runs."""
+    from contextlab.eval import EVALS
+
+    unknown = sorted({*section.evals, *section.eval_args} - set(EVALS))
+    if unknown:
+        raise UserError(
+            f"{path}: unknown evaluation(s) {', '.join(unknown)} in [sweep] evals/eval_args; "
+            f"choose from {', '.join(EVALS)}"
+        )
+
+
 def status(run: Run) -> dict:
+    """RUN/sweep_status.json ("pending" without it). A run recorded as running whose process on this
+    machine is gone was stopped before it finished (a killed sweep): "stopped", run again next time."""
     f = run.dir / "sweep_status.json"
     try:
-        return json.loads(f.read_text())
+        record = json.loads(f.read_text())
     except (OSError, ValueError):
         return {"status": "pending"}
+    if record.get("status") == "running" and record.get("host") == socket.gethostname():
+        pid = record.get("pid")
+        if isinstance(pid, int) and not _alive(pid):
+            return {**record, "status": "stopped"}
+    return record
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _format_arg(arg: str, run: Run) -> str:
@@ -307,7 +341,8 @@ class Sweep:
         """A run is about to start: recorded as started in the state and in RUN/sweep_status.json."""
         run.dir.mkdir(parents=True, exist_ok=True)
         self.runner.begin(self.steps[run.name], self.steps[run.name].digest())
-        atomic_write_json(run.dir / "sweep_status.json", {"status": "running"})
+        running = {"status": "running", "pid": os.getpid(), "host": socket.gethostname()}
+        atomic_write_json(run.dir / "sweep_status.json", running)
 
     def end(self, run: Run, returncode: int, seconds: float) -> None:
         """A run's processes ended: record it, say so, rewrite results.csv."""
