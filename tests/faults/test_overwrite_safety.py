@@ -223,3 +223,17 @@ def test_a_killed_writers_staging_folder_is_removed_by_the_next_run(project, tmp
     assert main(writer_args(project, kind, out)) == 0 and made(kind, out)
     left = sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock"))
     assert left == [".out.my-notes.tmp", "out"]
+
+
+def test_a_second_evaluation_into_one_folder_is_refused_naming_the_first(project, tmp_path, capsys):
+    """Robustness II item 3 for eval: two evaluations writing one folder could interleave their files."""
+    from contextlab.data.store import output_lock
+
+    out = tmp_path / "ev"
+    args = ["eval", "contextwise", "--model", str(project / "run"), "--data", str(project / "store")]
+    with output_lock(out, "test holder"):
+        assert main([*args, "--out", str(out), "--max-docs", "1", "--length", "32"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is being written by pid" in err[0], err
+    assert not (out / "contextwise.json").exists()
+    assert main([*args, "--out", str(out), "--max-docs", "1", "--length", "32"]) == 0

@@ -110,6 +110,19 @@ def test_a_sweep_with_a_failed_run_exits_non_zero_naming_it(tmp_path, store, cap
     assert main(["sweep", str(f), "--only", "context-16", "--no-analysis"]) == 0  # that slice is fine
 
 
+def test_a_second_sweep_into_one_folder_is_refused_naming_the_first(tmp_path, store):
+    from contextlab.data.store import output_lock
+
+    f = tmp_path / "s.toml"
+    f.write_text(SWEEP.format(out=tmp_path / "out", store=store.path, bad=64))
+    with (
+        output_lock(tmp_path / "out", "test holder"),
+        pytest.raises(UserError, match="is being written by pid"),
+    ):
+        run_sweep(f, progress=False)
+    assert not (tmp_path / "out" / "runs").exists()
+
+
 def test_a_run_whose_sweep_was_killed_is_listed_as_stopped(tmp_path, store, capsys):
     import socket
     import subprocess

@@ -75,6 +75,7 @@ def _default_out(model: str, args, several: bool) -> Path:
 
 def cmd_eval(argv: list[str]) -> int:
     """Run an evaluation of how a model uses its context (`contextlab eval --help` lists them)."""
+    from contextlab.data.store import output_lock
     from contextlab.eval import EVALS, evaluate, load_model
 
     name = next((a for a in argv if a in EVALS), None)  # None: argparse prints usage, help or the choices
@@ -96,7 +97,8 @@ def cmd_eval(argv: list[str]) -> int:
             model_path, dtype=args.dtype, batch_size=args.batch_size, device=args.device, step=args.step
         )
         out_dir = _default_out(model_path, args, several)
-        path, out = evaluate(name, adapter, options, args.data, out_dir)
+        with output_lock(out_dir, "evaluation folder"):  # one writer at a time, naming the other
+            path, out = evaluate(name, adapter, options, args.data, out_dir)
         written.append(path)
         summary = json.dumps(out.results.get("summary", {}), default=float)
         print(f"{name} {model_path}: {summary}")

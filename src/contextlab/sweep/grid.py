@@ -286,6 +286,23 @@ def _record_end(run: Run, returncode: int, seconds: float, runner: StepRunner, s
     return record
 
 
+def _locked_sweep(fn):
+    """``run_sweep`` holds the one-writer lock of its out_dir: a second sweep into it is refused,
+    naming the first (two would start the same runs)."""
+    import functools
+
+    @functools.wraps(fn)
+    def locked(path, overrides=(), **kwargs):
+        from contextlab.data.store import output_lock
+
+        section, _ = load_sweep(path, overrides)
+        with output_lock(section.out_dir, "sweep folder"):
+            return fn(path, overrides, **kwargs)
+
+    return locked
+
+
+@_locked_sweep
 def run_sweep(
     path: str | Path,
     overrides: list[str] = (),
