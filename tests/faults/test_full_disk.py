@@ -192,3 +192,59 @@ def test_stats_of_a_read_only_store_draw_their_plot_where_they_can(project, tmp_
     assert res.returncode == 0, res.stderr[-3000:]
     png = tmp_path / f"{folder.name}_{'doc_lengths' if what == 'info' else 'pack_stats'}.png"
     assert png.is_file() and str(png) in res.stdout
+
+
+SWEEP = """
+[sweep]
+name = "tiny"
+out_dir = "{out}"
+[base.model]
+size = "tiny-2x128"
+n_layer = 1
+n_embd = 32
+n_head = 2
+[base.data]
+store = "{store}"
+val_split = "tail"
+val_fraction = 0.1
+[base.optim]
+warmup_steps = 1
+[base.train]
+context = 32
+tokens_per_step = 128
+max_steps = 2
+threads = 1
+dtype = "fp32"
+[grid]
+"train.seed" = [0, 1]
+"""
+
+
+def test_a_sweep_on_a_full_disk_says_so_in_one_line(project, tmp_path):
+    recipe = tmp_path / "sweep.toml"
+    recipe.write_text(SWEEP.format(out=tmp_path / "disk" / "sw", store=project / "store"))
+    res = on_small_disk(tmp_path / "disk", "16k", ["sweep", str(recipe), "--no-analysis"])
+    assert res.returncode in (1, 2) and "Traceback" not in res.stderr, res.stderr[-3000:]
+    last = res.stderr.strip().splitlines()[-1]
+    assert "no space left" in last.lower() or "run(s) failed" in last, res.stderr[-3000:]
+
+
+@pytest.mark.parametrize("what", ["train", "sweep"])
+def test_train_and_sweep_with_a_read_only_out_say_so_in_one_line(project, tmp_path, what):
+    (tmp_path / "ro").mkdir()
+    if what == "train":
+        cfg = json.loads(json.dumps(RUN))
+        cfg["data"]["store"], cfg["train"]["out_dir"] = str(project / "store"), str(tmp_path / "ro" / "run")
+        import tomli_w
+
+        (tmp_path / "run.toml").write_text(tomli_w.dumps(cfg))
+        argv = ["train", str(tmp_path / "run.toml")]
+    else:
+        (tmp_path / "sweep.toml").write_text(
+            SWEEP.format(out=tmp_path / "ro" / "sw", store=project / "store")
+        )
+        argv = ["sweep", str(tmp_path / "sweep.toml"), "--no-analysis"]
+    res = on_read_only(tmp_path / "ro", argv, tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "read-only file system" in lines[0], res.stderr[-3000:]
