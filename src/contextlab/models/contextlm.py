@@ -16,7 +16,8 @@ not divisible by w needs nothing special: the last, incomplete chunk is never po
 
 Fusion, the trade-off (see docs/objectives.md for the measured comparison): the seed adds
 ĉ^b to h. At small scale that plain sum lets the predictor's residual stream grow far
-above the token embeddings and drown them, and training stalls (DESIGN.md). Three modes:
+above the token embeddings and drown them, and training stalls (measured in docs/objectives.md,
+"Fusion comparison"). Three modes:
 
 - ``plain``: h + ĉ^b, exactly the seed.
 - ``gated`` (default): h + g ⊙ ĉ^b with a per-channel gate g initialised to zero, so the
