@@ -3,7 +3,6 @@ config.json cut short was a JSONDecodeError, a model.safetensors cut short a Saf
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import pytest
@@ -11,7 +10,7 @@ import pytest
 from contextlab.cli import main
 from contextlab.config import from_dict
 from tests.conftest import shakespeare, write_tree
-from tests.faults.test_overwrite_safety import TINY_RUN
+from tests.faults.projects import run_config
 
 
 @pytest.fixture(scope="module")
@@ -22,9 +21,7 @@ def exported(tmp_path_factory):
     root = tmp_path_factory.mktemp("damaged")
     write_tree(root / "corpus", {"a.txt": shakespeare(6000)})
     assert main(["data", "ingest", str(root / "corpus"), "--out", str(root / "store"), "--no-progress"]) == 0
-    cfg = json.loads(json.dumps(TINY_RUN))
-    cfg["data"]["store"], cfg["train"]["out_dir"] = str(root / "store"), str(root / "run")
-    train(from_dict(RunConfig, cfg))
+    train(from_dict(RunConfig, run_config(root / "store", root / "run")))
     assert main(["export", str(root / "run"), "--out", str(root / "hf")]) == 0
     return root
 

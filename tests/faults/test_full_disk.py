@@ -7,7 +7,6 @@ needed and nothing is mounted outside the process). Its inputs live on the norma
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -16,59 +15,55 @@ from pathlib import Path
 
 import pytest
 
-from contextlab.cli import main
-from contextlab.config import from_dict
-from tests.conftest import REPO, shakespeare, write_tree
-
-RUN = {
-    "model": {"size": "tiny-2x128", "n_layer": 1, "n_head": 2, "n_embd": 32},
-    "data": {"store": "", "val_split": "tail", "val_fraction": 0.1},
-    "optim": {"warmup_steps": 1},
-    "train": {
-        "out_dir": "",
-        "context": 32,
-        "tokens_per_step": 128,
-        "max_steps": 2,
-        "val_every": 0,
-        "ckpt_every": 1,
-        "threads": 1,
-        "progress": False,
-        "dtype": "fp32",
-    },
-}
+from tests.conftest import REPO
+from tests.faults.projects import make_project, run_config
+from tests.sweep.test_sweep import SWEEP
 
 
-def on_small_disk(disk: Path, size: str, argv: list[str]) -> subprocess.CompletedProcess:
-    """``contextlab ARGV`` in a new process whose ``disk`` folder is a tmpfs of ``size``."""
-    disk.mkdir(parents=True, exist_ok=True)
-    command = f'mount -t tmpfs -o size={size} tmpfs "$1" && shift && exec "$@"'
+def in_namespace(mount: str, folder: Path, argv: list[str], cwd: Path | None = None):
+    """``contextlab ARGV`` in a new process with its own user and mount namespace (no privileges
+    needed, nothing mounted outside it), after the shell ``mount`` commands run on ``$1`` = ``folder``."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
     return subprocess.run(
-        ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", command, "sh", str(disk)]
-        + [sys.executable, "-m", "contextlab", *argv],
+        ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", f'{mount} && shift && exec "$@"']
+        + ["sh", str(folder), sys.executable, "-m", "contextlab", *argv],
         capture_output=True,
         text=True,
         env=env,
+        cwd=cwd,
         timeout=300,
     )
 
 
+def on_small_disk(disk: Path, size: str, argv: list[str]) -> subprocess.CompletedProcess:
+    """``contextlab ARGV`` with ``disk`` a tmpfs of ``size`` for it."""
+    disk.mkdir(parents=True, exist_ok=True)
+    return in_namespace(f'mount -t tmpfs -o size={size} tmpfs "$1"', disk, argv)
+
+
+def on_read_only(folder: Path, argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """``contextlab ARGV`` that sees ``folder`` read-only (a read-only bind mount)."""
+    return in_namespace('mount --bind "$1" "$1" && mount -o remount,bind,ro "$1"', folder, argv, cwd)
+
+
+def train_toml(path: Path, store: Path, out_dir: Path) -> Path:
+    """A run config file: the tiny run, a checkpoint every step (something to write on every step)."""
+    import tomli_w
+
+    path.write_text(tomli_w.dumps(run_config(store, out_dir, max_steps=2, ckpt_every=1)))
+    return path
+
+
+def sweep_toml(path: Path, store: Path, out: Path) -> Path:
+    """The sweep tests' tiny grid (three contexts) on ``store`` into ``out``."""
+    path.write_text(SWEEP.format(out=out, store=store, bad=64))
+    return path
+
+
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    from contextlab.train.config import RunConfig
-    from contextlab.train.trainer import train
-
     assert shutil.which("unshare"), "util-linux's unshare is needed for the small-disk tests"
-    root = tmp_path_factory.mktemp("full_disk")
-    text = shakespeare(200_000)
-    write_tree(root / "corpus", {f"part{i}.txt": text[i * 25_000 : (i + 1) * 25_000] for i in range(8)})
-    assert main(["data", "ingest", str(root / "corpus"), "--out", str(root / "store"), "--no-progress"]) == 0
-    pack = ["data", "pack", str(root / "store"), "--method", "ep", "--context", "63", "--no-progress"]
-    assert main([*pack, "--out", str(root / "packed")]) == 0
-    cfg = json.loads(json.dumps(RUN))
-    cfg["data"]["store"], cfg["train"]["out_dir"] = str(root / "store"), str(root / "run")
-    train(from_dict(RunConfig, cfg))
-    return root
+    return make_project(tmp_path_factory.mktemp("full_disk"), chars=200_000, parts=8)
 
 
 def assert_one_line_about_space(res: subprocess.CompletedProcess) -> None:
@@ -127,29 +122,8 @@ def test_a_writer_on_a_full_disk_says_so_in_one_line(project, tmp_path, case):
 
 
 def test_training_on_a_full_disk_says_the_disk_is_full(project, tmp_path):
-    config = tmp_path / "run.toml"
-    cfg = json.loads(json.dumps(RUN))
-    cfg["data"]["store"], cfg["train"]["out_dir"] = str(project / "store"), str(tmp_path / "disk" / "run")
-    import tomli_w
-
-    config.write_text(tomli_w.dumps(cfg))
-    res = on_small_disk(tmp_path / "disk", "64k", ["train", str(config)])
-    assert_one_line_about_space(res)
-
-
-def on_read_only(folder: Path, argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    """``contextlab ARGV`` in a new process that sees ``folder`` read-only (a read-only bind mount)."""
-    command = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"'
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
-    return subprocess.run(
-        ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", command, "sh", str(folder)]
-        + [sys.executable, "-m", "contextlab", *argv],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=300,
-    )
+    config = train_toml(tmp_path / "run.toml", project / "store", tmp_path / "disk" / "run")
+    assert_one_line_about_space(on_small_disk(tmp_path / "disk", "64k", ["train", str(config)]))
 
 
 READ_ONLY_WRITERS = {  # Robustness II item 8: an --out on a read-only disk
@@ -194,35 +168,8 @@ def test_stats_of_a_read_only_store_draw_their_plot_where_they_can(project, tmp_
     assert png.is_file() and str(png) in res.stdout
 
 
-SWEEP = """
-[sweep]
-name = "tiny"
-out_dir = "{out}"
-[base.model]
-size = "tiny-2x128"
-n_layer = 1
-n_embd = 32
-n_head = 2
-[base.data]
-store = "{store}"
-val_split = "tail"
-val_fraction = 0.1
-[base.optim]
-warmup_steps = 1
-[base.train]
-context = 32
-tokens_per_step = 128
-max_steps = 2
-threads = 1
-dtype = "fp32"
-[grid]
-"train.seed" = [0, 1]
-"""
-
-
 def test_a_sweep_on_a_full_disk_says_so_in_one_line(project, tmp_path):
-    recipe = tmp_path / "sweep.toml"
-    recipe.write_text(SWEEP.format(out=tmp_path / "disk" / "sw", store=project / "store"))
+    recipe = sweep_toml(tmp_path / "sweep.toml", project / "store", tmp_path / "disk" / "sw")
     res = on_small_disk(tmp_path / "disk", "16k", ["sweep", str(recipe), "--no-analysis"])
     assert res.returncode in (1, 2) and "Traceback" not in res.stderr, res.stderr[-3000:]
     last = res.stderr.strip().splitlines()[-1]
@@ -233,17 +180,10 @@ def test_a_sweep_on_a_full_disk_says_so_in_one_line(project, tmp_path):
 def test_train_and_sweep_with_a_read_only_out_say_so_in_one_line(project, tmp_path, what):
     (tmp_path / "ro").mkdir()
     if what == "train":
-        cfg = json.loads(json.dumps(RUN))
-        cfg["data"]["store"], cfg["train"]["out_dir"] = str(project / "store"), str(tmp_path / "ro" / "run")
-        import tomli_w
-
-        (tmp_path / "run.toml").write_text(tomli_w.dumps(cfg))
-        argv = ["train", str(tmp_path / "run.toml")]
+        argv = ["train", str(train_toml(tmp_path / "run.toml", project / "store", tmp_path / "ro" / "run"))]
     else:
-        (tmp_path / "sweep.toml").write_text(
-            SWEEP.format(out=tmp_path / "ro" / "sw", store=project / "store")
-        )
-        argv = ["sweep", str(tmp_path / "sweep.toml"), "--no-analysis"]
+        recipe = sweep_toml(tmp_path / "sweep.toml", project / "store", tmp_path / "ro" / "sw")
+        argv = ["sweep", str(recipe), "--no-analysis"]
     res = on_read_only(tmp_path / "ro", argv, tmp_path)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-3000:]
     lines = res.stderr.strip().splitlines()

@@ -13,32 +13,14 @@ model export):
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from pathlib import Path
 
 import pytest
 
 from contextlab.cli import main
-from contextlab.config import from_dict
-from tests.conftest import shakespeare, write_tree
-
-TINY_RUN = {
-    "model": {"size": "tiny-2x128", "n_layer": 1, "n_head": 2, "n_embd": 32},
-    "data": {"store": "", "val_split": "tail", "val_fraction": 0.1},
-    "optim": {"lr": 3e-3, "warmup_steps": 1},
-    "train": {
-        "out_dir": "",
-        "context": 32,
-        "tokens_per_step": 128,
-        "max_steps": 1,
-        "val_every": 0,
-        "ckpt_every": 0,
-        "threads": 1,
-        "progress": False,
-        "dtype": "fp32",
-    },
-}
+from tests.conftest import write_tree
+from tests.faults.projects import make_project
 
 
 def tree_digest(path: Path) -> str:
@@ -53,19 +35,7 @@ def tree_digest(path: Path) -> str:
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     """A corpus, its byte store, an EP packed store and a one-step run, all made once."""
-    from contextlab.train.config import RunConfig
-    from contextlab.train.trainer import train
-
-    root = tmp_path_factory.mktemp("overwrite")
-    text = shakespeare(20_000)
-    write_tree(root / "corpus", {f"part{i}.txt": text[i * 5000 : (i + 1) * 5000] for i in range(4)})
-    assert main(["data", "ingest", str(root / "corpus"), "--out", str(root / "store"), "--no-progress"]) == 0
-    pack_args = ["data", "pack", str(root / "store"), "--method", "ep", "--context", "63", "--no-progress"]
-    assert main([*pack_args, "--out", str(root / "packed")]) == 0
-    cfg = json.loads(json.dumps(TINY_RUN))
-    cfg["data"]["store"], cfg["train"]["out_dir"] = str(root / "store"), str(root / "run")
-    train(from_dict(RunConfig, cfg))
-    return root
+    return make_project(tmp_path_factory.mktemp("overwrite"), chars=20_000, parts=4)
 
 
 def writer_args(project: Path, kind: str, out: Path) -> list[str]:

@@ -17,8 +17,8 @@ memory use does not grow with the corpus. Opening validates that the files agree
 saved tokenizer's spec) so a truncated or hand-edited store is caught at once with one clear
 line, not later as garbage tokens or a model with the wrong vocabulary. The full content hash
 is computed once at the end of ingest; re-checking it costs a read of the whole store, so it is
-not part of opening. The commands that consume a store, ``train`` and ``data pack``, call
-``check_content()`` first: the content hash against meta.json and every id against the
+not part of opening. The commands that consume a store, ``train``, ``data pack`` and ``eval``,
+call ``check_content()`` first: the content hash against meta.json and every id against the
 vocabulary, in one read (a token changed in place, same size, is caught there); the result is
 remembered in ``STORE/.verified.json`` by the files' size, modification time and inode, so an
 unchanged store is read once, not on every run (a store that cannot be written is re-read each
@@ -208,26 +208,36 @@ class TokenStore:
 
     def check_content(self) -> None:
         """One line when tokens.bin or offsets.npy no longer hash to meta.json's content hash or hold
-        an id outside the vocabulary; see the module docstring for when it reads and what it remembers."""
-        stamp = self._stamp()
-        try:
-            seen = json.loads((self.path / VERIFIED_FILE).read_text())
-            if seen == {"stamp": stamp, "content_hash": self.hash}:
-                return
-        except (OSError, ValueError):
-            pass
-        got = content_hash(self.path / "tokens.bin", self.path / "offsets.npy")
+        an id outside the vocabulary (both in one read of the files); see the module docstring for
+        when it reads and what it remembers."""
+        if self.verified():
+            return
+        top = [-1]
+
+        def see(block: bytes) -> None:  # the largest id, from the blocks the hash reads anyway
+            if block:
+                top[0] = max(top[0], int(np.frombuffer(block, self.dtype).max()))
+
+        got = content_hash(self.path / "tokens.bin", self.path / "offsets.npy", on_tokens=see)
         if got != self.hash:
             raise UserError(
                 f"store {self.path} changed after it was written: its content hash is {got[:12]}, meta.json "
                 f"says {self.hash[:12]}; ingest the source again (or skip this check with --no-verify / "
                 f"data.verify=false to use it as it is)"
             )
-        self.check_ids()
+        self._check_top_id(top[0])
         try:
-            atomic_write_json(self.path / VERIFIED_FILE, {"stamp": stamp, "content_hash": self.hash})
+            atomic_write_json(self.path / VERIFIED_FILE, {"stamp": self._stamp(), "content_hash": self.hash})
         except OSError:
             pass  # a read-only store: checked again next time
+
+    def verified(self) -> bool:
+        """Whether ``check_content`` found this store intact and its files have not changed since."""
+        try:
+            seen = json.loads((self.path / VERIFIED_FILE).read_text())
+        except (OSError, ValueError):
+            return False
+        return seen == {"stamp": self._stamp(), "content_hash": self.hash}
 
     def _stamp(self) -> dict:
         """Size, modification time (ns) and inode of the files the content hash covers."""
@@ -256,6 +266,10 @@ class TokenStore:
             fh.seek(lo * self.dtype.itemsize)
             while lo < hi and (ids := np.fromfile(fh, dtype=self.dtype, count=min(chunk, hi - lo))).size:
                 top, lo = max(top, int(ids.max())), lo + ids.size
+        self._check_top_id(top, docs, fix)
+
+    def _check_top_id(self, top: int, docs: tuple[int, int] | None = None, fix: str | None = None) -> None:
+        """One line when ``top``, the largest id read (of documents ``docs``), is outside the vocabulary."""
         if self.vocab_size and top >= self.vocab_size:
             where = "" if docs is None else f" (in documents {docs[0]:,}..{docs[1] - 1:,})"
             raise UserError(

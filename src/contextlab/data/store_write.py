@@ -43,12 +43,21 @@ STORE_FORMAT = "contextlab-token-store"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def content_hash(tokens_file: Path, offsets_file: Path, chunk: int = 1 << 20) -> str:
-    """sha256 over tokens.bin then offsets.npy's array bytes, both read in chunks (flat memory)."""
+def content_hash(
+    tokens_file: Path,
+    offsets_file: Path,
+    chunk: int = 1 << 20,
+    on_tokens: Callable[[bytes], None] | None = None,
+) -> str:
+    """sha256 over tokens.bin then offsets.npy's array bytes, both read in chunks (flat memory).
+    ``on_tokens(block)`` sees every block of tokens.bin as it is hashed (whole ids: ``chunk`` is a
+    multiple of every id width), so a caller can check the ids in the same read."""
     h = hashlib.sha256()
     with open(tokens_file, "rb") as f:
         while block := f.read(chunk):
             h.update(block)
+            if on_tokens is not None:
+                on_tokens(block)
     fmt = np.lib.format
     with open(offsets_file, "rb") as f:
         read_header = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}.get(

@@ -286,23 +286,6 @@ def _record_end(run: Run, returncode: int, seconds: float, runner: StepRunner, s
     return record
 
 
-def _locked_sweep(fn):
-    """``run_sweep`` holds the one-writer lock of its out_dir: a second sweep into it is refused,
-    naming the first (two would start the same runs)."""
-    import functools
-
-    @functools.wraps(fn)
-    def locked(path, overrides=(), **kwargs):
-        from contextlab.data.store import output_lock
-
-        section, _ = load_sweep(path, overrides)
-        with output_lock(section.out_dir, "sweep folder"):
-            return fn(path, overrides, **kwargs)
-
-    return locked
-
-
-@_locked_sweep
 def run_sweep(
     path: str | Path,
     overrides: list[str] = (),
@@ -312,10 +295,18 @@ def run_sweep(
     ray=None,
 ) -> Path:
     """Run every pending run of the sweep; returns the path of results.csv. ``ray``: a
-    ``ray_runner.RayRuns`` to run them as Ray tasks instead of local processes."""
-    from tqdm.auto import tqdm
+    ``ray_runner.RayRuns`` to run them as Ray tasks instead of local processes. Holds the one-writer
+    lock of the sweep's folder: a second sweep into it is refused, naming the first."""
+    from contextlab.data.store import output_lock
 
     section, runs = load_sweep(path, overrides)
+    with output_lock(section.out_dir, "sweep folder"):
+        return _run_sweep(path, section, runs, only, progress, ray)
+
+
+def _run_sweep(path, section: SweepSection, runs: list[Run], only, progress: bool, ray) -> Path:
+    from tqdm.auto import tqdm
+
     out = Path(section.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "sweep.toml", Path(path).read_text(encoding="utf-8"))

@@ -134,7 +134,10 @@ def pack_shard(
     ``docs_at``: the byte of docs.jsonl where document ``lo``'s line starts (see ``shard_rows``)."""
     packer = PACKERS[cfg.method]
     t0 = time.perf_counter()
-    store.check_ids(docs=(lo, hi))  # each shard its own tokens: no pass over the whole store anywhere
+    if (
+        not store.verified()
+    ):  # a store the driver checked whole (TokenStore.check_content) needs no second read
+        store.check_ids(docs=(lo, hi))  # each shard its own tokens: no pass over the whole store anywhere
     doc_ids = np.arange(lo, hi, dtype=np.int64)
     sep = cfg.separator == "eot"
     seq = Sequencer(
