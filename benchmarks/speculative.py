@@ -32,8 +32,8 @@ from tqdm import tqdm
 
 from contextlab.data.store import TokenStore
 from contextlab.errors import UserError
+from contextlab.inference import read_checkpoint
 from contextlab.models.decode import generate
-from contextlab.models.loading import load_trained_model
 from contextlab.models.speculative import SpeculativeStats, check_speculative, speculative_greedy
 
 
@@ -152,7 +152,8 @@ def run(model, prompts: list[torch.Tensor], new: int, repeats: int) -> dict:
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
-    model, state, path = load_trained_model(args.run, args.step)
+    ckpt = read_checkpoint(args.run, args.step)
+    model, state, path = ckpt.build(), ckpt.state, ckpt.dir
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
     model = check_speculative(model).to(dtype).eval()
     store = TokenStore(args.heldout)

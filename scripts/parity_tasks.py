@@ -23,7 +23,7 @@ from contextlab.data import synthetic as syn
 from contextlab.data.store import TokenStore
 from contextlab.errors import UserError
 from contextlab.eval.entropy import task_weighted
-from contextlab.models.loading import load_trained_model
+from contextlab.inference import read_checkpoint
 
 
 def main() -> None:
@@ -49,7 +49,7 @@ def main() -> None:
     cfg, tasks = found
     L = cfg.n_bits
     try:
-        model, _, _ = load_trained_model(a.model, None)
+        model = read_checkpoint(a.model, None).build()
     except UserError as exc:
         raise SystemExit(f"parity_tasks: error: {exc}") from None
     model.eval()

@@ -11,10 +11,11 @@ from contextlab.data.ingest import IngestConfig, ingest
 from contextlab.data.tokenizers import ByteTokenizer
 from contextlab.errors import UserError
 from contextlab.eval import bayes_fit, contextwise, entropy, passkey, ppl, vartrack
-from contextlab.eval.adapter import ModelAdapter, ModelInfo
+from contextlab.eval.adapter import ModelAdapter
 from contextlab.eval.backends import BACKENDS
 from contextlab.eval.backends.contextlab import ContextlabBackend
 from contextlab.eval.backends.hf import HFBackend
+from contextlab.inference import ModelInfo
 from tests.conftest import shakespeare
 from tests.eval.conftest import byte_adapter, tiny_gpt
 

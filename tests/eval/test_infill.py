@@ -16,11 +16,11 @@ from contextlab.data.tokenizers import ByteTokenizer
 from contextlab.data.views import split_documents
 from contextlab.errors import UserError
 from contextlab.eval.adapter import in_memory_adapter
-from contextlab.eval.backends.base import ModelInfo
 from contextlab.eval.infill import Sentinels, fim_sentinels, infill, infill_prompt
 from contextlab.eval.infill_spans import choose_spans
 from contextlab.eval.infilling import Options, Sample, available_modes, generate_middle, run_mode
 from contextlab.eval.stats import wilson
+from contextlab.inference import ModelInfo
 from contextlab.models.gpt import GPT, GPTConfig
 from contextlab.objectives.fim import FIM, MID, PRE, SUF, fim_document
 from contextlab.train.trainer import train

@@ -237,7 +237,7 @@ def test_a_checkpoint_from_before_the_context_rename_loads(trained_run, tmp_path
 
     import torch
 
-    from contextlab.models.loading import load_trained_model
+    from contextlab.inference import read_checkpoint
 
     old = tmp_path / "old_run"
     shutil.copytree(trained_run, old)
@@ -245,8 +245,8 @@ def test_a_checkpoint_from_before_the_context_rename_loads(trained_run, tmp_path
     state = json.loads((ckpt / "state.json").read_text())
     state["model_config"]["block_size"] = state["model_config"].pop("context")
     (ckpt / "state.json").write_text(json.dumps(state))
-    model, _, _ = load_trained_model(old)
-    new, _, _ = load_trained_model(trained_run)
+    model = read_checkpoint(old).build()
+    new = read_checkpoint(trained_run).build()
     assert model.config == new.config and model.config.context == 64
     idx = torch.randint(0, 257, (1, 20))
     with torch.no_grad():

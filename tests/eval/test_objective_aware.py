@@ -11,7 +11,7 @@ from contextlab.cli import main as cli
 from contextlab.data.ingest import IngestConfig, ingest
 from contextlab.errors import UserError
 from contextlab.eval import load_model
-from contextlab.models.loading import load_trained_model
+from contextlab.inference import read_checkpoint
 from contextlab.train.export import export_checkpoint
 from contextlab.train.trainer import train
 from tests.conftest import shakespeare
@@ -55,7 +55,8 @@ def test_a_model_that_is_no_causal_lm_is_refused_by_causal_evals_and_export(runs
 def test_a_ul2_model_is_scored_after_its_s_mode_token(runs):
     root, store = runs
     adapter = load_model(root / "ul2")
-    model, state, _ = load_trained_model(root / "ul2")
+    ckpt = read_checkpoint(root / "ul2")
+    model, state = ckpt.build(), ckpt.state
     (s_id,) = state["left_to_right"]["prefix_ids"]
     assert adapter.info.objective == "ul2" and adapter.info.lm_prefix == [s_id] and not adapter.info.not_lm
     ids = torch.tensor(store.doc(0)[:30], dtype=torch.long)

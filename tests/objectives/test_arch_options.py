@@ -27,7 +27,8 @@ def test_each_option_has_one_declaration():
     """The objective's field, the model config's field and the options class' field are one object."""
     for options, config in ((ContextLMOptions, ContextLMConfig), (MTPOptions, MTPConfig)):
         declared = {f.name: f for f in dataclasses.fields(options)}
-        assert list(declared) == arch_option_names(next(a for a, (c, _) in ARCHS.items() if c is config))
+        name = next(a for a, arch in ARCHS.items() if arch.config is config)
+        assert list(declared) == arch_option_names(name)
         in_config = {f.name: f for f in dataclasses.fields(config)}
         assert all(in_config[name] is field for name, field in declared.items())
         assert all(field_help(options, name) for name in declared)  # each documents itself
@@ -72,7 +73,7 @@ def test_a_toml_options_table_builds_the_same_model(name, table, expected):
     model = build_arch(cls.arch, SHAPE, **objective.arch_options())
     assert model.config == expected
     torch.manual_seed(0)
-    direct = ARCHS[cls.arch][1](expected)
+    direct = ARCHS[cls.arch].model(expected)
     for (key, ours), (_, theirs) in zip(model.state_dict().items(), direct.state_dict().items(), strict=True):
         assert torch.equal(ours, theirs), key
 

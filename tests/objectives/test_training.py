@@ -1,6 +1,6 @@
 """Every objective trains a tiny model through the real trainer; the checkpoint loads back.
 
-The loaded model (``load_trained_model``, the architecture recorded in the checkpoint)
+The loaded model (``read_checkpoint(...).build()``, the architecture recorded in the checkpoint)
 must give the same next-token logits as the model in the trainer, and ContextLM / MTP
 export to Hugging Face with the same logits.
 """
@@ -17,9 +17,9 @@ import torch
 
 from contextlab.config import from_dict
 from contextlab.data.ingest import IngestConfig, ingest
+from contextlab.inference import read_checkpoint
 from contextlab.models.contextlm import ContextLM
 from contextlab.models.gpt import GPT
-from contextlab.models.loading import load_trained_model
 from contextlab.models.mtp import MTPModel
 from contextlab.train import distributed as D
 from contextlab.train.config import RunConfig
@@ -82,7 +82,8 @@ def test_objective_trains_and_its_checkpoint_loads_back(store, tmp_path, name, o
     finally:
         D.shutdown()
     assert result.steps == 3 and np.isfinite(result.final_loss) and result.val_loss is not None
-    model, state, _ = load_trained_model(tmp_path / "run")
+    ckpt = read_checkpoint(tmp_path / "run")
+    model, state = ckpt.build(), ckpt.state
     assert type(model) is cls and state["arch"] == trainer.objective.arch and state["objective"] == name
     assert model.config.vocab_size == trainer.objective.vocab_size
     idx = torch.randint(0, 256, (2, 32))
@@ -141,7 +142,7 @@ def test_contextlm_with_document_mask_and_encoder_split_trains(store, tmp_path):
         )
     )
     assert res.steps == 3 and np.isfinite(res.final_loss)
-    model, _, _ = load_trained_model(tmp_path / "run")
+    model = read_checkpoint(tmp_path / "run").build()
     assert model.config.encoder_layers == 1 and model.config.fusion == "normalised"
 
 

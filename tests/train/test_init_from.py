@@ -15,7 +15,7 @@ from contextlab.config import from_dict
 from contextlab.data.ingest import IngestConfig, ingest
 from contextlab.errors import UserError
 from contextlab.eval.adapter import ContextLengthWarning, load_model
-from contextlab.models.loading import load_trained_model
+from contextlab.inference import read_checkpoint
 from contextlab.train.config import RunConfig
 from contextlab.train.export import export_checkpoint
 from contextlab.train.trainer import train
@@ -151,7 +151,7 @@ def test_hf_llama_continues_with_yarn_exports_and_reloads(tmp_path, hf_store, ll
         and rope["original_max_position_embeddings"] == 16
     )
 
-    trained, _, _ = load_trained_model(run)
+    trained = read_checkpoint(run).build()
     source = transformers.AutoModelForCausalLM.from_pretrained(llama_dir)
     w = "model.layers.0.self_attn.q_proj.weight"
     assert not torch.equal(trained.state_dict()[w], source.state_dict()[w])  # it trained
@@ -180,8 +180,8 @@ def test_continued_hf_run_resumes_exactly(tmp_path, hf_store, llama_dir):
     shutil.rmtree(crashed / "checkpoints" / "step_000006")
     train(run_config(hf_store, crashed, train={"context": 32, "max_steps": 6}, **sections))
     assert losses(crashed) == losses(ref)  # bitwise, steps 4-6 recomputed
-    a, _, _ = load_trained_model(ref)
-    b, _, _ = load_trained_model(crashed)
+    a = read_checkpoint(ref).build()
+    b = read_checkpoint(crashed).build()
     assert all(torch.equal(a.state_dict()[k], v) for k, v in b.state_dict().items())
 
 
@@ -199,7 +199,8 @@ def test_contextlab_run_continues_with_yarn_and_exports(tmp_path, byte_store, ba
     fresh = tmp_path / "fresh"
     train(run_config(byte_store, fresh, train={"context": 64, "max_steps": 3}))
     assert losses(run)[1] < losses(fresh)[1] - 0.5  # starts from the pretrained weights
-    model, state, _ = load_trained_model(run)
+    ckpt = read_checkpoint(run)
+    model, state = ckpt.build(), ckpt.state
     c = model.config
     assert (c.context, c.rope_extension, c.rope_factor, c.rope_original_context) == (64, "yarn", 4.0, 16)
     assert state["init"]["step"] == 12 and state["init"]["extension"] == "yarn"
@@ -234,8 +235,9 @@ def test_base_change_other_objective_and_freezing(tmp_path, byte_store, base_run
             objective={"name": "mtp"},
         )
     )
-    model, state, _ = load_trained_model(run)
-    base, _, _ = load_trained_model(base_run)
+    ckpt = read_checkpoint(run)
+    model, state = ckpt.build(), ckpt.state
+    base = read_checkpoint(base_run).build()
     assert state["arch"] == "mtp" and model.config.rope_base == 1e6 and model.config.rope_extension == "none"
     after, before = model.state_dict(), base.state_dict()
     assert torch.equal(after["wte.weight"], before["wte.weight"])  # frozen

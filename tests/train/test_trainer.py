@@ -207,12 +207,12 @@ def test_export_round_trip(store, tmp_path):
     from transformers import AutoModelForCausalLM
 
     import contextlab.models.hf  # noqa: F401  registers the classes with transformers
-    from contextlab.models.loading import load_trained_model
+    from contextlab.inference import read_checkpoint
     from contextlab.train.export import export_checkpoint
 
     run = tmp_path / "run"
     train(config(store, run, max_steps=3))
-    model, _state, _ = load_trained_model(run)
+    model = read_checkpoint(run).build()
     out = export_checkpoint(run, tmp_path / "hf")
     hf = AutoModelForCausalLM.from_pretrained(out)
     idx = torch.randint(0, 257, (2, 20))

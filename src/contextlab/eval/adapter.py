@@ -24,11 +24,9 @@ Trade-offs:
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import warnings
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -37,7 +35,8 @@ from torch import Tensor
 from contextlab.data.tokenizers import Tokenizer
 from contextlab.errors import UserError
 from contextlab.eval.backends import BACKENDS
-from contextlab.eval.backends.base import ModelInfo, chunked_logprobs, logprob_chunk
+from contextlab.eval.backends.base import chunked_logprobs, logprob_chunk
+from contextlab.inference.open import ModelInfo
 from contextlab.models.sampling import Sampling
 
 
@@ -282,37 +281,9 @@ def load_model(
     device: str = "cpu",
     step: int | None = None,
 ) -> ModelAdapter:
-    """A contextlab run/checkpoint dir or a local HF model folder -> ModelAdapter."""
-    from contextlab.eval.backends import contextlab, hf
-    from contextlab.rundir import is_hf_folder
+    """A contextlab run/checkpoint/export or a local HF model folder (``inference.open_model``)
+    -> ModelAdapter."""
+    from contextlab.inference import open_model
 
-    p = Path(path)
-    if not p.exists():
-        raise UserError(
-            f"model not found: {p}; pass a contextlab run directory or a Hugging Face model folder"
-        )
-    if is_hf_folder(p):
-        from safetensors import SafetensorError
-
-        from contextlab.models.hf import is_gpt_export  # imports transformers: only for HF folders
-
-        try:
-            cfg = json.loads((p / "config.json").read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise UserError(
-                f"{p / 'config.json'} is not valid JSON ({type(exc).__name__}: {str(exc)[:80]}); the folder "
-                "is damaged or was copied in part: copy or save it again"
-            ) from None
-        load = contextlab.load_export if is_gpt_export(cfg) else hf.load_folder
-        try:
-            model, tok, info = load(p, cfg)
-        except (SafetensorError, OSError, ValueError, RuntimeError, EOFError) as exc:
-            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-            raise UserError(
-                f"cannot load the model in {p} ({type(exc).__name__}: {why}); its weights may be damaged "
-                "or copied in part: copy or save the folder again"
-            ) from None
-    else:
-        model, tok, info = contextlab.load_run(p, step)
-    info.id = str(path)
+    model, tok, info = open_model(path, step, device=device)
     return ModelAdapter(model, tok, info, dtype=dtype, batch_size=batch_size, device=device)

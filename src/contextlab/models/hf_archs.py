@@ -25,10 +25,9 @@ from pathlib import Path
 
 from contextlab.errors import UserError
 from contextlab.io import staged_dir
-from contextlab.models.contextlm import ContextLM
+from contextlab.models.archs import ARCHS, arch_of
 from contextlab.models.hf import provenance, write_remote_code_model
 from contextlab.models.hf_llama import llama_compatible, save_llama
-from contextlab.models.mtp import MTPModel
 
 
 def export_arch_to_hf(
@@ -41,12 +40,8 @@ def export_arch_to_hf(
 ) -> Path:
     """Export a GPT, an MTPModel (as its next-token GPT) or a ContextLM as a HF folder (atomically)."""
     model = getattr(model, "_orig_mod", model)  # a torch.compile'd model shares the parameters
-    extra = dict(extra_config or {})
-    if isinstance(model, MTPModel):
-        extra.update(arch="mtp", trained_heads=model.config.n_future)
-        model = model.to_gpt()
-    elif isinstance(model, ContextLM):
-        extra["arch"] = "contextlm"
+    model, recorded = ARCHS[arch_of(model)].export(model)  # MTP: its next-token GPT
+    extra = {**(extra_config or {}), **recorded}
     why_not_llama = llama_compatible(model)
     extra["hf_format"] = "llama" if not why_not_llama else f"custom code ({why_not_llama})"
     if not why_not_llama:  # lets contextlab load the folder back as the GPT it was (models/hf.py)

@@ -15,7 +15,8 @@ visible. A write that fails (``torch.save`` reports a full disk as a ``RuntimeEr
 safetensors as a ``SafetensorError``) removes the temporary folder and ends in one line naming
 the last good checkpoint; so does a checkpoint whose files cannot be read back (truncated
 weights, a garbage optimizer file), naming the newest earlier one that can. Checkpoint names
-and listing belong to ``contextlab.rundir``; this module writes and reads what is inside.
+and listing belong to ``contextlab.rundir``; this module writes what is inside and reads it all
+back to resume; ``contextlab.inference.checkpoint`` reads the weights (here too) and builds the model.
 Only the newest ``keep_last`` are kept, and with early stopping the best one too.
 """
 
@@ -31,11 +32,20 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from contextlab.errors import UserError
+from contextlab.inference.checkpoint import read_weights
 from contextlab.io import atomic_write_json, fsync_dir
-from contextlab.rundir import latest_checkpoint, list_checkpoints, step_dir
+from contextlab.rundir import (
+    CHECKPOINTS,
+    CONFIG,
+    STATE,
+    WEIGHTS,
+    latest_checkpoint,
+    list_checkpoints,
+    step_dir,
+)
 
 
 def _contiguous(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -88,14 +98,14 @@ def _write_files(tmp: Path, model_state: dict, optim_state: dict, state: dict, c
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    save_file(_contiguous(model_state), str(tmp / "model.safetensors"))
+    save_file(_contiguous(model_state), str(tmp / WEIGHTS))
     torch.save(optim_state, tmp / "optimizer.pt")
     rng = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state_all()
     torch.save(rng, tmp / "rng.pt")
-    (tmp / "config.toml").write_text(config_toml, encoding="utf-8")
-    atomic_write_json(tmp / "state.json", state)
+    (tmp / CONFIG).write_text(config_toml, encoding="utf-8")
+    atomic_write_json(tmp / STATE, state)
     for f in tmp.iterdir():
         with open(f, "rb") as fh:
             os.fsync(fh.fileno())
@@ -132,16 +142,16 @@ def load_checkpoint(ckpt: Path) -> tuple[dict[str, torch.Tensor], dict, dict, di
 
 
 def _read(ckpt: Path) -> tuple[dict[str, torch.Tensor], dict, dict, dict]:
-    model_state = load_file(str(ckpt / "model.safetensors"))
+    model_state = read_weights(ckpt)
     optim_state = torch.load(ckpt / "optimizer.pt", map_location="cpu", weights_only=True)
     rng = torch.load(ckpt / "rng.pt", map_location="cpu", weights_only=True)
-    state = json.loads((ckpt / "state.json").read_text())
+    state = json.loads((ckpt / STATE).read_text())
     return model_state, optim_state, rng, state
 
 
 def _earlier_good(ckpt: Path) -> Path | None:
     """The newest checkpoint of ``ckpt``'s run older than it whose files all read back."""
-    if ckpt.parent.name != "checkpoints":
+    if ckpt.parent.name != CHECKPOINTS:
         return None
     listed = list_checkpoints(ckpt.parent.parent)
     step = next((s for s, d in listed if d == ckpt), None)
@@ -156,7 +166,7 @@ def _earlier_good(ckpt: Path) -> Path | None:
 
 def remove_temporary(run_dir: Path) -> None:
     """Delete checkpoint folders a kill left half written (call it holding the run's lock)."""
-    root = Path(run_dir) / "checkpoints"
+    root = Path(run_dir) / CHECKPOINTS
     for tmp in root.glob(".step_*.tmp") if root.is_dir() else []:
         shutil.rmtree(tmp, ignore_errors=True)
 

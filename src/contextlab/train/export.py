@@ -18,8 +18,9 @@ from pathlib import Path
 from contextlab import rundir
 from contextlab.data.store import holds_output_lock
 from contextlab.errors import UserError
+from contextlab.inference import read_checkpoint
 from contextlab.io import refuse_overlap
-from contextlab.models.loading import left_to_right, load_trained_model
+from contextlab.models.archs import HF_ARCH
 
 
 def _export_inputs(call: dict) -> list:
@@ -32,8 +33,9 @@ def export_checkpoint(
 ) -> Path:
     from contextlab.models.hf_archs import export_arch_to_hf  # GPT, MTP (as its GPT) and ContextLM
 
-    model, state, path = load_trained_model(run_or_ckpt, step)
-    prefix, why = left_to_right(state)
+    ckpt = read_checkpoint(run_or_ckpt, step)
+    model, state, path = ckpt.build(), ckpt.state, ckpt.dir
+    prefix, why = ckpt.left_to_right()
     if prefix is None or prefix:
         raise UserError(
             f"{run_or_ckpt} is not exported: an export is a causal language model, and this run's "
@@ -49,7 +51,7 @@ def export_checkpoint(
         "contextlab_objective": state.get("objective"),
         "contextlab_run": str(rundir.run_of(path)),
     }
-    if state.get("arch") == "hf":  # a continued Hugging Face model goes back to its own format
+    if ckpt.arch == HF_ARCH:  # a continued Hugging Face model goes back to its own format
         from contextlab.models.hf_causal import TOKENIZER_FILES, save_hf
 
         source = Path((state.get("init") or {}).get("source", ""))

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,14 +63,15 @@ def check_source(source: str) -> Path:
 def init_model(cfg, objective, store) -> InitModel:
     """The initial model of a continued run (see the module docstring); ``store`` is the training
     data's store."""
+    from contextlab.inference import kind_of
+
     src = check_source(cfg.init.source)
-    if (src / "config.json").is_file() and not (src / "state.json").is_file():
-        from contextlab.models.hf import is_gpt_export
+    kind = kind_of(src)
+    if kind == "hf":
         from contextlab.models.hf_causal import read_hf_config
 
-        hf_config = read_hf_config(src)
-        if not is_gpt_export(json.loads((src / "config.json").read_text())):
-            return _from_hf(cfg, objective, store, src, hf_config)
+        return _from_hf(cfg, objective, store, src, read_hf_config(src))
+    if kind == "export":
         return _from_contextlab_export(cfg, objective, store, src)
     return _from_run(cfg, objective, store, src)
 
@@ -104,13 +104,12 @@ def _note_plain_extrapolation(method: str, original: int, new_context: int) -> N
 
 
 def _from_run(cfg, objective, store, src: Path) -> InitModel:
-    from safetensors.torch import load_file
+    from contextlab.inference import read_checkpoint
+    from contextlab.models.archs import HF_ARCH
 
-    from contextlab.rundir import read_checkpoint_state, resolve_checkpoint
-
-    ckpt = resolve_checkpoint(src, cfg.init.step or None)
-    state = read_checkpoint_state(ckpt)
-    if state.get("arch") == "hf":
+    ckpt = read_checkpoint(src, cfg.init.step or None)
+    state = ckpt.state
+    if ckpt.arch == HF_ARCH:
         raise UserError(
             f"{src} continued a Hugging Face model; export it (contextlab export {src} --out DIR) and "
             "start from that folder"
@@ -120,31 +119,25 @@ def _from_run(cfg, objective, store, src: Path) -> InitModel:
             f"{src} was trained with tokenizer {state.get('tokenizer', {}).get('name')!r}, not the one of "
             f"{store.path}; ingest the data with the model's tokenizer (--tokenizer store:STORE)"
         )
-    try:
-        weights = load_file(str(ckpt / "model.safetensors"))
-    except (OSError, ValueError, RuntimeError) as exc:
-        raise UserError(f"checkpoint {ckpt} cannot be read ({exc})") from None
-    model_w = {k[6:]: v for k, v in weights.items() if k.startswith("model.")}
-    obj_w = {k[10:]: v for k, v in weights.items() if k.startswith("objective.")}
+    obj_w = ckpt.objective_weights()
     if obj_w and state.get("objective") == objective.name:
         objective.load_state_dict(obj_w, strict=False)  # the objective's own modules, when it is the same one
     meta = {
         "source": str(src.resolve()),
         "kind": "contextlab",
-        "checkpoint": str(ckpt.resolve()),
-        "step": state.get("step"),
-        "arch": state.get("arch", "gpt"),
+        "checkpoint": str(ckpt.dir.resolve()),
+        "step": ckpt.step,
+        "arch": ckpt.arch,
         "objective": state.get("objective"),
     }
-    return _continue_gpt(cfg, objective, state["model_config"], model_w, meta)
+    return _continue_gpt(cfg, objective, state["model_config"], ckpt.model_weights(), meta)
 
 
 def _from_contextlab_export(cfg, objective, store, src: Path) -> InitModel:
-    import json
-
+    from contextlab.inference.open import read_config_json
     from contextlab.models.hf import gpt_from_hf_export
 
-    prov = json.loads((src / "config.json").read_text()).get("contextlab") or {}
+    prov = read_config_json(src).get("contextlab") or {}
     tok = prov.get("contextlab_tokenizer") or {}
     if tok.get("hash") and tok["hash"] != store.tokenizer_hash:
         raise UserError(
@@ -275,9 +268,9 @@ def _from_hf(cfg, objective, store, src: Path, hf_config) -> InitModel:
 
 def _check_hf_tokenizer(src: Path, store, model_vocab: int) -> None:
     """The store must be tokenized with the model's tokenizer (checked by hash when the folder has one)."""
-    tok_file = next(
-        (f for f in (src / "tokenizer.json", src / "tokenizer" / "tokenizer.json") if f.is_file()), None
-    )
+    from contextlab.inference.tokenizer import hf_tokenizer_file
+
+    tok_file = hf_tokenizer_file(src)
     if tok_file is not None:
         from contextlab.data.tokenizers import HFTokenizer
 

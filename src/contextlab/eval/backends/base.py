@@ -1,4 +1,4 @@
-"""What both model backends share: the interface, the model record, and finding a tokenizer.
+"""What both model backends share: the interface and chunked log-probabilities.
 
 A backend wraps one loaded model and answers the few forward passes an evaluation needs
 (logits, output rows for chunked log-probabilities, hidden states of a layer, a layer plus
@@ -13,16 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-
-from contextlab.data.tokenizers import ByteTokenizer, Tokenizer, load_saved_tokenizer
-from contextlab.errors import UserError
 
 LOGPROB_CHUNK = 4096  # most rows (tokens) per fp32 log-softmax chunk: bounds memory to chunk x vocab floats
 CHUNK_ELEMENTS = 1 << 21  # logits per chunk: 8 MB of fp32, so the chunk stays in cache while it is reduced
@@ -33,24 +28,6 @@ def logprob_chunk(vocab_size: int) -> int:
     1.02x a raw forward at V = 4096 going from 4096 to 512 rows), at least 128 rows so the output
     layer's matmul stays efficient, at most LOGPROB_CHUNK."""
     return max(128, min(LOGPROB_CHUNK, CHUNK_ELEMENTS // max(1, vocab_size)))
-
-
-@dataclass
-class ModelInfo:
-    """What a result file records about the model."""
-
-    id: str  # the path as given
-    kind: str  # "contextlab" or "hf": which backend runs it
-    path: str  # resolved checkpoint or model folder
-    architecture: str  # GPT shape or the HF model_type
-    n_params: int
-    context: int  # training context (contextlab) or position limit (HF)
-    extends_beyond: bool  # positions beyond context are allowed (RoPE)
-    tokenizer: dict = field(default_factory=dict)  # the tokenizer spec (with its hash)
-    step: int | None = None
-    objective: str = "clm"  # what it was trained with (an HF model: a causal LM)
-    lm_prefix: list[int] = field(default_factory=list)  # ids before plain text to run it left to right
-    not_lm: str = ""  # why it cannot be run as a left-to-right LM at all ("" = it can)
 
 
 class ModelBackend(Protocol):
@@ -91,20 +68,3 @@ def chunked_logprobs(
         # fused log_softmax + gather, in fp32
         out[a:b] = -F.cross_entropy(logits.float(), targets[a:b], reduction="none")
     return out
-
-
-def tokenizer_from_spec(spec: dict, folders: list[Path], what: str) -> Tokenizer:
-    """The tokenizer a spec describes: rebuilt (byte) or loaded from the first folder whose hash matches."""
-    if spec.get("kind") == "byte":
-        tok: Tokenizer = ByteTokenizer(spec.get("special_tokens") or None)
-        if tok.hash == spec.get("hash"):
-            return tok
-    for d in folders:
-        if (d / "tokenizer_spec.json").is_file():
-            tok = load_saved_tokenizer(d)
-            if not spec.get("hash") or tok.hash == spec["hash"]:
-                return tok
-    raise UserError(
-        f"cannot find the tokenizer of {what} ({spec.get('name')}, hash {str(spec.get('hash'))[:8]}); "
-        "put the training store back where the run's config says (or copy STORE/tokenizer to RUN/tokenizer)"
-    )

@@ -6,19 +6,17 @@ left to right only after a few tokens (UL2 after its ``[S]`` mode token) gets th
 every input and their positions cut from every output, so evaluations never see them. Trade-off: the
 output layer is applied in row chunks, so the full (B, T, V) logits in fp32 never exist at
 once, and a layer's state and the last token's log-probability come from one trunk pass.
-This module also loads such models: a run or checkpoint through ``contextlab.models.loading``
-with the tokenizer the run carries, and a ``contextlab-gpt`` Hugging Face export.
+Opening such models is ``contextlab.inference``'s job.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from contextlab.eval.backends.base import Autocast, ModelInfo, tokenizer_from_spec
+from contextlab.eval.backends.base import Autocast
 
 
 class ContextlabBackend:
@@ -117,67 +115,3 @@ class ContextlabBackend:
             lead=self.lead,
             autocast=self.autocast,
         )
-
-
-def load_run(path: Path, step: int | None):
-    """(model, tokenizer, info) of a contextlab run or checkpoint (a continued HF model runs as "hf")."""
-    from contextlab.models.loading import left_to_right, load_trained_model
-    from contextlab.rundir import tokenizer_dirs
-
-    model, state, ckpt = load_trained_model(path, step)
-    tok = tokenizer_from_spec(state.get("tokenizer") or {}, tokenizer_dirs(ckpt), f"run {path}")
-    model, tok, info = _run_model(model, state, path, ckpt, tok)
-    prefix, info.not_lm = left_to_right(state)
-    info.objective, info.lm_prefix = state.get("objective") or "clm", prefix or []
-    return model, tok, info
-
-
-def _run_model(model, state: dict, path: Path, ckpt: Path, tok):
-    if state.get("arch") == "hf":  # a continued Hugging Face model: run it as one
-        from contextlab.models.hf_causal import context_limit
-
-        info = ModelInfo(
-            id=str(path),
-            kind="hf",
-            path=str(ckpt),
-            architecture=str(model.config.model_type),
-            n_params=sum(t.numel() for t in model.parameters()),
-            context=context_limit(model.config),
-            extends_beyond=True,
-            tokenizer=tok.spec(),
-            step=state.get("step"),
-        )
-        return model, tok, info
-    return model, tok, _info(model, path, ckpt, tok, state.get("step"))
-
-
-def load_export(p: Path, cfg: dict):
-    """(model, tokenizer, info) of a ``contextlab-gpt`` Hugging Face export: run as the plain GPT."""
-    from contextlab.models import hf
-    from contextlab.models.loading import left_to_right
-
-    model = hf.gpt_from_hf_export(p)
-    provenance = cfg.get("contextlab") or {}
-    spec = provenance.get("contextlab_tokenizer") or {}
-    tok = tokenizer_from_spec(spec, [p / "tokenizer"], f"export {p}")
-    info = _info(model, p, p, tok, provenance.get("contextlab_step"))
-    info.objective = provenance.get("contextlab_objective") or "clm"
-    prefix, info.not_lm = left_to_right({"objective": info.objective})  # exports of older versions
-    info.lm_prefix = prefix or []
-    return model, tok, info
-
-
-def _info(model, path: Path, where: Path, tok, step: int | None) -> ModelInfo:
-    from contextlab.models.gpt import describe_model
-
-    return ModelInfo(
-        id=str(path),
-        kind="contextlab",
-        path=str(where),
-        architecture=describe_model(model),
-        n_params=model.num_params(False),
-        context=int(model.config.context),
-        extends_beyond=True,
-        tokenizer=tok.spec(),
-        step=step,
-    )

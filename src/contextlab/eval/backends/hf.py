@@ -1,25 +1,21 @@
 """The Hugging Face backend: any local causal LM folder, and a run that continued one.
 
 The model is called as ``transformers`` models are (``input_ids``, ``output_hidden_states``);
-its tokenizer is the folder's ``tokenizer.json``. Trade-off: such models return their logits
-in one piece (they compute them anyway), so only the log-softmax is chunked, and a layer plus
-the last token's log-probability take two forward passes: any causal LM works, at the price
-of a second forward.
+the opener (``contextlab.inference``) loads it with the folder's ``tokenizer.json``.
+Trade-off: such models return their logits in one piece (they compute them anyway), so only
+the log-softmax is chunked, and a layer plus the last token's log-probability take two
+forward passes: any causal LM works, at the price of a second forward.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from contextlab.data.tokenizers import HFTokenizer
 from contextlab.errors import UserError
-from contextlab.eval.backends.base import Autocast, ModelInfo, chunked_logprobs, logprob_chunk
-
-POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length")
+from contextlab.eval.backends.base import Autocast, chunked_logprobs, logprob_chunk
 
 
 class HFBackend:
@@ -98,44 +94,3 @@ class HFBackend:
             past = res.get(name) if hasattr(res, "get") else None
             step_in = ids if past is None else ids[:, -1:]
         return out
-
-
-def load_folder(p: Path, cfg: dict):
-    """(model, tokenizer, info) of a local Hugging Face causal LM folder with its tokenizer.json."""
-    from contextlab.models import hf
-
-    tok_file = next(
-        (f for f in (p / "tokenizer.json", p / "tokenizer" / "tokenizer.json") if f.is_file()), None
-    )
-    if tok_file is None:
-        raise UserError(
-            f"{p} has no tokenizer.json; save the model's fast tokenizer beside it "
-            "(tokenizer.save_pretrained(folder))"
-        )
-    tok = HFTokenizer.from_file(tok_file, name=p.name)
-    model = hf.load_hf_causal_lm(p)
-    info = ModelInfo(
-        id=str(p),
-        kind="hf",
-        path=str(p),
-        architecture=str(cfg.get("model_type")),
-        n_params=sum(t.numel() for t in model.parameters()),
-        context=next((int(cfg[k]) for k in POSITION_KEYS if isinstance(cfg.get(k), int)), 2048),
-        extends_beyond=_has_rope(cfg),
-        tokenizer=tok.spec(),
-    )
-    if tok.vocab_size > int(model.config.vocab_size):
-        raise UserError(
-            f"{p}: the tokenizer has {tok.vocab_size} ids but the model only {model.config.vocab_size}; "
-            "save the tokenizer that belongs to this model"
-        )
-    return model, tok, info
-
-
-def _has_rope(cfg: dict) -> bool:
-    return (
-        "rope_theta" in cfg
-        or "rope_scaling" in cfg
-        or "rope_parameters" in cfg  # transformers 4.x / 5
-        or cfg.get("position_embedding_type") == "rotary"
-    )

@@ -1,0 +1,206 @@
+"""``open_model``: a run, a checkpoint, a contextlab export or any local HF causal LM folder ->
+(model, tokenizer, ``ModelInfo``), in eval mode.
+
+What a path is gets decided once (``kind_of``): a checkpoint folder, a run (its newest
+checkpoint, or ``step``), a contextlab export (``contextlab-gpt``, or the Llama form of one:
+loaded back as the GPT it was) or another Hugging Face folder (loaded by ``transformers``).
+A run that continued a Hugging Face model opens as that model. ``ModelInfo`` says which
+backend runs the model (``kind``: "contextlab" or "hf"), its context, its tokenizer and
+whether, and after which tokens, it runs left to right. Damaged or partial folders end in
+one line that names the file and the fix. Trade-off: an HF folder's config.json is read
+before ``transformers`` is imported, so runs and checkpoints open without importing it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from torch import nn
+
+from contextlab.data.tokenizers import HFTokenizer, Tokenizer
+from contextlab.errors import UserError
+from contextlab.inference.checkpoint import Checkpoint, left_to_right, read_checkpoint
+from contextlab.inference.tokenizer import hf_tokenizer_file, tokenizer_from_spec
+from contextlab.rundir import HF_CONFIG, TOKENIZER, is_checkpoint, is_hf_folder, tokenizer_dirs
+
+
+@dataclass
+class ModelInfo:
+    """What a result file records about the model."""
+
+    id: str  # the path as given
+    kind: str  # "contextlab" or "hf": which backend runs it
+    path: str  # resolved checkpoint or model folder
+    architecture: str  # GPT shape or the HF model_type
+    n_params: int
+    context: int  # training context (contextlab) or position limit (HF)
+    extends_beyond: bool  # positions beyond context are allowed (RoPE)
+    tokenizer: dict = field(default_factory=dict)  # the tokenizer spec (with its hash)
+    step: int | None = None
+    objective: str = "clm"  # what it was trained with (an HF model: a causal LM)
+    lm_prefix: list[int] = field(default_factory=list)  # ids before plain text to run it left to right
+    not_lm: str = ""  # why it cannot be run as a left-to-right LM at all ("" = it can)
+
+
+def kind_of(path: str | os.PathLike) -> str:
+    """ "checkpoint", "run", "export" (a contextlab export) or "hf" (another Hugging Face folder)."""
+    p = Path(path)
+    if not p.exists():
+        raise UserError(
+            f"model not found: {p}; pass a contextlab run directory or a Hugging Face model folder"
+        )
+    if is_hf_folder(p):
+        return "export" if _is_export(read_config_json(p)) else "hf"
+    return "checkpoint" if is_checkpoint(p) else "run"
+
+
+def open_model(
+    path: str | os.PathLike,
+    step: int | None = None,
+    *,
+    device: str = "cpu",
+    dtype=None,
+) -> tuple[nn.Module, Tokenizer, ModelInfo]:
+    """The model at ``path`` (see the module docstring), on ``device``, its weights in ``dtype``
+    (a torch dtype; None keeps them as saved)."""
+    p = Path(path)
+    kind = kind_of(p)
+    if kind in ("run", "checkpoint"):
+        model, tok, info = _open_checkpoint(read_checkpoint(p, step), p)
+    else:
+        model, tok, info = _read_folder(p, _open_export if kind == "export" else _open_hf)
+    info.id = str(path)
+    return model.to(device=device, dtype=dtype).eval(), tok, info
+
+
+# ---------------------------------------------------------------------------- runs and checkpoints
+
+
+def _open_checkpoint(ckpt: Checkpoint, path: Path):
+    model = ckpt.build()
+    tok = tokenizer_from_spec(ckpt.tokenizer, tokenizer_dirs(ckpt.dir), f"run {path}")
+    if ckpt.arch == "hf":  # a continued Hugging Face model: run as one
+        info = _hf_info(model, path, ckpt.dir, tok)
+    else:
+        info = _contextlab_info(model, path, ckpt.dir, tok)
+    info.step = ckpt.step
+    prefix, info.not_lm = ckpt.left_to_right()
+    info.objective, info.lm_prefix = ckpt.objective, prefix or []
+    return model, tok, info
+
+
+def _contextlab_info(model, path: Path, where: Path, tok: Tokenizer) -> ModelInfo:
+    from contextlab.models.gpt import describe_model
+
+    return ModelInfo(
+        id=str(path),
+        kind="contextlab",
+        path=str(where),
+        architecture=describe_model(model),
+        n_params=model.num_params(False),
+        context=int(model.config.context),
+        extends_beyond=True,
+        tokenizer=tok.spec(),
+    )
+
+
+def _hf_info(model, path: Path, where: Path, tok: Tokenizer, config: dict | None = None) -> ModelInfo:
+    from contextlab.models.hf_causal import context_limit
+
+    return ModelInfo(
+        id=str(path),
+        kind="hf",
+        path=str(where),
+        architecture=str(model.config.model_type),
+        n_params=sum(t.numel() for t in model.parameters()),
+        context=context_limit(model.config),
+        extends_beyond=True if config is None else _has_rope(config),
+        tokenizer=tok.spec(),
+    )
+
+
+# ---------------------------------------------------------------------------- Hugging Face folders
+
+
+def read_config_json(p: Path) -> dict:
+    """A Hugging Face folder's config.json, or one line saying the folder is damaged."""
+    try:
+        cfg = json.loads((p / HF_CONFIG).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(
+            f"{p / HF_CONFIG} is not valid JSON ({type(exc).__name__}: {str(exc)[:80]}); the folder "
+            "is damaged or was copied in part: copy or save it again"
+        ) from None
+    if not isinstance(cfg, dict):
+        raise UserError(f"{p / HF_CONFIG} is not a JSON object; the folder is damaged: copy or save it again")
+    return cfg
+
+
+def _is_export(cfg: dict) -> bool:
+    from contextlab.models.hf import is_gpt_export  # imports transformers: only for HF folders
+
+    return is_gpt_export(cfg)
+
+
+def _read_folder(p: Path, opener):
+    """``opener(p, config)``, with unreadable weights reported as one line."""
+    from safetensors import SafetensorError
+
+    cfg = read_config_json(p)
+    try:
+        return opener(p, cfg)
+    except (SafetensorError, OSError, ValueError, RuntimeError, EOFError) as exc:
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise UserError(
+            f"cannot load the model in {p} ({type(exc).__name__}: {why}); its weights may be damaged "
+            "or copied in part: copy or save the folder again"
+        ) from None
+
+
+def _open_export(p: Path, cfg: dict):
+    """A contextlab export, run as the plain GPT it was."""
+    from contextlab.models.hf import gpt_from_hf_export
+
+    model = gpt_from_hf_export(p)
+    provenance = cfg.get("contextlab") or {}
+    tok = tokenizer_from_spec(provenance.get("contextlab_tokenizer") or {}, [p / TOKENIZER], f"export {p}")
+    info = _contextlab_info(model, p, p, tok)
+    info.step = provenance.get("contextlab_step")
+    info.objective = provenance.get("contextlab_objective") or "clm"
+    prefix, info.not_lm = left_to_right({"objective": info.objective})  # exports of older versions
+    info.lm_prefix = prefix or []
+    return model, tok, info
+
+
+def _open_hf(p: Path, cfg: dict):
+    """Any local Hugging Face causal LM folder with its tokenizer.json."""
+    from contextlab.models.hf import load_hf_causal_lm
+
+    tok_file = hf_tokenizer_file(p)
+    if tok_file is None:
+        raise UserError(
+            f"{p} has no tokenizer.json; save the model's fast tokenizer beside it "
+            "(tokenizer.save_pretrained(folder))"
+        )
+    tok = HFTokenizer.from_file(tok_file, name=p.name)
+    model = load_hf_causal_lm(p)
+    if tok.vocab_size > int(model.config.vocab_size):
+        raise UserError(
+            f"{p}: the tokenizer has {tok.vocab_size} ids but the model only {model.config.vocab_size}; "
+            "save the tokenizer that belongs to this model"
+        )
+    info = _hf_info(model, p, p, tok, cfg)
+    info.architecture = str(cfg.get("model_type"))
+    return model, tok, info
+
+
+def _has_rope(cfg: dict) -> bool:
+    return (
+        "rope_theta" in cfg
+        or "rope_scaling" in cfg
+        or "rope_parameters" in cfg  # transformers 4.x / 5
+        or cfg.get("position_embedding_type") == "rotary"
+    )
