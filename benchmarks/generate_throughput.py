@@ -26,9 +26,9 @@ import time
 
 import torch
 
-from contextlab.models.decode import generate, recompute_greedy
+from contextlab.inference.decode import generate, recompute_greedy
 from contextlab.models.gpt import GPT
-from contextlab.models.hf_llama import save_llama
+from contextlab.models.hf.llama import save_llama
 
 
 def timed(fn):

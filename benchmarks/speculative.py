@@ -33,8 +33,8 @@ from tqdm import tqdm
 from contextlab.data.store import TokenStore
 from contextlab.errors import UserError
 from contextlab.inference import read_checkpoint
-from contextlab.models.decode import generate
-from contextlab.models.speculative import SpeculativeStats, check_speculative, speculative_greedy
+from contextlab.inference.decode import generate
+from contextlab.inference.speculative import SpeculativeStats, check_speculative, speculative_greedy
 
 
 def parse_args() -> argparse.Namespace:

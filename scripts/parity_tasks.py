@@ -19,10 +19,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from contextlab.analysis.entropy import task_weighted
 from contextlab.data import synthetic as syn
 from contextlab.data.store import TokenStore
 from contextlab.errors import UserError
-from contextlab.eval.entropy import task_weighted
 from contextlab.inference import read_checkpoint
 
 

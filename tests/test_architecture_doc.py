@@ -3,7 +3,8 @@
 Each ```python block is executed as its own module, its record is put into the real
 registry (monkeypatched, so the registries are restored after the test), and the variant
 is used the way the document says: a training step with the objective, the evaluation
-through ``evaluate``, a pack with the method, a SPLICE pack with the retriever.
+through ``evaluate``, a pack with the method, a SPLICE pack with the retriever, and the
+architecture saved as a checkpoint, opened back, evaluated and exported.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ def load(code: str, name: str) -> types.ModuleType:
 @pytest.fixture(scope="module")
 def examples():
     blocks = doc_examples()
-    assert len(blocks) == 4, "docs/architecture.md should show one example per kind of variant"
-    names = ["objective", "evaluation", "packer", "retriever"]
+    assert len(blocks) == 5, "docs/architecture.md should show one example per kind of variant"
+    names = ["objective", "evaluation", "packer", "retriever", "architecture"]
     yield {n: load(code, f"doc_{n}") for n, code in zip(names, blocks)}
     for n in names:
         sys.modules.pop(f"doc_{n}", None)
@@ -97,3 +98,47 @@ def test_retriever_example_serves_splice(examples, store, tmp_path, monkeypatch)
     packed = pack(store, tmp_path / "p", cfg, progress=False).packed
     used = np.concatenate([packed.sequence_entries(i)[:, 0] for i in range(packed.n_sequences)])
     assert sorted(set(used.tolist())) == list(range(store.n_docs))
+
+
+def test_architecture_example_is_one_record_for_checkpoints_opening_and_export(
+    examples, tmp_path, monkeypatch
+):
+    import dataclasses
+
+    from contextlab.data.tokenizers import ByteTokenizer
+    from contextlab.inference import open_model, read_checkpoint
+    from contextlab.models.archs import ARCHS, Arch, arch_of, arch_option_names, build_arch
+    from contextlab.models.gpt import GPTConfig
+    from contextlab.models.hf.custom_code import gpt_from_hf_export
+    from contextlab.models.hf.export import export_arch_to_hf
+    from contextlab.train.checkpoint import save_checkpoint
+
+    m = examples["architecture"]
+    monkeypatch.setitem(
+        ARCHS, "probe", Arch(m.ProbeConfig, m.ProbeGPT, lambda g: (g.to_gpt(), {"arch": "probe"}))
+    )
+    assert arch_option_names("probe") == ["probe_layer"]
+    base = GPTConfig(vocab_size=260, n_layer=2, n_head=2, n_embd=32, context=32)
+    model = build_arch("probe", base, probe_layer=0).eval()
+    assert arch_of(model) == "probe" and model.config.probe_layer == 0
+
+    tok = ByteTokenizer()  # a checkpoint as the trainer writes it, with the run's tokenizer beside it
+    run = tmp_path / "run"
+    tok.save(run / "tokenizer")
+    state = {
+        "step": 3,
+        "arch": "probe",
+        "model_config": dataclasses.asdict(model.config),
+        "tokenizer": tok.spec(),
+    }
+    weights = {f"model.{k}": v for k, v in model.state_dict().items()}
+    save_checkpoint(run, 3, model_state=weights, optim_state={}, state=state, config_toml="")
+
+    x = torch.randint(0, 260, (2, 16))
+    back = read_checkpoint(run).build()
+    assert type(back) is m.ProbeGPT and torch.equal(back(x).logits, model(x).logits)
+    opened, _tok, info = open_model(run)
+    assert type(opened) is m.ProbeGPT and info.step == 3 and info.context == 32
+    out = export_arch_to_hf(back, tmp_path / "hf", tokenizer_dir=run / "tokenizer")
+    exported = gpt_from_hf_export(out)  # the next-token model, without the probe
+    assert torch.allclose(exported(x).logits, model(x).logits, atol=1e-5)

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
+from contextlab.analysis import entropy, intrinsic
 from contextlab.cli import main
 from contextlab.config import from_dict
 from contextlab.data import synthetic as syn
 from contextlab.data.ingest import IngestConfig, ingest
 from contextlab.data.store import TokenStore
 from contextlab.errors import UserError
-from contextlab.eval import entropy, intrinsic
 from tests.conftest import shakespeare
 from tests.eval.conftest import byte_adapter, tiny_gpt
 

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from contextlab.analysis import intrinsic
 from contextlab.errors import UserError
-from contextlab.eval import intrinsic
 
 
 def _rotation(d: int, seed: int) -> np.ndarray:

@@ -7,10 +7,11 @@ import contextlib
 import pytest
 import torch
 
+from contextlab.analysis import entropy
 from contextlab.data.ingest import IngestConfig, ingest
 from contextlab.data.tokenizers import ByteTokenizer
 from contextlab.errors import UserError
-from contextlab.eval import bayes_fit, contextwise, entropy, passkey, ppl, vartrack
+from contextlab.eval import bayes_fit, contextwise, passkey, ppl, vartrack
 from contextlab.eval.adapter import ModelAdapter
 from contextlab.eval.backends import BACKENDS
 from contextlab.eval.backends.contextlab import ContextlabBackend

@@ -16,9 +16,9 @@ from contextlab.data.tokenizers import ByteTokenizer
 from contextlab.data.views import split_documents
 from contextlab.errors import UserError
 from contextlab.eval.adapter import in_memory_adapter
-from contextlab.eval.infill import Sentinels, fim_sentinels, infill, infill_prompt
+from contextlab.eval.fim_prompt import Sentinels, fim_sentinels, infill, infill_prompt
+from contextlab.eval.infill import Options, Sample, available_modes, generate_middle, run_mode
 from contextlab.eval.infill_spans import choose_spans
-from contextlab.eval.infilling import Options, Sample, available_modes, generate_middle, run_mode
 from contextlab.eval.stats import wilson
 from contextlab.inference import ModelInfo
 from contextlab.models.gpt import GPT, GPTConfig
@@ -297,9 +297,9 @@ def test_contextlab_generate_infills_with_a_fim_run_and_refuses_otherwise(runs, 
 
 
 def test_compare_pairs_a_fim_and_a_clm_run_span_by_span(runs, tmp_path):
-    from contextlab.eval.compare import Options, compare_runs
-    from contextlab.eval.compare_infill import mode_pairs
-    from contextlab.eval.compare_stats import cluster_t, per_cluster
+    from contextlab.compare.infill import mode_pairs
+    from contextlab.compare.paired import Options, compare_runs
+    from contextlab.eval.paired_stats import cluster_t, per_cluster
 
     root, store = runs
     eval_infill(root, store, "fim", tmp_path / "fim")

@@ -7,8 +7,8 @@ import torch
 
 from contextlab.data.tokenizers import ByteTokenizer
 from contextlab.errors import UserError
-from contextlab.models.decode import cut_at_stop, generate, recompute_greedy
-from contextlab.models.sampling import Sampling, next_tokens, restrict
+from contextlab.inference.decode import cut_at_stop, generate, recompute_greedy
+from contextlab.inference.sampling import Sampling, next_tokens, restrict
 from tests.models.test_kv_cache import MODELS, V
 
 GEN_MODELS = ["gpt", "contextlm-w3-gated-enc1", "contextlm-w4-normalised-enc0", "mtp"]

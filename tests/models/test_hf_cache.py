@@ -16,10 +16,10 @@ import sys
 
 import torch
 
+from contextlab.inference.decode import generate
 from contextlab.models import GPT, GPTConfig
 from contextlab.models.contextlm import ContextLM, ContextLMConfig
-from contextlab.models.decode import generate
-from contextlab.models.hf_archs import export_arch_to_hf
+from contextlab.models.hf.export import export_arch_to_hf
 from tests.models.test_hf_native_export import CHILD
 
 VOCAB, NEW = 257, 7

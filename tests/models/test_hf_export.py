@@ -11,7 +11,7 @@ import pytest
 import torch
 import transformers
 
-import contextlab.models.hf as hf  # registers contextlab-gpt with transformers
+import contextlab.models.hf.custom_code as hf  # registers contextlab-gpt with transformers
 from contextlab.errors import UserError
 from contextlab.models import GPT, GPTConfig
 
@@ -157,11 +157,11 @@ def test_hf_configs_take_fields_and_defaults_from_the_model_configs():
     assert hf.ContextlabContextLMConfig.from_gpt_config(cfg).to_arch_config() == cfg
 
 
-def test_importing_hf_registers_both_types_without_hf_archs():
-    """models/hf no longer imports models/hf_archs (the import circle is gone); it registers both types."""
+def test_importing_hf_registers_both_types_without_the_export_module():
+    """models/hf does not import models/hf/export.py (no import circle); it registers both types."""
     code = (
         "import sys, transformers, contextlab.models.hf\n"
-        "assert 'contextlab.models.hf_archs' not in sys.modules\n"
+        "assert 'contextlab.models.hf.export' not in sys.modules\n"
         "for t in ('contextlab-gpt', 'contextlab-contextlm'):\n"
         "    print(type(transformers.AutoConfig.for_model(t)).__name__)\n"
     )

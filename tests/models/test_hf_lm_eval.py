@@ -19,7 +19,7 @@ import torch
 
 from contextlab.data.tokenizer_base import ByteTokenizer
 from contextlab.models import GPT, GPTConfig
-from contextlab.models.hf_archs import export_arch_to_hf
+from contextlab.models.hf.export import export_arch_to_hf
 
 DOCS = ["The quick brown fox jumps over the lazy dog.", "To be or not to be, that is the question."]
 MC = [

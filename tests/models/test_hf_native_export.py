@@ -19,7 +19,7 @@ import torch
 from contextlab.data.tokenizer_base import ByteTokenizer
 from contextlab.models import GPT, GPTConfig
 from contextlab.models.contextlm import ContextLM, ContextLMConfig
-from contextlab.models.hf_archs import export_arch_to_hf
+from contextlab.models.hf.export import export_arch_to_hf
 from contextlab.models.mtp import MTPConfig, MTPModel
 from tests.conftest import GPT2_DIR, shakespeare
 
@@ -192,7 +192,7 @@ def test_remote_code_defaults_are_the_model_config_defaults():
     import dataclasses
 
     from contextlab.models.contextlm import ContextLMOptions
-    from contextlab.models.hf_remote import configuration_contextlab as remote
+    from contextlab.models.hf.remote import configuration_contextlab as remote
 
     gpt = {f.name: f.default for f in dataclasses.fields(GPTConfig) if f.name != "tie_embeddings"}
     assert gpt == remote.GPT_DEFAULTS
@@ -200,7 +200,7 @@ def test_remote_code_defaults_are_the_model_config_defaults():
 
 
 def test_shipped_modeling_files_import_only_torch_and_transformers():
-    from contextlab.models.hf_remote import REMOTE_DIR, REMOTE_FILES
+    from contextlab.models.hf.remote import REMOTE_DIR, REMOTE_FILES
 
     for name in REMOTE_FILES:
         text = (REMOTE_DIR / name).read_text()
@@ -218,7 +218,7 @@ def test_tokenizers_at_the_root_give_contextlab_ids(tmp_path):
 
     from contextlab.data.gpt2_tokenizer import GPT2Tokenizer
     from contextlab.data.hf_tokenizer import train_bpe
-    from contextlab.models.hf_tokenizer import save_hf_tokenizer
+    from contextlab.models.hf.tokenizer import save_hf_tokenizer
 
     text = shakespeare(20000)
     head, tail = text[5000:6000], "  tabs\tand ünïcode 😀"

@@ -1,19 +1,19 @@
-"""Self-speculative decoding reproduces plain greedy decoding token for token (models/speculative.py)."""
+"""Self-speculative decoding reproduces plain greedy decoding token for token (inference/speculative.py)."""
 
 import pytest
 import torch
 
 from contextlab.errors import UserError
-from contextlab.models.decode import generate
-from contextlab.models.gpt import GPT, GPTConfig
-from contextlab.models.mtp import MTPConfig, MTPModel
-from contextlab.models.speculative import (
+from contextlab.inference.decode import generate
+from contextlab.inference.speculative import (
     SpeculativeStats,
     _verify,
     check_speculative,
     speculative_generate,
     speculative_greedy,
 )
+from contextlab.models.gpt import GPT, GPTConfig
+from contextlab.models.mtp import MTPConfig, MTPModel
 
 
 @pytest.fixture(autouse=True)

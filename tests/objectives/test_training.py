@@ -161,7 +161,7 @@ def test_contextlm_and_mtp_export_to_hugging_face(tmp_path):
     from contextlab.models.archs import build_arch
     from contextlab.models.gpt import GPTConfig
     from contextlab.models.hf import gpt_from_hf_export, load_hf_causal_lm
-    from contextlab.models.hf_archs import export_arch_to_hf
+    from contextlab.models.hf.export import export_arch_to_hf
 
     base = GPTConfig(vocab_size=70, n_layer=2, n_head=2, n_embd=32, context=32)
     torch.manual_seed(0)

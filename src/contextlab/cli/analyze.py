@@ -1,25 +1,24 @@
 """``contextlab analyze entropy`` and ``analyze attention``: hidden-state entropy, where attention goes.
 
-Runs ``contextlab.eval.entropy`` on a contextlab run or a Hugging Face folder and writes
+Runs ``contextlab.analysis.entropy`` on a contextlab run or a Hugging Face folder and writes
 ``OUT/entropy.json`` (self-describing result: options, model, data hash, code version),
 ``OUT/entropy.relative_eigenvalues.npy`` (the spectra) and ``OUT/entropy.png``. ``analyze
-attention`` runs ``contextlab.eval.attention`` on one model or two (A against B on the same rows)
+attention`` runs ``contextlab.analysis.attention`` on one model or two (A against B on the same rows)
 and writes ``OUT/attention.json``, its per-row ``.npy`` arrays and three PNGs
-(``eval/attention_plots.py``). Trade-off: both commands live here because each is one parser and
+(``analysis/attention_plots.py``). Trade-off: both commands live here because each is one parser and
 one function over an eval module; the work is in ``eval``.
 """
 
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 from contextlab.config import add_dataclass_args, dataclass_from_args
 
 
 def _parser() -> argparse.ArgumentParser:
-    from contextlab.eval.entropy import Options
+    from contextlab.analysis.entropy import Options
 
     p = argparse.ArgumentParser(
         prog="contextlab analyze entropy",
@@ -88,9 +87,9 @@ def _table(results: dict) -> str:
 
 def cmd_entropy(argv: list[str]) -> int:
     """Intrinsic entropy and dimension of hidden states vs context length, correlated with the loss."""
+    from contextlab.analysis.entropy import Options, run
     from contextlab.eval import load_model
-    from contextlab.eval.entropy import Options, run
-    from contextlab.eval.results import write_result
+    from contextlab.eval.results import model_record, run_and_record
     from contextlab.rundir import eval_dir
 
     args = _parser().parse_args(argv)
@@ -104,27 +103,21 @@ def cmd_entropy(argv: list[str]) -> int:
     )
     adapter.require_lm("analyze entropy")
     out_dir = Path(args.out) if args.out else eval_dir(args.model)
-    t0 = time.perf_counter()
-    out = run(adapter, options, args.data, progress=not args.no_progress)
-    model = {**vars(adapter.info), "dtype": adapter.dtype, "batch_size": adapter.batch_size}
-    path = write_result(
+    path, out, seconds = run_and_record(
         out_dir,
         "entropy",
-        results=out.results,
+        lambda: run(adapter, options, args.data, progress=not args.no_progress),
         options=options,
-        model=model,
-        data=out.data,
-        seconds=time.perf_counter() - t0,
-        arrays=out.arrays,
+        model=model_record(adapter),
     )
     out.plot(out_dir / "entropy.png")
     print(_table(out.results))
-    print(f"wrote {path}, {out_dir / 'entropy.png'} ({time.perf_counter() - t0:.0f} s)")
+    print(f"wrote {path}, {out_dir / 'entropy.png'} ({seconds:.0f} s)")
     return 0
 
 
 def _attention_parser() -> argparse.ArgumentParser:
-    from contextlab.eval.attention import Options
+    from contextlab.analysis.attention import Options
 
     p = argparse.ArgumentParser(
         prog="contextlab analyze attention",
@@ -184,10 +177,10 @@ def _attention_table(results: dict) -> str:
 
 def cmd_attention(argv: list[str]) -> int:
     """Where attention goes: received per token, mass by distance per layer, two models compared."""
+    from contextlab.analysis.attention import Options, run
+    from contextlab.analysis.attention_plots import plot_all
     from contextlab.eval import load_model
-    from contextlab.eval.attention import Options, run
-    from contextlab.eval.attention_plots import plot_all
-    from contextlab.eval.results import write_result
+    from contextlab.eval.results import run_and_record
     from contextlab.rundir import eval_dir
 
     args = _attention_parser().parse_args(argv)
@@ -200,22 +193,14 @@ def cmd_attention(argv: list[str]) -> int:
     a = load_model(args.model, step=args.step, **common)
     b = load_model(args.compare, step=args.compare_step, **common) if args.compare else None
     out_dir = Path(args.out) if args.out else eval_dir(args.model)
-    t0 = time.perf_counter()
-    out = run(a, options, args.data, args.text, compare=b, progress=not args.no_progress)
-    model = {
-        k: {**vars(m.info), "batch_size": m.batch_size} for k, m in (("a", a), ("b", b)) if m is not None
-    }
-    path = write_result(
+    path, out, seconds = run_and_record(
         out_dir,
         "attention",
-        results=out.results,
+        lambda: run(a, options, args.data, args.text, compare=b, progress=not args.no_progress),
         options=options,
-        model=model,
-        data=out.data,
-        seconds=time.perf_counter() - t0,
-        arrays=out.arrays,
+        model={k: {**vars(m.info), "batch_size": m.batch_size} for k, m in (("a", a), ("b", b)) if m},
     )
     pngs = plot_all(out.results, out_dir, options.per_layer)
     print(_attention_table(out.results))
-    print(f"wrote {path}, {', '.join(p.name for p in pngs)} ({time.perf_counter() - t0:.0f} s)")
+    print(f"wrote {path}, {', '.join(p.name for p in pngs)} ({seconds:.0f} s)")
     return 0

@@ -1,6 +1,6 @@
 """``contextlab compare RUN_A RUN_B [--eval NAME ...] [--out DIR]``: paired differences of two runs.
 
-A thin command over ``contextlab.eval.compare.compare_runs``: it reads the evaluation results
+A thin command over ``contextlab.compare.paired.compare_runs``: it reads the evaluation results
 both runs already have, prints one line per result (A - B with its 95% interval) and writes
 OUT/compare_NAME.json and .png. Nothing is evaluated here, so it takes seconds; the trade-off
 is that both runs must have been evaluated with the same data and options first.
@@ -15,7 +15,7 @@ from contextlab.config import add_dataclass_args, dataclass_from_args
 
 def cmd_compare(argv: list[str]) -> int:
     """Paired differences A - B of two runs' evaluations, with 95% intervals (same windows and samples)."""
-    from contextlab.eval.compare import COMPARERS, Options, compare_runs
+    from contextlab.compare.paired import COMPARERS, Options, compare_runs
 
     p = argparse.ArgumentParser(
         prog="contextlab compare",

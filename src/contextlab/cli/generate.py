@@ -1,10 +1,10 @@
 """``contextlab generate --model RUN_OR_HF_DIR --prompt TEXT | --prompts FILE``: text from a model.
 
-A contextlab run or checkpoint decodes with its KV cache (``models/decode.py``); a Hugging Face
+A contextlab run or checkpoint decodes with its KV cache (``inference/decode.py``); a Hugging Face
 folder (a contextlab export, or any causal LM) with ``transformers``' generate, ``use_cache=True``.
 One prompt streams to the terminal as it is generated; many prompts are decoded in batches
 (left-padded) and written as JSONL (``--out``, written atomically at the end, or stdout).
-``--infill-prefix/--infill-suffix`` asks a FIM-trained model for the middle (eval/infill.py).
+``--infill-prefix/--infill-suffix`` asks a FIM-trained model for the middle (eval/fim_prompt.py).
 
 Trade-off: prompts become ids in one place (``prompt_ids``) and ids become continuations in
 one place (``continuations``), so other prompt formats (infilling) and other decoders
@@ -107,8 +107,8 @@ def _infilling(args, sampling) -> bool:
 
 
 def _print_infill(adapter, args) -> None:
-    from contextlab.eval.infill import infill
-    from contextlab.models.decode import cut_at_stop
+    from contextlab.eval.fim_prompt import infill
+    from contextlab.inference.decode import cut_at_stop
 
     middle = infill(adapter, args.infill_prefix, args.infill_suffix, args.infill_mode, args.max_new_tokens)
     print(cut_at_stop(middle, args.stop))
@@ -170,7 +170,7 @@ class _Terminal:
         self.hold = max((len(s) for s in stops), default=1) - 1
 
     def text(self) -> str:
-        from contextlab.models.decode import cut_at_stop
+        from contextlab.inference.decode import cut_at_stop
 
         return cut_at_stop(self.decode(self.ids), self.stops)
 
@@ -201,8 +201,8 @@ def cmd_generate(argv: list[str]) -> int:
 
     from contextlab.eval import load_model
     from contextlab.eval.adapter import Sampling
+    from contextlab.inference.decode import cut_at_stop
     from contextlab.io import atomic_write_text
-    from contextlab.models.decode import cut_at_stop
 
     args = _parser().parse_args(argv)
     sampling = dataclass_from_args(Sampling, args)

@@ -15,7 +15,6 @@ a plain dict with no import circle. This package imports ``contextlab.models`` a
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from contextlab.eval import (
     bayes_fit,
     contextwise,
     icl,
-    infilling,
+    infill,
     kv,
     needle,
     passkey,
@@ -85,8 +84,8 @@ EVALS: dict[str, Eval] = {
         "the TREC folder with train.txt and test.txt (../shared/data/trec_qc)",
     ),
     "infill": Eval(
-        infilling.run,
-        infilling.Options,
+        infill.run,
+        infill.Options,
         "code infilling (FIM PSM/SPM and left to right): exact match, true-middle likelihood, l2r loss",
         STORE + " (default --split run: the files the run held out) or a folder of code files",
     ),
@@ -104,7 +103,7 @@ def evaluate(
 ) -> tuple[Path, EvalOutput]:
     """Run eval ``name`` and write OUT/name.json (+ OUT/name.png); returns (json path, output).
     Without ``data`` the evaluation's default data is used, when it has one."""
-    from contextlab.eval.results import write_result
+    from contextlab.eval.results import model_record, run_and_record
 
     if name not in EVALS:
         raise UserError(f"unknown evaluation {name!r}; choose one of: {', '.join(EVALS)}")
@@ -113,19 +112,8 @@ def evaluate(
         adapter.require_lm(f"eval {name}")
     if not data and spec.default_data is not None:
         data = spec.default_data()
-    t0 = time.perf_counter()
-    out = spec.run(adapter, options, data)
-    seconds = time.perf_counter() - t0
-    model = {**vars(adapter.info), "dtype": adapter.dtype, "batch_size": adapter.batch_size}
-    path = write_result(
-        out_dir,
-        name,
-        results=out.results,
-        options=options,
-        model=model,
-        data=out.data,
-        seconds=seconds,
-        arrays=out.arrays,
+    path, out, _ = run_and_record(
+        out_dir, name, lambda: spec.run(adapter, options, data), options=options, model=model_record(adapter)
     )
     if out.plot is not None:
         out.plot(Path(out_dir) / f"{name}.png")

@@ -16,7 +16,7 @@ Trade-offs:
 - Variable-length batches are right-padded without an attention mask: in a causal model a
   position never sees what comes after it, so padding on the right changes nothing that
   is read back (this holds for RoPE and absolute positions alike).
-- Greedy generation runs with a KV cache (contextlab models: ``models/decode.py``; Hugging Face
+- Greedy generation runs with a KV cache (contextlab models: ``inference/decode.py``; Hugging Face
   models: their own cache); it gives the tokens of greedy decoding that re-runs the whole
   sequence at every step (the tests check it), in time linear in the answer's length.
 """
@@ -37,7 +37,7 @@ from contextlab.errors import UserError
 from contextlab.eval.backends import BACKENDS
 from contextlab.eval.backends.base import chunked_logprobs, logprob_chunk
 from contextlab.inference.open import ModelInfo
-from contextlab.models.sampling import Sampling
+from contextlab.inference.sampling import Sampling
 
 
 class ContextLengthWarning(UserWarning):
@@ -206,31 +206,23 @@ class ModelAdapter:
         speculative: bool = False,
     ) -> list[list[int]]:
         """Continuations of several prompts (ids) in one batch: a contextlab model with its KV cache
-        (``models/decode.py``), a Hugging Face model with ``transformers``' generate (``use_cache=True``).
+        (``inference/decode.py``), a Hugging Face model with ``transformers``' generate (``use_cache=True``).
         A row ends at the tokenizer's end-of-text (not kept), at a stop string (kept) or after
         max_new_tokens; ``on_token(row, id)`` streams (Hugging Face models: one prompt at a time).
-        ``speculative``: greedy self-speculative decoding of a contextlab MTP run (models/speculative.py)."""
+        ``speculative``: greedy self-speculative decoding of an MTP run (inference/speculative.py)."""
         self.require_lm("generation")
         if not prompts:
             return []
         self.check_length(max(len(p) for p in prompts) + max_new_tokens - 1, "the prompt plus the new tokens")
         stop_ids = [i for i in (self.tokenizer.eot_id,) if i is not None]
-        if speculative:
-            return self._speculative(
-                prompts, max_new_tokens, sampling or Sampling(), stop_ids, stop_strings, on_token
-            )
-        return self.backend.generate_many(
-            [list(p) for p in prompts],
-            max_new_tokens,
-            sampling or Sampling(),
-            stop_ids,
-            list(stop_strings),
-            self.tokenizer.decode,
-            on_token,
-        )
+        sampling = sampling or Sampling()
+        run = self._speculative(sampling) if speculative else self.backend.generate_many
+        rows, decode = [list(p) for p in prompts], self.tokenizer.decode
+        return run(rows, max_new_tokens, sampling, stop_ids, list(stop_strings), decode, on_token)
 
-    def _speculative(self, prompts, max_new_tokens, sampling, stop_ids, stop_strings, on_token):
-        """generate_many by self-speculative decoding; one-line errors for what it cannot do."""
+    def _speculative(self, sampling: Sampling):
+        """The backend's self-speculative decoder (``generate_many``'s arguments); one-line errors for
+        what it cannot do."""
         run = getattr(self.backend, "generate_speculative", None)
         if run is None:
             raise UserError(
@@ -242,14 +234,7 @@ class ModelAdapter:
                 "speculative decoding is greedy only (its output equals plain greedy decoding); "
                 "drop --temperature or drop --speculative"
             )
-        return run(
-            [list(p) for p in prompts],
-            max_new_tokens,
-            stop_ids,
-            list(stop_strings),
-            self.tokenizer.decode,
-            on_token,
-        )
+        return run
 
 
 # ---------------------------------------------------------------------- loading

@@ -223,7 +223,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         adapter.info.id: {**{k: results[k] for k in ("context", "loss", "minimum")}, "train_context": ctx}
     }
     plot = functools.partial(_plot, curves, smooth=_smooth(n))
-    arrays = {  # per piece, what a paired comparison of two models needs (contextlab.eval.compare)
+    arrays = {  # per piece, what a paired comparison of two models needs (contextlab.compare.paired)
         "pieces": np.asarray(pieces, dtype=np.int64).reshape(n, 2),  # (N, 2): document, start token
         "piece_bucket_loss": means[:, :-1],  # (N, buckets): each piece's mean loss in each bucket
         "piece_best_loss": means[:, -1],  # (N,): each piece's mean over the best-context window

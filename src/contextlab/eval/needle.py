@@ -166,28 +166,6 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     rows = tasks.score_samples(adapter, samples, options.scoring)
     res = tasks.summarize(rows, len(options.answers))
     res["samples"] = [{**r, **s.meta} for r, s in zip(rows, samples)]
-    lengths, depths = info["lengths"], options.depths
-    _key, cell_key = tasks.headline_metric(res["summary"])
-    res["heatmap"] = {
-        "metric": cell_key,
-        "rows_depth": depths,
-        "cols_length": lengths,
-        "values": tasks.table(res["by_cell"], cell_key, depths, lengths),
-        "ci95": tasks.interval_table(res["by_cell"], cell_key, depths, lengths),
-    }
-
-    def plot(path):
-        from contextlab.eval.plots import heatmap_png
-
-        return heatmap_png(
-            res["heatmap"]["values"],
-            depths,
-            lengths,
-            path,
-            row_label="needle depth (%)",
-            col_label="context length (tokens)",
-            title=f"needle in a haystack ({cell_key}): {adapter.info.id}",
-            intervals=res["heatmap"]["ci95"],
-        )
-
+    title = f"needle in a haystack: {adapter.info.id}"
+    plot = tasks.depth_by_length(res, options.depths, info["lengths"], "needle", title)
     return EvalOutput(res, info, arrays=tasks.sample_arrays(rows), plot=plot)

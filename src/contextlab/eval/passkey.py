@@ -84,27 +84,5 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     samples, info = build(adapter, options, data)
     rows = tasks.score_samples(adapter, samples, options.scoring)
     res = tasks.summarize(rows, 1 + options.distractors)
-    _key, cell_key = tasks.headline_metric(res["summary"])
-    res["heatmap"] = {
-        "metric": cell_key,
-        "rows_depth": options.depths,
-        "cols_length": info["lengths"],
-        "values": tasks.table(res["by_cell"], cell_key, options.depths, info["lengths"]),
-        "ci95": tasks.interval_table(res["by_cell"], cell_key, options.depths, info["lengths"]),
-    }
-
-    def plot(path):
-        from contextlab.eval.plots import heatmap_png
-
-        return heatmap_png(
-            res["heatmap"]["values"],
-            options.depths,
-            info["lengths"],
-            path,
-            row_label="key depth (%)",
-            col_label="context length (tokens)",
-            title=f"passkey ({cell_key}): {adapter.info.id}",
-            intervals=res["heatmap"]["ci95"],
-        )
-
+    plot = tasks.depth_by_length(res, options.depths, info["lengths"], "key", f"passkey: {adapter.info.id}")
     return EvalOutput(res, info, arrays=tasks.sample_arrays(rows), plot=plot)

@@ -72,19 +72,19 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _jsonable(obj: Any, where: str = "", bad: list[str] | None = None) -> Any:
+def jsonable(obj: Any, where: str = "", bad: list[str] | None = None) -> Any:
     """``obj`` as plain JSON values; a NaN or infinity becomes null and its place is added to ``bad``."""
     bad = [] if bad is None else bad
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
     if isinstance(obj, dict):
-        return {str(k): _jsonable(v, f"{where}.{k}" if where else str(k), bad) for k, v in obj.items()}
+        return {str(k): jsonable(v, f"{where}.{k}" if where else str(k), bad) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_jsonable(v, f"{where}[{i}]", bad) for i, v in enumerate(obj)]
+        return [jsonable(v, f"{where}[{i}]", bad) for i, v in enumerate(obj)]
     if isinstance(obj, np.ndarray):
-        return _jsonable(obj.tolist(), where, bad)
+        return jsonable(obj.tolist(), where, bad)
     if isinstance(obj, np.generic):
-        return _jsonable(obj.item(), where, bad)
+        return jsonable(obj.item(), where, bad)
     if isinstance(obj, float) and not np.isfinite(obj):
         bad.append(where)
         return None  # JSON has no NaN/inf
@@ -128,10 +128,10 @@ def write_result(
             **code_version(),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "seconds": round(seconds, 3),
-            "model": _jsonable(model, "model", bad),
-            "data": _jsonable(data, "data", bad),
-            "options": _jsonable(options, "options", bad),
-            "results": _jsonable(results, "results", bad),
+            "model": jsonable(model, "model", bad),
+            "data": jsonable(data, "data", bad),
+            "options": jsonable(options, "options", bad),
+            "results": jsonable(results, "results", bad),
             "arrays": files,
         }
         if bad:
@@ -146,3 +146,27 @@ def write_result(
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return path
+
+
+def model_record(adapter) -> dict:
+    """What a result records about the model an adapter runs: its info, compute dtype and batch size."""
+    return {**vars(adapter.info), "dtype": adapter.dtype, "batch_size": adapter.batch_size}
+
+
+def run_and_record(out_dir: str | Path, name: str, run, *, options: Any, model: Any):
+    """``run()`` (an evaluation or analysis returning an ``EvalOutput``), timed, and its result written
+    to OUT/<name>.json by ``write_result``; returns (json path, output, seconds)."""
+    t0 = time.perf_counter()
+    out = run()
+    seconds = time.perf_counter() - t0
+    path = write_result(
+        out_dir,
+        name,
+        results=out.results,
+        options=options,
+        model=model,
+        data=out.data,
+        seconds=seconds,
+        arrays=out.arrays,
+    )
+    return path, out, seconds

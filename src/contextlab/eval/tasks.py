@@ -40,7 +40,9 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -257,3 +259,33 @@ def interval_table(by_cell: list[dict], cell_key: str, rows: list, cols: list) -
 def rotations(candidates: list[list[int]]) -> list[list[list[int]]]:
     """For a balanced set: candidate lists with member j first (then the others in set order), j = 0..k-1."""
     return [[candidates[j]] + [c for i, c in enumerate(candidates) if i != j] for j in range(len(candidates))]
+
+
+def depth_by_length(res: dict, depths: list, lengths: list, what: str, title: str) -> Callable[[Path], Path]:
+    """Put ``res["heatmap"]`` (the headline metric by depth x length, with 95% intervals) into a
+    depth-sweep task's result and return the function that draws it (``plots.heatmap_png``);
+    ``what`` names the hidden thing ("needle", "key"), ``title`` the task and the model."""
+    _key, cell_key = headline_metric(res["summary"])
+    res["heatmap"] = {
+        "metric": cell_key,
+        "rows_depth": depths,
+        "cols_length": lengths,
+        "values": table(res["by_cell"], cell_key, depths, lengths),
+        "ci95": interval_table(res["by_cell"], cell_key, depths, lengths),
+    }
+
+    def plot(path: Path) -> Path:
+        from contextlab.eval.plots import heatmap_png
+
+        return heatmap_png(
+            res["heatmap"]["values"],
+            depths,
+            lengths,
+            path,
+            row_label=f"{what} depth (%)",
+            col_label="context length (tokens)",
+            title=title.replace(": ", f" ({cell_key}): ", 1),
+            intervals=res["heatmap"]["ci95"],
+        )
+
+    return plot

@@ -99,7 +99,7 @@ class Checkpoint:
         from contextlab.models.archs import HF_ARCH, build_from_fields
 
         if self.arch == HF_ARCH:  # a continued Hugging Face model: rebuilt by transformers
-            from contextlab.models.hf_causal import from_checkpoint
+            from contextlab.models.hf.causal import from_checkpoint
 
             return from_checkpoint(self.state["model_config"], self.model_weights())
         model = build_from_fields(self.arch, self.state["model_config"])  # a clear error for an unknown arch

@@ -108,7 +108,7 @@ def _contextlab_info(model, path: Path, where: Path, tok: Tokenizer) -> ModelInf
 
 
 def _hf_info(model, path: Path, where: Path, tok: Tokenizer, config: dict | None = None) -> ModelInfo:
-    from contextlab.models.hf_causal import context_limit
+    from contextlab.models.hf.causal import context_limit
 
     return ModelInfo(
         id=str(path),
@@ -140,7 +140,7 @@ def read_config_json(p: Path) -> dict:
 
 
 def _is_export(cfg: dict) -> bool:
-    from contextlab.models.hf import is_gpt_export  # imports transformers: only for HF folders
+    from contextlab.models.hf.custom_code import is_gpt_export  # imports transformers: only for HF folders
 
     return is_gpt_export(cfg)
 
@@ -162,7 +162,7 @@ def _read_folder(p: Path, opener):
 
 def _open_export(p: Path, cfg: dict):
     """A contextlab export, run as the plain GPT it was."""
-    from contextlab.models.hf import gpt_from_hf_export
+    from contextlab.models.hf.custom_code import gpt_from_hf_export
 
     model = gpt_from_hf_export(p)
     provenance = cfg.get("contextlab") or {}
@@ -177,7 +177,7 @@ def _open_export(p: Path, cfg: dict):
 
 def _open_hf(p: Path, cfg: dict):
     """Any local Hugging Face causal LM folder with its tokenizer.json."""
-    from contextlab.models.hf import load_hf_causal_lm
+    from contextlab.models.hf.custom_code import load_hf_causal_lm
 
     tok_file = hf_tokenizer_file(p)
     if tok_file is None:

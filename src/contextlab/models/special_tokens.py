@@ -5,7 +5,7 @@ span corruption's sentinels) has a vocabulary larger than its data's tokenizer; 
 ids are not written anywhere, they follow from one rule: a name the data's tokenizer
 already has keeps that id, the others are appended after the data's vocabulary in the
 objective's order. Training (``Objective.bind_tokenizer``) and inference (infilling,
-``contextlab.eval.infill``) both use ``bind_special_tokens``, so the two cannot disagree.
+``contextlab.eval.fim_prompt``) both use ``bind_special_tokens``, so the two cannot disagree.
 Trade-off: the ids are recomputed from the tokenizer spec rather than stored in every
 checkpoint, so runs written before this module exist keep working.
 """

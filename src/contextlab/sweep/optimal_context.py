@@ -167,7 +167,7 @@ def fit_cell(
 @torch.no_grad()
 def _feature_measures(model: ContextMLP, val: tuple[Tensor, Tensor, Tensor]) -> dict:
     """Intrinsic entropy / dimension of the best model's last hidden layer on the validation set."""
-    import contextlab.eval.intrinsic as intrinsic
+    import contextlab.analysis.intrinsic as intrinsic
 
     model.eval()
     X = model.features(val[0], val[1]).numpy()  # (N, hidden)
@@ -267,7 +267,7 @@ def _results(cfg: OptimalContextConfig, tasks: syn.ParityTasks, cells: dict) -> 
 
 def _feature_fits(cfg: OptimalContextConfig, cells: dict) -> dict:
     """Per data size: each feature measure across the contexts fitted linearly against the best val loss."""
-    import contextlab.eval.intrinsic as intrinsic
+    import contextlab.analysis.intrinsic as intrinsic
 
     fits = {}
     for D in cfg.data_sizes:

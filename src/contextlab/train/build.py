@@ -44,7 +44,7 @@ def build_objective(cfg: RunConfig):
 def model_config(model) -> dict:
     """The model's config as a JSON-safe dict (a GPTConfig, or a Hugging Face config)."""
     if is_hf(model):
-        from contextlab.models.hf_causal import config_dict
+        from contextlab.models.hf.causal import config_dict
 
         return config_dict(model.config)
     return to_dict(model.config)

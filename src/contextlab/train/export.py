@@ -1,7 +1,7 @@
 """Export a trained checkpoint to Hugging Face format (safetensors + config + tokenizer).
 
 A contextlab model becomes a native Llama folder when it has the Llama shape, else a folder
-carrying its modeling code (``models/hf_archs.py``), with the tokenizer at the folder's root; a
+carrying its modeling code (``models/hf/export.py``), with the tokenizer at the folder's root; a
 continued Hugging Face model is saved back in its own format (Llama stays Llama) with its
 tokenizer files.
 The tokenizer comes from the run itself (``contextlab.rundir.find_tokenizer_dir``), never from a
@@ -31,7 +31,7 @@ def _export_inputs(call: dict) -> list:
 def export_checkpoint(
     run_or_ckpt: str | Path, out: str | Path, *, step: int | None = None, overwrite: bool = False
 ) -> Path:
-    from contextlab.models.hf_archs import export_arch_to_hf  # GPT, MTP (as its GPT) and ContextLM
+    from contextlab.models.hf.export import export_arch_to_hf  # GPT, MTP (as its GPT) and ContextLM
 
     ckpt = read_checkpoint(run_or_ckpt, step)
     model, state, path = ckpt.build(), ckpt.state, ckpt.dir
@@ -52,7 +52,7 @@ def export_checkpoint(
         "contextlab_run": str(rundir.run_of(path)),
     }
     if ckpt.arch == HF_ARCH:  # a continued Hugging Face model goes back to its own format
-        from contextlab.models.hf_causal import TOKENIZER_FILES, save_hf
+        from contextlab.models.hf.causal import TOKENIZER_FILES, save_hf
 
         source = Path((state.get("init") or {}).get("source", ""))
         folders = [source, source / "tokenizer"] + ([tokenizer_dir] if tokenizer_dir else [])

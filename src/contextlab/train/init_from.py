@@ -68,7 +68,7 @@ def init_model(cfg, objective, store) -> InitModel:
     src = check_source(cfg.init.source)
     kind = kind_of(src)
     if kind == "hf":
-        from contextlab.models.hf_causal import read_hf_config
+        from contextlab.models.hf.causal import read_hf_config
 
         return _from_hf(cfg, objective, store, src, read_hf_config(src))
     if kind == "export":
@@ -135,7 +135,7 @@ def _from_run(cfg, objective, store, src: Path) -> InitModel:
 
 def _from_contextlab_export(cfg, objective, store, src: Path) -> InitModel:
     from contextlab.inference.open import read_config_json
-    from contextlab.models.hf import gpt_from_hf_export
+    from contextlab.models.hf.custom_code import gpt_from_hf_export
 
     prov = read_config_json(src).get("contextlab") or {}
     tok = prov.get("contextlab_tokenizer") or {}
@@ -223,7 +223,7 @@ def _load_matching(model: nn.Module, weights: dict) -> tuple[list[str], list[str
 
 
 def _from_hf(cfg, objective, store, src: Path, hf_config) -> InitModel:
-    from contextlab.models.hf_causal import context_limit, extend_hf_rope, load_for_training, rope_params
+    from contextlab.models.hf.causal import context_limit, extend_hf_rope, load_for_training, rope_params
 
     _check_hf_tokenizer(src, store, int(hf_config.vocab_size))
     if objective.arch != "gpt":

@@ -62,56 +62,33 @@ class ContextlabBackend:
         lp = torch.log_softmax(logits.float(), dim=-1).gather(1, idx[:, -1:])[:, 0]  # (b,)
         return self._out(layers[0]), lp
 
+    def _decode(self, fn, prompts, max_new_tokens: int, **kw) -> list[list[int]]:
+        """``fn`` (a decoder of ``contextlab.inference``) on this model, after its prefix tokens."""
+        return fn(self.model, prompts, max_new_tokens, lead=self.lead, autocast=self.autocast, **kw)
+
     def generate(
         self, prompt: Sequence[int], max_new_tokens: int, stop: Sequence[int], on_token
     ) -> list[int]:
-        """Greedy continuation with the model's KV cache (models/decode.py), after the prefix tokens."""
-        from contextlab.models.decode import generate
+        """Greedy continuation with the model's KV cache (inference/decode.py)."""
+        from contextlab.inference.decode import generate
 
-        out = generate(
-            self.model,
-            [list(prompt)],
-            max_new_tokens,
-            stop_ids=stop,
-            on_token=on_token,
-            lead=self.lead,
-            autocast=self.autocast,
-        )
-        return out[0]
+        return self._decode(generate, [list(prompt)], max_new_tokens, stop_ids=stop, on_token=on_token)[0]
 
     def generate_many(
         self, prompts, max_new_tokens, sampling, stop_ids, stop_strings, detokenize, on_token
     ) -> list[list[int]]:
-        """Several prompts in one left-padded batch with the KV cache (models/decode.py)."""
-        from contextlab.models.decode import generate
+        """Several prompts in one left-padded batch with the KV cache (inference/decode.py)."""
+        from contextlab.inference.decode import generate
 
-        return generate(
-            self.model,
-            prompts,
-            max_new_tokens,
-            sampling=sampling,
-            stop_ids=stop_ids,
-            stop_strings=stop_strings,
-            detokenize=detokenize,
-            on_token=on_token,
-            lead=self.lead,
-            autocast=self.autocast,
-        )
+        stops = dict(stop_ids=stop_ids, stop_strings=stop_strings, detokenize=detokenize, on_token=on_token)
+        return self._decode(generate, prompts, max_new_tokens, sampling=sampling, **stops)
 
     def generate_speculative(
-        self, prompts, max_new_tokens, stop_ids, stop_strings, detokenize, on_token
+        self, prompts, max_new_tokens, sampling, stop_ids, stop_strings, detokenize, on_token
     ) -> list[list[int]]:
-        """Greedy continuations by self-speculative decoding of an MTP model (models/speculative.py)."""
-        from contextlab.models.speculative import speculative_generate
+        """Greedy continuations by self-speculative decoding of an MTP model (inference/speculative.py);
+        the same arguments as ``generate_many`` (``sampling`` is greedy: the adapter checks it)."""
+        from contextlab.inference.speculative import speculative_generate
 
-        return speculative_generate(
-            self.model,
-            prompts,
-            max_new_tokens,
-            stop_ids=stop_ids,
-            stop_strings=stop_strings,
-            detokenize=detokenize,
-            on_token=on_token,
-            lead=self.lead,
-            autocast=self.autocast,
-        )
+        stops = dict(stop_ids=stop_ids, stop_strings=stop_strings, detokenize=detokenize, on_token=on_token)
+        return self._decode(speculative_generate, prompts, max_new_tokens, **stops)

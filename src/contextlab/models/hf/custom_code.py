@@ -2,14 +2,14 @@
 
 A contextlab export in its own format is a ``save_pretrained`` folder (``config.json`` +
 ``model.safetensors``) of one of two model types: ``contextlab-gpt`` (a ``GPT``; an MTP model
-exports its next-token GPT, see ``models/hf_archs.py``) and ``contextlab-contextlm`` (a
+exports its next-token GPT, see ``models/hf/export.py``) and ``contextlab-contextlm`` (a
 ``ContextLM``, whose predictor feeds every prediction). The transformers implementation of both
-is ``models/hf_remote/modeling_contextlab.py``, which imports only torch and transformers: every
+is ``models/hf/remote/modeling_contextlab.py``, which imports only torch and transformers: every
 export carries a copy of it and an ``auto_map``, so ``from_pretrained(dir,
 trust_remote_code=True)`` loads it where contextlab is not installed. Its parameters keep
 contextlab's names under ``gpt.``, so the state dict maps 1:1. The config.json keys are the
 model config's fields (``tie_embeddings`` under HF's name). (A GPT of the Llama shape is
-exported as a native Llama folder instead: ``models/hf_llama.py``.)
+exported as a native Llama folder instead: ``models/hf/llama.py``.)
 
 Registration, the trade-off: inside contextlab the same classes are registered with
 ``AutoConfig`` / ``AutoModelForCausalLM`` when this module is imported (idempotent), so
@@ -34,9 +34,9 @@ from contextlab.errors import UserError
 from contextlab.io import staged_dir
 from contextlab.models.contextlm import ContextLM, ContextLMConfig, ContextLMOptions
 from contextlab.models.gpt import GPT, GPTConfig, current_fields
-from contextlab.models.hf_remote import REMOTE_DIR, REMOTE_FILES
-from contextlab.models.hf_remote import configuration_contextlab as remote_config
-from contextlab.models.hf_remote import modeling_contextlab as remote
+from contextlab.models.hf.remote import REMOTE_DIR, REMOTE_FILES
+from contextlab.models.hf.remote import configuration_contextlab as remote_config
+from contextlab.models.hf.remote import modeling_contextlab as remote
 
 MODEL_TYPE = "contextlab-gpt"
 CONTEXTLM_TYPE = "contextlab-contextlm"
@@ -184,7 +184,7 @@ def gpt_from_hf_export(path: str | os.PathLike) -> GPT:
     """Load a contextlab GPT export (either form) back into a plain GPT (exact weights, as saved)."""
     from safetensors.torch import load_file
 
-    from contextlab.models.hf_llama import gpt_state_from_llama
+    from contextlab.models.hf.llama import gpt_state_from_llama
 
     p = _check_model_dir(path)
     cfg = current_fields(json.loads((p / "config.json").read_text()))

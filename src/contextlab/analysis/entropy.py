@@ -3,7 +3,7 @@
 The measurement of the intrinsic-entropy seed (§2.2.2, Figures 1, 3, 7 and 15): for each
 visible context length l, take the hidden state (one layer, one position; by default the
 last layer at the last visible token) of N samples, measure the spread of that cloud
-(``contextlab.eval.intrinsic``: PCA entropy over several n, threshold dimension over a
+(``contextlab.analysis.intrinsic``: PCA entropy over several n, threshold dimension over a
 sweep of thresholds, Gaussian-KDE entropy, TwoNN / MLE / lPCA), and the cross-entropy of
 the next token at the same l. Each measure is then fitted linearly against the loss
 (slope, intercept, Pearson r): the seed's claim is that the loss is linear in them.
@@ -32,7 +32,7 @@ from typing import Literal
 import numpy as np
 from tqdm.auto import tqdm
 
-import contextlab.eval.intrinsic as intrinsic
+import contextlab.analysis.intrinsic as intrinsic
 from contextlab.config import opt
 from contextlab.errors import UserError
 from contextlab.eval.base import EvalOutput, open_store
@@ -318,7 +318,7 @@ def run(adapter, options: Options, data: str | None, progress: bool = True) -> E
     label = adapter.info.id
 
     def plot(path):
-        from contextlab.eval.entropy_plots import entropy_png
+        from contextlab.analysis.entropy_plots import entropy_png
 
         spectra = arrays["relative_eigenvalues"]
         series = intrinsic.measure_series(results["contexts"])

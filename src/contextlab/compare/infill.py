@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-import contextlab.eval.compare_stats as cs
+import contextlab.eval.paired_stats as cs
 
 KINDS = ("single", "multi")
 

@@ -1,16 +1,16 @@
 """What each training architecture exports to Hugging Face format, and in which form.
 
 - GPT of the Llama shape (SwiGLU MLP; RMSNorm, RoPE and the rest are always Llama's): a
-  native ``LlamaForCausalLM`` folder, no custom code (``models/hf_llama.py``).
+  native ``LlamaForCausalLM`` folder, no custom code (``models/hf/llama.py``).
 - GPT of any other shape (GELU MLP): a ``contextlab-gpt`` folder carrying its modeling code
-  and an ``auto_map`` (``models/hf.py``, ``models/hf_remote/``).
+  and an ``auto_map`` (``models/hf/custom_code.py``, ``models/hf/remote/``).
 - MTP: the next-token model (trunk + head 1 + final norm + unembedding) *is* a GPT, exported
   as one of the two above; the extra heads are training-only (the folder records
   ``arch = "mtp"`` and the number of trained heads).
 - ContextLM: the predictor feeds every prediction, so the whole model is exported, as a
   ``contextlab-contextlm`` custom-code folder.
 
-The tokenizer goes to the folder's root as a ``PreTrainedTokenizerFast`` (``models/hf_tokenizer.py``)
+The tokenizer goes to the folder's root as a ``PreTrainedTokenizerFast`` (``models/hf/tokenizer.py``)
 and, as contextlab saved it (with its spec and hash), under ``tokenizer/`` for contextlab's
 own loaders. Trade-off: the export keeps only what inference uses, so an MTP export cannot
 resume multi-token training; the training checkpoint is the place for that.
@@ -26,8 +26,8 @@ from pathlib import Path
 from contextlab.errors import UserError
 from contextlab.io import staged_dir
 from contextlab.models.archs import ARCHS, arch_of
-from contextlab.models.hf import provenance, write_remote_code_model
-from contextlab.models.hf_llama import llama_compatible, save_llama
+from contextlab.models.hf.custom_code import provenance, write_remote_code_model
+from contextlab.models.hf.llama import llama_compatible, save_llama
 
 
 def export_arch_to_hf(
@@ -44,7 +44,7 @@ def export_arch_to_hf(
     extra = {**(extra_config or {}), **recorded}
     why_not_llama = llama_compatible(model)
     extra["hf_format"] = "llama" if not why_not_llama else f"custom code ({why_not_llama})"
-    if not why_not_llama:  # lets contextlab load the folder back as the GPT it was (models/hf.py)
+    if not why_not_llama:  # lets contextlab load the folder back as the GPT it was (models/hf/custom_code.py)
         extra["gpt_config"] = dataclasses.asdict(model.config)
     if tokenizer_dir is not None and not (Path(tokenizer_dir) / "tokenizer_spec.json").is_file():
         raise UserError(
@@ -64,7 +64,7 @@ def export_arch_to_hf(
 
 
 def _save_tokenizer(tokenizer_dir, folder: Path, context: int) -> dict[str, int]:
-    from contextlab.models.hf_tokenizer import save_hf_tokenizer
+    from contextlab.models.hf.tokenizer import save_hf_tokenizer
 
     try:
         return save_hf_tokenizer(Path(tokenizer_dir), folder, context)

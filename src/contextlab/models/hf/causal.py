@@ -138,7 +138,7 @@ class HFCausalLM(nn.Module):
 
 def read_hf_config(path: str | os.PathLike) -> PretrainedConfig:
     """The config of a local HF model folder (contextlab's own model types registered first)."""
-    import contextlab.models.hf  # noqa: F401  (registers contextlab-gpt and contextlab-contextlm)
+    import contextlab.models.hf.custom_code  # noqa: F401  (registers contextlab-gpt and contextlab-contextlm)
 
     p = Path(path)
     if not (p / "config.json").is_file():
@@ -249,7 +249,7 @@ def load_for_training(path: str | os.PathLike, config: PretrainedConfig) -> HFCa
 
 def from_checkpoint(config_dict: dict, weights: dict[str, Tensor]) -> PreTrainedModel:
     """Rebuild a trained HF model from a checkpoint's config dict and its ``hf.*`` weights (eval mode)."""
-    import contextlab.models.hf  # noqa: F401  (registers contextlab-gpt and contextlab-contextlm)
+    import contextlab.models.hf.custom_code  # noqa: F401  (registers contextlab-gpt and contextlab-contextlm)
 
     d = dict(config_dict)
     config = AutoConfig.for_model(d.pop("model_type"), **d)

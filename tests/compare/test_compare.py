@@ -9,9 +9,9 @@ import pytest
 from scipy import stats
 
 from contextlab.cli import main
+from contextlab.compare.paired import Options, compare_runs
 from contextlab.errors import UserError
-from contextlab.eval.compare import Options, compare_runs
-from contextlab.eval.compare_stats import cluster_bootstrap, cluster_t, per_cluster
+from contextlab.eval.paired_stats import cluster_bootstrap, cluster_t, per_cluster
 from contextlab.eval.results import write_result
 
 BUCKETS = [{"from": 1, "to": 1}, {"from": 2, "to": 3}, {"from": 4, "to": 7}]

@@ -6,15 +6,15 @@ documents or prompts were drawn cancels and only the models' difference is left:
 
 * contextwise: per 2^i position bucket and for the best-context loss, the mean over pieces
   of loss_A - loss_B (exactly the difference of the two reported numbers), with a 95%
-  cluster t interval over documents (``compare_stats.cluster_t``; the docstring there says
+  cluster t interval over documents (``eval.paired_stats.cluster_t``; the docstring there says
   why a t interval and not a bootstrap);
 * ppl: the loss per token A - B over the same tokens, documents as clusters, and each
   document's mean difference;
 * bayes-fit: per visible length the loss A - B of the same target tokens (documents as
   clusters), and the fitted C0 and gamma differences with a bootstrap over documents
-  (compare_fit.py);
+  (compare/fit.py);
 * infill: per span kind and prompt mode pair, the true middle's loss and exact match A - B,
-  files as clusters, and the left-to-right loss of the same files (compare_infill.py);
+  files as clusters, and the left-to-right loss of the same files (compare/infill.py);
 * niah, kv, passkey, vartrack: per cell and overall, the accuracy difference with a seeded
   bootstrap interval over balanced candidate sets and McNemar's discordant counts;
 * icl: per number of shots, the accuracy difference of each set of in-context examples (the
@@ -38,12 +38,12 @@ from pathlib import Path
 
 import numpy as np
 
-import contextlab.eval.compare_stats as cs
+import contextlab.eval.paired_stats as cs
+from contextlab.compare.fit import bayes_fit
+from contextlab.compare.infill import infill
 from contextlab.config import opt
 from contextlab.errors import UserError
-from contextlab.eval.compare_fit import bayes_fit
-from contextlab.eval.compare_infill import infill
-from contextlab.eval.results import RESULT_FORMAT, _jsonable, code_version
+from contextlab.eval.results import RESULT_FORMAT, code_version, jsonable
 from contextlab.io import atomic_write_text
 
 FORMAT = "contextlab-compare"
@@ -340,7 +340,7 @@ def compare_runs(
 
 def _write(out: Path, name: str, a: Side, b: Side, options: Options, notes: list[str]) -> dict:
     """Compare one evaluation, write its JSON and plot; return the JSON document."""
-    from contextlab.eval.compare_plots import PLOTS
+    from contextlab.compare.plots import PLOTS
 
     t0 = time.perf_counter()
     got = COMPARERS[name](a, b, options)
@@ -359,7 +359,7 @@ def _write(out: Path, name: str, a: Side, b: Side, options: Options, notes: list
         "lines": got["lines"],
         "results": got["results"],
     }
-    doc = _jsonable(doc)
+    doc = jsonable(doc)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / f"compare_{name}.json", json.dumps(doc, indent=2, allow_nan=False) + "\n")
     PLOTS[name](doc, out / f"compare_{name}.png")

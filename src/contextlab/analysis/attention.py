@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-import contextlab.eval.attention_measures as M
+import contextlab.analysis.attention_measures as M
 from contextlab.config import opt
 from contextlab.errors import UserError
 from contextlab.models.gpt import GPT, Attention

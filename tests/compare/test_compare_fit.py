@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from contextlab.compare.paired import Options, compare_runs
 from contextlab.eval import bayes_fit
-from contextlab.eval.compare import Options, compare_runs
-from contextlab.eval.compare_stats import cluster_t, per_cluster
+from contextlab.eval.paired_stats import cluster_t, per_cluster
 from contextlab.eval.results import write_result
 from tests.eval.conftest import byte_adapter, tiny_gpt
 

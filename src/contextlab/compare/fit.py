@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-import contextlab.eval.compare_stats as cs
+import contextlab.eval.paired_stats as cs
 from contextlab.errors import UserError
 from contextlab.eval.bayes_fit import fit_power_law
 

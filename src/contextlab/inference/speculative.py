@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from contextlab.errors import UserError
-from contextlab.models.decode import OnToken, _Rows, left_pad
+from contextlab.inference.decode import OnToken, _Rows, left_pad
 from contextlab.models.mtp import MTPModel
 
 

@@ -19,7 +19,7 @@ frequencies by construction), yarn -> "yarn" (the same ramp, boundaries and atte
 the tests compare logits). Biases map to ``attention_bias`` / ``mlp_bias``.
 
 Trade-off: only models that Llama expresses exactly are exported this way (``llama_compatible``
-says why not otherwise); every other shape keeps its own modeling code (``models/hf_remote``).
+says why not otherwise); every other shape keeps its own modeling code (``models/hf/remote``).
 """
 
 from __future__ import annotations

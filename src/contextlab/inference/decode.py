@@ -2,7 +2,7 @@
 
 ``generate(model, prompts, ...)`` left-pads prompts of any lengths into one batch, runs the
 prompt once (prefill) into a ``KVCache`` and then one token per step, choosing tokens with
-``models/sampling.py``. A row stops at a stop id (not kept), at a stop string in its decoded
+``inference/sampling.py``. A row stops at a stop id (not kept), at a stop string in its decoded
 text (kept; ``cut_at_stop`` trims the text) or after ``max_new_tokens``. ``on_token(row, id)``
 streams every kept token. ``recompute_greedy`` is the reference it must equal: greedy decoding
 that re-runs the whole sequence at every step (tests and benchmarks compare the two).
@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from contextlab.models.sampling import Sampling, next_tokens
+from contextlab.inference.sampling import Sampling, next_tokens
 
 OnToken = Callable[[int, int], None]  # (row, token id) of each kept token
 

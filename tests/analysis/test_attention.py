@@ -9,12 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from contextlab.cli import main
-from contextlab.config import from_dict
-from contextlab.data.tokenizers import ByteTokenizer, train_bpe
-from contextlab.errors import UserError
-from contextlab.eval.adapter import in_memory_adapter
-from contextlab.eval.attention import (
+from contextlab.analysis.attention import (
     AttentionProbe,
     Options,
     attention_weights,
@@ -24,7 +19,12 @@ from contextlab.eval.attention import (
     module_output,
     run,
 )
-from contextlab.eval.attention_measures import distance_buckets
+from contextlab.analysis.attention_measures import distance_buckets
+from contextlab.cli import main
+from contextlab.config import from_dict
+from contextlab.data.tokenizers import ByteTokenizer, train_bpe
+from contextlab.errors import UserError
+from contextlab.eval.adapter import in_memory_adapter
 from contextlab.models.contextlm import ContextLM, ContextLMConfig
 from tests.conftest import shakespeare
 from tests.eval.conftest import byte_adapter, tiny_gpt
@@ -221,7 +221,7 @@ def test_cli_end_to_end_on_two_tiny_runs(byte_store, tmp_path, capsys):
 
 
 def test_weights_that_are_not_the_models_stop_the_analysis(monkeypatch):
-    import contextlab.eval.attention as attention
+    import contextlab.analysis.attention as attention
 
     def wrong(attn, x, rope, mask, is_causal):  # forgets the 1 / sqrt(hs) scale
         w, v = attention_weights(attn, x, rope, mask, is_causal)
@@ -235,7 +235,7 @@ def test_weights_that_are_not_the_models_stop_the_analysis(monkeypatch):
 def test_a_model_run_by_transformers_or_behind_mode_tokens_is_refused_in_one_line():
     from types import SimpleNamespace
 
-    from contextlab.eval.attention import check_model
+    from contextlab.analysis.attention import check_model
 
     hf = SimpleNamespace(
         model=torch.nn.Linear(2, 2), info=SimpleNamespace(kind="hf", id="x", architecture="gpt2")
