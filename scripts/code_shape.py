@@ -1,4 +1,4 @@
-"""The shape of the package's code: function lengths, file lengths and import circles.
+"""The shape of the package's code: function, class and file lengths and import circles.
 
     python scripts/code_shape.py [--src src/contextlab] [--top 15]
 
@@ -6,8 +6,10 @@ Function length is counted from the ``def`` line (decorators excluded) to the la
 the body, docstring included, nested functions counted inside their parent and on their
 own. Imports are resolved to package modules; an import inside a function counts the same
 as one at the top of the file, because a circle hidden in a function is still a circle.
-The last line is one JSON object: p95_function_lines, max_function_lines, files_over_400,
-functions_over_60, import_cycles.
+Class length is counted the same way for every class (nested ones on their own too). The
+numbers are signals to look at the design (does this file or class do one job?), never a
+reason to move code. The last line is one JSON object: p95_function_lines,
+max_function_lines, files_over_400, functions_over_60, max_class_lines, import_cycles.
 """
 
 from __future__ import annotations
@@ -38,6 +40,22 @@ def functions(tree: ast.AST) -> list[tuple[str, int, int]]:
                 out.append((name, child.lineno, child.end_lineno - child.lineno + 1))
                 visit(child, name + ".")
             elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return out
+
+
+def classes(tree: ast.AST) -> list[tuple[str, int]]:
+    """(qualified name, length) of every class."""
+    out = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                out.append((f"{prefix}{child.name}", child.end_lineno - child.lineno + 1))
                 visit(child, f"{prefix}{child.name}.")
             else:
                 visit(child, prefix)
@@ -123,6 +141,10 @@ def main() -> None:
     )
     for size, name in sorted(((s, n) for n, _, s in funcs), reverse=True)[: args.top]:
         print(f"  {size:4d}  {name}")
+    sized = sorted(
+        ((size, f"{names[f]}:{n}") for f, t in trees.items() for n, size in classes(t)), reverse=True
+    )
+    print("largest classes: " + ", ".join(f"{n} {size}" for size, n in sized[:5]))
     print(f"files over 400 lines: {long_files or 'none'}")
     print(f"import circles: {circles or 'none'}")
     print(
@@ -132,6 +154,7 @@ def main() -> None:
                 "max_function_lines": int(lengths.max()),
                 "files_over_400": len(long_files),
                 "functions_over_60": len(over_60),
+                "max_class_lines": sized[0][0] if sized else 0,
                 "import_cycles": len(circles),
             }
         )

@@ -80,21 +80,22 @@ def open_model(
 
 
 def _open_checkpoint(ckpt: Checkpoint, path: Path):
-    model = ckpt.build()
+    model = ckpt.build()  # a contextlab architecture, or the HF model a run continued
     tok = tokenizer_from_spec(ckpt.tokenizer, tokenizer_dirs(ckpt.dir), f"run {path}")
-    if ckpt.arch == "hf":  # a continued Hugging Face model: run as one
-        info = _hf_info(model, path, ckpt.dir, tok)
-    else:
-        info = _contextlab_info(model, path, ckpt.dir, tok)
+    info = _info(model, path, ckpt.dir, tok)
     info.step = ckpt.step
     prefix, info.not_lm = ckpt.left_to_right()
     info.objective, info.lm_prefix = ckpt.objective, prefix or []
     return model, tok, info
 
 
-def _contextlab_info(model, path: Path, where: Path, tok: Tokenizer) -> ModelInfo:
-    from contextlab.models.gpt import describe_model
+def _info(model, path: Path, where: Path, tok: Tokenizer, config: dict | None = None) -> ModelInfo:
+    """The record of an opened model: run by the contextlab backend when it is a contextlab
+    architecture, else by the Hugging Face one (``config``: an HF folder's config.json)."""
+    from contextlab.models.gpt import GPT, describe_model
 
+    if not isinstance(model, GPT):
+        return _hf_info(model, path, where, tok, config)
     return ModelInfo(
         id=str(path),
         kind="contextlab",
@@ -167,7 +168,7 @@ def _open_export(p: Path, cfg: dict):
     model = gpt_from_hf_export(p)
     provenance = cfg.get("contextlab") or {}
     tok = tokenizer_from_spec(provenance.get("contextlab_tokenizer") or {}, [p / TOKENIZER], f"export {p}")
-    info = _contextlab_info(model, p, p, tok)
+    info = _info(model, p, p, tok)
     info.step = provenance.get("contextlab_step")
     info.objective = provenance.get("contextlab_objective") or "clm"
     prefix, info.not_lm = left_to_right({"objective": info.objective})  # exports of older versions
@@ -192,7 +193,7 @@ def _open_hf(p: Path, cfg: dict):
             f"{p}: the tokenizer has {tok.vocab_size} ids but the model only {model.config.vocab_size}; "
             "save the tokenizer that belongs to this model"
         )
-    info = _hf_info(model, p, p, tok, cfg)
+    info = _info(model, p, p, tok, cfg)
     info.architecture = str(cfg.get("model_type"))
     return model, tok, info
 
