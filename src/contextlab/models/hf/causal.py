@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
+from transformers.utils import CONFIG_NAME
 
 from contextlab.errors import UserError
 from contextlab.io import staged_dir
@@ -141,7 +142,7 @@ def read_hf_config(path: str | os.PathLike) -> PretrainedConfig:
     import contextlab.models.hf.custom_code  # noqa: F401  (registers contextlab-gpt and contextlab-contextlm)
 
     p = Path(path)
-    if not (p / "config.json").is_file():
+    if not (p / CONFIG_NAME).is_file():
         raise UserError(
             f"{p} is not a Hugging Face model folder (no config.json); pass the folder save_pretrained "
             "wrote or a contextlab run"

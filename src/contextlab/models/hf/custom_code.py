@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
+from transformers.utils import CONFIG_NAME, SAFE_WEIGHTS_NAME
 
 import contextlab
 from contextlab.errors import UserError
@@ -139,11 +140,11 @@ def write_remote_code_model(
     hf_model.gpt.load_state_dict(model.state_dict(), strict=True)
     hf_model.save_pretrained(folder, safe_serialization=True)
     names = {"AutoConfig": type(config).__mro__[1], "AutoModelForCausalLM": wrapper.__mro__[1]}
-    cfg = json.loads((folder / "config.json").read_text())
+    cfg = json.loads((folder / CONFIG_NAME).read_text())
     cfg["auto_map"] = {
         auto: f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}" for auto, cls in names.items()
     }
-    (folder / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    (folder / CONFIG_NAME).write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     for name in REMOTE_FILES:
         shutil.copyfile(REMOTE_DIR / name, folder / name)
 
@@ -152,7 +153,7 @@ def _check_model_dir(path: str | os.PathLike) -> Path:
     p = Path(path)
     if not p.is_dir():
         raise UserError(f"model folder {p} does not exist; pass a local Hugging Face model folder")
-    if not (p / "config.json").is_file():
+    if not (p / CONFIG_NAME).is_file():
         raise UserError(
             f"{p} is not a Hugging Face model folder (no config.json); pass the folder save_pretrained wrote"
         )
@@ -187,13 +188,13 @@ def gpt_from_hf_export(path: str | os.PathLike) -> GPT:
     from contextlab.models.hf.llama import gpt_state_from_llama
 
     p = _check_model_dir(path)
-    cfg = current_fields(json.loads((p / "config.json").read_text()))
+    cfg = current_fields(json.loads((p / CONFIG_NAME).read_text()))
     if not is_gpt_export(cfg):
         raise UserError(
             f"{p} holds a {cfg.get('model_type')!r} model, not a contextlab export; "
             "use load_hf_causal_lm for other Hugging Face models"
         )
-    weights = p / "model.safetensors"
+    weights = p / SAFE_WEIGHTS_NAME
     if not weights.is_file():
         raise UserError(f"{p} has no model.safetensors; re-export the model with export_to_hf")
     if cfg["model_type"] == "llama":  # the exact GPTConfig rides along in the provenance
