@@ -96,7 +96,7 @@ def measured_shards(step: dict) -> list[int] | None:
 
 def run_pack(step: dict) -> dict:
     from contextlab.data.packing import pack
-    from contextlab.data.packing.shards import shard_ranges
+    from contextlab.data.shards.ranges import shard_ranges
     from contextlab.data.store import TokenStore
     from contextlab.io import partial_dir
 
@@ -123,7 +123,7 @@ def run_raw(step: dict) -> dict:
     import bm25s
 
     from contextlab.data.packing.retrievers import decode_texts
-    from contextlab.data.packing.shards import shard_ranges
+    from contextlab.data.shards.ranges import shard_ranges
     from contextlab.data.store import TokenStore
 
     backend = "numba" if importlib.util.find_spec("numba") else "numpy"  # bm25s' fastest installed path

@@ -487,7 +487,7 @@ def test_bad_specs_name_the_problem(tmp_path):
         with pytest.raises(UserError) as err:
             T.load_tokenizer(spec)
         msg = str(err.value)
-        assert problem in msg and repr(spec) in msg and "valid forms: byte, gpt2:DIR" in msg, msg
+        assert problem in msg and repr(spec) in msg and "use one of: byte | gpt2:DIR" in msg, msg
 
 
 # ---------------------------------------------------------------- cutting long texts

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-import contextlab.data.executors as executors
 import contextlab.data.packing.shards as shards_mod
+import contextlab.data.shards.on_ray as on_ray
 from contextlab.cli import main
-from contextlab.data.executors import RayExecutor
 from contextlab.data.ingest import IngestConfig, ingest
-from contextlab.data.ingest_shards import in_parts
+from contextlab.data.ingest_parts import in_parts
 from contextlab.data.packing import PackConfig, pack
+from contextlab.data.shards import RayExecutor
 from contextlab.io import tree_digest
 from tests.conftest import REPO, shakespeare, write_tree
 
@@ -82,7 +82,7 @@ def test_a_worker_killed_mid_shard_is_run_again(cluster, local, tmp_path, monkey
 
 DRIVER = """
 import os, signal, sys
-import contextlab.data.executors as ex
+import contextlab.data.shards.on_ray as ex
 finished = ex.as_completed
 def first_then_die(*args, **kwargs):  # the driver is killed once one shard has finished
     for item in finished(*args, **kwargs):
@@ -137,7 +137,7 @@ def test_an_out_of_range_id_found_by_a_shard_on_ray_is_one_line(cluster, local, 
 
 
 def test_an_interrupted_ingest_resumes_from_its_finished_parts(cluster, corpus, local, tmp_path, monkeypatch):
-    finished = executors.as_completed
+    finished = on_ray.as_completed
 
     def first_then_interrupt(*args, **kwargs):
         for item in finished(*args, **kwargs):
@@ -145,13 +145,13 @@ def test_an_interrupted_ingest_resumes_from_its_finished_parts(cluster, corpus, 
             raise KeyboardInterrupt
 
     parts, out = in_parts(RayExecutor(address=cluster), 4), tmp_path / "store"
-    monkeypatch.setattr(executors, "as_completed", first_then_interrupt)
+    monkeypatch.setattr(on_ray, "as_completed", first_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
         ingest(corpus, out, IngestConfig(), progress=False, store_documents=parts)
     records = tmp_path / "store.partial" / "parts"
     done = {int(p.stem[5:]) for p in records.glob("part_*.json")}
     assert 1 <= len(done) < 4 and not out.exists()
-    monkeypatch.setattr(executors, "as_completed", finished)
+    monkeypatch.setattr(on_ray, "as_completed", finished)
     seen = []
     monkeypatch.setattr(RayExecutor, "run", _spy(RayExecutor.run, seen))
     ingest(corpus, out, IngestConfig(), progress=False, store_documents=parts)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from pathlib import Path
 
 from contextlab.config import add_dataclass_args, apply_overrides, field_help, from_dict, read_toml
 from contextlab.errors import UserError
@@ -18,11 +17,12 @@ def _parser(prog: str, description: str) -> argparse.ArgumentParser:
 def cmd_ingest(argv: list[str]) -> int:
     """Tokenize a corpus (folder, JSONL, Parquet, HF dataset folder) into a token store."""
     from contextlab.data.ingest import ingest, resolve_tokenizer_spec
-    from contextlab.data.ingest_shards import in_parts
+    from contextlab.data.ingest_parts import in_parts
+    from contextlab.data.tokenizer_spec import parse_spec
 
     args = _ingest_parser().parse_args(argv)
     config = _ingest_config(args)
-    _check_tokenizer_spec(config.tokenizer)  # a bad spec is one line before OUT.partial exists
+    parse_spec(config.tokenizer, check_path=True)  # a bad spec is one line before OUT.partial exists
     resolve_tokenizer_spec(config.tokenizer)  # store:STORE must be a token store
     executor = ray_executor(args)
     report = ingest(
@@ -62,23 +62,9 @@ def ray_executor(args: argparse.Namespace):
         return None
     if args.ray_cpus < 0 or getattr(args, "ray_parts", 1) < 1:
         raise UserError("--ray-cpus must be >= 0 and --ray-parts >= 1")
-    from contextlab.data.executors import make_executor
+    from contextlab.data.shards import make_executor
 
     return make_executor(args.ray, ray_cpus=args.ray_cpus)
-
-
-def _check_tokenizer_spec(spec: str) -> None:
-    """The forms --help lists (``TOKENIZER_SPECS``), in the one line of a bad spec."""
-    from contextlab.data.ingest import TOKENIZER_SPECS
-
-    kind, _, arg = spec.partition(":")
-    ok = (
-        spec == "byte"
-        or (kind in ("gpt2", "hf", "dir", "store") and arg)
-        or (kind == "bpe" and arg.isdigit())
-    )
-    if not ok or (kind in ("gpt2", "hf", "dir") and not Path(arg).expanduser().exists()):
-        raise UserError(f"bad tokenizer spec {spec!r} (no such form or path); use one of: {TOKENIZER_SPECS}")
 
 
 def _ingest_parser() -> argparse.ArgumentParser:

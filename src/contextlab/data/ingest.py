@@ -54,6 +54,7 @@ from contextlab.data.store import (
     is_store,
     pending_finalize,
 )
+from contextlab.data.tokenizer_spec import SPECS_HELP, parse_spec, spec_path
 from contextlab.data.tokenizers import N_THREADS, Tokenizer, load_saved_tokenizer, load_tokenizer
 from contextlab.errors import UserError
 from contextlab.io import (
@@ -64,7 +65,6 @@ from contextlab.io import (
     refuse_non_folder,
 )
 
-TOKENIZER_SPECS = "byte | gpt2:DIR | hf:PATH | bpe:N | dir:DIR (a saved tokenizer) | store:STORE"
 SKIPPED_FILE = "skipped.jsonl"  # in the store: every file (or row) the source left out, and why
 
 
@@ -72,7 +72,7 @@ SKIPPED_FILE = "skipped.jsonl"  # in the store: every file (or row) the source l
 class IngestConfig:
     """How a corpus becomes a token store."""
 
-    tokenizer: str = opt("byte", f"tokenizer spec: {TOKENIZER_SPECS}")
+    tokenizer: str = opt("byte", f"tokenizer spec: {SPECS_HELP}")
     min_tokens: int = opt(1, "skip documents with fewer tokens than this (they are counted)")
     max_tokens: int = opt(0, "skip documents with more tokens than this; 0 = no limit")
     batch_mb: float = opt(1.0, "MB of text per tokenizer batch; progress is committed after each")
@@ -106,9 +106,11 @@ class IngestReport:
 
 
 def resolve_tokenizer_spec(spec: str) -> str:
-    """``store:DIR`` means "the tokenizer of that store"."""
-    if spec.startswith("store:"):
-        store = TokenStore(spec[len("store:") :])
+    """``store:STORE`` means "the tokenizer of that store" (which must be a token store): its
+    ``dir:`` spec; any other spec is checked (``tokenizer_spec``) and returned as it is."""
+    parsed = parse_spec(spec)
+    if parsed.kind == "store":
+        store = TokenStore(parsed.arg)
         return f"dir:{store.path / 'tokenizer'}"
     return spec
 
@@ -116,8 +118,7 @@ def resolve_tokenizer_spec(spec: str) -> str:
 def _ingest_inputs(call: dict) -> list:
     """The paths an ingest reads: its source, when local, and the tokenizer's folder or store."""
     source = call["source"]
-    kind, _, rest = getattr(call.get("config"), "tokenizer", "byte").partition(":")
-    tokenizer = rest if kind in ("gpt2", "hf", "dir", "store") else None  # the specs that read a path
+    tokenizer = spec_path(getattr(call.get("config"), "tokenizer", "byte"))
     return [source if isinstance(source, (str, Path)) else None, tokenizer]
 
 
@@ -132,7 +133,8 @@ def ingest(
     store_documents: Callable[..., dict] | None = None,
 ) -> IngestReport:
     """Tokenize ``source`` into a token store at ``out`` (resuming an unfinished run);
-    ``store_documents``: how, if not in this process (``ingest_shards.in_parts``: Ray tasks).
+    ``store_documents``: how, if not by ``tokenize_documents`` in this process
+    (``ingest_parts.in_parts``: in parts, on the shard engine's executors).
 
     One ingest at a time writes ``out`` (a second one is refused, naming the first). A full
     disk ends with one line; the partial store keeps what was committed (the torn batch is cut
@@ -141,7 +143,7 @@ def ingest(
     config = config or IngestConfig()
     out = Path(out)
     try:
-        return _ingest(source, out, config, overwrite, progress, store_documents or _store_documents)
+        return _ingest(source, out, config, overwrite, progress, store_documents or tokenize_documents)
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
@@ -191,7 +193,7 @@ def _open_partial(out: Path, fingerprint: str, overwrite: bool) -> tuple[Path, d
     """The partial store directory and its progress record: the one to resume, or a fresh one."""
     return open_partial(
         out,
-        _fresh_record(fingerprint),
+        fresh_record(fingerprint),
         overwrite=overwrite,
         has_work=lambda folder, old: (
             (old is not None and int(old.get("source_pos", 0)) > 0) or pending_finalize(folder) is not None
@@ -200,7 +202,7 @@ def _open_partial(out: Path, fingerprint: str, overwrite: bool) -> tuple[Path, d
     )
 
 
-def _store_documents(
+def tokenize_documents(
     partial: Path,
     record: dict,
     tokenizer: Tokenizer,
@@ -212,7 +214,8 @@ def _store_documents(
     empty_ok: bool = False,
 ) -> dict:
     """Tokenize the documents not stored yet into ``partial``, committing ``record`` after each
-    batch; return the filter counts. Raises when no document is left, unless ``empty_ok``."""
+    batch; return the filter counts. Raises when no document is left, unless ``empty_ok``.
+    The one-process ingest's loop, and each part's (``ingest_parts``)."""
     state = WriterState(**record["writer"])
     writer = StoreWriter(partial, dtype_for_vocab(tokenizer.vocab_size), state)
     counts = dict(record["counts"])
@@ -316,7 +319,7 @@ def _report_of(store: TokenStore, up_to_date: bool) -> IngestReport:
     )
 
 
-def _fresh_record(fingerprint: str) -> dict:
+def fresh_record(fingerprint: str) -> dict:
     """The progress record of an ingest that has stored nothing yet."""
     return {
         "fingerprint": fingerprint,
@@ -398,7 +401,7 @@ def _progress_bar(enabled: bool, src, state: WriterState):
     from tqdm.auto import tqdm
 
     return tqdm(
-        total=source_bytes(src),  # counted in bytes_read: see _store_documents
+        total=source_bytes(src),  # counted in bytes_read: see tokenize_documents
         unit="B",
         unit_scale=True,
         desc="ingest",

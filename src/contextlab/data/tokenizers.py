@@ -2,10 +2,10 @@
 
 One small interface over raw bytes, GPT-2 BPE and Hugging Face ``tokenizers``
 (``tokenizer_base``, ``gpt2_tokenizer``, ``hf_tokenizer``); this module turns a spec string
-into one of them, reloads a saved tokenizer folder against its stored hash, and compares
-two tokenizer specs. Everything is offline: GPT-2 is built from local files and new
-vocabularies are trained locally with ``train_bpe``. Callers import every tokenizer name
-from here.
+(its grammar and its error line: ``tokenizer_spec``) into one of them, reloads a saved
+tokenizer folder against its stored hash, and compares two tokenizer specs. Everything is
+offline: GPT-2 is built from local files and new vocabularies are trained locally with
+``train_bpe``. Callers import every tokenizer name from here.
 
 Trade-offs:
 
@@ -37,9 +37,8 @@ from contextlab.data.tokenizer_base import (
     Tokenizer,
     read_json_file,
 )
+from contextlab.data.tokenizer_spec import bad_spec, parse_spec
 from contextlab.errors import UserError
-
-VALID_SPECS = "byte, gpt2:DIR, hf:PATH (tokenizer.json or its folder), bpe:N, dir:DIR (a saved tokenizer)"
 
 __all__ = [
     "EOS_NAMES",
@@ -48,7 +47,6 @@ __all__ = [
     "N_THREADS",
     "PROBE",
     "SPEC_FILE",
-    "VALID_SPECS",
     "ByteTokenizer",
     "GPT2Tokenizer",
     "HFTokenizer",
@@ -61,29 +59,27 @@ __all__ = [
 
 
 def load_tokenizer(spec: str, *, texts: Callable[[], Iterable[str]] | None = None) -> Tokenizer:
-    """Build a tokenizer from a spec: byte, gpt2:DIR, hf:PATH, bpe:N (trains on ``texts()``) or dir:DIR."""
-    kind, _, arg = spec.partition(":")
+    """Build a tokenizer from a spec: byte, gpt2:DIR, hf:PATH, bpe:N (trains on ``texts()``) or dir:DIR
+    (``store:STORE`` is resolved to its dir: by ingest first); a bad spec is ``bad_spec``'s one line."""
+    parsed = parse_spec(spec, check_path=True)
     try:
-        if spec == "byte":
+        if parsed.kind == "byte":
             return ByteTokenizer()
-        if kind not in ("gpt2", "hf", "bpe", "dir"):
-            raise UserError(f"unknown kind {kind!r}")
-        if not arg:
-            raise UserError(f"{kind} needs an argument after the colon")
-        if kind == "bpe":
-            return _train_from_spec(arg, texts)
-        path = Path(arg).expanduser()
-        if not path.exists():
-            raise UserError(f"{path} does not exist")
-        if kind == "gpt2":
-            return GPT2Tokenizer.from_dir(path)
-        if kind == "hf":
-            return HFTokenizer.from_file(path)
-        return load_saved_tokenizer(path)
+        if parsed.kind == "bpe":
+            return _train_from_spec(parsed.arg, texts)
+        if parsed.kind == "gpt2":
+            return GPT2Tokenizer.from_dir(parsed.path)
+        if parsed.kind == "hf":
+            return HFTokenizer.from_file(parsed.path)
+        if parsed.kind == "store":
+            raise UserError(
+                "a store's tokenizer is read by ingest; here give its folder as dir:STORE/tokenizer"
+            )
+        return load_saved_tokenizer(parsed.path)
     except _NotTheSpec as e:  # the spec was fine; its training texts were not (an empty corpus)
         raise UserError(str(e)) from None
     except UserError as e:
-        raise UserError(f"bad tokenizer spec {spec!r}: {e}; valid forms: {VALID_SPECS}") from None
+        raise bad_spec(spec, str(e)) from None
 
 
 class _NotTheSpec(UserError):
@@ -98,8 +94,6 @@ def _checked_texts(texts: Iterable[str]) -> Iterator[str]:
 
 
 def _train_from_spec(arg: str, texts: Callable[[], Iterable[str]] | None) -> Tokenizer:
-    if not arg.isdigit():
-        raise UserError(f"the vocab size {arg!r} is not a whole number (e.g. bpe:4096)")
     if texts is None:
         raise UserError(
             "bpe:N trains a new tokenizer and needs training texts, which this command does not have"

@@ -13,8 +13,8 @@ import time
 
 from contextlab.cli.pack import cmd_pack_stats
 from contextlab.data.packing import PackConfig, pack, pack_stats
-from contextlab.data.packing.shards import shard_ranges
 from contextlab.data.packing.stats import format_pack_stats
+from contextlab.data.shards.ranges import shard_ranges
 from tests.conftest import process_alive
 from tests.data.packing.helpers import make_store, mixed_corpus
 
@@ -57,7 +57,7 @@ def test_pack_stats_json_carries_everything_the_text_shows(tmp_path, capsys):
 class _Bar:
     """Records what the pack progress bar is told: ("update", n) and ("write", line) events."""
 
-    def __init__(self, total: int, enabled: bool):
+    def __init__(self, total: int, enabled: bool, *style):
         self.total, self.n, self.events = total, 0, []
         _Bar.last = self
 
@@ -77,14 +77,14 @@ class _Bar:
 
 def test_the_pack_bar_moves_inside_a_shard_and_counts_every_document(tmp_path, monkeypatch):
     """issue 21 item 18: the bar stood still for a whole shard (25 s of silence on 14K files)."""
-    from contextlab.data.packing import workers
+    from contextlab.data.shards import local_pool, progress
 
-    monkeypatch.setattr(workers, "progress_bar", _Bar)
+    monkeypatch.setattr(local_pool, "progress_bar", _Bar)
     store = make_store(tmp_path, mixed_corpus(300))
     pack(store, tmp_path / "p", PackConfig(method="splice", context=63), progress=True)
     events = _Bar.last.events
     first_line = next(i for i, (kind, _) in enumerate(events) if kind == "write")
-    assert sum(kind == "update" for kind, _ in events[:first_line]) >= 300 // workers.BATCH
+    assert sum(kind == "update" for kind, _ in events[:first_line]) >= 300 // progress.BATCH
     assert _Bar.last.n == _Bar.last.total == 300
     # across worker processes: the shared counter reaches every document too
     cfg = PackConfig(method="splice", context=63, shards=2)
@@ -125,7 +125,7 @@ def test_the_parent_watchdog_ends_a_worker_whose_parent_died():
     """issue 21 item 16, the portable fallback of PR_SET_PDEATHSIG: a worker exits when its parent
     pid changes (it was re-parented after the parent died)."""
     worker = (
-        "import sys; from contextlab.data.packing.workers import _watch_parent; "
+        "import sys; from contextlab.data.shards.local_pool import _watch_parent; "
         "_watch_parent(int(sys.argv[1]), 0.05); raise SystemExit('the watchdog returned')"
     )
     parent = (
@@ -155,7 +155,8 @@ def test_shard_ranges_from_the_store_offsets_cut_where_the_token_share_is_reache
     whole map); the shards are non-empty and cover every document."""
     import numpy as np
 
-    from contextlab.data.packing.shards import ranges_of_ends, store_shard_ranges
+    from contextlab.data.packing.shards import store_shard_ranges
+    from contextlab.data.shards.ranges import ranges_of_ends
 
     rng = np.random.default_rng(3)
     for lengths in [rng.integers(1, 500, 997), rng.integers(1, 3, 50), np.array([1000, 1, 1, 1, 1000])]:

@@ -8,6 +8,7 @@ import pytest
 import contextlab.data.packing.shards as shards_mod
 from contextlab.data.packing import PackConfig, pack
 from contextlab.data.packing.shards import domain_codes, line_starts
+from contextlab.data.shards.ranges import shard_ranges
 from contextlab.data.store import TokenStore
 from tests.data.packing.helpers import make_store, mixed_corpus
 
@@ -53,7 +54,7 @@ def test_domains_are_read_only_by_methods_that_use_them(tmp_path, monkeypatch, m
     cfg = PackConfig(method=method, noise=noise, context=63, seed=1, shards=2)
     packed = pack(store, tmp_path / "p", cfg, progress=False).packed
     assert packed.n_sequences > 0 and not loaded_all
-    assert sorted(calls) == (shards_mod.shard_ranges(store.lengths(), 2) if reads else [])
+    assert sorted(calls) == (shard_ranges(store.lengths(), 2) if reads else [])
     assert cfg.draws_within_domain == reads and bool(scanned) == reads  # docs.jsonl scanned only then
 
 

@@ -7,7 +7,8 @@ from the packed store's memory maps in batches, so memory does not grow with the
 Everything is written under ``OUT.partial`` and renamed to ``OUT`` at the end: a killed export
 leaves no ``OUT``, and running it again clears the partial folder and starts over (an export
 is a copy, minutes where a pack is hours; resuming it is not worth its bookkeeping).
-Variants live in the ``FORMATS`` dict. Trade-off: only full rows (``context + 1`` tokens) by
+Each split is written as a shard of the shard engine (``data.shards``), in this process, with its
+progress bar. Variants live in the ``FORMATS`` dict. Trade-off: only full rows (``context + 1`` tokens) by
 default, the rows contextlab's own trainer uses; ``keep_short_rows`` adds the short last row of
 each shard to Parquet (Megatron's sampler needs equal rows, see ``megatron.py``).
 """
@@ -28,6 +29,7 @@ from contextlab.data.export.megatron import megatron_dtype, write_megatron_split
 from contextlab.data.export.parquet import rows_per_shard_for, write_parquet_split
 from contextlab.data.export.rows import row_ids, row_lengths
 from contextlab.data.packing.packed_store import PackedStore
+from contextlab.data.shards.local_pool import LocalExecutor
 from contextlab.data.store import holds_output_lock
 from contextlab.data.views import packed_split
 from contextlab.errors import UserError
@@ -147,22 +149,33 @@ def _split_ids(pk: PackedStore, cfg: ExportConfig) -> dict[str, np.ndarray]:
 def _write_splits(
     pk: PackedStore, cfg: ExportConfig, splits: dict[str, np.ndarray], folder: Path, progress: bool
 ) -> dict[str, dict]:
-    from tqdm.auto import tqdm
-
-    written = {}
+    """Every split written by the shard engine, a split per shard, in this process (the splits share
+    the open packed store); no done markers: a killed export starts over (module docstring)."""
+    written: dict[str, dict] = {}
+    jobs = [(pk, cfg, split, ids, folder) for split, ids in splits.items()]
     total = sum(len(ids) for ids in splits.values())
-    with tqdm(total=total, unit="row", desc=f"export {cfg.format}", disable=not progress) as bar:
-        for split, ids in splits.items():
-            if cfg.format == "parquet":
-                per = cfg.rows_per_shard or rows_per_shard_for(pk.row_len, cfg.shard_mb)
-                files = write_parquet_split(pk, ids, folder, split, per, cfg.batch_rows, bar.update)
-                written[split] = {"rows": int(len(ids)), "files": files}
-            else:
-                dtype = megatron_dtype(pk.store.vocab_size)
-                info = write_megatron_split(pk, ids, folder / split, dtype, cfg.batch_rows, bar.update)
-                written[split] = {**info, "dtype": dtype.name}
-            written[split]["tokens"] = sum(f["tokens"] for f in written[split].get("files", [written[split]]))
+    report = lambda stats, bar: written.update({stats["split"]: stats["written"]})
+    desc = f"export {cfg.format}"
+    LocalExecutor(1).run(
+        _write_split, jobs, total, report, progress=progress, desc=desc, unit="row", leave=True
+    )
     return written
+
+
+def _write_split(
+    pk: PackedStore, cfg: ExportConfig, split: str, ids: np.ndarray, folder: Path, count
+) -> dict:
+    """One split's files (a shard function: ``count(n)``, n more rows written); its record."""
+    if cfg.format == "parquet":
+        per = cfg.rows_per_shard or rows_per_shard_for(pk.row_len, cfg.shard_mb)
+        files = write_parquet_split(pk, ids, folder, split, per, cfg.batch_rows, count)
+        done = {"rows": int(len(ids)), "files": files}
+    else:
+        dtype = megatron_dtype(pk.store.vocab_size)
+        info = write_megatron_split(pk, ids, folder / split, dtype, cfg.batch_rows, count)
+        done = {**info, "dtype": dtype.name}
+    done["tokens"] = sum(f["tokens"] for f in done.get("files", [done]))
+    return {"split": split, "written": done}
 
 
 def _record(pk: PackedStore, cfg: ExportConfig, written: dict[str, dict]) -> dict:

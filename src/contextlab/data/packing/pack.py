@@ -15,7 +15,9 @@ Scale-out: ``workers`` runs shards in that many processes (spawned, so numba/Fai
 threads are never forked); ``only_shards`` packs just those shards and stops before
 finalizing, so a SLURM array or many machines sharing a filesystem can each take a slice,
 and a final call without ``only_shards`` assembles the result. ``executor`` runs the same
-shards as Ray tasks instead (``data.executors``, ``contextlab data pack --ray``).
+shards as Ray tasks instead (``contextlab data pack --ray``). The shard engine (``data.shards``)
+does the running, the skipping of finished shards and the check of their done markers; this
+module says what a pack's shards are and assembles them.
 """
 
 from __future__ import annotations
@@ -32,9 +34,9 @@ import numpy as np
 import contextlab.data.packing.shards as shards_mod
 from contextlab import FORMAT_VERSION, __version__
 from contextlab.config import save_toml, to_dict
-from contextlab.data.executors import LocalExecutor, ShardExecutor
 from contextlab.data.packing.config import PackConfig
 from contextlab.data.packing.packed_store import PACKED_FORMAT, PackedStore, is_packed_store, sequence_lengths
+from contextlab.data.shards import LocalExecutor, ShardedJob, ShardExecutor, finished_stats, shards_to_run
 from contextlab.data.store import TokenStore, holds_output_lock
 from contextlab.errors import UserError
 from contextlab.io import (
@@ -92,7 +94,7 @@ def pack(
     verify: bool = True,
 ) -> PackReport:
     """Pack ``store`` into a packed store at ``out`` (resuming an unfinished run). ``executor``
-    says where the shards run (``data.executors``; default: ``workers`` local processes).
+    says where the shards run (``data.shards.EXECUTORS``; default: ``workers`` local processes).
     ``verify``: check the store's content hash first (``TokenStore.check_content``)."""
     cfg = config or PackConfig()
     tstore = store if isinstance(store, TokenStore) else TokenStore(store)
@@ -114,15 +116,18 @@ def pack(
         _complete(partial_dir(out), out, overwrite)
         return PackReport(PackedStore(out, store=tstore), time.perf_counter() - t0, 0, len(wanted))
     partial = _open_partial(out, fp, overwrite)
-    todo = _shards_to_pack(partial, fp, ranges, wanted)
+    job = _sharded_job(partial, fp, ranges)
+    todo = shards_to_run(job, wanted)  # a shard file that does not hold exactly its shard is named
     if progress and len(todo) < len(wanted):
         print(f"resuming pack into {out}: {len(wanted) - len(todo)} of {len(wanted)} shard(s) already packed")
-    _run(tstore, cfg, ranges, todo, partial, fp, executor or LocalExecutor(workers), progress)
+    _run(job, tstore, cfg, ranges, todo, partial, fp, executor or LocalExecutor(workers), progress)
     n_docs = sum(ranges[s][1] - ranges[s][0] for s in todo)
     done = dict(shards_packed=len(todo), shards_resumed=len(wanted) - len(todo), docs_packed=n_docs)
     if only_shards is not None:
         return PackReport(None, time.perf_counter() - t0, **done)
-    _finalize(tstore, cfg, ranges, partial, fp, sep_id)
+    _finalize(
+        tstore, cfg, ranges, partial, finished_stats(job, list(range(len(ranges))), partial), fp, sep_id
+    )
     _complete(partial, out, overwrite)
     return PackReport(PackedStore(out, store=tstore), time.perf_counter() - t0, **done)
 
@@ -150,30 +155,17 @@ def _wanted_shards(only_shards: list[int] | None, n_shards: int) -> list[int]:
     return wanted
 
 
-def _shards_to_pack(partial: Path, fp: str, ranges, wanted: list[int]) -> list[int]:
-    """The wanted shards without a file that holds exactly them (index, documents, checksum): a
-    file that does not is named, with what is wrong, and the shard is packed again."""
-    todo = []
-    for s in wanted:
-        stats, why = shards_mod.check_shard(shards_mod.shard_file(partial, s), fp, s, ranges[s])
-        if stats is None:
-            todo.append(s)
-            if why is not None:
-                name = shards_mod.shard_file(partial, s).name
-                print(f"shard {s}: {name} is not usable ({why}); packing it again")
-    return todo
-
-
-def _all_shard_stats(partial: Path, ranges, fp: str) -> list[dict]:
-    stats = []
-    for s, docs in enumerate(ranges):  # the arrays were checked when the run began or written by it
-        got, why = shards_mod.check_shard(shards_mod.shard_file(partial, s), fp, s, docs, checksum=False)
-        if got is None:
-            raise UserError(
-                f"shard {s} of {partial} is {why or 'missing'}; run the same command again to pack it again"
-            )
-        stats.append(got)
-    return stats
+def _sharded_job(partial: Path, fp: str, ranges) -> ShardedJob:
+    """A pack's shards for the engine: ``run_shard`` each, checked by their files' records."""
+    return ShardedJob(
+        fn=shards_mod.run_shard,
+        check=lambda s, checksum: shards_mod.check_shard(
+            shards_mod.shard_file(partial, s), fp, s, ranges[s], checksum=checksum
+        ),
+        marker=lambda s: shards_mod.shard_file(partial, s),
+        noun="shard",
+        verb="pack",
+    )
 
 
 def _separator_id(store: TokenStore, cfg: PackConfig) -> int | None:
@@ -204,6 +196,7 @@ def _existing_output(out: Path, fp: str, overwrite: bool) -> PackReport | None:
 
 
 def _run(
+    job: ShardedJob,
     store: TokenStore,
     cfg: PackConfig,
     ranges,
@@ -233,7 +226,7 @@ def _run(
         for s, at in zip(todo, starts)
     ]
     total = sum(ranges[s][1] - ranges[s][0] for s in todo)
-    executor.run(shards_mod.run_shard, jobs, total, report, progress=progress, desc="pack")
+    job.run(executor, jobs, total, report, progress)
 
 
 _FILES = {
@@ -255,13 +248,14 @@ def _store_record(store: TokenStore) -> dict:
     }
 
 
-def _finalize(store: TokenStore, cfg: PackConfig, ranges, partial: Path, fp: str, sep_id: int | None) -> None:
+def _finalize(
+    store: TokenStore, cfg: PackConfig, ranges, partial: Path, stats: list[dict], fp: str, sep_id: int | None
+) -> None:
     """Write the arrays, config.toml and, last, meta.json (its presence marks the work done).
 
     The arrays are the shards' arrays one after another, written a shard at a time: the driver
     never holds more than one shard's (concatenating them all cost ~3 copies of entries.npy, 24
-    bytes per entry, i.e. ~70 GB at 10^9 documents)."""
-    stats = _all_shard_stats(partial, ranges, fp)
+    bytes per entry, i.e. ~70 GB at 10^9 documents). ``stats``: every shard's, from its record."""
     files = [shards_mod.shard_file(partial, s) for s in range(len(ranges))]
     n_entries, n_seq = sum(st["n_entries"] for st in stats), sum(st["n_sequences"] for st in stats)
 

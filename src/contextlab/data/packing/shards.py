@@ -1,23 +1,22 @@
-"""Shards ("packs" in the seed): independent slices of a corpus, each packed on its own.
+"""Packing one shard ("packs" in the seed): a contiguous range of documents, packed on its own.
 
 A shard is a contiguous range of documents (store order: ingest walks folders in sorted
-order, so a directory or repository stays together), with ranges balanced by token count.
-Packing a shard needs only the token store and the config; its random stream is seeded by
-(seed, shard index), so the result does not depend on which process or machine runs it,
-or in what order. Each finished shard is written atomically as ``shard_NNNNN.npz`` (arrays
-plus a JSON stats record holding the config fingerprint); a restarted run skips shards
-whose file exists with the same fingerprint. Retriever memory is per shard, so the shard
-size bounds peak memory; it is reported as ``index_bytes``. A shard reads only its own
-documents' metadata (domains, and only when its method uses them), so at a fixed shard size
-the cost per shard stays flat as the corpus grows.
+order, so a directory or repository stays together), with ranges balanced by token count
+(``shards.ranges``). Packing a shard needs only the token store and the config; its random
+stream is seeded by (seed, shard index), so the result does not depend on which process or
+machine runs it, or in what order. ``run_shard`` is the shard function of the engine's contract
+(``data.shards``): each finished shard is written atomically as ``shard_NNNNN.npz``, its arrays
+plus its done record (the pack's fingerprint, its stats, a checksum of the arrays), which
+``check_shard`` checks before a resume. Retriever memory is per shard, so the shard size bounds
+peak memory; it is reported as ``index_bytes``. A shard reads only its own documents' metadata
+(domains, and only when its method uses them), so at a fixed shard size the cost per shard
+stays flat as the corpus grows.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
-import math
 import time
 import zipfile
 from collections.abc import Callable
@@ -28,35 +27,18 @@ import numpy as np
 from contextlab.data.packing.config import PackConfig
 from contextlab.data.packing.methods import PACKERS, RETRIEVERS
 from contextlab.data.packing.sequencer import Sequencer, flatten
-from contextlab.data.packing.workers import batched
+from contextlab.data.shards.done_markers import arrays_checksum, check_record, done_record
+from contextlab.data.shards.progress import batched
+from contextlab.data.shards.ranges import ranges_of_ends
 from contextlab.data.store import TokenStore
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_bytes
 
 
-def shard_ranges(lengths: np.ndarray, n_shards: int) -> list[tuple[int, int]]:
-    """``n_shards`` contiguous [lo, hi) document ranges with about equal token counts."""
-    return ranges_of_ends(np.cumsum(lengths), n_shards)
-
-
 def store_shard_ranges(store: TokenStore, n_shards: int) -> list[tuple[int, int]]:
-    """``shard_ranges`` of the store's documents, read from its offsets (the cumulative lengths)
+    """``shards.ranges.shard_ranges`` of the store's documents, read from its offsets (the cumulative lengths)
     by binary search: a few pages of the map, not an array per document."""
     return ranges_of_ends(store.offsets[1:], n_shards)
-
-
-def ranges_of_ends(cum: np.ndarray, n_shards: int) -> list[tuple[int, int]]:
-    """``shard_ranges`` from the cumulative lengths ``cum`` (integers, non-decreasing)."""
-    n = len(cum)
-    n_shards = max(1, min(n_shards, n))
-    total = int(cum[-1]) if n else 0
-    # The first end >= total * s / n_shards; for integer ends that is the first >= its ceiling, and an
-    # integer needle keeps the search on ``cum`` as it is (a float one would convert it whole).
-    needles = [np.int64(math.ceil(total * s / n_shards)) for s in range(1, n_shards)]
-    cuts = [0] + [int(np.searchsorted(cum, x, side="left")) + 1 for x in needles] + [n]
-    for s in range(1, len(cuts)):  # keep every shard non-empty and cuts increasing
-        cuts[s] = min(max(cuts[s], cuts[s - 1] + 1), n - (len(cuts) - 1 - s))
-    return [(cuts[s], cuts[s + 1]) for s in range(n_shards)]
 
 
 def shard_file(partial: Path, index: int) -> Path:
@@ -169,21 +151,11 @@ def pack_shard(
     return {"entries": entries, "seq_offsets": offsets, "similarity": sims}, stats
 
 
-def arrays_checksum(arrays: dict) -> str:
-    """sha256 over a shard's arrays (name, dtype, shape and bytes of each, by name)."""
-    h = hashlib.sha256()
-    for name in sorted(arrays):
-        a = np.ascontiguousarray(arrays[name])
-        h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
-        h.update(a.view(np.uint8).reshape(-1).data)
-    return h.hexdigest()
-
-
 def write_shard(path: Path, arrays: dict, stats: dict, fingerprint: str) -> None:
     """A shard's file: its arrays and a record (the pack's fingerprint, the shard's stats, which
     name its index and document range, and a checksum of the arrays, checked before a resume)."""
     buf = io.BytesIO()
-    record = json.dumps({"fingerprint": fingerprint, "stats": stats, "checksum": arrays_checksum(arrays)})
+    record = json.dumps(done_record(fingerprint, stats, arrays_checksum(arrays)))
     np.savez(buf, record=np.frombuffer(record.encode(), dtype=np.uint8), **arrays)
     atomic_write_bytes(path, buf.getvalue())
 
@@ -206,18 +178,14 @@ def check_shard(
             arrays = {name: z[name] for name in ARRAYS} if checksum else None
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
         return None, f"unreadable ({type(exc).__name__})"
-    if not isinstance(record, dict) or record.get("fingerprint") != fingerprint:
-        return None, "written by a pack with another config or store"
-    stats = record.get("stats") or {}
-    if stats.get("shard") != index or list(stats.get("docs", [])) != [int(docs[0]), int(docs[1])]:
-        return None, f"holds shard {stats.get('shard')} (documents {stats.get('docs')}), not this one"
-    if arrays is not None:
-        if record.get("checksum") != arrays_checksum(arrays):
-            return None, "its arrays do not match the checksum written with them"
+    identity = {"shard": index, "docs": [int(docs[0]), int(docs[1])]}
+    sums = (lambda: arrays_checksum(arrays)) if arrays is not None else None
+    stats, why = check_record(record, fingerprint, identity, sums, output="its arrays")
+    if stats is not None and arrays is not None:
         ids = arrays["entries"][:, 0] if len(arrays["entries"]) else np.zeros(0, np.int64)
         if len(ids) and (ids.min() < docs[0] or ids.max() >= docs[1]):
             return None, "its entries name documents outside its range"
-    return stats, None
+    return stats, why
 
 
 def shard_array(path: Path, name: str, length: int) -> np.ndarray:

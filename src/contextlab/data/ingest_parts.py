@@ -1,16 +1,20 @@
 """Ingest in parts (``contextlab data ingest --ray``): the one-process ingest's store, built in parallel.
 
 The source's files (sorted, as the source walks them) are cut into contiguous parts balanced
-by bytes. Each part is ingested by ``ingest_part``, a shard function any executor can run (Ray
-tasks here), with the one-process ingest's own loop (``ingest._store_documents``: batches, long
-documents, filters, per-batch commits) into ``OUT.partial/parts/part_NNNNN/`` and, last, an
-atomic ``part_NNNNN.json`` record (fingerprint, counts, source statistics). The driver then
-concatenates the parts in order (token ids, offsets shifted by the tokens before them, document
-lines, skipped files) into ``OUT.partial`` and finalizes it exactly as the one-process ingest
-does, so the store is byte for byte the same (the ``created`` time in meta.json aside).
+by bytes (``shards.ranges``). Each part is a shard of the engine's contract (``data.shards``):
+``ingest_part`` runs the one-process ingest's own loop (``ingest.tokenize_documents``: batches,
+long documents, filters, per-batch commits) into ``OUT.partial/parts/part_NNNNN/`` and, last,
+writes its done marker ``part_NNNNN.json`` (the ingest's fingerprint; the part's counts, writer
+state and source statistics; a checksum of its files). Any executor can run it (Ray tasks with
+``--ray``). The driver then concatenates the parts in order (token ids, offsets shifted by the
+tokens before them, document lines, skipped files) into ``OUT.partial`` and finalizes it exactly
+as the one-process ingest does, so the store is byte for byte the same (the ``created`` time in
+meta.json aside).
 
-Resume: a part with its record is never run again, and a part cut short resumes from its own
-last committed batch; once assembled, ``progress.json`` says so and a rerun only finalizes.
+Resume: a part whose marker checks out is never run again, a part whose marker does not (its
+files changed, another ingest's) is named and ingested afresh, and a part cut short resumes from
+its own last committed batch; once assembled, ``progress.json`` says so and a rerun only
+finalizes.
 Trade-offs: the driver copies the parts' bytes once more (file to file on the shared
 filesystem, never through Ray); a single-file source (one text file, one JSONL, a saved HF
 dataset, whose rows are numbered across its files) is one part, so it gains nothing.
@@ -27,7 +31,16 @@ from pathlib import Path
 
 import numpy as np
 
-from contextlab.data.ingest import IngestConfig, _fresh_record, _store_documents
+from contextlab.data.ingest import IngestConfig, fresh_record, tokenize_documents
+from contextlab.data.shards import ShardedJob, finished_stats, shards_to_run
+from contextlab.data.shards.done_markers import (
+    check_record,
+    done_record,
+    files_checksum,
+    read_json_marker,
+    write_json_marker,
+)
+from contextlab.data.shards.ranges import shard_ranges
 from contextlab.data.source_files import domain_depth
 from contextlab.data.sources import Source, SourceOptions
 from contextlab.data.store import WriterState, dtype_for_vocab
@@ -36,6 +49,7 @@ from contextlab.errors import UserError
 from contextlab.io import atomic_write_json, atomic_write_text
 
 PARTS = "parts"  # in OUT.partial: part_NNNNN/ (a part's partial store) and part_NNNNN.json (it is done)
+PART_FILES = ("tokens.bin", "offsets.i64", "docs.jsonl", "skipped.jsonl")  # what a part's checksum covers
 CHUNK = 1 << 22  # bytes (or offsets) copied at a time while assembling
 
 
@@ -59,8 +73,6 @@ class PartSource(Source):
 
 def split_files(src: Source, n_parts: int) -> list[list[tuple[str, Path]]]:
     """The source's files in ``n_parts`` consecutive groups of about equal bytes."""
-    from contextlab.data.packing.shards import shard_ranges
-
     files, _ = src._files()
     if src.kind in ("file", "hf-dataset") or len(files) <= 1:
         return [files]
@@ -80,13 +92,21 @@ def part_dir(partial: Path, index: int) -> Path:
     return Path(partial) / PARTS / f"part_{index:05d}"
 
 
-def read_part(partial: Path, index: int, fingerprint: str) -> dict | None:
-    """The record of a finished part, or None (missing, unreadable, another ingest's)."""
-    try:
-        record = json.loads(part_dir(partial, index).with_suffix(".json").read_text())
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) and record.get("fingerprint") == fingerprint else None
+def part_marker(partial: Path, index: int) -> Path:
+    """The done marker of part ``index``, beside its folder."""
+    return part_dir(partial, index).with_suffix(".json")
+
+
+def check_part(
+    partial: Path, index: int, fingerprint: str, checksum: bool = True
+) -> tuple[dict | None, str | None]:
+    """The engine's check of part ``index``'s done marker: (its stats, None) when done; (None, why)
+    when the marker is unusable; (None, None) when there is none (``done_markers.check_record``)."""
+    record, why = read_json_marker(part_marker(partial, index))
+    if record is None:
+        return None, why
+    sums = (lambda: files_checksum(part_dir(partial, index) / f for f in PART_FILES)) if checksum else None
+    return check_record(record, fingerprint, {"part": index}, sums)
 
 
 def ingest_part(
@@ -99,44 +119,52 @@ def ingest_part(
     fingerprint: str,
     count=None,
 ) -> dict:
-    """Ingest one part into ``partial/parts/`` and record it (a shard function: runs anywhere the
-    filesystem is shared). Returns its small record; ``count(n)`` gets the documents read.
-    A task of a killed driver may still be on it: the part's lock makes this one wait for it."""
+    """Ingest one part into ``partial/parts/`` and write its done marker (the shard function of
+    an ingest in parts: runs anywhere the filesystem is shared). Returns the part's stats;
+    ``count(n)`` gets the documents read. A task of a killed driver may still be on it: the
+    part's lock makes this one wait for it."""
     (Path(partial) / PARTS).mkdir(exist_ok=True)
     with open(part_dir(Path(partial), index).with_suffix(".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released by the kernel if the holder dies
-        done = read_part(Path(partial), index, fingerprint) or _ingest_part(
-            source, options, config, index, files, Path(partial), fingerprint
-        )
+        done, why = check_part(Path(partial), index, fingerprint)
+        if done is None:  # an unusable marker: its files are not to be trusted, start the part afresh
+            done = _ingest_part(
+                source, options, config, index, files, Path(partial), fingerprint, why is None
+            )
     if count is not None:
         count(done["n_docs"])
     return done
 
 
-def _ingest_part(source, options, config, index, files, partial: Path, fingerprint: str) -> dict:
-    """``ingest_part`` under its lock, when the part is not done yet."""
+def _ingest_part(
+    source, options, config, index, files, partial: Path, fingerprint: str, resume: bool
+) -> dict:
+    """``ingest_part`` under its lock, when the part is not done yet (``resume``: from its own
+    last committed batch, when its progress record is of this ingest)."""
     folder = part_dir(partial, index)
     try:
-        record = json.loads((folder / "progress.json").read_text())
+        record = json.loads((folder / "progress.json").read_text()) if resume else None
     except (OSError, ValueError):
         record = None
     if not isinstance(record, dict) or record.get("fingerprint") != fingerprint:
         shutil.rmtree(folder, ignore_errors=True)
-        record = _fresh_record(fingerprint)
+        record = fresh_record(fingerprint)
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer = load_saved_tokenizer(partial / "tokenizer")
     src = PartSource(source, options, files)
-    counts = _store_documents(folder, record, tokenizer, src, config, source, folder, False, True)
-    done = {
-        "fingerprint": fingerprint,
+    counts = tokenize_documents(folder, record, tokenizer, src, config, source, folder, False, True)
+    stats = {
         "part": index,
         "n_docs": src.stats.documents,
         "writer": record["writer"],
         "counts": counts,
-        "stats": src.stats.as_dict(),
+        "source_stats": src.stats.as_dict(),
     }
-    atomic_write_json(folder.with_suffix(".json"), done)
-    return done
+    write_json_marker(
+        part_marker(partial, index),
+        done_record(fingerprint, stats, files_checksum(folder / f for f in PART_FILES)),
+    )
+    return stats
 
 
 def in_parts(executor, n_parts: int):
@@ -158,22 +186,24 @@ def store_parts(
     executor,
     n_parts: int,
 ) -> dict:
-    """``ingest._store_documents`` done in parts by ``executor``: the same files in ``partial``
+    """``ingest.tokenize_documents`` done in parts by ``executor``: the same files in ``partial``
     (and ``src.stats`` / ``src.skipped`` as a whole iteration leaves them); returns the counts."""
     fp = record["fingerprint"]
     if not record.get("assembled"):
         groups, options = split_files(src, n_parts), part_options(src)
-        jobs = [
-            (src.given, options, config, i, files, str(partial), fp)
-            for i, files in enumerate(groups)
-            if read_part(partial, i, fp) is None
-        ]
-        if progress and len(jobs) < len(groups):
-            print(f"resuming ingest: {len(groups) - len(jobs)} of {len(groups)} part(s) already ingested")
-        executor.run(ingest_part, jobs, None, lambda stats, bar: None, progress=progress, desc="ingest")
-        parts = [read_part(partial, i, fp) for i in range(len(groups))]
-        if any(p is None for p in parts):
-            raise UserError(f"a part of {partial} is missing after the run; run the same command again")
+        job = ShardedJob(
+            fn=ingest_part,
+            check=lambda i, checksum: check_part(partial, i, fp, checksum),
+            marker=lambda i: part_marker(partial, i),
+            noun="part",
+            verb="ingest",
+        )
+        todo = shards_to_run(job, list(range(len(groups))))
+        if progress and len(todo) < len(groups):
+            print(f"resuming ingest: {len(groups) - len(todo)} of {len(groups)} part(s) already ingested")
+        jobs = [(src.given, options, config, i, groups[i], str(partial), fp) for i in todo]
+        job.run(executor, jobs, None, lambda stats, bar: None, progress)
+        parts = finished_stats(job, list(range(len(groups))), partial)
         _assemble(partial, parts, tokenizer, src, record)
         shutil.rmtree(partial / PARTS, ignore_errors=True)
     src.stats.reset()
@@ -191,7 +221,8 @@ def store_parts(
 
 
 def _assemble(partial: Path, parts: list[dict], tokenizer: Tokenizer, src: Source, record: dict) -> None:
-    """Concatenate the parts into ``partial``'s store files, then commit ``record`` (assembled)."""
+    """Concatenate the parts (``parts``: their stats) into ``partial``'s store files, then commit
+    ``record`` (assembled)."""
     itemsize = dtype_for_vocab(tokenizer.vocab_size).itemsize
     state = WriterState()
     names = ("tokens.bin", "offsets.i64", "docs.jsonl")
@@ -230,7 +261,7 @@ def _merge_source_stats(src: Source, parts: list[dict], partial: Path) -> None:
     for entry in src.skipped:
         src._count_skip(entry["reason"])
     for i, part in enumerate(parts):
-        for name, value in part["stats"].items():
+        for name, value in part["source_stats"].items():
             setattr(src.stats, name, getattr(src.stats, name) + value)
         text = (part_dir(partial, i) / "skipped.jsonl").read_text(encoding="utf-8")
         src.skipped += [json.loads(line) for line in text.splitlines() if line]
