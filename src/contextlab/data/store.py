@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from contextlab import FORMAT_VERSION
+from contextlab.data.store_meta import MetaKind, has_format, read_meta
 from contextlab.data.store_write import (  # noqa: F401 (the writing side, re-exported)
     FINALIZE_FILE,
     STORE_FORMAT,
@@ -57,6 +57,15 @@ from contextlab.io import CACHE_FILES, atomic_write_json
 
 VERIFIED_FILE = CACHE_FILES[0]  # check_content's memory of a store it found intact
 _FIX = "re-create it with `contextlab data ingest ... --overwrite`"
+STORE_META = MetaKind(
+    format=STORE_FORMAT,
+    what="store",
+    title="contextlab token store",
+    make="contextlab data ingest",
+    make_input="SOURCE",
+    fix=_FIX,
+    keys=("n_docs", "n_tokens", "dtype", "tokenizer"),
+)
 
 
 def dtype_for_vocab(vocab_size: int) -> np.dtype:
@@ -65,13 +74,7 @@ def dtype_for_vocab(vocab_size: int) -> np.dtype:
 
 
 def is_store(path: str | os.PathLike) -> bool:
-    meta = Path(path) / "meta.json"
-    if not meta.is_file():
-        return False
-    try:
-        return json.loads(meta.read_text()).get("format") == STORE_FORMAT
-    except (OSError, ValueError):
-        return False
+    return has_format(path, STORE_FORMAT)
 
 
 SCAN_ENTRIES = 1 << 16  # offsets read at a time by the open-time check (512 KB)
@@ -103,7 +106,7 @@ class TokenStore:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        self.meta = _read_meta(self.path)
+        self.meta = read_meta(self.path, STORE_META)
         self.n_docs = int(self.meta["n_docs"])
         self.n_tokens = int(self.meta["n_tokens"])
         self.dtype = np.dtype(self.meta["dtype"])
@@ -199,8 +202,8 @@ class TokenStore:
                 f"store {self.path} is corrupt: meta.json says vocab_size {self.vocab_size} but its "
                 f"tokenizer has {tok.vocab_size}; {_FIX}"
             )
-        self.check_ids(fix=_FIX)
-        got = content_hash(self.path / "tokens.bin", self.path / "offsets.npy")
+        got, top = self._read_content()
+        self._check_top_id(top, fix=_FIX)
         if got != self.meta.get("content_hash"):
             raise UserError(
                 f"store {self.path} is corrupt: content hash {got[:12]} differs from meta.json's; {_FIX}"
@@ -212,24 +215,29 @@ class TokenStore:
         when it reads and what it remembers."""
         if self.verified():
             return
-        top = [-1]
-
-        def see(block: bytes) -> None:  # the largest id, from the blocks the hash reads anyway
-            if block:
-                top[0] = max(top[0], int(np.frombuffer(block, self.dtype).max()))
-
-        got = content_hash(self.path / "tokens.bin", self.path / "offsets.npy", on_tokens=see)
+        got, top = self._read_content()
         if got != self.hash:
             raise UserError(
                 f"store {self.path} changed after it was written: its content hash is {got[:12]}, meta.json "
                 f"says {self.hash[:12]}; ingest the source again (or skip this check with --no-verify / "
                 f"data.verify=false to use it as it is)"
             )
-        self._check_top_id(top[0])
+        self._check_top_id(top)
         try:
             atomic_write_json(self.path / VERIFIED_FILE, {"stamp": self._stamp(), "content_hash": self.hash})
         except OSError:
             pass  # a read-only store: checked again next time
+
+    def _read_content(self) -> tuple[str, int]:
+        """(content hash, largest id) of tokens.bin and offsets.npy, both from one read of the files:
+        the one content check ``verify`` and ``check_content`` share (each raises its own line)."""
+        top = [-1]
+
+        def see(block: bytes) -> None:  # the largest id, from the blocks the hash reads anyway
+            if block:
+                top[0] = max(top[0], int(np.frombuffer(block, self.dtype).max()))
+
+        return content_hash(self.path / "tokens.bin", self.path / "offsets.npy", on_tokens=see), top[0]
 
     def verified(self) -> bool:
         """Whether ``check_content`` found this store intact and its files have not changed since."""
@@ -349,32 +357,3 @@ class TokenStore:
             f"TokenStore({str(self.path)!r}, n_docs={self.n_docs:,}, n_tokens={self.n_tokens:,}, "
             f"tokenizer={self.tokenizer_spec.get('name')})"
         )
-
-
-def _read_meta(path: Path) -> dict:
-    if not path.exists():
-        raise UserError(
-            f"store not found: {path} (create one with `contextlab data ingest SOURCE --out {path}`)"
-        )
-    meta_file = path / "meta.json"
-    if not meta_file.is_file():
-        raise UserError(
-            f"{path} is not a contextlab token store (no meta.json); create one with `contextlab data ingest`"
-        )
-    try:
-        meta = json.loads(meta_file.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise UserError(f"store {path} is corrupt: meta.json is not valid JSON ({exc}); {_FIX}") from None
-    if meta.get("format") != STORE_FORMAT:
-        raise UserError(
-            f"{path} is not a contextlab token store (meta.json format is {meta.get('format')!r})"
-        )
-    if int(meta.get("version", -1)) > FORMAT_VERSION:
-        raise UserError(
-            f"store {path} has format version {meta['version']}, newer than this contextlab "
-            f"({FORMAT_VERSION}); upgrade contextlab"
-        )
-    for key in ("n_docs", "n_tokens", "dtype", "tokenizer"):
-        if key not in meta:
-            raise UserError(f"store {path} is corrupt: meta.json lacks '{key}'; {_FIX}")
-    return meta

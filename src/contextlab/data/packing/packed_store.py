@@ -27,26 +27,30 @@ was packed from (a re-ingested store would silently shift every entry otherwise)
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import numpy as np
 
-from contextlab import FORMAT_VERSION
 from contextlab.data.store import TokenStore
+from contextlab.data.store_meta import MetaKind, has_format, read_meta
 from contextlab.errors import UserError
 
 PACKED_FORMAT = "contextlab-packed-store"
 _FIX = "re-create it with `contextlab data pack ... --overwrite`"
+PACKED_META = MetaKind(
+    format=PACKED_FORMAT,
+    what="packed store",
+    title="contextlab packed store",
+    make="contextlab data pack",
+    make_input="STORE",
+    fix=_FIX,
+    keys=("n_sequences", "n_entries", "config", "store"),
+)
 
 
 def is_packed_store(path: str | os.PathLike) -> bool:
-    meta = Path(path) / "meta.json"
-    try:
-        return meta.is_file() and json.loads(meta.read_text()).get("format") == PACKED_FORMAT
-    except (OSError, ValueError):
-        return False
+    return has_format(path, PACKED_FORMAT)
 
 
 class PackedStore:
@@ -54,7 +58,7 @@ class PackedStore:
 
     def __init__(self, path: str | os.PathLike, store: TokenStore | None = None):
         self.path = Path(path)
-        self.meta = _read_meta(self.path)
+        self.meta = read_meta(self.path, PACKED_META)
         self.n_sequences = int(self.meta["n_sequences"])
         self.n_entries = int(self.meta["n_entries"])
         self.context = packed_context(self.meta)
@@ -173,34 +177,3 @@ def sequence_lengths(
     if len(n):
         sums[nonempty] = np.add.reduceat(n, offsets[:-1][nonempty])
     return np.minimum(sums, row_len)
-
-
-def _read_meta(path: Path) -> dict:
-    if not path.exists():
-        raise UserError(
-            f"packed store not found: {path} (create one with `contextlab data pack STORE --out {path}`)"
-        )
-    f = path / "meta.json"
-    if not f.is_file():
-        raise UserError(
-            f"{path} is not a contextlab packed store (no meta.json); create one with `contextlab data pack`"
-        )
-    try:
-        meta = json.loads(f.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise UserError(
-            f"packed store {path} is corrupt: meta.json is not valid JSON ({exc}); {_FIX}"
-        ) from None
-    if meta.get("format") != PACKED_FORMAT:
-        raise UserError(
-            f"{path} is not a contextlab packed store (meta.json format is {meta.get('format')!r})"
-        )
-    if int(meta.get("version", -1)) > FORMAT_VERSION:
-        raise UserError(
-            f"packed store {path} has format version {meta['version']}, newer than this contextlab "
-            f"({FORMAT_VERSION}); upgrade contextlab"
-        )
-    for key in ("n_sequences", "n_entries", "config", "store"):
-        if key not in meta:
-            raise UserError(f"packed store {path} is corrupt: meta.json lacks '{key}'; {_FIX}")
-    return meta

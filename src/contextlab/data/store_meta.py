@@ -1,0 +1,72 @@
+"""The reader of a store's ``meta.json``, for token stores and packed stores alike.
+
+Both kinds of store describe themselves in ``meta.json`` (a format name, a version, the keys
+their reader needs). ``read_meta`` opens it and ends every way it can be wrong with one line
+that names the store and the fix: the folder is missing, has no meta.json, holds invalid JSON,
+is another kind of folder, was written by a newer contextlab, or lacks a key. ``has_format`` is
+the quiet test (is this folder such a store?). What differs between the two kinds (their
+names, the command that makes one, the keys) is a ``MetaKind`` record each store module
+declares. Trade-off: only meta.json is checked here; each store checks its own data files
+against it when it opens them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from contextlab import FORMAT_VERSION
+from contextlab.errors import UserError
+
+
+@dataclass(frozen=True)
+class MetaKind:
+    """What a kind of store's meta.json must say, and how its messages name it."""
+
+    format: str  # meta.json's "format"
+    what: str  # the store in messages: "store", "packed store"
+    title: str  # what it is not, when meta.json is not one: "contextlab token store"
+    make: str  # the command that makes one: "contextlab data ingest"
+    make_input: str  # that command's input, as its usage names it: "SOURCE"
+    fix: str  # the fix of a corrupt one: "re-create it with ..."
+    keys: tuple[str, ...]  # the keys its reader needs
+
+
+def has_format(path: str | os.PathLike, fmt: str) -> bool:
+    """Whether ``path`` holds a meta.json of format ``fmt`` (no message: a yes/no test)."""
+    meta = Path(path) / "meta.json"
+    try:
+        return meta.is_file() and json.loads(meta.read_text()).get("format") == fmt
+    except (OSError, ValueError):
+        return False
+
+
+def read_meta(path: Path, kind: MetaKind) -> dict:
+    """``path``'s meta.json, checked to be of ``kind``; one line naming the problem otherwise."""
+    if not path.exists():
+        raise UserError(
+            f"{kind.what} not found: {path} (create one with `{kind.make} {kind.make_input} --out {path}`)"
+        )
+    meta_file = path / "meta.json"
+    if not meta_file.is_file():
+        raise UserError(f"{path} is not a {kind.title} (no meta.json); create one with `{kind.make}`")
+    try:
+        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UserError(
+            f"{kind.what} {path} is corrupt: meta.json is not valid JSON ({exc}); {kind.fix}"
+        ) from None
+    if not isinstance(meta, dict) or meta.get("format") != kind.format:
+        got = meta.get("format") if isinstance(meta, dict) else None
+        raise UserError(f"{path} is not a {kind.title} (meta.json format is {got!r})")
+    if int(meta.get("version", -1)) > FORMAT_VERSION:
+        raise UserError(
+            f"{kind.what} {path} has format version {meta['version']}, newer than this contextlab "
+            f"({FORMAT_VERSION}); upgrade contextlab"
+        )
+    for key in kind.keys:
+        if key not in meta:
+            raise UserError(f"{kind.what} {path} is corrupt: meta.json lacks '{key}'; {kind.fix}")
+    return meta
