@@ -127,7 +127,7 @@ def ingest_part(
     with open(part_dir(Path(partial), index).with_suffix(".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released by the kernel if the holder dies
         done, why = check_part(Path(partial), index, fingerprint)
-        if done is None:  # an unusable marker: its files are not to be trusted, start the part afresh
+        if done is None:  # resumed from its own last batch, or afresh when its marker was unusable
             done = _ingest_part(
                 source, options, config, index, files, Path(partial), fingerprint, why is None
             )
