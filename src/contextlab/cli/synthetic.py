@@ -1,8 +1,13 @@
-"""``contextlab data synthetic parity``: write the position-weighted multitask sparse parity data.
+"""``contextlab data synthetic KIND``: write synthetic data with a known answer as a token store.
 
-The data is a byte-tokenizer token store (see ``contextlab.data.synthetic`` for the layout
-and the exact Bayes risk); the command prints the Bayes risk at a few visible context
-lengths and stores it for every length in ``STORE/meta.json`` and ``STORE/parity.json``.
+KIND ``parity``: position-weighted multitask sparse parity (see ``contextlab.data.synthetic``
+for the layout and the exact Bayes risk); the command prints the Bayes risk at a few visible
+context lengths and stores it for every length in ``STORE/meta.json`` and ``STORE/parity.json``.
+KIND ``mqar``: multi-query associative recall (``contextlab.data.mqar``); the id layout and
+the rule that finds the answers are in ``STORE/meta.json`` and ``STORE/mqar.json``.
+
+Trade-off: each kind has its own parser (the kind is read first), so ``--help`` after a kind
+lists exactly that kind's options and two kinds may share an option name (``--queries``).
 """
 
 from __future__ import annotations
@@ -11,22 +16,43 @@ import argparse
 
 from contextlab.config import add_dataclass_args, apply_overrides, dataclass_from_args, read_toml
 
-KINDS = ("parity",)
+KINDS = ("parity", "mqar")
+
+PARITY_HELP = (
+    "KIND parity: "
+    "position-weighted multitask sparse parity (intrinsic-entropy seed §4.2): L context bits, "
+    "T tasks each the XOR of two bits, the farther bit spread over min_far_bit..L, task "
+    "frequency ∝ far_bit^-decay. Each "
+    "document is [bit_L .. bit_1, TASK, answer]; train on it with objective last_token, "
+    "data.mode long_docs and train.context 0 (one sample per row: the context is taken from the "
+    "data); with --set queries=K: [bits, K tasks, K answers], objective queries. Same seeds, same "
+    "bytes."
+)
+MQAR_HELP = (
+    "KIND mqar: multi-query associative recall (Zoology): each document is [k_1 v_1 .. k_N v_N, "
+    "q_1 a_1 .. q_Q a_Q], the queries being keys of the pairs in a random order, each followed by its "
+    "value; keys and values are disjoint id ranges of a word-level vocabulary of K + V + 2 ids saved "
+    "with the store. Train on it with objective recall (objective.options.key_ids = [0, K]: loss on "
+    "the answers only), data.mode long_docs and train.context 0; evaluate with `contextlab eval mqar "
+    "--data STORE`. Same seed, same bytes."
+)
 
 
-def _parser() -> argparse.ArgumentParser:
+def _config_class(kind: str):
+    from contextlab.data.mqar import MQARConfig
+    from contextlab.data.synthetic import ParityConfig
+
+    return {"parity": ParityConfig, "mqar": MQARConfig}[kind]
+
+
+def _parser(kind: str | None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="contextlab data synthetic",
-        description="Write synthetic data with a known Bayes risk as a token store. KIND parity: "
-        "position-weighted multitask sparse parity (intrinsic-entropy seed §4.2): L context bits, "
-        "T tasks each the XOR of two bits, the farther bit spread over min_far_bit..L, task "
-        "frequency ∝ far_bit^-decay. Each "
-        "document is [bit_L .. bit_1, TASK, answer]; train on it with objective last_token, "
-        "data.mode long_docs and train.context 0 (one sample per row: the context is taken from the "
-        "data); with --set queries=K: [bits, K tasks, K answers], objective queries. Same seeds, same "
-        "bytes.",
+        description="Write synthetic data with a known answer as a token store. "
+        + {"parity": PARITY_HELP, "mqar": MQAR_HELP}.get(kind, PARITY_HELP + " " + MQAR_HELP)
+        + ("" if kind else " `contextlab data synthetic KIND --help` lists the options of KIND."),
     )
-    p.add_argument("kind", choices=KINDS, help="the synthetic task: parity")
+    p.add_argument("kind", choices=KINDS, help="the synthetic task: parity or mqar")
     p.add_argument("--out", required=True, help="the token store directory to create")
     p.add_argument("--config", help="a TOML file with the options below (flags override it)")
     p.add_argument(
@@ -38,20 +64,43 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing store at --out")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    from contextlab.data.synthetic import ParityConfig
-
-    add_dataclass_args(p.add_argument_group("parity options"), ParityConfig)
+    if kind:
+        add_dataclass_args(p.add_argument_group(f"{kind} options"), _config_class(kind))
     return p
 
 
 def cmd_synthetic(argv: list[str]) -> int:
-    """Write synthetic data with an exact Bayes risk (parity: multitask sparse parity) as a token store."""
+    """Write synthetic data with a known answer (parity: multitask sparse parity; mqar: associative
+    recall) as a token store."""
+    kind = next((a for a in argv if not a.startswith("-")), None)
+    args = _parser(kind if kind in KINDS else None).parse_args(argv)
+    base = apply_overrides(read_toml(args.config) if args.config else {}, args.set)
+    cfg = dataclass_from_args(_config_class(args.kind), args, base)
+    if args.kind == "mqar":
+        return _mqar(cfg, args)
+    return _parity(cfg, args)
+
+
+def _mqar(cfg, args) -> int:
+    from contextlab.data import mqar
+    from contextlab.data.store import TokenStore
+
+    out = mqar.write_mqar_store(cfg, args.out, overwrite=args.overwrite, progress=not args.no_progress)
+    store = TokenStore(out)
+    lay = mqar.layout_of(cfg)
+    print(
+        f"wrote {out}: {store.n_docs:,} sequences of {cfg.length} tokens ({store.n_tokens:,} tokens): "
+        f"{cfg.pairs} pairs, {cfg.n_queries} queries, keys {lay.as_dict()['key_ids']}, values "
+        f"{lay.as_dict()['value_ids']}, vocabulary {lay.eot + 1}; train with objective recall, "
+        f"objective.options.key_ids = [0, {cfg.keys}], data.mode long_docs, train.context 0"
+    )
+    return 0
+
+
+def _parity(cfg, args) -> int:
     from contextlab.data import synthetic as syn
     from contextlab.data.store import TokenStore
 
-    args = _parser().parse_args(argv)
-    base = apply_overrides(read_toml(args.config) if args.config else {}, args.set)
-    cfg = dataclass_from_args(syn.ParityConfig, args, base)
     out = syn.write_parity_store(cfg, args.out, overwrite=args.overwrite, progress=not args.no_progress)
     store = TokenStore(out)
     tasks = syn.make_tasks(cfg)

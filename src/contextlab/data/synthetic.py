@@ -51,7 +51,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -248,54 +247,40 @@ def write_parity_store(
     progress: bool = True,
 ) -> Path:
     """Write ``cfg.n_samples`` samples as a byte-tokenizer token store at ``out``, reproducible from seeds."""
-    from contextlab.data.store import finalize_store
+    from contextlab.data.synthetic_store import write_synthetic_store
     from contextlab.data.tokenizers import ByteTokenizer
-    from contextlab.io import atomic_write_json, partial_dir
 
-    out = Path(out)
-    if out.exists() and not overwrite:
-        raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
     tasks = make_tasks(cfg)
     tok = ByteTokenizer()
-    partial = partial_dir(out)
-    if partial.exists():
-        shutil.rmtree(partial)
-    _write_parity_samples(cfg, tasks, partial, chunk, progress)
-    tok.save(partial / "tokenizer")
     meta = _parity_store_meta(cfg, tasks, tok)
-    atomic_write_json(partial / "parity.json", meta["parity"])
-    finalize_store(partial, out, meta, overwrite=overwrite)
-    return out
+    return write_synthetic_store(
+        out,
+        tok,
+        meta,
+        _parity_batches(cfg, tasks, chunk),
+        side_files={"parity.json": meta["parity"]},
+        overwrite=overwrite,
+        total=cfg.n_samples,
+        desc="parity",
+        progress=progress,
+    )
 
 
-def _write_parity_samples(
-    cfg: ParityConfig, tasks: ParityTasks, partial: Path, chunk: int, progress: bool
-) -> None:
-    """Draw the samples ``chunk`` at a time and write them, one document each, into ``partial``."""
-    from tqdm.auto import tqdm
-
-    from contextlab.data.store import StoreWriter, WriterState
-
+def _parity_batches(cfg: ParityConfig, tasks: ParityTasks, chunk: int):
+    """The samples drawn ``chunk`` at a time: (token rows, one document meta each)."""
     rng = np.random.default_rng([cfg.seed, 1])
-    writer = StoreWriter(partial, np.dtype(np.uint16), WriterState())
-    try:
-        with tqdm(total=cfg.n_samples, unit="sample", desc="parity", disable=not progress) as bar:
-            done = 0
-            while done < cfg.n_samples:
-                n = min(chunk, cfg.n_samples - done)
-                s = sample(cfg, tasks, n, rng)
-                rows = to_tokens(s)  # (n, L + 2)
-                # K > 1: the tasks are in the row itself (tokens L..L+K-1), not repeated here
-                for i in range(n):
-                    meta = {"id": done + i, "visible": int(s.visible[i])}
-                    if cfg.queries == 1:
-                        meta["task"] = int(s.task[i])
-                    writer.add(rows[i], meta)
-                done += n
-                bar.update(n)
-        writer.flush()
-    finally:
-        writer.close()
+    done = 0
+    while done < cfg.n_samples:
+        n = min(chunk, cfg.n_samples - done)
+        s = sample(cfg, tasks, n, rng)
+        metas = []
+        for i in range(n):
+            meta = {"id": done + i, "visible": int(s.visible[i])}
+            if cfg.queries == 1:  # K > 1: the tasks are in the row itself (tokens L..L+K-1)
+                meta["task"] = int(s.task[i])
+            metas.append(meta)
+        yield to_tokens(s), metas  # (n, L + 2K)
+        done += n
 
 
 def _parity_store_meta(cfg: ParityConfig, tasks: ParityTasks, tok) -> dict:

@@ -25,6 +25,7 @@ from contextlab.eval import (
     icl,
     infill,
     kv,
+    mqar,
     needle,
     passkey,
     ppl,
@@ -71,6 +72,7 @@ EVALS: dict[str, Eval] = {
         "lost-in-the-middle key-value retrieval, accuracy by gold position",
         "a lost-in-the-middle file, e.g. ../shared/data/lost_in_the_middle/kv-retrieval-75_keys.jsonl.gz",
     ),
+    "mqar": Eval(mqar.run, mqar.Options, "associative recall (MQAR) by pairs and distance", "an MQAR store"),
     "passkey": Eval(
         passkey.run, passkey.Options, "passkey retrieval in filler text", "not used (the filler is built in)"
     ),

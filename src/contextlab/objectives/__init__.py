@@ -14,6 +14,7 @@ from contextlab.objectives.mlm import MLM
 from contextlab.objectives.mtp import MTP
 from contextlab.objectives.prefix_lm import PrefixLM
 from contextlab.objectives.queries import Queries
+from contextlab.objectives.recall import Recall
 from contextlab.objectives.span import SpanCorruption
 from contextlab.objectives.ul2 import UL2
 
@@ -28,6 +29,7 @@ OBJECTIVES: dict[str, type[Objective]] = {
     "contextlm": ContextLMObjective,
     "last_token": LastToken,  # loss on the final target(s) only (answer tokens, synthetic parity)
     "queries": Queries,  # a shared context and K independent questions per row (parity training)
+    "recall": Recall,  # loss on the answers of associative-recall rows only (MQAR)
 }
 
 __all__ = ["OBJECTIVES", "Batch", "Objective", "TrainModule"]
