@@ -20,6 +20,7 @@ def test_every_record_is_complete():
         "bayes-fit",
         "niah",
         "kv",
+        "mqar",
         "passkey",
         "vartrack",
         "icl",
