@@ -1,7 +1,11 @@
-"""Negative controls: models that cannot use their context, and the retrieval table they must score at chance.
+"""Controls: models whose use of their context is known, and the retrieval table they must score.
 
 A retrieval accuracy means something only if a model that does not read its context scores
-chance on it. Two such models run here through the same ``ModelAdapter`` and scoring path as
+chance on it, and a model that does read it scores high. ``CopyLM`` is the positive control:
+at every position it predicts the token that followed the most recent longest earlier match
+of the suffix ending there (an in-context n-gram: what an ideal induction circuit computes),
+with probability ``p``, the rest spread uniformly; it reads its context and nothing else.
+The negative controls: two models run here through the same ``ModelAdapter`` and scoring path as
 any checkpoint: a random-init tiny GPT (it attends to its context but has learned nothing to
 retrieve with), and ``BigramLM``, whose logits depend on the current token only (log
 bigram probabilities counted from a token store, add-one smoothed), shaped like a contextlab
@@ -34,6 +38,72 @@ import contextlab.eval.vartrack as vartrack
 from contextlab.eval.adapter import ModelAdapter, in_memory_adapter
 
 TASKS = ("niah", "kv", "passkey", "vartrack", "icl")
+
+
+@dataclass
+class CopyConfig:
+    vocab_size: int
+    context: int
+
+
+class CopyLM(torch.nn.Module):
+    """Next-token logits from in-context copying: the token after the most recent longest earlier
+    match of the current suffix gets probability ``p``, every other token (1 - p) / (V - 1); a
+    position whose token never occurred before gets the uniform distribution.
+
+    Shaped like a contextlab model (``trunk`` / ``unembed`` / ``config``): the "hidden state" is
+    (predicted id, whether there is one), and ``unembed`` spreads it over the vocabulary in the
+    row chunks the backend asks for, so the full (B, T, V) logits never exist (a BPE vocabulary
+    at thousands of tokens fits). Matching is exact dynamic programming over the row, O(T^2)."""
+
+    def __init__(self, vocab_size: int, context: int = 4096, p: float = 0.9):
+        super().__init__()
+        if not 0.0 < p < 1.0:
+            raise ValueError(f"p must lie in (0, 1), got {p}")
+        self.config = CopyConfig(int(vocab_size), int(context))
+        self.log_hit = float(np.log(p))
+        self.log_miss = float(np.log((1.0 - p) / (vocab_size - 1)))
+        self.log_uniform = float(-np.log(vocab_size))
+
+    @staticmethod
+    def predictions(rows: np.ndarray) -> np.ndarray:
+        """For every row (B, T) and position t, the token after the most recent longest earlier match
+        of the suffix ending at t (-1 where x[t] never occurred before): (B, T). All rows step
+        through t together, so the Python loop runs T times per batch, not per row."""
+        rows = np.atleast_2d(rows)
+        B, T = rows.shape
+        out = np.full((B, T), -1, dtype=np.int64)
+        match = np.zeros((B, T), dtype=np.int64)  # match[b, s]: common suffix length ending at s and t
+        order = np.arange(T)
+        batch = np.arange(B)
+        for t in range(1, T):
+            new = np.zeros((B, T), dtype=np.int64)
+            new[:, 1:t] = match[:, : t - 1] + 1  # extends the match that ended one step earlier
+            new[:, 0] = 1
+            new[:, :t] *= rows[:, :t] == rows[:, t : t + 1]
+            match = new
+            s = np.argmax(match[:, :t] * T + order[:t], axis=1)  # longest, then most recent
+            found = match[batch, s] > 0
+            out[found, t] = rows[batch[found], s[found] + 1]
+        return out
+
+    def trunk(self, idx: Tensor, return_hidden: list[int] | None = None) -> tuple[Tensor, list[Tensor]]:
+        pred = torch.from_numpy(self.predictions(idx.detach().cpu().numpy())).to(idx.device)  # (B, T)
+        h = torch.stack([pred.clamp_min(0).float(), (pred >= 0).float()], dim=-1)  # (B, T, 2)
+        return h, [h for _ in return_hidden or []]
+
+    def unembed(self, h: Tensor) -> Tensor:
+        """(..., 2) -> (..., V) log-probabilities."""
+        has = h[..., 1:2] > 0
+        logits = torch.full((*h.shape[:-1], self.config.vocab_size), self.log_miss, device=h.device)
+        logits.scatter_(-1, h[..., :1].long(), self.log_hit)
+        return torch.where(has, logits, self.log_uniform)
+
+    def forward(self, idx: Tensor) -> SimpleNamespace:
+        return SimpleNamespace(logits=self.unembed(self.trunk(idx)[0]))
+
+    def num_params(self, non_embedding: bool = False) -> int:
+        return 0
 
 
 @dataclass
@@ -110,6 +180,24 @@ def control_options() -> dict:
     }
 
 
+def copy_options(length: int = 2048) -> dict:
+    """Per task: its options for the positive control at >= 500 samples, prompts of about ``length``
+    tokens (key-value: as many pairs as fit; ``kv_recall`` asks for the key restated as written)."""
+    depths = [0.0, 25.0, 50.0, 75.0, 100.0]
+    kv_pairs = max(4, min(75, length // 100))  # a lost-in-the-middle pair is ~90 bytes
+    kv_options = dict(n_examples=2, n_pairs=kv_pairs, distractors=3, positions=[0, kv_pairs - 1], sets=32)
+    return {
+        "niah": needle.Options(lengths=[length], depths=depths, samples=20, scoring="likelihood"),
+        "passkey": passkey.Options(lengths=[length], depths=depths, samples=20, scoring="likelihood"),
+        "kv": kv.Options(**kv_options, scoring="likelihood"),
+        "kv_recall": kv.Options(**kv_options, scoring="likelihood", query="restated"),
+        "vartrack": vartrack.Options(
+            lengths=[max(length, 512)], n_chains=4, hops=1, samples=125, scoring="likelihood"
+        ),
+        "icl": icl.Options(shots=[4], n_test=12, seeds=42),
+    }
+
+
 def write_trec_split(train_file: Path, out: Path, per_label: int = 2) -> Path:
     """A TREC folder from one labelled file: the first ``per_label`` questions of each label as test.txt,
     the rest as train.txt (so no test question is also a shot)."""
@@ -135,17 +223,23 @@ def _task_rows(adapter, name: str, o, data: str) -> tuple[list[dict], int]:
             s for seed in range(o.seeds) for s in icl.build_prompts(adapter, train, test, o.shots[0], seed)
         ]
     else:
-        module = {"niah": needle, "kv": kv, "passkey": passkey, "vartrack": vartrack}[name]
+        module = {"niah": needle, "kv": kv, "kv_recall": kv, "passkey": passkey, "vartrack": vartrack}[name]
         samples, _info = module.build(adapter, o, data)
     return tasks.score_samples(adapter, samples, "likelihood"), len(samples[0].candidates)
 
 
 def negative_control(adapter, data: dict[str, str | None], names=TASKS) -> list[dict]:
+    """The control table at the negative controls' settings (``control_options``)."""
+    return control_table(adapter, data, control_options(), names)
+
+
+def control_table(adapter, data: dict[str, str | None], options: dict, names=TASKS) -> list[dict]:
     """One row per task: accuracy, ci95, n, chance, calibrated (+ stderr), calibrated_distractors,
-    specific (the true answer's gain minus the distractors', + stderr), and the scored rows."""
+    specific (the true answer's gain minus the distractors', + stderr), and the scored rows;
+    ``options`` maps a task (``TASKS``, or ``kv_recall``) to its options, ``data`` to its data."""
     out = []
     for name in names:
-        rows, k = _task_rows(adapter, name, control_options()[name], data.get(name))
+        rows, k = _task_rows(adapter, name, options[name], data.get(name.split("_")[0]))
         s = tasks.summarize(rows, k)["summary"]
         out.append(
             {
@@ -169,11 +263,11 @@ def format_table(model: str, table: list[dict]) -> str:
     """The negative-control table as text, one line per task."""
     lines = [
         f"{model}:",
-        f"  {'task':<9}{'accuracy':>9}  {'95% interval':<15}{'n':>5}{'chance':>8}  calibrated (nats)",
+        f"  {'task':<10}{'accuracy':>9}  {'95% interval':<15}{'n':>5}{'chance':>8}  calibrated (nats)",
     ]
     for r in table:
         lines.append(
-            f"  {r['task']:<9}{r['accuracy']:>9.3f}  [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] {r['n']:>5}"
+            f"  {r['task']:<10}{r['accuracy']:>9.3f}  [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] {r['n']:>5}"
             f"{r['chance']:>8.3f}  true {r['calibrated']:+.4f} +- {r['calibrated_stderr']:.4f}, "
             f"distractors {r['calibrated_distractors']:+.4f}, "
             f"specific {r['specific']:+.4f} +- {r['specific_stderr']:.4f}"

@@ -8,7 +8,9 @@ position (the other pairs keep their order) and asked for, its value being the t
 candidate and the set's other values the wrong ones. So every value is the answer exactly
 once per position, and a model with a fixed preference among value strings scores 1/k,
 not a rate set by which value the file happened to query. The prompt is the paper's
-template and a model answers after "Corresponding value:". ``n_pairs`` keeps only that
+template and a model answers after "Corresponding value:" (``query="restated"`` instead ends
+the prompt with the key as the JSON wrote it, ``"KEY":``, so the value follows as it does in
+the context: associative recall of one pair rather than a lookup by key). ``n_pairs`` keeps only that
 many pairs (the set's among them) so that small-context models can take the task; the
 prompt text is tokenized with the model's own tokenizer. Scoring: the likelihood of the
 true value against the set's others, calibrated by the same prompt without the queried
@@ -43,16 +45,26 @@ class Options:
     )
     sets: int = opt(1, "candidate sets per example (each asked at every position with each key queried)")
     scoring: Literal["likelihood", "generate", "both"] = opt("both", "how the answer is scored")
+    query: Literal["question", "restated"] = opt(
+        "question",
+        "how the key is asked for: 'question' is the paper's template (Key: ... Corresponding value:), a "
+        "lookup by key; 'restated' ends the prompt with the key written as the JSON wrote it, so the value "
+        "follows as in the context: associative recall of one pair, which an in-context copier solves",
+    )
     seed: int = opt(0, "seed for choosing pairs and distractors")
 
 
-def kv_prompt(records: list[tuple[str, str]], key: str) -> str:
-    """The lost-in-the-middle prompt: every pair written once, then the query key."""
+def kv_prompt(records: list[tuple[str, str]], key: str, query: str = "question") -> str:
+    """The lost-in-the-middle prompt: every pair written once, then the query key (``query``: see
+    ``Options.query``)."""
     pairs = ",\n ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in records)
-    return (
+    head = (
         "Extract the value corresponding to the specified key in the JSON object below.\n\n"
-        f"JSON data:\n{{{pairs}}}\n\nKey: {json.dumps(key)}\nCorresponding value:"
+        f"JSON data:\n{{{pairs}}}\n\n"
     )
+    if query == "restated":
+        return head + f"The pair of that key, as written above:\n{json.dumps(key)}:"
+    return head + f"Key: {json.dumps(key)}\nCorresponding value:"
 
 
 KV_FORMAT = (
@@ -143,23 +155,26 @@ def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], di
                     raise UserError(f"position {p} does not exist with {len(kept)} pairs; lower --positions")
                 group = len(samples) // len(pool)
                 for m, cands in zip(members, tasks.rotations(pool)):
-                    samples.append(_sample(adapter, kept, m, p, cands, group))
+                    samples.append(_sample(adapter, kept, m, p, cands, group, o.query))
     return samples, {
         "file": str(path),
         "hash": file_hash(path),
         "n_examples": len(rows),
         "n_pairs": n,
         "positions": positions,
+        "query": o.query,
     }
 
 
-def _sample(adapter, kept: list, member: int, position: int, cands: list, group: int) -> tasks.Sample:
+def _sample(
+    adapter, kept: list, member: int, position: int, cands: list, group: int, query: str
+) -> tasks.Sample:
     """The prompt asking for pair ``member`` of ``kept`` moved to ``position``, and its control."""
     key, value = kept[member]
     placed = place_gold(kept, member, position)
-    ids = adapter.encode(kv_prompt(placed, key))
+    ids = adapter.encode(kv_prompt(placed, key, query))
     adapter.check_length(len(ids) + len(cands[0]), "the key-value prompt", "use fewer pairs (--n-pairs)")
-    control = adapter.encode(kv_prompt([r for r in placed if r[0] != key], key))
+    control = adapter.encode(kv_prompt([r for r in placed if r[0] != key], key, query))
     return tasks.Sample(ids, value, cands, (position,), len(cands[0]) + 4, {}, control, group)
 
 
@@ -184,7 +199,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             path,
             xlabel="position of the queried key-value pair",
             ylabel=cell_key,
-            title=f"key-value retrieval, {info['n_pairs']} pairs",
+            title=f"key-value retrieval ({options.query}), {info['n_pairs']} pairs",
             chance=res["summary"].get("chance"),
             bands={adapter.info.id: res["by_position"]["ci95"]},
         )

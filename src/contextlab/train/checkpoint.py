@@ -175,3 +175,43 @@ def restore_rng(rng: dict) -> None:
     torch.set_rng_state(rng["torch"])
     if "cuda" in rng and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+def write_untrained_run(run_dir: Path, model, tokenizer, *, note: str, overwrite: bool = False) -> Path:
+    """A run directory holding ``model`` as its one checkpoint (step 0) and ``tokenizer``: for models
+    whose weights were written rather than trained (controls), so that every command that takes a
+    run (eval, generate, export, analyze) takes them too. ``note`` says what the model is; it goes
+    into the checkpoint's record and the run's config.toml."""
+    import dataclasses
+    import tempfile
+
+    from contextlab import __version__
+    from contextlab.config import dumps_toml
+    from contextlab.rundir import check_run_dir, save_tokenizer
+
+    run_dir = Path(run_dir)
+    if run_dir.exists() and any(run_dir.iterdir()) and not overwrite:
+        raise UserError(f"{run_dir} exists and is not empty; choose a new folder or pass overwrite=True")
+    check_run_dir(run_dir)
+    config_toml = f"# {note}\n" + dumps_toml({"model": dataclasses.asdict(model.config)})
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / CONFIG).write_text(config_toml, encoding="utf-8")
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer.save(Path(tmp) / "tokenizer")
+        save_tokenizer(run_dir, Path(tmp) / "tokenizer", tokenizer.spec())
+    state = {
+        "step": 0,
+        "tokens": 0,
+        "arch": "gpt",
+        "model_config": dataclasses.asdict(model.config),
+        "tokenizer": tokenizer.spec(),
+        "tokenizer_hash": tokenizer.hash,
+        "objective": "clm",
+        "left_to_right": {"prefix_ids": [], "why": ""},
+        "written": note,
+        "code_version": __version__,
+    }
+    weights = {f"model.{k}": v for k, v in model.state_dict().items()}
+    return save_checkpoint(
+        run_dir, 0, model_state=weights, optim_state={}, state=state, config_toml=config_toml
+    )
