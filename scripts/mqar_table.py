@@ -99,6 +99,12 @@ def main() -> None:
     p.add_argument("--data", default=str(ROOT / "runs/data/mqar"), help="folder of the stores")
     p.add_argument("--runs", default=str(ROOT / "runs"), help="folder of the runs")
     p.add_argument("--tag", default="", help="suffix of the run names (runs/mqar_pN<tag>)")
+    p.add_argument(
+        "--answers",
+        type=int,
+        default=1024,
+        help="answers per step: rows = this / pairs; 0 = the recipe's rows",
+    )
     p.add_argument("--docs", type=int, default=100_000, help="training sequences per pair count")
     p.add_argument("--val-docs", type=int, default=256, help="held-out sequences per pair count")
     p.add_argument(
@@ -119,6 +125,7 @@ def main() -> None:
             f"train.out_dir={run}",
             "train.progress=false",
         ]
+        sets += [f"train.rows_per_step={max(1, args.answers // n)}"] if args.answers else []
         sets += [f"train.max_steps={steps[i]}"] if steps else []
         if not (run / "checkpoints").exists():
             t0 = time.time()
