@@ -27,18 +27,6 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 
 
-def data_paths(tmp: Path) -> dict[str, str | None]:
-    """The data of every task: the fixture haystack, kv file and a label-split TREC folder."""
-    trec = controls.write_trec_split(FIXTURES / "trec_qc" / "train.txt", tmp / "trec")
-    return {
-        "niah": str(FIXTURES / "tinyshakespeare" / "input.txt"),
-        "kv": str(FIXTURES / "lost_in_the_middle" / "kv-retrieval-75_keys.first2.jsonl.gz"),
-        "passkey": None,
-        "vartrack": None,
-        "icl": str(trec),
-    }
-
-
 def bigram_model(tmp: Path, context: int) -> torch.nn.Module:
     src = tmp / "text"
     src.mkdir()
@@ -62,7 +50,7 @@ def main() -> None:
     tok = ByteTokenizer()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        data = data_paths(tmp)
+        data = controls.fixture_data(FIXTURES, tmp)
         for name in args.models.split(","):
             t0 = time.perf_counter()
             if name == "random":

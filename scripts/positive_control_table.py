@@ -39,17 +39,6 @@ FIXTURES = REPO / "tests" / "fixtures"
 TASKS = ("niah", "passkey", "kv", "kv_recall", "vartrack", "icl")
 
 
-def data_paths(tmp: Path) -> dict[str, str | None]:
-    trec = controls.write_trec_split(FIXTURES / "trec_qc" / "train.txt", tmp / "trec")
-    return {
-        "niah": str(FIXTURES / "tinyshakespeare" / "input.txt"),
-        "kv": str(FIXTURES / "lost_in_the_middle" / "kv-retrieval-75_keys.first2.jsonl.gz"),
-        "passkey": None,
-        "vartrack": None,
-        "icl": str(trec),
-    }
-
-
 def gpt2(tmp: Path):
     """GPT-2's BPE from the repository's fixture (encoder.json is kept gzipped there)."""
     folder = tmp / "gpt2"
@@ -119,7 +108,7 @@ def main() -> None:
     out: dict = {"length": args.length}
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        data = data_paths(tmp)
+        data = controls.fixture_data(FIXTURES, tmp)
         for which in [t for t in args.tokenizers.split(",") if t]:
             tok = ByteTokenizer() if which == "byte" else gpt2(tmp)
             t0 = time.perf_counter()

@@ -37,7 +37,7 @@ import torch
 from contextlab.data.ingest import IngestConfig, ingest
 from contextlab.data.tokenizers import ByteTokenizer
 from contextlab.eval import controls, stats
-from tests.conftest import FIXTURES, KV_75, SHAKESPEARE, shakespeare
+from tests.conftest import FIXTURES, shakespeare
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -51,8 +51,7 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    trec = controls.write_trec_split(FIXTURES / "trec_qc" / "train.txt", tmp_path_factory.mktemp("trec"))
-    return {"niah": str(SHAKESPEARE), "kv": str(KV_75), "passkey": None, "vartrack": None, "icl": str(trec)}
+    return controls.fixture_data(FIXTURES, tmp_path_factory.mktemp("trec"))
 
 
 @pytest.fixture(scope="module")

@@ -20,17 +20,6 @@ from tests.conftest import GPT2_DIR, REPO
 FIXTURES = REPO / "tests" / "fixtures"
 
 
-def _data(tmp_path) -> dict:
-    trec = controls.write_trec_split(FIXTURES / "trec_qc" / "train.txt", tmp_path / "trec")
-    return {
-        "niah": str(FIXTURES / "tinyshakespeare" / "input.txt"),
-        "kv": str(FIXTURES / "lost_in_the_middle" / "kv-retrieval-75_keys.first2.jsonl.gz"),
-        "passkey": None,
-        "vartrack": None,
-        "icl": str(trec),
-    }
-
-
 def test_the_copier_predicts_the_token_after_the_most_recent_longest_match():
     row = np.array([1, 2, 3, 9, 1, 2, 3, 4, 5, 2, 3])
     #               t: 0  1  2  3  4  5  6  7  8  9 10
@@ -58,10 +47,13 @@ def byte_table(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("copy")
     tok = ByteTokenizer()
     adapter = controls.control_adapter(controls.CopyLM(tok.vocab_size, context=1 << 16), tok, "copy")
+    options = controls.copy_options(320)  # >= 500 samples each: the table; 50-64 here
+    options["niah"].samples = options["passkey"].samples = 2
+    options["kv"].sets = options["kv_recall"].sets = 4
+    options["vartrack"].samples = 13
+    data = controls.fixture_data(FIXTURES, tmp)
     names = ("niah", "passkey", "kv", "kv_recall", "vartrack")
-    return {
-        r["task"]: r for r in controls.control_table(adapter, _data(tmp), controls.copy_options(320), names)
-    }
+    return {r["task"]: r for r in controls.control_table(adapter, data, options, names)}
 
 
 @pytest.mark.parametrize("task", ["niah", "passkey", "kv_recall"])
@@ -82,9 +74,11 @@ def test_what_a_copier_cannot_solve_stays_near_chance(byte_table, task):
 def test_the_copier_solves_needle_and_passkey_with_a_bpe(tmp_path):
     tok = load_tokenizer(f"gpt2:{GPT2_DIR}")
     adapter = controls.control_adapter(controls.CopyLM(tok.vocab_size, context=1 << 16), tok, "copy-bpe")
-    options = controls.copy_options(512)
+    options = controls.copy_options(256)  # a 50,257-id vocabulary: every position is 200x a byte's work
     options["niah"].samples = options["passkey"].samples = 1  # 25 prompts each: a test, not the table
-    table = controls.control_table(adapter, _data(tmp_path), options, ("niah", "passkey"))
+    table = controls.control_table(
+        adapter, controls.fixture_data(FIXTURES, tmp_path), options, ("niah", "passkey")
+    )
     for row in table:
         assert row["accuracy"] == 1.0 and row["n"] == 25, row
 

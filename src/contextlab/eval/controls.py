@@ -198,6 +198,20 @@ def copy_options(length: int = 2048) -> dict:
     }
 
 
+def fixture_data(fixtures: Path, tmp: Path) -> dict[str, str | None]:
+    """The data of every control task from a folder laid out like the repository's tests/fixtures
+    (Tiny Shakespeare as the haystack, lost-in-the-middle examples, TREC questions split by label
+    into ``tmp``); passkey and vartrack make their own text."""
+    trec = write_trec_split(Path(fixtures) / "trec_qc" / "train.txt", Path(tmp) / "trec")
+    return {
+        "niah": str(Path(fixtures) / "tinyshakespeare" / "input.txt"),
+        "kv": str(Path(fixtures) / "lost_in_the_middle" / "kv-retrieval-75_keys.first2.jsonl.gz"),
+        "passkey": None,
+        "vartrack": None,
+        "icl": str(trec),
+    }
+
+
 def write_trec_split(train_file: Path, out: Path, per_label: int = 2) -> Path:
     """A TREC folder from one labelled file: the first ``per_label`` questions of each label as test.txt,
     the rest as train.txt (so no test question is also a shot)."""

@@ -104,9 +104,11 @@ def write_summary(out: Path, cfg, seconds_by_step: dict, seconds: float) -> dict
         f"depth, each haystack asked once with each candidate as the needle (chance {chance:g}); "
         "[lo, hi] is its 95% Wilson interval over n prompts; 'cal' is the mean log-likelihood (nats) "
         "the needle adds to the true answer, beside what it adds to the wrong ones: a model that "
-        "retrieves raises the true answer more (docs/evaluations.md, the negative control). The "
-        "positive control, a model trained to copy that should score >= 0.9 here, is not reached yet: "
-        "docs/results.md, 'Positive control'."
+        "retrieves raises the true answer more. What the instrument has been shown to read: models "
+        "that cannot use their context score chance (the negative control), and models that do read "
+        "it score 1.0 on this task (an in-context copier and a GPT whose weights are written to copy, "
+        "the positive controls); no model trained on CPU has learned to retrieve here yet: "
+        "docs/evaluations.md, 'Negative control' and 'Positive controls'."
         if chance
         else "needle accuracy: substring match of the generated answer.",
     ]
