@@ -2,6 +2,7 @@
 
     python scripts/mqar_table.py                       # 16, 32 and 64 pairs with recipes/mqar_cpu.toml
     python scripts/mqar_table.py --pairs 16 --steps 600 --set optim.lr=3e-3
+    python scripts/mqar_table.py --pairs 4,16,32,64 --chain --tag _chain   # a curriculum
 
 For each pair count N: writes a training store (seed 0) and a held-out store (seed 1) of
 N-pair sequences under ``--data`` (kept when present), trains the recipe on them into
@@ -9,7 +10,10 @@ N-pair sequences under ``--data`` (kept when present), trains the recipe on them
 retrain), then scores every checkpoint on the held-out sequences: the MQAR accuracy (argmax over
 the whole vocabulary at every answer, ``contextlab.eval.mqar.vocab_hits``) with its Wilson
 interval. Prints one row per checkpoint, then one line per N, and last one JSON object
-``{"pairs_16": acc, ...}`` of the final checkpoints (plus the training minutes of each).
+``{"pairs_16": acc, ...}`` of the final checkpoints (plus the training minutes of each). With
+``--chain`` each run starts from the model of the pair count before it (a curriculum; RoPE is
+relative, so what was learned on short rows applies to long ones) and the JSON also gives the
+minutes through each stage.
 """
 
 from __future__ import annotations
@@ -95,6 +99,11 @@ def main() -> None:
         default="",
         help="training steps per pair count (comma-separated, or one for all); empty = the recipe's",
     )
+    p.add_argument(
+        "--minutes",
+        default="",
+        help="training minutes per pair count (comma-separated, or one for all); empty = the recipe's",
+    )
     p.add_argument("--recipe", default=str(ROOT / "recipes/mqar_cpu.toml"))
     p.add_argument("--data", default=str(ROOT / "runs/data/mqar"), help="folder of the stores")
     p.add_argument("--runs", default=str(ROOT / "runs"), help="folder of the runs")
@@ -110,12 +119,19 @@ def main() -> None:
     p.add_argument(
         "--store-set", action="append", default=[], help="extra option of the stores, e.g. --keys=512"
     )
+    p.add_argument(
+        "--chain",
+        action="store_true",
+        help="a curriculum: each pair count's run starts from the previous one's model (init.source)",
+    )
     p.add_argument("--set", action="append", default=[], help="override of every run, e.g. optim.lr=3e-3")
     args = p.parse_args()
     pairs = [int(x) for x in args.pairs.split(",")]
     steps = [int(x) for x in args.steps.split(",")] if args.steps else []
     steps = steps * len(pairs) if len(steps) == 1 else steps
-    final = {}
+    minutes = [float(x) for x in args.minutes.split(",")] if args.minutes else []
+    minutes = minutes * len(pairs) if len(minutes) == 1 else minutes
+    final, prev, total = {}, None, 0.0
     for i, n in enumerate(pairs):
         train, val = stores(Path(args.data), n, args.docs, args.val_docs, args.store_set)
         run = Path(args.runs) / f"mqar_p{n}{args.tag}"
@@ -126,7 +142,9 @@ def main() -> None:
             "train.progress=false",
         ]
         sets += [f"train.rows_per_step={max(1, args.answers // n)}"] if args.answers else []
-        sets += [f"train.max_steps={steps[i]}"] if steps else []
+        sets += [f"train.max_steps={steps[i]}", "train.max_minutes=0"] if steps else []
+        sets += [f"train.max_minutes={minutes[i]}"] if minutes else []
+        sets += [f"init.source={prev}"] if args.chain and prev else []
         if not (run / "checkpoints").exists():
             t0 = time.time()
             sh(["train", args.recipe, *[a for s in sets + args.set for a in ("--set", s)]])
@@ -145,6 +163,10 @@ def main() -> None:
         print(f"{n} pairs: final {table[-1]['acc']:.3f}; >= 0.9 {reached}")
         final[f"pairs_{n}"] = table[-1]["acc"]
         final[f"minutes_{n}"] = round(table[-1]["minutes"], 2)
+        total += table[-1]["minutes"]
+        if args.chain:
+            final[f"minutes_through_{n}"] = round(total, 2)  # this stage and every stage before it
+        prev = run
     print(json.dumps(final))
 
 
