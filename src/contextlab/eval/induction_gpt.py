@@ -46,7 +46,6 @@ from contextlab.models.gpt import GPT, GPTConfig
 
 ROPE_BASE = 1e12  # low enough frequencies for content matching, high ones for positions
 POSITIONAL_PAIRS = 64  # RoPE pairs 0..63 (highest frequencies) carry the previous-token scores
-RECENCY_PAIR = 39  # a pair whose cosine falls monotonically over a few thousand positions
 
 
 def _thetas(cfg: GPTConfig) -> np.ndarray:
@@ -124,7 +123,10 @@ def _write(model: GPT, codes: torch.Tensor, order: int, gap: float, margin: floa
         r = math.sqrt((j + 2) / d)  # the stream holds E, P1..Pj and C: unit codes and a 1
         _previous_token_head(model.blocks[j], theta, C, slots[j], slots[j + 1], r, hs, margin / gap)
     r = math.sqrt((order + 2) / d)
-    _induction_head(model.blocks[order], theta, slots, C, r, hs, margin)
+    recency = int(
+        np.argmin(np.abs(theta[:POSITIONAL_PAIRS] * cfg.context - 1.0))
+    )  # cos falls over the context
+    _induction_head(model.blocks[order], theta, slots, C, r, hs, margin, recency)
     _replace_by_copy(model.blocks[order].mlp, E, O, k, math.sqrt((order + 3) / d))
     # output logits: 3 * margin per unit of code match, read from E alone
     model.final_norm.weight[E] = margin * 3.0 * math.sqrt((order + 3) / d)
@@ -143,8 +145,11 @@ def _previous_token_head(block, theta, C: int, src: slice, dst: slice, r: float,
     block.attn.proj.weight[torch.arange(dst.start, dst.stop), torch.arange(n)] = r  # undo the norm
 
 
-def _induction_head(block, theta, slots: list[slice], C: int, r: float, hs: int, margin: float):
-    """query (E, P1..P_{m-1}) at t, key (P1..P_m) at s in the lowest-frequency pairs; value E -> O."""
+def _induction_head(
+    block, theta, slots: list[slice], C: int, r: float, hs: int, margin: float, recency_pair: int
+):
+    """query (E, P1..P_{m-1}) at t, key (P1..P_m) at s in the lowest-frequency pairs; value E -> O;
+    ``recency_pair``: a pair whose cosine falls monotonically over the context (most recent first)."""
     order = len(slots) - 2
     n = slots[0].stop - slots[0].start
     q, kk, v = block.attn.qkv.weight.view(3, hs, -1)
@@ -157,7 +162,7 @@ def _induction_head(block, theta, slots: list[slice], C: int, r: float, hs: int,
         q[chunk, torch.arange(slots[j].start, slots[j].stop)] = per_match  # x[t - j]
         kk[chunk, torch.arange(slots[j + 1].start, slots[j + 1].stop)] = 1.0  # x[s - 1 - j]
     recency = 0.25 * margin * math.sqrt(hs) * r * r  # at most half a margin between far and near matches
-    q[RECENCY_PAIR, C], kk[RECENCY_PAIR, C] = recency, 1.0
+    q[recency_pair, C], kk[recency_pair, C] = recency, 1.0
     v[torch.arange(n), torch.arange(slots[0].start, slots[0].stop)] = 1.0
     O = slots[-1]
     block.attn.proj.weight[torch.arange(O.start, O.stop), torch.arange(n)] = r
