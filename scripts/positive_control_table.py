@@ -14,8 +14,8 @@ Then the written induction GPT (``contextlab.eval.induction_gpt``, with a 1,024-
 Tiny Shakespeare), saved as a run, scored on needle and passkey at each of ``--written-lengths``
 through ``evaluate`` (the code path of ``contextlab eval``); ``max_length`` is the longest length
 scored >= 0.9. The last line is one JSON object: ``{"copy": {TASK: accuracy, ...}, "copy_gpt2":
-{...}, "written": {"niah": ..., "passkey": ..., "max_length": ...}, "length": L}`` (written: the
-accuracies at the longest length).
+{...}, "written": {"niah": ..., "passkey": ..., "max_length": ...}, "mqar": {"pairs_16": ...},
+"length": L}`` (written: the accuracies at the longest length; mqar: from ``--mqar-json``).
 
     PYTHONPATH=src python scripts/positive_control_table.py [--length 2048] [--tokenizers byte,gpt2]
 """
@@ -101,6 +101,11 @@ def main() -> None:
         help="prompt lengths for the written GPT (comma-separated)",
     )
     ap.add_argument("--written-samples", type=int, default=4, help="haystacks per cell for the written GPT")
+    ap.add_argument(
+        "--mqar-json",
+        help="a file holding the last line of `scripts/mqar_table.py --chain` (the trained positive control, "
+        "~20 CPU minutes): its pairs_16/32/64 go into this table's JSON under 'mqar'",
+    )
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -131,6 +136,10 @@ def main() -> None:
             longest = table[max(lengths)]
             out["written"] = {t: longest[t]["likelihood_accuracy"] for t in longest}
             out["written"]["max_length"] = max(good) if good else None
+    if args.mqar_json:
+        trained = json.loads(Path(args.mqar_json).read_text().strip().splitlines()[-1])
+        out["mqar"] = {k: v for k, v in trained.items() if k.startswith("pairs_")}
+        print("mqar (trained, scripts/mqar_table.py --chain): " + json.dumps(out["mqar"]))
     print(json.dumps(out))
 
 
