@@ -80,11 +80,23 @@ def test_a_grid_over_the_old_name_train_seq_len_keeps_its_run_names(tmp_path, st
     assert grid._format_arg("{train.context}", runs[0]) == "16"
 
 
+def test_run_names_keep_the_sign_of_negative_values():
+    """-0.5 and 0.5 were both named "...-0.5" (the minus was stripped as a separator)."""
+    assert [grid._fmt(v) for v in (-0.5, 0.5, -8, 1e-4, True, "a b/c")] == [
+        "-0.5",
+        "0.5",
+        "-8",
+        "0.0001",
+        "True",
+        "a-b-c",
+    ]
+
+
 def test_unknown_evaluations_and_impossible_values_are_refused_before_any_run(tmp_path, store):
     """Robustness II item 16: both passed --dry-run and then failed every run."""
     f = tmp_path / "s.toml"
     f.write_text(SWEEP.format(out=tmp_path / "out", store=store.path, bad=-8))
-    with pytest.raises(UserError, match="grid point context-8: train.context is -8"):
+    with pytest.raises(UserError, match="grid point context--8: train.context is -8"):
         load_sweep(f)
     f.write_text(
         SWEEP.format(out=tmp_path / "out", store=store.path, bad=64).replace(

@@ -96,8 +96,11 @@ def _short(key: str) -> str:
 
 
 def _fmt(value) -> str:
-    text = f"{value:g}" if isinstance(value, float) else str(value)
-    return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-")
+    """A grid value as a run-name part: numbers keep their sign (-0.5 and 0.5 are two runs), other
+    values keep letters, digits and . + -, with runs of anything else as one '-'."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value:g}" if isinstance(value, float) else str(value)
+    return re.sub(r"[^A-Za-z0-9.+-]+", "-", str(value)).strip("-")
 
 
 def load_sweep(path: str | Path, overrides: list[str] = ()) -> tuple[SweepSection, list[Run]]:
