@@ -47,14 +47,19 @@ class ModelInfo:
 
 def kind_of(path: str | os.PathLike) -> str:
     """ "checkpoint", "run", "export" (a contextlab export) or "hf" (another Hugging Face folder)."""
+    p = _existing(path)
+    if is_hf_folder(p):
+        return "export" if _is_export(read_config_json(p)) else "hf"
+    return "checkpoint" if is_checkpoint(p) else "run"
+
+
+def _existing(path: str | os.PathLike) -> Path:
     p = Path(path)
     if not p.exists():
         raise UserError(
             f"model not found: {p}; pass a contextlab run directory or a Hugging Face model folder"
         )
-    if is_hf_folder(p):
-        return "export" if _is_export(read_config_json(p)) else "hf"
-    return "checkpoint" if is_checkpoint(p) else "run"
+    return p
 
 
 def open_model(
@@ -66,12 +71,11 @@ def open_model(
 ) -> tuple[nn.Module, Tokenizer, ModelInfo]:
     """The model at ``path`` (see the module docstring), on ``device``, its weights in ``dtype``
     (a torch dtype; None keeps them as saved)."""
-    p = Path(path)
-    kind = kind_of(p)
-    if kind in ("run", "checkpoint"):
-        model, tok, info = _open_checkpoint(read_checkpoint(p, step), p)
+    p = _existing(path)
+    if is_hf_folder(p):  # its config.json says export or any causal LM: read once, in _read_folder
+        model, tok, info = _read_folder(p)
     else:
-        model, tok, info = _read_folder(p, _open_export if kind == "export" else _open_hf)
+        model, tok, info = _open_checkpoint(read_checkpoint(p, step), p)
     info.id = str(path)
     return model.to(device=device, dtype=dtype).eval(), tok, info
 
@@ -146,11 +150,13 @@ def _is_export(cfg: dict) -> bool:
     return is_gpt_export(cfg)
 
 
-def _read_folder(p: Path, opener):
-    """``opener(p, config)``, with unreadable weights reported as one line."""
+def _read_folder(p: Path):
+    """A Hugging Face folder, opened as a contextlab export or any causal LM by its config.json (read
+    once), with unreadable weights reported as one line."""
     from safetensors import SafetensorError
 
     cfg = read_config_json(p)
+    opener = _open_export if _is_export(cfg) else _open_hf
     try:
         return opener(p, cfg)
     except (SafetensorError, OSError, ValueError, RuntimeError, EOFError) as exc:
