@@ -49,14 +49,19 @@ def gpt2(tmp: Path):
     return load_tokenizer(f"gpt2:{folder}")
 
 
-def written_table(tmp: Path, lengths: list[int], samples: int) -> dict:
-    """The written induction GPT on needle and passkey at every length: {length: {task: row}}."""
+def written_table(
+    tmp: Path, lengths: list[int], samples: int, haystack: Path, vocab: int, chars: int
+) -> dict:
+    """The written induction GPT on needle and passkey at every length: {length: {task: row}}; its BPE
+    of ``vocab`` ids is trained on the first ``chars`` characters of ``haystack`` (a file or a folder
+    of .txt), which is also the needle's haystack."""
     from contextlab.eval import evaluate, load_model, needle, passkey
     from contextlab.eval.induction_gpt import induction_gpt
     from contextlab.train.checkpoint import write_untrained_run
 
-    text = (FIXTURES / "tinyshakespeare" / "input.txt").read_text()[:200_000]
-    tok = load_tokenizer("bpe:1024", texts=lambda: [text])
+    files = sorted(haystack.glob("*.txt")) if haystack.is_dir() else [haystack]
+    text = "".join(f.read_text(encoding="utf-8") for f in files)[:chars]
+    tok = load_tokenizer(f"bpe:{vocab}", texts=lambda: [text])
     run = tmp / "written"
     write_untrained_run(
         run, induction_gpt(tok.vocab_size, context=max(lengths) + 256), tok, note="written induction GPT"
@@ -65,7 +70,7 @@ def written_table(tmp: Path, lengths: list[int], samples: int) -> dict:
     out: dict = {}
     for L in lengths:
         for name, module, data in (
-            ("niah", needle, FIXTURES / "tinyshakespeare" / "input.txt"),
+            ("niah", needle, haystack),
             ("passkey", passkey, None),
         ):
             o = module.Options(lengths=[L], samples=samples, scoring="likelihood")
@@ -102,6 +107,16 @@ def main() -> None:
     )
     ap.add_argument("--written-samples", type=int, default=4, help="haystacks per cell for the written GPT")
     ap.add_argument(
+        "--written-haystack",
+        default=str(FIXTURES / "tinyshakespeare" / "input.txt"),
+        help="the written GPT's needle haystack and BPE training text: a file or a folder of .txt "
+        "(default: Tiny Shakespeare)",
+    )
+    ap.add_argument("--written-vocab", type=int, default=1024, help="ids of the written GPT's BPE")
+    ap.add_argument(
+        "--written-chars", type=int, default=200_000, help="characters of the haystack the BPE is trained on"
+    )
+    ap.add_argument(
         "--mqar-json",
         help="a file holding the last line of `scripts/mqar_table.py --chain` (the trained positive control, "
         "~20 CPU minutes): its pairs_16/32/64 go into this table's JSON under 'mqar'",
@@ -131,7 +146,14 @@ def main() -> None:
             out["copy" if which == "byte" else f"copy_{which}"] = {r["task"]: r["accuracy"] for r in table}
         lengths = [int(x) for x in args.written_lengths.split(",") if x]
         if lengths:
-            table = written_table(tmp, lengths, args.written_samples)
+            table = written_table(
+                tmp,
+                lengths,
+                args.written_samples,
+                Path(args.written_haystack),
+                args.written_vocab,
+                args.written_chars,
+            )
             good = [L for L in lengths if all(table[L][t]["likelihood_accuracy"] >= 0.9 for t in table[L])]
             longest = table[max(lengths)]
             out["written"] = {t: longest[t]["likelihood_accuracy"] for t in longest}
