@@ -117,11 +117,11 @@ def test_headline_numbers_come_from_the_result_files(quickstart):
         assert row["best-context loss"] == pytest.approx(cw["best_context_loss"])
         bf = json.loads((out / "runs" / row["run"] / "eval" / "bayes-fit.json").read_text())["results"]
         assert bf["lengths"] == [1, 2, 4, 8, 16, 32, 64] and bf["n_targets"] == 512
-        assert row["context gain"] == pytest.approx(bf["loss"][0] - bf["loss"][-1])
-        half = 1.96 * (bf["stderr"][0] + bf["stderr"][-1])  # conservative: no pairing kept
-        assert row["context gain interval95"] == pytest.approx(
-            [row["context gain"] - half, row["context gain"] + half]
-        )
+        assert row["context gain"] == pytest.approx(bf["loss"][0] - bf["loss"][-1])  # the same targets
+        lo, hi = row["context gain interval95"]  # paired per target, documents as the unit
+        assert lo < row["context gain"] < hi and bf["context_gain"]["interval95"] == [lo, hi]
+        # contextwise's "context_gain" is the same quantity (1 vs all visible), not the bucket drop
+        assert "first_to_last_bucket_drop" in cw and cw["context_gain"] > 0
         assert row["needle accuracy"] == pytest.approx(niah["likelihood_accuracy"])
     assert (out / "contextwise_models.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from contextlab.eval import bayes_fit, contextwise, ppl
+from contextlab.eval import bayes_fit, contextwise, ppl, stats
 from tests.eval.conftest import byte_adapter, tiny_gpt
 
 
@@ -101,10 +101,38 @@ def test_contextwise_equals_a_per_document_loop(byte_store):
     per_doc = np.array([manual_token_losses(model, d) for d in docs])  # (4, 128)
     diff = per_doc[:, 0] - per_doc[:, 63:127].mean(1)
     half = 3.182446305284263 * diff.std(ddof=1) / 2  # t(0.975, 3) * sd / sqrt(4)
-    assert r["summary"]["context_gain"] == pytest.approx(diff.mean(), rel=1e-5)
-    assert r["summary"]["context_gain_interval95"] == pytest.approx([diff.mean() - half, diff.mean() + half])
+    assert r["summary"]["first_to_last_bucket_drop"] == pytest.approx(diff.mean(), rel=1e-5)
+    assert r["summary"]["first_to_last_bucket_drop_interval95"] == pytest.approx(
+        [diff.mean() - half, diff.mean() + half]
+    )
     assert r["summary"]["falls_with_position"] == (diff.mean() - half > 0)
-    assert r["context_gain"]["early"] == [1, 1] and r["context_gain"]["late"] == [64, 127]
+    drop = r["first_to_last_bucket"]
+    assert drop["early"] == [1, 1] and drop["late"] == [64, 127] and drop["late_beyond_train_context"]
+    assert r["summary"]["last_full_bucket_beyond_train_context"]
+    assert [b["beyond_train_context"] for b in r["buckets"]] == [False] * 6 + [True, True]
+    # the context gain: the best-context window's targets (58..64) with one visible token vs all before them
+    one = np.array(
+        [[manual_token_losses(model, d[t - 1 : t + 1])[0] for t in range(58, 65)] for d in docs]
+    ).mean(1)  # (4,)
+    full = per_doc[:, 57:64].mean(1)
+    g = one - full
+    half = 3.182446305284263 * g.std(ddof=1) / 2
+    assert r["summary"]["context_gain"] == pytest.approx(g.mean(), rel=1e-5)
+    assert r["summary"]["context_gain_interval95"] == pytest.approx(
+        [g.mean() - half, g.mean() + half], rel=1e-5
+    )
+    assert r["context_gain"]["targets"] == [58, 64]
+    assert r["context_gain"]["loss_one_token"] == pytest.approx(one.mean(), rel=1e-5)
+    np.testing.assert_allclose(out.arrays["piece_one_token_loss"], one, rtol=1e-5)
+
+
+def test_contextwise_default_length_is_the_model_context(byte_store):
+    """No default piece runs past the model's context: L = context + 1 scores lengths 1..context."""
+    adapter = byte_adapter(tiny_gpt(2))
+    r = contextwise.run(adapter, contextwise.Options(max_docs=2), str(byte_store.path)).results
+    assert r["length"] == adapter.context + 1 and r["context"][-1] == adapter.context
+    assert not any(b["beyond_train_context"] for b in r["buckets"])
+    assert r["summary"]["loss_beyond_train_context"] is None
 
 
 def test_contextwise_pieces_cut_long_documents(byte_store):
@@ -163,15 +191,15 @@ def test_falls_with_position_is_a_test_on_paired_document_differences():
     document count once."""
     rng = np.random.default_rng(0)
     late = rng.normal(3.0, 0.3, 40)
-    real = contextwise.context_gain(late + 0.5 + rng.normal(0, 0.1, 40), late, list(range(40)))
+    real = stats.paired_t(late + 0.5 + rng.normal(0, 0.1, 40), late, list(range(40)))
     lo, hi = real["interval95"]
     assert lo < 0.5 < hi and lo > 0 and real["n_documents"] == 40
     noise = np.array([0.9, -0.8, 0.7, -0.6, 0.5, -0.4, 0.3])  # mean 0.0857 > 0
-    none = contextwise.context_gain(late[:7] + noise, late[:7], list(range(7)))
+    none = stats.paired_t(late[:7] + noise, late[:7], list(range(7)))
     assert none["gain"] == pytest.approx(noise.mean()) and none["interval95"][0] < 0 < none["interval95"][1]
-    pieces = contextwise.context_gain(np.array([1.0, 3.0, 2.0, 2.0]), np.zeros(4), [7, 7, 9, 9])
+    pieces = stats.paired_t(np.array([1.0, 3.0, 2.0, 2.0]), np.zeros(4), [7, 7, 9, 9])
     assert pieces["n_documents"] == 2 and pieces["gain"] == 2.0 and pieces["interval95"] == [2.0, 2.0]
-    one = contextwise.context_gain(np.array([5.0, 4.0]), np.zeros(2), [3, 3])
+    one = stats.paired_t(np.array([5.0, 4.0]), np.zeros(2), [3, 3])
     assert one == {"gain": 4.5, "interval95": None, "n_documents": 1}
 
 
@@ -194,6 +222,37 @@ def test_last_token_protocol_scores_the_same_target_with_l_visible_tokens(byte_s
     doc = np.asarray(byte_store.doc(d))
     for i, l in enumerate([1, 8, 32]):
         assert losses[i, 4] == pytest.approx(manual_token_losses(model, doc[t - l : t + 1])[-1], rel=1e-5)
+
+
+def test_bayes_fit_context_gain_is_the_same_targets_with_one_vs_all_visible(byte_store):
+    """bayes-fit's context gain: the mean over targets of the loss with l = 1 minus with the largest
+    l, with a cluster interval over documents; the same name and meaning as contextwise's."""
+    adapter = byte_adapter(tiny_gpt(3))
+    o = bayes_fit.Options(lengths=[1, 2, 4, 8, 16, 32, 64], samples=40, seed=1)
+    out = bayes_fit.run(adapter, o, str(byte_store.path))
+    r = out.results
+    losses, targets = out.arrays["target_losses"], out.arrays["targets"]
+    want = stats.context_gain(losses[0], losses[-1], targets[:, 0])
+    assert r["summary"]["context_gain"] == pytest.approx((losses[0] - losses[-1]).mean())  # over targets
+    assert r["summary"]["context_gain"] == pytest.approx(want["gain"])
+    assert r["summary"]["context_gain_interval95"] == pytest.approx(want["interval95"])
+    assert r["context_gain"]["visible"] == [1, 64] and r["context_gain"]["full_context"]
+    without_one = bayes_fit.run(
+        adapter, bayes_fit.Options(lengths=[2, 4, 8, 16], samples=8), str(byte_store.path)
+    )
+    assert "context_gain" not in without_one.results["summary"]  # no l = 1: no gain is claimed
+
+
+def test_visible_loss_reports_the_same_context_gain_as_bayes_fit(byte_store):
+    from contextlab.eval import visible
+
+    adapter = byte_adapter(tiny_gpt(3))
+    v = visible.run(
+        adapter, visible.Options(task="loss", visible=[1, 4, 16, 64], samples=24), str(byte_store.path)
+    )
+    b = bayes_fit.run(adapter, bayes_fit.Options(lengths=[1, 4, 16, 64], samples=24), str(byte_store.path))
+    assert v.results["summary"]["context_gain"] == pytest.approx(b.results["summary"]["context_gain"])
+    assert v.results["context_gain"]["visible"] == [1, 64]
 
 
 def test_bf16_autocast_is_close_to_fp32(byte_store):

@@ -11,6 +11,11 @@ The fit is ``scipy.optimize.curve_fit`` of C0 + C * l^-gamma weighted by the sta
 error of each mean, reporting the parameters, their standard errors (square roots of the
 covariance diagonal) and R^2. C0 estimates the loss with unlimited context (the Bayes
 risk plus the model's approximation loss); gamma how fast extra context pays off.
+
+The context gain is the loss of the same targets with l = 1 minus with the largest l (by
+default the model's context), the quantity contextwise reports under that name on its late
+targets: the mean over targets of the paired per-target difference, with a 95%
+cluster-robust t interval over documents (``stats.context_gain``).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import numpy as np
 
 from contextlab.config import opt
 from contextlab.errors import UserError
+from contextlab.eval import progress, stats
 from contextlab.eval.base import EvalOutput, open_store
 
 
@@ -91,8 +97,8 @@ def sample_targets(store, n: int, min_pos: int, seed: int) -> list[tuple[int, in
 def last_token_losses(adapter, store, targets: list[tuple[int, int]], lengths: list[int]) -> np.ndarray:
     """(len(lengths), N) loss of each target token with only the l previous tokens visible."""
     out = np.zeros((len(lengths), len(targets)))
-    for i, l in enumerate(lengths):
-        adapter.check_length(l, f"visible context {l}")
+    adapter.check_length(max(lengths), f"visible context {max(lengths)}", fix="lower the largest --lengths")
+    for i, l in enumerate(progress.bar(lengths, desc="visible context", unit="length")):
         ids = np.stack(
             [np.asarray(store.doc(d)[t - l : t + 1], dtype=np.int64) for d, t in targets]
         )  # (N, l+1)
@@ -101,6 +107,14 @@ def last_token_losses(adapter, store, targets: list[tuple[int, int]], lengths: l
             lp = adapter.token_logprobs(ids[a : a + rows])[:, -1]  # only the target
             out[i, a : a + len(lp)] = -lp.double().cpu().numpy()
     return out
+
+
+def context_gain(losses: np.ndarray, lengths: list[int], docs: list[int], context: int) -> dict | None:
+    """The same targets' loss with 1 visible token minus with the largest l (None without l = 1)."""
+    if lengths[0] != 1 or len(lengths) < 2:
+        return None
+    gain = stats.context_gain(losses[0], losses[-1], docs)
+    return {**gain, "visible": [1, lengths[-1]], "full_context": lengths[-1] >= context}
 
 
 def default_lengths(context: int) -> list[int]:
@@ -112,13 +126,26 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     lengths = sorted(set(options.lengths or default_lengths(adapter.context)))
     if lengths[0] < 1:
         raise UserError("visible context lengths must be >= 1")
+    progress.announce(
+        "bayes-fit",
+        {"visible": lengths, "targets": options.samples, "seed": options.seed, "data": store.path},
+    )
     targets = sample_targets(store, options.samples, max(lengths), options.seed)
     losses = last_token_losses(adapter, store, targets, lengths)
     mean = losses.mean(1)
     sem = losses.std(1, ddof=1) / np.sqrt(losses.shape[1])
     fit = fit_power_law(lengths, mean, sem)
+    gain = context_gain(losses, lengths, [d for d, _ in targets], adapter.context)
     results = {
-        "summary": {k: fit[k] for k in ("C0", "C0_err", "C", "C_err", "gamma", "gamma_err", "r2")},
+        "summary": {
+            **{k: fit[k] for k in ("C0", "C0_err", "C", "C_err", "gamma", "gamma_err", "r2")},
+            **(
+                {}
+                if gain is None
+                else {"context_gain": gain["gain"], "context_gain_interval95": gain["interval95"]}
+            ),
+        },
+        **({} if gain is None else {"context_gain": gain}),
         "lengths": lengths,
         "loss": mean.tolist(),
         "stderr": sem.tolist(),

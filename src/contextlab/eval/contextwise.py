@@ -15,17 +15,33 @@ shows whether the model keeps improving beyond it. Summaries:
   (``min_loss``; the minimum of many noisy means is biased low, by about its stderr);
 * SPLICE-style buckets (its Appendix E): positions grouped into [2^i, 2^(i+1)) and
   averaged, one number per octave of context;
-* whether the curve falls with position, as a statistical statement (``falls_with_position``):
-  the context gain is each document's mean loss in the first bucket minus that in the last
-  complete bucket, averaged over documents, with a 95% Student-t interval; the curve falls
-  when the whole interval lies above 0 (a one-sided test at the 2.5% level). Documents, not
-  positions or pieces, are the unit: the losses of neighbouring positions (and of pieces of
-  one document) are correlated, so pieces are averaged per document first and a test over
-  positions would be overconfident. A t interval rather than a bootstrap: deterministic and
-  correct for few documents (the late-bucket means average many positions, so the
-  differences are near normal). A monotone-decrease test was not chosen: it tests a stronger
-  claim (lower at every step) that noise and the rise beyond the training context break,
-  while the reader's question is whether late positions beat early ones.
+* the context gain: the loss of the same target tokens with one visible token minus with the
+  whole context before them, i.e. what reading the context is worth to the model. The
+  targets are those of the best-context window (context lengths near the training context);
+  each is also scored with only the one token before it (a batch of two-token sequences,
+  cheap next to the main pass). The per-piece differences are averaged and given a 95%
+  cluster-robust t interval over documents (``stats.context_gain``). The same quantity, on
+  random targets, is what ``bayes-fit`` and ``visible`` report as context gain: one name, one
+  meaning;
+* whether the curve falls with position (``falls_with_position``), as a statistical
+  statement about a different number, ``first_to_last_bucket``: each document's mean loss
+  in the first bucket minus that in the last complete bucket, averaged over documents, with
+  a 95% Student-t interval; the curve falls when the whole interval lies above 0 (a one-sided
+  test at the 2.5% level). It is not the context gain: the first bucket's targets are the
+  first tokens of documents (often boilerplate), not the late targets, and when the length
+  runs past the training context the last bucket lies beyond it (``late_beyond_train_context``
+  says so, and every bucket carries ``beyond_train_context``). Documents, not positions or
+  pieces, are the unit: the losses of neighbouring positions (and of pieces of one document)
+  are correlated, so pieces are averaged per document first and a test over positions would
+  be overconfident. A t interval rather than a bootstrap: deterministic and correct for few
+  documents (the late-bucket means average many positions, so the differences are near
+  normal). A monotone-decrease test was not chosen: it tests a stronger claim (lower at every
+  step) that noise and the rise beyond the training context break, while the reader's
+  question is whether late positions beat early ones.
+
+The default length is the model's context (L = context + 1 tokens: every context length
+1..context is scored); a longer ``--length`` measures beyond it (RoPE models), and then the
+buckets past the training context are marked as such in the JSON, the plot and the tables.
 
 Cost: each batch of documents goes through the model exactly once (one forward of L
 tokens per document); per-position sums are accumulated in float64. Beside the JSON, each
@@ -43,6 +59,7 @@ import numpy as np
 
 from contextlab.config import opt
 from contextlab.errors import UserError
+from contextlab.eval import progress, stats
 from contextlab.eval.base import EvalOutput, open_store
 
 
@@ -51,7 +68,8 @@ class Options:
     length: int = opt(
         0,
         "tokens per document L, scored at context lengths 1..L-1 (shorter documents are skipped); "
-        "0 = 2x the model's context for RoPE models, else the context + 1",
+        "0 = the model's context + 1 (every context length up to the context); longer measures beyond "
+        "the training context (RoPE models), and those buckets are marked beyond_train_context",
     )
     max_docs: int = opt(64, "documents (or pieces) to average over; 0 = all that qualify")
     pieces_per_doc: int = opt(
@@ -94,7 +112,8 @@ def scan(adapter, tokens: np.ndarray, ranges: list[tuple[int, int]]):
     s = np.zeros(tokens.shape[1] - 1)
     s2 = np.zeros(tokens.shape[1] - 1)
     means = np.zeros((len(tokens), len(ranges)))
-    for a in range(0, len(tokens), adapter.batch_size):
+    starts = range(0, len(tokens), adapter.batch_size)
+    for a in progress.bar(starts, desc="contextwise", unit="batch"):
         loss = -adapter.token_logprobs(tokens[a : a + adapter.batch_size]).double().cpu().numpy()  # (b, L-1)
         s += loss.sum(0)
         s2 += (loss * loss).sum(0)
@@ -103,8 +122,9 @@ def scan(adapter, tokens: np.ndarray, ranges: list[tuple[int, int]]):
     return s, s2, means
 
 
-def buckets(curve: np.ndarray) -> list[dict]:
-    """curve[t-1] = loss with t tokens of context -> mean loss over t in [2^i, 2^(i+1))."""
+def buckets(curve: np.ndarray, train_context: int | None = None) -> list[dict]:
+    """curve[t-1] = loss with t tokens of context -> mean loss over t in [2^i, 2^(i+1)); with
+    ``train_context``, each bucket says whether any of its context lengths lies beyond it."""
     out, i = [], 0
     n = len(curve)
     while 2**i <= n:
@@ -117,6 +137,7 @@ def buckets(curve: np.ndarray) -> list[dict]:
                 "loss": mean,
                 "perplexity": math.exp(mean),
                 "complete": hi == 2 ** (i + 1) - 1,
+                **({} if train_context is None else {"beyond_train_context": hi > train_context}),
             }
         )
         i += 1
@@ -153,19 +174,16 @@ def curve_minimum(curve: np.ndarray, sem: np.ndarray, train_context: int, width:
     }
 
 
-def context_gain(early: np.ndarray, late: np.ndarray, docs: list[int]) -> dict:
-    """Per-document paired gain (mean loss early minus late, pieces of a document averaged first):
-    its mean over documents and 95% Student-t interval (None with fewer than two documents)."""
-    from scipy import stats
-
-    diff = early - late  # (N,) one per piece
-    ids, inverse = np.unique(np.asarray(docs), return_inverse=True)
-    per_doc = np.bincount(inverse, weights=diff) / np.bincount(inverse)  # (n_docs,)
-    n, gain = len(ids), float(per_doc.mean())
-    if n < 2:
-        return {"gain": gain, "interval95": None, "n_documents": n}
-    half = float(stats.t.ppf(0.975, n - 1) * per_doc.std(ddof=1) / math.sqrt(n))
-    return {"gain": gain, "interval95": [gain - half, gain + half], "n_documents": n}
+def one_token_losses(adapter, tokens: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """tokens (N, L) -> (N,) each piece's mean loss of the targets at context lengths lo..hi when the
+    model sees only the one token before each: two-token sequences (x_{t-1}, x_t), in batches."""
+    pairs = np.stack([tokens[:, t - 1 : t + 1] for t in range(lo, hi + 1)], axis=1)  # (N, W, 2)
+    flat = pairs.reshape(-1, 2)  # (N*W, 2)
+    out = np.empty(len(flat))
+    step = max(1, adapter.batch_size) * 64  # two-token rows are cheap: many per forward
+    for a in progress.bar(range(0, len(flat), step), desc="contextwise: one visible token", unit="batch"):
+        out[a : a + step] = -adapter.token_logprobs(flat[a : a + step])[:, -1].double().cpu().numpy()
+    return out.reshape(len(tokens), -1).mean(1)  # (N,)
 
 
 def _pieces(store, L: int, options: Options) -> tuple[list[tuple[int, int]], np.ndarray]:
@@ -181,39 +199,67 @@ def _pieces(store, L: int, options: Options) -> tuple[list[tuple[int, int]], np.
 
 def _bucket_ranges(L: int) -> tuple[list[tuple[int, int]], int]:
     """The (from, to) context lengths of every bucket, and the index of the last complete one (the
-    first bucket and that one are the context gain's early and late ranges; a partial last bucket
-    may hold a single position)."""
+    first bucket and that one are the early and late ranges of ``first_to_last_bucket``; a partial
+    last bucket may hold a single position)."""
     bk = buckets(np.zeros(L - 1))  # the bucket bounds depend on L only
     last = max(i for i, b in enumerate(bk) if b["complete"])
     return [(b["from"], b["to"]) for b in bk], last
 
 
+def resolved_length(adapter, options: Options) -> int:
+    """The tokens per piece L: ``--length``, else the model's (or ``--train-context``) context + 1."""
+    return options.length or (options.train_context or adapter.context) + 1
+
+
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
     store = open_store(data, adapter, "contextwise")
     ctx = options.train_context or adapter.context
-    L = options.length or (2 * ctx if adapter.info.extends_beyond else ctx + 1)
-    adapter.check_length(L - 1, "the documents")
+    L = resolved_length(adapter, options)
+    adapter.check_length(L - 1, "contextwise's pieces", fix="lower --length")
     pieces, tokens = _pieces(store, L, options)
+    n = len(tokens)
+    progress.announce(
+        "contextwise",
+        {
+            "length": L,
+            "pieces": n,
+            "documents": len({d for d, _ in pieces}),
+            "train context": ctx,
+            "beyond it": f"context lengths {ctx + 1}..{L - 1}" if ctx < L - 1 else None,
+            "data": store.path,
+        },
+    )
     ranges, last = _bucket_ranges(L)
     best = best_context_loss(np.zeros(L - 1), ctx, options.best_fraction)  # its bounds depend on L only
     s, s2, means = scan(adapter, tokens, ranges + [(best["from"], best["to"])])  # means: (N, buckets + 1)
-    n = len(tokens)
     curve = s / n
     sem = np.sqrt(np.maximum(s2 / n - curve**2, 0) / max(n - 1, 1))
-    bk = buckets(curve)
+    bk = buckets(curve, ctx)
     best = best_context_loss(curve, ctx, options.best_fraction)
     lowest = curve_minimum(curve, sem, ctx, best["to"] - best["from"] + 1)
+    docs = [d for d, _ in pieces]
+    one = one_token_losses(adapter, tokens, best["from"], best["to"])  # (N,)
+    gain = stats.paired_t(
+        one, means[:, -1], docs
+    )  # the same targets with 1 vs all tokens before them visible
+    gain.update(
+        targets=[best["from"], best["to"]],
+        loss_one_token=float(one.mean()),
+        loss_full_context=float(means[:, -1].mean()),
+    )
     early, late = ranges[0], ranges[last]
-    gain = context_gain(means[:, 0], means[:, last], [d for d, _ in pieces])
+    drop = stats.paired_t(means[:, 0], means[:, last], docs)
+    drop.update(early=list(early), late=list(late), late_beyond_train_context=late[1] > ctx)
     results = {
-        "summary": _summary(curve, bk, best, lowest, gain, ctx),
+        "summary": _summary(curve, bk, best, lowest, gain, drop, ctx),
         "length": L,
         "train_context": ctx,
         "n_sequences": n,
-        "n_documents": len({d for d, _ in pieces}),
+        "n_documents": len(set(docs)),
         "best_context": best,
         "minimum": lowest,
-        "context_gain": {**gain, "early": list(early), "late": list(late)},
+        "context_gain": gain,
+        "first_to_last_bucket": drop,
         "buckets": bk,
         "context": list(range(1, L)),
         "loss": curve.tolist(),
@@ -227,17 +273,22 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         "pieces": np.asarray(pieces, dtype=np.int64).reshape(n, 2),  # (N, 2): document, start token
         "piece_bucket_loss": means[:, :-1],  # (N, buckets): each piece's mean loss in each bucket
         "piece_best_loss": means[:, -1],  # (N,): each piece's mean over the best-context window
+        "piece_one_token_loss": one,  # (N,): the same targets with one visible token (gain = this - best)
     }
     data = {"store": str(store.path), "hash": store.hash, "pieces": n}
     return EvalOutput(results, data, arrays=arrays, plot=plot)
 
 
-def _summary(curve: np.ndarray, bk: list[dict], best: dict, lowest: dict, gain: dict, ctx: int) -> dict:
-    """The headline numbers (the keys before the true minimum and the interval are kept for readers)."""
+def _summary(
+    curve: np.ndarray, bk: list[dict], best: dict, lowest: dict, gain: dict, drop: dict, ctx: int
+) -> dict:
+    """The headline numbers, each name with one meaning (module docstring)."""
     last = [b for b in bk if b["complete"]][-1]
-    interval = gain["interval95"]
+    interval = drop["interval95"]
     return {
         "best_context_loss": best["loss"],
+        "context_gain": gain["gain"],
+        "context_gain_interval95": gain["interval95"],
         "min_window_loss": lowest["window"]["loss"],
         "min_window": [lowest["window"]["from"], lowest["window"]["to"]],
         "min_window_inside_train_context": lowest["window"]["inside_train_context"],
@@ -248,9 +299,10 @@ def _summary(curve: np.ndarray, bk: list[dict], best: dict, lowest: dict, gain: 
         "loss_first_bucket": bk[0]["loss"],
         "loss_last_full_bucket": last["loss"],
         "last_full_bucket": [last["from"], last["to"]],
+        "last_full_bucket_beyond_train_context": last["to"] > ctx,
         "loss_beyond_train_context": float(curve[ctx:].mean()) if len(curve) > ctx else None,
-        "context_gain": gain["gain"],
-        "context_gain_interval95": interval,
+        "first_to_last_bucket_drop": drop["gain"],
+        "first_to_last_bucket_drop_interval95": interval,
         "falls_with_position": interval is not None and interval[0] > 0,
     }
 

@@ -18,8 +18,9 @@ def _figure(w: float = 6.5, h: float = 4.0):
 
 
 def contextwise_png(curves: dict[str, dict], out: str | Path, smooth: int = 0) -> Path:
-    """Loss vs context length (log x) for several models; a dotted line marks each training context
-    and a triangle the curve's lowest window (the true minimum, ``contextwise.curve_minimum``).
+    """Loss vs context length (log x) for several models; a dotted line marks each training context,
+    a grey band the context lengths past it (beyond the training context) and a triangle the curve's
+    lowest window (the true minimum, ``contextwise.curve_minimum``).
 
     curves: label -> {"context": [...], "loss": [...], "train_context": int | None, "minimum": the
     result's ``minimum`` (optional)}.
@@ -27,6 +28,7 @@ def contextwise_png(curves: dict[str, dict], out: str | Path, smooth: int = 0) -
     import numpy as np
 
     fig, ax = _figure()
+    shaded = False
     for label, c in curves.items():
         x, y = np.asarray(c["context"], float), np.asarray(c["loss"], float)
         if smooth > 1 and len(y) > smooth:  # moving average on a log-spaced grid keeps the early points
@@ -35,6 +37,15 @@ def contextwise_png(curves: dict[str, dict], out: str | Path, smooth: int = 0) -
         (line,) = ax.plot(x, y, label=label, linewidth=1.2)
         if c.get("train_context"):
             ax.axvline(c["train_context"], color=line.get_color(), linestyle=":", linewidth=1)
+            if len(x) and x.max() > c["train_context"]:
+                ax.axvspan(
+                    c["train_context"],
+                    x.max(),
+                    color="grey",
+                    alpha=0.12,
+                    label=None if shaded else "beyond the training context",
+                )
+                shaded = True
         if c.get("minimum"):
             w = c["minimum"]["window"]
             ax.hlines(w["loss"], w["from"], w["to"], color="black", linewidth=2.5, zorder=4)

@@ -68,3 +68,30 @@ def accuracy_line(
     if calibrated is not None and not math.isnan(calibrated):
         text += f", calibrated {calibrated:+.2f} nats"
     return text
+
+
+def paired_t(early: np.ndarray, late: np.ndarray, docs) -> dict:
+    """Per-document paired difference ``early - late`` of per-piece losses (pieces of a document
+    averaged first): its mean over documents and 95% Student-t interval (None with fewer than two
+    documents). Used for the context gain (contextwise, bayes-fit) and contextwise's
+    first-to-last-bucket drop."""
+    from scipy import stats as sps
+
+    diff = early - late  # (N,) one per piece
+    ids, inverse = np.unique(np.asarray(docs), return_inverse=True)
+    per_doc = np.bincount(inverse, weights=diff) / np.bincount(inverse)  # (n_docs,)
+    n, gain = len(ids), float(per_doc.mean())
+    if n < 2:
+        return {"gain": gain, "interval95": None, "n_documents": n}
+    half = float(sps.t.ppf(0.975, n - 1) * per_doc.std(ddof=1) / math.sqrt(n))
+    return {"gain": gain, "interval95": [gain - half, gain + half], "n_documents": n}
+
+
+def context_gain(one: np.ndarray, full: np.ndarray, docs) -> dict:
+    """The context gain of paired target losses: the mean over targets of ``one - full`` (each
+    target's loss with one visible token minus with all of its context), with a 95% cluster-robust
+    t interval over documents (targets of one document share their text; ``paired_stats.cluster_t``)."""
+    from contextlab.eval.paired_stats import cluster_t, per_cluster
+
+    d = cluster_t(*per_cluster(np.asarray(one, np.float64) - np.asarray(full, np.float64), docs))
+    return {"gain": d["diff"], "interval95": d["interval95"], "n_documents": d["n_clusters"]}

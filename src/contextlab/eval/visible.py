@@ -5,7 +5,8 @@ task fixed and let the model see only the k most recent tokens of each prompt (k
 means that fraction of the prompt). Accuracy that first rises and then falls with k is a
 model that gets distracted by far context. For the loss, the task ``loss`` is the
 last-token loss with k visible tokens (the protocol of ``bayes_fit``), so the same
-targets are scored at every k.
+targets are scored at every k, and with k = 1 among them the context gain (k = 1 minus the
+largest k, paired per target) is reported as bayes-fit reports it.
 
 The prompts are built once; only their left end is cut, so every point of the curve asks
 the same questions (the balanced candidate sets of ``tasks``; their control prompts are cut
@@ -28,6 +29,7 @@ import contextlab.eval.tasks as tasks
 import contextlab.eval.vartrack as vartrack
 from contextlab.config import opt
 from contextlab.errors import UserError
+from contextlab.eval import progress
 from contextlab.eval.base import EvalOutput, open_store
 from contextlab.eval.stats import Z95
 
@@ -78,7 +80,19 @@ def tasks_folder(data):
 
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
-    points = []
+    points, gain = [], None
+    progress.announce(
+        "visible",
+        {
+            "task": options.task,
+            "visible": options.visible,
+            "samples": options.samples if options.task == "loss" else None,
+            "length": (options.length or adapter.context)
+            if options.task in ("niah", "passkey", "vartrack")
+            else None,
+            "data": data,
+        },
+    )
     if options.task == "loss":
         store = open_store(data, adapter, "visible (task loss)")
         ks = sorted({int(v) for v in options.visible if v >= 1})
@@ -96,10 +110,11 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             )
         metric, info = "loss", {"store": str(store.path), "hash": store.hash}
         best = min(points, key=lambda p: p[metric])
+        gain = bayes_fit.context_gain(losses, ks, [d for d, _ in targets], adapter.context)
     else:
         mode = "both" if options.scoring == "both" else options.scoring
         (samples, info), n_cands = _task_samples(adapter, options, data)
-        for v in options.visible:
+        for v in progress.bar(options.visible, desc=f"visible: {options.task}", unit="point"):
             rows = tasks.score_samples(adapter, samples, mode, visible=None if v == 1.0 else v)
             summ = tasks.summarize(rows, n_cands)["summary"]
             metric, _ = tasks.headline_metric(summ)
@@ -114,8 +129,14 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             "best_visible": best["visible"],
             "best_value": best[metric],
             "value_full_context": points[-1][metric],
+            **(
+                {}
+                if gain is None
+                else {"context_gain": gain["gain"], "context_gain_interval95": gain["interval95"]}
+            ),
         },
         "points": points,
+        **({} if gain is None else {"context_gain": gain}),
     }
 
     def plot(path):
