@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "sweep": "contextlab.cli.sweep:cmd_sweep",
     "optimal-context": "contextlab.cli.optimal_context:cmd_optimal_context",
     "compare": "contextlab.cli.compare:cmd_compare",
+    "profile": "contextlab.cli.profile:cmd_profile",
     "report": "contextlab.cli.report:cmd_report",
     "analyze entropy": "contextlab.cli.analyze:cmd_entropy",
     "analyze attention": "contextlab.cli.analyze:cmd_attention",

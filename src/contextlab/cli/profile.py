@@ -1,0 +1,123 @@
+"""``contextlab profile --model M --data D [--compare M2] [--budget quick|standard|full]``."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="contextlab profile",
+        description=(
+            "How a model uses its context, in one command: contextwise loss (best-context loss and the "
+            "context gain: the same targets' loss with one visible token minus with all of them), the "
+            "visible-context curve (bayes-fit), needle and passkey heatmaps, key-value retrieval (random "
+            "UUID pairs in the lost-in-the-middle format, as many as fit) and attention by distance "
+            "(contextlab models only). Every length follows the model's context (with --compare, the "
+            "smaller of the two): no prompt runs past it. Prompt tasks are scored by likelihood. Writes "
+            "OUT/models/<model>/<eval>.json (ordinary result files), OUT/compare/ (paired differences "
+            "with 95%% intervals), OUT/profile.json (settings, steps, headline table) and "
+            "OUT/report.html. Rerun the same command to resume a killed profile: finished steps are kept."
+        ),
+    )
+    p.add_argument(
+        "--model",
+        required=True,
+        metavar="PATH",
+        help="a contextlab run or checkpoint, or a local Hugging Face model folder",
+    )
+    p.add_argument(
+        "--data",
+        required=True,
+        metavar="STORE_OR_TEXT",
+        help="held-out text: a token store made with the model's tokenizer, or a text file or folder of .txt "
+        "files (ingested with the model's tokenizer into OUT/data; also the needle's haystack)",
+    )
+    p.add_argument(
+        "--compare",
+        metavar="PATH",
+        help="a second model, profiled the same way and paired with the first (differences are second minus "
+        "first, with 95%% intervals); both must share a tokenizer when --data is a token store",
+    )
+    p.add_argument(
+        "--budget",
+        default="quick",
+        choices=["quick", "standard", "full"],
+        help="sample counts: quick (minutes on a CPU for a small model), standard, full (default: quick)",
+    )
+    p.add_argument(
+        "--out",
+        help="output folder (default: ./profile-<model>[-vs-<other>]-<budget> in the current directory; "
+        "never inside a model's folder)",
+    )
+    p.add_argument(
+        "--haystack",
+        help="the needle's haystack (a text file or folder of .txt files); default: --data when it is text, "
+        "else the public-domain books shipped with contextlab",
+    )
+    p.add_argument(
+        "--dtype", default="fp32", choices=["fp32", "bf16"], help="compute precision (default: fp32)"
+    )
+    p.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass (default: 8)")
+    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 = torch's default")
+    p.add_argument(
+        "--no-progress", action="store_true", help="no progress bars (they show on a terminal only)"
+    )
+    return p
+
+
+def cmd_profile(argv: list[str]) -> int:
+    """Profile how a model (or two, paired) uses its context: the battery, a headline table, a report."""
+    from contextlab.data.store import output_lock
+    from contextlab.io import refuse_non_folder, refuse_overlap
+    from contextlab.profile.runner import default_out, run_profile
+
+    args = _parser().parse_args(argv)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    models = [args.model] + ([args.compare] if args.compare else [])
+    out = Path(args.out) if args.out else default_out(models, args.budget)
+    refuse_non_folder(out)
+    refuse_overlap(out, models)  # never written into a model's folder
+    command = "contextlab profile " + shlex.join(argv)
+    with output_lock(out, "profile folder"):
+        doc = run_profile(
+            models,
+            args.data,
+            out,
+            args.budget,
+            command=command,
+            haystack=args.haystack,
+            dtype=args.dtype,
+            batch_size=args.batch_size,
+            device=args.device,
+            show_progress=not args.no_progress,
+        )
+    _print(doc)
+    print(f"wrote {out / 'profile.json'} and {out / doc['report']}")
+    return 0
+
+
+def _print(doc: dict) -> None:
+    """The headline table on the console: value [95% interval] per model, and the paired difference."""
+    labels = [m["label"] for m in doc["models"]]
+    for row in doc["headline"]:
+        parts = []
+        for label in labels:
+            v, iv = row["values"].get(label), row["intervals"].get(label)
+            if v is not None:
+                parts.append(f"{label} {v:.3f}" + (f" [{iv[0]:.3f}, {iv[1]:.3f}]" if iv else ""))
+        if row.get("diff") is not None:
+            iv = row.get("ci95")
+            parts.append(
+                f"{labels[1]} - {labels[0]} {row['diff']:+.3f}"
+                + (f" [{iv[0]:+.3f}, {iv[1]:+.3f}]" if iv else "")
+            )
+        if row.get("note"):
+            parts.append(f"({row['note']})")
+        print(f"  {row['measure']} ({row['unit']}, {row['better']} is better): " + "; ".join(parts))

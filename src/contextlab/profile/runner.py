@@ -1,0 +1,377 @@
+"""Run a profile: open the models, prepare the data, run the battery, pair, summarise, report.
+
+``OUT/profile.json`` (``format = contextlab-profile``) is the profile's manifest: the command,
+the models, the data, the budget, the context measured, and one record per step (status
+``done``, ``failed`` with its error line, ``skipped`` with the reason, or ``pending``), written
+atomically after every step. Rerunning the same command on the same ``OUT`` skips every step
+whose record says done and whose result file is there, so a killed profile loses at most the
+step it was in; a profile of other models, data or budget in that folder is refused, never
+mixed in. A step that fails (a model that cannot take a task) is recorded and the battery
+goes on: one bad measure does not cost the others.
+
+Layout: ``OUT/models/<label>/<eval>.json`` (+ plots, arrays): ordinary result files;
+``OUT/data/``: the token store ingested from text ``--data`` (per tokenizer) and the
+key-value file written for the context; ``OUT/compare/``: ``contextlab compare`` of the two
+models, one evaluation at a time (a pairing that is refused is a note, not a failure);
+``OUT/report.html``: ``contextlab report OUT``.
+
+Trade-off: models are opened once and kept for the whole battery (one load, minutes saved
+for large HF models) at the cost of holding both in memory with ``--compare``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from contextlab.errors import UserError
+from contextlab.eval import progress
+from contextlab.io import atomic_write_json
+from contextlab.profile.plan import KV_ANSWER_ROOM, Budget, Step, build
+
+PROFILE_FORMAT = "contextlab-profile"
+VERSION = 1
+
+
+@dataclass
+class Model:
+    label: str  # its folder under OUT/models
+    path: str  # as given
+    adapter: object  # contextlab.eval.adapter.ModelAdapter
+
+
+def labels_for(paths: list[str]) -> list[str]:
+    """Folder-safe names of the models: folder names (a checkpoint: RUN_step_N), told apart when equal."""
+
+    def name(path: str) -> str:
+        p = Path(path).resolve()
+        raw = f"{p.parent.parent.name}_{p.name}" if p.parent.name == "checkpoints" else p.name
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", raw) or "model"
+
+    names = [name(p) for p in paths]
+    if len(names) == 2 and names[0] == names[1]:
+        names = [f"a_{names[0]}", f"b_{names[1]}"]
+    return names
+
+
+def default_out(paths: list[str], budget: str) -> Path:
+    """``./profile-<model>[-vs-<other>]-<budget>`` in the current directory (never in a model's folder)."""
+    return Path.cwd() / ("profile-" + "-vs-".join(labels_for(paths)) + f"-{budget}")
+
+
+def tokenizer_spec(adapter) -> str:
+    """The ``--tokenizer`` spec that tokenizes text as the model does (for ingesting text ``--data``)."""
+    from contextlab.data.tokenizers import load_saved_tokenizer
+    from contextlab.inference.tokenizer import hf_tokenizer_file
+    from contextlab.rundir import TOKENIZER_SPEC, tokenizer_dirs
+
+    info = adapter.info
+    if info.kind == "hf":
+        f = hf_tokenizer_file(Path(info.path))
+        if f is None:
+            raise UserError(f"{info.path} has no tokenizer.json; give --data a token store made for it")
+        return f"hf:{f}"
+    if info.tokenizer.get("kind") == "byte":
+        return "byte"
+    for d in tokenizer_dirs(info.path):
+        if (d / TOKENIZER_SPEC).is_file() and load_saved_tokenizer(d).hash == info.tokenizer.get("hash"):
+            return f"dir:{d}"
+    raise UserError(f"cannot find the tokenizer of {info.id}; give --data a token store made with it")
+
+
+def is_store(path: str | Path) -> bool:
+    return (Path(path) / "meta.json").is_file()
+
+
+def prepare_store(data: str, adapter, out: Path, progress_on: bool) -> str:
+    """A token store for ``adapter``: ``data`` itself when it is one, else ``data`` (text) ingested
+    with the model's tokenizer into OUT/data/store-<tokenizer hash> (kept and reused on resume)."""
+    from contextlab.data.ingest import IngestConfig, ingest
+
+    if is_store(data):
+        return str(data)
+    if not Path(data).exists():
+        raise UserError(f"--data {data} does not exist; give a token store or a text file or folder")
+    target = out / "data" / f"store-{str(adapter.info.tokenizer.get('hash', 'x'))[:12]}"
+    if not is_store(target):
+        config = IngestConfig(tokenizer=tokenizer_spec(adapter))
+        ingest(data, target, config, overwrite=False, progress=progress_on)
+    return str(target)
+
+
+def prepare_kv(out: Path, adapter, budget: Budget, context: int) -> tuple[str, int]:
+    """Write OUT/data/kv.jsonl.gz (random UUID pairs, the lost-in-the-middle format) and return it
+    with the most pairs whose prompt fits ``context`` in this model's tokenizer."""
+    from contextlab.data.kv_synthetic import kv_examples, pairs_that_fit, write_kv_file
+    from contextlab.eval.kv import kv_prompt
+
+    example = kv_examples(1, 200, seed=0)[0]
+    records = [tuple(r) for r in example["ordered_kv_records"]]
+
+    def tokens(n: int) -> int:
+        return len(adapter.encode(kv_prompt(records[:n], records[0][0]))) if n else 0
+
+    n = pairs_that_fit(tokens, context - KV_ANSWER_ROOM)
+    path = out / "data" / f"kv-{n}pairs.jsonl.gz"
+    if n >= 2 and not path.is_file():
+        write_kv_file(path, budget.kv_examples, n, seed=0)
+    return str(path), n
+
+
+class Manifest:
+    """OUT/profile.json: read, checked against this profile's settings, updated after every step."""
+
+    def __init__(self, out: Path, doc: dict):
+        self.out, self.doc = out, doc
+
+    @classmethod
+    def open(cls, out: Path, settings: dict) -> Manifest:
+        f = out / "profile.json"
+        if f.is_file():
+            old = json.loads(f.read_text())
+            mine = {k: old.get(k) for k in settings}
+            if old.get("format") != PROFILE_FORMAT or mine != settings:
+                differ = [k for k in settings if old.get(k) != settings[k]]
+                raise UserError(
+                    f"{out} holds a profile of other settings ({', '.join(differ) or 'format'} differ); "
+                    "give another --out, or remove that folder to start over"
+                )
+            return cls(out, old)
+        if out.exists() and any(out.iterdir()):
+            raise UserError(f"{out} exists and holds no profile; give another --out")
+        return cls(out, {"format": PROFILE_FORMAT, "version": VERSION, **settings, "steps": []})
+
+    def record(self, name: str, model: str) -> dict:
+        for s in self.doc["steps"]:
+            if s["name"] == name and s["model"] == model:
+                return s
+        s = {
+            "name": name,
+            "model": model,
+            "status": "pending",
+            "seconds": None,
+            "result": None,
+            "error": None,
+        }
+        self.doc["steps"].append(s)
+        return s
+
+    def finished(self, rec: dict) -> bool:
+        return rec["status"] == "done" and rec["result"] is not None and (self.out / rec["result"]).is_file()
+
+    def save(self) -> None:
+        atomic_write_json(self.out / "profile.json", self.doc)
+
+
+def run_step(step: Step, model: Model, out_dir: Path, compare: Model | None = None) -> Path:
+    """Run one step for ``model`` (``attention`` with ``compare``: the pair) into ``out_dir``."""
+    from contextlab.eval import evaluate
+    from contextlab.eval.results import model_record, run_and_record
+
+    if step.name != "attention":
+        return evaluate(step.name, model.adapter, step.options, step.data, out_dir)[0]
+    from contextlab.analysis import attention as att
+    from contextlab.analysis.attention_plots import plot_all
+
+    models = [("a", model)] + ([("b", compare)] if compare else [])
+    path, out, _ = run_and_record(
+        out_dir,
+        "attention",
+        lambda: att.run(
+            model.adapter,
+            step.options,
+            step.data,
+            None,
+            compare=compare.adapter if compare else None,
+            progress=progress.enabled(),
+        ),
+        options=step.options,
+        model={k: {**model_record(m.adapter), "label": m.label} for k, m in models},
+    )
+    plot_all(out.results, out_dir, False)
+    return path
+
+
+def fit_prompt_lengths(step: Step, adapter, context: int) -> None:
+    """Keep the needle/passkey lengths whose prompt and answer fit the context in this model's
+    tokenizer (a short context leaves no room for a haystack beside the question; a byte-level
+    answer is long); none left: the step is skipped, saying so. Building prompts runs no model,
+    so the check costs little."""
+    import dataclasses
+    import warnings
+
+    from contextlab.eval import EVALS, needle, passkey
+    from contextlab.eval.adapter import ContextLengthWarning
+
+    build = {"niah": needle.build, "passkey": passkey.build}[step.name]
+    data = step.data or (EVALS[step.name].default_data() if EVALS[step.name].default_data else None)
+    keep = []
+    for L in step.options.lengths:
+        trial = dataclasses.replace(step.options, lengths=[L], depths=[50.0], samples=1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ContextLengthWarning)  # past the context: it does not fit
+            try:
+                build(adapter, trial, data)
+                keep.append(L)
+            except (UserError, ContextLengthWarning):
+                continue
+    step.options.lengths = keep
+    if not keep:
+        step.skip = (
+            f"the context ({context} tokens) leaves no room for a {step.name} prompt in this tokenizer"
+        )
+
+
+def attention_problem(models: list[Model]) -> str:
+    """'' when attention by distance can be recomputed for every model, else why not (one line)."""
+    from contextlab.analysis.attention import check_model
+
+    for m in models:
+        try:
+            check_model(m.adapter, "attention by distance")
+        except UserError as e:
+            return str(e)
+    return ""
+
+
+def run_profile(
+    models: list[str],
+    data: str,
+    out: Path,
+    budget_name: str,
+    *,
+    command: str,
+    haystack: str | None = None,
+    dtype: str = "fp32",
+    batch_size: int = 8,
+    device: str = "cpu",
+    show_progress: bool = True,
+) -> dict:
+    """Profile ``models`` (one, or two to pair) on ``data``; write OUT; return the manifest."""
+    from tqdm.auto import tqdm
+
+    from contextlab.eval import load_model
+    from contextlab.profile import BUDGETS
+    from contextlab.profile.headline import headline
+    from contextlab.report.html import build_report
+
+    progress.set_enabled(show_progress)
+    budget = BUDGETS[budget_name]
+    t0 = time.perf_counter()
+    opened = [
+        Model(label, path, load_model(path, dtype=dtype, batch_size=batch_size, device=device))
+        for label, path in zip(labels_for(models), models)
+    ]
+    for m in opened:
+        m.adapter.require_lm("profile")
+    context = min(m.adapter.context for m in opened)
+    settings = {
+        "models": [
+            {"label": m.label, "path": str(Path(m.path).resolve()), "results": f"models/{m.label}"}
+            for m in opened
+        ],
+        "data": str(Path(data).resolve()),
+        "budget": budget_name,
+        "context": context,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = Manifest.open(out, settings)
+    manifest.doc["command"] = command
+    manifest.doc["compare"] = "compare" if len(opened) == 2 else None
+    plans = {}
+    for m in opened:
+        store = prepare_store(data, m.adapter, out, show_progress)
+        kv_file, kv_pairs = prepare_kv(out, m.adapter, budget, context)
+        text = None if is_store(data) else data
+        plans[m.label] = build(
+            context,
+            budget,
+            store=store,
+            haystack=haystack or text,
+            kv_file=kv_file,
+            kv_pairs=kv_pairs,
+            attention=attention_problem(opened),
+        )
+        for step in plans[m.label]:
+            if step.name in ("niah", "passkey"):
+                fit_prompt_lengths(step, m.adapter, context)
+    jobs = _jobs(opened, plans)
+    total = sum(step.cost for _, step, _ in jobs)
+    bar = tqdm(
+        total=total, desc="profile", unit="tok", unit_scale=True, disable=None if show_progress else True
+    )
+    print(
+        f"profile of {', '.join(m.path for m in opened)} at context {context} ({budget_name}): "
+        f"{sum(1 for _, s, _ in jobs if not s.skip)} steps, results in {out}",
+        file=sys.stdout,
+    )
+    for label, step, pair in jobs:
+        rec = manifest.record(step.name, label)
+        target = out / ("compare" if pair else f"models/{label}")
+        if manifest.finished(rec):
+            bar.update(step.cost)
+            continue
+        if step.skip:
+            rec.update(status="skipped", error=step.skip, result=None)
+            manifest.save()
+            bar.update(step.cost)
+            continue
+        rec.update(status="running", error=None)
+        manifest.save()
+        s0 = time.perf_counter()
+        try:
+            model = next(m for m in opened if m.label == label.split("+")[0])
+            other = opened[1] if pair else None
+            path = run_step(step, model, target, other)
+            rec.update(status="done", result=str(path.relative_to(out)))
+        except UserError as e:
+            rec.update(status="failed", error=str(e))
+            tqdm.write(f"  {step.name} ({label}) failed: {e}", file=sys.stdout)
+        rec["seconds"] = round(time.perf_counter() - s0, 2)
+        manifest.save()
+        bar.update(step.cost)
+    bar.close()
+    if len(opened) == 2:
+        manifest.doc["compare_notes"] = _compare(out, opened)
+    manifest.doc["headline"] = headline(out, manifest.doc)
+    manifest.doc["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    manifest.doc["seconds"] = round(time.perf_counter() - t0, 1)
+    manifest.save()
+    manifest.doc["report"] = str(build_report(out, out / "report.html", None).relative_to(out))
+    manifest.save()
+    return manifest.doc
+
+
+def _jobs(opened: list[Model], plans: dict[str, list[Step]]) -> list[tuple[str, Step, bool]]:
+    """(model label, step, is a pair step) in order: every model's evaluations, then attention (per
+    model, or once for the pair with two models: its comparison needs both on the same rows)."""
+    jobs = []
+    for m in opened:
+        jobs += [(m.label, s, False) for s in plans[m.label] if s.name != "attention"]
+    att = [s for s in plans[opened[0].label] if s.name == "attention"]
+    if len(opened) == 2:
+        jobs += [(f"{opened[0].label}+{opened[1].label}", s, True) for s in att]
+    else:
+        jobs += [(opened[0].label, s, False) for s in att]
+    return jobs
+
+
+def _compare(out: Path, opened: list[Model]) -> dict:
+    """``contextlab compare`` of the two models' results, one evaluation at a time; returns
+    {evaluation: note} for those not compared (a refused pairing names its cause)."""
+    from contextlab.compare.paired import COMPARERS, Options, compare_runs
+
+    a, b = (out / "models" / m.label for m in opened)
+    notes = {}
+    for name in COMPARERS:
+        if not ((a / f"{name}.json").is_file() and (b / f"{name}.json").is_file()):
+            continue
+        try:
+            compare_runs(a, b, [name], Options(), out / "compare")
+        except UserError as e:
+            notes[name] = str(e)
+    return notes

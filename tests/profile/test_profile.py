@@ -1,0 +1,161 @@
+"""``contextlab profile``: the battery fitted to the model's context, paired with a second model,
+resumable, written where the user said and never into a model's folder."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import warnings
+
+import pytest
+import torch
+
+from contextlab.cli import main
+from contextlab.data.kv_synthetic import kv_examples, pairs_that_fit, write_kv_file
+from contextlab.data.tokenizers import ByteTokenizer
+from contextlab.errors import UserError
+from contextlab.eval.adapter import ContextLengthWarning
+from contextlab.eval.kv import read_examples
+from contextlab.models.gpt import GPT, GPTConfig
+from contextlab.profile import BUDGETS
+from contextlab.profile.plan import NEEDLE_ROOM, build, kv_positions, prompt_lengths
+from contextlab.train.checkpoint import write_untrained_run
+from tests.conftest import shakespeare
+
+CONTEXT = 512
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two byte-level GPTs (random weights, context 512) saved as ordinary runs."""
+    root = tmp_path_factory.mktemp("runs")
+    out = []
+    for seed, name in enumerate(("first", "second")):
+        torch.manual_seed(seed)
+        model = GPT(GPTConfig(vocab_size=257, n_layer=1, n_head=2, n_embd=32, context=CONTEXT))
+        write_untrained_run(root / name, model, ByteTokenizer(), note="random init")
+        out.append(root / name)
+    return out
+
+
+@pytest.fixture(scope="module")
+def text(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("text")
+    play = shakespeare(48_000)
+    for i in range(4):
+        (folder / f"part{i}.txt").write_text(play[i * 12_000 : (i + 1) * 12_000])
+    return folder
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory, runs, text):
+    out = tmp_path_factory.mktemp("p") / "profile"
+    argv = ["profile", "--model", str(runs[0]), "--compare", str(runs[1]), "--data", str(text)]
+    argv += ["--out", str(out), "--no-progress", "--threads", "1"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ContextLengthWarning)  # no prompt of the battery runs past the context
+        assert main(argv) == 0
+    return out, argv
+
+
+def test_lengths_follow_the_context_and_never_pass_it():
+    for C in (64, 256, 512, 2048):
+        lengths = prompt_lengths(C, NEEDLE_ROOM)
+        assert lengths == sorted(set(lengths)) and max(lengths) == C - NEEDLE_ROOM and lengths[0] >= 16
+    steps = {
+        s.name: s
+        for s in build(512, BUDGETS["quick"], store="S", haystack=None, kv_file="K", kv_pairs=7, attention="")
+    }
+    assert steps["contextwise"].options.length == 513  # context lengths 1..512, none beyond
+    assert steps["bayes-fit"].options.lengths == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+    assert steps["kv"].options.positions == [0, 3, 6] and steps["kv"].options.n_pairs == 7
+    assert all(s.options.scoring == "likelihood" for n, s in steps.items() if n in ("niah", "passkey", "kv"))
+    assert kv_positions(1, 5) == [0] and kv_positions(9, 5) == [0, 2, 4, 6, 8]
+    with pytest.raises(UserError, match="at least 64"):
+        build(32, BUDGETS["quick"], store="S", haystack=None, kv_file="K", kv_pairs=0, attention="")
+
+
+def test_kv_file_is_the_lost_in_the_middle_format_and_deterministic(tmp_path):
+    f = write_kv_file(tmp_path / "kv.jsonl.gz", 3, 5, seed=2)
+    rows = read_examples(f)
+    assert len(rows) == 3 and all(len(r["ordered_kv_records"]) == 5 for r in rows)
+    assert all(r["key"] in [k for k, _ in r["ordered_kv_records"]] for r in rows)
+    assert gzip.decompress(f.read_bytes()) == gzip.decompress(
+        write_kv_file(tmp_path / "b.jsonl.gz", 3, 5, 2).read_bytes()
+    )
+    assert kv_examples(1, 4, seed=1) != kv_examples(1, 4, seed=2)
+    assert pairs_that_fit(lambda n: 100 + 30 * n, 250) == 5 and pairs_that_fit(lambda n: 300, 250) == 0
+
+
+def test_profile_writes_every_measure_and_pairs_them(profiled, runs):
+    out, _ = profiled
+    doc = json.loads((out / "profile.json").read_text())
+    assert doc["format"] == "contextlab-profile" and doc["context"] == CONTEXT and doc["budget"] == "quick"
+    labels = [m["label"] for m in doc["models"]]
+    assert labels == ["first", "second"]
+    status = {(s["name"], s["model"]): s["status"] for s in doc["steps"]}
+    for label in labels:
+        for name in ("contextwise", "bayes-fit", "niah", "passkey", "kv"):
+            assert status[(name, label)] == "done", (name, label, doc["steps"])
+            assert (out / "models" / label / f"{name}.json").is_file()
+    kv = json.loads((out / "models/first/kv.json").read_text())["options"]
+    assert kv["n_pairs"] == 4  # as many 72-byte UUID pairs as fit 512 bytes with the question
+    assert status[("attention", "first+second")] == "done"
+    cw = json.loads((out / "models/first/contextwise.json").read_text())["results"]
+    assert cw["length"] == CONTEXT + 1 and not any(b["beyond_train_context"] for b in cw["buckets"])
+    for name in ("contextwise", "bayes-fit", "niah", "passkey", "kv"):
+        assert (out / "compare" / f"compare_{name}.json").is_file()
+    rows = {r["measure"].split(" (")[0]: r for r in doc["headline"]}
+    best = rows["best-context loss"]
+    comp = json.loads((out / "compare/compare_contextwise.json").read_text())["results"]["best_context"]
+    assert best["diff"] == pytest.approx(best["values"]["second"] - best["values"]["first"])
+    assert best["diff"] == pytest.approx(-comp["diff"]) and best["ci95"] == pytest.approx(
+        [-comp["interval95"][1], -comp["interval95"][0]]
+    )
+    needle = rows["needle accuracy"]
+    assert needle["values"]["first"] == pytest.approx(0.2) and needle["chance"] == pytest.approx(
+        0.2
+    )  # balanced sets
+    assert rows["attention mean distance"]["ci95"] is not None
+    assert (out / "report.html").is_file() and not any(p.name.startswith("eval") for p in runs[0].iterdir())
+
+
+def test_a_rerun_resumes_and_redoes_only_what_is_missing(profiled, capsys):
+    out, argv = profiled
+    doc = json.loads((out / "profile.json").read_text())
+    before = {p: p.stat().st_mtime_ns for p in (out / "models").rglob("*.json")}
+    for s in doc["steps"]:  # as if the profile had been killed inside the passkey step of "second"
+        if s["name"] == "passkey" and s["model"] == "second":
+            s["status"] = "running"
+    (out / "profile.json").write_text(json.dumps(doc))
+    (out / "models/second/passkey.json").unlink()
+    assert main(argv) == 0
+    after = {p: p.stat().st_mtime_ns for p in (out / "models").rglob("*.json")}
+    redone = [p.relative_to(out).as_posix() for p in after if before.get(p) != after[p]]
+    assert redone == ["models/second/passkey.json"]
+    steps = json.loads((out / "profile.json").read_text())["steps"]
+    assert all(s["status"] in ("done", "skipped") for s in steps)
+
+
+def test_profiles_are_never_mixed_or_written_into_a_model(profiled, runs, text, tmp_path, capsys):
+    _, argv = profiled
+    other = [a if a != "--compare" else "--budget" for a in argv]
+    other[other.index("--budget") + 1] = "standard"
+    assert main(other) != 0
+    assert "holds a profile of other settings (models, budget differ)" in capsys.readouterr().err
+    assert main(["profile", "--model", str(runs[0]), "--data", str(text), "--out", str(runs[0] / "p")]) != 0
+    err = capsys.readouterr().err
+    assert "--out" in err and str(runs[0]) in err
+    assert not (runs[0] / "p").exists()
+
+
+def test_default_out_is_a_new_folder_in_the_current_directory(runs, monkeypatch, tmp_path):
+    from contextlab.profile.runner import default_out
+
+    monkeypatch.chdir(tmp_path)
+    assert default_out([str(runs[0])], "quick") == tmp_path / "profile-first-quick"
+    assert default_out([str(runs[0]), str(runs[1])], "full") == tmp_path / "profile-first-vs-second-full"
+    same = tmp_path / "x" / "first"
+    shutil.copytree(runs[0], same)
+    assert default_out([str(runs[0]), str(same)], "quick").name == "profile-a_first-vs-b_first-quick"
