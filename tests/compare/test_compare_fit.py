@@ -95,4 +95,10 @@ def test_real_bayes_fit_results_of_two_models_pair_and_compare(tmp_path, byte_st
         doc["results"]["by_length"], *(np.load(run / "eval" / "bayes-fit.target_losses.npy") for run in runs)
     ):
         assert row["diff"] == pytest.approx(float((la - lb).mean()))
+    la, lb = (np.load(run / "eval" / "bayes-fit.target_losses.npy") for run in runs)
+    gain = doc["results"][
+        "context_gain"
+    ]  # the context gains' paired difference: (1 - 8 visible) of A minus B's
+    assert gain["diff"] == pytest.approx(float(((la[0] - la[-1]) - (lb[0] - lb[-1])).mean()))
+    assert gain["a"] - gain["b"] == pytest.approx(gain["diff"]) and gain["visible"] == [1, 8]
     assert (tmp_path / "o" / "compare_bayes-fit.png").stat().st_size > 1000

@@ -8,7 +8,9 @@ document are not independent). The fitted parameters C0 (loss with unlimited con
 interval exists: they get a percentile bootstrap over documents, refitting both models on each
 resample with the same weighting as the reported fit. Trade-off: at most ``FIT_RESAMPLES``
 refits per side (each is a ``curve_fit``), and resamples whose fit does not converge are
-dropped and counted in the result, so a reader sees when the interval rests on fewer.
+dropped and counted in the result, so a reader sees when the interval rests on fewer. With l = 1
+measured, the context gain (l = 1 minus the largest l, per target) is paired too: its A - B
+difference per target, with the same cluster t interval.
 """
 
 from __future__ import annotations
@@ -50,7 +52,20 @@ def bayes_fit(a, b, o) -> dict:
     if fits["failed"]:
         notes.append(f"{fits['failed']} bootstrap resamples whose fit did not converge were left out")
     results = {"unit": "target token", "cluster": "document", "n_targets": la.shape[1], "n_documents": n_docs}
-    return {"lines": lines, "results": {**results, "by_length": per_length, "fit": fits}, "notes": notes}
+    results = {**results, "by_length": per_length, "fit": fits}
+    if lengths[0] == 1 and len(lengths) > 1:  # the context gain (l = 1 minus the largest l), A - B, paired
+        gain = cs.cluster_t(*cs.per_cluster((la[0] - la[-1]) - (lb[0] - lb[-1]), docs))
+        results["context_gain"] = {
+            **gain,
+            "a": float((la[0] - la[-1]).mean()),
+            "b": float((lb[0] - lb[-1]).mean()),
+            "visible": [1, int(lengths[-1])],
+        }
+        lines.append(
+            f"bayes-fit context gain A - B = {cs.interval_text(gain)} nats over {n_docs} documents "
+            f"(A {results['context_gain']['a']:.3f}, B {results['context_gain']['b']:.3f})"
+        )
+    return {"lines": lines, "results": results, "notes": notes}
 
 
 def _fits(lengths, sums, sq, counts) -> dict:
