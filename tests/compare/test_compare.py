@@ -17,9 +17,13 @@ from contextlab.eval.results import write_result
 BUCKETS = [{"from": 1, "to": 1}, {"from": 2, "to": 3}, {"from": 4, "to": 7}]
 
 
-def contextwise_result(run, bucket_loss, best_loss, pieces, *, hash_="a" * 64, **options) -> None:
-    """A contextwise result file in RUN/eval with the given per-piece arrays."""
+def contextwise_result(
+    run, bucket_loss, best_loss, pieces, *, hash_="a" * 64, resolved_length=None, one_token=None, **options
+) -> None:
+    """A contextwise result file in RUN/eval with the given per-piece arrays (``resolved_length``: the
+    length the run resolved, recorded as results.length)."""
     n = len(pieces)
+    length = {} if resolved_length is None else {"length": resolved_length}
     write_result(
         run / "eval",
         "contextwise",
@@ -27,6 +31,7 @@ def contextwise_result(run, bucket_loss, best_loss, pieces, *, hash_="a" * 64, *
             "summary": {"best_context_loss": float(np.mean(best_loss))},
             "buckets": BUCKETS,
             "best_context": {"from": 6, "to": 7, "loss": float(np.mean(best_loss))},
+            **length,
         },
         options={"length": 8, "max_docs": 0, "pieces_per_doc": 0, "best_fraction": 0.1, **options},
         model={"id": run.name, "path": str(run)},
@@ -36,18 +41,19 @@ def contextwise_result(run, bucket_loss, best_loss, pieces, *, hash_="a" * 64, *
             "pieces": np.asarray(pieces, np.int64),
             "piece_bucket_loss": np.asarray(bucket_loss, np.float64),
             "piece_best_loss": np.asarray(best_loss, np.float64),
+            **({} if one_token is None else {"piece_one_token_loss": np.asarray(one_token, np.float64)}),
         },
     )
 
 
-def niah_result(run, correct, group, cell, **options) -> None:
+def niah_result(run, correct, group, cell, *, lengths=(32, 64), tokenizer="t" * 64, **options) -> None:
     write_result(
         run / "eval",
         "niah",
         results={"summary": {"likelihood_accuracy": float(np.mean(correct))}},
         options={"samples": 2, "scoring": "likelihood", **options},
-        model={"id": run.name},
-        data={"haystack": "x", "hash": "h" * 64, "lengths": [32, 64]},
+        model={"id": run.name, "tokenizer": {"hash": tokenizer}},
+        data={"haystack": "x", "hash": "h" * 64, "lengths": list(lengths)},
         seconds=0.0,
         arrays={
             "correct_likelihood_correct": np.asarray(correct, np.int8),
@@ -95,6 +101,29 @@ def test_a_shifted_run_gives_the_shift_and_the_paired_t_interval(tmp_path):
         doc["lines"][0].startswith("contextwise best-context loss A - B = -0.1")
         and "over 30 documents" in (doc["lines"][0])
     )
+
+
+def test_the_context_gain_is_paired_piece_by_piece(tmp_path):
+    """A's best-context loss is 0.1 lower on the same one-token losses: its context gain is 0.1 larger."""
+    rng = np.random.default_rng(2)
+    pieces = [(d, 0) for d in range(20)]
+    bucket, best, one = rng.normal(5, 0.5, (20, 3)), rng.normal(4.5, 0.5, 20), rng.normal(6, 0.5, 20)
+    noise = rng.normal(0, 0.02, 20)
+    contextwise_result(tmp_path / "a", bucket, best - 0.1 + noise, pieces, one_token=one)
+    contextwise_result(tmp_path / "b", bucket, best, pieces, one_token=one)
+    _, (doc,) = compare_runs(tmp_path / "a", tmp_path / "b", ["contextwise"], Options(), tmp_path / "o")
+    gain = doc["results"]["context_gain"]
+    ref = stats.ttest_rel(one - (best - 0.1 + noise), one - best).confidence_interval(0.95)
+    assert gain["diff"] == pytest.approx(0.1 - noise.mean()) and gain["a"] - gain["b"] == pytest.approx(
+        gain["diff"]
+    )
+    assert gain["interval95"] == pytest.approx([ref.low, ref.high])
+    assert doc["lines"][1].startswith(f"contextwise context gain A - B = {gain['diff']:+.3f} [")
+    contextwise_result(
+        tmp_path / "c", bucket, best, pieces
+    )  # written before the one-token losses: no gain pair
+    _, (old,) = compare_runs(tmp_path / "a", tmp_path / "c", ["contextwise"], Options(), tmp_path / "o2")
+    assert "context_gain" not in old["results"]
 
 
 def test_pieces_of_one_document_are_one_cluster():
@@ -191,6 +220,55 @@ def test_results_of_different_data_or_options_are_refused(tmp_path):
         compare_runs(tmp_path / "a", tmp_path / "d", None, Options(resamples=10), None)
     with pytest.raises(UserError, match="holds no evaluation results"):
         compare_runs(tmp_path / "a", tmp_path / "missing", None, Options(), None)
+
+
+def test_a_refusal_names_the_setting_that_differs_with_both_values(tmp_path):
+    """It said 'data pieces 46 vs 39; rerun with the same --data and options' where the cause was the
+    default length, which follows each model's context (511 on one model, 1,023 on the other)."""
+    loss = np.ones((4, 3))
+    contextwise_result(
+        tmp_path / "a", loss, np.ones(4), [(d, 0) for d in range(4)], resolved_length=511, length=0
+    )
+    contextwise_result(
+        tmp_path / "b", loss[:3], np.ones(3), [(d, 0) for d in range(3)], resolved_length=1023, length=0
+    )
+    with pytest.raises(UserError) as err:
+        compare_runs(tmp_path / "a", tmp_path / "b", None, Options(), None)
+    assert str(err.value) == (
+        "contextwise: a and b were not computed on the same samples (data pieces 4 vs 3): contextwise was "
+        "run with length 511 on a and 1,023 on b (the default --length follows each model's context); "
+        "rerun `contextlab eval contextwise` on both with the same --length (e.g. --length 511)"
+    )
+    cell, group = np.zeros((10, 2)), np.repeat(np.arange(2), 5)
+    niah_result(tmp_path / "c", np.ones(10), group, cell, lengths=(114, 242, 498))
+    niah_result(tmp_path / "d", np.ones(10), group, cell, lengths=(242, 498, 1010), samples=4)
+    with pytest.raises(UserError) as err:
+        compare_runs(tmp_path / "c", tmp_path / "d", ["niah"], Options(), None)
+    assert str(err.value) == (
+        "niah: c and d were not computed on the same samples (data lengths [114, 242, 498] vs [242, 498, "
+        "1010]; option samples 2 vs 4): niah was run with lengths 114, 242, 498 on c and 242, 498, 1010 on "
+        "d (the default --lengths follows each model's context); --samples was 2 on c and 4 on d; rerun "
+        "`contextlab eval niah` on both with the same --lengths (e.g. --lengths 114,242,498) and the same "
+        "--samples"
+    )
+    contextwise_result(tmp_path / "e", loss, np.ones(4), [(d, 0) for d in range(4)], hash_="e" * 64)
+    contextwise_result(tmp_path / "f", loss, np.ones(4), [(d, 0) for d in range(4)], hash_="f" * 64)
+    with pytest.raises(UserError) as err:
+        compare_runs(tmp_path / "e", tmp_path / "f", None, Options(), None)
+    assert str(err.value) == (
+        "contextwise: e and f were not computed on the same samples (data hash eeeeeeeeeeee vs "
+        f"ffffffffffff): e read {tmp_path / 'e' / 'store'} and f read {tmp_path / 'f' / 'store'} (content "
+        "hash eeeeeeeeeeee vs ffffffffffff); rerun `contextlab eval contextwise` on both with the same --data"
+    )
+    niah_result(tmp_path / "g", np.ones(10), group, cell, tokenizer="g" * 64)
+    niah_result(tmp_path / "h", np.ones(10), group, cell + 1, tokenizer="k" * 64)
+    with pytest.raises(UserError) as err:
+        compare_runs(tmp_path / "g", tmp_path / "h", ["niah"], Options(), None)
+    assert str(err.value) == (
+        "niah: g and h were not computed on the same samples (saved cell): the models' tokenizers differ "
+        "(hash gggggggg on g, kkkkkkkk on h), so the same text makes other token sequences; compare models "
+        "of one tokenizer"
+    )
 
 
 def test_two_tiny_trained_models_end_to_end(tmp_path, capsys):

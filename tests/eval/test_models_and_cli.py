@@ -98,8 +98,13 @@ def test_hf_gpt2_loads_through_the_real_code_and_matches_its_own_forward(hf_fold
 
 
 def test_tokenizer_mismatch_is_one_clear_error(hf_folder, stores):
-    with pytest.raises(UserError, match="tokenizer .* differs from"):
+    with pytest.raises(UserError, match="tokenizer .* differs from") as err:
         cmd_eval(["ppl", "--model", str(hf_folder), "--data", str(stores[1].path), "--out", "/tmp/never"])
+    # a Hugging Face folder's tokenizer is hf:FOLDER (dir: is for tokenizers saved by contextlab)
+    assert str(err.value).endswith(
+        "ingest the data again with the model's tokenizer (contextlab data ingest SOURCE --tokenizer "
+        f"hf:{hf_folder} --out STORE)"
+    )
 
 
 def test_cli_on_hf_folder_writes_json_and_plot(hf_folder, stores, tmp_path):

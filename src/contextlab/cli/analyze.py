@@ -41,7 +41,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="STORE",
         help="a token store made with the model's tokenizer (long documents), or a parity store",
     )
-    p.add_argument("--out", help="output folder (default: MODEL/eval)")
+    p.add_argument(
+        "--out",
+        help="output folder (default: RUN/eval for a run or any of its checkpoints, FOLDER/eval for a "
+        "model folder)",
+    )
     p.add_argument("--step", type=int, help="checkpoint step of a run (default: the newest)")
     p.add_argument(
         "--dtype", default="fp32", choices=["fp32", "bf16"], help="compute precision (default: fp32)"
@@ -55,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 = torch's default")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (shown on stderr)")
     add_dataclass_args(p.add_argument_group("entropy options"), Options)
     return p
 
@@ -88,12 +92,13 @@ def _table(results: dict) -> str:
 def cmd_entropy(argv: list[str]) -> int:
     """Intrinsic entropy and dimension of hidden states vs context length, correlated with the loss."""
     from contextlab.analysis.entropy import Options, run
-    from contextlab.eval import load_model
+    from contextlab.eval import load_model, progress
     from contextlab.eval.results import model_record, run_and_record
     from contextlab.rundir import eval_dir
 
     args = _parser().parse_args(argv)
     options = dataclass_from_args(Options, args)
+    progress.set_enabled(not args.no_progress)
     if args.threads:
         import torch
 
@@ -139,13 +144,17 @@ def _attention_parser() -> argparse.ArgumentParser:
         "--data", metavar="STORE", help="a token store made with the models' tokenizer (held-out rows)"
     )
     p.add_argument("--text", help="analyse this text instead of --data (one row, cut to --length tokens)")
-    p.add_argument("--out", help="output folder (default: MODEL/eval)")
+    p.add_argument(
+        "--out",
+        help="output folder (default: RUN/eval for a run or any of its checkpoints, FOLDER/eval for a "
+        "model folder)",
+    )
     p.add_argument("--step", type=int, help="checkpoint step of model A's run (default: the newest)")
     p.add_argument("--compare-step", type=int, help="checkpoint step of model B's run (default: the newest)")
     p.add_argument("--batch-size", type=int, default=8, help="rows per forward pass (default: 8)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 = torch's default")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (shown on stderr)")
     add_dataclass_args(p.add_argument_group("attention options"), Options)
     return p
 
@@ -179,12 +188,13 @@ def cmd_attention(argv: list[str]) -> int:
     """Where attention goes: received per token, mass by distance per layer, two models compared."""
     from contextlab.analysis.attention import Options, run
     from contextlab.analysis.attention_plots import plot_all
-    from contextlab.eval import load_model
+    from contextlab.eval import load_model, progress
     from contextlab.eval.results import run_and_record
     from contextlab.rundir import eval_dir
 
     args = _attention_parser().parse_args(argv)
     options = dataclass_from_args(Options, args)
+    progress.set_enabled(not args.no_progress)
     if args.threads:
         import torch
 

@@ -172,7 +172,9 @@ def cmd_pack_stats(argv: list[str]) -> int:
     if args.max_sequences < 0:
         raise UserError(f"--max-sequences must be >= 0, got {args.max_sequences}")
     packed = PackedStore(args.packed)
-    stats = pack_stats(packed, max_sequences=args.max_sequences, seed=args.seed)
+    stats = pack_stats(
+        packed, max_sequences=args.max_sequences, seed=args.seed, progress=not args.no_progress
+    )
     if args.json:
         print(json.dumps({k: v for k, v in stats.items() if not isinstance(v, list)}, indent=2))
     else:
@@ -206,6 +208,11 @@ def _pack_stats_parser() -> argparse.ArgumentParser:
         "when PACKED is read-only)",
     )
     p.add_argument("--no-plot", action="store_true", help="do not draw the plot")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar over the Zipf fits (it shows on a terminal only)",
+    )
     p.add_argument(
         "--json",
         action="store_true",

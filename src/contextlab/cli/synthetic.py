@@ -70,8 +70,9 @@ def _parser(kind: str | None) -> argparse.ArgumentParser:
 
 
 def cmd_synthetic(argv: list[str]) -> int:
-    """Write synthetic data with a known answer (parity: multitask sparse parity; mqar: associative
-    recall) as a token store."""
+    """Write a token store of synthetic data with a known answer: parity or mqar (associative recall).
+
+    parity is multitask sparse parity; mqar is multi-query associative recall."""
     kind = next((a for a in argv if not a.startswith("-")), None)
     args = _parser(kind if kind in KINDS else None).parse_args(argv)
     base = apply_overrides(read_toml(args.config) if args.config else {}, args.set)

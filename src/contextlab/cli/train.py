@@ -72,19 +72,32 @@ def cmd_train(argv: list[str]) -> int:
 
 
 def cmd_export(argv: list[str]) -> int:
-    """Export a checkpoint to a Hugging Face folder (safetensors + config)."""
+    """Export a checkpoint to a Hugging Face folder that transformers loads without contextlab."""
     p = argparse.ArgumentParser(
         prog="contextlab export",
         description=(
-            "Write a checkpoint as a Hugging Face model folder, with its tokenizer, that transformers' "
-            "AutoModelForCausalLM loads without contextlab installed: a SwiGLU GPT as a native Llama, "
-            "other models with their modeling code beside them (trust_remote_code=True)."
+            "Write a checkpoint as a Hugging Face model folder (config.json, model.safetensors and the "
+            "tokenizer as tokenizer.json, which AutoTokenizer reads) that transformers' "
+            "AutoModelForCausalLM.from_pretrained(FOLDER) loads without contextlab installed. A GPT with "
+            "the SwiGLU MLP is written as a native Llama (LlamaForCausalLM: no trust_remote_code); a GPT "
+            "with another MLP and a ContextLM carry their modeling code in the folder "
+            "(from_pretrained(FOLDER, trust_remote_code=True)); an MTP run is exported as its next-token "
+            "model (head 1; the extra heads are training-only); a Hugging Face model continued with "
+            "contextlab is written back in its own format. contextlab models also keep contextlab's copy "
+            "of the tokenizer under FOLDER/tokenizer. A run whose model is not a plain left-to-right "
+            "language model (an objective such as mlm or span corruption, or one that needs a mode token "
+            "before the text) is refused."
         ),
     )
     p.add_argument("run", help="a run directory or a checkpoint directory")
     p.add_argument("--step", type=int, help="checkpoint step (default: the newest)")
     p.add_argument("--out", required=True, help="the folder to write")
     p.add_argument("--overwrite", action="store_true", help="replace an existing folder")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar over the export's steps (it shows on a terminal only)",
+    )
     args = p.parse_args(argv)
     from transformers.utils import logging as hf_logging
 
@@ -92,7 +105,9 @@ def cmd_export(argv: list[str]) -> int:
 
     hf_logging.disable_progress_bar()  # its "Writing model shards" bar for a one-file folder is noise
 
-    out = export_checkpoint(args.run, args.out, step=args.step, overwrite=args.overwrite)
+    out = export_checkpoint(
+        args.run, args.out, step=args.step, overwrite=args.overwrite, progress=not args.no_progress
+    )
     print(f"exported to {out}")
     return 0
 

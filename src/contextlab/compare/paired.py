@@ -23,10 +23,14 @@ documents or prompts were drawn cancels and only the models' difference is left:
 Two results pair only when they were computed on the same data (the same content hash and
 resolved sizes) with the same options, and their saved samples (pieces, cells, candidate sets,
 token counts) are identical; otherwise the comparison is refused in one line naming what
-differs. Options that change how a sample is scored but not which samples there are (the
-scoring mode, ppl's window and stride, the best-context window) may differ: they are listed
-as notes. Trade-off: results written before the per-sample arrays existed cannot be compared
-(the error says to rerun the evaluation); recomputing them here would need the models.
+differs and why: a setting whose default follows each model's context (contextwise's length,
+the lengths of niah, passkey, vartrack and bayes-fit, kv's number of pairs), read from each
+result, with both values and the option to set; an option given differently; other data or
+changed data; models of different tokenizers. Options that change how a sample is scored but
+not which samples there are (the scoring mode, ppl's window and stride, the best-context
+window) may differ: they are listed as notes. Trade-off: results written before the per-sample
+arrays existed cannot be compared (the error says to rerun the evaluation); recomputing them
+here would need the models.
 """
 
 from __future__ import annotations
@@ -62,6 +66,14 @@ CELL_PARTS = {
     "vartrack": ["length"],
 }
 METRIC_NAMES = {"likelihood_correct": "likelihood", "contains": "substring-match", "exact": "exact-match"}
+RESOLVED = {  # settings whose default follows the model's context: (option, where the result records it)
+    "contextwise": [("length", ("results", "length"))],
+    "bayes-fit": [("lengths", ("results", "lengths"))],
+    "niah": [("lengths", ("data", "lengths"))],
+    "passkey": [("lengths", ("data", "lengths"))],
+    "vartrack": [("lengths", ("data", "lengths"))],
+    "kv": [("n_pairs", ("data", "n_pairs")), ("positions", ("data", "positions"))],
+}
 SAMPLE_KEYS = {
     "contextwise": ("pieces",),
     "ppl": ("doc_offsets",),
@@ -144,11 +156,89 @@ def check_pairing(name: str, a: Side, b: Side) -> list[str]:
         arr_a, arr_b = a.arrays(name, SAMPLE_KEYS[name]), b.arrays(name, SAMPLE_KEYS[name])
         diffs = [f"saved {k}" for k in SAMPLE_KEYS[name] if not np.array_equal(arr_a[k], arr_b[k])]
     if diffs:
+        causes, fixes, tokenizers = _causes(name, a, b)
+        why = f": {'; '.join(causes)}" if causes else ""
+        rerun = f"rerun `contextlab eval {name}` on both with {' and '.join(fixes)}" if fixes else ""
+        if tokenizers:
+            fix = "; ".join([x for x in (rerun, "compare models of one tokenizer") if x])
+        else:
+            fix = rerun or f"rerun `contextlab eval {name}` on both with the same --data and options"
         raise UserError(
-            f"{name}: {a.label} and {b.label} were not computed on the same samples ({'; '.join(diffs)}); "
-            f"rerun `contextlab eval {name}` on both with the same --data and options"
+            f"{name}: {a.label} and {b.label} were not computed on the same samples ({'; '.join(diffs)})"
+            f"{why}; {fix}"
         )
     return notes
+
+
+def _causes(name: str, a: Side, b: Side) -> tuple[list[str], list[str], bool]:
+    """(why A's and B's samples differ, the flags that make them the same, whether the models'
+    tokenizers differ), read from both results: the settings whose default follows the model's
+    context, the options given differently, the data, the models' tokenizers."""
+    causes, fixes, named = [], [], set()
+    oa, ob = a.doc.get("options") or {}, b.doc.get("options") or {}
+    for option, (part, key) in RESOLVED.get(name, []):
+        va, vb = (a.doc.get(part) or {}).get(key), (b.doc.get(part) or {}).get(key)
+        if va is None or vb is None or va == vb:
+            continue
+        flag = "--" + option.replace("_", "-")
+        line = f"{name} was run with {option} {_value(va)} on {a.label} and {_value(vb)} on {b.label}"
+        if oa.get(option) == ob.get(option) and not oa.get(option):
+            line += f" (the default {flag} follows each model's context)"
+        causes.append(line)
+        fixes.append(f"the same {flag} (e.g. {flag} {_flag_value(_smaller(va, vb))})")
+        named.add(option)
+    for k in sorted(set(oa) | set(ob)):
+        if k not in FREE.get(name, ()) and k not in named and oa.get(k) != ob.get(k):
+            flag = "--" + k.replace("_", "-")
+            causes.append(f"{flag} was {_value(oa.get(k))} on {a.label} and {_value(ob.get(k))} on {b.label}")
+            fixes.append(f"the same {flag}")
+    data = _data_cause(a, b)
+    if data:
+        causes.append(data)
+        fixes.append("the same --data")
+    ta, tb = (((s.doc.get("model") or {}).get("tokenizer") or {}).get("hash") for s in (a, b))
+    tokenizers = bool(ta and tb and ta != tb)
+    if tokenizers:
+        causes.append(
+            f"the models' tokenizers differ (hash {ta[:8]} on {a.label}, {tb[:8]} on {b.label}), so the same "
+            "text makes other token sequences"
+        )
+    return causes, list(dict.fromkeys(fixes)), tokenizers
+
+
+def _data_cause(a: Side, b: Side) -> str:
+    """Why the data of A and B differ ('' when their content hashes agree or are not recorded)."""
+    da, db = a.doc.get("data") or {}, b.doc.get("data") or {}
+    ha, hb = da.get("hash"), db.get("hash")
+    if not ha or not hb or ha == hb:
+        return ""
+    pa, pb = (next((d[k] for k in PATHS if d.get(k)), None) for d in (da, db))
+    content = f"content hash {_short(ha)} vs {_short(hb)}"
+    if pa and pa == pb:
+        return f"the data at {pa} changed between the two runs ({content})"
+    if pa and pb:
+        return f"{a.label} read {pa} and {b.label} read {pb} ({content})"
+    return f"the data differ ({content})"
+
+
+def _value(v) -> str:
+    """A setting as a sentence shows it: 1023 -> '1,023', [128, 256] -> '128, 256'."""
+    if isinstance(v, bool) or not isinstance(v, (int, list, tuple)):
+        return str(v)
+    if isinstance(v, int):
+        return f"{v:,}"
+    return ", ".join(str(x) for x in v) if v else "[]"
+
+
+def _flag_value(v) -> str:
+    """A setting as its flag takes it: 1023 -> '1023', [128, 256] -> '128,256'."""
+    return ",".join(str(x) for x in v) if isinstance(v, (list, tuple)) else str(v)
+
+
+def _smaller(va, vb):
+    """Of two values of a setting, the one that fits both models: the smaller (lists: by their largest)."""
+    key = (lambda v: max(v, default=0)) if isinstance(va, list) else (lambda v: v)
+    return min(va, vb, key=key)
 
 
 def _short(v) -> str:
@@ -185,13 +275,24 @@ def contextwise(a: Side, b: Side, o: Options) -> dict:
         f"({len(docs)} pieces; A {best['a']:.3f}, B {best['b']:.3f})"
     )
     results = {"unit": "piece", "cluster": "document", "n_pieces": len(docs), "n_documents": n_docs}
+    have = [set(s.doc.get("arrays") or {}) for s in (a, b)]
+    lines = [line]
+    if all("piece_one_token_loss" in h for h in have):  # the context gain (1 vs all visible), A - B, paired
+        one = ("piece_one_token_loss",)
+        ga = a.arrays("contextwise", one)[one[0]] - xa["piece_best_loss"]
+        gb = b.arrays("contextwise", one)[one[0]] - xb["piece_best_loss"]
+        results["context_gain"] = {"a": float(ga.mean()), "b": float(gb.mean()), **paired(ga - gb)}
+        lines.append(
+            f"contextwise context gain A - B = {cs.interval_text(results['context_gain'])} over {n_docs} "
+            f"documents (A {ga.mean():.3f}, B {gb.mean():.3f})"
+        )
     notes = []
     if best["window_a"] != best["window_b"]:  # models of different training contexts
         notes.append(
             f"best-context windows differ (A {best['window_a']}, B {best['window_b']}): each model's own"
         )
     return {
-        "lines": [line],
+        "lines": lines,
         "results": {**results, "best_context": best, "buckets": per_bucket},
         "notes": notes,
     }

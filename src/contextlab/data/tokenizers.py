@@ -148,8 +148,9 @@ def check_same_tokenizer(
     if _hashes(a_spec) & _hashes(b_spec):
         return
     fix = fix or (
-        f"rebuild {what_b} with {what_a}'s tokenizer (--tokenizer dir:<its tokenizer folder>) "
-        "or pair items made with the same tokenizer"
+        f"rebuild {what_b} with {what_a}'s tokenizer (--tokenizer store:<a store made with it>, "
+        "dir:<its saved tokenizer folder> or hf:<its Hugging Face folder>) or pair items made with the "
+        "same tokenizer"
     )
     raise UserError(
         f"{what_a}'s tokenizer ({a_spec.get('name')}, hash {a_hash[:8]}) differs from "

@@ -95,20 +95,21 @@ class ModelAdapter:
                 "mtp, contextlm, ul2)"
             )
 
-    def check_length(self, T: int, what: str = "the input", fix: str = "choose shorter lengths") -> None:
-        """Refuse sequences an absolute-position model cannot take; warn (once) when a RoPE model
-        goes beyond."""
+    def check_length(self, T: int, what: str = "the input", fix: str = "shorten the input") -> None:
+        """Refuse sequences an absolute-position model cannot take; warn (once) when a RoPE model goes
+        beyond. ``what`` names the sequence and ``fix`` the caller's own option that shortens it (an
+        evaluation calls this once, with its longest sequence, before its first forward pass, so the
+        one warning names the longest prompt and how to stay within the context)."""
         if self.context < T and not self.info.extends_beyond:
             raise UserError(
-                f"{what} has {T} tokens but {self.info.id} supports at most {self.context}; {fix}"
+                f"{what} runs {self.info.id} on {T:,} tokens but it supports at most {self.context:,}; {fix}"
             )
         if self.context < T and not self._warned_length:
             self._warned_length = True
             warnings.warn(
-                f"{self.info.id} was trained at context {self.context} and has no RoPE extension to "
-                f"{T} tokens: positions past {self.context} are extrapolated and usually score much "
-                f"worse; extend it first (contextlab train --init-from MODEL --set extend.method=yarn "
-                f"--set train.context={T})",
+                f"{what} runs {self.info.id} on {T:,} tokens, but it was trained at context {self.context:,} "
+                f"and has no RoPE extension to {T:,}: positions past {self.context:,} are extrapolated and "
+                f"usually score much worse; {fix}",
                 ContextLengthWarning,
                 stacklevel=3,
             )
@@ -213,7 +214,11 @@ class ModelAdapter:
         self.require_lm("generation")
         if not prompts:
             return []
-        self.check_length(max(len(p) for p in prompts) + max_new_tokens - 1, "the prompt plus the new tokens")
+        self.check_length(
+            max(len(p) for p in prompts) + max_new_tokens - 1,
+            "the longest prompt with its new tokens",
+            "shorten the prompt or lower --max-new-tokens",
+        )
         stop_ids = [i for i in (self.tokenizer.eot_id,) if i is not None]
         sampling = sampling or Sampling()
         run = self._speculative(sampling) if speculative else self.backend.generate_many

@@ -43,16 +43,43 @@ def open_store(data: str | None, adapter, what: str):
     and ids, one read remembered while unchanged: ``TokenStore.check_content``), so a corrupt store
     is one line, not an index error inside the model."""
     from contextlab.data.store import TokenStore
+    from contextlab.data.tokenizers import check_same_tokenizer
 
     if not data:
         raise UserError(
             f"{what} needs a token store: pass --data STORE (made with `contextlab data ingest "
-            f"SOURCE --tokenizer <the model's tokenizer> --out STORE`)"
+            f"SOURCE --tokenizer {tokenizer_arg(adapter)} --out STORE`)"
         )
     store = TokenStore(data)
-    store.check_tokenizer(adapter.tokenizer.spec(), f"the model {adapter.info.id}")
+    check_same_tokenizer(
+        adapter.tokenizer.spec(),
+        store.tokenizer_spec,
+        f"the model {adapter.info.id}",
+        f"the data store {store.path}",
+        fix=f"ingest the data again with the model's tokenizer (contextlab data ingest SOURCE --tokenizer "
+        f"{tokenizer_arg(adapter)} --out STORE)",
+    )
     store.check_content()
     return store
+
+
+def tokenizer_arg(adapter) -> str:
+    """The ``--tokenizer`` spec of the model's own tokenizer: ``hf:FOLDER`` for a Hugging Face folder,
+    ``dir:FOLDER`` for the saved tokenizer of a contextlab run, checkpoint or export."""
+    from contextlab.inference.tokenizer import hf_tokenizer_file
+    from contextlab.rundir import TOKENIZER, TOKENIZER_SPEC, find_tokenizer_dir, is_hf_folder
+
+    path = Path(adapter.info.path)
+    if adapter.info.path == "-" or not path.exists():  # a model built in this process
+        return "<the model's tokenizer>"
+    tok_file = hf_tokenizer_file(path) if is_hf_folder(path) else None
+    if tok_file is not None and not (path / TOKENIZER / TOKENIZER_SPEC).is_file():  # not a contextlab export
+        return f"hf:{path if tok_file == path / 'tokenizer.json' else tok_file}"
+    try:
+        saved = find_tokenizer_dir(path, adapter.tokenizer.spec())
+    except UserError:  # a damaged config.toml: the hint falls back to the form
+        saved = None
+    return f"dir:{saved}" if saved is not None else "dir:<the model's saved tokenizer folder>"
 
 
 def require_file(data: str | None, what: str, example: str) -> Path:

@@ -57,9 +57,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import contextlab.eval.progress as progress
+import contextlab.eval.stats as stats
 from contextlab.config import opt
 from contextlab.errors import UserError
-from contextlab.eval import progress, stats
 from contextlab.eval.base import EvalOutput, open_store
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+import contextlab.eval.progress as progress
 import contextlab.eval.stats as stats
 import contextlab.eval.tasks as tasks
 from contextlab.config import opt
@@ -113,15 +114,32 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     train_f, test_f = (folder / "train.txt", folder / "test.txt") if folder.is_dir() else (folder, folder)
     train = read_trec(train_f)
     test = select_test(read_trec(test_f), options.n_test, options.balance)
-    per_shot, skipped = [], []
+    built, skipped = {}, []
     for k in options.shots:
-        row, too_long = _score_shots(adapter, train, test, k, options.seeds)
+        samples, too_long = _build_shots(adapter, train, test, k, options.seeds)
         if too_long:
             skipped.append(k)
-        if row is not None:
-            per_shot.append(row)
-    if not per_shot:
+        if samples:
+            built[k] = samples
+    if not built:
         raise UserError("every shot count gives prompts longer than the model allows; lower --shots")
+    everything = [s for samples in built.values() for s in samples]
+    most = max(built, key=lambda k: max(len(s.prompt) for s in built[k]))
+    tasks.check_longest(
+        adapter, everything, "likelihood", f"the longest icl prompt ({most} shots)", "lower --shots"
+    )
+    progress.announce(
+        "icl",
+        {
+            "shots": list(built),
+            "skipped shots (too long)": skipped,
+            "test questions": len(test),
+            "example sets": options.seeds,
+            "prompts": len(everything),
+            "data": str(folder),
+        },
+    )
+    per_shot = [_score_shots(adapter, samples, test, k) for k, samples in built.items()]
     text = [f"{r['shots']} shots: " + _line(r) for r in per_shot]
     res = {"summary": _summary(per_shot, test), "by_shots": per_shot, "skipped_shots": skipped, "text": text}
 
@@ -138,27 +156,28 @@ def _line(row: dict) -> str:
     )
 
 
-def _score_shots(adapter, train, test, k: int, seeds: int) -> tuple[dict | None, bool]:
-    """The accuracy row for ``k`` shots over ``seeds`` sets of examples (None when no set was
-    scored), and whether a set gave prompts longer than the model allows (later sets are not run).
-    All sets are scored in one call, so each question's zero-shot control is scored once."""
+def _build_shots(adapter, train, test, k: int, seeds: int) -> tuple[list[tasks.Sample], bool]:
+    """The samples of ``k`` shots over ``seeds`` sets of examples, and whether a set gave prompts
+    longer than a fixed-position model allows (that set and later ones are left out)."""
     samples: list[tasks.Sample] = []
-    too_long = False
     for seed in range(seeds):
         batch = build_prompts(adapter, train, test, k, seed)
         if max(len(s.prompt) + 4 for s in batch) > adapter.context and not adapter.info.extends_beyond:
-            too_long = True
-            break
+            return samples, True
         samples += batch
-    if not samples:
-        return None, too_long
-    rows = tasks.score_samples(adapter, samples, "likelihood")
+    return samples, False
+
+
+def _score_shots(adapter, samples: list[tasks.Sample], test, k: int) -> dict:
+    """The accuracy row for ``k`` shots over the sets of ``samples``. All sets are scored in one call,
+    so each question's zero-shot control is scored once."""
+    rows = tasks.score_samples(adapter, samples, "likelihood", desc=f"icl: {k} shots")
     n_sets = len(samples) // len(test)
     correct = [r["likelihood_correct"] for r in rows]
     per_set = [float(np.mean(correct[i * len(test) : (i + 1) * len(test)])) for i in range(n_sets)]
     p = stats.proportion(correct)
     cal, cal_se = stats.mean_stderr([r["gain_true"] for r in rows])
-    row = {
+    return {
         "shots": k,
         "accuracy": p["accuracy"],
         "ci95": p["ci95"],
@@ -172,7 +191,6 @@ def _score_shots(adapter, train, test, k: int, seeds: int) -> tuple[dict | None,
         "n_test": len(test),
         "n_sets": n_sets,
     }
-    return row, too_long
 
 
 def _summary(per_shot: list[dict], test) -> dict:

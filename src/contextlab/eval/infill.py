@@ -21,10 +21,11 @@ argmax after it is a stop id). For a byte tokenizer this is exactly the generati
 (up to floating-point near-ties of the two top logits: the same positions are computed in a
 longer sequence); with BPE a generation that spells the middle with other tokens is counted
 a miss. ``check_generations`` spans per kind and mode are also generated with
-``ModelAdapter.generate`` (in chunks of 16 tokens, stopping once exact match is decided), shown
-in the result, and their agreement with the forced scores is reported; ``scoring=generate``
-generates every span. Trade-off: forced scoring costs two forward passes per span instead of
-one per generated token (no KV cache yet), so hundreds of spans fit on a CPU.
+``ModelAdapter.generate`` (greedy with a KV cache, in chunks of 16 tokens, stopping once exact
+match is decided), shown in the result, and their agreement with the forced scores is reported;
+``scoring=generate`` generates every span. Trade-off: forced scoring costs two forward passes
+per span, where generation costs a prompt pass and one cached step per generated token (a new
+prompt pass per chunk), so hundreds of spans fit on a CPU.
 
 And the left-to-right loss of the same files (``ppl``'s disjoint windows at the model's
 context), so one command gives both sides of "FIM for free".
@@ -37,8 +38,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from tqdm.auto import tqdm
 
+import contextlab.eval.progress as progress
 from contextlab.config import opt
 from contextlab.errors import UserError
 from contextlab.eval.base import EvalOutput
@@ -74,13 +75,15 @@ class Options:
         "forced",
         "forced: greedy exact match read off one forward pass over prompt + true middle (greedy reproduces "
         "the middle iff every argmax along it is the true token; exact for byte tokenizers); generate: "
-        "ModelAdapter.generate for every span (any tokenizer, slow without a KV cache)",
+        "greedy generation (KV-cached) of every span (any tokenizer; a decoding per span, slower)",
     )
     check_generations: int = opt(
         5, "with scoring=forced: spans per kind and mode also generated, to show and to cross-check"
     )
     lm_loss: bool = opt(True, "also the left-to-right loss of the same files (disjoint context windows)")
-    progress: bool = opt(True, "show a progress bar")
+    progress: bool = opt(
+        True, "show a progress bar (on a terminal only; contextlab eval --no-progress turns it off too)"
+    )
 
 
 @dataclass
@@ -214,6 +217,16 @@ def run_mode(adapter, samples: list[Sample], mode: str, sentinels, single: bool,
     }
 
 
+class _NoBar:
+    """What ``run_mode`` updates when --progress false: nothing."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def _eot(adapter) -> tuple[int, ...]:
     eot = (adapter.info.tokenizer or adapter.tokenizer.spec()).get("eot_id")
     return () if eot is None else (int(eot),)
@@ -241,7 +254,7 @@ def lm_loss(adapter, texts: list[str]) -> tuple[dict, dict[str, np.ndarray]]:
 
     docs = [np.asarray(adapter.encode(t), dtype=np.int64) for t in texts]
     docs = [d for d in docs if len(d) >= 2]
-    losses = document_losses(adapter, docs, adapter.context, adapter.context)
+    losses = document_losses(adapter, docs, adapter.context, adapter.context, desc="infill: l2r loss")
     flat = np.concatenate(losses)
     n_bytes = sum(len(adapter.tokenizer.decode(d[1:]).encode("utf-8")) for d in docs)
     nll = float(flat.astype(np.float64).sum())
@@ -283,7 +296,21 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         )
         for k in KINDS
     }
-    bar = tqdm(total=sum(len(v) for v in plan.values()) * len(modes), desc="infill", disable=not o.progress)
+    n_spans = {k: len(v) for k, v in plan.items()}
+    progress.announce(
+        "infill",
+        {
+            "spans": ", ".join(f"{n} {k}-line" for k, n in n_spans.items()),
+            "modes": modes,
+            "prefix tokens": budget[0],
+            "suffix tokens": budget[1],
+            "scoring": o.scoring,
+            "files": len(texts),
+            "data": described.get("store") or described.get("folder") or data,
+        },
+    )
+    total = sum(n_spans.values()) * len(modes)
+    bar = progress.bar(total=total, desc="infill", unit="span") if o.progress else _NoBar()
     kinds, arrays, summary = {}, {}, {}
     for kind, spans in plan.items():
         kinds[kind], a, s = run_kind(adapter, texts, spans, kind, modes, sentinels, o, bar)

@@ -15,10 +15,22 @@ many pairs (the set's among them) so that small-context models can take the task
 prompt text is tokenized with the model's own tokenizer. Scoring: the likelihood of the
 true value against the set's others, calibrated by the same prompt without the queried
 pair; generated text containing the value.
+
+Default number of pairs: as many as fit the model's context with the answer. A 75-key prompt
+is about 5,800 tokens of a BPE tokenizer, so a 512-token model would otherwise run every prompt
+at ten times its context. Each prompt keeps a seeded random subset of its example's pairs (the
+candidate set's keys always among them) in the file's order, and the queried pair is still moved
+from the first to the last position: the paper's task, with fewer distractor pairs (the paper
+itself varies their number: 75, 140 and 300 keys). The count is the largest whose every built
+prompt fits: guessed from the examples' mean pair, then moved one pair at a time (each move builds
+the prompts again: tokenizing, no model). Trade-off: fewer pairs make the task easier than the
+paper's 75, so results of models with different contexts compare only at one ``--n-pairs`` (the
+result records ``n_pairs``; ``contextlab compare`` says so when they differ).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from dataclasses import dataclass
@@ -26,6 +38,7 @@ from typing import Literal
 
 import numpy as np
 
+import contextlab.eval.progress as progress
 import contextlab.eval.tasks as tasks
 from contextlab.config import opt
 from contextlab.errors import UserError
@@ -36,7 +49,11 @@ from contextlab.eval.results import file_hash
 @dataclass
 class Options:
     n_examples: int = opt(20, "examples to use (the first ones of the file)")
-    n_pairs: int = opt(0, "key-value pairs per prompt (the set's kept); 0 = all of the example's")
+    n_pairs: int = opt(
+        0,
+        "key-value pairs per prompt (the set's kept, the others a seeded random subset of the example's); "
+        "0 = as many as fit the model's context with the answer (all of the example's when they fit)",
+    )
     positions: list[int] = opt(
         [], "positions (0-based) of the queried pair to test; empty = 5 evenly spaced from first to last"
     )
@@ -66,6 +83,8 @@ def kv_prompt(records: list[tuple[str, str]], key: str, query: str = "question")
         return head + f"The pair of that key, as written above:\n{json.dumps(key)}:"
     return head + f"Key: {json.dumps(key)}\nCorresponding value:"
 
+
+EXTRA_NEW = 4  # tokens generated past the value
 
 KV_FORMAT = (
     "one JSON object a line with 'key' and 'ordered_kv_records' (a list of [key, value] string pairs "
@@ -140,15 +159,43 @@ def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], di
     rows = read_examples(path)[: o.n_examples]
     if o.distractors < 1 or o.sets < 1:
         raise UserError("kv needs --distractors >= 1 and --sets >= 1")
+    in_file = min(len(r["ordered_kv_records"]) for r in rows)
+    if o.n_pairs:
+        samples, positions = _samples(adapter, rows, o, o.n_pairs)
+        n = min(o.n_pairs, in_file)
+    else:
+        n, samples, positions = _fitting(adapter, rows, o, in_file)
+    tasks.check_longest(
+        adapter,
+        samples,
+        o.scoring,
+        f"the longest kv prompt ({n} pairs)",
+        "use fewer pairs (--n-pairs), or leave --n-pairs out: the default number of pairs fits",
+    )
+    return samples, {
+        "file": str(path),
+        "hash": file_hash(path),
+        "n_examples": len(rows),
+        "n_pairs": n,
+        "n_pairs_in_file": in_file,
+        "positions": positions,
+        "query": o.query,
+    }
+
+
+def _samples(adapter, rows: list[dict], o: Options, n_pairs: int) -> tuple[list[tasks.Sample], list[int]]:
+    """Every prompt with ``n_pairs`` pairs (0, or more than an example has: all of its pairs), and the
+    positions tested."""
     rng = np.random.default_rng(o.seed)
-    samples: list[tasks.Sample] = []
-    n = min(len(r["ordered_kv_records"]) for r in rows) if not o.n_pairs else o.n_pairs
+    kept_o = dataclasses.replace(o, n_pairs=n_pairs)
+    n = min(min(n_pairs or len(r["ordered_kv_records"]), len(r["ordered_kv_records"])) for r in rows)
     positions = o.positions or sorted({int(round(x)) for x in np.linspace(0, n - 1, 5)})
+    samples: list[tasks.Sample] = []
     for ex in rows:
         records = [tuple(kv) for kv in ex["ordered_kv_records"]]
         gold = next(i for i, (k, _) in enumerate(records) if k == ex["key"])
         for s in range(o.sets):
-            kept, members = _draw_set(rng, records, gold, o, s == 0)
+            kept, members = _draw_set(rng, records, gold, kept_o, s == 0)
             pool = [adapter.encode(" " + json.dumps(kept[m][1])) for m in members]
             for p in positions:
                 if p >= len(kept):
@@ -156,14 +203,43 @@ def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], di
                 group = len(samples) // len(pool)
                 for m, cands in zip(members, tasks.rotations(pool)):
                     samples.append(_sample(adapter, kept, m, p, cands, group, o.query))
-    return samples, {
-        "file": str(path),
-        "hash": file_hash(path),
-        "n_examples": len(rows),
-        "n_pairs": n,
-        "positions": positions,
-        "query": o.query,
-    }
+    return samples, positions
+
+
+def _fitting(
+    adapter, rows: list[dict], o: Options, in_file: int
+) -> tuple[int, list[tasks.Sample], list[int]]:
+    """(the most pairs whose every prompt fits the model's context with its answer, those prompts, the
+    positions): a first guess from the examples' mean pair, then one pair up or down at a time."""
+    enc, ctx = adapter.encode, adapter.context
+    records = [tuple(kv) for r in rows for kv in r["ordered_kv_records"]]
+    pair = float(np.mean([len(enc(f"{json.dumps(k)}: {json.dumps(v)},\n ")) for k, v in records]))
+    value = max(len(enc(" " + json.dumps(v))) for _, v in records)
+    room = tasks.answer_room(value, o.scoring, value + EXTRA_NEW)
+    fixed = max(len(enc(kv_prompt([], r["key"], o.query))) for r in rows)
+    k = min(o.distractors + 1, in_file)
+
+    def built(n: int) -> tuple[list[tasks.Sample], list[int], int]:
+        samples, positions = _samples(adapter, rows, o, 0 if n == in_file else n)  # 0: every pair
+        return samples, positions, tasks.longest_forward(samples, o.scoring)
+
+    n = min(in_file, max(k, int((ctx - room - fixed) / pair)))
+    samples, positions, longest = built(n)
+    while longest > ctx:  # too many: one fewer until they fit
+        if n <= k:
+            raise UserError(
+                f"kv: even {k} pairs (a candidate set of 1 + --distractors {o.distractors}) make prompts of "
+                f"{longest:,} tokens with the answer, more than the model's context of {ctx:,}; lower "
+                "--distractors, or pass --n-pairs to run past the context (the model then extrapolates)"
+            )
+        n -= 1
+        samples, positions, longest = built(n)
+    while n < in_file:  # they fit: one more while that fits too
+        more = built(n + 1)
+        if more[2] > ctx:
+            break
+        n, (samples, positions, longest) = n + 1, more
+    return n, samples, positions
 
 
 def _sample(
@@ -173,14 +249,29 @@ def _sample(
     key, value = kept[member]
     placed = place_gold(kept, member, position)
     ids = adapter.encode(kv_prompt(placed, key, query))
-    adapter.check_length(len(ids) + len(cands[0]), "the key-value prompt", "use fewer pairs (--n-pairs)")
     control = adapter.encode(kv_prompt([r for r in placed if r[0] != key], key, query))
-    return tasks.Sample(ids, value, cands, (position,), len(cands[0]) + 4, {}, control, group)
+    return tasks.Sample(ids, value, cands, (position,), len(cands[0]) + EXTRA_NEW, {}, control, group)
 
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
     samples, info = build(adapter, options, data)
-    rows = tasks.score_samples(adapter, samples, options.scoring)
+    of = f" (of {info['n_pairs_in_file']}, fitted to the context {adapter.context:,})"
+    fitted = "" if options.n_pairs else of
+    progress.announce(
+        "kv",
+        {
+            "examples": info["n_examples"],
+            "pairs": f"{info['n_pairs']}{fitted}",
+            "positions": info["positions"],
+            "keys per set": len(samples[0].candidates),
+            "sets per example": options.sets,
+            "prompts": len(samples),
+            "longest prompt": max(len(s.prompt) for s in samples),
+            "scoring": options.scoring,
+            "file": info["file"],
+        },
+    )
+    rows = tasks.score_samples(adapter, samples, options.scoring, desc="kv")
     res = tasks.summarize(rows, len(samples[0].candidates))
     res["prompt_tokens"] = float(np.mean([len(s.prompt) for s in samples]))
     _key, cell_key = tasks.headline_metric(res["summary"])

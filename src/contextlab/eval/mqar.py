@@ -34,6 +34,7 @@ from typing import Literal
 
 import numpy as np
 
+import contextlab.eval.progress as progress
 import contextlab.eval.stats as stats
 import contextlab.eval.tasks as tasks
 from contextlab.config import opt
@@ -80,7 +81,7 @@ def vocab_hits(adapter, rows: np.ndarray, keys: int, batch: int = 64) -> np.ndar
     true value (``batch`` rows per forward)."""
     answers = mqar.answer_positions(rows, keys)  # (n, T) bool
     hits = []
-    for a in range(0, len(rows), batch):
+    for a in progress.bar(range(0, len(rows), batch), desc="mqar: vocabulary", unit="batch"):
         best = adapter.logits(rows[a : a + batch, :-1]).argmax(-1).cpu().numpy()  # (b, T-1): t predicts t + 1
         at = answers[a : a + batch]
         hits.append(best[at[:, 1:]] == rows[a : a + batch][at])
@@ -131,13 +132,30 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         raise UserError("eval mqar needs --distance-bins >= 1 and --sequences >= 1")
     rng = np.random.default_rng(options.seed)
     rows_all, ctrl_all, by_pairs, vocab = [], [], [], []
-    for c, rows in sequences(store, cfg, options):
-        adapter.check_length(c.length - 1, f"mqar with {c.pairs} pairs", "choose fewer --pairs")
+    todo = sequences(store, cfg, options)
+    longest = max(todo, key=lambda t: t[0].length)[0]
+    adapter.check_length(
+        longest.length - 1,
+        f"mqar's longest sequences ({longest.pairs} pairs)",
+        "choose fewer --pairs",
+    )
+    progress.announce(
+        "mqar",
+        {
+            "pairs": [c.pairs for c, _ in todo],
+            "sequences": [len(rows) for _, rows in todo],
+            "tokens per sequence": [c.length for c, _ in todo],
+            "candidates": 1 + options.distractors,
+            "scoring": options.scoring,
+            "data": data,
+        },
+    )
+    for c, rows in todo:
         hits = vocab_hits(adapter, rows, c.keys)
         vocab.append(hits)
         samples, controls = build(c, rows, options, rng, len(rows_all))
-        scored = tasks.score_samples(adapter, samples, options.scoring)
-        ctrl = tasks.score_samples(adapter, controls, "likelihood")
+        scored = tasks.score_samples(adapter, samples, options.scoring, desc=f"mqar: {c.pairs} pairs")
+        ctrl = tasks.score_samples(adapter, controls, "likelihood", desc=f"mqar: {c.pairs} pairs, control")
         rows_all += scored
         ctrl_all += ctrl
         p = stats.proportion(hits)

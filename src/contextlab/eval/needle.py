@@ -18,6 +18,11 @@ Francisco is"), which makes base models answer in-line. Scoring (``tasks.score_s
 the likelihood of the true value against the others, calibrated by the same haystack
 without the needle; greedy generation matched exactly, as a substring and by keyword
 recall. The heatmap shows accuracy by depth (rows) and length (columns).
+
+Default lengths: 1/4, 1/2 and all of the model's context, each less the tokens the answer adds
+(the longest value, and the generated tokens when generating), so no default prompt runs past
+the context; lengths too short for the question and the needle are left out. Longer prompts
+(a RoPE model extrapolating) are measured only when ``--lengths`` asks for them.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import contextlab.eval.progress as progress
 import contextlab.eval.tasks as tasks
 from contextlab.config import opt
 from contextlab.errors import UserError
@@ -49,7 +55,9 @@ SENTENCE_END = re.compile(r"""[.!?]["'”’)\]]*(?=\s)""")
 @dataclass
 class Options:
     lengths: list[int] = opt(
-        [], "prompt lengths in tokens; empty = 1/4, 1/2, 1 and 2 (RoPE) times the model's context"
+        [],
+        "prompt lengths in tokens; empty = 1/4, 1/2 and 1 times the model's context, each less the tokens "
+        "of the answer (so no prompt runs past the context; lengths too short for the question are left out)",
     )
     depths: list[float] = opt([0.0, 25.0, 50.0, 75.0, 100.0], "needle depths in percent of the haystack")
     samples: int = opt(
@@ -100,6 +108,15 @@ def needle_sentence(o: Options, value: str) -> str:
     return f"{o.answer_prefix} {value}"
 
 
+def _tail(adapter, o: Options) -> list[int]:
+    """The question and the answer's first words that end every prompt."""
+    return adapter.encode("\n\nQuestion: " + o.question + "\nAnswer: " + o.answer_prefix)
+
+
+def _longest_needle(adapter, o: Options) -> int:
+    return max(len(adapter.encode(" " + needle_sentence(o, v))) for v in o.answers)
+
+
 def build_prompt(
     adapter, hay: str, length: int, depth: float, o: Options, value: str
 ) -> tuple[list[int], list[int], dict]:
@@ -107,9 +124,8 @@ def build_prompt(
     haystack, the same prompt without the needle, meta). The haystack is cut for the pool's longest
     needle, so the prompts of one haystack differ only in the needle's value."""
     tok = adapter.tokenizer
-    tail = tok.encode("\n\nQuestion: " + o.question + "\nAnswer: " + o.answer_prefix)
-    longest = max(len(tok.encode(" " + needle_sentence(o, v))) for v in o.answers)
-    budget = length - longest - len(tail)
+    tail = _tail(adapter, o)
+    budget = length - _longest_needle(adapter, o) - len(tail)
     if budget < 8:
         raise UserError(f"length {length} leaves no room for a haystack; use longer --lengths")
     hay_ids = tok.encode(hay[: budget * 12])[:budget]
@@ -129,6 +145,21 @@ def build_prompt(
     )
 
 
+def lengths_for(adapter, o: Options) -> tuple[list[int], int, int]:
+    """(the prompt lengths: --lengths or the defaults of the module docstring, the tokens the answer
+    adds to the longest forward pass, the shortest prompt that holds the question and the needle)."""
+    pool = [adapter.encode(" " + v) for v in o.answers]
+    longest = max(len(c) for c in pool)
+    room = tasks.answer_room(longest, o.scoring, o.max_new_tokens or longest + 4)
+    shortest = len(_tail(adapter, o)) + _longest_needle(adapter, o) + 8  # 8: build_prompt's least haystack
+    if o.lengths:
+        return list(o.lengths), room, shortest
+    lengths = tasks.default_lengths(adapter.context, (0.25, 0.5, 1.0), room, shortest)
+    if not lengths:
+        raise tasks.no_default_length("niah", adapter.context, room, shortest)
+    return lengths, room, shortest
+
+
 def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], dict]:
     if not data:
         raise UserError(
@@ -138,10 +169,7 @@ def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], di
     if len(o.answers) < 2 or len(set(o.answers)) < len(o.answers):
         raise UserError("niah needs at least two different --answers (the pool of needle values)")
     hay = read_haystack(data)
-    ctx = adapter.context
-    lengths = o.lengths or [ctx // 4, ctx // 2, ctx] + ([2 * ctx] if adapter.info.extends_beyond else [])
-    for L in lengths:
-        adapter.check_length(L + 32, f"needle length {L}")
+    lengths, room, shortest = lengths_for(adapter, o)
     starts = [0] + sentence_boundaries(hay[:200_000])[::97][1:]
     pool = [adapter.encode(" " + v) for v in o.answers]
     samples: list[tasks.Sample] = []
@@ -157,13 +185,32 @@ def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], di
                     samples.append(
                         tasks.Sample(ids, o.answers[j], cands, (d, L), max_new, meta, control, group)
                     )
+    tasks.check_longest(
+        adapter,
+        samples,
+        o.scoring,
+        f"the longest niah prompt ({max(lengths):,} tokens) with its answer",
+        tasks.lengths_fix("niah", adapter.context, room, shortest),
+    )
     info = {"haystack": str(data), "hash": text_hash(hay), "haystack_chars": len(hay), "lengths": lengths}
     return samples, info
 
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
     samples, info = build(adapter, options, data)
-    rows = tasks.score_samples(adapter, samples, options.scoring)
+    progress.announce(
+        "niah",
+        {
+            "lengths": info["lengths"],
+            "depths": options.depths,
+            "haystacks per cell": options.samples,
+            "needle values": len(options.answers),
+            "prompts": len(samples),
+            "scoring": options.scoring,
+            "haystack": info["haystack"],
+        },
+    )
+    rows = tasks.score_samples(adapter, samples, options.scoring, desc="niah")
     res = tasks.summarize(rows, len(options.answers))
     res["samples"] = [{**r, **s.meta} for r, s in zip(rows, samples)]
     title = f"needle in a haystack: {adapter.info.id}"

@@ -9,6 +9,11 @@ separately and the filler is cut to fit). A candidate set is 1 + ``distractors``
 and depth), the others being the wrong candidates, so a model that ignores the context
 scores 1/k. Scoring: the likelihood of the true key against the set's others, calibrated
 by the same prompt without the key sentence; generated digits.
+
+Default lengths: 1/4, 1/2 and all of the model's context, each less the tokens the answer adds
+(a key is at most 6 tokens: a space and 5 digits; generation adds 3 more), so no default prompt
+runs past the context; lengths too short for the instruction, key sentence and question are
+left out. Longer prompts are measured only when ``--lengths`` asks for them.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Literal
 
 import numpy as np
 
+import contextlab.eval.progress as progress
 import contextlab.eval.tasks as tasks
 from contextlab.config import opt
 from contextlab.errors import UserError
@@ -30,12 +36,20 @@ INTRO = (
 )
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 QUESTION = "\n\nWhat is the pass key? The pass key is"
+KEY_TOKENS = 6  # the most tokens a key " 12345" takes (a space and 5 digits, one byte each)
+EXTRA_NEW = 3  # tokens generated past the key
+
+
+def _needle(key: str) -> str:
+    return f" The pass key is {key}. Remember it. {key} is the pass key. "
 
 
 @dataclass
 class Options:
     lengths: list[int] = opt(
-        [], "prompt lengths in tokens; empty = 1/2, 1 and 2 (RoPE) times the model's context"
+        [],
+        "prompt lengths in tokens; empty = 1/4, 1/2 and 1 times the model's context, each less the tokens "
+        "of the answer (so no prompt runs past the context; lengths too short for the prompt are left out)",
     )
     depths: list[float] = opt([0.0, 50.0, 100.0], "depth of the key sentence in percent of the filler")
     samples: int = opt(4, "candidate sets per (length, depth) cell, each asked once per key of the set")
@@ -44,21 +58,41 @@ class Options:
     seed: int = opt(0, "seed of the keys")
 
 
+def lengths_for(adapter, o: Options) -> tuple[list[int], int, int]:
+    """(the prompt lengths: --lengths or the defaults of the module docstring, the tokens the answer
+    adds to the longest forward pass, the shortest prompt: instruction, key sentence, question and a
+    little filler)."""
+    room = tasks.answer_room(KEY_TOKENS, o.scoring, KEY_TOKENS + EXTRA_NEW)
+    enc = adapter.encode
+    shortest = len(enc(INTRO)) + len(enc(_needle("99999"))) + len(enc(QUESTION)) + 16
+    if o.lengths:
+        return list(o.lengths), room, shortest
+    lengths = tasks.default_lengths(adapter.context, (0.25, 0.5, 1.0), room, shortest)
+    if not lengths:
+        raise tasks.no_default_length("passkey", adapter.context, room, shortest)
+    return lengths, room, shortest
+
+
 def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], dict]:
-    ctx = adapter.context
-    lengths = o.lengths or [ctx // 2, ctx] + ([2 * ctx] if adapter.info.extends_beyond else [])
     if o.distractors < 1:
         raise UserError("passkey needs --distractors >= 1")
+    lengths, room, shortest = lengths_for(adapter, o)
     rng = np.random.default_rng(o.seed)
     samples: list[tasks.Sample] = []
     for L in lengths:
-        adapter.check_length(L + 8, f"passkey length {L}")
         for d in o.depths:
             for _ in range(o.samples):
                 keys = [
                     str(k) for k in rng.choice(np.arange(10000, 100000), 1 + o.distractors, replace=False)
                 ]
                 samples += _key_set(adapter, keys, L, d, len(samples) // len(keys))
+    tasks.check_longest(
+        adapter,
+        samples,
+        o.scoring,
+        f"the longest passkey prompt ({max(lengths):,} tokens) with its answer",
+        tasks.lengths_fix("passkey", adapter.context, room, shortest),
+    )
     return samples, {"filler_hash": text_hash(INTRO + FILLER + QUESTION), "lengths": lengths}
 
 
@@ -66,7 +100,7 @@ def _key_set(adapter, keys: list[str], L: int, d: float, group: int) -> list[tas
     """One prompt per key of the set, the same filler around it; the control has no key sentence."""
     enc = adapter.encode
     intro, question = enc(INTRO), enc(QUESTION)
-    needles = [enc(f" The pass key is {k}. Remember it. {k} is the pass key. ") for k in keys]
+    needles = [enc(_needle(k)) for k in keys]
     n_fill = L - len(intro) - max(len(n) for n in needles) - len(question)
     if n_fill < 0:
         raise UserError(f"passkey length {L} is too short for the prompt; use longer --lengths")
@@ -76,13 +110,24 @@ def _key_set(adapter, keys: list[str], L: int, d: float, group: int) -> list[tas
     out = []
     for key, needle, cands in zip(keys, needles, tasks.rotations([enc(" " + k) for k in keys])):
         ids = intro + fill[:cut] + needle + fill[cut:] + question
-        out.append(tasks.Sample(ids, key, cands, (d, L), len(cands[0]) + 3, {}, control, group))
+        out.append(tasks.Sample(ids, key, cands, (d, L), len(cands[0]) + EXTRA_NEW, {}, control, group))
     return out
 
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
     samples, info = build(adapter, options, data)
-    rows = tasks.score_samples(adapter, samples, options.scoring)
+    progress.announce(
+        "passkey",
+        {
+            "lengths": info["lengths"],
+            "depths": options.depths,
+            "key sets per cell": options.samples,
+            "keys per set": 1 + options.distractors,
+            "prompts": len(samples),
+            "scoring": options.scoring,
+        },
+    )
+    rows = tasks.score_samples(adapter, samples, options.scoring, desc="passkey")
     res = tasks.summarize(rows, 1 + options.distractors)
     plot = tasks.depth_by_length(res, options.depths, info["lengths"], "key", f"passkey: {adapter.info.id}")
     return EvalOutput(res, info, arrays=tasks.sample_arrays(rows), plot=plot)

@@ -34,6 +34,7 @@ from typing import ClassVar
 
 import numpy as np
 
+import contextlab.eval.progress as progress
 from contextlab.config import opt
 from contextlab.errors import UserError
 from contextlab.eval.base import EvalOutput, open_store
@@ -63,8 +64,10 @@ def windows(n: int, window: int, stride: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def document_losses(adapter, docs: list[np.ndarray], window: int, stride: int) -> list[np.ndarray]:
-    """Per-token losses (nats) of tokens 1..n-1 of each document, float32."""
+def document_losses(
+    adapter, docs: list[np.ndarray], window: int, stride: int, desc: str = "ppl"
+) -> list[np.ndarray]:
+    """Per-token losses (nats) of tokens 1..n-1 of each document, float32 (``desc`` labels the bar)."""
     items = []  # (doc index, s, e, first target)
     for d, tokens in enumerate(docs):
         items += [(d, s, e, f) for s, e, f in windows(len(tokens), window, stride)]
@@ -72,6 +75,7 @@ def document_losses(adapter, docs: list[np.ndarray], window: int, stride: int) -
     items.sort(key=lambda it: it[1] - it[2])  # windows of equal length batch together
     B = adapter.batch_size
     i = 0
+    bar = progress.bar(total=len(items), desc=desc, unit="window")
     while i < len(items):
         length = items[i][2] - items[i][1] + 1  # input tokens s..e inclusive of the last predicted
         batch = [it for it in items[i : i + B] if it[2] - it[1] + 1 == length]
@@ -82,6 +86,8 @@ def document_losses(adapter, docs: list[np.ndarray], window: int, stride: int) -
         lp = adapter.token_logprobs(ids).cpu().numpy()  # (b, length-1): lp[:, j] scores token s+j+1
         for r, (d, s, e, f) in enumerate(batch):
             losses[d][f - 1 : e] = -lp[r, f - s - 1 :]
+        bar.update(len(batch))
+    bar.close()
     return losses
 
 
@@ -91,7 +97,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     stride = options.stride or window
     if not 0 < stride <= window:
         raise UserError(f"stride {stride} must be between 1 and the context ({window}); lower --stride")
-    adapter.check_length(window, "the window")
+    adapter.check_length(window, "ppl's window", "lower --context (0 = the model's context)")
     n = min(store.n_docs, options.max_docs) if options.max_docs else store.n_docs
     docs = [np.asarray(store.doc(i)) for i in range(n)]
     if options.max_tokens:
@@ -99,6 +105,17 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     docs = [d for d in docs if len(d) >= 2]
     if not docs:
         raise UserError(f"no document of {data} has 2 tokens or more; ingest longer documents")
+    n_windows = sum(len(windows(len(d), window, stride)) for d in docs)
+    progress.announce(
+        "ppl",
+        {
+            "context": window,
+            "stride": stride,
+            "documents": len(docs),
+            "windows": n_windows,
+            "data": store.path,
+        },
+    )
     losses = document_losses(adapter, docs, window, stride)
     flat = np.concatenate(losses)
     nll = float(flat.astype(np.float64).sum())

@@ -33,6 +33,11 @@ prompt), the knob of the visible-context sweep. Results are grouped by each samp
 ``cell`` (e.g. (length, depth)) into accuracy tables, each with its Wilson interval.
 Trade-off: the control prompts cost one extra forward per candidate per distinct control,
 in exchange for a score that reads 0 for a model that does not use the evidence.
+
+Lengths: a task's default prompt lengths are fractions of the model's context less what the
+answer adds to the longest forward pass (``default_lengths``), so no default prompt runs past
+the context; ``check_longest`` checks the longest sequence of all samples once, before the
+first forward, so the one warning (or error) names the longest prompt and the task's own option.
 """
 
 from __future__ import annotations
@@ -46,7 +51,9 @@ from pathlib import Path
 
 import numpy as np
 
+import contextlab.eval.progress as progress
 import contextlab.eval.stats as stats
+from contextlab.errors import UserError
 
 
 @dataclass
@@ -124,12 +131,17 @@ def _likelihood(adapter, s: Sample, prompt: list[int], visible, cache: dict) -> 
 
 
 def score_samples(
-    adapter, samples: list[Sample], mode: str = "both", max_new_tokens: int = 16, visible: float | None = None
+    adapter,
+    samples: list[Sample],
+    mode: str = "both",
+    max_new_tokens: int = 16,
+    visible: float | None = None,
+    desc: str = "",
 ) -> list[dict]:
     """One dict per sample: likelihood_correct / rank / margin / gain_true / gain_distractors and/or
-    generated / exact / contains / keyword_recall."""
+    generated / exact / contains / keyword_recall. ``desc`` labels the progress bar (the task's name)."""
     out, cache = [], {}
-    for s in samples:
+    for s in progress.bar(samples, desc=desc, unit="prompt"):
         prompt = truncate(s.prompt, visible)
         row: dict = {"cell": list(s.cell), "prompt_tokens": len(prompt), "group": s.group}
         if mode in ("likelihood", "both") and s.candidates:
@@ -143,6 +155,65 @@ def score_samples(
             row["keyword_recall"] = keyword_recall(gen, s.answer)
         out.append(row)
     return out
+
+
+def answer_room(answer_tokens: int, scoring: str, max_new: int) -> int:
+    """Tokens a forward pass sees past the prompt: the answer but its last token (likelihood: the last
+    is only a target), the generated tokens but the last (generation)."""
+    room = answer_tokens - 1 if scoring in ("likelihood", "both") else 0
+    return max(room, max_new - 1 if scoring in ("generate", "both") else 0, 0)
+
+
+def default_lengths(context: int, fractions: tuple[float, ...], room: int, shortest: int) -> list[int]:
+    """A task's default prompt lengths: each fraction of the model's context less ``room`` (what the
+    answer adds to the longest forward pass), so a default prompt with its answer never exceeds the
+    context; lengths under ``shortest`` (too short for the task's fixed text) are left out."""
+    lengths = sorted({int(f * context) - room for f in fractions})
+    return [n for n in lengths if n >= shortest]
+
+
+def no_default_length(task: str, context: int, room: int, shortest: int) -> UserError:
+    """The one line of a model whose context holds no prompt of ``task`` with its answer."""
+    return UserError(
+        f"{task}: the model's context ({context:,} tokens) is too short for a {task} prompt ({shortest:,} "
+        f"tokens at least, and {room} of its answer); pass --lengths to run it past the context (the "
+        "model then extrapolates)"
+    )
+
+
+def lengths_fix(task: str, context: int, room: int, shortest: int = 1) -> str:
+    """What to do about a prompt of ``task`` past the context: the largest --lengths that fits, or, when
+    none does (a context shorter than the task's fixed text and answer), that it measures extrapolation."""
+    fits = context - room
+    if fits >= shortest:
+        return (
+            f"use {task} --lengths of at most {fits:,} to stay within the context (or leave --lengths out: "
+            "the default lengths fit)"
+        )
+    return (
+        f"no {task} prompt fits the model's context of {context:,} tokens ({shortest:,} at least, and {room} "
+        "of its answer), so every length measures extrapolation"
+    )
+
+
+def longest_forward(samples: list[Sample], scoring: str, max_new_tokens: int = 16) -> int:
+    """The most tokens any forward pass of ``score_samples`` sees for these samples (prompts with their
+    candidates or generated tokens, controls with their candidates)."""
+    most = 0
+    for s in samples:
+        longest = max((len(c) for c in s.candidates), default=1)
+        most = max(most, len(s.prompt) + answer_room(longest, scoring, s.max_new or max_new_tokens))
+        if s.control is not None and scoring in ("likelihood", "both"):
+            most = max(most, len(s.control) + longest - 1)
+    return most
+
+
+def check_longest(adapter, samples: list[Sample], scoring: str, what: str, fix: str) -> int:
+    """Check the longest forward pass of all samples once, before any (``ModelAdapter.check_length``:
+    an error for a fixed-position model, one warning for a RoPE one); returns its length."""
+    T = longest_forward(samples, scoring)
+    adapter.check_length(T, what, fix)
+    return T
 
 
 def sample_arrays(rows: list[dict]) -> dict[str, np.ndarray]:

@@ -9,6 +9,10 @@ same form, so chance is 1/n_chains and a model that ignores the text scores exac
 on average). Scoring: the likelihood of the asked chain's names against the others,
 calibrated by the same prompt without the asked chain's statements; generated text
 containing all names of the chain (in order).
+
+Default length: the model's context less the tokens the answer adds (the chain's names, at most
+6 tokens each, and 4 more when generating), so the default prompt never runs past the context.
+Longer prompts are measured only when ``--lengths`` asks for them.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Literal
 
 import numpy as np
 
+import contextlab.eval.progress as progress
 import contextlab.eval.tasks as tasks
 from contextlab.config import opt
 from contextlab.errors import UserError
@@ -27,11 +32,17 @@ from contextlab.eval.passkey import FILLER
 from contextlab.eval.results import text_hash
 
 INTRO = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"
+NAME_TOKENS = 6  # the most tokens a name " ABCDE" takes (a space and 5 letters, one byte each)
+EXTRA_NEW = 4  # tokens generated past the answer
 
 
 @dataclass
 class Options:
-    lengths: list[int] = opt([], "prompt lengths in tokens; empty = 1 and 2 (RoPE) times the model's context")
+    lengths: list[int] = opt(
+        [],
+        "prompt lengths in tokens; empty = the model's context less the tokens of the answer (so no prompt "
+        "runs past the context)",
+    )
     n_chains: int = opt(2, "chains per prompt; each is asked about once, the others being the distractors")
     hops: int = opt(3, "assignments per chain after the first")
     samples: int = opt(8, "texts per length, each asked once per chain")
@@ -54,14 +65,21 @@ def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], di
         raise UserError(
             "variable tracking needs n_chains >= 1 and hops >= 1 (n_chains >= 2 for a chance level)"
         )
-    ctx = adapter.context
-    lengths = o.lengths or [ctx] + ([2 * ctx] if adapter.info.extends_beyond else [])
+    answer = NAME_TOKENS * (o.hops + 1)
+    room = tasks.answer_room(answer, o.scoring, answer + EXTRA_NEW)
+    lengths = o.lengths or [adapter.context - room]
     rng = np.random.default_rng(o.seed)
     samples: list[tasks.Sample] = []
     for L in lengths:
-        adapter.check_length(L + 40, f"variable tracking length {L}")
         for _ in range(o.samples):
             samples += _chain_set(adapter, rng, o, L, len(samples) // o.n_chains)
+    tasks.check_longest(
+        adapter,
+        samples,
+        o.scoring,
+        f"the longest vartrack prompt ({max(lengths):,} tokens) with its answer",
+        tasks.lengths_fix("vartrack", adapter.context, room),
+    )
     return samples, {"filler_hash": text_hash(INTRO + FILLER), "lengths": lengths}
 
 
@@ -102,13 +120,25 @@ def _chain_set(adapter, rng, o: Options, L: int, group: int) -> list[tasks.Sampl
             prev = cut
         ids += fill[prev:] + questions[c]
         control += fill[prev:] + questions[c]
-        out.append(tasks.Sample(ids, answers[c].strip(), cands, (L,), len(cands[0]) + 4, {}, control, group))
+        max_new = len(cands[0]) + EXTRA_NEW
+        out.append(tasks.Sample(ids, answers[c].strip(), cands, (L,), max_new, {}, control, group))
     return out
 
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
     samples, info = build(adapter, options, data)
-    rows = tasks.score_samples(adapter, samples, options.scoring)
+    progress.announce(
+        "vartrack",
+        {
+            "lengths": info["lengths"],
+            "chains": options.n_chains,
+            "hops": options.hops,
+            "texts per length": options.samples,
+            "prompts": len(samples),
+            "scoring": options.scoring,
+        },
+    )
+    rows = tasks.score_samples(adapter, samples, options.scoring, desc="vartrack")
     res = tasks.summarize(rows, options.n_chains)
     _key, cell_key = tasks.headline_metric(res["summary"])
 

@@ -25,11 +25,11 @@ import contextlab.eval.icl as icl
 import contextlab.eval.kv as kv
 import contextlab.eval.needle as needle
 import contextlab.eval.passkey as passkey
+import contextlab.eval.progress as progress
 import contextlab.eval.tasks as tasks
 import contextlab.eval.vartrack as vartrack
 from contextlab.config import opt
 from contextlab.errors import UserError
-from contextlab.eval import progress
 from contextlab.eval.base import EvalOutput, open_store
 from contextlab.eval.stats import Z95
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from contextlab.errors import UserError
 
-NEEDLE_ROOM = 32  # tokens a needle prompt needs beyond its length (eval.needle checks length + 32)
-PASSKEY_ROOM = 8  # the same for passkey (eval.passkey checks length + 8)
+NEEDLE_ROOM = 32  # tokens kept free above a needle prompt for its answer (the runner checks exactly)
+PASSKEY_ROOM = 8  # the same for passkey
 KV_ANSWER_ROOM = 24  # tokens kept free after a key-value prompt for the longest candidate value
 MIN_CONTEXT = 64  # below this the prompt tasks have no room for a haystack
 

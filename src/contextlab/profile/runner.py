@@ -197,15 +197,14 @@ def run_step(step: Step, model: Model, out_dir: Path, compare: Model | None = No
 
 
 def fit_prompt_lengths(step: Step, adapter, context: int) -> None:
-    """Keep the needle/passkey lengths whose prompt and answer fit the context in this model's
-    tokenizer (a short context leaves no room for a haystack beside the question; a byte-level
-    answer is long); none left: the step is skipped, saying so. Building prompts runs no model,
-    so the check costs little."""
+    """Keep the needle/passkey lengths whose longest forward pass (prompt with its answer, control
+    with its candidates: ``tasks.longest_forward``) fits ``context`` in this model's tokenizer (a
+    short context leaves no room for a haystack beside the question; a byte-level answer is long);
+    none left: the step is skipped, saying so. Building prompts runs no model, so this costs little."""
     import dataclasses
     import warnings
 
-    from contextlab.eval import EVALS, needle, passkey
-    from contextlab.eval.adapter import ContextLengthWarning
+    from contextlab.eval import EVALS, needle, passkey, tasks
 
     build = {"niah": needle.build, "passkey": passkey.build}[step.name]
     data = step.data or (EVALS[step.name].default_data() if EVALS[step.name].default_data else None)
@@ -213,12 +212,13 @@ def fit_prompt_lengths(step: Step, adapter, context: int) -> None:
     for L in step.options.lengths:
         trial = dataclasses.replace(step.options, lengths=[L], depths=[50.0], samples=1)
         with warnings.catch_warnings():
-            warnings.simplefilter("error", ContextLengthWarning)  # past the context: it does not fit
+            warnings.simplefilter("ignore")  # a length past the context is what this finds out, quietly
             try:
-                build(adapter, trial, data)
-                keep.append(L)
-            except (UserError, ContextLengthWarning):
+                samples, _ = build(adapter, trial, data)
+            except UserError:
                 continue
+        if tasks.longest_forward(samples, trial.scoring) <= context:
+            keep.append(L)
     step.options.lengths = keep
     if not keep:
         step.skip = (

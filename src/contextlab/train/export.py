@@ -8,6 +8,8 @@ The tokenizer comes from the run itself (``contextlab.rundir.find_tokenizer_dir`
 path relative to the current directory. Trade-off: an export without its tokenizer is useless
 to whoever receives it, so when none can be found the export is refused with one clear error
 rather than written half; only a byte tokenizer, fully described by its spec, is rebuilt.
+With ``progress`` a bar (on a terminal only) names the step under way: reading the checkpoint and
+building the model, then writing the folder; both are single calls, so the bar moves by step.
 """
 
 from __future__ import annotations
@@ -29,12 +31,31 @@ def _export_inputs(call: dict) -> list:
 
 @holds_output_lock("export folder", inputs=_export_inputs)
 def export_checkpoint(
-    run_or_ckpt: str | Path, out: str | Path, *, step: int | None = None, overwrite: bool = False
+    run_or_ckpt: str | Path,
+    out: str | Path,
+    *,
+    step: int | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
 ) -> Path:
+    from tqdm.auto import tqdm
+
+    hide = None if progress else True  # None: tqdm shows the bar only when stderr is a terminal
+    with tqdm(total=2, desc="export: read the checkpoint", unit="step", leave=False, disable=hide) as bar:
+        ckpt = read_checkpoint(run_or_ckpt, step)
+        model = ckpt.build()
+        bar.update()
+        bar.set_description(f"export: write {out}")
+        _export(ckpt, model, run_or_ckpt, out, overwrite)
+        bar.update()
+    return Path(out)
+
+
+def _export(ckpt, model, run_or_ckpt: str | Path, out: str | Path, overwrite: bool) -> None:
+    """Write the built ``model`` of ``ckpt`` as a Hugging Face folder at ``out`` (module docstring)."""
     from contextlab.models.hf.export import export_arch_to_hf  # GPT, MTP (as its GPT) and ContextLM
 
-    ckpt = read_checkpoint(run_or_ckpt, step)
-    model, state, path = ckpt.build(), ckpt.state, ckpt.dir
+    state, path = ckpt.state, ckpt.dir
     prefix, why = ckpt.left_to_right()
     if prefix is None or prefix:
         raise UserError(
@@ -59,13 +80,12 @@ def export_checkpoint(
         if not any((f / name).is_file() for f in folders for name in TOKENIZER_FILES):
             raise _no_tokenizer(run_or_ckpt, spec)
         save_hf(model, out, tokenizer_from=folders, extra_config=extra, overwrite=overwrite)
-        return Path(out)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer_dir = tokenizer_dir or _byte_tokenizer(spec, Path(tmp))
         if tokenizer_dir is None:
             raise _no_tokenizer(run_or_ckpt, spec)
         export_arch_to_hf(model, out, tokenizer_dir=tokenizer_dir, extra_config=extra, overwrite=overwrite)
-    return Path(out)
 
 
 def _byte_tokenizer(spec: dict, folder: Path) -> Path | None:
