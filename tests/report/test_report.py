@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -27,26 +28,30 @@ def chromium() -> str:
 
 
 def render(page) -> str:
-    """The page's DOM after load, as headless Chromium sees it."""
-    res = subprocess.run(
-        [
-            chromium(),
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            f"--user-data-dir={page.parent / 'chrome-profile'}",
-            "--virtual-time-budget=5000",
-            "--dump-dom",
-            page.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    """The page's DOM after load, as headless Chromium sees it in a window 1,200 px wide (the page's
+    own script marks it: ``data-images-ok``, and ``data-overflow`` naming anything wider than that)."""
+    with tempfile.TemporaryDirectory() as profile:  # not beside the page: reports read that folder
+        res = subprocess.run(
+            [
+                chromium(),
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--hide-scrollbars",
+                "--window-size=1200,900",
+                f"--user-data-dir={profile}",
+                "--virtual-time-budget=5000",
+                "--dump-dom",
+                page.as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert res.returncode == 0, res.stderr[-2000:]
     return res.stdout
 
@@ -77,6 +82,7 @@ def test_sweep_report_displays_every_plot(sweep_dir):
     assert "warning: val_loss averages the loss over positions" in text
     dom = render(page)
     assert f'data-images="{n_imgs}"' in dom and 'data-images-ok="yes"' in dom
+    assert 'data-overflow="none"' in dom, re.search(r'data-overflow="[^"]*"', dom).group(0)
 
 
 def test_a_broken_plot_is_detected(sweep_dir, tmp_path):

@@ -114,6 +114,8 @@ def evaluate(
         adapter.require_lm(f"eval {name}")
     if not data and spec.default_data is not None:
         data = spec.default_data()
+    if data and Path(data).exists():
+        data = str(Path(data).resolve())  # results record where the data is from anywhere, not from here
     path, out, _ = run_and_record(
         out_dir, name, lambda: spec.run(adapter, options, data), options=options, model=model_record(adapter)
     )

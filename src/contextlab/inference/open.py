@@ -103,7 +103,7 @@ def _info(model, path: Path, where: Path, tok: Tokenizer, config: dict | None = 
     return ModelInfo(
         id=str(path),
         kind="contextlab",
-        path=str(where),
+        path=str(where.resolve()),  # absolute: a result's reproduce line runs from anywhere
         architecture=describe_model(model),
         n_params=model.num_params(False),
         context=int(model.config.context),
@@ -118,7 +118,7 @@ def _hf_info(model, path: Path, where: Path, tok: Tokenizer, config: dict | None
     return ModelInfo(
         id=str(path),
         kind="hf",
-        path=str(where),
+        path=str(where.resolve()),  # absolute: a result's reproduce line runs from anywhere
         architecture=str(model.config.model_type),
         n_params=sum(t.numel() for t in model.parameters()),
         context=context_limit(model.config),

@@ -1,0 +1,140 @@
+"""The small HTML pieces every report section is made of: numbers, tables, images, code.
+
+Numbers are shown rounded for reading (4 significant digits, intervals and other short lists
+of numbers with 3: ``[0.248, 1.11]``), never changed in the files: the exact values stay in the
+result files the report names. Trade-off: a table cell with a word longer than 24 characters (a path,
+a hash) may break it anywhere rather than grow the table past the page, so a 64-character hash
+wraps instead of hiding behind a scroll bar; shorter words stay whole, so narrow columns of
+short names are not broken mid-word.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+import re
+from pathlib import Path
+
+INTERVAL_SUFFIXES = ("_interval95", "_ci95")  # summary keys holding the 95% interval of another key
+_NUM = r"[-+]?[\d,]*\.?\d+(?:e[-+]?\d+)?"
+WIDE = 8  # columns: a table with more scrolls sideways in its own box (the page never does)
+LONG_WORD = 24  # characters: a longer word in a table cell may break anywhere, a shorter one never
+NUMERIC = re.compile(rf"—|{_NUM}(?: \[.*\])?|\[{_NUM}(?:, {_NUM})*\]")  # how plain() writes numbers
+
+
+def img(path: Path, alt: str) -> str:
+    """The PNG at ``path`` embedded as a data URI (the page stays one file)."""
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+
+
+def number(v: float | int, digits: int = 4) -> str:
+    """A number for reading: ints as they are, floats to ``digits`` significant digits."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    if isinstance(v, int):
+        return f"{v:,}" if abs(v) >= 100_000 else str(v)
+    if not math.isfinite(v):
+        return str(v)
+    if v != 0 and 1e4 <= abs(v) < 1e15:
+        return f"{v:,.0f}"
+    return f"{v:.{digits}g}"
+
+
+def plain(v) -> str:
+    """Any value of a result file as text (not escaped): rounded numbers, ``[a, b]`` lists, yes/no."""
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, str):
+        return _numeric_text(v)
+    if isinstance(v, (int, float)):
+        return number(v)
+    if isinstance(v, (list, tuple)) and all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) for x in v
+    ):
+        return "[" + ", ".join(number(x, 3) for x in v) + "]"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(plain(x) for x in v) if v else "[]"
+    if isinstance(v, dict):
+        return ", ".join(f"{k} {plain(x)}" for k, x in v.items()) if v else "{}"
+    return str(v)
+
+
+def fmt(v) -> str:
+    """``plain(v)`` escaped for HTML."""
+    return html.escape(plain(v))
+
+
+def _numeric_text(v: str) -> str:
+    """A number read from a CSV cell, rounded like any other; other text as it is."""
+    try:
+        x = float(v)
+    except ValueError:
+        return v
+    if not math.isfinite(x) or not v.strip():
+        return v
+    is_int = v.strip().lstrip("+-").isdigit()
+    return number(int(v)) if is_int else number(x)
+
+
+def table(rows: list[dict], columns: list[str] | None = None, limit: int = 200) -> str:
+    """Rows of dicts as a table, one column per key (the union, in order of appearance)."""
+    if not rows:
+        return '<p class="muted">(none)</p>'
+    columns = columns or list(dict.fromkeys(k for r in rows for k in r))
+    head = "".join(cell(c, "th") for c in columns)
+    body = "".join("<tr>" + "".join(cell(r.get(c, "")) for c in columns) + "</tr>" for r in rows[:limit])
+    more = f'<p class="muted">{len(rows) - limit} more rows in the file</p>' if len(rows) > limit else ""
+    out = f"<table><tr>{head}</tr>{body}</table>"
+    # a genuinely wide table (a sweep's every result column) scrolls in its own box, not the page
+    return (f'<div class="scroll">{out}</div>' if len(columns) > WIDE else out) + more
+
+
+def cell(v, tag: str = "td") -> str:
+    """A table cell: numbers right-aligned (class n); text with a word too long to keep whole (a path,
+    a hash) may break anywhere (class w), other text breaks between words only."""
+    text = plain(v) if tag == "td" else str(v)
+    classes = ["n"] if tag == "td" and NUMERIC.fullmatch(text) else []
+    classes += ["w"] if any(len(word) > LONG_WORD for word in text.split()) else []
+    attr = f' class="{" ".join(classes)}"' if classes else ""
+    return f"<{tag}{attr}>{html.escape(text)}</{tag}>"
+
+
+def kv_table(d: dict, caption: str = "") -> str:
+    """A dict as a two-column table (key, value): tall and narrow, however many keys it has."""
+    cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
+    rows = "".join(f"<tr>{cell(k, 'th')}{cell(v)}</tr>" for k, v in d.items())
+    return f'<table class="kv">{cap}{rows or "<tr><td>(none)</td></tr>"}</table>'
+
+
+def with_intervals(summary: dict) -> dict:
+    """A summary with each ``KEY_interval95`` / ``KEY_ci95`` folded into KEY's value, as in
+    ``0.2 [0.0567, 0.51]``."""
+    out: dict = {}
+    for k, v in summary.items():
+        base = next((k[: -len(s)] for s in INTERVAL_SUFFIXES if k.endswith(s)), None)
+        if base is not None and base in summary:
+            continue
+        ci = next((summary[k + s] for s in INTERVAL_SUFFIXES if k + s in summary), None)
+        out[k] = plain(v) + (f" {plain(ci)}" if isinstance(ci, list) else "") if ci is not None else v
+    return out
+
+
+def pre(text: str) -> str:
+    return f"<pre>{html.escape(text)}</pre>"
+
+
+def keys(d: dict) -> str:
+    """Headline numbers as one paragraph of key/value spans."""
+    return (
+        "<p>"
+        + "".join(f'<span class="key">{html.escape(k)} <b>{fmt(v)}</b></span>' for k, v in d.items())
+        + "</p>"
+    )
+
+
+def muted(text: str) -> str:
+    return f'<p class="muted">{html.escape(text)}</p>'

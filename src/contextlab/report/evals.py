@@ -1,0 +1,296 @@
+"""Evaluation results in the report: folders of ``NAME.json`` result files, and comparisons of them.
+
+An evaluation folder is any folder holding result files (``"format": "contextlab-eval-result"``,
+written by ``contextlab eval`` and ``contextlab analyze``): a run's ``eval/``, a Hugging Face
+model folder's ``eval/``, or any ``--out`` folder. Each result gets a section with its plot
+(``NAME.png`` beside it), its headline numbers (``results.summary``), its options, model and data
+records, and the command that writes it again, built from those records alone.
+
+Trade-off: the command lists every recorded option, defaults included. The report imports no
+evaluation (it reads result files only), so it cannot tell a default from a choice; writing all
+of them makes the line longer but exact, even after a default changes. Paths are written as the
+evaluation recorded them: a relative one is relative to the directory it ran in, and the page
+says so.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import shlex
+from pathlib import Path
+
+from contextlab import rundir
+from contextlab.report.blocks import img, kv_table, muted, plain, pre, table, with_intervals
+
+RESULT_FORMAT = "contextlab-eval-result"  # what eval/results.py writes (the report does not import it)
+COMPARE_FORMAT = "contextlab-compare"
+DATA_PATHS = ("store", "file", "folder", "haystack")  # data record fields that say where the data was
+ANALYSES = ("entropy", "attention")  # results of `contextlab analyze NAME`, not of `contextlab eval`
+KEY_METRICS = {"contextwise": ("best_context_loss",), "niah": ("likelihood_accuracy", "contains_match")}
+
+
+# ---------------------------------------------------------------------------- finding results
+
+
+def read_result(f: Path) -> dict | None:
+    """The result file ``f``, or None when it is not one. Only its first bytes are read for
+    anything else, so a tokenizer.json of many megabytes beside the results costs nothing."""
+    try:
+        with open(f, "rb") as fh:
+            if RESULT_FORMAT.encode() not in fh.read(400):
+                return None
+        doc = json.loads(f.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and doc.get("format") == RESULT_FORMAT else None
+
+
+def read_results(folder: Path) -> dict[str, dict]:
+    """Every result file directly in ``folder``, by evaluation name, in name order."""
+    found = {f.stem: read_result(f) for f in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
+    return {name: doc for name, doc in found.items() if doc is not None}
+
+
+def eval_folders(root: Path) -> list[Path]:
+    """Every folder at or below ``root`` that holds a result file, sorted (hidden folders skipped)."""
+    folders = {f.parent for f in root.rglob("*.json") if read_result(f) is not None}
+    return sorted(d for d in folders if not any(p.startswith(".") for p in d.relative_to(root).parts))
+
+
+def folder_label(folder: Path, root: Path) -> str:
+    """How a model's results are named on the page: ``llama`` for llama/eval, the folder's path
+    below ``root`` otherwise, and the root's own name for the root itself."""
+    named = folder.parent if folder.name == rundir.EVAL and folder != root else folder
+    if named == root or root not in named.parents:
+        return named.resolve().name
+    return str(named.relative_to(root))
+
+
+# ---------------------------------------------------------------------------- headline numbers
+
+
+def eval_scalars(doc: dict) -> dict:
+    """The headline numbers of a result: its results' summary (with the seconds it took), else its
+    top-level scalars."""
+    results = doc.get("results")
+    summary = results.get("summary") if isinstance(results, dict) else None
+    if isinstance(summary, dict) and summary:
+        out = {k: v for k, v in summary.items() if _shown(v)}
+        if isinstance(doc.get("seconds"), (int, float)):
+            out["seconds"] = doc["seconds"]
+        return out
+    return {k: v for k, v in doc.items() if _shown(v) and k not in ("format", "eval")}
+
+
+def _shown(v) -> bool:
+    """A headline value: a number, a flag, a short text, null, or a short list of numbers."""
+    if v is None or isinstance(v, (bool, int, float)):
+        return True
+    if isinstance(v, str):
+        return len(v) < 80
+    return isinstance(v, list) and len(v) <= 4 and all(isinstance(x, (int, float)) for x in v)
+
+
+def headline(name: str, doc: dict) -> tuple[str, object] | None:
+    """The one number of a result shown in tables of several models: a known key (KEY_METRICS),
+    else the summary's first number; with its 95% interval when the summary has one."""
+    summary = (doc.get("results") or {}).get("summary") if isinstance(doc.get("results"), dict) else None
+    if not isinstance(summary, dict):
+        return None
+    numbers = [k for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    key = next((k for k in KEY_METRICS.get(name, ()) if k in numbers), numbers[0] if numbers else None)
+    if key is None:
+        return None
+    return key, with_intervals({k: v for k, v in summary.items() if k.startswith(key)})[key]
+
+
+def models_table(folders: dict[str, Path]) -> str:
+    """One row per (evaluation, headline measure), one column per model: the models side by side."""
+    results = {label: read_results(folder) for label, folder in folders.items()}
+    rows: dict[tuple[str, str], dict] = {}
+    for label, found in results.items():
+        for name, doc in found.items():
+            h = headline(name, doc)
+            if h:
+                rows.setdefault((name, h[0]), {"evaluation": name, "measure": h[0]})[label] = h[1]
+    return table(list(rows.values()), ["evaluation", "measure", *folders])
+
+
+# ---------------------------------------------------------------------------- the command that wrote it
+
+
+def reproduce(doc: dict, folder: Path) -> tuple[str | None, list[str]]:
+    """The command line that writes this result again (None when it cannot be told), and notes on it."""
+    name = str(doc.get("eval") or "")
+    model = doc.get("model") if isinstance(doc.get("model"), dict) else {}
+    b = model.get("b") if name == "attention" and isinstance(model.get("b"), dict) else None
+    if name == "attention" and isinstance(model.get("a"), dict):
+        model = model["a"]
+    path = model.get("path") or model.get("id")
+    if not name or not path or path == "-":
+        return None, ["the model was not loaded from a folder, so there is no command to run it again"]
+    args = ["contextlab", "analyze", name] if name in ANALYSES else ["contextlab", "eval", name]
+    args += ["--model", str(path)] + (["--compare", str(b.get("path") or b.get("id"))] if b else [])
+    data = doc.get("data") if isinstance(doc.get("data"), dict) else {}
+    where = next((data[k] for k in DATA_PATHS if isinstance(data.get(k), str)), None)
+    if where:
+        args += ["--data", where]
+    elif name == "attention" and isinstance(data.get("text"), str):
+        args += ["--text", data["text"]]
+    if model.get("dtype") and name != "attention":
+        args += ["--dtype", str(model["dtype"])]
+    if isinstance(model.get("batch_size"), int):
+        args += ["--batch-size", str(model["batch_size"])]
+    flags, notes = _option_flags(doc.get("options"))
+    args += flags
+    if _default_out(path) != folder.resolve():
+        args += ["--out", str(folder.resolve())]
+    if any(not Path(p).is_absolute() for p in (path, where) if p):
+        notes.append(
+            "relative paths are as the evaluation was given them: run this in the directory it ran in"
+        )
+    return shlex.join(args), notes
+
+
+def _option_flags(options) -> tuple[list[str], list[str]]:
+    """``--flag value`` for every recorded option (None as ``none``, which an optional one reads as None)."""
+    flags: list[str] = []
+    notes: list[str] = []
+    for key, v in (options or {}).items() if isinstance(options, dict) else ():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(v, dict):
+            notes.append(
+                f"option {key} is a table, which the command line cannot set; it was {json.dumps(v)}"
+            )
+            continue
+        if isinstance(v, list):
+            if any("," in str(x) for x in v):
+                notes.append(f"option {key} has a value with a comma, which {flag} splits: not exact")
+            value = ",".join("true" if x is True else "false" if x is False else str(x) for x in v)
+        else:
+            value = "none" if v is None else ("true" if v else "false") if isinstance(v, bool) else str(v)
+        flags += [flag, value]
+    return flags, notes
+
+
+def _default_out(model_path: str) -> Path | None:
+    """Where ``contextlab eval`` writes for this model without --out (None: it cannot be told here)."""
+    p = Path(model_path)
+    return rundir.eval_dir(p).resolve() if p.is_absolute() else None
+
+
+# ---------------------------------------------------------------------------- sections
+
+
+def eval_section(name: str, doc: dict, folder: Path, level: int = 3) -> str:
+    """One evaluation: headline numbers, text lines, plot, the command, and its records."""
+    h = f"h{level}"
+    parts = [f"<{h}>Evaluation: {html.escape(name)}</{h}>", kv_table(with_intervals(eval_scalars(doc)))]
+    text = (doc.get("results") or {}).get("text") if isinstance(doc.get("results"), dict) else None
+    if isinstance(text, list) and text:
+        parts.append("<ul>" + "".join(f"<li>{html.escape(str(t))}</li>" for t in text) + "</ul>")
+    bad = doc.get("non_finite")
+    if isinstance(bad, dict):
+        parts.append(
+            muted(f"null fields: {', '.join(map(str, bad.get('fields', [])))}: {bad.get('note', '')}")
+        )
+    parts += [img(png, f"{png.stem} plot") for png in plots_of(name, folder)]
+    cmd, notes = reproduce(doc, folder)
+    parts.append("<p>reproduce:</p>" + (pre(cmd) if cmd else ""))
+    parts += [muted(n) for n in notes]
+    parts.append(
+        "<details><summary>options, model, data and code version</summary>" + _records(doc) + "</details>"
+    )
+    return "\n".join(parts)
+
+
+def plots_of(name: str, folder: Path) -> list[Path]:
+    """NAME.png, then NAME_*.png (analyze attention draws three, contextwise one of several models)."""
+    own = folder / f"{name}.png"
+    return ([own] if own.exists() else []) + sorted(folder.glob(f"{name}_*.png"))
+
+
+def _records(doc: dict) -> str:
+    """The result's own records side by side: options, model, data, and where the code came from."""
+    model = doc.get("model") if isinstance(doc.get("model"), dict) else {}
+    models = {k: v for k, v in model.items() if isinstance(v, dict) and k in ("a", "b")} or {"": model}
+    tables = [kv_table(doc.get("options") or {}, "options")]
+    for k, m in models.items():
+        tok = m.get("tokenizer") if isinstance(m.get("tokenizer"), dict) else None
+        shown = {**m, **({"tokenizer": f"{tok.get('name')} ({str(tok.get('hash'))[:12]})"} if tok else {})}
+        tables.append(kv_table(shown, f"model {k}".strip()))
+    tables.append(kv_table(doc.get("data") or {}, "data"))
+    code = ("contextlab_version", "format_version", "git_commit", "created", "seconds", "arrays")
+    tables.append(kv_table({k: doc[k] for k in code if k in doc}, "code and files"))
+    return '<div class="records">' + "".join(tables) + "</div>"
+
+
+def eval_folder_section(folder: Path, title: str, level: int = 2) -> str:
+    """Every result in ``folder`` under one heading, then any other plot in it."""
+    found = read_results(folder)
+    parts = [f"<h{level}>{html.escape(title)}</h{level}>", muted(str(folder.resolve()))]
+    parts += [muted(line) for line in dict.fromkeys(_model_line(d) for d in found.values()) if line]
+    return "\n".join(parts + eval_sections(folder, found, level + 1))
+
+
+def eval_sections(folder: Path, found: dict[str, dict], level: int = 3) -> list[str]:
+    """A section per result in ``folder``, then the plots in it that belong to none."""
+    parts = [eval_section(name, doc, folder, level) for name, doc in found.items()]
+    shown = {p for name in found for p in plots_of(name, folder)}
+    others = [p for p in sorted(folder.glob("*.png")) if p not in shown and not p.name.startswith("compare_")]
+    if others:
+        parts.append(f"<h{level}>Other plots</h{level}>")
+        parts += [img(p, p.stem) for p in others]
+    return parts
+
+
+def _model_line(doc: dict) -> str:
+    """Which model a result is of, in one line: path, kind, architecture, context."""
+    m = doc.get("model") if isinstance(doc.get("model"), dict) else {}
+    if not m.get("path") and not m.get("id"):
+        return ""
+    about = [str(m[k]) for k in ("kind", "architecture") if m.get(k)]
+    if m.get("context") and "context" not in " ".join(about):
+        about.append(f"context {m['context']}")
+    return f"model {m.get('path') or m.get('id')}" + (f" ({', '.join(about)})" if about else "")
+
+
+def eval_key(run: Path) -> dict:
+    """One headline number per known evaluation of a run, for the runs table."""
+    out = {}
+    for name, keys in KEY_METRICS.items():
+        summary = ((rundir.read_eval(run, name) or {}).get("results") or {}).get("summary") or {}
+        key = next((k for k in keys if isinstance(summary.get(k), (int, float))), None)
+        if key:
+            out[f"{name}.{key}"] = summary[key]
+    return out
+
+
+def compare_sections(root: Path) -> list[str]:
+    """One section per folder of ``contextlab compare`` results under ``root``: a line per result
+    (A - B with its 95% interval), the notes, and the plots."""
+    docs: dict[Path, list[dict]] = {}
+    for f in sorted(root.rglob("compare_*.json")):
+        try:
+            doc = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and doc.get("format") == COMPARE_FORMAT:
+            docs.setdefault(f.parent, []).append(doc)
+    out = []
+    for folder, found in docs.items():
+        a, b = (plain((found[0].get(s) or {}).get("label")) for s in ("a", "b"))
+        parts = [
+            f"<h2>Comparison {html.escape(a)} - {html.escape(b)}</h2>",
+            muted(str(folder.resolve())),
+            "<ul>",
+        ]
+        parts += [f"<li>{html.escape(line)}</li>" for d in found for line in d.get("lines", [])]
+        parts.append("</ul>")
+        parts += [muted(n) for d in found for n in d.get("notes", [])]
+        parts += [
+            img(png, png.stem) for d in found if (png := folder / f"compare_{d.get('eval')}.png").exists()
+        ]
+        out.append("\n".join(parts))
+    return out

@@ -1,0 +1,161 @@
+"""Training in the report: runs, sweeps, the quickstart's summary, and the data they trained on.
+
+Each function turns the files of one artifact into one HTML section: a run (metrics.jsonl, its
+loss curve, its evaluations, config.toml), a token store (meta.json), a packed store
+(pack_stats.json), a sweep (results.csv, compute_optimal.json and its plots) and a quickstart
+summary (summary.json). Trade-off: the loss curve is drawn here from the metrics, the one plot
+the report makes itself, so a run shows its curve even when training never drew one.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+from pathlib import Path
+
+from contextlab import rundir
+from contextlab.report.blocks import img, keys, pre, table
+from contextlab.report.evals import eval_sections, read_results
+from contextlab.report.plots import loss_curve_png
+
+
+def run_section(run: Path, title: str | None = None) -> tuple[str, dict]:
+    """HTML for one training run directory, and its key numbers."""
+    parts, key = [f"<h2>{html.escape(title or 'Run ' + run.name)}</h2>"], {}
+    rows = rundir.read_metrics(run)
+    if rows:
+        s = rundir.summarize(rows)
+        key = {
+            "steps": s["steps"],
+            "train loss": s["train_loss"],
+            **({"validation loss": s["val_loss"]} if "val_loss" in s else {}),
+            # the objective's own loss differs from the left-to-right one: show both
+            **(
+                {"left-to-right validation loss": s["val_lm_loss"]}
+                if s.get("val_lm_loss") not in (None, s.get("val_loss"))
+                else {}
+            ),
+        }
+        parts.append(keys(key))
+        png = loss_curve_png(rows, run / "loss_curve.png", title=run.name)
+        parts.append(img(png, "loss curve"))
+    eval_dir = rundir.eval_dir(run)
+    parts += eval_sections(eval_dir, read_results(eval_dir))
+    cfg = run / rundir.CONFIG
+    if cfg.exists():
+        parts.append(
+            "<details><summary>resolved config and command</summary>"
+            + pre(f"contextlab train {cfg}")
+            + pre(cfg.read_text())
+            + "</details>"
+        )
+    return "\n".join(parts), key
+
+
+def store_section(store: Path) -> str:
+    meta = json.loads((store / "meta.json").read_text())
+    tok = meta.get("tokenizer", {})
+    rows = [
+        {
+            "documents": meta["n_docs"],
+            "tokens": meta["n_tokens"],
+            "tokenizer": tok.get("name"),
+            "vocab": tok.get("vocab_size"),
+            "source": meta.get("source", {}).get("path", ""),
+        }
+    ]
+    out = f"<h3>Token store {html.escape(store.name)}</h3>" + table(rows)
+    png = store / "doc_lengths.png"
+    return out + (img(png, f"{store.name} document lengths") if png.exists() else "")
+
+
+def packed_section(stats_file: Path, root: Path) -> str:
+    """A packed store's diagnostics (pack_stats.json written beside it) and its plot."""
+    st = json.loads(stats_file.read_text())
+    row = {
+        "packed store": str(stats_file.parent.relative_to(root)),
+        "method": st.get("method"),
+        "retriever": st.get("retriever") or "",
+        "sequences": st.get("n_sequences"),
+        "docs/sequence": (st.get("docs_per_sequence") or {}).get("mean"),
+        "neighbour similarity": st.get("mean_neighbour_similarity")
+        if st.get("mean_neighbour_similarity") is not None
+        else "",
+        "sequences with >= 2 related docs": st.get("frac_sequences_ge2_related"),
+        "directories/sequence": st.get("directories_per_sequence"),
+        "zipf": (st.get("zipf") or {}).get("mean"),
+    }
+    png = stats_file.parent / "pack_stats.png"
+    return table([row]) + (img(png, f"{stats_file.parent.name} packing diagnostics") if png.exists() else "")
+
+
+def summary_section(root: Path) -> str:
+    """OUT/summary.json (format contextlab-summary): a headline table, notes and figures, shown first."""
+    doc = json.loads((root / "summary.json").read_text())
+    parts = ["<h2>Headline</h2>", table(doc.get("headline") or [])]
+    parts += [f'<p class="muted">{html.escape(n)}</p>' for n in doc.get("notes") or []]
+    for name in doc.get("figures") or []:
+        if (root / name).exists():
+            parts.append(img(root / name, name))
+    timing = doc.get("seconds_by_step") or {}
+    if timing:
+        parts.append(
+            "<details><summary>wall time of each step (seconds)</summary>"
+            + table([{"step": k, "seconds": v} for k, v in timing.items()])
+            + "</details>"
+        )
+    return "\n".join(parts)
+
+
+def sweep_section(sweep: Path) -> str:
+    parts = ["<h2>Sweep results</h2>"]
+    with open(sweep / "results.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    parts.append(table(rows))
+    co = sweep / "compute_optimal.json"
+    if co.exists():
+        res = json.loads(co.read_text())
+        parts.append("<h2>Compute-optimal context</h2>")
+        if res.get("warning"):  # ranked by a mean loss on request (contextlab.sweep.compute_optimal)
+            parts.append(f"<p><b>{html.escape(res['warning'])}</b></p>")
+        axis = res.get("budget_key") or "budget"
+        best = [
+            {
+                axis: b,
+                "model": o["best"]["size"],
+                "context": o["best"]["context"],
+                res["metric"]: o["best"]["loss"],
+            }
+            for b, o in res["optimal"].items()
+        ]
+        parts.append(table(best))
+        for name in ("u_curves.png", "optimal_context.png", "gap_curves.png"):
+            if (sweep / name).exists():
+                parts.append(img(sweep / name, name))
+    if (sweep / "sweep.toml").exists():
+        parts.append(
+            "<details><summary>sweep file and command</summary>"
+            + pre(f"contextlab sweep {sweep / 'sweep.toml'}")
+            + pre((sweep / "sweep.toml").read_text())
+            + "</details>"
+        )
+    return "\n".join(parts)
+
+
+def data_sections(root: Path) -> list[str]:
+    """The token stores, packed stores and sweep results found under ``root``."""
+    body = []
+    stores = sorted(
+        p.parent
+        for p in root.rglob("meta.json")
+        if json.loads(p.read_text()).get("format") == "contextlab-token-store"
+    )
+    if stores:
+        body.append("<h2>Data</h2>" + "".join(store_section(s) for s in stores))
+    packs = sorted(root.rglob("pack_stats.json"))
+    if packs:
+        body.append("<h2>Packing</h2>" + "".join(packed_section(f, root) for f in packs))
+    if (root / "results.csv").exists():
+        body.append(sweep_section(root))
+    return body

@@ -1,0 +1,343 @@
+"""Reports of evaluation folders, model folders, several models and profiles, built from real result
+files of tiny models; the reproduce line of a page is run and writes the same evaluation; every new
+page displays its plots and fits a 1,200 px window in headless Chromium."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shlex
+import shutil
+
+import numpy as np
+import pytest
+
+from contextlab.cli import main
+from contextlab.errors import UserError
+from contextlab.report.evals import read_results
+from contextlab.report.html import build_report, write_report
+from tests.conftest import shakespeare
+from tests.report.test_report import render
+
+EVALS = {
+    "contextwise": ["--length", "65", "--max-docs", "8", "--pieces-per-doc", "2"],
+    "niah": ["--lengths", "256", "--depths", "0,100", "--samples", "1", "--scoring", "likelihood"],
+    "passkey": ["--lengths", "256", "--depths", "0,100", "--samples", "2", "--scoring", "likelihood"],
+}
+LONG_FLOAT = re.compile(r"\d\.\d{9,}")  # a number printed with all its digits
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """Two tiny trained runs (a, b), each exported as a model folder and evaluated with contextwise,
+    niah and passkey into PROFILE/models/<label>; their comparison in PROFILE/compare; run a's own
+    contextwise in runs/a/eval; model b's own contextwise in hf_b/eval; a profile.json over them."""
+    from contextlab.config import from_dict
+    from contextlab.data.ingest import IngestConfig, ingest
+    from contextlab.train.config import RunConfig
+    from contextlab.train.trainer import train
+
+    root = tmp_path_factory.mktemp("tiny")
+    text = shakespeare(40_000)
+    (root / "src").mkdir()
+    for i in range(4):
+        (root / "src" / f"part{i}.txt").write_text(text[i * 10_000 : (i + 1) * 10_000])
+    store = ingest(root / "src", root / "store", IngestConfig(tokenizer="byte"), progress=False).store
+    prof = root / "profile"
+    for seed, label in enumerate("ab"):
+        run = root / "runs" / label
+        cfg = {
+            "model": {"size": "tiny-4x256", "n_layer": 1, "n_head": 2, "n_embd": 32},
+            "data": {"store": str(store.path), "val_split": "tail", "val_fraction": 0.1},
+            "optim": {"lr": 3e-3, "warmup_steps": 1},
+            "train": {
+                **{"out_dir": str(run), "context": 32, "tokens_per_step": 256, "max_steps": 2 + 2 * seed},
+                **{"val_every": 0, "ckpt_every": 0, "threads": 1, "peak_flops": 1e12, "progress": False},
+                **{"dtype": "fp32", "seed": seed},
+            },
+        }
+        train(from_dict(RunConfig, cfg))
+        assert main(["export", str(run), "--out", str(root / f"hf_{label}")]) == 0
+        for name, options in EVALS.items():
+            data = ["--data", str(store.path)] if name == "contextwise" else []
+            model = ["--model", str(root / f"hf_{label}")]
+            assert main(["eval", name, *model, *data, "--out", str(prof / "models" / label), *options]) == 0
+    contextwise = ["eval", "contextwise", "--data", str(store.path), *EVALS["contextwise"]]
+    assert main([*contextwise, "--model", str(root / "runs" / "a")]) == 0  # into runs/a/eval
+    assert main([*contextwise, "--model", str(root / "hf_b")]) == 0  # into hf_b/eval
+    assert (
+        main(
+            [
+                "compare",
+                str(prof / "models" / "a"),
+                str(prof / "models" / "b"),
+                "--out",
+                str(prof / "compare"),
+            ]
+        )
+        == 0
+    )
+    write_profile(prof, root, store.path)
+    return root
+
+
+def write_profile(prof, root, data, labels=("a", "b"), compare="compare", steps=None) -> None:
+    """A profile.json as `contextlab profile` writes it (contextlab.profile.runner), over the results
+    in PROF: headline rows read back from them, every step done but attention (skipped)."""
+    steps = steps or [
+        *(
+            {"name": n, "model": m, "status": "done", "seconds": 1.5, "result": f"models/{m}/{n}.json"}
+            for m in labels
+            for n in EVALS
+        ),
+        {
+            "name": "attention",
+            "model": "+".join(labels),
+            "status": "skipped",
+            "seconds": None,
+            "result": None,
+            "error": "attention is recomputed for contextlab models only",
+        },
+    ]
+    docs = {m: read_results(prof / "models" / m) for m in labels}
+    best = {m: d["contextwise"]["results"]["summary"]["best_context_loss"] for m, d in docs.items()}
+    niah = {m: d["niah"]["results"]["summary"] for m, d in docs.items()}
+    headline = [
+        {
+            "measure": "best-context loss",
+            "unit": "nats/token",
+            "better": "lower",
+            "eval": "contextwise",
+            "values": best,
+            "intervals": {m: None for m in labels},
+        },
+        {
+            "measure": "needle accuracy",
+            "unit": "fraction",
+            "better": "higher",
+            "eval": "niah",
+            "values": {m: s["likelihood_accuracy"] for m, s in niah.items()},
+            "intervals": {m: s["likelihood_accuracy_ci95"] for m, s in niah.items()},
+            "chance": 0.2,
+            "note": "a long note " * 12,
+        },
+        {
+            "measure": "attention mean distance",
+            "unit": "tokens",
+            "better": "neither",
+            "eval": "attention",
+            "values": {},
+            "intervals": {},
+            "note": "skipped",
+        },
+    ]
+    if len(labels) == 2:
+        headline[0].update(diff=best["b"] - best["a"], ci95=[-0.2482910604182465, 1.1085065432683265])
+        headline[1].update(diff=0.0, ci95=[0.0, 0.0])
+    doc = {
+        "format": "contextlab-profile",
+        "version": 1,
+        "models": [{"label": m, "path": str(root / f"hf_{m}"), "results": f"models/{m}"} for m in labels],
+        "data": str(data),
+        "budget": "quick",
+        "context": 32,
+        "steps": steps,
+        "command": f"contextlab profile --model {root / 'hf_a'} --data {data} --budget quick --out {prof}",
+        "compare": compare,
+        **({"compare_notes": {"bayes-fit": "not run"}} if compare else {}),
+        "headline": headline,
+        "created": "2026-01-01T00:00:00+0000",
+        "seconds": 250.0,
+        "report": "report.html",
+    }
+    (prof / "profile.json").write_text(json.dumps(doc, indent=2))
+
+
+def page_text(page) -> str:
+    """The page without its embedded images."""
+    return re.sub(r"base64,[A-Za-z0-9+/=]+", "base64,", page.read_text())
+
+
+def reproduce_lines(text: str) -> dict[str, list[str]]:
+    """evaluation name -> its reproduce command, split into arguments."""
+    lines = re.findall(r"<p>reproduce:</p><pre>(.*?)</pre>", text, flags=re.S)
+    return {shlex.split(html.unescape(s))[2]: shlex.split(html.unescape(s)) for s in lines}
+
+
+def assert_displays_and_fits(page) -> None:
+    n_imgs = len(re.findall(r"<img ", page.read_text()))
+    dom = render(page)
+    assert f'data-images="{n_imgs}"' in dom and 'data-images-ok="yes"' in dom
+    assert 'data-overflow="none"' in dom, re.search(r'data-overflow="[^"]*"', dom).group(0)
+
+
+def test_an_eval_folder_shows_every_evaluation_rounded_and_fits_the_page(tiny):
+    folder = tiny / "profile" / "models" / "a"
+    page = build_report(folder)
+    text = page_text(page)
+    for name in EVALS:
+        assert f"Evaluation: {name}" in text and f'alt="{name} plot"' in text
+    assert "best_context_loss" in text and "likelihood_accuracy" in text and "pieces_per_doc" in text
+    assert "byte (" in text and str(tiny / "store") in text  # the model's tokenizer, the data record
+    assert not LONG_FLOAT.search(text), LONG_FLOAT.search(text).group(0)
+    assert re.search(r"likelihood_accuracy</th><td[^>]*>0\.2 \[0\.0?\d{1,3}, 0\.\d{1,3}\]", text)
+    assert_displays_and_fits(page)
+
+
+def test_the_reproduce_line_of_a_page_writes_the_same_evaluation(tiny, tmp_path):
+    folder = tiny / "profile" / "models" / "a"
+    lines = reproduce_lines(page_text(build_report(folder, tmp_path / "r.html")))
+    assert set(lines) == set(EVALS)
+    cw = lines["contextwise"]
+    assert cw[:4] == ["contextlab", "eval", "contextwise", "--model"] and "--data" in cw and "--out" in cw
+    for name in ("contextwise", "niah"):
+        assert main([*lines[name][1:], "--out", str(tmp_path / "again")]) == 0  # the last --out wins
+        old, new = (json.loads((d / f"{name}.json").read_text()) for d in (folder, tmp_path / "again"))
+        for key in ("options", "data", "results", "arrays"):
+            assert new[key] == old[key], (name, key)
+        for f in old["arrays"].values():
+            assert np.array_equal(np.load(folder / f), np.load(tmp_path / "again" / f))
+
+
+def test_a_run_reports_its_evaluations_with_a_complete_reproduce_line(tiny):
+    run = tiny / "runs" / "a"
+    text = page_text(build_report(run))
+    line = reproduce_lines(text)["contextwise"]
+    assert line[line.index("--model") + 1] == str(run / "checkpoints" / "step_000002")
+    assert line[line.index("--data") + 1] == str(tiny / "store") and "--out" not in line  # the run's eval/
+    assert "Run a" in text and "loss curve" in text
+
+
+def test_a_model_folder_reports_its_eval_folder_or_says_how_to_make_one(tiny):
+    assert main(["report", str(tiny / "hf_b")]) == 0
+    text = page_text(tiny / "hf_b" / "report.html")
+    assert "Model hf_b" in text and "Evaluation: contextwise" in text
+    with pytest.raises(UserError, match=r"no evaluation results in .*hf_a/eval: run `contextlab eval NAME"):
+        build_report(tiny / "hf_a")
+
+
+def test_a_folder_of_two_models_shows_both_a_table_of_them_and_their_comparison(tiny, tmp_path):
+    for part in ("models/a", "models/b", "compare"):
+        shutil.copytree(tiny / "profile" / part, tmp_path / "two" / part.split("/")[-1])
+    page = build_report(tmp_path / "two")
+    text = page_text(page)
+    assert "<h2>Results a</h2>" in text and "<h2>Results b</h2>" in text and "<h2>Models</h2>" in text
+    assert text.count("Evaluation: niah") == 2 and "Comparison a - b" in text
+    models = text[text.index("<h2>Models</h2>") : text.index("<h2>Results a</h2>")]
+    assert "best_context_loss" in models and "likelihood_accuracy" in models
+    assert not LONG_FLOAT.search(text)
+
+
+def test_a_profile_of_two_models_has_its_headline_steps_models_and_comparisons(tiny):
+    prof = tiny / "profile"
+    page = write_report(prof)
+    text = page_text(page)
+    assert "<h1>contextlab profile: a vs b</h1>" in text
+    assert "budget <b>quick</b>" in text and "context <b>32</b>" in text
+    head = text[text.index("<h2>Headline</h2>") : text.index("<h2>Steps</h2>")]
+    assert "b − a" in head and "[-0.248, 1.11]" in head and "no clear difference (lower is better)" in head
+    assert "nats/token" in head and "chance 0.2" in head
+    assert re.search(r"<td[^>]*>0\.2 \[0\.0\d+, 0\.\d+\]", head)  # a value with its own interval
+    assert "Missing:</b> attention of a+b (skipped)" in text and "contextlab models only" in text
+    assert "Not compared" in text and "bayes-fit: not run" in text
+    assert "Model a: " in text and "Model b: " in text and text.count("Evaluation: passkey") == 2
+    assert "Comparison a - b" in text and not LONG_FLOAT.search(text)
+    assert_displays_and_fits(page)
+
+
+def test_a_profile_of_one_model_with_failed_and_pending_steps(tiny, tmp_path):
+    prof = tmp_path / "one"
+    shutil.copytree(tiny / "profile" / "models" / "a", prof / "models" / "a")
+    steps = [
+        {
+            "name": "contextwise",
+            "model": "a",
+            "status": "done",
+            "seconds": 2.0,
+            "result": "models/a/contextwise.json",
+        },
+        {
+            "name": "kv",
+            "model": "a",
+            "status": "failed",
+            "seconds": 0.5,
+            "result": None,
+            "error": "no --data",
+        },
+        {"name": "icl", "model": "a", "status": "pending", "seconds": None, "result": None, "error": None},
+    ]
+    write_profile(prof, tiny, tiny / "store", labels=("a",), compare=None, steps=steps)
+    text = page_text(build_report(prof))
+    assert "<h1>contextlab profile: a</h1>" in text and "Comparison" not in text and " − " not in text
+    assert "Missing:</b> kv of a (failed), icl of a (pending)" in text and "no --data" in text
+
+
+def test_report_help_says_what_it_accepts(capsys):
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for what in (
+        "training run",
+        "Hugging Face",
+        "evaluation results",
+        "profile",
+        "contextlab compare",
+        "sweep",
+    ):
+        assert what in out
+
+
+def test_an_element_wider_than_the_window_is_detected(tiny, tmp_path):
+    page = build_report(tiny / "profile" / "models" / "a", tmp_path / "r.html")
+    wide = tmp_path / "wide.html"
+    cell = '<td style="white-space:nowrap">' + "x" * 600 + "</td>"
+    wide.write_text(
+        page.read_text().replace(
+            "<h2>", f"<details><summary>s</summary><table><tr>{cell}</tr></table></details><h2>", 1
+        )
+    )
+    assert re.search(r'data-overflow="(table|td|tbody|tr)[^"]*px', render(wide))
+
+
+def test_numbers_are_rounded_for_reading_and_intervals_fold_into_their_value():
+    from contextlab.report.blocks import plain, with_intervals
+
+    assert plain([0.2482910604182465, 1.1085065432683265]) == "[0.248, 1.11]"
+    assert plain(5.732849216461181) == "5.733" and plain(0.001044857501983687) == "0.001045"
+    assert (
+        plain(12) == "12" and plain(1_234_567) == "1,234,567" and plain(None) == "—" and plain(True) == "yes"
+    )
+    assert plain("0.30000000000000004") == "0.3" and plain("tiny-4x256") == "tiny-4x256"  # CSV cells
+    summary = {"gain": 0.06433470547199249, "gain_interval95": [-0.016616955814060586, 0.1452863667580]}
+    assert with_intervals(summary) == {"gain": "0.06433 [-0.0166, 0.145]"}
+
+
+def test_the_reproduce_line_writes_every_kind_of_option_the_command_line_reads(tmp_path):
+    from contextlab.report.evals import reproduce
+
+    doc = {
+        "eval": "niah",
+        "model": {"path": "/models/m", "dtype": "bf16", "batch_size": 4},
+        "data": {"haystack": "/data/essays", "hash": "h"},
+        "options": {
+            "lengths": [],
+            "depths": [0.0, 50.0],
+            "samples": 2,
+            "scoring": "both",
+            "flag": False,
+            "limit": None,
+            "answers": ["x, y", "z"],
+        },
+    }
+    line, notes = reproduce(doc, tmp_path)
+    assert shlex.split(line) == [
+        *("contextlab", "eval", "niah", "--model", "/models/m", "--data", "/data/essays"),
+        *("--dtype", "bf16", "--batch-size", "4", "--lengths", "", "--depths", "0.0,50.0", "--samples", "2"),
+        *("--scoring", "both", "--flag", "false", "--limit", "none", "--answers", "x, y,z"),
+        *("--out", str(tmp_path.resolve())),
+    ]
+    assert notes == ["option answers has a value with a comma, which --answers splits: not exact"]
+    assert reproduce({**doc, "model": {"path": "-"}}, tmp_path)[0] is None  # a model built in memory
+    line, notes = reproduce({**doc, "model": {"path": "m"}, "data": {"store": "s"}}, tmp_path)
+    assert "--data s" in line and any("relative paths" in n for n in notes)
