@@ -159,3 +159,60 @@ def test_default_out_is_a_new_folder_in_the_current_directory(runs, monkeypatch,
     same = tmp_path / "x" / "first"
     shutil.copytree(runs[0], same)
     assert default_out([str(runs[0]), str(same)], "quick").name == "profile-a_first-vs-b_first-quick"
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    """A tiny Hugging Face Llama folder (save_pretrained, 512 positions) with a small BPE tokenizer.json."""
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator([shakespeare(40_000)], trainer)
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(
+        vocab_size=400,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+    )
+    out = tmp_path_factory.mktemp("hf") / "tiny-llama"
+    transformers.LlamaForCausalLM(cfg).save_pretrained(out)
+    tok.save(str(out / "tokenizer.json"))
+    return out
+
+
+def test_a_hugging_face_folder_is_profiled_with_its_own_tokenizer(llama, text, tmp_path):
+    out = tmp_path / "hf-profile"
+    argv = ["profile", "--model", str(llama), "--data", str(text), "--out", str(out), "--no-progress"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ContextLengthWarning)
+        assert main([*argv, "--threads", "1"]) == 0
+    doc = json.loads((out / "profile.json").read_text())
+    assert doc["context"] == 512 and [m["label"] for m in doc["models"]] == ["tiny-llama"]
+    status = {s["name"]: s for s in doc["steps"]}
+    assert all(status[n]["status"] == "done" for n in ("contextwise", "bayes-fit", "niah", "passkey", "kv"))
+    assert status["attention"]["status"] == "skipped" and "transformers" in status["attention"]["error"]
+    store = json.loads((out / "models/tiny-llama/contextwise.json").read_text())["data"]["store"]
+    assert store.startswith(str(out / "data" / "store-"))  # the text, ingested with the model's own tokenizer
+    assert not any(
+        p.name in ("eval", "profile.json") for p in llama.iterdir()
+    )  # nothing written into the model
+
+
+def test_two_models_of_different_tokenizers_need_text_data(llama, runs, text, tmp_path, capsys):
+    from contextlab.data.ingest import IngestConfig, ingest
+
+    store = ingest(text, tmp_path / "bytes", IngestConfig(), progress=False).store
+    argv = ["profile", "--model", str(runs[0]), "--compare", str(llama), "--data", str(store.path)]
+    assert main([*argv, "--out", str(tmp_path / "o"), "--no-progress"]) != 0
+    err = capsys.readouterr().err
+    assert "different tokenizers" in err and "give --data the text" in err

@@ -18,7 +18,7 @@ def _parser() -> argparse.ArgumentParser:
             "(contextlab models only). Every length follows the model's context (with --compare, the "
             "smaller of the two): no prompt runs past it. Prompt tasks are scored by likelihood. Writes "
             "OUT/models/<model>/<eval>.json (ordinary result files), OUT/compare/ (paired differences "
-            "with 95%% intervals), OUT/profile.json (settings, steps, headline table) and "
+            "with 95% intervals), OUT/profile.json (settings, steps, headline table) and "
             "OUT/report.html. Rerun the same command to resume a killed profile: finished steps are kept."
         ),
     )

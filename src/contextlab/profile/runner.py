@@ -268,6 +268,12 @@ def run_profile(
     ]
     for m in opened:
         m.adapter.require_lm("profile")
+    hashes = {m.adapter.info.tokenizer.get("hash") for m in opened}
+    if len(hashes) > 1 and is_store(data):
+        raise UserError(
+            f"{opened[0].path} and {opened[1].path} have different tokenizers, so one token store cannot "
+            "hold the data of both; give --data the text (a file or folder): each model tokenizes it itself"
+        )
     context = min(m.adapter.context for m in opened)
     settings = {
         "models": [
@@ -294,7 +300,12 @@ def run_profile(
             haystack=haystack or text,
             kv_file=kv_file,
             kv_pairs=kv_pairs,
-            attention=attention_problem(opened),
+            attention=attention_problem(opened)
+            or (
+                "the two models tokenize differently, so no rows are the same for both"
+                if len(hashes) > 1
+                else ""
+            ),
         )
         for step in plans[m.label]:
             if step.name in ("niah", "passkey"):
