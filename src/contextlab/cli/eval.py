@@ -152,7 +152,9 @@ def cmd_eval(argv: list[str]) -> int:
         with output_lock(out_dir, "evaluation folder"), _warnings_as_lines():  # one writer at a time
             path, out = evaluate(name, adapter, options, args.data, out_dir)
         written.append(path)
-        summary = json.dumps(out.results.get("summary", {}), default=float)
+        summary = json.dumps(
+            _rounded(out.results.get("summary", {})), default=float
+        )  # the file keeps all digits
         print(f"{name} {model_path}: {summary}")
         for line in out.results.get("text", []):  # the prompt tasks: accuracy [95% interval] of n, chance
             print(f"  {line}")
@@ -168,3 +170,14 @@ def cmd_eval(argv: list[str]) -> int:
         combined_plot(written, plot)
         print(f"  combined plot {plot}")
     return 0
+
+
+def _rounded(v):
+    """Floats to 4 significant digits, inside lists and dicts (for the console line only)."""
+    if isinstance(v, float):
+        return float(f"{v:.4g}")
+    if isinstance(v, dict):
+        return {k: _rounded(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_rounded(x) for x in v]
+    return v
