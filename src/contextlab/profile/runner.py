@@ -312,13 +312,16 @@ def run_profile(
                 fit_prompt_lengths(step, m.adapter, context)
     jobs = _jobs(opened, plans)
     total = sum(step.cost for _, step, _ in jobs)
-    bar = tqdm(
-        total=total, desc="profile", unit="tok", unit_scale=True, disable=None if show_progress else True
-    )
     print(
         f"profile of {', '.join(m.path for m in opened)} at context {context} ({budget_name}): "
         f"{sum(1 for _, s, _ in jobs if not s.skip)} steps, results in {out}",
         file=sys.stdout,
+    )
+    bar = tqdm(  # in units of estimated work; what a reader needs is the share done and the time left
+        total=total,
+        desc="profile",
+        bar_format="{l_bar}{bar}| {elapsed} elapsed, about {remaining} left",
+        disable=None if show_progress else True,
     )
     for label, step, pair in jobs:
         rec = manifest.record(step.name, label)
