@@ -77,3 +77,10 @@ def test_gpu_learning_runs_its_variants_and_names_the_setting_to_train_with(tmp_
     assert "patch applied: unfused_adamw" in (tmp_path / "check" / "eager_unfused_adamw.log").read_text()
     saved = json.loads((tmp_path / "check" / "learning.json").read_text())
     assert len(saved["curves"]["eager"]) >= 2
+
+
+def test_profile_quick_runs_and_reports_its_seconds():
+    out = last_json(["benchmarks/profile_quick.py", "--models", "gpt", "--context", "64", "--chars", "8000"])
+    assert (
+        out["bench"] == "profile_quick" and out["gpt"]["seconds"] > 0 and "contextwise" in out["gpt"]["steps"]
+    )

@@ -100,7 +100,7 @@ def test_profile_writes_every_measure_and_pairs_them(profiled, runs):
             assert status[(name, label)] == "done", (name, label, doc["steps"])
             assert (out / "models" / label / f"{name}.json").is_file()
     kv = json.loads((out / "models/first/kv.json").read_text())["options"]
-    assert kv["n_pairs"] == 4  # as many 72-byte UUID pairs as fit 512 bytes with the question
+    assert kv["n_pairs"] == 3  # as many 72-byte UUID pairs as fit 512 bytes with the question and a margin
     assert status[("attention", "first+second")] == "done"
     cw = json.loads((out / "models/first/contextwise.json").read_text())["results"]
     assert cw["length"] == CONTEXT + 1 and not any(b["beyond_train_context"] for b in cw["buckets"])

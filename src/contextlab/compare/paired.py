@@ -20,17 +20,8 @@ documents or prompts were drawn cancels and only the models' difference is left:
 * icl: per number of shots, the accuracy difference of each set of in-context examples (the
   SPLICE paper's TREC delta) with a bootstrap interval over sets, and their histogram.
 
-Two results pair only when they were computed on the same data (the same content hash and
-resolved sizes) with the same options, and their saved samples (pieces, cells, candidate sets,
-token counts) are identical; otherwise the comparison is refused in one line naming what
-differs and why: a setting whose default follows each model's context (contextwise's length,
-the lengths of niah, passkey, vartrack and bayes-fit, kv's number of pairs), read from each
-result, with both values and the option to set; an option given differently; other data or
-changed data; models of different tokenizers. Options that change how a sample is scored but
-not which samples there are (the scoring mode, ppl's window and stride, the best-context
-window) may differ: they are listed as notes. Trade-off: results written before the per-sample
-arrays existed cannot be compared (the error says to rerun the evaluation); recomputing them
-here would need the models.
+Which two results pair, and the one line that says why not when they do not, is
+``compare/pairing.py``.
 """
 
 from __future__ import annotations
@@ -45,20 +36,13 @@ import numpy as np
 import contextlab.eval.paired_stats as cs
 from contextlab.compare.fit import bayes_fit
 from contextlab.compare.infill import infill
+from contextlab.compare.pairing import PATHS, TASKS, Side, check_pairing, eval_folder, labels, side
 from contextlab.config import opt
 from contextlab.errors import UserError
-from contextlab.eval.results import RESULT_FORMAT, code_version, jsonable
+from contextlab.eval.results import code_version, jsonable
 from contextlab.io import atomic_write_text
 
 FORMAT = "contextlab-compare"
-TASKS = ("niah", "kv", "passkey", "vartrack")
-PATHS = ("store", "file", "folder", "haystack")  # data fields that say where the data was, not what
-FREE = {  # options that change how samples are scored, not which samples there are
-    "contextwise": ("best_fraction", "train_context"),
-    "ppl": ("context", "stride"),
-    "infill": ("modes", "scoring", "check_generations", "progress", "lm_loss"),
-    **{t: ("scoring", "max_new_tokens") for t in TASKS},
-}
 CELL_PARTS = {
     "niah": ["depth", "length"],
     "passkey": ["depth", "length"],
@@ -66,184 +50,12 @@ CELL_PARTS = {
     "vartrack": ["length"],
 }
 METRIC_NAMES = {"likelihood_correct": "likelihood", "contains": "substring-match", "exact": "exact-match"}
-RESOLVED = {  # settings whose default follows the model's context: (option, where the result records it)
-    "contextwise": [("length", ("results", "length"))],
-    "bayes-fit": [("lengths", ("results", "lengths"))],
-    "niah": [("lengths", ("data", "lengths"))],
-    "passkey": [("lengths", ("data", "lengths"))],
-    "vartrack": [("lengths", ("data", "lengths"))],
-    "kv": [("n_pairs", ("data", "n_pairs")), ("positions", ("data", "positions"))],
-}
-SAMPLE_KEYS = {
-    "contextwise": ("pieces",),
-    "ppl": ("doc_offsets",),
-    "bayes-fit": ("targets",),
-    "infill": ("doc_single", "start_single", "doc_multi", "start_multi"),
-    **{t: ("cell", "group") for t in TASKS},
-}
 
 
 @dataclass
 class Options:
     resamples: int = opt(2000, "bootstrap resamples for the accuracy intervals (retrieval tasks, icl)")
     seed: int = opt(0, "seed of the bootstrap (the same files and seed give the same intervals)")
-
-
-@dataclass
-class Side:
-    """One run's result of one evaluation: its JSON, its folder, and a label."""
-
-    label: str
-    folder: Path
-    doc: dict
-
-    def arrays(self, name: str, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
-        files = self.doc.get("arrays") or {}
-        missing = [k for k in keys if k not in files or not (self.folder / files[k]).is_file()]
-        if missing:
-            raise UserError(
-                f"{self.folder / (name + '.json')} has no per-sample arrays ({', '.join(missing)}): it was "
-                f"written before `compare` existed or its .npy files were moved; rerun `contextlab eval "
-                f"{name}` on that model, then compare"
-            )
-        return {k: np.load(self.folder / files[k]) for k in keys}
-
-
-def eval_folder(path: str | Path) -> Path:
-    """A run directory (its eval/ folder) or a folder of evaluation results itself."""
-    p = Path(path)
-    for d in (p / "eval", p):
-        if d.is_dir() and any(_is_result(f) for f in d.glob("*.json")):
-            return d
-    raise UserError(
-        f"{p} holds no evaluation results (no eval/NAME.json); run `contextlab eval NAME --model {p}` first"
-    )
-
-
-def _is_result(f: Path) -> bool:
-    try:
-        return json.loads(f.read_text()).get("format") == RESULT_FORMAT
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
-def _side(folder: Path, label: str, name: str) -> Side:
-    f = folder / f"{name}.json"
-    if not _is_result(f):
-        raise UserError(f"{f} is missing or not an evaluation result; run `contextlab eval {name}` first")
-    return Side(label, folder, json.loads(f.read_text()))
-
-
-def labels(a: Path, b: Path) -> tuple[str, str]:
-    """Short names of the two runs: their folder names (an eval/ folder goes by its run's)."""
-    na, nb = [(p.parent if p.name == "eval" else p).name for p in (a, b)]
-    return (na, nb) if na != nb else (str(a), str(b))
-
-
-def check_pairing(name: str, a: Side, b: Side) -> list[str]:
-    """Refuse unless A and B were computed on the same samples; return notes on the options that
-    differ without changing the samples."""
-    diffs, notes = [], []
-    da, db = a.doc.get("data") or {}, b.doc.get("data") or {}
-    for k in sorted(set(da) | set(db)):
-        if k not in PATHS and da.get(k) != db.get(k):
-            diffs.append(f"data {k} {_short(da.get(k))} vs {_short(db.get(k))}")
-    oa, ob = a.doc.get("options") or {}, b.doc.get("options") or {}
-    for k in sorted(set(oa) | set(ob)):
-        if oa.get(k) != ob.get(k):
-            (notes if k in FREE.get(name, ()) else diffs).append(f"option {k} {oa.get(k)} vs {ob.get(k)}")
-    if not diffs and name in SAMPLE_KEYS:
-        arr_a, arr_b = a.arrays(name, SAMPLE_KEYS[name]), b.arrays(name, SAMPLE_KEYS[name])
-        diffs = [f"saved {k}" for k in SAMPLE_KEYS[name] if not np.array_equal(arr_a[k], arr_b[k])]
-    if diffs:
-        causes, fixes, tokenizers = _causes(name, a, b)
-        why = f": {'; '.join(causes)}" if causes else ""
-        rerun = f"rerun `contextlab eval {name}` on both with {' and '.join(fixes)}" if fixes else ""
-        if tokenizers:
-            fix = "; ".join([x for x in (rerun, "compare models of one tokenizer") if x])
-        else:
-            fix = rerun or f"rerun `contextlab eval {name}` on both with the same --data and options"
-        raise UserError(
-            f"{name}: {a.label} and {b.label} were not computed on the same samples ({'; '.join(diffs)})"
-            f"{why}; {fix}"
-        )
-    return notes
-
-
-def _causes(name: str, a: Side, b: Side) -> tuple[list[str], list[str], bool]:
-    """(why A's and B's samples differ, the flags that make them the same, whether the models'
-    tokenizers differ), read from both results: the settings whose default follows the model's
-    context, the options given differently, the data, the models' tokenizers."""
-    causes, fixes, named = [], [], set()
-    oa, ob = a.doc.get("options") or {}, b.doc.get("options") or {}
-    for option, (part, key) in RESOLVED.get(name, []):
-        va, vb = (a.doc.get(part) or {}).get(key), (b.doc.get(part) or {}).get(key)
-        if va is None or vb is None or va == vb:
-            continue
-        flag = "--" + option.replace("_", "-")
-        line = f"{name} was run with {option} {_value(va)} on {a.label} and {_value(vb)} on {b.label}"
-        if oa.get(option) == ob.get(option) and not oa.get(option):
-            line += f" (the default {flag} follows each model's context)"
-        causes.append(line)
-        fixes.append(f"the same {flag} (e.g. {flag} {_flag_value(_smaller(va, vb))})")
-        named.add(option)
-    for k in sorted(set(oa) | set(ob)):
-        if k not in FREE.get(name, ()) and k not in named and oa.get(k) != ob.get(k):
-            flag = "--" + k.replace("_", "-")
-            causes.append(f"{flag} was {_value(oa.get(k))} on {a.label} and {_value(ob.get(k))} on {b.label}")
-            fixes.append(f"the same {flag}")
-    data = _data_cause(a, b)
-    if data:
-        causes.append(data)
-        fixes.append("the same --data")
-    ta, tb = (((s.doc.get("model") or {}).get("tokenizer") or {}).get("hash") for s in (a, b))
-    tokenizers = bool(ta and tb and ta != tb)
-    if tokenizers:
-        causes.append(
-            f"the models' tokenizers differ (hash {ta[:8]} on {a.label}, {tb[:8]} on {b.label}), so the same "
-            "text makes other token sequences"
-        )
-    return causes, list(dict.fromkeys(fixes)), tokenizers
-
-
-def _data_cause(a: Side, b: Side) -> str:
-    """Why the data of A and B differ ('' when their content hashes agree or are not recorded)."""
-    da, db = a.doc.get("data") or {}, b.doc.get("data") or {}
-    ha, hb = da.get("hash"), db.get("hash")
-    if not ha or not hb or ha == hb:
-        return ""
-    pa, pb = (next((d[k] for k in PATHS if d.get(k)), None) for d in (da, db))
-    content = f"content hash {_short(ha)} vs {_short(hb)}"
-    if pa and pa == pb:
-        return f"the data at {pa} changed between the two runs ({content})"
-    if pa and pb:
-        return f"{a.label} read {pa} and {b.label} read {pb} ({content})"
-    return f"the data differ ({content})"
-
-
-def _value(v) -> str:
-    """A setting as a sentence shows it: 1023 -> '1,023', [128, 256] -> '128, 256'."""
-    if isinstance(v, bool) or not isinstance(v, (int, list, tuple)):
-        return str(v)
-    if isinstance(v, int):
-        return f"{v:,}"
-    return ", ".join(str(x) for x in v) if v else "[]"
-
-
-def _flag_value(v) -> str:
-    """A setting as its flag takes it: 1023 -> '1023', [128, 256] -> '128,256'."""
-    return ",".join(str(x) for x in v) if isinstance(v, (list, tuple)) else str(v)
-
-
-def _smaller(va, vb):
-    """Of two values of a setting, the one that fits both models: the smaller (lists: by their largest)."""
-    key = (lambda v: max(v, default=0)) if isinstance(va, list) else (lambda v: v)
-    return min(va, vb, key=key)
-
-
-def _short(v) -> str:
-    s = str(v)
-    return s[:12] if isinstance(v, str) and len(s) == 64 else s  # a sha256 is told apart by its start
 
 
 # ---------------------------------------------------------------------------- one evaluation each
@@ -433,7 +245,7 @@ def compare_runs(
             f"{run_a} and {run_b} have no evaluation in common that compare knows ({', '.join(COMPARERS)}); "
             "run the same `contextlab eval NAME` on both"
         )
-    sides = [(name, _side(fa, la, name), _side(fb, lb, name)) for name in names]
+    sides = [(name, side(fa, la, name), side(fb, lb, name)) for name in names]
     notes = {name: check_pairing(name, a, b) for name, a, b in sides}  # refuse before writing anything
     out = Path(out) if out else Path(run_a) / "compare" / lb.replace("/", "_")
     return out, [_write(out, name, a, b, options, notes[name]) for name, a, b in sides]

@@ -104,18 +104,23 @@ def prepare_store(data: str, adapter, out: Path, progress_on: bool) -> str:
 
 
 def prepare_kv(out: Path, adapter, budget: Budget, context: int) -> tuple[str, int]:
-    """Write OUT/data/kv.jsonl.gz (random UUID pairs, the lost-in-the-middle format) and return it
-    with the most pairs whose prompt fits ``context`` in this model's tokenizer."""
+    """Write OUT/data/kv-Npairs.jsonl.gz (random UUID pairs, the lost-in-the-middle format) with N the
+    most pairs for which every prompt of the file (each of its first keys asked) fits ``context`` in
+    this model's tokenizer, less room for the answer and a margin for a pair moved to another place
+    (UUIDs tokenize to slightly different lengths in different company)."""
     from contextlab.data.kv_synthetic import kv_examples, pairs_that_fit, write_kv_file
     from contextlab.eval.kv import kv_prompt
 
-    example = kv_examples(1, 200, seed=0)[0]
-    records = [tuple(r) for r in example["ordered_kv_records"]]
-
     def tokens(n: int) -> int:
-        return len(adapter.encode(kv_prompt(records[:n], records[0][0]))) if n else 0
+        if not n:
+            return 0
+        return max(
+            len(adapter.encode(kv_prompt([tuple(r) for r in e["ordered_kv_records"]], k)))
+            for e in kv_examples(budget.kv_examples, n, seed=0)
+            for k, _ in e["ordered_kv_records"][:3]
+        )
 
-    n = pairs_that_fit(tokens, context - KV_ANSWER_ROOM)
+    n = pairs_that_fit(tokens, context - KV_ANSWER_ROOM - context // 32)
     path = out / "data" / f"kv-{n}pairs.jsonl.gz"
     if n >= 2 and not path.is_file():
         write_kv_file(path, budget.kv_examples, n, seed=0)
