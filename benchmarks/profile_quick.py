@@ -9,8 +9,9 @@ Llama folder (2 layers x 128, ``--context`` positions, a byte-level BPE of ``--v
 on the text) and a contextlab GPT run (2 x 128, byte tokenizer, same context). The held-out text
 is the public-domain books shipped with contextlab (``contextlab.corpus.books_dir``), cut to
 ``--chars`` characters per book. Each model is profiled through the command line in a fresh
-folder; the steps' own times come from ``profile.json``. Last line: one JSON object with the
-seconds per model and per step, and whether each stayed within the goal.
+folder; the steps' own times and the headline values come from ``profile.json``. Last line: one
+JSON object with the seconds per model and per step, whether each stayed within the goal, and each
+headline measure with its 95% interval.
 """
 
 from __future__ import annotations
@@ -88,7 +89,18 @@ def profile(model: Path, text: Path, out: Path, threads: int) -> dict:
     seconds = time.perf_counter() - t0
     doc = json.loads((out / "profile.json").read_text())
     steps = {s["name"]: s["seconds"] for s in doc["steps"] if s["status"] == "done"}
-    return {"seconds": round(seconds, 1), "within_goal": seconds <= GOAL_SECONDS, "steps": steps}
+    label = doc["models"][0]["label"]
+    headline = {  # what the profile read: on random weights, chance and a context gain of 0
+        r["measure"]: [r["values"][label], r["intervals"].get(label)]
+        for r in doc["headline"]
+        if label in r["values"]
+    }
+    return {
+        "seconds": round(seconds, 1),
+        "within_goal": seconds <= GOAL_SECONDS,
+        "steps": steps,
+        "headline": headline,
+    }
 
 
 def main() -> None:
