@@ -7,6 +7,7 @@ import base64
 import json
 import re
 
+import numpy as np
 import pytest
 
 from contextlab.cli import main
@@ -47,7 +48,7 @@ TINY = [
     "--set",
     "base.data.val_fraction=0.05",
     "--set",
-    "eval.contextwise={max_docs=8}",
+    "eval.contextwise={length=128, max_docs=8}",  # past the 64-token context, as the recipe does
     "--set",
     'eval.niah={lengths=[256, 320], depths=[0.0, 100.0], samples=1, scoring="likelihood"}',
 ]
@@ -121,7 +122,12 @@ def test_headline_numbers_come_from_the_result_files(quickstart):
         lo, hi = row["context gain interval95"]  # paired per target, documents as the unit
         assert lo < row["context gain"] < hi and bf["context_gain"]["interval95"] == [lo, hi]
         # contextwise's "context_gain" is the same quantity (1 vs all visible), not the bucket drop
-        assert "first_to_last_bucket_drop" in cw and cw["context_gain"] > 0
+        folder = out / "runs" / row["run"] / "eval"
+        one, best = (np.load(folder / f"contextwise.piece_{k}.npy") for k in ("one_token_loss", "best_loss"))
+        assert (
+            cw["context_gain"] == pytest.approx(float((one - best).mean()))
+            and "first_to_last_bucket_drop" in cw
+        )
         assert row["needle accuracy"] == pytest.approx(niah["likelihood_accuracy"])
     assert (out / "contextwise_models.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
