@@ -182,6 +182,22 @@ def test_icl_and_visible_sweep_run_on_a_tiny_model():
     )
 
 
+def test_visible_defaults_to_the_longest_prompt_that_fits_the_context():
+    """No --length: the task's longest default length (the context less the answer's room), not the
+    context itself (its prompts with their answers ran past the context)."""
+    import warnings
+
+    from contextlab.eval.adapter import ContextLengthWarning
+
+    adapter = byte_adapter(tiny_gpt(7, context=512), batch_size=6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ContextLengthWarning)
+        sweep = visible.run(adapter, visible.Options(task="passkey", visible=[1.0]), None)
+    full = sweep.results["points"][0]
+    want = max(passkey.build(adapter, passkey.Options(depths=[50.0], samples=1), None)[1]["lengths"])
+    assert full["prompt_tokens"] == want < 512
+
+
 @pytest.mark.parametrize(
     "content, expect",
     [

@@ -33,6 +33,8 @@ from contextlab.errors import UserError
 from contextlab.eval.base import EvalOutput, open_store
 from contextlab.eval.stats import Z95
 
+DEPTHS = [0.0, 25.0, 50.0, 75.0, 100.0]
+
 
 @dataclass
 class Options:
@@ -45,22 +47,22 @@ class Options:
     )
     samples: int = opt(256, "target tokens for task=loss")
     shots: int = opt(32, "in-context examples for task=icl")
-    length: int = opt(0, "prompt length in tokens for niah/passkey/vartrack; 0 = the model's context")
+    length: int = opt(
+        0,
+        "prompt length in tokens for niah/passkey/vartrack; 0 = the task's longest default length (the "
+        "model's context less what the answer needs, so no prompt passes the context)",
+    )
     scoring: Literal["likelihood", "generate", "both"] = opt("likelihood", "how prompt tasks are scored")
 
 
 def _task_samples(adapter, o: Options, data):
-    L = [o.length or adapter.context]
+    L = [o.length] if o.length else []  # empty: the task's own default lengths, fitted to the context
     if o.task == "niah":
-        return needle.build(
-            adapter, needle.Options(lengths=L, depths=[0.0, 25.0, 50.0, 75.0, 100.0]), data
-        ), 5
+        return _longest(needle.build(adapter, needle.Options(lengths=L, depths=list(DEPTHS)), data), o), 5
     if o.task == "passkey":
-        return passkey.build(
-            adapter, passkey.Options(lengths=L, depths=[0.0, 25.0, 50.0, 75.0, 100.0]), data
-        ), 5
+        return _longest(passkey.build(adapter, passkey.Options(lengths=L, depths=list(DEPTHS)), data), o), 5
     if o.task == "vartrack":
-        return vartrack.build(adapter, vartrack.Options(lengths=L, samples=8), data), 2
+        return _longest(vartrack.build(adapter, vartrack.Options(lengths=L, samples=8), data), o), 2
     if o.task == "kv":
         return kv.build(adapter, kv.Options(n_examples=10), data), 5
     if o.task == "icl":
@@ -69,6 +71,16 @@ def _task_samples(adapter, o: Options, data):
         samples = icl.build_prompts(adapter, icl.read_trec(folder / "train.txt"), test, o.shots, 0)
         return (samples, {"folder": str(folder)}), len(icl.LABELS)
     raise AssertionError(f"task {o.task!r} (the config loader admits only the Options.task values)")
+
+
+def _longest(built, o: Options):
+    """(samples, info) of a task built at its default lengths -> those of the longest length only (the
+    whole context less what the answer needs); a given ``--length`` is kept as it is."""
+    samples, info = built
+    if o.length:
+        return samples, info
+    top = max(s.cell[-1] for s in samples)  # the length is the last part of every task's cell
+    return [s for s in samples if s.cell[-1] == top], {**info, "lengths": [top]}
 
 
 def tasks_folder(data):
