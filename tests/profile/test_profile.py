@@ -19,7 +19,7 @@ from contextlab.eval.adapter import ContextLengthWarning
 from contextlab.eval.kv import read_examples
 from contextlab.models.gpt import GPT, GPTConfig
 from contextlab.profile import BUDGETS
-from contextlab.profile.plan import NEEDLE_ROOM, build, kv_positions, prompt_lengths
+from contextlab.profile.plan import build, kv_positions
 from contextlab.train.checkpoint import write_untrained_run
 from tests.conftest import shakespeare
 
@@ -60,20 +60,38 @@ def profiled(tmp_path_factory, runs, text):
 
 
 def test_lengths_follow_the_context_and_never_pass_it():
-    for C in (64, 256, 512, 2048):
-        lengths = prompt_lengths(C, NEEDLE_ROOM)
-        assert lengths == sorted(set(lengths)) and max(lengths) == C - NEEDLE_ROOM and lengths[0] >= 16
-    steps = {
-        s.name: s
-        for s in build(512, BUDGETS["quick"], store="S", haystack=None, kv_file="K", kv_pairs=7, attention="")
-    }
-    assert steps["contextwise"].options.length == 513  # context lengths 1..512, none beyond
-    assert steps["bayes-fit"].options.lengths == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+    from contextlab.eval import needle, passkey, tasks
+    from tests.eval.conftest import byte_adapter, tiny_gpt
+
+    adapter = byte_adapter(tiny_gpt(0, context=2048))  # the profile's context C may be below the model's
+    for C in (512, 1024, 2048):
+        steps = {
+            s.name: s
+            for s in build(
+                C, BUDGETS["quick"], adapter, store="S", haystack=None, kv_file="K", kv_pairs=7, attention=""
+            )
+        }
+        for name, module in (("niah", needle), ("passkey", passkey)):
+            o = steps[name].options
+            lengths, room, shortest = module.lengths_for(adapter, o)
+            assert lengths == tasks.default_lengths(
+                C, (0.25, 0.5, 1.0), room, shortest
+            )  # the task's own rule, at C
+            assert max(lengths) + room <= C and min(lengths) >= shortest and not steps[name].skip
+    assert steps["contextwise"].options.length == C + 1  # context lengths 1..C, none beyond
+    assert steps["bayes-fit"].options.lengths == [2**i for i in range(12)]
     assert steps["kv"].options.positions == [0, 3, 6] and steps["kv"].options.n_pairs == 7
     assert all(s.options.scoring == "likelihood" for n, s in steps.items() if n in ("niah", "passkey", "kv"))
     assert kv_positions(1, 5) == [0] and kv_positions(9, 5) == [0, 2, 4, 6, 8]
+    short = {
+        s.name: s.skip
+        for s in build(
+            128, BUDGETS["quick"], adapter, store="S", haystack=None, kv_file="K", kv_pairs=0, attention=""
+        )
+    }
+    assert "no room for a niah prompt" in short["niah"]  # bytes: the needle sentence and question need more
     with pytest.raises(UserError, match="at least 64"):
-        build(32, BUDGETS["quick"], store="S", haystack=None, kv_file="K", kv_pairs=0, attention="")
+        build(32, BUDGETS["quick"], adapter, store="S", haystack=None, kv_file="K", kv_pairs=0, attention="")
 
 
 def test_kv_file_is_the_lost_in_the_middle_format_and_deterministic(tmp_path):

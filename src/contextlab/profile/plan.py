@@ -16,13 +16,12 @@ documents (``pieces_per_doc = 0``) so that a few long texts still give its sampl
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from contextlab.errors import UserError
 
-NEEDLE_ROOM = 32  # tokens kept free above a needle prompt for its answer (the runner checks exactly)
-PASSKEY_ROOM = 8  # the same for passkey
 KV_ANSWER_ROOM = 24  # tokens kept free after a key-value prompt for the longest candidate value
 MIN_CONTEXT = 64  # below this the prompt tasks have no room for a haystack
 
@@ -52,10 +51,14 @@ class Step:
     skip: str = ""  # why it does not run ("" = it runs)
 
 
-def prompt_lengths(context: int, room: int) -> list[int]:
-    """C/4, C/2 and C, less ``room`` tokens each at the top, sorted and distinct."""
-    top = context - room
-    return sorted({max(16, context // 4), max(16, context // 2), top})
+def fitted_lengths(lengths_for, adapter, options, context: int) -> list[int]:
+    """A prompt task's own default rule (``tasks.default_lengths``: C/4, C/2 and C less what the answer
+    adds, none shorter than the task's fixed text) applied at ``context`` rather than the model's;
+    ``lengths_for`` is the task's (``needle.lengths_for``, ``passkey.lengths_for``)."""
+    from contextlab.eval import tasks
+
+    _, room, shortest = lengths_for(adapter, dataclasses.replace(options, lengths=[context]))
+    return tasks.default_lengths(context, (0.25, 0.5, 1.0), room, shortest)
 
 
 def kv_positions(n_pairs: int, count: int) -> list[int]:
@@ -68,6 +71,7 @@ def kv_positions(n_pairs: int, count: int) -> list[int]:
 def build(
     context: int,
     budget: Budget,
+    adapter,
     *,
     store: str,
     haystack: str | None,
@@ -75,7 +79,8 @@ def build(
     kv_pairs: int,
     attention: str,
 ) -> list[Step]:
-    """The battery for context ``context``; ``attention`` is "" when it can run, else why not."""
+    """The battery for context ``context`` and the model ``adapter`` (whose tokenizer decides how long
+    the prompt tasks' fixed text and answers are); ``attention`` is "" when it can run, else why not."""
     from contextlab.analysis import attention as att
     from contextlab.eval import bayes_fit, contextwise, kv, needle, passkey
 
@@ -83,8 +88,10 @@ def build(
         raise UserError(f"the model's context is {context} tokens; profile needs at least {MIN_CONTEXT}")
     C, b = context, budget
     visible = bayes_fit.default_lengths(C)
-    niah_lengths = prompt_lengths(C, NEEDLE_ROOM)
-    pk_lengths = prompt_lengths(C, PASSKEY_ROOM)
+    niah_opts = needle.Options(depths=list(b.depths), samples=b.haystacks, scoring="likelihood")
+    niah_opts.lengths = niah_lengths = fitted_lengths(needle.lengths_for, adapter, niah_opts, C)
+    pk_opts = passkey.Options(depths=list(b.depths), samples=b.passkey_sets, scoring="likelihood")
+    pk_opts.lengths = pk_lengths = fitted_lengths(passkey.lengths_for, adapter, pk_opts, C)
     cells = len(b.depths)
     kv_opts = kv.Options(
         n_examples=b.kv_examples,
@@ -109,19 +116,17 @@ def build(
         ),
         Step(
             "niah",
-            needle.Options(
-                lengths=niah_lengths, depths=list(b.depths), samples=b.haystacks, scoring="likelihood"
-            ),
+            niah_opts,
             haystack,
             1.6 * sum(niah_lengths) * cells * b.haystacks * 5 * 2,  # 5 rotations, each with its control
+            skip=_no_room("niah", niah_lengths, C),
         ),
         Step(
             "passkey",
-            passkey.Options(
-                lengths=pk_lengths, depths=list(b.depths), samples=b.passkey_sets, scoring="likelihood"
-            ),
+            pk_opts,
             None,
             sum(pk_lengths) * cells * b.passkey_sets * 5 * 2,
+            skip=_no_room("passkey", pk_lengths, C),
         ),
         Step(
             "kv",
@@ -138,3 +143,11 @@ def build(
             skip=attention,
         ),
     ]
+
+
+def _no_room(task: str, lengths: list[int], context: int) -> str:
+    return (
+        ""
+        if lengths
+        else f"the context ({context} tokens) leaves no room for a {task} prompt with its answer"
+    )

@@ -201,36 +201,6 @@ def run_step(step: Step, model: Model, out_dir: Path, compare: Model | None = No
     return path
 
 
-def fit_prompt_lengths(step: Step, adapter, context: int) -> None:
-    """Keep the needle/passkey lengths whose longest forward pass (prompt with its answer, control
-    with its candidates: ``tasks.longest_forward``) fits ``context`` in this model's tokenizer (a
-    short context leaves no room for a haystack beside the question; a byte-level answer is long);
-    none left: the step is skipped, saying so. Building prompts runs no model, so this costs little."""
-    import dataclasses
-    import warnings
-
-    from contextlab.eval import EVALS, needle, passkey, tasks
-
-    build = {"niah": needle.build, "passkey": passkey.build}[step.name]
-    data = step.data or (EVALS[step.name].default_data() if EVALS[step.name].default_data else None)
-    keep = []
-    for L in step.options.lengths:
-        trial = dataclasses.replace(step.options, lengths=[L], depths=[50.0], samples=1)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a length past the context is what this finds out, quietly
-            try:
-                samples, _ = build(adapter, trial, data)
-            except UserError:
-                continue
-        if tasks.longest_forward(samples, trial.scoring) <= context:
-            keep.append(L)
-    step.options.lengths = keep
-    if not keep:
-        step.skip = (
-            f"the context ({context} tokens) leaves no room for a {step.name} prompt in this tokenizer"
-        )
-
-
 def attention_problem(models: list[Model]) -> str:
     """'' when attention by distance can be recomputed for every model, else why not (one line)."""
     from contextlab.analysis.attention import check_model
@@ -301,6 +271,7 @@ def run_profile(
         plans[m.label] = build(
             context,
             budget,
+            m.adapter,
             store=store,
             haystack=haystack or text,
             kv_file=kv_file,
@@ -312,9 +283,6 @@ def run_profile(
                 else ""
             ),
         )
-        for step in plans[m.label]:
-            if step.name in ("niah", "passkey"):
-                fit_prompt_lengths(step, m.adapter, context)
     jobs = _jobs(opened, plans)
     total = sum(step.cost for _, step, _ in jobs)
     print(
