@@ -64,6 +64,9 @@ class Reader:
             np.stack([[self._logprobs(list(r[: t + 1])) for t in range(len(r))] for r in ids])
         )
 
+    def score_continuations(self, prompt, candidates):
+        return self.score_spans([(list(prompt) + list(c), len(prompt)) for c in candidates])
+
     def score_spans(self, items):
         return np.array([self._logprobs(list(seq[:start]))[seq[start]] for seq, start in items])
 

@@ -42,6 +42,9 @@ class FakeAdapter:
     def __init__(self, fn):
         self.fn, self.items = fn, []
 
+    def score_continuations(self, prompt, candidates):
+        return self.score_spans([(list(prompt) + list(c), len(prompt)) for c in candidates])
+
     def score_spans(self, items):
         self.items += [(tuple(ids[:start]), tuple(ids[start:])) for ids, start in items]
         return np.array([self.fn(list(ids[:start]), list(ids[start:])) for ids, start in items], dtype=float)

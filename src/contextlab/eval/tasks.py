@@ -107,23 +107,20 @@ def winner(scores: np.ndarray, candidates: list[list[int]]) -> int:
 def _likelihood(adapter, s: Sample, prompt: list[int], visible, cache: dict) -> dict:
     """Likelihood fields of one sample; control-prompt scores are read from / written to ``cache``."""
     cands = [list(c) for c in s.candidates]
-    items = [(prompt + c, len(prompt)) for c in cands]
+    with_ = adapter.score_continuations(prompt, cands)
     control = truncate(s.control, visible) if s.control is not None else None
-    need = []
     if control is not None:
         ck = tuple(control)
         need = [c for c in cands if (ck, tuple(c)) not in cache]
-        items += [(control + c, len(control)) for c in need]
-    scores = adapter.score_spans(items)
-    with_ = scores[: len(cands)]
+        if need:
+            for c, v in zip(need, adapter.score_continuations(control, need)):
+                cache[(ck, tuple(c))] = float(v)
     row: dict = {
         "likelihood_correct": winner(with_, cands) == 0,
         "rank": int((with_[1:] >= with_[0]).sum()),
         "margin": float(with_[0] - with_[1:].max()) if len(cands) > 1 else 0.0,
     }
     if control is not None:
-        for c, v in zip(need, scores[len(cands) :]):
-            cache[(ck, tuple(c))] = float(v)
         gain = with_ - np.array([cache[(ck, tuple(c))] for c in cands])
         row["gain_true"] = float(gain[0])
         row["gain_distractors"] = float(gain[1:].mean()) if len(cands) > 1 else 0.0

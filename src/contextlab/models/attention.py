@@ -40,6 +40,10 @@ class LayerKV:
     def mask(self) -> Tensor | None:
         return self.step.mask
 
+    @property
+    def causal(self) -> bool:
+        return self.step.causal
+
 
 class Attention(nn.Module):
     def __init__(self, config):
@@ -75,7 +79,7 @@ class Attention(nn.Module):
         q, k, v = self.heads(x, rope)  # (B, nh, T, hs) strided views
         if kv is not None:  # the cached prefix plus these tokens: (B, nh, S, hs), the step's mask
             k, v = kv.update(k, v)
-            attn_mask, is_causal = kv.mask, False
+            attn_mask, is_causal = kv.mask, kv.causal
         y = attention(
             q,
             k,

@@ -11,10 +11,10 @@ back by lowering their lengths (nothing is copied; later appends overwrite the c
 
 Trade-offs: lengths live on the host (plain ints), so a step needs no device sync to size its
 views and masks; a batch whose rows all have the same length and no padding (batch 1, equal
-prompts) writes with a slice and, one token at a time, attends with no mask at all (SDPA's
-fastest path). Rows of different lengths pay a scatter and a boolean mask. The buffers are
-allocated at the first write (so they take the compute dtype, e.g. bf16 under autocast) and
-doubled when a row outgrows them.
+prompts) writes with a slice and attends with no mask at all, one token at a time or, for the
+first step (a prefill), with SDPA's causal kernel (SDPA's fastest paths). Rows of different
+lengths pay a scatter and a boolean mask. The buffers are allocated at the first write (so they
+take the compute dtype, e.g. bf16 under autocast) and doubled when a row outgrows them.
 """
 
 from __future__ import annotations
@@ -35,9 +35,10 @@ class CacheStep:
     columns: Tensor | None  # (B, t) long: the column each input's k/v is written to; None = slice
     start: int  # with columns None: the common length before this step (written at start..start+t)
     span: int  # S: columns 0..S-1 are read (the longest row after this step)
-    mask: Tensor | None  # bool (B, 1, t, S) or (t, S), True = may attend; None = every column
+    mask: Tensor | None  # bool (B, 1, t, S) or (t, S), True = may attend; None = every column or causal
     old: list[int]  # row lengths before this step
     new: list[int]  # row lengths after it
+    causal: bool = False  # a first step of rows in step: plain causal attention (SDPA's causal kernel)
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store the new k, v (B, nh, t, hs) of ``layer``; the row's keys and values (B, nh, S, hs)."""
@@ -105,6 +106,8 @@ class KVCache:
         if real is None and len(set(old)) == 1:  # rows in step: a slice, and a mask only for t > 1
             start = old[0]
             positions = torch.arange(start, start + t, device=dev).expand(self.batch, t)
+            if start == 0:  # the first step (a prefill): columns 0..t-1 under plain causal attention
+                return CacheStep(self, positions, None, start, span, None, old, new, causal=t > 1)
             mask = None if t == 1 else torch.ones(t, span, dtype=torch.bool, device=dev).tril(start)
             return CacheStep(self, positions, None, start, span, mask, old, new)
         base = torch.tensor(old, device=dev)[:, None]  # (B, 1)
@@ -118,6 +121,18 @@ class KVCache:
         keys = torch.arange(span, device=dev)  # (S,)
         mask = (keys[None, None, :] <= positions[:, :, None])[:, None]  # (B, 1, t, S)
         return CacheStep(self, positions, columns, 0, span, mask, old, new)
+
+    def repeat_rows(self, n: int) -> None:
+        """Make each row n identical rows (row r becomes rows r n .. r n + n - 1, children too): one
+        prompt's cache shared by n continuations, which then append as rows of their own."""
+        for store in (self.k, self.v):
+            for i, buf in enumerate(store):
+                if buf is not None:
+                    store[i] = buf.repeat_interleave(n, dim=0)
+        self.lengths = [a for a in self.lengths for _ in range(n)]
+        self.batch *= n
+        for child in self.children:
+            child.repeat_rows(n)
 
     def truncate(self, length: int | Sequence[int]) -> None:
         """Roll rows back to ``length`` tokens (an int for every row, or one per row); never grows a row."""

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from contextlab.eval.backends.base import Autocast
+from contextlab.eval.backends.base import Autocast, chunked_logprobs, logprob_chunk
 
 
 class ContextlabBackend:
@@ -49,6 +49,30 @@ class ContextlabBackend:
             hidden, _ = self.model.trunk(self._in(idx))  # (B, T, C), final norm applied
         h = self._out(hidden).reshape(-1, hidden.size(-1))  # (B*T, C)
         return lambda a, b: self.model.unembed(h[a:b])  # (b-a, V), called under autocast
+
+    def continuation_logprobs(self, prefix: Tensor, conts: Tensor) -> Tensor | None:
+        """fp32 (k, L) log p(conts[i, j] | prefix, conts[i, :j]) for a prefix (P,) and k right-padded
+        continuations (k, L): the prefix runs once into a KV cache that the k rows then share (the
+        numbers of k full forward passes, up to rounding). Entries past a row's own length are unused;
+        None for a model without a KV cache."""
+        new_cache = getattr(self.model, "new_cache", None)
+        if new_cache is None:  # a model without a KV cache: the caller scores whole sequences
+            return None
+        k, L = conts.shape
+        pre = self._in(prefix[None])
+        cache = new_cache(1, pre.size(1) + L)
+        with self.autocast():
+            hidden, _ = self.model.trunk(pre, cache=cache)  # (1, P, C)
+            hidden = hidden[:, -1:].expand(k, 1, -1)  # predicts each continuation's first token
+            if L > 1:
+                cache.repeat_rows(k)
+                rest, _ = self.model.trunk(conts[:, :-1], cache=cache)  # (k, L - 1, C)
+                hidden = torch.cat([hidden, rest], dim=1)
+        h = hidden.reshape(k * L, -1)
+        rows = lambda a, b: self.model.unembed(h[a:b])  # called under autocast
+        return chunked_logprobs(rows, conts.reshape(-1), self.autocast, logprob_chunk(self.vocab_size)).view(
+            k, L
+        )
 
     def hidden_states(self, idx: Tensor, layer: int, what: str) -> Tensor:
         with self.autocast():

@@ -9,6 +9,7 @@ forward passes: any causal LM works, at the price of a second forward.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 import torch
@@ -16,6 +17,14 @@ from torch import Tensor
 
 from contextlab.errors import UserError
 from contextlab.eval.backends.base import Autocast, chunked_logprobs, logprob_chunk
+
+
+def cache_name() -> str:
+    """What ``transformers`` calls a model's KV cache (argument and output): ``cache`` from 5.24 on,
+    ``past_key_values`` before."""
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    return "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 
 class HFBackend:
@@ -40,6 +49,35 @@ class HFBackend:
         logits = self.logits(idx)
         logits = logits.reshape(-1, logits.size(-1))  # (B*T, V)
         return lambda a, b: logits[a:b]
+
+    def continuation_logprobs(self, prefix: Tensor, conts: Tensor) -> Tensor | None:
+        """As the contextlab backend's: the prefix (P,) runs once with ``use_cache=True`` (only its last
+        position's logits when the model takes ``logits_to_keep``), its cache is repeated for the k
+        continuations (k, L), which then run together. None when the model's cache cannot be shared
+        (no ``transformers`` Cache with ``batch_repeat_interleave``): the caller scores whole sequences."""
+        k, L = conts.shape
+        keep = {"logits_to_keep": 1} if self._takes_logits_to_keep() else {}
+        with self.autocast():
+            out = self.model(input_ids=prefix[None], use_cache=True, **keep)
+            name = cache_name()
+            past = out.get(name) if hasattr(out, "get") else None
+            if L > 1 and not callable(getattr(past, "batch_repeat_interleave", None)):
+                return None
+            logits = out.logits[:, -1:, : self.vocab_size].expand(k, 1, -1)  # each continuation's first token
+            if L > 1:
+                past.batch_repeat_interleave(k)
+                rest = self.model(input_ids=conts[:, :-1], use_cache=True, **{name: past}).logits
+                logits = torch.cat([logits, rest[..., : self.vocab_size]], dim=1)  # (k, L, V)
+        flat = logits.reshape(k * L, -1)
+        rows = lambda a, b: flat[a:b]
+        return chunked_logprobs(rows, conts.reshape(-1), self.autocast, logprob_chunk(self.vocab_size)).view(
+            k, L
+        )
+
+    def _takes_logits_to_keep(self) -> bool:
+        if not hasattr(self, "_keeps"):
+            self._keeps = "logits_to_keep" in inspect.signature(self.model.forward).parameters
+        return self._keeps
 
     def hidden_states(self, idx: Tensor, layer: int, what: str) -> Tensor:
         with self.autocast():
@@ -75,10 +113,7 @@ class HFBackend:
     def generate(self, prompt, max_new_tokens: int, stop, on_token) -> list[int]:
         """Greedy continuation with the model's own cache (``use_cache=True``); a model that returns
         no cache gets the whole sequence at every step."""
-        from transformers.modeling_outputs import CausalLMOutputWithPast
-
-        # transformers >= 5.24 calls the cache ``cache``, earlier versions ``past_key_values``
-        name = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+        name = cache_name()
         ids = torch.as_tensor([list(prompt)], device=self.model.device)  # (1, T)
         out: list[int] = []
         step_in, past = ids, None

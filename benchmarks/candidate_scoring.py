@@ -1,0 +1,121 @@
+"""Candidate scoring: the prompt run once and shared by its candidates vs every candidate's whole sequence.
+
+Retrieval tasks (needle, passkey, kv, vartrack, icl, mqar) score k candidate answers after one
+long prompt. ``ModelAdapter.score_continuations`` runs the prompt once into a KV cache that the
+k candidates continue (``shared``); the former way ran prompt + candidate k times (``whole``,
+``score_spans`` on the whole sequences). Both sides score the same random prompts and
+candidates with the same model, side by side in one process, alternating, through both
+backends: a fresh contextlab GPT (SwiGLU, so it exports as a native ``LlamaForCausalLM``) and
+the same weights loaded by ``transformers`` (the Hugging Face backend, the model's own cache).
+Reported: seconds per prompt (medians of ``--repeats``), the speedup, and the largest difference
+between the two sides' scores (nats; they compute the same numbers up to rounding).
+
+    python benchmarks/candidate_scoring.py [--size tiny-4x256] [--vocab 8192] [--prompt 2048]
+        [--candidates 5] [--answer 6] [--prompts 4] [--repeats 3] [--threads N]
+
+Last line: {"bench": "candidate_scoring", ..., "speedup_contextlab": ..., "speedup_hf": ...,
+"max_abs_diff_contextlab": ..., "max_abs_diff_hf": ...}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+from contextlab.data.tokenizers import ByteTokenizer
+from contextlab.eval.adapter import ModelAdapter, in_memory_adapter
+from contextlab.inference import ModelInfo
+from contextlab.models.gpt import GPT
+from contextlab.models.hf.llama import save_llama
+
+
+def score_all(adapter: ModelAdapter, items, whole: bool) -> tuple[float, np.ndarray]:
+    """Seconds for every (prompt, candidates) item, and the scores (n, k)."""
+    adapter._whole_sequences = whole
+    t = time.perf_counter()
+    scores = np.stack([adapter.score_continuations(p, c) for p, c in items])
+    return time.perf_counter() - t, scores
+
+
+def compare(adapter: ModelAdapter, items, repeats: int) -> dict:
+    times: dict[str, list[float]] = {"whole": [], "shared": []}
+    scores = {}
+    for _ in range(repeats):
+        for side in ("whole", "shared"):
+            seconds, scores[side] = score_all(adapter, items, side == "whole")
+            times[side].append(seconds)
+    per_prompt = {k: statistics.median(v) / len(items) for k, v in times.items()}
+    return {
+        "seconds_per_prompt": {k: round(v, 4) for k, v in per_prompt.items()},
+        "speedup": round(per_prompt["whole"] / per_prompt["shared"], 2),
+        "max_abs_diff": float(np.abs(scores["whole"] - scores["shared"]).max()),
+        "same_winners": bool((scores["whole"].argmax(1) == scores["shared"].argmax(1)).all()),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", default="tiny-4x256", help="model size (models.gpt.SIZES)")
+    p.add_argument("--vocab", type=int, default=8192, help="vocabulary of the fresh model")
+    p.add_argument("--prompt", type=int, default=2048, help="prompt tokens")
+    p.add_argument(
+        "--candidates", type=int, default=5, help="candidates per prompt (the true one and distractors)"
+    )
+    p.add_argument("--answer", type=int, default=6, help="tokens per candidate")
+    p.add_argument("--prompts", type=int, default=4, help="prompts scored per timed run")
+    p.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass (the eval default)")
+    p.add_argument("--repeats", type=int, default=3, help="timed runs per side (medians compared)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 = torch's default")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model = GPT.from_size(args.size, args.vocab, args.prompt + args.answer, mlp="swiglu").eval()
+    g = torch.Generator().manual_seed(1)
+    items = [
+        (
+            torch.randint(0, args.vocab, (args.prompt,), generator=g).tolist(),
+            torch.randint(0, args.vocab, (args.candidates, args.answer), generator=g).tolist(),
+        )
+        for _ in range(args.prompts)
+    ]
+    tok = ByteTokenizer()  # ids only: nothing is encoded or decoded here
+    ours = in_memory_adapter(model, tok, args.size, batch_size=args.batch_size)
+    with tempfile.TemporaryDirectory() as folder:
+        from transformers import LlamaForCausalLM
+
+        save_llama(model, folder)
+        llama = LlamaForCausalLM.from_pretrained(folder, attn_implementation="sdpa").eval()
+    info = ModelInfo("llama", "hf", "-", "llama", 0, args.prompt + args.answer, False, tok.spec())
+    theirs = ModelAdapter(llama, tok, info, batch_size=args.batch_size)
+    results = {}
+    for name, adapter in (("contextlab", ours), ("hf", theirs)):
+        results[name] = compare(adapter, items, args.repeats)
+        print(json.dumps({"backend": name, **results[name]}))
+    print(
+        json.dumps(
+            {
+                "bench": "candidate_scoring",
+                "model": f"{args.size} swiglu, vocab {args.vocab}, fp32, threads {torch.get_num_threads()}",
+                "prompt": args.prompt,
+                "candidates": args.candidates,
+                "answer": args.answer,
+                "speedup_contextlab": results["contextlab"]["speedup"],
+                "speedup_hf": results["hf"]["speedup"],
+                "max_abs_diff_contextlab": results["contextlab"]["max_abs_diff"],
+                "max_abs_diff_hf": results["hf"]["max_abs_diff"],
+                "same_winners": results["contextlab"]["same_winners"] and results["hf"]["same_winners"],
+                "by_backend": results,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
