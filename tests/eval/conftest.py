@@ -26,6 +26,27 @@ def byte_adapter(model: GPT, batch_size: int = 4, dtype: str = "fp32") -> ModelA
     return in_memory_adapter(model, ByteTokenizer(), "tiny", batch_size=batch_size, dtype=dtype)
 
 
+def tiny_llama_adapter(batch_size: int = 4, context: int = 256, seed: int = 5) -> ModelAdapter:
+    """A tiny Llama made in memory (bytes as ids, nothing downloaded), run by the Hugging Face backend."""
+    import transformers
+
+    from contextlab.inference import ModelInfo
+
+    torch.manual_seed(seed)
+    cfg = transformers.LlamaConfig(
+        vocab_size=257,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=context,
+    )
+    tok = ByteTokenizer()
+    info = ModelInfo("llama", "hf", "-", "llama", 0, context, False, tok.spec())
+    return ModelAdapter(transformers.LlamaForCausalLM(cfg), tok, info, batch_size=batch_size)
+
+
 @pytest.fixture(scope="session")
 def byte_store(tmp_path_factory):
     """A byte-level store of 6 documents of varied lengths (Tiny Shakespeare pieces)."""

@@ -1,8 +1,9 @@
 """The evaluations that generate (needle, passkey, kv, vartrack) give the results of recomputation.
 
-``ModelAdapter.generate`` runs with the KV cache; ``recomputed`` is the adapter's former greedy
-loop (the whole sequence re-run at every step, through ``adapter.logits``). Every generated
-answer, and so every exact/contains/keyword score, must be the same.
+``score_samples`` generates a batch of prompts of different lengths together
+(``ModelAdapter.generate_many``: left padding, the KV cache); ``recomputed`` is the former greedy
+loop (one prompt at a time, the whole sequence re-run at every step, through ``adapter.logits``).
+Every generated answer, and so every exact/contains/keyword score, must be the same.
 """
 
 from __future__ import annotations
@@ -14,21 +15,27 @@ from contextlab.eval import kv, needle, passkey, tasks, vartrack
 from contextlab.eval.adapter import in_memory_adapter
 from contextlab.models.contextlm import ContextLM, ContextLMConfig
 from tests.conftest import KV_75, shakespeare
-from tests.eval.conftest import byte_adapter, tiny_gpt
+from tests.eval.conftest import byte_adapter, tiny_gpt, tiny_llama_adapter
 
 
 def recomputed(adapter):
-    def generate(prompt, max_new_tokens, stop=()):
-        ids, out = list(prompt), []
-        for _ in range(max_new_tokens):
-            nxt = int(adapter.logits(ids)[0, -1].float().argmax())
-            if nxt in stop:
-                break
-            out.append(nxt)
-            ids.append(nxt)
-        return out
+    """generate_many as the former loop: one prompt at a time, the whole sequence at every step."""
+    stop = [adapter.tokenizer.eot_id]
 
-    return generate
+    def generate_many(prompts, max_new_tokens, **kw):
+        outs = []
+        for prompt in prompts:
+            ids, out = list(prompt), []
+            for _ in range(max_new_tokens):
+                nxt = int(adapter.logits(ids)[0, -1].float().argmax())
+                if nxt in stop:
+                    break
+                out.append(nxt)
+                ids.append(nxt)
+            outs.append(out)
+        return outs
+
+    return generate_many
 
 
 def samples_of(adapter, tmp_path):
@@ -50,11 +57,15 @@ def test_generating_evaluations_equal_recomputation(tmp_path, monkeypatch):
         vocab_size=257, n_layer=2, n_head=2, n_embd=64, context=512, chunk_size=3, fusion="plain"
     )
     contextlm = ContextLM(cfg).eval()
-    adapters = [byte_adapter(tiny_gpt(4, context=512)), in_memory_adapter(contextlm, ByteTokenizer(), "clm")]
+    adapters = [
+        byte_adapter(tiny_gpt(4, context=512)),
+        in_memory_adapter(contextlm, ByteTokenizer(), "clm"),
+        tiny_llama_adapter(batch_size=4, context=512),  # transformers' generate, left-padded with a mask
+    ]
     for adapter in adapters:
         samples = samples_of(adapter, tmp_path)
         cached = tasks.score_samples(adapter, samples, "generate", max_new_tokens=6)
-        monkeypatch.setattr(adapter, "generate", recomputed(adapter))
+        monkeypatch.setattr(adapter, "generate_many", recomputed(adapter))
         reference = tasks.score_samples(adapter, samples, "generate", max_new_tokens=6)
         monkeypatch.undo()
         assert len(cached) == 4 and cached == reference

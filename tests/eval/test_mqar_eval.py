@@ -42,7 +42,7 @@ class Reader:
     after an unseen key, uniform over the values (so every candidate ties)."""
 
     def __init__(self, tok):
-        self.tokenizer, self.vocab_size, self.context = tok, tok.vocab_size, 10_000
+        self.tokenizer, self.vocab_size, self.context, self.batch_size = tok, tok.vocab_size, 10_000, 8
         self.info = ModelInfo("reader", "contextlab", "-", "reader", 0, 10_000, True, tok.spec())
 
     def check_length(self, *a, **k):

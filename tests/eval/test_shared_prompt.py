@@ -14,7 +14,7 @@ from contextlab.eval.adapter import ModelAdapter, in_memory_adapter
 from contextlab.inference import ModelInfo
 from contextlab.models.contextlm import ContextLM, ContextLMConfig
 from contextlab.models.mtp import MTPConfig, MTPModel
-from tests.eval.conftest import tiny_gpt
+from tests.eval.conftest import tiny_gpt, tiny_llama_adapter
 
 PROMPT = list(b"The pass key is 31415. Remember it. What is the pass key? The pass key is")
 CANDIDATES = [list(b" 31415"), list(b" 2"), list(b" 27182818"), list(b" 99999"), list(b"!"), list(b" 1 2 3")]
@@ -31,24 +31,6 @@ def contextlm() -> ContextLM:
 def mtp() -> MTPModel:
     torch.manual_seed(4)
     return MTPModel(MTPConfig(vocab_size=257, n_layer=2, n_head=2, n_embd=64, context=128, n_future=2)).eval()
-
-
-def llama_adapter(batch_size: int) -> ModelAdapter:
-    import transformers
-
-    torch.manual_seed(5)
-    cfg = transformers.LlamaConfig(
-        vocab_size=257,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=256,
-    )
-    tok = ByteTokenizer()
-    info = ModelInfo("llama", "hf", "-", "llama", 0, 256, False, tok.spec())
-    return ModelAdapter(transformers.LlamaForCausalLM(cfg), tok, info, batch_size=batch_size)
 
 
 def exported_adapter(batch_size: int, tmp_path) -> ModelAdapter:
@@ -76,7 +58,7 @@ ADAPTERS = {
     "gpt": lambda bs: in_memory_adapter(tiny_gpt(7, context=128), ByteTokenizer(), "gpt", batch_size=bs),
     "contextlm": lambda bs: in_memory_adapter(contextlm(), ByteTokenizer(), "clm", batch_size=bs),
     "mtp": lambda bs: in_memory_adapter(mtp(), ByteTokenizer(), "mtp", batch_size=bs),
-    "hf-llama": llama_adapter,
+    "hf-llama": tiny_llama_adapter,
     "hf-export": exported_adapter,
 }
 

@@ -39,6 +39,8 @@ def test_keyword_recall_counts_the_answers_content_words():
 class FakeAdapter:
     """score_spans from a function of (prompt, candidate); records every scored item."""
 
+    batch_size = 8
+
     def __init__(self, fn):
         self.fn, self.items = fn, []
 

@@ -136,22 +136,40 @@ def score_samples(
     desc: str = "",
 ) -> list[dict]:
     """One dict per sample: likelihood_correct / rank / margin / gain_true / gain_distractors and/or
-    generated / exact / contains / keyword_recall. ``desc`` labels the progress bar (the task's name)."""
+    generated / exact / contains / keyword_recall. ``desc`` labels the progress bar (the task's name).
+    Samples go ``adapter.batch_size`` at a time: each scores its candidates (``_likelihood``), then the
+    batch generates its answers together (``adapter.generate_many``, greedy, left-padded)."""
     out, cache = [], {}
-    for s in progress.bar(samples, desc=desc, unit="prompt"):
-        prompt = truncate(s.prompt, visible)
-        row: dict = {"cell": list(s.cell), "prompt_tokens": len(prompt), "group": s.group}
-        if mode in ("likelihood", "both") and s.candidates:
-            row.update(_likelihood(adapter, s, prompt, visible, cache))
-        if mode in ("generate", "both"):
-            stop = [i for i in (adapter.tokenizer.eot_id,) if i is not None]
-            gen = adapter.tokenizer.decode(adapter.generate(prompt, s.max_new or max_new_tokens, stop=stop))
-            row["generated"] = gen
-            row["exact"] = _norm(gen).startswith(_norm(s.answer))
-            row["contains"] = _norm(s.answer) in _norm(gen)
-            row["keyword_recall"] = keyword_recall(gen, s.answer)
-        out.append(row)
+    with progress.bar(total=len(samples), desc=desc, unit="prompt") as bar:
+        for a in range(0, len(samples), adapter.batch_size):
+            batch = samples[a : a + adapter.batch_size]
+            prompts = [truncate(s.prompt, visible) for s in batch]
+            rows = []
+            for s, prompt in zip(batch, prompts):
+                row: dict = {"cell": list(s.cell), "prompt_tokens": len(prompt), "group": s.group}
+                if mode in ("likelihood", "both") and s.candidates:
+                    row.update(_likelihood(adapter, s, prompt, visible, cache))
+                rows.append(row)
+            if mode in ("generate", "both"):
+                _generated(adapter, batch, prompts, rows, max_new_tokens)
+            out += rows
+            bar.update(len(batch))
     return out
+
+
+def _generated(
+    adapter, batch: list[Sample], prompts: list[list[int]], rows: list[dict], max_new: int
+) -> None:
+    """Greedy answers of a batch of samples into their rows, generated together: as many new tokens as
+    the batch's longest answer, each row then cut to its own (greedy decoding is the same token by
+    token whatever the limit, so the cut rows are what each sample's own limit gives)."""
+    wants = [s.max_new or max_new for s in batch]
+    for s, ids, n, row in zip(batch, adapter.generate_many(prompts, max(wants)), wants, rows):
+        gen = adapter.tokenizer.decode(ids[:n])
+        row["generated"] = gen
+        row["exact"] = _norm(gen).startswith(_norm(s.answer))
+        row["contains"] = _norm(s.answer) in _norm(gen)
+        row["keyword_recall"] = keyword_recall(gen, s.answer)
 
 
 def answer_room(answer_tokens: int, scoring: str, max_new: int) -> int:
