@@ -86,14 +86,14 @@ def test_profile_quick_runs_and_reports_its_seconds():
     )
 
 
-def test_candidate_scoring_runs_and_both_sides_agree():
+def test_retrieval_scoring_runs_and_both_sides_agree():
     out = last_json(
         [
-            "benchmarks/candidate_scoring.py",
-            *("--size", "tiny-2x128", "--vocab", "300", "--prompt", "32", "--prompts", "2"),
-            *("--repeats", "1", "--threads", "1"),
+            "benchmarks/retrieval_scoring.py",
+            *("--size", "tiny-2x128", "--vocab", "300", "--prompt", "32", "--prompts", "3"),
+            *("--new", "4", "--batch-size", "2", "--repeats", "1", "--threads", "1"),
         ]
     )
-    assert out["bench"] == "candidate_scoring" and out["same_winners"]
+    assert out["bench"] == "retrieval_scoring" and out["same_winners"] and out["gen_identical"]
     assert out["max_abs_diff_contextlab"] < 1e-3 and out["max_abs_diff_hf"] < 1e-3
     assert out["speedup_contextlab"] > 0 and out["speedup_hf"] > 0

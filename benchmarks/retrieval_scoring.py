@@ -1,20 +1,28 @@
-"""Candidate scoring: the prompt run once and shared by its candidates vs every candidate's whole sequence.
+"""Retrieval scoring: candidates sharing their prompt, answers generated a batch at a time; old vs new.
 
 Retrieval tasks (needle, passkey, kv, vartrack, icl, mqar) score k candidate answers after one
-long prompt. ``ModelAdapter.score_continuations`` runs the prompt once into a KV cache that the
-k candidates continue (``shared``); the former way ran prompt + candidate k times (``whole``,
-``score_spans`` on the whole sequences). Both sides score the same random prompts and
-candidates with the same model, side by side in one process, alternating, through both
-backends: a fresh contextlab GPT (SwiGLU, so it exports as a native ``LlamaForCausalLM``) and
-the same weights loaded by ``transformers`` (the Hugging Face backend, the model's own cache).
-Reported: seconds per prompt (medians of ``--repeats``), the speedup, and the largest difference
-between the two sides' scores (nats; they compute the same numbers up to rounding).
+long prompt and generate the answer greedily. Both sides run on the same random prompts with the
+same model, side by side in one process, alternating, through both backends: a fresh contextlab
+GPT (SwiGLU, so it exports as a native ``LlamaForCausalLM``) and the same weights loaded by
+``transformers`` (the Hugging Face backend, the model's own cache).
 
-    python benchmarks/candidate_scoring.py [--size tiny-4x256] [--vocab 8192] [--prompt 2048]
-        [--candidates 5] [--answer 6] [--prompts 4] [--repeats 3] [--threads N]
+- candidates: ``ModelAdapter.score_continuations`` runs the prompt once into a KV cache that the k
+  candidates continue (``shared``) against prompt + candidate run k times (``whole``, the former
+  way: ``score_spans`` on the whole sequences);
+- generation: ``generate_many`` on ``--batch-size`` prompts at once (``batched``, what
+  ``tasks.score_samples`` does) against ``generate`` one prompt at a time (``one_by_one``, the
+  former way).
 
-Last line: {"bench": "candidate_scoring", ..., "speedup_contextlab": ..., "speedup_hf": ...,
-"max_abs_diff_contextlab": ..., "max_abs_diff_hf": ...}
+Reported: seconds per prompt (medians of ``--repeats``), speedups, the largest difference between
+the two sides' candidate scores (nats; the same numbers up to rounding) and whether the generated
+tokens are identical.
+
+    python benchmarks/retrieval_scoring.py [--size tiny-4x256] [--vocab 8192] [--prompt 2048]
+        [--candidates 5] [--answer 6] [--prompts 8] [--new 16] [--repeats 3] [--threads N]
+
+Last line: {"bench": "retrieval_scoring", ..., "speedup_contextlab": ..., "speedup_hf": ...,
+"max_abs_diff_contextlab": ..., "max_abs_diff_hf": ..., "gen_speedup_contextlab": ...,
+"gen_speedup_hf": ..., "gen_identical": ...}
 """
 
 from __future__ import annotations
@@ -59,6 +67,27 @@ def compare(adapter: ModelAdapter, items, repeats: int) -> dict:
     }
 
 
+def compare_generation(adapter: ModelAdapter, prompts: list[list[int]], new: int, repeats: int) -> dict:
+    times: dict[str, list[float]] = {"one_by_one": [], "batched": []}
+    outs = {}
+    bs = adapter.batch_size
+    for _ in range(repeats):
+        t = time.perf_counter()
+        outs["one_by_one"] = [adapter.generate(p, new, stop=[adapter.tokenizer.eot_id]) for p in prompts]
+        times["one_by_one"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        outs["batched"] = [
+            g for a in range(0, len(prompts), bs) for g in adapter.generate_many(prompts[a : a + bs], new)
+        ]
+        times["batched"].append(time.perf_counter() - t)
+    per_prompt = {k: statistics.median(v) / len(prompts) for k, v in times.items()}
+    return {
+        "seconds_per_prompt": {k: round(v, 4) for k, v in per_prompt.items()},
+        "speedup": round(per_prompt["one_by_one"] / per_prompt["batched"], 2),
+        "identical": outs["one_by_one"] == outs["batched"],
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", default="tiny-4x256", help="model size (models.gpt.SIZES)")
@@ -68,7 +97,8 @@ def main() -> None:
         "--candidates", type=int, default=5, help="candidates per prompt (the true one and distractors)"
     )
     p.add_argument("--answer", type=int, default=6, help="tokens per candidate")
-    p.add_argument("--prompts", type=int, default=4, help="prompts scored per timed run")
+    p.add_argument("--prompts", type=int, default=8, help="prompts scored per timed run")
+    p.add_argument("--new", type=int, default=16, help="tokens generated per prompt")
     p.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass (the eval default)")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per side (medians compared)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 = torch's default")
@@ -76,7 +106,9 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model = GPT.from_size(args.size, args.vocab, args.prompt + args.answer, mlp="swiglu").eval()
+    model = GPT.from_size(
+        args.size, args.vocab, args.prompt + max(args.answer, args.new), mlp="swiglu"
+    ).eval()
     g = torch.Generator().manual_seed(1)
     items = [
         (
@@ -92,16 +124,18 @@ def main() -> None:
 
         save_llama(model, folder)
         llama = LlamaForCausalLM.from_pretrained(folder, attn_implementation="sdpa").eval()
-    info = ModelInfo("llama", "hf", "-", "llama", 0, args.prompt + args.answer, False, tok.spec())
+    info = ModelInfo("llama", "hf", "-", "llama", 0, model.config.context, False, tok.spec())
     theirs = ModelAdapter(llama, tok, info, batch_size=args.batch_size)
-    results = {}
+    results, gen = {}, {}
+    prompts = [p for p, _ in items]
     for name, adapter in (("contextlab", ours), ("hf", theirs)):
         results[name] = compare(adapter, items, args.repeats)
-        print(json.dumps({"backend": name, **results[name]}))
+        gen[name] = compare_generation(adapter, prompts, args.new, args.repeats)
+        print(json.dumps({"backend": name, "candidates": results[name], "generation": gen[name]}))
     print(
         json.dumps(
             {
-                "bench": "candidate_scoring",
+                "bench": "retrieval_scoring",
                 "model": f"{args.size} swiglu, vocab {args.vocab}, fp32, threads {torch.get_num_threads()}",
                 "prompt": args.prompt,
                 "candidates": args.candidates,
@@ -111,7 +145,11 @@ def main() -> None:
                 "max_abs_diff_contextlab": results["contextlab"]["max_abs_diff"],
                 "max_abs_diff_hf": results["hf"]["max_abs_diff"],
                 "same_winners": results["contextlab"]["same_winners"] and results["hf"]["same_winners"],
-                "by_backend": results,
+                "new": args.new,
+                "gen_speedup_contextlab": gen["contextlab"]["speedup"],
+                "gen_speedup_hf": gen["hf"]["speedup"],
+                "gen_identical": gen["contextlab"]["identical"] and gen["hf"]["identical"],
+                "by_backend": {k: {"candidates": results[k], "generation": gen[k]} for k in results},
             }
         )
     )
