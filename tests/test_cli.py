@@ -239,6 +239,7 @@ def test_ingest_bar_has_the_source_bytes_as_total_and_reaches_it(tmp_path, monke
             super().close()
 
     monkeypatch.setattr(tqdm.auto, "tqdm", Recorded)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # bars draw on a terminal only
     files = {f"d{i % 3}/{i}.txt": f"café {i} " * (40 + i) for i in range(30)}
     src = write_tree(tmp_path / "c", {**files, "skip/x.md": "left out"})
     assert main(["data", "ingest", str(src), "--out", str(tmp_path / "s"), "--exclude", "skip/*"]) == 0

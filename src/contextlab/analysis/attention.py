@@ -223,7 +223,11 @@ def collect(adapter, tokens: np.ndarray, sample_row: int = 0, progress: bool = T
     collector = Collector(sample_row)
     rows = adapter.batch_size
     with AttentionProbe(model, collector) as probe:
-        bar = tqdm(range(0, len(tokens), rows), desc=f"attention {adapter.info.id}", disable=not progress)
+        bar = tqdm(
+            range(0, len(tokens), rows),
+            desc=f"attention {adapter.info.id}",
+            disable=None if progress else True,
+        )
         for a in bar:
             collector.row0 = a
             idx = torch.as_tensor(tokens[a : a + rows], dtype=torch.long, device=adapter.device)

@@ -405,7 +405,7 @@ def _progress_bar(enabled: bool, src, state: WriterState):
         unit="B",
         unit_scale=True,
         desc="ingest",
-        disable=not enabled,
+        disable=None if enabled else True,
         dynamic_ncols=True,
         leave=False,
     )

@@ -50,7 +50,7 @@ def write_synthetic_store(
         shutil.rmtree(partial)
     writer = StoreWriter(partial, np.dtype(np.uint16), WriterState())
     try:
-        with tqdm(total=total or None, unit="sample", desc=desc, disable=not progress) as bar:
+        with tqdm(total=total or None, unit="sample", desc=desc, disable=None if progress else True) as bar:
             for rows, metas in batches:
                 for row, doc in zip(rows, metas):
                     writer.add(row, doc)

@@ -102,7 +102,11 @@ class Quickstart:
             print(f"\n[{k}/{len(groups)}] {title}", flush=True)
             if len(steps) > 1:  # the evaluations: one bar over all of them
                 steps = tqdm(
-                    steps, desc="evaluate", unit="eval", disable=not self.progress, dynamic_ncols=True
+                    steps,
+                    desc="evaluate",
+                    unit="eval",
+                    disable=None if self.progress else True,
+                    dynamic_ncols=True,
                 )
             for step in steps:
                 outcome = self.runner.run(step)

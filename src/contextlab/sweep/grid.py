@@ -324,7 +324,7 @@ def _run_sweep(path, section: SweepSection, runs: list[Run], only, progress: boo
         initial=len(runs) - len(todo),
         unit="run",
         desc=section.name,
-        disable=not progress,
+        disable=None if progress else True,
         dynamic_ncols=True,
     )
     sweep = Sweep(section, grid, steps, runner, bar)

@@ -197,7 +197,7 @@ def run_optimal_context(cfg: OptimalContextConfig, progress: bool = True) -> dic
     train: dict = {}  # D -> its samples, drawn when a cell of D first needs them (nested per D)
     cells: dict = {}
     n_cells = len(cfg.data_sizes) * len(cfg.contexts)
-    bar = tqdm(total=n_cells, desc="optimal context", unit="cell", disable=not progress)
+    bar = tqdm(total=n_cells, desc="optimal context", unit="cell", disable=None if progress else True)
     for D in cfg.data_sizes:
         for l in cfg.contexts:
             key = f"{D}/{l}"

@@ -141,7 +141,12 @@ def progress_bar(enabled: bool, total: int | None, initial: int):
     from tqdm.auto import tqdm
 
     return tqdm(
-        total=total, initial=initial, unit="step", desc="train", disable=not enabled, dynamic_ncols=True
+        total=total,
+        initial=initial,
+        unit="step",
+        desc="train",
+        disable=None if enabled else True,
+        dynamic_ncols=True,
     )
 
 

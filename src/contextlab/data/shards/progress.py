@@ -22,7 +22,9 @@ def progress_bar(
     """A tqdm bar of ``unit`` done (on stderr; lines about finished shards go through ``bar.write``)."""
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, unit=unit, desc=desc, disable=not enabled, dynamic_ncols=True, leave=leave)
+    return tqdm(
+        total=total, unit=unit, desc=desc, disable=None if enabled else True, dynamic_ncols=True, leave=leave
+    )
 
 
 def use_shared_counter(counter) -> None:
