@@ -152,12 +152,7 @@ def lengths_for(adapter, o: Options) -> tuple[list[int], int, int]:
     longest = max(len(c) for c in pool)
     room = tasks.answer_room(longest, o.scoring, o.max_new_tokens or longest + 4)
     shortest = len(_tail(adapter, o)) + _longest_needle(adapter, o) + 8  # 8: build_prompt's least haystack
-    if o.lengths:
-        return list(o.lengths), room, shortest
-    lengths = tasks.default_lengths(adapter.context, (0.25, 0.5, 1.0), room, shortest)
-    if not lengths:
-        raise tasks.no_default_length("niah", adapter.context, room, shortest)
-    return lengths, room, shortest
+    return tasks.prompt_lengths("niah", adapter.context, o.lengths, room, shortest), room, shortest
 
 
 def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], dict]:

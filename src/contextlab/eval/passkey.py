@@ -65,12 +65,7 @@ def lengths_for(adapter, o: Options) -> tuple[list[int], int, int]:
     room = tasks.answer_room(KEY_TOKENS, o.scoring, KEY_TOKENS + EXTRA_NEW)
     enc = adapter.encode
     shortest = len(enc(INTRO)) + len(enc(_needle("99999"))) + len(enc(QUESTION)) + 16
-    if o.lengths:
-        return list(o.lengths), room, shortest
-    lengths = tasks.default_lengths(adapter.context, (0.25, 0.5, 1.0), room, shortest)
-    if not lengths:
-        raise tasks.no_default_length("passkey", adapter.context, room, shortest)
-    return lengths, room, shortest
+    return tasks.prompt_lengths("passkey", adapter.context, o.lengths, room, shortest), room, shortest
 
 
 def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], dict]:

@@ -179,6 +179,20 @@ def answer_room(answer_tokens: int, scoring: str, max_new: int) -> int:
     return max(room, max_new - 1 if scoring in ("generate", "both") else 0, 0)
 
 
+DEFAULT_FRACTIONS = (0.25, 0.5, 1.0)  # the prompt tasks' default lengths, as fractions of the context
+
+
+def prompt_lengths(task: str, context: int, given, room: int, shortest: int) -> list[int]:
+    """A prompt task's lengths: ``given`` (its --lengths) as they are, else ``default_lengths`` at
+    ``DEFAULT_FRACTIONS`` of ``context``; one line (``no_default_length``) when no default fits."""
+    if given:
+        return list(given)
+    lengths = default_lengths(context, DEFAULT_FRACTIONS, room, shortest)
+    if not lengths:
+        raise no_default_length(task, context, room, shortest)
+    return lengths
+
+
 def default_lengths(context: int, fractions: tuple[float, ...], room: int, shortest: int) -> list[int]:
     """A task's default prompt lengths: each fraction of the model's context less ``room`` (what the
     answer adds to the longest forward pass), so a default prompt with its answer never exceeds the

@@ -59,7 +59,7 @@ def fitted_lengths(lengths_for, adapter, options, context: int) -> list[int]:
     from contextlab.eval import tasks
 
     _, room, shortest = lengths_for(adapter, dataclasses.replace(options, lengths=[context]))
-    return tasks.default_lengths(context, (0.25, 0.5, 1.0), room, shortest)
+    return tasks.default_lengths(context, tasks.DEFAULT_FRACTIONS, room, shortest)
 
 
 def kv_positions(n_pairs: int, count: int) -> list[int]:
