@@ -6,9 +6,9 @@ same model, side by side in one process, alternating, through both backends: a f
 GPT (SwiGLU, so it exports as a native ``LlamaForCausalLM``) and the same weights loaded by
 ``transformers`` (the Hugging Face backend, the model's own cache).
 
-- candidates: ``ModelAdapter.score_continuations`` runs the prompt once into a KV cache that the k
-  candidates continue (``shared``) against prompt + candidate run k times (``whole``, the former
-  way: ``score_spans`` on the whole sequences);
+- candidates: ``ModelAdapter.score_continuations`` runs the prompt once into a KV cache that each of
+  the k candidates in turn continues (``shared``) against prompt + candidate run k times
+  (``whole``, the former way: ``score_spans`` on the whole sequences);
 - generation: ``generate_many`` on ``--batch-size`` prompts at once (``batched``, what
   ``tasks.score_samples`` does) against ``generate`` one prompt at a time (``one_by_one``, the
   former way).

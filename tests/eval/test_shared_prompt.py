@@ -64,7 +64,7 @@ ADAPTERS = {
 
 
 @pytest.mark.parametrize("kind", ADAPTERS)
-@pytest.mark.parametrize("batch_size", [4, 8])  # 6 candidates: two batches, then one
+@pytest.mark.parametrize("batch_size", [4, 8])  # the whole-sequence reference: two batches, then one
 def test_shared_prompt_scores_equal_whole_sequences(kind, batch_size, tmp_path):
     make = ADAPTERS[kind]
     adapter = make(batch_size, tmp_path) if kind == "hf-export" else make(batch_size)
@@ -142,3 +142,21 @@ def test_likelihood_rows_with_controls_are_unchanged_by_sharing():
         assert a["likelihood_correct"] == b["likelihood_correct"] and a["rank"] == b["rank"]
         for key in ("margin", "gain_true", "gain_distractors"):
             assert a[key] == pytest.approx(b[key], abs=1e-4)
+
+
+def test_candidates_take_turns_on_one_cache_of_one_row():
+    """Memory stays one prompt's cache whatever the number of candidates: no row is copied per candidate,
+    and after each candidate the cache is back at the prompt's length."""
+    model = tiny_gpt(12, context=128)
+    made = []
+    original = model.new_cache
+
+    def recording(batch, capacity):
+        made.append(original(batch, capacity))
+        return made[-1]
+
+    model.new_cache = recording
+    adapter = in_memory_adapter(model, ByteTokenizer(), "gpt", batch_size=2)
+    got = adapter.score_continuations(PROMPT, CANDIDATES)
+    assert len(made) == 1 and made[0].batch == 1 and made[0].lengths == [len(PROMPT)]
+    np.testing.assert_allclose(got, whole_sequences(adapter, PROMPT, CANDIDATES), rtol=1e-5, atol=1e-4)

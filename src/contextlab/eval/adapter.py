@@ -16,9 +16,10 @@ Trade-offs:
 - Variable-length batches are right-padded without an attention mask: in a causal model a
   position never sees what comes after it, so padding on the right changes nothing that
   is read back (this holds for RoPE and absolute positions alike).
-- Candidate answers share their prompt: it runs once into a KV cache that the candidates
-  continue (``score_continuations``), so a task with k candidates reads each long prompt once,
-  not k times; the numbers are those of whole-sequence scoring up to rounding (the tests check it).
+- Candidate answers share their prompt: it runs once into a KV cache that each candidate in
+  turn continues (``score_continuations``), so a task with k candidates reads each long prompt
+  once, not k times, and holds one cache, not k; the numbers are those of whole-sequence scoring
+  up to rounding (the tests check it).
 - Greedy generation runs with a KV cache (contextlab models: ``inference/decode.py``; Hugging Face
   models: their own cache); it gives the tokens of greedy decoding that re-runs the whole
   sequence at every step (the tests check it), in time linear in the answer's length.
@@ -161,30 +162,26 @@ class ModelAdapter:
     @torch.no_grad()
     def score_continuations(self, prompt: Sequence[int], candidates: Sequence[Sequence[int]]) -> np.ndarray:
         """Sum of log p(candidate tokens | prompt) for each candidate, float64. The prompt runs once and
-        the candidates share its KV cache (batched, right-padded): one long forward pass for k
-        candidates instead of k; a model whose cache cannot be shared scores whole sequences."""
+        each candidate continues its KV cache: one long forward pass for k candidates instead of k, and
+        the memory of one cache; a model whose cache cannot be shared scores whole sequences."""
         prompt, cands = list(prompt), [list(c) for c in candidates]
         if any(len(c) == 0 for c in cands):
             raise ValueError("a candidate continuation is empty")
         shared = None if self._whole_sequences else getattr(self.backend, "continuation_logprobs", None)
         if shared is None or not prompt:
             return self.score_spans([(prompt + c, len(prompt)) for c in cands])
-        self.check_length(len(prompt) + max(len(c) for c in cands) - 1)
+        lengths = [len(c) for c in cands]
+        self.check_length(len(prompt) + max(lengths) - 1)
+        conts = torch.zeros(len(cands), max(lengths), dtype=torch.long)
+        for r, c in enumerate(cands):
+            conts[r, : len(c)] = torch.as_tensor(c, dtype=torch.long)
         prefix = torch.as_tensor(prompt, dtype=torch.long, device=self.device)
-        out = np.zeros(len(cands))
-        for a in range(0, len(cands), self.batch_size):
-            batch = cands[a : a + self.batch_size]
-            conts = torch.zeros(len(batch), max(len(c) for c in batch), dtype=torch.long)
-            for r, c in enumerate(batch):
-                conts[r, : len(c)] = torch.as_tensor(c, dtype=torch.long)
-            lp = shared(prefix, conts.to(self.device))
-            if lp is None:  # this model's cache cannot be shared: whole sequences from now on
-                self._whole_sequences = True
-                return self.score_spans([(prompt + c, len(prompt)) for c in cands])
-            lp = lp.cpu().numpy().astype(np.float64)
-            for r, c in enumerate(batch):
-                out[a + r] = lp[r, : len(c)].sum()
-        return out
+        lp = shared(prefix, conts.to(self.device), lengths)
+        if lp is None:  # this model's cache cannot be shared: whole sequences from now on
+            self._whole_sequences = True
+            return self.score_spans([(prompt + c, len(prompt)) for c in cands])
+        lp = lp.cpu().numpy().astype(np.float64)
+        return np.array([lp[r, :n].sum() for r, n in enumerate(lengths)])
 
     @torch.no_grad()
     def score_spans(self, items: Sequence[tuple[Sequence[int], int]]) -> np.ndarray:

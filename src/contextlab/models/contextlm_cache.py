@@ -37,13 +37,6 @@ class ContextCache:
         """Follow the token cache's rows: a row of L tokens keeps its L // w complete chunks."""
         self.predictor.truncate([n // self.w for n in lengths])
 
-    def repeat_rows(self, n: int) -> None:
-        """Follow the token cache's ``repeat_rows``: each row's encoder outputs, predictions and predictor
-        cache become n identical rows."""
-        if self.h is not None:
-            self.h, self.preds = self.h.repeat_interleave(n, dim=0), self.preds.repeat_interleave(n, dim=0)
-        self.predictor.repeat_rows(n)
-
     def _buffers(self, x: Tensor, span: int) -> None:
         """Allocate (or grow) h and preds for ``span`` positions, in x's dtype."""
         B, _, C = x.shape

@@ -122,18 +122,6 @@ class KVCache:
         mask = (keys[None, None, :] <= positions[:, :, None])[:, None]  # (B, 1, t, S)
         return CacheStep(self, positions, columns, 0, span, mask, old, new)
 
-    def repeat_rows(self, n: int) -> None:
-        """Make each row n identical rows (row r becomes rows r n .. r n + n - 1, children too): one
-        prompt's cache shared by n continuations, which then append as rows of their own."""
-        for store in (self.k, self.v):
-            for i, buf in enumerate(store):
-                if buf is not None:
-                    store[i] = buf.repeat_interleave(n, dim=0)
-        self.lengths = [a for a in self.lengths for _ in range(n)]
-        self.batch *= n
-        for child in self.children:
-            child.repeat_rows(n)
-
     def truncate(self, length: int | Sequence[int]) -> None:
         """Roll rows back to ``length`` tokens (an int for every row, or one per row); never grows a row."""
         lengths = [length] * self.batch if isinstance(length, int) else [int(n) for n in length]

@@ -50,24 +50,26 @@ class ContextlabBackend:
         h = self._out(hidden).reshape(-1, hidden.size(-1))  # (B*T, C)
         return lambda a, b: self.model.unembed(h[a:b])  # (b-a, V), called under autocast
 
-    def continuation_logprobs(self, prefix: Tensor, conts: Tensor) -> Tensor | None:
-        """fp32 (k, L) log p(conts[i, j] | prefix, conts[i, :j]) for a prefix (P,) and k right-padded
-        continuations (k, L): the prefix runs once into a KV cache that the k rows then share (the
-        numbers of k full forward passes, up to rounding). Entries past a row's own length are unused;
-        None for a model without a KV cache."""
+    def continuation_logprobs(self, prefix: Tensor, conts: Tensor, lengths: list[int]) -> Tensor | None:
+        """fp32 (k, L) log p(conts[i, j] | prefix, conts[i, :j]) for j < lengths[i], for a prefix (P,) and k
+        right-padded continuations (k, L) (entries past a row's length are unused): the prefix runs once
+        into a KV cache, then each continuation in turn appends to it and is rolled back (``truncate``),
+        so memory stays one cache whatever k is and the numbers are those of k full forward passes up to
+        rounding. None for a model without a KV cache (the caller scores whole sequences)."""
         new_cache = getattr(self.model, "new_cache", None)
-        if new_cache is None:  # a model without a KV cache: the caller scores whole sequences
+        if new_cache is None:
             return None
         k, L = conts.shape
         pre = self._in(prefix[None])
         cache = new_cache(1, pre.size(1) + L)
         with self.autocast():
-            hidden, _ = self.model.trunk(pre, cache=cache)  # (1, P, C)
-            hidden = hidden[:, -1:].expand(k, 1, -1)  # predicts each continuation's first token
-            if L > 1:
-                cache.repeat_rows(k)
-                rest, _ = self.model.trunk(conts[:, :-1], cache=cache)  # (k, L - 1, C)
-                hidden = torch.cat([hidden, rest], dim=1)
+            first, _ = self.model.trunk(pre, cache=cache)  # (1, P, C)
+            hidden = first[:, -1:].expand(k, L, -1).clone()  # row i, column 0 predicts conts[i, 0]
+            for i, n in enumerate(lengths):
+                if n > 1:
+                    rest, _ = self.model.trunk(conts[i : i + 1, : n - 1], cache=cache)  # (1, n - 1, C)
+                    hidden[i, 1:n] = rest[0]
+                    cache.truncate(pre.size(1))
         h = hidden.reshape(k * L, -1)
         rows = lambda a, b: self.model.unembed(h[a:b])  # called under autocast
         return chunked_logprobs(rows, conts.reshape(-1), self.autocast, logprob_chunk(self.vocab_size)).view(

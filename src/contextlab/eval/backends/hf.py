@@ -9,6 +9,7 @@ forward passes: any causal LM works, at the price of a second forward.
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Callable
 
@@ -50,24 +51,29 @@ class HFBackend:
         logits = logits.reshape(-1, logits.size(-1))  # (B*T, V)
         return lambda a, b: logits[a:b]
 
-    def continuation_logprobs(self, prefix: Tensor, conts: Tensor) -> Tensor | None:
+    def continuation_logprobs(self, prefix: Tensor, conts: Tensor, lengths: list[int]) -> Tensor | None:
         """As the contextlab backend's: the prefix (P,) runs once with ``use_cache=True`` (only its last
-        position's logits when the model takes ``logits_to_keep``), its cache is repeated for the k
-        continuations (k, L), which then run together. None when the model's cache cannot be shared
-        (no ``transformers`` Cache with ``batch_repeat_interleave``): the caller scores whole sequences."""
+        position's logits when the model takes ``logits_to_keep``); each continuation then runs on a copy
+        of that cache (at most two caches in memory, whatever k is). None when the model returns no
+        ``transformers`` Cache (the caller scores whole sequences)."""
+        from transformers import Cache
+
         k, L = conts.shape
         keep = {"logits_to_keep": 1} if self._takes_logits_to_keep() else {}
+        name = cache_name()
         with self.autocast():
             out = self.model(input_ids=prefix[None], use_cache=True, **keep)
-            name = cache_name()
             past = out.get(name) if hasattr(out, "get") else None
-            if L > 1 and not callable(getattr(past, "batch_repeat_interleave", None)):
+            if max(lengths) > 1 and not isinstance(past, Cache):
                 return None
-            logits = out.logits[:, -1:, : self.vocab_size].expand(k, 1, -1)  # each continuation's first token
-            if L > 1:
-                past.batch_repeat_interleave(k)
-                rest = self.model(input_ids=conts[:, :-1], use_cache=True, **{name: past}).logits
-                logits = torch.cat([logits, rest[..., : self.vocab_size]], dim=1)  # (k, L, V)
+            first = out.logits[0, -1, : self.vocab_size]  # (V,) predicts each continuation's first token
+            logits = first.expand(k, L, -1).clone()
+            longer = [i for i, n in enumerate(lengths) if n > 1]
+            for i in longer:
+                n = lengths[i]
+                cache = past if i == longer[-1] else copy.deepcopy(past)  # the last one may use it up
+                rest = self.model(input_ids=conts[i : i + 1, : n - 1], use_cache=True, **{name: cache}).logits
+                logits[i, 1:n] = rest[0, :, : self.vocab_size]
         flat = logits.reshape(k * L, -1)
         rows = lambda a, b: flat[a:b]
         return chunked_logprobs(rows, conts.reshape(-1), self.autocast, logprob_chunk(self.vocab_size)).view(
