@@ -168,6 +168,29 @@ def test_profiles_are_never_mixed_or_written_into_a_model(profiled, runs, text, 
     assert not (runs[0] / "p").exists()
 
 
+def test_context_measures_at_a_shorter_length_and_is_refused_past_the_models(runs, text, tmp_path, capsys):
+    """--context: a model whose context is longer than the machine or the data can serve is measured at a
+    shorter one; every length follows it, and a --context past the model's is one line."""
+    out = tmp_path / "short"
+    argv = ["profile", "--model", str(runs[0]), "--data", str(text), "--out", str(out), "--no-progress"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ContextLengthWarning)
+        assert main([*argv, "--context", "384", "--threads", "1"]) == 0
+    doc = json.loads((out / "profile.json").read_text())
+    assert doc["context"] == 384
+    results = out / "models" / "first"
+    assert json.loads((results / "contextwise.json").read_text())["options"]["length"] == 385
+    for name in ("niah", "passkey"):
+        lengths = json.loads((results / f"{name}.json").read_text())["options"]["lengths"]
+        assert 256 < max(lengths) < 384
+    assert max(json.loads((results / "bayes-fit.json").read_text())["options"]["lengths"]) <= 384
+    capsys.readouterr()
+    assert main([*argv[:-3], "--out", str(tmp_path / "long"), "--context", str(CONTEXT + 1)]) != 0
+    err = capsys.readouterr().err
+    assert f"--context {CONTEXT + 1}" in err and f"({CONTEXT})" in err
+    assert not (tmp_path / "long" / "profile.json").exists()
+
+
 def test_default_out_is_a_new_folder_in_the_current_directory(runs, monkeypatch, tmp_path):
     from contextlab.profile.runner import default_out
 

@@ -16,10 +16,11 @@ def _parser() -> argparse.ArgumentParser:
             "visible-context curve (bayes-fit), needle and passkey heatmaps, key-value retrieval (random "
             "UUID pairs in the lost-in-the-middle format, as many as fit) and attention by distance "
             "(contextlab models only). Every length follows the model's context (with --compare, the "
-            "smaller of the two): no prompt runs past it. Prompt tasks are scored by likelihood. Writes "
-            "OUT/models/<model>/<eval>.json (ordinary result files), OUT/compare/ (paired differences "
-            "with 95% intervals), OUT/profile.json (settings, steps, headline table) and "
-            "OUT/report.html. Rerun the same command to resume a killed profile: finished steps are kept."
+            "smaller of the two; --context measures at a shorter one): no prompt runs past it. Prompt "
+            "tasks are scored by likelihood. Writes OUT/models/<model>/<eval>.json (ordinary result "
+            "files), OUT/compare/ (paired differences with 95% intervals), OUT/profile.json (settings, "
+            "steps, headline table) and OUT/report.html. Rerun the same command to resume a killed "
+            "profile: finished steps are kept."
         ),
     )
     p.add_argument(
@@ -58,6 +59,14 @@ def _parser() -> argparse.ArgumentParser:
         "else the public-domain books shipped with contextlab",
     )
     p.add_argument(
+        "--context",
+        type=int,
+        default=0,
+        help="measure at this many tokens instead of the model's whole context (with --compare, the "
+        "smaller of the two): every length follows it. For models whose context is far longer than what "
+        "this machine or the data can serve (e.g. 131,072 positions on a CPU). Default: 0, the model's",
+    )
+    p.add_argument(
         "--dtype", default="fp32", choices=["fp32", "bf16"], help="compute precision (default: fp32)"
     )
     p.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass (default: 8)")
@@ -93,6 +102,7 @@ def cmd_profile(argv: list[str]) -> int:
             args.budget,
             command=command,
             haystack=args.haystack,
+            context=args.context,
             dtype=args.dtype,
             batch_size=args.batch_size,
             device=args.device,

@@ -34,6 +34,7 @@ from contextlab.io import atomic_write_json
 from contextlab.profile.plan import KV_ANSWER_ROOM, Budget, Step, build
 
 PROFILE_FORMAT = "contextlab-profile"
+LONG_CONTEXT = 8192  # past this, the opening line says that --context measures at a shorter one
 VERSION = 1
 
 
@@ -221,12 +222,14 @@ def run_profile(
     *,
     command: str,
     haystack: str | None = None,
+    context: int = 0,
     dtype: str = "fp32",
     batch_size: int = 8,
     device: str = "cpu",
     show_progress: bool = True,
 ) -> dict:
-    """Profile ``models`` (one, or two to pair) on ``data``; write OUT; return the manifest."""
+    """Profile ``models`` (one, or two to pair) on ``data``; write OUT; return the manifest. ``context``
+    (0: the models' own, the smaller of two) is the number of tokens every length follows."""
     from tqdm.auto import tqdm
 
     from contextlab.eval import load_model
@@ -249,7 +252,14 @@ def run_profile(
             f"{opened[0].path} and {opened[1].path} have different tokenizers, so one token store cannot "
             "hold the data of both; give --data the text (a file or folder): each model tokenizes it itself"
         )
-    context = min(m.adapter.context for m in opened)
+    own = min(m.adapter.context for m in opened)
+    if context < 0 or context > own:
+        whose = "the smaller of the two models' contexts" if len(opened) == 2 else "the model's context"
+        raise UserError(
+            f"--context {context:,} is not between 1 and {whose} ({own:,}); give a shorter one, or leave "
+            "--context out to measure at the whole context"
+        )
+    context = context or own
     settings = {
         "models": [
             {"label": m.label, "path": str(Path(m.path).resolve()), "results": f"models/{m.label}"}
@@ -285,9 +295,10 @@ def run_profile(
         )
     jobs = _jobs(opened, plans)
     total = sum(step.cost for _, step, _ in jobs)
+    shorter = "; --context N measures at a shorter one" if context > LONG_CONTEXT else ""
     print(
-        f"profile of {', '.join(m.path for m in opened)} at context {context} ({budget_name}): "
-        f"{sum(1 for _, s, _ in jobs if not s.skip)} steps, results in {out}",
+        f"profile of {', '.join(m.path for m in opened)} at context {context:,} ({budget_name}): "
+        f"{sum(1 for _, s, _ in jobs if not s.skip)} steps, results in {out}{shorter}",
         file=sys.stdout,
     )
     bar = tqdm(  # in units of estimated work; what a reader needs is the share done and the time left
