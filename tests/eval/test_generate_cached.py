@@ -70,3 +70,14 @@ def test_generating_evaluations_equal_recomputation(tmp_path, monkeypatch):
         monkeypatch.undo()
         assert len(cached) == 4 and cached == reference
         assert len({r["generated"] for r in cached}) > 1
+
+
+def test_a_batch_never_generates_past_what_each_sample_was_checked_for():
+    """The longest prompt wants the fewest new tokens: generating the batch with the largest limit would
+    run past a fixed-position model's context, which no sample alone does. Groups of one limit instead."""
+    adapter = tiny_llama_adapter(batch_size=4, context=101)  # absolute limit: no positions past 101
+    long_short = tasks.Sample(list(range(1, 101)), "x", [], max_new=2)  # 100 + 2 - 1 = 101
+    short_long = tasks.Sample(list(range(1, 91)), "y", [], max_new=12)  # 90 + 12 - 1 = 101
+    rows = tasks.score_samples(adapter, [long_short, short_long], "generate")
+    alone = [tasks.score_samples(adapter, [s], "generate")[0] for s in (long_short, short_long)]
+    assert rows == alone

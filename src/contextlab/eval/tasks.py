@@ -162,14 +162,23 @@ def _generated(
 ) -> None:
     """Greedy answers of a batch of samples into their rows, generated together: as many new tokens as
     the batch's longest answer, each row then cut to its own (greedy decoding is the same token by
-    token whatever the limit, so the cut rows are what each sample's own limit gives)."""
+    token whatever the limit, so the cut rows are what each sample's own limit gives). When that would
+    make a forward pass longer than any sample's own (the longest prompt wanting the fewest tokens),
+    the samples go in groups of one limit instead, so no pass runs past what was checked."""
     wants = [s.max_new or max_new for s in batch]
-    for s, ids, n, row in zip(batch, adapter.generate_many(prompts, max(wants)), wants, rows):
-        gen = adapter.tokenizer.decode(ids[:n])
-        row["generated"] = gen
-        row["exact"] = _norm(gen).startswith(_norm(s.answer))
-        row["contains"] = _norm(s.answer) in _norm(gen)
-        row["keyword_recall"] = keyword_recall(gen, s.answer)
+    own = max(len(p) + n - 1 for p, n in zip(prompts, wants))
+    if max(len(p) for p in prompts) + max(wants) - 1 <= own:
+        groups = [list(range(len(batch)))]
+    else:
+        groups = [[i for i, n in enumerate(wants) if n == want] for want in sorted(set(wants))]
+    for group in groups:
+        limit = max(wants[i] for i in group)
+        for i, ids in zip(group, adapter.generate_many([prompts[i] for i in group], limit)):
+            gen, answer = adapter.tokenizer.decode(ids[: wants[i]]), batch[i].answer
+            rows[i]["generated"] = gen
+            rows[i]["exact"] = _norm(gen).startswith(_norm(answer))
+            rows[i]["contains"] = _norm(answer) in _norm(gen)
+            rows[i]["keyword_recall"] = keyword_recall(gen, answer)
 
 
 def answer_room(answer_tokens: int, scoring: str, max_new: int) -> int:
