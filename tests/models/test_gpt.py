@@ -283,3 +283,22 @@ def test_rmsnorm_matches_torch_and_its_gradient_is_exact():
         results.append((y, xx.grad, norm.weight.grad))
     for a, b in zip(*results):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_rmsnorm_uses_the_hand_written_backward_on_the_cpu_only(monkeypatch):
+    """Off the CPU (CUDA) the norm is PyTorch's: the hand-written Function inside a compiled CUDA model
+    trained models that stalled near a bigram's loss (measured on an H200). A meta tensor stands in for
+    a device this machine does not have."""
+    from contextlab.models import kernels
+
+    calls = []
+    original = kernels._RMSNormFunction.apply
+    monkeypatch.setattr(
+        kernels._RMSNormFunction, "apply", lambda *a: calls.append(a[0].device) or original(*a)
+    )
+    norm = kernels.RMSNorm(8, eps=1e-5)
+    norm(torch.randn(2, 8))
+    assert [d.type for d in calls] == ["cpu"]
+    meta = kernels.RMSNorm(8, eps=1e-5, device="meta")
+    assert meta(torch.empty(2, 8, device="meta")).shape == (2, 8)
+    assert len(calls) == 1  # not taken off the CPU
