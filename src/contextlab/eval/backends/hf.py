@@ -37,6 +37,8 @@ class HFBackend:
             )
         self.model = model
         self.autocast = autocast
+        # whether the model computes only its last positions' logits when asked (transformers >= 4.45)
+        self.keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
 
     @property
     def vocab_size(self) -> int:
@@ -59,7 +61,7 @@ class HFBackend:
         from transformers import Cache
 
         k, L = conts.shape
-        keep = {"logits_to_keep": 1} if self._takes_logits_to_keep() else {}
+        keep = {"logits_to_keep": 1} if self.keeps_logits else {}
         name = cache_name()
         with self.autocast():
             out = self.model(input_ids=prefix[None], use_cache=True, **keep)
@@ -79,11 +81,6 @@ class HFBackend:
         return chunked_logprobs(rows, conts.reshape(-1), self.autocast, logprob_chunk(self.vocab_size)).view(
             k, L
         )
-
-    def _takes_logits_to_keep(self) -> bool:
-        if not hasattr(self, "_keeps"):
-            self._keeps = "logits_to_keep" in inspect.signature(self.model.forward).parameters
-        return self._keeps
 
     def hidden_states(self, idx: Tensor, layer: int, what: str) -> Tensor:
         with self.autocast():
