@@ -66,15 +66,20 @@ def test_gpu_learning_runs_its_variants_and_names_the_setting_to_train_with(tmp_
         [
             "benchmarks/gpu_learning.py",
             *("--store", str(tmp_path / "store"), "--out", str(tmp_path / "check")),
-            *("--variants", "eager,eager_unfused_adamw", "--device", "cpu", "--size", "tiny-2x128"),
+            *("--variants", "eager,eager_unfused_adamw,eager_doc_mask", "--device", "cpu"),
+            *("--size", "tiny-2x128"),
             *("--context", "32", "--rows", "4", "--micro", "2", "--steps", "8", "--warmup", "2"),
             *("--val-tokens", "256", "--threads", "1", "--parallel", "2", "--learns-below", "100"),
         ]
     )
-    assert out["bench"] == "gpu_learning" and set(out["variants"]) == {"eager", "eager_unfused_adamw"}
+    assert out["bench"] == "gpu_learning"
+    assert set(out["variants"]) == {"eager", "eager_unfused_adamw", "eager_doc_mask"}
     assert all(v["learns"] and v["loss_last_quarter"] > 0 for v in out["variants"].values())
     assert out["train_with"] == "eager"  # "compiled" was not run, and eager learns under this threshold
     assert "patch applied: unfused_adamw" in (tmp_path / "check" / "eager_unfused_adamw.log").read_text()
+    assert "patch applied: doc_mask" in (tmp_path / "check" / "eager_doc_mask.log").read_text()
+    resolved = (tmp_path / "check" / "runs" / "eager_doc_mask" / "config.toml").read_text()
+    assert "doc_mask = true" in resolved and "doc_mask = false" not in resolved  # the patch restores it
     saved = json.loads((tmp_path / "check" / "learning.json").read_text())
     assert len(saved["curves"]["eager"]) >= 2
 
