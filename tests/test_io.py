@@ -18,6 +18,7 @@ import pytest
 from contextlab import io as cio
 from contextlab.errors import UserError
 from contextlab.figures import pyplot, save_png
+from tests.conftest import write_tree
 
 
 @pytest.fixture
@@ -54,7 +55,7 @@ def test_atomic_write_gives_the_mode_of_a_plain_open(tmp_path, mask):
             f.write(b"x")
         cio.atomic_write_bytes(d / "atomic", b"x")
         cio.atomic_write_bytes(d / "atomic", b"again")  # replacing a file: still the default mode
-        with cio.staged_dir(d / "folder", overwrite=False) as tmp:
+        with cio.staged_dir(d / "folder", overwrite=False, own=cio.any_folder) as tmp:
             (tmp / "f").write_bytes(b"x")
         (d / "plain_dir").mkdir()
         mode = lambda name: oct(stat.S_IMODE((d / name).stat().st_mode))
@@ -116,11 +117,11 @@ def test_a_killed_write_leaves_the_old_file(tmp_path):
 
 def test_staged_dir_swaps_the_folder_whole(tmp_path):
     out = tmp_path / "export"
-    with cio.staged_dir(out, overwrite=False) as tmp:
+    with cio.staged_dir(out, overwrite=False, own=cio.any_folder) as tmp:
         assert tmp.parent == tmp_path and tmp.is_dir() and not out.exists()
         (tmp / "a.txt").write_text("1")
     assert _names(out) == ["a.txt"] and _names(tmp_path) == ["export"]
-    with cio.staged_dir(out, overwrite=True) as tmp:
+    with cio.staged_dir(out, overwrite=True, own=cio.any_folder) as tmp:
         (tmp / "b.txt").write_text("2")
     assert _names(out) == ["b.txt"] and _names(tmp_path) == ["export"]  # the old files are gone
 
@@ -129,7 +130,10 @@ def test_staged_dir_that_raises_leaves_the_old_folder(tmp_path):
     out = tmp_path / "export"
     out.mkdir()
     (out / "old.txt").write_text("keep")
-    with pytest.raises(RuntimeError, match="boom"), cio.staged_dir(out, overwrite=True) as tmp:
+    with (
+        pytest.raises(RuntimeError, match="boom"),
+        cio.staged_dir(out, overwrite=True, own=cio.any_folder) as tmp,
+    ):
         (tmp / "half.txt").write_text("half")
         raise RuntimeError("boom")
     assert _names(out) == ["old.txt"] and (out / "old.txt").read_text() == "keep"
@@ -139,14 +143,43 @@ def test_staged_dir_that_raises_leaves_the_old_folder(tmp_path):
 def test_staged_dir_refuses_a_non_empty_folder(tmp_path):
     out = tmp_path / "export"
     out.mkdir()
-    with cio.staged_dir(out, overwrite=False) as tmp:  # an empty folder may be filled
+    with cio.staged_dir(out, overwrite=False, own=cio.any_folder) as tmp:  # an empty folder may be filled
         (tmp / "a").write_text("a")
     with (
         pytest.raises(UserError, match="export folder .* already exists and is not empty"),
-        cio.staged_dir(out, overwrite=False, what="export folder"),
+        cio.staged_dir(out, overwrite=False, what="export folder", own=cio.any_folder),
     ):
         pass
     assert _names(out) == ["a"] and _names(tmp_path) == ["export"]
+
+
+def test_overwrite_replaces_only_the_writers_own_kind_of_folder(tmp_path):
+    """``own`` says what a writer's output looks like: a folder of anything else is refused with and
+    without overwrite, by ``staged_dir`` up front and by ``replace_dir`` at the swap; an empty folder
+    and one of the writer's own kind are taken."""
+    mine = lambda p: (p / "mine.json").is_file()
+    user = write_tree(tmp_path / "user", {"notes.txt": "keep", "thesis/ch1.tex": "keep"})
+    for overwrite in (False, True):
+        with (
+            pytest.raises(
+                UserError, match="holds notes.txt, thesis and is not a thing; --overwrite replaces only"
+            ),
+            cio.staged_dir(user, overwrite=overwrite, own=mine, kind="a thing"),
+        ):
+            raise AssertionError("the block must not run")
+        src = write_tree(tmp_path / f"new{overwrite}", {"mine.json": "{}"})
+        with pytest.raises(UserError, match="is not a thing"):
+            cio.replace_dir(src, user, overwrite=overwrite, own=mine, what="a thing")
+        assert (src / "mine.json").is_file()  # the new folder is left where it was
+    assert (user / "notes.txt").read_text() == "keep" and (user / "thesis" / "ch1.tex").read_text() == "keep"
+    own_kind = write_tree(tmp_path / "own", {"mine.json": "old"})
+    with cio.staged_dir(own_kind, overwrite=True, own=mine, kind="a thing") as tmp:
+        (tmp / "mine.json").write_text("new")
+    assert (own_kind / "mine.json").read_text() == "new"
+    (tmp_path / "empty").mkdir()
+    with cio.staged_dir(tmp_path / "empty", overwrite=False, own=mine, kind="a thing") as tmp:
+        (tmp / "mine.json").write_text("1")
+    assert _names(tmp_path / "empty") == ["mine.json"]
 
 
 def test_open_partial_resumes_restarts_or_refuses(tmp_path):

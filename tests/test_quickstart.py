@@ -202,3 +202,16 @@ def test_help_documents_every_option(capsys):
         "--print-recipe",
     ):
         assert flag in out
+
+
+def test_overwrite_refuses_a_folder_that_is_not_a_quickstart(tmp_path, capsys):
+    """--overwrite redoes a quickstart by deleting its runs and state; a folder of the user's own (even
+    one with a runs/ folder) is refused in one line and left as it was."""
+    from tests.conftest import write_tree
+
+    user = write_tree(tmp_path / "project", {"runs/mine.txt": "keep", "notes.txt": "keep"})
+    assert main(["quickstart", "--out", str(user), *TINY, "--overwrite"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--overwrite replaces only a quickstart folder" in err[0], err
+    assert sorted(p.name for p in user.iterdir()) == ["notes.txt", "runs"]
+    assert (user / "runs" / "mine.txt").read_text() == "keep"

@@ -129,8 +129,17 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def replace_dir(src: str | os.PathLike, dst: str | os.PathLike, *, overwrite: bool) -> None:
-    """Move the folder ``src`` to ``dst``; an existing folder ``dst`` is replaced only when ``overwrite``.
+def replace_dir(
+    src: str | os.PathLike,
+    dst: str | os.PathLike,
+    *,
+    overwrite: bool,
+    own: Callable[[Path], bool],
+    what: str,
+) -> None:
+    """Move the folder ``src`` to ``dst``; an existing folder ``dst`` is replaced only when ``overwrite``
+    and only when it is empty or ``own(dst)`` says it is the command's own kind of output (``what``,
+    "a token store"): anything else is refused either way (``refuse_foreign``).
 
     The old folder is first moved into a fresh hidden folder beside it (made here, so its name
     cannot be anything the user made: ``.DST.<hex>.replaced``), the new one is renamed in, then
@@ -143,9 +152,9 @@ def replace_dir(src: str | os.PathLike, dst: str | os.PathLike, *, overwrite: bo
         os.replace(src, dst)
         fsync_dir(dst.parent)
         return
+    refuse_foreign(dst, own, what)
     if not overwrite:
         raise UserError(f"{dst} already exists; choose another --out or pass --overwrite")
-    refuse_non_folder(dst)
     holder = fresh_dir(dst, "replaced")
     os.rename(dst, holder / dst.name)
     try:
@@ -164,6 +173,33 @@ def refuse_non_folder(out: str | os.PathLike, flag: str = "--out") -> None:
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         kind = "a link" if out.is_symlink() else "a file"
         raise UserError(f"{flag} {out} is {kind}, not a folder; choose another {flag} (it is left as it is)")
+
+
+def refuse_foreign(
+    out: str | os.PathLike, own: Callable[[Path], bool], what: str, flag: str = "--out"
+) -> None:
+    """``--overwrite`` replaces only the command's own kind of output: one line, with or without it, for
+    an ``out`` that is a file, a link, or a folder holding anything but ``what`` (``own(out)`` false). An
+    empty folder, a missing one and one of ``what`` pass. Writers call it before their work starts (no
+    minutes spent on an output that cannot be written) and ``replace_dir`` again before it swaps."""
+    out = Path(out)
+    refuse_non_folder(out, flag)
+    if not out.is_dir() or own(out):
+        return
+    names = sorted(p.name for p in out.iterdir())
+    if not names:
+        return
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    raise UserError(
+        f"{flag} {out} holds {shown} and is not {what}; --overwrite replaces only {what}, never other "
+        f"folders: choose another {flag} (nothing was changed)"
+    )
+
+
+def any_folder(path: Path) -> bool:
+    """``own`` for ``replace_dir`` and ``staged_dir`` where the folder is the writer's by construction
+    (a run's own tokenizer folder), never a path a user typed."""
+    return True
 
 
 def refuse_overlap(out: str | os.PathLike, inputs: Iterable, flag: str = "--out") -> None:
@@ -221,24 +257,34 @@ def fresh_dir(beside: Path, tag: str) -> Path:
 
 
 @contextlib.contextmanager
-def staged_dir(out: str | os.PathLike, *, overwrite: bool, what: str = "folder") -> Iterator[Path]:
+def staged_dir(
+    out: str | os.PathLike,
+    *,
+    overwrite: bool,
+    what: str = "folder",
+    own: Callable[[Path], bool],
+    kind: str = "",
+) -> Iterator[Path]:
     """A new empty folder beside ``out`` to write into; it replaces ``out`` when the block ends.
 
-    An ``out`` that exists and is not an empty folder is refused up front unless
-    ``overwrite`` (``what`` names it in the message). If the block raises, the staged folder
+    An ``out`` that exists and is not an empty folder is refused up front unless ``overwrite``
+    (``what`` names it in the message), and even then unless ``own(out)`` says it is the writer's
+    own kind of output (``kind``: "a contextlab export"). If the block raises, the staged folder
     is deleted and ``out`` is left as it was. The folder gets the mode ``mkdir`` gives.
     """
     out = Path(out)
+    kind = kind or what
     refuse_non_folder(out, what)
+    refuse_foreign(out, own, kind)
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise UserError(
-            f"{what} {out} already exists and is not empty; choose another folder or pass overwrite"
+            f"{what} {out} already exists and is not empty; choose another folder or pass --overwrite"
         )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = fresh_dir(out, "tmp")
     try:
         yield tmp
-        replace_dir(tmp, out, overwrite=True)  # checked above; the old folder is swapped out whole
+        replace_dir(tmp, out, overwrite=True, own=own, what=kind)  # the old folder is swapped out whole
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

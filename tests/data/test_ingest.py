@@ -130,8 +130,9 @@ def test_existing_output_rules(tmp_path):
     assert rep.store.n_docs == 1 and not (tmp_path / "s.old").exists()
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
-    with pytest.raises(UserError, match="is not a contextlab token store"):
-        ingest(src, tmp_path / "other", IngestConfig(), progress=False)
+    for overwrite in (False, True):  # --overwrite replaces a token store only, never the user's folder
+        with pytest.raises(UserError, match="is not a token store; --overwrite replaces only a token store"):
+            ingest(src, tmp_path / "other", IngestConfig(), overwrite=overwrite, progress=False)
     assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
 
 

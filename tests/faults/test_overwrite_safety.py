@@ -97,6 +97,35 @@ def test_an_out_that_is_a_file_is_refused_and_kept(project, tmp_path, kind, caps
     assert not (tmp_path / "out.partial").exists()
 
 
+FOREIGN = [  # (writer, what is at its --out): never that writer's own kind of output
+    (kind, foreign)
+    for kind in WRITERS
+    for foreign in ("user folder", "run", "token store")
+    if (kind, foreign) != ("ingest", "token store")  # ingest's own output: what its --overwrite replaces
+]
+
+
+@pytest.mark.parametrize("kind, foreign", FOREIGN)
+def test_overwrite_never_replaces_a_folder_of_another_kind(project, tmp_path, kind, foreign, capsys):
+    """--overwrite replaces only the command's own output: a folder of the user's files, a training run
+    or a token store (another command's output) at --out is refused in one line, with and without it,
+    and left byte for byte as it was (a user's trial found all four writers deleting such folders)."""
+    import shutil
+
+    out = tmp_path / "out"
+    if foreign == "user folder":
+        write_tree(out, {"notes.txt": "keep", "thesis/ch1.tex": "keep"})
+    else:
+        shutil.copytree(project / {"run": "run", "token store": "store"}[foreign], out)
+    before = tree_digest(out)
+    for extra in ([], ["--overwrite"]):
+        assert main([*writer_args(project, kind, out), *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--overwrite replaces only" in err[0] and str(out) in err[0], err
+        assert tree_digest(out) == before
+    assert not (tmp_path / "out.partial").exists()
+
+
 OVERLAPS = [  # (writer, where --out goes, relative to the project, the input that must survive)
     ("ingest", "corpus", "corpus"),  # is the corpus
     ("ingest", "corpus/sub", "corpus"),  # lies inside it
@@ -150,7 +179,7 @@ def test_replace_dir_puts_the_old_folder_back_when_the_new_one_cannot_move_in(tm
 
     monkeypatch.setattr(cio.os, "replace", failing)
     with pytest.raises(OSError):
-        cio.replace_dir(src, dst, overwrite=True)
+        cio.replace_dir(src, dst, overwrite=True, own=cio.any_folder, what="a folder")
     assert (dst / "old.txt").read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["new", "out"]
 

@@ -54,6 +54,7 @@ from contextlab.data.store import (
     is_store,
     pending_finalize,
 )
+from contextlab.data.store_write import refuse_non_store
 from contextlab.data.tokenizer_spec import SPECS_HELP, parse_spec, spec_path
 from contextlab.data.tokenizers import N_THREADS, Tokenizer, load_saved_tokenizer, load_tokenizer
 from contextlab.errors import UserError
@@ -288,7 +289,8 @@ def _fingerprint(src, config: IngestConfig) -> str:
 
 
 def _existing_output(out: Path, fingerprint: str, overwrite: bool) -> IngestReport | None:
-    """An up-to-date store is returned as is; anything else needs --overwrite."""
+    """An up-to-date store is returned as is; another store needs --overwrite; a folder holding anything
+    else is refused either way (``refuse_non_store``: --overwrite replaces only a token store)."""
     if is_store(out):
         store = TokenStore(out)
         if store.meta.get("ingest_fingerprint") == fingerprint and not overwrite:
@@ -299,10 +301,8 @@ def _existing_output(out: Path, fingerprint: str, overwrite: bool) -> IngestRepo
                 f"{store.meta.get('source', {}).get('path', '?')}, tokenizer "
                 f"{store.tokenizer_spec.get('name')}); choose another --out or pass --overwrite"
             )
-    elif not overwrite and (not out.is_dir() or any(out.iterdir())):
-        raise UserError(
-            f"{out} exists and is not a contextlab token store; choose another --out or pass --overwrite"
-        )
+    elif out.exists() or out.is_symlink():
+        refuse_non_store(out)  # a file, a link or anything but an empty folder: never replaced
     return None
 
 

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from contextlab import FORMAT_VERSION, __version__
+from contextlab.data.store_meta import has_format
 from contextlab.errors import UserError
 from contextlab.io import (
     atomic_write_bytes,
@@ -34,12 +35,27 @@ from contextlab.io import (
     atomic_write_npy,
     exclusive_lock,
     fsync_dir,
+    refuse_foreign,
     refuse_overlap,
     remove_stale_staging,
     replace_dir,
 )
 
 STORE_FORMAT = "contextlab-token-store"
+STORE_KIND = "a token store"  # what --overwrite of a store writer may replace (``refuse_foreign``)
+
+
+def is_token_store(path: Path) -> bool:
+    """Whether ``path`` holds a token store (its meta.json's format); ``own`` for ``replace_dir``."""
+    return has_format(path, STORE_FORMAT)
+
+
+def refuse_non_store(out: Path) -> None:
+    """One line, before any work, for an ``--out`` that --overwrite may not replace: a file, a link, or a
+    folder holding anything but a token store (``refuse_foreign``)."""
+    refuse_foreign(out, is_token_store, STORE_KIND)
+
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -287,7 +303,7 @@ def finalize_store(partial_dir: Path, out_dir: Path, meta: dict, *, overwrite: b
         tmp.unlink()
     (partial_dir / FINALIZE_FILE).unlink(missing_ok=True)
     fsync_dir(partial_dir)
-    replace_dir(partial_dir, out_dir, overwrite=overwrite)
+    replace_dir(partial_dir, out_dir, overwrite=overwrite, own=is_token_store, what=STORE_KIND)
 
 
 def _final_offsets(partial_dir: Path, chunk: int = 1 << 23) -> np.ndarray:

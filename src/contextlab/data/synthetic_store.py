@@ -40,9 +40,11 @@ def write_synthetic_store(
     from tqdm.auto import tqdm
 
     from contextlab.data.store import StoreWriter, WriterState, finalize_store
+    from contextlab.data.store_write import refuse_non_store
     from contextlab.io import atomic_write_json, partial_dir
 
     out = Path(out)
+    refuse_non_store(out)  # --overwrite replaces a token store only
     if out.exists() and not overwrite:
         raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
     partial = partial_dir(out)

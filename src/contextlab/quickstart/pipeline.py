@@ -31,7 +31,7 @@ import warnings
 from pathlib import Path
 
 from contextlab.errors import UserError
-from contextlab.io import atomic_write_json
+from contextlab.io import atomic_write_json, refuse_foreign
 from contextlab.quickstart.config import EVALS, TRAIN_STORE, QuickstartConfig, eval_options, run_config
 from contextlab.quickstart.summary import write_summary
 from contextlab.steps import UP_TO_DATE, Step, StepRunner, digest
@@ -55,6 +55,7 @@ class Quickstart:
     ):
         self.cfg, self.out, self.overwrite, self.progress = cfg, Path(out), overwrite, progress
         if overwrite and self.out.exists():
+            refuse_foreign(self.out, lambda p: (p / STATE_FILE).is_file(), "a quickstart folder")
             for sub in ("runs", STATE_FILE, "report.html", "summary.json"):
                 p = self.out / sub
                 shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)

@@ -15,6 +15,7 @@ each shard to Parquet (Megatron's sampler needs equal rows, see ``megatron.py``)
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -33,9 +34,10 @@ from contextlab.data.shards.local_pool import LocalExecutor
 from contextlab.data.store import holds_output_lock
 from contextlab.data.views import packed_split
 from contextlab.errors import UserError
-from contextlab.io import atomic_write_json, partial_dir, refuse_non_folder, replace_dir
+from contextlab.io import atomic_write_json, partial_dir, refuse_foreign, replace_dir
 
 EXPORT_FORMAT = "contextlab-export"
+EXPORT_KIND = "an export of a packed store"
 EXPORT_VERSION = 1
 FORMATS = {
     "parquet": "one Parquet row per sequence: input_ids, position_ids, document_ids (Hugging Face)",
@@ -99,7 +101,7 @@ def export(
     written = _write_splits(pk, cfg, splits, partial, progress)
     record = _record(pk, cfg, written)
     atomic_write_json(partial / "export.json", record)
-    replace_dir(partial, out, overwrite=overwrite)
+    replace_dir(partial, out, overwrite=overwrite, own=is_data_export, what=EXPORT_KIND)
     return ExportReport(out, record, time.perf_counter() - t0)
 
 
@@ -129,8 +131,16 @@ def _open_packed(path: Path) -> PackedStore:
     return PackedStore(path)
 
 
+def is_data_export(path: Path) -> bool:
+    """Whether ``path`` holds an export of a packed store (its export.json); what --overwrite replaces."""
+    try:
+        return json.loads((Path(path) / "export.json").read_text()).get("format") == EXPORT_FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _check_out(pk: PackedStore, out: Path, overwrite: bool) -> None:
-    refuse_non_folder(out)
+    refuse_foreign(out, is_data_export, EXPORT_KIND)  # --overwrite replaces an export only
     if out.exists() and not overwrite:
         raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
 

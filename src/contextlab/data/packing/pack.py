@@ -44,9 +44,12 @@ from contextlab.io import (
     atomic_write_npy,
     open_partial,
     partial_dir,
+    refuse_foreign,
     refuse_non_folder,
     replace_dir,
 )
+
+PACKED_KIND = "a packed store"  # what --overwrite of a pack may replace
 
 
 @dataclass
@@ -190,8 +193,8 @@ def _existing_output(out: Path, fp: str, overwrite: bool) -> PackReport | None:
                 f"{out} already holds a different packed store (method {meta['config'].get('method')}); "
                 f"choose another --out or pass --overwrite"
             )
-    elif not overwrite and (not out.is_dir() or any(out.iterdir())):
-        raise UserError(f"{out} exists and is not a packed store; choose another --out or pass --overwrite")
+    elif out.exists() or out.is_symlink():
+        refuse_foreign(out, is_packed_store, PACKED_KIND)  # --overwrite replaces a packed store only
     return None
 
 
@@ -323,4 +326,4 @@ def _complete(partial: Path, out: Path, overwrite: bool) -> None:
     for stray in partial.glob(".*.tmp"):  # a temporary file of a write that a kill interrupted
         stray.unlink()
     (partial / "progress.json").unlink(missing_ok=True)
-    replace_dir(partial, out, overwrite=overwrite)
+    replace_dir(partial, out, overwrite=overwrite, own=is_packed_store, what=PACKED_KIND)

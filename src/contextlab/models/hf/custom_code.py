@@ -112,11 +112,23 @@ def export_to_hf(
         raise UserError(
             f"tokenizer folder {tokenizer_dir} does not exist; pass the folder holding the tokenizer files"
         )
-    with staged_dir(out, overwrite=overwrite, what="export folder") as tmp:
+    with staged_dir(out, overwrite=overwrite, what="export folder", own=is_export, kind=EXPORT_KIND) as tmp:
         write_remote_code_model(model, tmp, extra_config)
         if tokenizer_dir is not None:
             shutil.copytree(tokenizer_dir, tmp / "tokenizer")
     return out
+
+
+EXPORT_KIND = "a contextlab export (a folder written by `contextlab export`)"
+
+
+def is_export(folder: Path) -> bool:
+    """Whether ``folder`` holds a contextlab export: a config.json with the "contextlab" entry every
+    export writes (``provenance``); what ``--overwrite`` of an export may replace."""
+    try:
+        return isinstance(json.loads((Path(folder) / CONFIG_NAME).read_text()).get("contextlab"), dict)
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def provenance(extra_config: dict | None) -> dict:
