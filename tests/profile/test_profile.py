@@ -257,3 +257,21 @@ def test_two_models_of_different_tokenizers_need_text_data(llama, runs, text, tm
     assert main([*argv, "--out", str(tmp_path / "o"), "--no-progress"]) != 0
     err = capsys.readouterr().err
     assert "different tokenizers" in err and "give --data the text" in err
+
+
+def test_a_store_of_another_tokenizer_is_refused_before_any_step(llama, text, tmp_path, capsys):
+    """A byte-level store given to a BPE model: one line and a non-zero exit before the battery starts
+    (it used to record failed contextwise and bayes-fit steps, skip half the headline and exit 0)."""
+    from contextlab.data.ingest import IngestConfig, ingest
+
+    store = ingest(text, tmp_path / "bytes", IngestConfig(), progress=False).store
+    out = tmp_path / "o"
+    argv = ["profile", "--model", str(llama), "--data", str(store.path), "--out", str(out), "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert (
+        "tokenizer" in err
+        and "contextlab data ingest" in err
+        and err.startswith("contextlab profile: error:")
+    ), err
+    assert not (out / "profile.json").exists()

@@ -89,11 +89,14 @@ def is_store(path: str | Path) -> bool:
 
 
 def prepare_store(data: str, adapter, out: Path, progress_on: bool) -> str:
-    """A token store for ``adapter``: ``data`` itself when it is one, else ``data`` (text) ingested
+    """A token store for ``adapter``: ``data`` itself when it is one (checked: the model's tokenizer, its
+    content), else ``data`` (text) ingested
     with the model's tokenizer into OUT/data/store-<tokenizer hash> (kept and reused on resume)."""
     from contextlab.data.ingest import IngestConfig, ingest
+    from contextlab.eval.base import open_store
 
-    if is_store(data):
+    if is_store(data):  # one line up front for a store of another tokenizer, not failed steps and exit 0
+        open_store(str(data), adapter, "profile")
         return str(data)
     if not Path(data).exists():
         raise UserError(f"--data {data} does not exist; give a token store or a text file or folder")
