@@ -165,8 +165,9 @@ def _rate(report) -> str:
 def cmd_pack_stats(argv: list[str]) -> int:
     """Documents per sequence, neighbour similarity, domains spanned and Zipf burstiness of a packed store."""
     from contextlab.data.packing import PackedStore, pack_stats
-    from contextlab.data.packing.stats import format_pack_stats, plot_pack_stats
+    from contextlab.data.packing.stats import format_pack_stats, plot_pack_stats, stats_record
     from contextlab.figures import default_plot_path
+    from contextlab.io import atomic_write_json
 
     args = _pack_stats_parser().parse_args(argv)
     if args.max_sequences < 0:
@@ -175,10 +176,13 @@ def cmd_pack_stats(argv: list[str]) -> int:
     stats = pack_stats(
         packed, max_sequences=args.max_sequences, seed=args.seed, progress=not args.no_progress
     )
+    saved = default_plot_path(args.packed, "pack_stats.json")  # what `contextlab report` shows of it
+    atomic_write_json(saved, stats_record(stats))
     if args.json:
         print(json.dumps({k: v for k, v in stats.items() if not isinstance(v, list)}, indent=2))
     else:
         print(format_pack_stats(stats))
+        print(f"saved          {saved}")
     if not args.no_plot:
         out = plot_pack_stats(stats, args.plot or default_plot_path(args.packed, "pack_stats.png"))
         if not args.json:
@@ -192,7 +196,7 @@ def _pack_stats_parser() -> argparse.ArgumentParser:
         description="Diagnostics of a packed store: documents per sequence, mean retrieval similarity of "
         "neighbours, fraction of sequences with >= 2 related documents, domains/directories spanned "
         "per sequence, and the Zipf coefficient of token frequencies (seed Table 9; lower = burstier), "
-        "with a plot.",
+        "with a plot; the figures are saved as PACKED/pack_stats.json, which `contextlab report` shows.",
     )
     p.add_argument("packed", help="a packed store directory (from `contextlab data pack`)")
     p.add_argument(

@@ -173,7 +173,7 @@ class Quickstart:
 
         def run():
             from contextlab.data.packing import PackConfig, pack, pack_stats
-            from contextlab.data.packing.stats import format_pack_stats, plot_pack_stats
+            from contextlab.data.packing.stats import format_pack_stats, plot_pack_stats, stats_record
 
             p = self.cfg.pack
             cfg = PackConfig(method=method, context=context, retriever=p.retriever, k=p.k, seed=p.seed)
@@ -186,8 +186,7 @@ class Quickstart:
                 return UP_TO_DATE
             stats = pack_stats(pk)
             plot_pack_stats(stats, pk.path / "pack_stats.png")
-            kept = {k: v for k, v in stats.items() if not k.endswith(("_all", "_per_sequence"))}
-            atomic_write_json(stats_file, kept)
+            atomic_write_json(stats_file, stats_record(stats))
             print("  " + format_pack_stats(stats).replace("\n", "\n  "))
             return pk
 

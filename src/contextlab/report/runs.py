@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from contextlab import rundir
-from contextlab.report.blocks import img, keys, pre, table
+from contextlab.report.blocks import img, keys, muted, pre, table
 from contextlab.report.evals import eval_sections, read_results
 from contextlab.report.plots import loss_curve_png
 
@@ -70,11 +70,25 @@ def store_section(store: Path) -> str:
     return out + (img(png, f"{store.name} document lengths") if png.exists() else "")
 
 
-def packed_section(stats_file: Path, root: Path) -> str:
-    """A packed store's diagnostics (pack_stats.json written beside it) and its plot."""
+def packed_section(packed: Path, root: Path) -> str:
+    """A packed store: its method and sizes (meta.json), the diagnostics of ``contextlab data pack-stats``
+    when it has run (pack_stats.json beside them) and their plot; else the command that makes them."""
+    meta = json.loads((packed / "meta.json").read_text())
+    stats_file = packed / "pack_stats.json"
+    if not stats_file.is_file():
+        row = {
+            "packed store": str(packed.relative_to(root)),
+            "method": (meta.get("config") or {}).get("method"),
+            "sequences": meta.get("n_sequences"),
+            "tokens": meta.get("n_tokens"),
+        }
+        return table([row]) + muted(
+            f"no diagnostics yet: `contextlab data pack-stats {packed}` writes them (documents per sequence, "
+            "neighbour similarity, Zipf)"
+        )
     st = json.loads(stats_file.read_text())
     row = {
-        "packed store": str(stats_file.parent.relative_to(root)),
+        "packed store": str(packed.relative_to(root)),
         "method": st.get("method"),
         "retriever": st.get("retriever") or "",
         "sequences": st.get("n_sequences"),
@@ -86,8 +100,8 @@ def packed_section(stats_file: Path, root: Path) -> str:
         "directories/sequence": st.get("directories_per_sequence"),
         "zipf": (st.get("zipf") or {}).get("mean"),
     }
-    png = stats_file.parent / "pack_stats.png"
-    return table([row]) + (img(png, f"{stats_file.parent.name} packing diagnostics") if png.exists() else "")
+    png = packed / "pack_stats.png"
+    return table([row]) + (img(png, f"{packed.name} packing diagnostics") if png.exists() else "")
 
 
 def summary_section(root: Path) -> str:
@@ -143,17 +157,23 @@ def sweep_section(sweep: Path) -> str:
     return "\n".join(parts)
 
 
+def _format_of(meta: Path) -> str | None:
+    """The ``format`` of a meta.json (None for one that is not a JSON object: not contextlab's)."""
+    try:
+        doc = json.loads(meta.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc.get("format") if isinstance(doc, dict) else None
+
+
 def data_sections(root: Path) -> list[str]:
     """The token stores, packed stores and sweep results found under ``root``."""
     body = []
-    stores = sorted(
-        p.parent
-        for p in root.rglob("meta.json")
-        if json.loads(p.read_text()).get("format") == "contextlab-token-store"
-    )
+    formats = {p.parent: _format_of(p) for p in root.rglob("meta.json")}
+    stores = sorted(p for p, f in formats.items() if f == "contextlab-token-store")
     if stores:
         body.append("<h2>Data</h2>" + "".join(store_section(s) for s in stores))
-    packs = sorted(root.rglob("pack_stats.json"))
+    packs = sorted(p for p, f in formats.items() if f == "contextlab-packed-store")
     if packs:
         body.append("<h2>Packing</h2>" + "".join(packed_section(f, root) for f in packs))
     if (root / "results.csv").exists():

@@ -3,6 +3,8 @@ documents."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -73,9 +75,17 @@ def test_cli_pack_and_pack_stats(tmp_path, capsys):
     assert PackedStore(out).meta["config"]["k"] == 2
     assert cmd_pack(args) == 0  # the same command again
     assert "up to date" in capsys.readouterr().out
+    from contextlab.report.html import build_report
+
+    page = build_report(tmp_path, tmp_path / "before.html").read_text()
+    assert "Packing" in page and "no diagnostics yet" in page  # a packed store shows before pack-stats ran
     assert cmd_pack_stats([str(out)]) == 0
     text = capsys.readouterr().out
     assert "zipf" in text and (out / "pack_stats.png").stat().st_size > 1000
+    saved = json.loads((out / "pack_stats.json").read_text())  # what the report shows of it
+    assert saved["method"] == "splice" and "zipf" in saved and not any(k.endswith("_all") for k in saved)
+    page = build_report(tmp_path, tmp_path / "after.html").read_text()
+    assert "no diagnostics yet" not in page and "neighbour similarity" in page and "pack_stats" in page
     with pytest.raises(UserError, match="unknown packing method"):
         cmd_pack([str(tmp_path / "store"), "--out", str(tmp_path / "x"), "--method", "nope"])
     with pytest.raises(UserError, match="context must be >= 4"):

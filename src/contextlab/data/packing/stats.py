@@ -189,6 +189,11 @@ def _finite(x: np.ndarray) -> np.ndarray:
     return x[np.isfinite(x)]
 
 
+def stats_record(s: dict) -> dict:
+    """The figures of ``pack_stats`` without its per-sequence lists: what ``pack_stats.json`` keeps."""
+    return {k: v for k, v in s.items() if not k.endswith(("_all", "_per_sequence"))}
+
+
 def format_pack_stats(s: dict) -> str:
     sim = s["mean_neighbour_similarity"]
     z = s["zipf"]
