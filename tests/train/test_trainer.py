@@ -301,3 +301,26 @@ def test_an_impossible_mfu_is_never_shown(store, tmp_path, capsys):
     assert len(rows) == 3 and all("mfu" not in r and r["tokens_per_s"] > 0 for r in rows)
     out = capsys.readouterr().out
     assert out.count("MFU not shown") == 1 and "MFU " not in out.replace("MFU not shown", "")
+
+
+def test_a_new_step_budget_continues_the_run_but_says_so_and_records_it(store, tmp_path, capsys):
+    """The learning rate decays over the run's budget, so resuming with another budget switches
+    schedules midway (a finished 4-step run given 6 steps warms its decayed rate back up): training
+    continues, with one line naming both lengths and rates, and every later checkpoint records the
+    change; the same budget resumes without it."""
+    run = tmp_path / "r"
+    train(config(store, run, max_steps=4))
+    capsys.readouterr()
+    assert train(config(store, run, max_steps=6)).steps == 6
+    note = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+    assert len(note) == 1 and "schedule of 4 steps and this budget sets 6: from step 5" in note[0], note
+    state = json.loads((run / "checkpoints" / "step_000006" / "state.json").read_text())
+    assert state["schedule_changes"] == [[4, 4, 6]] and state["total_steps"] == 6
+    from contextlab.report.runs import schedule_notes
+
+    assert schedule_notes(run) == [
+        "resumed at step 4 with a new budget: the learning-rate schedule of 4 steps became one of 6, so this "
+        "run equals neither budget run uninterrupted"
+    ]  # what the run's report shows under its key numbers
+    assert train(config(store, run, max_steps=6)).steps == 6  # the same budget: up to date
+    assert "note:" not in capsys.readouterr().out

@@ -38,6 +38,7 @@ def run_section(run: Path, title: str | None = None) -> tuple[str, dict]:
             ),
         }
         parts.append(keys(key))
+        parts += [muted(line) for line in schedule_notes(run)]
         png = loss_curve_png(rows, run / "loss_curve.png", title=run.name)
         parts.append(img(png, "loss curve"))
     eval_dir = rundir.eval_dir(run)
@@ -51,6 +52,21 @@ def run_section(run: Path, title: str | None = None) -> tuple[str, dict]:
             + "</details>"
         )
     return "\n".join(parts), key
+
+
+def schedule_notes(run: Path) -> list[str]:
+    """One line per budget change on resume (``schedule_changes`` of the newest checkpoint): from that
+    step the learning rate followed another schedule, so the run equals no single budget."""
+    latest = rundir.latest_checkpoint(run)
+    try:
+        changes = json.loads((latest / rundir.STATE).read_text()).get("schedule_changes") if latest else None
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [
+        f"resumed at step {step:,} with a new budget: the learning-rate schedule of {old:,} steps became one "
+        f"of {new:,}, so this run equals neither budget run uninterrupted"
+        for step, old, new in changes or []
+    ]
 
 
 def store_section(store: Path) -> str:

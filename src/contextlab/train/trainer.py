@@ -106,6 +106,7 @@ class Trainer:
         self._build_optimizer()
         self._next = None  # (loader state before it, tokens, doc ids): the batch fetched ahead, on the device
         self.state = {"step": 0, "tokens": 0, "flops": 0.0, "elapsed": 0.0, "total_steps": None}
+        self.state["schedule_changes"] = []  # [step, old length, new length] of each budget change on resume
         dtype = torch.bfloat16 if t.dtype == "bf16" else torch.float32
         self.peak = t.peak_flops or cached_peak_flops(dtype, self.info.device.type)  # 0 = unknown
         self.total_steps()  # exactly one budget: refused before the run directory exists
@@ -191,10 +192,34 @@ class Trainer:
         self._next = None
         ckpt.restore_rng(rng)
         self.state = {k: state[k] for k in ("step", "tokens", "flops", "elapsed", "total_steps")}
+        self.state["schedule_changes"] = state.get("schedule_changes", [])
+        self._note_new_schedule(state.get("total_steps"), state["step"], latest.name)
         self.stopping.load_state_dict(state)
         if self.info.is_main:
             print(f"resuming {self.run_dir} from {latest.name}")
             truncate_metrics(self.run_dir, state["step"])
+
+    def _note_new_schedule(self, trained: int | None, step: int, latest: str) -> None:
+        """A budget given now that sets another schedule length than the checkpoints were trained with
+        (a finished 200-step run given max_steps = 300): training continues, but the learning rate from
+        here on follows the new schedule, so the run matches neither budget run uninterrupted. Said in one
+        line with both rates, and recorded in every later checkpoint's ``schedule_changes`` (step, old
+        and new length), which ``contextlab report`` shows beside the run's config."""
+        now = self.total_steps()
+        if not trained or not now or now == trained:
+            return
+        o = self.cfg.optim
+        rate = lambda total: lr_at(
+            step, lr=o.lr, warmup_steps=o.warmup_steps, min_lr_ratio=o.min_lr_ratio, total_steps=total
+        )
+        self.state["schedule_changes"] = [*self.state.get("schedule_changes", []), [step, trained, now]]
+        if self.info.is_main:
+            print(
+                f"note: {self.run_dir} ({latest}) was trained on a learning-rate schedule of {trained:,} "
+                f"steps and this budget sets {now:,}: from step {step + 1:,} the rate follows the new "
+                f"schedule ({rate(trained):.2e} -> {rate(now):.2e}), so this run equals neither budget run "
+                "uninterrupted (recorded as schedule_changes in its checkpoints)"
+            )
 
     def _save(self) -> None:
         bad = guards.count_non_finite(self.wrapped, self.info)  # never save weights a resume cannot use
