@@ -273,3 +273,40 @@ def test_exclusive_lock_refuses_a_second_writer_and_names_the_holder(tmp_path):
         except UserError:
             assert time.monotonic() < deadline
             time.sleep(0.05)
+
+
+def test_exclusive_lock_leaves_no_lock_file_behind(tmp_path):
+    """The holder deletes its lock file on the way out (a user's trial counted 55 hidden .NAME.lock files
+    beside their outputs), also when the block raises; a killed holder's stale file is taken over and
+    deleted; a writer that locked a file its predecessor deleted meanwhile locks the new one instead."""
+    import fcntl
+
+    from contextlab.io import exclusive_lock
+
+    lock = tmp_path / ".out.lock"
+    with exclusive_lock(lock, "x"):
+        assert lock.is_file() and "pid" in lock.read_text()
+    assert not lock.exists()
+    with pytest.raises(RuntimeError, match="boom"), exclusive_lock(lock, "x"):
+        raise RuntimeError("boom")
+    assert not lock.exists()
+    lock.write_text("pid 1 (a killed writer)")  # no process holds it: the next writer takes it over
+    with exclusive_lock(lock, "x"):
+        assert "a killed writer" not in lock.read_text()
+    assert _names(tmp_path) == []
+    real_flock, swapped = fcntl.flock, []
+
+    def flock_after_a_swap(fd, op):  # between this writer's open and its lock the file was replaced
+        if op & fcntl.LOCK_EX and not swapped:
+            swapped.append(os.fstat(fd).st_ino)
+            lock.unlink()
+            lock.write_text("")
+        return real_flock(fd, op)
+
+    fcntl.flock = flock_after_a_swap
+    try:
+        with exclusive_lock(lock, "x"):
+            assert os.stat(lock).st_ino != swapped[0]  # it holds the file that is there now
+    finally:
+        fcntl.flock = real_flock
+    assert _names(tmp_path) == []

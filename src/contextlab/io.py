@@ -333,10 +333,13 @@ def exclusive_lock(lock_file: str | os.PathLike, what: str) -> Iterator[None]:
     """Hold ``lock_file`` exclusively for the block, or refuse at once with the holder's name.
 
     The lock is ``fcntl.flock`` on the file (released by the kernel when the process dies, so a
-    killed writer never leaves a stale lock); the file records the holder's pid, host and
-    command line for the message the second writer gets. ``what`` names the thing being
-    written ("run directory runs/x"). The file stays after the block (removing it would race
-    with a writer that just opened it).
+    killed writer never leaves a held lock); the file records the holder's pid, host and command
+    line for the message the second writer gets. ``what`` names the thing being written ("run
+    directory runs/x"). The holder deletes the file as it leaves, so no lock files pile up beside
+    a user's outputs. That is safe because a writer that got the lock checks that the file it
+    locked is still the one at ``lock_file`` (the holder before it may have deleted it between
+    this writer's open and its lock); if not, it opens the new one and tries again. A killed
+    writer's file stays until the next writer of the same output takes and removes it.
     """
     import fcntl
     import socket
@@ -344,25 +347,33 @@ def exclusive_lock(lock_file: str | os.PathLike, what: str) -> Iterator[None]:
 
     lock_file = Path(lock_file)
     lock_file.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
-    try:
+    while True:
+        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another process"
+            os.close(fd)
             raise UserError(
                 f"{what} is being written by {holder}; wait for it to finish or stop it "
                 f"(lock file {lock_file})"
             ) from None
+        try:
+            current = os.stat(lock_file).st_ino
+        except FileNotFoundError:
+            current = None
+        if current == os.fstat(fd).st_ino:
+            break
+        os.close(fd)  # the holder before deleted the file we locked: lock the one there now
+    try:
         me = f"pid {os.getpid()} on {socket.gethostname()} ({' '.join(sys.argv)[:200]})"
         os.ftruncate(fd, 0)
         os.pwrite(fd, me.encode(), 0)
-        try:
-            yield
-        finally:
-            os.ftruncate(fd, 0)
-            fcntl.flock(fd, fcntl.LOCK_UN)
+        yield
     finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock_file)  # still holding it: a writer that opened it meanwhile sees it is gone
+        fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
 
 

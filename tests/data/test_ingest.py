@@ -406,3 +406,30 @@ def test_an_empty_corpus_is_named_as_such_whatever_the_tokenizer(tmp_path, token
     err = capsys.readouterr().err.strip().splitlines()  # (bpe:N first says that it reads the text)
     assert "error: no documents in" in err[-1] and "tokenizer spec" not in err[-1], err
     assert [line for line in err if "error" in line] == err[-1:]
+
+
+def test_an_ingest_refused_before_any_work_leaves_nothing_behind(tmp_path, capsys):
+    """An empty source and a bad tokenizer spec end in one line and leave no OUT.partial (nothing a rerun
+    could resume) and no lock file beside the output (a user's trial found both after every refusal)."""
+    from contextlab.cli import main
+
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "t.txt").write_text("hello world, some text")
+    assert main(["data", "ingest", str(tmp_path / "empty"), "--out", str(tmp_path / "a")]) == 2
+    assert (
+        main(
+            [
+                "data",
+                "ingest",
+                str(tmp_path / "t.txt"),
+                "--tokenizer",
+                "bpe:100",
+                "--out",
+                str(tmp_path / "b"),
+            ]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "no documents" in err[0] and "bpe:257 or more" in err[1], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "t.txt"]

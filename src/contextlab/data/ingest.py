@@ -170,12 +170,17 @@ def _ingest(source, out: Path, config: IngestConfig, overwrite: bool, progress: 
         print(f"finishing the interrupted ingest into {out}")
         finalize_store(partial_dir(out), out, pending, overwrite=overwrite)
         return _report_of(TokenStore(out), up_to_date=False)
+    resolve_tokenizer_spec(config.tokenizer)  # a bad spec is one line before OUT.partial exists
     partial, record = _open_partial(out, fingerprint, overwrite)
     start = time.perf_counter()
-
-    tokenizer = _partial_tokenizer(partial, record, config, src)
     resumed_from = int(record["source_pos"])
-    counts = store_documents(partial, record, tokenizer, src, config, source, out, progress)
+    try:
+        tokenizer = _partial_tokenizer(partial, record, config, src)
+        counts = store_documents(partial, record, tokenizer, src, config, source, out, progress)
+    except UserError:
+        if resumed_from == 0 and int(record.get("source_pos", 0)) == 0:  # nothing a rerun could resume
+            shutil.rmtree(partial, ignore_errors=True)
+        raise
     shutil.rmtree(partial / "parts", ignore_errors=True)  # an --ray run's work files
     meta = _store_meta(tokenizer, src, config, counts, fingerprint)
     save_toml({"source": str(source), **to_dict(config)}, partial / "config.toml")
