@@ -1,9 +1,17 @@
 """Contextwise loss: mean loss at every position, best-context loss, its true minimum, 2^i buckets.
 
 The protocol of the compute-optimal-context study: take every document with at least L
-tokens (or, with ``pieces_per_doc``, consecutive L-token pieces of long documents), score
-each from its own start with no context from any other document, and average the loss of
-the token at position t over documents. The curve is loss vs context length t (tokens
+tokens, or consecutive L-token pieces of long documents, score each piece from its own
+start with no context from any other piece, and average the loss of the token at position
+t over pieces. Which pieces (``sequences``): every qualifying document's first piece, then
+every second piece, and so on, until ``max_docs`` pieces. By default (``pieces_per_doc``
+unset) a document gives as many pieces as that round-robin asks of it, so a corpus of at
+least ``max_docs`` long documents gives each its first piece (as one piece per document
+always did) while a corpus of a few long documents (one Tiny Shakespeare or WikiText file)
+still gives ``max_docs`` pieces instead of one; with ``max_docs = 0`` (all) the default is
+one piece per document, and ``pieces_per_doc = 0`` takes every piece that fits. Trade-off:
+pieces of one document are not independent samples, so the curve gets its sample count
+but the intervals below still count documents. The curve is loss vs context length t (tokens
 seen before the predicted token); L may exceed the training context (RoPE models), which
 shows whether the model keeps improving beyond it. Summaries:
 
@@ -33,7 +41,9 @@ shows whether the model keeps improving beyond it. Summaries:
   says so, and every bucket carries ``beyond_train_context``). Documents, not positions or
   pieces, are the unit: the losses of neighbouring positions (and of pieces of one document)
   are correlated, so pieces are averaged per document first and a test over positions would
-  be overconfident. A t interval rather than a bootstrap: deterministic and correct for few
+  be overconfident. With fewer than two documents there is no interval, and then the claim
+  is null, not false (``falls_with_position``, like the intervals), with a line of the
+  results text saying why. A t interval rather than a bootstrap: deterministic and correct for few
   documents (the late-bucket means average many positions, so the differences are near
   normal). A monotone-decrease test was not chosen: it tests a stronger claim (lower at every
   step) that noise and the rise beyond the training context break, while the reader's
@@ -72,11 +82,13 @@ class Options:
         "0 = the model's context + 1 (every context length up to the context); longer measures beyond "
         "the training context (RoPE models), and those buckets are marked beyond_train_context",
     )
-    max_docs: int = opt(64, "documents (or pieces) to average over; 0 = all that qualify")
-    pieces_per_doc: int = opt(
-        1,
-        "cut each long document into up to this many consecutive L-token pieces, each "
-        "scored from its own start; 0 = as many as fit",
+    max_docs: int = opt(64, "pieces to average over (see --pieces-per-doc); 0 = all that qualify")
+    pieces_per_doc: int | None = opt(
+        None,
+        "cut each long document into up to this many consecutive L-token pieces, each scored from its "
+        "own start; 0 = as many as fit; unset = as many as --max-docs needs (every document's first "
+        "piece, then second pieces, ...: a few long documents still give --max-docs pieces, many "
+        "documents one each; with --max-docs 0, one per document)",
     )
     best_fraction: float = opt(
         0.1, "best-context loss = mean loss over this last fraction of the training context"
@@ -189,7 +201,10 @@ def one_token_losses(adapter, tokens: np.ndarray, lo: int, hi: int) -> np.ndarra
 
 def _pieces(store, L: int, options: Options) -> tuple[list[tuple[int, int]], np.ndarray]:
     """The (document, start) of the pieces to score and their tokens (N, L) int64."""
-    pieces = sequences(store, L, options.max_docs, options.pieces_per_doc)
+    per_doc = options.pieces_per_doc
+    if per_doc is None:  # the default: fill max_docs from few documents; all documents: one piece each
+        per_doc = 0 if options.max_docs else 1
+    pieces = sequences(store, L, options.max_docs, per_doc)
     if not pieces:
         raise UserError(
             f"no document of {store.path} has {L} tokens (longest: {int(store.lengths().max())}); "
@@ -276,6 +291,13 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         "piece_best_loss": means[:, -1],  # (N,): each piece's mean over the best-context window
         "piece_one_token_loss": one,  # (N,): the same targets with one visible token (gain = this - best)
     }
+    if drop["interval95"] is None:  # one document: no interval, so no claim either way
+        scored = "the one piece scored comes" if n == 1 else f"all {n} pieces scored come"
+        results["text"] = [
+            "falls_with_position and the 95% intervals are null: they are over documents (pieces of one "
+            f"document share its text) and {scored} from one document; give a store of two or more "
+            f"documents of at least {L} tokens"
+        ]
     data = {"store": str(store.path), "hash": store.hash, "pieces": n}
     return EvalOutput(results, data, arrays=arrays, plot=plot)
 
@@ -304,7 +326,7 @@ def _summary(
         "loss_beyond_train_context": float(curve[ctx:].mean()) if len(curve) > ctx else None,
         "first_to_last_bucket_drop": drop["gain"],
         "first_to_last_bucket_drop_interval95": interval,
-        "falls_with_position": interval is not None and interval[0] > 0,
+        "falls_with_position": None if interval is None else interval[0] > 0,  # None: no interval, no claim
     }
 
 

@@ -3,10 +3,21 @@
 Haystack: plain text files (``--data``: a folder of .txt or one file; public-domain
 books by default, or the Paul Graham essays of the original test), read in name order,
 CRLF normalised. For every context length L and depth d, the haystack is cut to the
-tokens left after the longest needle and the question, and the needle sentence is
-inserted at the last sentence boundary at or before d% of the haystack tokens, so it
-never splits a sentence and lands within one sentence of the requested depth. Samples of
-one cell start at different sentences of the haystack.
+tokens left after the longest needle and the question, and the needle sentence goes in
+at d% of the haystack tokens: 0% before its first word, 100% after its last (right before
+the question, as in the original test), and in between at the first of these that lies
+within ``DEPTH_TOLERANCE`` (5% of the haystack's tokens) of the target: the last sentence
+boundary at or before it, else the first one after it, else the whitespace nearest it
+(text with no sentence end close by: a long first sentence, "wasteful.If" with no space),
+else the target itself (a token boundary, in text with no whitespace at all). Trade-off: a
+needle that may start mid-sentence rather than one that lands far from its depth (backing
+up to the last sentence end, as the original test does, put the needles of short prompts
+at 0% whatever their row said). Every sample records its actual depth (``depth_tokens``:
+haystack tokens before the needle over all of them), every cell of ``by_cell`` the range
+of its samples' depths (``depth_actual``), and ``depth_check`` the cells whose samples stray
+more than the tolerance from their row's depth (a line of the results text says so; the
+heatmap labels rows by the requested depth). Samples of one cell start at different
+sentences of the haystack.
 
 The needle is "<answer_prefix> <value>" with its value drawn from a pool (``answers``, by
 default the original needle's and four of the same form): every haystack is asked once
@@ -50,6 +61,8 @@ DISTRACTORS = [
     "walk through Chinatown and eat dumplings late in the evening.",
 ]
 SENTENCE_END = re.compile(r"""[.!?]["'”’)\]]*(?=\s)""")
+WORD_END = re.compile(r"(?<=\S)\s")  # the first whitespace character after a word
+DEPTH_TOLERANCE = 0.05  # the farthest a needle may land from its depth, as a fraction of the haystack
 
 
 @dataclass
@@ -92,16 +105,43 @@ def sentence_boundaries(text: str) -> list[int]:
     return [m.end() for m in SENTENCE_END.finditer(text)]
 
 
-def insert_needle(hay: str, needle: str, target_char: int) -> tuple[str, int]:
-    """Insert ``needle`` at the last sentence boundary at or before target_char: (text, insert offset)."""
-    b = 0
-    for end in sentence_boundaries(hay):
-        if end > target_char:
-            break
-        b = end
-    if b == 0:
+def insert_needle(
+    hay: str, needle: str, target_char: int, window: tuple[int, int] | None = None
+) -> tuple[str, int]:
+    """Insert ``needle`` near ``target_char``: (text, insert offset). The offset is the last sentence
+    boundary at or before the target (the text's start counts as one), else the first after it, else
+    the whitespace nearest the target (ties: the earlier), else the target itself, each only inside
+    ``window`` (the lowest and highest offsets allowed; default: ``DEPTH_TOLERANCE`` of the text either
+    side). The needle goes in as " " + needle before the offset's character (first, then a space, at 0),
+    so removing it gives ``hay`` back."""
+    if window is None:
+        slack = int(DEPTH_TOLERANCE * len(hay))
+        window = (target_char - slack, target_char + slack)
+    lo, hi = max(0, window[0]), min(len(hay), window[1])
+    ends = [b for b in [0, *sentence_boundaries(hay)] if lo <= b <= hi]
+    before, after = [b for b in ends if b <= target_char], [b for b in ends if b > target_char]
+    if before or after:
+        at = before[-1] if before else after[0]
+    else:  # the first whitespace character after a word, nearest the target
+        spaces = [m.start() for m in WORD_END.finditer(hay, lo, hi + 1)]
+        at = min(spaces, key=lambda p: (abs(p - target_char), p)) if spaces else target_char
+    if at == 0:
         return needle + " " + hay.lstrip(), 0
-    return hay[:b] + " " + needle + hay[b:], b
+    return hay[:at] + " " + needle + hay[at:], at
+
+
+def depth_check(samples: list[tasks.Sample], tolerance: float = DEPTH_TOLERANCE) -> dict:
+    """The cells (depth %, length) whose samples' actual needle depths (``depth_tokens``, fractions of
+    the haystack) stray more than ``tolerance`` from the cell's depth, each with its [lowest, highest]."""
+    actual: dict[tuple, list[float]] = {}
+    for s in samples:
+        actual.setdefault(tuple(s.cell), []).append(s.meta["depth_tokens"])
+    off = [
+        {"cell": list(c), "depth_actual": [min(a), max(a)]}
+        for c, a in sorted(actual.items())
+        if max(abs(x - c[0] / 100) for x in a) > tolerance
+    ]
+    return {"tolerance": tolerance, "within_tolerance": not off, "cells_off": off}
 
 
 def needle_sentence(o: Options, value: str) -> str:
@@ -131,18 +171,21 @@ def build_prompt(
     hay_ids = tok.encode(hay[: budget * 12])[:budget]
     if len(hay_ids) < budget:
         raise UserError(f"the haystack is too short for {length} tokens; give more text in --data")
-    hay_text = tok.decode(hay_ids)
-    target = len(tok.decode(hay_ids[: int(round(depth / 100 * len(hay_ids)))]))
-    text, at = insert_needle(hay_text, needle_sentence(o, value), target)
+    hay_text, n = tok.decode(hay_ids), len(hay_ids)
+    t = int(round(depth / 100 * n))  # the needle's target: after t haystack tokens
+    target = len(tok.decode(hay_ids[:t]))
+    sentence = needle_sentence(o, value)
+    if t >= n:  # 100%: after the whole haystack, right before the question
+        text, at = hay_text + " " + sentence, len(hay_text)
+    else:
+        slack = int(DEPTH_TOLERANCE * n)  # tokens either side
+        window = (len(tok.decode(hay_ids[: max(0, t - slack)])), len(tok.decode(hay_ids[: t + slack])))
+        text, at = insert_needle(hay_text, sentence, target, window)
     keep = length - len(tail)
-    ids = ((tok.encode(text[:at]) if at else []) + tok.encode(text[at:]))[:keep] + tail
-    before = tok.encode(hay_text[:at]) if at else []
+    before = [] if at == 0 else hay_ids if at >= len(hay_text) else tok.encode(hay_text[:at])
+    ids = (before + tok.encode(text[at:]))[:keep] + tail
     control = (before + tok.encode(hay_text[at:] if at else hay_text.lstrip()))[:keep] + tail
-    return (
-        ids,
-        control,
-        {"insert_char": at, "target_char": target, "depth_tokens": len(before) / len(hay_ids)},
-    )
+    return ids, control, {"insert_char": at, "target_char": target, "depth_tokens": len(before) / n}
 
 
 def lengths_for(adapter, o: Options) -> tuple[list[int], int, int]:
@@ -208,6 +251,16 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     rows = tasks.score_samples(adapter, samples, options.scoring, desc="niah")
     res = tasks.summarize(rows, len(options.answers))
     res["samples"] = [{**r, **s.meta} for r, s in zip(rows, samples)]
+    res["depth_check"] = check = depth_check(samples)
+    for cell in res["by_cell"]:
+        depths = [s.meta["depth_tokens"] for s in samples if list(s.cell) == cell["cell"]]
+        cell["depth_actual"] = [min(depths), max(depths)]
+    if check["cells_off"]:
+        res["text"].append(
+            f"needle depth: in {len(check['cells_off'])} of {len(res['by_cell'])} cells the needle lies more "
+            f"than {check['tolerance']:.0%} of the haystack from its row's depth (depth_check); "
+            "their heatmap rows are labelled by the requested depth, not where the needle is"
+        )
     title = f"needle in a haystack: {adapter.info.id}"
     plot = tasks.depth_by_length(res, options.depths, info["lengths"], "needle", title)
     return EvalOutput(res, info, arrays=tasks.sample_arrays(rows), plot=plot)

@@ -1,12 +1,19 @@
 """Visible-context sweep: any evaluation as a function of how much recent context the model sees.
 
 The optimal-visible-context analysis of the intrinsic-entropy seed (Appendix A): keep the
-task fixed and let the model see only the k most recent tokens of each prompt (k < 1
-means that fraction of the prompt). Accuracy that first rises and then falls with k is a
-model that gets distracted by far context. For the loss, the task ``loss`` is the
-last-token loss with k visible tokens (the protocol of ``bayes_fit``), so the same
-targets are scored at every k, and with k = 1 among them the context gain (k = 1 minus the
-largest k, paired per target) is reported as bayes-fit reports it.
+task fixed and let the model see only the k most recent tokens of each prompt (k > 1 is
+tokens, k < 1 that fraction of the prompt, k = 1 all of it). Accuracy that first rises and
+then falls with k is a model that gets distracted by far context.
+
+For the loss, the task ``loss`` is the last-token loss with k visible tokens (the protocol
+of ``bayes_fit``), so the same targets are scored at every k. Its full length is the
+model's context, as bayes-fit's longest default l: k < 1 is that fraction of it (rounded
+up, as the prompt tasks round), k = 1 all of it, k > 1 tokens. One visible token is
+always measured too, the baseline of the context gain (one visible token minus the largest
+k, paired per target, as bayes-fit reports it), so ``value_full_context`` is the loss
+with the whole context and the gain is there whatever the list. Trade-off: a lone
+visible token cannot be asked for by itself (1 means everything, as for the prompt tasks)
+but is never missing, and the settings line lists the token counts that are run.
 
 The prompts are built once; only their left end is cut, so every point of the curve asks
 the same questions (the balanced candidate sets of ``tasks``; their control prompts are cut
@@ -15,6 +22,7 @@ alike, so each point carries its calibrated score and Wilson interval).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -43,7 +51,8 @@ class Options:
     )
     visible: list[float] = opt(
         [0.125, 0.25, 0.5, 0.75, 1.0],
-        "visible context: tokens (>= 1) or fractions of each prompt (< 1; 1.0 = everything)",
+        "visible context: tokens (> 1), fractions (< 1) or 1 = everything, of each prompt (task=loss: of "
+        "the model's context, and one visible token is measured too, the context gain's baseline)",
     )
     samples: int = opt(256, "target tokens for task=loss")
     shots: int = opt(32, "in-context examples for task=icl")
@@ -91,13 +100,49 @@ def tasks_folder(data):
     return Path(data)
 
 
+def loss_lengths(visible: list[float], full: int) -> list[int]:
+    """The visible tokens task=loss runs: each value as tokens (> 1) or as a fraction of ``full`` (< 1,
+    rounded up; 1 = ``full``), with one token added (the context gain's baseline), sorted, once each."""
+    if any(v <= 0 for v in visible):
+        raise UserError(
+            f"--visible {','.join(f'{v:g}' for v in visible)} has a value <= 0; give tokens (> 1), "
+            "fractions (< 1) or 1 for the whole context"
+        )
+    return sorted({1, *(int(v) if v > 1 else max(1, math.ceil(v * full)) for v in visible)})
+
+
+def _loss_points(adapter, options: Options, data: str | None, ks: list[int]):
+    """(points, context gain, data record) of task=loss at the visible lengths ``ks``."""
+    store = open_store(data, adapter, "visible (task loss)")
+    longest = int(store.lengths().max())
+    if longest <= max(ks):
+        raise UserError(
+            f"visible (task loss) needs documents longer than its longest visible length ({max(ks):,} "
+            "tokens; 1 and the fractions of --visible count from the model's context of "
+            f"{adapter.context:,}) but the longest in {store.path} has {longest:,}; give --visible "
+            f"in tokens below {longest:,}, or a store of longer documents"
+        )
+    adapter.check_length(max(ks), f"visible context {max(ks):,}", fix="lower the largest --visible")
+    targets = bayes_fit.sample_targets(store, options.samples, max(ks), 0)
+    losses = bayes_fit.last_token_losses(adapter, store, targets, ks)  # (len(ks), N)
+    points = [
+        {"visible": k, "loss": float(row.mean()), "stderr": float(row.std(ddof=1) / np.sqrt(len(row)))}
+        for k, row in zip(ks, losses)
+    ]
+    gain = bayes_fit.context_gain(losses, ks, [d for d, _ in targets], adapter.context)
+    return points, gain, {"store": str(store.path), "hash": store.hash}
+
+
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
     points, gain = [], None
+    ks = loss_lengths(options.visible, adapter.context) if options.task == "loss" else None
     progress.announce(
         "visible",
         {
             "task": options.task,
-            "visible": options.visible,
+            "visible": options.visible if ks is None else None,
+            "visible tokens": ks,
+            "of context": adapter.context if ks is not None else None,
             "samples": options.samples if options.task == "loss" else None,
             "length": (options.length or adapter.context)
             if options.task in ("niah", "passkey", "vartrack")
@@ -105,24 +150,10 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             "data": data,
         },
     )
-    if options.task == "loss":
-        store = open_store(data, adapter, "visible (task loss)")
-        ks = sorted({int(v) for v in options.visible if v >= 1})
-        if not ks:
-            raise UserError("task loss needs --visible in tokens (>= 1), e.g. 1,4,16,64,256")
-        targets = bayes_fit.sample_targets(store, options.samples, max(ks), 0)
-        losses = bayes_fit.last_token_losses(adapter, store, targets, ks)
-        for k, row in zip(ks, losses):
-            points.append(
-                {
-                    "visible": k,
-                    "loss": float(row.mean()),
-                    "stderr": float(row.std(ddof=1) / np.sqrt(len(row))),
-                }
-            )
-        metric, info = "loss", {"store": str(store.path), "hash": store.hash}
+    if ks is not None:
+        points, gain, info = _loss_points(adapter, options, data, ks)
+        metric = "loss"
         best = min(points, key=lambda p: p[metric])
-        gain = bayes_fit.context_gain(losses, ks, [d for d, _ in targets], adapter.context)
     else:
         mode = "both" if options.scoring == "both" else options.scoring
         (samples, info), n_cands = _task_samples(adapter, options, data)
@@ -157,7 +188,9 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         return lines_png(
             {adapter.info.id: ([p["visible"] for p in points], [p[metric] for p in points])},
             path,
-            xlabel="visible context (tokens, or fraction of the prompt)",
+            xlabel="visible context (tokens)"
+            if ks
+            else "visible context (tokens, or fraction of the prompt)",
             ylabel=metric,
             title=f"visible-context sweep: {options.task}",
             logx=options.task == "loss",

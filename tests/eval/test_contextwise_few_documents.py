@@ -1,0 +1,82 @@
+"""contextwise on a corpus of one long document: the default fills --max-docs with its pieces, and
+no claim is made where the intervals over documents cannot exist.
+
+A user's trial scored one piece of a one-file corpus (tinyshakespeare, wikitext: ``pieces 1 ·
+documents 1``) and read ``"falls_with_position": false`` with no interval behind it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from contextlab.data.ingest import IngestConfig, ingest
+from contextlab.eval import contextwise
+from tests.conftest import shakespeare
+from tests.eval.conftest import byte_adapter, tiny_gpt
+
+ONE_DOC_LINE = (
+    "falls_with_position and the 95% intervals are null: they are over documents (pieces of one "
+    "document share its text) and {scored} from one document; give a store of two or more documents "
+    "of at least 65 tokens"
+)
+
+
+@pytest.fixture(scope="module")
+def one_doc_store(tmp_path_factory):
+    """One document of 5,000 bytes (Tiny Shakespeare's first): 76 pieces of 65 tokens."""
+    src = tmp_path_factory.mktemp("one")
+    (src / "input.txt").write_text(shakespeare(5000))
+    return ingest(
+        src, tmp_path_factory.mktemp("st") / "one", IngestConfig(tokenizer="byte"), progress=False
+    ).store
+
+
+def test_one_long_document_gives_max_docs_pieces_by_default(one_doc_store, capsys):
+    assert one_doc_store.n_docs == 1 and int(one_doc_store.lengths()[0]) == 5000
+    adapter = byte_adapter(tiny_gpt(2))  # context 64: pieces of 65 tokens
+    out = contextwise.run(adapter, contextwise.Options(), str(one_doc_store.path))
+    r = out.results
+    assert out.arrays["pieces"].tolist() == [[0, 65 * k] for k in range(64)]  # consecutive, from the start
+    assert r["n_sequences"] == 64 and r["n_documents"] == 1
+    doc = np.asarray(one_doc_store.doc(0), dtype=np.int64)
+    tokens = np.stack([doc[65 * k : 65 * k + 65] for k in range(64)])  # (64, 65)
+    want = -adapter.token_logprobs(tokens).double().numpy().mean(0)  # (64,) the curve over 64 pieces
+    np.testing.assert_allclose(r["loss"], want, rtol=1e-6, atol=1e-6)
+    assert "contextwise: length 65 · pieces 64 · documents 1 ·" in capsys.readouterr().out
+    s = r["summary"]
+    assert s["falls_with_position"] is None  # no interval over one document: no claim, not "false"
+    assert s["context_gain_interval95"] is None and s["first_to_last_bucket_drop_interval95"] is None
+    assert r["text"] == [ONE_DOC_LINE.format(scored="all 64 pieces scored come")]
+
+
+def test_one_piece_makes_no_claim(one_doc_store):
+    adapter = byte_adapter(tiny_gpt(2))
+    for options in (contextwise.Options(max_docs=1), contextwise.Options(pieces_per_doc=1)):
+        r = contextwise.run(adapter, options, str(one_doc_store.path)).results
+        assert r["n_sequences"] == 1 and r["summary"]["falls_with_position"] is None
+        assert r["text"] == [ONE_DOC_LINE.format(scored="the one piece scored comes")]
+
+
+def test_many_documents_keep_one_piece_each_and_their_claim(byte_store):
+    """byte_store: 6 documents of 40, 130, 300, 90, 260 and 500 tokens."""
+    adapter = byte_adapter(tiny_gpt(2))
+    short = contextwise.Options(length=33, max_docs=4)  # all 6 qualify: the first piece of 4
+    default = contextwise.run(adapter, short, str(byte_store.path))
+    explicit = contextwise.run(
+        adapter, contextwise.Options(length=33, max_docs=4, pieces_per_doc=1), str(byte_store.path)
+    )
+    assert (
+        default.arrays["pieces"].tolist()
+        == explicit.arrays["pieces"].tolist()
+        == [[0, 0], [1, 0], [2, 0], [3, 0]]
+    )
+    assert default.results["loss"] == explicit.results["loss"]
+    every = contextwise.run(adapter, contextwise.Options(max_docs=0), str(byte_store.path)).results
+    assert (
+        every["n_sequences"] == every["n_documents"] == 5
+    )  # --max-docs 0: one piece per document, as before
+    # fewer documents than --max-docs: round-robin pieces (130, 300, 90, 260, 500 tokens -> 2+4+1+4+7)
+    r = contextwise.run(adapter, contextwise.Options(), str(byte_store.path)).results
+    assert r["n_sequences"] == 18 and r["n_documents"] == 5
+    interval = r["summary"]["first_to_last_bucket_drop_interval95"]
+    assert r["summary"]["falls_with_position"] is (interval[0] > 0) and "text" not in r
