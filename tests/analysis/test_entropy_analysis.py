@@ -250,3 +250,27 @@ def test_task_weighted_loss_removes_task_sampling_noise():
     loss = np.array([1.0, 3.0, 5.0, 7.0])
     w = np.array([0.5, 0.25, 0.2, 0.05])
     assert entropy.task_weighted(loss, strata, w) == pytest.approx((0.5 * 2 + 0.25 * 5 + 0.05 * 7) / 0.8)
+
+
+def test_default_components_past_the_model_width_are_left_out_with_a_line():
+    """A model of width 32 has 32 PCA components: the default --n-components 10,20,50,100,0 keeps 10, 20
+    and all of them and says which were left out (it used to fail with 'lower --n-components or raise
+    --samples', and more samples cannot help); none left is one line."""
+    rng = np.random.default_rng(0)
+    feats = [rng.normal(size=(200, 32)).astype(np.float32) * (1 + i) for i in range(3)]
+    col = entropy.Collected(
+        [4, 8, 16], feats, rng.random((3, 200)) + np.arange(3)[:, None], None, {"protocol": "text"}
+    )
+    o = entropy.Options(contexts=[4, 8, 16], samples=200, kde_dims=0, estimators=[])
+    res, _ = entropy.analyze(col, o, progress=False)
+    assert all(set(r["entropy"]) == {"10", "20", "32"} for r in res["contexts"])
+    assert res["text"] == [
+        "intrinsic entropy over 50, 100 components left out: the hidden states have 32 PCA components "
+        "(min(samples - 1, width))"
+    ]
+    with pytest.raises(UserError, match="have 32 PCA components .* give values up to 32, or 0 for all"):
+        entropy.analyze(
+            col,
+            entropy.Options(contexts=[4, 8, 16], samples=200, n_components=[64], kde_dims=0, estimators=[]),
+            progress=False,
+        )

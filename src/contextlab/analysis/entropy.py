@@ -40,7 +40,9 @@ from contextlab.eval.base import EvalOutput, open_store
 
 @dataclass
 class Options:
-    contexts: list[int] = opt([], "visible context lengths l (tokens; parity: visible bits), e.g. 8,16,32")
+    contexts: list[int] = opt(
+        [], "visible context lengths l (tokens; parity: visible bits), at least 3, e.g. 8,16,32 (required)"
+    )
     samples: int = opt(1000, "samples N per context length (the same samples at every l)")
     layer: int = opt(-1, "which layer's hidden state: 0 = embeddings, -1 = last block")
     position: int = opt(
@@ -50,8 +52,8 @@ class Options:
     )
     n_components: list[int] = opt(
         [10, 20, 50, 100, 0],
-        "intrinsic entropy = sum of log relative eigenvalues over "
-        "the first n components, for each n (0 = all)",
+        "intrinsic entropy = sum of log relative eigenvalues over the first n components, for each n "
+        "(0 = all; an n past the model's width or the samples is left out, with a line saying so)",
     )
     thresholds: list[float] = opt(
         [0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25],
@@ -232,9 +234,31 @@ def check_options(o: Options) -> None:
         )
 
 
+def fitted_components(wanted: list[int], features: list[np.ndarray]) -> tuple[list[int], str]:
+    """``--n-components`` that the features have (PCA gives min(samples - 1, width) components: a model
+    of width 64 has no 100th), and a line naming the ones left out ("" when none was). One line when
+    none is left (0, all components, always fits)."""
+    have = min(min(X.shape[0] - 1, X.shape[1]) for X in features)
+    kept = [n for n in wanted if n <= have]
+    if not kept:
+        raise UserError(
+            f"--n-components {','.join(map(str, wanted))}: the hidden states have {have} PCA components "
+            f"(min(samples - 1, width)); give values up to {have}, or 0 for all of them"
+        )
+    dropped = [n for n in wanted if n > have]
+    note = (
+        f"intrinsic entropy over {', '.join(map(str, dropped))} components left out: the hidden states have "
+        f"{have} PCA components (min(samples - 1, width))"
+        if dropped
+        else ""
+    )
+    return kept, note
+
+
 def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, dict[str, np.ndarray]]:
     """Measures per context, their linear fits against the loss (and the Bayes risk), and the spectra."""
     check_options(o)
+    n_components, left_out = fitted_components(o.n_components, col.features)
     per, spectra = [], []
     for l, X, loss in tqdm(
         list(zip(col.contexts, col.features, col.losses)),
@@ -243,7 +267,7 @@ def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, di
     ):
         m, rel = intrinsic.measures(
             X,
-            n_components=o.n_components,
+            n_components=n_components,
             thresholds=o.thresholds,
             kde_dims=o.kde_dims,
             estimators=o.estimators,
@@ -261,6 +285,8 @@ def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, di
     ce = [r["ce"] for r in per]
     fits = {name: intrinsic.linear_fit(x, ce) for name, x in series.items()}
     results: dict = {"summary": _summary(per, fits, col), "contexts": per, "fits_vs_ce": fits}
+    if left_out:
+        results["text"] = [left_out]
     if col.bayes is not None:
         results["fits_vs_bayes"] = {name: intrinsic.linear_fit(x, col.bayes) for name, x in series.items()}
     width = min(len(s) for s in spectra)
