@@ -227,3 +227,23 @@ def test_a_damaged_kv_file_is_one_line_naming_the_file_and_line(tmp_path, conten
     with pytest.raises(UserError, match=re.escape(expect)) as e:
         kv.read_examples(path)
     assert "\n" not in str(e.value) and str(path) in str(e.value)
+
+
+def test_icl_default_shots_fit_the_context_and_given_ones_may_pass_it():
+    """Without --shots the counts 0, 2, 8, 32 run as far as their prompts fit the model's context, on any
+    model (a RoPE model used to run 32 shots past its context with a warning while a fixed-position one
+    skipped them); given counts still run past it on a RoPE model, with the warning."""
+    import warnings
+
+    from contextlab.eval.adapter import ContextLengthWarning
+
+    adapter = byte_adapter(tiny_gpt(7, context=512), batch_size=6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ContextLengthWarning)
+        out = icl.run(adapter, icl.Options(n_test=6, seeds=1, balance=False), str(TREC))
+    ran = [r["shots"] for r in out.results["by_shots"]]
+    assert ran[0] == 0 and 32 not in ran and 32 in out.results["skipped_shots"]
+    assert all(r["context_tokens"] <= 512 for r in out.results["by_shots"])
+    with pytest.warns(ContextLengthWarning, match="32 shots"):
+        given = icl.run(adapter, icl.Options(shots=[32], n_test=6, seeds=1, balance=False), str(TREC))
+    assert [r["shots"] for r in given.results["by_shots"]] == [32]

@@ -39,12 +39,16 @@ LABELS = {
 }
 
 
+DEFAULT_SHOTS = (0, 2, 8, 32)  # the shot counts tried without --shots, as far as their prompts fit
+
+
 @dataclass
 class Options:
     shots: list[int] = opt(
-        [0, 2, 8, 32],
-        "numbers of in-context examples to test (prompts longer than a "
-        "fixed-position model allows are skipped)",
+        [],
+        "numbers of in-context examples to test; default: 0, 2, 8 and 32, those whose prompts fit the "
+        "model's context (given counts run past it on a RoPE model, with a warning, and are skipped by a "
+        "fixed-position model)",
     )
     n_test: int = opt(
         54,
@@ -115,8 +119,9 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     train = read_trec(train_f)
     test = select_test(read_trec(test_f), options.n_test, options.balance)
     built, skipped = {}, []
-    for k in options.shots:
-        samples, too_long = _build_shots(adapter, train, test, k, options.seeds)
+    fit = not options.shots or not adapter.info.extends_beyond  # defaults always fit the context
+    for k in options.shots or DEFAULT_SHOTS:
+        samples, too_long = _build_shots(adapter, train, test, k, options.seeds, fit)
         if too_long:
             skipped.append(k)
         if samples:
@@ -156,13 +161,13 @@ def _line(row: dict) -> str:
     )
 
 
-def _build_shots(adapter, train, test, k: int, seeds: int) -> tuple[list[tasks.Sample], bool]:
+def _build_shots(adapter, train, test, k: int, seeds: int, fit: bool) -> tuple[list[tasks.Sample], bool]:
     """The samples of ``k`` shots over ``seeds`` sets of examples, and whether a set gave prompts
-    longer than a fixed-position model allows (that set and later ones are left out)."""
+    longer than the context (with ``fit``: that set and later ones are left out)."""
     samples: list[tasks.Sample] = []
     for seed in range(seeds):
         batch = build_prompts(adapter, train, test, k, seed)
-        if max(len(s.prompt) + 4 for s in batch) > adapter.context and not adapter.info.extends_beyond:
+        if fit and max(len(s.prompt) + 4 for s in batch) > adapter.context:
             return samples, True
         samples += batch
     return samples, False
