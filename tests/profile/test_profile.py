@@ -275,3 +275,35 @@ def test_a_store_of_another_tokenizer_is_refused_before_any_step(llama, text, tm
         and err.startswith("contextlab profile: error:")
     ), err
     assert not (out / "profile.json").exists()
+
+
+def test_attention_runs_per_model_when_the_pair_cannot(llama, runs):
+    """With two models that cannot be paired for attention (a Hugging Face model, or two tokenizers), each
+    model gets its own attention step as far as it can: the contextlab model's runs, the Hugging Face
+    model's is skipped with its reason (it used to be skipped for both)."""
+    from contextlab.eval import load_model
+    from contextlab.profile.plan import Step
+    from contextlab.profile.runner import Model, _jobs, attention_problem
+
+    opened = [
+        Model("first", str(runs[0]), load_model(str(runs[0]))),
+        Model("hf", str(llama), load_model(str(llama))),
+    ]
+    assert attention_problem(opened[:1]) == "" and "transformers" in attention_problem(opened[1:])
+    assert attention_problem(opened) == attention_problem(opened[1:])
+    plans = {
+        m.label: [
+            Step("contextwise", None, "S", 1.0),
+            Step("attention", None, "S", 1.0, skip=attention_problem([m])),
+        ]
+        for m in opened
+    }
+    alone = [(label, s.name, s.skip != "", pair) for label, s, pair in _jobs(opened, plans, pair=False)]
+    assert alone == [
+        ("first", "contextwise", False, False),
+        ("hf", "contextwise", False, False),
+        ("first", "attention", False, False),
+        ("hf", "attention", True, False),
+    ]
+    paired = [(label, s.name, pair) for label, s, pair in _jobs(opened, plans, pair=True)]
+    assert paired[-1] == ("first+hf", "attention", True) and len(paired) == 3

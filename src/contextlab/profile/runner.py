@@ -289,14 +289,10 @@ def run_profile(
             haystack=haystack or text,
             kv_file=kv_file,
             kv_pairs=kv_pairs,
-            attention=attention_problem(opened)
-            or (
-                "the two models tokenize differently, so no rows are the same for both"
-                if len(hashes) > 1
-                else ""
-            ),
+            attention=attention_problem([m]),
         )
-    jobs = _jobs(opened, plans)
+    pair = len(opened) == 2 and not attention_problem(opened) and len(hashes) == 1
+    jobs = _jobs(opened, plans, pair)
     total = sum(step.cost for _, step, _ in jobs)
     shorter = "; --context N measures at a shorter one" if context > LONG_CONTEXT else ""
     print(
@@ -347,17 +343,19 @@ def run_profile(
     return manifest.doc
 
 
-def _jobs(opened: list[Model], plans: dict[str, list[Step]]) -> list[tuple[str, Step, bool]]:
-    """(model label, step, is a pair step) in order: every model's evaluations, then attention (per
-    model, or once for the pair with two models: its comparison needs both on the same rows)."""
+def _jobs(opened: list[Model], plans: dict[str, list[Step]], pair: bool) -> list[tuple[str, Step, bool]]:
+    """(model label, step, is a pair step) in order: every model's evaluations, then attention: once for
+    the pair when ``pair`` (its comparison needs both models on the same rows), else per model, each as
+    far as it can (a Hugging Face model beside a contextlab one no longer costs the contextlab one its
+    attention)."""
     jobs = []
     for m in opened:
         jobs += [(m.label, s, False) for s in plans[m.label] if s.name != "attention"]
-    att = [s for s in plans[opened[0].label] if s.name == "attention"]
-    if len(opened) == 2:
-        jobs += [(f"{opened[0].label}+{opened[1].label}", s, True) for s in att]
-    else:
-        jobs += [(opened[0].label, s, False) for s in att]
+    if pair:
+        att = [s for s in plans[opened[0].label] if s.name == "attention"]
+        return jobs + [(f"{opened[0].label}+{opened[1].label}", s, True) for s in att]
+    for m in opened:
+        jobs += [(m.label, s, False) for s in plans[m.label] if s.name == "attention"]
     return jobs
 
 
