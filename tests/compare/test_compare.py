@@ -265,10 +265,18 @@ def test_a_refusal_names_the_setting_that_differs_with_both_values(tmp_path):
     with pytest.raises(UserError) as err:
         compare_runs(tmp_path / "g", tmp_path / "h", ["niah"], Options(), None)
     assert str(err.value) == (
-        "niah: g and h were not computed on the same samples (saved cell): the models' tokenizers differ "
+        "niah: g and h were not computed on the same samples (tokenizer gggggggg vs kkkkkkkk): the models' "
+        "tokenizers differ "
         "(hash gggggggg on g, kkkkkkkk on h), so the same text makes other token sequences; compare models "
         "of one tokenizer"
     )
+    niah_result(tmp_path / "k", np.ones(10), group, cell, tokenizer="k" * 64)  # the same saved samples
+    with pytest.raises(
+        UserError, match=r"\(tokenizer gggggggg vs kkkkkkkk\).*compare models of one tokenizer"
+    ):
+        compare_runs(
+            tmp_path / "g", tmp_path / "k", ["niah"], Options(), None
+        )  # passkey was paired like this
 
 
 def test_two_tiny_trained_models_end_to_end(tmp_path, capsys):

@@ -112,6 +112,9 @@ def check_pairing(name: str, a: Side, b: Side) -> list[str]:
     for k in sorted(set(oa) | set(ob)):
         if oa.get(k) != ob.get(k):
             (notes if k in FREE.get(name, ()) else diffs).append(f"option {k} {oa.get(k)} vs {ob.get(k)}")
+    ta, tb = (((s.doc.get("model") or {}).get("tokenizer") or {}).get("hash") for s in (a, b))
+    if ta and tb and ta != tb:  # the same text is other tokens: even prompts of one layout hold other text
+        diffs.append(f"tokenizer {ta[:8]} vs {tb[:8]}")
     if not diffs and name in SAMPLE_KEYS:
         arr_a, arr_b = a.arrays(name, SAMPLE_KEYS[name]), b.arrays(name, SAMPLE_KEYS[name])
         diffs = [f"saved {k}" for k in SAMPLE_KEYS[name] if not np.array_equal(arr_a[k], arr_b[k])]
