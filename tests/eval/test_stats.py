@@ -22,6 +22,7 @@ def test_wilson_matches_scipy(k, n):
 
 def test_wilson_of_nothing_and_mean_stderr():
     assert all(np.isnan(stats.wilson(0, 0)))
+    assert stats.wilson(0, 7)[0] == 0.0 and stats.wilson(7, 7)[1] == 1.0  # exact ends, no 1.7e-18 of rounding
     m, se = stats.mean_stderr([1.0, 2.0, 3.0, 4.0])
     assert m == 2.5 and se == pytest.approx(np.std([1, 2, 3, 4], ddof=1) / 2)
     assert stats.accuracy_line("accuracy", 0.2, [0.16, 0.25], 500, 0.2, 0.01) == (

@@ -27,7 +27,9 @@ def wilson(successes: float, n: int, z: float = Z95) -> tuple[float, float]:
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    lo = 0.0 if successes <= 0 else max(0.0, centre - half)  # exact ends, not 1.7e-18 of rounding
+    hi = 1.0 if successes >= n else min(1.0, centre + half)
+    return lo, hi
 
 
 def proportion(outcomes: Sequence[bool] | Sequence[float] | np.ndarray, z: float = Z95) -> dict:

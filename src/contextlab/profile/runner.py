@@ -131,6 +131,15 @@ def prepare_kv(out: Path, adapter, budget: Budget, context: int) -> tuple[str, i
     return str(path), n
 
 
+def _shown(v) -> str:
+    """A manifest setting in a message: numbers with thousands separators, models by label and path."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
+    if isinstance(v, list) and all(isinstance(m, dict) for m in v):
+        return ", ".join(str(m.get("path")) for m in v)
+    return str(v)
+
+
 class Manifest:
     """OUT/profile.json: read, checked against this profile's settings, updated after every step."""
 
@@ -144,9 +153,13 @@ class Manifest:
             old = json.loads(f.read_text())
             mine = {k: old.get(k) for k in settings}
             if old.get("format") != PROFILE_FORMAT or mine != settings:
-                differ = [k for k in settings if old.get(k) != settings[k]]
+                differ = [
+                    f"{k} {_shown(old.get(k))} there, {_shown(settings[k])} now"
+                    for k in settings
+                    if old.get(k) != settings[k]
+                ]
                 raise UserError(
-                    f"{out} holds a profile of other settings ({', '.join(differ) or 'format'} differ); "
+                    f"{out} holds a profile of other settings ({'; '.join(differ) or 'another format'}); "
                     "give another --out, or remove that folder to start over"
                 )
             return cls(out, old)
