@@ -136,3 +136,13 @@ def test_cli_trains_and_evaluates_a_tiny_run(store, tmp_path):
     res = json.loads((tmp_path / "mqar.json").read_text())["results"]
     assert res["summary"]["n"] == 4 * 8 and (tmp_path / "mqar.png").is_file()
     assert 0 <= res["summary"]["control_accuracy"] <= 1
+
+
+def test_a_text_model_is_told_the_store_is_a_synthetic_vocabulary(store):
+    """A model of another tokenizer (a text model) on an MQAR store: one line saying no ingest can help
+    (it used to suggest `contextlab data ingest SOURCE --tokenizer ...`, and the store has no source)."""
+    from contextlab.errors import UserError
+    from tests.eval.conftest import byte_adapter, tiny_gpt
+
+    with pytest.raises(UserError, match="synthetic vocabulary of keys and values .* use kv, passkey or niah"):
+        ev.run(byte_adapter(tiny_gpt(0)), ev.Options(), str(store))

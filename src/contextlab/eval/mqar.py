@@ -125,7 +125,25 @@ def value_name(token: int, cfg: mqar.MQARConfig) -> str:
     return f"v{token - cfg.keys:0{w}d}"
 
 
+def _check_vocabulary(adapter, data: str | None) -> None:
+    """One line for a model whose tokenizer is not the MQAR store's synthetic vocabulary (keys, values,
+    no text): no ingest can make the data for it, only a model trained on such a store takes it."""
+    from contextlab.data.store import TokenStore, is_store
+
+    if not data or not is_store(data):
+        return  # open_store says what is wrong with the path
+    store = TokenStore(data)
+    if store.meta.get("mqar") and adapter.tokenizer.spec().get("hash") != store.tokenizer_hash:
+        raise UserError(
+            f"eval mqar: {store.path} is written in a synthetic vocabulary of keys and values "
+            f"({store.vocab_size} ids, no text) that {adapter.info.id} does not speak; evaluate a model "
+            "trained on such a store (`contextlab data synthetic mqar --out STORE`, then `contextlab train` "
+            "on it), or use kv, passkey or niah for a text model"
+        )
+
+
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
+    _check_vocabulary(adapter, data)
     store = open_store(data, adapter, "mqar")
     cfg = mqar.mqar_of_store(store)
     if options.distance_bins < 1 or options.sequences < 1:
