@@ -102,3 +102,22 @@ def test_real_bayes_fit_results_of_two_models_pair_and_compare(tmp_path, byte_st
     assert gain["diff"] == pytest.approx(float(((la[0] - la[-1]) - (lb[0] - lb[-1])).mean()))
     assert gain["a"] - gain["b"] == pytest.approx(gain["diff"]) and gain["visible"] == [1, 8]
     assert (tmp_path / "o" / "compare_bayes-fit.png").stat().st_size > 1000
+
+
+def test_an_ill_determined_fit_is_named_in_the_notes(tmp_path):
+    """A side whose C0 or gamma has a standard error above half its value gets a note (a user read
+    'C0 A - B = +0.016 [-0.003, +36.673]' with gamma 0.43 +- 0.78 and no word of warning); a well
+    determined pair of fits gets none."""
+    from contextlab.compare.fit import ill_determined
+
+    loose = {"C0": 2.0, "C0_err": 0.1, "gamma": 0.43, "gamma_err": 0.78}
+    tight = {"C0": 2.0, "C0_err": 0.1, "gamma": 0.6, "gamma_err": 0.05}
+    assert ill_determined([tight, loose], ("a", "b")) == [
+        "the fit of b is ill-determined (gamma 0.43 ± 0.78): read its C0 and gamma differences as "
+        "unconstrained; more visible lengths (--lengths) or targets (--samples) pin them down"
+    ]
+    losses, targets = synthetic(0)
+    fit_result(tmp_path / "a", losses - 0.1, targets)
+    fit_result(tmp_path / "b", losses, targets)
+    _, (doc,) = compare_runs(tmp_path / "a", tmp_path / "b", ["bayes-fit"], Options(resamples=1000), None)
+    assert not any("ill-determined" in n for n in doc["notes"]) and "point" not in doc["results"]["fit"]

@@ -51,6 +51,7 @@ def bayes_fit(a, b, o) -> dict:
     notes = []
     if fits["failed"]:
         notes.append(f"{fits['failed']} bootstrap resamples whose fit did not converge were left out")
+    notes += ill_determined(fits.pop("point"), (a.label, b.label))
     results = {"unit": "target token", "cluster": "document", "n_targets": la.shape[1], "n_documents": n_docs}
     results = {**results, "by_length": per_length, "fit": fits}
     if lengths[0] == 1 and len(lengths) > 1:  # the context gain (l = 1 minus the largest l), A - B, paired
@@ -66,6 +67,26 @@ def bayes_fit(a, b, o) -> dict:
             f"(A {results['context_gain']['a']:.3f}, B {results['context_gain']['b']:.3f})"
         )
     return {"lines": lines, "results": results, "notes": notes}
+
+
+def ill_determined(point: list[dict], labels: tuple[str, str], ratio: float = 0.5) -> list[str]:
+    """A note per side whose fitted C0 or gamma has a standard error above ``ratio`` of its value: the
+    curve barely constrains it (too few lengths, or a flat curve), so the difference's bootstrap interval
+    is wide and its point estimate means little."""
+    notes = []
+    for fit, label in zip(point, labels):
+        loose = [
+            f"{p} {fit[p]:.3g} ± {fit[p + '_err']:.2g}"
+            for p in PARAMS
+            if fit[p + "_err"] > ratio * abs(fit[p])
+        ]
+        if loose:
+            notes.append(
+                f"the fit of {label} is ill-determined ({', '.join(loose)}): read its C0 and gamma "
+                "differences as unconstrained; more visible lengths (--lengths) or targets (--samples) pin "
+                "them down"
+            )
+    return notes
 
 
 def _fits(lengths, sums, sq, counts) -> dict:
@@ -98,7 +119,7 @@ def _fit_differences(lengths, la: np.ndarray, lb: np.ndarray, docs: np.ndarray, 
             continue
         diffs.append([fa[p] - fb[p] for p in PARAMS])
     d = np.asarray(diffs).reshape(-1, len(PARAMS))
-    out = {"resamples": len(d), "failed": failed}
+    out = {"resamples": len(d), "failed": failed, "point": point}
     for i, p in enumerate(PARAMS):
         ci = np.percentile(d[:, i], [2.5, 97.5]).tolist() if len(d) else None
         out[p] = {"a": point[0][p], "b": point[1][p], "diff": point[0][p] - point[1][p], "interval95": ci}
