@@ -433,3 +433,17 @@ def test_an_ingest_refused_before_any_work_leaves_nothing_behind(tmp_path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "no documents" in err[0] and "bpe:257 or more" in err[1], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "t.txt"]
+
+
+def test_a_store_of_the_other_kind_is_named_with_what_reads_it(tmp_path):
+    """A packed store where a token store is read (data info, evaluations) and the reverse (pack-stats):
+    the one line says what the folder is and which command takes it."""
+    from contextlab.data.packing import PackConfig, PackedStore, pack
+
+    src = write_tree(tmp_path / "c", {"a.txt": "alpha " * 40, "b.txt": "beta " * 40})
+    store = ingest(src, tmp_path / "s", IngestConfig(), progress=False).store
+    packed = pack(store, tmp_path / "p", PackConfig(method="ep", context=31), progress=False).packed
+    with pytest.raises(UserError, match="it is a packed store: `contextlab data pack-stats` describes it"):
+        TokenStore(packed.path)
+    with pytest.raises(UserError, match="it is a token store: `contextlab data info` describes it"):
+        PackedStore(store.path)

@@ -43,6 +43,14 @@ def has_format(path: str | os.PathLike, fmt: str) -> bool:
         return False
 
 
+WHAT_IT_IS = {  # a store of the other kind given where one kind is read: what it is and what reads it
+    "contextlab-token-store": "a token store: `contextlab data info` describes it and `contextlab data pack` "
+    "packs it",
+    "contextlab-packed-store": "a packed store: `contextlab data pack-stats` describes it, and its token "
+    "store (meta.json's store.path) is what `data info` and the evaluations read",
+}
+
+
 def read_meta(path: Path, kind: MetaKind) -> dict:
     """``path``'s meta.json, checked to be of ``kind``; one line naming the problem otherwise."""
     if not path.exists():
@@ -60,7 +68,11 @@ def read_meta(path: Path, kind: MetaKind) -> dict:
         ) from None
     if not isinstance(meta, dict) or meta.get("format") != kind.format:
         got = meta.get("format") if isinstance(meta, dict) else None
-        raise UserError(f"{path} is not a {kind.title} (meta.json format is {got!r})")
+        hint = WHAT_IT_IS.get(got, "")
+        raise UserError(
+            f"{path} is not a {kind.title} (meta.json format is {got!r})"
+            + (f"; it is {hint}" if hint else "")
+        )
     if int(meta.get("version", -1)) > FORMAT_VERSION:
         raise UserError(
             f"{kind.what} {path} has format version {meta['version']}, newer than this contextlab "
