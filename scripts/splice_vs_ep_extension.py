@@ -260,7 +260,16 @@ def eval_step(recipe: dict, out: Path, name: str, ev: str, after: list) -> Step:
         if k != "data":
             opts += [f"--{k.replace('_', '-')}", ",".join(map(str, v)) if isinstance(v, list) else str(v)]
     argv = contextlab(
-        "eval", ev, "--model", str(out / "runs" / name), "--data", data, "--out", str(dest), *opts
+        "eval",
+        ev,
+        "--model",
+        str(out / "runs" / name),
+        "--data",
+        data,
+        "--out",
+        str(dest),
+        "--overwrite",
+        *opts,
     )
     return command_step(f"eval {name} {ev}", argv, [dest / f"{ev}.json"], after)
 

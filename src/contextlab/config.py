@@ -260,7 +260,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     """``"a.b=3"`` -> (["a", "b"], 3). The value is read as a TOML value when it parses as
     one (numbers, booleans, quoted strings, arrays), else taken as a bare string."""
     if "=" not in text:
-        raise UserError(f"--set expects KEY=VALUE (e.g. --set train.lr=3e-4), got {text!r}")
+        raise UserError(f"--set expects KEY=VALUE (e.g. --set optim.lr=3e-4), got {text!r}")
     key, raw = text.split("=", 1)
     key = key.strip()
     if not key or any(not part for part in key.split(".")):

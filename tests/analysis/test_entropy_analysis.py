@@ -264,13 +264,30 @@ def test_default_components_past_the_model_width_are_left_out_with_a_line():
     o = entropy.Options(contexts=[4, 8, 16], samples=200, kde_dims=0, estimators=[])
     res, _ = entropy.analyze(col, o, progress=False)
     assert all(set(r["entropy"]) == {"10", "20", "32"} for r in res["contexts"])
-    assert res["text"] == [
+    assert res["text"][0] == (
         "intrinsic entropy over 50, 100 components left out: the hidden states have 32 PCA components "
         "(min(samples - 1, width))"
-    ]
+    )
     with pytest.raises(UserError, match="have 32 PCA components .* give values up to 32, or 0 for all"):
         entropy.analyze(
             col,
             entropy.Options(contexts=[4, 8, 16], samples=200, n_components=[64], kde_dims=0, estimators=[]),
             progress=False,
         )
+
+
+def test_a_measure_constant_over_contexts_has_no_correlation_and_says_why():
+    """Features equal up to a power-of-two scale (exact in floating point) give the same spectrum, so
+    every measure is constant: r is null with `constant` (not NaN, which the result file blamed on
+    non-finite weights) and a line says why."""
+    base = np.random.default_rng(1).normal(size=(200, 32)).astype(np.float32)
+    losses = np.random.default_rng(2).random((3, 200)) + np.arange(3)[:, None]
+    col = entropy.Collected([4, 8, 16], [base * 2.0**i for i in range(3)], losses, None, {"protocol": "text"})
+    o = entropy.Options(contexts=[4, 8, 16], samples=200, n_components=[10, 0], kde_dims=0, estimators=[])
+    res, _ = entropy.analyze(col, o, progress=False)
+    assert all(f["r"] is None and f["constant"] for f in res["fits_vs_ce"].values())
+    assert "best_measure" not in res["summary"]
+    assert res["text"][-1].startswith("entropy@10, entropy@32, dimension@")
+    assert res["text"][-1].endswith(
+        "the same at every context length, so no correlation with the loss exists (their r is null)"
+    )

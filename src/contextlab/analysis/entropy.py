@@ -284,9 +284,18 @@ def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, di
     series = intrinsic.measure_series(per)
     ce = [r["ce"] for r in per]
     fits = {name: intrinsic.linear_fit(x, ce) for name, x in series.items()}
+    constant = [name for name, x in series.items() if np.ptp(np.asarray(x, float)) == 0]
+    for name in constant:  # no correlation exists: None with the reason, not NaN blamed on the weights
+        fits[name] = {"slope": None, "intercept": None, "r": None, "r2": None, "constant": True}
     results: dict = {"summary": _summary(per, fits, col), "contexts": per, "fits_vs_ce": fits}
-    if left_out:
-        results["text"] = [left_out]
+    text = [left_out] if left_out else []
+    if constant:
+        text.append(
+            f"{', '.join(constant)}: the same at every context length, so no correlation with the loss "
+            "exists (their r is null)"
+        )
+    if text:
+        results["text"] = text
     if col.bayes is not None:
         results["fits_vs_bayes"] = {name: intrinsic.linear_fit(x, col.bayes) for name, x in series.items()}
     width = min(len(s) for s in spectra)
@@ -317,7 +326,7 @@ def _summary(per: list[dict], fits: dict, col: Collected) -> dict:
         "n_contexts": len(per),
         "pearson_r": {k: v["r"] for k, v in fits.items()},
     }
-    finite = {k: abs(v["r"]) for k, v in fits.items() if np.isfinite(v["r"])}
+    finite = {k: abs(v["r"]) for k, v in fits.items() if v["r"] is not None and np.isfinite(v["r"])}
     if finite:
         best = max(finite, key=finite.get)
         s["best_measure"], s["best_abs_r"] = best, finite[best]

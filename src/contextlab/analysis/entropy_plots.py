@@ -33,7 +33,8 @@ def _standardise(x) -> np.ndarray:
 def _scatter(ax, series: dict, ce: list[float], fits: dict, title: str) -> None:
     for name, x in series.items():
         r = fits.get(name, {}).get("r", float("nan"))
-        ax.plot(_standardise(x), ce, "o-", ms=3, lw=1, label=f"{name.split('@')[-1]} (r={r:+.3f})")
+        shown = "constant" if r is None else f"r={r:+.3f}"
+        ax.plot(_standardise(x), ce, "o-", ms=3, lw=1, label=f"{name.split('@')[-1]} ({shown})")
     ax.set_xlabel("measure (standardised over contexts)")
     ax.set_ylabel("cross-entropy (nats)")
     ax.set_title(title, fontsize=9)

@@ -4,12 +4,16 @@ Each command is ``fn(argv: list[str]) -> int`` with its own argparse parser (so
 ``contextlab data ingest --help`` documents every option) and calls the Python API; the
 API does the work. ``main`` picks the longest command name that prefixes the arguments.
 A ``UserError`` becomes one line on stderr and exit code 2; anything else is a bug and
-keeps its traceback.
+keeps its traceback. Output whose reader has gone (``contextlab data info STORE | head -1``)
+is handled here once for every command: the rest of it goes to the null device, the command
+finishes its work (an evaluation of several models writes every result file; the lines were a
+view of them) and exits quietly with 141, the status of a writer stopped by SIGPIPE.
 """
 
 from __future__ import annotations
 
 import errno
+import os
 import sys
 from collections.abc import Callable
 
@@ -69,7 +73,81 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+READER_GONE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose pipe's reader left
+
+
+class _Output:
+    """``sys.stdout`` or ``sys.stderr`` while a command runs: once its pipe's reader has gone, every
+    later write goes to the null device instead of raising BrokenPipeError."""
+
+    def __init__(self, stream):
+        self.stream, self.gone = stream, False
+
+    def write(self, text):
+        try:
+            return self.stream.write(text)
+        except BrokenPipeError:
+            self.lose()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            self.lose()
+
+    def lose(self) -> None:
+        """Point the stream at the null device: its file descriptor when it has one (so what its buffer
+        still holds, flushed again at exit, goes there too), else the stream object."""
+        self.gone = True
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(null, self.stream.fileno())
+            finally:
+                os.close(null)
+            self.stream.flush()
+        except (OSError, ValueError, AttributeError):  # no descriptor (a test's capture): swap the object
+            self.stream = open(os.devnull, "w", encoding="utf-8")  # kept open: it serves to the end
+
+    def lose_if_closed(self) -> None:
+        """``lose`` when the stream is a pipe nobody reads any more (poll reports an error on it)."""
+        import select
+
+        try:
+            poll = select.poll()
+            poll.register(self.stream.fileno(), select.POLLOUT)
+            closed = any(event & select.POLLERR for _, event in poll.poll(0))
+        except (OSError, ValueError, AttributeError):
+            return
+        if closed:
+            self.lose()
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command (see ``_usage``) and return its exit status."""
+    streams = sys.stdout, sys.stderr
+    out, err = _Output(sys.stdout), _Output(sys.stderr)
+    sys.stdout, sys.stderr = out, err
+    try:
+        code = _main(argv)
+        out.flush()  # here, not at exit: a reader that has gone is found while the guard holds
+        err.flush()
+    except BrokenPipeError:  # written around the guard (a stream's .buffer, sys.__stdout__)
+        out.lose_if_closed()
+        err.lose_if_closed()
+        if not (out.gone or err.gone):
+            raise  # some other pipe: a bug, with its traceback
+        code = 0
+    finally:
+        sys.stdout, sys.stderr = streams
+    return READER_GONE if (out.gone or err.gone) and code == 0 else code
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = COMMANDS
     if not argv or argv[0] in ("-h", "--help", "help"):

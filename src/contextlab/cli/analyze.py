@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from contextlab.cli.runtime import check_compute, quiet_transformers
 from contextlab.config import add_dataclass_args, dataclass_from_args
 
 
@@ -85,7 +86,9 @@ def _table(results: dict) -> str:
             line += f" {r['dimension']['0.01']:>8d}"
         lines.append(line)
     fits = results["fits_vs_ce"]
-    lines.append("Pearson r vs CE: " + ", ".join(f"{k} {v['r']:+.3f}" for k, v in fits.items()))
+    shown = (f"{k} {'constant' if v['r'] is None else format(v['r'], '+.3f')}" for k, v in fits.items())
+    lines.append("Pearson r vs CE: " + ", ".join(shown))
+    lines += results.get("text", [])
     return "\n".join(lines)
 
 
@@ -98,11 +101,10 @@ def cmd_entropy(argv: list[str]) -> int:
 
     args = _parser().parse_args(argv)
     options = dataclass_from_args(Options, args)
+    check_compute(args)
     progress.set_enabled(not args.no_progress)
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    if args.no_progress:
+        quiet_transformers([args.model])
     adapter = load_model(
         args.model, dtype=args.dtype, batch_size=args.batch_size, device=args.device, step=args.step
     )
@@ -194,11 +196,10 @@ def cmd_attention(argv: list[str]) -> int:
 
     args = _attention_parser().parse_args(argv)
     options = dataclass_from_args(Options, args)
+    check_compute(args)
     progress.set_enabled(not args.no_progress)
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    if args.no_progress:
+        quiet_transformers([args.model, args.compare])
     common = dict(dtype="fp32", batch_size=args.batch_size, device=args.device)
     a = load_model(args.model, step=args.step, **common)
     b = load_model(args.compare, step=args.compare_step, **common) if args.compare else None

@@ -9,8 +9,11 @@ is that both runs must have been evaluated with the same data and options first.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from contextlab.config import add_dataclass_args, dataclass_from_args
+from contextlab.errors import UserError
+from contextlab.io import refuse_non_folder
 
 
 def cmd_compare(argv: list[str]) -> int:
@@ -40,6 +43,13 @@ def cmd_compare(argv: list[str]) -> int:
     p.add_argument("--out", help="output folder (default: RUN_A/compare/<RUN_B's name>)")
     add_dataclass_args(p.add_argument_group("statistics"), Options)
     args = p.parse_args(argv)
+    for flag, path in (("RUN_A", args.run_a), ("RUN_B", args.run_b)):
+        if not Path(path).exists():
+            raise UserError(
+                f"{flag} {path} not found; give a run directory or a folder of evaluation results"
+            )
+    if args.out:
+        refuse_non_folder(args.out)  # a file there is the user's: never replaced by a folder
     evals = [n.strip() for e in args.eval or [] for n in e.split(",") if n.strip()]
     out, docs = compare_runs(args.run_a, args.run_b, evals, dataclass_from_args(Options, args), args.out)
     print(f"A = {docs[0]['a']['label']}, B = {docs[0]['b']['label']} (differences are A - B)")

@@ -8,7 +8,9 @@ one line of its resolved settings before its first forward pass and shows a prog
 terminal (``--no-progress``: none); a prompt past the model's context is one warning line on
 stderr naming the longest prompt and the option that shortens it. Trade-off: the bars go to
 stderr and only on a terminal, so logs and pipes hold the settings line and the results, never
-bar redraws.
+bar redraws. An OUT/NAME.json already there is replaced by a run of the same settings (a
+reproduction); one of other options, another model or other data is refused before anything
+runs, unless ``--overwrite``.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import sys
-import warnings
 from pathlib import Path
 
+from contextlab.cli.runtime import check_compute, quiet_transformers, warnings_as_lines
 from contextlab.config import add_dataclass_args, dataclass_from_args
+from contextlab.errors import UserError
 
 
 def _parser(name: str | None) -> argparse.ArgumentParser:
@@ -72,6 +74,12 @@ def _parser(name: str | None) -> argparse.ArgumentParser:
         "(while it loads a Hugging Face folder); the settings line is printed either way",
     )
     p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace OUT/NAME.json even when it was written with other options, another model or other "
+        "data (without it that is refused; the same settings run again replace it, as a reproduction)",
+    )
+    p.add_argument(
         "--plot",
         help="contextwise with several models: where to write the combined plot (default: "
         "--out/contextwise_models.png, without --out contextwise_models.png in the first model's "
@@ -90,67 +98,92 @@ def _default_out(model: str, args, several: bool) -> Path:
     return eval_dir(model)
 
 
-def _quiet_transformers(models: list[str]) -> None:
-    """Turn off transformers' own bar ("Loading weights", shown even in logs) when a model is a Hugging
-    Face folder; other models never import transformers for it."""
-    from contextlab.rundir import is_hf_folder
+def _data(name: str, given: str | None) -> str | None:
+    """The data the evaluation reads, resolved as ``evaluate`` records it: --data (one line when it
+    does not exist), else the evaluation's default data, else None."""
+    from contextlab.eval import EVALS
 
-    if any(is_hf_folder(Path(m)) for m in models):
-        from transformers.utils import logging as hf_logging
+    spec = EVALS[name]
+    if given and not Path(given).exists():
+        raise UserError(f"--data {given} not found; {name} reads {spec.data}")
+    data = given or (spec.default_data() if spec.default_data is not None else None)
+    return str(Path(data).resolve()) if data and Path(data).exists() else data
 
-        hf_logging.disable_progress_bar()
+
+def _check_depths(options) -> None:
+    """Depths are percents of the haystack or filler: 0 (its start) to 100 (its end)."""
+    bad = [d for d in getattr(options, "depths", None) or [] if not 0 <= d <= 100]
+    if bad:
+        raise UserError(
+            f"--depths {bad[0]:g} is out of range: a depth is a percent of the text, from 0 (its start) "
+            "to 100 (its end)"
+        )
 
 
 @contextlib.contextmanager
-def _warnings_as_lines():
-    """A ContextLengthWarning shows as one line, ``contextlab eval: warning: ...``, not as the source
-    line that raised it (through tqdm, so an open bar stays whole); other warnings as Python shows them."""
-    from tqdm.auto import tqdm
+def _files_of_data(name: str, data: str | None):
+    """A file the evaluation expects inside --data and does not find (icl's train.txt): one line."""
+    from contextlab.eval import EVALS
 
-    from contextlab.eval.adapter import ContextLengthWarning
-
-    with warnings.catch_warnings():  # restores showwarning on the way out
-        show = warnings.showwarning
-
-        def one_line(message, category, filename, lineno, file=None, line=None):
-            if issubclass(category, ContextLengthWarning):
-                tqdm.write(f"contextlab eval: warning: {message}", file=sys.stderr)
-            else:
-                show(message, category, filename, lineno, file, line)
-
-        warnings.showwarning = one_line
+    try:
         yield
+    except FileNotFoundError as exc:
+        missing = Path(str(exc.filename or ""))
+        root = Path(data).resolve() if data else None
+        if root is None or not exc.filename or not missing.resolve().is_relative_to(root):
+            raise
+        raise UserError(
+            f"--data {data} has no {missing.resolve().relative_to(root)}; {name} reads {EVALS[name].data}"
+        ) from None
+
+
+def _refuse_shared_outs(models: list[str], outs: list[Path], name: str) -> None:
+    """Two models whose results would go to one folder (folders of the same name under --out)."""
+    seen: dict[Path, str] = {}
+    for model, out in zip(models, outs):
+        first = seen.setdefault(out.resolve(), model)
+        if first != model or models.count(model) > 1:
+            raise UserError(
+                f"--model {first} and --model {model} would both write {out / f'{name}.json'}; evaluate "
+                "them one at a time, each with its own --out"
+            )
 
 
 def cmd_eval(argv: list[str]) -> int:
     """Run an evaluation of how a model uses its context (`contextlab eval --help` lists them)."""
     from contextlab.data.store import output_lock
     from contextlab.eval import EVALS, evaluate, load_model, progress
+    from contextlab.eval.results import check_rerun, model_record
 
     name = next((a for a in argv if a in EVALS), None)  # None: argparse prints usage, help or the choices
     args = _parser(name).parse_args(argv)
     name = args.name
     options = dataclass_from_args(EVALS[name].options, args)
+    _check_depths(options)
+    check_compute(args)
+    data = _data(name, args.data)
     progress.set_enabled(not args.no_progress)
     if args.no_progress:
-        _quiet_transformers(args.model)
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+        quiet_transformers(args.model)
     several = len(args.model) > 1
     if args.out:
         from contextlab.io import refuse_non_folder
 
         refuse_non_folder(args.out)  # before minutes of evaluation, not at the write
+    outs = [_default_out(m, args, several) for m in args.model]
+    _refuse_shared_outs(args.model, outs, name)
+    rerun = dict(options=options, data=data, overwrite=args.overwrite, name=name)
+    for out_dir in outs:  # before any model runs: a result of other settings is not replaced unasked
+        check_rerun(out_dir / f"{name}.json", model={"dtype": args.dtype}, **rerun)
     written = []
-    for model_path in args.model:
+    for model_path, out_dir in zip(args.model, outs):
         adapter = load_model(
             model_path, dtype=args.dtype, batch_size=args.batch_size, device=args.device, step=args.step
         )
-        out_dir = _default_out(model_path, args, several)
-        with output_lock(out_dir, "evaluation folder"), _warnings_as_lines():  # one writer at a time
-            path, out = evaluate(name, adapter, options, args.data, out_dir)
+        check_rerun(out_dir / f"{name}.json", model=model_record(adapter), **rerun)  # its path and step
+        lock = output_lock(out_dir, "evaluation folder")  # one writer at a time
+        with lock, warnings_as_lines("eval"), _files_of_data(name, data):
+            path, out = evaluate(name, adapter, options, data, out_dir)
         written.append(path)
         summary = json.dumps(
             _rounded(out.results.get("summary", {})), default=float

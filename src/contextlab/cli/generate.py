@@ -3,7 +3,9 @@
 A contextlab run or checkpoint decodes with its KV cache (``inference/decode.py``); a Hugging Face
 folder (a contextlab export, or any causal LM) with ``transformers``' generate, ``use_cache=True``.
 One prompt streams to the terminal as it is generated; many prompts are decoded in batches
-(left-padded) and written as JSONL (``--out``, written atomically at the end, or stdout).
+(left-padded) and written as JSONL (``--out``, written atomically at the end, or stdout). An
+``--out`` already there is replaced only with ``--overwrite`` and only when it holds such rows;
+the check comes before the model is loaded.
 ``--infill-prefix/--infill-suffix`` asks a FIM-trained model for the middle (eval/fim_prompt.py).
 
 Trade-off: prompts become ids in one place (``prompt_ids``) and ids become continuations in
@@ -18,6 +20,7 @@ import json
 import sys
 from pathlib import Path
 
+from contextlab.cli.runtime import check_compute, quiet_transformers, warnings_as_lines
 from contextlab.config import add_dataclass_args, dataclass_from_args
 from contextlab.errors import UserError
 
@@ -59,6 +62,16 @@ def _parser() -> argparse.ArgumentParser:
         "--out",
         metavar="FILE.jsonl",
         help="with --prompts: write {prompt, completion, new_tokens} lines here (default: print them)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an --out that exists (only a file of these rows; anything else is refused either way)",
+    )
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar over the batches of --prompts (shown on a terminal only)",
     )
     p.add_argument(
         "--speculative",
@@ -112,6 +125,39 @@ def _print_infill(adapter, args) -> None:
 
     middle = infill(adapter, args.infill_prefix, args.infill_suffix, args.infill_mode, args.max_new_tokens)
     print(cut_at_stop(middle, args.stop))
+
+
+def check_out(args) -> None:
+    """One line, before any model is loaded, for an --out that cannot be written: the --prompts file, a
+    folder, or a file already there without --overwrite or (with it) not of generate's rows."""
+    if not args.out:
+        return
+    out = Path(args.out)
+    if args.prompts and out.exists() and out.resolve() == Path(args.prompts).resolve():
+        raise UserError(f"--out {out} is the --prompts file; choose another --out")
+    if out.is_dir():
+        raise UserError(f"--out {out} is a folder; give a file name such as {out / 'generated.jsonl'}")
+    if not (out.exists() or out.is_symlink()):
+        return
+    if not args.overwrite:
+        raise UserError(
+            f"--out {out} already exists; pass --overwrite to replace it, or choose another --out"
+        )
+    if not _is_rows(out):
+        raise UserError(
+            f"--out {out} is not a file of `contextlab generate` rows; --overwrite replaces only those: "
+            "choose another --out (it is left as it is)"
+        )
+
+
+def _is_rows(path: Path) -> bool:
+    """Whether ``path`` holds what generate writes: {prompt, completion, new_tokens} lines, or nothing."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        rows = [json.loads(line) for line in lines if line.strip()]
+    except (OSError, ValueError):
+        return False
+    return all(isinstance(r, dict) and {"prompt", "completion", "new_tokens"} <= r.keys() for r in rows)
 
 
 def read_prompts(path: str) -> list[str]:
@@ -196,41 +242,42 @@ class _Terminal:
 
 def cmd_generate(argv: list[str]) -> int:
     """Generate text with a model: KV-cached decoding, sampling, stop strings, batches."""
-    import torch
-    from tqdm import tqdm
-
-    from contextlab.eval import load_model
+    from contextlab.eval import load_model, progress
     from contextlab.eval.adapter import Sampling
     from contextlab.inference.decode import cut_at_stop
     from contextlab.io import atomic_write_text
 
     args = _parser().parse_args(argv)
     sampling = dataclass_from_args(Sampling, args)
-    if args.max_new_tokens < 1 or args.batch_size < 1:
-        raise UserError("--max-new-tokens and --batch-size must be >= 1")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if args.max_new_tokens < 1:
+        raise UserError(f"--max-new-tokens must be 1 or more, got {args.max_new_tokens}")
+    check_compute(args)
     infilling = _infilling(args, sampling)
+    check_out(args)
     texts = [] if infilling else [args.prompt] if args.prompt is not None else read_prompts(args.prompts)
+    progress.set_enabled(not args.no_progress)
+    if args.no_progress:
+        quiet_transformers([args.model])
     adapter = load_model(args.model, dtype=args.dtype, device=args.device, step=args.step)
     adapter.require_lm("generate")
-    if infilling:
-        _print_infill(adapter, args)
-        return 0
-    ids = [prompt_ids(adapter, t) for t in texts]
-    if args.prompt is not None and not args.out:
-        stream = _Terminal(adapter.tokenizer.decode, args.stop)
-        continuations(adapter, ids, args, sampling, on_token=stream)
-        stream.finish()
-        return 0
-    rows = []
-    for a in tqdm(range(0, len(ids), args.batch_size), desc="generate", unit="batch", disable=len(ids) <= 1):
-        for text, new in zip(
-            texts[a : a + args.batch_size],
-            continuations(adapter, ids[a : a + args.batch_size], args, sampling),
-        ):
-            completion = cut_at_stop(adapter.tokenizer.decode(new), args.stop)
-            rows.append(json.dumps({"prompt": text, "completion": completion, "new_tokens": len(new)}))
+    with warnings_as_lines("generate"):
+        if infilling:
+            _print_infill(adapter, args)
+            return 0
+        ids = [prompt_ids(adapter, t) for t in texts]
+        if args.prompt is not None and not args.out:
+            stream = _Terminal(adapter.tokenizer.decode, args.stop)
+            continuations(adapter, ids, args, sampling, on_token=stream)
+            stream.finish()
+            return 0
+        rows = []
+        for a in progress.bar(range(0, len(ids), args.batch_size), desc="generate", unit="batch"):
+            for text, new in zip(
+                texts[a : a + args.batch_size],
+                continuations(adapter, ids[a : a + args.batch_size], args, sampling),
+            ):
+                completion = cut_at_stop(adapter.tokenizer.decode(new), args.stop)
+                rows.append(json.dumps({"prompt": text, "completion": completion, "new_tokens": len(new)}))
     body = "".join(r + "\n" for r in rows)
     if args.out:
         atomic_write_text(args.out, body)

@@ -80,16 +80,16 @@ def _parser() -> argparse.ArgumentParser:
 
 def cmd_profile(argv: list[str]) -> int:
     """Profile how a model (or two, paired) uses its context: the battery, a headline table, a report."""
+    from contextlab.cli.runtime import check_compute, quiet_transformers
     from contextlab.data.store import output_lock
     from contextlab.io import refuse_non_folder, refuse_overlap
     from contextlab.profile.runner import default_out, run_profile
 
     args = _parser().parse_args(argv)
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    check_compute(args)
     models = [args.model] + ([args.compare] if args.compare else [])
+    if args.no_progress:
+        quiet_transformers(models)
     out = Path(args.out) if args.out else default_out(models, args.budget)
     refuse_non_folder(out)
     refuse_overlap(out, models)  # never written into a model's folder

@@ -57,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _overrides(args: argparse.Namespace) -> list[str]:
     """The recipe overrides: every --set, then what the shortcut flags stand for."""
+    from contextlab.cli.runtime import check_compute
     from contextlab.errors import UserError
 
     sets = list(args.set)
@@ -71,10 +72,8 @@ def _overrides(args: argparse.Namespace) -> list[str]:
         ]
     if args.vocab is not None:
         sets.append(f"corpus.vocab={args.vocab}")
+    check_compute(args)  # a bad --threads is one line; a good one is set here and for the runs
     if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
         sets.append(f"base.train.threads={args.threads}")
     return sets
 

@@ -131,11 +131,11 @@ def cmd_peak(argv: list[str]) -> int:
     args = p.parse_args(argv)
     import torch
 
+    from contextlab.cli.runtime import check_compute
     from contextlab.train.distributed import pick_device
     from contextlab.train.flops import measure_peak_flops, peak_file, peak_key
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    check_compute(args)
     device = pick_device(args.device).type
     for name in args.dtype or ["bf16", "fp32"]:
         dtype = torch.bfloat16 if name == "bf16" else torch.float32

@@ -11,6 +11,10 @@ NaN and infinity are never written (they are not JSON, and strict parsers refuse
 such a value is written as null and its place is listed under ``non_finite`` with the reason.
 Trade-off: a result with a null is still written, so the rest of it (and its plot) is kept;
 a reader that needs the number sees at once why it is missing.
+
+``check_rerun`` is what ``contextlab eval`` asks before it runs: a result file is replaced by a
+run of the same settings (a reproduction) but not, unless told, by one of other options, another
+model (path, step), precision or data, nor is a file that is not a result replaced at all.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 import numpy as np
 
 import contextlab
+from contextlab.errors import UserError
 from contextlab.io import atomic_write_bytes, atomic_write_text, fresh_dir, fsync_dir
 
 RESULT_FORMAT = "contextlab-eval-result"
@@ -170,3 +175,82 @@ def run_and_record(out_dir: str | Path, name: str, run, *, options: Any, model: 
         arrays=out.arrays,
     )
     return path, out, seconds
+
+
+DATA_KEYS = ("store", "folder", "haystack", "file", "path")  # where evaluations record the data they read
+
+
+def check_rerun(
+    path: str | Path, *, options: Any, model: dict, data: str | None, overwrite: bool, name: str = ""
+) -> None:
+    """Refuse to replace the result file ``path`` with one of other settings, unless ``overwrite``.
+
+    Compared: the model's path and step (when ``model`` has a path: once it is opened), its ``dtype``,
+    the data (its path, and a token store's content hash, where the old result recorded them and
+    ``data`` is given) and every option. A file there that is not a result is refused either way."""
+    path = Path(path)
+    if not (path.exists() or path.is_symlink()):
+        return
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        doc = None
+    if not path.is_file() or not isinstance(doc, dict) or doc.get("format") != RESULT_FORMAT:
+        raise UserError(
+            f"{path} exists and is not a contextlab evaluation result; move it away or give another --out "
+            "(it is left as it is)"
+        )
+    if overwrite:
+        return
+    change = first_difference(doc, options=options, model=model, data=data)
+    if change is not None:
+        what = f"a {name or doc.get('eval', 'evaluation')} result"
+        raise UserError(
+            f"{path} holds {what} of other settings ({change}); pass --overwrite to replace it, or give "
+            "another --out to keep both (nothing was run)"
+        )
+
+
+def first_difference(doc: dict, *, options: Any, model: dict, data: str | None) -> str | None:
+    """``"--samples 4 -> 1"``: the first setting a run with these would change in the result ``doc``."""
+    old_model = doc.get("model") if isinstance(doc.get("model"), dict) else {}
+    pairs: list[tuple[str, Any, Any]] = []
+    if "path" in model:
+        pairs += [
+            ("--model", old_model.get("path"), model["path"]),
+            ("--step", old_model.get("step"), model.get("step")),
+        ]
+    if "dtype" in model:
+        pairs.append(("--dtype", old_model.get("dtype"), model["dtype"]))
+    old_data = doc.get("data") if isinstance(doc.get("data"), dict) else {}
+    where = next((k for k in DATA_KEYS if k in old_data), None)
+    if where is not None and data is not None:
+        pairs.append(("--data", old_data[where], data))
+        if where == "store" and "hash" in old_data and str(old_data[where]) == str(data):
+            pairs.append(("--data content (hash)", old_data["hash"], _store_hash(data, old_data["hash"])))
+    new_options = jsonable(options)
+    old_options = doc.get("options") if isinstance(doc.get("options"), dict) else {}
+    for key in list(new_options) + [k for k in old_options if k not in new_options]:
+        pairs.append(("--" + key.replace("_", "-"), old_options.get(key), new_options.get(key)))
+    for label, old, new in pairs:
+        if old != new:
+            return f"{label} {_shown(old)} -> {_shown(new)}"
+    return None
+
+
+def _store_hash(store: str, old: str) -> str:
+    """The content hash a token store records (``old`` when it cannot be read: the evaluation says why)."""
+    from contextlab.data.store import TokenStore
+
+    try:
+        return TokenStore(store).hash
+    except (UserError, OSError, ValueError, KeyError):
+        return old
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "(none)"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return str(value)

@@ -16,7 +16,8 @@ nothing wider than the window (``data-overflow``, with the details opened), whic
 tests check in a real browser that every plot shows and every table fits. Trade-off: a table
 wraps its cells (a long path or hash mid-word) rather than scroll sideways, so a reader sees
 every column at once; only a table of more than 8 columns (a sweep's results) scrolls, in its
-own box, never the page.
+own box, never the page. Every page carries ``<meta name='generator' content='contextlab report'>``,
+so ``is_report_page`` tells a page this module wrote (which a new one may replace) from any other file.
 """
 
 from __future__ import annotations
@@ -158,10 +159,27 @@ def _nothing_hint(root: Path) -> str:
     )
 
 
+GENERATOR = "<meta name='generator' content='contextlab report'>"  # marks every page written here
+
+
+def is_report_page(path: str | Path) -> bool:
+    """Whether ``path`` is a page written by ``build_report``: its marker, or (pages from before the
+    marker) the loading check every page ends with."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(1000)
+            if GENERATOR.encode() in head:
+                return True
+            fh.seek(max(0, Path(path).stat().st_size - len(CHECK) - 200))
+            return head.startswith(b"<!doctype html>") and CHECK.encode() in fh.read()
+    except OSError:
+        return False
+
+
 def _page(title: str, root: Path, body: list[str]) -> str:
     """The whole HTML page around the sections."""
     return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<!doctype html><html><head><meta charset='utf-8'>{GENERATOR}<title>{html.escape(title)}</title>"
         f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"
         f"<p class='muted'>{html.escape(str(root.resolve()))}</p>"
         + "\n".join(body)

@@ -215,7 +215,9 @@ def _commands(section: SweepSection, run: Run, nproc: int = 1) -> list[tuple[str
     cmds = [("train", launch + ["train", str(run.dir / "sweep_config.toml")])]
     for name in section.evals:
         extra = [_format_arg(a, run) for a in section.eval_args.get(name, [])]
-        cmds.append((f"eval {name}", py + ["eval", name, "--model", str(run.dir)] + extra))
+        # the sweep owns its runs' results: a changed eval_args reruns and replaces them (the grid's state
+        # says which ran with what), as a user's --overwrite would
+        cmds.append((f"eval {name}", py + ["eval", name, "--model", str(run.dir), "--overwrite"] + extra))
     return cmds
 
 

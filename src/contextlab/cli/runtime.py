@@ -1,0 +1,104 @@
+"""What the commands that run a model (eval, analyze, profile, generate, peak) share.
+
+``check_compute`` checks ``--batch-size``, ``--threads`` and ``--device`` once, before any model
+is loaded or any data read: a bad value is one line naming it and what is allowed (a CUDA device
+on a torch without CUDA names the devices there are), never an error from deep inside torch
+minutes later. ``quiet_transformers`` and ``warnings_as_lines`` keep the console to lines: no
+"Loading weights" bar from transformers under ``--no-progress``, and a ContextLengthWarning as
+``contextlab CMD: warning: ...`` rather than Python's warning format with a source path.
+
+Trade-off: the checks read the parsed options by name (``args.batch_size`` when the command has
+it), so each command keeps its own parser and help texts and calls one function.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import warnings
+from pathlib import Path
+
+from contextlab.errors import UserError
+
+
+def check_compute(args) -> None:
+    """Check the ``--batch-size``, ``--threads`` and ``--device`` the command has; set torch's threads."""
+    batch = getattr(args, "batch_size", None)
+    if batch is not None and batch < 1:
+        raise UserError(f"--batch-size must be 1 or more, got {batch}")
+    threads = getattr(args, "threads", 0) or 0
+    if threads < 0:
+        raise UserError(f"--threads must be a number of CPU threads (0 = torch's default), got {threads}")
+    if getattr(args, "device", None) is not None:
+        check_device(args.device)
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def devices() -> list[str]:
+    """The torch devices this machine and this torch build can run on."""
+    import torch
+
+    found = ["cpu"]
+    if torch.cuda.is_available():
+        found += ["cuda"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        found.append("mps")
+    return found
+
+
+def check_device(device: str) -> None:
+    """One line for a ``--device`` this machine cannot run on; ``auto`` (where a command takes it) passes."""
+    import torch
+
+    if device == "auto":
+        return
+    here = devices()
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise UserError(
+            f"--device {device!r} is not a torch device; devices here: {', '.join(here)}"
+        ) from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        why = "this torch was built without CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
+        raise UserError(f"--device {device} is not available: {why}; devices here: {', '.join(here)}")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise UserError(f"--device {device} is not available: devices here: {', '.join(here)}")
+    if dev.type not in ("cpu", "cuda") and str(dev) not in here:
+        raise UserError(f"--device {device} is not available here; devices here: {', '.join(here)}")
+
+
+def quiet_transformers(models: list[str]) -> None:
+    """Turn off transformers' own bar ("Loading weights", shown even in logs) when a model is a Hugging
+    Face folder; other models never import transformers for it."""
+    from contextlab.rundir import is_hf_folder
+
+    if any(m and is_hf_folder(Path(m)) for m in models):
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+
+
+@contextlib.contextmanager
+def warnings_as_lines(command: str):
+    """A ContextLengthWarning shows as one line, ``contextlab COMMAND: warning: ...``, not as the source
+    line that raised it (through tqdm, so an open bar stays whole); other warnings as Python shows them."""
+    from tqdm.auto import tqdm
+
+    from contextlab.eval.adapter import ContextLengthWarning
+
+    with warnings.catch_warnings():  # restores showwarning on the way out
+        show = warnings.showwarning
+
+        def one_line(message, category, filename, lineno, file=None, line=None):
+            if issubclass(category, ContextLengthWarning):
+                tqdm.write(f"contextlab {command}: warning: {message}", file=sys.stderr)
+            else:
+                show(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = one_line
+        yield
