@@ -272,3 +272,15 @@ def test_report_replaces_only_its_own_pages(first, tmp_path, capsys):
     assert capsys.readouterr().err.endswith(
         f"error: --out {tmp_path} is a folder; give a file name such as {tmp_path / 'report.html'}\n"
     )
+
+
+@pytest.mark.parametrize("inside", ["", "sub"])
+def test_an_out_inside_the_store_it_reads_is_refused(tiny_runs, stores, inside, capsys):
+    """Results written into the token store the evaluation reads would mix with its files (a user's
+    trial wrote ppl.json and its arrays into a store): one line, nothing written."""
+    store = stores["one"]
+    before = sorted(p.name for p in store.iterdir())
+    assert ppl(tiny_runs["a"], store, store / inside if inside else store) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "which this command reads; choose an --out outside it" in err[0], err
+    assert sorted(p.name for p in store.iterdir()) == before

@@ -171,6 +171,11 @@ def cmd_eval(argv: list[str]) -> int:
 
         refuse_non_folder(args.out)  # before minutes of evaluation, not at the write
     outs = [_default_out(m, args, several) for m in args.model]
+    if data and Path(data).is_dir():  # a folder beside a data file is fine; inside a store or text folder not
+        from contextlab.io import refuse_overlap
+
+        for out_dir in outs:
+            refuse_overlap(out_dir, [data])
     _refuse_shared_outs(args.model, outs, name)
     rerun = dict(options=options, data=data, overwrite=args.overwrite, name=name)
     for out_dir in outs:  # before any model runs: a result of other settings is not replaced unasked
