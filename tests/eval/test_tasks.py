@@ -247,3 +247,21 @@ def test_icl_default_shots_fit_the_context_and_given_ones_may_pass_it():
     with pytest.warns(ContextLengthWarning, match="32 shots"):
         given = icl.run(adapter, icl.Options(shots=[32], n_test=6, seeds=1, balance=False), str(TREC))
     assert [r["shots"] for r in given.results["by_shots"]] == [32]
+
+
+def test_a_long_context_settings_line_says_which_option_measures_shorter(monkeypatch, capsys):
+    """When a model's context is long (minutes per prompt on a CPU) and the lengths followed it by default,
+    the settings line names the option that measures shorter; given lengths, or a short context, no note.
+    (The threshold is lowered here so a tiny model shows it.)"""
+    from contextlab.eval import passkey
+
+    adapter = byte_adapter(tiny_gpt(0, context=512))
+    o = dict(depths=[50.0], samples=1, scoring="likelihood")
+    passkey.run(adapter, passkey.Options(**o), None)
+    assert "note" not in capsys.readouterr().out  # 512 tokens: short
+    monkeypatch.setattr(tasks, "LONG_CONTEXT", 256)
+    passkey.run(adapter, passkey.Options(**o), None)
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line.endswith("note the defaults follow the model's 512-token context; --lengths measures shorter")
+    passkey.run(adapter, passkey.Options(lengths=[400], **o), None)
+    assert "note" not in capsys.readouterr().out

@@ -69,6 +69,7 @@ import numpy as np
 
 import contextlab.eval.progress as progress
 import contextlab.eval.stats as stats
+import contextlab.eval.tasks as tasks
 from contextlab.config import opt
 from contextlab.errors import UserError
 from contextlab.eval.base import EvalOutput, open_store
@@ -243,6 +244,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             "train context": ctx,
             "beyond it": f"context lengths {ctx + 1}..{L - 1}" if ctx < L - 1 else None,
             "data": store.path,
+            "note": tasks.shorter(adapter, options.length, "--length"),
         },
     )
     ranges, last = _bucket_ranges(L)

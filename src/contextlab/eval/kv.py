@@ -269,6 +269,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             "longest prompt": max(len(s.prompt) for s in samples),
             "scoring": options.scoring,
             "file": info["file"],
+            "note": tasks.shorter(adapter, options.n_pairs, "--n-pairs"),
         },
     )
     rows = tasks.score_samples(adapter, samples, options.scoring, desc="kv")

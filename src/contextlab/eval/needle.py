@@ -246,6 +246,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             "prompts": len(samples),
             "scoring": options.scoring,
             "haystack": info["haystack"],
+            "note": tasks.shorter(adapter, options.lengths, "--lengths"),
         },
     )
     rows = tasks.score_samples(adapter, samples, options.scoring, desc="niah")

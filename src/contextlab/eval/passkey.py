@@ -120,6 +120,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             "keys per set": 1 + options.distractors,
             "prompts": len(samples),
             "scoring": options.scoring,
+            "note": tasks.shorter(adapter, options.lengths, "--lengths"),
         },
     )
     rows = tasks.score_samples(adapter, samples, options.scoring, desc="passkey")

@@ -189,6 +189,15 @@ def answer_room(answer_tokens: int, scoring: str, max_new: int) -> int:
 
 
 DEFAULT_FRACTIONS = (0.25, 0.5, 1.0)  # the prompt tasks' default lengths, as fractions of the context
+LONG_CONTEXT = 8192  # past this, a settings line of defaults says which option measures shorter
+
+
+def shorter(adapter, given, flag: str) -> str | None:
+    """The settings line's note for a model whose context is long (minutes to hours per prompt on a CPU)
+    when the lengths followed it by default: which option measures shorter. None otherwise."""
+    if given or adapter.context <= LONG_CONTEXT:
+        return None
+    return f"the defaults follow the model's {adapter.context:,}-token context; {flag} measures shorter"
 
 
 def prompt_lengths(task: str, context: int, given, room: int, shortest: int) -> list[int]:

@@ -30,11 +30,12 @@ from pathlib import Path
 
 from contextlab.errors import UserError
 from contextlab.eval import progress
+from contextlab.eval.tasks import LONG_CONTEXT  # past it, the opening line says --context measures shorter
 from contextlab.io import atomic_write_json
 from contextlab.profile.plan import KV_ANSWER_ROOM, Budget, Step, build
 
 PROFILE_FORMAT = "contextlab-profile"
-LONG_CONTEXT = 8192  # past this, the opening line says that --context measures at a shorter one
+
 VERSION = 1
 
 
