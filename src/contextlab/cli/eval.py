@@ -171,7 +171,7 @@ def cmd_eval(argv: list[str]) -> int:
 
         refuse_non_folder(args.out)  # before minutes of evaluation, not at the write
     outs = [_default_out(m, args, several) for m in args.model]
-    if data and Path(data).is_dir():  # a folder beside a data file is fine; inside a store or text folder not
+    if data and (Path(data) / "meta.json").is_file():  # a token store: results inside it would mix with it
         from contextlab.io import refuse_overlap
 
         for out_dir in outs:
