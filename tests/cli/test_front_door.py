@@ -225,7 +225,8 @@ def test_generate_shows_the_length_warning_as_one_line(tiny_runs, capsys):
         assert main(argv) == 0
     assert capsys.readouterr().err == (
         f"contextlab generate: warning: the longest prompt with its new tokens runs {tiny_runs['a']} on 519 "
-        "tokens, but it was trained at context 512 and has no RoPE extension to 519: positions past 512 are "
+        "tokens, but it was trained at context 512 and its RoPE was not extended to "
+        "519: positions past 512 are "
         "extrapolated and usually score much worse; shorten the prompt or lower --max-new-tokens\n"
     )
 

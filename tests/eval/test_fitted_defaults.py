@@ -74,7 +74,8 @@ def test_one_warning_names_the_longest_prompt_and_the_evaluations_option():
         tasks.score_samples(adapter, samples[:2], "likelihood")  # the forwards warn no more
     assert [str(w.message) for w in record] == [
         "the longest passkey prompt (1,024 tokens) with its answer runs tiny on 1,029 tokens, but it was "
-        "trained at context 512 and has no RoPE extension to 1,029: positions past 512 are extrapolated and "
+        "trained at context 512 and its RoPE was not extended to "
+        "1,029: positions past 512 are extrapolated and "
         "usually score much worse; use passkey --lengths of at most 507 to stay within the context (or "
         "leave --lengths out: the default lengths fit)"
     ]
@@ -148,7 +149,8 @@ def test_eval_shows_the_length_warning_as_one_line(tmp_path, haystack, capsys):
         assert main(args) == 0
     assert capsys.readouterr().err.splitlines() == [
         f"contextlab eval: warning: the longest niah prompt (300 tokens) with its answer runs {run} on 361 "
-        "tokens, but it was trained at context 256 and has no RoPE extension to 361: positions past 256 are "
+        "tokens, but it was trained at context 256 and its RoPE was not extended to "
+        "361: positions past 256 are "
         "extrapolated and usually score much worse; no niah prompt fits the model's context of 256 tokens "
         "(218 at least, and 61 of its answer), so every length measures extrapolation"
     ]

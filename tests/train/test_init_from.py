@@ -219,7 +219,9 @@ def test_contextlab_run_continues_with_yarn_and_exports(tmp_path, byte_store, ba
 
 def test_evaluating_beyond_the_context_warns(base_run):
     adapter = load_model(base_run)  # trained at 16, not extended
-    with pytest.warns(ContextLengthWarning, match="trained at context 16 and has no RoPE extension to 40"):
+    with pytest.warns(
+        ContextLengthWarning, match="trained at context 16 and its RoPE was not extended to 40"
+    ):
         adapter.token_logprobs(ids(41, 257))
 
 

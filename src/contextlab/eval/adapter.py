@@ -113,7 +113,8 @@ class ModelAdapter:
             self._warned_length = True
             warnings.warn(
                 f"{what} runs {self.info.id} on {T:,} tokens, but it was trained at context {self.context:,} "
-                f"and has no RoPE extension to {T:,}: positions past {self.context:,} are extrapolated and "
+                "and its RoPE was not extended to "
+                f"{T:,}: positions past {self.context:,} are extrapolated and "
                 f"usually score much worse; {fix}",
                 ContextLengthWarning,
                 stacklevel=3,
