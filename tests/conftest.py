@@ -84,3 +84,35 @@ def process_alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return False
     return state not in ("Z", "X")
+
+
+def save_tiny_llama(folder: Path, *, vocab: int, layers: int, chars: int, positions: int = 512) -> Path:
+    """A random-weight Hugging Face Llama (width 32, seed 0) saved with ``save_pretrained`` into ``folder``,
+    beside a byte-level BPE tokenizer.json of ``vocab`` ids trained on the first ``chars`` of Tiny
+    Shakespeare: a model folder as a user brings one, made without a download."""
+    import torch
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator([shakespeare(chars)], trainer)
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=positions,
+    )
+    transformers.LlamaForCausalLM(cfg).save_pretrained(folder)
+    tok.save(str(Path(folder) / "tokenizer.json"))
+    return Path(folder)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.conftest import shakespeare
+from tests.conftest import save_tiny_llama, shakespeare
 
 
 def untrained_run(folder, seed: int = 0, context: int = 512):
@@ -50,27 +50,4 @@ def stores(tmp_path_factory):
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
     """A tiny random-weight Hugging Face Llama folder (save_pretrained) with a small BPE tokenizer.json."""
-    import transformers
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tok.train_from_iterator([shakespeare(20_000)], trainer)
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
-        vocab_size=300,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-    )
-    out = tmp_path_factory.mktemp("hf") / "tiny-llama"
-    transformers.LlamaForCausalLM(cfg).save_pretrained(out)
-    tok.save(str(out / "tokenizer.json"))
-    return out
+    return save_tiny_llama(tmp_path_factory.mktemp("hf") / "tiny-llama", vocab=300, layers=1, chars=20_000)

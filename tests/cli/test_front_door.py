@@ -185,37 +185,6 @@ def test_compare_names_a_missing_run_and_refuses_a_file_as_out(tiny_runs, stores
     assert notes.read_text() == "mine"
 
 
-@pytest.fixture
-def bars(monkeypatch):
-    """The ``disable`` every tqdm.auto bar was made with while the test runs (progress switched back on)."""
-    import tqdm.auto
-
-    from contextlab.eval import progress
-
-    made = []
-
-    class Recorded(tqdm.auto.tqdm):
-        def __init__(self, *a, **k):
-            super().__init__(*a, **k)
-            made.append((k.get("desc"), k.get("disable")))
-
-    monkeypatch.setattr(tqdm.auto, "tqdm", Recorded)
-    yield made
-    progress.set_enabled(True)
-
-
-def test_generate_bar_shows_on_a_terminal_only_and_never_with_no_progress(tiny_runs, tmp_path, bars, capsys):
-    prompts = tmp_path / "p.txt"
-    prompts.write_text("ROMEO:\nJULIET:\nO\n")
-    argv = ["generate", "--model", str(tiny_runs["a"]), "--prompts", str(prompts), "--max-new-tokens", "2"]
-    assert main([*argv, "--batch-size", "2", "--no-progress"]) == 0
-    assert bars == [("generate", True)]
-    bars.clear()
-    assert main([*argv, "--batch-size", "2"]) == 0
-    assert bars == [("generate", None)]  # None: tqdm draws it only when stderr is a terminal
-    assert len(capsys.readouterr().out.splitlines()) == 6
-
-
 def test_generate_shows_the_length_warning_as_one_line(tiny_runs, capsys):
     argv = ["generate", "--model", str(tiny_runs["a"]), "--prompt", "a" * 500, "--max-new-tokens", "20"]
     with warnings.catch_warnings():

@@ -22,7 +22,10 @@ def bars(monkeypatch):
             made.append((k.get("desc"), k.get("disable"), self.total))
 
     monkeypatch.setattr(tqdm.auto, "tqdm", Recorded)
-    return made
+    yield made
+    from contextlab.eval import progress
+
+    progress.set_enabled(True)  # a command run with --no-progress switched the evaluations' bars off
 
 
 def test_pack_stats_shows_a_bar_over_the_zipf_fits_unless_told_not_to(tmp_path, bars, capsys):
@@ -66,3 +69,15 @@ def test_analyze_takes_no_progress(command):
     args = parser.parse_args(["--model", "M", "--data", "S", "--no-progress"])
     assert args.no_progress is True
     assert parser.parse_args(["--model", "M", "--data", "S"]).no_progress is False
+
+
+def test_generate_bar_shows_on_a_terminal_only_and_never_with_no_progress(tiny_runs, tmp_path, bars, capsys):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("ROMEO:\nJULIET:\nO\n")
+    argv = ["generate", "--model", str(tiny_runs["a"]), "--prompts", str(prompts), "--max-new-tokens", "2"]
+    assert main([*argv, "--batch-size", "2", "--no-progress"]) == 0
+    assert [b[:2] for b in bars] == [("generate", True)]
+    bars.clear()
+    assert main([*argv, "--batch-size", "2"]) == 0
+    assert [b[:2] for b in bars] == [("generate", None)]  # None: tqdm draws it only when stderr is a terminal
+    assert len(capsys.readouterr().out.splitlines()) == 6

@@ -21,7 +21,7 @@ from contextlab.models.gpt import GPT, GPTConfig
 from contextlab.profile import BUDGETS
 from contextlab.profile.plan import build, kv_positions
 from contextlab.train.checkpoint import write_untrained_run
-from tests.conftest import shakespeare
+from tests.conftest import save_tiny_llama, shakespeare
 
 CONTEXT = 512
 
@@ -208,30 +208,7 @@ def test_default_out_is_a_new_folder_in_the_current_directory(runs, monkeypatch,
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
     """A tiny Hugging Face Llama folder (save_pretrained, 512 positions) with a small BPE tokenizer.json."""
-    import transformers
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tok.train_from_iterator([shakespeare(40_000)], trainer)
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
-        vocab_size=400,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-    )
-    out = tmp_path_factory.mktemp("hf") / "tiny-llama"
-    transformers.LlamaForCausalLM(cfg).save_pretrained(out)
-    tok.save(str(out / "tokenizer.json"))
-    return out
+    return save_tiny_llama(tmp_path_factory.mktemp("hf") / "tiny-llama", vocab=400, layers=2, chars=40_000)
 
 
 def test_a_hugging_face_folder_is_profiled_with_its_own_tokenizer(llama, text, tmp_path):
