@@ -230,3 +230,25 @@ def test_no_progress_turns_off_the_transformers_bar(
     assert transformers_bar()  # without --no-progress it is left on
     assert main([*argv, "--no-progress"]) == code
     assert not transformers_bar()
+
+
+def test_sigterm_ends_a_command_like_ctrl_c_leaving_no_lock(tiny_runs, tmp_path):
+    """`timeout`, a scheduler or torchrun stop a command with SIGTERM: it exits with 143 through its
+    finally blocks, so the one-writer lock file beside the output is gone (it stayed after SIGTERM)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "ev"
+    argv = [sys.executable, "-m", "contextlab", "eval", "passkey", "--model", str(tiny_runs["a"])]
+    argv += ["--out", str(out), "--samples", "64", "--no-progress", "--threads", "1"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    lock = tmp_path / ".ev.lock"
+    deadline = time.monotonic() + 120
+    while not lock.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert lock.exists(), "the evaluation ended before its lock was seen"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 143
+    assert not lock.exists() and not (out / "passkey.json").exists()

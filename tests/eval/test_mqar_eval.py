@@ -146,3 +146,16 @@ def test_a_text_model_is_told_the_store_is_a_synthetic_vocabulary(store):
 
     with pytest.raises(UserError, match="synthetic vocabulary of keys and values .* use kv, passkey or niah"):
         ev.run(byte_adapter(tiny_gpt(0)), ev.Options(), str(store))
+
+
+def test_any_evaluation_of_a_synthetic_store_with_a_text_model_says_no_ingest_helps(store):
+    """ppl (any evaluation that opens a token store) of an MQAR store with a text model: the fix names the
+    synthetic vocabulary, not an ingest of a source the store does not have."""
+    from contextlab.errors import UserError
+    from contextlab.eval import ppl
+    from tests.eval.conftest import byte_adapter, tiny_gpt
+
+    with pytest.raises(
+        UserError, match="synthetic mqar store in its own vocabulary, which no ingest can make"
+    ):
+        ppl.run(byte_adapter(tiny_gpt(0)), ppl.Options(), str(store))

@@ -287,3 +287,21 @@ def test_attention_runs_per_model_when_the_pair_cannot(llama, runs):
     ]
     paired = [(label, s.name, pair) for label, s, pair in _jobs(opened, plans, pair=True)]
     assert paired[-1] == ("first+hf", "attention", True) and len(paired) == 3
+
+
+def test_the_headline_shows_each_models_own_attention_when_the_pair_could_not_run(tmp_path):
+    """Without the pair's analysis the attention row reads each model's own (its summary keyed "a") and
+    names why a model has none; it showed '(done)' and no value."""
+    from contextlab.profile.headline import _attention
+
+    (tmp_path / "models" / "first").mkdir(parents=True)
+    doc = {"results": {"summary": {"a": {"mean_distance": 31.36}}}}
+    (tmp_path / "models" / "first" / "attention.json").write_text(json.dumps(doc))
+    manifest = {
+        "steps": [
+            {"name": "attention", "model": "first", "status": "done", "error": None},
+            {"name": "attention", "model": "hf", "status": "skipped", "error": "needs contextlab modules"},
+        ]
+    }
+    row = _attention(tmp_path, manifest, ["first", "hf"])
+    assert row["values"] == {"first": 31.36} and row["note"] == "hf: needs contextlab modules"

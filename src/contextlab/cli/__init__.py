@@ -127,8 +127,25 @@ class _Output:
         return getattr(self.stream, name)
 
 
+TERMINATED = 143  # 128 + SIGTERM
+
+
+def _terminated(signum, frame) -> None:
+    """SIGTERM (``timeout``, a scheduler, torchrun stopping its workers) as an exit that runs ``finally``
+    blocks and context managers: one-writer locks are released and their files deleted, staged folders
+    removed, as after Ctrl-C; the resumable state on disk is what a kill leaves either way."""
+    raise SystemExit(TERMINATED)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run one command (see ``_usage``) and return its exit status."""
+    """Run one command (see ``_usage``) and return its exit status. Run as the program itself (``argv``
+    None), SIGTERM ends it through ``_terminated``."""
+    if argv is None:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _terminated)
     streams = sys.stdout, sys.stderr
     out, err = _Output(sys.stdout), _Output(sys.stderr)
     sys.stdout, sys.stderr = out, err

@@ -51,13 +51,21 @@ def open_store(data: str | None, adapter, what: str):
             f"SOURCE --tokenizer {tokenizer_arg(adapter)} --out STORE`)"
         )
     store = TokenStore(data)
+    synthetic = next((k for k in ("mqar", "parity") if store.meta.get(k)), None)
+    fix = (
+        f"it is a synthetic {synthetic} store in its own vocabulary, which no ingest can make for this "
+        "model: evaluate a model trained on such a store, or give a store of text ingested with the model's "
+        "tokenizer"
+        if synthetic
+        else "ingest the data again with the model's tokenizer (contextlab data ingest SOURCE --tokenizer "
+        f"{tokenizer_arg(adapter)} --out STORE)"
+    )
     check_same_tokenizer(
         adapter.tokenizer.spec(),
         store.tokenizer_spec,
         f"the model {adapter.info.id}",
         f"the data store {store.path}",
-        fix=f"ingest the data again with the model's tokenizer (contextlab data ingest SOURCE --tokenizer "
-        f"{tokenizer_arg(adapter)} --out STORE)",
+        fix=fix,
     )
     store.check_content()
     return store

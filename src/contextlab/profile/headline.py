@@ -120,28 +120,43 @@ def headline(out: Path, manifest: dict) -> list[dict]:
 
 
 def _attention(out: Path, manifest: dict, labels: list[str]) -> dict:
-    """Attention's mean distance (tokens): from the pair's analysis with two models, else the model's."""
+    """Attention's mean distance (tokens): from the pair's analysis with two models when it ran (with the
+    difference), else each model's own (a pair that could not share rows: each as far as it could)."""
     row = {"measure": "attention mean distance", "unit": "tokens", "better": "neither", "eval": "attention"}
     row.update(values={}, intervals={})
-    f = (
-        out / "compare" / "attention.json"
-        if len(labels) == 2
-        else out / "models" / labels[0] / "attention.json"
-    )
-    doc = _read(f)
-    if doc is None:
-        st = next((s for s in manifest["steps"] if s["name"] == "attention"), {})
-        row["note"] = st.get("error") or st.get("status", "not run")
+    pair = _read(out / "compare" / "attention.json") if len(labels) == 2 else None
+    if pair is not None:
+        s = pair["results"]["summary"]
+        for key, label in zip(("a", "b"), labels):
+            if key in s:
+                row["values"][label], row["intervals"][label] = s[key]["mean_distance"], None
+        if "a_vs_b" in s:
+            row["diff"], row["ci95"] = _turn(
+                {
+                    "diff": s["a_vs_b"]["mean_distance_diff"],
+                    "interval95": s["a_vs_b"]["mean_distance_diff_interval95"],
+                }
+            )
         return row
-    s = doc["results"]["summary"]
-    for key, label in zip(("a", "b"), labels):
-        if key in s:
-            row["values"][label], row["intervals"][label] = s[key]["mean_distance"], None
-    if "a_vs_b" in s:
-        row["diff"], row["ci95"] = _turn(
-            {
-                "diff": s["a_vs_b"]["mean_distance_diff"],
-                "interval95": s["a_vs_b"]["mean_distance_diff_interval95"],
-            }
+    why = []
+    for label in labels:  # each model's own analysis: its summary is keyed "a", the one model it ran on
+        doc = _read(out / "models" / label / "attention.json")
+        if doc is not None and "a" in doc["results"]["summary"]:
+            row["values"][label], row["intervals"][label] = (
+                doc["results"]["summary"]["a"]["mean_distance"],
+                None,
+            )
+            continue
+        st = next(
+            (
+                x
+                for x in manifest["steps"]
+                if x["name"] == "attention" and x["model"] in (label, "+".join(labels))
+            ),
+            {},
         )
+        reason = st.get("error") or st.get("status", "not run")
+        why.append(f"{label}: {reason}" if len(labels) == 2 else reason)
+    if why:
+        row["note"] = "; ".join(why)
     return row

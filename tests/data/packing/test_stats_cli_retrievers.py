@@ -84,6 +84,7 @@ def test_cli_pack_and_pack_stats(tmp_path, capsys):
     assert "zipf" in text and (out / "pack_stats.png").stat().st_size > 1000
     saved = json.loads((out / "pack_stats.json").read_text())  # what the report shows of it
     assert saved["method"] == "splice" and "zipf" in saved and not any(k.endswith("_all") for k in saved)
+    assert saved["docs_per_sequence"]["mean"] > 1 and "directories_per_sequence" in saved  # report's columns
     page = build_report(tmp_path, tmp_path / "after.html").read_text()
     assert "no diagnostics yet" not in page and "neighbour similarity" in page and "pack_stats" in page
     with pytest.raises(UserError, match="unknown packing method"):

@@ -190,8 +190,9 @@ def _finite(x: np.ndarray) -> np.ndarray:
 
 
 def stats_record(s: dict) -> dict:
-    """The figures of ``pack_stats`` without its per-sequence lists: what ``pack_stats.json`` keeps."""
-    return {k: v for k, v in s.items() if not k.endswith(("_all", "_per_sequence"))}
+    """The figures of ``pack_stats`` without its per-sequence lists: what ``pack_stats.json`` keeps
+    (the summaries, ``docs_per_sequence`` and ``directories_per_sequence`` among them)."""
+    return {k: v for k, v in s.items() if not isinstance(v, list)}
 
 
 def format_pack_stats(s: dict) -> str:
