@@ -114,3 +114,14 @@ def test_a_cell_whose_needles_stray_is_named_in_the_result(tmp_path, monkeypatch
         "needle depth: in 1 of 3 cells the needle lies more than 5% of the haystack from its row's depth "
         "(depth_check); their heatmap rows are labelled by the requested depth, not where the needle is"
     )
+
+
+def test_a_needle_exactly_at_the_tolerance_is_within_it():
+    """0.80 for a 75% row is 0.05 off, which floating point makes 0.050000000000000044: still within (the
+    quickstart's 128-token cell was flagged for it)."""
+    from contextlab.eval import needle, tasks
+
+    samples = [tasks.Sample([1], "a", [[1]], (75.0, 128), 1, {"depth_tokens": d}) for d in (0.76, 0.8)]
+    assert needle.depth_check(samples)["within_tolerance"]
+    samples.append(tasks.Sample([1], "a", [[1]], (75.0, 128), 1, {"depth_tokens": 0.81}))
+    assert needle.depth_check(samples)["cells_off"] == [{"cell": [75.0, 128], "depth_actual": [0.76, 0.81]}]
