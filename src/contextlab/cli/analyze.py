@@ -119,7 +119,7 @@ def cmd_entropy(argv: list[str]) -> int:
     )
     out.plot(out_dir / "entropy.png")
     print(_table(out.results))
-    print(f"wrote {path}, {out_dir / 'entropy.png'} ({seconds:.0f} s)")
+    print(f"wrote {path}, {out_dir / 'entropy.png'} (the analysis {seconds:.1f} s)")
     return 0
 
 
@@ -213,5 +213,5 @@ def cmd_attention(argv: list[str]) -> int:
     )
     pngs = plot_all(out.results, out_dir, options.per_layer)
     print(_attention_table(out.results))
-    print(f"wrote {path}, {', '.join(p.name for p in pngs)} ({seconds:.0f} s)")
+    print(f"wrote {path}, {', '.join(p.name for p in pngs)} (the analysis {seconds:.1f} s)")
     return 0

@@ -122,7 +122,7 @@ def ppl(a: Side, b: Side, o: Options) -> dict:
     total.update(a=sa["loss"], b=sb["loss"], perplexity_a=sa["perplexity"], perplexity_b=sb["perplexity"])
     line = (
         f"ppl loss A - B = {cs.interval_text(total)} nats/token over {len(counts)} documents "
-        f"({len(diff)} tokens; perplexity A {sa['perplexity']:.2f}, B {sb['perplexity']:.2f})"
+        f"({len(diff):,} tokens; perplexity A {sa['perplexity']:.2f}, B {sb['perplexity']:.2f})"
     )
     per_doc = {"diff": (sums / counts).tolist(), "tokens": counts.astype(int).tolist()}
     return {
