@@ -447,3 +447,8 @@ def test_a_store_of_the_other_kind_is_named_with_what_reads_it(tmp_path):
         TokenStore(packed.path)
     with pytest.raises(UserError, match="it is a token store: `contextlab data info` describes it"):
         PackedStore(store.path)
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)  # a training run's folder
+    with pytest.raises(
+        UserError, match="is a training run, not a contextlab token store; the store it trained"
+    ):
+        TokenStore(tmp_path / "run")

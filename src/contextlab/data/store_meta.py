@@ -59,6 +59,11 @@ def read_meta(path: Path, kind: MetaKind) -> dict:
         )
     meta_file = path / "meta.json"
     if not meta_file.is_file():
+        if (path / "checkpoints").is_dir() or (path / "metrics.jsonl").is_file():
+            raise UserError(
+                f"{path} is a training run, not a {kind.title}; the store it trained on is data.store in "
+                f"{path / 'config.toml'}"
+            )
         raise UserError(f"{path} is not a {kind.title} (no meta.json); create one with `{kind.make}`")
     try:
         meta = json.loads(meta_file.read_text(encoding="utf-8"))
