@@ -252,3 +252,25 @@ def test_sigterm_ends_a_command_like_ctrl_c_leaving_no_lock(tiny_runs, tmp_path)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 143
     assert not lock.exists() and not (out / "passkey.json").exists()
+
+
+def test_icl_and_mqar_data_are_checked_before_the_model_loads(
+    tiny_runs, stores, tmp_path, monkeypatch, capsys
+):
+    """A TREC folder without train.txt and a token store that is no MQAR store: one line each, before any
+    model is loaded (a Hugging Face model's loading bar came first)."""
+    import contextlab.eval
+
+    def no_loading(*a, **k):
+        raise AssertionError("the model was loaded before the data was checked")
+
+    monkeypatch.setattr(contextlab.eval, "load_model", no_loading)
+    (tmp_path / "trec").mkdir()
+    (tmp_path / "trec" / "test.txt").write_text("DESC:def what is it ?\n")
+    for name, data, said in (
+        ("icl", tmp_path / "trec", "has no train.txt; icl reads the TREC folder"),
+        ("mqar", stores["one"], "holds no MQAR data"),
+    ):
+        assert main(["eval", name, "--model", str(tiny_runs["a"]), "--data", str(data), "--no-progress"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and said in err[0], err

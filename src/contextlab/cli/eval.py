@@ -162,6 +162,8 @@ def cmd_eval(argv: list[str]) -> int:
     _check_depths(options)
     check_compute(args)
     data = _data(name, args.data)
+    if data and EVALS[name].check_data is not None:
+        EVALS[name].check_data(data)  # before minutes of loading a model
     progress.set_enabled(not args.no_progress)
     if args.no_progress:
         quiet_transformers(args.model)

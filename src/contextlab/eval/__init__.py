@@ -72,7 +72,13 @@ EVALS: dict[str, Eval] = {
         "lost-in-the-middle key-value retrieval, accuracy by gold position",
         "a lost-in-the-middle file, e.g. ../shared/data/lost_in_the_middle/kv-retrieval-75_keys.jsonl.gz",
     ),
-    "mqar": Eval(mqar.run, mqar.Options, "associative recall (MQAR) by pairs and distance", "an MQAR store"),
+    "mqar": Eval(
+        mqar.run,
+        mqar.Options,
+        "associative recall (MQAR) by pairs and distance",
+        "an MQAR store",
+        check_data=mqar.check_data,
+    ),
     "passkey": Eval(
         passkey.run, passkey.Options, "passkey retrieval in filler text", "not used (the filler is built in)"
     ),
@@ -84,6 +90,7 @@ EVALS: dict[str, Eval] = {
         icl.Options,
         "TREC many-shot in-context classification",
         "the TREC folder with train.txt and test.txt (../shared/data/trec_qc)",
+        check_data=icl.check_data,
     ),
     "infill": Eval(
         infill.run,

@@ -28,6 +28,7 @@ class Eval:
     data: str  # what --data it reads
     default_data: Callable[[], str] | None = None  # the data used when none is given
     needs_lm: bool = True  # it scores the model as a left-to-right LM (refused for models that are not)
+    check_data: Callable[[str], None] | None = None  # one line for unusable --data, before any model loads
 
 
 @dataclass

@@ -113,6 +113,17 @@ def build_prompts(adapter, train, test, k: int, seed: int) -> list[tasks.Sample]
     return out
 
 
+def check_data(data: str) -> None:
+    """One line, before any model loads, for a TREC folder without its train.txt or test.txt."""
+    folder = Path(data)
+    missing = [f for f in ("train.txt", "test.txt") if folder.is_dir() and not (folder / f).is_file()]
+    if missing:
+        raise UserError(
+            f"--data {data} has no {' or '.join(missing)}; icl reads the TREC folder with train.txt and "
+            "test.txt (../shared/data/trec_qc)"
+        )
+
+
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
     folder = require_file(data, "icl", "../shared/data/trec_qc")
     train_f, test_f = (folder / "train.txt", folder / "test.txt") if folder.is_dir() else (folder, folder)

@@ -125,6 +125,13 @@ def value_name(token: int, cfg: mqar.MQARConfig) -> str:
     return f"v{token - cfg.keys:0{w}d}"
 
 
+def check_data(data: str) -> None:
+    """One line, before any model loads, for --data that is no MQAR store."""
+    from contextlab.data.store import TokenStore
+
+    mqar.mqar_of_store(TokenStore(data))
+
+
 def _check_vocabulary(adapter, data: str | None) -> None:
     """One line for a model whose tokenizer is not the MQAR store's synthetic vocabulary (keys, values,
     no text): no ingest can make the data for it, only a model trained on such a store takes it."""
