@@ -37,22 +37,18 @@ def make_text(out: Path, chars: int) -> Path:
 
 
 def make_llama(out: Path, text: Path, context: int, vocab: int) -> Path:
+    import shutil
+    import tempfile
+
     import torch
     import transformers
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab,
-        special_tokens=["<|endoftext|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator([f.read_text() for f in sorted(text.glob("*.txt"))], trainer)
+    from contextlab.data.hf_tokenizer import train_bpe
+
+    tok = train_bpe([f.read_text() for f in sorted(text.glob("*.txt"))], vocab)
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(
-        vocab_size=tok.get_vocab_size(),
+        vocab_size=tok.vocab_size,
         hidden_size=128,
         intermediate_size=512,
         num_hidden_layers=2,
@@ -62,7 +58,9 @@ def make_llama(out: Path, text: Path, context: int, vocab: int) -> Path:
         tie_word_embeddings=False,
     )
     transformers.LlamaForCausalLM(cfg).save_pretrained(out)
-    tok.save(str(out / "tokenizer.json"))
+    with tempfile.TemporaryDirectory() as tmp:
+        tok.save(tmp)
+        shutil.copy(Path(tmp) / "tokenizer.json", out / "tokenizer.json")
     return out
 
 

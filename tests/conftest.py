@@ -88,21 +88,13 @@ def process_alive(pid: int) -> bool:
 
 def save_tiny_llama(folder: Path, *, vocab: int, layers: int, chars: int, positions: int = 512) -> Path:
     """A random-weight Hugging Face Llama (width 32, seed 0) saved with ``save_pretrained`` into ``folder``,
-    beside a byte-level BPE tokenizer.json of ``vocab`` ids trained on the first ``chars`` of Tiny
-    Shakespeare: a model folder as a user brings one, made without a download."""
+    beside the tokenizer.json of contextlab's byte-level BPE (``train_bpe``) of ``vocab`` ids trained on the
+    first ``chars`` of Tiny Shakespeare: a model folder as a user brings one, made without a download."""
     import torch
     import transformers
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab,
-        special_tokens=["<|endoftext|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator([shakespeare(chars)], trainer)
+    from contextlab.data.hf_tokenizer import train_bpe
+
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(
         vocab_size=vocab,
@@ -114,5 +106,7 @@ def save_tiny_llama(folder: Path, *, vocab: int, layers: int, chars: int, positi
         max_position_embeddings=positions,
     )
     transformers.LlamaForCausalLM(cfg).save_pretrained(folder)
-    tok.save(str(Path(folder) / "tokenizer.json"))
+    with tempfile.TemporaryDirectory() as tmp:
+        train_bpe([shakespeare(chars)], vocab).save(tmp)
+        shutil.copy(Path(tmp) / "tokenizer.json", Path(folder) / "tokenizer.json")
     return Path(folder)

@@ -16,7 +16,6 @@ runs, unless ``--overwrite``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 from pathlib import Path
 
@@ -120,23 +119,6 @@ def _check_depths(options) -> None:
         )
 
 
-@contextlib.contextmanager
-def _files_of_data(name: str, data: str | None):
-    """A file the evaluation expects inside --data and does not find (icl's train.txt): one line."""
-    from contextlab.eval import EVALS
-
-    try:
-        yield
-    except FileNotFoundError as exc:
-        missing = Path(str(exc.filename or ""))
-        root = Path(data).resolve() if data else None
-        if root is None or not exc.filename or not missing.resolve().is_relative_to(root):
-            raise
-        raise UserError(
-            f"--data {data} has no {missing.resolve().relative_to(root)}; {name} reads {EVALS[name].data}"
-        ) from None
-
-
 def _refuse_shared_outs(models: list[str], outs: list[Path], name: str) -> None:
     """Two models whose results would go to one folder (folders of the same name under --out)."""
     seen: dict[Path, str] = {}
@@ -189,7 +171,7 @@ def cmd_eval(argv: list[str]) -> int:
         )
         check_rerun(out_dir / f"{name}.json", model=model_record(adapter), **rerun)  # its path and step
         lock = output_lock(out_dir, "evaluation folder")  # one writer at a time
-        with lock, warnings_as_lines("eval"), _files_of_data(name, data):
+        with lock, warnings_as_lines("eval"):
             path, out = evaluate(name, adapter, options, data, out_dir)
         written.append(path)
         summary = json.dumps(

@@ -1,35 +1,12 @@
 """``contextlab report DIR [--out FILE] [--title TEXT]``: a thin command over ``report.html.build_report``.
 
-The page replaces only an earlier page of ``contextlab report`` (``report.html.is_report_page``): any
+The page replaces only an earlier page of ``contextlab report`` (``report.html.check_out``): any
 other file at --out, above all a file of DIR the page is built from, is refused before anything is read.
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-
-from contextlab.errors import UserError
-
-
-def check_out(directory: str, out: Path) -> None:
-    """One line for an --out that is a folder, or a file that is not a page of this command."""
-    from contextlab.report.html import is_report_page
-
-    if out.is_dir():
-        raise UserError(f"--out {out} is a folder; give a file name such as {out / 'report.html'}")
-    if not (out.exists() or out.is_symlink()) or is_report_page(out):
-        return
-    root = Path(directory).resolve()
-    if out.resolve().is_relative_to(root):
-        raise UserError(
-            f"--out {out} is a file in {directory}, which the report reads, and not a report page; choose "
-            "another --out (it is left as it is)"
-        )
-    raise UserError(
-        f"--out {out} exists and is not a page of `contextlab report` (the only files it replaces); "
-        "choose another --out (it is left as it is)"
-    )
 
 
 def cmd_report(argv: list[str]) -> int:
@@ -65,7 +42,6 @@ def cmd_report(argv: list[str]) -> int:
     )
     p.add_argument("--title", help="page title (default: the folder's name, or the profiled models)")
     args = p.parse_args(argv)
-    check_out(args.dir, Path(args.out) if args.out else Path(args.dir) / "report.html")
     out = build_report(args.dir, args.out, args.title)
     print(f"report: {out}")
     return 0

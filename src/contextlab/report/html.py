@@ -94,6 +94,8 @@ def build_report(
     root = Path(directory)
     if not root.is_dir():
         raise UserError(f"report: {root} is not a directory; give a run, a model folder or a results folder")
+    out = Path(out) if out else root / "report.html"
+    check_out(directory, out)  # before anything is read: only a page of this module is replaced
     doc = profile.read_profile(root)
     if doc is not None:
         body, title = profile.profile_sections(root, doc), title or profile.title(doc)
@@ -104,7 +106,6 @@ def build_report(
     if not body:
         raise UserError(f"report: nothing to report in {root} ({_nothing_hint(root)})")
     title = title or f"contextlab report: {root.resolve().name}"
-    out = Path(out) if out else root / "report.html"
     atomic_write_text(out, _page(title, root, body))
     return out
 
@@ -174,6 +175,24 @@ def is_report_page(path: str | Path) -> bool:
             return head.startswith(b"<!doctype html>") and CHECK.encode() in fh.read()
     except OSError:
         return False
+
+
+def check_out(directory: str, out: Path) -> None:
+    """One line for an --out that is a folder, or a file that is not a page of this command."""
+    if out.is_dir():
+        raise UserError(f"--out {out} is a folder; give a file name such as {out / 'report.html'}")
+    if not (out.exists() or out.is_symlink()) or is_report_page(out):
+        return
+    root = Path(directory).resolve()
+    if out.resolve().is_relative_to(root):
+        raise UserError(
+            f"--out {out} is a file in {directory}, which the report reads, and not a report page; choose "
+            "another --out (it is left as it is)"
+        )
+    raise UserError(
+        f"--out {out} exists and is not a page of `contextlab report` (the only files it replaces); "
+        "choose another --out (it is left as it is)"
+    )
 
 
 def _page(title: str, root: Path, body: list[str]) -> str:
