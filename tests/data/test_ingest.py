@@ -212,6 +212,24 @@ def test_undecodable_bytes_are_reported(tmp_path):
     assert rep.store.tokenizer().decode(rep.store.doc(0)) == "caf\ufffd and \ufffd\ufffd"
 
 
+def test_dataset_dict_ingest_prints_its_splits_and_records_the_one_read(tmp_path, capsys):
+    import datasets
+
+    ds = datasets.Dataset.from_dict({"text": ["ab", "cd", "ef"]})
+    datasets.DatasetDict({"train": ds.select([0]), "test": ds}).save_to_disk(str(tmp_path / "dd"))
+    capsys.readouterr()
+    cfg = IngestConfig(source=SourceOptions(split="test"))
+    store = ingest(tmp_path / "dd", tmp_path / "s", cfg, progress=False).store
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"{tmp_path / 'dd'} is a DatasetDict with splits train (1 row), test (3 rows): "
+        "ingesting test; --split NAME reads another"
+    )
+    assert [store.doc(i).tolist() for i in range(store.n_docs)] == [[97, 98], [99, 100], [101, 102]]
+    assert store.meta["source"]["split"] == "test"
+    default = ingest(tmp_path / "dd", tmp_path / "t", progress=False).store
+    assert default.n_docs == 1 and default.meta["source"]["split"] == "train"
+
+
 def test_partial_left_by_a_kill_inside_the_old_finalize_resumes(tmp_path, monkeypatch):
     """Earlier versions unlinked offsets.i64 before hashing and had no finalize.json: such a partial
     store said "damaged" on every rerun (with --overwrite too); now it resumes to the same store."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import os
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from contextlab.data.gutenberg import find_gutenberg_body
-from contextlab.data.sources import SourceOptions, open_source
+from contextlab.data.sources import SourceOptions, fingerprint_options, open_source
 from contextlab.errors import UserError
 from tests.conftest import FIXTURES, read_gz_text
 
@@ -218,9 +219,46 @@ def test_hf_dataset_and_dataset_dict(tmp_path: Path):
     assert [t for t, _ in got] == ["zero", "one", "two"]
     assert got[0][1]["path"] == "train/data-00000-of-00001.arrow" and got[0][1]["domain"] == "dd"
     assert texts(tmp_path / "dd" / "test") == ["two"]
-    datasets.DatasetDict({"validation": ds}).save_to_disk(str(tmp_path / "nov"))
-    with pytest.raises(UserError, match=r"no 'train' split \(splits: validation\)"):
+
+
+def test_dataset_dict_split_is_chosen_named_and_recorded(tmp_path: Path):
+    import datasets
+
+    ds = datasets.Dataset.from_dict({"text": ["zero", "one", "two"]})
+    datasets.DatasetDict({"train": ds.select([0]), "test": ds}).save_to_disk(str(tmp_path / "dd"))
+    src = open_source(tmp_path / "dd")
+    assert src.split == "train" and texts(tmp_path / "dd") == ["zero"]
+    assert src.split_note() == (
+        f"{tmp_path / 'dd'} is a DatasetDict with splits train (1 row), test (3 rows): "
+        "ingesting train; --split NAME reads another"
+    )
+    test = open_source(tmp_path / "dd", SourceOptions(split="test"))
+    got = [(d.text, d.meta["path"]) for d in test]
+    assert got == [(t, "test/data-00000-of-00001.arrow") for t in ("zero", "one", "two")]
+    assert (
+        test.describe()["split"] == "test" and "split" not in open_source(tmp_path / "dd" / "test").describe()
+    )
+    assert test.fingerprint() != src.fingerprint()
+    # stores ingested before --split existed keep their fingerprint (the same command stays up to date)
+    assert fingerprint_options(SourceOptions()) == {
+        k: v for k, v in dataclasses.asdict(SourceOptions()).items() if k != "split"
+    }
+    with pytest.raises(UserError, match=r"has no split 'dev' \(splits: train, test\); pass --split with one"):
+        open_source(tmp_path / "dd", SourceOptions(split="dev"))
+    with pytest.raises(UserError, match=r"is a single saved Dataset, not a DatasetDict; leave --split out"):
+        open_source(tmp_path / "dd" / "test", SourceOptions(split="test"))
+    datasets.DatasetDict({"validation": ds, "test": ds}).save_to_disk(str(tmp_path / "nov"))
+    with pytest.raises(
+        UserError, match=r"no 'train' split \(splits: validation, test\); pass --split NAME to choose one"
+    ):
         open_source(tmp_path / "nov")
+    assert texts(tmp_path / "nov", split="validation") == ["zero", "one", "two"]
+    datasets.DatasetDict({"validation": ds}).save_to_disk(str(tmp_path / "one"))
+    assert open_source(tmp_path / "one").split == "validation"
+    assert open_source(tmp_path / "one").split_note().endswith("validation (3 rows): ingesting validation")
+    write(tmp_path, {"a.jsonl": '{"text": "a"}\n'})
+    with pytest.raises(UserError, match=r"--split applies to a saved Hugging Face DatasetDict"):
+        open_source(tmp_path / "a.jsonl", SourceOptions(split="train"))
 
 
 def test_arrow_file_format_fallback_and_corrupt_files(tmp_path: Path):

@@ -43,7 +43,7 @@ from contextlab.data.heap import steady_heap
 from contextlab.data.ingest_long import add_streamed, batches
 from contextlab.data.source_bytes import source_bytes
 from contextlab.data.source_files import LongText
-from contextlab.data.sources import Document, SourceOptions, open_source
+from contextlab.data.sources import Document, SourceOptions, fingerprint_options, open_source
 from contextlab.data.store import (
     StoreWriter,
     TokenStore,
@@ -159,6 +159,8 @@ def _ingest(source, out: Path, config: IngestConfig, overwrite: bool, progress: 
     """``ingest`` without the lock and the full-disk message."""
     refuse_non_folder(out)
     src = open_source(source, config.source)
+    if (note := src.split_note()) is not None:
+        print(note)
     src.check_encoding()  # strict: every undecodable file named before any work is done
     fingerprint = _fingerprint(src, config)
     if out.exists():
@@ -289,7 +291,8 @@ def _store_meta(tokenizer: Tokenizer, src, config: IngestConfig, counts: dict, f
 
 
 def _fingerprint(src, config: IngestConfig) -> str:
-    blob = json.dumps({"source": src.fingerprint(), "config": to_dict(config)}, sort_keys=True, default=str)
+    cfg = {**to_dict(config), "source": fingerprint_options(config.source)}
+    blob = json.dumps({"source": src.fingerprint(), "config": cfg}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 

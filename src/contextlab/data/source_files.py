@@ -6,10 +6,11 @@ or duplicate a file read anyway; hidden entries are not listed). ``read_text_byt
 a text file (gzip transparently) and tells binary files by a NUL byte in the first
 ``BINARY_PROBE`` bytes; a corrupt file raises ``Unreadable`` for the caller to skip.
 ``LongText`` / ``scan_long_text`` give a file too long to hold whole as chunks, decoded
-incrementally. ``hf_arrow_files`` finds the Arrow files of a ``save_to_disk`` dataset and
-``record_batches`` streams Arrow or Parquet record batches, memory-mapped. Trade-off: a
-text file is read whole below ``long_doc_mb`` (a document is one file) and in 16 MB chunks
-above it, read twice (a scan, then the tokenizing pass), so memory follows a chunk.
+incrementally. ``hf_arrow_files`` finds the Arrow files of a ``save_to_disk`` dataset (of
+one split of a ``DatasetDict``: ``hf_split`` picks it) and ``record_batches`` streams Arrow or
+Parquet record batches, memory-mapped. Trade-off: a text file is read whole below
+``long_doc_mb`` (a document is one file) and in 16 MB chunks above it, read twice (a scan,
+then the tokenizing pass), so memory follows a chunk.
 """
 
 from __future__ import annotations
@@ -315,15 +316,36 @@ def scan_long_text(path: Path, errors: str) -> tuple[LongText, int]:
 _SURROGATES = re.compile("[\udc80-\udcff]")
 
 
-def hf_arrow_files(path: Path) -> list[tuple[str, Path]]:
-    """The Arrow files of a saved ``Dataset`` (a ``DatasetDict`` gives its train split)."""
-    if (path / "dataset_dict.json").is_file():
-        splits = json.loads((path / "dataset_dict.json").read_text()).get("splits", [])
-        if "train" not in splits:
+def hf_splits(path: Path) -> list[str] | None:
+    """The splits of a folder saved from a ``DatasetDict``, in saved order; None for a saved ``Dataset``."""
+    if not (path / "dataset_dict.json").is_file():
+        return None
+    return list(json.loads((path / "dataset_dict.json").read_text()).get("splits", []))
+
+
+def hf_split(path: Path, wanted: str | None) -> str | None:
+    """The split to read from the dataset at ``path``: ``wanted``, else ``train``, else the only one
+    (None for a saved ``Dataset``); a choice that cannot be made is a UserError naming the splits."""
+    splits = hf_splits(path)
+    if splits is None:
+        if wanted is not None:
             raise UserError(
-                f"{path} has no 'train' split (splits: {', '.join(splits)}); pass {path}/SPLIT as SOURCE"
+                f"--split {wanted} given, but {path} is a single saved Dataset, not a DatasetDict; "
+                "leave --split out"
             )
-        return [("train/" + rel, p) for rel, p in hf_arrow_files(path / "train")]
+        return None
+    names = ", ".join(splits)
+    if wanted is not None and wanted not in splits:
+        raise UserError(f"{path} has no split {wanted!r} (splits: {names}); pass --split with one of them")
+    if wanted is None and "train" not in splits and len(splits) != 1:
+        raise UserError(f"{path} has no 'train' split (splits: {names}); pass --split NAME to choose one")
+    return wanted or ("train" if "train" in splits else splits[0])
+
+
+def hf_arrow_files(path: Path, split: str | None = None) -> list[tuple[str, Path]]:
+    """The Arrow files of a saved ``Dataset``, or of ``split`` of a saved ``DatasetDict``."""
+    if split is not None:
+        return [(f"{split}/{rel}", p) for rel, p in hf_arrow_files(path / split)]
     state = path / "state.json"
     if state.is_file():
         names = [f["filename"] for f in json.loads(state.read_text()).get("_data_files", [])]
@@ -336,6 +358,11 @@ def hf_arrow_files(path: Path) -> list[tuple[str, Path]]:
             "save it again with save_to_disk"
         )
     return [(n, path / n) for n in names]
+
+
+def arrow_rows(files: list[tuple[str, Path]]) -> int:
+    """The rows of some Arrow files, from their batch headers (memory-mapped: no column is read)."""
+    return sum(b.num_rows for _, p in files for b in record_batches(p, True, [], lambda *_: None))
 
 
 def record_batches(

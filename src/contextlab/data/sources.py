@@ -10,9 +10,10 @@
 - ``jsonl``: ``.jsonl``/``.jsonl.gz``/``.json`` lines files (or a folder holding only
   those), one document per line, the text in ``options.text_field``.
 - ``parquet``: a ``.parquet`` file or a folder holding only those, read in row batches.
-- ``hf-dataset``: a folder written by ``datasets`` ``save_to_disk`` (a ``DatasetDict``
-  gives its ``train`` split), read straight from the Arrow files with pyarrow, so the
-  ``datasets`` package is not needed.
+- ``hf-dataset``: a folder written by ``datasets`` ``save_to_disk``, read straight from the
+  Arrow files with pyarrow, so the ``datasets`` package is not needed. Of a ``DatasetDict``
+  one split is read: ``options.split``, else ``train``, else the only split
+  (``split_note`` names them all, with their rows, for the ingest to print).
 
 Trade-offs. Text files are read whole, except past ``long_doc_mb`` (a ``LongText``, read in
 chunks), and row formats stream in batches, so memory follows the largest document, never
@@ -42,9 +43,12 @@ from contextlab.data.source_files import (
     EXCLUDED,
     LongText,
     Unreadable,
+    arrow_rows,
     detect_kind,
     folder_domains,
     hf_arrow_files,
+    hf_split,
+    hf_splits,
     read_text_bytes,
     scan_long_text,
     utf8_error_offset,
@@ -102,6 +106,10 @@ class SourceOptions:
     )
     long_doc_mb: float = opt(
         64.0, "text files larger than this many MB are streamed through the tokenizer, never held whole"
+    )
+    split: str | None = opt(
+        None,
+        "a saved Hugging Face DatasetDict: the split to ingest (default: train, or the only split)",
     )
 
     def __post_init__(self) -> None:  # also built in code, not only by the config loader
@@ -167,8 +175,15 @@ class Source:
         self.kind = detect_kind(self.path, self.options.include, self.options.exclude)
         self.stats = SourceStats()
         self.skipped: list[dict] = []
+        self.split: str | None = None  # the split read of a saved DatasetDict
         if self.kind == "hf-dataset":
-            hf_arrow_files(self.path)  # fail early on a missing split
+            self.split = hf_split(self.path, self.options.split)
+            hf_arrow_files(self.path, self.split)  # fail early on a missing file
+        elif self.options.split is not None:
+            raise UserError(
+                f"--split applies to a saved Hugging Face DatasetDict, and {self.given} is a {self.kind} "
+                "source; leave --split out"
+            )
         if self.kind == "file":
             try:
                 binary = read_text_bytes(self.path, head_only=True)[1]
@@ -187,13 +202,29 @@ class Source:
             "kind": self.kind,
             "path": str(self.path.resolve()),
             "source": self.given,
+            **({"split": self.split} if self.split is not None else {}),
             "options": dataclasses.asdict(self.options),
         }
+
+    def split_note(self) -> str | None:
+        """For a saved DatasetDict, one line naming every split with its rows and the one read."""
+        splits = hf_splits(self.path) if self.kind == "hf-dataset" else None
+        if splits is None:
+            return None
+        sizes = []
+        for name in splits:
+            try:
+                n = arrow_rows(hf_arrow_files(self.path, name))
+                sizes.append(f"{name} ({n:,} row{'s' * (n != 1)})")
+            except UserError:
+                sizes.append(f"{name} (incomplete)")
+        others = "; --split NAME reads another" if len(splits) > 1 else ""
+        return f"{self.given} is a DatasetDict with splits {', '.join(sizes)}: ingesting {self.split}{others}"
 
     def fingerprint(self) -> str:
         """sha256 over kind, options and (relative path, size, mtime_ns) of every input file."""
         h = hashlib.sha256(
-            json.dumps([FORMAT, self.kind, dataclasses.asdict(self.options)], sort_keys=True).encode()
+            json.dumps([FORMAT, self.kind, fingerprint_options(self.options)], sort_keys=True).encode()
         )
         for rel, path in self._files()[0]:
             st = path.stat()
@@ -217,7 +248,7 @@ class Source:
 
     def _files(self) -> tuple[list[tuple[str, Path]], list[dict]]:
         if self.kind == "hf-dataset":
-            return hf_arrow_files(self.path), []
+            return hf_arrow_files(self.path, self.split), []
         if self.path.is_file():
             return [(self.path.name, self.path)], []
         return walk(self.path, self.options.include, self.options.exclude)
@@ -393,6 +424,15 @@ class Source:
             ": " + ", ".join(parts) if parts else ""
         )
         return f"no documents in {self.given}: {seen}; check --include/--exclude, --min-chars and the path"
+
+
+def fingerprint_options(options: SourceOptions) -> dict:
+    """The options as fingerprints see them: an option added since stores were first made is
+    left out while it has its default, so an older store of the same command stays up to date."""
+    d = dataclasses.asdict(options)
+    if d["split"] is None:
+        del d["split"]
+    return d
 
 
 def open_source(path: str | Path, options: SourceOptions | None = None) -> Source:

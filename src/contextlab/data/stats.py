@@ -60,7 +60,8 @@ def format_summary(s: dict) -> str:
         f"documents  {s['n_docs']:,}    tokens {s['n_tokens']:,}    dtype {s['dtype']}",
         f"tokenizer  {tok['name']} ({tok['kind']}, vocab {tok['vocab_size']:,}, "
         f"hash {str(tok['hash'])[:12]})",
-        f"source     {s['source'].get('kind', '?')} {s['source'].get('path', '')}",
+        f"source     {s['source'].get('kind', '?')} {s['source'].get('path', '')}"
+        + (f" (split {s['source']['split']})" if s["source"].get("split") else ""),
     ]
     if s.get("length_percentiles"):
         p = s["length_percentiles"]
