@@ -55,7 +55,7 @@ def test_atomic_write_gives_the_mode_of_a_plain_open(tmp_path, mask):
             f.write(b"x")
         cio.atomic_write_bytes(d / "atomic", b"x")
         cio.atomic_write_bytes(d / "atomic", b"again")  # replacing a file: still the default mode
-        with cio.staged_dir(d / "folder", overwrite=False, own=cio.any_folder) as tmp:
+        with cio.staged_dir(d / "folder", overwrite=False, kind=cio.ANY_FOLDER) as tmp:
             (tmp / "f").write_bytes(b"x")
         (d / "plain_dir").mkdir()
         mode = lambda name: oct(stat.S_IMODE((d / name).stat().st_mode))
@@ -117,11 +117,11 @@ def test_a_killed_write_leaves_the_old_file(tmp_path):
 
 def test_staged_dir_swaps_the_folder_whole(tmp_path):
     out = tmp_path / "export"
-    with cio.staged_dir(out, overwrite=False, own=cio.any_folder) as tmp:
+    with cio.staged_dir(out, overwrite=False, kind=cio.ANY_FOLDER) as tmp:
         assert tmp.parent == tmp_path and tmp.is_dir() and not out.exists()
         (tmp / "a.txt").write_text("1")
     assert _names(out) == ["a.txt"] and _names(tmp_path) == ["export"]
-    with cio.staged_dir(out, overwrite=True, own=cio.any_folder) as tmp:
+    with cio.staged_dir(out, overwrite=True, kind=cio.ANY_FOLDER) as tmp:
         (tmp / "b.txt").write_text("2")
     assert _names(out) == ["b.txt"] and _names(tmp_path) == ["export"]  # the old files are gone
 
@@ -132,7 +132,7 @@ def test_staged_dir_that_raises_leaves_the_old_folder(tmp_path):
     (out / "old.txt").write_text("keep")
     with (
         pytest.raises(RuntimeError, match="boom"),
-        cio.staged_dir(out, overwrite=True, own=cio.any_folder) as tmp,
+        cio.staged_dir(out, overwrite=True, kind=cio.ANY_FOLDER) as tmp,
     ):
         (tmp / "half.txt").write_text("half")
         raise RuntimeError("boom")
@@ -143,43 +143,63 @@ def test_staged_dir_that_raises_leaves_the_old_folder(tmp_path):
 def test_staged_dir_refuses_a_non_empty_folder(tmp_path):
     out = tmp_path / "export"
     out.mkdir()
-    with cio.staged_dir(out, overwrite=False, own=cio.any_folder) as tmp:  # an empty folder may be filled
+    with cio.staged_dir(out, overwrite=False, kind=cio.ANY_FOLDER) as tmp:  # an empty folder may be filled
         (tmp / "a").write_text("a")
     with (
         pytest.raises(UserError, match="export folder .* already exists and is not empty"),
-        cio.staged_dir(out, overwrite=False, what="export folder", own=cio.any_folder),
+        cio.staged_dir(out, overwrite=False, what="export folder", kind=cio.ANY_FOLDER),
     ):
         pass
     assert _names(out) == ["a"] and _names(tmp_path) == ["export"]
 
 
 def test_overwrite_replaces_only_the_writers_own_kind_of_folder(tmp_path):
-    """``own`` says what a writer's output looks like: a folder of anything else is refused with and
-    without overwrite, by ``staged_dir`` up front and by ``replace_dir`` at the swap; an empty folder
-    and one of the writer's own kind are taken."""
-    mine = lambda p: (p / "mine.json").is_file()
+    """An ``OutputKind`` says what a writer's output looks like: a folder of anything else is refused
+    with and without overwrite, by ``staged_dir`` up front and by ``replace_dir`` at the swap; an empty
+    folder and one of the writer's own kind are taken."""
+    thing = cio.OutputKind("a thing", lambda p: (p / "mine.json").is_file(), ("mine.json", "plot.*"))
     user = write_tree(tmp_path / "user", {"notes.txt": "keep", "thesis/ch1.tex": "keep"})
     for overwrite in (False, True):
         with (
             pytest.raises(
                 UserError, match="holds notes.txt, thesis and is not a thing; --overwrite replaces only"
             ),
-            cio.staged_dir(user, overwrite=overwrite, own=mine, kind="a thing"),
+            cio.staged_dir(user, overwrite=overwrite, kind=thing),
         ):
             raise AssertionError("the block must not run")
         src = write_tree(tmp_path / f"new{overwrite}", {"mine.json": "{}"})
         with pytest.raises(UserError, match="is not a thing"):
-            cio.replace_dir(src, user, overwrite=overwrite, own=mine, what="a thing")
+            cio.replace_dir(src, user, overwrite=overwrite, kind=thing)
         assert (src / "mine.json").is_file()  # the new folder is left where it was
     assert (user / "notes.txt").read_text() == "keep" and (user / "thesis" / "ch1.tex").read_text() == "keep"
-    own_kind = write_tree(tmp_path / "own", {"mine.json": "old"})
-    with cio.staged_dir(own_kind, overwrite=True, own=mine, kind="a thing") as tmp:
+    own_kind = write_tree(tmp_path / "own", {"mine.json": "old", "plot.png": "old"})
+    with cio.staged_dir(own_kind, overwrite=True, kind=thing) as tmp:
         (tmp / "mine.json").write_text("new")
-    assert (own_kind / "mine.json").read_text() == "new"
+    assert _names(own_kind) == ["mine.json"] and (own_kind / "mine.json").read_text() == "new"
     (tmp_path / "empty").mkdir()
-    with cio.staged_dir(tmp_path / "empty", overwrite=False, own=mine, kind="a thing") as tmp:
+    with cio.staged_dir(tmp_path / "empty", overwrite=False, kind=thing) as tmp:
         (tmp / "mine.json").write_text("1")
     assert _names(tmp_path / "empty") == ["mine.json"]
+
+
+def test_overwrite_keeps_a_users_files_put_into_an_output_of_its_kind(tmp_path):
+    """A folder of the writer's own kind that also holds something contextlab does not write there (a
+    user's notes, a folder of analyses) is refused, with and without overwrite, and left as it was."""
+    thing = cio.OutputKind("a thing", lambda p: (p / "mine.json").is_file(), ("mine.json", "plot.*"))
+    out = write_tree(
+        tmp_path / "out", {"mine.json": "old", "plot.png": "p", "my_notes.txt": "keep", "a/b": "k"}
+    )
+    for overwrite in (False, True):
+        with (
+            pytest.raises(UserError, match=r"is a thing but also holds a, my_notes.txt, which contextlab"),
+            cio.staged_dir(out, overwrite=overwrite, kind=thing),
+        ):
+            raise AssertionError("the block must not run")
+        src = write_tree(tmp_path / f"new{overwrite}", {"mine.json": "{}"})
+        with pytest.raises(UserError, match="move them out first"):
+            cio.replace_dir(src, out, overwrite=overwrite, kind=thing)
+    assert _names(out) == ["a", "mine.json", "my_notes.txt", "plot.png"]
+    assert (out / "my_notes.txt").read_text() == "keep" and (out / "mine.json").read_text() == "old"
 
 
 def test_open_partial_resumes_restarts_or_refuses(tmp_path):

@@ -15,11 +15,13 @@ or changed (changing it is process-wide, and another thread could create a file 
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import json
 import os
 import secrets
 import shutil
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -134,12 +136,11 @@ def replace_dir(
     dst: str | os.PathLike,
     *,
     overwrite: bool,
-    own: Callable[[Path], bool],
-    what: str,
+    kind: OutputKind,
 ) -> None:
     """Move the folder ``src`` to ``dst``; an existing folder ``dst`` is replaced only when ``overwrite``
-    and only when it is empty or ``own(dst)`` says it is the command's own kind of output (``what``,
-    "a token store"): anything else is refused either way (``refuse_foreign``).
+    and only when it is empty or the command's own ``kind`` of output holding nothing but what
+    contextlab writes there: anything else is refused either way (``refuse_foreign``).
 
     The old folder is first moved into a fresh hidden folder beside it (made here, so its name
     cannot be anything the user made: ``.DST.<hex>.replaced``), the new one is renamed in, then
@@ -152,7 +153,7 @@ def replace_dir(
         os.replace(src, dst)
         fsync_dir(dst.parent)
         return
-    refuse_foreign(dst, own, what)
+    refuse_foreign(dst, kind)
     if not overwrite:
         raise UserError(f"{dst} already exists; choose another --out or pass --overwrite")
     holder = fresh_dir(dst, "replaced")
@@ -175,31 +176,58 @@ def refuse_non_folder(out: str | os.PathLike, flag: str = "--out") -> None:
         raise UserError(f"{flag} {out} is {kind}, not a folder; choose another {flag} (it is left as it is)")
 
 
-def refuse_foreign(
-    out: str | os.PathLike, own: Callable[[Path], bool], what: str, flag: str = "--out"
-) -> None:
+@dataclass(frozen=True)
+class OutputKind:
+    """A kind of folder a command writes and its ``--overwrite`` may replace: ``name`` for messages ("a
+    token store"), ``recognise(folder)`` whether a folder is one, and ``entries``, the patterns
+    (``fnmatch``) of the names contextlab writes at its top level: the writer's files and what other
+    commands add (a plot, a reader's cache). Anything else in such a folder is someone's own and is
+    never deleted: the folder is then refused, as a folder of another kind is."""
+
+    name: str
+    recognise: Callable[[Path], bool]
+    entries: tuple[str, ...] = ("*",)
+
+    def strangers(self, folder: Path) -> list[str]:
+        """The names at the top of ``folder`` that contextlab does not write in this kind of folder."""
+        mine = lambda name: any(fnmatch.fnmatchcase(name, p) for p in self.entries)
+        return sorted(p.name for p in Path(folder).iterdir() if not mine(p.name))
+
+
+ANY_FOLDER = OutputKind("a folder", lambda path: True)  # a folder that is the writer's by construction
+
+
+def _some(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def refuse_foreign(out: str | os.PathLike, kind: OutputKind, flag: str = "--out") -> None:
     """``--overwrite`` replaces only the command's own kind of output: one line, with or without it, for
-    an ``out`` that is a file, a link, or a folder holding anything but ``what`` (``own(out)`` false). An
-    empty folder, a missing one and one of ``what`` pass. Writers call it before their work starts (no
-    minutes spent on an output that cannot be written) and ``replace_dir`` again before it swaps."""
+    an ``out`` that is a file, a link, a folder holding anything but ``kind``, or a folder of ``kind``
+    that also holds something contextlab does not write there (``kind.strangers``: a user's notes put
+    into a store). An empty folder, a missing one and a pure one of ``kind`` pass. Writers call it
+    before their work starts (no minutes spent on an output that cannot be written) and
+    ``replace_dir`` again before it swaps."""
     out = Path(out)
     refuse_non_folder(out, flag)
-    if not out.is_dir() or own(out):
+    if not out.is_dir():
         return
     names = sorted(p.name for p in out.iterdir())
     if not names:
         return
-    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-    raise UserError(
-        f"{flag} {out} holds {shown} and is not {what}; --overwrite replaces only {what}, never other "
-        f"folders: choose another {flag} (nothing was changed)"
-    )
-
-
-def any_folder(path: Path) -> bool:
-    """``own`` for ``replace_dir`` and ``staged_dir`` where the folder is the writer's by construction
-    (a run's own tokenizer folder), never a path a user typed."""
-    return True
+    if not kind.recognise(out):
+        raise UserError(
+            f"{flag} {out} holds {_some(names)} and is not {kind.name}; --overwrite replaces only "
+            f"{kind.name}, never other folders: choose another {flag} (nothing was changed)"
+        )
+    strangers = kind.strangers(out)
+    if strangers:
+        them = "it" if len(strangers) == 1 else "them"
+        raise UserError(
+            f"{flag} {out} is {kind.name} but also holds {_some(strangers)}, which contextlab does not write "
+            f"there; --overwrite would replace the folder whole: move {them} out first or choose another "
+            f"{flag} (nothing was changed)"
+        )
 
 
 def refuse_overlap(out: str | os.PathLike, inputs: Iterable, flag: str = "--out") -> None:
@@ -262,20 +290,18 @@ def staged_dir(
     *,
     overwrite: bool,
     what: str = "folder",
-    own: Callable[[Path], bool],
-    kind: str = "",
+    kind: OutputKind,
 ) -> Iterator[Path]:
     """A new empty folder beside ``out`` to write into; it replaces ``out`` when the block ends.
 
     An ``out`` that exists and is not an empty folder is refused up front unless ``overwrite``
-    (``what`` names it in the message), and even then unless ``own(out)`` says it is the writer's
-    own kind of output (``kind``: "a contextlab export"). If the block raises, the staged folder
-    is deleted and ``out`` is left as it was. The folder gets the mode ``mkdir`` gives.
+    (``what`` names it in the message), and even then unless it is the writer's own ``kind`` of
+    output holding nothing else (``refuse_foreign``). If the block raises, the staged folder is
+    deleted and ``out`` is left as it was. The folder gets the mode ``mkdir`` gives.
     """
     out = Path(out)
-    kind = kind or what
     refuse_non_folder(out, what)
-    refuse_foreign(out, own, kind)
+    refuse_foreign(out, kind)
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise UserError(
             f"{what} {out} already exists and is not empty; choose another folder or pass --overwrite"
@@ -284,7 +310,7 @@ def staged_dir(
     tmp = fresh_dir(out, "tmp")
     try:
         yield tmp
-        replace_dir(tmp, out, overwrite=True, own=own, what=kind)  # the old folder is swapped out whole
+        replace_dir(tmp, out, overwrite=True, kind=kind)  # the old folder is swapped out whole
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 
 from contextlab.errors import UserError
-from contextlab.io import any_folder, staged_dir
+from contextlab.io import ANY_FOLDER, staged_dir
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -289,7 +289,7 @@ def save_tokenizer(run_dir: PathLike, source: PathLike, spec: dict) -> Path | No
     source = Path(source)
     if not (source / TOKENIZER_SPEC).is_file():
         return None
-    with staged_dir(dest, overwrite=True, what="the run's tokenizer folder", own=any_folder) as tmp:
+    with staged_dir(dest, overwrite=True, what="the run's tokenizer folder", kind=ANY_FOLDER) as tmp:
         shutil.copytree(source, tmp, dirs_exist_ok=True)
     return dest
 

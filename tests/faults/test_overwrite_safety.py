@@ -153,16 +153,61 @@ def test_an_out_that_overlaps_an_input_is_refused(project, kind, out, kept, over
 
 
 def test_a_folder_replaced_by_overwrite_is_gone_whole(project, tmp_path):
-    """The replaced folder is deleted (it was the command's own output), and nothing hidden stays."""
+    """The replaced folder is deleted (it was the command's own output, with the files other commands
+    add to it: pack-stats' record and plot), and nothing hidden stays."""
     out = tmp_path / "packed"
     args = writer_args(project, "pack", out)
     assert main(args) == 0
-    (out / "note.txt").write_text("stale")  # a file in the old output, which --overwrite replaces
+    assert main(["data", "pack-stats", str(out)]) == 0 and (out / "pack_stats.json").is_file()
     assert main([*args, "--overwrite"]) == 0
-    assert not (out / "note.txt").exists() and made("pack", out)
+    assert not (out / "pack_stats.json").exists() and made("pack", out)
     assert [
         p.name for p in tmp_path.iterdir() if p.name.startswith(".") and not p.name.endswith(".lock")
     ] == []
+
+
+def kind_of(writer: str):
+    from contextlab.data.export import EXPORT as DATA_EXPORT
+    from contextlab.data.packing.pack import PACKED
+    from contextlab.data.store_write import STORE
+    from contextlab.models.hf.custom_code import EXPORT
+
+    return {"ingest": STORE, "pack": PACKED, "data export": DATA_EXPORT, "export": EXPORT}[writer]
+
+
+def add_derived(project: Path, writer: str, out: Path) -> None:
+    """What other commands add to a writer's output: data info's plot and cache, pack-stats' files."""
+    if writer == "ingest":
+        assert main(["data", "info", str(out)]) == 0 and (out / "doc_lengths.png").is_file()
+    elif writer == "pack":
+        assert main(["data", "pack-stats", str(out)]) == 0 and (out / "pack_stats.png").is_file()
+
+
+@pytest.mark.parametrize("kind", WRITERS)
+def test_every_entry_a_command_writes_is_its_kinds_own(project, tmp_path, kind):
+    """The names each writer (and the commands that add to its output) writes are all its kind's own
+    entries, so --overwrite of an untouched output is never refused."""
+    out = tmp_path / "out"
+    assert main(writer_args(project, kind, out)) == 0
+    add_derived(project, kind, out)
+    assert kind_of(kind).strangers(out) == []
+    assert main([*writer_args(project, kind, out), "--overwrite"]) == 0 and made(kind, out)
+
+
+@pytest.mark.parametrize("kind", WRITERS)
+def test_overwrite_keeps_a_users_files_inside_an_output(project, tmp_path, kind, capsys):
+    """A user's notes or folder put into a store, a packed store or an export are never deleted by
+    --overwrite (a user's trial lost both): refused in one line naming them, the folder byte for byte
+    as it was, nothing staged left behind."""
+    out = tmp_path / "out"
+    assert main(writer_args(project, kind, out)) == 0
+    write_tree(out, {"my_notes.txt": "keep", "analysis/a.txt": "keep"})
+    before = tree_digest(out)
+    assert main([*writer_args(project, kind, out), "--overwrite"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "also holds analysis, my_notes.txt, which contextlab does not write" in err[0]
+    assert tree_digest(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == ["out"]
 
 
 def test_replace_dir_puts_the_old_folder_back_when_the_new_one_cannot_move_in(tmp_path, monkeypatch):
@@ -179,7 +224,7 @@ def test_replace_dir_puts_the_old_folder_back_when_the_new_one_cannot_move_in(tm
 
     monkeypatch.setattr(cio.os, "replace", failing)
     with pytest.raises(OSError):
-        cio.replace_dir(src, dst, overwrite=True, own=cio.any_folder, what="a folder")
+        cio.replace_dir(src, dst, overwrite=True, kind=cio.ANY_FOLDER)
     assert (dst / "old.txt").read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["new", "out"]
 

@@ -309,8 +309,8 @@ def _existing_output(out: Path, fingerprint: str, overwrite: bool) -> IngestRepo
                 f"{store.meta.get('source', {}).get('path', '?')}, tokenizer "
                 f"{store.tokenizer_spec.get('name')}); choose another --out or pass --overwrite"
             )
-    elif out.exists() or out.is_symlink():
-        refuse_non_store(out)  # a file, a link or anything but an empty folder: never replaced
+    if out.exists() or out.is_symlink():  # a file, a link, another folder, a store holding a user's files
+        refuse_non_store(out)
     return None
 
 

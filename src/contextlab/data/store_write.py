@@ -30,6 +30,7 @@ from contextlab import FORMAT_VERSION, __version__
 from contextlab.data.store_meta import has_format
 from contextlab.errors import UserError
 from contextlab.io import (
+    OutputKind,
     atomic_write_bytes,
     atomic_write_json,
     atomic_write_npy,
@@ -42,7 +43,6 @@ from contextlab.io import (
 )
 
 STORE_FORMAT = "contextlab-token-store"
-STORE_KIND = "a token store"  # what --overwrite of a store writer may replace (``refuse_foreign``)
 
 
 def is_token_store(path: Path) -> bool:
@@ -50,10 +50,30 @@ def is_token_store(path: Path) -> bool:
     return has_format(path, STORE_FORMAT)
 
 
+STORE = OutputKind(  # what --overwrite of a store writer may replace (``refuse_foreign``)
+    "a token store",
+    is_token_store,
+    (
+        "meta.json",
+        "tokens.bin",
+        "offsets.npy",
+        "docs.jsonl",
+        "docs.parquet",
+        "skipped.jsonl",
+        "config.toml",
+        "tokenizer",
+        "parity.json",  # a synthetic store's task
+        "mqar.json",
+        "doc_lengths.png",  # data info's plot
+        ".verified.json",  # a reader's cache
+    ),
+)
+
+
 def refuse_non_store(out: Path) -> None:
     """One line, before any work, for an ``--out`` that --overwrite may not replace: a file, a link, or a
     folder holding anything but a token store (``refuse_foreign``)."""
-    refuse_foreign(out, is_token_store, STORE_KIND)
+    refuse_foreign(out, STORE)
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -303,7 +323,7 @@ def finalize_store(partial_dir: Path, out_dir: Path, meta: dict, *, overwrite: b
         tmp.unlink()
     (partial_dir / FINALIZE_FILE).unlink(missing_ok=True)
     fsync_dir(partial_dir)
-    replace_dir(partial_dir, out_dir, overwrite=overwrite, own=is_token_store, what=STORE_KIND)
+    replace_dir(partial_dir, out_dir, overwrite=overwrite, kind=STORE)
 
 
 def _final_offsets(partial_dir: Path, chunk: int = 1 << 23) -> np.ndarray:

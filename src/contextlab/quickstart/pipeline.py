@@ -31,12 +31,15 @@ import warnings
 from pathlib import Path
 
 from contextlab.errors import UserError
-from contextlab.io import atomic_write_json, refuse_foreign
+from contextlab.io import OutputKind, atomic_write_json, refuse_foreign
 from contextlab.quickstart.config import EVALS, TRAIN_STORE, QuickstartConfig, eval_options, run_config
 from contextlab.quickstart.summary import write_summary
 from contextlab.steps import UP_TO_DATE, Step, StepRunner, digest
 
 STATE_FILE = "quickstart_state.json"
+# --overwrite deletes only the quickstart's own entries (runs, its state, report, summary), so
+# anything else in the folder is kept and needs no check
+QUICKSTART = OutputKind("a quickstart folder", lambda folder: (folder / STATE_FILE).is_file())
 HELDOUT_STORE = "stdlib_heldout"
 
 
@@ -55,7 +58,7 @@ class Quickstart:
     ):
         self.cfg, self.out, self.overwrite, self.progress = cfg, Path(out), overwrite, progress
         if overwrite and self.out.exists():
-            refuse_foreign(self.out, lambda p: (p / STATE_FILE).is_file(), "a quickstart folder")
+            refuse_foreign(self.out, QUICKSTART)
             for sub in ("runs", STATE_FILE, "report.html", "summary.json"):
                 p = self.out / sub
                 shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)

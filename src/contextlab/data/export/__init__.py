@@ -34,10 +34,9 @@ from contextlab.data.shards.local_pool import LocalExecutor
 from contextlab.data.store import holds_output_lock
 from contextlab.data.views import packed_split
 from contextlab.errors import UserError
-from contextlab.io import atomic_write_json, partial_dir, refuse_foreign, replace_dir
+from contextlab.io import OutputKind, atomic_write_json, partial_dir, refuse_foreign, replace_dir
 
 EXPORT_FORMAT = "contextlab-export"
-EXPORT_KIND = "an export of a packed store"
 EXPORT_VERSION = 1
 FORMATS = {
     "parquet": "one Parquet row per sequence: input_ids, position_ids, document_ids (Hugging Face)",
@@ -101,7 +100,7 @@ def export(
     written = _write_splits(pk, cfg, splits, partial, progress)
     record = _record(pk, cfg, written)
     atomic_write_json(partial / "export.json", record)
-    replace_dir(partial, out, overwrite=overwrite, own=is_data_export, what=EXPORT_KIND)
+    replace_dir(partial, out, overwrite=overwrite, kind=EXPORT)
     return ExportReport(out, record, time.perf_counter() - t0)
 
 
@@ -139,8 +138,13 @@ def is_data_export(path: Path) -> bool:
         return False
 
 
+EXPORT = OutputKind(  # what --overwrite of a data export may replace
+    "an export of a packed store", is_data_export, ("export.json", "*.parquet", "*.bin", "*.idx")
+)
+
+
 def _check_out(pk: PackedStore, out: Path, overwrite: bool) -> None:
-    refuse_foreign(out, is_data_export, EXPORT_KIND)  # --overwrite replaces an export only
+    refuse_foreign(out, EXPORT)  # --overwrite replaces an export only, and nothing put into one
     if out.exists() and not overwrite:
         raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
 

@@ -40,6 +40,7 @@ from contextlab.data.shards import LocalExecutor, ShardedJob, ShardExecutor, fin
 from contextlab.data.store import TokenStore, holds_output_lock
 from contextlab.errors import UserError
 from contextlab.io import (
+    OutputKind,
     atomic_write_json,
     atomic_write_npy,
     open_partial,
@@ -49,7 +50,11 @@ from contextlab.io import (
     replace_dir,
 )
 
-PACKED_KIND = "a packed store"  # what --overwrite of a pack may replace
+PACKED = OutputKind(  # what --overwrite of a pack may replace
+    "a packed store",
+    is_packed_store,
+    ("meta.json", "config.toml", "entries.npy", "seq_offsets.npy", "similarity.npy", "pack_stats.*"),
+)
 
 
 @dataclass
@@ -193,8 +198,8 @@ def _existing_output(out: Path, fp: str, overwrite: bool) -> PackReport | None:
                 f"{out} already holds a different packed store (method {meta['config'].get('method')}); "
                 f"choose another --out or pass --overwrite"
             )
-    elif out.exists() or out.is_symlink():
-        refuse_foreign(out, is_packed_store, PACKED_KIND)  # --overwrite replaces a packed store only
+    if out.exists() or out.is_symlink():  # --overwrite replaces a packed store only, and nothing put into one
+        refuse_foreign(out, PACKED)
     return None
 
 
@@ -326,4 +331,4 @@ def _complete(partial: Path, out: Path, overwrite: bool) -> None:
     for stray in partial.glob(".*.tmp"):  # a temporary file of a write that a kill interrupted
         stray.unlink()
     (partial / "progress.json").unlink(missing_ok=True)
-    replace_dir(partial, out, overwrite=overwrite, own=is_packed_store, what=PACKED_KIND)
+    replace_dir(partial, out, overwrite=overwrite, kind=PACKED)

@@ -33,7 +33,7 @@ from transformers.utils import CONFIG_NAME
 from contextlab.errors import UserError
 from contextlab.io import staged_dir
 from contextlab.models.gpt import GPTOutput
-from contextlab.models.hf.custom_code import EXPORT_KIND, is_export
+from contextlab.models.hf.custom_code import EXPORT
 from contextlab.models.rope import ntk_base
 
 LIMIT_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length")
@@ -288,7 +288,7 @@ def save_hf(
 ) -> Path:
     """save_pretrained into ``out_dir`` atomically, with the tokenizer files of the first folder with any."""
     out = Path(out_dir)
-    with staged_dir(out, overwrite=overwrite, what="export folder", own=is_export, kind=EXPORT_KIND) as tmp:
+    with staged_dir(out, overwrite=overwrite, what="export folder", kind=EXPORT) as tmp:
         if extra_config:
             hf.config.contextlab = extra_config
         hf.save_pretrained(tmp, safe_serialization=True)

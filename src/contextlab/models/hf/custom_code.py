@@ -32,7 +32,7 @@ from transformers.utils import CONFIG_NAME, SAFE_WEIGHTS_NAME
 
 import contextlab
 from contextlab.errors import UserError
-from contextlab.io import staged_dir
+from contextlab.io import OutputKind, staged_dir
 from contextlab.models.contextlm import ContextLM, ContextLMConfig, ContextLMOptions
 from contextlab.models.gpt import GPT, GPTConfig, current_fields
 from contextlab.models.hf.remote import REMOTE_DIR, REMOTE_FILES
@@ -112,14 +112,11 @@ def export_to_hf(
         raise UserError(
             f"tokenizer folder {tokenizer_dir} does not exist; pass the folder holding the tokenizer files"
         )
-    with staged_dir(out, overwrite=overwrite, what="export folder", own=is_export, kind=EXPORT_KIND) as tmp:
+    with staged_dir(out, overwrite=overwrite, what="export folder", kind=EXPORT) as tmp:
         write_remote_code_model(model, tmp, extra_config)
         if tokenizer_dir is not None:
             shutil.copytree(tokenizer_dir, tmp / "tokenizer")
     return out
-
-
-EXPORT_KIND = "a contextlab export (a folder written by `contextlab export`)"
 
 
 def is_export(folder: Path) -> bool:
@@ -129,6 +126,27 @@ def is_export(folder: Path) -> bool:
         return isinstance(json.loads((Path(folder) / CONFIG_NAME).read_text()).get("contextlab"), dict)
     except (OSError, ValueError, AttributeError):
         return False
+
+
+EXPORT = OutputKind(  # what --overwrite of an export may replace
+    "a contextlab export (a folder written by `contextlab export`)",
+    is_export,
+    (
+        "config.json",
+        "generation_config.json",
+        "*.safetensors",
+        "*.safetensors.index.json",
+        "*.py",
+        "tokenizer",
+        "tokenizer*.json",
+        "tokenizer.model",
+        "special_tokens_map.json",
+        "added_tokens.json",
+        "vocab.json",
+        "merges.txt",
+        "chat_template.*",
+    ),
+)
 
 
 def provenance(extra_config: dict | None) -> dict:

@@ -26,7 +26,7 @@ from pathlib import Path
 from contextlab.errors import UserError
 from contextlab.io import staged_dir
 from contextlab.models.archs import ARCHS, arch_of
-from contextlab.models.hf.custom_code import EXPORT_KIND, is_export, provenance, write_remote_code_model
+from contextlab.models.hf.custom_code import EXPORT, provenance, write_remote_code_model
 from contextlab.models.hf.llama import llama_compatible, save_llama
 
 
@@ -52,7 +52,7 @@ def export_arch_to_hf(
             "tokenizer/ folder of the run or its training store"
         )
     out = Path(out_dir)
-    with staged_dir(out, overwrite=overwrite, what="export folder", own=is_export, kind=EXPORT_KIND) as tmp:
+    with staged_dir(out, overwrite=overwrite, what="export folder", kind=EXPORT) as tmp:
         special = _save_tokenizer(tokenizer_dir, tmp, model.config.context) if tokenizer_dir else {}
         if why_not_llama:
             write_remote_code_model(model, tmp, extra, **special)
