@@ -140,6 +140,15 @@ def test_jsonl_plain_gz_and_domain_field(tmp_path: Path):
     assert [(d.text, d.meta["domain"], d.meta["row"]) for d in src] == [("one", "en", 0), ("two", "fr", 1)]
 
 
+def test_jsonl_blank_lines_are_not_rows_and_empty_rows_are_listed(tmp_path: Path):
+    body = '{"text":"hello world"}\n\n{"text":"second row"}\n   \n{"text":"third"}\n{"text": ""}\n'
+    write(tmp_path, {"blank.jsonl": body})
+    src = open_source(tmp_path / "blank.jsonl")
+    assert [(d.text, d.meta["row"]) for d in src] == [("hello world", 0), ("second row", 2), ("third", 4)]
+    assert src.stats.skipped_empty == 1  # the empty-text row; the two blank lines are no rows
+    assert src.skipped == [{"path": "blank.jsonl", "row": 5, "reason": "empty"}]
+
+
 def test_jsonl_bad_line_and_missing_field(tmp_path: Path):
     write(
         tmp_path,

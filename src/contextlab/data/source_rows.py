@@ -46,8 +46,7 @@ def jsonl_rows(src: Source, files: list[tuple[str, Path]]) -> Iterator[tuple[str
             with open_bytes(path) as f:
                 for row, line in enumerate(f):
                     src.stats.bytes_read += len(line)
-                    if not line.strip():
-                        src.stats.skipped_empty += 1
+                    if not line.strip():  # JSONL's whitespace, not a row: neither counted nor listed
                         continue
                     label = f"{path} line {row + 1}"
                     line_text = src.decode(line, label, rel, row)

@@ -138,7 +138,7 @@ class SourceStats:
 
     files_seen: int = 0  # input files opened (after include/exclude)
     documents: int = 0  # documents yielded
-    skipped_empty: int = 0  # empty or whitespace-only documents (and blank JSONL lines)
+    skipped_empty: int = 0  # empty or whitespace-only documents (a blank JSONL line is no row)
     skipped_short: int = 0  # documents shorter than min_chars
     skipped_binary: int = 0  # files with a NUL byte in their first 8 KiB
     skipped_excluded: int = 0  # files left out by include/exclude
