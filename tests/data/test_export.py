@@ -304,3 +304,44 @@ def test_without_separators_positions_restart_at_each_entry(tmp_path):
             want += list(range(e - b))
         assert table["position_ids"][r] == want[:ROW]
         assert table["input_ids"][r] == pk.sequence_tokens(i)[0].tolist()
+
+
+def _change_one_token_in_place(store, at: int) -> int:
+    """Change the id at position ``at`` of ``store``'s tokens.bin, the file's size the same; the new id."""
+    f = store.path / "tokens.bin"
+    tokens = np.memmap(f, dtype=store.dtype, mode="r+")
+    tokens[at] = new = (int(tokens[at]) + 1) % 256
+    tokens.flush()
+    del tokens
+    return new
+
+
+def test_a_token_store_changed_in_place_after_packing_is_refused(tmp_path, capsys):
+    """export and pack-stats read the tokens, so they check the store's content hash as pack and
+    train do (opening the packed store compares meta.json's hash only, blind to an edit in place)."""
+    store = make_store(tmp_path, mixed_corpus(30, seed=2))
+    pk = pack(store, tmp_path / "ep", PackConfig(method="ep", context=CONTEXT), progress=False).packed
+    new = _change_one_token_in_place(store, 10)
+    with pytest.raises(UserError, match=r"store .* changed after it was written: its content hash is "):
+        export(pk.path, tmp_path / "pq", ExportConfig(), progress=False)
+    assert not (tmp_path / "pq").exists() and not (tmp_path / "pq.partial").exists()
+    for argv in (
+        ["data", "export", str(pk.path), "--out", str(tmp_path / "pq"), "--no-progress"],
+        ["data", "pack-stats", str(pk.path), "--no-plot", "--no-progress"],
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "changed after it was written" in err and "--no-verify" in err
+    # --no-verify uses the store as it is: the exported row holds the changed token
+    cli = ["data", "export", str(pk.path), "--out", str(tmp_path / "pq"), "--no-progress", "--no-verify"]
+    assert main(cli) == 0
+    table = pq.read_table(tmp_path / "pq" / "train-00000-of-00001.parquet").to_pydict()
+    row = [r for r, i in enumerate(full_ids(pk)) if 10 in _token_positions(pk, i)]
+    assert row and new in table["input_ids"][row[0]]
+    assert main(["data", "pack-stats", str(pk.path), "--no-plot", "--no-progress", "--no-verify"]) == 0
+
+
+def _token_positions(packed, i):
+    """The positions in tokens.bin of sequence i's tokens."""
+    ends = packed.store.offsets
+    return {int(ends[d]) + t for d, b, e in packed.sequence_entries(i) for t in range(b, e)}

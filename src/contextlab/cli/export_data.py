@@ -13,7 +13,14 @@ def cmd_data_export(argv: list[str]) -> int:
 
     args = _parser().parse_args(argv)
     config = dataclass_from_args(ExportConfig, args)
-    report = export(args.packed, args.out, config, overwrite=args.overwrite, progress=not args.no_progress)
+    report = export(
+        args.packed,
+        args.out,
+        config,
+        overwrite=args.overwrite,
+        progress=not args.no_progress,
+        verify=not args.no_verify,
+    )
     rec = report.record
     splits = ", ".join(
         f"{name} {s['rows']:,} rows / {s['tokens']:,} tokens" for name, s in rec["splits"].items()
@@ -39,5 +46,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="the folder to create (written as OUT.partial, then renamed)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip the check that the token store behind PACKED still matches its content hash (one "
+        "read of the store, remembered while its files are unchanged)",
+    )
     add_dataclass_args(p, ExportConfig)
     return p

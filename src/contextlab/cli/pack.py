@@ -174,7 +174,11 @@ def cmd_pack_stats(argv: list[str]) -> int:
         raise UserError(f"--max-sequences must be >= 0, got {args.max_sequences}")
     packed = PackedStore(args.packed)
     stats = pack_stats(
-        packed, max_sequences=args.max_sequences, seed=args.seed, progress=not args.no_progress
+        packed,
+        max_sequences=args.max_sequences,
+        seed=args.seed,
+        progress=not args.no_progress,
+        verify=not args.no_verify,
     )
     saved = default_plot_path(args.packed, "pack_stats.json")  # what `contextlab report` shows of it
     atomic_write_json(saved, stats_record(stats))
@@ -216,6 +220,12 @@ def _pack_stats_parser() -> argparse.ArgumentParser:
         "--no-progress",
         action="store_true",
         help="no progress bar over the Zipf fits (it shows on a terminal only)",
+    )
+    p.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip the check that the token store behind PACKED still matches its content hash (one "
+        "read of the store, remembered while its files are unchanged)",
     )
     p.add_argument(
         "--json",

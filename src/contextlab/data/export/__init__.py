@@ -84,13 +84,18 @@ def export(
     *,
     overwrite: bool = False,
     progress: bool = True,
+    verify: bool = True,
 ) -> ExportReport:
-    """Write the rows of ``packed`` to ``out`` in ``config.format``; see the module docstring."""
+    """Write the rows of ``packed`` to ``out`` in ``config.format``; see the module docstring.
+    ``verify``: first check that the token store's tokens still have its content hash
+    (``TokenStore.check_content``, as ``pack`` and ``train`` do)."""
     cfg = config or ExportConfig()
     _check_config(cfg)
     out = Path(out)
     pk = packed if isinstance(packed, PackedStore) else _open_packed(Path(packed))
     _check_out(pk, out, overwrite)
+    if verify:  # opening compared meta.json's hash only; a token changed in place is caught here
+        pk.store.check_content()
     t0 = time.perf_counter()
     splits = _split_ids(pk, cfg)
     partial = partial_dir(out)

@@ -75,10 +75,19 @@ def _sample(n: int, max_n: int, seed: int) -> np.ndarray:
 
 
 def pack_stats(
-    packed: PackedStore, *, max_sequences: int = 2000, seed: int = 0, progress: bool = False
+    packed: PackedStore,
+    *,
+    max_sequences: int = 2000,
+    seed: int = 0,
+    progress: bool = False,
+    verify: bool = True,
 ) -> dict:
     """Summary dict (see the module docstring); ``zipf_per_sequence`` holds the sampled values.
-    ``progress``: a bar over the sampled sequences' fits (on a terminal only)."""
+    ``progress``: a bar over the sampled sequences' fits (on a terminal only). ``verify``: first
+    check that the token store's tokens, which the fits read, still have its content hash
+    (``TokenStore.check_content``, as ``pack`` and ``train`` do)."""
+    if verify:
+        packed.store.check_content()
     entries = np.asarray(packed.entries)
     n_seq = packed.n_sequences
     seq_of = np.repeat(np.arange(n_seq), np.diff(np.asarray(packed.seq_offsets)))  # entry -> sequence
