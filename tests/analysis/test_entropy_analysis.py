@@ -291,3 +291,25 @@ def test_a_measure_constant_over_contexts_has_no_correlation_and_says_why():
     assert res["text"][-1].endswith(
         "the same at every context length, so no correlation with the loss exists (their r is null)"
     )
+
+
+def test_an_estimator_with_no_finite_value_at_a_context_is_named_and_fitted_without_it():
+    """Many samples sharing one hidden state (short contexts of a parity store) give MLE no finite
+    estimate: the analysis used to end in a LinAlgError traceback from the fit; now the context is
+    named in a line and the fit uses the other contexts."""
+    rng = np.random.default_rng(3)
+    repeated = np.repeat(rng.normal(size=(5, 32)), 40, axis=0).astype(np.float32)  # 5 distinct states
+    feats = [repeated] + [rng.normal(size=(200, 32)).astype(np.float32) * (1 + i) for i in range(3)]
+    losses = rng.random((4, 200)) + np.arange(4)[::-1, None]
+    col = entropy.Collected([2, 4, 8, 16], feats, losses, None, {"protocol": "text"})
+    o = entropy.Options(
+        contexts=[2, 4, 8, 16], samples=200, n_components=[10], kde_dims=0, estimators=["mle"]
+    )
+    res, _ = entropy.analyze(col, o, progress=False)
+    assert not np.isfinite(res["contexts"][0]["mle"])
+    fit = res["fits_vs_ce"]["mle"]
+    assert np.isfinite(fit["r"]) and np.isfinite(fit["slope"])
+    assert fit == intrinsic.linear_fit(
+        [r["mle"] for r in res["contexts"][1:]], [r["ce"] for r in res["contexts"][1:]]
+    )
+    assert any(line.startswith("mle: no finite estimate at context 2 (") for line in res["text"])

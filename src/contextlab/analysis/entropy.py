@@ -294,6 +294,14 @@ def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, di
             f"{', '.join(constant)}: the same at every context length, so no correlation with the loss "
             "exists (their r is null)"
         )
+    for name, x in series.items():
+        bad = [r["context"] for r, v in zip(per, x) if not np.isfinite(v)]
+        if bad:  # e.g. MLE when many samples share one hidden state (short contexts of a small vocabulary)
+            text.append(
+                f"{name}: no finite estimate at context{'s' if len(bad) > 1 else ''} "
+                f"{', '.join(map(str, bad))} (the estimator needs distinct nearest neighbours; many samples "
+                "may share one hidden state there); its fit uses the other contexts"
+            )
     if text:
         results["text"] = text
     if col.bayes is not None:

@@ -150,8 +150,12 @@ def skdim_dimensions(
 
 
 def linear_fit(x, y) -> dict:
-    """Least-squares y = slope * x + intercept and the Pearson r (NaN when x or y is constant)."""
+    """Least-squares y = slope * x + intercept and the Pearson r over the points where both are finite
+    (an estimator can give no finite value at a context); NaN when fewer than two remain or x or y is
+    constant."""
     x, y = np.asarray(x, float), np.asarray(y, float)
+    finite = np.isfinite(x) & np.isfinite(y)
+    x, y = x[finite], y[finite]
     if len(x) < 2:
         return {"slope": float("nan"), "intercept": float("nan"), "r": float("nan"), "r2": float("nan")}
     if np.ptp(x) == 0 or np.ptp(y) == 0:
