@@ -36,6 +36,7 @@ import contextlab.analysis.intrinsic as intrinsic
 from contextlab.config import opt
 from contextlab.errors import UserError
 from contextlab.eval.base import EvalOutput, open_store
+from contextlab.eval.progress import announce
 
 
 @dataclass
@@ -357,6 +358,16 @@ def run(adapter, options: Options, data: str | None, progress: bool = True) -> E
     if protocol == "auto":
         protocol = "parity" if syn.parity_of_store(store) is not None else "text"
     collect = collect_parity if protocol == "parity" else collect_text
+    announce(
+        "entropy",
+        {
+            "protocol": protocol,
+            "contexts": options.contexts,
+            "samples": options.samples,
+            "layer": options.layer,
+            "estimators": options.estimators or "none",
+        },
+    )
     col = collect(adapter, store, options, progress)
     results, arrays = analyze(col, options, progress)
     results["protocol"] = col.info
