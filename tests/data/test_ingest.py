@@ -230,6 +230,18 @@ def test_dataset_dict_ingest_prints_its_splits_and_records_the_one_read(tmp_path
     assert default.n_docs == 1 and default.meta["source"]["split"] == "train"
 
 
+def test_a_field_no_row_has_leaves_nothing_in_the_way_of_the_fixed_command(tmp_path):
+    rows = [{"text": f"row {i} " * 20, "cat": "ab"[i % 2]} for i in range(200)]
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    typo = IngestConfig(batch_mb=0.001, source=SourceOptions(domain_field="kat"))
+    with pytest.raises(UserError, match=r"no row of .*c\.jsonl has a field 'kat' \(line 1 has: text, cat\)"):
+        ingest(tmp_path / "c.jsonl", tmp_path / "s", typo, progress=False)  # batches were committed
+    assert not (tmp_path / "s.partial").exists() and not (tmp_path / "s").exists()
+    fixed = IngestConfig(batch_mb=0.001, source=SourceOptions(domain_field="cat"))
+    store = ingest(tmp_path / "c.jsonl", tmp_path / "s", fixed, progress=False).store  # no --overwrite
+    assert store.n_docs == 200 and [m["domain"] for m in store.docs_meta()][:3] == ["a", "b", "a"]
+
+
 def test_partial_left_by_a_kill_inside_the_old_finalize_resumes(tmp_path, monkeypatch):
     """Earlier versions unlinked offsets.i64 before hashing and had no finalize.json: such a partial
     store said "damaged" on every rerun (with --overwrite too); now it resumes to the same store."""

@@ -154,7 +154,7 @@ def test_jsonl_bad_line_and_missing_field(tmp_path: Path):
         tmp_path,
         {
             "a.jsonl": '{"text": "ok"}\n{"text": oops}\n',
-            "b.jsonl": '{"text": "ok"}\n{"body": "x"}\n',
+            "b.jsonl": '{"body": "x"}\n{"body": "y"}\n',
             "c.jsonl": '{"text": 3}\n',
             "d.json": '[{"text": "x"}]\n',
             "e.json": '[\n  {"text": "x"}\n]\n',
@@ -163,7 +163,7 @@ def test_jsonl_bad_line_and_missing_field(tmp_path: Path):
     with pytest.raises(UserError, match=r"a\.jsonl line 2 is not valid JSON"):
         list(open_source(tmp_path / "a.jsonl"))
     with pytest.raises(
-        UserError, match=r"b\.jsonl line 2 has no field 'text' \(found: body\); pass --text-field"
+        UserError, match=r"no row of .*b\.jsonl has a field 'text' \(line 1 has: body\); pass --text-field"
     ):
         list(open_source(tmp_path / "b.jsonl"))
     with pytest.raises(UserError, match=r"c\.jsonl line 1: field 'text' holds int, not text"):
@@ -174,6 +174,44 @@ def test_jsonl_bad_line_and_missing_field(tmp_path: Path):
         UserError, match=r"e\.json line 1 is not valid JSON .*\(a JSON array\? write one object per line\)"
     ):
         list(open_source(tmp_path / "e.json"))
+
+
+def test_jsonl_row_without_a_named_field_is_kept_or_skipped_not_fatal(tmp_path: Path):
+    rows = [{"id": i, "content": f"row {i}", "cat": "ab"[i % 2], "fname": f"d{i}/f.py"} for i in range(4)]
+    rows[1] = {"id": 1, "content": "no domain, no path"}  # kept: no domain, no path (as a null)
+    rows[2] = {"id": 2, "cat": "a", "fname": "x.py"}  # skipped and named: no text field
+    write(tmp_path, {"opt.jsonl": "".join(json.dumps(r) + "\n" for r in rows)})
+    opts = {"text_field": "content", "domain_field": "cat", "path_field": "fname"}
+    src = open_source(tmp_path / "opt.jsonl", SourceOptions(**opts))
+    got = [(d.text, d.meta["row"], d.meta["domain"], d.meta["path"]) for d in src]
+    assert got == [
+        ("row 0", 0, "a", "d0/f.py"),
+        ("no domain, no path", 1, "", ""),
+        ("row 3", 3, "b", "d3/f.py"),
+    ]
+    assert src.skipped == [{"path": "opt.jsonl", "row": 2, "reason": "no field 'content'"}]
+    assert src.stats.skipped_no_text_field == 1 and src.stats.documents == 3
+    # without --domain-field the row without a path gets the domain of an empty path, as a null would
+    assert [
+        d.meta["domain"]
+        for d in open_source(tmp_path / "opt.jsonl", SourceOptions(**{**opts, "domain_field": None}))
+    ] == ["d0", "", "d3"]
+    # rows without the text field before the first row that has it are named too, in row order
+    write(tmp_path, {"late.jsonl": '{"t": 1}\n{"t": 2}\n{"text": "x"}\n{"t": 3}\n'})
+    late = open_source(tmp_path / "late.jsonl")
+    assert [d.text for d in late] == ["x"]
+    assert [(e["row"], e["reason"]) for e in late.skipped] == [
+        (0, "no field 'text'"),
+        (1, "no field 'text'"),
+        (3, "no field 'text'"),
+    ]
+    # a field that no row of a file has is a typo: one line, naming what the rows hold
+    with pytest.raises(
+        UserError,
+        match=r"^no row of .*opt\.jsonl has a field 'kat' \(line 1 has: id, content, cat, fname\); "
+        r"pass --domain-field NAME$",
+    ):
+        list(open_source(tmp_path / "opt.jsonl", SourceOptions(**{**opts, "domain_field": "kat"})))
 
 
 def test_folder_of_jsonl_is_jsonl(tmp_path: Path):
@@ -460,7 +498,7 @@ def test_path_field_gives_rows_their_own_path_and_domain(tmp_path: Path):
         "repo/src",
         "repo/tests",
     ]
-    with pytest.raises(UserError, match=r"has no field 'path' \(found: text, file\); pass --path-field"):
+    with pytest.raises(UserError, match=r"has a field 'path' \(line 1 has: text, file\); pass --path-field"):
         list(open_source(tmp_path / "code.jsonl", SourceOptions(path_field="path")))
 
 

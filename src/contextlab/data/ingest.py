@@ -43,6 +43,7 @@ from contextlab.data.heap import steady_heap
 from contextlab.data.ingest_long import add_streamed, batches
 from contextlab.data.source_bytes import source_bytes
 from contextlab.data.source_files import LongText
+from contextlab.data.source_rows import NoRowHasField
 from contextlab.data.sources import Document, SourceOptions, fingerprint_options, open_source
 from contextlab.data.store import (
     StoreWriter,
@@ -179,8 +180,9 @@ def _ingest(source, out: Path, config: IngestConfig, overwrite: bool, progress: 
     try:
         tokenizer = _partial_tokenizer(partial, record, config, src)
         counts = store_documents(partial, record, tokenizer, src, config, source, out, progress)
-    except UserError:
-        if resumed_from == 0 and int(record.get("source_pos", 0)) == 0:  # nothing a rerun could resume
+    except UserError as exc:
+        # nothing a rerun could resume, or a field no row has (the fixed command is another ingest)
+        if isinstance(exc, NoRowHasField) or (resumed_from == 0 and int(record.get("source_pos", 0)) == 0):
             shutil.rmtree(partial, ignore_errors=True)
         raise
     shutil.rmtree(partial / "parts", ignore_errors=True)  # an --ray run's work files

@@ -4,9 +4,13 @@ JSONL is read line by line (gzip transparently) and Parquet / Arrow in record ba
 memory follows the largest row, never the file. A row's ``path`` is the file it came from,
 unless ``--path-field`` names a field holding the row's own path (a code dataset's file
 name): then ``path`` is that value, ``file`` the container, and the domain comes from the
-path's folders. Trade-off: a corrupt gzip stream is found only when reading reaches it, so
-the rows before it are kept and the rest of that file is skipped and named, rather than the
-whole corpus being checked first.
+path's folders. A JSONL row may lack the domain or path field (it gets none) or the text
+field (it is skipped and named); only a field that no row of a file has is refused, as a
+typo. Trade-offs: that is known only once the file is read (the reader streams), so a typo
+in the domain or path field is refused after the file's rows were read (and tokenized: the
+ingest then deletes its partial store); a corrupt gzip
+stream is found only when reading reaches it, so the rows before it are kept and the rest of
+that file is skipped and named, rather than the whole corpus being checked first.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import gzip
 import json
 import zlib
+from array import array
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +27,11 @@ from contextlab.data.source_files import open_bytes, record_batches, stem
 from contextlab.errors import UserError
 
 Source = Any  # contextlab.data.sources.Source (not imported: it imports this module)
+
+
+class NoRowHasField(UserError):
+    """No row of a file has a field the options name: a typo, found once the file is read. The
+    rows already stored are of no use (the same command fails again, the fixed one is another)."""
 
 
 def row_meta(src: Source, rel: str, row: int, domain: Any, path: Any = None, id_: str | None = None) -> dict:
@@ -38,9 +48,18 @@ def row_meta(src: Source, rel: str, row: int, domain: Any, path: Any = None, id_
 
 
 def jsonl_rows(src: Source, files: list[tuple[str, Path]]) -> Iterator[tuple[str, dict]]:
+    """Rows of JSONL files. A row without the text field is skipped and named; one without the
+    domain or path field gets none (``""``, as a null). A field that no row of a file has is a
+    typo: a UserError once the file is read, naming the fields of its first row without it
+    (rows without the text field are held as row numbers until one has it, so a typo costs
+    8 bytes a row, not a skipped entry)."""
     tf, df, pf = src.options.text_field, src.options.domain_field, src.options.path_field
+    named = named_fields(src.options)
     for rel, path in files:
         src.stats.files_seen += 1
+        found: set[str] = set()  # the named fields some row of this file has
+        lacking: dict[str, str] = {}  # named field -> the fields of the first row without it
+        textless = array("q")  # rows without the text field, before any row of the file had it
         row = -1
         try:
             with open_bytes(path) as f:
@@ -52,7 +71,19 @@ def jsonl_rows(src: Source, files: list[tuple[str, Path]]) -> Iterator[tuple[str
                     line_text = src.decode(line, label, rel, row)
                     if line_text is None:
                         continue
-                    record = json_line(line_text, label, row, tf)
+                    record = json_object(json_line(line_text, label, row, tf), label)
+                    for name, _ in named:
+                        if name in record:
+                            found.add(name)
+                        else:
+                            lacking.setdefault(name, f"line {row + 1} has: {', '.join(record) or 'no field'}")
+                    has_text = tf in record
+                    if not has_text:
+                        textless.append(row)
+                    if textless and tf in found:  # the file has the field: those rows are skipped
+                        _skip_textless(src, rel, textless)
+                    if not has_text:
+                        continue
                     text = field(record, tf, label, "--text-field")
                     domain = field(record, df, label, "--domain-field") if df else stem(path.name)
                     own = field(record, pf, label, "--path-field") if pf else None
@@ -62,6 +93,29 @@ def jsonl_rows(src: Source, files: list[tuple[str, Path]]) -> Iterator[tuple[str
                 rel,
                 f"unreadable: not a valid gzip file ({e}) after line {row + 1}; the lines before are kept",
             )
+        for name, flag in named:
+            if name in lacking and name not in found:
+                raise NoRowHasField(
+                    f"no row of {path} has a field {name!r} ({lacking[name]}); pass {flag} NAME"
+                )
+
+
+def _skip_textless(src: Source, rel: str, rows: array) -> None:
+    """Name (and count) the rows of ``rel`` held in ``rows`` as skipped for lacking the text field."""
+    for row in rows:
+        src.stats.skipped_no_text_field += 1
+        src.skip(rel, f"no field {src.options.text_field!r}", row)
+    del rows[:]
+
+
+def named_fields(options: Any) -> list[tuple[str, str]]:
+    """The fields a source reads from each row (text, domain, path), each with the flag naming it."""
+    fields = [
+        (options.text_field, "--text-field"),
+        (options.domain_field, "--domain-field"),
+        (options.path_field, "--path-field"),
+    ]
+    return [(name, flag) for name, flag in fields if name]
 
 
 def table_rows(src: Source, files: list[tuple[str, Path]]) -> Iterator[tuple[str, dict]]:
@@ -91,11 +145,11 @@ def table_rows(src: Source, files: list[tuple[str, Path]]) -> Iterator[tuple[str
 def _check_schema(src: Source):
     import pyarrow as pa
 
-    tf, df, pf = src.options.text_field, src.options.domain_field, src.options.path_field
+    tf = src.options.text_field
 
     def check(path: Path, schema: Any) -> None:
-        for col, flag in ((tf, "--text-field"), (df, "--domain-field"), (pf, "--path-field")):
-            if col is not None and col not in schema.names:
+        for col, flag in named_fields(src.options):
+            if col not in schema.names:
                 raise UserError(
                     f"{path} has no column {col!r} (columns: {', '.join(schema.names)}); pass {flag} NAME"
                 )
@@ -120,15 +174,19 @@ def json_line(line: str, label: str, row: int, text_field: str) -> Any:
         ) from None
 
 
-def field(record: Any, name: str, label: str, flag: str) -> str:
-    """A string field of a JSON record; a missing field or a non-text value is a UserError."""
+def json_object(record: Any, label: str) -> dict:
+    """A JSONL row as a JSON object; any other JSON value is a UserError naming the line."""
     if not isinstance(record, dict):
         raise UserError(
             f"{label} holds a JSON {type(record).__name__}, not an object; write one object per line"
         )
-    if name not in record:
-        raise UserError(f"{label} has no field {name!r} (found: {', '.join(record)}); pass {flag} NAME")
-    value = record[name]
+    return record
+
+
+def field(record: dict, name: str, label: str, flag: str) -> str:
+    """A string field of a JSON object; a missing or null field is ``""`` (the caller decides
+    whether a row may lack it), a value that is not text is a UserError."""
+    value = record.get(name)
     if value is None:
         return ""
     if not isinstance(value, (str, int, float)) or (flag == "--text-field" and not isinstance(value, str)):

@@ -140,6 +140,7 @@ class SourceStats:
     documents: int = 0  # documents yielded
     skipped_empty: int = 0  # empty or whitespace-only documents (a blank JSONL line is no row)
     skipped_short: int = 0  # documents shorter than min_chars
+    skipped_no_text_field: int = 0  # JSONL rows without the --text-field field
     skipped_binary: int = 0  # files with a NUL byte in their first 8 KiB
     skipped_excluded: int = 0  # files left out by include/exclude
     skipped_symlinks: int = 0  # symlinked directories, links out of the tree, broken links, loops
@@ -409,6 +410,7 @@ class Source:
                 (st.skipped_binary, "files were binary"),
                 (st.skipped_empty, "empty"),
                 (st.skipped_short, f"shorter than --min-chars {self.options.min_chars}"),
+                (st.skipped_no_text_field, f"rows without the field {self.options.text_field!r}"),
                 (
                     st.undecodable_files if self.options.encoding == "skip" else 0,
                     "not UTF-8 (--encoding skip)",
