@@ -315,3 +315,17 @@ def test_an_estimator_with_no_finite_value_at_a_context_is_named_and_fitted_with
         [r["mle"] for r in res["contexts"][1:]], [r["ce"] for r in res["contexts"][1:]]
     )
     assert any(line.startswith("mle: no finite estimate at context 2 (") for line in res["text"])
+
+
+@pytest.mark.parametrize("name", ["ppl", "contextwise", "bayes-fit"])
+def test_text_evaluations_refuse_a_parity_store_naming_what_measures_it(parity, name, tmp_path, capsys):
+    """ppl, contextwise and bayes-fit average the loss over every token of a parity store (task ids,
+    random bits, one answer): a user got `C0 5.39, r2 0.89` for a task whose Bayes risk runs 0.69 -> 0.
+    One line names the store's kind and the command that measures its task."""
+    root, _ = parity
+    args = ["eval", name, "--model", str(root / "run"), "--data", str(root / "val"), "--out", str(tmp_path)]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"is a synthetic parity store: {name} over its tokens" in err[0], err
+    assert "contextlab analyze entropy --model MODEL --data STORE" in err[0]
+    assert not list(tmp_path.iterdir())

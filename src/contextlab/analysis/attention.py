@@ -277,7 +277,7 @@ def read_rows(adapter, options: Options, data: str | None, text: str | None) -> 
             raise UserError("--text encodes to fewer than 2 tokens; give a longer text")
         rows = np.asarray([ids], dtype=np.int64)
         return Rows(rows, np.zeros(1, np.int64), {"text": text, "hash": text_hash(text), "tokens": len(ids)})
-    store = open_store(data, adapter, "analyze attention")
+    store = open_store(data, adapter, "analyze attention", kinds=("parity", "mqar"))
     pieces = sequences(store, L, options.rows, options.pieces_per_doc)
     if not pieces:
         raise UserError(f"no document of {store.path} has {L} tokens; lower --length")

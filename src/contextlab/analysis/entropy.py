@@ -353,7 +353,7 @@ def run(adapter, options: Options, data: str | None, progress: bool = True) -> E
     from contextlab.data import synthetic as syn
 
     check_options(options)
-    store = open_store(data, adapter, "analyze entropy")
+    store = open_store(data, adapter, "analyze entropy", kinds=("parity",))
     protocol = options.protocol
     if protocol == "auto":
         protocol = "parity" if syn.parity_of_store(store) is not None else "text"

@@ -39,10 +39,19 @@ class EvalOutput:
     plot: Callable[[Path], Path] | None = None  # draws the PNG at the given path
 
 
-def open_store(data: str | None, adapter, what: str):
+SYNTHETIC_USE = {  # what measures a synthetic store's task, for the line refusing other readings
+    "parity": "analyze entropy, which scores each sample's answer against the exact Bayes risk "
+    "(contextlab analyze entropy --model MODEL --data STORE --contexts 4,8,16)",
+    "mqar": "eval mqar, which scores each query's recall (contextlab eval mqar --model MODEL --data STORE)",
+}
+
+
+def open_store(data: str | None, adapter, what: str, kinds: tuple[str, ...] = ()):
     """The token store at ``data``, checked against the model's tokenizer and its own content (hash
     and ids, one read remembered while unchanged: ``TokenStore.check_content``), so a corrupt store
-    is one line, not an index error inside the model."""
+    is one line, not an index error inside the model. A synthetic store (parity, mqar) is refused
+    unless its kind is in ``kinds``: averaged over every token (task ids, random bits, keys) its
+    loss measures nothing, and one line names the command that measures its task."""
     from contextlab.data.store import TokenStore
     from contextlab.data.tokenizers import check_same_tokenizer
 
@@ -68,6 +77,11 @@ def open_store(data: str | None, adapter, what: str):
         f"the data store {store.path}",
         fix=fix,
     )
+    if synthetic and synthetic not in kinds:
+        raise UserError(
+            f"{store.path} is a synthetic {synthetic} store: {what} over its tokens (task ids, random "
+            f"symbols, one answer) measures nothing; its task is measured by {SYNTHETIC_USE[synthetic]}"
+        )
     store.check_content()
     return store
 

@@ -151,7 +151,7 @@ def _check_vocabulary(adapter, data: str | None) -> None:
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
     _check_vocabulary(adapter, data)
-    store = open_store(data, adapter, "mqar")
+    store = open_store(data, adapter, "mqar", kinds=("mqar",))
     cfg = mqar.mqar_of_store(store)
     if options.distance_bins < 1 or options.sequences < 1:
         raise UserError("eval mqar needs --distance-bins >= 1 and --sequences >= 1")
