@@ -6,6 +6,7 @@ import dataclasses
 import gzip
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -248,6 +249,38 @@ def test_parquet_file_and_folder(tmp_path: Path):
     assert src.stats.skipped_empty == 1
     with pytest.raises(UserError, match=r"has no column 'text' \(columns: body\); pass --text-field NAME"):
         list(open_source(folder))
+
+
+def test_parquet_domain_and_path_columns_must_hold_strings(tmp_path: Path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table(
+        {
+            "text": ["a b", "c d", "e f"],
+            "meta": [{"k": 1}, {"k": 2}, {"k": 1}],
+            "tags": [["x"], ["y"], ["x"]],
+            "cat": pa.array(["p", "q", "p"]).dictionary_encode(),  # a categorical column is strings
+            "year": [2001, 2002, 2001],
+        }
+    )
+    pq.write_table(table, tmp_path / "s.parquet")
+    for flag, column, kind in (
+        ("domain", "meta", "struct<k: int64>"),
+        ("path", "tags", "list<element: string>"),
+    ):
+        with pytest.raises(
+            UserError,
+            match=rf"^column '{column}' of .*s\.parquet holds {re.escape(kind)}, not strings; "
+            rf"--{flag}-field needs a column of strings \(string columns: text, cat\)$",
+        ):
+            list(open_source(tmp_path / "s.parquet", SourceOptions(**{f"{flag}_field": column})))
+    assert [m["domain"] for _, m in docs(tmp_path / "s.parquet", domain_field="cat")] == ["p", "q", "p"]
+    assert [m["domain"] for _, m in docs(tmp_path / "s.parquet", domain_field="year")] == [
+        "2001",
+        "2002",
+        "2001",
+    ]
 
 
 def test_hf_dataset_and_dataset_dict(tmp_path: Path):

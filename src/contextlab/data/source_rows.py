@@ -143,9 +143,18 @@ def table_rows(src: Source, files: list[tuple[str, Path]]) -> Iterator[tuple[str
 
 
 def _check_schema(src: Source):
+    """The check of a Parquet / Arrow file's schema: every named column is there, the text column
+    holds strings, the domain and path columns strings or integers (one label per row: a struct
+    or list would become its printed form, one domain per distinct value)."""
     import pyarrow as pa
 
-    tf = src.options.text_field
+    def is_text(kind: Any) -> bool:  # string_view only exists in pyarrow >= 16
+        return pa.types.is_string(kind) or pa.types.is_large_string(kind) or str(kind) == "string_view"
+
+    def is_label(kind: Any, integers: bool = True) -> bool:
+        if pa.types.is_dictionary(kind):  # a categorical column
+            kind = kind.value_type
+        return is_text(kind) or (integers and pa.types.is_integer(kind))
 
     def check(path: Path, schema: Any) -> None:
         for col, flag in named_fields(src.options):
@@ -153,9 +162,15 @@ def _check_schema(src: Source):
                 raise UserError(
                     f"{path} has no column {col!r} (columns: {', '.join(schema.names)}); pass {flag} NAME"
                 )
-        kind = schema.field(tf).type
-        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-            raise UserError(f"column {tf!r} of {path} holds {kind}, not text; pass --text-field NAME")
+            kind = schema.field(col).type
+            if flag == "--text-field" and not is_text(kind):
+                raise UserError(f"column {col!r} of {path} holds {kind}, not text; pass --text-field NAME")
+            if flag != "--text-field" and not is_label(kind):
+                strings = [f.name for f in schema if is_label(f.type, integers=False)]
+                raise UserError(
+                    f"column {col!r} of {path} holds {kind}, not strings; {flag} needs a column of strings "
+                    f"({'string columns: ' + ', '.join(strings) if strings else 'this file has none'})"
+                )
 
     return check
 
