@@ -37,6 +37,22 @@ def import_ray():
     return ray
 
 
+_STARTED: list[bool] = []  # set when ``connect`` initialised Ray in this process
+
+
+def shutdown() -> None:
+    """End the Ray connection (and a local instance) that ``connect`` started in this process, if any.
+    The command line calls it when a command ends, where an interrupt is one line: left to Ray's exit
+    handler, a Ctrl-C during the shutdown printed a traceback after the result and exited 0."""
+    if _STARTED:
+        import sys
+
+        _STARTED.clear()
+        ray = sys.modules.get("ray")
+        if ray is not None and ray.is_initialized():
+            ray.shutdown()
+
+
 def connect(address: str | None, num_cpus: int = 0):
     """Join the cluster at ``address`` (a local instance for None/'local'); returns ``ray``.
 
@@ -55,6 +71,7 @@ def connect(address: str | None, num_cpus: int = 0):
         kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": path}}
     try:
         ray.init(address=None if local else address, **kwargs)
+        _STARTED.append(True)
     except Exception as exc:  # Ray raises plain Exception too ("The current node timed out during startup")
         why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         if local:

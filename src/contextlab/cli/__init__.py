@@ -193,8 +193,13 @@ def _main(argv: list[str] | None) -> int:
 
 
 def _run(fn: Command, name: str, argv: list[str]) -> int:
+    from contextlab import ray_engine
+
     try:
-        return int(fn(argv) or 0)
+        try:
+            return int(fn(argv) or 0)
+        finally:
+            ray_engine.shutdown()  # a Ray this command started ends here, where an interrupt is one line
     except UserError as exc:
         print(f"contextlab {name}: error: {exc}", file=sys.stderr)
         return 2
