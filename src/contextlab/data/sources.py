@@ -147,9 +147,11 @@ class SourceStats:
     skipped_duplicates: int = 0  # symlinks to a file that is read anyway
     skipped_unreadable: int = 0  # corrupt .gz files, files the OS cannot read
     undecodable_bytes: int = 0  # bytes that are not UTF-8 (policies replace and skip)
-    undecodable_files: int = 0  # files (JSONL: lines) with such bytes (replace and skip)
-    latin1_files: int = 0  # files (JSONL: lines) decoded as Latin-1
-    gutenberg_stripped: int = 0  # documents whose Project Gutenberg header/footer was cut
+    undecodable_files: int = 0  # text files with such bytes (replace and skip)
+    undecodable_rows: int = 0  # JSONL lines with such bytes (replace and skip)
+    latin1_files: int = 0  # text files decoded as Latin-1
+    latin1_rows: int = 0  # JSONL lines decoded as Latin-1
+    gutenberg_stripped: int = 0  # documents whose Project Gutenberg header/footer was cut (kept)
     bytes_read: int = 0  # input bytes read (decompressed; Parquet/Arrow: UTF-8 bytes of the text)
 
     def as_dict(self) -> dict[str, int]:
@@ -338,13 +340,19 @@ class Source:
             start = e.start
         st = self.stats
         if self.options.encoding == "latin-1":
-            st.latin1_files += 1
+            if row is None:
+                st.latin1_files += 1
+            else:
+                st.latin1_rows += 1
             return data.decode("latin-1")
         # surrogateescape keeps one char per bad byte, ignore keeps none: the difference counts them
         st.undecodable_bytes += len(data.decode("utf-8", "surrogateescape")) - len(
             data.decode("utf-8", "ignore")
         )
-        st.undecodable_files += 1
+        if row is None:
+            st.undecodable_files += 1
+        else:
+            st.undecodable_rows += 1
         if self.options.encoding == "replace":
             return data.decode("utf-8", "replace")
         self.skip(rel, f"not UTF-8 (byte {start}), --encoding skip", row)
@@ -412,7 +420,7 @@ class Source:
                 (st.skipped_short, f"shorter than --min-chars {self.options.min_chars}"),
                 (st.skipped_no_text_field, f"rows without the field {self.options.text_field!r}"),
                 (
-                    st.undecodable_files if self.options.encoding == "skip" else 0,
+                    st.undecodable_files + st.undecodable_rows if self.options.encoding == "skip" else 0,
                     "not UTF-8 (--encoding skip)",
                 ),
                 (st.skipped_excluded, "excluded by --include/--exclude"),

@@ -68,15 +68,7 @@ def format_summary(s: dict) -> str:
         lines.append(
             "doc length " + "  ".join(f"{k} {v:,}" for k, v in p.items()) + f"  mean {s['mean_length']:,.0f}"
         )
-    stats = {
-        k: v
-        for k, v in {**s.get("source_stats", {}), **s.get("filters", {})}.items()
-        if isinstance(v, (int, float))
-        and v
-        and k.startswith(("skipped", "undecodable", "latin1", "gutenberg"))
-    }
-    if stats:
-        lines.append("skipped    " + "  ".join(f"{k}={v:,}" for k, v in stats.items()))
+    lines += _left_out_and_changed(s)
     if s.get("n_domains"):
         top = ", ".join(f"{d or '(root)'} {n}" for d, n in s["top_domains"][:5])
         lines.append(f"domains    {s['n_domains']:,} (largest: {top})")
@@ -87,6 +79,35 @@ def format_summary(s: dict) -> str:
                 f"  L={row['min_len']:>8,}  docs {row['docs']:>10,}  tokens {row['tokens_cut_to_len']:>14,}"
             )
     return "\n".join(lines)
+
+
+ENCODING_EFFECT = {  # what --encoding did with what was not UTF-8
+    "replace": "kept, the bad bytes stored as U+FFFD",
+    "skip": "left out, named in skipped.jsonl",
+    "latin-1": "kept, decoded as Latin-1",
+}
+TOKEN_FILTERS = {"skipped_short": "fewer_than_min_tokens", "skipped_long": "more_than_max_tokens"}
+
+
+def _left_out_and_changed(s: dict) -> list[str]:
+    """The summary's lines on what the ingest left out (``skipped``), what it could not decode and
+    what it cut from documents it kept (Project Gutenberg headers): each count under its own label."""
+    stats, filters, lines = s.get("source_stats", {}), s.get("filters", {}), []
+    skipped = {k: v for k, v in stats.items() if k.startswith("skipped") and v}
+    skipped.update({name: filters[k] for k, name in TOKEN_FILTERS.items() if filters.get(k)})
+    if skipped:
+        lines.append("skipped    " + "  ".join(f"{k}={v:,}" for k, v in skipped.items()))
+    bad = {k: v for k, v in stats.items() if k.startswith(("undecodable", "latin1")) and v}
+    if bad:
+        policy = s.get("source", {}).get("options", {}).get("encoding")
+        effect = f"  (--encoding {policy}: {ENCODING_EFFECT[policy]})" if policy in ENCODING_EFFECT else ""
+        lines.append("not UTF-8  " + "  ".join(f"{k}={v:,}" for k, v in bad.items()) + effect)
+    if stats.get("gutenberg_stripped"):
+        lines.append(
+            f"stripped   gutenberg_stripped={stats['gutenberg_stripped']:,}  "
+            "(Project Gutenberg header and footer cut; the documents are kept)"
+        )
+    return lines
 
 
 def plot_length_histogram(store: TokenStore, out: str | Path) -> Path:

@@ -1,0 +1,53 @@
+"""Tests for contextlab.data.stats: the summary ``contextlab data info`` prints, on tiny stores."""
+
+from __future__ import annotations
+
+from contextlab.data.ingest import IngestConfig, ingest
+from contextlab.data.sources import SourceOptions
+from contextlab.data.stats import format_summary, store_summary
+from tests.conftest import write_tree
+
+GUTENBERG_TOY = (
+    "The Project Gutenberg EBook of Toy\n\n"
+    "*** START OF THE PROJECT GUTENBERG EBOOK TOY ***\n"
+    "Chapter 1\nBody.\n"
+    "*** END OF THE PROJECT GUTENBERG EBOOK TOY ***\nlicense\n"
+)
+
+
+def summary_lines(store) -> dict[str, str]:
+    """The summary's lines by their label (the first word)."""
+    return {line.split()[0]: line for line in format_summary(store_summary(store)).splitlines()}
+
+
+def test_stripped_gutenberg_books_are_not_called_skipped(tmp_path):
+    write_tree(tmp_path / "g", {"toy.txt": GUTENBERG_TOY, "plain.txt": "no markers"})
+    store = ingest(tmp_path / "g", tmp_path / "s", progress=False).store
+    assert store.n_docs == 2 and store.meta["source_stats"]["gutenberg_stripped"] == 1
+    lines = summary_lines(store)
+    assert "skipped" not in lines
+    assert lines["stripped"] == (
+        "stripped   gutenberg_stripped=1  (Project Gutenberg header and footer cut; the documents are kept)"
+    )
+
+
+def test_an_undecodable_jsonl_row_is_a_row_not_a_file(tmp_path):
+    (tmp_path / "bad.jsonl").write_bytes(b'{"text": "fine"}\n{"text": "bad \xff byte"}\n')
+    cfg = IngestConfig(source=SourceOptions(encoding="replace"))
+    store = ingest(tmp_path / "bad.jsonl", tmp_path / "s", cfg, progress=False).store
+    stats = store.meta["source_stats"]
+    assert (stats["undecodable_rows"], stats["undecodable_files"], stats["undecodable_bytes"]) == (1, 0, 1)
+    assert summary_lines(store)["not"] == (
+        "not UTF-8  undecodable_bytes=1  undecodable_rows=1  "
+        "(--encoding replace: kept, the bad bytes stored as U+FFFD)"
+    )
+    latin = IngestConfig(source=SourceOptions(encoding="latin-1"))
+    stats = ingest(tmp_path / "bad.jsonl", tmp_path / "l", latin, progress=False).store.meta["source_stats"]
+    assert (stats["latin1_rows"], stats["latin1_files"]) == (1, 0)
+
+
+def test_min_chars_and_min_tokens_counts_are_both_shown(tmp_path):
+    write_tree(tmp_path / "c", {"a.txt": "a", "b.txt": "abc", "c.txt": "long enough"})
+    cfg = IngestConfig(min_tokens=5, source=SourceOptions(min_chars=2))
+    store = ingest(tmp_path / "c", tmp_path / "s", cfg, progress=False).store
+    assert summary_lines(store)["skipped"] == "skipped    skipped_short=1  fewer_than_min_tokens=1"
