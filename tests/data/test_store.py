@@ -306,3 +306,17 @@ def test_docs_meta_read_a_row_at_a_time_and_a_missing_line_is_named(store, capsy
     assert main(["data", "verify", str(store.path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "docs.jsonl has 3 lines" in err
+
+
+def test_an_unfinished_store_says_so_and_how_to_finish_it(tmp_path, capsys):
+    """`data info` on an ingest that was killed (only OUT.partial exists) said 'store not found …
+    create one with contextlab data ingest'; it names the unfinished work and the rerun instead, for
+    token and packed stores alike."""
+    from contextlab.cli import main
+
+    for name, command in (("st", ["data", "info"]), ("pk", ["data", "pack-stats"])):
+        (tmp_path / f"{name}.partial").mkdir()
+        assert main([*command, str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"{tmp_path / name} is unfinished: the `contextlab data" in err[0], err
+        assert f"({name}.partial holds its work); run the same command again to finish it" in err[0]

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from contextlab import FORMAT_VERSION
 from contextlab.errors import UserError
+from contextlab.io import partial_dir
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,12 @@ WHAT_IT_IS = {  # a store of the other kind given where one kind is read: what i
 
 def read_meta(path: Path, kind: MetaKind) -> dict:
     """``path``'s meta.json, checked to be of ``kind``; one line naming the problem otherwise."""
+    partial = partial_dir(path) if path.name else None  # "." has no name, hence no OUT.partial
+    if partial is not None and partial.is_dir() and not (path / "meta.json").is_file():
+        raise UserError(
+            f"{kind.what} {path} is unfinished: the `{kind.make}` command writing it was stopped "
+            f"({partial.name} holds its work); run the same command again to finish it"
+        )
     if not path.exists():
         raise UserError(
             f"{kind.what} not found: {path} (create one with `{kind.make} {kind.make_input} --out {path}`)"
