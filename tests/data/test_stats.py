@@ -46,8 +46,13 @@ def test_an_undecodable_jsonl_row_is_a_row_not_a_file(tmp_path):
     assert (stats["latin1_rows"], stats["latin1_files"]) == (1, 0)
 
 
-def test_min_chars_and_min_tokens_counts_are_both_shown(tmp_path):
+def test_min_chars_and_min_tokens_counts_are_both_shown(tmp_path, capsys):
+    from contextlab.cli.data import _print_ingest_report
+
     write_tree(tmp_path / "c", {"a.txt": "a", "b.txt": "abc", "c.txt": "long enough"})
     cfg = IngestConfig(min_tokens=5, source=SourceOptions(min_chars=2))
-    store = ingest(tmp_path / "c", tmp_path / "s", cfg, progress=False).store
-    assert summary_lines(store)["skipped"] == "skipped    skipped_short=1  fewer_than_min_tokens=1"
+    report = ingest(tmp_path / "c", tmp_path / "s", cfg, progress=False)
+    assert summary_lines(report.store)["skipped"] == "skipped    skipped_short=1  fewer_than_min_tokens=1"
+    capsys.readouterr()
+    _print_ingest_report(report)  # what `contextlab data ingest` prints under its first line
+    assert capsys.readouterr().out.splitlines()[1] == "  skipped short: 1, fewer than --min-tokens: 1"

@@ -143,16 +143,16 @@ def _print_ingest_report(report) -> None:
         f"({report.mb_per_s:,.1f} MB/s)"
     )
     notes = {
-        k: v
-        for k, v in {
-            **stats,
-            "skipped_short": report.skipped_short,
-            "skipped_long": report.skipped_long,
-        }.items()
+        k.replace("_", " "): v
+        for k, v in stats.items()
         if isinstance(v, int) and v and k.startswith(("skipped", "undecodable", "latin1"))
     }
+    # the token filters' counts (the source's own skipped_short is --min-chars)
+    notes["fewer than --min-tokens"] = report.skipped_short
+    notes["more than --max-tokens"] = report.skipped_long
+    notes = {k: v for k, v in notes.items() if v}
     if notes:
-        print("  " + ", ".join(f"{k.replace('_', ' ')}: {v:,}" for k, v in notes.items()))
+        print("  " + ", ".join(f"{k}: {v:,}" for k, v in notes.items()))
     skipped = store.path / "skipped.jsonl"
     if skipped.exists() and skipped.stat().st_size:
         print(f"  every skipped file is named, with its reason, in {skipped}")
