@@ -7,7 +7,7 @@ import pytest
 
 from contextlab.data.packing import PackConfig, pack
 from contextlab.data.packing.retrievers import BM25Retriever
-from tests.data.packing.helpers import make_store, mixed_corpus, paths_of, sequences_as_paths
+from tests.data.packing.helpers import EOT, make_store, mixed_corpus, paths_of, sequences_as_paths
 
 # four twin pairs: each pair shares one rare word nobody else has; all documents have the same length
 TWINS = {
@@ -110,7 +110,8 @@ def test_every_document_used_exactly_once(tmp_path, method, retriever, remainder
     )
     packed = pack(store, tmp_path / "p", cfg, progress=False).packed
     e = np.asarray(packed.entries)
-    assert (e[:, 1] < e[:, 2]).all()
+    separator_alone = (e[:, 1] == e[:, 2]) & (e[:, 2] == lens[e[:, 0]])  # a row ended just before it
+    assert ((e[:, 1] < e[:, 2]) | separator_alone).all()
     if remainder == "drop":
         assert sorted(e[:, 0].tolist()) == list(range(store.n_docs)) and (e[:, 1] == 0).all()
     else:  # every token exactly once: each document's pieces tile [0, len)
@@ -122,6 +123,42 @@ def test_every_document_used_exactly_once(tmp_path, method, retriever, remainder
     lengths = packed.sequence_lengths()
     assert (lengths <= 97).all()
     assert (lengths[:-3] == 97).sum() >= packed.n_sequences - 3 - 3  # only shard tails may be short
+
+
+ALL_METHODS = [("ep", "bm25"), ("ep-domain", "bm25")] + [
+    (m, r) for m in ("splice", "icp") for r in ("bm25", "dense", "repo")
+]
+
+
+@pytest.mark.parametrize("remainder", ["next", "drop"])
+@pytest.mark.parametrize("method,retriever", ALL_METHODS)
+def test_a_document_exactly_one_row_long_keeps_its_separator(tmp_path, method, retriever, remainder):
+    """A document of exactly context + 1 tokens fills a row with its tokens; its separator then
+    starts the next row (an entry of no tokens, (d, len, len)) or, with remainder drop, is counted
+    in dropped_tokens. It was cut off silently: the row held the document, the separator fell past
+    the row's end and no count said so (a repo pack of the stdlib lost one)."""
+    row = 16
+    files = {f"{'ab'[i % 2]}/f{i}.py": f"def f{i}(): x = {i}"[:row].ljust(row, "#") for i in range(6)}
+    store = make_store(tmp_path, files)
+    lens = store.lengths()
+    assert (lens == row).all()  # every document is exactly one row: the first row always hits the case
+    cfg = PackConfig(method=method, retriever=retriever, context=row - 1, seed=0, remainder=remainder)
+    packed = pack(store, tmp_path / "p", cfg, progress=False).packed
+    rows = [packed.sequence_tokens(i)[0] for i in range(packed.n_sequences)]
+    first = int(packed.sequence_entries(0)[0, 0])
+    assert rows[0].tolist() == store.doc(first).tolist()  # the whole document, no room for its separator
+    kept = sum(len(r) for r in rows)
+    assert kept == packed.meta["n_tokens"] == packed.sequence_lengths().sum()
+    assert kept + packed.meta["dropped_tokens"] == lens.sum() + store.n_docs  # every token, every separator
+    if remainder == "next":
+        assert packed.meta["dropped_tokens"] == 0
+        assert rows[1][0] == EOT and int(packed.sequence_entries(1)[0, 0]) == first
+        assert sum(int((r == EOT).sum()) for r in rows) == store.n_docs
+        e = np.asarray(packed.entries)
+        for d in range(store.n_docs):  # each document's pieces tile [0, len], its separator last
+            pieces = sorted(map(tuple, e[e[:, 0] == d, 1:].tolist()))
+            assert pieces[0][0] == 0 and pieces[-1][1] == row
+            assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))
 
 
 def test_same_seed_same_bytes_other_seed_differs(tmp_path):

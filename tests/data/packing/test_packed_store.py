@@ -31,19 +31,14 @@ def test_sequence_tokens_exact_ids_separators_and_trimming(tmp_path):
             assert len(toks) == 8
         stream += toks.tolist()
         ids += doc_ids.tolist()
-    # remainder "next": the stream is the documents in packing order, each followed by EOT, except that an
-    # EOT falling exactly on a sequence boundary is cut (the document filled its sequence to the last token)
+    # remainder "next": the stream is the documents in packing order, each followed by EOT, also where
+    # a document fills its sequence to the last token (its EOT then starts the next one; it was cut)
     order = list(dict.fromkeys(int(d) for d in np.asarray(packed.entries)[:, 0]))
     paths = paths_of(store)
-    expected, exp_ids, pos = [], [], 0
-    for d in order:
-        for t in list(text[paths[d]]) + [EOT]:
-            if t == EOT and pos % 8 == 0 and pos > 0 and expected[-1] != EOT:
-                continue
-            expected.append(t)
-            exp_ids.append(d)
-            pos += 1
+    expected = [t for d in order for t in list(text[paths[d]]) + [EOT]]
+    exp_ids = [d for d in order for _ in range(len(text[paths[d]]) + 1)]
     assert stream == expected and ids == exp_ids
+    assert any(packed.sequence_tokens(i)[0][0] == EOT for i in range(1, packed.n_sequences))  # that case
     # a trimmed document is an entry with end < its length, continued in the next sequence
     e = np.asarray(packed.entries)
     assert (e[:, 2] < store.lengths()[e[:, 0]]).any()

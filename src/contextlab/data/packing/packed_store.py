@@ -11,7 +11,9 @@ Layout of a packed store directory (format version 1)::
                      the rename record only ``seq_len`` (= context + 1) and open the same.
     entries.npy      int64 (n_entries, 3): document index, begin token, end token. A trimmed
                      document is an entry with end < its length; its tail may be a later
-                     entry (remainder "next"/"pool") beginning where this one ended.
+                     entry (remainder "next"/"pool") beginning where this one ended. An entry
+                     with begin = end = its length is its separator alone: the document's
+                     tokens filled the row before, to the last token.
     seq_offsets.npy  int64 (n_sequences + 1): sequence i is entries[off[i]:off[i+1]]
     similarity.npy   float32 (n_entries): the retriever's similarity that brought the entry
                      in (NaN: a root, a random document, or a carried-over piece)

@@ -13,8 +13,10 @@ else a random unused root; pop documents breadth first, append what the expansio
 until the pieces cost at least ``row_len`` tokens (a document costs its length plus one
 when a separator follows it); when nothing is left to expand, draw another root. Then
 order the pieces (identity / reverse / shuffle) and lay them out: the piece crossing
-``row_len`` is trimmed and its tail follows the remainder policy (``drop``, ``next`` = it
-starts the next sequence, ``pool`` = it goes back to the random-root pool); whole pieces
+``row_len`` (its tokens plus its separator) is trimmed and its tail follows the remainder
+policy (``drop``, ``next`` = it starts the next sequence, ``pool`` = it goes back to the
+random-root pool); a document whose tokens fill the row exactly leaves a tail of no tokens,
+its separator alone, so no separator is lost either (``drop`` counts it); whole pieces
 past ``row_len`` (only possible after reordering) always start the next sequence, so no
 document is silently lost. A document is *taken* once; only its tail pieces reappear.
 
@@ -177,10 +179,13 @@ class Sequencer:
             if room <= 0:
                 self.carry.extend((p[0], p[1], p[2], NAN) for p in pieces[idx:])
                 break
-            if e - b <= room:
+            if self.cost((d, b, e, s)) <= room:  # its tokens and its separator fit
                 out.append((d, b, e, s))
                 room -= self.cost((d, b, e, s))
                 continue
+            # The piece crosses the sequence end: its first `room` tokens stay here, and its tail
+            # (the rest and the separator) follows the remainder policy. When only the separator did
+            # not fit, the tail holds no token: (d, end, end) is the separator alone.
             out.append((d, b, b + room, s))
             tail = (d, b + room, e, NAN)
             if self.remainder == "next":
@@ -188,7 +193,7 @@ class Sequencer:
             elif self.remainder == "pool":
                 self.pool.append(tail)
             else:
-                self.dropped_tokens += e - b - room
+                self.dropped_tokens += self.cost(tail)  # the separator too: a row loses it
             self.carry.extend((p[0], p[1], p[2], NAN) for p in pieces[idx + 1 :])
             break
         self.sequences.append(out)
