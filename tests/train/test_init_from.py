@@ -314,3 +314,39 @@ def test_a_store_ingested_before_the_id_hash_continues_a_hf_model(tmp_path, hf_s
     store = TokenStore(old)
     assert store.tokenizer_hash == tok.legacy_hash
     _check_hf_tokenizer(llama_dir, store, 320)  # accepted: the same tokenizer.json, the same ids
+
+
+def test_a_contextlm_export_keeps_the_runs_tokenizer(tmp_path, byte_store, capsys):
+    """A ContextLM export opens as the ContextLM it was, with the run's byte tokenizer (not the
+    export folder's tokenizer.json under the folder's name), so eval and --init-from accept it
+    with the run's byte store, as they accept a GPT export."""
+    from contextlab.cli import main
+    from contextlab.inference import open_model
+    from contextlab.models.contextlm import ContextLM
+
+    run = tmp_path / "ctx"
+    train(run_config(byte_store, run, train={"max_steps": 2}, objective={"name": "contextlm"}))
+    out = export_checkpoint(run, tmp_path / "exported ctx")
+    model, tok, info = open_model(out)
+    assert type(model) is ContextLM and info.kind == "contextlab" and info.objective == "contextlm"
+    assert tok.hash == info.tokenizer["hash"] == byte_store.tokenizer_hash
+    x = ids(16, 257)
+    with torch.no_grad():
+        assert torch.equal(model(x).logits, read_checkpoint(run).build()(x).logits)
+
+    args = ["--model", str(out), "--data", str(byte_store.path), "--out", str(tmp_path / "ev")]
+    assert main(["eval", "ppl", *args, "--max-tokens", "256", "--no-progress"]) == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "ev" / "ppl.json").read_text())["model"]["kind"] == "contextlab"
+
+    again = tmp_path / "again"
+    train(
+        run_config(
+            byte_store,
+            again,
+            train={"max_steps": 1},
+            init={"source": str(out)},
+            objective={"name": "contextlm"},
+        )
+    )
+    state = read_checkpoint(again).state
+    assert state["init"]["kind"] == "contextlab-export" and state["arch"] == "contextlm"

@@ -2,8 +2,10 @@
 (model, tokenizer, ``ModelInfo``), in eval mode.
 
 What a path is gets decided once (``kind_of``): a checkpoint folder, a run (its newest
-checkpoint, or ``step``), a contextlab export (``contextlab-gpt``, or the Llama form of one:
-loaded back as the GPT it was) or another Hugging Face folder (loaded by ``transformers``).
+checkpoint, or ``step``), a contextlab export (``contextlab-gpt`` or the Llama form of one,
+loaded back as the GPT it was; ``contextlab-contextlm``, as the ContextLM it was: either way with
+the run's own tokenizer, by the spec the export records) or another Hugging Face folder (loaded
+by ``transformers``).
 A run that continued a Hugging Face model opens as that model. ``ModelInfo`` says which
 backend runs the model (``kind``: "contextlab" or "hf"), its context, its tokenizer and
 whether, and after which tokens, it runs left to right. Damaged or partial folders end in
@@ -145,9 +147,9 @@ def read_config_json(p: Path) -> dict:
 
 
 def _is_export(cfg: dict) -> bool:
-    from contextlab.models.hf.custom_code import is_gpt_export  # imports transformers: only for HF folders
+    from contextlab.models.hf.custom_code import is_contextlab_export  # imports transformers: HF folders only
 
-    return is_gpt_export(cfg)
+    return is_contextlab_export(cfg)
 
 
 def _read_folder(p: Path):
@@ -168,7 +170,7 @@ def _read_folder(p: Path):
 
 
 def _open_export(p: Path, cfg: dict):
-    """A contextlab export, run as the plain GPT it was."""
+    """A contextlab export, run as the model it was (a GPT or a ContextLM) with the run's tokenizer."""
     from contextlab.models.hf.custom_code import gpt_from_hf_export
 
     model = gpt_from_hf_export(p)

@@ -15,6 +15,7 @@ Importing this package imports ``transformers`` (and registers the model types).
 from contextlab.models.hf.custom_code import (
     export_to_hf,
     gpt_from_hf_export,
+    is_contextlab_export,
     is_gpt_export,
     load_hf_causal_lm,
     register_with_transformers,
@@ -23,6 +24,7 @@ from contextlab.models.hf.custom_code import (
 __all__ = [
     "export_to_hf",
     "gpt_from_hf_export",
+    "is_contextlab_export",
     "is_gpt_export",
     "load_hf_causal_lm",
     "register_with_transformers",

@@ -211,15 +211,23 @@ def is_gpt_export(cfg: dict) -> bool:
     )
 
 
+def is_contextlab_export(cfg: dict) -> bool:
+    """Whether a config.json is a contextlab export that loads back as the model it was: a GPT
+    export (either form) or a ``contextlab-contextlm`` one."""
+    return is_gpt_export(cfg) or cfg.get("model_type") == CONTEXTLM_TYPE
+
+
 def gpt_from_hf_export(path: str | os.PathLike) -> GPT:
-    """Load a contextlab GPT export (either form) back into a plain GPT (exact weights, as saved)."""
+    """Load a contextlab export back into the model it was, with its exact weights as saved: a
+    plain GPT (either form), or a ContextLM (a GPT subclass) from a ``contextlab-contextlm`` folder."""
     from safetensors.torch import load_file
 
+    from contextlab.models.archs import build_from_fields
     from contextlab.models.hf.llama import gpt_state_from_llama
 
     p = _check_model_dir(path)
     cfg = current_fields(json.loads((p / CONFIG_NAME).read_text()))
-    if not is_gpt_export(cfg):
+    if not is_contextlab_export(cfg):
         raise UserError(
             f"{p} holds a {cfg.get('model_type')!r} model, not a contextlab export; "
             "use load_hf_causal_lm for other Hugging Face models"
@@ -230,12 +238,17 @@ def gpt_from_hf_export(path: str | os.PathLike) -> GPT:
     if cfg["model_type"] == "llama":  # the exact GPTConfig rides along in the provenance
         config = GPTConfig(**current_fields(cfg["contextlab"]["gpt_config"]))
         state = gpt_state_from_llama(load_file(weights), config)
+        model = GPT(config)
     else:
-        config = GPTConfig(**{k: cfg[_HF_NAME.get(k, k)] for k in _GPT_FIELDS if _HF_NAME.get(k, k) in cfg})
+        fields = {k: cfg[_HF_NAME.get(k, k)] for k in _GPT_FIELDS if _HF_NAME.get(k, k) in cfg}
+        if cfg["model_type"] == CONTEXTLM_TYPE:  # the ContextLM's own options sit beside the GPT's
+            fields.update(
+                {f.name: cfg[f.name] for f in dataclasses.fields(ContextLMOptions) if f.name in cfg}
+            )
+        model = build_from_fields("contextlm" if cfg["model_type"] == CONTEXTLM_TYPE else "gpt", fields)
         prefix = ContextlabGPTForCausalLM.base_model_prefix + "."
         state = {k.removeprefix(prefix): v for k, v in load_file(weights).items()}
-    model = GPT(config)
-    if config.tie_embeddings:
+    if model.config.tie_embeddings:
         state.setdefault("lm_head.weight", state["wte.weight"])  # tied: saved once
     model.load_state_dict(state, strict=True)
     return model
