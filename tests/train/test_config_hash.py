@@ -11,7 +11,9 @@ from contextlab.train.config import (
     TrainSection,
     config_hash,
     config_hash_matches,
+    first_difference,
     legacy_config_hash,
+    shown,
 )
 
 SETTINGS = {
@@ -93,3 +95,21 @@ def test_only_values_away_from_their_defaults_count():
         assert config_hash(changed) != base, key
     free = from_dict(RunConfig, {**SETTINGS, "train": {**SETTINGS["train"], "log_every": 3}})
     assert config_hash(free) == base  # RESUME_FREE keys are never hashed
+
+
+def test_the_first_difference_is_named_with_both_values():
+    base = from_dict(RunConfig, SETTINGS)
+    assert first_difference(base, from_dict(RunConfig, SETTINGS)) is None
+    free = from_dict(
+        RunConfig, {**SETTINGS, "train": {**SETTINGS["train"], "parallel": "fsdp", "threads": 3}}
+    )
+    assert first_difference(base, free) is None  # the parallel strategy and threads change no number
+    later = from_dict(
+        RunConfig, {**SETTINGS, "optim": {"lr": 5e-3}, "train": {**SETTINGS["train"], "seed": 2}}
+    )
+    key, before, now = first_difference(base, later)  # the config's own order: optim before train
+    assert (key, shown(before), shown(now)) == ("optim.lr", "0.001", "0.005")
+    options = from_dict(RunConfig, {**SETTINGS, "objective": {"name": "mtp", "options": {"k": 2, "n": 4}}})
+    key, before, now = first_difference(base, options)
+    assert (key, shown(before), shown(now)) == ("objective.options.n", "(not set)", "4")
+    assert shown("") == '""' and shown(True) == "true" and shown(None) == "null"

@@ -12,7 +12,7 @@ import pytest
 from contextlab import config as config_mod
 from contextlab.config import from_dict, load_config, to_dict
 from contextlab.errors import UserError
-from contextlab.train.config import RESUME_FREE, RunConfig, legacy_config_hash, renamed_keys
+from contextlab.train.config import LEGACY_RESUME_FREE, RunConfig, legacy_config_hash, renamed_keys
 
 
 def test_the_old_key_is_read_as_the_new_one(tmp_path, capsys, monkeypatch):
@@ -32,7 +32,7 @@ def test_the_hash_of_a_run_is_the_one_it_had_before_the_rename():
     cfg = from_dict(RunConfig, {"train": {"context": 32, "tokens_per_step": 256}})
     d = to_dict(cfg)  # the hash as it was computed before the rename: the key was train.seq_len
     d["train"]["seq_len"] = d["train"].pop("context")
-    for section, key in RESUME_FREE:
+    for section, key in LEGACY_RESUME_FREE:
         d[section].pop(key, None)
     for section in ("init", "extend"):
         d.pop(section)

@@ -134,6 +134,50 @@ def test_resume_refuses_a_different_config(store, tmp_path):
     assert res.steps == 8
 
 
+def test_a_refused_resume_names_the_first_changed_key(store, tmp_path):
+    run = tmp_path / "run"
+    train(config(store, run, max_steps=4))
+
+    def refused(cfg) -> str:
+        with pytest.raises(UserError) as info:
+            train(cfg)
+        return str(info.value)
+
+    assert "(train.context 32 there, 64 now; its newest checkpoint is step_000004)" in refused(
+        config(store, run, max_steps=8, context=64)
+    )
+    assert "train.tokens_per_step 256 there, 512 now" in refused(
+        config(store, run, max_steps=8, tokens_per_step=512)
+    )
+    lr = config(store, run, max_steps=8)
+    lr.optim.lr = 5e-3
+    assert "optim.lr 0.003 there, 0.005 now" in refused(lr)
+    source = config(store, run, max_steps=8)
+    source.init.source = str(run)
+    assert f'init.source "" there, "{run}" now' in refused(source)
+    assert "\n" not in refused(lr)
+
+
+def test_keys_that_change_no_number_do_not_block_a_resume(store, tmp_path):
+    """The parallel strategy (checkpoints are full state dicts), threads and logging may change on
+    resume, also for a run whose checkpoint hashed the parallel strategy (as written before it was
+    free: the run's recorded config.toml says only free keys changed)."""
+    from contextlab.train import config as train_config
+
+    run = tmp_path / "run"
+    train(config(store, run, max_steps=4, parallel="fsdp"))
+    state_file = run / "checkpoints" / "step_000004" / "state.json"
+    state = json.loads(state_file.read_text())
+    hashed = train_config._hashed(config(store, run, parallel="fsdp"), train_config.LEGACY_RESUME_FREE)
+    defaults = train_config._hashed(RunConfig(), train_config.LEGACY_RESUME_FREE)
+    changed = {s: {k: v for k, v in sec.items() if v != defaults[s][k]} for s, sec in hashed.items()}
+    state["config_hash"] = train_config._sha({s: sec for s, sec in changed.items() if sec})
+    assert state["config_hash"] != train_config.config_hash(config(store, run, parallel="fsdp"))
+    state_file.write_text(json.dumps(state))
+    assert train(config(store, run, max_steps=6, threads=2, log_every=3)).steps == 6  # ddp now
+    assert train(config(store, run, max_steps=8, parallel="fsdp")).steps == 8
+
+
 def test_a_checkpoint_with_the_legacy_config_hash_resumes(store, tmp_path):
     run = tmp_path / "run"
     train(config(store, run, max_steps=4))

@@ -12,7 +12,10 @@ read under their new name, so old recipes and run directories keep working.
 defaults, so an option added later with a default leaves every earlier run's hash as it was.
 Trade-off: a default is then part of the meaning of every hash, so a default must never change
 (its numbers would change without the hash noticing); add a new option instead. Hashes
-written before this rule are still accepted through ``legacy_config_hash``.
+written before this rule are still accepted through ``legacy_config_hash``. ``RESUME_FREE`` keys
+(logging, threads, the parallel strategy, the budget, ...) are never hashed: they may change on
+resume. A resume refused for any other key names the first one that differs, with both values
+(``first_difference``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import ClassVar, Literal, get_type_hints
+from typing import Any, ClassVar, Literal, get_type_hints
 
 from contextlab.config import opt, to_dict
 from contextlab.errors import UserError
@@ -124,7 +127,9 @@ class TrainSection:
         "deterministic GPU kernels (a little slower): a rerun or a resumed GPU run "
         "repeats every bit; CPU runs are deterministic at a fixed thread count anyway",
     )
-    parallel: Literal["ddp", "fsdp"] = opt("ddp", "with torchrun: ddp or fsdp")
+    parallel: Literal["ddp", "fsdp"] = opt(
+        "ddp", "with torchrun: ddp or fsdp (checkpoints are full either way: a run resumes under either)"
+    )
     threads: int = opt(0, "torch CPU threads; 0 = torch's default")
     seed: int = opt(0, "seed of the initialisation and the data order")
     log_every: int = opt(10, "steps between console/metrics lines")
@@ -196,8 +201,11 @@ class RunConfig:
     extend: ExtendSection = opt(factory=ExtendSection, help="RoPE context extension of the initial model")
 
 
-# keys that may change between a run and its resumption without changing its numbers
-RESUME_FREE = {("data", "verify")} | {
+# keys that may change between a run and its resumption without changing its numbers: where it
+# is written and how it is logged, how a step is computed (the parallel strategy: checkpoints are
+# full state dicts, so a DDP run resumes under FSDP as under another world size; threads, compile,
+# deterministic kernels) and the budget (a new one is noted and recorded, see trainer.py)
+LEGACY_RESUME_FREE = {("data", "verify")} | {
     ("train", k)
     for k in (
         "out_dir",
@@ -217,7 +225,8 @@ RESUME_FREE = {("data", "verify")} | {
         "max_minutes",
         "patience",
     )
-}
+}  # frozen: the legacy hash rule left out exactly these
+RESUME_FREE = LEGACY_RESUME_FREE | {("train", "parallel")}
 
 
 # values [model] and [optim] can take: (section, key, allowed, what the message asks for)
@@ -274,6 +283,35 @@ def config_hash_matches(cfg: RunConfig, recorded_hash: str | None) -> bool:
     return recorded_hash in (config_hash(cfg), legacy_config_hash(cfg))
 
 
+def first_difference(before: RunConfig, now: RunConfig) -> tuple[str, Any, Any] | None:
+    """The first key, in the config's own order, whose value differs between two run configs
+    (``RESUME_FREE`` keys left out; objective options key by key): (``section.key``, its value
+    before, its value now); None when they agree."""
+    return _first_difference(_hashed(before), _hashed(now), "")
+
+
+def _first_difference(a: Any, b: Any, prefix: str) -> tuple[str, Any, Any] | None:
+    if not (isinstance(a, dict) and isinstance(b, dict)):
+        return None if a == b else (prefix, a, b)
+    for key in [*b, *(k for k in a if k not in b)]:
+        found = _first_difference(a.get(key, _ABSENT), b.get(key, _ABSENT), f"{prefix}.{key}".lstrip("."))
+        if found:
+            return found
+    return None
+
+
+_ABSENT = object()  # an objective option one of the two configs does not set
+
+
+def shown(value: Any) -> str:
+    """A config value as a message shows it: numbers short, strings quoted (so an empty one shows)."""
+    if value is _ABSENT:
+        return "(not set)"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return json.dumps(value) if isinstance(value, (str, bool, list, dict)) or value is None else str(value)
+
+
 # ---------------------------------------------------------------------------- legacy hash rule
 # Before the non-default rule, every key was hashed except these, left out while at their
 # default (keys added after runs existed), and train.context was hashed as train.seq_len.
@@ -301,7 +339,7 @@ LEGACY_KEYS = {
 def legacy_config_hash(cfg: RunConfig) -> str:
     """The run-config hash as computed before the non-default rule (exactly, for every config
     that could be written then); runs from then resume with it."""
-    d, defaults = _hashed(cfg), _hashed(type(cfg)())
+    d, defaults = _hashed(cfg, LEGACY_RESUME_FREE), _hashed(type(cfg)(), LEGACY_RESUME_FREE)
     d["train"]["seq_len"] = d["train"].pop("context")
     defaults["train"]["seq_len"] = defaults["train"].pop("context")
     for section, sec in d.items():
@@ -317,10 +355,10 @@ def legacy_config_hash(cfg: RunConfig) -> str:
     return _sha(d)
 
 
-def _hashed(cfg: RunConfig) -> dict:
-    """The config as a dict of sections without the ``RESUME_FREE`` keys."""
+def _hashed(cfg: RunConfig, free: set[tuple[str, str]] = RESUME_FREE) -> dict:
+    """The config as a dict of sections without the ``free`` keys (``RESUME_FREE``)."""
     d = to_dict(cfg)
-    for section, key in RESUME_FREE:
+    for section, key in free:
         d[section].pop(key, None)
     return d
 

@@ -9,6 +9,8 @@
 * ``start_fresh``: a start with no checkpoint begins a clean ``metrics.jsonl`` (rows of an earlier
   start killed before its first checkpoint never mix into this run), and a directory whose
   ``config.toml`` holds a different config is refused like a resume with a different config.
+* ``check_same_config``: a config that differs from a run's recorded one in a key that changes the
+  numbers is refused in one line naming the first such key with both values.
 * ``count_non_finite`` and the messages of a run that diverged: weights are checked before every
   checkpoint, so a non-finite update is never saved and the last good checkpoint is named.
 
@@ -31,7 +33,7 @@ from contextlab.io import exclusive_lock
 from contextlab.rundir import LOCK, check_run_dir, latest_checkpoint, read_config
 from contextlab.train import distributed as D
 from contextlab.train.checkpoint import remove_temporary
-from contextlab.train.config import RunConfig, config_hash
+from contextlab.train.config import RunConfig, first_difference, shown
 from contextlab.train.metrics import truncate_metrics
 
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
@@ -75,17 +77,29 @@ def start_fresh(run_dir: Path, cfg: RunConfig, is_main: bool) -> None:
     """A start without a checkpoint: refuse a different config, then (rank 0) empty the metrics."""
     recorded = read_config(run_dir)
     if recorded:
-        try:
-            same = config_hash(from_dict(RunConfig, recorded)) == config_hash(cfg)
-        except UserError:  # keys this version does not know: not this config
-            same = False
-        if not same:
-            raise UserError(
-                f"{run_dir} holds a run with a different config (no checkpoint yet: see its config.toml); "
-                f"use another train.out_dir, the same config, or delete the folder to start over"
-            )
+        check_same_config(
+            run_dir,
+            recorded,
+            cfg,
+            "no checkpoint yet: see its config.toml",
+            "use another train.out_dir, the same config, or delete the folder to start over",
+        )
     if is_main:
         truncate_metrics(run_dir, 0)
+
+
+def check_same_config(run_dir: Path, recorded: dict, cfg: RunConfig, where: str, fix: str) -> None:
+    """Refuse ``cfg`` for ``run_dir`` when a key that changes the numbers differs from the ``recorded``
+    config (``RESUME_FREE`` keys may differ), naming the first such key with both values."""
+    try:
+        before = from_dict(RunConfig, recorded) if recorded else None
+    except UserError:  # keys this version does not know: not this config
+        before = None
+    diff = first_difference(before, cfg) if before is not None else None
+    if before is not None and diff is None:
+        return
+    what = f"{diff[0]} {shown(diff[1])} there, {shown(diff[2])} now; " if diff else ""
+    raise UserError(f"{run_dir} holds a run with a different config ({what}{where}); {fix}")
 
 
 def count_non_finite(module: torch.nn.Module, info: D.DistInfo) -> int:

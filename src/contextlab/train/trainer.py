@@ -37,7 +37,7 @@ from contextlab.data.training import build_training_data
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_text
 from contextlab.objectives import TrainModule
-from contextlab.rundir import save_tokenizer
+from contextlab.rundir import read_config, save_tokenizer
 from contextlab.train import checkpoint as ckpt
 from contextlab.train import distributed as D
 from contextlab.train import guards
@@ -177,10 +177,13 @@ class Trainer:
         if latest is None:
             return guards.start_fresh(self.run_dir, self.cfg, self.info.is_main)
         model_state, optim_state, rng, state = ckpt.load_checkpoint(latest)
-        if not config_hash_matches(self.cfg, state.get("config_hash")):
-            raise UserError(
-                f"{self.run_dir} holds a run with a different config; use another train.out_dir "
-                f"or the same config to resume"
+        if not config_hash_matches(self.cfg, state.get("config_hash")):  # which key, or only free ones
+            guards.check_same_config(
+                self.run_dir,
+                read_config(latest),
+                self.cfg,
+                f"its newest checkpoint is {latest.name}",
+                "use another train.out_dir, or the same config to resume",
             )
         if state.get("tokenizer_hash") != self.store.tokenizer_hash:
             raise UserError(
