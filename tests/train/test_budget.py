@@ -162,3 +162,29 @@ def test_resolve_shape_takes_the_context_from_the_data_and_counts_rows(tmp_path)
     ]:
         with pytest.raises(UserError, match=message):
             resolve_shape(_shape_config(data_, **train_))
+
+
+def test_a_set_of_rows_per_step_replaces_the_files_tokens_per_step(tmp_path):
+    """The command line wins over the file for either key of the pair; 0 is unset, as --help says;
+    both on the command line stays an error."""
+    from contextlab.cli.train import load_run_config
+    from contextlab.train.budget import check_train, resolve_shape
+
+    f = tmp_path / "run.toml"
+    f.write_text("[train]\ncontext = 64\ntokens_per_step = 2048\nval_rows = 2\n")
+    t = load_run_config(str(f), ["train.rows_per_step=33"]).train
+    assert (t.rows_per_step, t.tokens_per_step, t.val_rows) == (33, TrainSection().tokens_per_step, 2)
+    check_train(t)
+    t = load_run_config(str(f), ["train.rows_per_step=33", "train.tokens_per_step=0"]).train
+    assert (t.rows_per_step, t.tokens_per_step) == (33, 0)
+    check_train(t)
+    t = load_run_config(str(f), ["train.val_tokens=512"]).train  # and the other way round
+    assert (t.val_rows, t.val_tokens, t.tokens_per_step) == (0, 512, 2048)
+    with pytest.raises(UserError, match="set train.rows_per_step or train.tokens_per_step, not both"):
+        load_run_config(str(f), ["train.rows_per_step=33", "train.tokens_per_step=4096"])
+    with pytest.raises(UserError, match="train.tokens_per_step is 0 .unset. and so is train.rows_per_step"):
+        check_train(load_run_config(str(f), ["train.tokens_per_step=0"]).train)
+    both = tmp_path / "both.toml"
+    both.write_text("[train]\ntokens_per_step = 2048\nrows_per_step = 4\n")  # both in one file: refused
+    with pytest.raises(UserError, match="not both"):
+        resolve_shape(load_run_config(str(both), []))

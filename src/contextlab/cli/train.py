@@ -7,7 +7,7 @@ import dataclasses
 import json
 import os
 
-from contextlab.config import apply_overrides, field_help, from_dict, read_toml
+from contextlab.config import field_help, from_dict, read_toml
 
 
 def _config_help() -> str:
@@ -23,9 +23,9 @@ def _config_help() -> str:
 
 
 def load_run_config(config: str | None, sets: list[str]):
-    from contextlab.train.config import RunConfig
+    from contextlab.train.config import RunConfig, with_overrides
 
-    data = apply_overrides(read_toml(config) if config else {}, sets)
+    data = with_overrides(read_toml(config) if config else {}, sets)  # a --set of rows_per_step wins
     return from_dict(RunConfig, data)
 
 

@@ -3,7 +3,8 @@
 * ``check_train``: the budgets, shapes and intervals of the [train] section, checked before a run
   directory exists (a negative budget or context is one line naming the key, never a run).
 * ``resolve_shape``: the run config with ``train.context = 0`` taken from the data and
-  ``rows_per_step`` / ``val_rows`` turned into tokens, so everything after reads one context.
+  ``rows_per_step`` / ``val_rows`` turned into tokens (``tokens_per_step`` / ``val_tokens`` may
+  then be 0, unset), so everything after reads one context.
 * ``batch_shape``: train.tokens_per_step as rows of train.context tokens, split over processes and
   micro-batches (the tokens of a step stay constant when the context changes).
 * ``budget_steps``: train.max_steps, max_tokens or max_flops as a number of optimizer steps
@@ -55,8 +56,13 @@ NOT_NEGATIVE = [
 def check_train(t: TrainSection) -> None:
     """Refuse budgets, shapes and intervals that cannot describe a run, naming the key (that exactly one
     budget is set is checked by ``budget_steps``, once the data is known to exist)."""
+    alternative = {tokens: rows for rows, tokens in t.ALTERNATIVES}
     for key in POSITIVE:
         value = getattr(t, key)
+        if value == 0 and key in alternative:  # 0 = unset: the size is given in rows
+            if getattr(t, alternative[key]) > 0:
+                continue
+            raise UserError(f"train.{key} is 0 (unset) and so is train.{alternative[key]}; set one of them")
         if value <= 0:
             raise UserError(f"train.{key} is {value}; it must be a positive number")
     for key in NOT_NEGATIVE:
@@ -86,8 +92,8 @@ def resolve_shape(cfg: RunConfig) -> RunConfig:
     """``cfg`` with train.context fixed (0 = the data's) and rows_per_step / val_rows as tokens."""
     t = cfg.train
     defaults = TrainSection()
-    for rows, tokens in (("rows_per_step", "tokens_per_step"), ("val_rows", "val_tokens")):
-        if getattr(t, rows) and getattr(t, tokens) != getattr(defaults, tokens):
+    for rows, tokens in t.ALTERNATIVES:
+        if getattr(t, rows) and getattr(t, tokens) not in (0, getattr(defaults, tokens)):
             raise UserError(f"set train.{rows} or train.{tokens}, not both")
     context = t.context or data_context(cfg.data)
     shape = {

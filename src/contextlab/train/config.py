@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, get_type_hints
 
-from contextlab.config import opt, to_dict
+from contextlab.config import apply_overrides, opt, parse_override, to_dict
 from contextlab.errors import UserError
 
 
@@ -102,6 +102,11 @@ class OptimSection:
 @dataclass
 class TrainSection:
     RENAMED: ClassVar[dict[str, str]] = {"seq_len": "context"}
+    # one size said two ways: a --set of either replaces the other one read from the file
+    ALTERNATIVES: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("rows_per_step", "tokens_per_step"),
+        ("val_rows", "val_tokens"),
+    )
 
     out_dir: str = opt("runs/run", "run directory (checkpoints, metrics.jsonl, config.toml)")
     context: int = opt(
@@ -110,9 +115,13 @@ class TrainSection:
         "data's: a packed store's context, or with data.mode long_docs the length - 1 of documents "
         "that all have one length (synthetic tasks)",
     )
-    tokens_per_step: int = opt(16384, "tokens per optimizer step, constant across contexts")
+    tokens_per_step: int = opt(
+        16384, "tokens per optimizer step, constant across contexts; 0 = unset (with rows_per_step)"
+    )
     rows_per_step: int = opt(
-        0, "rows per optimizer step instead of tokens_per_step (rows x context); 0 = unset"
+        0,
+        "rows per optimizer step instead of tokens_per_step (rows x context); 0 = unset; a --set of "
+        "either one replaces the other one given in the TOML file",
     )
     micro_batch_rows: int = opt(0, "rows per forward pass per process; 0 = all of this process's rows")
     max_steps: int = opt(0, "budget: optimizer steps")
@@ -134,8 +143,12 @@ class TrainSection:
     seed: int = opt(0, "seed of the initialisation and the data order")
     log_every: int = opt(10, "steps between console/metrics lines")
     val_every: int = opt(100, "steps between validation losses; 0 = only at the end")
-    val_tokens: int = opt(65536, "tokens in the fixed validation set")
-    val_rows: int = opt(0, "rows in the fixed validation set instead of val_tokens; 0 = unset")
+    val_tokens: int = opt(65536, "tokens in the fixed validation set; 0 = unset (with val_rows)")
+    val_rows: int = opt(
+        0,
+        "rows in the fixed validation set instead of val_tokens; 0 = unset; a --set of either one "
+        "replaces the other one given in the TOML file",
+    )
     patience: int = opt(
         0,
         "early stopping: end the run when the validation loss has not improved for this many "
@@ -255,6 +268,23 @@ def check_values(cfg: RunConfig) -> None:
         value = getattr(getattr(cfg, section), key)
         if not allowed(value):
             raise UserError(f"{section}.{key} is {value}; it must be {what}")
+
+
+def with_overrides(data: dict, overrides: list[str]) -> dict:
+    """A run config read from TOML (``data``) with the ``--set`` ``overrides`` applied. The command line
+    wins, also over the other key of a pair in ``TrainSection.ALTERNATIVES``: ``--set
+    train.rows_per_step=33`` drops a ``tokens_per_step`` the file sets. Both keys of a pair given
+    (not 0) on the command line is refused."""
+    given = {tuple(parse_override(text)[0]): parse_override(text)[1] for text in overrides}
+    out = apply_overrides(data, [])
+    train = out.get("train")
+    for pair in TrainSection.ALTERNATIVES:
+        set_now = [k for k in pair if ("train", k) in given]
+        if len(set_now) == 2 and all(given["train", k] not in (0, "0") for k in pair):
+            raise UserError(f"set train.{pair[0]} or train.{pair[1]}, not both")
+        if len(set_now) == 1 and isinstance(train, dict):
+            train.pop(pair[1] if set_now[0] == pair[0] else pair[0], None)
+    return apply_overrides(out, overrides)
 
 
 def renamed_keys() -> dict[str, str]:
