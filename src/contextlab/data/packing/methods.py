@@ -39,12 +39,13 @@ class Packer:
 @dataclass(frozen=True)
 class RetrieverKind:
     """A retriever: ``build(store, doc_ids, config)`` indexes one shard's documents (with
-    ``rows=`` their docs.jsonl rows when ``reads_meta``)."""
+    ``rows=`` their docs.jsonl rows when ``reads_meta``, ``progress=`` when ``shows_progress``)."""
 
     build: Callable[..., Any]
     help: str  # one line for --help: what "related" means
     knobs: tuple[str, ...] = ()  # the PackConfig fields it reads (bm25_max_tokens, dense_batch, ...)
     reads_meta: bool = False  # relates documents by their metadata (paths), not their text
+    shows_progress: bool = False  # its build is slow enough for a bar of its own (dense: the embedding)
 
 
 PACKERS: dict[str, Packer] = {
@@ -69,6 +70,7 @@ RETRIEVERS: dict[str, RetrieverKind] = {
             "ivf_min_docs",
             "ivf_nprobe",
         ),
+        shows_progress=True,
     ),
     "repo": RetrieverKind(build_repo, "depth-first over the directory tree", reads_meta=True),
 }

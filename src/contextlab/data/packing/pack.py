@@ -229,8 +229,9 @@ def _run(
     starts: list[int | None] = [None] * len(todo)
     if cfg.reads_docs_meta and docs.is_file():
         starts = shards_mod.line_starts(docs, [ranges[s][0] for s in todo])
-    jobs = [
-        (str(store.path.resolve()), cfg, s, *ranges[s], str(shards_mod.shard_file(partial, s)), fp, at)
+    where = str(store.path.resolve())
+    jobs = [  # run_shard's inputs; progress: a dense shard may draw its embedding bar (in this process)
+        (where, cfg, s, *ranges[s], str(shards_mod.shard_file(partial, s)), fp, at, progress)
         for s, at in zip(todo, starts)
     ]
     total = sum(ranges[s][1] - ranges[s][0] for s in todo)

@@ -28,7 +28,7 @@ from contextlab.data.packing.config import PackConfig
 from contextlab.data.packing.methods import PACKERS, RETRIEVERS
 from contextlab.data.packing.sequencer import Sequencer, flatten
 from contextlab.data.shards.done_markers import arrays_checksum, check_record, done_record
-from contextlab.data.shards.progress import batched
+from contextlab.data.shards.progress import batched, draws_here
 from contextlab.data.shards.ranges import ranges_of_ends
 from contextlab.data.store import TokenStore
 from contextlab.errors import UserError
@@ -93,14 +93,19 @@ def line_starts(path: Path, lines: list[int], chunk: int = 1 << 23) -> list[int 
     return out
 
 
-def build_retriever(store: TokenStore, doc_ids: np.ndarray, cfg: PackConfig, docs_at: int | None = None):
+def build_retriever(
+    store: TokenStore, doc_ids: np.ndarray, cfg: PackConfig, docs_at: int | None = None, bars: bool = False
+):
     """The retriever over the shard's documents ``doc_ids`` (consecutive); one that reads their
-    metadata (repo: their paths) is given their rows of docs.jsonl (``shard_rows``, from ``docs_at``)."""
+    metadata (repo: their paths) is given their rows of docs.jsonl (``shard_rows``, from ``docs_at``);
+    one with a slow build shows a bar of it when ``bars`` and this process draws bars (not a pool
+    worker: its parent draws the pack's one bar)."""
     kind = RETRIEVERS[cfg.retriever]
+    extra = {"progress": bars and draws_here()} if kind.shows_progress else {}
     if kind.reads_meta:
         rows = shard_rows(store, int(doc_ids[0]), int(doc_ids[-1]) + 1, docs_at) if len(doc_ids) else []
-        return kind.build(store, doc_ids, cfg, rows=rows)
-    return kind.build(store, doc_ids, cfg)
+        return kind.build(store, doc_ids, cfg, rows=rows, **extra)
+    return kind.build(store, doc_ids, cfg, **extra)
 
 
 def pack_shard(
@@ -111,9 +116,11 @@ def pack_shard(
     hi: int,
     on_take: Callable[[int], None] | None = None,
     docs_at: int | None = None,
+    bars: bool = False,
 ) -> tuple[dict, dict]:
     """Pack documents [lo, hi); returns (arrays, stats). ``on_take(doc)`` sees every packed document;
-    ``docs_at``: the byte of docs.jsonl where document ``lo``'s line starts (see ``shard_rows``)."""
+    ``docs_at``: the byte of docs.jsonl where document ``lo``'s line starts (see ``shard_rows``);
+    ``bars``: a slow retriever build may show its own bar (``build_retriever``)."""
     packer = PACKERS[cfg.method]
     t0 = time.perf_counter()
     if (
@@ -131,7 +138,7 @@ def pack_shard(
         order=cfg.order if packer.ordered else "identity",
         rng=np.random.default_rng([cfg.seed, index]),
     )
-    retriever = build_retriever(store, doc_ids, cfg, docs_at) if cfg.uses_retriever else None
+    retriever = build_retriever(store, doc_ids, cfg, docs_at, bars) if cfg.uses_retriever else None
     seq.on_take.extend([on_take] if on_take else [])  # progress: a document was packed
     packer.fill(seq, retriever, cfg)
     entries, offsets, sims = flatten(seq.sequences, doc_ids)
@@ -212,14 +219,15 @@ def run_shard(
     out: str,
     fingerprint: str,
     docs_at: int | None = None,
+    bars: bool = False,
     count: Callable[[int], None] | None = None,
 ) -> dict:
     """Pack one shard and write its file (a top-level function: runs in worker processes).
-    ``docs_at``: see ``pack_shard``; ``count(n)``: n more documents packed, called every few
-    documents and once at the end."""
+    ``docs_at``, ``bars``: see ``pack_shard``; ``count(n)``: n more documents packed, called every
+    few documents and once at the end."""
     store = TokenStore(store_path)
     one, flush = batched(count or (lambda n: None))
-    arrays, stats = pack_shard(store, cfg, index, lo, hi, one, docs_at)
+    arrays, stats = pack_shard(store, cfg, index, lo, hi, one, docs_at, bars)
     flush()
     write_shard(Path(out), arrays, stats, fingerprint)
     return stats

@@ -27,6 +27,12 @@ def progress_bar(
     )
 
 
+def draws_here() -> bool:
+    """Whether this process may draw a bar of its own: not a pool worker, whose parent draws the one
+    bar (a Ray task's stderr is no terminal, so a bar there hides itself)."""
+    return _counter is None
+
+
 def use_shared_counter(counter) -> None:
     """In a pool worker: count into ``counter`` (a ``multiprocessing.Value`` of the parent)."""
     global _counter
