@@ -74,6 +74,57 @@ def test_a_start_without_a_checkpoint_begins_a_clean_metrics_file(store, tmp_pat
     assert steps(run) == [1, 2, 3, 4, 5, 6]
 
 
+def test_a_start_over_from_step_0_is_noted_with_why(store, tmp_path, capsys):
+    run = tmp_path / "run"
+    train(config(store, run, max_steps=3))
+    __import__("shutil").rmtree(run / "checkpoints")  # as if killed before its first checkpoint
+    capsys.readouterr()
+    train(config(store, run, max_steps=3))
+    out = capsys.readouterr().out
+    assert (
+        f"note: {run} has metrics up to step 3 but no finished checkpoint (it stopped before its first "
+        "checkpoint, due at step 4); it starts over from step 0"
+    ) in out
+    train(config(store, run, max_steps=3))  # a finished run: nothing to note
+    assert "starts over" not in capsys.readouterr().out
+
+
+def test_ctrl_c_during_a_checkpoint_write_keeps_that_checkpoint(store, tmp_path, monkeypatch, capsys):
+    """SIGINT (and SIGTERM) arriving while a checkpoint is written take effect once it is in place: the
+    run stops, and the rerun resumes from it."""
+    import os
+    import signal
+
+    run = tmp_path / "run"
+    real = ckpt._write_files
+
+    def interrupted(tmp, *args):
+        if tmp.name == ".step_000004.tmp":
+            os.kill(os.getpid(), signal.SIGINT)  # delivered while the files are being written
+        real(tmp, *args)
+
+    monkeypatch.setattr(ckpt, "_write_files", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        train(config(store, run, max_steps=8))
+    assert kept(run) == [4] and not list((run / "checkpoints").glob(".*.tmp"))
+    assert "SIGINT received: finishing checkpoint step_000004 first, then stopping" in capsys.readouterr().err
+    monkeypatch.setattr(ckpt, "_write_files", real)
+    train(config(store, run, max_steps=8))
+    assert f"resuming {run} from step_000004" in capsys.readouterr().out
+
+    def terminated(signum, frame):
+        raise SystemExit(143)
+
+    previous = signal.signal(signal.SIGTERM, terminated)  # as the command line installs it
+    try:
+        with pytest.raises(SystemExit), ckpt.signals_deferred("writing"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            written = True
+        assert written and signal.getsignal(signal.SIGTERM) is terminated
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def test_a_changed_config_is_refused_where_only_metrics_exist(store, tmp_path):
     run = tmp_path / "run"
     train(config(store, run, max_steps=3, ckpt_every=0))

@@ -11,7 +11,9 @@ A checkpoint is a directory ``checkpoints/step_NNNNNN/`` holding
 
 It is written into a hidden temporary directory and renamed into place, so a kill or a
 full disk in the middle leaves the previous checkpoint intact and no half checkpoint
-visible. A write that fails (``torch.save`` reports a full disk as a ``RuntimeError``,
+visible. Ctrl-C (SIGINT) and SIGTERM arriving during the write are held until it is finished
+(``signals_deferred``) and then take effect, so stopping a run never throws away the checkpoint
+being written. A write that fails (``torch.save`` reports a full disk as a ``RuntimeError``,
 safetensors as a ``SafetensorError``) removes the temporary folder and ends in one line naming
 the last good checkpoint; so does a checkpoint whose files cannot be read back (truncated
 weights, a garbage optimizer file), naming the newest earlier one that can. Checkpoint names
@@ -22,11 +24,16 @@ Only the newest ``keep_last`` are kept, and with early stopping the best one too
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import pickle
 import shutil
+import signal
+import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,23 +81,59 @@ def save_checkpoint(
     e.g. the best validation step of an early-stopped run, are never pruned)."""
     final = step_dir(run_dir, step)
     tmp = final.with_name(f".{final.name}.tmp")
-    try:
-        _write_files(tmp, model_state, optim_state, state, config_toml)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        fsync_dir(final.parent)
-    except (OSError, RuntimeError, SafetensorError) as exc:  # torch.save: RuntimeError on a full disk
-        shutil.rmtree(tmp, ignore_errors=True)
-        prev = latest_checkpoint(run_dir)
-        kept = f"the previous checkpoint {prev.name} is intact" if prev else "no earlier checkpoint exists"
-        raise UserError(
-            f"could not write checkpoint {final} ({_why(exc)}); {kept}; fix it and run again to resume"
-        ) from None
-    for old_step, old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
-        if old_step not in pinned:
-            shutil.rmtree(old, ignore_errors=True)
+    with signals_deferred(f"finishing checkpoint {final.name} first"):
+        try:
+            _write_files(tmp, model_state, optim_state, state, config_toml)
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            fsync_dir(final.parent)
+        except (OSError, RuntimeError, SafetensorError) as exc:  # torch.save: RuntimeError on a full disk
+            shutil.rmtree(tmp, ignore_errors=True)
+            prev = latest_checkpoint(run_dir)
+            kept = (
+                f"the previous checkpoint {prev.name} is intact" if prev else "no earlier checkpoint exists"
+            )
+            raise UserError(
+                f"could not write checkpoint {final} ({_why(exc)}); {kept}; fix it and run again to resume"
+            ) from None
+        for old_step, old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
+            if old_step not in pinned:
+                shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+@contextlib.contextmanager
+def signals_deferred(why: str, signums: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[None]:
+    """Hold ``signums`` during the block and deliver them, in order, once it is done: the handler they
+    had is called (SIGINT: KeyboardInterrupt; contextlab's SIGTERM: its exit), or the default action
+    taken. The first one held prints ``why`` on stderr. Only the main thread receives signals, so
+    elsewhere (and for a handler Python did not install) this holds nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum, frame) -> None:
+        if not held:
+            print(f"\n{signal.Signals(signum).name} received: {why}, then stopping", file=sys.stderr)
+        held.append(signum)
+
+    previous = {s: signal.getsignal(s) for s in signums}
+    previous = {s: h for s, h in previous.items() if h is not None}  # None: not ours to replace
+    for s in previous:
+        signal.signal(s, hold)
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for s in dict.fromkeys(held):
+            handler = previous[s]
+            if callable(handler):
+                handler(s, None)
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), s)
 
 
 def _write_files(tmp: Path, model_state: dict, optim_state: dict, state: dict, config_toml: str) -> None:

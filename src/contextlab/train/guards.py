@@ -7,7 +7,8 @@
   checkpoint. Under torchrun only rank 0 takes the lock; every rank learns its outcome through
   one all-reduce, so a refused start ends all ranks together and none waits for a peer.
 * ``start_fresh``: a start with no checkpoint begins a clean ``metrics.jsonl`` (rows of an earlier
-  start killed before its first checkpoint never mix into this run), and a directory whose
+  start killed before its first checkpoint never mix into this run; a ``note:`` line says the run
+  starts over from step 0 and why), and a directory whose
   ``config.toml`` holds a different config is refused like a resume with a different config.
 * ``check_same_config``: a config that differs from a run's recorded one in a key that changes the
   numbers is refused in one line naming the first such key with both values.
@@ -30,7 +31,7 @@ import torch
 from contextlab.config import from_dict
 from contextlab.errors import UserError
 from contextlab.io import exclusive_lock
-from contextlab.rundir import LOCK, check_run_dir, latest_checkpoint, read_config
+from contextlab.rundir import LOCK, check_run_dir, latest_checkpoint, read_config, read_metrics
 from contextlab.train import distributed as D
 from contextlab.train.checkpoint import remove_temporary
 from contextlab.train.config import RunConfig, first_difference, shown
@@ -85,7 +86,26 @@ def start_fresh(run_dir: Path, cfg: RunConfig, is_main: bool) -> None:
             "use another train.out_dir, the same config, or delete the folder to start over",
         )
     if is_main:
+        _note_starting_over(run_dir, cfg.train.ckpt_every)
         truncate_metrics(run_dir, 0)
+
+
+def _note_starting_over(run_dir: Path, ckpt_every: int) -> None:
+    """Say it when a run with metrics but no finished checkpoint starts over from step 0, and why."""
+    rows = read_metrics(run_dir)
+    if not rows:
+        return
+    last = rows[-1]["step"]
+    if not ckpt_every:
+        why = "its one checkpoint is written at the end (train.ckpt_every = 0)"
+    elif last < ckpt_every:
+        why = f"it stopped before its first checkpoint, due at step {ckpt_every}"
+    else:
+        why = "a checkpoint write was cut off by a kill, or its checkpoints were removed"
+    print(
+        f"note: {run_dir} has metrics up to step {last} but no finished checkpoint ({why}); "
+        "it starts over from step 0"
+    )
 
 
 def check_same_config(run_dir: Path, recorded: dict, cfg: RunConfig, where: str, fix: str) -> None:
