@@ -127,7 +127,7 @@ def test_user_errors(tmp_path):
     files = {"a/1.txt": "one two", "a/2.txt": "three four"}
     store = make_store(tmp_path, files)
     pack(store, tmp_path / "p", PackConfig(context=7), progress=False)
-    with pytest.raises(UserError, match="already holds a different packed store"):
+    with pytest.raises(UserError, match=r"already holds a different packed store \(context 7 there, 8 now\)"):
         pack(store, tmp_path / "p", PackConfig(context=8), progress=False)
     with pytest.raises(UserError, match="shard 5 does not exist"):
         pack(store, tmp_path / "q", PackConfig(context=7), only_shards=[5], progress=False)
@@ -146,6 +146,38 @@ def test_user_errors(tmp_path):
     np.save(tmp_path / "p" / "entries.npy", np.zeros((1, 3), np.int64))
     with pytest.raises(UserError, match="entries.npy is int64"):
         PackedStore(tmp_path / "p")
+
+
+def test_more_shards_than_documents_are_cut_to_fit_said_and_recorded(tmp_path, capsys):
+    """--shards 9 of 4 documents made 4 shards silently, meta.json saying 9. It says so in one line,
+    records the 4 it packs, and is the pack of --shards 4 (the same command again is up to date)."""
+    store = make_store(tmp_path, mixed_corpus(4))
+    out = tmp_path / "p"
+    packed = pack(store, out, PackConfig(method="ep", context=15, shards=9), progress=False).packed
+    assert capsys.readouterr().err == (
+        f"note: --shards 9 is more than the 4 documents of {store.path}: packing 4 shards of one "
+        "document each (meta.json records shards 4)\n"
+    )
+    assert packed.meta["config"]["shards"] == 4 and len(packed.meta["shards"]) == 4
+    assert "shards = 4" in (out / "config.toml").read_text()
+    four = pack(store, tmp_path / "four", PackConfig(method="ep", context=15, shards=4), progress=False)
+    assert (
+        _arrays(out) == _arrays(four.packed.path)
+        and packed.meta["fingerprint"] == four.packed.meta["fingerprint"]
+    )
+    for shards in (9, 4):  # the same command again, or the shards it recorded: the same pack
+        assert pack(store, out, PackConfig(method="ep", context=15, shards=shards), progress=False).up_to_date
+    # a store packed before the cut records the shards asked for, and its command still finds it
+    meta = json.loads((out / "meta.json").read_text())
+    meta["config"]["shards"] = 9
+    meta["fingerprint"] = fingerprint(PackConfig(method="ep", context=15, shards=9), store)
+    (out / "meta.json").write_text(json.dumps(meta))
+    assert pack(store, out, PackConfig(method="ep", context=15, shards=9), progress=False).up_to_date
+    # another setting is named, with its value there and now
+    with pytest.raises(UserError, match=r"different packed store \(shards 9 there, 4 now\); choose another"):
+        pack(store, out, PackConfig(method="ep", context=15, shards=4), progress=False)
+    with pytest.raises(UserError, match=r"\(method ep there, icp now; shards 9 there, 4 now\)"):
+        pack(store, out, PackConfig(method="icp", context=15, shards=4), progress=False)
 
 
 def test_a_store_packed_before_the_rename_opens_for_its_context(tmp_path):

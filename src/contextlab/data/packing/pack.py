@@ -22,9 +22,11 @@ module says what a pack's shards are and assembles them.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,18 +106,19 @@ def pack(
     """Pack ``store`` into a packed store at ``out`` (resuming an unfinished run). ``executor``
     says where the shards run (``data.shards.EXECUTORS``; default: ``workers`` local processes).
     ``verify``: check the store's content hash first (``TokenStore.check_content``)."""
-    cfg = config or PackConfig()
+    given = config or PackConfig()
     tstore = store if isinstance(store, TokenStore) else TokenStore(store)
     if tstore.n_docs == 0:
         raise UserError(f"store {tstore.path} has no documents; ingest a corpus first")
     if verify and only_shards is None:  # an --only-shards machine checks its own documents' ids only
         tstore.check_content()
+    cfg = _shards_that_fit(given, tstore)
     sep_id = _separator_id(tstore, cfg)
     fp = fingerprint(cfg, tstore)
     out = Path(out)
     refuse_non_folder(out)
-    if out.exists():
-        done = _existing_output(out, fp, overwrite)
+    if out.exists():  # a store packed before the shards were cut to fit records those asked for
+        done = _existing_output(out, {fp, fingerprint(given, tstore)}, overwrite, cfg, tstore)
         if done is not None:
             return done
     t0, ranges = time.perf_counter(), shards_mod.store_shard_ranges(tstore, cfg.shards)
@@ -188,19 +191,62 @@ def _separator_id(store: TokenStore, cfg: PackConfig) -> int | None:
     return int(eot)
 
 
-def _existing_output(out: Path, fp: str, overwrite: bool) -> PackReport | None:
+def _shards_that_fit(cfg: PackConfig, store: TokenStore) -> PackConfig:
+    """``cfg`` with at most one shard per document (a shard packs at least one), said in one line.
+    The pack then records, and is fingerprinted by, the shards it packs: asking for 20 or for 10
+    shards of 10 documents is the same pack, and the same command run again resumes it."""
+    if cfg.shards <= store.n_docs:
+        return cfg
+    print(
+        f"note: --shards {cfg.shards} is more than the {store.n_docs:,} documents of {store.path}: packing "
+        f"{store.n_docs:,} shards of one document each (meta.json records shards {store.n_docs:,})",
+        file=sys.stderr,
+    )
+    return dataclasses.replace(cfg, shards=store.n_docs)
+
+
+def _existing_output(
+    out: Path, fps: set[str], overwrite: bool, cfg: PackConfig, store: TokenStore
+) -> PackReport | None:
+    """Up to date when ``out`` is the packed store of a fingerprint in ``fps``; else one line naming
+    what differs, unless ``overwrite``."""
     if is_packed_store(out):
         meta = json.loads((out / "meta.json").read_text())
-        if meta.get("fingerprint") == fp and not overwrite:
+        if meta.get("fingerprint") in fps and not overwrite:
             return PackReport(PackedStore(out), 0.0, 0, 0, up_to_date=True)
         if not overwrite:
             raise UserError(
-                f"{out} already holds a different packed store (method {meta['config'].get('method')}); "
+                f"{out} already holds a different packed store ({_what_differs(meta, cfg, store)}); "
                 f"choose another --out or pass --overwrite"
             )
     if out.exists() or out.is_symlink():  # --overwrite replaces a packed store only, and nothing put into one
         refuse_foreign(out, PACKED)
     return None
+
+
+def _what_differs(meta: dict, cfg: PackConfig, store: TokenStore) -> str:
+    """What makes the packed store of ``meta`` another pack than ``cfg`` of ``store``: the settings
+    that differ (``shards 20 there, 10 now``), else the token store, else the version that wrote it."""
+    there = dict(meta.get("config") or {})
+    if "context" not in there and "seq_len" in there:  # written before the rename to context
+        there["context"] = int(there.pop("seq_len")) - 1
+    defaults, now = to_dict(PackConfig()), to_dict(cfg)  # a setting added later: its default there
+    said = lambda v: '""' if v == "" else str(v)
+    diffs = [
+        f"{k} {said(there.get(k, defaults[k]))} there, {said(v)} now"
+        for k, v in now.items()
+        if there.get(k, defaults[k]) != v
+    ]
+    if diffs:
+        return "; ".join(diffs)
+    old = meta.get("store") or {}
+    for what, was, is_ in (
+        ("content hash", old.get("content_hash"), store.hash),
+        ("tokenizer hash", old.get("tokenizer_hash"), store.tokenizer_hash),
+    ):
+        if was != is_:
+            return f"packed from another token store: {what} {str(was)[:12]} there, {is_[:12]} now"
+    return f"written by contextlab {meta.get('code_version')}, format version {meta.get('version')}"
 
 
 def _run(
