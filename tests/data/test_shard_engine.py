@@ -74,9 +74,9 @@ def test_finished_shards_are_skipped_and_a_marker_that_does_not_check_out_is_nam
     said: list[str] = []
     assert run_toy(tmp_path, said.append) == [1, 2]
     assert said == [
-        "shard 1: out_1.json is not usable (its files do not match the checksum written with them); "
-        "squaring it again",
-        "shard 2: out_2.json is not usable (holds shard 0, not this one); squaring it again",
+        "shard 2: out_1.json is not usable (its files do not match the checksum written with them); "
+        "squaring it again",  # counted from 1 in words, as the lines about finished shards count them
+        "shard 3: out_2.json is not usable (holds shard 1, not this one); squaring it again",
     ]
     assert {i: (tmp_path / f"out_{i}.txt").read_text() for i in range(3)} == want
     stats = finished_stats(toy_job(tmp_path), [0, 1, 2], tmp_path)
@@ -94,7 +94,9 @@ def test_a_marker_of_another_run_or_unreadable_or_missing_is_not_done(tmp_path):
     job = toy_job(tmp_path)
     assert job.check(1, True) == (None, "unreadable (JSONDecodeError)")
     assert job.check(2, True) == (None, None)  # never finished: run, without a line about it
-    with pytest.raises(UserError, match=r"^shard 1 of .* is unreadable \(JSONDecodeError\); run the same"):
+    with pytest.raises(
+        UserError, match=r"^shard 2 of .* \(out_1\.json\) is unreadable \(JSONDecodeError\); run the same"
+    ):
         finished_stats(job, [0, 1, 2], tmp_path)
 
 
@@ -155,7 +157,7 @@ def test_an_ingest_part_whose_files_changed_is_ingested_again_from_scratch(
     ingest(corpus, out, IngestConfig(), progress=True, store_documents=parts)
     said = capsys.readouterr().out
     assert (
-        "part 1: part_00001.json is not usable (its files do not match the checksum written with them); "
+        "part 2: part_00001.json is not usable (its files do not match the checksum written with them); "
         "ingesting it again" in said
     )
     assert "resuming ingest: 2 of 3 part(s) already ingested" in said

@@ -238,8 +238,9 @@ def test_a_shard_file_that_is_not_its_shard_is_packed_again(store, reference, tm
     capsys.readouterr()
     assert main(_pack_args(store, out)) == 0
     said = capsys.readouterr().out
-    assert re.search(r"^shard 1: shard_00001\.npz is not usable \(.+\); packing it again$", said, re.M), said
-    assert "shard 0:" not in said and "shard 2:" not in said
+    line = r"^shard 2/4: shard_00001\.npz is not usable \(.+\); packing it again$"  # index 1: shard 2 of 4
+    assert re.search(line, said, re.M), said
+    assert "shard 1/4:" not in said and "shard 3/4:" not in said
     assert _snapshot(out) == reference
 
 

@@ -62,7 +62,9 @@ def _pack_parser() -> argparse.ArgumentParser:
         "--only-shards",
         metavar="I,J,...",
         help="pack only these shard indices and stop before assembling (for many machines sharing "
-        "a filesystem); a final run without it assembles the packed store",
+        "a filesystem); a final run without it assembles the packed store. Indices count from 0, as "
+        "the files OUT.partial/shards/shard_NNNNN.npz; messages count shards from 1 (index 0 is "
+        "'shard 1/N')",
     )
     p.add_argument(
         "--overwrite",
@@ -136,7 +138,7 @@ def _only_shards(text: str | None) -> list[int] | None:
 def _pack_summary(report, config, args: argparse.Namespace) -> str:
     if report.packed is None:
         return (
-            f"packed shard(s) {args.only_shards} into {Path(args.out).name}.partial "
+            f"packed shard index(es) {args.only_shards} into {Path(args.out).name}.partial "
             f"({report.shards_packed} new, {report.shards_resumed} already there); "
             "run without --only-shards to assemble"
         )

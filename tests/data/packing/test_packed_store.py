@@ -247,11 +247,14 @@ def test_a_shard_file_that_does_not_match_its_record_is_packed_again(tmp_path, c
     arrays["similarity"] = arrays["similarity"][:-1]  # one row short of what its record says
     np.savez(f, **arrays)
     capsys.readouterr()
-    packed = pack(store, tmp_path / "packed", cfg, progress=False).packed
-    assert (
-        "shard 1: shard_00001.npz is not usable (its arrays do not match the checksum"
-        in capsys.readouterr().out
+    packed = pack(store, tmp_path / "packed", cfg, progress=True).packed
+    said = capsys.readouterr().out.splitlines()
+    # the file of index 1 is the second shard: its two lines count it the same way (they said 1, then 2/3)
+    assert said[0].startswith(
+        "shard 2/3: shard_00001.npz is not usable (its arrays do not match the checksum"
     )
+    assert said[1] == "resuming pack into " + str(tmp_path / "packed") + ": 2 of 3 shard(s) already packed"
+    assert said[2].startswith("  shard 2/3: ") and len(said) == 3
     for name in ("entries", "seq_offsets", "similarity"):
         a, b = np.load(packed.path / f"{name}.npy"), np.load(reference.path / f"{name}.npy")
         assert np.array_equal(a, b, equal_nan=name == "similarity")

@@ -161,7 +161,8 @@ def _wanted_shards(only_shards: list[int] | None, n_shards: int) -> list[int]:
     for s in wanted:
         if not 0 <= s < n_shards:
             raise UserError(
-                f"shard {s} does not exist: this store packs into {n_shards} shard(s) (0..{n_shards - 1})"
+                f"shard {s} does not exist: --only-shards takes indices from 0, as the shard files are "
+                f"numbered, and this store packs into {n_shards} shard(s): 0..{n_shards - 1}"
             )
     return wanted
 
@@ -176,6 +177,7 @@ def _sharded_job(partial: Path, fp: str, ranges) -> ShardedJob:
         marker=lambda s: shards_mod.shard_file(partial, s),
         noun="shard",
         verb="pack",
+        n=len(ranges),
     )
 
 

@@ -1,6 +1,7 @@
 """The shard contract: what a sharded job (ingest parts, pack shards, export splits) gives the engine.
 
-A job is cut into shards numbered 0..n-1 (``ranges`` cuts its input). Each shard is run as
+A job is cut into shards numbered 0..n-1 (``ranges`` cuts its input; the numbers of the files),
+named from 1 in every message ("shard 2/4" is shard 1, ``ShardedJob.name``). Each shard is run as
 ``fn(*inputs, count)``: a top-level function, so a spawned process or a Ray task can import it,
 given small picklable inputs (paths, ranges, the config) and a counting hook ``count(n)`` for the
 progress bar (``progress``). It reads its input from the filesystem, writes its output atomically,
@@ -59,6 +60,11 @@ class ShardedJob:
     noun: str = "shard"  # what one shard is called in messages ("part")
     verb: str = "pack"  # what the job does: the progress bar's label, "packing it again"
     unit: str = "doc"  # what ``count`` counts
+    n: int = 0  # how many shards the job has, for "shard 2/4" in messages (0: not said)
+
+    def name(self, i: int) -> str:
+        """Shard ``i`` (0-based, as in the file names) in words: counted from 1, as "shard 2/4"."""
+        return f"{self.noun} {i + 1}" + (f"/{self.n}" if self.n else "")
 
     def run(
         self, executor: ShardExecutor, jobs: list[tuple], total: int | None, report: Report, progress: bool
@@ -77,7 +83,7 @@ def shards_to_run(job: ShardedJob, indices: list[int], say: Callable[[str], None
             todo.append(i)
             if why is not None:
                 gerund = job.verb[:-1] if job.verb.endswith("e") else job.verb
-                say(f"{job.noun} {i}: {job.marker(i).name} is not usable ({why}); {gerund}ing it again")
+                say(f"{job.name(i)}: {job.marker(i).name} is not usable ({why}); {gerund}ing it again")
     return todo
 
 
@@ -89,7 +95,7 @@ def finished_stats(job: ShardedJob, indices: list[int], where: Path) -> list[dic
         got, why = job.check(i, False)
         if got is None:
             raise UserError(
-                f"{job.noun} {i} of {where} is {why or 'missing'}; "
+                f"{job.name(i)} of {where} ({job.marker(i).name}) is {why or 'missing'}; "
                 f"run the same command again to {job.verb} it again"
             )
         stats.append(got)

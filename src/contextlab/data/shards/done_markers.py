@@ -72,11 +72,19 @@ def check_record(
         return None, "written by a run with another config or input"
     stats = record.get("stats")
     if not isinstance(stats, dict) or any(stats.get(k) != v for k, v in identity.items()):
-        got = ", ".join(f"{k} {stats.get(k) if isinstance(stats, dict) else None}" for k in identity)
+        got = ", ".join(
+            f"{k} {_said(k, stats.get(k) if isinstance(stats, dict) else None)}" for k in identity
+        )
         return None, f"holds {got}, not this one"
     if checksum is not None and record.get("checksum") != checksum():
         return None, f"{output} do not match the checksum written with them"
     return stats, None
+
+
+def _said(key: str, value):
+    """A record's identity value in words: a shard's or part's index counted from 1 ("shard 2", the
+    file ``shard_00001``), as the messages count them; anything else as it is."""
+    return value + 1 if key in ("shard", "part") and isinstance(value, int) else value
 
 
 def write_json_marker(path: Path, record: dict) -> None:
