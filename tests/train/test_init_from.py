@@ -350,3 +350,27 @@ def test_a_contextlm_export_keeps_the_runs_tokenizer(tmp_path, byte_store, capsy
     )
     state = read_checkpoint(again).state
     assert state["init"]["kind"] == "contextlab-export" and state["arch"] == "contextlm"
+
+
+def test_a_fim_export_names_its_sentinels_for_transformers(tmp_path, byte_store):
+    """AutoTokenizer on a FIM export knows the sentinels at the ids the model trained with, and
+    contextlab still reads the export with the run's byte store."""
+    from transformers import AutoTokenizer
+
+    from contextlab.inference import open_model
+    from contextlab.models.special_tokens import FIM_SENTINELS
+
+    run = tmp_path / "fim"
+    train(
+        run_config(
+            byte_store, run, train={"max_steps": 1}, objective={"name": "fim"}, model={"mlp": "swiglu"}
+        )
+    )
+    out = export_checkpoint(run, tmp_path / "fim export")
+    tok = AutoTokenizer.from_pretrained(out)
+    assert len(tok) == json.loads((out / "config.json").read_text())["vocab_size"] == 260
+    assert tok.convert_tokens_to_ids(list(FIM_SENTINELS)) == [257, 258, 259]
+    assert tok("<|fim_prefix|>ab<|fim_suffix|>c<|fim_middle|>").input_ids == [257, 97, 98, 258, 99, 259]
+    assert tok.decode([257, 97, 259], skip_special_tokens=True) == "a"
+    _, _, info = open_model(out)
+    assert info.tokenizer["hash"] == byte_store.tokenizer_hash and info.objective == "fim"

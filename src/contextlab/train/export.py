@@ -3,7 +3,10 @@
 A contextlab model becomes a native Llama folder when it has the Llama shape, else a folder
 carrying its modeling code (``models/hf/export.py``), with the tokenizer at the folder's root; a
 continued Hugging Face model is saved back in its own format (Llama stays Llama) with its
-tokenizer files.
+tokenizer files. A contextlab model's exported tokenizer names the special tokens the run's
+objective appended (FIM's sentinels) at the ids the model trained with; a continued Hugging Face
+model's tokenizer files are copied as they are (contextlab identifies that model's tokenizer by
+them, so they stay the data's).
 The tokenizer comes from the run itself (``contextlab.rundir.find_tokenizer_dir``), never from a
 path relative to the current directory. Trade-off: an export without its tokenizer is useless
 to whoever receives it, so when none can be found the export is refused with one clear error
@@ -85,7 +88,27 @@ def _export(ckpt, model, run_or_ckpt: str | Path, out: str | Path, overwrite: bo
         tokenizer_dir = tokenizer_dir or _byte_tokenizer(spec, Path(tmp))
         if tokenizer_dir is None:
             raise _no_tokenizer(run_or_ckpt, spec)
-        export_arch_to_hf(model, out, tokenizer_dir=tokenizer_dir, extra_config=extra, overwrite=overwrite)
+        export_arch_to_hf(
+            model,
+            out,
+            tokenizer_dir=tokenizer_dir,
+            extra_config=extra,
+            added_tokens=objective_tokens(ckpt.objective, spec),
+            overwrite=overwrite,
+        )
+
+
+def objective_tokens(objective: str, spec: dict) -> dict[str, int]:
+    """The special tokens objective ``objective`` appended to the tokenizer ``spec`` describes (FIM's
+    sentinels), name -> the id training gave it (``models.special_tokens``); {} for none."""
+    from contextlab.models.special_tokens import bind_special_tokens
+    from contextlab.objectives import OBJECTIVES
+
+    names = getattr(OBJECTIVES.get(objective), "special_tokens", ())
+    if not isinstance(names, tuple) or not names or "vocab_size" not in spec:
+        return {}  # tokens chosen by options (span, ul2): those runs are not exported
+    ids, _ = bind_special_tokens(spec, names)
+    return {name: i for name, i in ids.items() if name not in (spec.get("special_tokens") or {})}
 
 
 def _byte_tokenizer(spec: dict, folder: Path) -> Path | None:

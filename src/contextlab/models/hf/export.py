@@ -10,10 +10,12 @@
 - ContextLM: the predictor feeds every prediction, so the whole model is exported, as a
   ``contextlab-contextlm`` custom-code folder.
 
-The tokenizer goes to the folder's root as a ``PreTrainedTokenizerFast`` (``models/hf/tokenizer.py``)
-and, as contextlab saved it (with its spec and hash), under ``tokenizer/`` for contextlab's
-own loaders. Trade-off: the export keeps only what inference uses, so an MTP export cannot
-resume multi-token training; the training checkpoint is the place for that.
+The tokenizer goes to the folder's root as a ``PreTrainedTokenizerFast`` (``models/hf/tokenizer.py``),
+with the special tokens the run's objective appended (FIM's sentinels) at the ids it trained
+them with, and, as contextlab saved it (with its spec and hash), under ``tokenizer/`` for
+contextlab's own loaders (which derive those ids from the spec). Trade-off: the export keeps
+only what inference uses, so an MTP export cannot resume multi-token training; the training
+checkpoint is the place for that.
 """
 
 from __future__ import annotations
@@ -36,9 +38,11 @@ def export_arch_to_hf(
     *,
     tokenizer_dir: str | os.PathLike | None = None,
     extra_config: dict | None = None,
+    added_tokens: dict[str, int] | None = None,
     overwrite: bool = False,
 ) -> Path:
-    """Export a GPT, an MTPModel (as its next-token GPT) or a ContextLM as a HF folder (atomically)."""
+    """Export a GPT, an MTPModel (as its next-token GPT) or a ContextLM as a HF folder (atomically);
+    ``added_tokens`` (name -> id) are the special tokens its objective appended to the tokenizer."""
     model = getattr(model, "_orig_mod", model)  # a torch.compile'd model shares the parameters
     model, recorded = ARCHS[arch_of(model)].export(model)  # MTP: its next-token GPT
     extra = {**(extra_config or {}), **recorded}
@@ -53,7 +57,9 @@ def export_arch_to_hf(
         )
     out = Path(out_dir)
     with staged_dir(out, overwrite=overwrite, what="export folder", kind=EXPORT) as tmp:
-        special = _save_tokenizer(tokenizer_dir, tmp, model.config.context) if tokenizer_dir else {}
+        special = (
+            _save_tokenizer(tokenizer_dir, tmp, model.config.context, added_tokens) if tokenizer_dir else {}
+        )
         if why_not_llama:
             write_remote_code_model(model, tmp, extra, **special)
         else:
@@ -63,10 +69,12 @@ def export_arch_to_hf(
     return out
 
 
-def _save_tokenizer(tokenizer_dir, folder: Path, context: int) -> dict[str, int]:
+def _save_tokenizer(
+    tokenizer_dir, folder: Path, context: int, added: dict[str, int] | None
+) -> dict[str, int]:
     from contextlab.models.hf.tokenizer import save_hf_tokenizer
 
     try:
-        return save_hf_tokenizer(Path(tokenizer_dir), folder, context)
+        return save_hf_tokenizer(Path(tokenizer_dir), folder, context, added)
     except ValueError as exc:
         raise UserError(f"cannot write the export's tokenizer: {exc}") from None

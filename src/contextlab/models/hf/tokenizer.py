@@ -10,8 +10,11 @@ at the folder's root, with the special tokens named. A saved contextlab tokenize
 - hf (``tokenizer.json``): the file itself.
 
 End-of-text is both eos and bos (contextlab separates documents with it and has no other),
-the pad token is eos too (no id is added, so the vocabulary stays the model's), and
-``model_max_length`` is the model's context. Trade-off: the byte and gpt2 tokenizers are
+the pad token is eos too (no id is added for it), and ``model_max_length`` is the model's
+context. Tokens the run's objective appended to the data's vocabulary (FIM's
+``<|fim_prefix|>``, ``<|fim_suffix|>``, ``<|fim_middle|>``) are added special tokens with the ids
+the model trained with, so the tokenizer covers the model's whole vocabulary and infilling
+prompts can be written outside contextlab. Trade-off: the byte and gpt2 tokenizers are
 rebuilt from their files rather than shipped in contextlab's own format, so that any
 ``transformers`` reads them; the tests check that they give contextlab's ids.
 """
@@ -40,8 +43,9 @@ def _byte_level(vocab: dict[str, int], merges: list[tuple[str, str]], regex: boo
     return tok
 
 
-def backend_tokenizer(folder: Path, spec: dict):
-    """The ``tokenizers.Tokenizer`` of a saved contextlab tokenizer folder, special tokens added."""
+def backend_tokenizer(folder: Path, spec: dict, added: dict[str, int] | None = None):
+    """The ``tokenizers.Tokenizer`` of a saved contextlab tokenizer folder, its special tokens and
+    ``added`` (name -> id: tokens an objective appended, FIM's sentinels) added with their ids."""
     from tokenizers import AddedToken, Tokenizer
 
     kind = spec.get("kind")
@@ -57,7 +61,7 @@ def backend_tokenizer(folder: Path, spec: dict):
         tok = _byte_level({k: v for k, v in vocab.items() if k not in specials}, merges, regex=True)
     else:
         raise ValueError(f"{folder} holds no tokenizer files this export knows ({kind})")
-    by_id = sorted((i, n) for n, i in (spec.get("special_tokens") or {}).items())
+    by_id = sorted((i, n) for n, i in {**(spec.get("special_tokens") or {}), **(added or {})}.items())
     for i, name in by_id:
         tok.add_special_tokens([AddedToken(name, special=True, normalized=False)])
         if tok.token_to_id(name) != i:
@@ -65,9 +69,12 @@ def backend_tokenizer(folder: Path, spec: dict):
     return tok
 
 
-def save_hf_tokenizer(tokenizer_dir: Path, out: Path, context: int) -> dict[str, int]:
-    """Write tokenizer.json + tokenizer_config.json of ``tokenizer_dir`` into ``out``; returns the
-    special ids for config.json (bos/eos/pad_token_id)."""
+def save_hf_tokenizer(
+    tokenizer_dir: Path, out: Path, context: int, added: dict[str, int] | None = None
+) -> dict[str, int]:
+    """Write tokenizer.json + tokenizer_config.json of ``tokenizer_dir`` into ``out``, with the
+    objective's ``added`` special tokens (name -> id) named; returns the special ids for config.json
+    (bos/eos/pad_token_id)."""
     from transformers import PreTrainedTokenizerFast
 
     spec = json.loads((Path(tokenizer_dir) / "tokenizer_spec.json").read_text())
@@ -76,7 +83,8 @@ def save_hf_tokenizer(tokenizer_dir: Path, out: Path, context: int) -> dict[str,
     if eos is None:
         raise ValueError(f"the tokenizer in {tokenizer_dir} has no end-of-text token ({sorted(specials)})")
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=backend_tokenizer(Path(tokenizer_dir), spec),
+        tokenizer_object=backend_tokenizer(Path(tokenizer_dir), spec, added),
+        additional_special_tokens=list(added or {}),
         eos_token=eos,
         bos_token=eos,
         pad_token=eos,
