@@ -345,3 +345,24 @@ def _token_positions(packed, i):
     """The positions in tokens.bin of sequence i's tokens."""
     ends = packed.store.offsets
     return {int(ends[d]) + t for d, b, e in packed.sequence_entries(i) for t in range(b, e)}
+
+
+def test_megatron_export_without_separators_says_boundaries_are_lost(tmp_path, capsys):
+    """--separator none leaves Megatron no end-of-text token to find documents by; the export wrote
+    eod_id null silently. One note: line says so and what to do; Parquet and packs with separators
+    get none."""
+    store = make_store(tmp_path, mixed_corpus(30, seed=2))
+    cfg = PackConfig(method="ep", context=CONTEXT, separator="none")
+    pk = pack(store, tmp_path / "ep", cfg, progress=False).packed
+    capsys.readouterr()
+    rec = export(pk, tmp_path / "mg", ExportConfig(format="megatron"), progress=False).record
+    assert rec["eod_id"] is None
+    assert capsys.readouterr().err == (
+        f"note: {pk.path} was packed with --separator none, so its rows hold no end-of-text token and "
+        "Megatron cannot see where documents end (eod_id is null); export --format parquet "
+        "(position_ids and document_ids mark them) or pack with --separator eot\n"
+    )
+    export(pk, tmp_path / "pq", ExportConfig(), progress=False)
+    with_eot = pack(store, tmp_path / "eot", PackConfig(method="ep", context=CONTEXT), progress=False).packed
+    export(with_eot, tmp_path / "mg_eot", ExportConfig(format="megatron"), progress=False)
+    assert capsys.readouterr().err == ""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -96,6 +97,7 @@ def export(
     _check_out(pk, out, overwrite)
     if verify:  # opening compared meta.json's hash only; a token changed in place is caught here
         pk.store.check_content()
+    _note_no_boundaries(pk, cfg)
     t0 = time.perf_counter()
     splits = _split_ids(pk, cfg)
     partial = partial_dir(out)
@@ -123,6 +125,19 @@ def _check_config(cfg: ExportConfig) -> None:
         raise UserError(
             "--rows-per-shard must be >= 0, --shard-mb > 0 and --batch-rows >= 1 "
             f"(got {cfg.rows_per_shard}, {cfg.shard_mb}, {cfg.batch_rows})"
+        )
+
+
+def _note_no_boundaries(pk: PackedStore, cfg: ExportConfig) -> None:
+    """One line when a Megatron export will not show where documents end: Megatron finds them by the
+    end-of-text token (``--reset-position-ids --reset-attention-mask``), which rows packed with
+    ``--separator none`` do not hold; Parquet carries them in its position_ids and document_ids."""
+    if cfg.format == "megatron" and pk.separator_id is None:
+        print(
+            f"note: {pk.path} was packed with --separator none, so its rows hold no end-of-text token and "
+            "Megatron cannot see where documents end (eod_id is null); export --format parquet "
+            "(position_ids and document_ids mark them) or pack with --separator eot",
+            file=sys.stderr,
         )
 
 
