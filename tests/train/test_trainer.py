@@ -368,3 +368,29 @@ def test_a_new_step_budget_continues_the_run_but_says_so_and_records_it(store, t
     ]  # what the run's report shows under its key numbers
     assert train(config(store, run, max_steps=6)).steps == 6  # the same budget: up to date
     assert "note:" not in capsys.readouterr().out
+
+
+def test_the_done_line_names_the_validation_loss_and_gives_the_next_token_one(store, tmp_path, capsys):
+    """The validation loss of the done line is the objective's own, named so; the next-token loss
+    (val_lm_loss) stands beside it where it differs (fim, not clm; mlm has none)."""
+    from contextlab.cli import main
+    from contextlab.cli.train import done_line
+    from contextlab.config import save_toml
+
+    lines, last = {}, {}
+    for name in ("fim", "mlm", "clm"):
+        cfg = config(store, tmp_path / name, max_steps=2)
+        cfg.objective.name = name
+        res = train(cfg)
+        last[name] = json.loads((tmp_path / name / "metrics.jsonl").read_text().splitlines()[-1])
+        assert res.val_loss == last[name]["val_loss"] and res.val_lm_loss == last[name].get("val_lm_loss")
+        lines[name] = done_line(res)
+    fim, (val, lm) = lines["fim"], (last["fim"]["val_loss"], last["fim"]["val_lm_loss"])
+    assert f", validation FIM loss (next-token on FIM-rearranged rows) {val:.4f}, " in fim
+    assert fim.endswith(f", next-token validation loss {lm:.4f}") and val != lm
+    assert ", validation masked-token loss " in lines["mlm"] and "next-token" not in lines["mlm"]
+    assert ", validation next-token loss " in lines["clm"] and lines["clm"].count("next-token") == 1
+    capsys.readouterr()
+    save_toml(config(store, tmp_path / "fim", max_steps=2), tmp_path / "fim.toml")
+    assert main(["train", str(tmp_path / "fim.toml"), "--set", "objective.name=fim"]) == 0  # at its end
+    assert capsys.readouterr().out.splitlines()[-1] == fim

@@ -61,14 +61,24 @@ def cmd_train(argv: list[str]) -> int:
     result = train(cfg)
     if int(os.environ.get("RANK", "0")) != 0:
         return 0
-    val = f", validation loss {result.val_loss:.4f}" if result.val_loss is not None else ""
-    if result.best_val_loss is not None and result.best_val_loss != result.val_loss:
-        val += f" (best {result.best_val_loss:.4f} at step {result.best_step})"
-    print(
+    print(done_line(result))
+    return 0
+
+
+def done_line(result) -> str:
+    """The summary of a finished run: its validation loss named for what it is (the objective's own),
+    with the next-token loss beside it where that differs (the one loss objectives share)."""
+    val = ""
+    if result.val_loss is not None:
+        val = f", validation {result.loss_name} {result.val_loss:.4f}"
+        if result.best_val_loss is not None and result.best_val_loss != result.val_loss:
+            val += f" (best {result.best_val_loss:.4f} at step {result.best_step})"
+        if result.val_lm_loss is not None and result.val_lm_loss != result.val_loss:
+            val += f", next-token validation loss {result.val_lm_loss:.4f}"
+    return (
         f"done: {result.run_dir} after {result.steps} steps, {result.tokens:,} tokens, "
         f"train loss {result.final_loss:.4f}{val}"
     )
-    return 0
 
 
 def cmd_export(argv: list[str]) -> int:

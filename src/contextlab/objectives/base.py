@@ -95,6 +95,7 @@ class Objective(nn.Module):
     lm_prefix: tuple[str, ...] | None = ()  # special tokens before plain text to run it left to right
     not_lm = ""  # why the model cannot be run left to right (when lm_prefix is None)
     loss_is_lm = False  # the objective's own loss is already the left-to-right loss (clm)
+    loss_name = ""  # what its own loss is, as a run's summary names it ("" = "<name> loss")
 
     @dataclass
     class Options:

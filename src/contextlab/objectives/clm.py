@@ -9,6 +9,7 @@ from contextlab.objectives.base import Objective, next_token_loss
 
 class CLM(Objective):
     name = "clm"
+    loss_name = "next-token loss"
     loss_is_lm = True
 
     def forward(self, model: nn.Module, tokens: Tensor, doc_ids: Tensor | None = None) -> tuple[Tensor, dict]:

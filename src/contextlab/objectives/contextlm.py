@@ -22,6 +22,7 @@ class ContextLMObjective(Objective):
     """Next-token prediction through a chunk-level context predictor (ContextLM)."""
 
     name = "contextlm"
+    loss_name = "next-token loss"
     arch = "contextlm"
     loss_is_lm = True  # its loss is the next-token loss of the model run left to right
 

@@ -57,6 +57,7 @@ class FIM(Objective):
     """Fill-in-the-middle, PSM and SPM, applied to fim_rate of the documents."""
 
     name = "fim"
+    loss_name = "FIM loss (next-token on FIM-rearranged rows)"
     special_tokens = (PRE, SUF, MID)
 
     @dataclass

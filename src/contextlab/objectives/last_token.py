@@ -25,6 +25,7 @@ class LastToken(Objective):
     """Cross-entropy of the last n_last targets of each row only."""
 
     name = "last_token"
+    loss_name = "last-token loss"
 
     @dataclass
     class Options:

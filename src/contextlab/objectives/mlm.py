@@ -62,6 +62,7 @@ class MLM(Objective):
     )
 
     name = "mlm"
+    loss_name = "masked-token loss"
     special_tokens = ("[MASK]",)
 
     @dataclass

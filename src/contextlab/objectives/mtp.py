@@ -28,6 +28,7 @@ class MTP(Objective):
     """Meta's multi-token prediction: n_future head blocks, shared final norm and unembedding."""
 
     name = "mtp"
+    loss_name = "multi-token loss (all heads)"
     arch = "mtp"
 
     @dataclass

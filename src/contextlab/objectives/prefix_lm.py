@@ -46,6 +46,7 @@ class PrefixLM(Objective):
     """Bidirectional prefix + causal suffix (T5's prefix LM, PaLM/GLM style)."""
 
     name = "prefix_lm"
+    loss_name = "prefix-LM loss (suffix tokens)"
     prefix_masks = True
 
     @dataclass

@@ -51,6 +51,7 @@ class Queries(Objective):
     """Mean cross-entropy of K answers, each to a question that sees only the shared context."""
 
     name = "queries"
+    loss_name = "answer loss (all queries)"
 
     @dataclass
     class Options:

@@ -42,6 +42,7 @@ class Recall(Objective):
     """Mean cross-entropy of the answers of associative-recall rows (the values after repeated keys)."""
 
     name = "recall"
+    loss_name = "answer loss (recall answers)"
 
     @dataclass
     class Options:

@@ -132,6 +132,7 @@ class SpanCorruption(Objective):
     """T5 span corruption (noise density 0.15, mean span 3) as a decoder-only prefix LM."""
 
     name = "span"
+    loss_name = "span-corruption loss (target spans)"
     prefix_masks = True
     lm_prefix = None
     not_lm = (

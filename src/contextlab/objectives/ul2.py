@@ -51,6 +51,7 @@ class UL2(Objective):
     """Mixture of R/S/X denoisers with mode tokens."""
 
     name = "ul2"
+    loss_name = "UL2 loss (all denoisers)"
     prefix_masks = True
     lm_prefix = ("[S]",)  # S-mode with an empty prefix: a causal LM after its mode token
 

@@ -150,7 +150,8 @@ def progress_bar(enabled: bool, total: int | None, initial: int):
     )
 
 
-def last_logged(run_dir: str | Path) -> tuple[float, float | None]:
-    """(last training loss, last validation loss or None) in ``RUN/metrics.jsonl``; nan for no rows."""
+def last_logged(run_dir: str | Path) -> tuple[float, float | None, float | None]:
+    """(last training loss, last validation loss, last next-token validation loss) in
+    ``RUN/metrics.jsonl``; nan / None for what it lacks."""
     logged = summarize(read_metrics(run_dir))
-    return float(logged.get("train_loss", float("nan"))), logged.get("val_loss")
+    return float(logged.get("train_loss", float("nan"))), logged.get("val_loss"), logged.get("val_lm_loss")

@@ -76,6 +76,8 @@ class TrainResult:
     best_val_loss: float | None = None
     best_step: int | None = None
     stopped_early: bool = False
+    loss_name: str = "loss"  # what val_loss is: the objective's own loss (Objective.loss_name)
+    val_lm_loss: float | None = None  # the next-token validation loss (None: the model cannot run so)
 
 
 class Trainer:
@@ -330,7 +332,7 @@ class Trainer:
         bar = progress_bar(t.progress and self.info.is_main, budget.total, self.state["step"])
         say = bar.write if self.info.is_main else (lambda _: None)
         speed = Throughput(self.flops_per_token, self.peak * self.info.world_size, say)
-        loss, val = last_logged(self.run_dir) if self.state["step"] else (math.nan, None)  # resumed runs
+        loss, val, lm = last_logged(self.run_dir) if self.state["step"] else (math.nan, None, None)  # resumed
         while not self.stopping.stop:
             bar.total = budget.total_at(self.state["step"])
             if budget.done(self.state["step"]):
@@ -345,14 +347,14 @@ class Trainer:
                 row.update(speed.read(), elapsed=self.state["elapsed"])
             if (t.val_every and step % t.val_every == 0) or last:
                 row.update(self._validation(step))
-                val = row["val_loss"]
+                val, lm = row["val_loss"], row.get("val_lm_loss")
             if logged or "val_loss" in row:
                 metrics.write(row, bar)
             if (t.ckpt_every and step % t.ckpt_every == 0) or last or self.stopping.keep(step):
                 self._save()
         bar.close()
         metrics.close()
-        return self._result(loss, val)
+        return self._result(loss, val, lm)
 
     def _step(self, budget: StepBudget) -> dict:
         """One step at the scheduled learning rate; advances the state and returns the step's row."""
@@ -394,7 +396,7 @@ class Trainer:
         """The mean of every process's ``total``: one step count for all."""
         return round(D.all_reduce_sum([float(total)], self.info)[0] / self.info.world_size)
 
-    def _result(self, loss: float, val: float | None) -> TrainResult:
+    def _result(self, loss: float, val: float | None, lm: float | None) -> TrainResult:
         s, st = self.stopping, self.state
         if s.stop and self.info.is_main:
             print(s.message(st["step"], ckpt.step_dir(self.run_dir, s.best_step)))
@@ -408,6 +410,8 @@ class Trainer:
             s.best_val_loss,
             s.best_step,
             s.stop,
+            self.objective.loss_name or f"{self.objective.name} loss",
+            lm,
         )
 
 
