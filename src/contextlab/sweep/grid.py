@@ -329,7 +329,7 @@ def _run_sweep(path, section: SweepSection, runs: list[Run], only, progress: boo
         disable=None if progress else True,
         dynamic_ncols=True,
     )
-    sweep = Sweep(section, grid, steps, runner, bar)
+    sweep = Sweep(section, grid, steps, runner, bar, total=len(todo))
     try:
         if ray is not None:
             ray.run(sweep, todo)
@@ -349,24 +349,36 @@ class Sweep:
     steps: dict[str, Step]
     runner: StepRunner
     bar: object
+    total: int = 0  # runs this command starts
+    started: int = 0
 
-    def start(self, run: Run) -> None:
-        """A run is about to start: recorded as started in the state and in RUN/sweep_status.json."""
+    def start(self, run: Run, how: str = "started") -> None:
+        """A run is about to start: recorded as started in the state and in RUN/sweep_status.json, and
+        one line saying so."""
         run.dir.mkdir(parents=True, exist_ok=True)
         self.runner.begin(self.steps[run.name], self.steps[run.name].digest())
         running = {"status": "running", "pid": os.getpid(), "host": socket.gethostname()}
         atomic_write_json(run.dir / "sweep_status.json", running)
+        self.started += 1
+        _say(f"{how} {run.name} ({self.started}/{self.total or self.started})", self.bar)
 
     def end(self, run: Run, returncode: int, seconds: float) -> None:
         """A run's processes ended: record it, say so, rewrite results.csv."""
         record = _record_end(run, returncode, seconds, self.runner, self.steps[run.name])
         ok = record["status"] == "done"
         self.bar.update(1)
-        self.bar.write(
+        _say(
             f"{'done  ' if ok else 'FAILED'} {run.name} ({record['seconds']:.0f} s)"
-            + ("" if ok else f": {record['error']}")
+            + ("" if ok else f": {record['error']}"),
+            self.bar,
         )
         write_results(self.section, self.runs)
+
+
+def _say(line: str, bar) -> None:
+    """One line on stdout at once (a log file or a pipe too), without breaking the progress bar."""
+    bar.write(line)
+    sys.stdout.flush()
 
 
 def _run_local(sweep: Sweep, todo: list[Run]) -> None:

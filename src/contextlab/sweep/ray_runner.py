@@ -51,7 +51,7 @@ class RayRuns:
         task = ray.remote(run_chain).options(num_cpus=self.cpus, num_gpus=self.gpus, max_retries=0)
         refs = {}
         for run in todo:
-            sweep.start(run)
+            sweep.start(run, "queued on Ray:")  # Ray starts it when a node has its resources
             refs[task.remote(sweep.section, run, threads, self.procs)] = run
         try:
             for run, result in as_completed(ray, refs, errors=True):
