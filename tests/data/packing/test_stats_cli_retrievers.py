@@ -12,7 +12,7 @@ from contextlab.cli.pack import cmd_pack, cmd_pack_stats
 from contextlab.config import from_dict
 from contextlab.data.packing import PackConfig, PackedStore, pack, pack_stats, zipf_coefficient
 from contextlab.data.packing.retrievers import BM25Retriever
-from contextlab.data.packing.stats import power_law_fit
+from contextlab.data.packing.stats import format_pack_stats, power_law_fit
 from contextlab.errors import UserError
 from tests.data.packing.helpers import make_store, mixed_corpus, sequences_as_paths
 
@@ -217,3 +217,30 @@ def test_dense_embeddings_do_not_depend_on_the_counting(tmp_path):
     whole = model.encode(texts, batch_size=2, normalize_embeddings=True, convert_to_numpy=True)
     assert np.array_equal(embed(texts, batch=2), whole.astype(np.float32))
     assert embed([]).shape == (0, whole.shape[1])
+
+
+def test_pack_stats_names_each_retrievers_similarity_measure(tmp_path, capsys):
+    """A repo pack's 'mean similarity 0.919' did not say it is 1 / (1 + folder steps), on another scale
+    than bm25's score / self-score: the line (and the JSON) name the measure; ep has none."""
+    files = {"a/x1.py": "alpha beta", "a/x2.py": "alpha gamma", "a/b/y.py": "beta delta", "c/z.py": "gamma"}
+    store = make_store(tmp_path, files)
+    want = {"bm25": "BM25 score / self-score", "repo": "1 / (1 + folder steps)"}
+    for retriever, measure in want.items():
+        cfg = PackConfig(method="splice", retriever=retriever, context=99, separator="none")
+        packed = pack(store, tmp_path / retriever, cfg, progress=False).packed
+        s = pack_stats(packed)
+        assert s["similarity_measure"] == measure
+        assert cmd_pack_stats([str(packed.path), "--no-plot", "--no-progress"]) == 0
+        line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("neighbours"))
+        assert line.startswith(
+            f"neighbours     mean similarity {s['mean_neighbour_similarity']:.3f} ({measure}), "
+        )
+    sims = np.asarray(pack(store, tmp_path / "r", cfg, progress=False).packed.similarity)
+    # repo: the same folder 1, a subfolder or parent 1/2, a sibling folder 1/3, its subfolder 1/4
+    assert set(np.round(sims[np.isfinite(sims)], 4)) <= {1.0, 0.5, round(1 / 3, 4), 0.25}
+    ep = pack_stats(pack(store, tmp_path / "ep", PackConfig(context=99), progress=False).packed)
+    assert ep["similarity_measure"] is None and ep["mean_neighbour_similarity"] is None
+    assert "mean similarity n/a," in format_pack_stats(ep)
+    from contextlab.data.packing import RETRIEVERS
+
+    assert RETRIEVERS["dense"].similarity == "cosine of the embeddings"

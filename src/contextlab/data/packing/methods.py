@@ -43,6 +43,7 @@ class RetrieverKind:
 
     build: Callable[..., Any]
     help: str  # one line for --help: what "related" means
+    similarity: str = ""  # what its similarity of two documents is, briefly (pack-stats names it)
     knobs: tuple[str, ...] = ()  # the PackConfig fields it reads (bm25_max_tokens, dense_batch, ...)
     reads_meta: bool = False  # relates documents by their metadata (paths), not their text
     shows_progress: bool = False  # its build is slow enough for a bar of its own (dense: the embedding)
@@ -58,10 +59,13 @@ PACKERS: dict[str, Packer] = {
 }
 
 RETRIEVERS: dict[str, RetrieverKind] = {
-    "bm25": RetrieverKind(build_bm25, "bm25s over the text", knobs=("bm25_max_tokens",)),
+    "bm25": RetrieverKind(
+        build_bm25, "bm25s over the text", "BM25 score / self-score", knobs=("bm25_max_tokens",)
+    ),
     "dense": RetrieverKind(
         build_dense,
         "sentence embeddings + Faiss",
+        "cosine of the embeddings",
         knobs=(
             "dense_model",
             "dense_max_tokens",
@@ -72,7 +76,9 @@ RETRIEVERS: dict[str, RetrieverKind] = {
         ),
         shows_progress=True,
     ),
-    "repo": RetrieverKind(build_repo, "depth-first over the directory tree", reads_meta=True),
+    "repo": RetrieverKind(
+        build_repo, "depth-first over the directory tree", "1 / (1 + folder steps)", reads_meta=True
+    ),
 }
 
 

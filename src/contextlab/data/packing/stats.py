@@ -2,7 +2,8 @@
 
 * documents per sequence (distinct documents, pieces of one document counted once);
 * mean retrieval similarity of neighbours: the similarity recorded for every entry that a
-  retriever brought in (bm25: score / self-score; dense: cosine; repo: 1 / (1 + tree steps));
+  retriever brought in, in that retriever's measure (``RetrieverKind.similarity``, named on the
+  printed line: bm25: score / self-score; dense: cosine; repo: 1 / (1 + folder steps));
 * fraction of sequences with >= 2 related documents: sequences holding at least one
   retrieved entry (it and the document that retrieved it); 0 for ep / ep-domain by design;
 * domains and directories spanned per sequence (``docs_meta()`` "domain" and the parent
@@ -30,7 +31,7 @@ from pathlib import Path, PurePosixPath
 
 import numpy as np
 
-from contextlab.data.packing.methods import retrieving_methods
+from contextlab.data.packing.methods import RETRIEVERS, retrieving_methods
 from contextlab.data.packing.packed_store import PackedStore
 from contextlab.figures import pyplot, save_png
 
@@ -99,10 +100,12 @@ def pack_stats(
     zipf = _finite(zipf)
     mle = mle[np.isfinite(mle).all(axis=1)]
     cfg = packed.meta["config"]
+    retriever = cfg["retriever"] if cfg["method"] in retrieving_methods() else None
     return {
         "path": str(packed.path),
         "method": cfg["method"],
-        "retriever": cfg["retriever"] if cfg["method"] in retrieving_methods() else None,
+        "retriever": retriever,
+        "similarity_measure": (RETRIEVERS[retriever].similarity or None) if retriever in RETRIEVERS else None,
         "context": packed.context,
         "n_sequences": n_seq,
         "n_full_sequences": len(full),
@@ -225,7 +228,7 @@ def format_pack_stats(s: dict) -> str:
         f"docs/sequence  mean {s['docs_per_sequence']['mean']:.2f}  "
         f"median {s['docs_per_sequence']['median']:.0f}  "
         f"max {s['docs_per_sequence']['max']}",
-        f"neighbours     mean similarity {'n/a' if sim is None else f'{sim:.3f}'}, "
+        f"neighbours     mean similarity {_similarity(sim, s.get('similarity_measure'))}, "
         f"{100 * s['retrieved_fraction_of_entries']:.1f}% of entries retrieved, "
         f"{100 * s['frac_sequences_ge2_related']:.1f}% of sequences hold >= 2 related documents",
         f"spans          {s['domains_per_sequence']:.2f} domains, "
@@ -234,6 +237,13 @@ def format_pack_stats(s: dict) -> str:
         f"zipf (MLE)     {mle}",
     ]
     return "\n".join(lines)
+
+
+def _similarity(sim: float | None, measure: str | None) -> str:
+    """The mean similarity with its measure ("0.919 (1 / (1 + folder steps))"); n/a when none."""
+    if sim is None:
+        return "n/a"
+    return f"{sim:.3f}" + (f" ({measure})" if measure else "")
 
 
 def plot_pack_stats(s: dict, out: str | Path) -> Path:
