@@ -88,3 +88,69 @@ def test_a_torchrun_on_a_locked_run_ends_every_rank_with_one_line(cfg_file, tmp_
     assert f"error: run directory {run_dir} is being written by pid {os.getpid()}" in res.stderr
     assert "rank 0 refused to start the run" in res.stderr  # rank 1 learnt it and ended too
     assert not (run_dir / "metrics.jsonl").exists()
+
+
+def test_workers_ask_for_sigterm_when_the_launcher_dies(monkeypatch):
+    """Only under torchrun (TORCHELASTIC_RUN_ID) and on Linux is prctl(PR_SET_PDEATHSIG, SIGTERM) called."""
+    import signal
+
+    from contextlab.train import distributed as D
+
+    calls = []
+
+    class Libc:
+        def prctl(self, *args):
+            calls.append(args)
+            return 0
+
+    monkeypatch.setattr(D.ctypes, "CDLL", lambda *a, **k: Libc())
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    assert not D.die_with_launcher() and calls == []  # not launched by torchrun: nothing asked
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")
+    monkeypatch.setattr(D.sys, "platform", "darwin")
+    assert not D.die_with_launcher() and calls == []  # no prctl there: harmless
+    monkeypatch.setattr(D.sys, "platform", "linux")
+    assert D.die_with_launcher() and calls == [(D.PR_SET_PDEATHSIG, signal.SIGTERM)]
+
+
+CHILD = """
+import os, signal, sys, time
+os.environ["TORCHELASTIC_RUN_ID"] = "test"
+from contextlab.train.distributed import die_with_launcher
+def stop(signum, frame):
+    open(sys.argv[1], "w").write("SIGTERM")
+    sys.exit(143)
+signal.signal(signal.SIGTERM, stop)
+assert die_with_launcher()
+open(sys.argv[1] + ".ready", "w").close()
+time.sleep(60)
+"""
+LAUNCHER = """
+import subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]])
+time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_worker_gets_sigterm_when_its_launcher_is_killed(tmp_path):
+    """A launcher killed with SIGKILL (as a torchrun parent can be) takes its worker down through
+    the worker's SIGTERM path instead of leaving it running, re-parented."""
+    import signal
+    import time
+
+    marker = tmp_path / "stopped"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, CHILD, str(marker)], env=env)
+    try:
+        deadline = time.time() + 60
+        while not (tmp_path / "stopped.ready").exists() and time.time() < deadline:
+            time.sleep(0.05)
+        assert (tmp_path / "stopped.ready").exists(), "the worker did not start"
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+        while not marker.exists() and time.time() < deadline:
+            time.sleep(0.05)
+        assert marker.read_text() == "SIGTERM"
+    finally:
+        launcher.kill()

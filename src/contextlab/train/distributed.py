@@ -9,11 +9,19 @@ gradients and optimizer state are sharded across processes.
 Checkpoints are always full (unsharded) state dicts gathered through
 ``torch.distributed.checkpoint.state_dict``, so a run saved with N processes resumes with
 N (and exports) like a single-process one.
+
+Workers die with their launcher: on Linux a process started by torchrun asks the kernel
+(``prctl(PR_SET_PDEATHSIG, SIGTERM)``) for SIGTERM when its parent dies, so a torchrun killed
+with SIGKILL (which it cannot forward) stops its workers through their ordinary SIGTERM exit
+instead of leaving them training, re-parented, to the end. Elsewhere this is a no-op.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -52,7 +60,27 @@ def pick_device(pref: str, local_rank: int = 0) -> torch.device:
     return torch.device("cpu")
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_launcher() -> bool:
+    """Under torchrun on Linux: have the kernel send this process SIGTERM when its parent (the
+    torchrun agent) dies, and send it now if the parent is already gone. True when asked."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ or not sys.platform.startswith("linux"):
+        return False
+    parent = os.getppid()
+    try:
+        if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    if os.getppid() != parent:  # the launcher died before the kernel was asked
+        os.kill(os.getpid(), signal.SIGTERM)
+    return True
+
+
 def init_distributed(device_pref: str = "auto") -> DistInfo:
+    die_with_launcher()
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
