@@ -25,7 +25,7 @@ def _fake_sweep(monkeypatch, tmp_path, rows: list[dict], mean_loss: bool = False
         analysis_window=3,
         analysis_rank_by_mean_loss=mean_loss,
     )
-    monkeypatch.setattr(grid, "run_sweep", lambda path, overrides, only=None: results)
+    monkeypatch.setattr(grid, "run_sweep", lambda path, overrides, only=None, **kwargs: results)
     monkeypatch.setattr(grid, "load_sweep", lambda path, overrides=(): (section, []))
 
 

@@ -15,15 +15,15 @@ def cmd_sweep(argv: list[str]) -> int:
 
     args = _parser().parse_args(argv)
     if args.dry_run:
-        from contextlab.sweep.grid import status
-
-        section, runs = load_sweep(args.sweep, args.set)
-        for run in runs:
-            print(f"{status(run)['status']:<8} {run.name}")
-        print(f"{len(runs)} runs in {section.out_dir}")
-        return 0
+        return _dry_run(*load_sweep(args.sweep, args.set), args.overwrite)
     on_ray = _ray_runs(args)
-    results = run_sweep(args.sweep, args.set, only=args.only, **({} if on_ray is None else {"ray": on_ray}))
+    results = run_sweep(
+        args.sweep,
+        args.set,
+        only=args.only,
+        overwrite=args.overwrite,
+        **({} if on_ray is None else {"ray": on_ray}),
+    )
     print(f"results: {results}")
     from contextlab.sweep.objectives import objective_ranking
 
@@ -33,6 +33,28 @@ def cmd_sweep(argv: list[str]) -> int:
     if not args.no_analysis:
         _analysis(results.parent, section)
     return _failed_runs(runs, args.only)
+
+
+def _dry_run(section, runs, overwrite: bool) -> int:
+    """List every run of the grid with its status (stale: trained with another config) and what the
+    sweep would do with stale runs; run nothing."""
+    from contextlab.sweep import folder
+    from contextlab.sweep.grid import status
+
+    out = Path(section.out_dir)
+    stale = folder.stale_runs(runs)
+    for run in runs:
+        print(f"{'stale' if run.name in stale else status(run)['status']:<8} {run.name}")
+    print(f"{len(runs)} runs in {out}")
+    if stale:
+        first = next(iter(stale))
+        then = (
+            "--overwrite trains them again in fresh folders"
+            if overwrite
+            else "the sweep refuses to start: use another sweep.out_dir, or --overwrite to train them again"
+        )
+        print(f"{len(stale)} stale run(s), trained with another config ({first}: {stale[first]}); {then}")
+    return 0
 
 
 def _failed_runs(runs, only: str | None) -> int:
@@ -61,7 +83,9 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Run every point of a sweep file's [grid] as an independent training run (then its "
             "evaluations), N at a time; finished runs are skipped when started again, failures are "
-            "recorded and retried. Writes OUT/results.csv, then compute_optimal.json and U-curve plots."
+            "recorded and retried. A sweep folder holds the runs of one configuration: runs trained with "
+            "another config are refused (see --overwrite). Writes OUT/results.csv, then "
+            "compute_optimal.json and U-curve plots."
         ),
     )
     p.add_argument("sweep", help="a sweep TOML file with [sweep], [base] and [grid] tables (see recipes/)")
@@ -78,6 +102,13 @@ def _parser() -> argparse.ArgumentParser:
         "still cover every finished run of the grid, so slices run one after another add up)",
     )
     p.add_argument("--dry-run", action="store_true", help="list the runs and their status, run nothing")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="train again, each in a fresh folder, the runs of the grid whose folder holds a run trained "
+        "with another config (a changed [base] value); without it such a sweep folder is refused before "
+        "any run starts",
+    )
     p.add_argument("--no-analysis", action="store_true", help="skip the compute-optimal analysis")
     _add_ray_args(p)
     return p

@@ -1,5 +1,7 @@
 """Sweeps over (context, model size, budget, packing, objective) and their analysis.
 
 ``grid`` expands and runs a sweep file (resumable, N runs at a time, one process each);
-``compute_optimal`` turns its results into the compute-optimal context analysis.
+``folder`` keeps a sweep folder to one sweep configuration (runs trained with another config
+are refused or trained again); ``compute_optimal`` turns its results into the compute-optimal
+context analysis.
 """

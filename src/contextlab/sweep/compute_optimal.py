@@ -42,6 +42,16 @@ MEAN_LOSS_WARNING = (
 )
 
 
+def number_text(v) -> str:
+    """A number as a person writes it in a config: 2e-3, 1.5e11, 0.5, 64."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    if isinstance(v, float) and v != 0 and not 1e-2 <= abs(v) < 1e5:
+        mantissa, exponent = f"{v:.6e}".split("e")
+        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
 def context_resolved(metric: str) -> bool:
     """Whether ``metric`` compares runs at matched positions (a contextwise result), not as a mean
     over each run's own training context."""

@@ -12,8 +12,11 @@ is an independent process (``python -m contextlab train``) with its own run dire
 log; its evaluations follow as processes too (``python -m contextlab eval NAME --model
 RUN ...``). Which runs finished with which config (and evaluations) is recorded in
 ``OUT/sweep_state.json`` (``contextlab.steps``): finished runs are skipped when the sweep
-is started again, a finished run whose config changed runs again, failed runs keep their
-error and are retried, and one failure never stops the others. ``RUN/sweep_status.json``
+is started again, a finished run whose config changed runs again (it resumes: a budget or an
+evaluation changed), failed runs keep their error and are retried, and one failure never stops
+the others. A folder belongs to one sweep configuration (``folder``): runs trained with another
+config are refused before anything runs (``--overwrite`` trains them again in fresh folders).
+``RUN/sweep_status.json``
 holds each run's status and error for ``results.csv``, which gets one row per run of the
 whole grid (grid values, training summary, every scalar of every evaluation; runs not yet
 made are "pending") after each run ends, also when ``--only`` runs a slice of it.
@@ -35,7 +38,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from contextlab.config import apply_overrides, dumps_toml, from_dict, opt, read_toml
@@ -43,6 +46,7 @@ from contextlab.errors import UserError
 from contextlab.io import atomic_write_json, atomic_write_text
 from contextlab.rundir import latest_checkpoint, read_checkpoint_state, read_evals, read_metrics, summarize
 from contextlab.steps import Step, StepRunner
+from contextlab.sweep import folder
 
 STATE_FILE = "sweep_state.json"  # which runs finished with which config (contextlab.steps)
 
@@ -298,29 +302,34 @@ def run_sweep(
     only: str | None = None,
     progress: bool = True,
     ray=None,
+    overwrite: bool = False,
 ) -> Path:
     """Run every pending run of the sweep; returns the path of results.csv. ``ray``: a
     ``ray_runner.RayRuns`` to run them as Ray tasks instead of local processes. Holds the one-writer
-    lock of the sweep's folder: a second sweep into it is refused, naming the first."""
+    lock of the sweep's folder: a second sweep into it is refused, naming the first. Runs trained
+    with another config are refused before anything is written, or with ``overwrite`` trained again
+    in fresh folders (``folder``)."""
     from contextlab.data.store import output_lock
 
     section, runs = load_sweep(path, overrides)
     with output_lock(section.out_dir, "sweep folder"):
-        return _run_sweep(path, section, runs, only, progress, ray)
+        return _run_sweep(path, overrides, section, runs, only, progress, ray, overwrite)
 
 
-def _run_sweep(path, section: SweepSection, runs: list[Run], only, progress: bool, ray) -> Path:
+def _run_sweep(
+    path, overrides, section: SweepSection, runs: list[Run], only, progress: bool, ray, overwrite
+) -> Path:
     from tqdm.auto import tqdm
 
     out = Path(section.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "sweep.toml", Path(path).read_text(encoding="utf-8"))
     grid = runs  # results.csv lists every run of the grid, finished in this command or an earlier one
     if only:
         runs = [r for r in runs if re.search(only, r.name)]
+    replace = folder.prepare(out, grid, runs, folder.sweep_text(path, overrides), overwrite)  # may refuse
+    write_results(section, grid)  # the grid of this sweep file from the start (pending, stale, done)
     runner = StepRunner(out / STATE_FILE)
     steps = {r.name: _step(section, r, runner) for r in runs}
-    todo = [r for r in runs if _must_run(section, steps[r.name], runner)]
+    todo = [r for r in runs if r.name in replace or _must_run(section, steps[r.name], runner)]
     bar = tqdm(
         total=len(runs),
         initial=len(runs) - len(todo),
@@ -329,7 +338,7 @@ def _run_sweep(path, section: SweepSection, runs: list[Run], only, progress: boo
         disable=None if progress else True,
         dynamic_ncols=True,
     )
-    sweep = Sweep(section, grid, steps, runner, bar, total=len(todo))
+    sweep = Sweep(section, grid, steps, runner, bar, replace=set(replace), total=len(todo))
     try:
         if ray is not None:
             ray.run(sweep, todo)
@@ -349,12 +358,16 @@ class Sweep:
     steps: dict[str, Step]
     runner: StepRunner
     bar: object
+    replace: set[str] = field(default_factory=set)  # stale runs whose folder is replaced as they start
     total: int = 0  # runs this command starts
     started: int = 0
 
     def start(self, run: Run, how: str = "started") -> None:
-        """A run is about to start: recorded as started in the state and in RUN/sweep_status.json, and
-        one line saying so."""
+        """A run is about to start: its stale folder replaced, recorded as started in the state and in
+        RUN/sweep_status.json, and one line saying so."""
+        if run.name in self.replace:
+            folder.replace_run(run.dir)
+            self.replace.discard(run.name)
         run.dir.mkdir(parents=True, exist_ok=True)
         self.runner.begin(self.steps[run.name], self.steps[run.name].digest())
         running = {"status": "running", "pid": os.getpid(), "host": socket.gethostname()}
@@ -439,6 +452,9 @@ def write_results(section: SweepSection, runs: list[Run]) -> Path:
     rows = []
     for run in runs:
         st = status(run)
+        why = folder.difference(run.dir, run.config)
+        if why:  # trained with another config; its numbers do not belong to this sweep file
+            st = {"status": "stale", "error": f"trained with another config: {why}"}
         rows.append(
             {
                 "run": run.name,

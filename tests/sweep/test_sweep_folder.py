@@ -1,0 +1,120 @@
+"""A sweep folder belongs to one sweep configuration: runs trained with another config are refused
+before anything runs (stale in --dry-run; --overwrite trains them again in fresh folders)."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from contextlab.cli import main
+from contextlab.data.ingest import IngestConfig, ingest
+from contextlab.errors import UserError
+from contextlab.sweep.grid import load_sweep, run_sweep
+from tests.conftest import shakespeare
+
+SWEEP = """
+[sweep]
+name = "tiny"
+out_dir = "{out}"
+threads_per_run = 1
+
+[base.model]
+size = "tiny-2x128"
+n_layer = 1
+n_embd = 32
+n_head = 2
+
+[base.data]
+store = "{store}"
+val_split = "tail"
+val_fraction = 0.1
+
+[base.optim]
+warmup_steps = 1{lr}
+
+[base.train]
+tokens_per_step = 128
+max_steps = 2
+val_tokens = 128
+peak_flops = 1e12
+dtype = "fp32"
+log_every = 1
+
+[grid]
+"train.context" = {contexts}
+"""
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    src = tmp_path_factory.mktemp("src") / "s.txt"
+    src.write_text(shakespeare(20_000))
+    return ingest(src, tmp_path_factory.mktemp("st") / "s", IngestConfig(), progress=False).store
+
+
+def _sweep(tmp_path, store, name: str, lr: str = "", contexts: str = "[16]"):
+    f = tmp_path / f"{name}.toml"
+    f.write_text(SWEEP.format(out=tmp_path / "out", store=store.path, lr=lr, contexts=contexts))
+    return f
+
+
+def _rows(results) -> dict:
+    return {r["run"]: r for r in csv.DictReader(open(results))}
+
+
+def test_a_changed_base_value_is_refused_before_any_run_and_overwrite_trains_it_again(
+    tmp_path, store, capsys
+):
+    """Changing [base] optim.lr of a finished sweep listed its runs as done, then failed every one in
+    train, wrote the new sweep.toml and kept the old analysis beside it."""
+    old = _sweep(tmp_path, store, "old")
+    new = _sweep(tmp_path, store, "new", lr="\nlr = 3e-3")
+    out = tmp_path / "out"
+    run_sweep(old, progress=False)
+    (run,) = load_sweep(new)[1]
+    (out / "compute_optimal.json").write_text("{}")  # the analysis of the old runs
+    metrics = (run.dir / "metrics.jsonl").read_text()
+    capsys.readouterr()
+
+    assert main(["sweep", str(new), "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "stale    context-16"
+    assert "optim.lr 1e-3 there, 3e-3 now" in lines[-1] and "--overwrite" in lines[-1]
+
+    with pytest.raises(
+        UserError, match=r"context-16: optim.lr 1e-3 there, 3e-3 now\); use another sweep.out_dir"
+    ):
+        run_sweep(new, progress=False)
+    assert main(["sweep", str(new)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pass --overwrite to train them again" in err[0]
+    assert (out / "sweep.toml").read_text() == old.read_text()  # nothing was changed
+    assert (out / "compute_optimal.json").exists() and (run.dir / "metrics.jsonl").read_text() == metrics
+
+    (run.dir / "notes.txt").write_text("mine")  # --overwrite replaces contextlab's run folders only
+    with pytest.raises(UserError, match="holds notes.txt, which contextlab does not write in a run folder"):
+        run_sweep(new, progress=False, overwrite=True)
+    (run.dir / "notes.txt").unlink()
+
+    rows = _rows(run_sweep(new, progress=False, overwrite=True))
+    assert rows["context-16"]["status"] == "done" and int(rows["context-16"]["steps"]) == 2
+    assert "lr = 0.003" in (run.dir / "config.toml").read_text()
+    assert "its folder is replaced and it runs again" in capsys.readouterr().out
+    assert (out / "sweep.toml").read_text() == new.read_text()
+    assert not (out / "compute_optimal.json").exists()  # it described the old runs
+    assert not [p.name for p in (out / "runs").iterdir() if p.name.startswith(".")]  # no leftovers
+    assert main(["sweep", str(new), "--dry-run"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "done     context-16"
+
+
+def test_set_overrides_are_part_of_the_recorded_sweep_file(tmp_path, store):
+    """--set changes the runs, so OUT/sweep.toml records it: the file reruns the same sweep."""
+    f = _sweep(tmp_path, store, "s")
+    run_sweep(f, ["base.optim.lr=3e-3"], progress=False)
+    recorded = tmp_path / "out" / "sweep.toml"
+    assert recorded.read_text().startswith(f"# {f} with --set base.optim.lr=3e-3\n")
+    (run,) = load_sweep(recorded)[1]
+    assert run.config["optim"]["lr"] == 3e-3
+    with pytest.raises(UserError, match="optim.lr 3e-3 there, 1e-3 now"):
+        run_sweep(f, progress=False)
