@@ -1,5 +1,6 @@
 """A sweep folder belongs to one sweep configuration: runs trained with another config are refused
-before anything runs (stale in --dry-run; --overwrite trains them again in fresh folders)."""
+before anything runs (stale in --dry-run; --overwrite trains them again in fresh folders), run folders
+of a changed grid are named and marked in the report."""
 
 from __future__ import annotations
 
@@ -118,3 +119,24 @@ def test_set_overrides_are_part_of_the_recorded_sweep_file(tmp_path, store):
     assert run.config["optim"]["lr"] == 3e-3
     with pytest.raises(UserError, match="optim.lr 3e-3 there, 1e-3 now"):
         run_sweep(f, progress=False)
+
+
+def test_run_folders_outside_a_changed_grid_are_named_and_marked_in_the_report(tmp_path, store, capsys):
+    from contextlab.report.html import build_report
+
+    run_sweep(_sweep(tmp_path, store, "a"), progress=False)
+    capsys.readouterr()
+    b = _sweep(tmp_path, store, "b", contexts="[32]")
+    assert main(["sweep", str(b), "--dry-run"]) == 0
+    left_out = (
+        f"left out: 1 run folder(s) in {tmp_path / 'out' / 'runs'} are not in this sweep's grid "
+        "(context-16); they stay on disk but are not in results.csv or the analysis"
+    )
+    assert capsys.readouterr().out.splitlines()[-1] == left_out
+    results = run_sweep(b, progress=False)
+    assert capsys.readouterr().out.splitlines()[0] == left_out
+    assert list(_rows(results)) == ["context-32"]
+    page = build_report(tmp_path / "out").read_text()
+    assert ">runs/context-16 (not in this sweep&#x27;s grid)</td>" in page  # the Runs table
+    assert "not in this sweep&#x27;s grid (its sweep file has other values): runs/context-16;" in page
+    assert "runs/context-32 (not" not in page

@@ -36,8 +36,8 @@ def cmd_sweep(argv: list[str]) -> int:
 
 
 def _dry_run(section, runs, overwrite: bool) -> int:
-    """List every run of the grid with its status (stale: trained with another config) and what the
-    sweep would do with stale runs; run nothing."""
+    """List every run of the grid with its status (stale: trained with another config), the run folders
+    the grid leaves out, and what the sweep would do with stale runs; run nothing."""
     from contextlab.sweep import folder
     from contextlab.sweep.grid import status
 
@@ -46,6 +46,9 @@ def _dry_run(section, runs, overwrite: bool) -> int:
     for run in runs:
         print(f"{'stale' if run.name in stale else status(run)['status']:<8} {run.name}")
     print(f"{len(runs)} runs in {out}")
+    left_out = folder.left_out_line(out, runs)
+    if left_out:
+        print(left_out)
     if stale:
         first = next(iter(stale))
         then = (
@@ -84,8 +87,8 @@ def _parser() -> argparse.ArgumentParser:
             "Run every point of a sweep file's [grid] as an independent training run (then its "
             "evaluations), N at a time; finished runs are skipped when started again, failures are "
             "recorded and retried. A sweep folder holds the runs of one configuration: runs trained with "
-            "another config are refused (see --overwrite). Writes OUT/results.csv, then "
-            "compute_optimal.json and U-curve plots."
+            "another config are refused (see --overwrite), run folders outside the grid are named and left "
+            "out. Writes OUT/results.csv, then compute_optimal.json and U-curve plots."
         ),
     )
     p.add_argument("sweep", help="a sweep TOML file with [sweep], [base] and [grid] tables (see recipes/)")

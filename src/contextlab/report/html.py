@@ -39,7 +39,7 @@ from contextlab.report.evals import (
     folder_label,
     models_table,
 )
-from contextlab.report.runs import data_sections, run_section, summary_section
+from contextlab.report.runs import data_sections, outside_grid, run_section, summary_section
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;
@@ -124,8 +124,10 @@ def _folder_sections(root: Path) -> list[str]:
     lead = len(body)  # the runs and models tables go right after the headline
     body += data_sections(root)
     runs = rundir.find_runs(root)
+    left_out = set(outside_grid(root))  # a sweep's runs of grid values its sweep file no longer has
     for run in runs[:50]:
         name = str(run.relative_to(root)) if run != root else run.name
+        name += " (not in this sweep's grid)" if run in left_out else ""
         section, key = run_section(run, f"Run {name}")
         body.append(section)
         tables.append({"run": name, **key, **eval_key(run)})

@@ -138,11 +138,32 @@ def summary_section(root: Path) -> str:
     return "\n".join(parts)
 
 
+def _results(sweep: Path) -> list[dict]:
+    with open(sweep / "results.csv", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def outside_grid(sweep: Path) -> list[Path]:
+    """The runs in SWEEP/runs/ that are no row of its results.csv: runs of a grid value the sweep
+    file no longer has. The sweep keeps their folders but leaves them out of its results and analysis."""
+    if not (sweep / "results.csv").is_file() or not (sweep / "runs").is_dir():
+        return []
+    names = {row.get("run") for row in _results(sweep)}
+    return sorted(p for p in (sweep / "runs").iterdir() if p.name not in names and rundir.is_run(p))
+
+
 def sweep_section(sweep: Path) -> str:
     parts = ["<h2>Sweep results</h2>"]
-    with open(sweep / "results.csv", newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    parts.append(table(rows))
+    parts.append(table(_results(sweep)))
+    left_out = outside_grid(sweep)
+    if left_out:
+        names = ", ".join(str(p.relative_to(sweep)) for p in left_out)
+        parts.append(
+            muted(
+                f"not in this sweep's grid (its sweep file has other values): {names}; their folders are "
+                "kept and shown below, but they are in neither this table nor the compute-optimal analysis"
+            )
+        )
     co = sweep / "compute_optimal.json"
     if co.exists():
         res = json.loads(co.read_text())

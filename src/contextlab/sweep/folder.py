@@ -1,6 +1,6 @@
 """A sweep folder belongs to one sweep configuration: what it holds that the sweep file no longer describes.
 
-Against the sweep file given now, the grid's run folders in ``OUT/runs/`` are of two kinds:
+Against the sweep file given now, the folders of ``OUT/runs/`` are of three kinds:
 
 * a grid point whose folder holds no run yet, or a run of the same config as far as training
   is concerned (``RESUME_FREE`` keys of the train config, such as budgets, logging and threads,
@@ -8,7 +8,9 @@ Against the sweep file given now, the grid's run folders in ``OUT/runs/`` are of
 * a grid point whose folder holds a run trained with another config (a ``[base]`` value
   changed): stale. ``contextlab train`` would refuse to resume it, so the sweep refuses before
   any run starts, in one line naming the first differing key; ``--overwrite`` trains such
-  runs again, each folder replaced whole (``io.replace_dir``) just before its run starts.
+  runs again, each folder replaced whole (``io.replace_dir``) just before its run starts;
+* a folder that is no grid point (a grid value changed): left out of results.csv and the
+  analysis, kept on disk, and named in one line.
 
 ``OUT/sweep.toml`` records the sweep file as the runs were made (with ``--set`` overrides
 resolved into it), and only once the checks above passed. The analysis (compute_optimal.json and
@@ -78,9 +80,32 @@ def stale_runs(runs) -> dict[str, str]:
     return {name: why for name, why in found.items() if why}
 
 
+def outside_grid(out: Path, runs) -> list[str]:
+    """The folders of ``OUT/runs/`` that are no run of the grid (a grid value changed), sorted."""
+    names = {run.name for run in runs}
+    folder = Path(out) / "runs"
+    if not folder.is_dir():
+        return []
+    return sorted(
+        p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name not in names
+    )
+
+
+def left_out_line(out: Path, runs) -> str | None:
+    """The one line naming the run folders a changed grid leaves out; None when there are none."""
+    names = outside_grid(out, runs)
+    if not names:
+        return None
+    shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    return (
+        f"left out: {len(names)} run folder(s) in {Path(out) / 'runs'} are not in this sweep's grid "
+        f"({shown}); they stay on disk but are not in results.csv or the analysis"
+    )
+
+
 def prepare(out: Path, grid, selected, text: str, overwrite: bool) -> dict[str, str]:
-    """Before a sweep runs anything: refuse stale runs (unless ``overwrite``), then record the sweep file
-    (``text``). Returns the stale runs of ``selected`` that
+    """Before a sweep runs anything: refuse stale runs (unless ``overwrite``), name the run folders the
+    grid leaves out, then record the sweep file (``text``). Returns the stale runs of ``selected`` that
     are to be trained again in fresh folders (name -> the difference), each said in one line."""
     out = Path(out)
     stale = stale_runs(grid)
@@ -88,7 +113,7 @@ def prepare(out: Path, grid, selected, text: str, overwrite: bool) -> dict[str, 
     names = {r.name for r in selected}
     replace = {name: why for name, why in stale.items() if name in names}
     kept = [name for name in stale if name not in replace]
-    lines = []
+    lines = [left_out_line(out, grid)]
     if kept:
         lines.append(
             f"{len(kept)} run(s) trained with another config are not selected by --only and stay as they "
@@ -99,7 +124,7 @@ def prepare(out: Path, grid, selected, text: str, overwrite: bool) -> dict[str, 
         f"{name}: trained with another config ({why}); its folder is replaced and it runs again"
         for name, why in replace.items()
     ]
-    for line in lines:
+    for line in filter(None, lines):
         print(line, flush=True)
     out.mkdir(parents=True, exist_ok=True)
     write_sweep_file(out, text, replaced=bool(replace))

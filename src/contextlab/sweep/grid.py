@@ -15,8 +15,8 @@ RUN ...``). Which runs finished with which config (and evaluations) is recorded 
 is started again, a finished run whose config changed runs again (it resumes: a budget or an
 evaluation changed), failed runs keep their error and are retried, and one failure never stops
 the others. A folder belongs to one sweep configuration (``folder``): runs trained with another
-config are refused before anything runs (``--overwrite`` trains them again in fresh folders).
-``RUN/sweep_status.json``
+config are refused before anything runs (``--overwrite`` trains them again in fresh folders),
+and run folders a changed grid leaves out are named. ``RUN/sweep_status.json``
 holds each run's status and error for ``results.csv``, which gets one row per run of the
 whole grid (grid values, training summary, every scalar of every evaluation; runs not yet
 made are "pending") after each run ends, also when ``--only`` runs a slice of it.
