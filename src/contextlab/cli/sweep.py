@@ -179,7 +179,7 @@ def _ray_runs(args: argparse.Namespace):
 
 def _analysis(sweep_dir: Path, section) -> None:
     """The compute-optimal analysis, or the one line saying why this sweep has none."""
-    from contextlab.sweep.compute_optimal import compute_optimal
+    from contextlab.sweep.compute_optimal import budget_label, compute_optimal, size_label
 
     try:
         res = compute_optimal(
@@ -197,7 +197,7 @@ def _analysis(sweep_dir: Path, section) -> None:
     for b, opt in res["optimal"].items():
         best = opt["best"]
         print(
-            f"{res['budget_key'] or 'budget'} {float(b):.3g}: best {best['size']} "
+            f"{budget_label(res['budget_key'], b)}: best {size_label(res['size_key'], best['size'])} "
             f"at context {best['context']} ({res['metric']} {best['loss']:.4f})"
         )
     print("plots: " + ", ".join(res["plots"]))

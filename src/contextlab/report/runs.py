@@ -171,10 +171,12 @@ def sweep_section(sweep: Path) -> str:
         if res.get("warning"):  # ranked by a mean loss on request (contextlab.sweep.compute_optimal)
             parts.append(f"<p><b>{html.escape(res['warning'])}</b></p>")
         axis = res.get("budget_key") or "budget"
+        size_key = res.get("size_key") or "model.size"
+        model = "model" if size_key == "model.size" else size_key.split(".")[-1]  # n_embd for a grid over it
         best = [
             {
-                axis: b,
-                "model": o["best"]["size"],
+                axis: b if res.get("budget_key") else "all runs",
+                model: o["best"]["size"],
                 "context": o["best"]["context"],
                 res["metric"]: o["best"]["loss"],
             }

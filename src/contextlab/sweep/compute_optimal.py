@@ -33,6 +33,7 @@ from contextlab.figures import pyplot, save_png
 from contextlab.io import atomic_write_json
 
 METRICS = ("contextwise.best_context_loss", "val_loss")  # the default, then the fallback when allowed
+BUDGET_KEYS = ("train.max_flops", "train.max_tokens", "train.max_steps", "train.max_minutes")  # in this order
 MEAN_LOSS_WARNING = (
     "warning: {metric} averages the loss over positions 1..the run's own training context, so a longer "
     "context is scored on more positions that have much context to use; the compute-optimal-context "
@@ -50,6 +51,17 @@ def number_text(v) -> str:
         mantissa, exponent = f"{v:.6e}".split("e")
         return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
     return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
+def budget_label(budget_key: str | None, budget) -> str:
+    """A budget as printed and in plot titles: ``train.max_flops 1.5e11`` (``all runs`` without one)."""
+    return "all runs" if budget_key is None else f"{budget_key} {number_text(float(budget))}"
+
+
+def size_label(size_key: str, size) -> str:
+    """A model of the analysis as printed and in plot legends: a named size as it is (``tiny-2x128``),
+    any other model key with its name (``n_embd 64``)."""
+    return str(size) if size_key == "model.size" else f"{size_key.split('.')[-1]} {size}"
 
 
 def context_resolved(metric: str) -> bool:
@@ -123,15 +135,10 @@ def _columns(
     """The size, budget and metric columns to analyse: defaults filled in, each one checked."""
     if size_key not in done[0]:  # e.g. a grid over model.n_embd instead of named sizes
         size_key = next((k for k in done[0] if k.startswith("model.")), size_key)
-    if budget_key is None:
-        budget_key = next(
-            (
-                k
-                for k in ("train.max_flops", "train.max_tokens", "train.max_steps", "train.max_minutes")
-                if k in done[0]
-            ),
-            None,
-        )
+    if budget_key is None:  # the budget the runs differ in (a grid axis), else the one they share
+        present = [k for k in BUDGET_KEYS if k in done[0]]
+        varies = [k for k in present if len({r.get(k) for r in done}) > 1]
+        budget_key = (varies or present or [None])[0]
     if budget_key is not None and budget_key not in done[0]:
         raise UserError(
             f"the analysis axis '{budget_key}' is not a column of the results; set "
@@ -208,6 +215,12 @@ def _smoothed_optimum(optimal: dict, budgets: list, size, window: int) -> list[t
     return out
 
 
+def _order(size) -> tuple:
+    """Sizes in legends by value (64 before 128), names after them in alphabetical order."""
+    value = _num(size)
+    return (0, value, "") if value is not None else (1, 0.0, str(size))
+
+
 def plot(result: dict, out_dir: Path) -> list[Path]:
     plt = pyplot()
 
@@ -223,9 +236,11 @@ def _plot_u_curves(plt, result: dict, budgets: list, path: Path) -> Path:
     """Loss against training context, one panel per budget, one line per size, a star at its optimum."""
     fig, axes = plt.subplots(1, len(budgets), figsize=(4.2 * len(budgets), 3.6), squeeze=False, sharey=True)
     for ax, b in zip(axes[0], budgets):
-        for size, curve in sorted(result["curves"][b].items()):
+        for size, curve in sorted(result["curves"][b].items(), key=lambda sc: _order(sc[0])):
             xs = [int(x) for x in curve]
-            (line,) = ax.plot(xs, list(curve.values()), marker="o", label=size)
+            (line,) = ax.plot(
+                xs, list(curve.values()), marker="o", label=size_label(result["size_key"], size)
+            )
             best = result["optimal"][b]["per_size"][size]
             ax.plot(
                 [int(best)],
@@ -236,7 +251,7 @@ def _plot_u_curves(plt, result: dict, budgets: list, path: Path) -> Path:
             )
         ax.set_xscale("log", base=2)
         ax.set_xlabel("training context (tokens)")
-        ax.set_title(f"{result['budget_key'] or 'budget'} = {float(b):.3g}")
+        ax.set_title(budget_label(result["budget_key"], b))
     axes[0][0].set_ylabel(result["metric"])
     axes[0][-1].legend(fontsize=8)
     return save_png(fig, path)
@@ -245,8 +260,9 @@ def _plot_u_curves(plt, result: dict, budgets: list, path: Path) -> Path:
 def _plot_optimal_context(plt, result: dict, path: Path) -> Path:
     """The smoothed optimal context against the budget, one line per size."""
     fig, ax = plt.subplots(figsize=(5, 3.6))
-    for size, pts in sorted(result["optimal_context_smoothed"].items()):
-        ax.plot([float(b) for b, _ in pts], [c for _, c in pts], marker="o", label=size)
+    for size, pts in sorted(result["optimal_context_smoothed"].items(), key=lambda sp: _order(sp[0])):
+        label = size_label(result["size_key"], size)
+        ax.plot([float(b) for b, _ in pts], [c for _, c in pts], marker="o", label=label)
     if all(float(b) > 0 for b in result["optimal"]):
         ax.set_xscale("log")
     ax.set_yscale("log", base=2)
@@ -259,7 +275,7 @@ def _plot_optimal_context(plt, result: dict, path: Path) -> Path:
 
 def _plot_gap_curves(plt, result: dict, budgets: list, path: Path) -> Path:
     """The seed's Figure 4 view: each budget's curve minus its own minimum, all budgets on one axis."""
-    sizes = sorted({s for b in budgets for s in result["curves"][b]})
+    sizes = sorted({s for b in budgets for s in result["curves"][b]}, key=_order)
     fig, axes = plt.subplots(1, len(sizes), figsize=(4.6 * len(sizes), 3.6), squeeze=False)
     cmap = plt.get_cmap("viridis")
     for ax, size in zip(axes[0], sizes):
@@ -275,14 +291,14 @@ def _plot_gap_curves(plt, result: dict, budgets: list, path: Path) -> Path:
                 [v - low for v in curve.values()],
                 marker="o",
                 color=color,
-                label=f"{result['budget_key'] or 'budget'} = {float(b):.3g}",
+                label=budget_label(result["budget_key"], b),
             )
             best = int(result["optimal"][b]["per_size"][size])
             ax.plot([best], [0.0], marker="*", markersize=14, color=color)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("training context (tokens)")
         ax.set_ylabel(f"{result['metric']} − its minimum")
-        ax.set_title(str(size))
+        ax.set_title(size_label(result["size_key"], size))
         ax.legend(fontsize=8)
     return save_png(fig, path)
 

@@ -16,10 +16,10 @@ is started again, a finished run whose config changed runs again (it resumes: a 
 evaluation changed), failed runs keep their error and are retried, and one failure never stops
 the others. A folder belongs to one sweep configuration (``folder``): runs trained with another
 config are refused before anything runs (``--overwrite`` trains them again in fresh folders),
-and run folders a changed grid leaves out are named. ``RUN/sweep_status.json``
-holds each run's status and error for ``results.csv``, which gets one row per run of the
-whole grid (grid values, training summary, every scalar of every evaluation; runs not yet
-made are "pending") after each run ends, also when ``--only`` runs a slice of it.
+and run folders a changed grid leaves out are named. ``RUN/sweep_status.json`` holds each
+run's status and error for ``results.csv``, which gets one row per run of the whole grid (grid
+values, a budget set in [base], training summary, every scalar of every evaluation; runs not
+yet made are "pending") after each run ends, also when ``--only`` runs a slice of it.
 
 Trade-off: processes instead of threads or one long-lived process: a run that crashes,
 leaks memory or is killed cannot take the sweep down, and the same runs can be spread
@@ -448,6 +448,17 @@ def _scalars(data: dict, prefix: str = "", depth: int = 0) -> dict:
     return out
 
 
+def _budget(run: Run) -> dict:
+    """The run's budget keys that are set in [base] rather than the grid (train.max_flops = 1.5e11), so
+    that results.csv, and the analysis that reads it, know every run's budget."""
+    from contextlab.sweep.compute_optimal import BUDGET_KEYS
+
+    train = run.config.get("train", {})
+    return {
+        k: train[k.split(".")[1]] for k in BUDGET_KEYS if k not in run.params and train.get(k.split(".")[1])
+    }
+
+
 def write_results(section: SweepSection, runs: list[Run]) -> Path:
     rows = []
     for run in runs:
@@ -460,6 +471,7 @@ def write_results(section: SweepSection, runs: list[Run]) -> Path:
                 "run": run.name,
                 "status": st["status"],
                 **run.params,
+                **_budget(run),
                 **run_summary(run.dir),
                 "error": st.get("error", ""),
             }
