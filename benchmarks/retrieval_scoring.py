@@ -10,8 +10,12 @@ GPT (SwiGLU, so it exports as a native ``LlamaForCausalLM``) and the same weight
   the k candidates in turn continues (``shared``) against prompt + candidate run k times
   (``whole``, the former way: ``score_spans`` on the whole sequences);
 - generation: ``generate_many`` on ``--batch-size`` prompts at once (``batched``, what
-  ``tasks.score_samples`` does) against ``generate`` one prompt at a time (``one_by_one``, the
-  former way).
+  ``scoring.score_samples`` does) against ``generate`` one prompt at a time (``one_by_one``, the
+  former way);
+- both (the default scoring of needle, passkey and kv): ``score_and_generate``, one prefill of each
+  prompt serving its candidates and its greedy answer (``shared_prefill``, what ``scoring.score_samples``
+  does on a CPU) against the candidates scored (shared) and the answers generated in batches apart
+  (``apart``, what it does on a GPU).
 
 Reported: seconds per prompt (medians of ``--repeats``), speedups, the largest difference between
 the two sides' candidate scores (nats; the same numbers up to rounding) and whether the generated
@@ -22,7 +26,8 @@ tokens are identical.
 
 Last line: {"bench": "retrieval_scoring", ..., "speedup_contextlab": ..., "speedup_hf": ...,
 "max_abs_diff_contextlab": ..., "max_abs_diff_hf": ..., "gen_speedup_contextlab": ...,
-"gen_speedup_hf": ..., "gen_identical": ...}
+"gen_speedup_hf": ..., "gen_identical": ..., "both_speedup_contextlab": ..., "both_speedup_hf": ...,
+"both_identical": ...}
 """
 
 from __future__ import annotations
@@ -88,6 +93,31 @@ def compare_generation(adapter: ModelAdapter, prompts: list[list[int]], new: int
     }
 
 
+def compare_both(adapter: ModelAdapter, items, new: int, repeats: int) -> dict:
+    """Candidates and answers of every item: one shared prefill each vs scored and generated apart."""
+    times: dict[str, list[float]] = {"apart": [], "shared_prefill": []}
+    outs = {}
+    bs = adapter.batch_size
+    for _ in range(repeats):
+        t = time.perf_counter()
+        scores = [adapter.score_continuations(p, c) for p, c in items]
+        prompts = [p for p, _ in items]
+        gens = [g for a in range(0, len(items), bs) for g in adapter.generate_many(prompts[a : a + bs], new)]
+        times["apart"].append(time.perf_counter() - t)
+        outs["apart"] = (np.stack(scores), gens)
+        t = time.perf_counter()
+        done = [adapter.score_and_generate(p, c, new) for p, c in items]
+        times["shared_prefill"].append(time.perf_counter() - t)
+        outs["shared_prefill"] = (np.stack([d[0] for d in done]), [d[1] for d in done])
+    per_prompt = {k: statistics.median(v) / len(items) for k, v in times.items()}
+    return {
+        "seconds_per_prompt": {k: round(v, 4) for k, v in per_prompt.items()},
+        "speedup": round(per_prompt["apart"] / per_prompt["shared_prefill"], 2),
+        "max_abs_diff": float(np.abs(outs["apart"][0] - outs["shared_prefill"][0]).max()),
+        "identical": outs["apart"][1] == outs["shared_prefill"][1],
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", default="tiny-4x256", help="model size (models.gpt.SIZES)")
@@ -126,12 +156,14 @@ def main() -> None:
         llama = LlamaForCausalLM.from_pretrained(folder, attn_implementation="sdpa").eval()
     info = ModelInfo("llama", "hf", "-", "llama", 0, model.config.context, False, tok.spec())
     theirs = ModelAdapter(llama, tok, info, batch_size=args.batch_size)
-    results, gen = {}, {}
+    results, gen, both = {}, {}, {}
     prompts = [p for p, _ in items]
     for name, adapter in (("contextlab", ours), ("hf", theirs)):
         results[name] = compare(adapter, items, args.repeats)
         gen[name] = compare_generation(adapter, prompts, args.new, args.repeats)
-        print(json.dumps({"backend": name, "candidates": results[name], "generation": gen[name]}))
+        both[name] = compare_both(adapter, items, args.new, args.repeats)
+        row = {"candidates": results[name], "generation": gen[name], "both": both[name]}
+        print(json.dumps({"backend": name, **row}))
     print(
         json.dumps(
             {
@@ -149,7 +181,12 @@ def main() -> None:
                 "gen_speedup_contextlab": gen["contextlab"]["speedup"],
                 "gen_speedup_hf": gen["hf"]["speedup"],
                 "gen_identical": gen["contextlab"]["identical"] and gen["hf"]["identical"],
-                "by_backend": {k: {"candidates": results[k], "generation": gen[k]} for k in results},
+                "both_speedup_contextlab": both["contextlab"]["speedup"],
+                "both_speedup_hf": both["hf"]["speedup"],
+                "both_identical": both["contextlab"]["identical"] and both["hf"]["identical"],
+                "by_backend": {
+                    k: {"candidates": results[k], "generation": gen[k], "both": both[k]} for k in results
+                },
             }
         )
     )

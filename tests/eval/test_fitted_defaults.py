@@ -8,7 +8,7 @@ import warnings
 import pytest
 
 from contextlab.errors import UserError
-from contextlab.eval import kv, needle, passkey, progress, tasks, vartrack
+from contextlab.eval import kv, needle, passkey, progress, scoring, tasks, vartrack
 from contextlab.eval.adapter import ContextLengthWarning
 from tests.conftest import KV_75
 from tests.eval.conftest import byte_adapter, tiny_gpt
@@ -71,7 +71,7 @@ def test_one_warning_names_the_longest_prompt_and_the_evaluations_option():
     o = passkey.Options(lengths=[600, 1024, 700], samples=1, depths=[50.0], scoring="likelihood")
     with pytest.warns(ContextLengthWarning) as record:
         samples, _ = passkey.build(adapter, o, None)
-        tasks.score_samples(adapter, samples[:2], "likelihood")  # the forwards warn no more
+        scoring.score_samples(adapter, samples[:2], "likelihood")  # the forwards warn no more
     assert [str(w.message) for w in record] == [
         "the longest passkey prompt (1,024 tokens) with its answer runs tiny on 1,029 tokens, but it was "
         "trained at context 512 and its RoPE was not extended to "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from contextlab.data.tokenizers import ByteTokenizer
-from contextlab.eval import kv, needle, passkey, tasks, vartrack
+from contextlab.eval import kv, needle, passkey, scoring, tasks, vartrack
 from contextlab.eval.adapter import in_memory_adapter
 from contextlab.models.contextlm import ContextLM, ContextLMConfig
 from tests.conftest import KV_75, shakespeare
@@ -64,9 +64,9 @@ def test_generating_evaluations_equal_recomputation(tmp_path, monkeypatch):
     ]
     for adapter in adapters:
         samples = samples_of(adapter, tmp_path)
-        cached = tasks.score_samples(adapter, samples, "generate", max_new_tokens=6)
+        cached = scoring.score_samples(adapter, samples, "generate", max_new_tokens=6)
         monkeypatch.setattr(adapter, "generate_many", recomputed(adapter))
-        reference = tasks.score_samples(adapter, samples, "generate", max_new_tokens=6)
+        reference = scoring.score_samples(adapter, samples, "generate", max_new_tokens=6)
         monkeypatch.undo()
         assert len(cached) == 4 and cached == reference
         assert len({r["generated"] for r in cached}) > 1
@@ -78,6 +78,6 @@ def test_a_batch_never_generates_past_what_each_sample_was_checked_for():
     adapter = tiny_llama_adapter(batch_size=4, context=101)  # absolute limit: no positions past 101
     long_short = tasks.Sample(list(range(1, 101)), "x", [], max_new=2)  # 100 + 2 - 1 = 101
     short_long = tasks.Sample(list(range(1, 91)), "y", [], max_new=12)  # 90 + 12 - 1 = 101
-    rows = tasks.score_samples(adapter, [long_short, short_long], "generate")
-    alone = [tasks.score_samples(adapter, [s], "generate")[0] for s in (long_short, short_long)]
+    rows = scoring.score_samples(adapter, [long_short, short_long], "generate")
+    alone = [scoring.score_samples(adapter, [s], "generate")[0] for s in (long_short, short_long)]
     assert rows == alone

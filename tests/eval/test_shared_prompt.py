@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from contextlab.data.tokenizers import ByteTokenizer
-from contextlab.eval import tasks
+from contextlab.eval import scoring, tasks
 from contextlab.eval.adapter import ModelAdapter, in_memory_adapter
 from contextlab.inference import ModelInfo
 from contextlab.models.contextlm import ContextLM, ContextLMConfig
@@ -135,9 +135,9 @@ def test_likelihood_rows_with_controls_are_unchanged_by_sharing():
             PROMPT[5:], "2", [CANDIDATES[1], CANDIDATES[0], *CANDIDATES[2:4]], control=control, group=0
         ),
     ]
-    shared = tasks.score_samples(adapter, samples, "likelihood")
+    shared = scoring.score_samples(adapter, samples, "likelihood")
     adapter._whole_sequences = True
-    whole = tasks.score_samples(adapter, samples, "likelihood")
+    whole = scoring.score_samples(adapter, samples, "likelihood")
     for a, b in zip(shared, whole):
         assert a["likelihood_correct"] == b["likelihood_correct"] and a["rank"] == b["rank"]
         for key in ("margin", "gain_true", "gain_distractors"):
@@ -160,3 +160,80 @@ def test_candidates_take_turns_on_one_cache_of_one_row():
     got = adapter.score_continuations(PROMPT, CANDIDATES)
     assert len(made) == 1 and made[0].batch == 1 and made[0].lengths == [len(PROMPT)]
     np.testing.assert_allclose(got, whole_sequences(adapter, PROMPT, CANDIDATES), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ADAPTERS)
+def test_one_prefill_serves_candidates_and_the_greedy_answer(kind, tmp_path):
+    """score_and_generate gives the candidates' scores of score_continuations and the tokens of
+    generate_many from one prefill of the prompt, on every kind of model."""
+    make = ADAPTERS[kind]
+    adapter = make(4, tmp_path) if kind == "hf-export" else make(4)
+    got = adapter.score_and_generate(PROMPT, CANDIDATES, 12)
+    assert got is not None
+    np.testing.assert_allclose(got[0], adapter.score_continuations(PROMPT, CANDIDATES), rtol=1e-5, atol=1e-4)
+    assert got[1] == adapter.generate_many([PROMPT], 12)[0] and len(got[1]) == 12
+    one = adapter.score_and_generate(PROMPT, CANDIDATES, 1)
+    assert one[1] == got[1][:1]
+
+
+class StopAt(ByteTokenizer):
+    """A byte tokenizer whose end-of-text is a chosen id, to make greedy decoding stop there."""
+
+    def __init__(self, stop: int):
+        super().__init__()
+        self.stop = stop
+
+    @property
+    def eot_id(self):
+        return self.stop
+
+
+def test_the_shared_answer_ends_at_end_of_text_as_generation_does():
+    model = tiny_gpt(13, context=128)
+    free = in_memory_adapter(model, ByteTokenizer(), "gpt").score_and_generate(PROMPT, CANDIDATES, 10)[1]
+    stop = free[3]
+    adapter = in_memory_adapter(model, StopAt(stop), "gpt")
+    got = adapter.score_and_generate(PROMPT, CANDIDATES, 10)[1]
+    assert got == free[: free.index(stop)] == adapter.generate_many([PROMPT], 10)[0]
+
+
+def test_a_model_without_a_cache_answers_apart():
+    adapter = in_memory_adapter(NoCache(), ByteTokenizer(), "nocache", batch_size=4)
+    assert adapter.score_and_generate(PROMPT, CANDIDATES, 4) is None
+
+
+@pytest.mark.parametrize("kind", ["gpt", "hf-llama"])
+def test_score_samples_rows_are_the_same_with_one_prefill_or_two(kind, monkeypatch):
+    """The default scoring (both) gives the same rows whether a prompt's prefill serves its candidates
+    and its answer (a CPU) or they run apart (a GPU): samples of other answer lengths, one without
+    candidates (generated in a batch either way), controls."""
+    adapter = ADAPTERS[kind](3)
+    control = list(b"What is the pass key? The pass key is")
+    samples = [
+        tasks.Sample(PROMPT, "31415", CANDIDATES[:4], control=control, group=0, max_new=6),
+        tasks.Sample(PROMPT[5:], "2", [CANDIDATES[1], *CANDIDATES[2:4]], control=control, group=0),
+        tasks.Sample(PROMPT[9:], "31415", [], max_new=3),
+        tasks.Sample(PROMPT[2:], "27182818", CANDIDATES[2:5], max_new=9),
+    ]
+    batched, generate_many = [], adapter.generate_many
+
+    def counting(prompts, *args, **kw):  # the prompts generated a batch at a time, apart from scoring
+        batched.extend(prompts)
+        return generate_many(prompts, *args, **kw)
+
+    monkeypatch.setattr(adapter, "generate_many", counting)
+    assert scoring.shares_prefill(adapter)
+    shared = scoring.score_samples(adapter, samples, "both", max_new_tokens=5)
+    assert len(batched) == 1  # only the sample without candidates: the others shared their prefill
+    monkeypatch.setattr(scoring, "shares_prefill", lambda adapter: False)
+    apart = scoring.score_samples(adapter, samples, "both", max_new_tokens=5)
+    assert len(batched) == 1 + 4
+    assert [r.keys() for r in shared] == [r.keys() for r in apart]
+    for a, b in zip(shared, apart):
+        for key, value in a.items():
+            if isinstance(value, float):
+                assert value == pytest.approx(b[key], abs=1e-4), key
+            else:
+                assert value == b[key], key
+    if kind == "gpt":  # bytes: one character per token, each sample's own answer length
+        assert [len(r["generated"]) for r in shared] == [6, 5, 3, 9]

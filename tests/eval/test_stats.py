@@ -7,7 +7,7 @@ import pytest
 from scipy.stats import binomtest
 
 from contextlab.errors import UserError
-from contextlab.eval import icl, needle, stats, tasks
+from contextlab.eval import icl, needle, scoring, stats, tasks
 from tests.conftest import TREC
 
 
@@ -31,10 +31,10 @@ def test_wilson_of_nothing_and_mean_stderr():
 
 
 def test_keyword_recall_counts_the_answers_content_words():
-    assert tasks.keywords(needle.ANSWER) == ["eat", "sandwich", "sit", "dolores", "park", "sunny", "day"]
-    assert tasks.keyword_recall("Eat a sandwich, then the park.", needle.ANSWER) == pytest.approx(3 / 7)
-    assert tasks.keyword_recall(" 12345 is it", "12345") == 1.0
-    assert tasks.keyword_recall("1234", "12345") == 0.0
+    assert scoring.keywords(needle.ANSWER) == ["eat", "sandwich", "sit", "dolores", "park", "sunny", "day"]
+    assert scoring.keyword_recall("Eat a sandwich, then the park.", needle.ANSWER) == pytest.approx(3 / 7)
+    assert scoring.keyword_recall(" 12345 is it", "12345") == 1.0
+    assert scoring.keyword_recall("1234", "12345") == 0.0
 
 
 class FakeAdapter:
@@ -73,7 +73,7 @@ def balanced_set() -> list[tasks.Sample]:
 )
 def test_balanced_sets_give_a_context_blind_model_one_in_k(fn, correct, gain_true, gain_distractors):
     adapter = FakeAdapter(fn)
-    rows = tasks.score_samples(adapter, balanced_set(), "likelihood")
+    rows = scoring.score_samples(adapter, balanced_set(), "likelihood")
     assert [r["likelihood_correct"] for r in rows] == correct
     assert [r["gain_true"] for r in rows] == pytest.approx([gain_true] * 3)
     assert [r["gain_distractors"] for r in rows] == pytest.approx([gain_distractors] * 3)
@@ -87,8 +87,8 @@ def test_balanced_sets_give_a_context_blind_model_one_in_k(fn, correct, gain_tru
 
 def test_ties_go_to_the_smallest_candidate_ids():
     scores = np.array([1.0, 1.0, 0.5])
-    assert tasks.winner(scores, [[5, 1], [4, 9], [0]]) == 1
-    assert tasks.winner(scores, [[4], [4, 9], [0]]) == 0
+    assert scoring.winner(scores, [[5, 1], [4, 9], [0]]) == 1
+    assert scoring.winner(scores, [[4], [4, 9], [0]]) == 0
 
 
 def test_icl_label_balanced_test_sets(tmp_path):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from contextlab.eval import icl, kv, needle, passkey, stats, tasks, vartrack, visible
+from contextlab.eval import icl, kv, needle, passkey, scoring, stats, tasks, vartrack, visible
 from tests.conftest import KV_75, TREC
 from tests.eval.conftest import byte_adapter, tiny_gpt
 
@@ -126,10 +126,10 @@ def test_passkey_vartrack_and_scoring_on_a_tiny_model():
     assert adapter.tokenizer.decode(samples[6].control) == adapter.tokenizer.decode(
         samples[6].prompt
     ).replace(f" The pass key is {key}. Remember it. {key} is the pass key. ", "")
-    rows = tasks.score_samples(adapter, samples, "both", max_new_tokens=4)
+    rows = scoring.score_samples(adapter, samples, "both", max_new_tokens=4)
     assert all(isinstance(r["likelihood_correct"], bool) and "generated" in r for r in rows)
     assert all(
-        r["keyword_recall"] == tasks.keyword_recall(r["generated"], s.answer) for r, s in zip(rows, samples)
+        r["keyword_recall"] == scoring.keyword_recall(r["generated"], s.answer) for r, s in zip(rows, samples)
     )
     summary = tasks.summarize(rows, 5)
     assert 0 <= summary["summary"]["keyword_recall"] <= 1 and "keyword_recall" in summary["by_cell"][0]
@@ -166,7 +166,7 @@ def test_icl_and_visible_sweep_run_on_a_tiny_model():
         0,
     )
     assert all(adapter.tokenizer.decode(s.prompt).count("Question:") == 5 for s in samples)
-    assert tasks.truncate(list(range(10)), 3) == [7, 8, 9] and tasks.truncate(list(range(10)), 0.5) == [
+    assert scoring.truncate(list(range(10)), 3) == [7, 8, 9] and scoring.truncate(list(range(10)), 0.5) == [
         5,
         6,
         7,

@@ -185,6 +185,31 @@ class ModelAdapter:
         return np.array([lp[r, :n].sum() for r, n in enumerate(lengths)])
 
     @torch.no_grad()
+    def score_and_generate(
+        self, prompt: Sequence[int], candidates: Sequence[Sequence[int]], max_new_tokens: int
+    ) -> tuple[np.ndarray, list[int]] | None:
+        """``score_continuations`` and the greedy answer (``generate_many``'s: up to max_new_tokens,
+        ending at end-of-text) of one prompt from one prefill. None when this model's cache cannot
+        serve both (the caller scores and generates apart)."""
+        self.require_lm("generation")
+        prompt, cands = list(prompt), [list(c) for c in candidates]
+        shared = None if self._whole_sequences else getattr(self.backend, "continue_prompt", None)
+        if shared is None or not prompt or not cands or any(len(c) == 0 for c in cands):
+            return None
+        lengths = [len(c) for c in cands]
+        self.check_length(len(prompt) + max(max(lengths), max_new_tokens) - 1)
+        conts = torch.zeros(len(cands), max(lengths), dtype=torch.long)
+        for r, c in enumerate(cands):
+            conts[r, : len(c)] = torch.as_tensor(c, dtype=torch.long)
+        prefix = torch.as_tensor(prompt, dtype=torch.long, device=self.device)
+        stop = [i for i in (self.tokenizer.eot_id,) if i is not None]
+        done = shared(prefix, conts.to(self.device), lengths, max_new_tokens, stop)
+        if done is None:
+            return None
+        lp = done[0].cpu().numpy().astype(np.float64)
+        return np.array([lp[r, :n].sum() for r, n in enumerate(lengths)]), done[1]
+
+    @torch.no_grad()
     def score_spans(self, items: Sequence[tuple[Sequence[int], int]]) -> np.ndarray:
         """For each (ids, start): sum of log p(ids[t] | ids[:t]) over t >= start (start >= 1)."""
         order = sorted(range(len(items)), key=lambda i: -len(items[i][0]))  # similar lengths together

@@ -33,6 +33,7 @@ import contextlab.eval.icl as icl
 import contextlab.eval.kv as kv
 import contextlab.eval.needle as needle
 import contextlab.eval.passkey as passkey
+import contextlab.eval.scoring as scoring
 import contextlab.eval.tasks as tasks
 import contextlab.eval.vartrack as vartrack
 from contextlab.eval.adapter import ModelAdapter, in_memory_adapter
@@ -239,7 +240,7 @@ def _task_rows(adapter, name: str, o, data: str) -> tuple[list[dict], int]:
     else:
         module = {"niah": needle, "kv": kv, "kv_recall": kv, "passkey": passkey, "vartrack": vartrack}[name]
         samples, _info = module.build(adapter, o, data)
-    return tasks.score_samples(adapter, samples, "likelihood"), len(samples[0].candidates)
+    return scoring.score_samples(adapter, samples, "likelihood"), len(samples[0].candidates)
 
 
 def negative_control(adapter, data: dict[str, str | None], names=TASKS) -> list[dict]:

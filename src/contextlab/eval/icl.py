@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 import contextlab.eval.progress as progress
+import contextlab.eval.scoring as scoring
 import contextlab.eval.stats as stats
 import contextlab.eval.tasks as tasks
 from contextlab.config import opt
@@ -187,7 +188,7 @@ def _build_shots(adapter, train, test, k: int, seeds: int, fit: bool) -> tuple[l
 def _score_shots(adapter, samples: list[tasks.Sample], test, k: int) -> dict:
     """The accuracy row for ``k`` shots over the sets of ``samples``. All sets are scored in one call,
     so each question's zero-shot control is scored once."""
-    rows = tasks.score_samples(adapter, samples, "likelihood", desc=f"icl: {k} shots")
+    rows = scoring.score_samples(adapter, samples, "likelihood", desc=f"icl: {k} shots")
     n_sets = len(samples) // len(test)
     correct = [r["likelihood_correct"] for r in rows]
     per_set = [float(np.mean(correct[i * len(test) : (i + 1) * len(test)])) for i in range(n_sets)]

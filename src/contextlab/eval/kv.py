@@ -39,6 +39,7 @@ from typing import Literal
 import numpy as np
 
 import contextlab.eval.progress as progress
+import contextlab.eval.scoring as scoring
 import contextlab.eval.tasks as tasks
 from contextlab.config import opt
 from contextlab.errors import UserError
@@ -272,7 +273,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             "note": tasks.shorter(adapter, options.n_pairs, "--n-pairs"),
         },
     )
-    rows = tasks.score_samples(adapter, samples, options.scoring, desc="kv")
+    rows = scoring.score_samples(adapter, samples, options.scoring, desc="kv")
     res = tasks.summarize(rows, len(samples[0].candidates))
     res["prompt_tokens"] = float(np.mean([len(s.prompt) for s in samples]))
     _key, cell_key = tasks.headline_metric(res["summary"])

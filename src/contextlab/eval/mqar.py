@@ -35,6 +35,7 @@ from typing import Literal
 import numpy as np
 
 import contextlab.eval.progress as progress
+import contextlab.eval.scoring as scoring
 import contextlab.eval.stats as stats
 import contextlab.eval.tasks as tasks
 from contextlab.config import opt
@@ -179,8 +180,8 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         hits = vocab_hits(adapter, rows, c.keys)
         vocab.append(hits)
         samples, controls = build(c, rows, options, rng, len(rows_all))
-        scored = tasks.score_samples(adapter, samples, options.scoring, desc=f"mqar: {c.pairs} pairs")
-        ctrl = tasks.score_samples(adapter, controls, "likelihood", desc=f"mqar: {c.pairs} pairs, control")
+        scored = scoring.score_samples(adapter, samples, options.scoring, desc=f"mqar: {c.pairs} pairs")
+        ctrl = scoring.score_samples(adapter, controls, "likelihood", desc=f"mqar: {c.pairs} pairs, control")
         rows_all += scored
         ctrl_all += ctrl
         p = stats.proportion(hits)

@@ -25,7 +25,7 @@ with each value as the needle, the others being the wrong candidates, so a model
 ignores the context is right exactly 1/k of the time instead of always picking the value
 it finds likelier a priori (the fixed needle scored below chance by construction). The
 prompt ends in the first words of the answer ("Answer: The best thing to do in San
-Francisco is"), which makes base models answer in-line. Scoring (``tasks.score_samples``):
+Francisco is"), which makes base models answer in-line. Scoring (``scoring.score_samples``):
 the likelihood of the true value against the others, calibrated by the same haystack
 without the needle; greedy generation matched exactly, as a substring and by keyword
 recall. The heatmap shows accuracy by depth (rows) and length (columns).
@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Literal
 
 import contextlab.eval.progress as progress
+import contextlab.eval.scoring as scoring
 import contextlab.eval.tasks as tasks
 from contextlab.config import opt
 from contextlab.errors import UserError
@@ -249,7 +250,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             "note": tasks.shorter(adapter, options.lengths, "--lengths"),
         },
     )
-    rows = tasks.score_samples(adapter, samples, options.scoring, desc="niah")
+    rows = scoring.score_samples(adapter, samples, options.scoring, desc="niah")
     res = tasks.summarize(rows, len(options.answers))
     res["samples"] = [{**r, **s.meta} for r, s in zip(rows, samples)]
     res["depth_check"] = check = depth_check(samples)

@@ -24,6 +24,7 @@ from typing import Literal
 import numpy as np
 
 import contextlab.eval.progress as progress
+import contextlab.eval.scoring as scoring
 import contextlab.eval.tasks as tasks
 from contextlab.config import opt
 from contextlab.errors import UserError
@@ -123,7 +124,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             "note": tasks.shorter(adapter, options.lengths, "--lengths"),
         },
     )
-    rows = tasks.score_samples(adapter, samples, options.scoring, desc="passkey")
+    rows = scoring.score_samples(adapter, samples, options.scoring, desc="passkey")
     res = tasks.summarize(rows, 1 + options.distractors)
     plot = tasks.depth_by_length(res, options.depths, info["lengths"], "key", f"passkey: {adapter.info.id}")
     return EvalOutput(res, info, arrays=tasks.sample_arrays(rows), plot=plot)

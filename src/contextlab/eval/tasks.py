@@ -4,35 +4,13 @@ A task builds ``Sample``s: prompt ids in the model's own tokenizer, the answer t
 candidate continuations (the true one first, then distractors). The tasks build *balanced
 candidate sets*: each set of k candidates is asked k times, once with each member as the
 true answer (``group`` names the set), so a model that ignores the context picks the same
-candidate in every member and scores exactly 1/k on average. ``score_samples`` scores them
-deterministically in one or both ways:
-
-* likelihood: the summed log-probability of each candidate after the prompt (candidates
-  of one prompt are scored in one batch); correct when the true answer scores highest.
-  Exact ties go to the candidate with the smallest token ids, an order that does not
-  depend on which member is true, so a tie never lifts a model above 1/k. This works even
-  for tiny models that cannot yet generate the answer;
-* calibration, when the sample has a ``control`` prompt (the same prompt with the evidence
-  removed: the needle, the queried pair, the shots): ``gain_true`` = log p(true | prompt)
-  - log p(true | control), and ``gain_distractors`` the same for the wrong candidates
-  (their mean), so a shift that raises every candidate is told apart from retrieval
-  (``calibrated_specific`` = their difference). A shorter prompt moves every candidate's
-  log-likelihood even in a model that retrieves nothing (a random-init GPT), so read the
-  true answer's gain beside the distractors'. The control prompt of a set is scored once
-  per call, however many members share it;
-* generation: greedy decoding of up to ``max_new_tokens``; ``exact`` when the generated
-  text (whitespace-trimmed) starts with the answer, ``contains`` when it holds it anywhere,
-  and ``keyword_recall``, the SPLICE paper's needle metric: the fraction of the answer's
-  keywords (its words less stopwords) found among the generated words.
+candidate in every member and scores exactly 1/k on average. ``eval/scoring.py`` scores them;
+this module holds what comes before and after: the prompt lengths and the summaries.
 
 ``sample_arrays`` turns the scored rows into the per-sample arrays every task saves beside its
 JSON (correctness, cell, candidate set), which ``contextlab compare`` pairs between two models.
-
-``visible`` keeps only the most recent k prompt tokens (k < 1: that fraction of the
-prompt), the knob of the visible-context sweep. Results are grouped by each sample's
-``cell`` (e.g. (length, depth)) into accuracy tables, each with its Wilson interval.
-Trade-off: the control prompts cost one extra forward per candidate per distinct control,
-in exchange for a score that reads 0 for a model that does not use the evidence.
+Results are grouped by each sample's ``cell`` (e.g. (length, depth)) into accuracy tables, each
+with its Wilson interval.
 
 Lengths: a task's default prompt lengths are fractions of the model's context less what the
 answer adds to the longest forward pass (``default_lengths``), so no default prompt runs past
@@ -42,8 +20,6 @@ first forward, so the one warning (or error) names the longest prompt and the ta
 
 from __future__ import annotations
 
-import math
-import re
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 
-import contextlab.eval.progress as progress
 import contextlab.eval.stats as stats
 from contextlab.errors import UserError
 
@@ -66,119 +41,6 @@ class Sample:
     meta: dict = field(default_factory=dict)
     control: list[int] | None = None  # the prompt without its evidence; None = not calibrated
     group: int = -1  # the balanced candidate set the sample belongs to
-
-
-_STOP = (
-    "a an the and or but of in on at to is are was were be been it its this that for with by as from "
-    "into than then there their they he she we you i"
-)
-STOPWORDS = frozenset(_STOP.split())
-WORD = re.compile(r"\w+(?:[-']\w+)*")
-
-
-def keywords(text: str) -> list[str]:
-    """The words of ``text`` that carry its content: lower-cased, punctuation and stopwords dropped."""
-    words = WORD.findall(text.lower())
-    return [w for w in words if w not in STOPWORDS] or words
-
-
-def keyword_recall(generated: str, answer: str) -> float:
-    """Fraction of the answer's keywords that occur among the generated words (SPLICE, appendix N)."""
-    want = keywords(answer)
-    if not want:
-        return float("nan")
-    have = set(WORD.findall(generated.lower()))
-    return sum(w in have for w in want) / len(want)
-
-
-def truncate(prompt: list[int], visible: float | None) -> list[int]:
-    if visible is None or visible <= 0:
-        return prompt
-    k = int(math.ceil(visible * len(prompt))) if visible < 1 else int(visible)
-    return prompt[-k:] if k < len(prompt) else prompt
-
-
-def winner(scores: np.ndarray, candidates: list[list[int]]) -> int:
-    """Index of the best-scoring candidate; exact ties go to the smallest token ids."""
-    best = scores.max()
-    return min((i for i in range(len(scores)) if scores[i] == best), key=lambda i: list(candidates[i]))
-
-
-def _likelihood(adapter, s: Sample, prompt: list[int], visible, cache: dict) -> dict:
-    """Likelihood fields of one sample; control-prompt scores are read from / written to ``cache``."""
-    cands = [list(c) for c in s.candidates]
-    with_ = adapter.score_continuations(prompt, cands)
-    control = truncate(s.control, visible) if s.control is not None else None
-    if control is not None:
-        ck = tuple(control)
-        need = [c for c in cands if (ck, tuple(c)) not in cache]
-        if need:
-            for c, v in zip(need, adapter.score_continuations(control, need)):
-                cache[(ck, tuple(c))] = float(v)
-    row: dict = {
-        "likelihood_correct": winner(with_, cands) == 0,
-        "rank": int((with_[1:] >= with_[0]).sum()),
-        "margin": float(with_[0] - with_[1:].max()) if len(cands) > 1 else 0.0,
-    }
-    if control is not None:
-        gain = with_ - np.array([cache[(ck, tuple(c))] for c in cands])
-        row["gain_true"] = float(gain[0])
-        row["gain_distractors"] = float(gain[1:].mean()) if len(cands) > 1 else 0.0
-    return row
-
-
-def score_samples(
-    adapter,
-    samples: list[Sample],
-    mode: str = "both",
-    max_new_tokens: int = 16,
-    visible: float | None = None,
-    desc: str = "",
-) -> list[dict]:
-    """One dict per sample: likelihood_correct / rank / margin / gain_true / gain_distractors and/or
-    generated / exact / contains / keyword_recall. ``desc`` labels the progress bar (the task's name).
-    Samples go ``adapter.batch_size`` at a time: each scores its candidates (``_likelihood``), then the
-    batch generates its answers together (``adapter.generate_many``, greedy, left-padded)."""
-    out, cache = [], {}
-    with progress.bar(total=len(samples), desc=desc, unit="prompt") as bar:
-        for a in range(0, len(samples), adapter.batch_size):
-            batch = samples[a : a + adapter.batch_size]
-            prompts = [truncate(s.prompt, visible) for s in batch]
-            rows = []
-            for s, prompt in zip(batch, prompts):
-                row: dict = {"cell": list(s.cell), "prompt_tokens": len(prompt), "group": s.group}
-                if mode in ("likelihood", "both") and s.candidates:
-                    row.update(_likelihood(adapter, s, prompt, visible, cache))
-                rows.append(row)
-            if mode in ("generate", "both"):
-                _generated(adapter, batch, prompts, rows, max_new_tokens)
-            out += rows
-            bar.update(len(batch))
-    return out
-
-
-def _generated(
-    adapter, batch: list[Sample], prompts: list[list[int]], rows: list[dict], max_new: int
-) -> None:
-    """Greedy answers of a batch of samples into their rows, generated together: as many new tokens as
-    the batch's longest answer, each row then cut to its own (greedy decoding is the same token by
-    token whatever the limit, so the cut rows are what each sample's own limit gives). When that would
-    make a forward pass longer than any sample's own (the longest prompt wanting the fewest tokens),
-    the samples go in groups of one limit instead, so no pass runs past what was checked."""
-    wants = [s.max_new or max_new for s in batch]
-    own = max(len(p) + n - 1 for p, n in zip(prompts, wants))
-    if max(len(p) for p in prompts) + max(wants) - 1 <= own:
-        groups = [list(range(len(batch)))]
-    else:
-        groups = [[i for i, n in enumerate(wants) if n == want] for want in sorted(set(wants))]
-    for group in groups:
-        limit = max(wants[i] for i in group)
-        for i, ids in zip(group, adapter.generate_many([prompts[i] for i in group], limit)):
-            gen, answer = adapter.tokenizer.decode(ids[: wants[i]]), batch[i].answer
-            rows[i]["generated"] = gen
-            rows[i]["exact"] = _norm(gen).startswith(_norm(answer))
-            rows[i]["contains"] = _norm(answer) in _norm(gen)
-            rows[i]["keyword_recall"] = keyword_recall(gen, answer)
 
 
 def answer_room(answer_tokens: int, scoring: str, max_new: int) -> int:
@@ -273,10 +135,6 @@ def sample_arrays(rows: list[dict]) -> dict[str, np.ndarray]:
     out["cell"] = np.asarray([r["cell"] for r in rows], np.float64).reshape(len(rows), -1)
     out["group"] = np.asarray([r["group"] for r in rows], np.int64)
     return out
-
-
-def _norm(text: str) -> str:
-    return " ".join(text.strip().split()).lower()
 
 
 ACCURACIES = {

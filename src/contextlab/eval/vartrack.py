@@ -24,6 +24,7 @@ from typing import Literal
 import numpy as np
 
 import contextlab.eval.progress as progress
+import contextlab.eval.scoring as scoring
 import contextlab.eval.tasks as tasks
 from contextlab.config import opt
 from contextlab.errors import UserError
@@ -138,7 +139,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             "scoring": options.scoring,
         },
     )
-    rows = tasks.score_samples(adapter, samples, options.scoring, desc="vartrack")
+    rows = scoring.score_samples(adapter, samples, options.scoring, desc="vartrack")
     res = tasks.summarize(rows, options.n_chains)
     _key, cell_key = tasks.headline_metric(res["summary"])
 

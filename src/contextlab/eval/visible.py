@@ -34,6 +34,7 @@ import contextlab.eval.kv as kv
 import contextlab.eval.needle as needle
 import contextlab.eval.passkey as passkey
 import contextlab.eval.progress as progress
+import contextlab.eval.scoring as scoring
 import contextlab.eval.tasks as tasks
 import contextlab.eval.vartrack as vartrack
 from contextlab.config import opt
@@ -158,7 +159,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         mode = "both" if options.scoring == "both" else options.scoring
         (samples, info), n_cands = _task_samples(adapter, options, data)
         for v in progress.bar(options.visible, desc=f"visible: {options.task}", unit="point"):
-            rows = tasks.score_samples(adapter, samples, mode, visible=None if v == 1.0 else v)
+            rows = scoring.score_samples(adapter, samples, mode, visible=None if v == 1.0 else v)
             summ = tasks.summarize(rows, n_cands)["summary"]
             metric, _ = tasks.headline_metric(summ)
             points.append(

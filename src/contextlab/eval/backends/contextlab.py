@@ -56,12 +56,20 @@ class ContextlabBackend:
         into a KV cache, then each continuation in turn appends to it and is rolled back (``truncate``),
         so memory stays one cache whatever k is and the numbers are those of k full forward passes up to
         rounding. None for a model without a KV cache (the caller scores whole sequences)."""
+        done = self.continue_prompt(prefix, conts, lengths)
+        return None if done is None else done[0]
+
+    def continue_prompt(
+        self, prefix: Tensor, conts: Tensor, lengths: list[int], new_tokens: int = 0, stop_ids=()
+    ) -> tuple[Tensor, list[int]] | None:
+        """``continuation_logprobs``, then up to ``new_tokens`` of greedy decoding from the same prefill
+        (ending at a ``stop_ids`` token, not kept): one pass over a long prompt serves both."""
         new_cache = getattr(self.model, "new_cache", None)
         if new_cache is None:
             return None
         k, L = conts.shape
         pre = self._in(prefix[None])
-        cache = new_cache(1, pre.size(1) + L)
+        cache = new_cache(1, pre.size(1) + max(L, new_tokens))
         with self.autocast():
             first, _ = self.model.trunk(pre, cache=cache)  # (1, P, C)
             hidden = first[:, -1:].expand(k, L, -1).clone()  # row i, column 0 predicts conts[i, 0]
@@ -70,11 +78,26 @@ class ContextlabBackend:
                     rest, _ = self.model.trunk(conts[i : i + 1, : n - 1], cache=cache)  # (1, n - 1, C)
                     hidden[i, 1:n] = rest[0]
                     cache.truncate(pre.size(1))
+            generated = self._greedy(first[:, -1], cache, new_tokens, set(stop_ids))
         h = hidden.reshape(k * L, -1)
         rows = lambda a, b: self.model.unembed(h[a:b])  # called under autocast
-        return chunked_logprobs(rows, conts.reshape(-1), self.autocast, logprob_chunk(self.vocab_size)).view(
-            k, L
-        )
+        lp = chunked_logprobs(rows, conts.reshape(-1), self.autocast, logprob_chunk(self.vocab_size))
+        return lp.view(k, L), generated
+
+    def _greedy(self, last: Tensor, cache, new_tokens: int, stop_ids: set[int]) -> list[int]:
+        """Greedy tokens after a prefilled ``cache`` whose last final state is ``last`` (1, C)."""
+        out: list[int] = []
+        logits = self.model.unembed(last).float()  # (1, V)
+        while len(out) < new_tokens:
+            token = int(logits[0].argmax())
+            if token in stop_ids:
+                break
+            out.append(token)
+            if len(out) < new_tokens:
+                step = torch.tensor([[token]], device=last.device)
+                hidden, _ = self.model.trunk(step, cache=cache)  # (1, 1, C)
+                logits = self.model.unembed(hidden[:, -1]).float()
+        return out
 
     def hidden_states(self, idx: Tensor, layer: int, what: str) -> Tensor:
         with self.autocast():

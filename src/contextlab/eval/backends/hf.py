@@ -58,6 +58,14 @@ class HFBackend:
         position's logits when the model takes ``logits_to_keep``); each continuation then runs on a copy
         of that cache (at most two caches in memory, whatever k is). None when the model returns no
         ``transformers`` Cache (the caller scores whole sequences)."""
+        done = self.continue_prompt(prefix, conts, lengths)
+        return None if done is None else done[0]
+
+    def continue_prompt(
+        self, prefix: Tensor, conts: Tensor, lengths: list[int], new_tokens: int = 0, stop_ids=()
+    ) -> tuple[Tensor, list[int]] | None:
+        """``continuation_logprobs``, then up to ``new_tokens`` of greedy decoding from the same prefill
+        (ending at a ``stop_ids`` token, not kept) on the cache the continuations leave untouched."""
         from transformers import Cache
 
         k, L = conts.shape
@@ -66,21 +74,38 @@ class HFBackend:
         with self.autocast():
             out = self.model(input_ids=prefix[None], use_cache=True, **keep)
             past = out.get(name) if hasattr(out, "get") else None
-            if max(lengths) > 1 and not isinstance(past, Cache):
+            if (max(lengths) > 1 or new_tokens > 1) and not isinstance(past, Cache):
                 return None
             first = out.logits[0, -1, : self.vocab_size]  # (V,) predicts each continuation's first token
             logits = first.expand(k, L, -1).clone()
             longer = [i for i, n in enumerate(lengths) if n > 1]
             for i in longer:
                 n = lengths[i]
-                cache = past if i == longer[-1] else copy.deepcopy(past)  # the last one may use it up
+                last = i == longer[-1] and new_tokens <= 1
+                cache = past if last else copy.deepcopy(past)  # the last user may use it up
                 rest = self.model(input_ids=conts[i : i + 1, : n - 1], use_cache=True, **{name: cache}).logits
                 logits[i, 1:n] = rest[0, :, : self.vocab_size]
+            generated = self._greedy(first, past, new_tokens, set(stop_ids))
         flat = logits.reshape(k * L, -1)
         rows = lambda a, b: flat[a:b]
-        return chunked_logprobs(rows, conts.reshape(-1), self.autocast, logprob_chunk(self.vocab_size)).view(
-            k, L
-        )
+        lp = chunked_logprobs(rows, conts.reshape(-1), self.autocast, logprob_chunk(self.vocab_size))
+        return lp.view(k, L), generated
+
+    def _greedy(self, logits: Tensor, past, new_tokens: int, stop_ids: set[int]) -> list[int]:
+        """Greedy tokens after a prefill whose last logits are ``logits`` (V,) and whose cache is ``past``."""
+        out: list[int] = []
+        name = cache_name()
+        while len(out) < new_tokens:
+            token = int(logits.float().argmax())
+            if token in stop_ids:
+                break
+            out.append(token)
+            if len(out) < new_tokens:
+                step = torch.tensor([[token]], device=logits.device)
+                res = self.model(input_ids=step, use_cache=True, **{name: past})
+                logits = res.logits[0, -1, : self.vocab_size]
+                past = res.get(name) if hasattr(res, "get") else past
+        return out
 
     def hidden_states(self, idx: Tensor, layer: int, what: str) -> Tensor:
         with self.autocast():
