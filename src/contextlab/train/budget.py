@@ -127,7 +127,8 @@ def batch_shape(t: TrainSection, world: int) -> tuple[int, int, int]:
     if rows * t.context != t.tokens_per_step:
         raise UserError(
             f"train.tokens_per_step ({t.tokens_per_step}) must be a multiple of train.context "
-            f"({t.context}) so every step sees the same number of tokens"
+            f"({t.context}) so every step sees the same number of tokens; set one that is, or give "
+            f"rows of the context per step instead (--set train.rows_per_step=N)"
         )
     micro = t.micro_batch_rows or rows // world
     per_rank = rows // max(1, world)

@@ -31,7 +31,11 @@ from contextlab.errors import UserError
 
 @dataclass
 class ModelSection:
-    size: str = opt("tiny-4x256", "a name from contextlab.models.SIZES (n_layer/n_head/n_embd override it)")
+    size: str = opt(
+        "tiny-4x256",
+        "a model size, e.g. tiny-2x128, tiny-4x256, tiny-6x384, gpt2-small, pythia-160m (an unknown name "
+        "lists them all); n_layer/n_head/n_embd override it",
+    )
     n_layer: int | None = opt(None, "transformer blocks (overrides the size)")
     n_head: int | None = opt(None, "attention heads (overrides the size)")
     n_embd: int | None = opt(None, "width (overrides the size)")
