@@ -123,6 +123,15 @@ def test_ctrl_c_during_a_checkpoint_write_keeps_that_checkpoint(store, tmp_path,
         assert written and signal.getsignal(signal.SIGTERM) is terminated
     finally:
         signal.signal(signal.SIGTERM, previous)
+    capsys.readouterr()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a background job's SIGINT: ignored
+    try:
+        with ckpt.signals_deferred("writing"):
+            os.kill(os.getpid(), signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        assert "SIGINT received" not in capsys.readouterr().err  # it stops nothing, so nothing says it does
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_a_changed_config_is_refused_where_only_metrics_exist(store, tmp_path):

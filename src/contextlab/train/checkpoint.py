@@ -108,7 +108,7 @@ def signals_deferred(why: str, signums: tuple[int, ...] = (signal.SIGINT, signal
     """Hold ``signums`` during the block and deliver them, in order, once it is done: the handler they
     had is called (SIGINT: KeyboardInterrupt; contextlab's SIGTERM: its exit), or the default action
     taken. The first one held prints ``why`` on stderr. Only the main thread receives signals, so
-    elsewhere (and for a handler Python did not install) this holds nothing."""
+    elsewhere (and for a handler Python did not install, or a signal ignored) this holds nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -120,7 +120,9 @@ def signals_deferred(why: str, signums: tuple[int, ...] = (signal.SIGINT, signal
         held.append(signum)
 
     previous = {s: signal.getsignal(s) for s in signums}
-    previous = {s: h for s, h in previous.items() if h is not None}  # None: not ours to replace
+    # None: not ours to replace; SIG_IGN: the signal stops nothing (a background job's SIGINT), so it
+    # is left ignored and never announced as a stop
+    previous = {s: h for s, h in previous.items() if h is not None and h != signal.SIG_IGN}
     for s in previous:
         signal.signal(s, hold)
     try:
