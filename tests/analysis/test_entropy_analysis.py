@@ -329,3 +329,27 @@ def test_text_evaluations_refuse_a_parity_store_naming_what_measures_it(parity, 
     assert len(err) == 1 and f"is a synthetic parity store: {name} over its tokens" in err[0], err
     assert "contextlab analyze entropy --model MODEL --data STORE" in err[0]
     assert not list(tmp_path.iterdir())
+
+
+def test_an_estimator_constant_where_finite_has_no_fit_and_says_so(monkeypatch):
+    """MLE with no value at the shortest context and 0.0 at the others (a user's parity run): r is null
+    with `constant`, the line says the other contexts give no fit (it claimed a fit was made, and the
+    Pearson line printed +nan)."""
+    values = iter([float("nan"), 0.0, 0.0, 0.0])
+    monkeypatch.setattr(intrinsic, "skdim_dimensions", lambda X, names: {"mle": next(values)})
+    rng = np.random.default_rng(4)
+    feats = [rng.normal(size=(200, 32)).astype(np.float32) * (1 + i) for i in range(4)]
+    col = entropy.Collected([2, 4, 6, 8], feats, rng.random((4, 200)), None, {"protocol": "text"})
+    o = entropy.Options(contexts=[2, 4, 6, 8], samples=200, n_components=[10], kde_dims=0, estimators=["mle"])
+    res, _ = entropy.analyze(col, o, progress=False)
+    assert res["fits_vs_ce"]["mle"] == {
+        "slope": None,
+        "intercept": None,
+        "r": None,
+        "r2": None,
+        "constant": True,
+    }
+    line = next(t for t in res["text"] if t.startswith("mle: no finite estimate at context 2 ("))
+    assert line.endswith(
+        "the other contexts give it no fit (fewer than two finite values, or all equal: r is null)"
+    )

@@ -285,9 +285,11 @@ def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, di
     series = intrinsic.measure_series(per)
     ce = [r["ce"] for r in per]
     fits = {name: intrinsic.linear_fit(x, ce) for name, x in series.items()}
-    constant = [name for name, x in series.items() if np.ptp(np.asarray(x, float)) == 0]
-    for name in constant:  # no correlation exists: None with the reason, not NaN blamed on the weights
-        fits[name] = {"slope": None, "intercept": None, "r": None, "r2": None, "constant": True}
+    finite = {name: np.asarray(x, float)[np.isfinite(np.asarray(x, float))] for name, x in series.items()}
+    constant = [name for name, v in finite.items() if len(v) >= 2 and np.ptp(v) == 0]
+    too_few = [name for name, v in finite.items() if len(v) < 2]
+    for name in constant + too_few:  # no correlation exists: None with the reason, not NaN
+        fits[name] = {"slope": None, "intercept": None, "r": None, "r2": None, "constant": name in constant}
     results: dict = {"summary": _summary(per, fits, col), "contexts": per, "fits_vs_ce": fits}
     text = [left_out] if left_out else []
     if constant:
@@ -298,10 +300,15 @@ def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, di
     for name, x in series.items():
         bad = [r["context"] for r, v in zip(per, x) if not np.isfinite(v)]
         if bad:  # e.g. MLE when many samples share one hidden state (short contexts of a small vocabulary)
+            rest = (
+                "the other contexts give it no fit (fewer than two finite values, or all equal: r is null)"
+                if name in constant + too_few
+                else "its fit uses the other contexts"
+            )
             text.append(
                 f"{name}: no finite estimate at context{'s' if len(bad) > 1 else ''} "
                 f"{', '.join(map(str, bad))} (the estimator needs distinct nearest neighbours; many samples "
-                "may share one hidden state there); its fit uses the other contexts"
+                f"may share one hidden state there); {rest}"
             )
     if text:
         results["text"] = text

@@ -86,7 +86,8 @@ def _table(results: dict) -> str:
             line += f" {r['dimension']['0.01']:>8d}"
         lines.append(line)
     fits = results["fits_vs_ce"]
-    shown = (f"{k} {'constant' if v['r'] is None else format(v['r'], '+.3f')}" for k, v in fits.items())
+    r = lambda v: ("constant" if v.get("constant") else "null") if v["r"] is None else format(v["r"], "+.3f")
+    shown = (f"{k} {r(v)}" for k, v in fits.items())
     lines.append("Pearson r vs CE: " + ", ".join(shown))
     lines += results.get("text", [])
     return "\n".join(lines)
