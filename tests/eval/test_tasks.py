@@ -265,3 +265,27 @@ def test_a_long_context_settings_line_says_which_option_measures_shorter(monkeyp
     assert line.endswith("note the defaults follow the model's 512-token context; --lengths measures shorter")
     passkey.run(adapter, passkey.Options(lengths=[400], **o), None)
     assert "note" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("task", ["niah", "passkey", "kv", "vartrack"])
+def test_each_retrieval_result_keeps_its_sample_rows_with_answer_and_generation(task, tmp_path):
+    """passkey, kv and vartrack saved only correctness arrays, so a wrong exact match could not be read
+    beside what the model generated (niah kept rows): every retrieval task's result now holds one row per
+    sample with its answer, its generated text and its likelihood fields."""
+    adapter = byte_adapter(tiny_gpt(6, context=1024), batch_size=4)
+    options = {
+        "niah": needle.Options(lengths=[600], depths=[50], samples=1, max_new_tokens=4),
+        "passkey": passkey.Options(lengths=[400], depths=[50], samples=1),
+        "kv": kv.Options(n_examples=1, n_pairs=4, positions=[0], sets=1),
+        "vartrack": vartrack.Options(lengths=[700], samples=1, hops=1),
+    }[task]
+    (tmp_path / "hay.txt").write_text("The grass is green. The sky is blue. " * 60)
+    data = {"niah": str(tmp_path), "kv": str(KV_75)}.get(task)
+    out = {"niah": needle, "passkey": passkey, "kv": kv, "vartrack": vartrack}[task].run(
+        adapter, options, data
+    )
+    rows = out.results["samples"]
+    assert len(rows) == len(out.arrays["group"]) > 0
+    for r in rows:
+        assert {"answer", "generated", "exact", "likelihood_correct", "cell"} <= set(r)
+        assert r["exact"] == r["generated"].strip().lower().startswith(r["answer"].strip().lower())

@@ -275,6 +275,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     )
     rows = scoring.score_samples(adapter, samples, options.scoring, desc="kv")
     res = tasks.summarize(rows, len(samples[0].candidates))
+    res["samples"] = tasks.sample_rows(rows, samples)
     res["prompt_tokens"] = float(np.mean([len(s.prompt) for s in samples]))
     _key, cell_key = tasks.headline_metric(res["summary"])
     res["by_position"] = {

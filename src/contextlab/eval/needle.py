@@ -252,7 +252,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     )
     rows = scoring.score_samples(adapter, samples, options.scoring, desc="niah")
     res = tasks.summarize(rows, len(options.answers))
-    res["samples"] = [{**r, **s.meta} for r, s in zip(rows, samples)]
+    res["samples"] = tasks.sample_rows(rows, samples)
     res["depth_check"] = check = depth_check(samples)
     for cell in res["by_cell"]:
         depths = [s.meta["depth_tokens"] for s in samples if list(s.cell) == cell["cell"]]

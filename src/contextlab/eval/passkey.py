@@ -126,5 +126,6 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     )
     rows = scoring.score_samples(adapter, samples, options.scoring, desc="passkey")
     res = tasks.summarize(rows, 1 + options.distractors)
+    res["samples"] = tasks.sample_rows(rows, samples)
     plot = tasks.depth_by_length(res, options.depths, info["lengths"], "key", f"passkey: {adapter.info.id}")
     return EvalOutput(res, info, arrays=tasks.sample_arrays(rows), plot=plot)

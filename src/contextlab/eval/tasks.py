@@ -125,6 +125,12 @@ def check_longest(adapter, samples: list[Sample], scoring: str, what: str, fix: 
     return T
 
 
+def sample_rows(rows: list[dict], samples: list[Sample]) -> list[dict]:
+    """The scored rows as a result saves them (``results.samples``): each with its sample's answer and
+    meta (a needle's actual depth), so a wrong answer can be read beside what the model generated."""
+    return [{**r, "answer": s.answer, **s.meta} for r, s in zip(rows, samples)]
+
+
 def sample_arrays(rows: list[dict]) -> dict[str, np.ndarray]:
     """The per-sample outcomes of ``score_samples`` as arrays saved beside the result, in sample order:
     ``correct_<metric>`` (n,) int8 for each accuracy scored, ``cell`` (n, parts) float64 and

@@ -141,6 +141,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     )
     rows = scoring.score_samples(adapter, samples, options.scoring, desc="vartrack")
     res = tasks.summarize(rows, options.n_chains)
+    res["samples"] = tasks.sample_rows(rows, samples)
     _key, cell_key = tasks.headline_metric(res["summary"])
 
     def plot(path):
