@@ -320,3 +320,6 @@ def test_an_unfinished_store_says_so_and_how_to_finish_it(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and f"{tmp_path / name} is unfinished: the `contextlab data" in err[0], err
         assert f"({name}.partial holds its work); run the same command again to finish it" in err[0]
+        assert main([*command, str(tmp_path / f"{name}.partial")]) == 2  # the work folder itself
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"{name}.partial holds the unfinished work of a `contextlab data" in err[0]

@@ -60,6 +60,12 @@ def read_meta(path: Path, kind: MetaKind) -> dict:
             f"{kind.what} {path} is unfinished: the `{kind.make}` command writing it was stopped "
             f"({partial.name} holds its work); run the same command again to finish it"
         )
+    if path.name.endswith(".partial") and path.is_dir() and not (path / "meta.json").is_file():
+        raise UserError(
+            f"{path} holds the unfinished work of a `{kind.make}` command writing "
+            f"{path.with_name(path.name[: -len('.partial')])}; run that command again to finish it, then "
+            "read the finished folder"
+        )
     if not path.exists():
         raise UserError(
             f"{kind.what} not found: {path} (create one with `{kind.make} {kind.make_input} --out {path}`)"
