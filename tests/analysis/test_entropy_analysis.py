@@ -108,6 +108,8 @@ def test_parity_run_gives_the_bayes_table_and_correlations(parity, tmp_path, cap
     )
     printed = capsys.readouterr().out
     assert "Bayes" in printed and "Pearson r vs CE" in printed and "CE/task" in printed
+    head = next(line for line in printed.splitlines() if line.lstrip().startswith("l "))
+    assert head.split()[-1] == "twonn" and "mle" not in head  # a column for each estimator asked for
     # the settings line comes first, before minutes of collecting (a user waited without one)
     assert printed.splitlines()[0].startswith("entropy: protocol parity · contexts 4,8,12,16 · samples 150")
     doc = json.loads((out / "entropy.json").read_text())

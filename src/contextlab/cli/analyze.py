@@ -66,6 +66,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _table(results: dict) -> str:
+    from contextlab.analysis.intrinsic import SKDIM_ESTIMATORS
+
     per = results["contexts"]
     parity = "bayes_risk" in per[0]
     weighted = parity and "ce_task_weighted" in per[0]
@@ -73,6 +75,8 @@ def _table(results: dict) -> str:
     head += f" {'CE/task':>8} {'|diff|':>8}" if weighted else ""
     ents = list(per[0]["entropy"])
     head += "".join(f" {'S@' + k:>9}" for k in ents) + f" {'dim@0.01':>8}" * ("0.01" in per[0]["dimension"])
+    estimators = [k for k in SKDIM_ESTIMATORS if k in per[0]]  # the intrinsic-dimension estimates asked for
+    head += "".join(f" {k:>7}" for k in estimators)
     lines = [head]
     for r in per:
         line = f"{r['context']:>5} {r['ce']:>8.4f}"
@@ -84,6 +88,7 @@ def _table(results: dict) -> str:
         line += "".join(f" {r['entropy'][k]:>9.2f}" for k in ents)
         if "0.01" in r["dimension"]:
             line += f" {r['dimension']['0.01']:>8d}"
+        line += "".join(f" {r[k]:>7.2f}" if r[k] is not None else f" {'-':>7}" for k in estimators)
         lines.append(line)
     fits = results["fits_vs_ce"]
     r = lambda v: ("constant" if v.get("constant") else "null") if v["r"] is None else format(v["r"], "+.3f")
