@@ -55,23 +55,16 @@ RUN_FOLDER = OutputKind(  # what --overwrite of a sweep may replace: a run folde
 
 
 def difference(run_dir: Path, config: dict) -> str | None:
-    """None when ``run_dir`` holds no run or one that ``config`` resumes (``train.first_difference``, the
-    rule train refuses by); else the first key that differs, as ``optim.lr 2e-3 there, 3e-3 now``."""
-    from contextlab.train.config import RunConfig, first_difference, shown
+    """None when ``run_dir`` holds no run or one that ``config`` resumes (the rule train refuses by,
+    ``train.config.describe_difference``); else the first key that differs, as ``optim.lr 2e-3 there,
+    3e-3 now`` (numbers as a sweep file writes them)."""
+    from contextlab.train.config import RunConfig, describe_difference, shown
 
     recorded = rundir.read_config(run_dir)
     if not recorded:
         return None
-    try:
-        before = from_dict(RunConfig, recorded)
-    except UserError as exc:  # keys this version does not know: not this config
-        return f"its config.toml is not one this version trains ({exc})"
-    diff = first_difference(before, from_dict(RunConfig, config))
-    if diff is None:
-        return None
-    key, there, now = diff
     text = lambda v: number_text(v) if isinstance(v, float) else shown(v)
-    return f"{key} {text(there)} there, {text(now)} now"
+    return describe_difference(recorded, from_dict(RunConfig, config), text)
 
 
 def stale_runs(runs) -> dict[str, str]:

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, get_type_hints
 
-from contextlab.config import apply_overrides, opt, parse_override, to_dict
+from contextlab.config import apply_overrides, from_dict, opt, parse_override, to_dict
 from contextlab.errors import UserError
 
 
@@ -335,6 +336,24 @@ def _first_difference(a: Any, b: Any, prefix: str) -> tuple[str, Any, Any] | Non
 
 
 _ABSENT = object()  # an objective option one of the two configs does not set
+
+
+def describe_difference(
+    recorded: dict, now: RunConfig, text: Callable[[Any], str] | None = None
+) -> str | None:
+    """None when ``now`` resumes the run whose config.toml holds ``recorded`` (``first_difference``);
+    else why not, for one line: ``optim.lr 0.002 there, 0.005 now`` (values through ``text``,
+    default ``shown``), or that the recorded config is not one this version reads."""
+    try:
+        before = from_dict(RunConfig, recorded)
+    except UserError as exc:  # keys this version does not know: not this config
+        return f"its config.toml is not one this version trains ({exc})"
+    diff = first_difference(before, now)
+    if diff is None:
+        return None
+    key, there, later = diff
+    text = text or shown
+    return f"{key} {text(there)} there, {text(later)} now"
 
 
 def shown(value: Any) -> str:

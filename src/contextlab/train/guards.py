@@ -28,13 +28,12 @@ from pathlib import Path
 
 import torch
 
-from contextlab.config import from_dict
 from contextlab.errors import UserError
 from contextlab.io import exclusive_lock
 from contextlab.rundir import LOCK, check_run_dir, latest_checkpoint, read_config, read_metrics
 from contextlab.train import distributed as D
 from contextlab.train.checkpoint import remove_temporary
-from contextlab.train.config import RunConfig, first_difference, shown
+from contextlab.train.config import RunConfig, describe_difference
 from contextlab.train.metrics import truncate_metrics
 
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
@@ -111,15 +110,9 @@ def _note_starting_over(run_dir: Path, ckpt_every: int) -> None:
 def check_same_config(run_dir: Path, recorded: dict, cfg: RunConfig, where: str, fix: str) -> None:
     """Refuse ``cfg`` for ``run_dir`` when a key that changes the numbers differs from the ``recorded``
     config (``RESUME_FREE`` keys may differ), naming the first such key with both values."""
-    try:
-        before = from_dict(RunConfig, recorded) if recorded else None
-    except UserError:  # keys this version does not know: not this config
-        before = None
-    diff = first_difference(before, cfg) if before is not None else None
-    if before is not None and diff is None:
-        return
-    what = f"{diff[0]} {shown(diff[1])} there, {shown(diff[2])} now; " if diff else ""
-    raise UserError(f"{run_dir} holds a run with a different config ({what}{where}); {fix}")
+    why = describe_difference(recorded, cfg) if recorded else "its config.toml cannot be read"
+    if why is not None:
+        raise UserError(f"{run_dir} holds a run with a different config ({why}; {where}); {fix}")
 
 
 def count_non_finite(module: torch.nn.Module, info: D.DistInfo) -> int:
