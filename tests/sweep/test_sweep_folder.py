@@ -9,55 +9,9 @@ import csv
 import pytest
 
 from contextlab.cli import main
-from contextlab.data.ingest import IngestConfig, ingest
 from contextlab.errors import UserError
 from contextlab.sweep.grid import load_sweep, run_sweep
-from tests.conftest import shakespeare
-
-SWEEP = """
-[sweep]
-name = "tiny"
-out_dir = "{out}"
-threads_per_run = 1
-
-[base.model]
-size = "tiny-2x128"
-n_layer = 1
-n_embd = 32
-n_head = 2
-
-[base.data]
-store = "{store}"
-val_split = "tail"
-val_fraction = 0.1
-
-[base.optim]
-warmup_steps = 1{lr}
-
-[base.train]
-tokens_per_step = 128
-max_steps = 2
-val_tokens = 128
-peak_flops = 1e12
-dtype = "fp32"
-log_every = 1
-
-[grid]
-"train.context" = {contexts}
-"""
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    src = tmp_path_factory.mktemp("src") / "s.txt"
-    src.write_text(shakespeare(20_000))
-    return ingest(src, tmp_path_factory.mktemp("st") / "s", IngestConfig(), progress=False).store
-
-
-def _sweep(tmp_path, store, name: str, lr: str = "", contexts: str = "[16]"):
-    f = tmp_path / f"{name}.toml"
-    f.write_text(SWEEP.format(out=tmp_path / "out", store=store.path, lr=lr, contexts=contexts))
-    return f
+from tests.sweep.conftest import tiny_sweep
 
 
 def _rows(results) -> dict:
@@ -69,8 +23,8 @@ def test_a_changed_base_value_is_refused_before_any_run_and_overwrite_trains_it_
 ):
     """Changing [base] optim.lr of a finished sweep listed its runs as done, then failed every one in
     train, wrote the new sweep.toml and kept the old analysis beside it."""
-    old = _sweep(tmp_path, store, "old")
-    new = _sweep(tmp_path, store, "new", lr="\nlr = 3e-3")
+    old = tiny_sweep(tmp_path, store, "old")
+    new = tiny_sweep(tmp_path, store, "new", lr="\nlr = 3e-3")
     out = tmp_path / "out"
     run_sweep(old, progress=False)
     (run,) = load_sweep(new)[1]
@@ -111,7 +65,7 @@ def test_a_changed_base_value_is_refused_before_any_run_and_overwrite_trains_it_
 
 def test_set_overrides_are_part_of_the_recorded_sweep_file(tmp_path, store):
     """--set changes the runs, so OUT/sweep.toml records it: the file reruns the same sweep."""
-    f = _sweep(tmp_path, store, "s")
+    f = tiny_sweep(tmp_path, store, "s")
     run_sweep(f, ["base.optim.lr=3e-3"], progress=False)
     recorded = tmp_path / "out" / "sweep.toml"
     assert recorded.read_text().startswith(f"# {f} with --set base.optim.lr=3e-3\n")
@@ -124,9 +78,9 @@ def test_set_overrides_are_part_of_the_recorded_sweep_file(tmp_path, store):
 def test_run_folders_outside_a_changed_grid_are_named_and_marked_in_the_report(tmp_path, store, capsys):
     from contextlab.report.html import build_report
 
-    run_sweep(_sweep(tmp_path, store, "a"), progress=False)
+    run_sweep(tiny_sweep(tmp_path, store, "a"), progress=False)
     capsys.readouterr()
-    b = _sweep(tmp_path, store, "b", contexts="[32]")
+    b = tiny_sweep(tmp_path, store, "b", contexts="[32]")
     assert main(["sweep", str(b), "--dry-run"]) == 0
     left_out = (
         f"left out: 1 run folder(s) in {tmp_path / 'out' / 'runs'} are not in this sweep's grid "

@@ -5,51 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
-
-from contextlab.data.ingest import IngestConfig, ingest
-from tests.conftest import shakespeare
-
-SWEEP = """
-[sweep]
-name = "tiny"
-out_dir = "{out}"
-threads_per_run = 1
-
-[base.model]
-size = "tiny-2x128"
-n_layer = 1
-n_embd = 32
-n_head = 2
-
-[base.data]
-store = "{store}"
-val_split = "tail"
-val_fraction = 0.1
-
-[base.train]
-tokens_per_step = 128
-max_steps = 2
-val_tokens = 128
-peak_flops = 1e12
-dtype = "fp32"
-
-[grid]
-"train.context" = [16, 32]
-"""
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    src = tmp_path_factory.mktemp("src") / "s.txt"
-    src.write_text(shakespeare(20_000))
-    return ingest(src, tmp_path_factory.mktemp("st") / "s", IngestConfig(), progress=False).store
+from tests.sweep.conftest import tiny_sweep
 
 
 def test_each_run_says_when_it_starts_at_once_even_into_a_pipe(tmp_path, store):
     """Nothing was printed until the first run ended (and then only when the buffer filled)."""
-    f = tmp_path / "s.toml"
-    f.write_text(SWEEP.format(out=tmp_path / "out", store=store.path))
+    f = tiny_sweep(tmp_path, store, "s", contexts="[16, 32]")
     proc = subprocess.Popen(
         [sys.executable, "-m", "contextlab", "sweep", str(f), "--no-analysis"],
         stdout=subprocess.PIPE,
