@@ -118,7 +118,10 @@ import os, signal, sys, time
 os.environ["TORCHELASTIC_RUN_ID"] = "test"
 from contextlab.train.distributed import die_with_launcher
 def stop(signum, frame):
-    open(sys.argv[1], "w").write("SIGTERM")
+    # written whole, then renamed: the test polls for the marker and must never read it half-made
+    with open(sys.argv[1] + ".tmp", "w") as f:
+        f.write("SIGTERM")
+    os.replace(sys.argv[1] + ".tmp", sys.argv[1])
     sys.exit(143)
 signal.signal(signal.SIGTERM, stop)
 assert die_with_launcher()
