@@ -13,7 +13,8 @@ from contextlab.cli.train import load_run_config
 from contextlab.config import dataclass_from_args, from_dict, read_toml
 from contextlab.eval import EVALS
 from contextlab.objectives import OBJECTIVES
-from contextlab.sweep.grid import _format_arg, load_sweep
+from contextlab.sweep.runner import _format_arg
+from contextlab.sweep.spec import load_sweep
 from contextlab.train.config import RunConfig
 from tests.conftest import REPO
 

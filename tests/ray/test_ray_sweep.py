@@ -10,8 +10,10 @@ import json
 import pytest
 
 from contextlab.data.ingest import IngestConfig, ingest
-from contextlab.sweep.grid import load_sweep, run_sweep, status
 from contextlab.sweep.ray_runner import RayRuns
+from contextlab.sweep.results import status
+from contextlab.sweep.runner import run_sweep
+from contextlab.sweep.spec import load_sweep
 from tests.conftest import shakespeare
 
 SWEEP = """

@@ -59,7 +59,7 @@ def render(page) -> str:
 @pytest.fixture(scope="module")
 def sweep_dir(tmp_path_factory, store):  # noqa: F811
     from contextlab.sweep.compute_optimal import compute_optimal
-    from contextlab.sweep.grid import run_sweep
+    from contextlab.sweep.runner import run_sweep
 
     root = tmp_path_factory.mktemp("sweep")
     f = root / "s.toml"

@@ -8,7 +8,8 @@ import json
 
 from contextlab.sweep import compute_optimal
 from contextlab.sweep.compute_optimal import analyze
-from contextlab.sweep.grid import Run, SweepSection, write_results
+from contextlab.sweep.results import write_results
+from contextlab.sweep.spec import Run, SweepSection
 
 
 def test_the_budget_set_in_base_labels_the_analysis(tmp_path, monkeypatch, capsys):

@@ -10,9 +10,11 @@ import pytest
 
 from contextlab.data.ingest import IngestConfig, ingest
 from contextlab.errors import UserError
-from contextlab.sweep import grid
+from contextlab.sweep import runner, spec
 from contextlab.sweep.compute_optimal import analyze
-from contextlab.sweep.grid import load_sweep, run_sweep, status
+from contextlab.sweep.results import status
+from contextlab.sweep.runner import run_sweep
+from contextlab.sweep.spec import load_sweep
 from tests.conftest import shakespeare
 
 SWEEP = """
@@ -77,12 +79,12 @@ def test_a_grid_over_the_old_name_train_seq_len_keeps_its_run_names(tmp_path, st
     _section, runs = load_sweep(f)
     assert [r.name for r in runs] == ["seq_len-16", "seq_len-32", "seq_len-64"]  # as the old sweep named them
     assert [r.params for r in runs] == [{"train.context": c} for c in (16, 32, 64)]
-    assert grid._format_arg("{train.context}", runs[0]) == "16"
+    assert runner._format_arg("{train.context}", runs[0]) == "16"
 
 
 def test_run_names_keep_the_sign_of_negative_values():
     """-0.5 and 0.5 were both named "...-0.5" (the minus was stripped as a separator)."""
-    assert [grid._fmt(v) for v in (-0.5, 0.5, -8, 1e-4, True, "a b/c")] == [
+    assert [spec._fmt(v) for v in (-0.5, 0.5, -8, 1e-4, True, "a b/c")] == [
         "-0.5",
         "0.5",
         "-8",
@@ -243,7 +245,7 @@ def test_compute_optimal_on_known_numbers():
 
 
 def test_results_rows_carry_each_evaluations_headline(tmp_path):
-    from contextlab.sweep.grid import run_summary
+    from contextlab.sweep.results import run_summary
 
     (tmp_path / "eval").mkdir()
     (tmp_path / "eval" / "contextwise.json").write_text(
@@ -281,7 +283,7 @@ def test_results_rows_carry_each_evaluations_headline(tmp_path):
 
 
 def test_data_size_axis_and_best_val_loss(tmp_path):
-    from contextlab.sweep.grid import run_summary
+    from contextlab.sweep.results import run_summary
 
     # best_val_loss of a run is its minimum validation loss (early stopping ends past it)
     (tmp_path / "metrics.jsonl").write_text(

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from contextlab.cli.sweep import cmd_sweep
-from contextlab.sweep import compute_optimal, grid
+from contextlab.sweep import compute_optimal, runner, spec
 
 
 def _fake_sweep(monkeypatch, tmp_path, rows: list[dict], mean_loss: bool = False):
@@ -25,8 +25,8 @@ def _fake_sweep(monkeypatch, tmp_path, rows: list[dict], mean_loss: bool = False
         analysis_window=3,
         analysis_rank_by_mean_loss=mean_loss,
     )
-    monkeypatch.setattr(grid, "run_sweep", lambda path, overrides, only=None, **kwargs: results)
-    monkeypatch.setattr(grid, "load_sweep", lambda path, overrides=(): (section, []))
+    monkeypatch.setattr(runner, "run_sweep", lambda path, overrides, only=None, **kwargs: results)
+    monkeypatch.setattr(spec, "load_sweep", lambda path, overrides=(): (section, []))
 
 
 def test_a_sweep_without_a_context_axis_skips_the_analysis(monkeypatch, tmp_path, capsys):

@@ -10,7 +10,8 @@ import pytest
 
 from contextlab.cli import main
 from contextlab.errors import UserError
-from contextlab.sweep.grid import load_sweep, run_sweep
+from contextlab.sweep.runner import run_sweep
+from contextlab.sweep.spec import load_sweep
 from tests.sweep.conftest import tiny_sweep
 
 

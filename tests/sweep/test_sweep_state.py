@@ -9,7 +9,8 @@ import json
 import pytest
 
 from contextlab.data.ingest import IngestConfig, ingest
-from contextlab.sweep.grid import STATE_FILE, load_sweep, run_sweep
+from contextlab.sweep.runner import STATE_FILE, run_sweep
+from contextlab.sweep.spec import load_sweep
 from tests.conftest import shakespeare
 
 SWEEP = """

@@ -11,7 +11,8 @@ from contextlab.errors import UserError
 
 def cmd_sweep(argv: list[str]) -> int:
     """Run a sweep (grid of runs + evaluations), resumable; then the compute-optimal analysis."""
-    from contextlab.sweep.grid import load_sweep, run_sweep
+    from contextlab.sweep.runner import run_sweep
+    from contextlab.sweep.spec import load_sweep
 
     args = _parser().parse_args(argv)
     if args.dry_run:
@@ -39,7 +40,7 @@ def _dry_run(section, runs, overwrite: bool) -> int:
     """List every run of the grid with its status (stale: trained with another config), the run folders
     the grid leaves out, and what the sweep would do with stale runs; run nothing."""
     from contextlab.sweep import folder
-    from contextlab.sweep.grid import status
+    from contextlab.sweep.results import status
 
     out = Path(section.out_dir)
     stale = folder.stale_runs(runs)
@@ -64,7 +65,7 @@ def _failed_runs(runs, only: str | None) -> int:
     """1 and one line naming them when any run of this command's selection failed, else 0."""
     import re
 
-    from contextlab.sweep.grid import status
+    from contextlab.sweep.results import status
 
     failed = [
         r.name for r in runs if (not only or re.search(only, r.name)) and status(r)["status"] == "failed"

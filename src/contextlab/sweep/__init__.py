@@ -1,7 +1,8 @@
 """Sweeps over (context, model size, budget, packing, objective) and their analysis.
 
-``grid`` expands and runs a sweep file (resumable, N runs at a time, one process each);
-``folder`` keeps a sweep folder to one sweep configuration (runs trained with another config,
-run folders outside the grid); ``compute_optimal`` turns its results into the compute-optimal
-context analysis.
+``spec`` reads a sweep file and expands its grid into validated runs; ``runner`` runs them
+(resumable, N at a time, one process each; ``ray_runner`` as Ray tasks); ``results`` writes what
+they measured to results.csv; ``folder`` keeps a sweep folder to one sweep configuration (runs
+trained with another config, run folders outside the grid); ``compute_optimal`` turns the results
+into the compute-optimal context analysis.
 """

@@ -1,10 +1,10 @@
 """Sweep runs as Ray tasks (``contextlab sweep SWEEP.toml --ray [ADDRESS]``).
 
 Each pending run becomes one Ray task holding its resources (CPUs, GPUs per run); the task
-runs the run's own command chain (``grid._run_one``: train, under torchrun on the task's node
+runs the run's own command chain (``runner._run_one``: train, under torchrun on the task's node
 when a run has several processes, then its evaluations) and returns its exit status and
 seconds. The driver records the start and the end with the local runner's own code
-(``grid.Sweep.start`` / ``end``: sweep_state.json, RUN/sweep_status.json, results.csv), so
+(``runner.Sweep.start`` / ``end``: sweep_state.json, RUN/sweep_status.json, results.csv), so
 resume, skipping finished runs and the failure records are those of the local runner.
 
 Trade-off: run directories, logs and the token stores must be on a filesystem every node
@@ -17,7 +17,8 @@ import time
 from dataclasses import dataclass
 
 from contextlab.ray_engine import as_completed, cancel_all, connect
-from contextlab.sweep.grid import Run, Sweep, SweepSection, _run_one
+from contextlab.sweep.runner import Sweep, _run_one
+from contextlab.sweep.spec import Run, SweepSection
 
 LOST = -9  # the exit status recorded for a run whose Ray task was lost (as a process killed by SIGKILL)
 

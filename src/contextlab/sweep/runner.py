@@ -1,0 +1,265 @@
+"""Running a sweep: every run of the grid and its evaluations, N at a time, resumable.
+
+Each run is an independent process (``python -m contextlab train``) with its own run directory and
+log; its evaluations follow as processes too (``python -m contextlab eval NAME --model RUN ...``).
+Which runs finished with which config (and evaluations) is recorded in ``OUT/sweep_state.json``
+(``contextlab.steps``): finished runs are skipped when the sweep is started again, a finished run
+whose config changed runs again (it resumes: a budget or an evaluation changed), failed runs keep
+their error and are retried, and one failure never stops the others. A folder belongs to one sweep
+configuration (``folder``): runs trained with another config are refused before anything runs
+(``--overwrite`` trains them again in fresh folders). ``results.csv`` (``results``) is rewritten
+after each run ends, also when ``--only`` runs a slice of the grid. The runs go to local processes
+here or to Ray tasks (``ray_runner``), which share ``Sweep``.
+
+Trade-off: processes instead of threads or one long-lived process: a run that crashes, leaks memory
+or is killed cannot take the sweep down, and the same runs can be spread over machines by giving
+each a slice of the grid (``--only``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from contextlab.config import apply_overrides, dumps_toml
+from contextlab.errors import UserError
+from contextlab.io import atomic_write_json, atomic_write_text
+from contextlab.steps import Step, StepRunner
+from contextlab.sweep import folder
+from contextlab.sweep.results import status, write_results
+from contextlab.sweep.spec import Run, SweepSection, load_sweep
+
+STATE_FILE = "sweep_state.json"  # which runs finished with which config (contextlab.steps)
+
+
+def _format_arg(arg: str, run: Run) -> str:
+    from contextlab.train.config import renamed_keys
+
+    def lookup(m: re.Match) -> str:
+        key = m.group(1)
+        if key == "run":
+            return str(run.dir)
+        for spelling in [key] + [old for old, new in renamed_keys().items() if new == key]:
+            node = run.config
+            for part in spelling.split("."):
+                node = node.get(part) if isinstance(node, dict) else None
+            if node is not None:
+                return str(node)
+        raise UserError(f"eval argument {arg!r}: the run config has no key '{key}'")
+
+    return re.sub(r"\{([A-Za-z0-9_.]+)\}", lookup, arg)
+
+
+def _commands(section: SweepSection, run: Run, nproc: int = 1) -> list[tuple[str, list[str]]]:
+    """The run's commands: train (under torchrun on this node when ``nproc`` > 1), then its evals."""
+    py = [sys.executable, "-m", "contextlab"]
+    launch = py if nproc <= 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    launch = launch if nproc <= 1 else launch + [f"--nproc_per_node={nproc}", "-m", "contextlab"]
+    cmds = [("train", launch + ["train", str(run.dir / "sweep_config.toml")])]
+    for name in section.evals:
+        extra = [_format_arg(a, run) for a in section.eval_args.get(name, [])]
+        # the sweep owns its runs' results: a changed eval_args reruns and replaces them (the grid's state
+        # says which ran with what), as a user's --overwrite would
+        cmds.append((f"eval {name}", py + ["eval", name, "--model", str(run.dir), "--overwrite"] + extra))
+    return cmds
+
+
+def _run_one(section: SweepSection, run: Run, threads: int, nproc: int = 1) -> subprocess.Popen:
+    """Start a run's commands as one shell-free chain in a background process."""
+    run.dir.mkdir(parents=True, exist_ok=True)
+    cfg = apply_overrides(run.config, [f"train.threads={threads}", "train.progress=false"])
+    atomic_write_text(run.dir / "sweep_config.toml", dumps_toml(cfg))
+    chain = json.dumps([c for _, c in _commands(section, run, nproc)])
+    code = (
+        "import json, subprocess, sys\n"
+        f"for cmd in json.loads({chain!r}):\n"
+        "    r = subprocess.run(cmd)\n"
+        "    if r.returncode:\n"
+        "        sys.exit(r.returncode)\n"
+    )
+    log = open(run.dir / "sweep.log", "ab")
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=log, stderr=subprocess.STDOUT, env=env)
+    proc.log = log  # closed when the process ends
+    return proc
+
+
+def _last_error(run: Run) -> str:
+    try:
+        lines = (run.dir / "sweep.log").read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "no log"
+    errors = [line for line in lines if "error" in line.lower()]
+    return (errors or lines or ["failed"])[-1][-500:]
+
+
+def _step(section: SweepSection, run: Run, runner: StepRunner) -> Step:
+    """A run and its evaluations as one step of OUT/sweep_state.json (its processes do the work).
+
+    A run that a sweep from before the state file finished or saw fail (``sweep_status.json``
+    says so, the state knows nothing of it) is recorded that way, as that sweep would have.
+    """
+    evals = [[name, [_format_arg(a, run) for a in section.eval_args.get(name, [])]] for name in section.evals]
+    step = Step(run.name, {"config": run.config, "evals": evals}, [run.dir / "metrics.jsonl"])
+    st = runner.state
+    if run.name not in st["steps"] and run.name not in st["started"] and run.name not in st["failed"]:
+        old = status(run)
+        if old["status"] == "done":
+            runner.finish(step, step.digest(), old.get("seconds", 0.0))
+        elif old["status"] == "failed":
+            runner.fail(step, old.get("error") or "failed")
+    return step
+
+
+def _must_run(section: SweepSection, step: Step, runner: StepRunner) -> bool:
+    """Not finished with this config (a failed run: when ``retry_failed``); says why a finished one reruns."""
+    _, reason = runner.check(step)
+    if reason is None or (runner.failure(step.key) is not None and not section.retry_failed):
+        return False
+    if runner.recorded(step.key) is not None:
+        print(f"{step.key}: {reason}; running it again", file=sys.stderr)
+    return True
+
+
+def _record_end(run: Run, returncode: int, seconds: float, runner: StepRunner, step: Step) -> dict:
+    """A run's processes ended: record it finished or failed (sweep state and RUN/sweep_status.json)."""
+    ok = returncode == 0
+    record = {"status": "done" if ok else "failed", "seconds": round(seconds, 1), "returncode": returncode}
+    if ok:
+        runner.finish(step, step.digest(), record["seconds"])
+    else:
+        record["error"] = _last_error(run)
+        runner.fail(step, record["error"])
+    atomic_write_json(run.dir / "sweep_status.json", record)
+    return record
+
+
+def run_sweep(
+    path: str | Path,
+    overrides: list[str] = (),
+    *,
+    only: str | None = None,
+    progress: bool = True,
+    ray=None,
+    overwrite: bool = False,
+) -> Path:
+    """Run every pending run of the sweep; returns the path of results.csv. ``ray``: a
+    ``ray_runner.RayRuns`` to run them as Ray tasks instead of local processes. Holds the one-writer
+    lock of the sweep's folder: a second sweep into it is refused, naming the first. Runs trained
+    with another config are refused before anything is written, or with ``overwrite`` trained again
+    in fresh folders (``folder``)."""
+    from contextlab.data.store import output_lock
+
+    section, runs = load_sweep(path, overrides)
+    with output_lock(section.out_dir, "sweep folder"):
+        return _run_sweep(path, overrides, section, runs, only, progress, ray, overwrite)
+
+
+def _run_sweep(
+    path, overrides, section: SweepSection, runs: list[Run], only, progress: bool, ray, overwrite
+) -> Path:
+    from tqdm.auto import tqdm
+
+    out = Path(section.out_dir)
+    grid = runs  # results.csv lists every run of the grid, finished in this command or an earlier one
+    if only:
+        runs = [r for r in runs if re.search(only, r.name)]
+    replace = folder.prepare(out, grid, runs, folder.sweep_text(path, overrides), overwrite)  # may refuse
+    write_results(section, grid)  # the grid of this sweep file from the start (pending, stale, done)
+    runner = StepRunner(out / STATE_FILE)
+    steps = {r.name: _step(section, r, runner) for r in runs}
+    todo = [r for r in runs if r.name in replace or _must_run(section, steps[r.name], runner)]
+    bar = tqdm(
+        total=len(runs),
+        initial=len(runs) - len(todo),
+        unit="run",
+        desc=section.name,
+        disable=None if progress else True,
+        dynamic_ncols=True,
+    )
+    sweep = Sweep(section, grid, steps, runner, bar, replace=set(replace), total=len(todo))
+    try:
+        if ray is not None:
+            ray.run(sweep, todo)
+        else:
+            _run_local(sweep, todo)
+    finally:
+        bar.close()
+    return write_results(section, grid)
+
+
+@dataclass
+class Sweep:
+    """What the runners share: the sweep, its step state and its progress bar."""
+
+    section: SweepSection
+    runs: list[Run]  # every run of the grid (results.csv), not only those --only selects
+    steps: dict[str, Step]
+    runner: StepRunner
+    bar: object
+    replace: set[str] = field(default_factory=set)  # stale runs whose folder is replaced as they start
+    total: int = 0  # runs this command starts
+    started: int = 0
+
+    def start(self, run: Run, how: str = "started") -> None:
+        """A run is about to start: its stale folder replaced, recorded as started in the state and in
+        RUN/sweep_status.json, and one line saying so."""
+        if run.name in self.replace:
+            folder.replace_run(run.dir)
+            self.replace.discard(run.name)
+        run.dir.mkdir(parents=True, exist_ok=True)
+        self.runner.begin(self.steps[run.name], self.steps[run.name].digest())
+        running = {"status": "running", "pid": os.getpid(), "host": socket.gethostname()}
+        atomic_write_json(run.dir / "sweep_status.json", running)
+        self.started += 1
+        _say(f"{how} {run.name} ({self.started}/{self.total or self.started})", self.bar)
+
+    def end(self, run: Run, returncode: int, seconds: float) -> None:
+        """A run's processes ended: record it, say so, rewrite results.csv."""
+        record = _record_end(run, returncode, seconds, self.runner, self.steps[run.name])
+        ok = record["status"] == "done"
+        self.bar.update(1)
+        _say(
+            f"{'done  ' if ok else 'FAILED'} {run.name} ({record['seconds']:.0f} s)"
+            + ("" if ok else f": {record['error']}"),
+            self.bar,
+        )
+        write_results(self.section, self.runs)
+
+
+def _say(line: str, bar) -> None:
+    """One line on stdout at once (a log file or a pipe too), without breaking the progress bar."""
+    bar.write(line)
+    sys.stdout.flush()
+
+
+def _run_local(sweep: Sweep, todo: list[Run]) -> None:
+    """``section.parallel`` runs at a time as local processes."""
+    section = sweep.section
+    threads = section.threads_per_run or max(1, (os.cpu_count() or 1) // max(1, section.parallel))
+    running: list[tuple[Run, subprocess.Popen, float]] = []
+    try:
+        while todo or running:
+            while todo and len(running) < max(1, section.parallel):
+                run = todo.pop(0)
+                sweep.start(run)
+                running.append((run, _run_one(section, run, threads), time.time()))
+            time.sleep(0.2)
+            for item in list(running):
+                run, proc, started = item
+                if proc.poll() is None:
+                    continue
+                proc.log.close()
+                running.remove(item)
+                sweep.end(run, proc.returncode, time.time() - started)
+    except KeyboardInterrupt:
+        for _, proc, _ in running:
+            proc.terminate()
+        raise

@@ -1,0 +1,142 @@
+"""The sweep file: its three tables expanded into validated runs, before anything runs.
+
+A sweep file has three tables::
+
+    [sweep]   name, out_dir, parallel, evals, eval_args ...   (SweepSection)
+    [base]    a run config, exactly as `contextlab train` takes it
+    [grid]    "section.key" = [values ...]   e.g. "train.context" = [64, 128, 256]
+
+Every point of the grid is the base config with those keys set, named by its grid values
+(``context-64__n_embd-32``) and given the folder ``OUT/runs/NAME``.
+
+Trade-off: every grid point is built and validated as the run config train would build (values,
+budget, evaluation names) when the file is read, which costs a second for a large grid but means a
+typo fails before the first run trains, not after an hour.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from contextlab.config import apply_overrides, from_dict, opt, read_toml
+from contextlab.errors import UserError
+
+
+@dataclass
+class SweepSection:
+    name: str = opt("sweep", "name of the sweep (used in the report)")
+    out_dir: str = opt("sweeps/sweep", "directory for the runs, results.csv and the analysis")
+    parallel: int = opt(1, "runs at the same time")
+    threads_per_run: int = opt(0, "torch threads per run; 0 = cores / parallel")
+    evals: list[str] = opt([], "evaluations to run after each training run (contextlab eval NAME)")
+    eval_args: dict = opt(
+        {},
+        "extra arguments per evaluation: NAME = [args]; {key.path} is replaced by "
+        "the run's config value, {run} by the run directory",
+    )
+    retry_failed: bool = opt(True, "run failed runs again when the sweep is restarted")
+    analysis_axis: str = opt(
+        "",
+        "grid key that groups the loss-vs-context curves of the analysis (one panel and "
+        "one optimum per value), e.g. data.train_tokens for a data-size sweep; empty = the "
+        "train.max_* budget key of the grid",
+    )
+    analysis_metric: str = opt(
+        "",
+        "results column the analysis minimises; empty = contextwise.best_context_loss (add "
+        "contextwise to evals); another column (val_loss, best_val_loss) needs analysis_rank_by_mean_loss",
+    )
+    analysis_rank_by_mean_loss: bool = opt(
+        False,
+        "let the analysis rank training contexts by a loss averaged over each run's own context "
+        "(val_loss, best_val_loss), which ranks them wrongly; it then prints a warning",
+    )
+    analysis_window: int = opt(
+        3,
+        "values of the analysis axis over which the optimal context is smoothed (the most "
+        "common optimum in a sliding window); 1 = the raw optimum of each value",
+    )
+
+
+@dataclass
+class Run:
+    name: str
+    params: dict  # grid key -> value
+    config: dict  # the full run config (validated)
+    dir: Path
+
+
+def _short(key: str) -> str:
+    return key.split(".")[-1]
+
+
+def _fmt(value) -> str:
+    """A grid value as a run-name part: numbers keep their sign (-0.5 and 0.5 are two runs), other
+    values keep letters, digits and . + -, with runs of anything else as one '-'."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value:g}" if isinstance(value, float) else str(value)
+    return re.sub(r"[^A-Za-z0-9.+-]+", "-", str(value)).strip("-")
+
+
+def load_sweep(path: str | Path, overrides: list[str] = ()) -> tuple[SweepSection, list[Run]]:
+    """Read a sweep file and expand its grid into validated runs."""
+    from contextlab.train.budget import check_train
+    from contextlab.train.config import RunConfig, check_values, renamed_keys
+
+    data = apply_overrides(read_toml(path), list(overrides))
+    unknown = set(data) - {"sweep", "base", "grid"}
+    if unknown:
+        raise UserError(
+            f"unknown table(s) {sorted(unknown)} in {path}; a sweep has [sweep], [base] and [grid]"
+        )
+    section = from_dict(SweepSection, data.get("sweep", {}))
+    _check_evals(section, path)
+    grid = data.get("grid", {})
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise UserError(f"grid key '{key}' must be a non-empty list of values")
+    out = Path(section.out_dir)
+    keys = list(grid)
+    runs, names = [], set()
+    for combo in itertools.product(*(grid[k] for k in keys)) if keys else [()]:
+        params = dict(zip(keys, combo))
+        name = "__".join(f"{_short(k)}-{_fmt(v)}" for k, v in params.items()) or "run"
+        if name in names:
+            raise UserError(
+                f"two grid points give the same run name {name!r}; make the grid keys' last parts differ"
+            )
+        names.add(name)
+        cfg = apply_overrides(data.get("base", {}), [])
+        for k, v in params.items():
+            node = cfg
+            *parents, leaf = k.split(".")
+            for p in parents:
+                node = node.setdefault(p, {})
+            node[leaf] = v
+        cfg.setdefault("train", {})["out_dir"] = str(out / "runs" / name)
+        try:  # every value a run would refuse, refused here, before the first run trains
+            run_cfg = from_dict(RunConfig, cfg)
+            check_values(run_cfg)
+            check_train(run_cfg.train)
+        except UserError as exc:
+            raise UserError(f"grid point {name}: {exc}") from None
+        # results columns use the new names of renamed keys; the run name and config keep the
+        # grid's own spelling, so a sweep written before a rename resumes where it stopped
+        params = {renamed_keys().get(k, k): v for k, v in params.items()}
+        runs.append(Run(name, params, cfg, out / "runs" / name))
+    return section, runs
+
+
+def _check_evals(section: SweepSection, path) -> None:
+    """Unknown evaluation names in [sweep] evals or eval_args are refused before anything runs."""
+    from contextlab.eval import EVALS
+
+    unknown = sorted({*section.evals, *section.eval_args} - set(EVALS))
+    if unknown:
+        raise UserError(
+            f"{path}: unknown evaluation(s) {', '.join(unknown)} in [sweep] evals/eval_args; "
+            f"choose from {', '.join(EVALS)}"
+        )
