@@ -51,7 +51,7 @@ def test_the_budget_set_in_base_labels_the_analysis(tmp_path, monkeypatch, capsy
 
     page = build_report(tmp_path).read_text()  # the compute-optimal table: the budget and the model key
     assert "<th>train.max_flops</th><th>n_embd</th><th>context</th>" in page
-    assert '<td class="n">150,000,000,000</td><td class="n">64</td><td class="n">64</td>' in page
+    assert '<td class="n">1.5e11</td><td class="n">64</td><td class="n">64</td>' in page
 
 
 def test_a_budget_grid_axis_wins_over_one_set_in_base():

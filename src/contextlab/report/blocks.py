@@ -30,14 +30,18 @@ def img(path: Path, alt: str) -> str:
 
 
 def number(v: float | int, digits: int = 4) -> str:
-    """A number for reading: ints as they are, floats to ``digits`` significant digits."""
+    """A number for reading: ints as they are (thousands separated from 100,000), floats to ``digits``
+    significant digits (whole from 10,000, as 1.5e11 from a billion)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return str(v)
     if isinstance(v, int):
         return f"{v:,}" if abs(v) >= 100_000 else str(v)
     if not math.isfinite(v):
         return str(v)
-    if v != 0 and 1e4 <= abs(v) < 1e15:
+    if abs(v) >= 1e9:  # a FLOP budget: 1.5e11, as configs write it, not 150,000,000,000
+        mantissa, exponent = f"{v:.{digits - 1}e}".split("e")
+        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+    if abs(v) >= 1e4:
         return f"{v:,.0f}"
     return f"{v:.{digits}g}"
 
