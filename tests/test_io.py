@@ -16,6 +16,7 @@ import textwrap
 import pytest
 
 from contextlab import io as cio
+from contextlab import outputs
 from contextlab.errors import UserError
 from contextlab.figures import pyplot, save_png
 from tests.conftest import write_tree
@@ -47,6 +48,7 @@ def test_atomic_write_gives_the_mode_of_a_plain_open(tmp_path, mask):
         from pathlib import Path
         os.umask({mask})
         import contextlab.io as cio
+        import contextlab.outputs as outputs
         def fail(m):
             raise AssertionError("umask called")
         os.umask = fail
@@ -55,7 +57,7 @@ def test_atomic_write_gives_the_mode_of_a_plain_open(tmp_path, mask):
             f.write(b"x")
         cio.atomic_write_bytes(d / "atomic", b"x")
         cio.atomic_write_bytes(d / "atomic", b"again")  # replacing a file: still the default mode
-        with cio.staged_dir(d / "folder", overwrite=False, kind=cio.ANY_FOLDER) as tmp:
+        with cio.staged_dir(d / "folder", overwrite=False, kind=outputs.ANY_FOLDER) as tmp:
             (tmp / "f").write_bytes(b"x")
         (d / "plain_dir").mkdir()
         mode = lambda name: oct(stat.S_IMODE((d / name).stat().st_mode))
@@ -117,11 +119,11 @@ def test_a_killed_write_leaves_the_old_file(tmp_path):
 
 def test_staged_dir_swaps_the_folder_whole(tmp_path):
     out = tmp_path / "export"
-    with cio.staged_dir(out, overwrite=False, kind=cio.ANY_FOLDER) as tmp:
+    with cio.staged_dir(out, overwrite=False, kind=outputs.ANY_FOLDER) as tmp:
         assert tmp.parent == tmp_path and tmp.is_dir() and not out.exists()
         (tmp / "a.txt").write_text("1")
     assert _names(out) == ["a.txt"] and _names(tmp_path) == ["export"]
-    with cio.staged_dir(out, overwrite=True, kind=cio.ANY_FOLDER) as tmp:
+    with cio.staged_dir(out, overwrite=True, kind=outputs.ANY_FOLDER) as tmp:
         (tmp / "b.txt").write_text("2")
     assert _names(out) == ["b.txt"] and _names(tmp_path) == ["export"]  # the old files are gone
 
@@ -132,7 +134,7 @@ def test_staged_dir_that_raises_leaves_the_old_folder(tmp_path):
     (out / "old.txt").write_text("keep")
     with (
         pytest.raises(RuntimeError, match="boom"),
-        cio.staged_dir(out, overwrite=True, kind=cio.ANY_FOLDER) as tmp,
+        cio.staged_dir(out, overwrite=True, kind=outputs.ANY_FOLDER) as tmp,
     ):
         (tmp / "half.txt").write_text("half")
         raise RuntimeError("boom")
@@ -143,11 +145,11 @@ def test_staged_dir_that_raises_leaves_the_old_folder(tmp_path):
 def test_staged_dir_refuses_a_non_empty_folder(tmp_path):
     out = tmp_path / "export"
     out.mkdir()
-    with cio.staged_dir(out, overwrite=False, kind=cio.ANY_FOLDER) as tmp:  # an empty folder may be filled
+    with cio.staged_dir(out, overwrite=False, kind=outputs.ANY_FOLDER) as tmp:  # an empty one may be filled
         (tmp / "a").write_text("a")
     with (
         pytest.raises(UserError, match="export folder .* already exists and is not empty"),
-        cio.staged_dir(out, overwrite=False, what="export folder", kind=cio.ANY_FOLDER),
+        cio.staged_dir(out, overwrite=False, what="export folder", kind=outputs.ANY_FOLDER),
     ):
         pass
     assert _names(out) == ["a"] and _names(tmp_path) == ["export"]
@@ -157,7 +159,7 @@ def test_overwrite_replaces_only_the_writers_own_kind_of_folder(tmp_path):
     """An ``OutputKind`` says what a writer's output looks like: a folder of anything else is refused
     with and without overwrite, by ``staged_dir`` up front and by ``replace_dir`` at the swap; an empty
     folder and one of the writer's own kind are taken."""
-    thing = cio.OutputKind("a thing", lambda p: (p / "mine.json").is_file(), ("mine.json", "plot.*"))
+    thing = outputs.OutputKind("a thing", lambda p: (p / "mine.json").is_file(), ("mine.json", "plot.*"))
     user = write_tree(tmp_path / "user", {"notes.txt": "keep", "thesis/ch1.tex": "keep"})
     for overwrite in (False, True):
         with (
@@ -185,7 +187,7 @@ def test_overwrite_replaces_only_the_writers_own_kind_of_folder(tmp_path):
 def test_overwrite_keeps_a_users_files_put_into_an_output_of_its_kind(tmp_path):
     """A folder of the writer's own kind that also holds something contextlab does not write there (a
     user's notes, a folder of analyses) is refused, with and without overwrite, and left as it was."""
-    thing = cio.OutputKind("a thing", lambda p: (p / "mine.json").is_file(), ("mine.json", "plot.*"))
+    thing = outputs.OutputKind("a thing", lambda p: (p / "mine.json").is_file(), ("mine.json", "plot.*"))
     out = write_tree(
         tmp_path / "out", {"mine.json": "old", "plot.png": "p", "my_notes.txt": "keep", "a/b": "k"}
     )

@@ -155,7 +155,12 @@ def test_rundir_is_a_bottom_layer_module():
         "import sys, contextlab.rundir; print(sorted(m for m in sys.modules if m.startswith('contextlab.')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert json.loads(out.replace("'", '"')) == ["contextlab.errors", "contextlab.io", "contextlab.rundir"]
+    assert json.loads(out.replace("'", '"')) == [
+        "contextlab.errors",
+        "contextlab.io",
+        "contextlab.outputs",
+        "contextlab.rundir",
+    ]
 
 
 def test_a_torn_last_metrics_line_is_skipped_and_other_damage_named(tmp_path):

@@ -15,17 +15,16 @@ or changed (changing it is process-wide, and another thread could create a file 
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import json
 import os
 import secrets
 import shutil
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from contextlab.errors import UserError
+from contextlab.outputs import OutputKind, refuse_foreign, refuse_non_folder
 
 _TEMP_FLAGS = (
     os.O_WRONLY
@@ -166,88 +165,6 @@ def replace_dir(
         raise
     fsync_dir(dst.parent)
     shutil.rmtree(holder)
-
-
-def refuse_non_folder(out: str | os.PathLike, flag: str = "--out") -> None:
-    """One line for an output path that exists and is a file or a link (a writer never deletes one)."""
-    out = Path(out)
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
-        kind = "a link" if out.is_symlink() else "a file"
-        raise UserError(f"{flag} {out} is {kind}, not a folder; choose another {flag} (it is left as it is)")
-
-
-@dataclass(frozen=True)
-class OutputKind:
-    """A kind of folder a command writes and its ``--overwrite`` may replace: ``name`` for messages ("a
-    token store"), ``recognise(folder)`` whether a folder is one, and ``entries``, the patterns
-    (``fnmatch``) of the names contextlab writes at its top level: the writer's files and what other
-    commands add (a plot, a reader's cache). Anything else in such a folder is someone's own and is
-    never deleted: the folder is then refused, as a folder of another kind is."""
-
-    name: str
-    recognise: Callable[[Path], bool]
-    entries: tuple[str, ...] = ("*",)
-
-    def strangers(self, folder: Path) -> list[str]:
-        """The names at the top of ``folder`` that contextlab does not write in this kind of folder."""
-        mine = lambda name: any(fnmatch.fnmatchcase(name, p) for p in self.entries)
-        return sorted(p.name for p in Path(folder).iterdir() if not mine(p.name))
-
-
-ANY_FOLDER = OutputKind("a folder", lambda path: True)  # a folder that is the writer's by construction
-
-
-def _some(names: list[str]) -> str:
-    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-
-
-def refuse_foreign(out: str | os.PathLike, kind: OutputKind, flag: str = "--out") -> None:
-    """``--overwrite`` replaces only the command's own kind of output: one line, with or without it, for
-    an ``out`` that is a file, a link, a folder holding anything but ``kind``, or a folder of ``kind``
-    that also holds something contextlab does not write there (``kind.strangers``: a user's notes put
-    into a store). An empty folder, a missing one and a pure one of ``kind`` pass. Writers call it
-    before their work starts (no minutes spent on an output that cannot be written) and
-    ``replace_dir`` again before it swaps."""
-    out = Path(out)
-    refuse_non_folder(out, flag)
-    if not out.is_dir():
-        return
-    names = sorted(p.name for p in out.iterdir())
-    if not names:
-        return
-    if not kind.recognise(out):
-        raise UserError(
-            f"{flag} {out} holds {_some(names)} and is not {kind.name}; --overwrite replaces only "
-            f"{kind.name}, never other folders: choose another {flag} (nothing was changed)"
-        )
-    strangers = kind.strangers(out)
-    if strangers:
-        them = "it" if len(strangers) == 1 else "them"
-        raise UserError(
-            f"{flag} {out} is {kind.name} but also holds {_some(strangers)}, which contextlab does not write "
-            f"there; --overwrite would replace the folder whole: move {them} out first or choose another "
-            f"{flag} (nothing was changed)"
-        )
-
-
-def refuse_overlap(out: str | os.PathLike, inputs: Iterable, flag: str = "--out") -> None:
-    """Refuse an output folder that is, contains or lies inside one of ``inputs`` (the paths the
-    command reads; entries that are None or do not exist are skipped): writing it would replace
-    or mix with what is being read. Links are followed on both sides."""
-    dst = Path(out).resolve()
-    for item in inputs:
-        if item is None or not str(item) or not Path(item).exists():
-            continue
-        src = Path(item).resolve()
-        if dst == src:
-            how = "is"
-        elif src in dst.parents:
-            how = "lies inside"
-        elif dst in src.parents:
-            how = "contains"
-        else:
-            continue
-        raise UserError(f"{flag} {out} {how} {item}, which this command reads; choose an {flag} outside it")
 
 
 def remove_stale_staging(out: str | os.PathLike) -> list[Path]:

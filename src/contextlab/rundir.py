@@ -32,7 +32,8 @@ import sys
 from pathlib import Path
 
 from contextlab.errors import UserError
-from contextlab.io import ANY_FOLDER, staged_dir
+from contextlab.io import staged_dir
+from contextlab.outputs import ANY_FOLDER
 
 if sys.version_info >= (3, 11):
     import tomllib

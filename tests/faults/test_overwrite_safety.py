@@ -212,6 +212,7 @@ def test_overwrite_keeps_a_users_files_inside_an_output(project, tmp_path, kind,
 
 def test_replace_dir_puts_the_old_folder_back_when_the_new_one_cannot_move_in(tmp_path, monkeypatch):
     from contextlab import io as cio
+    from contextlab import outputs
 
     dst = write_tree(tmp_path / "out", {"old.txt": "old"})
     src = write_tree(tmp_path / "new", {"new.txt": "new"})
@@ -224,7 +225,7 @@ def test_replace_dir_puts_the_old_folder_back_when_the_new_one_cannot_move_in(tm
 
     monkeypatch.setattr(cio.os, "replace", failing)
     with pytest.raises(OSError):
-        cio.replace_dir(src, dst, overwrite=True, kind=cio.ANY_FOLDER)
+        cio.replace_dir(src, dst, overwrite=True, kind=outputs.ANY_FOLDER)
     assert (dst / "old.txt").read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["new", "out"]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from contextlab.config import add_dataclass_args, dataclass_from_args
 from contextlab.errors import UserError
-from contextlab.io import refuse_non_folder
+from contextlab.outputs import refuse_non_folder
 
 
 def cmd_compare(argv: list[str]) -> int:

@@ -151,12 +151,12 @@ def cmd_eval(argv: list[str]) -> int:
         quiet_transformers(args.model)
     several = len(args.model) > 1
     if args.out:
-        from contextlab.io import refuse_non_folder
+        from contextlab.outputs import refuse_non_folder
 
         refuse_non_folder(args.out)  # before minutes of evaluation, not at the write
     outs = [_default_out(m, args, several) for m in args.model]
     if data and (Path(data) / "meta.json").is_file():  # a token store: results inside it would mix with it
-        from contextlab.io import refuse_overlap
+        from contextlab.outputs import refuse_overlap
 
         for out_dir in outs:
             refuse_overlap(out_dir, [data])

@@ -82,7 +82,7 @@ def cmd_profile(argv: list[str]) -> int:
     """Profile how a model (or two, paired) uses its context: the battery, a headline table, a report."""
     from contextlab.cli.runtime import check_compute, quiet_transformers
     from contextlab.data.store import output_lock
-    from contextlab.io import refuse_non_folder, refuse_overlap
+    from contextlab.outputs import refuse_non_folder, refuse_overlap
     from contextlab.profile.runner import default_out, run_profile
 
     args = _parser().parse_args(argv)

@@ -59,13 +59,8 @@ from contextlab.data.store_write import refuse_non_store
 from contextlab.data.tokenizer_spec import SPECS_HELP, parse_spec, spec_path
 from contextlab.data.tokenizers import N_THREADS, Tokenizer, load_saved_tokenizer, load_tokenizer
 from contextlab.errors import UserError
-from contextlab.io import (
-    atomic_write_json,
-    atomic_write_text,
-    open_partial,
-    partial_dir,
-    refuse_non_folder,
-)
+from contextlab.io import atomic_write_json, atomic_write_text, open_partial, partial_dir
+from contextlab.outputs import refuse_non_folder
 
 SKIPPED_FILE = "skipped.jsonl"  # in the store: every file (or row) the source left out, and why
 

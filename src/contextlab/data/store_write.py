@@ -30,17 +30,15 @@ from contextlab import FORMAT_VERSION, __version__
 from contextlab.data.store_meta import has_format
 from contextlab.errors import UserError
 from contextlab.io import (
-    OutputKind,
     atomic_write_bytes,
     atomic_write_json,
     atomic_write_npy,
     exclusive_lock,
     fsync_dir,
-    refuse_foreign,
-    refuse_overlap,
     remove_stale_staging,
     replace_dir,
 )
+from contextlab.outputs import OutputKind, refuse_foreign, refuse_overlap
 
 STORE_FORMAT = "contextlab-token-store"
 
@@ -127,7 +125,7 @@ def holds_output_lock(
     pack of ``only_shards`` writes just its own shard files, atomically, so many such calls may
     share an OUT (the documented scale-out); the assembling call takes the lock. ``inputs``
     maps the call's arguments to the paths it reads: an ``out`` that is, contains or lies inside
-    one is refused (``io.refuse_overlap``) before anything, the lock file included, is written.
+    one is refused (``outputs.refuse_overlap``) before anything, the lock file included, is written.
     """
 
     def wrap(fn: F) -> F:

@@ -31,7 +31,8 @@ import warnings
 from pathlib import Path
 
 from contextlab.errors import UserError
-from contextlab.io import OutputKind, atomic_write_json, refuse_foreign
+from contextlab.io import atomic_write_json
+from contextlab.outputs import OutputKind, refuse_foreign
 from contextlab.quickstart.config import EVALS, TRAIN_STORE, QuickstartConfig, eval_options, run_config
 from contextlab.quickstart.summary import write_summary
 from contextlab.steps import UP_TO_DATE, Step, StepRunner, digest

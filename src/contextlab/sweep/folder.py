@@ -30,7 +30,8 @@ from pathlib import Path
 from contextlab import rundir
 from contextlab.config import apply_overrides, dumps_toml, from_dict, read_toml
 from contextlab.errors import UserError
-from contextlab.io import OutputKind, atomic_write_text, fresh_dir, replace_dir
+from contextlab.io import atomic_write_text, fresh_dir, replace_dir
+from contextlab.outputs import OutputKind
 from contextlab.sweep.compute_optimal import number_text
 
 SWEEP_FILE = "sweep.toml"  # the sweep file the folder's runs and analysis were made with

@@ -24,8 +24,8 @@ from contextlab import rundir
 from contextlab.data.store import holds_output_lock
 from contextlab.errors import UserError
 from contextlab.inference import read_checkpoint
-from contextlab.io import refuse_overlap
 from contextlab.models.archs import HF_ARCH
+from contextlab.outputs import refuse_overlap
 
 
 def _export_inputs(call: dict) -> list:

@@ -32,12 +32,13 @@ from transformers.utils import CONFIG_NAME, SAFE_WEIGHTS_NAME
 
 import contextlab
 from contextlab.errors import UserError
-from contextlab.io import OutputKind, staged_dir
+from contextlab.io import staged_dir
 from contextlab.models.contextlm import ContextLM, ContextLMConfig, ContextLMOptions
 from contextlab.models.gpt import GPT, GPTConfig, current_fields
 from contextlab.models.hf.remote import REMOTE_DIR, REMOTE_FILES
 from contextlab.models.hf.remote import configuration_contextlab as remote_config
 from contextlab.models.hf.remote import modeling_contextlab as remote
+from contextlab.outputs import OutputKind
 
 MODEL_TYPE = "contextlab-gpt"
 CONTEXTLM_TYPE = "contextlab-contextlm"
