@@ -243,6 +243,19 @@ def test_bayes_fit_context_gain_is_the_same_targets_with_one_vs_all_visible(byte
     assert "context_gain" not in without_one.results["summary"]  # no l = 1: no gain is claimed
 
 
+def test_default_lengths_end_at_the_models_context_when_it_is_no_power_of_two(byte_store):
+    """Context 96: the default lengths are 1, 2, ..., 64 and then 96, so the context gain is 1 vs the
+    whole context visible (it used to stop at 64, the largest power of 2 within the context)."""
+    assert bayes_fit.default_lengths(255)[-2:] == [128, 255]
+    assert bayes_fit.default_lengths(256)[-2:] == [128, 256]
+    adapter = byte_adapter(tiny_gpt(3, context=96))
+    out = bayes_fit.run(adapter, bayes_fit.Options(samples=16), str(byte_store.path))
+    r, losses = out.results, out.arrays["target_losses"]
+    assert r["lengths"] == [1, 2, 4, 8, 16, 32, 64, 96] and losses.shape == (8, 16)
+    assert r["context_gain"]["visible"] == [1, 96] and r["context_gain"]["full_context"]
+    assert r["summary"]["context_gain"] == pytest.approx((losses[0] - losses[-1]).mean())
+
+
 def test_visible_loss_reports_the_same_context_gain_as_bayes_fit(byte_store):
     from contextlab.eval import visible
 

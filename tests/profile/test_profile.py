@@ -80,6 +80,10 @@ def test_lengths_follow_the_context_and_never_pass_it():
             assert max(lengths) + room <= C and min(lengths) >= shortest and not steps[name].skip
     assert steps["contextwise"].options.length == C + 1  # context lengths 1..C, none beyond
     assert steps["bayes-fit"].options.lengths == [2**i for i in range(12)]
+    at_96 = build(
+        96, BUDGETS["quick"], adapter, store="S", haystack=None, kv_file="K", kv_pairs=0, attention=""
+    )
+    assert next(s for s in at_96 if s.name == "bayes-fit").options.lengths == [1, 2, 4, 8, 16, 32, 64, 96]
     assert steps["kv"].options.positions == [0, 3, 6] and steps["kv"].options.n_pairs == 7
     assert all(s.options.scoring == "likelihood" for n, s in steps.items() if n in ("niah", "passkey", "kv"))
     assert kv_positions(1, 5) == [0] and kv_positions(9, 5) == [0, 2, 4, 6, 8]
@@ -186,7 +190,12 @@ def test_context_measures_at_a_shorter_length_and_is_refused_past_the_models(run
     for name in ("niah", "passkey"):
         lengths = json.loads((results / f"{name}.json").read_text())["options"]["lengths"]
         assert 256 < max(lengths) < 384
-    assert max(json.loads((results / "bayes-fit.json").read_text())["options"]["lengths"]) <= 384
+    bf = json.loads((results / "bayes-fit.json").read_text())
+    assert bf["options"]["lengths"] == [1, 2, 4, 8, 16, 32, 64, 128, 256, 384]  # ends at the context
+    gain = next(r for r in doc["headline"] if r["measure"].startswith("context gain (random targets"))
+    assert "1 vs the context visible" in gain["measure"]
+    assert bf["results"]["context_gain"]["visible"] == [1, 384]
+    assert gain["values"]["first"] == pytest.approx(bf["results"]["loss"][0] - bf["results"]["loss"][-1])
     capsys.readouterr()
     assert main([*argv[:-3], "--out", str(tmp_path / "long"), "--context", str(CONTEXT + 1)]) != 0
     err = capsys.readouterr().err

@@ -34,7 +34,7 @@ from contextlab.eval.base import EvalOutput, open_store
 @dataclass
 class Options:
     lengths: list[int] = opt(
-        [], "visible tokens l to measure; empty = 1, 2, 4, ... up to the model's context"
+        [], "visible tokens l to measure; empty = 1, 2, 4, ... below the model's context C, then C"
     )
     samples: int = opt(512, "target tokens N (the same targets for every l)")
     seed: int = opt(0, "seed of the target positions")
@@ -119,7 +119,9 @@ def context_gain(losses: np.ndarray, lengths: list[int], docs: list[int], contex
 
 
 def default_lengths(context: int) -> list[int]:
-    return [2**i for i in range(int(np.log2(context)) + 1)]
+    """1, 2, 4, ... below ``context``, then ``context`` itself: the longest l is the whole context
+    (255 -> 1, 2, ..., 128, 255), so the context gain is 1 vs the context visible."""
+    return [2**i for i in range(context.bit_length()) if 2**i < context] + [context]
 
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:

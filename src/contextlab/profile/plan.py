@@ -2,10 +2,10 @@
 
 Every length comes from the context C the profile measures (the model's, or the smaller of
 two models' so that their results pair): contextwise scores pieces of C + 1 tokens (every
-context length 1..C), the visible-context curve goes 1, 2, 4, ... up to C, the needle and
-passkey prompts follow the tasks' own default rule at C (C/4, C/2 and C less what the answer
-adds, none shorter than the task's fixed text), and
-key-value prompts hold as many pairs as fit in C. Nothing runs past the context. Prompt
+context length 1..C), the visible-context curve goes 1, 2, 4, ... below C and then C itself,
+the needle and passkey prompts follow the tasks' own default rule at C (C/4, C/2 and C less
+what the answer adds, none shorter than the task's fixed text), and key-value prompts hold as
+many pairs as fit in C. Nothing runs past the context. Prompt
 tasks are scored by likelihood only (the true answer against distractors, with the
 calibration prompt): generation would cost more than the rest of the battery together.
 
