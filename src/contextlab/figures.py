@@ -1,12 +1,13 @@
-"""Figures: matplotlib on the Agg backend, and one way to save a figure as a PNG.
+"""Figures: matplotlib on the Agg backend, and one way to render a figure as a PNG.
 
 ``pyplot()`` imports ``matplotlib.pyplot`` with the non-interactive Agg backend, so plots
 draw without a display; callers import it inside their plotting function, so code that only
-computes (tests, sweeps) never pays for matplotlib. ``save_png`` lays the figure out,
-renders it to memory, closes it (also when rendering fails, so no figure piles up in a long
-run) and writes the bytes with ``atomic_write_bytes``: a failed or killed save leaves the
-old PNG in place, never a truncated one. The trade-off is holding one rendered PNG in
-memory, a few hundred kilobytes.
+computes (tests, sweeps) never pays for matplotlib. ``png_bytes`` lays the figure out,
+renders it to memory and closes it (also when rendering fails, so no figure piles up in a
+long run): the report embeds such bytes in its page without writing a file. ``save_png``
+writes them with ``atomic_write_bytes``: a failed or killed save leaves the old PNG in
+place, never a truncated one. The trade-off is holding one rendered PNG in memory, a few
+hundred kilobytes.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ def pyplot() -> Any:
     return plt
 
 
-def save_png(fig: Any, path: str | os.PathLike, *, dpi: int = 110) -> Path:
-    """``fig.tight_layout()``, then write ``fig`` to ``path`` as a PNG atomically and close it."""
+def png_bytes(fig: Any, *, dpi: int = 110) -> bytes:
+    """``fig.tight_layout()``, then ``fig`` rendered as a PNG in memory; the figure is closed."""
     plt = pyplot()
     try:
         fig.tight_layout()
@@ -38,7 +39,12 @@ def save_png(fig: Any, path: str | os.PathLike, *, dpi: int = 110) -> Path:
         fig.savefig(buf, format="png", dpi=dpi)
     finally:
         plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
+    return buf.getvalue()
+
+
+def save_png(fig: Any, path: str | os.PathLike, *, dpi: int = 110) -> Path:
+    """``fig.tight_layout()``, then write ``fig`` to ``path`` as a PNG atomically and close it."""
+    atomic_write_bytes(path, png_bytes(fig, dpi=dpi))
     return Path(path)
 
 

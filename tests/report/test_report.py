@@ -125,3 +125,61 @@ def test_a_run_shows_its_left_to_right_loss_when_the_objective_loss_differs(tmp_
     }
     clm = [{"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.5, "val_loss": 2.4, "val_lm_loss": 2.4}]
     assert "left-to-right validation loss" not in key(clm)
+
+
+def _tiny_results(root):
+    """Two runs (metrics only), a token store and a packed store with its pack-stats, under root."""
+    from contextlab.cli.pack import cmd_pack_stats
+    from contextlab.data.ingest import IngestConfig, ingest
+    from contextlab.data.packing import PackConfig, pack
+    from tests.conftest import shakespeare
+
+    for name in ("runs/a", "runs/b"):
+        run = root / name
+        run.mkdir(parents=True)
+        rows = [{"step": s, "tokens": 256 * s, "loss": 3.0 - 0.1 * s} for s in range(1, 6)]
+        rows[-1]["val_loss"] = 2.6
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    src = root / "src"
+    src.mkdir()
+    for i in range(6):
+        (src / f"d{i}.txt").write_text(shakespeare(6000)[i * 1000 : i * 1000 + 400 + 100 * i])
+    tokens = ingest(src, root / "store", IngestConfig(tokenizer="byte"), progress=False).store
+    pack(tokens, root / "packed", PackConfig(method="ep", context=256), progress=False)
+    assert cmd_pack_stats([str(root / "packed")]) == 0
+
+
+def _snapshot(root) -> dict:
+    import hashlib
+
+    files = (p for p in root.rglob("*") if p.is_file())
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
+def test_the_report_writes_nothing_but_its_page(tmp_path):
+    """The report drew each run's loss curve into RUN/loss_curve.png: it must only read result folders."""
+    _tiny_results(tmp_path)
+    before = _snapshot(tmp_path)
+    page = build_report(tmp_path, tmp_path / "all_report.html")
+    after = _snapshot(tmp_path)
+    assert set(after) - set(before) == {"all_report.html"} and page == tmp_path / "all_report.html"
+    assert {k: v for k, v in after.items() if k != "all_report.html"} == before
+    text = page.read_text()
+    assert text.count('alt="loss curve" src="data:image/png;base64,') == 2  # drawn in memory, embedded
+
+
+def test_the_loss_curve_says_what_it_plots(tmp_path, monkeypatch):
+    from contextlab.report import plots
+
+    seen = []
+    real = plots.png_bytes
+
+    def spy(fig, **kw):
+        ax = fig.axes[0]
+        seen.append((ax.get_title(), ax.get_ylabel(), [t.get_text() for t in ax.get_legend().get_texts()]))
+        return real(fig, **kw)
+
+    monkeypatch.setattr(plots, "png_bytes", spy)
+    _tiny_results(tmp_path)
+    build_report(tmp_path / "runs" / "a")
+    assert seen == [("training and validation loss: a", "loss (nats/token)", ["train", "validation"])]

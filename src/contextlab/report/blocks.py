@@ -25,7 +25,12 @@ NUMERIC = re.compile(rf"—|{_NUM}(?: \[.*\])?|\[{_NUM}(?:, {_NUM})*\]")  # how 
 
 def img(path: Path, alt: str) -> str:
     """The PNG at ``path`` embedded as a data URI (the page stays one file)."""
-    data = base64.b64encode(path.read_bytes()).decode()
+    return png_img(path.read_bytes(), alt)
+
+
+def png_img(png: bytes, alt: str) -> str:
+    """A PNG rendered in memory (``figures.png_bytes``) embedded as a data URI: no file is written."""
+    data = base64.b64encode(png).decode()
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 

@@ -1,14 +1,16 @@
-"""Plots the report draws from result files (PNG, written atomically)."""
+"""Plots the report draws from result files, rendered in memory (PNG bytes for the page, no file).
+
+Trade-off: the report reads result folders and writes only its page, so a figure it draws
+itself is never saved beside the results; it is drawn again each time a page is built.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from contextlab.figures import pyplot, save_png
+from contextlab.figures import png_bytes, pyplot
 
 
-def loss_curve_png(rows: list[dict], out: Path, title: str = "") -> Path:
-    """Training loss (every logged step) and validation loss against tokens seen."""
+def loss_curve_png(rows: list[dict], run: str = "") -> bytes:
+    """Training loss (every logged step) and validation loss against tokens seen, as PNG bytes."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
     x = [r.get("tokens", r["step"]) for r in rows]
@@ -18,7 +20,7 @@ def loss_curve_png(rows: list[dict], out: Path, title: str = "") -> Path:
         ax.plot(*zip(*val), label="validation", color="#c0392b", marker="o", markersize=3)
     ax.set_xlabel("tokens" if "tokens" in rows[0] else "step")
     ax.set_ylabel("loss (nats/token)")
-    ax.set_title(title)
+    what = "training and validation loss" if val else "training loss"
+    ax.set_title(f"{what}: {run}" if run else what)
     ax.legend()
-    save_png(fig, out)
-    return out
+    return png_bytes(fig)

@@ -4,7 +4,8 @@ Each function turns the files of one artifact into one HTML section: a run (metr
 loss curve, its evaluations, config.toml), a token store (meta.json), a packed store
 (pack_stats.json), a sweep (results.csv, compute_optimal.json and its plots) and a quickstart
 summary (summary.json). Trade-off: the loss curve is drawn here from the metrics, the one plot
-the report makes itself, so a run shows its curve even when training never drew one.
+the report makes itself, so a run shows its curve even when training never drew one; it is drawn
+in memory and embedded in the page, never saved in the run folder the report reads.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import json
 from pathlib import Path
 
 from contextlab import rundir
-from contextlab.report.blocks import img, keys, muted, pre, table
+from contextlab.report.blocks import img, keys, muted, png_img, pre, table
 from contextlab.report.evals import eval_sections, read_results
 from contextlab.report.plots import loss_curve_png
 
@@ -39,8 +40,7 @@ def run_section(run: Path, title: str | None = None) -> tuple[str, dict]:
         }
         parts.append(keys(key))
         parts += [muted(line) for line in schedule_notes(run)]
-        png = loss_curve_png(rows, run / "loss_curve.png", title=run.name)
-        parts.append(img(png, "loss curve"))
+        parts.append(png_img(loss_curve_png(rows, run.name), "loss curve"))
     eval_dir = rundir.eval_dir(run)
     parts += eval_sections(eval_dir, read_results(eval_dir))
     cfg = run / rundir.CONFIG
