@@ -482,3 +482,31 @@ def test_a_store_of_the_other_kind_is_named_with_what_reads_it(tmp_path):
         UserError, match="is a training run, not a contextlab token store; the store it trained"
     ):
         TokenStore(tmp_path / "run")
+
+
+def test_file_names_that_are_not_utf8_are_ingested_with_their_bytes_escaped(tmp_path):
+    """A source file whose name is not valid UTF-8 (café.txt in Latin-1) crashed the ingest's
+    fingerprint with a UnicodeEncodeError; it is a document whose name shows the byte as \\xe9, in
+    docs.jsonl, skipped.jsonl and the strict-encoding message alike."""
+    root = tmp_path / "c"
+    root.mkdir()
+    (root / "a.txt").write_text("plain")
+    os.mkdir(os.path.join(os.fsencode(root), b"d\xefr"))
+    for name, data in (
+        (b"d\xefr/caf\xe9.txt", b"caf\xc3\xa9"),
+        (b"bin\xff.dat", b"a\0b"),
+        (b"lat\xe9.txt", b"\xe9"),
+    ):
+        with open(os.path.join(os.fsencode(root), name), "wb") as f:
+            f.write(data)
+    with pytest.raises(UserError, match=r"not valid UTF-8: lat\\xe9\.txt \(byte 0\)"):
+        ingest(root, tmp_path / "strict", IngestConfig(tokenizer="byte"), progress=False)
+    cfg = IngestConfig(tokenizer="byte", source=SourceOptions(encoding="skip"))
+    store = ingest(root, tmp_path / "s", cfg, progress=False).store
+    assert [(d["id"], d["domain"]) for d in store.docs_meta()] == [
+        ("a.txt", ""),
+        ("d\\xefr/caf\\xe9.txt", "d\\xefr"),
+    ]
+    assert bytes(store.doc(1).astype(np.uint8)) == b"caf\xc3\xa9"
+    skipped = [json.loads(line) for line in (store.path / "skipped.jsonl").read_text().splitlines()]
+    assert [s["path"] for s in skipped] == ["bin\\xff.dat", "lat\\xe9.txt"]

@@ -2,11 +2,12 @@
 
 ``walk`` lists a folder tree in sorted relative-path order with include/exclude globs,
 and names every entry it leaves out with a reason (links that leave the tree, loop, break,
-or duplicate a file read anyway; hidden entries are not listed). ``read_text_bytes`` reads
-a text file (gzip transparently) and tells binary files by a NUL byte in the first
-``BINARY_PROBE`` bytes; a corrupt file raises ``Unreadable`` for the caller to skip.
-``LongText`` / ``scan_long_text`` give a file too long to hold whole as chunks, decoded
-incrementally. ``hf_arrow_files`` finds the Arrow files of a ``save_to_disk`` dataset (of
+or duplicate a file read anyway; hidden entries are not listed). A name that is not valid
+UTF-8 is recorded with its undecodable bytes as ``\\xNN`` (``shown_name``); the file itself is
+read as any other. ``read_text_bytes`` reads a text file (gzip transparently) and tells binary
+files by a NUL byte in the first ``BINARY_PROBE`` bytes; a corrupt file raises ``Unreadable`` for
+the caller to skip. ``LongText`` / ``scan_long_text`` give a file too long to hold whole as
+chunks, decoded incrementally. ``hf_arrow_files`` finds the Arrow files of a ``save_to_disk`` dataset (of
 one split of a ``DatasetDict``: ``hf_split`` picks it) and ``record_batches`` streams Arrow or
 Parquet record batches, memory-mapped. Trade-off: a text file is read whole below
 ``long_doc_mb`` (a document is one file) and in 16 MB chunks above it, read twice (a scan,
@@ -132,8 +133,16 @@ def walk(root: Path, include: list[str], exclude: list[str]) -> tuple[list[tuple
                 files.append((rel, entry.path))
     files.sort()
     kept = _drop_duplicates(files, links, real_root, skipped)
+    skipped = [{"path": shown_name(e["path"]), "reason": shown_name(e["reason"])} for e in skipped]
     skipped.sort(key=lambda e: e["path"])
-    return [(rel, Path(path)) for rel, path in kept], skipped
+    return [(shown_name(rel), Path(path)) for rel, path in kept], skipped
+
+
+def shown_name(name: str) -> str:
+    """A file name as contextlab records and prints it: a name that is not valid UTF-8 (held by Python
+    as surrogate escapes, which no UTF-8 file or terminal takes) gets its undecodable bytes written
+    as ``\\xNN`` (``caf\\xe9.txt``); every other name is itself."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
 def _link_target(path: str, real_root: Path) -> tuple[str, str]:

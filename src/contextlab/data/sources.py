@@ -51,6 +51,7 @@ from contextlab.data.source_files import (
     hf_splits,
     read_text_bytes,
     scan_long_text,
+    shown_name,
     utf8_error_offset,
     walk,
 )
@@ -170,7 +171,7 @@ class Source:
     """
 
     def __init__(self, path: str | Path, options: SourceOptions | None = None):
-        self.given = str(path)
+        self.given = shown_name(str(path))  # as recorded and printed (a name not UTF-8: \xNN)
         self.path = Path(path).expanduser()
         self.options = options or SourceOptions()
         if not self.path.exists():
@@ -203,7 +204,7 @@ class Source:
         return {
             "format": FORMAT,
             "kind": self.kind,
-            "path": str(self.path.resolve()),
+            "path": shown_name(str(self.path.resolve())),
             "source": self.given,
             **({"split": self.split} if self.split is not None else {}),
             "options": dataclasses.asdict(self.options),
@@ -253,7 +254,7 @@ class Source:
         if self.kind == "hf-dataset":
             return hf_arrow_files(self.path, self.split), []
         if self.path.is_file():
-            return [(self.path.name, self.path)], []
+            return [(shown_name(self.path.name), self.path)], []
         return walk(self.path, self.options.include, self.options.exclude)
 
     def __iter__(self) -> Iterator[Document]:
@@ -385,7 +386,7 @@ class Source:
             self.stats.skipped_binary += 1
             self.skip(rel, "binary (a NUL byte in its first 8 KiB)")
             return None
-        return self.decode(data, str(path), rel)
+        return self.decode(data, shown_name(str(path)), rel)
 
     def _long_text(self, rel: str, path: Path) -> LongText | None:
         """Scan a long file once, chunk by chunk, under the encoding policy (see ``decode``)."""
@@ -396,7 +397,8 @@ class Source:
             at = utf8_error_offset(path)
             if policy == "strict":
                 raise UserError(
-                    f"{path} is not valid UTF-8 (byte offset {at}); use --encoding replace (or skip, latin-1)"
+                    f"{shown_name(str(path))} is not valid UTF-8 (byte offset {at}); use --encoding replace "
+                    "(or skip, latin-1)"
                 ) from None
             st.undecodable_files += policy != "latin-1"
             text, bad = scan_long_text(path, "replace" if policy == "skip" else policy)
