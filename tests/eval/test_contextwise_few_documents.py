@@ -80,3 +80,34 @@ def test_many_documents_keep_one_piece_each_and_their_claim(byte_store):
     assert r["n_sequences"] == 18 and r["n_documents"] == 5
     interval = r["summary"]["first_to_last_bucket_drop_interval95"]
     assert r["summary"]["falls_with_position"] is (interval[0] > 0) and "text" not in r
+
+
+def test_the_smoothed_plot_is_centred_names_its_smoothing_and_shows_each_position(monkeypatch):
+    """With few documents the plot averaged 9 positions in a trailing window (the curve shifted right
+    by 4 positions), said so nowhere, hid the single-position minimum of the JSON and left the
+    training-context line out of the legend."""
+    from contextlab import figures
+    from contextlab.eval import plots
+
+    figs = []
+    monkeypatch.setattr(plots, "save_png", lambda fig, out: figs.append(fig) or out)
+    x = np.arange(1, 200)
+    y = np.where(x < 100, 3.0, 2.0)  # a step at position 100
+    y[149] = 1.0  # the lowest single position: 150
+    minimum = contextwise.curve_minimum(y, np.zeros_like(y), train_context=128, width=13)
+    curve = {"context": x.tolist(), "loss": y.tolist(), "train_context": 128, "minimum": minimum}
+    plots.contextwise_png({"m": curve}, "unused.png", smooth=9)
+    ax = figs[0].axes[0]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[:3] == ["m (mean over 9 positions)", "each position", "training context (128 tokens)"]
+    assert "lowest single position" in legend
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    smooth = lines["m (mean over 9 positions)"]
+    at = dict(zip(np.round(smooth.get_xdata(), 9), smooth.get_ydata()))
+    assert at[100] == pytest.approx((4 * 3.0 + 5 * 2.0) / 9)  # positions 96..104: centred, not 92..100
+    assert min(at) == 5 and max(at) == 195  # only where the whole window fits
+    raw = lines["each position"]
+    assert raw.get_ydata().tolist() == y.tolist() and raw.get_alpha() < 1  # faint, every position
+    cross = [line for line in ax.get_lines() if line.get_marker() == "x"]
+    assert [(c.get_xdata()[0], c.get_ydata()[0]) for c in cross] == [(150, 1.0)]  # the JSON's min_loss
+    figures.pyplot().close(figs[0])

@@ -339,7 +339,7 @@ def _plot(curves: dict, path, smooth: int):
 
 
 def _smooth(n_docs: int) -> int:
-    return 1 if n_docs >= 256 else 9  # few documents: average 9 neighbouring positions in the plot
+    return 1 if n_docs >= 256 else 9  # few documents: the plot adds a centred mean over 9 positions
 
 
 def combined_plot(result_files: list, out) -> None:

@@ -19,47 +19,88 @@ def _figure(w: float = 6.5, h: float = 4.0):
 
 def contextwise_png(curves: dict[str, dict], out: str | Path, smooth: int = 0) -> Path:
     """Loss vs context length (log x) for several models; a dotted line marks each training context,
-    a grey band the context lengths past it (beyond the training context) and a triangle the curve's
-    lowest window (the true minimum, ``contextwise.curve_minimum``).
+    a grey band the context lengths past it (beyond the training context), a triangle and bar the
+    curve's lowest window (the true minimum, ``contextwise.curve_minimum``) and a cross its lowest
+    single position (the result's ``min_loss``).
+
+    smooth > 1: each model's line is the mean over ``smooth`` positions centred on each point (the
+    legend says so), drawn over the faint per-position curve; the result's numbers are never smoothed.
 
     curves: label -> {"context": [...], "loss": [...], "train_context": int | None, "minimum": the
     result's ``minimum`` (optional)}.
     """
     import numpy as np
 
-    fig, ax = _figure()
-    shaded = False
+    fig, ax = _figure(6.5, 5.0)
+    shown: set[str] = set()  # legend entries shared by several models are listed once
+    bands: set[tuple] = set()
+
+    def once(text: str) -> str:
+        new = text not in shown
+        shown.add(text)
+        return text if new else "_nolegend_"
+
     for label, c in curves.items():
         x, y = np.asarray(c["context"], float), np.asarray(c["loss"], float)
-        if smooth > 1 and len(y) > smooth:  # moving average on a log-spaced grid keeps the early points
+        if smooth > 1 and len(y) > smooth:
+            # a centred moving average over the positions 1, 2, 3, ... (linear, however the axis is
+            # drawn): no shift; the half window at each end has only the faint per-position curve
             k = np.ones(smooth) / smooth
-            y = np.concatenate([y[: smooth - 1], np.convolve(y, k, mode="valid")])
-        (line,) = ax.plot(x, y, label=label, linewidth=1.2)
-        if c.get("train_context"):
-            ax.axvline(c["train_context"], color=line.get_color(), linestyle=":", linewidth=1)
-            if len(x) and x.max() > c["train_context"]:
-                ax.axvspan(
-                    c["train_context"],
-                    x.max(),
-                    color="grey",
-                    alpha=0.12,
-                    label=None if shaded else "beyond the training context",
-                )
-                shaded = True
-        if c.get("minimum"):
-            w = c["minimum"]["window"]
+            xs, ys = np.convolve(x, k, mode="valid"), np.convolve(y, k, mode="valid")
+            (line,) = ax.plot(xs, ys, label=f"{label} (mean over {smooth} positions)", linewidth=1.2)
+            ax.plot(
+                x, y, color=line.get_color(), alpha=0.3, linewidth=0.6, zorder=1, label=once("each position")
+            )
+        else:
+            (line,) = ax.plot(x, y, label=label, linewidth=1.2)
+        ctx = c.get("train_context")
+        if ctx:
+            ax.axvline(
+                ctx,
+                color=line.get_color(),
+                linestyle=":",
+                linewidth=1,
+                label=once(f"training context ({ctx:,} tokens)"),
+            )
+            band = (ctx, float(x.max()) if len(x) else 0.0)
+            if band[1] > ctx and band not in bands:  # models of one context share one band
+                bands.add(band)
+                ax.axvspan(*band, color="grey", alpha=0.12, label=once("beyond the training context"))
+        minimum = c.get("minimum") or {}
+        if "window" in minimum:
+            w = minimum["window"]
             ax.hlines(w["loss"], w["from"], w["to"], color="black", linewidth=2.5, zorder=4)
             mid = math.sqrt(w["from"] * w["to"])  # the middle on the log axis
+            width = w["to"] - w["from"] + 1
             ax.plot(
-                [mid], [w["loss"]], marker="v", markersize=9, color=line.get_color(), mec="black", zorder=5
+                [mid],
+                [w["loss"]],
+                linestyle="none",
+                marker="v",
+                markersize=9,
+                color=line.get_color(),
+                mec="black",
+                zorder=5,
+                label=once(f"lowest mean over {width} positions (best-context width)"),
+            )
+        if "position" in minimum:
+            p = minimum["position"]
+            ax.plot(
+                [p["context"]],
+                [p["loss"]],
+                linestyle="none",
+                marker="x",
+                markersize=7,
+                color=line.get_color(),
+                mew=1.5,
+                zorder=5,
+                label=once("lowest single position"),
             )
     ax.set_xscale("log", base=2)
     ax.set_xlabel("context length (tokens seen before the predicted token)")
     ax.set_ylabel("loss (nats/token)")
-    ax.set_title(
-        "contextwise loss (▼ and bar: the lowest window as wide as the best-context one)", fontsize=9
-    )
-    ax.legend(fontsize=8)
+    ax.set_title("contextwise loss: mean loss of the token at each position", fontsize=9)
+    ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.15))  # below: off the curves
     ax.grid(alpha=0.3)
     return save_png(fig, out)
 
