@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from contextlab.errors import UserError
 from contextlab.eval import icl, kv, needle, passkey, scoring, stats, tasks, vartrack, visible
 from tests.conftest import KV_75, TREC
 from tests.eval.conftest import byte_adapter, tiny_gpt
@@ -289,3 +290,36 @@ def test_each_retrieval_result_keeps_its_sample_rows_with_answer_and_generation(
     for r in rows:
         assert {"answer", "generated", "exact", "likelihood_correct", "cell"} <= set(r)
         assert r["exact"] == r["generated"].strip().lower().startswith(r["answer"].strip().lower())
+
+
+def test_niah_haystack_reads_like_ingest_strict_encoding_and_no_provenance_files(tmp_path):
+    """The haystack reader turned Latin-1 bytes into U+FFFD with no count, and fed SOURCE.txt (where
+    the essays came from) into the haystack; now it follows ingest: strict by default naming the
+    files, --encoding to decode them, provenance files left out and named in the data record."""
+    (tmp_path / "a.txt").write_text("First essay.\r\n")
+    (tmp_path / "b.txt").write_bytes(b"Caf\xe9 au lait.")
+    (tmp_path / "SOURCE.txt").write_text("Downloaded from http://example.com")
+    (tmp_path / "README.md").write_text("about")
+    (tmp_path / "notes.md").write_text("not a haystack file")
+    with pytest.raises(
+        UserError, match=r"1 file in .* is not valid UTF-8: b\.txt \(byte 3\); .*--encoding latin-1"
+    ):
+        needle.read_haystack(tmp_path)
+    hay, record = needle.read_haystack(tmp_path, "latin-1")
+    assert hay == "First essay.\n\n\nCafé au lait."
+    assert record == {
+        "haystack_files": 2,
+        "left_out": [
+            {"path": "README.md", "reason": "provenance, not text"},
+            {"path": "SOURCE.txt", "reason": "provenance, not text"},
+        ],
+        "latin1_files": 1,
+    }
+    hay, record = needle.read_haystack(tmp_path, "replace")
+    assert hay.endswith("Caf\ufffd au lait.") and record["undecodable_bytes"] == 1
+    assert needle.read_haystack(tmp_path, "skip")[0] == "First essay.\n"
+    (tmp_path / "a.txt").unlink(), (tmp_path / "b.txt").unlink()
+    with pytest.raises(
+        UserError, match=r"no \.txt files in .* \(left out as provenance, not text: README\.md, SOURCE\.txt\)"
+    ):
+        needle.read_haystack(tmp_path)

@@ -34,6 +34,9 @@ BINARY_PROBE = 8192  # bytes inspected for a NUL byte
 CHUNK_BYTES = 1 << 24  # bytes read and decoded at a time from a long file
 EXCLUDED = "excluded by --include/--exclude"
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz")
+# files that describe a corpus rather than belong to it (where it came from, its licence), in any
+# case and with any extension: README.md, SOURCE.txt, LICENSE, ... (``provenance_globs``)
+PROVENANCE_NAMES = ("readme", "source", "sources", "license", "licence", "copying", "notice", "provenance")
 
 
 def detect_kind(path: Path, include: list[str], exclude: list[str]) -> str:
@@ -52,6 +55,13 @@ def detect_kind(path: Path, include: list[str], exclude: list[str]) -> str:
     if names and all(n.endswith(JSONL_SUFFIXES) for n in names):
         return "jsonl"
     return "folder"
+
+
+def provenance_globs() -> list[str]:
+    """``--exclude`` globs that leave out the provenance files of ``PROVENANCE_NAMES`` at any depth,
+    in any case (``[Rr][Ee]...``), bare or with an extension (``SOURCE.txt``, ``LICENSE``)."""
+    anycase = ["".join(f"[{c.upper()}{c}]" for c in name) for name in PROVENANCE_NAMES]
+    return [g + tail for g in anycase for tail in ("", ".*")]
 
 
 def globs_regex(patterns: list[str]) -> re.Pattern:

@@ -60,6 +60,10 @@ from contextlab.errors import UserError
 
 FORMAT = "contextlab.sources/1"
 SHOW_BAD = 20  # undecodable files named in the strict-encoding error (skipped.jsonl has all)
+STRICT_FIX = (  # the end of that error for an ingest
+    "nothing was tokenized: run again with --encoding replace, skip or latin-1 (skip leaves them out "
+    "and lists them in skipped.jsonl)"
+)
 
 
 @dataclass
@@ -235,9 +239,10 @@ class Source:
             h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
         return h.hexdigest()
 
-    def check_encoding(self) -> None:
+    def check_encoding(self, fix: str = STRICT_FIX) -> None:
         """Under ``--encoding strict``, find every undecodable text file before anything is read
-        for real, and raise one ``UserError`` listing them (a cheap extra pass over the bytes)."""
+        for real, and raise one ``UserError`` listing them and ending in ``fix`` (a cheap extra pass
+        over the bytes)."""
         if self.options.encoding != "strict" or self.kind not in ("folder", "file", "jsonl"):
             return
         bad = [(rel, at) for rel, path in self._files()[0] if (at := utf8_error_offset(path)) is not None]
@@ -246,8 +251,7 @@ class Source:
             more = f" and {len(bad) - SHOW_BAD} more" if len(bad) > SHOW_BAD else ""
             raise UserError(
                 f"{len(bad)} file{'s' * (len(bad) != 1)} in {self.given} {'are' if len(bad) > 1 else 'is'} "
-                f"not valid UTF-8: {shown}{more}; nothing was tokenized: run again with "
-                "--encoding replace, skip or latin-1 (skip leaves them out and lists them in skipped.jsonl)"
+                f"not valid UTF-8: {shown}{more}; {fix}"
             )
 
     def _files(self) -> tuple[list[tuple[str, Path]], list[dict]]:

@@ -2,7 +2,11 @@
 
 Haystack: plain text files (``--data``: a folder of .txt or one file; public-domain
 books by default, or the Paul Graham essays of the original test), read in name order,
-CRLF normalised. For every context length L and depth d, the haystack is cut to the
+CRLF normalised, through ingest's folder reader (``data.sources``): the same rule for bytes
+that are not UTF-8 (``--encoding``: strict by default, naming every such file; replace, skip
+or latin-1, counted in the result's data record), and the files that describe the corpus
+rather than belong to it (README, SOURCE, LICENSE, ...: ``source_files.provenance_globs``)
+left out and named there. For every context length L and depth d, the haystack is cut to the
 tokens left after the longest needle and the question, and the needle sentence goes in
 at d% of the haystack tokens: 0% before its first word, 100% after its last (right before
 the question, as in the original test), and in between at the first of these that lies
@@ -47,6 +51,8 @@ import contextlab.eval.progress as progress
 import contextlab.eval.scoring as scoring
 import contextlab.eval.tasks as tasks
 from contextlab.config import opt
+from contextlab.data.source_files import EXCLUDED, globs_regex, provenance_globs, walk
+from contextlab.data.sources import SourceOptions, open_source
 from contextlab.errors import UserError
 from contextlab.eval.base import EvalOutput
 from contextlab.eval.results import text_hash
@@ -64,6 +70,7 @@ DISTRACTORS = [
 SENTENCE_END = re.compile(r"""[.!?]["'”’)\]]*(?=\s)""")
 WORD_END = re.compile(r"(?<=\S)\s")  # the first whitespace character after a word
 DEPTH_TOLERANCE = 0.05  # the farthest a needle may land from its depth, as a fraction of the haystack
+PROVENANCE = globs_regex(provenance_globs())  # README, SOURCE, LICENSE, ...: not part of a haystack
 
 
 @dataclass
@@ -86,19 +93,51 @@ class Options:
         "as the needle, the others being the wrong candidates (chance = 1 / their number)",
     )
     scoring: Literal["likelihood", "generate", "both"] = opt("both", "how the answer is scored")
+    encoding: Literal["strict", "replace", "skip", "latin-1"] = opt(
+        "strict",
+        "haystack bytes that are not UTF-8, as in data ingest: strict (stop, naming every such file), "
+        "replace (U+FFFD), skip (the file), latin-1 (decode the file as Latin-1); all are counted",
+    )
     max_new_tokens: int = opt(0, "tokens to generate; 0 = the answer's length + 4")
 
 
-def read_haystack(data: str | Path) -> str:
+def read_haystack(data: str | Path, encoding: str = "strict") -> tuple[str, dict]:
+    """(the haystack text, what was read: files, the files left out and why, undecodable counts).
+
+    The top-level .txt files of a folder (or one file) through ingest's ``open_source``, so the
+    encoding policy, hidden, binary and linked files are those of ``data ingest``; provenance
+    files (``provenance_globs``) are left out; no Gutenberg stripping, no streaming of long files."""
     p = Path(data)
-    files = sorted(p.glob("*.txt")) if p.is_dir() else [p]
+    folder = p.is_dir()
+    options = SourceOptions(
+        include=["/*.txt"] if folder else [],
+        exclude=provenance_globs() if folder else [],
+        strip_gutenberg="no",
+        encoding=encoding,  # type: ignore[arg-type]  (SourceOptions checks it)
+        long_doc_mb=float("inf"),
+    )
+    files, skipped = walk(p, options.include, options.exclude) if folder else ([(p.name, p)], [])
+    provenance = [e["path"] for e in skipped if "/" not in e["path"] and PROVENANCE.match(e["path"])]
     if not files:
+        also = f" (left out as provenance, not text: {', '.join(provenance)})" if provenance else ""
         raise UserError(
-            f"no .txt files in {p}; pass --data a folder of text files "
+            f"no .txt files in {p}{also}; pass --data a folder of text files "
             "(e.g. ../shared/data/paul_graham_essays)"
         )
-    text = "\n\n".join(f.read_bytes().decode("utf-8", errors="replace").replace("\r\n", "\n") for f in files)
-    return re.sub(r"[ \t]+", " ", text)
+    src = open_source(p, options)
+    src.check_encoding(
+        "no prompt was built: pass --encoding latin-1 (files from before UTF-8), replace (U+FFFD, "
+        "counted) or skip (leave them out)"
+    )
+    text = "\n\n".join(str(d.text).replace("\r\n", "\n") for d in src)
+    counts = {k: v for k, v in src.stats.as_dict().items() if k.startswith(("undecodable", "latin1")) and v}
+    record = {
+        "haystack_files": src.stats.documents,
+        "left_out": [{"path": name, "reason": "provenance, not text"} for name in provenance]
+        + [e for e in src.skipped if e["reason"] != EXCLUDED],
+        **counts,
+    }
+    return re.sub(r"[ \t]+", " ", text), record
 
 
 def sentence_boundaries(text: str) -> list[int]:
@@ -207,7 +246,7 @@ def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], di
         )
     if len(o.answers) < 2 or len(set(o.answers)) < len(o.answers):
         raise UserError("niah needs at least two different --answers (the pool of needle values)")
-    hay = read_haystack(data)
+    hay, read = read_haystack(data, o.encoding)
     lengths, room, shortest = lengths_for(adapter, o)
     starts = [0] + sentence_boundaries(hay[:200_000])[::97][1:]
     pool = [adapter.encode(" " + v) for v in o.answers]
@@ -231,7 +270,13 @@ def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], di
         f"the longest niah prompt ({max(lengths):,} tokens) with its answer",
         tasks.lengths_fix("niah", adapter.context, room, shortest),
     )
-    info = {"haystack": str(data), "hash": text_hash(hay), "haystack_chars": len(hay), "lengths": lengths}
+    info = {
+        "haystack": str(data),
+        "hash": text_hash(hay),
+        "haystack_chars": len(hay),
+        "lengths": lengths,
+        **read,
+    }
     return samples, info
 
 
