@@ -73,3 +73,22 @@ def test_needle_and_kv_results_and_plots_carry_the_intervals(tmp_path, captured)
     assert len(pos["ci95"]) == 2 and all(lo <= a <= hi for a, (lo, hi) in zip(pos["accuracy"], pos["ci95"]))
     res.plot(tmp_path / "kv.png")
     assert len(captured[-1].axes[0].collections) == 1
+
+
+def test_a_heatmap_of_one_length_keeps_its_title_and_names_its_scoring_and_values(tmp_path, captured):
+    """`eval niah --samples 1` at one length drew a 230 px figure titled 'e in a haystack
+    (likelihood_correc' (cut at both ends, a raw key) with an unlabelled colour bar."""
+    adapter = byte_adapter(tiny_gpt(3, context=512), batch_size=8)
+    hay = tmp_path / "hay.txt"
+    hay.write_text(HAY)
+    options = needle.Options(lengths=[300], depths=[0, 50, 100], samples=1, scoring="likelihood")
+    needle.run(adapter, options, str(hay)).plot(tmp_path / "needle.png")
+    fig = captured[-1]
+    ax, bar = fig.axes
+    assert ax.get_title() == "needle in a haystack: tiny\ncorrect: true answer is the most likely candidate"
+    assert bar.get_ylabel() == "accuracy (fraction of prompts correct)"
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["0", "50", "100"]
+    fig.tight_layout()  # as save_png lays it out: the whole title lies inside the figure
+    fig.canvas.draw()
+    box = ax.title.get_window_extent()
+    assert fig.get_figwidth() >= plots.HEATMAP_MIN_WIDTH and box.x0 >= 0 and box.x1 <= fig.bbox.width

@@ -130,6 +130,9 @@ def bayes_fit_png(lengths, losses, sems, params: dict | None, out: str | Path, t
     return save_png(fig, out)
 
 
+HEATMAP_MIN_WIDTH = 5.0  # inches: a heatmap of one or two columns still has room for its title
+
+
 def heatmap_png(
     matrix,
     rows: list,
@@ -142,18 +145,27 @@ def heatmap_png(
     vmin: float = 0.0,
     vmax: float = 1.0,
     intervals=None,
+    value_label: str = "",
 ) -> Path:
     """A NIAH-style heatmap: rows (e.g. depth %) x columns (e.g. context length), values annotated.
 
     intervals: matrix of (lo, hi) per cell (95% intervals), printed under each value.
+    value_label: what a cell's value is, written along the colour bar.
+    The figure is at least ``HEATMAP_MIN_WIDTH`` wide and the title is wrapped to it, so a grid of
+    one length keeps its whole title.
     """
+    import textwrap
+
     import numpy as np
 
     m = np.asarray(matrix, float)
-    fig, ax = _figure(1.2 + 0.9 * len(cols), 1.2 + 0.5 * len(rows))
+    width = max(HEATMAP_MIN_WIDTH, 1.2 + 0.9 * len(cols))
+    chars = int((width - 1.2) * 14)  # what fits in the figure at font size 9
+    lines = [wrapped for line in title.split("\n") for wrapped in textwrap.wrap(line, chars) or [""]]
+    fig, ax = _figure(width, 1.2 + 0.5 * len(rows) + 0.2 * len(lines))
     im = ax.imshow(m, cmap="RdYlGn", vmin=vmin, vmax=vmax, aspect="auto")
-    ax.set_xticks(range(len(cols)), [str(c) for c in cols])
-    ax.set_yticks(range(len(rows)), [str(r) for r in rows])
+    ax.set_xticks(range(len(cols)), [_tick(c) for c in cols])
+    ax.set_yticks(range(len(rows)), [_tick(r) for r in rows])
     ax.set_xlabel(col_label)
     ax.set_ylabel(row_label)
     for i in range(m.shape[0]):
@@ -164,9 +176,16 @@ def heatmap_png(
                     lo, hi = intervals[i][j]
                     text += f"\n[{lo:.2f}, {hi:.2f}]"
                 ax.text(j, i, text, ha="center", va="center", fontsize=7 if intervals is None else 5.5)
-    fig.colorbar(im, ax=ax)
-    ax.set_title(title, fontsize=9)
+    bar = fig.colorbar(im, ax=ax)
+    if value_label:
+        bar.set_label(value_label, fontsize=8)
+    ax.set_title("\n".join(lines), fontsize=9)
     return save_png(fig, out)
+
+
+def _tick(v) -> str:
+    """A tick label: a whole number without its '.0' (depth 50.0 -> 50), anything else as it is."""
+    return f"{v:g}" if isinstance(v, float) else str(v)
 
 
 def lines_png(

@@ -148,6 +148,11 @@ ACCURACIES = {
     "exact": "exact_match",
     "contains": "contains_match",
 }
+SCORED_BY = {  # each per-sample accuracy key in words (scoring.py), for plot titles
+    "likelihood_correct": "correct: true answer is the most likely candidate",
+    "exact": "correct: greedy output starts with the answer",
+    "contains": "correct: greedy output contains the answer",
+}
 
 
 def _metrics(rows: list[dict]) -> dict:
@@ -266,8 +271,9 @@ def depth_by_length(res: dict, depths: list, lengths: list, what: str, title: st
             path,
             row_label=f"{what} depth (%)",
             col_label="context length (tokens)",
-            title=title.replace(": ", f" ({cell_key}): ", 1),
+            title=f"{title}\n{SCORED_BY[cell_key]}",
             intervals=res["heatmap"]["ci95"],
+            value_label="accuracy (fraction of prompts correct)",
         )
 
     return plot
