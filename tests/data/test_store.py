@@ -94,6 +94,9 @@ def test_same_size_edit_caught_by_verify(store):
 def test_missing_and_not_a_store(tmp_path):
     with pytest.raises(UserError, match="store not found"):
         TokenStore(tmp_path / "nope")
+    with pytest.raises(UserError) as err:  # the command to copy quotes a path with spaces
+        TokenStore(tmp_path / "st orig")
+    assert f"`contextlab data ingest SOURCE --out '{tmp_path / 'st orig'}'`" in str(err.value)
     (tmp_path / "dir").mkdir()
     with pytest.raises(UserError, match="not a contextlab token store"):
         TokenStore(tmp_path / "dir")

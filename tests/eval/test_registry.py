@@ -67,3 +67,21 @@ def test_no_evaluation_module_imports_the_package_back():
             if isinstance(node, ast.Import) and any(a.name == "contextlab.eval" for a in node.names):
                 offenders.append(f"{f.relative_to(root)}:{node.lineno}")
     assert offenders == []
+
+
+def test_the_ingest_command_a_message_suggests_quotes_a_tokenizer_path_with_spaces(tmp_path):
+    """`--tokenizer dir:/tmp/x/run é 1/tokenizer` split into three words in a shell: the command line a
+    message gives to copy quotes it."""
+    from contextlab.data.tokenizers import ByteTokenizer
+    from contextlab.errors import UserError
+    from contextlab.eval.base import open_store, tokenizer_arg
+    from tests.eval.conftest import byte_adapter, tiny_gpt
+
+    run = tmp_path / "run é 1"
+    ByteTokenizer().save(run / "tokenizer")
+    adapter = byte_adapter(tiny_gpt())
+    adapter.info.path = str(run)
+    assert tokenizer_arg(adapter) == f"'dir:{run / 'tokenizer'}'"
+    with pytest.raises(UserError) as err:
+        open_store(None, adapter, "ppl")
+    assert f"--tokenizer 'dir:{run}/tokenizer' --out STORE`" in str(err.value)

@@ -16,6 +16,7 @@ here would need the models.
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,7 +77,8 @@ def eval_folder(path: str | Path) -> Path:
         if d.is_dir() and any(_is_result(f) for f in d.glob("*.json")):
             return d
     raise UserError(
-        f"{p} holds no evaluation results (no eval/NAME.json); run `contextlab eval NAME --model {p}` first"
+        f"{p} holds no evaluation results (no eval/NAME.json); run "
+        f"`contextlab eval NAME --model {shlex.quote(str(p))}` first"
     )
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -283,7 +284,7 @@ class TokenStore:
             raise UserError(
                 f"store {self.path} is corrupt: it holds token id {top}{where}, outside the vocabulary "
                 f"0..{self.vocab_size - 1} of its tokenizer; "
-                + (fix or f"check it with `contextlab data verify {self.path}` and {_FIX}")
+                + (fix or f"check it with `contextlab data verify {shlex.quote(str(self.path))}` and {_FIX}")
             )
 
     # ---------------------------------------------------------------- access

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,7 +69,8 @@ def read_meta(path: Path, kind: MetaKind) -> dict:
         )
     if not path.exists():
         raise UserError(
-            f"{kind.what} not found: {path} (create one with `{kind.make} {kind.make_input} --out {path}`)"
+            f"{kind.what} not found: {path} (create one with "
+            f"`{kind.make} {kind.make_input} --out {shlex.quote(str(path))}`)"
         )
     meta_file = path / "meta.json"
     if not meta_file.is_file():

@@ -9,6 +9,7 @@ evaluation rather than parallel dicts, so adding one is one entry in one place.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,8 +88,9 @@ def open_store(data: str | None, adapter, what: str, kinds: tuple[str, ...] = ()
 
 
 def tokenizer_arg(adapter) -> str:
-    """The ``--tokenizer`` spec of the model's own tokenizer: ``hf:FOLDER`` for a Hugging Face folder,
-    ``dir:FOLDER`` for the saved tokenizer of a contextlab run, checkpoint or export."""
+    """The ``--tokenizer`` spec of the model's own tokenizer, shell-quoted for a command line to copy:
+    ``hf:FOLDER`` for a Hugging Face folder, ``dir:FOLDER`` for the saved tokenizer of a contextlab
+    run, checkpoint or export."""
     from contextlab.inference.tokenizer import hf_tokenizer_file
     from contextlab.rundir import TOKENIZER, TOKENIZER_SPEC, find_tokenizer_dir, is_hf_folder
 
@@ -97,12 +99,12 @@ def tokenizer_arg(adapter) -> str:
         return "<the model's tokenizer>"
     tok_file = hf_tokenizer_file(path) if is_hf_folder(path) else None
     if tok_file is not None and not (path / TOKENIZER / TOKENIZER_SPEC).is_file():  # not a contextlab export
-        return f"hf:{path if tok_file == path / 'tokenizer.json' else tok_file}"
+        return shlex.quote(f"hf:{path if tok_file == path / 'tokenizer.json' else tok_file}")
     try:
         saved = find_tokenizer_dir(path, adapter.tokenizer.spec())
     except UserError:  # a damaged config.toml: the hint falls back to the form
         saved = None
-    return f"dir:{saved}" if saved is not None else "dir:<the model's saved tokenizer folder>"
+    return shlex.quote(f"dir:{saved}") if saved is not None else "dir:<the model's saved tokenizer folder>"
 
 
 def require_file(data: str | None, what: str, example: str) -> Path:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,8 +112,8 @@ def _from_run(cfg, objective, store, src: Path) -> InitModel:
     state = ckpt.state
     if ckpt.arch == HF_ARCH:
         raise UserError(
-            f"{src} continued a Hugging Face model; export it (contextlab export {src} --out DIR) and "
-            "start from that folder"
+            f"{src} continued a Hugging Face model; export it "
+            f"(contextlab export {shlex.quote(str(src))} --out DIR) and start from that folder"
         )
     if state.get("tokenizer_hash") != store.tokenizer_hash:
         raise UserError(
@@ -278,7 +279,7 @@ def _check_hf_tokenizer(src: Path, store, model_vocab: int) -> None:
         if store.tokenizer_hash not in (tok.hash, tok.legacy_hash):  # stores ingested before the id hash
             raise UserError(
                 f"{store.path} was not tokenized with the tokenizer of {src}; ingest the data with "
-                f"--tokenizer hf:{tok_file}"
+                f"--tokenizer {shlex.quote(f'hf:{tok_file}')}"
             )
     elif int(store.tokenizer_spec["vocab_size"]) > model_vocab:
         raise UserError(

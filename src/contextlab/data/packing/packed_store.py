@@ -30,6 +30,7 @@ was packed from (a re-ingested store would silently shift every entry otherwise)
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -79,7 +80,8 @@ class PackedStore:
             raise UserError(
                 f"the token store {self.store.path} changed since {self.path} was packed (content hash "
                 f"{self.store.hash[:12]}, packed from {want[:12]}); pack it again with "
-                f"`contextlab data pack {self.store.path} ... --out {self.path} --overwrite`"
+                f"`contextlab data pack {shlex.quote(str(self.store.path))} ... "
+                f"--out {shlex.quote(str(self.path))} --overwrite`"
             )
 
     def _load(self, name: str, dtype, shape: tuple[int, ...]) -> np.ndarray:
