@@ -20,6 +20,7 @@ import numpy as np
 from contextlab.figures import pyplot, save_png
 
 COLORS = {"a": "tab:orange", "b": "tab:blue"}  # the seed: ContextLM orange, GPT blue
+SHARE = "share of each query's attention"  # a cell of the mass-by-distance heatmaps
 
 
 def _label(results: dict, k: str) -> str:
@@ -121,7 +122,10 @@ def _bucket_labels(buckets: list[dict]) -> list[str]:
     return [f"{b['from']}" if b["from"] == b["to"] else f"{b['from']}-{b['to']}" for b in buckets]
 
 
-def _heatmap(fig, ax, mass: np.ndarray, labels: list[str], title: str, diverging: bool = False) -> None:
+def _heatmap(
+    fig, ax, mass: np.ndarray, labels: list[str], title: str, value: str, diverging: bool = False
+) -> None:
+    """A layer x distance-bucket heatmap; ``value`` names a cell's number along the colour bar."""
     if diverging:
         top = float(np.abs(mass).max()) or 1.0
         im = ax.imshow(mass, aspect="auto", cmap="RdBu_r", vmin=-top, vmax=top)
@@ -131,10 +135,10 @@ def _heatmap(fig, ax, mass: np.ndarray, labels: list[str], title: str, diverging
     ax.set_xticklabels(labels, rotation=60, fontsize=6)
     ax.set_yticks(np.arange(mass.shape[0]))
     ax.set_yticklabels([str(i + 1) for i in range(mass.shape[0])], fontsize=7)
-    ax.set_xlabel("distance i - j")
+    ax.set_xlabel("distance i - j (tokens)")
     ax.set_ylabel("layer")
     ax.set_title(title, fontsize=9)
-    fig.colorbar(im, ax=ax, fraction=0.046)
+    fig.colorbar(im, ax=ax, fraction=0.046).set_label(value, fontsize=8)
 
 
 def distance_png(results: dict, path) -> Path:
@@ -149,10 +153,10 @@ def distance_png(results: dict, path) -> Path:
     fig, axes = plt.subplots(1, n, figsize=(5 * n, 3.6))
     axes = np.atleast_1d(axes)
     for ax, (k, mass) in zip(axes, masses.items()):
-        _heatmap(fig, ax, mass, labels, f"mass by distance, {_label(results, k)}")
+        _heatmap(fig, ax, mass, labels, f"mass by distance, {_label(results, k)}", SHARE)
     if diff:
         delta = masses["a"] - masses["b"]
-        _heatmap(fig, axes[len(masses)], delta, labels, "A - B (share of each query's attention)", True)
+        _heatmap(fig, axes[len(masses)], delta, labels, "A - B", f"A - B ({SHARE})", True)
     if predictors:
         ax = axes[-1]
         for k, pred in predictors.items():

@@ -34,11 +34,22 @@ def _scatter(ax, series: dict, ce: list[float], fits: dict, title: str) -> None:
     for name, x in series.items():
         r = fits.get(name, {}).get("r", float("nan"))
         shown = "constant" if r is None else f"r={r:+.3f}"
-        ax.plot(_standardise(x), ce, "o-", ms=3, lw=1, label=f"{name.split('@')[-1]} ({shown})")
+        ax.plot(_standardise(x), ce, "o-", ms=3, lw=1, label=f"{_measure(name)} ({shown})")
     ax.set_xlabel("measure (standardised over contexts)")
     ax.set_ylabel("cross-entropy (nats)")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=6)
+
+
+def _measure(name: str) -> str:
+    """A series name for a legend: 'entropy@10' -> 'first 10 components', 'dimension@0.01' ->
+    'threshold 0.01'; the other measures by their names."""
+    kind, _, arg = name.partition("@")
+    if kind == "entropy" and arg:
+        return f"first {arg} components"
+    if kind == "dimension" and arg:
+        return f"threshold {arg}"
+    return name
 
 
 def _spectra(ax, ctx: list, spectra: np.ndarray, colors, thresholds: list[float], logx: bool) -> None:

@@ -249,6 +249,8 @@ def _similarity(sim: float | None, measure: str | None) -> str:
 def plot_pack_stats(s: dict, out: str | Path) -> Path:
     """Two panels: documents per sequence, and per-sequence Zipf coefficients (PNG, atomic)."""
     plt = pyplot()
+    from matplotlib.ticker import MaxNLocator
+
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
     docs = np.asarray(s["docs_per_sequence_all"])
     if len(docs):
@@ -259,6 +261,8 @@ def plot_pack_stats(s: dict, out: str | Path) -> Path:
             edgecolor="white",
             linewidth=0.4,
         )
+    a.xaxis.set_major_locator(MaxNLocator(integer=True))  # counts: no tick at 1.25 documents
+    a.yaxis.set_major_locator(MaxNLocator(integer=True))
     a.set_xlabel("documents per sequence")
     a.set_ylabel("sequences")
     a.set_title(f"{s['method']}: mean {s['docs_per_sequence']['mean']:.2f} docs/sequence")
@@ -280,6 +284,8 @@ def plot_pack_stats(s: dict, out: str | Path) -> Path:
             b.axvline(z.mean(), color=color, linestyle="--", linewidth=1)
     if b.has_data():
         b.legend()
+    b.yaxis.set_major_locator(MaxNLocator(integer=True))
     b.set_xlabel("Zipf coefficient of token frequencies (per sequence)")
+    b.set_ylabel("sequences")
     b.set_title("burstiness (lower = burstier)")
     return save_png(fig, out)

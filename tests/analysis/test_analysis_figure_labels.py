@@ -1,0 +1,55 @@
+"""What the figures of `analyze attention` and `analyze entropy` say about their numbers: the unit of
+the distance axis, what a colour means, what a legend's number counts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from contextlab import figures
+from contextlab.analysis import attention_plots, entropy_plots
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    """The figures the two modules save, kept open for inspection."""
+    figs = []
+    for module in (attention_plots, entropy_plots):
+        monkeypatch.setattr(module, "save_png", lambda fig, out: figs.append(fig) or out)
+    yield figs
+    for fig in figs:
+        figures.pyplot().close(fig)
+
+
+def test_the_distance_heatmap_names_its_unit_and_its_colour(captured):
+    """attention_distance.png: 'distance i - j' had no unit and the colour bar no label."""
+    mass = [[0.5, 0.3, 0.2], [0.2, 0.3, 0.5]]  # (layers, buckets)
+    model = {"id": "runs/r1", "architecture": "GPT", "blocks": {"mass_by_distance": mass}}
+    results = {
+        "buckets": [{"from": 0, "to": 0}, {"from": 1, "to": 1}, {"from": 2, "to": 3}],
+        "models": {"a": model, "b": model},
+        "comparison": {},
+    }
+    attention_plots.distance_png(results, "unused.png")
+    a, b, diff, bar_a, bar_b, bar_diff = captured[0].axes  # the panels, then their colour bars
+    assert a.get_xlabel() == b.get_xlabel() == diff.get_xlabel() == "distance i - j (tokens)"
+    assert bar_a.get_ylabel() == bar_b.get_ylabel() == "share of each query's attention"
+    assert bar_diff.get_ylabel() == "A - B (share of each query's attention)"
+
+
+def test_the_entropy_legends_say_what_their_numbers_count(captured):
+    """entropy.png's legend read '10 (r=+0.430)' without saying that 10 is the number of components."""
+    results = {
+        "contexts": [
+            {"context": c, "ce": 2.0 - 0.1 * i, "ce_stderr": 0.05} for i, c in enumerate((8, 16, 32))
+        ],
+        "fits_vs_ce": {"entropy@10": {"r": 0.43}, "dimension@0.01": {"r": None}, "twonn": {"r": -0.2}},
+    }
+    series = {"entropy@10": [1.0, 2.0, 3.5], "dimension@0.01": [4, 4, 4], "twonn": [3.0, 2.0, 2.5]}
+    spectra = np.array([[1.0, 0.1, 0.01], [1.0, 0.2, 0.02], [1.0, 0.3, 0.03]])  # (contexts, components)
+    entropy_plots.entropy_png(results, series, spectra, [0.01], "unused.png", title="runs/r1")
+    axes = captured[0].axes
+    legend = lambda ax: [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend(axes[3]) == ["first 10 components (r=+0.430)"]
+    assert legend(axes[4]) == ["threshold 0.01 (constant)"]
+    assert legend(axes[5]) == ["twonn (r=-0.200)"]
