@@ -183,3 +183,30 @@ def test_the_loss_curve_says_what_it_plots(tmp_path, monkeypatch):
     _tiny_results(tmp_path)
     build_report(tmp_path / "runs" / "a")
     assert seen == [("training and validation loss: a", "loss (nats/token)", ["train", "validation"])]
+
+
+def test_a_result_of_an_earlier_checkpoint_says_so_and_commands_are_quoted(tmp_path):
+    """A run trained further after its evaluation: the page said "steps 45 ... ppl loss 4.2" with the
+    step-30 origin only in the records; the train command of a path with spaces must be copyable."""
+    from contextlab.report.html import run_section
+
+    run = tmp_path / "run é 1"
+    (run / "checkpoints" / "step_000045").mkdir(parents=True)
+    (run / "checkpoints" / "step_000045" / "state.json").write_text(json.dumps({"step": 45}))
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 3.0}) + "\n" for s in (30, 45)))
+    (run / "config.toml").write_text("[train]\ncontext = 64\n")
+    (run / "eval").mkdir()
+    doc = {
+        "format": "contextlab-eval-result",
+        "eval": "ppl",
+        "model": {"path": str(run / "checkpoints" / "step_000030"), "step": 30},
+        "options": {},
+        "results": {"summary": {"loss": 4.222}},
+    }
+    (run / "eval" / "ppl.json").write_text(json.dumps(doc))
+    page = run_section(run)[0]
+    assert "evaluated at step 30; the run's newest checkpoint is step 45" in page
+    assert "contextlab train &#x27;" + str(run / "config.toml") + "&#x27;" in page
+    doc["model"]["step"] = 45  # the newest checkpoint's own result: no note
+    (run / "eval" / "ppl.json").write_text(json.dumps(doc))
+    assert "evaluated at step" not in run_section(run)[0]

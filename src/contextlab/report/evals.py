@@ -183,10 +183,20 @@ def _default_out(model_path: str) -> Path | None:
 # ---------------------------------------------------------------------------- sections
 
 
-def eval_section(name: str, doc: dict, folder: Path, level: int = 3) -> str:
-    """One evaluation: headline numbers, text lines, plot, the command, and its records."""
+def eval_section(name: str, doc: dict, folder: Path, level: int = 3, newest_step: int | None = None) -> str:
+    """One evaluation: headline numbers, text lines, plot, the command, and its records. ``newest_step``:
+    the step of the run's newest checkpoint, when the result sits in a run; a result of an earlier
+    checkpoint says so under its heading."""
     h = f"h{level}"
-    parts = [f"<{h}>Evaluation: {html.escape(name)}</{h}>", kv_table(with_intervals(eval_scalars(doc)))]
+    parts = [f"<{h}>Evaluation: {html.escape(name)}</{h}>"]
+    step = (doc.get("model") or {}).get("step") if isinstance(doc.get("model"), dict) else None
+    if isinstance(step, int) and isinstance(newest_step, int) and step != newest_step:
+        parts.append(
+            f"<p><b>evaluated at step {step:,}; the run's newest checkpoint is step {newest_step:,}</b>: "
+            "these numbers are of the earlier model; run the command under reproduce again to measure "
+            "the newest</p>"
+        )
+    parts.append(kv_table(with_intervals(eval_scalars(doc))))
     text = (doc.get("results") or {}).get("text") if isinstance(doc.get("results"), dict) else None
     if isinstance(text, list) and text:
         parts.append("<ul>" + "".join(f"<li>{html.escape(str(t))}</li>" for t in text) + "</ul>")
@@ -234,9 +244,12 @@ def eval_folder_section(folder: Path, title: str, level: int = 2) -> str:
     return "\n".join(parts + eval_sections(folder, found, level + 1))
 
 
-def eval_sections(folder: Path, found: dict[str, dict], level: int = 3) -> list[str]:
-    """A section per result in ``folder``, then the plots in it that belong to none."""
-    parts = [eval_section(name, doc, folder, level) for name, doc in found.items()]
+def eval_sections(
+    folder: Path, found: dict[str, dict], level: int = 3, newest_step: int | None = None
+) -> list[str]:
+    """A section per result in ``folder``, then the plots in it that belong to none (``newest_step``:
+    ``eval_section``'s)."""
+    parts = [eval_section(name, doc, folder, level, newest_step) for name, doc in found.items()]
     shown = {p for name in found for p in plots_of(name, folder)}
     others = [p for p in sorted(folder.glob("*.png")) if p not in shown and not p.name.startswith("compare_")]
     if others:

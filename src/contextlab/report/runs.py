@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import html
 import json
+import shlex
 from pathlib import Path
 
 from contextlab import rundir
@@ -42,16 +43,26 @@ def run_section(run: Path, title: str | None = None) -> tuple[str, dict]:
         parts += [muted(line) for line in schedule_notes(run)]
         parts.append(png_img(loss_curve_png(rows, run.name), "loss curve"))
     eval_dir = rundir.eval_dir(run)
-    parts += eval_sections(eval_dir, read_results(eval_dir))
+    parts += eval_sections(eval_dir, read_results(eval_dir), newest_step=_newest_step(run))
     cfg = run / rundir.CONFIG
     if cfg.exists():
         parts.append(
             "<details><summary>resolved config and command</summary>"
-            + pre(f"contextlab train {cfg}")
+            + pre(f"contextlab train {shlex.quote(str(cfg))}")
             + pre(cfg.read_text())
             + "</details>"
         )
     return "\n".join(parts), key
+
+
+def _newest_step(run: Path) -> int | None:
+    """The step of the run's newest checkpoint (None without one or when it cannot be read)."""
+    latest = rundir.latest_checkpoint(run)
+    try:
+        step = json.loads((latest / rundir.STATE).read_text()).get("step") if latest else None
+    except (OSError, ValueError, AttributeError):
+        return None
+    return step if isinstance(step, int) else None
 
 
 def schedule_notes(run: Path) -> list[str]:
@@ -189,7 +200,7 @@ def sweep_section(sweep: Path) -> str:
     if (sweep / "sweep.toml").exists():
         parts.append(
             "<details><summary>sweep file and command</summary>"
-            + pre(f"contextlab sweep {sweep / 'sweep.toml'}")
+            + pre(f"contextlab sweep {shlex.quote(str(sweep / 'sweep.toml'))}")
             + pre((sweep / "sweep.toml").read_text())
             + "</details>"
         )
