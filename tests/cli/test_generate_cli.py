@@ -97,3 +97,17 @@ def test_errors_are_one_line(run, tmp_path, capsys):
     assert "mlm" in err and len(err.strip().splitlines()) == 1
     assert main(["generate", "--model", str(run), "--prompt", "a", "--temperature", "-1"]) == 2
     assert "temperature" in capsys.readouterr().err
+
+
+def test_a_stop_string_written_backslash_n_stops_at_a_newline(run, capsys):
+    r"""--stop '\n\n' as the docs write it reaches the CLI as backslash and n (bash does not unescape it):
+    \n, \t and \\ are read as a newline, a tab and one backslash; other backslashes stay."""
+    from contextlab.cli.generate import stop_text
+
+    assert stop_text(r"\n\n") == "\n\n" and stop_text(r"a\tb") == "a\tb"
+    assert stop_text(r"\\n") == "\\n" and stop_text(r"C:\x") == "C:\\x"  # \\: a literal backslash
+    full = greedy_text(run, "ROMEO:", 48)
+    assert "\n" in full
+    argv = ["generate", "--model", str(run), "--prompt", "ROMEO:", "--max-new-tokens", "48"]
+    assert main([*argv, "--stop", "\\n"]) == 0  # the two characters backslash and n
+    assert capsys.readouterr().out == full[: full.index("\n")] + "\n"

@@ -17,12 +17,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
 from contextlab.cli.runtime import check_compute, quiet_transformers, warnings_as_lines
 from contextlab.config import add_dataclass_args, dataclass_from_args
 from contextlab.errors import UserError
+
+ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
+
+
+def stop_text(text: str) -> str:
+    """--stop's TEXT with \\n, \\t and \\\\ read as a newline, a tab and one backslash (a shell passes
+    "\\n" on as two characters); any other backslash stays as it is."""
+    return re.sub(r"\\([nt\\])", lambda m: ESCAPES[m.group(1)], text)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,9 +62,11 @@ def _parser() -> argparse.ArgumentParser:
         "--stop",
         action="append",
         default=[],
+        type=stop_text,
         metavar="TEXT",
-        help="stop a continuation once its text holds TEXT (cut there); repeatable. The model's "
-        "end-of-text token always stops it",
+        help="stop a continuation once its text holds TEXT (cut there); repeatable. \\n, \\t and \\\\ in "
+        "TEXT are a newline, a tab and one backslash (--stop '\\n\\n': a blank line). The model's "
+        "end-of-text token always stops it (default: only that)",
     )
     p.add_argument("--batch-size", type=int, default=8, help="prompts decoded together (default: 8)")
     p.add_argument(
