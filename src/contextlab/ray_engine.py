@@ -23,9 +23,12 @@ LOCAL = "local"  # --ray with no address, or --ray local: a Ray instance on this
 RAY_HELP = (
     "run on Ray: ADDRESS of a running cluster (ray://host:10001, host:6379 or auto), or nothing "
     "(or 'local') for a Ray instance on this machine; every node must see the input and --out at the same "
-    "path (a shared filesystem); needs `pip install contextlab[ray]`"
+    "path (a shared filesystem); needs `pip install contextlab[ray]` (default: no Ray, all in this "
+    "process)"
 )
-RAY_CPUS_HELP = "CPUs of the local Ray instance started by --ray without an address; 0 = all of them"
+RAY_CPUS_HELP = (
+    "CPUs of the local Ray instance started by --ray without an address; 0 = all of them (default: 0)"
+)
 
 
 def import_ray():

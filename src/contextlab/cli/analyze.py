@@ -59,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
         "context; shorter contexts use proportionally more (default: 64)",
     )
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 = torch's default")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: 0 = torch's own)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (shown on stderr)")
     add_dataclass_args(p.add_argument_group("entropy options"), Options)
     return p
@@ -146,7 +146,9 @@ def _attention_parser() -> argparse.ArgumentParser:
         "--model", required=True, metavar="PATH", help="model A: a contextlab run, checkpoint or export"
     )
     p.add_argument(
-        "--compare", metavar="PATH", help="model B, the reference of the percent changes (same tokenizer)"
+        "--compare",
+        metavar="PATH",
+        help="model B, the reference of the percent changes (same tokenizer; default: none, model A alone)",
     )
     p.add_argument(
         "--data", metavar="STORE", help="a token store made with the models' tokenizer (held-out rows)"
@@ -161,7 +163,7 @@ def _attention_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare-step", type=int, help="checkpoint step of model B's run (default: the newest)")
     p.add_argument("--batch-size", type=int, default=8, help="rows per forward pass (default: 8)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 = torch's default")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: 0 = torch's own)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (shown on stderr)")
     add_dataclass_args(p.add_argument_group("attention options"), Options)
     return p

@@ -82,7 +82,10 @@ def _ingest_parser() -> argparse.ArgumentParser:
         "or a local Hugging Face datasets folder (save_to_disk)",
     )
     p.add_argument("--out", required=True, help="the token store directory to create")
-    p.add_argument("--config", help="a TOML file with ingest options (flags and --set override it)")
+    p.add_argument(
+        "--config",
+        help="a TOML file with ingest options (flags and --set override it; default: none)",
+    )
     p.add_argument(
         "--set",
         action="append",

@@ -95,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
         "--dtype", default="fp32", choices=["fp32", "bf16"], help="compute precision (default: fp32)"
     )
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 = torch's default")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: 0 = torch's own)")
     add_dataclass_args(p.add_argument_group("sampling"), Sampling)
     _infill_args(p.add_argument_group("infilling (a model trained with objective fim)"))
     return p
@@ -113,7 +113,7 @@ def _infill_args(g) -> None:
         "--infill-mode",
         default="psm",
         choices=["psm", "spm"],
-        help="prompt layout: prefix-suffix-middle or suffix-prefix-middle (fim trains both; default psm)",
+        help="prompt layout: prefix-suffix-middle or suffix-prefix-middle (fim trains both) (default: psm)",
     )
 
 

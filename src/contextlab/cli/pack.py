@@ -49,7 +49,10 @@ def _pack_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("store", help="a token store directory (from `contextlab data ingest`)")
     p.add_argument("--out", required=True, help="the packed store directory to create")
-    p.add_argument("--config", help="a TOML file with packing options (flags and --set override it)")
+    p.add_argument(
+        "--config",
+        help="a TOML file with packing options (flags and --set override it; default: none)",
+    )
     p.add_argument(
         "--set",
         action="append",
@@ -64,7 +67,7 @@ def _pack_parser() -> argparse.ArgumentParser:
         help="pack only these shard indices and stop before assembling (for many machines sharing "
         "a filesystem); a final run without it assembles the packed store. Indices count from 0, as "
         "the files OUT.partial/shards/shard_NNNNN.npz; messages count shards from 1 (index 0 is "
-        "'shard 1/N')",
+        "'shard 1/N') (default: every shard, then assemble)",
     )
     p.add_argument(
         "--overwrite",

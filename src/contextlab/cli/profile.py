@@ -40,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
         "--compare",
         metavar="PATH",
         help="a second model, profiled the same way and paired with the first (differences are second minus "
-        "first, with 95%% intervals); both must share a tokenizer when --data is a token store",
+        "first, with 95%% intervals); both must share a tokenizer when --data is a token store "
+        "(default: none, one model)",
     )
     p.add_argument(
         "--budget",
@@ -71,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass (default: 8)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 = torch's default")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: 0 = torch's own)")
     p.add_argument(
         "--no-progress", action="store_true", help="no progress bars (they show on a terminal only)"
     )

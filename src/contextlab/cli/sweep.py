@@ -103,7 +103,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--only",
         help="run only the runs whose name matches this regular expression (results.csv and the analysis "
-        "still cover every finished run of the grid, so slices run one after another add up)",
+        "still cover every finished run of the grid, so slices run one after another add up) "
+        "(default: every run)",
     )
     p.add_argument("--dry-run", action="store_true", help="list the runs and their status, run nothing")
     p.add_argument(

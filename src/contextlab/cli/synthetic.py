@@ -54,7 +54,7 @@ def _parser(kind: str | None) -> argparse.ArgumentParser:
     )
     p.add_argument("kind", choices=KINDS, help="the synthetic task: parity or mqar")
     p.add_argument("--out", required=True, help="the token store directory to create")
-    p.add_argument("--config", help="a TOML file with the options below (flags override it)")
+    p.add_argument("--config", help="a TOML file with the options below (flags override it; default: none)")
     p.add_argument(
         "--set",
         action="append",

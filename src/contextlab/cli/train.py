@@ -50,7 +50,8 @@ def cmd_train(argv: list[str]) -> int:
         metavar="SOURCE",
         help=(
             "continue from SOURCE: a contextlab run/checkpoint or a local Hugging Face causal LM folder "
-            "(same as --set init.source=SOURCE; extend the context with --set extend.method=pi|ntk|yarn|base)"
+            "(same as --set init.source=SOURCE; extend the context with --set extend.method=pi|ntk|yarn|base;"
+            " default: the config's init.source, and without one random weights)"
         ),
     )
     args = p.parse_args(argv)
@@ -134,10 +135,12 @@ def cmd_peak(argv: list[str]) -> int:
             "machine with the thread count you train with."
         ),
     )
-    p.add_argument("--device", default="auto", help="auto (cuda when a GPU is visible), cpu or cuda")
+    p.add_argument(
+        "--device", default="auto", help="auto (cuda when a GPU is visible), cpu or cuda (default: auto)"
+    )
     p.add_argument("--dtype", choices=["bf16", "fp32"], action="append", help="repeatable (default: both)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 = torch's default")
-    p.add_argument("--seconds", type=float, default=1.0, help="time per dtype")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: 0 = torch's own)")
+    p.add_argument("--seconds", type=float, default=1.0, help="time per dtype (default: 1.0)")
     args = p.parse_args(argv)
     import torch
 

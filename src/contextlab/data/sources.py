@@ -89,7 +89,7 @@ class SourceOptions:
     text_field: str = opt("text", "field holding the text in JSONL / Parquet / HF datasets")
     domain_field: str | None = opt(None, "field to use as the domain (default: the file name)")
     include: list[str] = opt([], "globs on the relative path to read (comma-separated); empty = all files")
-    exclude: list[str] = opt([], "globs on the relative path to leave out (comma-separated)")
+    exclude: list[str] = opt([], "globs on the relative path to leave out (comma-separated); empty = none")
     strip_gutenberg: Gutenberg = opt(
         "auto",
         "cut Project Gutenberg header/footer: auto (when markers are found), yes (markers required), no",
