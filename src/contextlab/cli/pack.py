@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from pathlib import Path
 
 from contextlab.cli.data import add_ray_args, ray_executor
 from contextlab.config import add_dataclass_args, apply_overrides, from_dict, read_toml
@@ -139,9 +138,11 @@ def _only_shards(text: str | None) -> list[int] | None:
 
 
 def _pack_summary(report, config, args: argparse.Namespace) -> str:
+    from contextlab.io import partial_dir
+
     if report.packed is None:
         return (
-            f"packed shard index(es) {args.only_shards} into {Path(args.out).name}.partial "
+            f"packed shard index(es) {args.only_shards} into {partial_dir(args.out)} "
             f"({report.shards_packed} new, {report.shards_resumed} already there); "
             "run without --only-shards to assemble"
         )

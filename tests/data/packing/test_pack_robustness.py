@@ -121,6 +121,18 @@ def test_a_resumed_pack_reports_the_rate_of_the_documents_it_packed(tmp_path, ca
     assert f"{sizes[3]} documents packed now" in out and "3 shard(s) resumed" in out, out
 
 
+def test_only_shards_names_the_partial_folder_as_the_out_was_given(tmp_path, capsys, monkeypatch):
+    """``data pack --out packed/s4b --only-shards ...`` says the shards went into packed/s4b.partial, not
+    into a bare s4b.partial the user cannot place."""
+    from contextlab.cli.pack import cmd_pack
+
+    store = make_store(tmp_path, mixed_corpus(12))
+    monkeypatch.chdir(tmp_path)
+    args = [str(store.path), "--out", "packed/s4b", "--context", "63", "--shards", "2", "--no-progress"]
+    assert cmd_pack([*args, "--only-shards", "0"]) == 0
+    assert "into packed/s4b.partial (" in capsys.readouterr().out
+
+
 def test_the_parent_watchdog_ends_a_worker_whose_parent_died():
     """issue 21 item 16, the portable fallback of PR_SET_PDEATHSIG: a worker exits when its parent
     pid changes (it was re-parented after the parent died)."""
