@@ -332,3 +332,22 @@ def test_exclusive_lock_leaves_no_lock_file_behind(tmp_path):
     finally:
         fcntl.flock = real_flock
     assert _names(tmp_path) == []
+
+
+def test_names_made_beside_a_long_name_fit_and_are_the_same_every_time(tmp_path):
+    """A legal 254-byte name (127 two-byte characters) plus ``.lock``, ``.partial`` or ``.<hex>.tmp``
+    passed the 255-byte limit; ``sibling`` shortens the name (whole characters, and a hash of the
+    whole name, so two long names sharing a start differ) only when it must."""
+    name = "é" * 127
+    target = tmp_path / name
+    cio.atomic_write_bytes(target, b"x")  # through a temporary file beside it
+    assert target.read_bytes() == b"x" and _names(tmp_path) == [name]
+    other = tmp_path / ("é" * 126 + "e")
+    for prefix, suffix in [(".", ".lock"), ("", ".partial")]:
+        made = cio.sibling(target, prefix, suffix)
+        assert made == cio.sibling(target, prefix, suffix) != cio.sibling(other, prefix, suffix)
+        assert made.name.startswith(prefix + "é" * 100) and made.name.endswith(suffix)
+        made.mkdir()  # a name the file system takes
+    assert cio.partial_dir(target) == tmp_path / made.name
+    assert cio.sibling(tmp_path / "short", ".", ".lock") == tmp_path / ".short.lock"
+    assert cio.partial_dir(tmp_path / "short") == tmp_path / "short.partial"

@@ -10,15 +10,25 @@ folder and swaps it in whole when the block ends; ``open_partial`` keeps the res
 The temporary file is created with ``os.open(..., O_CREAT | O_EXCL, 0o666)``, so the kernel
 applies the process umask exactly as it does for a plain ``open()``; the umask is never read
 or changed (changing it is process-wide, and another thread could create a file meanwhile).
+A file a library wrote with a mode of its own (safetensors makes its weights 0o600) is given
+that same mode afterwards by ``follow_umask``, found the same way.
+
+Names made beside an output (``.OUT.lock``, ``.OUT.<hex>.tmp``, ``OUT.partial``) must fit the
+255-byte limit on a file name even when ``OUT``'s own name is legal but long: ``sibling``
+then shortens ``OUT`` to its first bytes plus a hash of the whole name, the same on every call,
+so the next writer of ``OUT`` still finds the lock, the partial folder and a killed writer's
+leftovers.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import secrets
 import shutil
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,8 +46,30 @@ _TEMP_FLAGS = (
 )
 
 
+NAME_MAX = 255  # bytes in one file name (Linux, macOS, Windows); a fixed number, so every call agrees
+
+
+def fitted_name(name: str, extra: int) -> str:
+    """``name`` when ``extra`` more bytes still fit in ``NAME_MAX``; else its first characters, "~" and 16
+    hex digits of the whole name's sha256, short enough that they do (the same for the same name)."""
+    if len(os.fsencode(name)) + extra <= NAME_MAX:
+        return name
+    digest = hashlib.sha256(os.fsencode(name)).hexdigest()[:16]
+    head = name
+    while len(os.fsencode(head)) + 1 + len(digest) + extra > NAME_MAX:
+        head = head[:-1]  # whole characters, never half of a multi-byte one
+    return f"{head}~{digest}"
+
+
+def sibling(path: str | os.PathLike, prefix: str, suffix: str) -> Path:
+    """``path``'s sibling ``PREFIX + NAME + SUFFIX``, NAME shortened by ``fitted_name`` where it must."""
+    path = Path(path)
+    extra = len(os.fsencode(prefix)) + len(os.fsencode(suffix))
+    return path.with_name(prefix + fitted_name(path.name, extra) + suffix)
+
+
 def _temp_name(target: Path) -> Path:
-    return target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    return sibling(target, ".", f".{secrets.token_hex(4)}.tmp")
 
 
 def _create_temp_file(target: Path) -> tuple[int, Path]:
@@ -75,6 +107,27 @@ def atomic_write_chunks(path: str | os.PathLike, chunks: Iterable[bytes]) -> Non
             pass
         raise
     fsync_dir(path.parent)
+
+
+def plain_file_mode(folder: str | os.PathLike) -> int:
+    """The mode a plain ``open()`` gives a new file in ``folder`` (0o666 less the umask, or what the
+    folder's default ACL says), found by making one: the umask is never read or changed."""
+    fd, tmp = _create_temp_file(Path(folder) / "mode")
+    try:
+        return stat.S_IMODE(os.fstat(fd).st_mode)
+    finally:
+        os.close(fd)
+        os.unlink(tmp)
+
+
+def follow_umask(files: Iterable[str | os.PathLike]) -> None:
+    """Give ``files`` (just written by a library with a mode of its own: safetensors writes 0o600, which
+    other users cannot read) the mode a plain ``open()`` would have given them."""
+    modes: dict[Path, int] = {}
+    for f in map(Path, files):
+        if f.parent not in modes:
+            modes[f.parent] = plain_file_mode(f.parent)
+        os.chmod(f, modes[f.parent])
 
 
 def atomic_write_npy(path: str | os.PathLike, dtype, shape: tuple[int, ...], blocks: Iterable) -> None:
@@ -172,27 +225,43 @@ def remove_stale_staging(out: str | os.PathLike) -> list[Path]:
     ``.OUT.<hex>.tmp``, ``replace_dir``'s ``.OUT.<hex>.replaced``); return them. Call it only while
     holding ``out``'s one-writer lock: then no other writer can be using them."""
     out = Path(out)
+    try:
+        names = os.listdir(out.parent)  # not a glob: the name may hold glob characters ([, *, ?)
+    except FileNotFoundError:
+        return []
     stale = [
-        p
+        out.parent / name
         for tag in ("tmp", "replaced")
-        for p in out.parent.glob(f".{out.name}.*.{tag}")
-        if p.is_dir() and not p.is_symlink() and _is_ours(p.name, out.name, tag)
+        for name in names
+        if _is_ours(name, out, tag) and (out.parent / name).is_dir() and not (out.parent / name).is_symlink()
     ]
     for p in stale:
         shutil.rmtree(p, ignore_errors=True)
     return stale
 
 
-def _is_ours(name: str, out: str, tag: str) -> bool:
-    """Whether ``name`` is exactly ``.OUT.<8 hex digits>.TAG`` (what ``fresh_dir`` makes)."""
-    token = name[len(out) + 2 : len(out) + 10]
-    return len(name) == len(out) + len(tag) + 11 and all(c in "0123456789abcdef" for c in token)
+def _is_ours(name: str, out: Path, tag: str) -> bool:
+    """Whether ``name`` is exactly ``.OUT.<8 hex digits>.TAG`` (what ``fresh_dir(out, tag)`` makes, OUT
+    shortened as it shortens it)."""
+    head, tail = f".{_fresh_stem(out, tag)}.", f".{tag}"
+    token = name[len(head) : len(name) - len(tail)]
+    return (
+        name.startswith(head)
+        and name.endswith(tail)
+        and len(token) == 8
+        and all(c in "0123456789abcdef" for c in token)
+    )
+
+
+def _fresh_stem(beside: Path, tag: str) -> str:
+    return fitted_name(beside.name, len(f"..{'0' * 8}.{tag}".encode()))
 
 
 def fresh_dir(beside: Path, tag: str) -> Path:
-    """A new empty hidden folder ``.NAME.<hex>.TAG`` beside ``beside``, made by this call."""
+    """A new empty hidden folder ``.NAME.<hex>.TAG`` beside ``beside``, made by this call (NAME shortened
+    by ``fitted_name`` when the whole would not fit)."""
     for _ in range(100):
-        path = beside.with_name(f".{beside.name}.{secrets.token_hex(4)}.{tag}")
+        path = beside.with_name(f".{_fresh_stem(beside, tag)}.{secrets.token_hex(4)}.{tag}")
         try:
             path.mkdir()
             return path
@@ -234,9 +303,9 @@ def staged_dir(
 
 
 def partial_dir(out: str | os.PathLike) -> Path:
-    """Where a resumable job writing ``out`` keeps its unfinished work: ``OUT.partial``."""
-    out = Path(out)
-    return out.with_name(out.name + ".partial")
+    """Where a resumable job writing ``out`` keeps its unfinished work: ``OUT.partial`` (a long
+    ``OUT`` shortened by ``fitted_name``)."""
+    return sibling(out, "", ".partial")
 
 
 def open_partial(

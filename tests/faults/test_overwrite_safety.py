@@ -282,3 +282,34 @@ def test_a_second_evaluation_into_one_folder_is_refused_naming_the_first(project
     assert len(err) == 1 and "is being written by pid" in err[0], err
     assert not (out / "contextwise.json").exists()
     assert main([*args, "--out", str(out), "--max-docs", "1", "--length", "32"]) == 0
+
+
+@pytest.mark.parametrize("kind", WRITERS)
+def test_an_out_name_of_up_to_255_bytes_is_written_locked_and_cleaned_up(project, tmp_path, kind, capsys):
+    """A legal --out name of 248-255 bytes ended in "File name too long": the lock file ``.OUT.lock``,
+    the staging folders ``.OUT.<hex>.tmp`` and ``OUT.partial`` beside it were longer than the 255-byte
+    limit. Those names now shorten OUT (its first bytes and a hash of the whole), the same for every
+    writer, so the lock still excludes and a killed writer's leftovers are still found."""
+    from contextlab.data.store import output_lock
+    from contextlab.io import fresh_dir
+
+    out = tmp_path / ("s" * 250)
+    assert main(writer_args(project, kind, out)) == 0 and made(kind, out)
+    killed = [fresh_dir(out, "tmp"), fresh_dir(out, "replaced")]  # what a killed writer leaves
+    look_alike = fresh_dir(tmp_path / ("s" * 249 + "t"), "tmp")  # another long name's: not this writer's
+    assert all(p.is_dir() and len(p.name) <= 255 for p in [*killed, look_alike])
+    with output_lock(out, "test holder"):
+        assert main([*writer_args(project, kind, out), "--overwrite"]) == 2
+    assert "is being written by pid" in capsys.readouterr().err
+    assert main([*writer_args(project, kind, out), "--overwrite"]) == 0 and made(kind, out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([out.name, look_alike.name])
+    longest = tmp_path / ("x" * 255)
+    assert main(writer_args(project, kind, longest)) == 0 and made(kind, longest)
+
+
+def test_an_evaluation_into_a_folder_named_with_255_bytes(project, tmp_path):
+    out = tmp_path / ("v" * 255)
+    args = ["eval", "contextwise", "--model", str(project / "run"), "--data", str(project / "store")]
+    for again in ([], ["--overwrite"]):
+        assert main([*args, "--out", str(out), "--max-docs", "1", "--length", "32", *again]) == 0
+    assert (out / "contextwise.json").is_file() and [p.name for p in tmp_path.iterdir()] == [out.name]

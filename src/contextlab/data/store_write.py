@@ -37,6 +37,7 @@ from contextlab.io import (
     fsync_dir,
     remove_stale_staging,
     replace_dir,
+    sibling,
 )
 from contextlab.outputs import OutputKind, refuse_foreign, refuse_overlap
 
@@ -108,12 +109,12 @@ def content_hash(
 def output_lock(out: str | os.PathLike, what: str) -> contextlib.AbstractContextManager[None]:
     """Hold the one-writer lock of the store (or packed store) being written at ``out``.
 
-    The lock file is ``.OUT.lock`` beside ``out``, not inside it: ``OUT`` and ``OUT.partial``
-    are replaced and removed while the lock is held. A second writer gets one line naming the
-    first (``contextlab.io.exclusive_lock``).
+    The lock file is ``.OUT.lock`` beside ``out`` (a long OUT shortened: ``io.sibling``), not inside
+    it: ``OUT`` and ``OUT.partial`` are replaced and removed while the lock is held. A second writer
+    gets one line naming the first (``contextlab.io.exclusive_lock``).
     """
     out = Path(out)
-    return exclusive_lock(out.with_name(f".{out.name}.lock"), f"{what} {out}")
+    return exclusive_lock(sibling(out, ".", ".lock"), f"{what} {out}")
 
 
 def holds_output_lock(

@@ -24,7 +24,7 @@ from torch import nn
 
 from contextlab.data.tokenizers import HFTokenizer, Tokenizer
 from contextlab.errors import UserError
-from contextlab.inference.checkpoint import Checkpoint, left_to_right, read_checkpoint
+from contextlab.inference.checkpoint import Checkpoint, check_readable, left_to_right, read_checkpoint
 from contextlab.inference.tokenizer import hf_tokenizer_file, tokenizer_from_spec
 from contextlab.rundir import HF_CONFIG, TOKENIZER, is_checkpoint, is_hf_folder, tokenizer_dirs
 
@@ -159,6 +159,7 @@ def _read_folder(p: Path):
 
     cfg = read_config_json(p)
     opener = _open_export if _is_export(cfg) else _open_hf
+    check_readable(f for f in p.rglob("*") if f.is_file())  # not "damaged": one this user may not read
     try:
         return opener(p, cfg)
     except (SafetensorError, OSError, ValueError, RuntimeError, EOFError) as exc:

@@ -42,8 +42,8 @@ from safetensors import SafetensorError
 from safetensors.torch import save_file
 
 from contextlab.errors import UserError
-from contextlab.inference.checkpoint import read_weights
-from contextlab.io import atomic_write_json, fsync_dir
+from contextlab.inference.checkpoint import not_permitted, read_weights
+from contextlab.io import atomic_write_json, follow_umask, fsync_dir
 from contextlab.rundir import (
     CHECKPOINTS,
     CONFIG,
@@ -144,6 +144,7 @@ def _write_files(tmp: Path, model_state: dict, optim_state: dict, state: dict, c
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     save_file(_contiguous(model_state), str(tmp / WEIGHTS))
+    follow_umask([tmp / WEIGHTS])  # safetensors writes 0o600: other users could not read the weights
     torch.save(optim_state, tmp / "optimizer.pt")
     rng = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available():
@@ -161,6 +162,8 @@ def _why(exc: BaseException) -> str:
     text = str(exc)
     if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "No space left" in text:
         return "the disk is full"
+    if getattr(exc, "errno", None) == errno.EFBIG or "File too large" in text:
+        return "a file grew past the size limit of this filesystem or of `ulimit -f`"
     if "file write failed" in text:  # torch's stream writer: almost always a full disk
         return "the write failed: is the disk full?"
     line = (text.strip().splitlines() or [""])[0]
@@ -177,6 +180,8 @@ def load_checkpoint(ckpt: Path) -> tuple[dict[str, torch.Tensor], dict, dict, di
         return _read(Path(ckpt))
     except UNREADABLE as exc:
         ckpt = Path(ckpt)
+        if isinstance(exc, PermissionError):  # whole, perhaps: only this user may not read it
+            raise not_permitted(exc.filename or ckpt) from None
         good = _earlier_good(ckpt)
         then = (
             f"move it away to resume from {good}"
@@ -204,7 +209,7 @@ def _earlier_good(ckpt: Path) -> Path | None:
         try:
             _read(d)
             return d
-        except UNREADABLE:
+        except (*UNREADABLE, UserError):  # UserError: a file this user may not read
             continue
     return None
 

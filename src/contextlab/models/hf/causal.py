@@ -31,7 +31,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Pre
 from transformers.utils import CONFIG_NAME
 
 from contextlab.errors import UserError
-from contextlab.io import staged_dir
+from contextlab.io import follow_umask, staged_dir
 from contextlab.models.gpt import GPTOutput
 from contextlab.models.hf.custom_code import EXPORT
 from contextlab.models.rope import ntk_base
@@ -292,6 +292,7 @@ def save_hf(
         if extra_config:
             hf.config.contextlab = extra_config
         hf.save_pretrained(tmp, safe_serialization=True)
+        follow_umask(tmp.glob("*.safetensors"))  # safetensors writes 0o600
         for folder in tokenizer_from:
             found = [
                 f for f in TOKENIZER_FILES if (Path(folder) / f).is_file() and f != "generation_config.json"

@@ -32,7 +32,7 @@ from transformers.utils import CONFIG_NAME, SAFE_WEIGHTS_NAME
 
 import contextlab
 from contextlab.errors import UserError
-from contextlab.io import staged_dir
+from contextlab.io import follow_umask, staged_dir
 from contextlab.models.contextlm import ContextLM, ContextLMConfig, ContextLMOptions
 from contextlab.models.gpt import GPT, GPTConfig, current_fields
 from contextlab.models.hf.remote import REMOTE_DIR, REMOTE_FILES
@@ -170,6 +170,7 @@ def write_remote_code_model(
     hf_model = wrapper(config).to(next(model.parameters()).dtype)  # saved in the model's dtype
     hf_model.gpt.load_state_dict(model.state_dict(), strict=True)
     hf_model.save_pretrained(folder, safe_serialization=True)
+    follow_umask(folder.glob("*.safetensors"))  # safetensors writes 0o600
     names = {"AutoConfig": type(config).__mro__[1], "AutoModelForCausalLM": wrapper.__mro__[1]}
     cfg = json.loads((folder / CONFIG_NAME).read_text())
     cfg["auto_map"] = {
@@ -221,8 +222,7 @@ def is_contextlab_export(cfg: dict) -> bool:
 def gpt_from_hf_export(path: str | os.PathLike) -> GPT:
     """Load a contextlab export back into the model it was, with its exact weights as saved: a
     plain GPT (either form), or a ContextLM (a GPT subclass) from a ``contextlab-contextlm`` folder."""
-    from safetensors.torch import load_file
-
+    from contextlab.inference.checkpoint import read_safetensors as load_file
     from contextlab.models.archs import build_from_fields
     from contextlab.models.hf.llama import gpt_state_from_llama
 

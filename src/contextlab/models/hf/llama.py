@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from contextlab.io import follow_umask
 from contextlab.models.gpt import GPT, GPTConfig
 from contextlab.models.rope import ntk_base
 
@@ -140,4 +141,5 @@ def save_llama(model: GPT, folder: str | os.PathLike, **config_extra) -> Path:
     if config.tie_word_embeddings:
         llama.tie_weights()
     llama.save_pretrained(folder, safe_serialization=True)
+    follow_umask(Path(folder).glob("*.safetensors"))  # safetensors writes 0o600
     return Path(folder)
