@@ -266,3 +266,18 @@ def test_training_a_bpe_says_so_on_stderr(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "training a BPE of 43 merges: reading the text" in err
     assert "training a BPE of 43 merges on 0.2 MB ..." in err
+
+
+def test_file_size_and_name_length_errors_are_one_line_for_every_command():
+    """EFBIG (``ulimit -f``, a FAT32 disk) was a traceback in every writer, raised by Python's io or, as
+    text, by safetensors; ENAMETOOLONG likewise."""
+    import errno
+
+    from contextlab.cli import disk_error_line
+
+    raised = OSError(errno.EFBIG, "File too large")
+    rust = RuntimeError("Error while serializing: I/O error: File too large (os error 27)")
+    for exc in (raised, rust):
+        assert "file too large for this filesystem or `ulimit -f`" in disk_error_line(exc)
+    long_name = OSError(errno.ENAMETOOLONG, "File name too long", "out/" + "x" * 300)
+    assert "too long for this file system; choose a shorter name" in disk_error_line(long_name)

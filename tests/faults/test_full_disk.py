@@ -188,3 +188,49 @@ def test_train_and_sweep_with_a_read_only_out_say_so_in_one_line(project, tmp_pa
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-3000:]
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "read-only file system" in lines[0], res.stderr[-3000:]
+
+
+def under_file_size_limit(kib: int, argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """``contextlab ARGV`` under ``ulimit -f KIB`` (a FAT32 disk's 4 GiB limit, made small): the kernel
+    sends SIGXFSZ, which Python ignores, and the write fails with EFBIG."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
+    return subprocess.run(
+        ["bash", "-c", f'ulimit -f {kib} && exec "$@"', "bash", sys.executable, "-m", "contextlab", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=300,
+    )
+
+
+FILE_SIZE_CASES = {  # each writes a file of more than 8 KiB
+    "ingest": lambda p, d: ["data", "ingest", str(p / "corpus"), "--out", str(d / "st"), "--no-progress"],
+    **{case: CASES[case][1] for case in ("pack", "export megatron", "model export")},
+    "eval": lambda p, d: (
+        ["eval", "ppl", "--model", str(p / "run"), "--data", str(p / "store"), "--out", str(d / "ev")]
+        + ["--threads", "1", "--no-progress"]
+    ),
+    "train": lambda p, d: ["train", str(train_toml(d / "run.toml", p / "store", d / "run"))],
+}
+
+
+@pytest.mark.parametrize("case", list(FILE_SIZE_CASES))
+def test_a_writer_past_the_file_size_limit_says_so_in_one_line(project, tmp_path, case):
+    res = under_file_size_limit(8, FILE_SIZE_CASES[case](project, tmp_path), tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "`ulimit -f`" in lines[-1], res.stderr[-3000:]
+    assert "file too large" in lines[0] or "size limit" in lines[0], lines[0]
+
+
+def test_the_file_size_limit_leaves_the_earlier_output_as_it_was(project, tmp_path):
+    from contextlab.cli import main
+    from contextlab.io import tree_digest
+
+    argv = CASES["pack"][1](project, tmp_path)
+    assert main(argv) == 0
+    before = tree_digest(tmp_path / "pk")
+    res = under_file_size_limit(8, [*argv, "--overwrite"], tmp_path)
+    assert res.returncode == 2 and "file too large" in res.stderr, res.stderr[-3000:]
+    assert tree_digest(tmp_path / "pk") == before

@@ -221,12 +221,15 @@ _TEXT_ERRNO = {
     "Disk quota exceeded": errno.EDQUOT,
     "Read-only file system": errno.EROFS,
     "os error 30": errno.EROFS,
+    "File too large": errno.EFBIG,
+    "os error 27": errno.EFBIG,
 }
 
 
 def disk_error_line(exc: BaseException) -> str | None:
     """One line for the file-system errors any writer can meet (a full disk, a read-only one, a
-    folder it may not write); None for others, which stay tracebacks (they are bugs to report).
+    file-size limit, a folder it may not write, a name too long); None for others, which stay
+    tracebacks (they are bugs to report).
     Every writer writes atomically or into a staging folder, so after any of these the earlier
     result is intact and the same command, run again, redoes or resumes what was cut short.
     Libraries with their own error types (safetensors, torch) are recognised by the OS's text."""
@@ -239,6 +242,14 @@ def disk_error_line(exc: BaseException) -> str | None:
             f"no space left on the disk while writing {where}; free some space and run the same command "
             f"again (nothing half-written is kept as a result)"
         )
+    if code == errno.EFBIG:  # SIGXFSZ is ignored (Python does that at start), so the write fails instead
+        return (
+            f"file too large for this filesystem or `ulimit -f` while writing {where}; raise the limit "
+            "(`ulimit -f unlimited`) or write to a disk without one (not FAT32), then run the same command "
+            "again (nothing half-written is kept as a result)"
+        )
+    if code == errno.ENAMETOOLONG:
+        return f"a name in the path {where} is too long for this file system; choose a shorter name"
     if code == errno.EROFS:
         return f"{where} is on a read-only file system; write the output to a folder on a disk you can write"
     if code in (errno.EACCES, errno.EPERM):
