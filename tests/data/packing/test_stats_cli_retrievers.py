@@ -4,6 +4,8 @@ documents."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -244,3 +246,35 @@ def test_pack_stats_names_each_retrievers_similarity_measure(tmp_path, capsys):
     from contextlab.data.packing import RETRIEVERS
 
     assert RETRIEVERS["dense"].similarity == "cosine of the embeddings"
+
+
+NO_CACHE_LOCATION = """
+import numpy as np
+import numba.core.caching as caching
+impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl
+impl._locator_classes = []  # no folder to cache in: a read-only install run by a user without a home
+from contextlab.data.packing import retrievers
+r = retrievers.BM25Retriever([f"w{i % 7} w{i % 5} w{i % 3} w{i}" for i in range(40)])
+terms = r.q_terms[r.q_indptr[3] : r.q_indptr[4]]
+fast = retrievers._accumulate(terms, r.indptr, r.indices, r.data, r.n)
+slow = retrievers._accumulate_numpy(terms, r.indptr, r.indices, r.data, r.n)
+print(len(r.query(3, 5)), np.allclose(fast, slow), type(retrievers._accumulate_kernel()).__module__)
+"""
+
+
+def test_bm25_runs_where_numba_can_cache_nowhere():
+    """numba's ``cache=True`` raised "cannot cache function ...: no locator available" when neither the
+    install nor the home folder can be written, at import time: every ``train`` and ``data pack``
+    ended in that traceback. The kernel is now made on first use and compiled uncached there."""
+    res = subprocess.run(
+        [sys.executable, "-c", NO_CACHE_LOCATION], capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    count, same, kernel = res.stdout.split()
+    assert count == "5" and same == "True" and kernel.startswith("numba"), res.stdout
+
+
+def test_importing_the_packers_and_the_trainer_leaves_numba_unimported():
+    code = "import sys, contextlab.data.packing, contextlab.train.trainer; print('numba' in sys.modules)"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.stdout.strip() == "False", res.stderr[-3000:]

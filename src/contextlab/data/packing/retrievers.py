@@ -91,14 +91,19 @@ def _accumulate_numpy(terms, indptr, indices, data, m) -> np.ndarray:
     return np.bincount(indices[at], weights=data[at], minlength=m)
 
 
-def _make_accumulate():
-    """A numba kernel (one pass over the query's postings, ~20x the numpy gather) when numba is installed."""
+@functools.cache
+def _accumulate_kernel():
+    """A numba kernel (one pass over the query's postings, ~20x the numpy gather) when numba is installed.
+
+    Made on the first query, so importing this module (as every command that reads a packed store
+    does) never imports numba. The compiled kernel is cached on disk beside this file, or under
+    $NUMBA_CACHE_DIR or the user's cache folder; where none of those can be written (a read-only
+    install run by a user without a home folder) it is compiled in memory for each run instead."""
     try:
         import numba
     except ImportError:  # pragma: no cover - numpy fallback
         return _accumulate_numpy
 
-    @numba.njit(cache=True, nogil=True)
     def kernel(terms, indptr, indices, data, m):  # pragma: no cover - compiled
         out = np.zeros(m)
         for t in terms:
@@ -106,10 +111,14 @@ def _make_accumulate():
                 out[indices[p]] += data[p]
         return out
 
-    return kernel
+    try:
+        return numba.njit(cache=True, nogil=True)(kernel)
+    except RuntimeError:  # "cannot cache function ...: no locator available": nowhere to write the cache
+        return numba.njit(cache=False, nogil=True)(kernel)
 
 
-_accumulate = _make_accumulate()
+def _accumulate(terms, indptr, indices, data, m) -> np.ndarray:
+    return _accumulate_kernel()(terms, indptr, indices, data, m)
 
 
 class BM25Retriever(Retriever):
