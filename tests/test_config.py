@@ -119,3 +119,10 @@ def test_argparse_flags_use_the_same_rules():
     assert cfg.steps == 200 and cfg.bf16 is True and cfg.name == "run"
     with pytest.raises(UserError, match="'steps'"):
         dataclass_from_args(Run, p.parse_args(["--steps", "x"]))
+
+
+def test_a_leading_byte_order_mark_is_read_past(tmp_path):
+    """Windows Notepad saves UTF-8 with a BOM; tomllib calls it an invalid statement at line 1."""
+    (tmp_path / "bom.toml").write_bytes(b"\xef\xbb\xbf" + b'name = "x"\n[optim]\nlr = 0.5\n')
+    assert read_toml(tmp_path / "bom.toml") == {"name": "x", "optim": {"lr": 0.5}}
+    assert load_config(Run, tmp_path / "bom.toml").optim.lr == 0.5

@@ -296,7 +296,7 @@ def read_toml(path: str | Path) -> dict:
     if not path.exists():
         raise UserError(f"config file not found: {path}")
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8-sig"))  # -sig: a leading BOM (Notepad) is dropped
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"config file {path} is not valid TOML: {exc}") from None
 
