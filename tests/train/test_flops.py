@@ -99,3 +99,24 @@ def test_the_peak_command_measures_once_into_the_cache_the_trainer_reads(tmp_pat
         assert flops.cached_peak_flops(torch.float32) == measured
     finally:
         torch.set_num_threads(threads)
+
+
+def test_a_peak_cache_that_cannot_be_written_names_the_variable_that_moves_it(monkeypatch, capsys):
+    """With an unwritable home folder ``peak`` said only "permission denied for /nonexistent"."""
+    from contextlab.cli import main
+
+    def denied(path, obj):
+        raise PermissionError(13, "Permission denied", "/nonexistent")
+
+    monkeypatch.delenv("CONTEXTLAB_PEAK_FILE", raising=False)
+    monkeypatch.setenv("HOME", "/nonexistent")
+    monkeypatch.setattr(flops, "atomic_write_json", denied)
+    threads = torch.get_num_threads()
+    try:
+        argv = ["peak", "--device", "cpu", "--dtype", "fp32", "--seconds", "0.01", "--threads", "1"]
+        assert main(argv) == 2
+    finally:
+        torch.set_num_threads(threads)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "permission denied for /nonexistent" in err[0], err
+    assert "set CONTEXTLAB_PEAK_FILE to a file in a folder you can write" in err[0], err

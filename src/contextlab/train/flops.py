@@ -14,6 +14,7 @@ instead of every run silently benchmarking the machine and writing to the home d
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from contextlab.errors import UserError
 from contextlab.io import atomic_write_json
 from contextlab.models.flops import (  # noqa: F401  (re-exported: the counting lives with the models)
     block_flops_per_token,
@@ -88,7 +90,19 @@ def write_peak_entries(entries: dict, path: Path | None = None) -> None:
     for key, entry in entries.items():
         if entry["flops"] > merged.get(key, {}).get("flops", 0.0):
             merged[key] = entry
-    atomic_write_json(path, {"format_version": 1, "entries": merged})
+    try:
+        atomic_write_json(path, {"format_version": 1, "entries": merged})
+    except OSError as exc:
+        if not isinstance(exc, PermissionError) and exc.errno != errno.EROFS:
+            raise  # a full disk: the command line's own line says so
+        where = exc.filename or path
+        if Path(where).parent == path.parent:  # the temporary file beside it: name the folder
+            where = path.parent
+        what = f"permission denied for {where}" if exc.errno != errno.EROFS else f"{where} is read-only"
+        raise UserError(
+            f"{what} (writing the peak cache {path}); set {PEAK_FILE_ENV} to a file in a folder you can "
+            "write, for `peak` and for `train` alike"
+        ) from None
 
 
 def time_matmul(
