@@ -10,10 +10,11 @@ A run directory, written by the trainer and read by everything after it, holds
     eval/<name>.json             evaluation results (+ <name>.png, <name>.<key>.npy)
 
 This module names those files, lists and resolves checkpoints, reads metrics, configs and
-evaluation results, tells a run, a checkpoint and a Hugging Face folder apart, and finds
-the tokenizer of a run. It imports the standard library and ``contextlab.io`` / ``errors``
-only, so the trainer, the evaluations, the sweeps and the report all share it without
-importing one another.
+evaluation results, tells a run, a checkpoint and a Hugging Face folder apart, finds
+the tokenizer of a run, and reads what a checkpoint's state records of the run's data (the
+directory training ran in, the content hash of every store: ``data_record``, ``trained_in``).
+It imports the standard library and ``contextlab.io`` / ``errors`` only, so the trainer, the
+evaluations, the sweeps and the report all share it without importing one another.
 
 Trade-off: a run carries its own tokenizer (a few MB at most) so that it is relocatable and
 never depends on the directory a command ran in. Runs written before that fall back to the
@@ -342,6 +343,30 @@ def launch_dir(run_dir: PathLike, config: dict) -> Path | None:
     if len(parts) >= len(run.parts) or list(run.parts[-len(parts) :]) != parts:
         return None
     return run.parents[len(parts) - 1]
+
+
+def data_record(path: PathLike) -> dict | None:
+    """What a run recorded of its data in its checkpoints' ``state.json`` (``data``: ``cwd``, the
+    directory training ran in, and ``paths``, every [data] path as ``{"path", "content"}``, the
+    content hash of a token store or the fingerprint of a packed store), from a checkpoint or the
+    newest checkpoint of a run. None for runs written before it and for other folders."""
+    path = Path(path)
+    ckpt = path if is_checkpoint(path) else latest_checkpoint(path) if path.is_dir() else None
+    try:
+        record = json.loads((ckpt / STATE).read_text()).get("data") if ckpt is not None else None
+    except (OSError, ValueError, AttributeError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def trained_in(run_dir: PathLike, config: dict | None = None) -> Path | None:
+    """The directory a run was trained in, which its relative [data] paths are relative to: the one
+    its checkpoints record (``data_record``), else the one read back from ``train.out_dir``
+    (``launch_dir``); None when neither tells."""
+    record = data_record(run_dir) or {}
+    if record.get("cwd"):
+        return Path(record["cwd"])
+    return launch_dir(run_of(run_dir), read_config(run_of(run_dir)) if config is None else config)
 
 
 def training_stores(run_config: dict, base: PathLike | None = None) -> list[Path]:

@@ -20,6 +20,7 @@ def cmd_data_export(argv: list[str]) -> int:
         overwrite=args.overwrite,
         progress=not args.no_progress,
         verify=not args.no_verify,
+        store=args.store,
     )
     rec = report.record
     splits = ", ".join(
@@ -43,6 +44,11 @@ def _parser() -> argparse.ArgumentParser:
         "See docs/data.md, 'Training on SPLICE data elsewhere'.",
     )
     p.add_argument("packed", help="a finished packed store (from `contextlab data pack`)")
+    p.add_argument(
+        "--store",
+        help="the token store PACKED was packed from, when it moved from the path PACKED records (it "
+        "must hold the same content: checked by its content hash)",
+    )
     p.add_argument("--out", required=True, help="the folder to create (written as OUT.partial, then renamed)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -172,13 +172,14 @@ def cmd_pack_stats(argv: list[str]) -> int:
     """Documents per sequence, neighbour similarity, domains spanned and Zipf burstiness of a packed store."""
     from contextlab.data.packing import PackedStore, pack_stats
     from contextlab.data.packing.stats import format_pack_stats, plot_pack_stats, stats_record
+    from contextlab.data.store import TokenStore
     from contextlab.figures import default_plot_path
     from contextlab.io import atomic_write_json
 
     args = _pack_stats_parser().parse_args(argv)
     if args.max_sequences < 0:
         raise UserError(f"--max-sequences must be >= 0, got {args.max_sequences}")
-    packed = PackedStore(args.packed)
+    packed = PackedStore(args.packed, store=TokenStore(args.store) if args.store else None)
     stats = pack_stats(
         packed,
         max_sequences=args.max_sequences,
@@ -209,6 +210,11 @@ def _pack_stats_parser() -> argparse.ArgumentParser:
         "with a plot; the figures are saved as PACKED/pack_stats.json, which `contextlab report` shows.",
     )
     p.add_argument("packed", help="a packed store directory (from `contextlab data pack`)")
+    p.add_argument(
+        "--store",
+        help="the token store PACKED was packed from, when it moved from the path PACKED records (it "
+        "must hold the same content: checked by its content hash)",
+    )
     p.add_argument(
         "--max-sequences",
         type=int,

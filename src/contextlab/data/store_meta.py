@@ -53,6 +53,23 @@ WHAT_IT_IS = {  # a store of the other kind given where one kind is read: what i
 }
 
 
+CONTENT_KEYS = {  # what identifies a store's content, by its meta.json format
+    "contextlab-token-store": "content_hash",
+    "contextlab-packed-store": "fingerprint",  # the settings and the token store's content hash
+}
+
+
+def content_id(path: str | os.PathLike) -> str | None:
+    """What identifies the content of the store at ``path`` (a token store's content hash, a packed
+    store's fingerprint), from its meta.json alone; None when it is no store or cannot be read."""
+    try:
+        meta = json.loads((Path(path) / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    key = CONTENT_KEYS.get(meta.get("format")) if isinstance(meta, dict) else None
+    return str(meta[key]) if key and meta.get(key) else None
+
+
 def read_meta(path: Path, kind: MetaKind) -> dict:
     """``path``'s meta.json, checked to be of ``kind``; one line naming the problem otherwise."""
     partial = partial_dir(path) if path.name else None  # "." has no name, hence no OUT.partial

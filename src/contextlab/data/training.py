@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
 from contextlab.data.loader import PackedRows, RowSource, TokenLoader, document_rows
 from contextlab.data.mixture import MixtureLoader, exact_shares
-from contextlab.data.packing.packed_store import PackedStore
-from contextlab.data.store import TokenStore
+from contextlab.data.packing.packed_store import PACKED_META, PackedStore, is_packed_store
+from contextlab.data.store import TokenStore, is_store
+from contextlab.data.store_meta import read_meta
 from contextlab.data.views import (
     DocView,
     all_documents,
@@ -140,12 +142,12 @@ def packed_sources(data: DataOptions) -> list[PackedStore]:
             "no training data: set data.store (e.g. --set data.store=STORE), data.packed or data.mixture"
         )
     if not data.mixture:
-        return [PackedStore(data.packed)] if data.packed else []
+        return [_open_packed(data.packed, data)] if data.packed else []
     if data.packed:
         raise UserError("set data.packed or data.mixture, not both (add data.packed to the mixture)")
     if any(not m.packed for m in data.mixture):
         raise UserError("every data.mixture entry needs packed = a packed store")
-    sources = [PackedStore(m.packed) for m in data.mixture]
+    sources = [_open_packed(m.packed, data) for m in data.mixture]
     for p in sources[1:]:
         if p.store.tokenizer_hash != sources[0].store.tokenizer_hash:
             raise UserError(
@@ -153,6 +155,16 @@ def packed_sources(data: DataOptions) -> list[PackedStore]:
                 "ingest all sources with the same --tokenizer"
             )
     return sources
+
+
+def _open_packed(path: str, data: DataOptions) -> PackedStore:
+    """A packed store, read through data.store when that holds the content it was packed from (a
+    token store that moved since: the packed store records its old path)."""
+    if data.store and is_store(data.store) and is_packed_store(path):
+        store = TokenStore(data.store)
+        if read_meta(Path(path), PACKED_META)["store"].get("content_hash") == store.hash:
+            return PackedStore(path, store=store)
+    return PackedStore(path)
 
 
 def token_store(data: DataOptions, packed: list[PackedStore]) -> TokenStore:

@@ -10,6 +10,7 @@ evaluation rather than parallel dicts, so adding one is one entry in one place.
 from __future__ import annotations
 
 import shlex
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,7 +62,7 @@ def open_store(data: str | None, adapter, what: str, kinds: tuple[str, ...] = ()
             f"{what} needs a token store: pass --data STORE (made with `contextlab data ingest "
             f"SOURCE --tokenizer {tokenizer_arg(adapter)} --out STORE`)"
         )
-    store = TokenStore(data)
+    store = TokenStore(trained_store(data, adapter.info.path))
     synthetic = next((k for k in ("mqar", "parity") if store.meta.get(k)), None)
     fix = (
         f"it is a synthetic {synthetic} store in its own vocabulary, which no ingest can make for this "
@@ -85,6 +86,47 @@ def open_store(data: str | None, adapter, what: str, kinds: tuple[str, ...] = ()
         )
     store.check_content()
     return store
+
+
+def trained_store(data: str, model: str) -> str:
+    """``--data`` as given; or, for a relative path that does not resolve here, the same path in the
+    directory the run ``model`` was trained in, when the run's checkpoint records a store of that
+    content (a note says so). A path the run's config names as its data.store or data.val_store
+    found nowhere is one line naming that directory and how to pass the store as --data."""
+    from contextlab.data.store_meta import content_id
+    from contextlab.rundir import data_record, is_run, read_config, run_of, trained_in
+
+    run = run_of(model)
+    if not data or Path(data).is_absolute() or Path(data).exists() or not is_run(run):
+        return data
+    record = data_record(model) or {}
+    contents = {v.get("content") for v in (record.get("paths") or {}).values() if isinstance(v, dict)}
+    folder = trained_in(run)
+    there = folder / data if folder is not None else None
+    if there is not None and content_id(there) in contents - {None}:
+        print(
+            f"note: --data {data} is not in {Path.cwd()}; reading {there}, the store the run trained on "
+            f"(relative to {folder}, where it was trained)",
+            file=sys.stderr,
+        )
+        return str(there)
+    config = read_config(run).get("data") or {}
+    key = next((k for k in ("store", "val_store") if config.get(k) == data), None)
+    if key is None:
+        return data  # not a path of the run: the store's own message says it is missing
+    where = (
+        f"{folder}, where the run was trained" if folder is not None else "the directory it was trained in"
+    )
+    held, given = "", "STORE"
+    if there is not None and (there / "meta.json").is_file():
+        held = f"; {there} holds other content" if contents - {None} else f"; it is {there}"
+        given = "STORE" if contents - {None} else shlex.quote(str(there))
+    elif there is not None:
+        held = f"; it is not at {there} either"
+    raise UserError(
+        f"store not found: {data}: the run {run} names its data.{key} relative to {where}{held}; "
+        f"pass the store as --data {given}"
+    )
 
 
 def tokenizer_arg(adapter) -> str:

@@ -53,7 +53,11 @@ class MixtureSource:
 
 @dataclass
 class DataSection:
-    store: str = opt("", "token store to train on (contextlab data ingest ...)")
+    store: str = opt(
+        "",
+        "token store to train on (contextlab data ingest ...); with data.packed, the store it was "
+        "packed from when that moved (accepted by its content hash)",
+    )
     val_store: str = opt("", "separate validation store; empty = hold out val_fraction of the documents")
     val_fraction: float = opt(0.02, "fraction held out for validation")
     val_split: Literal["documents", "tail"] = opt(

@@ -40,7 +40,7 @@ from contextlab.objectives import TrainModule
 from contextlab.rundir import read_config, save_tokenizer
 from contextlab.train import checkpoint as ckpt
 from contextlab.train import distributed as D
-from contextlab.train import guards
+from contextlab.train import guards, moved_data
 from contextlab.train.budget import (
     EarlyStopping,
     StepBudget,
@@ -93,6 +93,7 @@ class Trainer:
         if cfg.init.source:
             check_source(cfg.init.source)
         self.run_dir = Path(t.out_dir)
+        self.cfg = cfg = moved_data.find_paths(cfg, self.run_dir)  # a relative path from another directory
         self.rows, self.micro, self.accum = batch_shape(t, self.info.world_size)
         data = build_training_data(
             cfg.data,
@@ -104,6 +105,7 @@ class Trainer:
             world=self.info.world_size,
         )
         self.loader, self.val_rows, self.store = data.loader, data.val_rows, data.store
+        self.data_record = moved_data.record(cfg.data, self.store)  # saved in every checkpoint
         self._build_model()
         self._build_optimizer()
         self._next = None  # (loader state before it, tokens, doc ids): the batch fetched ahead, on the device
@@ -180,13 +182,18 @@ class Trainer:
             return guards.start_fresh(self.run_dir, self.cfg, self.info.is_main)
         model_state, optim_state, rng, state = ckpt.load_checkpoint(latest)
         if not config_hash_matches(self.cfg, state.get("config_hash")):  # which key, or only free ones
+            recorded, notes, other = moved_data.accept_moved(
+                read_config(latest), self.cfg, self.run_dir, state.get("data"), self.data_record
+            )
             guards.check_same_config(
                 self.run_dir,
-                read_config(latest),
+                recorded,
                 self.cfg,
-                f"its newest checkpoint is {latest.name}",
+                "; ".join([f"its newest checkpoint is {latest.name}", *other]),
                 "use another train.out_dir, or the same config to resume",
             )
+            for note in notes if self.info.is_main else []:
+                print(note)
         if state.get("tokenizer_hash") != self.store.tokenizer_hash:
             raise UserError(
                 f"{self.run_dir} was trained with a different tokenizer than {self.store.path}; "
@@ -240,6 +247,7 @@ class Trainer:
                 "config_hash": config_hash(self.cfg),
                 "tokenizer_hash": self.store.tokenizer_hash,
                 "tokenizer": self.store.tokenizer_spec,
+                "data": self.data_record,
                 "model_config": model_config(self.model),
                 "objective": self.cfg.objective.name,
                 "left_to_right": {"prefix_ids": self.objective.lm_prefix_ids(), "why": self.objective.not_lm},

@@ -258,3 +258,68 @@ def test_a_shard_file_that_does_not_match_its_record_is_packed_again(tmp_path, c
     for name in ("entries", "seq_offsets", "similarity"):
         a, b = np.load(packed.path / f"{name}.npy"), np.load(reference.path / f"{name}.npy")
         assert np.array_equal(a, b, equal_nan=name == "similarity")
+
+
+def test_a_moved_token_store_is_found_by_relative_path_or_given_with_store(tmp_path, capsys):
+    """A packed store recorded only its token store's absolute path: moving the project folder broke
+    it, and the fix was a Python call. Now a project moved whole keeps working (the relative path is
+    recorded too), and a store moved alone is given with --store (export, pack-stats) or data.store
+    (train), accepted by its content hash; other content is refused naming both hashes."""
+    import shutil
+
+    from contextlab.cli import main
+    from contextlab.data.store import TokenStore
+    from contextlab.data.training import packed_sources
+
+    store = make_store(tmp_path / "proj" / "data", mixed_corpus(12), name="st orig")
+    packed = pack(store, tmp_path / "proj" / "packs" / "p", PackConfig(context=31), progress=False).packed
+    rows = [packed.sequence_tokens(i)[0].tolist() for i in range(packed.n_sequences)]
+    record = json.loads((packed.path / "meta.json").read_text())["store"]
+    assert record["relative_path"] == "../../data/st orig"
+    shutil.move(tmp_path / "proj", tmp_path / "moved proj")  # the whole project: nothing to pass
+    moved = PackedStore(tmp_path / "moved proj" / "packs" / "p")
+    assert moved.store.path == tmp_path / "moved proj" / "data" / "st orig"
+    assert [moved.sequence_tokens(i)[0].tolist() for i in range(moved.n_sequences)] == rows
+
+    p = tmp_path / "moved proj" / "packs" / "p"
+    shutil.move(tmp_path / "moved proj" / "data" / "st orig", tmp_path / "elsewhere")  # the store alone
+    with pytest.raises(UserError) as err:
+        PackedStore(p)
+    assert "was packed from is missing; restore it, or give its new place: --store NEW_PATH" in str(err.value)
+    assert f"data.store=NEW_PATH (train), a store with content hash {store.hash[:12]}" in str(err.value)
+    assert main(["data", "pack-stats", str(p), "--store", str(tmp_path / "elsewhere"), "--no-plot"]) == 0
+    out = tmp_path / "export"
+    assert (
+        main(
+            [
+                "data",
+                "export",
+                str(p),
+                "--format",
+                "parquet",
+                "--out",
+                str(out),
+                "--store",
+                str(tmp_path / "elsewhere"),
+            ]
+        )
+        == 0
+    )
+    assert (out / "export.json").is_file()
+    data = type("Data", (), {"store": str(tmp_path / "elsewhere"), "packed": str(p), "mixture": []})()
+    assert packed_sources(data)[0].store.path == tmp_path / "elsewhere"  # train: data.store
+    other = make_store(tmp_path, {"x.txt": "other text"}, name="other")
+    capsys.readouterr()
+    assert main(["data", "pack-stats", str(p), "--store", str(other.path), "--no-plot"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"is not the one {p} was packed from (content hash {other.hash[:12]}, packed from {store.hash[:12]}"
+        in err
+    )
+
+    del record["relative_path"]  # a packed store written before the relative path: opened as before
+    meta = json.loads((p / "meta.json").read_text())
+    meta["store"] = {**record, "path": str(tmp_path / "elsewhere")}
+    (p / "meta.json").write_text(json.dumps(meta))
+    assert PackedStore(p).store.path == tmp_path / "elsewhere"
+    assert TokenStore(tmp_path / "elsewhere").hash == store.hash

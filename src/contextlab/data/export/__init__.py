@@ -32,7 +32,7 @@ from contextlab.data.export.parquet import rows_per_shard_for, write_parquet_spl
 from contextlab.data.export.rows import row_ids, row_lengths
 from contextlab.data.packing.packed_store import PackedStore
 from contextlab.data.shards.local_pool import LocalExecutor
-from contextlab.data.store import holds_output_lock
+from contextlab.data.store import TokenStore, holds_output_lock
 from contextlab.data.views import packed_split
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_json, partial_dir, replace_dir
@@ -73,7 +73,7 @@ def _export_inputs(call: dict) -> list:
     pk = (
         packed
         if isinstance(packed, PackedStore)
-        else (PackedStore(path) if (path / "meta.json").is_file() else None)
+        else (_open_packed(path, call.get("store")) if (path / "meta.json").is_file() else None)
     )
     return [path, pk.store.path if pk is not None else None]
 
@@ -87,14 +87,16 @@ def export(
     overwrite: bool = False,
     progress: bool = True,
     verify: bool = True,
+    store: str | Path | None = None,
 ) -> ExportReport:
     """Write the rows of ``packed`` to ``out`` in ``config.format``; see the module docstring.
     ``verify``: first check that the token store's tokens still have its content hash
-    (``TokenStore.check_content``, as ``pack`` and ``train`` do)."""
+    (``TokenStore.check_content``, as ``pack`` and ``train`` do). ``store``: the token store the
+    packed store was packed from, when it moved (``--store``; checked by its content hash)."""
     cfg = config or ExportConfig()
     _check_config(cfg)
     out = Path(out)
-    pk = packed if isinstance(packed, PackedStore) else _open_packed(Path(packed))
+    pk = packed if isinstance(packed, PackedStore) else _open_packed(Path(packed), store)
     _check_out(pk, out, overwrite)
     if verify:  # opening compared meta.json's hash only; a token changed in place is caught here
         pk.store.check_content()
@@ -142,13 +144,13 @@ def _note_no_boundaries(pk: PackedStore, cfg: ExportConfig) -> None:
         )
 
 
-def _open_packed(path: Path) -> PackedStore:
+def _open_packed(path: Path, store: str | Path | None = None) -> PackedStore:
     if not (path / "meta.json").exists() and partial_dir(path).exists():
         raise UserError(
             f"the pack writing {path} is unfinished ({partial_dir(path).name} exists); "
             "run the same `contextlab data pack` command again to finish it, then export"
         )
-    return PackedStore(path)
+    return PackedStore(path, store=TokenStore(store) if store else None)
 
 
 def is_data_export(path: Path) -> bool:

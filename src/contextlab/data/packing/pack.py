@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 import sys
 import time
@@ -128,9 +129,8 @@ def pack(
     done = dict(shards_packed=len(todo), shards_resumed=len(wanted) - len(todo), docs_packed=n_docs)
     if only_shards is not None:
         return PackReport(None, time.perf_counter() - t0, **done)
-    _finalize(
-        tstore, cfg, ranges, partial, finished_stats(job, list(range(len(ranges))), partial), fp, sep_id
-    )
+    stats = finished_stats(job, list(range(len(ranges))), partial)
+    _finalize(tstore, cfg, ranges, partial, stats, fp, sep_id, out)
     _complete(partial, out, overwrite)
     return PackReport(PackedStore(out, store=tstore), time.perf_counter() - t0, **done)
 
@@ -285,10 +285,15 @@ _FILES = {
 }
 
 
-def _store_record(store: TokenStore) -> dict:
-    """What meta.json records of the token store a packed store was made from."""
+def _store_record(store: TokenStore, out: Path) -> dict:
+    """What meta.json records of the token store a packed store at ``out`` was made from: its path,
+    also relative to ``out`` when the two share a folder below the root (a project folder moved
+    whole keeps its packed stores working; ``PackedStore.store_places``), and its hashes."""
+    where, out = store.path.resolve(), out.resolve()
+    shared = os.path.commonpath([where, out]) != where.anchor
     return {
-        "path": str(store.path.resolve()),
+        "path": str(where),
+        **({"relative_path": os.path.relpath(where, out)} if shared else {}),
         "content_hash": store.hash,
         "tokenizer_hash": store.tokenizer_hash,
         "tokenizer": store.tokenizer_spec.get("name"),
@@ -298,7 +303,14 @@ def _store_record(store: TokenStore) -> dict:
 
 
 def _finalize(
-    store: TokenStore, cfg: PackConfig, ranges, partial: Path, stats: list[dict], fp: str, sep_id: int | None
+    store: TokenStore,
+    cfg: PackConfig,
+    ranges,
+    partial: Path,
+    stats: list[dict],
+    fp: str,
+    sep_id: int | None,
+    out: Path,
 ) -> None:
     """Write the arrays, config.toml and, last, meta.json (its presence marks the work done).
 
@@ -341,7 +353,7 @@ def _finalize(
         "code_version": __version__,
         "config": to_dict(cfg),
         "fingerprint": fp,
-        "store": _store_record(store),
+        "store": _store_record(store, out),
         "separator_id": sep_id,
         "n_sequences": n_seq,
         "n_entries": n_entries,

@@ -4,9 +4,11 @@ Layout of a packed store directory (format version 1)::
 
     meta.json        format "contextlab-packed-store", version, method and every knob
                      (k, order, retriever and its settings, noise, separator, remainder,
-                     context, seed, shards), the token store's path, content hash and
-                     tokenizer hash, the separator id, n_sequences, n_entries, per-shard
-                     stats (documents, sequences, index memory bytes, seconds), row_len
+                     context, seed, shards), the token store's path (absolute, and
+                     ``relative_path`` from the packed store when the two share a folder
+                     below the root), content hash and tokenizer hash, the separator id,
+                     n_sequences, n_entries, per-shard stats (documents, sequences, index
+                     memory bytes, seconds), row_len
                      (internal: context + 1 tokens per sequence). Stores written before
                      the rename record only ``seq_len`` (= context + 1) and open the same.
     entries.npy      int64 (n_entries, 3): document index, begin token, end token. A trimmed
@@ -24,7 +26,10 @@ every entry that reaches the end of its document (policy "eot"), cut to ``contex
 tokens (the inputs and their shifted targets). So every sequence but the last ones of a
 shard holds exactly ``context + 1`` tokens. Opening
 validates sizes against meta.json and that the token store still has the content hash it
-was packed from (a re-ingested store would silently shift every entry otherwise).
+was packed from (a re-ingested store would silently shift every entry otherwise). The token
+store is looked for at its absolute path, then at its relative path (a project folder moved
+whole); one moved elsewhere is given by the caller (``store=``: ``--store`` of ``data export``
+and ``data pack-stats``, ``data.store`` of ``train``) and accepted by its content hash.
 """
 
 from __future__ import annotations
@@ -77,11 +82,19 @@ class PackedStore:
         self.store = store if store is not None else self._open_store()
         want = self.meta["store"]["content_hash"]
         if self.store.hash != want:
-            raise UserError(
-                f"the token store {self.store.path} changed since {self.path} was packed (content hash "
-                f"{self.store.hash[:12]}, packed from {want[:12]}); pack it again with "
+            again = (
                 f"`contextlab data pack {shlex.quote(str(self.store.path))} ... "
                 f"--out {shlex.quote(str(self.path))} --overwrite`"
+            )
+            if store is not None and self.store.path.resolve() not in self.store_places():
+                raise UserError(
+                    f"the token store {self.store.path} is not the one {self.path} was packed from "
+                    f"(content hash {self.store.hash[:12]}, packed from {want[:12]} at "
+                    f"{self.meta['store']['path']}); give the store it was packed from"
+                )
+            raise UserError(
+                f"the token store {self.store.path} changed since {self.path} was packed (content hash "
+                f"{self.store.hash[:12]}, packed from {want[:12]}); pack it again with {again}"
             )
 
     def _load(self, name: str, dtype, shape: tuple[int, ...]) -> np.ndarray:
@@ -101,16 +114,27 @@ class PackedStore:
             )
         return arr
 
+    def store_places(self) -> list[Path]:
+        """Where the token store may be: the absolute path recorded, then the path relative to this
+        packed store recorded beside it (stores packed inside one project folder), which finds the
+        store after the whole folder moved."""
+        rec = self.meta["store"]
+        places = [Path(rec["path"])] + ([Path(rec["relative_path"])] if rec.get("relative_path") else [])
+        return list(dict.fromkeys(p if p.is_absolute() else (self.path / p).resolve() for p in places))
+
     def _open_store(self) -> TokenStore:
-        where = Path(self.meta["store"]["path"])
-        if not where.is_absolute():
-            where = (self.path / where).resolve()
-        if not (where / "meta.json").is_file():
-            raise UserError(
-                f"the token store {where} that {self.path} was packed from is missing; restore it, "
-                f"or open the packed store with PackedStore(path, store=TokenStore(NEW_PATH))"
-            )
-        return TokenStore(where)
+        """The first of ``store_places`` holding a token store with the content hash packed from (a
+        place holding other content is opened when none has it: the check in ``__init__`` says so)."""
+        found = [p for p in self.store_places() if (p / "meta.json").is_file()]
+        stores = [TokenStore(p) for p in found]
+        want = self.meta["store"]["content_hash"]
+        if stores:
+            return next((s for s in stores if s.hash == want), stores[0])
+        raise UserError(
+            f"the token store {self.meta['store']['path']} that {self.path} was packed from is missing; "
+            f"restore it, or give its new place: --store NEW_PATH (data export, data pack-stats) or "
+            f"data.store=NEW_PATH (train), a store with content hash {want[:12]}"
+        )
 
     # ------------------------------------------------------------------ access
     def __len__(self) -> int:
