@@ -5,7 +5,10 @@ kind of output (a token store, a packed store, an export ...) is an ``OutputKind
 that kind is recognised, and the names contextlab writes at its top level. A command replaces only
 its own kind holding nothing else; a file, a link, a folder of another kind and one holding a
 user's files are refused in one line, with or without ``--overwrite``, before any work; so is an
-output that is, holds or lies inside what the command reads.
+output that is, holds or lies inside what the command reads, and one inside a run's ``checkpoints/``
+folder (``refuse_in_checkpoints``: training deletes all but its newest checkpoints, and whatever a
+user put in them would go too). ``refuse_non_folder`` and ``refuse_overlap``, the first checks of
+every writer, make that last check too.
 
 Trade-off: a folder is judged by its top level only (the writers put a user's name nowhere deeper),
 which keeps the check instant on a store of a million files but would miss a user's file put inside
@@ -23,8 +26,49 @@ from pathlib import Path
 from contextlab.errors import UserError
 
 
+def refuse_in_checkpoints(out: str | os.PathLike, flag: str = "--out", file: bool = False) -> None:
+    """One line for an output that is or lies inside a run's ``checkpoints/`` folder: training keeps only
+    its newest checkpoints (``train.keep_last``) and deletes the others whole, so results written there
+    would be lost with them. A ``checkpoints`` folder is a run's when the folder above it holds the run's
+    config.toml or metrics.jsonl, or it holds a checkpoint itself. A checkpoint folder elsewhere (one
+    copied out of its run) is never pruned, so an output inside it passes. ``file``: ``out`` is a file
+    (the suggestion then names a file too). Links are followed."""
+    from contextlab import rundir  # rundir imports this module
+
+    given = Path(out)
+    path = given.resolve()
+    chain = [path, *path.parents]
+    at = (i for i, f in enumerate(chain) if f.name == rundir.CHECKPOINTS and _a_runs_checkpoints(f))
+    i = next(at, None)
+    if i is None:
+        return
+    folder = chain[i]
+    shown = [given, *given.parents][i] if i <= len(given.parents) else folder
+    if shown.name != folder.name:  # "..", a link: the lexical parents are not the resolved ones
+        shown = folder
+    instead = shown.parent / rundir.EVAL / given.name if file else shown.parent / rundir.EVAL
+    how = "is" if i == 0 else "lies inside"
+    raise UserError(
+        f"{flag} {out} {how} {shown}, a run's checkpoints folder: training keeps only the newest checkpoints "
+        f"(train.keep_last) and deletes the others with everything in them; choose an {flag} outside it, "
+        f"e.g. {instead} (nothing was written)"
+    )
+
+
+def _a_runs_checkpoints(folder: Path) -> bool:
+    """A ``checkpoints`` folder of a run: its run's config or metrics above it, or a checkpoint inside it."""
+    from contextlab import rundir
+
+    run = folder.parent
+    if (run / rundir.CONFIG).is_file() or (run / rundir.METRICS).is_file():
+        return True
+    return bool(rundir.list_checkpoints(run))
+
+
 def refuse_non_folder(out: str | os.PathLike, flag: str = "--out") -> None:
-    """One line for an output path that exists and is a file or a link (a writer never deletes one)."""
+    """One line for an output path that exists and is a file or a link (a writer never deletes one), or
+    that lies in a run's checkpoints folder (``refuse_in_checkpoints``)."""
+    refuse_in_checkpoints(out, flag)
     out = Path(out)
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         kind = "a link" if out.is_symlink() else "a file"
@@ -88,7 +132,9 @@ def refuse_foreign(out: str | os.PathLike, kind: OutputKind, flag: str = "--out"
 def refuse_overlap(out: str | os.PathLike, inputs: Iterable, flag: str = "--out") -> None:
     """Refuse an output folder that is, contains or lies inside one of ``inputs`` (the paths the
     command reads; entries that are None or do not exist are skipped): writing it would replace
-    or mix with what is being read. Links are followed on both sides."""
+    or mix with what is being read. Links are followed on both sides. An output in a run's checkpoints
+    folder is refused too (``refuse_in_checkpoints``)."""
+    refuse_in_checkpoints(out, flag)
     dst = Path(out).resolve()
     for item in inputs:
         if item is None or not str(item) or not Path(item).exists():

@@ -18,6 +18,14 @@ from contextlab.cli.runtime import check_compute, quiet_transformers
 from contextlab.config import add_dataclass_args, dataclass_from_args
 
 
+def _refuse_out(out: str | None) -> None:
+    """One line, before any model loads, for an --out that is a file or lies in a run's checkpoints."""
+    if out:
+        from contextlab.outputs import refuse_non_folder
+
+        refuse_non_folder(out)
+
+
 def _parser() -> argparse.ArgumentParser:
     from contextlab.analysis.entropy import Options
 
@@ -111,6 +119,7 @@ def cmd_entropy(argv: list[str]) -> int:
     progress.set_enabled(not args.no_progress)
     if args.no_progress:
         quiet_transformers([args.model])
+    _refuse_out(args.out)
     adapter = load_model(
         args.model, dtype=args.dtype, batch_size=args.batch_size, device=args.device, step=args.step
     )
@@ -209,6 +218,7 @@ def cmd_attention(argv: list[str]) -> int:
     if args.no_progress:
         quiet_transformers([args.model, args.compare])
     common = dict(dtype="fp32", batch_size=args.batch_size, device=args.device)
+    _refuse_out(args.out)
     a = load_model(args.model, step=args.step, **common)
     b = load_model(args.compare, step=args.compare_step, **common) if args.compare else None
     out_dir = Path(args.out) if args.out else eval_dir(args.model)

@@ -42,6 +42,10 @@ def cmd_report(argv: list[str]) -> int:
     )
     p.add_argument("--title", help="page title (default: the folder's name, or the profiled models)")
     args = p.parse_args(argv)
+    if args.out:
+        from contextlab.outputs import refuse_in_checkpoints
+
+        refuse_in_checkpoints(args.out, file=True)  # training would delete the page with its checkpoint
     out = build_report(args.dir, args.out, args.title)
     print(f"report: {out}")
     return 0

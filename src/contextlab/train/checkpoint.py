@@ -19,7 +19,10 @@ the last good checkpoint; so does a checkpoint whose files cannot be read back (
 weights, a garbage optimizer file), naming the newest earlier one that can. Checkpoint names
 and listing belong to ``contextlab.rundir``; this module writes what is inside and reads it all
 back to resume; ``contextlab.inference.checkpoint`` reads the weights (here too) and builds the model.
-Only the newest ``keep_last`` are kept, and with early stopping the best one too.
+Only the newest ``keep_last`` are kept, and with early stopping the best one too. A checkpoint
+folder holding anything training did not write there (a user's results put inside by hand) is never
+deleted: pruning keeps it and says so in one line, and a step written again carries such files over
+into its new folder.
 """
 
 from __future__ import annotations
@@ -84,9 +87,12 @@ def save_checkpoint(
     with signals_deferred(f"finishing checkpoint {final.name} first"):
         try:
             _write_files(tmp, model_state, optim_state, state, config_toml)
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(tmp, final)
+            if final.exists() and _foreign(final):
+                _write_beside(final, tmp)
+            else:
+                if final.exists():
+                    shutil.rmtree(final)
+                os.replace(tmp, final)
             fsync_dir(final.parent)
         except (OSError, RuntimeError, SafetensorError) as exc:  # torch.save: RuntimeError on a full disk
             shutil.rmtree(tmp, ignore_errors=True)
@@ -98,9 +104,49 @@ def save_checkpoint(
                 f"could not write checkpoint {final} ({_why(exc)}); {kept}; fix it and run again to resume"
             ) from None
         for old_step, old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
-            if old_step not in pinned:
+            if old_step not in pinned and not _kept_for_user(old, keep_last):
                 shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+WRITTEN = (WEIGHTS, "optimizer.pt", "rng.pt", CONFIG, STATE)  # what _write_files puts in a checkpoint
+_ANNOUNCED: set[Path] = set()  # kept checkpoints already named by this process (one line each)
+
+
+def _foreign(folder: Path) -> list[str]:
+    """The names in a checkpoint folder that training did not write there."""
+    try:
+        return sorted(p.name for p in folder.iterdir() if p.name not in WRITTEN)
+    except OSError:
+        return []
+
+
+def _some(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _kept_for_user(old: Path, keep_last: int) -> bool:
+    """Whether pruning keeps checkpoint ``old`` because it holds files training did not write (a user's
+    results): it is then named once per process, with how to let it go."""
+    names = _foreign(old)
+    if names and old not in _ANNOUNCED:
+        _ANNOUNCED.add(old)
+        print(
+            f"note: kept {old} past train.keep_last={keep_last}: it holds {_some(names)}, which training "
+            "did not write; move that out and the next checkpoint prunes it"
+        )
+    return bool(names)
+
+
+def _write_beside(final: Path, tmp: Path) -> None:
+    """Move the new files of a step written again into its folder ``final``, which holds files training
+    did not write (they stay). state.json goes first and comes back last, so a kill in between leaves
+    no checkpoint there (the previous one is the newest) and never touches the user's files."""
+    (final / STATE).unlink(missing_ok=True)
+    for f in sorted(tmp.iterdir(), key=lambda p: p.name == STATE):
+        os.replace(f, final / f.name)
+    tmp.rmdir()
+    print(f"note: {final} is written again; {_some(_foreign(final))}, not written by training, stay in it")
 
 
 @contextlib.contextmanager
