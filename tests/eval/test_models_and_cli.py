@@ -216,6 +216,29 @@ def test_cli_help_documents_every_option(capsys):
         cmd_eval(["nonsense", "--model", "x"])
 
 
+def test_plot_is_an_option_of_contextwise_only_and_needs_several_models(tmp_path, capsys):
+    """--plot (the combined plot of several models' contextwise curves) showed in every evaluation's
+    --help; it is contextwise's option alone, and one model's --plot is one line, not ignored."""
+    from contextlab.data.tokenizers import ByteTokenizer
+    from contextlab.train.checkpoint import write_untrained_run
+    from tests.eval.conftest import tiny_gpt
+
+    for name in ("ppl", "niah", "kv", "vartrack", "contextwise"):
+        with pytest.raises(SystemExit):
+            cmd_eval([name, "--help"])
+        text = capsys.readouterr().out
+        assert ("--plot" in text) == (name == "contextwise"), name
+    assert "contextwise only, with several --model" in " ".join(text.split())
+    with pytest.raises(SystemExit):
+        cmd_eval(["ppl", "--model", "x", "--plot", "p.png"])
+    assert "unrecognized arguments: --plot p.png" in capsys.readouterr().err
+    run = write_untrained_run(tmp_path / "run", tiny_gpt(0, context=32), ByteTokenizer(), note="test")
+    with pytest.raises(
+        UserError, match=r"^--plot is the combined plot of several models' contextwise curves"
+    ):
+        cmd_eval(["contextwise", "--model", str(run), "--plot", str(tmp_path / "p.png")])
+
+
 def test_ppl_context_option_and_its_old_name_window(hf_folder, stores, tmp_path, capsys):
     common = [
         "--model",

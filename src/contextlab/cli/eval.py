@@ -78,12 +78,14 @@ def _parser(name: str | None) -> argparse.ArgumentParser:
         help="replace OUT/NAME.json even when it was written with other options, another model or other "
         "data (without it that is refused; the same settings run again replace it, as a reproduction)",
     )
-    p.add_argument(
-        "--plot",
-        help="contextwise with several models: where to write the combined plot (default: "
-        "--out/contextwise_models.png, without --out contextwise_models.png in the first model's "
-        "output folder)",
-    )
+    if name in (None, "contextwise"):  # the only evaluation that draws several models on one plot
+        p.add_argument(
+            "--plot",
+            metavar="FILE.png",
+            help="contextwise only, with several --model: where to write the combined plot of their "
+            "curves (default: --out/contextwise_models.png, without --out contextwise_models.png in the "
+            "first model's output folder)",
+        )
     if name:
         add_dataclass_args(p.add_argument_group(f"{name} options"), EVALS[name].options)
     return p
@@ -119,6 +121,21 @@ def _check_depths(options) -> None:
         )
 
 
+def _check_plot(plot: str | None, several: bool) -> None:
+    """--plot (contextwise's parser only) draws several models' curves on one plot: one line without them,
+    or for a FILE in a run's checkpoints folder."""
+    if not plot:
+        return
+    if not several:
+        raise UserError(
+            "--plot is the combined plot of several models' contextwise curves: give two or more --model, "
+            "or drop --plot (one model's plot is OUT/contextwise.png)"
+        )
+    from contextlab.outputs import refuse_in_checkpoints
+
+    refuse_in_checkpoints(plot, "--plot", file=True)
+
+
 def _refuse_shared_outs(models: list[str], outs: list[Path], name: str) -> None:
     """Two models whose results would go to one folder (folders of the same name under --out)."""
     seen: dict[Path, str] = {}
@@ -150,6 +167,7 @@ def cmd_eval(argv: list[str]) -> int:
     if args.no_progress:
         quiet_transformers(args.model)
     several = len(args.model) > 1
+    _check_plot(getattr(args, "plot", None), several)
     if args.out:
         from contextlab.outputs import refuse_non_folder
 
