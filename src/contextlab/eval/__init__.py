@@ -71,6 +71,7 @@ EVALS: dict[str, Eval] = {
         kv.Options,
         "lost-in-the-middle key-value retrieval, accuracy by gold position",
         "a lost-in-the-middle file, e.g. ../shared/data/lost_in_the_middle/kv-retrieval-75_keys.jsonl.gz",
+        check_data=kv.check_data,
     ),
     "mqar": Eval(
         mqar.run,

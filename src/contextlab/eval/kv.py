@@ -33,7 +33,9 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -91,6 +93,42 @@ KV_FORMAT = (
     "one JSON object a line with 'key' and 'ordered_kv_records' (a list of [key, value] string pairs "
     "holding that key), as in the lost-in-the-middle key-value files"
 )
+
+
+EXAMPLE = "../shared/data/lost_in_the_middle/kv-retrieval-75_keys.jsonl.gz"
+
+
+def kv_file(data: str | None) -> Path:
+    """The key-value file ``data`` names; one line for none, a missing path, or a folder (naming the file
+    of that folder to pass: the lost-in-the-middle folder holds two, and other data besides)."""
+    path = require_file(data, "kv", EXAMPLE)
+    if not path.is_dir():
+        return path
+    files = [f for f in path.iterdir() if f.name.endswith((".jsonl", ".jsonl.gz")) and f.is_file()]
+    kv = sorted((f for f in files if f.name.startswith("kv-")), key=_natural)
+    if not files:
+        raise UserError(
+            f"--data {data} is a folder with no .jsonl or .jsonl.gz file; kv reads one key-value file: "
+            f"pass --data FILE, e.g. {EXAMPLE}"
+        )
+    if not kv:  # a user's own files: which of them hold key-value examples is theirs to say
+        raise UserError(
+            f"--data {data} is a folder; kv reads one key-value file: pass the file of it that holds "
+            f"key-value examples, e.g. --data {sorted(files, key=_natural)[0]}"
+        )
+    first, *others = kv
+    also = f" (or {', '.join(f.name for f in others)} beside it)" if others else ""
+    raise UserError(f"--data {data} is a folder; kv reads one key-value file: pass --data {first}{also}")
+
+
+def _natural(f: Path) -> list:
+    """'kv-retrieval-75_keys' before 'kv-retrieval-140_keys': numbers compared as numbers."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", f.name)]
+
+
+def check_data(data: str) -> None:
+    """One line for a --data that is no key-value file, before any model loads (``kv_file``)."""
+    kv_file(data)
 
 
 def read_examples(path) -> list[dict]:
@@ -156,7 +194,7 @@ def _draw_set(rng, records: list, gold: int, o: Options, first: bool) -> tuple[l
 
 
 def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], dict]:
-    path = require_file(data, "kv", "../shared/data/lost_in_the_middle/kv-retrieval-75_keys.jsonl.gz")
+    path = kv_file(data)
     rows = read_examples(path)[: o.n_examples]
     if o.distractors < 1 or o.sets < 1:
         raise UserError("kv needs --distractors >= 1 and --sets >= 1")

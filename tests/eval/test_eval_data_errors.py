@@ -1,0 +1,87 @@
+"""Every evaluation that reads --data answers a path it cannot use in one line, never a traceback.
+
+A user's trial passed the lost-in-the-middle folder to ``eval kv`` and got ``IsADirectoryError`` from
+deep inside kv.py; kv now names the file of that folder to pass. The same matrix (a folder, an empty
+folder, a missing path, an empty file, a text file, JSON lines of another format) is run through the
+command line for every evaluation that reads --data.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from contextlab.cli import main
+from contextlab.data.tokenizers import ByteTokenizer
+from contextlab.train.checkpoint import write_untrained_run
+from tests.conftest import KV_75
+from tests.eval.conftest import tiny_gpt
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("data_errors")
+    return write_untrained_run(
+        root / "run", tiny_gpt(0, context=64), ByteTokenizer(), note="test"
+    ).parent.parent
+
+
+@pytest.fixture(scope="module")
+def datas(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("bad_data")
+    lim = root / "lost_in_the_middle"  # as ../shared/data/lost_in_the_middle: two kv files and others
+    lim.mkdir()
+    for name in (
+        "kv-retrieval-140_keys.jsonl.gz",
+        "kv-retrieval-75_keys.jsonl.gz",
+        "nq-open-oracle.jsonl.gz",
+    ):
+        shutil.copy(KV_75, lim / name)
+    (lim / "SOURCE.txt").write_text("where it came from")
+    (root / "empty_folder").mkdir()
+    (root / "empty.jsonl").write_bytes(b"")
+    (root / "text.txt").write_text("plain text, not a store\n" * 20)
+    (root / "other.jsonl").write_text('{"a": 1}\n')
+    return {
+        "folder": lim,
+        "empty folder": root / "empty_folder",
+        "missing": root / "missing",
+        "empty file": root / "empty.jsonl",
+        "text file": root / "text.txt",
+        "other jsonl": root / "other.jsonl",
+    }
+
+
+def test_kv_with_a_folder_names_the_file_to_pass(run, datas, capsys):
+    folder = datas["folder"]
+    assert main(["eval", "kv", "--model", str(run), "--data", str(folder), "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"contextlab eval: error: --data {folder} is a folder; kv reads one key-value file: pass --data "
+        f"{folder / 'kv-retrieval-75_keys.jsonl.gz'} (or kv-retrieval-140_keys.jsonl.gz beside it)"
+    ]
+    assert main(["eval", "kv", "--model", str(run), "--data", str(datas["empty folder"])]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"contextlab eval: error: --data {datas['empty folder']} is a folder with no .jsonl or .jsonl.gz "
+        "file; kv reads one key-value file: pass --data FILE, e.g. "
+        "../shared/data/lost_in_the_middle/kv-retrieval-75_keys.jsonl.gz"
+    ]
+    assert not (run / "eval").exists()
+
+
+EVALS = ["ppl", "contextwise", "bayes-fit", "niah", "kv", "mqar", "icl", "infill"]
+VALID = {("niah", "text file")}  # a haystack: it runs (into the context check of a 64-token model)
+
+
+@pytest.mark.parametrize("name", EVALS)
+@pytest.mark.parametrize(
+    "what", ["folder", "empty folder", "missing", "empty file", "text file", "other jsonl"]
+)
+def test_an_unusable_data_path_is_one_line(run, datas, tmp_path, name, what, capsys):
+    args = ["eval", name, "--model", str(run), "--data", str(datas[what]), "--out", str(tmp_path / "out")]
+    assert main([*args, "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("contextlab eval: error: "), err
+    if (name, what) not in VALID:
+        assert not (tmp_path / "out").exists()
