@@ -57,11 +57,74 @@ def test_default_lengths_of_niah_passkey_vartrack_and_kv_fit_the_context(haystac
 def test_kv_with_a_context_too_short_for_one_candidate_set_is_one_line():
     adapter = byte_adapter(tiny_gpt(1, context=512))
     with pytest.raises(UserError) as err:
-        kv.build(adapter, kv.Options(n_examples=1), str(KV_75))
+        kv.build(adapter, kv.Options(n_examples=1, distractors=4), str(KV_75))
     assert str(err.value) == (
         "kv: even 5 pairs (a candidate set of 1 + --distractors 4) make prompts of 603 tokens with the "
-        "answer, more than the model's context of 512; lower --distractors, or pass --n-pairs to run past "
-        "the context (the model then extrapolates)"
+        "answer, more than the model's context of 512; lower --distractors (or leave it out: the default "
+        "fits), or pass --n-pairs to run past the context (the model then extrapolates)"
+    )
+
+
+def test_kv_default_distractors_fit_a_small_context_and_say_so(capsys):
+    """A user's 255-token model failed `eval kv` with the default --distractors 4 (5 pairs did not fit);
+    left out, they are as many as fit (fewer pairs make the set), with a note on the settings line."""
+    adapter = fixed_positions(byte_adapter(tiny_gpt(1, context=512), batch_size=8))
+    samples, info = kv.build(adapter, kv.Options(n_examples=1), str(KV_75))
+    assert (info["n_pairs"], info["distractors"]) == (3, 2)
+    assert {len(s.candidates) for s in samples} == {3}
+    assert tasks.longest_forward(samples, "both") <= 512
+    kv.run(adapter, kv.Options(n_examples=1, scoring="likelihood"), str(KV_75))
+    line = capsys.readouterr().out.splitlines()[0]  # the settings line
+    assert line.endswith(
+        "note 2 distractors, not 4: a set of 5 pairs with the answer is longer than the model's 512-token "
+        "context (--distractors sets it)"
+    )
+    big = byte_adapter(tiny_gpt(1, context=1024))
+    assert kv.build(big, kv.Options(n_examples=1), str(KV_75))[1]["distractors"] == 4  # 5 pairs fit
+    small = byte_adapter(tiny_gpt(1, context=255))
+    with pytest.raises(UserError) as err:
+        kv.build(small, kv.Options(n_examples=1), str(KV_75))
+    assert str(err.value) == (
+        "kv: the model's context (255 tokens) is too short for key-value retrieval: even 2 pairs (the true "
+        "one and 1 distractor, the fewest) make prompts of 360 tokens with the answer; pass --n-pairs 2 to "
+        "run it past the context (the model then extrapolates)"
+    )
+
+
+def test_vartrack_default_hops_fit_a_small_context_and_say_so(capsys):
+    """A user's 255-token model failed `eval vartrack` ("length 228 is too short for 8 statements"); left
+    out, --hops is 3 or as many as fit, with a note; an explicit --hops keeps its one-line error."""
+    adapter = fixed_positions(byte_adapter(tiny_gpt(1, context=450), batch_size=8))
+    samples, info = vartrack.build(adapter, vartrack.Options(samples=2), None)
+    assert (info["hops"], info["lengths"]) == (1, [450 - 15])  # 2 names of 6 tokens, 4 generated
+    assert tasks.longest_forward(samples, "both") <= 450
+    big = byte_adapter(tiny_gpt(1, context=1024))
+    assert vartrack.build(big, vartrack.Options(samples=1, lengths=[600]), None)[1]["hops"] == 3
+    vartrack.run(adapter, vartrack.Options(samples=1, scoring="likelihood"), None)
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "vartrack: lengths 439 · chains 2 · hops 1 · texts per length 1 · prompts 2 · scoring likelihood · "
+        "note 1 hop, not 3: a prompt that fits the model's 450-token context with its answer cannot hold the "
+        "statements of 3 hops and the question (--hops sets it)"
+    )
+    with pytest.raises(UserError) as err:
+        vartrack.build(adapter, vartrack.Options(samples=1, hops=3), None)
+    assert str(err.value) == (
+        "variable tracking length 423 is too short for 8 statements; use longer --lengths or fewer --hops "
+        "(or leave --hops out: the default fits the length)"
+    )
+    with pytest.raises(UserError) as err:
+        vartrack.build(adapter, vartrack.Options(samples=1, lengths=[200]), None)
+    assert str(err.value) == (
+        "variable tracking length 200 is too short for even 4 statements (2 chains of 1 hop: 389 tokens at "
+        "least); use longer --lengths"
+    )
+    small = byte_adapter(tiny_gpt(1, context=255))
+    with pytest.raises(UserError) as err:
+        vartrack.build(small, vartrack.Options(samples=1), None)
+    assert str(err.value) == (
+        "vartrack: the model's context (255 tokens) is too short for variable tracking: even 2 chains of 1 "
+        "hop (4 statements) need a prompt of 389 tokens at least, and 15 of its answer; pass --lengths 389 "
+        "to run it past the context (the model then extrapolates)"
     )
 
 

@@ -4,13 +4,13 @@ Two results pair only when they were computed on the same data (the same content
 resolved sizes) with the same options, and their saved samples (pieces, cells, candidate sets,
 token counts) are identical; otherwise the comparison is refused in one line naming what
 differs and why: a setting whose default follows each model's context (contextwise's length,
-the lengths of niah, passkey, vartrack and bayes-fit, kv's number of pairs), read from each
-result, with both values and the option to set; an option given differently; other data or
-changed data; models of different tokenizers. Options that change how a sample is scored but
-not which samples there are (the scoring mode, ppl's window and stride, the best-context
-window) may differ: they are listed as notes. Trade-off: results written before the per-sample
-arrays existed cannot be compared (the error says to rerun the evaluation); recomputing them
-here would need the models.
+the lengths of niah, passkey, vartrack and bayes-fit, vartrack's hops, kv's numbers of pairs and
+distractors), read from each result, with both values and the option to set; an option given
+differently; other data or changed data; models of different tokenizers. Options that change how a
+sample is scored but not which samples there are (the scoring mode, ppl's window and stride, the
+best-context window) may differ: they are listed as notes. Trade-off: results written before the
+per-sample arrays existed cannot be compared (the error says to rerun the evaluation); recomputing
+them here would need the models.
 """
 
 from __future__ import annotations
@@ -38,8 +38,12 @@ RESOLVED = {  # settings whose default follows the model's context: (option, whe
     "bayes-fit": [("lengths", ("results", "lengths"))],
     "niah": [("lengths", ("data", "lengths"))],
     "passkey": [("lengths", ("data", "lengths"))],
-    "vartrack": [("lengths", ("data", "lengths"))],
-    "kv": [("n_pairs", ("data", "n_pairs")), ("positions", ("data", "positions"))],
+    "vartrack": [("lengths", ("data", "lengths")), ("hops", ("data", "hops"))],
+    "kv": [
+        ("n_pairs", ("data", "n_pairs")),
+        ("positions", ("data", "positions")),
+        ("distractors", ("data", "distractors")),
+    ],
 }
 SAMPLE_KEYS = {
     "contextwise": ("pieces",),

@@ -26,6 +26,11 @@ prompt fits: guessed from the examples' mean pair, then moved one pair at a time
 the prompts again: tokenizing, no model). Trade-off: fewer pairs make the task easier than the
 paper's 75, so results of models with different contexts compare only at one ``--n-pairs`` (the
 result records ``n_pairs``; ``contextlab compare`` says so when they differ).
+
+Default number of distractors: 4 (candidate sets of 5 keys), fewer when even 5 pairs with the answer
+are longer than the model's context (a 255-token model of a BPE tokenizer fits 2 or 3 UUID pairs), down
+to 1 (chance 1/2); the settings line's note says so and the result records ``distractors``. An explicit
+``--distractors`` that does not fit is one line, as is a context too short for 2 pairs.
 """
 
 from __future__ import annotations
@@ -61,7 +66,9 @@ class Options:
         [], "positions (0-based) of the queried pair to test; empty = 5 evenly spaced from first to last"
     )
     distractors: int = opt(
-        4, "wrong values scored against the true one: candidate sets of 1 + this many keys"
+        0,
+        "wrong values scored against the true one: candidate sets of 1 + this many keys; 0 = 4, or as many "
+        "as fit when 5 pairs with the answer are longer than the model's context (with --n-pairs: 4)",
     )
     sets: int = opt(1, "candidate sets per example (each asked at every position with each key queried)")
     scoring: Literal["likelihood", "generate", "both"] = opt("both", "how the answer is scored")
@@ -88,6 +95,7 @@ def kv_prompt(records: list[tuple[str, str]], key: str, query: str = "question")
 
 
 EXTRA_NEW = 4  # tokens generated past the value
+DISTRACTORS = 4  # the default number of wrong values (fewer when the context holds no set of 5 pairs)
 
 KV_FORMAT = (
     "one JSON object a line with 'key' and 'ordered_kv_records' (a list of [key, value] string pairs "
@@ -196,14 +204,16 @@ def _draw_set(rng, records: list, gold: int, o: Options, first: bool) -> tuple[l
 def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], dict]:
     path = kv_file(data)
     rows = read_examples(path)[: o.n_examples]
-    if o.distractors < 1 or o.sets < 1:
-        raise UserError("kv needs --distractors >= 1 and --sets >= 1")
+    if o.distractors < 0 or o.sets < 1:
+        raise UserError("kv needs --distractors >= 1 (or 0: fitted to the context) and --sets >= 1")
     in_file = min(len(r["ordered_kv_records"]) for r in rows)
     if o.n_pairs:
+        o = dataclasses.replace(o, distractors=o.distractors or DISTRACTORS)
         samples, positions = _samples(adapter, rows, o, o.n_pairs)
         n = min(o.n_pairs, in_file)
     else:
-        n, samples, positions = _fitting(adapter, rows, o, in_file)
+        n, samples, positions, distractors = _fitting(adapter, rows, o, in_file)
+        o = dataclasses.replace(o, distractors=distractors)
     tasks.check_longest(
         adapter,
         samples,
@@ -218,6 +228,7 @@ def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], di
         "n_pairs": n,
         "n_pairs_in_file": in_file,
         "positions": positions,
+        "distractors": o.distractors,
         "query": o.query,
     }
 
@@ -247,30 +258,33 @@ def _samples(adapter, rows: list[dict], o: Options, n_pairs: int) -> tuple[list[
 
 def _fitting(
     adapter, rows: list[dict], o: Options, in_file: int
-) -> tuple[int, list[tasks.Sample], list[int]]:
+) -> tuple[int, list[tasks.Sample], list[int], int]:
     """(the most pairs whose every prompt fits the model's context with its answer, those prompts, the
-    positions): a first guess from the examples' mean pair, then one pair up or down at a time."""
+    positions, the distractors): a first guess from the examples' mean pair, then one pair up or down at
+    a time. Without --distractors, a context that holds no candidate set of 1 + ``DISTRACTORS`` pairs
+    takes one distractor fewer at a time, down to 1."""
     enc, ctx = adapter.encode, adapter.context
     records = [tuple(kv) for r in rows for kv in r["ordered_kv_records"]]
     pair = float(np.mean([len(enc(f"{json.dumps(k)}: {json.dumps(v)},\n ")) for k, v in records]))
     value = max(len(enc(" " + json.dumps(v))) for _, v in records)
     room = tasks.answer_room(value, o.scoring, value + EXTRA_NEW)
     fixed = max(len(enc(kv_prompt([], r["key"], o.query))) for r in rows)
-    k = min(o.distractors + 1, in_file)
+    distractors = o.distractors or DISTRACTORS
 
     def built(n: int) -> tuple[list[tasks.Sample], list[int], int]:
-        samples, positions = _samples(adapter, rows, o, 0 if n == in_file else n)  # 0: every pair
+        kept = dataclasses.replace(o, distractors=distractors)
+        samples, positions = _samples(adapter, rows, kept, 0 if n == in_file else n)  # 0: every pair
         return samples, positions, tasks.longest_forward(samples, o.scoring)
 
+    k = min(distractors + 1, in_file)
     n = min(in_file, max(k, int((ctx - room - fixed) / pair)))
     samples, positions, longest = built(n)
     while longest > ctx:  # too many: one fewer until they fit
-        if n <= k:
-            raise UserError(
-                f"kv: even {k} pairs (a candidate set of 1 + --distractors {o.distractors}) make prompts of "
-                f"{longest:,} tokens with the answer, more than the model's context of {ctx:,}; lower "
-                "--distractors, or pass --n-pairs to run past the context (the model then extrapolates)"
-            )
+        if n <= k and (o.distractors or k <= 2):
+            raise _no_set_fits(o, k, longest, ctx)
+        if n <= k:  # the default set is too large: one distractor fewer
+            k -= 1
+            distractors = k - 1
         n -= 1
         samples, positions, longest = built(n)
     while n < in_file:  # they fit: one more while that fits too
@@ -278,7 +292,23 @@ def _fitting(
         if more[2] > ctx:
             break
         n, (samples, positions, longest) = n + 1, more
-    return n, samples, positions
+    return n, samples, positions, distractors
+
+
+def _no_set_fits(o: Options, k: int, longest: int, ctx: int) -> UserError:
+    """The one line of a context too short for the prompts of one candidate set of ``k`` pairs."""
+    if o.distractors:
+        return UserError(
+            f"kv: even {k} pairs (a candidate set of 1 + --distractors {o.distractors}) make prompts of "
+            f"{longest:,} tokens with the answer, more than the model's context of {ctx:,}; lower "
+            "--distractors (or leave it out: the default fits), or pass --n-pairs to run past the context "
+            "(the model then extrapolates)"
+        )
+    return UserError(
+        f"kv: the model's context ({ctx:,} tokens) is too short for key-value retrieval: even {k} pairs (the "
+        f"true one and 1 distractor, the fewest) make prompts of {longest:,} tokens with the answer; pass "
+        f"--n-pairs {k} to run it past the context (the model then extrapolates)"
+    )
 
 
 def _sample(
@@ -294,6 +324,8 @@ def _sample(
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
     samples, info = build(adapter, options, data)
+    d = info["distractors"]
+    fewer = not options.distractors and d < DISTRACTORS
     of = f" (of {info['n_pairs_in_file']}, fitted to the context {adapter.context:,})"
     fitted = "" if options.n_pairs else of
     progress.announce(
@@ -308,7 +340,13 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             "longest prompt": max(len(s.prompt) for s in samples),
             "scoring": options.scoring,
             "file": info["file"],
-            "note": tasks.shorter(adapter, options.n_pairs, "--n-pairs"),
+            "note": (
+                f"{d} distractor{'s' if d > 1 else ''}, not {DISTRACTORS}: a set of {DISTRACTORS + 1} pairs "
+                f"with the answer is longer than the model's {adapter.context:,}-token context "
+                "(--distractors sets it)"
+                if fewer
+                else tasks.shorter(adapter, options.n_pairs, "--n-pairs")
+            ),
         },
     )
     rows = scoring.score_samples(adapter, samples, options.scoring, desc="kv")

@@ -13,10 +13,16 @@ containing all names of the chain (in order).
 Default length: the model's context less the tokens the answer adds (the chain's names, at most
 6 tokens each, and 4 more when generating), so the default prompt never runs past the context.
 Longer prompts are measured only when ``--lengths`` asks for them.
+
+Default hops: 3, fewer (down to 1) when a prompt of the default length (or the shortest --lengths)
+cannot hold the statements of 3 with their question and a filler token between statements (a 255-token
+byte-level model holds not even the question); the settings line's note says so and the result records
+``hops``. An explicit ``--hops`` that does not fit is one line, as is a context too short for 1 hop.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import string
 from dataclasses import dataclass
 from typing import Literal
@@ -35,6 +41,7 @@ from contextlab.eval.results import text_hash
 INTRO = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"
 NAME_TOKENS = 6  # the most tokens a name " ABCDE" takes (a space and 5 letters, one byte each)
 EXTRA_NEW = 4  # tokens generated past the answer
+HOPS = 3  # the default hops per chain (fewer when the prompt length cannot hold them)
 
 
 @dataclass
@@ -45,7 +52,11 @@ class Options:
         "runs past the context)",
     )
     n_chains: int = opt(2, "chains per prompt; each is asked about once, the others being the distractors")
-    hops: int = opt(3, "assignments per chain after the first")
+    hops: int = opt(
+        0,
+        f"assignments per chain after the first; 0 = {HOPS}, or as many as fit (down to 1) when the prompt "
+        f"length cannot hold the statements of {HOPS}",
+    )
     samples: int = opt(8, "texts per length, each asked once per chain")
     scoring: Literal["likelihood", "generate", "both"] = opt("both", "how the answer is scored")
     seed: int = opt(0, "seed of names, values and positions")
@@ -61,19 +72,27 @@ def chains(rng, n_chains: int, hops: int) -> tuple[list[list[str]], list[str]]:
     return [names_l[i * (hops + 1) : (i + 1) * (hops + 1)] for i in range(n_chains)], values
 
 
+class _TooShort(Exception):
+    """A prompt length that cannot hold the statements (with a filler token before each) and the question."""
+
+    def __init__(self, length: int, statements: int, needed: int):
+        super().__init__(length, statements, needed)
+        self.length, self.statements, self.needed = length, statements, needed
+
+
 def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], dict]:
-    if o.n_chains < 1 or o.hops < 1:
+    if o.n_chains < 1 or o.hops < 0:
         raise UserError(
-            "variable tracking needs n_chains >= 1 and hops >= 1 (n_chains >= 2 for a chance level)"
+            "variable tracking needs n_chains >= 1 and hops >= 1 (or 0: fitted; n_chains >= 2 for a chance "
+            "level)"
         )
-    answer = NAME_TOKENS * (o.hops + 1)
-    room = tasks.answer_room(answer, o.scoring, answer + EXTRA_NEW)
-    lengths = o.lengths or [adapter.context - room]
-    rng = np.random.default_rng(o.seed)
-    samples: list[tasks.Sample] = []
-    for L in lengths:
-        for _ in range(o.samples):
-            samples += _chain_set(adapter, rng, o, L, len(samples) // o.n_chains)
+    for hops in [o.hops] if o.hops else range(HOPS, 0, -1):
+        try:
+            samples, lengths, room = _built(adapter, o, hops)
+            break
+        except _TooShort as short:
+            if o.hops or hops == 1:
+                raise _too_short(adapter, o, short) from None
     tasks.check_longest(
         adapter,
         samples,
@@ -81,7 +100,46 @@ def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], di
         f"the longest vartrack prompt ({max(lengths):,} tokens) with its answer",
         tasks.lengths_fix("vartrack", adapter.context, room),
     )
-    return samples, {"filler_hash": text_hash(INTRO + FILLER), "lengths": lengths}
+    return samples, {"filler_hash": text_hash(INTRO + FILLER), "lengths": lengths, "hops": hops}
+
+
+def _built(adapter, o: Options, hops: int) -> tuple[list[tasks.Sample], list[int], int]:
+    """(the samples of chains of ``hops``, their lengths, the tokens the answer adds); ``_TooShort`` when a
+    length cannot hold them."""
+    o = dataclasses.replace(o, hops=hops)
+    answer = NAME_TOKENS * (hops + 1)
+    room = tasks.answer_room(answer, o.scoring, answer + EXTRA_NEW)
+    lengths = o.lengths or [adapter.context - room]
+    rng = np.random.default_rng(o.seed)
+    samples: list[tasks.Sample] = []
+    for L in lengths:
+        for _ in range(o.samples):
+            samples += _chain_set(adapter, rng, o, L, len(samples) // o.n_chains)
+    return samples, lengths, room
+
+
+def _too_short(adapter, o: Options, short: _TooShort) -> UserError:
+    """The one line of a prompt length too short for the statements: an explicit --hops names it; fitted
+    hops down to 1 name the context (or --lengths) and the length that holds them."""
+    L, n = short.length, short.statements
+    if o.hops:
+        return UserError(
+            f"variable tracking length {L} is too short for {n} statements; use longer --lengths or fewer "
+            "--hops (or leave --hops out: the default fits the length)"
+        )
+    fewer = " or fewer --n-chains" if o.n_chains > 2 else ""
+    if o.lengths:
+        return UserError(
+            f"variable tracking length {L} is too short for even {n} statements ({o.n_chains} chains of 1 "
+            f"hop: {short.needed:,} tokens at least); use longer --lengths{fewer}"
+        )
+    room = tasks.answer_room(2 * NAME_TOKENS, o.scoring, 2 * NAME_TOKENS + EXTRA_NEW)
+    return UserError(
+        f"vartrack: the model's context ({adapter.context:,} tokens) is too short for variable tracking: "
+        f"even {o.n_chains} chains of 1 hop ({n} statements) need a prompt of {short.needed:,} tokens at "
+        f"least, and {room} of its answer; pass --lengths {short.needed} to run it past the context (the "
+        f"model then extrapolates){fewer.replace(' or', ', or use')}"
+    )
 
 
 def _question(o: Options, value: str) -> str:
@@ -105,10 +163,7 @@ def _chain_set(adapter, rng, o: Options, L: int, group: int) -> list[tasks.Sampl
     questions, intro = [enc(_question(o, v)) for v in values], enc(INTRO)
     n_fill = L - len(intro) - max(len(q) for q in questions) - sum(len(s) for s in statements)
     if n_fill < len(statements):
-        raise UserError(
-            f"variable tracking length {L} is too short for {len(statements)} statements; "
-            "use longer --lengths or fewer --hops"
-        )
+        raise _TooShort(L, len(statements), L - n_fill + len(statements))
     fill = filler_ids(adapter, FILLER, n_fill)
     cuts = np.sort(rng.choice(np.arange(n_fill + 1), len(statements), replace=True))
     answers = [" " + " ".join(names) for names in chain]
@@ -128,15 +183,27 @@ def _chain_set(adapter, rng, o: Options, L: int, group: int) -> list[tasks.Sampl
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
     samples, info = build(adapter, options, data)
+    hops = info["hops"]
+    where = (
+        f"a prompt of --lengths {min(options.lengths):,}"
+        if options.lengths
+        else f"a prompt that fits the model's {adapter.context:,}-token context with its answer"
+    )
     progress.announce(
         "vartrack",
         {
             "lengths": info["lengths"],
             "chains": options.n_chains,
-            "hops": options.hops,
+            "hops": hops,
             "texts per length": options.samples,
             "prompts": len(samples),
             "scoring": options.scoring,
+            "note": (
+                f"{hops} hop{'s' if hops > 1 else ''}, not {HOPS}: {where} cannot hold the statements of "
+                f"{HOPS} hops and the question (--hops sets it)"
+                if hops < HOPS and not options.hops
+                else None
+            ),
         },
     )
     rows = scoring.score_samples(adapter, samples, options.scoring, desc="vartrack")
