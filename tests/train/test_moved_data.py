@@ -77,6 +77,9 @@ def test_a_relative_store_is_looked_for_where_the_run_was_trained(tmp_path, monk
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")  # the same config, from another directory
     assert trained_store("st orig", str(run)) == str(tmp_path / "st orig")  # eval's --data
+    from contextlab.cli.eval import _data
+
+    assert _data("ppl", "st orig", str(run)) == str((tmp_path / "st orig").resolve())  # the command's check
 
     shutil.move(tmp_path / "st orig", tmp_path / "gone")  # found nowhere: where to look, how to pass it
     with pytest.raises(UserError) as err:

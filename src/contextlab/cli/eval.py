@@ -99,12 +99,16 @@ def _default_out(model: str, args, several: bool) -> Path:
     return eval_dir(model)
 
 
-def _data(name: str, given: str | None) -> str | None:
-    """The data the evaluation reads, resolved as ``evaluate`` records it: --data (one line when it
-    does not exist), else the evaluation's default data, else None."""
+def _data(name: str, given: str | None, model: str) -> str | None:
+    """The data the evaluation reads, resolved as ``evaluate`` records it: --data (a relative path that
+    is not here but in the folder the run ``model`` was trained in, with the content it trained on, is
+    read there: ``trained_store``; one line when it exists nowhere), else the evaluation's default
+    data, else None."""
     from contextlab.eval import EVALS
+    from contextlab.eval.base import trained_store
 
     spec = EVALS[name]
+    given = trained_store(given, model) if given else given
     if given and not Path(given).exists():
         raise UserError(f"--data {given} not found; {name} reads {spec.data}")
     data = given or (spec.default_data() if spec.default_data is not None else None)
@@ -160,7 +164,7 @@ def cmd_eval(argv: list[str]) -> int:
     options = dataclass_from_args(EVALS[name].options, args)
     _check_depths(options)
     check_compute(args)
-    data = _data(name, args.data)
+    data = _data(name, args.data, args.model[0])
     if data and EVALS[name].check_data is not None:
         EVALS[name].check_data(data)  # before minutes of loading a model
     progress.set_enabled(not args.no_progress)
