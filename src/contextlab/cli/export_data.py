@@ -47,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--store",
         help="the token store PACKED was packed from, when it moved from the path PACKED records (it "
-        "must hold the same content: checked by its content hash)",
+        "must hold the same content: checked by its content hash; default: the path PACKED records)",
     )
     p.add_argument("--out", required=True, help="the folder to create (written as OUT.partial, then renamed)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT")

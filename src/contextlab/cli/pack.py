@@ -213,7 +213,7 @@ def _pack_stats_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--store",
         help="the token store PACKED was packed from, when it moved from the path PACKED records (it "
-        "must hold the same content: checked by its content hash)",
+        "must hold the same content: checked by its content hash; default: the path PACKED records)",
     )
     p.add_argument(
         "--max-sequences",
