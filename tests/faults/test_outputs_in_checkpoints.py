@@ -160,3 +160,15 @@ def test_a_step_written_again_keeps_a_users_file_in_its_folder(tmp_path, capsys)
     assert capsys.readouterr().out.splitlines() == [
         f"note: {step_dir(run, 2)} is written again; notes, ppl.json, not written by training, stay in it"
     ]
+
+
+def test_a_report_of_a_checkpoint_without_out_is_refused_too(project, tmp_path, capsys):
+    """``report RUN/checkpoints/step_N`` wrote its default page, report.html, inside the checkpoint."""
+    run = tmp_path / "run"
+    shutil.copytree(project / "run", run)
+    ckpt = run / "checkpoints" / "step_000001"
+    before = tree_digest(run / "checkpoints")
+    assert main(["report", str(ckpt)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--out {ckpt / 'report.html'} lies inside {run / 'checkpoints'}" in err[0]
+    assert tree_digest(run / "checkpoints") == before

@@ -7,6 +7,7 @@ other file at --out, above all a file of DIR the page is built from, is refused 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def cmd_report(argv: list[str]) -> int:
@@ -42,10 +43,10 @@ def cmd_report(argv: list[str]) -> int:
     )
     p.add_argument("--title", help="page title (default: the folder's name, or the profiled models)")
     args = p.parse_args(argv)
-    if args.out:
-        from contextlab.outputs import refuse_in_checkpoints
+    from contextlab.outputs import refuse_in_checkpoints
 
-        refuse_in_checkpoints(args.out, file=True)  # training would delete the page with its checkpoint
+    # training would delete the page with its checkpoint: the default DIR/report.html too
+    refuse_in_checkpoints(args.out or str(Path(args.dir) / "report.html"), file=True)
     out = build_report(args.dir, args.out, args.title)
     print(f"report: {out}")
     return 0
