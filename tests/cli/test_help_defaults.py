@@ -34,9 +34,6 @@ EXEMPT = {
     ("analyze attention", "--data"),
     ("analyze attention", "--text"),
     *((" ".join(["eval", *e]).strip(), "--data") for e in [[]] + [[n] for n in EVALS]),  # the eval needs it
-    # cli/eval.py's --threads ("0 = torch's default"): its owner adds "(default: 0 = torch's own)", then
-    # these entries go
-    *((" ".join(["eval", *e]).strip(), "--threads") for e in [[]] + [[n] for n in EVALS]),
 }
 
 

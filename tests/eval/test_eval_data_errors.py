@@ -15,6 +15,7 @@ import pytest
 
 from contextlab.cli import main
 from contextlab.data.tokenizers import ByteTokenizer
+from contextlab.eval import kv
 from contextlab.train.checkpoint import write_untrained_run
 from tests.conftest import KV_75
 from tests.eval.conftest import tiny_gpt
@@ -64,8 +65,7 @@ def test_kv_with_a_folder_names_the_file_to_pass(run, datas, capsys):
     assert main(["eval", "kv", "--model", str(run), "--data", str(datas["empty folder"])]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         f"contextlab eval: error: --data {datas['empty folder']} is a folder with no .jsonl or .jsonl.gz "
-        "file; kv reads one key-value file: pass --data FILE, e.g. "
-        "../shared/data/lost_in_the_middle/kv-retrieval-75_keys.jsonl.gz"
+        f"file; kv reads one key-value file: pass --data FILE, e.g. {kv.EXAMPLE}"
     ]
     assert not (run / "eval").exists()
 

@@ -65,7 +65,7 @@ def _parser(name: str | None) -> argparse.ArgumentParser:
     )
     p.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass (default: 8)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 = torch's default")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: 0 = torch's own)")
     p.add_argument(
         "--no-progress",
         action="store_true",
