@@ -9,20 +9,9 @@ import re
 import pytest
 
 from contextlab.cli import COMMANDS, main
+from contextlab.eval import EVALS as EVAL_REGISTRY
 
-EVALS = [
-    "ppl",
-    "contextwise",
-    "bayes-fit",
-    "niah",
-    "kv",
-    "mqar",
-    "passkey",
-    "vartrack",
-    "icl",
-    "infill",
-    "visible",
-]
+EVALS = list(EVAL_REGISTRY)  # every evaluation's own --help is walked too
 STATES_DEFAULT = re.compile(r"\(default|default:|by default|defaults? to|\bempty = |\bnone = ", re.I)
 # (command, option) whose help need not state a default: the alternatives of a required input (one of
 # them must be given) and the overrides of a config (repeatable; nothing is overridden without one)
