@@ -141,7 +141,8 @@ def _print_ingest_report(report) -> None:
         return
     stats = store.meta.get("source_stats", {})
     print(
-        f"wrote {store.path}: {store.n_docs:,} documents, {store.n_tokens:,} tokens "
+        f"wrote {store.path}: {store.n_docs:,} document{'' if store.n_docs == 1 else 's'}, "
+        f"{store.n_tokens:,} tokens "
         f"({store.tokenizer_spec['name']}), {report.bytes_read / 1e6:,.1f} MB in {report.seconds:,.1f} s "
         f"({report.mb_per_s:,.1f} MB/s)"
     )

@@ -48,7 +48,9 @@ def _parser(name: str | None) -> argparse.ArgumentParser:
         help="a contextlab run or checkpoint directory, or a local Hugging Face model folder "
         "(repeat for several models)",
     )
-    p.add_argument("--data", help=EVALS[name].data if name else "the evaluation's data (see NAME --help)")
+    p.add_argument(
+        "--data", help=_data_help(EVALS[name]) if name else "the evaluation's data (see NAME --help)"
+    )
     p.add_argument(
         "--out",
         help="output folder (default: RUN/eval for a run or any of its checkpoints, FOLDER/eval for a "
@@ -97,6 +99,12 @@ def _default_out(model: str, args, several: bool) -> Path:
     from contextlab.rundir import eval_dir
 
     return eval_dir(model)
+
+
+def _data_help(spec) -> str:
+    """--data's help: what the evaluation reads, said to be required when it has no default and uses it."""
+    needed = spec.default_data is None and not spec.data.startswith("not used")
+    return f"required: {spec.data}" if needed else spec.data
 
 
 def _data(name: str, given: str | None, model: str) -> str | None:

@@ -33,7 +33,7 @@ from contextlab.eval import (
     visible,
 )
 from contextlab.eval.adapter import ModelAdapter, load_model
-from contextlab.eval.base import Eval, EvalOutput
+from contextlab.eval.base import KV_DATA, PG_ESSAYS, TREC_DATA, Eval, EvalOutput
 
 STORE = "a token store made with the model's tokenizer"
 
@@ -63,14 +63,14 @@ EVALS: dict[str, Eval] = {
         needle.Options,
         "needle in a haystack, lengths x depths",
         "the haystack: a folder of .txt files or one file (default: the public-domain books shipped with "
-        "contextlab; ../shared/data/paul_graham_essays for the original test)",
+        "contextlab; " + PG_ESSAYS + ")",
         default_data=_books,
     ),
     "kv": Eval(
         kv.run,
         kv.Options,
         "lost-in-the-middle key-value retrieval, accuracy by gold position",
-        "a lost-in-the-middle file, e.g. ../shared/data/lost_in_the_middle/kv-retrieval-75_keys.jsonl.gz",
+        "a lost-in-the-middle key-value file, e.g. " + KV_DATA,
         check_data=kv.check_data,
     ),
     "mqar": Eval(
@@ -90,7 +90,7 @@ EVALS: dict[str, Eval] = {
         icl.run,
         icl.Options,
         "TREC many-shot in-context classification",
-        "the TREC folder with train.txt and test.txt (../shared/data/trec_qc)",
+        "the TREC folder with train.txt and test.txt: " + TREC_DATA,
         check_data=icl.check_data,
     ),
     "infill": Eval(

@@ -149,6 +149,16 @@ def tokenizer_arg(adapter) -> str:
     return shlex.quote(f"dir:{saved}") if saved is not None else "dir:<the model's saved tokenizer folder>"
 
 
+# where the public data sets of the evaluations come from (none ships with contextlab), for messages
+PG_ESSAYS = (
+    "Paul Graham's essays, the original test's haystack (github.com/gkamradt/LLMTest_NeedleInAHaystack)"
+)
+TREC_DATA = "the TREC question classification data (cogcomp.seas.upenn.edu/Data/QA/QC)"
+KV_DATA = (
+    "kv-retrieval-75_keys.jsonl.gz of github.com/nelson-liu/lost-in-the-middle (qa_data/kv_retrieval_data)"
+)
+
+
 def require_file(data: str | None, what: str, example: str) -> Path:
     if not data:
         raise UserError(f"{what} needs its data file: pass --data {example}")

@@ -27,7 +27,7 @@ import contextlab.eval.stats as stats
 import contextlab.eval.tasks as tasks
 from contextlab.config import opt
 from contextlab.errors import UserError
-from contextlab.eval.base import EvalOutput, require_file
+from contextlab.eval.base import TREC_DATA, EvalOutput, require_file
 from contextlab.eval.results import file_hash
 
 LABELS = {
@@ -121,12 +121,12 @@ def check_data(data: str) -> None:
     if missing:
         raise UserError(
             f"--data {data} has no {' or '.join(missing)}; icl reads the TREC folder with train.txt and "
-            "test.txt (../shared/data/trec_qc)"
+            f"test.txt: {TREC_DATA}"
         )
 
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
-    folder = require_file(data, "icl", "../shared/data/trec_qc")
+    folder = require_file(data, "icl", f"the TREC folder, {TREC_DATA}")
     train_f, test_f = (folder / "train.txt", folder / "test.txt") if folder.is_dir() else (folder, folder)
     train = read_trec(train_f)
     test = select_test(read_trec(test_f), options.n_test, options.balance)

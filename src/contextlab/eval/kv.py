@@ -50,7 +50,7 @@ import contextlab.eval.scoring as scoring
 import contextlab.eval.tasks as tasks
 from contextlab.config import opt
 from contextlab.errors import UserError
-from contextlab.eval.base import EvalOutput, require_file
+from contextlab.eval.base import KV_DATA, EvalOutput, require_file
 from contextlab.eval.results import file_hash
 
 
@@ -103,7 +103,7 @@ KV_FORMAT = (
 )
 
 
-EXAMPLE = "../shared/data/lost_in_the_middle/kv-retrieval-75_keys.jsonl.gz"
+EXAMPLE = KV_DATA
 
 
 def kv_file(data: str | None) -> Path:

@@ -54,7 +54,7 @@ from contextlab.config import opt
 from contextlab.data.source_files import EXCLUDED, globs_regex, provenance_globs, walk
 from contextlab.data.sources import SourceOptions, open_source
 from contextlab.errors import UserError
-from contextlab.eval.base import EvalOutput
+from contextlab.eval.base import PG_ESSAYS, EvalOutput
 from contextlab.eval.results import text_hash
 
 NEEDLE = "The best thing to do in San Francisco is eat a sandwich and sit in Dolores Park on a sunny day."
@@ -120,10 +120,7 @@ def read_haystack(data: str | Path, encoding: str = "strict") -> tuple[str, dict
     provenance = [e["path"] for e in skipped if "/" not in e["path"] and PROVENANCE.match(e["path"])]
     if not files:
         also = f" (left out as provenance, not text: {', '.join(provenance)})" if provenance else ""
-        raise UserError(
-            f"no .txt files in {p}{also}; pass --data a folder of text files "
-            "(e.g. ../shared/data/paul_graham_essays)"
-        )
+        raise UserError(f"no .txt files in {p}{also}; pass --data a folder of text files (e.g. {PG_ESSAYS})")
     src = open_source(p, options)
     src.check_encoding(
         "no prompt was built: pass --encoding latin-1 (files from before UTF-8), replace (U+FFFD, "
@@ -241,8 +238,7 @@ def lengths_for(adapter, o: Options) -> tuple[list[int], int, int]:
 def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], dict]:
     if not data:
         raise UserError(
-            "niah needs a haystack: pass --data a folder of .txt files (public-domain books, or "
-            "../shared/data/paul_graham_essays)"
+            f"niah needs a haystack: pass --data a folder of .txt files (public-domain books, or {PG_ESSAYS})"
         )
     if len(o.answers) < 2 or len(set(o.answers)) < len(o.answers):
         raise UserError("niah needs at least two different --answers (the pool of needle values)")

@@ -39,7 +39,7 @@ import contextlab.eval.tasks as tasks
 import contextlab.eval.vartrack as vartrack
 from contextlab.config import opt
 from contextlab.errors import UserError
-from contextlab.eval.base import EvalOutput, open_store
+from contextlab.eval.base import TREC_DATA, EvalOutput, open_store
 from contextlab.eval.stats import Z95
 
 DEPTHS = [0.0, 25.0, 50.0, 75.0, 100.0]
@@ -97,7 +97,7 @@ def tasks_folder(data):
     from pathlib import Path
 
     if not data or not Path(data).is_dir():
-        raise UserError("task icl needs --data the TREC folder (../shared/data/trec_qc)")
+        raise UserError(f"task icl needs --data the TREC folder, {TREC_DATA}")
     return Path(data)
 
 
