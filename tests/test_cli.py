@@ -86,6 +86,9 @@ def test_ingest_info_verify_end_to_end(tmp_path):
     res = run_cli("data", "ingest", str(tmp_path / "c"), "--out", str(tmp_path / "s"), "--no-progress")
     assert res.returncode == 0, res.stderr
     assert "2 documents, 15 tokens" in res.stdout
+    write_tree(tmp_path / "one", {"a.txt": "alpha"})
+    res = run_cli("data", "ingest", str(tmp_path / "one"), "--out", str(tmp_path / "s1"), "--no-progress")
+    assert res.returncode == 0 and "1 document, 5 tokens" in res.stdout, res.stderr
     res = run_cli("data", "ingest", str(tmp_path / "c"), "--out", str(tmp_path / "s"), "--no-progress")
     assert res.returncode == 0 and "up to date" in res.stdout
     res = run_cli("data", "info", str(tmp_path / "s"))

@@ -12,7 +12,10 @@ from contextlab.cli import COMMANDS, main
 from contextlab.eval import EVALS as EVAL_REGISTRY
 
 EVALS = list(EVAL_REGISTRY)  # every evaluation's own --help is walked too
-STATES_DEFAULT = re.compile(r"\(default|default:|by default|defaults? to|\bempty = |\bnone = ", re.I)
+# a value with a default says it; one without says it is required or unused
+STATES_DEFAULT = re.compile(
+    r"\(default|default:|by default|defaults? to|\bempty = |\bnone = |^required: |^not used", re.I
+)
 # (command, option) whose help need not state a default: the alternatives of a required input (one of
 # them must be given) and the overrides of a config (repeatable; nothing is overridden without one)
 EXEMPT = {
@@ -22,7 +25,7 @@ EXEMPT = {
     ("generate", "--infill-suffix"),
     ("analyze attention", "--data"),
     ("analyze attention", "--text"),
-    *((" ".join(["eval", *e]).strip(), "--data") for e in [[]] + [[n] for n in EVALS]),  # the eval needs it
+    ("eval", "--data"),  # the overview: each evaluation's own help says what its --data is
 }
 
 
