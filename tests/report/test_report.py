@@ -210,3 +210,16 @@ def test_a_result_of_an_earlier_checkpoint_says_so_and_commands_are_quoted(tmp_p
     doc["model"]["step"] = 45  # the newest checkpoint's own result: no note
     (run / "eval" / "ppl.json").write_text(json.dumps(doc))
     assert "evaluated at step" not in run_section(run)[0]
+
+
+def test_the_rerun_command_of_a_moved_run_says_the_model_is_not_where_it_was_evaluated(tmp_path):
+    from contextlab.report.evals import reproduce
+
+    doc = {"eval": "ppl", "model": {"path": str(tmp_path / "gone" / "checkpoints" / "step_000030")}}
+    cmd, notes = reproduce(doc, tmp_path / "copy" / "eval")
+    assert "--model " + str(tmp_path / "gone") in cmd
+    assert any(
+        "which is not there now (moved or copied since): give --model its new place" in n for n in notes
+    )
+    (tmp_path / "gone" / "checkpoints" / "step_000030").mkdir(parents=True)
+    assert not any("not there now" in n for n in reproduce(doc, tmp_path / "copy" / "eval")[1])

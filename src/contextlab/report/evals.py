@@ -150,6 +150,11 @@ def reproduce(doc: dict, folder: Path) -> tuple[str | None, list[str]]:
         notes.append(
             "relative paths are as the evaluation was given them: run this in the directory it ran in"
         )
+    elif model.get("path") and not Path(str(path)).exists():  # a run moved or copied since
+        notes.append(
+            f"the model was evaluated at {path}, which is not there now (moved or copied since): give "
+            "--model its new place"
+        )
     return shlex.join(args), notes
 
 
