@@ -316,9 +316,10 @@ def test_numbers_are_rounded_for_reading_and_intervals_fold_into_their_value():
 def test_the_reproduce_line_writes_every_kind_of_option_the_command_line_reads(tmp_path):
     from contextlab.report.evals import reproduce
 
+    (tmp_path / "m").mkdir()  # the model is where it was evaluated (else a note says it moved)
     doc = {
         "eval": "niah",
-        "model": {"path": "/models/m", "dtype": "bf16", "batch_size": 4},
+        "model": {"path": str(tmp_path / "m"), "dtype": "bf16", "batch_size": 4},
         "data": {"haystack": "/data/essays", "hash": "h"},
         "options": {
             "lengths": [],
@@ -332,7 +333,7 @@ def test_the_reproduce_line_writes_every_kind_of_option_the_command_line_reads(t
     }
     line, notes = reproduce(doc, tmp_path)
     assert shlex.split(line) == [
-        *("contextlab", "eval", "niah", "--model", "/models/m", "--data", "/data/essays"),
+        *("contextlab", "eval", "niah", "--model", str(tmp_path / "m"), "--data", "/data/essays"),
         *("--dtype", "bf16", "--batch-size", "4", "--lengths", "", "--depths", "0.0,50.0", "--samples", "2"),
         *("--scoring", "both", "--flag", "false", "--limit", "none", "--answers", "x, y,z"),
         *("--out", str(tmp_path.resolve())),
