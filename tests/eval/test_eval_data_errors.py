@@ -32,7 +32,7 @@ def run(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def datas(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("bad_data")
-    lim = root / "lost_in_the_middle"  # as ../shared/data/lost_in_the_middle: two kv files and others
+    lim = root / "lost_in_the_middle"  # laid out as the public data: two kv files and others
     lim.mkdir()
     for name in (
         "kv-retrieval-140_keys.jsonl.gz",
