@@ -7,12 +7,7 @@ import pytest
 from contextlab.data.ingest import IngestConfig, ingest
 from tests.conftest import shakespeare
 
-SWEEP = """
-[sweep]
-name = "tiny"
-out_dir = "{out}"
-threads_per_run = 1
-
+TINY_MODEL_AND_DATA = """
 [base.model]
 size = "tiny-2x128"
 n_layer = 1
@@ -23,7 +18,17 @@ n_head = 2
 store = "{store}"
 val_split = "tail"
 val_fraction = 0.1
+"""  # the [base] tables every tiny sweep of the tests shares
 
+SWEEP = (
+    """
+[sweep]
+name = "tiny"
+out_dir = "{out}"
+threads_per_run = 1
+"""
+    + TINY_MODEL_AND_DATA
+    + """
 [base.optim]
 warmup_steps = 1{lr}
 
@@ -38,6 +43,7 @@ log_every = 1
 [grid]
 "train.context" = {contexts}
 """
+)
 
 
 @pytest.fixture(scope="module")

@@ -16,24 +16,17 @@ from contextlab.sweep.results import status
 from contextlab.sweep.runner import run_sweep
 from contextlab.sweep.spec import load_sweep
 from tests.conftest import shakespeare
+from tests.sweep.conftest import TINY_MODEL_AND_DATA
 
-SWEEP = """
+SWEEP = (
+    """
 [sweep]
 name = "tiny"
 out_dir = "{out}"
 parallel = 2
-
-[base.model]
-size = "tiny-2x128"
-n_layer = 1
-n_embd = 32
-n_head = 2
-
-[base.data]
-store = "{store}"
-val_split = "tail"
-val_fraction = 0.1
-
+"""
+    + TINY_MODEL_AND_DATA
+    + """
 [base.optim]
 warmup_steps = 2
 
@@ -48,6 +41,7 @@ log_every = 1
 [grid]
 "train.context" = [16, 32, {bad}]
 """
+)
 
 
 @pytest.fixture(scope="module")

@@ -12,23 +12,16 @@ from contextlab.data.ingest import IngestConfig, ingest
 from contextlab.sweep.runner import STATE_FILE, run_sweep
 from contextlab.sweep.spec import load_sweep
 from tests.conftest import shakespeare
+from tests.sweep.conftest import TINY_MODEL_AND_DATA
 
-SWEEP = """
+SWEEP = (
+    """
 [sweep]
 name = "tiny"
 out_dir = "{out}"
-
-[base.model]
-size = "tiny-2x128"
-n_layer = 1
-n_embd = 32
-n_head = 2
-
-[base.data]
-store = "{store}"
-val_split = "tail"
-val_fraction = 0.1
-
+"""
+    + TINY_MODEL_AND_DATA
+    + """
 [base.optim]
 warmup_steps = 1
 
@@ -43,6 +36,7 @@ log_every = 1
 [grid]
 "train.seq_len" = [16]
 """
+)
 
 
 @pytest.fixture(scope="module")
