@@ -9,3 +9,9 @@ exception is a bug and keeps its traceback.
 
 class UserError(Exception):
     """An error the user can fix; its message is one line naming the problem and the fix."""
+
+
+def some(names: list, show: int = 3) -> str:
+    """The first ``show`` of ``names`` for a message line, and how many more: ``a, b, c and 4 more``."""
+    more = f" and {len(names) - show} more" if len(names) > show else ""
+    return ", ".join(map(str, names[:show])) + more

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from contextlab.errors import UserError
+from contextlab.errors import UserError, some
 
 
 def refuse_in_checkpoints(out: str | os.PathLike, flag: str = "--out", file: bool = False) -> None:
@@ -96,10 +96,6 @@ class OutputKind:
 ANY_FOLDER = OutputKind("a folder", lambda path: True)  # a folder that is the writer's by construction
 
 
-def _some(names: list[str]) -> str:
-    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-
-
 def refuse_foreign(out: str | os.PathLike, kind: OutputKind, flag: str = "--out") -> None:
     """``--overwrite`` replaces only the command's own kind of output: one line, with or without it, for
     an ``out`` that is a file, a link, a folder holding anything but ``kind``, or a folder of ``kind``
@@ -116,14 +112,14 @@ def refuse_foreign(out: str | os.PathLike, kind: OutputKind, flag: str = "--out"
         return
     if not kind.recognise(out):
         raise UserError(
-            f"{flag} {out} holds {_some(names)} and is not {kind.name}; --overwrite replaces only "
+            f"{flag} {out} holds {some(names)} and is not {kind.name}; --overwrite replaces only "
             f"{kind.name}, never other folders: choose another {flag} (nothing was changed)"
         )
     strangers = kind.strangers(out)
     if strangers:
         them = "it" if len(strangers) == 1 else "them"
         raise UserError(
-            f"{flag} {out} is {kind.name} but also holds {_some(strangers)}, which contextlab does not write "
+            f"{flag} {out} is {kind.name} but also holds {some(strangers)}, which contextlab does not write "
             f"there; --overwrite would replace the folder whole: move {them} out first or choose another "
             f"{flag} (nothing was changed)"
         )

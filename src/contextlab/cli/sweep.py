@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from contextlab.errors import UserError
+from contextlab.errors import UserError, some
 
 
 def cmd_sweep(argv: list[str]) -> int:
@@ -72,7 +72,7 @@ def _failed_runs(runs, only: str | None) -> int:
     ]
     if not failed:
         return 0
-    shown = ", ".join(failed[:5]) + (f" and {len(failed) - 5} more" if len(failed) > 5 else "")
+    shown = some(failed, 5)
     print(
         f"contextlab sweep: {len(failed)} run(s) failed: {shown}; each run's error is in RUN/sweep.log "
         "and results.csv; fix it and run the same command again (finished runs are skipped)",

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from contextlab import rundir
 from contextlab.config import apply_overrides, dumps_toml, from_dict, read_toml
-from contextlab.errors import UserError
+from contextlab.errors import UserError, some
 from contextlab.io import atomic_write_text, fresh_dir, replace_dir
 from contextlab.outputs import OutputKind
 from contextlab.sweep.compute_optimal import number_text
@@ -90,7 +90,7 @@ def left_out_line(out: Path, runs) -> str | None:
     names = outside_grid(out, runs)
     if not names:
         return None
-    shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    shown = some(names, 6)
     return (
         f"left out: {len(names)} run folder(s) in {Path(out) / 'runs'} are not in this sweep's grid "
         f"({shown}); they stay on disk but are not in results.csv or the analysis"

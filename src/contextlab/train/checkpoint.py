@@ -44,7 +44,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import save_file
 
-from contextlab.errors import UserError
+from contextlab.errors import UserError, some
 from contextlab.inference.checkpoint import not_permitted, read_weights
 from contextlab.io import atomic_write_json, follow_umask, fsync_dir
 from contextlab.rundir import (
@@ -121,10 +121,6 @@ def _foreign(folder: Path) -> list[str]:
         return []
 
 
-def _some(names: list[str]) -> str:
-    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-
-
 def _kept_for_user(old: Path, keep_last: int) -> bool:
     """Whether pruning keeps checkpoint ``old`` because it holds files training did not write (a user's
     results): it is then named once per process, with how to let it go."""
@@ -132,7 +128,7 @@ def _kept_for_user(old: Path, keep_last: int) -> bool:
     if names and old not in _ANNOUNCED:
         _ANNOUNCED.add(old)
         print(
-            f"note: kept {old} past train.keep_last={keep_last}: it holds {_some(names)}, which training "
+            f"note: kept {old} past train.keep_last={keep_last}: it holds {some(names)}, which training "
             "did not write; move that out and the next checkpoint prunes it"
         )
     return bool(names)
@@ -146,7 +142,7 @@ def _write_beside(final: Path, tmp: Path) -> None:
     for f in sorted(tmp.iterdir(), key=lambda p: p.name == STATE):
         os.replace(f, final / f.name)
     tmp.rmdir()
-    print(f"note: {final} is written again; {_some(_foreign(final))}, not written by training, stay in it")
+    print(f"note: {final} is written again; {some(_foreign(final))}, not written by training, stay in it")
 
 
 @contextlib.contextmanager
