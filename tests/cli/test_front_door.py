@@ -243,14 +243,15 @@ def test_sigterm_ends_a_command_like_ctrl_c_leaving_no_lock(tiny_runs, tmp_path)
     out = tmp_path / "ev"
     argv = [sys.executable, "-m", "contextlab", "eval", "passkey", "--model", str(tiny_runs["a"])]
     argv += ["--out", str(out), "--samples", "64", "--no-progress", "--threads", "1"]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(tmp_path / "stderr.txt", "w") as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
     lock = tmp_path / ".ev.lock"
     deadline = time.monotonic() + 120
     while not lock.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert lock.exists(), "the evaluation ended before its lock was seen"
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 143
+    assert proc.wait(timeout=60) == 143, (tmp_path / "stderr.txt").read_text()[-4000:]
     assert not lock.exists() and not (out / "passkey.json").exists()
 
 
@@ -274,3 +275,28 @@ def test_icl_and_mqar_data_are_checked_before_the_model_loads(
         assert main(["eval", name, "--model", str(tiny_runs["a"]), "--data", str(data), "--no-progress"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and said in err[0], err
+
+
+def test_sigterm_wrapped_by_a_library_still_exits_143(monkeypatch, capsys):
+    """A library that turns what its callback raised into its own error (the SystemExit of SIGTERM
+    inside it) made a terminated command exit 1 with a traceback; it is still 143, with one line."""
+    import contextlab.cli as cli
+
+    def library_call(argv):
+        try:
+            cli._terminated(15, None)
+        except SystemExit as exc:
+            raise RuntimeError("callback failed") from exc
+
+    monkeypatch.setattr(cli, "_TERMINATING", [])
+    monkeypatch.setattr(cli, "_main", library_call)
+    assert cli.main(["eval"]) == 143
+    assert "terminated by SIGTERM (RuntimeError" in capsys.readouterr().err
+
+    def plain_failure(argv):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(cli, "_TERMINATING", [])
+    monkeypatch.setattr(cli, "_main", plain_failure)
+    with pytest.raises(RuntimeError, match="a bug"):  # without SIGTERM it is a bug: its traceback stays
+        cli.main(["eval"])

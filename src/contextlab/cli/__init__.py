@@ -130,10 +130,14 @@ class _Output:
 TERMINATED = 143  # 128 + SIGTERM
 
 
+_TERMINATING = []  # set once SIGTERM came: whatever ends the command then, its status is 143
+
+
 def _terminated(signum, frame) -> None:
     """SIGTERM (``timeout``, a scheduler, torchrun stopping its workers) as an exit that runs ``finally``
     blocks and context managers: one-writer locks are released and their files deleted, staged folders
     removed, as after Ctrl-C; the resumable state on disk is what a kill leaves either way."""
+    _TERMINATING.append(signum)
     raise SystemExit(TERMINATED)
 
 
@@ -159,6 +163,13 @@ def main(argv: list[str] | None = None) -> int:
         if not (out.gone or err.gone):
             raise  # some other pipe: a bug, with its traceback
         code = 0
+    except Exception as exc:
+        if not _TERMINATING:
+            raise
+        # the SystemExit of SIGTERM, raised inside a library's code, came out as another error (a
+        # library that wraps what its callback raised): the command was still stopped by SIGTERM
+        print(f"contextlab: terminated by SIGTERM ({type(exc).__name__} on the way out)", file=sys.stderr)
+        code = TERMINATED
     finally:
         sys.stdout, sys.stderr = streams
     return READER_GONE if (out.gone or err.gone) and code == 0 else code
