@@ -7,8 +7,8 @@ of packed stores, behind one resumable loader, and the fixed validation rows) an
 with the step-indexed schedule for the run's budget (``budget.py``: steps, tokens, FLOPs or a
 wall-clock pace; early stopping). Every ``ckpt_every`` steps it writes an atomic checkpoint
 holding everything that determines the following steps (weights, optimizer, loader cursor,
-RNG, schedule length); starting the same command again resumes from the newest one, and the
-losses after it are bitwise those of an uninterrupted run (CPU, same thread count), because
+RNG, schedule length: ``resume.py``); starting the same command again resumes from the newest
+one, and the losses after it are bitwise those of an uninterrupted run (CPU, same thread count), because
 nothing random is drawn outside that state.
 
 Logging (``metrics.py``): one console line per ``log_every`` steps (step, loss, lr, tokens/s,
@@ -31,16 +31,15 @@ from pathlib import Path
 
 import torch
 
-from contextlab import __version__
 from contextlab.config import dumps_toml
 from contextlab.data.training import build_training_data
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_text
 from contextlab.objectives import TrainModule
-from contextlab.rundir import read_config, save_tokenizer
+from contextlab.rundir import save_tokenizer
 from contextlab.train import checkpoint as ckpt
 from contextlab.train import distributed as D
-from contextlab.train import guards, moved_data
+from contextlab.train import guards, moved_data, resume
 from contextlab.train.budget import (
     EarlyStopping,
     StepBudget,
@@ -49,8 +48,8 @@ from contextlab.train.budget import (
     check_train,
     resolve_shape,
 )
-from contextlab.train.build import build_model, build_objective, model_config
-from contextlab.train.config import RunConfig, check_values, config_hash, config_hash_matches
+from contextlab.train.build import build_model, build_objective
+from contextlab.train.config import RunConfig, check_values
 from contextlab.train.flops import cached_peak_flops, flops_per_token
 from contextlab.train.init_from import check_source, describe, freeze_parameters, init_model, is_hf
 from contextlab.train.metrics import (
@@ -59,7 +58,6 @@ from contextlab.train.metrics import (
     last_logged,
     progress_bar,
     step_metrics,
-    truncate_metrics,
 )
 from contextlab.train.optim import lr_at, make_adamw
 from contextlab.train.validation import eval_mode, mean_over_rows
@@ -162,11 +160,11 @@ class Trainer:
         """The step budget (0 for a wall-clock budget, fixed while training)."""
         return budget_steps(self.cfg.train, self.flops_per_token)
 
-    # ------------------------------------------------------------------ resume
+    # ------------------------------------------------------------------ checkpoints
     def _begin(self) -> None:
         """Make the run directory, resume from its newest checkpoint, write the resolved config."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self._resume()
+        resume.resume(self)
         if self.info.is_main:
             t = self.cfg.train
             atomic_write_text(self.run_dir / "config.toml", dumps_toml(self.cfg))
@@ -176,86 +174,13 @@ class Trainer:
                 f" on {self.info.world_size} process(es), {self.info.device.type}, {t.dtype}"
             )
 
-    def _resume(self) -> None:
-        latest = ckpt.latest_checkpoint(self.run_dir)
-        if latest is None:
-            return guards.start_fresh(self.run_dir, self.cfg, self.info.is_main)
-        model_state, optim_state, rng, state = ckpt.load_checkpoint(latest)
-        if not config_hash_matches(self.cfg, state.get("config_hash")):  # which key, or only free ones
-            recorded, notes, other = moved_data.accept_moved(
-                read_config(latest), self.cfg, self.run_dir, state.get("data"), self.data_record
-            )
-            guards.check_same_config(
-                self.run_dir,
-                recorded,
-                self.cfg,
-                "; ".join([f"its newest checkpoint is {latest.name}", *other]),
-                "use another train.out_dir, or the same config to resume",
-            )
-            for note in notes if self.info.is_main else []:
-                print(note)
-        if state.get("tokenizer_hash") != self.store.tokenizer_hash:
-            raise UserError(
-                f"{self.run_dir} was trained with a different tokenizer than {self.store.path}; "
-                f"use the same data store to resume"
-            )
-        D.load_full_state_dicts(self.wrapped, self.opt, model_state, optim_state)
-        self.loader.load_state_dict(state["loader"])
-        self._next = None
-        ckpt.restore_rng(rng)
-        self.state = {k: state[k] for k in ("step", "tokens", "flops", "elapsed", "total_steps")}
-        self.state["schedule_changes"] = state.get("schedule_changes", [])
-        self._note_new_schedule(state.get("total_steps"), state["step"], latest.name)
-        self.stopping.load_state_dict(state)
-        if self.info.is_main:
-            print(f"resuming {self.run_dir} from {latest.name}")
-            truncate_metrics(self.run_dir, state["step"])
-
-    def _note_new_schedule(self, trained: int | None, step: int, latest: str) -> None:
-        """A budget given now that sets another schedule length than the checkpoints were trained with
-        (a finished 200-step run given max_steps = 300): training continues, but the learning rate from
-        here on follows the new schedule, so the run matches neither budget run uninterrupted. Said in one
-        line with both rates, and recorded in every later checkpoint's ``schedule_changes`` (step, old
-        and new length), which ``contextlab report`` shows beside the run's config."""
-        now = self.total_steps()
-        if not trained or not now or now == trained:
-            return
-        o = self.cfg.optim
-        rate = lambda total: lr_at(
-            step, lr=o.lr, warmup_steps=o.warmup_steps, min_lr_ratio=o.min_lr_ratio, total_steps=total
-        )
-        self.state["schedule_changes"] = [*self.state.get("schedule_changes", []), [step, trained, now]]
-        if self.info.is_main:
-            print(
-                f"note: {self.run_dir} ({latest}) was trained on a learning-rate schedule of {trained:,} "
-                f"steps and this budget sets {now:,}: from step {step + 1:,} the rate follows the new "
-                f"schedule ({rate(trained):.2e} -> {rate(now):.2e}), so this run equals neither budget run "
-                "uninterrupted (recorded as schedule_changes in its checkpoints)"
-            )
-
     def _save(self) -> None:
         bad = guards.count_non_finite(self.wrapped, self.info)  # never save weights a resume cannot use
         if bad:
             raise guards.non_finite_weights(self.run_dir, self.state["step"], bad)
         model_state, optim_state = D.full_state_dicts(self.wrapped, self.opt)
         if self.info.is_main:
-            loader = self.loader.state_dict() if self._next is None else self._next[0]  # not the batch ahead
-            state = {
-                **self.state,
-                **self.stopping.state_dict(),
-                "loader": loader,
-                "config_hash": config_hash(self.cfg),
-                "tokenizer_hash": self.store.tokenizer_hash,
-                "tokenizer": self.store.tokenizer_spec,
-                "data": self.data_record,
-                "model_config": model_config(self.model),
-                "objective": self.cfg.objective.name,
-                "left_to_right": {"prefix_ids": self.objective.lm_prefix_ids(), "why": self.objective.not_lm},
-                "arch": "hf" if is_hf(self.model) else self.objective.arch,
-                "init": self.init.meta if self.init else None,
-                "world_size": self.info.world_size,
-                "code_version": __version__,
-            }
+            state = resume.saved_state(self)
             ckpt.save_checkpoint(
                 self.run_dir,
                 self.state["step"],

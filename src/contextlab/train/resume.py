@@ -1,0 +1,115 @@
+"""What a training checkpoint records about its run, and how a run continues from its newest one.
+
+``saved_state`` is the one list of what a checkpoint's ``state.json`` holds besides the weights and
+the optimizer: the counters (step, tokens, FLOPs, elapsed time, schedule length), early stopping,
+the loader's cursor, the config and tokenizer hashes, the data it was trained on, and what the
+model is (its config, objective, architecture, where it started from). ``resume`` is its reader:
+it refuses a checkpoint of other settings or another tokenizer, accepts a data store that only
+moved (``moved_data.py``), and restores every piece, so the steps after it are those of a run
+never stopped. Trade-off: both take the trainer whole rather than a narrow interface, so the
+loop stays the only place that owns its objects, and these two functions the only place that
+knows which of them a checkpoint holds.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from contextlab import __version__
+from contextlab.errors import UserError
+from contextlab.rundir import read_config
+from contextlab.train import checkpoint as ckpt
+from contextlab.train import distributed as D
+from contextlab.train import guards, moved_data
+from contextlab.train.build import model_config
+from contextlab.train.config import config_hash, config_hash_matches
+from contextlab.train.init_from import is_hf
+from contextlab.train.metrics import truncate_metrics
+from contextlab.train.optim import lr_at
+
+if TYPE_CHECKING:
+    from contextlab.train.trainer import Trainer
+
+COUNTERS = ("step", "tokens", "flops", "elapsed", "total_steps")  # restored as they were saved
+
+
+def saved_state(tr: Trainer) -> dict:
+    """Everything of ``tr`` beside weights and optimizer that determines the steps after a checkpoint,
+    and what ``contextlab report``, ``eval`` and ``export`` read about the model."""
+    loader = tr.loader.state_dict() if tr._next is None else tr._next[0]  # not the batch fetched ahead
+    return {
+        **tr.state,
+        **tr.stopping.state_dict(),
+        "loader": loader,
+        "config_hash": config_hash(tr.cfg),
+        "tokenizer_hash": tr.store.tokenizer_hash,
+        "tokenizer": tr.store.tokenizer_spec,
+        "data": tr.data_record,
+        "model_config": model_config(tr.model),
+        "objective": tr.cfg.objective.name,
+        "left_to_right": {"prefix_ids": tr.objective.lm_prefix_ids(), "why": tr.objective.not_lm},
+        "arch": "hf" if is_hf(tr.model) else tr.objective.arch,
+        "init": tr.init.meta if tr.init else None,
+        "world_size": tr.info.world_size,
+        "code_version": __version__,
+    }
+
+
+def resume(tr: Trainer) -> None:
+    """Continue ``tr`` from its run directory's newest checkpoint, or start the run afresh."""
+    latest = ckpt.latest_checkpoint(tr.run_dir)
+    if latest is None:
+        return guards.start_fresh(tr.run_dir, tr.cfg, tr.info.is_main)
+    model_state, optim_state, rng, state = ckpt.load_checkpoint(latest)
+    if not config_hash_matches(tr.cfg, state.get("config_hash")):  # which key, or only free ones
+        recorded, notes, other = moved_data.accept_moved(
+            read_config(latest), tr.cfg, tr.run_dir, state.get("data"), tr.data_record
+        )
+        guards.check_same_config(
+            tr.run_dir,
+            recorded,
+            tr.cfg,
+            "; ".join([f"its newest checkpoint is {latest.name}", *other]),
+            "use another train.out_dir, or the same config to resume",
+        )
+        for note in notes if tr.info.is_main else []:
+            print(note)
+    if state.get("tokenizer_hash") != tr.store.tokenizer_hash:
+        raise UserError(
+            f"{tr.run_dir} was trained with a different tokenizer than {tr.store.path}; "
+            f"use the same data store to resume"
+        )
+    D.load_full_state_dicts(tr.wrapped, tr.opt, model_state, optim_state)
+    tr.loader.load_state_dict(state["loader"])
+    tr._next = None
+    ckpt.restore_rng(rng)
+    tr.state = {k: state[k] for k in COUNTERS}
+    tr.state["schedule_changes"] = state.get("schedule_changes", [])
+    _note_new_schedule(tr, state.get("total_steps"), state["step"], latest.name)
+    tr.stopping.load_state_dict(state)
+    if tr.info.is_main:
+        print(f"resuming {tr.run_dir} from {latest.name}")
+        truncate_metrics(tr.run_dir, state["step"])
+
+
+def _note_new_schedule(tr: Trainer, trained: int | None, step: int, latest: str) -> None:
+    """A budget given now that sets another schedule length than the checkpoints were trained with
+    (a finished 200-step run given max_steps = 300): training continues, but the learning rate from
+    here on follows the new schedule, so the run matches neither budget run uninterrupted. Said in one
+    line with both rates, and recorded in every later checkpoint's ``schedule_changes`` (step, old
+    and new length), which ``contextlab report`` shows beside the run's config."""
+    now = tr.total_steps()
+    if not trained or not now or now == trained:
+        return
+    o = tr.cfg.optim
+    rate = lambda total: lr_at(
+        step, lr=o.lr, warmup_steps=o.warmup_steps, min_lr_ratio=o.min_lr_ratio, total_steps=total
+    )
+    tr.state["schedule_changes"] = [*tr.state.get("schedule_changes", []), [step, trained, now]]
+    if tr.info.is_main:
+        print(
+            f"note: {tr.run_dir} ({latest}) was trained on a learning-rate schedule of {trained:,} "
+            f"steps and this budget sets {now:,}: from step {step + 1:,} the rate follows the new "
+            f"schedule ({rate(trained):.2e} -> {rate(now):.2e}), so this run equals neither budget run "
+            "uninterrupted (recorded as schedule_changes in its checkpoints)"
+        )
