@@ -255,3 +255,31 @@ def test_contextlab_loads_its_llama_export_back_as_the_gpt(tmp_path):
         assert torch.equal(back(x).logits, model(x).logits)
     adapter = load_model(out)
     assert adapter.info.kind == "contextlab" and adapter.info.tokenizer["hash"] == ByteTokenizer().hash
+
+
+def test_added_tokens_are_named_in_every_tokenizer_file_that_lists_them(tmp_path):
+    """A hub model's tokenizer_config.json lists its added tokens too (added_tokens_decoder, the
+    additional special tokens): the objective's appended ones join both; a token whose text the
+    tokenizer already knows at another id is refused, not written with a wrong id."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from contextlab.models.hf.tokenizer import name_added_tokens
+
+    tok = Tokenizer(models.BPE(vocab={"a": 0, "b": 1, "<s>": 2}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.save(str(tmp_path / "tokenizer.json"))
+    known = {"2": {"content": "<s>", "special": True}}
+    config = {"added_tokens_decoder": known, "additional_special_tokens": ["<s>"]}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    name_added_tokens(tmp_path, {"<|fim_prefix|>": 3, "<|fim_suffix|>": 4})
+    back = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    assert [back.token_to_id(n) for n in ("<|fim_prefix|>", "<|fim_suffix|>")] == [3, 4]
+    written = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    assert written["additional_special_tokens"] == ["<s>", "<|fim_prefix|>", "<|fim_suffix|>"]
+    assert [written["added_tokens_decoder"][i]["content"] for i in ("2", "3", "4")] == [
+        "<s>",
+        "<|fim_prefix|>",
+        "<|fim_suffix|>",
+    ]
+    with pytest.raises(ValueError, match="would get id 5, not 7"):
+        name_added_tokens(tmp_path, {"<|fim_middle|>": 7})

@@ -374,3 +374,33 @@ def test_a_fim_export_names_its_sentinels_for_transformers(tmp_path, byte_store)
     assert tok.decode([257, 97, 259], skip_special_tokens=True) == "a"
     _, _, info = open_model(out)
     assert info.tokenizer["hash"] == byte_store.tokenizer_hash and info.objective == "fim"
+
+
+def test_a_continued_hf_fim_export_names_its_sentinels_and_keeps_the_data_tokenizer(
+    tmp_path, hf_store, llama_dir
+):
+    """A Hugging Face model continued with FIM was exported with its source's tokenizer files as they
+    were: transformers read "<|fim_prefix|>" as text, not the ids 300..302 the model trained with. The
+    export names them; contextlab still reads it (and continues it) with the store's tokenizer."""
+    from transformers import AutoTokenizer
+
+    from contextlab.inference import open_model
+    from contextlab.models.special_tokens import FIM_SENTINELS
+
+    run = tmp_path / "fim"
+    train(
+        run_config(
+            hf_store, run, train={"max_steps": 1}, init={"source": str(llama_dir)}, objective={"name": "fim"}
+        )
+    )
+    out = export_checkpoint(run, tmp_path / "fim export")
+    tok = AutoTokenizer.from_pretrained(out)
+    assert tok.convert_tokens_to_ids(list(FIM_SENTINELS)) == [300, 301, 302]
+    ids = tok("<|fim_prefix|>ab<|fim_suffix|>c<|fim_middle|>").input_ids
+    assert [i for i in ids if i >= 300] == [300, 301, 302]
+    assert tok.decode(ids, skip_special_tokens=True) == "abc"
+    _, own, _ = open_model(out)
+    assert own.hash == hf_store.tokenizer_hash and own.vocab_size == 300
+    again = tmp_path / "again"
+    train(run_config(hf_store, again, train={"max_steps": 1}, init={"source": str(out)}))
+    assert read_checkpoint(again).state["init"]["source"] == str(out.resolve())

@@ -3,7 +3,7 @@
 A contextlab model records the spec of the tokenizer it trained with (kind, name, hash); the
 tokenizer is rebuilt (byte) or loaded from the first saved folder whose hash matches, so a
 wrong tokenizer is never used. A Hugging Face folder carries ``tokenizer.json`` at its root
-(or, in older contextlab exports, under ``tokenizer/``).
+(or, in older contextlab exports and exports whose objective added tokens, under ``tokenizer/``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,10 @@ def tokenizer_from_spec(spec: dict, folders: list[Path], what: str) -> Tokenizer
 
 
 def hf_tokenizer_file(folder: Path) -> Path | None:
-    """The ``tokenizer.json`` of a Hugging Face model folder (None when it has none)."""
-    return next(
-        (f for f in (folder / "tokenizer.json", folder / TOKENIZER / "tokenizer.json") if f.is_file()), None
-    )
+    """The ``tokenizer.json`` of a Hugging Face model folder (None when it has none). A contextlab
+    export of a continued model whose objective added tokens keeps the data's tokenizer, saved by
+    contextlab, in ``tokenizer/`` (its root one names the added tokens for ``transformers``): that one."""
+    saved = folder / TOKENIZER / "tokenizer.json"
+    if saved.is_file() and (folder / TOKENIZER / TOKENIZER_SPEC).is_file():
+        return saved
+    return next((f for f in (folder / "tokenizer.json", saved) if f.is_file()), None)

@@ -4,9 +4,10 @@ A contextlab model becomes a native Llama folder when it has the Llama shape, el
 carrying its modeling code (``models/hf/export.py``), with the tokenizer at the folder's root; a
 continued Hugging Face model is saved back in its own format (Llama stays Llama) with its
 tokenizer files. A contextlab model's exported tokenizer names the special tokens the run's
-objective appended (FIM's sentinels) at the ids the model trained with; a continued Hugging Face
-model's tokenizer files are copied as they are (contextlab identifies that model's tokenizer by
-them, so they stay the data's).
+objective appended (FIM's sentinels) at the ids the model trained with; so do a continued Hugging
+Face model's tokenizer files, copied from its source, and when they name such tokens the data's
+own tokenizer is kept beside them in ``tokenizer/`` (contextlab identifies the model's tokenizer
+by it, so the export still matches the store it was trained on).
 The tokenizer comes from the run itself (``contextlab.rundir.find_tokenizer_dir``), never from a
 path relative to the current directory. Trade-off: an export without its tokenizer is useless
 to whoever receives it, so when none can be found the export is refused with one clear error
@@ -82,7 +83,15 @@ def _export(ckpt, model, run_or_ckpt: str | Path, out: str | Path, overwrite: bo
         folders = [source, source / "tokenizer"] + ([tokenizer_dir] if tokenizer_dir else [])
         if not any((f / name).is_file() for f in folders for name in TOKENIZER_FILES):
             raise _no_tokenizer(run_or_ckpt, spec)
-        save_hf(model, out, tokenizer_from=folders, extra_config=extra, overwrite=overwrite)
+        save_hf(
+            model,
+            out,
+            tokenizer_from=folders,
+            extra_config=extra,
+            overwrite=overwrite,
+            added_tokens=objective_tokens(ckpt.objective, spec),
+            data_tokenizer=tokenizer_dir,
+        )
         return
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer_dir = tokenizer_dir or _byte_tokenizer(spec, Path(tmp))

@@ -285,8 +285,18 @@ def save_hf(
     tokenizer_from: list[Path] = (),
     extra_config: dict | None = None,
     overwrite: bool = False,
+    added_tokens: dict[str, int] | None = None,
+    data_tokenizer: Path | None = None,
 ) -> Path:
-    """save_pretrained into ``out_dir`` atomically, with the tokenizer files of the first folder with any."""
+    """save_pretrained into ``out_dir`` atomically, with the tokenizer files of the first folder with any.
+
+    ``added_tokens`` (name -> id: tokens the objective appended, FIM's sentinels) are named in those
+    files, so ``transformers`` encodes them as the ids the model trained with; the tokenizer the data
+    was ingested with is then kept whole in ``tokenizer/`` (``data_tokenizer``, a saved contextlab
+    tokenizer), which is the one contextlab reads the folder with, so the export still matches its
+    training data."""
+    from contextlab.models.hf.tokenizer import name_added_tokens
+
     out = Path(out_dir)
     with staged_dir(out, overwrite=overwrite, what="export folder", kind=EXPORT) as tmp:
         if extra_config:
@@ -301,4 +311,17 @@ def save_hf(
                 for f in found:
                     shutil.copy2(Path(folder) / f, tmp / f)
                 break
+        if added_tokens:
+            if not (tmp / "tokenizer.json").is_file() or data_tokenizer is None:
+                raise UserError(
+                    f"cannot name the tokens the objective added ({', '.join(added_tokens)}) in {out}: "
+                    "the model's folder has no tokenizer.json, or the run has no tokenizer/ folder"
+                )
+            shutil.copytree(data_tokenizer, tmp / "tokenizer")
+            try:
+                name_added_tokens(tmp, added_tokens)
+            except ValueError as exc:
+                raise UserError(
+                    f"cannot export to {out}: {exc} (the tokenizer knows that text already)"
+                ) from None
     return out

@@ -94,3 +94,37 @@ def save_hf_tokenizer(
     fast.save_pretrained(out)
     i = specials[eos]
     return {"bos_token_id": i, "eos_token_id": i, "pad_token_id": i}
+
+
+def name_added_tokens(folder: Path, added: dict[str, int]) -> None:
+    """Name ``added`` (name -> id: tokens an objective appended, FIM's sentinels) as special tokens in
+    the Hugging Face tokenizer files of ``folder`` at the ids the model trained with: in tokenizer.json,
+    and in tokenizer_config.json's ``added_tokens_decoder`` and ``additional_special_tokens`` where the
+    file keeps those. ValueError when the tokenizer would give one of them another id."""
+    from tokenizers import AddedToken, Tokenizer
+
+    path = Path(folder) / "tokenizer.json"
+    tok = Tokenizer.from_file(str(path))
+    for i, name in sorted((i, n) for n, i in added.items()):
+        tok.add_special_tokens([AddedToken(name, special=True, normalized=False)])
+        if tok.token_to_id(name) != i:
+            raise ValueError(f"special token {name} would get id {tok.token_to_id(name)}, not {i}")
+    tok.save(str(path))
+    config = Path(folder) / "tokenizer_config.json"
+    if not config.is_file():
+        return
+    cfg = json.loads(config.read_text(encoding="utf-8"))
+    if isinstance(cfg.get("added_tokens_decoder"), dict):
+        for name, i in added.items():
+            cfg["added_tokens_decoder"][str(i)] = {
+                "content": name,
+                "lstrip": False,
+                "normalized": False,
+                "rstrip": False,
+                "single_word": False,
+                "special": True,
+            }
+    if isinstance(cfg.get("additional_special_tokens"), list):
+        known = cfg["additional_special_tokens"]
+        cfg["additional_special_tokens"] = [*known, *(n for n in added if n not in known)]
+    config.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
