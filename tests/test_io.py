@@ -57,7 +57,7 @@ def test_atomic_write_gives_the_mode_of_a_plain_open(tmp_path, mask):
             f.write(b"x")
         cio.atomic_write_bytes(d / "atomic", b"x")
         cio.atomic_write_bytes(d / "atomic", b"again")  # replacing a file: still the default mode
-        with cio.staged_dir(d / "folder", overwrite=False, kind=outputs.ANY_FOLDER) as tmp:
+        with outputs.staged_dir(d / "folder", overwrite=False, kind=outputs.ANY_FOLDER) as tmp:
             (tmp / "f").write_bytes(b"x")
         (d / "plain_dir").mkdir()
         mode = lambda name: oct(stat.S_IMODE((d / name).stat().st_mode))
@@ -119,11 +119,11 @@ def test_a_killed_write_leaves_the_old_file(tmp_path):
 
 def test_staged_dir_swaps_the_folder_whole(tmp_path):
     out = tmp_path / "export"
-    with cio.staged_dir(out, overwrite=False, kind=outputs.ANY_FOLDER) as tmp:
+    with outputs.staged_dir(out, overwrite=False, kind=outputs.ANY_FOLDER) as tmp:
         assert tmp.parent == tmp_path and tmp.is_dir() and not out.exists()
         (tmp / "a.txt").write_text("1")
     assert _names(out) == ["a.txt"] and _names(tmp_path) == ["export"]
-    with cio.staged_dir(out, overwrite=True, kind=outputs.ANY_FOLDER) as tmp:
+    with outputs.staged_dir(out, overwrite=True, kind=outputs.ANY_FOLDER) as tmp:
         (tmp / "b.txt").write_text("2")
     assert _names(out) == ["b.txt"] and _names(tmp_path) == ["export"]  # the old files are gone
 
@@ -134,7 +134,7 @@ def test_staged_dir_that_raises_leaves_the_old_folder(tmp_path):
     (out / "old.txt").write_text("keep")
     with (
         pytest.raises(RuntimeError, match="boom"),
-        cio.staged_dir(out, overwrite=True, kind=outputs.ANY_FOLDER) as tmp,
+        outputs.staged_dir(out, overwrite=True, kind=outputs.ANY_FOLDER) as tmp,
     ):
         (tmp / "half.txt").write_text("half")
         raise RuntimeError("boom")
@@ -145,11 +145,12 @@ def test_staged_dir_that_raises_leaves_the_old_folder(tmp_path):
 def test_staged_dir_refuses_a_non_empty_folder(tmp_path):
     out = tmp_path / "export"
     out.mkdir()
-    with cio.staged_dir(out, overwrite=False, kind=outputs.ANY_FOLDER) as tmp:  # an empty one may be filled
+    # an empty one may be filled
+    with outputs.staged_dir(out, overwrite=False, kind=outputs.ANY_FOLDER) as tmp:
         (tmp / "a").write_text("a")
     with (
         pytest.raises(UserError, match="export folder .* already exists and is not empty"),
-        cio.staged_dir(out, overwrite=False, what="export folder", kind=outputs.ANY_FOLDER),
+        outputs.staged_dir(out, overwrite=False, what="export folder", kind=outputs.ANY_FOLDER),
     ):
         pass
     assert _names(out) == ["a"] and _names(tmp_path) == ["export"]
@@ -166,20 +167,20 @@ def test_overwrite_replaces_only_the_writers_own_kind_of_folder(tmp_path):
             pytest.raises(
                 UserError, match="holds notes.txt, thesis and is not a thing; --overwrite replaces only"
             ),
-            cio.staged_dir(user, overwrite=overwrite, kind=thing),
+            outputs.staged_dir(user, overwrite=overwrite, kind=thing),
         ):
             raise AssertionError("the block must not run")
         src = write_tree(tmp_path / f"new{overwrite}", {"mine.json": "{}"})
         with pytest.raises(UserError, match="is not a thing"):
-            cio.replace_dir(src, user, overwrite=overwrite, kind=thing)
+            outputs.replace_dir(src, user, overwrite=overwrite, kind=thing)
         assert (src / "mine.json").is_file()  # the new folder is left where it was
     assert (user / "notes.txt").read_text() == "keep" and (user / "thesis" / "ch1.tex").read_text() == "keep"
     own_kind = write_tree(tmp_path / "own", {"mine.json": "old", "plot.png": "old"})
-    with cio.staged_dir(own_kind, overwrite=True, kind=thing) as tmp:
+    with outputs.staged_dir(own_kind, overwrite=True, kind=thing) as tmp:
         (tmp / "mine.json").write_text("new")
     assert _names(own_kind) == ["mine.json"] and (own_kind / "mine.json").read_text() == "new"
     (tmp_path / "empty").mkdir()
-    with cio.staged_dir(tmp_path / "empty", overwrite=False, kind=thing) as tmp:
+    with outputs.staged_dir(tmp_path / "empty", overwrite=False, kind=thing) as tmp:
         (tmp / "mine.json").write_text("1")
     assert _names(tmp_path / "empty") == ["mine.json"]
 
@@ -194,12 +195,12 @@ def test_overwrite_keeps_a_users_files_put_into_an_output_of_its_kind(tmp_path):
     for overwrite in (False, True):
         with (
             pytest.raises(UserError, match=r"is a thing but also holds a, my_notes.txt, which contextlab"),
-            cio.staged_dir(out, overwrite=overwrite, kind=thing),
+            outputs.staged_dir(out, overwrite=overwrite, kind=thing),
         ):
             raise AssertionError("the block must not run")
         src = write_tree(tmp_path / f"new{overwrite}", {"mine.json": "{}"})
         with pytest.raises(UserError, match="move them out first"):
-            cio.replace_dir(src, out, overwrite=overwrite, kind=thing)
+            outputs.replace_dir(src, out, overwrite=overwrite, kind=thing)
     assert _names(out) == ["a", "mine.json", "my_notes.txt", "plot.png"]
     assert (out / "my_notes.txt").read_text() == "keep" and (out / "mine.json").read_text() == "old"
 
@@ -351,3 +352,22 @@ def test_names_made_beside_a_long_name_fit_and_are_the_same_every_time(tmp_path)
     assert cio.partial_dir(target) == tmp_path / made.name
     assert cio.sibling(tmp_path / "short", ".", ".lock") == tmp_path / ".short.lock"
     assert cio.partial_dir(tmp_path / "short") == tmp_path / "short.partial"
+
+
+def test_the_swap_alone_never_replaces_a_file_or_a_link(tmp_path):
+    """``io.swap_in_dir`` (under every staged writer, and alone under the run's tokenizer copy) refuses a
+    file or a link at the destination whatever its caller judged: the file stays, the new folder too."""
+    src = tmp_path / "new"
+    src.mkdir()
+    (src / "a").write_text("a")
+    user_file = tmp_path / "tokenizer"
+    user_file.write_text("mine")
+    link = tmp_path / "link"
+    link.symlink_to(src)
+    for dst in (user_file, link):
+        with pytest.raises(UserError, match="not a folder"):
+            cio.swap_in_dir(src, dst)
+    assert user_file.read_text() == "mine" and link.is_symlink() and (src / "a").is_file()
+    with pytest.raises(UserError, match="not a folder"), cio.staged_folder(user_file) as tmp:
+        (tmp / "b").write_text("b")
+    assert user_file.read_text() == "mine" and _names(tmp_path) == ["link", "new", "tokenizer"]

@@ -3,8 +3,9 @@
 Every file contextlab writes goes to a temporary name in the same directory, is flushed
 and fsynced, then renamed over the target. A crash leaves either the old file or the new
 one, never a torn mix. The cost is one extra rename per file, which is nothing next to the
-data written. Folders are built the same way: ``staged_dir`` hands out a fresh sibling
-folder and swaps it in whole when the block ends; ``open_partial`` keeps the resumable
+data written. Folders are built the same way: ``staged_folder`` hands out a fresh sibling
+folder and swaps it in whole when the block ends (``outputs.staged_dir`` decides first whether
+the folder there may be replaced); ``open_partial`` keeps the resumable
 ``OUT.partial`` folder of a long job (ingest, pack) that survives a kill.
 
 The temporary file is created with ``os.open(..., O_CREAT | O_EXCL, 0o666)``, so the kernel
@@ -34,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 from contextlab.errors import UserError
-from contextlab.outputs import OutputKind, refuse_foreign, refuse_non_folder
 
 _TEMP_FLAGS = (
     os.O_WRONLY
@@ -183,31 +183,24 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def replace_dir(
-    src: str | os.PathLike,
-    dst: str | os.PathLike,
-    *,
-    overwrite: bool,
-    kind: OutputKind,
-) -> None:
-    """Move the folder ``src`` to ``dst``; an existing folder ``dst`` is replaced only when ``overwrite``
-    and only when it is empty or the command's own ``kind`` of output holding nothing but what
-    contextlab writes there: anything else is refused either way (``refuse_foreign``).
+def swap_in_dir(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Move the folder ``src`` to ``dst``, replacing a folder there whole. Only the mechanics: whether
+    the folder at ``dst`` may be replaced is ``outputs.replace_dir``'s to judge, before it calls this;
+    a ``dst`` that is a file or a link is refused here too, so no caller can delete one.
 
     The old folder is first moved into a fresh hidden folder beside it (made here, so its name
     cannot be anything the user made: ``.DST.<hex>.replaced``), the new one is renamed in, then
     the hidden folder is deleted; at every instant either the old or the new folder is at ``dst``.
-    Nothing else is touched: a sibling such as ``DST.old`` is the user's. A ``dst`` that is a file
-    or a link is refused, with or without ``overwrite``.
+    Nothing else is touched: a sibling such as ``DST.old`` is the user's.
     """
     src, dst = Path(src), Path(dst)
-    if not (dst.exists() or dst.is_symlink()):
+    if dst.is_symlink() or (dst.exists() and not dst.is_dir()):
+        kind = "a link" if dst.is_symlink() else "a file"
+        raise UserError(f"{dst} is {kind}, not a folder; move it away first (it is left as it is)")
+    if not dst.exists():
         os.replace(src, dst)
         fsync_dir(dst.parent)
         return
-    refuse_foreign(dst, kind)
-    if not overwrite:
-        raise UserError(f"{dst} already exists; choose another --out or pass --overwrite")
     holder = fresh_dir(dst, "replaced")
     os.rename(dst, holder / dst.name)
     try:
@@ -221,8 +214,8 @@ def replace_dir(
 
 
 def remove_stale_staging(out: str | os.PathLike) -> list[Path]:
-    """Delete the hidden folders a killed writer of ``out`` left beside it (``staged_dir``'s
-    ``.OUT.<hex>.tmp``, ``replace_dir``'s ``.OUT.<hex>.replaced``); return them. Call it only while
+    """Delete the hidden folders a killed writer of ``out`` left beside it (``staged_folder``'s
+    ``.OUT.<hex>.tmp``, ``swap_in_dir``'s ``.OUT.<hex>.replaced``); return them. Call it only while
     holding ``out``'s one-writer lock: then no other writer can be using them."""
     out = Path(out)
     try:
@@ -271,32 +264,17 @@ def fresh_dir(beside: Path, tag: str) -> Path:
 
 
 @contextlib.contextmanager
-def staged_dir(
-    out: str | os.PathLike,
-    *,
-    overwrite: bool,
-    what: str = "folder",
-    kind: OutputKind,
-) -> Iterator[Path]:
-    """A new empty folder beside ``out`` to write into; it replaces ``out`` when the block ends.
-
-    An ``out`` that exists and is not an empty folder is refused up front unless ``overwrite``
-    (``what`` names it in the message), and even then unless it is the writer's own ``kind`` of
-    output holding nothing else (``refuse_foreign``). If the block raises, the staged folder is
-    deleted and ``out`` is left as it was. The folder gets the mode ``mkdir`` gives.
-    """
+def staged_folder(out: str | os.PathLike) -> Iterator[Path]:
+    """A new empty folder beside ``out`` to write into, swapped in whole for ``out`` when the block ends
+    (``swap_in_dir``); if the block raises, it is deleted and ``out`` is left as it was. The folder gets
+    the mode ``mkdir`` gives. Only the mechanics: ``outputs.staged_dir`` first judges whether ``out``
+    may be replaced."""
     out = Path(out)
-    refuse_non_folder(out, what)
-    refuse_foreign(out, kind)
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise UserError(
-            f"{what} {out} already exists and is not empty; choose another folder or pass --overwrite"
-        )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = fresh_dir(out, "tmp")
     try:
         yield tmp
-        replace_dir(tmp, out, overwrite=True, kind=kind)  # the old folder is swapped out whole
+        swap_in_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

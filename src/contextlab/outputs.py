@@ -4,7 +4,8 @@ A command writes its output into ``--out``, and ``--overwrite`` lets it replace 
 kind of output (a token store, a packed store, an export ...) is an ``OutputKind``: how a folder of
 that kind is recognised, and the names contextlab writes at its top level. A command replaces only
 its own kind holding nothing else; a file, a link, a folder of another kind and one holding a
-user's files are refused in one line, with or without ``--overwrite``, before any work; so is an
+user's files are refused in one line, with or without ``--overwrite``, before any work and again
+before the swap (``staged_dir``, ``replace_dir``: the judgement; ``io`` does the swap); so is an
 output that is, holds or lies inside what the command reads, and one inside a run's ``checkpoints/``
 folder (``refuse_in_checkpoints``: training deletes all but its newest checkpoints, and whatever a
 user put in them would go too). ``refuse_non_folder`` and ``refuse_overlap``, the first checks of
@@ -17,13 +18,16 @@ a store's subfolder.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from contextlab import rundir
 from contextlab.errors import UserError, some
+from contextlab.io import staged_folder, swap_in_dir
 
 
 def refuse_in_checkpoints(out: str | os.PathLike, flag: str = "--out", file: bool = False) -> None:
@@ -33,8 +37,6 @@ def refuse_in_checkpoints(out: str | os.PathLike, flag: str = "--out", file: boo
     config.toml or metrics.jsonl, or it holds a checkpoint itself. A checkpoint folder elsewhere (one
     copied out of its run) is never pruned, so an output inside it passes. ``file``: ``out`` is a file
     (the suggestion then names a file too). Links are followed."""
-    from contextlab import rundir  # rundir imports this module
-
     given = Path(out)
     path = given.resolve()
     chain = [path, *path.parents]
@@ -57,8 +59,6 @@ def refuse_in_checkpoints(out: str | os.PathLike, flag: str = "--out", file: boo
 
 def _a_runs_checkpoints(folder: Path) -> bool:
     """A ``checkpoints`` folder of a run: its run's config or metrics above it, or a checkpoint inside it."""
-    from contextlab import rundir
-
     run = folder.parent
     if (run / rundir.CONFIG).is_file() or (run / rundir.METRICS).is_file():
         return True
@@ -145,3 +145,44 @@ def refuse_overlap(out: str | os.PathLike, inputs: Iterable, flag: str = "--out"
         else:
             continue
         raise UserError(f"{flag} {out} {how} {item}, which this command reads; choose an {flag} outside it")
+
+
+def replace_dir(src: str | os.PathLike, dst: str | os.PathLike, *, overwrite: bool, kind: OutputKind) -> None:
+    """Move the folder ``src`` to ``dst``; an existing folder ``dst`` is replaced only when ``overwrite``
+    and only when it is empty or the command's own ``kind`` of output holding nothing but what
+    contextlab writes there: anything else is refused either way (``refuse_foreign``). The swap itself
+    is ``io.swap_in_dir``: at every instant either the old or the new folder is at ``dst``."""
+    dst = Path(dst)
+    if dst.exists() or dst.is_symlink():
+        refuse_foreign(dst, kind)
+        if not overwrite:
+            raise UserError(f"{dst} already exists; choose another --out or pass --overwrite")
+    swap_in_dir(src, dst)
+
+
+@contextlib.contextmanager
+def staged_dir(
+    out: str | os.PathLike,
+    *,
+    overwrite: bool,
+    what: str = "folder",
+    kind: OutputKind,
+) -> Iterator[Path]:
+    """A new empty folder beside ``out`` to write into; it replaces ``out`` when the block ends.
+
+    An ``out`` that exists and is not an empty folder is refused up front unless ``overwrite``
+    (``what`` names it in the message), and even then unless it is the writer's own ``kind`` of
+    output holding nothing else (``refuse_foreign``), which is checked once more just before the swap
+    (a user may have put a file in it meanwhile). If the block raises, the staged folder is deleted
+    and ``out`` is left as it was (``io.staged_folder``).
+    """
+    out = Path(out)
+    refuse_non_folder(out, what)
+    refuse_foreign(out, kind)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise UserError(
+            f"{what} {out} already exists and is not empty; choose another folder or pass --overwrite"
+        )
+    with staged_folder(out) as tmp:
+        yield tmp
+        refuse_foreign(out, kind)

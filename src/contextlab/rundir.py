@@ -33,8 +33,7 @@ import sys
 from pathlib import Path
 
 from contextlab.errors import UserError
-from contextlab.io import staged_dir
-from contextlab.outputs import ANY_FOLDER
+from contextlab.io import staged_folder
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -282,7 +281,7 @@ def save_tokenizer(run_dir: PathLike, source: PathLike, spec: dict) -> Path | No
 
     Called when training starts, so a run carries its tokenizer. A copy already there with
     ``spec``'s hash is kept; the folder is staged beside and swapped in whole
-    (``io.staged_dir``), so a kill never leaves half a tokenizer. Returns the run's folder, or
+    (``io.staged_folder``), so a kill never leaves half a tokenizer. Returns the run's folder, or
     None when ``source`` has none.
     """
     dest = Path(run_dir) / TOKENIZER
@@ -291,7 +290,7 @@ def save_tokenizer(run_dir: PathLike, source: PathLike, spec: dict) -> Path | No
     source = Path(source)
     if not (source / TOKENIZER_SPEC).is_file():
         return None
-    with staged_dir(dest, overwrite=True, what="the run's tokenizer folder", kind=ANY_FOLDER) as tmp:
+    with staged_folder(dest) as tmp:  # the run's own folder: a file or a link there is refused
         shutil.copytree(source, tmp, dirs_exist_ok=True)
     return dest
 

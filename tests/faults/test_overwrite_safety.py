@@ -225,7 +225,7 @@ def test_replace_dir_puts_the_old_folder_back_when_the_new_one_cannot_move_in(tm
 
     monkeypatch.setattr(cio.os, "replace", failing)
     with pytest.raises(OSError):
-        cio.replace_dir(src, dst, overwrite=True, kind=outputs.ANY_FOLDER)
+        outputs.replace_dir(src, dst, overwrite=True, kind=outputs.ANY_FOLDER)
     assert (dst / "old.txt").read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["new", "out"]
 

@@ -36,10 +36,9 @@ from contextlab.io import (
     exclusive_lock,
     fsync_dir,
     remove_stale_staging,
-    replace_dir,
     sibling,
 )
-from contextlab.outputs import OutputKind, refuse_foreign, refuse_overlap
+from contextlab.outputs import OutputKind, refuse_foreign, refuse_overlap, replace_dir
 
 STORE_FORMAT = "contextlab-token-store"
 

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from contextlab.errors import UserError
 from contextlab.rundir import WEIGHTS, read_checkpoint_state, resolve_checkpoint
+from contextlab.weights import read_safetensors
 
 MODEL_PREFIX = "model."  # the network's weights in a checkpoint
 OBJECTIVE_PREFIX = "objective."  # the objective's own modules (training only)
@@ -38,34 +39,6 @@ _LEGACY_NOT_LM = {
 def read_weights(ckpt: str | os.PathLike) -> dict[str, Tensor]:
     """Every tensor of a checkpoint's weights file, by name (``read_safetensors``)."""
     return read_safetensors(Path(ckpt) / WEIGHTS)
-
-
-def read_safetensors(path: str | os.PathLike) -> dict[str, Tensor]:
-    """Every tensor of a safetensors file, by name. A file the user may not read is one line saying so
-    (``not_permitted``); anything else raises what safetensors raises. safetensors reports a file it
-    may not open as missing (FileNotFoundError), so the file is opened here first."""
-    from safetensors.torch import load_file
-
-    check_readable([path])
-    return load_file(str(path))
-
-
-def check_readable(files) -> None:
-    """Open each of ``files``: one line (``not_permitted``) for the first one the user may not read."""
-    for f in files:
-        try:
-            with open(f, "rb"):
-                pass
-        except PermissionError:
-            raise not_permitted(f) from None
-
-
-def not_permitted(path: str | os.PathLike) -> UserError:
-    """The line for a file the user may not read: it exists and may be whole, so never "damaged"."""
-    return UserError(
-        f"permission denied for {path}; ask its owner to make it readable (chmod a+r) or copy the folder "
-        "somewhere you can read"
-    )
 
 
 def with_prefix(weights: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:

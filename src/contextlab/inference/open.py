@@ -24,9 +24,10 @@ from torch import nn
 
 from contextlab.data.tokenizers import HFTokenizer, Tokenizer
 from contextlab.errors import UserError
-from contextlab.inference.checkpoint import Checkpoint, check_readable, left_to_right, read_checkpoint
+from contextlab.inference.checkpoint import Checkpoint, left_to_right, read_checkpoint
 from contextlab.inference.tokenizer import hf_tokenizer_file, tokenizer_from_spec
 from contextlab.rundir import HF_CONFIG, TOKENIZER, is_checkpoint, is_hf_folder, tokenizer_dirs
+from contextlab.weights import check_readable
 
 
 @dataclass

@@ -8,7 +8,7 @@ Against the sweep file given now, the folders of ``OUT/runs/`` are of three kind
 * a grid point whose folder holds a run trained with another config (a ``[base]`` value
   changed): stale. ``contextlab train`` would refuse to resume it, so the sweep refuses before
   any run starts, in one line naming the first differing key; ``--overwrite`` trains such
-  runs again, each folder replaced whole (``io.replace_dir``) just before its run starts;
+  runs again, each folder replaced whole (``outputs.replace_dir``) just before its run starts;
 * a folder that is no grid point (a grid value changed): left out of results.csv and the
   analysis, kept on disk, and named in one line.
 
@@ -30,8 +30,8 @@ from pathlib import Path
 from contextlab import rundir
 from contextlab.config import apply_overrides, dumps_toml, from_dict, read_toml
 from contextlab.errors import UserError, some
-from contextlab.io import atomic_write_text, fresh_dir, replace_dir
-from contextlab.outputs import OutputKind
+from contextlab.io import atomic_write_text, fresh_dir
+from contextlab.outputs import OutputKind, replace_dir
 from contextlab.sweep.compute_optimal import number_text
 
 SWEEP_FILE = "sweep.toml"  # the sweep file the folder's runs and analysis were made with

@@ -45,7 +45,7 @@ from safetensors import SafetensorError
 from safetensors.torch import save_file
 
 from contextlab.errors import UserError, some
-from contextlab.inference.checkpoint import not_permitted, read_weights
+from contextlab.inference.checkpoint import read_weights
 from contextlab.io import atomic_write_json, follow_umask, fsync_dir
 from contextlab.rundir import (
     CHECKPOINTS,
@@ -56,6 +56,7 @@ from contextlab.rundir import (
     list_checkpoints,
     step_dir,
 )
+from contextlab.weights import not_permitted
 
 
 def _contiguous(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

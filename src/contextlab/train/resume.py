@@ -6,14 +6,12 @@ the loader's cursor, the config and tokenizer hashes, the data it was trained on
 model is (its config, objective, architecture, where it started from). ``resume`` is its reader:
 it refuses a checkpoint of other settings or another tokenizer, accepts a data store that only
 moved (``moved_data.py``), and restores every piece, so the steps after it are those of a run
-never stopped. Trade-off: both take the trainer whole rather than a narrow interface, so the
-loop stays the only place that owns its objects, and these two functions the only place that
-knows which of them a checkpoint holds.
+never stopped. Trade-off: both take the trainer whole rather than a narrow interface (and do not
+import it: the trainer imports them), so the loop stays the only place that owns its objects, and
+these two functions the only place that knows which of them a checkpoint holds.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from contextlab import __version__
 from contextlab.errors import UserError
@@ -27,15 +25,12 @@ from contextlab.train.init_from import is_hf
 from contextlab.train.metrics import truncate_metrics
 from contextlab.train.optim import lr_at
 
-if TYPE_CHECKING:
-    from contextlab.train.trainer import Trainer
-
 COUNTERS = ("step", "tokens", "flops", "elapsed", "total_steps")  # restored as they were saved
 
 
-def saved_state(tr: Trainer) -> dict:
-    """Everything of ``tr`` beside weights and optimizer that determines the steps after a checkpoint,
-    and what ``contextlab report``, ``eval`` and ``export`` read about the model."""
+def saved_state(tr) -> dict:
+    """Everything of ``tr`` (the ``Trainer``) beside weights and optimizer that determines the steps
+    after a checkpoint, and what ``contextlab report``, ``eval`` and ``export`` read about the model."""
     loader = tr.loader.state_dict() if tr._next is None else tr._next[0]  # not the batch fetched ahead
     return {
         **tr.state,
@@ -55,8 +50,9 @@ def saved_state(tr: Trainer) -> dict:
     }
 
 
-def resume(tr: Trainer) -> None:
-    """Continue ``tr`` from its run directory's newest checkpoint, or start the run afresh."""
+def resume(tr) -> None:
+    """Continue ``tr`` (the ``Trainer``, built but not started) from its run directory's newest
+    checkpoint, or start the run afresh."""
     latest = ckpt.latest_checkpoint(tr.run_dir)
     if latest is None:
         return guards.start_fresh(tr.run_dir, tr.cfg, tr.info.is_main)
@@ -92,7 +88,7 @@ def resume(tr: Trainer) -> None:
         truncate_metrics(tr.run_dir, state["step"])
 
 
-def _note_new_schedule(tr: Trainer, trained: int | None, step: int, latest: str) -> None:
+def _note_new_schedule(tr, trained: int | None, step: int, latest: str) -> None:
     """A budget given now that sets another schedule length than the checkpoints were trained with
     (a finished 200-step run given max_steps = 300): training continues, but the learning rate from
     here on follows the new schedule, so the run matches neither budget run uninterrupted. Said in one

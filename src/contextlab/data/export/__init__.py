@@ -35,8 +35,8 @@ from contextlab.data.shards.local_pool import LocalExecutor
 from contextlab.data.store import TokenStore, holds_output_lock
 from contextlab.data.views import packed_split
 from contextlab.errors import UserError
-from contextlab.io import atomic_write_json, partial_dir, replace_dir
-from contextlab.outputs import OutputKind, refuse_foreign
+from contextlab.io import atomic_write_json, partial_dir
+from contextlab.outputs import OutputKind, refuse_foreign, replace_dir
 
 EXPORT_FORMAT = "contextlab-export"
 EXPORT_VERSION = 1

@@ -42,8 +42,8 @@ from contextlab.data.packing.packed_store import PACKED_FORMAT, PackedStore, is_
 from contextlab.data.shards import LocalExecutor, ShardedJob, ShardExecutor, finished_stats, shards_to_run
 from contextlab.data.store import TokenStore, holds_output_lock
 from contextlab.errors import UserError
-from contextlab.io import atomic_write_json, atomic_write_npy, open_partial, partial_dir, replace_dir
-from contextlab.outputs import OutputKind, refuse_foreign, refuse_non_folder
+from contextlab.io import atomic_write_json, atomic_write_npy, open_partial, partial_dir
+from contextlab.outputs import OutputKind, refuse_foreign, refuse_non_folder, replace_dir
 
 PACKED = OutputKind(  # what --overwrite of a pack may replace
     "a packed store",

@@ -31,10 +31,11 @@ from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Pre
 from transformers.utils import CONFIG_NAME
 
 from contextlab.errors import UserError
-from contextlab.io import follow_umask, staged_dir
+from contextlab.io import follow_umask
 from contextlab.models.gpt import GPTOutput
 from contextlab.models.hf.custom_code import EXPORT
 from contextlab.models.rope import ntk_base
+from contextlab.outputs import staged_dir
 
 LIMIT_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length")
 TOKENIZER_FILES = (

@@ -32,13 +32,13 @@ from transformers.utils import CONFIG_NAME, SAFE_WEIGHTS_NAME
 
 import contextlab
 from contextlab.errors import UserError
-from contextlab.io import follow_umask, staged_dir
+from contextlab.io import follow_umask
 from contextlab.models.contextlm import ContextLM, ContextLMConfig, ContextLMOptions
 from contextlab.models.gpt import GPT, GPTConfig, current_fields
 from contextlab.models.hf.remote import REMOTE_DIR, REMOTE_FILES
 from contextlab.models.hf.remote import configuration_contextlab as remote_config
 from contextlab.models.hf.remote import modeling_contextlab as remote
-from contextlab.outputs import OutputKind
+from contextlab.outputs import OutputKind, staged_dir
 
 MODEL_TYPE = "contextlab-gpt"
 CONTEXTLM_TYPE = "contextlab-contextlm"
@@ -222,9 +222,9 @@ def is_contextlab_export(cfg: dict) -> bool:
 def gpt_from_hf_export(path: str | os.PathLike) -> GPT:
     """Load a contextlab export back into the model it was, with its exact weights as saved: a
     plain GPT (either form), or a ContextLM (a GPT subclass) from a ``contextlab-contextlm`` folder."""
-    from contextlab.inference.checkpoint import read_safetensors as load_file
     from contextlab.models.archs import build_from_fields
     from contextlab.models.hf.llama import gpt_state_from_llama
+    from contextlab.weights import read_safetensors as load_file
 
     p = _check_model_dir(path)
     cfg = current_fields(json.loads((p / CONFIG_NAME).read_text()))

@@ -26,10 +26,10 @@ import shutil
 from pathlib import Path
 
 from contextlab.errors import UserError
-from contextlab.io import staged_dir
 from contextlab.models.archs import ARCHS, arch_of
 from contextlab.models.hf.custom_code import EXPORT, provenance, write_remote_code_model
 from contextlab.models.hf.llama import llama_compatible, save_llama
+from contextlab.outputs import staged_dir
 
 
 def export_arch_to_hf(
