@@ -510,3 +510,33 @@ def test_file_names_that_are_not_utf8_are_ingested_with_their_bytes_escaped(tmp_
     assert bytes(store.doc(1).astype(np.uint8)) == b"caf\xc3\xa9"
     skipped = [json.loads(line) for line in (store.path / "skipped.jsonl").read_text().splitlines()]
     assert [s["path"] for s in skipped] == ["bin\\xff.dat", "lat\\xe9.txt"]
+
+
+def test_a_corpus_folders_own_notes_are_named_with_the_exclude_that_leaves_them_out(tmp_path, capsys):
+    """A downloaded corpus folder holds its SOURCE.txt, README and manifest beside the text: they were
+    ingested as training documents without a word. They still are (a code tree's READMEs may be
+    wanted), but one line names them and the --exclude it gives leaves exactly them out; a code file
+    named source.py is code, not a note."""
+    import shlex
+
+    src = write_tree(
+        tmp_path / "corpus",
+        {
+            "book.txt": "the text of a book " * 20,
+            "SOURCE.txt": "downloaded from somewhere",
+            "manifest.jsonl": '{"title": "a book"}\n',
+            "sub/README.md": "# notes",
+            "sub/LICENSE": "public domain",
+            "code/source.py": "print('code')\n",
+        },
+    )
+    ingest(src, tmp_path / "all", IngestConfig(tokenizer="byte"), progress=False)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+    assert len(lines) == 1 and "4 files" in lines[0]
+    assert ": SOURCE.txt, manifest.jsonl, sub/LICENSE, sub/README.md;" in lines[0]
+    exclude = shlex.split(lines[0].split("--exclude ", 1)[1])[0].split(",")
+    assert exclude == ["SOURCE.*", "manifest.*", "LICENSE", "README.*"]
+    opts = SourceOptions(exclude=exclude)
+    store = ingest(src, tmp_path / "text", IngestConfig(tokenizer="byte", source=opts), progress=False).store
+    assert store.n_docs == 2
+    assert "note:" not in capsys.readouterr().out

@@ -155,8 +155,9 @@ def _ingest(source, out: Path, config: IngestConfig, overwrite: bool, progress: 
     """``ingest`` without the lock and the full-disk message."""
     refuse_non_folder(out)
     src = open_source(source, config.source)
-    if (note := src.split_note()) is not None:
-        print(note)
+    for note in (src.split_note(), src.provenance_note()):
+        if note is not None:
+            print(note)
     src.check_encoding()  # strict: every undecodable file named before any work is done
     fingerprint = _fingerprint(src, config)
     if out.exists():

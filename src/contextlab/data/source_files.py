@@ -34,9 +34,19 @@ BINARY_PROBE = 8192  # bytes inspected for a NUL byte
 CHUNK_BYTES = 1 << 24  # bytes read and decoded at a time from a long file
 EXCLUDED = "excluded by --include/--exclude"
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz")
-# files that describe a corpus rather than belong to it (where it came from, its licence), in any
-# case and with any extension: README.md, SOURCE.txt, LICENSE, ... (``provenance_globs``)
-PROVENANCE_NAMES = ("readme", "source", "sources", "license", "licence", "copying", "notice", "provenance")
+# files that describe a corpus rather than belong to it (where it came from, its licence, its index),
+# in any case and with any extension: README.md, SOURCE.txt, LICENSE, manifest.jsonl (``provenance_globs``)
+PROVENANCE_NAMES = (
+    "readme",
+    "source",
+    "sources",
+    "license",
+    "licence",
+    "copying",
+    "notice",
+    "provenance",
+    "manifest",
+)
 
 
 def detect_kind(path: Path, include: list[str], exclude: list[str]) -> str:
@@ -62,6 +72,30 @@ def provenance_globs() -> list[str]:
     in any case (``[Rr][Ee]...``), bare or with an extension (``SOURCE.txt``, ``LICENSE``)."""
     anycase = ["".join(f"[{c.upper()}{c}]" for c in name) for name in PROVENANCE_NAMES]
     return [g + tail for g in anycase for tail in ("", ".*")]
+
+
+NOTE_SUFFIXES = ("", ".txt", ".md", ".rst", ".json", ".jsonl", ".csv", ".tsv", ".yaml", ".yml", ".html")
+
+
+def provenance_files(rels: Iterable[str]) -> list[str]:
+    """The paths of ``rels`` whose names say they describe the corpus (``PROVENANCE_NAMES``), bare or
+    with the extension of a note or an index (``NOTE_SUFFIXES``: a code tree's ``source.py`` is code)."""
+    pattern = globs_regex(provenance_globs())
+    note = lambda rel: Path(rel).suffix.lower() in NOTE_SUFFIXES or "." not in rel.rsplit("/", 1)[-1]
+    return [rel for rel in rels if pattern.match(rel) and note(rel)]
+
+
+def exclude_globs(rels: list[str]) -> list[str]:
+    """The fewest ``--exclude`` globs, in the names' own case, that leave out the files ``rels`` (by file
+    name at any depth: ``SOURCE.*`` for SOURCE.txt, ``LICENSE`` for a bare LICENSE)."""
+    globs = []
+    for rel in rels:
+        name = rel.rsplit("/", 1)[-1]
+        stem = name.split(".", 1)[0]
+        glob = stem if stem == name else f"{stem}.*"
+        if glob not in globs:
+            globs.append(glob)
+    return globs
 
 
 def globs_regex(patterns: list[str]) -> re.Pattern:

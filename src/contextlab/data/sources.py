@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -45,10 +46,12 @@ from contextlab.data.source_files import (
     Unreadable,
     arrow_rows,
     detect_kind,
+    exclude_globs,
     folder_domains,
     hf_arrow_files,
     hf_split,
     hf_splits,
+    provenance_files,
     read_text_bytes,
     scan_long_text,
     shown_name,
@@ -56,7 +59,7 @@ from contextlab.data.source_files import (
     walk,
 )
 from contextlab.data.source_rows import jsonl_rows, table_rows
-from contextlab.errors import UserError
+from contextlab.errors import UserError, some
 
 FORMAT = "contextlab.sources/1"
 SHOW_BAD = 20  # undecodable files named in the strict-encoding error (skipped.jsonl has all)
@@ -228,6 +231,23 @@ class Source:
                 sizes.append(f"{name} (incomplete)")
         others = "; --split NAME reads another" if len(splits) > 1 else ""
         return f"{self.given} is a DatasetDict with splits {', '.join(sizes)}: ingesting {self.split}{others}"
+
+    def provenance_note(self) -> str | None:
+        """For a folder, one line naming the files ingested as documents whose names say they describe
+        the corpus rather than belong to it (README, SOURCE, LICENSE, manifest: ``PROVENANCE_NAMES``),
+        with the ``--exclude`` that leaves them out. They are kept, as every file is, unless excluded:
+        a code tree's READMEs may well be wanted; the line only keeps it from happening unseen."""
+        if self.kind != "folder":
+            return None
+        found = provenance_files(rel for rel, _ in self._files()[0])
+        if not found:
+            return None
+        n, globs = len(found), ",".join(exclude_globs(found))
+        return (
+            f"note: {n} file{'s' * (n != 1)} named like a corpus's own notes (where it came from, its "
+            f"licence, its index) {'are' if n > 1 else 'is'} ingested as text: {some(found, 5)}; "
+            f"--exclude {shlex.quote(globs)} leaves {'them' if n > 1 else 'it'} out"
+        )
 
     def fingerprint(self) -> str:
         """sha256 over kind, options and (relative path, size, mtime_ns) of every input file."""
