@@ -90,11 +90,17 @@ def connect(address: str | None, num_cpus: int = 0):
 
 
 def as_completed(
-    ray, refs: dict, poll: float = 0.5, on_tick: Callable[[], None] | None = None, errors: bool = False
+    ray,
+    refs: dict,
+    poll: float = 0.5,
+    on_tick: Callable[[], None] | None = None,
+    errors: bool = False,
+    refill: Callable[[dict], None] | None = None,
 ) -> Iterator:
     """Yield ``(key, result)`` of ``refs`` ({ObjectRef: key}) as the tasks finish; a failed task
     raises its error here (``errors``: its error is yielded as the result). ``on_tick()`` runs
-    every ``poll`` seconds while waiting."""
+    every ``poll`` seconds while waiting. ``refill(pending)`` adds tasks to ``pending`` after each
+    finished one is handed back (``submit_window``), so nothing is submitted after the consumer stops."""
     pending = dict(refs)
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1, timeout=poll)
@@ -112,11 +118,31 @@ def as_completed(
                     raise
                 result = exc
             yield key, result
+            if refill is not None:
+                refill(pending)
+
+
+def submit_window(ray, cpus_per_task: float) -> int:
+    """How many tasks to keep submitted at once: as many as the cluster's CPUs run side by side (read
+    again at every refill, so nodes that join are used). Tasks Ray would hold in its own queue are
+    not submitted at all: cancelling a queued task at the instant Ray hands it to a worker fails a
+    check inside Ray (2.60) that ends the driver process (an interrupted ingest then exited 1, with
+    no message and no cleanup)."""
+    cpus = float(ray.cluster_resources().get("CPU", 1.0))
+    return max(1, int(cpus // max(cpus_per_task, 1e-9)))
 
 
 def cancel_all(ray, refs) -> None:
-    """Cancel tasks that have not finished (after a failure or an interrupt)."""
-    for ref in refs:
+    """Cancel tasks that have not finished (after a failure or an interrupt), the last submitted first:
+    Ray starts tasks in the order they were submitted, so those still in its queue go before a
+    running one ends and frees a worker for them (see ``submit_window`` for why a queued task
+    must not be handed out while it is being cancelled)."""
+    refs = list(refs)
+    done, _ = ray.wait(refs, num_returns=len(refs), timeout=0) if refs else ([], [])
+    finished = set(done)
+    for ref in reversed(refs):
+        if ref in finished:
+            continue
         try:
             ray.cancel(ref, force=True)
         except Exception:  # already finished or gone: nothing to cancel

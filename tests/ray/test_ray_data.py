@@ -192,3 +192,44 @@ def test_ray_options_that_cannot_apply_are_one_line(args, message, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
+
+
+def test_only_as_many_shards_as_the_cluster_runs_are_submitted(cluster, tmp_path, monkeypatch):
+    """Shards are not left in Ray's own queue: cancelling a queued task as Ray handed it to a worker
+    ended the whole driver process inside Ray (exit 1, no message, no cleanup; seen after an
+    interrupt). With a window of one, the shards run one after another, and after an interrupt at
+    the first result no other shard was ever started."""
+
+    def _timed_job(i, log, _):  # defined here: Ray pickles it whole (the test module is not importable)
+        import time
+
+        (Path(log) / f"{i}.start").write_text(repr(time.time()))
+        time.sleep(0.3)
+        (Path(log) / f"{i}.end").write_text(repr(time.time()))
+        return {"n_docs": 1}
+
+    monkeypatch.setattr(on_ray, "submit_window", lambda ray, cpus: 1)
+    log = tmp_path / "log"
+    log.mkdir()
+    jobs = [(i, str(log)) for i in range(4)]
+    RayExecutor(address=cluster).run(_timed_job, jobs, 4, lambda stats, bar: None, progress=False)
+    spans = sorted(
+        (float((log / f"{i}.start").read_text()), float((log / f"{i}.end").read_text())) for i in range(4)
+    )
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))
+
+    finished = on_ray.as_completed
+
+    def first_then_interrupt(*args, **kwargs):
+        for item in finished(*args, **kwargs):
+            yield item
+            raise KeyboardInterrupt
+
+    again = tmp_path / "again"
+    again.mkdir()
+    monkeypatch.setattr(on_ray, "as_completed", first_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        RayExecutor(address=cluster).run(
+            _timed_job, [(i, str(again)) for i in range(4)], 4, lambda s, b: None, progress=False
+        )
+    assert sorted(p.name for p in again.iterdir()) == ["0.end", "0.start"]
