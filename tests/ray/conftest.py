@@ -19,9 +19,7 @@ def cluster():
     ray.init(
         num_cpus=2,
         include_dashboard=False,
-        # bounded rather than sized from the machine's memory: full test sessions have twice ended without
-        # a summary in these tests, once beside ~132 GB allocations refused to a python process (dmesg)
-        object_store_memory=256 * 1024**2,
+        object_store_memory=256 * 1024**2,  # the tests pass small records: not sized from the machine
         log_to_driver=False,
         runtime_env={"env_vars": {"PYTHONPATH": path}},
     )
