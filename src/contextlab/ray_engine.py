@@ -127,7 +127,7 @@ def submit_window(ray, cpus_per_task: float) -> int:
     again at every refill, so nodes that join are used). Tasks Ray would hold in its own queue are
     not submitted at all: cancelling a queued task at the instant Ray hands it to a worker fails a
     check inside Ray (2.60) that ends the driver process (an interrupted ingest then exited 1, with
-    no message and no cleanup)."""
+    no message and no cleanup). Trade-off: an autoscaler sees no queued tasks to add nodes for."""
     cpus = float(ray.cluster_resources().get("CPU", 1.0))
     return max(1, int(cpus // max(cpus_per_task, 1e-9)))
 
