@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -70,16 +71,17 @@ def split_books(recipe: dict) -> tuple[list[dict], list[dict]]:
 
 
 def prepare_corpus(recipe: dict, out: Path) -> None:
-    """Held-out books (links), standard and long-context pieces (JSONL). An unchanged file is not rewritten
+    """Held-out books (copies), standard and long-context pieces (JSONL). An unchanged file is not rewritten
     (the ingest steps recognise their sources by size and modification time)."""
     c = recipe["corpus"]
     root, data = Path(c["books"]), out / "data"
     held, train_books = split_books(recipe)
     (data / "eval_books").mkdir(parents=True, exist_ok=True)
-    for b in held:
-        link = data / "eval_books" / Path(b["file"]).name
-        if not link.exists():
-            link.symlink_to((root / b["file"]).resolve())
+    for b in held:  # copies: niah reads a folder as data ingest does, which skips links out of it
+        book, src = data / "eval_books" / Path(b["file"]).name, root / b["file"]
+        if book.is_symlink() or not book.exists() or book.stat().st_size != src.stat().st_size:
+            book.unlink(missing_ok=True)
+            shutil.copy2(src, book)
     halves = {"standard": [], "long": []}
     for i, b in enumerate(train_books):  # alternate books: each half has its own books
         text = (root / b["file"]).read_bytes().decode("utf-8")[b["body_start_char"] : b["body_end_char"]]

@@ -323,3 +323,19 @@ def test_niah_haystack_reads_like_ingest_strict_encoding_and_no_provenance_files
         UserError, match=r"no \.txt files in .* \(left out as provenance, not text: README\.md, SOURCE\.txt\)"
     ):
         needle.read_haystack(tmp_path)
+
+
+def test_a_haystack_folder_of_links_to_books_elsewhere_says_to_copy_them(tmp_path):
+    """A folder of links to the books elsewhere (what the SPLICE-vs-EP study made) read as "no .txt
+    files" since niah reads a folder as data ingest does; the line names the links and the fix."""
+    books, hay = tmp_path / "books", tmp_path / "hay"
+    books.mkdir(), hay.mkdir()
+    for name in ("a.txt", "b.txt"):
+        (books / name).write_text("An essay.")
+        (hay / name).symlink_to(books / name)
+    with pytest.raises(UserError, match=r"a\.txt, b\.txt are links to files outside it.*copy the files"):
+        needle.read_haystack(hay)
+    for name in ("a.txt", "b.txt"):
+        (hay / name).unlink()
+        (hay / name).write_bytes((books / name).read_bytes())
+    assert needle.read_haystack(hay)[1]["haystack_files"] == 2

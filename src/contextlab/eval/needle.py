@@ -53,7 +53,7 @@ import contextlab.eval.tasks as tasks
 from contextlab.config import opt
 from contextlab.data.source_files import EXCLUDED, globs_regex, provenance_globs, walk
 from contextlab.data.sources import SourceOptions, open_source
-from contextlab.errors import UserError
+from contextlab.errors import UserError, some
 from contextlab.eval.base import PG_ESSAYS, EvalOutput
 from contextlab.eval.results import text_hash
 
@@ -120,6 +120,13 @@ def read_haystack(data: str | Path, encoding: str = "strict") -> tuple[str, dict
     provenance = [e["path"] for e in skipped if "/" not in e["path"] and PROVENANCE.match(e["path"])]
     if not files:
         also = f" (left out as provenance, not text: {', '.join(provenance)})" if provenance else ""
+        links = [e["path"] for e in skipped if e["reason"] == "symlink out of the tree"]
+        if links:  # a folder of links to the books elsewhere: the one thing to change is named
+            are = "are links" if len(links) > 1 else "is a link"
+            raise UserError(
+                f"no .txt files in {p} to read: {some(links)} {are} to files outside it, which a haystack "
+                "folder does not follow (as data ingest does not); copy the files into the folder"
+            )
         raise UserError(f"no .txt files in {p}{also}; pass --data a folder of text files (e.g. {PG_ESSAYS})")
     src = open_source(p, options)
     src.check_encoding(
