@@ -399,8 +399,9 @@ def test_a_continued_hf_fim_export_names_its_sentinels_and_keeps_the_data_tokeni
     ids = tok("<|fim_prefix|>ab<|fim_suffix|>c<|fim_middle|>").input_ids
     assert [i for i in ids if i >= 300] == [300, 301, 302]
     assert tok.decode(ids, skip_special_tokens=True) == "abc"
-    _, own, _ = open_model(out)
+    _, own, info = open_model(out)
     assert own.hash == hf_store.tokenizer_hash and own.vocab_size == 300
+    assert info.objective == "fim" and info.step == 1  # the infill eval asks it with its sentinels
     again = tmp_path / "again"
     train(run_config(hf_store, again, train={"max_steps": 1}, init={"source": str(out)}))
     assert read_checkpoint(again).state["init"]["source"] == str(out.resolve())

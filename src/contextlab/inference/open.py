@@ -205,6 +205,12 @@ def _open_hf(p: Path, cfg: dict):
         )
     info = _info(model, p, p, tok, cfg)
     info.architecture = str(cfg.get("model_type"))
+    provenance = cfg.get("contextlab") or {}  # a model contextlab continued and exported: how it trained
+    if provenance.get("contextlab_objective"):
+        info.step = provenance.get("contextlab_step")
+        info.objective = provenance["contextlab_objective"]
+        prefix, info.not_lm = left_to_right({"objective": info.objective})
+        info.lm_prefix = prefix or []
     return model, tok, info
 
 
