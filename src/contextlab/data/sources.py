@@ -186,6 +186,7 @@ class Source:
         self.kind = detect_kind(self.path, self.options.include, self.options.exclude)
         self.stats = SourceStats()
         self.skipped: list[dict] = []
+        self._listing: tuple[list, list] | None = None  # ``_files``, walked once
         self.split: str | None = None  # the split read of a saved DatasetDict
         if self.kind == "hf-dataset":
             self.split = hf_split(self.path, self.options.split)
@@ -275,11 +276,18 @@ class Source:
             )
 
     def _files(self) -> tuple[list[tuple[str, Path]], list[dict]]:
-        if self.kind == "hf-dataset":
-            return hf_arrow_files(self.path, self.split), []
-        if self.path.is_file():
-            return [(shown_name(self.path.name), self.path)], []
-        return walk(self.path, self.options.include, self.options.exclude)
+        """(relative name, path) of every input file, and the entries left out; listed once per
+        ``Source`` (a walk of 50,721 files takes 0.6 s), so the notes, the encoding check, the
+        fingerprint and the reading all see the same files. Copies: callers may extend them."""
+        if self._listing is None:
+            if self.kind == "hf-dataset":
+                self._listing = hf_arrow_files(self.path, self.split), []
+            elif self.path.is_file():
+                self._listing = [(shown_name(self.path.name), self.path)], []
+            else:
+                self._listing = walk(self.path, self.options.include, self.options.exclude)
+        files, skipped = self._listing
+        return list(files), list(skipped)
 
     def __iter__(self) -> Iterator[Document]:
         self.stats.reset()
