@@ -99,9 +99,12 @@ def as_completed(
 ) -> Iterator:
     """Yield ``(key, result)`` of ``refs`` ({ObjectRef: key}) as the tasks finish; a failed task
     raises its error here (``errors``: its error is yielded as the result). ``on_tick()`` runs
-    every ``poll`` seconds while waiting. ``refill(pending)`` adds tasks to ``pending`` after each
-    finished one is handed back (``submit_window``), so nothing is submitted after the consumer stops."""
+    every ``poll`` seconds while waiting. ``refill(pending)`` adds tasks to ``pending``, first before
+    any wait and then after each finished one is handed back (``submit_window``), so nothing is
+    submitted after the consumer stops."""
     pending = dict(refs)
+    if refill is not None:
+        refill(pending)
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1, timeout=poll)
         if on_tick is not None:

@@ -119,7 +119,6 @@ def read_haystack(data: str | Path, encoding: str = "strict") -> tuple[str, dict
     files, skipped = walk(p, options.include, options.exclude) if folder else ([(p.name, p)], [])
     provenance = [e["path"] for e in skipped if "/" not in e["path"] and PROVENANCE.match(e["path"])]
     if not files:
-        also = f" (left out as provenance, not text: {', '.join(provenance)})" if provenance else ""
         links = [e["path"] for e in skipped if e["reason"] == "symlink out of the tree"]
         if links:  # a folder of links to the books elsewhere: the one thing to change is named
             are = "are links" if len(links) > 1 else "is a link"
@@ -127,6 +126,7 @@ def read_haystack(data: str | Path, encoding: str = "strict") -> tuple[str, dict
                 f"no .txt files in {p} to read: {some(links)} {are} to files outside it, which a haystack "
                 "folder does not follow (as data ingest does not); copy the files into the folder"
             )
+        also = f" (left out as provenance, not text: {', '.join(provenance)})" if provenance else ""
         raise UserError(f"no .txt files in {p}{also}; pass --data a folder of text files (e.g. {PG_ESSAYS})")
     src = open_source(p, options)
     src.check_encoding(

@@ -35,7 +35,7 @@ class RayExecutor:
         """Run ``fn(*job, None)`` for every job as a Ray task; ``report(stats, bar)`` as each finishes."""
         ray = connect(self.address, self.num_cpus)
         task = ray.remote(fn).options(num_cpus=self.cpus_per_task, max_retries=self.max_retries)
-        waiting, submitted, first = iter(enumerate(jobs)), {}, {}
+        waiting, submitted = iter(enumerate(jobs)), {}
 
         def refill(pending: dict) -> None:
             """Submit the next jobs while fewer run than the cluster runs at once."""
@@ -47,8 +47,7 @@ class RayExecutor:
         bar = progress_bar(total, progress, f"{desc} (ray)", unit, leave)
         t0, done = time.perf_counter(), 0
         try:
-            refill(first)
-            for _, stats in as_completed(ray, first, on_tick=bar.refresh, refill=refill):
+            for _, stats in as_completed(ray, {}, on_tick=bar.refresh, refill=refill):
                 done += 1
                 bar.update(int(stats.get("n_docs", 0)))
                 rate = bar.n / max(time.perf_counter() - t0, 1e-9)
