@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 
 from contextlab.config import add_dataclass_args, apply_overrides, field_help, from_dict, read_toml
 from contextlab.errors import UserError
@@ -157,6 +158,19 @@ def _print_ingest_report(report) -> None:
     notes = {k: v for k, v in notes.items() if v}
     if notes:
         print("  " + ", ".join(f"{k}: {v:,}" for k, v in notes.items()))
+    pattern = store.meta.get("source", {}).get("options", {}).get("doc_start")
+    if pattern is not None:
+        cut, uncut = stats.get("doc_start_cut", 0), stats.get("doc_start_uncut", 0)
+        print(
+            f"  --doc-start cut {cut:,} of {cut + uncut:,} text file{'s' * (cut + uncut != 1)} into documents"
+        )
+        if not cut:
+            print(
+                f"warning: --doc-start {pattern!r} matched no line after a file's first, so every file "
+                "is one document; it is a Python regular expression matched from a line's start, on the line "
+                "without its line end",
+                file=sys.stderr,
+            )
     skipped = store.path / "skipped.jsonl"
     if skipped.exists() and skipped.stat().st_size:
         print(f"  every skipped file is named, with its reason, in {skipped}")

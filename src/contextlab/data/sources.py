@@ -7,6 +7,9 @@
   looping or to a file read anyway, binary files (a NUL byte in the first 8 KiB) and corrupt
   ``.gz`` files are skipped, counted and named; ``.gz`` files keep their full name.
 - ``file``: one text file, one document.
+
+With ``--doc-start REGEX`` a text file (of a folder, or alone) is cut into several documents at
+the lines that open them (``doc_split``), after its Project Gutenberg header and footer are cut.
 - ``jsonl``: ``.jsonl``/``.jsonl.gz``/``.json`` lines files (or a folder holding only
   those), one document per line, the text in ``options.text_field``.
 - ``parquet``: a ``.parquet`` file or a folder holding only those, read in row batches.
@@ -39,6 +42,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from contextlab.config import opt
+from contextlab.data.doc_split import compile_doc_start, cut_text
 from contextlab.data.gutenberg import find_gutenberg_body
 from contextlab.data.source_files import (
     EXCLUDED,
@@ -119,6 +123,12 @@ class SourceOptions:
         None,
         "a saved Hugging Face DatasetDict: the split to ingest (default: train, or the only split)",
     )
+    doc_start: str | None = opt(
+        None,
+        "cut each text file into documents, one starting at every line this regular expression matches "
+        "(Python re, matched from the line's start; the text before the first such line is a document "
+        "too), e.g. ' = [^=].* = $' for WikiText's articles; none: a file is one document",
+    )
 
     def __post_init__(self) -> None:  # also built in code, not only by the config loader
         if self.strip_gutenberg not in get_args(Gutenberg):
@@ -136,6 +146,8 @@ class SourceOptions:
             raise UserError(f"domain_depth must be an integer >= 0, got {self.domain_depth!r}")
         if not self.long_doc_mb > 0:
             raise UserError(f"long_doc_mb must be > 0, got {self.long_doc_mb!r}")
+        if self.doc_start is not None:
+            compile_doc_start(self.doc_start)
         self.include = [self.include] if isinstance(self.include, str) else list(self.include)
         self.exclude = [self.exclude] if isinstance(self.exclude, str) else list(self.exclude)
 
@@ -160,6 +172,8 @@ class SourceStats:
     latin1_files: int = 0  # text files decoded as Latin-1
     latin1_rows: int = 0  # JSONL lines decoded as Latin-1
     gutenberg_stripped: int = 0  # documents whose Project Gutenberg header/footer was cut (kept)
+    doc_start_cut: int = 0  # text files --doc-start cut into several documents
+    doc_start_uncut: int = 0  # text files in which no line but the first matched --doc-start (one document)
     bytes_read: int = 0  # input bytes read (decompressed; Parquet/Arrow: UTF-8 bytes of the text)
 
     def as_dict(self) -> dict[str, int]:
@@ -195,6 +209,11 @@ class Source:
             raise UserError(
                 f"--split applies to a saved Hugging Face DatasetDict, and {self.given} is a {self.kind} "
                 "source; leave --split out"
+            )
+        if self.options.doc_start is not None and self.kind not in ("folder", "file"):
+            raise UserError(
+                f"--doc-start cuts text files, and {self.given} is a {self.kind} source whose rows are "
+                "documents already; leave --doc-start out"
             )
         if self.kind == "file":
             try:
@@ -302,9 +321,10 @@ class Source:
             "hf-dataset": partial(table_rows, self),
         }[self.kind]
         for text, meta in reader(files):
-            doc = self._accept(text, meta)
-            if doc is not None:
-                yield doc
+            for piece, piece_meta in self._sections(self._body(text, meta), meta):
+                doc = self._accept(piece, piece_meta)
+                if doc is not None:
+                    yield doc
         if self.stats.documents == 0:
             raise UserError(self._empty_message())
 
@@ -325,19 +345,37 @@ class Source:
         elif reason.startswith("unreadable"):
             st.skipped_unreadable += 1
 
+    def _body(self, text: str | LongText, meta: dict) -> str | LongText:
+        """The text without its Project Gutenberg header and footer (under ``strip_gutenberg``)."""
+        if self.options.strip_gutenberg == "no" or not isinstance(text, str):
+            return text
+        span = find_gutenberg_body(text)
+        if span is not None:
+            self.stats.gutenberg_stripped += 1
+            return text[span[0] : span[1]]
+        if self.options.strip_gutenberg == "yes":
+            raise UserError(
+                f"no Project Gutenberg START/END markers in {meta['id']} of {self.given}; "
+                "use --strip-gutenberg auto or no"
+            )
+        return text
+
+    def _sections(self, text: str | LongText, meta: dict) -> Iterator[tuple[str | LongText, dict]]:
+        """The documents of one text: itself, or with ``--doc-start`` its pieces, each with the
+        file's meta, its number in the file (``section``, from 0) and the id ``PATH#section``."""
+        if self.options.doc_start is None:
+            yield text, meta
+            return
+        rx = compile_doc_start(self.options.doc_start)
+        k = -1
+        for k, piece in enumerate(cut_text(text.chunks() if isinstance(text, LongText) else [text], rx)):
+            yield piece, {**meta, "id": f"{meta['id']}#{k}", "section": k}
+        self.stats.doc_start_cut += k > 0
+        self.stats.doc_start_uncut += k == 0
+
     def _accept(self, text: str | LongText, meta: dict) -> Document | None:
-        """Strip Gutenberg header/footer, drop empty and short texts, count what happened."""
+        """Drop empty and short texts, count what happened."""
         st, opts = self.stats, self.options
-        if opts.strip_gutenberg != "no" and isinstance(text, str):
-            span = find_gutenberg_body(text)
-            if span is not None:
-                text = text[span[0] : span[1]]
-                st.gutenberg_stripped += 1
-            elif opts.strip_gutenberg == "yes":
-                raise UserError(
-                    f"no Project Gutenberg START/END markers in {meta['id']} of {self.given}; "
-                    "use --strip-gutenberg auto or no"
-                )
         n = len(text)
         if isinstance(text, LongText):
             n = text.n_stripped
@@ -356,8 +394,9 @@ class Source:
 
     def _skip_doc(self, meta: dict, reason: str) -> None:
         entry = {"path": meta.get("file", meta["path"]), "reason": reason}
-        if "row" in meta:
-            entry["row"] = meta["row"]
+        for key in ("row", "section"):
+            if key in meta:
+                entry[key] = meta[key]
         self.skipped.append(entry)
 
     def decode(self, data: bytes, label: str, rel: str, row: int | None = None) -> str | None:
@@ -474,8 +513,9 @@ def fingerprint_options(options: SourceOptions) -> dict:
     """The options as fingerprints see them: an option added since stores were first made is
     left out while it has its default, so an older store of the same command stays up to date."""
     d = dataclasses.asdict(options)
-    if d["split"] is None:
-        del d["split"]
+    for key in ("split", "doc_start"):
+        if d[key] is None:
+            del d[key]
     return d
 
 

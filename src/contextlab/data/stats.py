@@ -102,6 +102,13 @@ def _left_out_and_changed(s: dict) -> list[str]:
         policy = s.get("source", {}).get("options", {}).get("encoding")
         effect = f"  (--encoding {policy}: {ENCODING_EFFECT[policy]})" if policy in ENCODING_EFFECT else ""
         lines.append("not UTF-8  " + "  ".join(f"{k}={v:,}" for k, v in bad.items()) + effect)
+    pattern = s.get("source", {}).get("options", {}).get("doc_start")
+    if pattern is not None:
+        lines.append(
+            f"cut        doc_start_cut={stats.get('doc_start_cut', 0):,}  "
+            f"doc_start_uncut={stats.get('doc_start_uncut', 0):,}  "
+            f"(files cut into documents at the lines matching --doc-start {pattern!r}, and files left whole)"
+        )
     if stats.get("gutenberg_stripped"):
         lines.append(
             f"stripped   gutenberg_stripped={stats['gutenberg_stripped']:,}  "
