@@ -394,3 +394,15 @@ def test_the_done_line_names_the_validation_loss_and_gives_the_next_token_one(st
     save_toml(config(store, tmp_path / "fim", max_steps=2), tmp_path / "fim.toml")
     assert main(["train", str(tmp_path / "fim.toml"), "--set", "objective.name=fim"]) == 0  # at its end
     assert capsys.readouterr().out.splitlines()[-1] == fim
+
+
+def test_a_run_shorter_than_its_warm_up_says_so_once(store, tmp_path, capsys):
+    train(config(store, tmp_path / "short", max_steps=2))  # TINY warms up over 3 steps
+    notes = [line for line in capsys.readouterr().out.splitlines() if "optim.warmup_steps" in line]
+    assert notes == [
+        "note: optim.warmup_steps = 3 is not below this run's 2 steps, so the learning rate rises the whole "
+        "run (to 67% of optim.lr = 0.003) and never decays; for a warm-up of a tenth of the run: "
+        "--set optim.warmup_steps=1"
+    ]
+    train(config(store, tmp_path / "long", max_steps=4))
+    assert "optim.warmup_steps" not in capsys.readouterr().out

@@ -121,6 +121,19 @@ def budget_steps(t: TrainSection, flops_per_token: float) -> int:
     return 0
 
 
+def warmup_note(warmup_steps: int, total: int, lr: float) -> str | None:
+    """One line when the warm-up is not shorter than the run: the learning rate then rises the whole
+    run, never reaches ``lr`` (or only at the last step) and never decays, which a step budget
+    smaller than the default warm-up (100 steps) gives without a word otherwise."""
+    if warmup_steps < total:
+        return None
+    return (
+        f"note: optim.warmup_steps = {warmup_steps} is not below this run's {total} steps, so the "
+        f"learning rate rises the whole run (to {total / warmup_steps:.0%} of optim.lr = {lr:g}) and "
+        f"never decays; for a warm-up of a tenth of the run: --set optim.warmup_steps={max(1, total // 10)}"
+    )
+
+
 def batch_shape(t: TrainSection, world: int) -> tuple[int, int, int]:
     """(rows per step, rows per micro-batch, micro-batches per process and step) of the [train] section."""
     rows = max(1, t.tokens_per_step // t.context)

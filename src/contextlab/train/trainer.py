@@ -47,6 +47,7 @@ from contextlab.train.budget import (
     budget_steps,
     check_train,
     resolve_shape,
+    warmup_note,
 )
 from contextlab.train.build import build_model, build_objective
 from contextlab.train.config import RunConfig, check_values
@@ -266,10 +267,15 @@ class Trainer:
         say = bar.write if self.info.is_main else (lambda _: None)
         speed = Throughput(self.flops_per_token, self.peak * self.info.world_size, say)
         loss, val, lm = last_logged(self.run_dir) if self.state["step"] else (math.nan, None, None)  # resumed
+        noted = False  # the warm-up checked against the run's length, once that is known
         while not self.stopping.stop:
             bar.total = budget.total_at(self.state["step"])
             if budget.done(self.state["step"]):
                 break
+            if budget.total and not noted:
+                noted = True
+                if note := warmup_note(self.cfg.optim.warmup_steps, budget.total, self.cfg.optim.lr):
+                    say(note)
             row = self._step(budget)
             step, loss, last = row["step"], row["loss"], budget.done(row["step"])
             speed.add(t.tokens_per_step)
