@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 import contextlab.analysis.attention_measures as M
+from contextlab import bars
 from contextlab.config import opt
 from contextlab.errors import UserError
 from contextlab.models.gpt import GPT, Attention
@@ -223,7 +223,7 @@ def collect(adapter, tokens: np.ndarray, sample_row: int = 0, progress: bool = T
     collector = Collector(sample_row)
     rows = adapter.batch_size
     with AttentionProbe(model, collector) as probe:
-        bar = tqdm(
+        bar = bars.bar(
             range(0, len(tokens), rows),
             desc=f"attention {adapter.info.id}",
             disable=None if progress else True,

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from tqdm.auto import tqdm
 
 import contextlab.analysis.intrinsic as intrinsic
+from contextlab import bars
 from contextlab.config import opt
 from contextlab.errors import UserError
 from contextlab.eval.base import EvalOutput, open_store
@@ -140,7 +140,7 @@ def collect_text(adapter, store, o: Options, progress: bool = True) -> Collected
     _check_position(o.position, ctxs[0])
     targets = sample_targets(store, o.samples, ctxs[-1], o.seed)
     feats, losses = [], np.zeros((len(ctxs), len(targets)))
-    for i, l in enumerate(tqdm(ctxs, desc="entropy: contexts", disable=None if progress else True)):
+    for i, l in enumerate(bars.bar(ctxs, desc="entropy: contexts", disable=None if progress else True)):
         ids = np.stack(
             [np.asarray(store.doc(d)[t - l : t + 1], dtype=np.int64) for d, t in targets]
         )  # (N, l+1)
@@ -195,7 +195,7 @@ def collect_parity(adapter, store, o: Options, progress: bool = True) -> Collect
     _check_position(o.position, L + 1)
     docs = _unmasked_samples(store, L, o)  # (N, L + 2)
     feats, losses = [], np.zeros((len(ctxs), len(docs)))
-    for i, l in enumerate(tqdm(ctxs, desc="entropy: contexts", disable=None if progress else True)):
+    for i, l in enumerate(bars.bar(ctxs, desc="entropy: contexts", disable=None if progress else True)):
         f, losses[i] = _forward(adapter, syn.mask_tokens(docs, L, l), o.layer, o.position)
         feats.append(f)
     far = tasks.far[docs[:, L] - syn.TASK_BASE]  # (N,) the far bit of each sample's task
@@ -261,7 +261,7 @@ def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, di
     check_options(o)
     n_components, left_out = fitted_components(o.n_components, col.features)
     per, spectra = [], []
-    for l, X, loss in tqdm(
+    for l, X, loss in bars.bar(
         list(zip(col.contexts, col.features, col.losses)),
         desc="entropy: measures",
         disable=None if progress else True,

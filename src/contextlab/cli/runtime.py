@@ -87,8 +87,7 @@ def quiet_transformers(models: list[str]) -> None:
 def warnings_as_lines(command: str):
     """A ContextLengthWarning shows as one line, ``contextlab COMMAND: warning: ...``, not as the source
     line that raised it (through tqdm, so an open bar stays whole); other warnings as Python shows them."""
-    from tqdm.auto import tqdm
-
+    from contextlab import bars
     from contextlab.eval.adapter import ContextLengthWarning
 
     with warnings.catch_warnings():  # restores showwarning on the way out
@@ -96,7 +95,7 @@ def warnings_as_lines(command: str):
 
         def one_line(message, category, filename, lineno, file=None, line=None):
             if issubclass(category, ContextLengthWarning):
-                tqdm.write(f"contextlab {command}: warning: {message}", file=sys.stderr)
+                bars.write(f"contextlab {command}: warning: {message}", file=sys.stderr)
             else:
                 show(message, category, filename, lineno, file, line)
 

@@ -404,9 +404,9 @@ def _prefetch(it: Iterator, depth: int = 2) -> Iterator:
 
 
 def _progress_bar(enabled: bool, src, state: WriterState):
-    from tqdm.auto import tqdm
+    from contextlab import bars
 
-    return tqdm(
+    return bars.bar(
         total=source_bytes(src),  # counted in bytes_read: see tokenize_documents
         unit="B",
         unit_scale=True,

@@ -37,8 +37,7 @@ def write_synthetic_store(
 ) -> Path:
     """Write every batch's rows as documents of a uint16 store at ``out`` with ``meta`` as its
     meta.json (plus ``side_files``: name -> JSON object beside it) and return the store's path."""
-    from tqdm.auto import tqdm
-
+    from contextlab import bars
     from contextlab.data.store import StoreWriter, WriterState, finalize_store
     from contextlab.data.store_write import refuse_non_store
     from contextlab.io import atomic_write_json, partial_dir
@@ -52,7 +51,8 @@ def write_synthetic_store(
         shutil.rmtree(partial)
     writer = StoreWriter(partial, np.dtype(np.uint16), WriterState())
     try:
-        with tqdm(total=total or None, unit="sample", desc=desc, disable=None if progress else True) as bar:
+        hide = None if progress else True  # None: shown only when stderr is a terminal
+        with bars.bar(total=total or None, unit="sample", desc=desc, disable=hide) as bar:
             for rows, metas in batches:
                 for row, doc in zip(rows, metas):
                     writer.add(row, doc)

@@ -32,9 +32,9 @@ def enabled() -> bool:
 
 def bar(iterable: Iterable | None = None, *, total: int | None = None, desc: str = "", unit: str = "it"):
     """A tqdm bar over ``iterable`` (or one to ``update`` by hand) that shows on a terminal only."""
-    from tqdm.auto import tqdm
+    from contextlab import bars
 
-    return tqdm(
+    return bars.bar(
         iterable,
         total=total,
         desc=desc,
@@ -64,6 +64,6 @@ def announce(name: str, settings: dict) -> None:
     """Print ``settings_line`` on stdout before an evaluation starts (through tqdm: open bars stay whole)."""
     import sys
 
-    from tqdm.auto import tqdm
+    from contextlab import bars
 
-    tqdm.write(settings_line(name, settings), file=sys.stdout)
+    bars.write(settings_line(name, settings), file=sys.stdout)

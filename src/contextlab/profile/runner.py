@@ -247,8 +247,7 @@ def run_profile(
 ) -> dict:
     """Profile ``models`` (one, or two to pair) on ``data``; write OUT; return the manifest. ``context``
     (0: the models' own, the smaller of two) is the number of tokens every length follows."""
-    from tqdm.auto import tqdm
-
+    from contextlab import bars
     from contextlab.eval import load_model
     from contextlab.profile import BUDGETS
     from contextlab.profile.headline import headline
@@ -314,7 +313,7 @@ def run_profile(
         f"{sum(1 for _, s, _ in jobs if not s.skip)} steps, results in {out}{shorter}",
         file=sys.stdout,
     )
-    bar = tqdm(  # in units of estimated work; what a reader needs is the share done and the time left
+    bar = bars.bar(  # in units of estimated work; what a reader needs is the share done and the time left
         total=total,
         desc="profile",
         bar_format="{l_bar}{bar}| {elapsed} elapsed, about {remaining} left",
@@ -341,7 +340,7 @@ def run_profile(
             rec.update(status="done", result=str(path.relative_to(out)))
         except UserError as e:
             rec.update(status="failed", error=str(e))
-            tqdm.write(f"  {step.name} ({label}) failed: {e}", file=sys.stdout)
+            bars.write(f"  {step.name} ({label}) failed: {e}", file=sys.stdout)
         rec["seconds"] = round(time.perf_counter() - s0, 2)
         manifest.save()
         bar.update(step.cost)

@@ -46,9 +46,9 @@ HELDOUT_STORE = "stdlib_heldout"
 
 def _write(text: str) -> None:
     """Print without breaking a progress bar that is on screen."""
-    from tqdm.auto import tqdm
+    from contextlab import bars
 
-    tqdm.write(text)
+    bars.write(text)
 
 
 class Quickstart:
@@ -98,7 +98,7 @@ class Quickstart:
 
     def run(self) -> tuple[Path, dict]:
         """Run (or skip) every step; returns (report path, summary)."""
-        from tqdm.auto import tqdm
+        from contextlab import bars
 
         t0 = time.perf_counter()
         groups = self.plan(t0)
@@ -106,7 +106,7 @@ class Quickstart:
         for k, (title, steps) in enumerate(groups, 1):
             print(f"\n[{k}/{len(groups)}] {title}", flush=True)
             if len(steps) > 1:  # the evaluations: one bar over all of them
-                steps = tqdm(
+                steps = bars.bar(
                     steps,
                     desc="evaluate",
                     unit="eval",

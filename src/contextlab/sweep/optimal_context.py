@@ -186,18 +186,18 @@ FREE = ("out_dir", "threads", "measure_features")  # may change between a sweep 
 
 def run_optimal_context(cfg: OptimalContextConfig, progress: bool = True) -> dict:
     """Every (D, l) cell, skipping finished ones; writes OUT/results.json and returns it."""
-    from tqdm.auto import tqdm
+    from contextlab import bars
 
     torch.set_num_threads(cfg.threads)
     out = Path(cfg.out_dir)
     tasks = syn.make_tasks(cfg.parity())
     old = _same_config(cfg, out / "results.json")
-    runner = StepRunner(out / "steps.json", log=tqdm.write)
+    runner = StepRunner(out / "steps.json", log=bars.write)
     val = syn.sample(cfg.parity(), tasks, cfg.val_samples, np.random.default_rng([cfg.seed, 2]))
     train: dict = {}  # D -> its samples, drawn when a cell of D first needs them (nested per D)
     cells: dict = {}
     n_cells = len(cfg.data_sizes) * len(cfg.contexts)
-    bar = tqdm(total=n_cells, desc="optimal context", unit="cell", disable=None if progress else True)
+    bar = bars.bar(total=n_cells, desc="optimal context", unit="cell", disable=None if progress else True)
     for D in cfg.data_sizes:
         for l in cfg.contexts:
             key = f"{D}/{l}"

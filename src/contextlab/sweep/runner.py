@@ -165,7 +165,7 @@ def run_sweep(
 def _run_sweep(
     path, overrides, section: SweepSection, runs: list[Run], only, progress: bool, ray, overwrite
 ) -> Path:
-    from tqdm.auto import tqdm
+    from contextlab import bars
 
     out = Path(section.out_dir)
     grid = runs  # results.csv lists every run of the grid, finished in this command or an earlier one
@@ -176,7 +176,7 @@ def _run_sweep(
     runner = StepRunner(out / STATE_FILE)
     steps = {r.name: _step(section, r, runner) for r in runs}
     todo = [r for r in runs if r.name in replace or _must_run(section, steps[r.name], runner)]
-    bar = tqdm(
+    bar = bars.bar(
         total=len(runs),
         initial=len(runs) - len(todo),
         unit="run",

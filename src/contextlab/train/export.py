@@ -42,10 +42,10 @@ def export_checkpoint(
     overwrite: bool = False,
     progress: bool = False,
 ) -> Path:
-    from tqdm.auto import tqdm
+    from contextlab import bars
 
     hide = None if progress else True  # None: tqdm shows the bar only when stderr is a terminal
-    with tqdm(total=2, desc="export: read the checkpoint", unit="step", leave=False, disable=hide) as bar:
+    with bars.bar(total=2, desc="export: read the checkpoint", unit="step", leave=False, disable=hide) as bar:
         ckpt = read_checkpoint(run_or_ckpt, step)
         model = ckpt.build()
         bar.update()

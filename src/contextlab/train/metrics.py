@@ -138,9 +138,9 @@ def truncate_metrics(run_dir: Path, step: int) -> None:
 
 
 def progress_bar(enabled: bool, total: int | None, initial: int):
-    from tqdm.auto import tqdm
+    from contextlab import bars
 
-    return tqdm(
+    return bars.bar(
         total=total,
         initial=initial,
         unit="step",

@@ -140,11 +140,11 @@ def pack_stats(
 
 def _fits(packed: PackedStore, picked: np.ndarray, progress: bool) -> tuple[np.ndarray, np.ndarray]:
     """(least-squares Zipf slope (n,), power-law MLE (s, alpha, x_min) (n, 3)) of each picked sequence."""
-    from tqdm.auto import tqdm
+    from contextlab import bars
 
     zipf, mle = [], []
     hide = None if progress else True  # None: tqdm shows the bar only when stderr is a terminal
-    for i in tqdm(picked, desc="pack-stats: Zipf fits", unit="seq", leave=False, disable=hide):
+    for i in bars.bar(picked, desc="pack-stats: Zipf fits", unit="seq", leave=False, disable=hide):
         tokens = packed.sequence_tokens(int(i))[0]
         zipf.append(zipf_coefficient(tokens))
         mle.append(power_law_fit(tokens))

@@ -20,9 +20,9 @@ def progress_bar(
     total: int | None, enabled: bool, desc: str = "pack", unit: str = "doc", leave: bool = False
 ):
     """A tqdm bar of ``unit`` done (on stderr; lines about finished shards go through ``bar.write``)."""
-    from tqdm.auto import tqdm
+    from contextlab import bars
 
-    return tqdm(
+    return bars.bar(
         total=total, unit=unit, desc=desc, disable=None if enabled else True, dynamic_ncols=True, leave=leave
     )
 
