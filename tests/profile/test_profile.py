@@ -314,3 +314,57 @@ def test_the_headline_shows_each_models_own_attention_when_the_pair_could_not_ru
     }
     row = _attention(tmp_path, manifest, ["first", "hf"])
     assert row["values"] == {"first": 31.36} and row["note"] == "hf: needs contextlab modules"
+
+
+def test_steps_that_read_the_data_skip_when_no_document_is_long_enough():
+    from tests.eval.conftest import byte_adapter, tiny_gpt
+
+    adapter = byte_adapter(tiny_gpt(0, context=1024))
+
+    def skips(longest: int) -> dict[str, str]:
+        steps = build(
+            512, BUDGETS["quick"], adapter, store="S", haystack=None, kv_file="K", kv_pairs=7, attention="",
+            longest_doc=longest,
+        )  # fmt: skip
+        return {s.name: s.skip for s in steps}
+
+    assert not any(skips(513).values()) and not any(skips(0).values())  # 0: not known
+    at_512 = skips(512)  # contextwise and bayes-fit read C + 1 tokens of a document, attention C
+    assert at_512["contextwise"] and at_512["bayes-fit"] and not at_512["attention"]
+    at_300 = skips(300)
+    assert at_300["contextwise"] == (
+        "the data's longest document has 300 tokens and this step reads 513 of one document at context 512: "
+        "measure at --context 299 or give data of longer documents"
+    )
+    assert "reads 512 of one document" in at_300["attention"]
+    assert not (at_300["niah"] or at_300["passkey"] or at_300["kv"])  # they do not read the store
+    assert "give data with documents of at least 65 tokens" in skips(40)["bayes-fit"]
+
+
+def test_a_profile_on_short_documents_says_what_it_skips_before_it_runs(runs, tmp_path, capsys):
+    folder = tmp_path / "short"
+    folder.mkdir()
+    play = shakespeare(3_000)
+    for i in range(10):
+        (folder / f"q{i}.txt").write_text(play[i * 300 : (i + 1) * 300])  # 300 bytes each: below 513
+    out = tmp_path / "p"
+    argv = ["profile", "--model", str(runs[0]), "--data", str(folder), "--out", str(out), "--no-progress"]
+    assert main([*argv, "--threads", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    said = [line for line in lines if "skipped:" in line]
+    assert [line.split(" skipped:")[0].strip() for line in said] == [
+        "contextwise (first)",
+        "bayes-fit (first)",
+        "attention (first)",
+    ]
+    assert all("--context 299" in line for line in said)
+    assert lines.index(said[0]) < next(i for i, line in enumerate(lines) if line.startswith("niah:"))
+    status = {s["name"]: s["status"] for s in json.loads((out / "profile.json").read_text())["steps"]}
+    assert status == {
+        "contextwise": "skipped",
+        "bayes-fit": "skipped",
+        "niah": "done",
+        "passkey": "done",
+        "kv": "done",
+        "attention": "skipped",
+    }

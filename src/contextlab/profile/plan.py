@@ -79,9 +79,12 @@ def build(
     kv_file: str | None,
     kv_pairs: int,
     attention: str,
+    longest_doc: int = 0,
 ) -> list[Step]:
     """The battery for context ``context`` and the model ``adapter`` (whose tokenizer decides how long
-    the prompt tasks' fixed text and answers are); ``attention`` is "" when it can run, else why not."""
+    the prompt tasks' fixed text and answers are); ``attention`` is "" when it can run, else why not.
+    ``longest_doc``: the tokens of the store's longest document (0: not known); the steps that read
+    the store skip, saying why and what to do, when no document is as long as they read."""
     from contextlab.analysis import attention as att
     from contextlab.eval import bayes_fit, contextwise, kv, needle, passkey
 
@@ -108,12 +111,14 @@ def build(
             contextwise.Options(length=C + 1, max_docs=b.contextwise_docs, pieces_per_doc=0),
             store,
             b.contextwise_docs * (C + 1),
+            skip=_too_short(longest_doc, C + 1, C),
         ),
         Step(
             "bayes-fit",
             bayes_fit.Options(lengths=visible, samples=b.targets),
             store,
             0.35 * b.targets * sum(visible),  # short rows: cheap per token
+            skip=_too_short(longest_doc, C + 1, C),  # a target with C tokens before it
         ),
         Step(
             "niah",
@@ -141,7 +146,7 @@ def build(
             att.Options(rows=b.attention_rows, length=C),
             store,
             b.attention_rows * C * 4,  # the weights are recomputed per layer in fp32
-            skip=attention,
+            skip=attention or _too_short(longest_doc, C, C),
         ),
     ]
 
@@ -151,4 +156,21 @@ def _no_room(task: str, lengths: list[int], context: int) -> str:
         ""
         if lengths
         else f"the context ({context} tokens) leaves no room for a {task} prompt with its answer"
+    )
+
+
+def _too_short(longest: int, need: int, context: int) -> str:
+    """Why a step that reads ``need`` tokens of one document cannot run on data whose longest document
+    has ``longest`` ("" when it can, or when ``longest`` is not known)."""
+    if not longest or longest >= need:
+        return ""
+    fits = longest - 1  # the longest context every data step can read
+    fix = (
+        f"measure at --context {fits:,} or give data of longer documents"
+        if fits >= MIN_CONTEXT
+        else f"give data with documents of at least {MIN_CONTEXT + 1} tokens (the shortest context measured)"
+    )
+    return (
+        f"the data's longest document has {longest:,} tokens and this step reads {need:,} of one document "
+        f"at context {context:,}: {fix}"
     )

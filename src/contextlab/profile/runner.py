@@ -108,6 +108,14 @@ def prepare_store(data: str, adapter, out: Path, progress_on: bool) -> str:
     return str(target)
 
 
+def longest_document(store: str) -> int:
+    """Tokens of the longest document of a token store."""
+    from contextlab.data.store import TokenStore
+
+    lengths = TokenStore(store).lengths()
+    return int(lengths.max()) if len(lengths) else 0
+
+
 def prepare_kv(out: Path, adapter, budget: Budget, context: int) -> tuple[str, int]:
     """Write OUT/data/kv-Npairs.jsonl.gz (random UUID pairs, the lost-in-the-middle format) with N the
     most pairs for which every prompt of the file (each of its first keys asked) fits ``context`` in
@@ -303,6 +311,7 @@ def run_profile(
             kv_file=kv_file,
             kv_pairs=kv_pairs,
             attention=attention_problem([m]),
+            longest_doc=longest_document(store),
         )
     pair = len(opened) == 2 and not attention_problem(opened) and len(hashes) == 1
     jobs = _jobs(opened, plans, pair)
@@ -313,6 +322,9 @@ def run_profile(
         f"{sum(1 for _, s, _ in jobs if not s.skip)} steps, results in {out}{shorter}",
         file=sys.stdout,
     )
+    for label, step, _ in jobs:  # said now, not found in the report after minutes of the rest
+        if step.skip:
+            print(f"  {step.name} ({label}) skipped: {step.skip}", file=sys.stdout)
     bar = bars.bar(  # in units of estimated work; what a reader needs is the share done and the time left
         total=total,
         desc="profile",
