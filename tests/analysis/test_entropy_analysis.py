@@ -197,7 +197,6 @@ def test_bad_input_gives_one_clear_line(parity, tmp_path, capsys):
         assert main(["analyze", "entropy", *argv, "--no-progress"]) == 2
         return capsys.readouterr().err.strip()
 
-    assert "at least 3 distinct context lengths" in err("--model", run, "--data", val)
     assert "at least 3 distinct context lengths" in err("--model", run, "--data", val, "--contexts", "4,8,8")
     assert "supports at most 17" in err(
         "--model", run, "--data", val, "--contexts", "4,8,20", "--protocol", "text"
@@ -355,3 +354,19 @@ def test_an_estimator_constant_where_finite_has_no_fit_and_says_so(monkeypatch):
     assert line.endswith(
         "the other contexts give it no fit (fewer than two finite values, or all equal: r is null)"
     )
+
+
+def test_contexts_left_out_are_fitted_to_the_model_or_the_parity_store(parity, tmp_path, capsys):
+    assert entropy.text_contexts(256) == [8, 16, 32, 64, 128, 256]
+    assert entropy.text_contexts(100) == [8, 16, 32, 64, 100]  # the context itself ends it
+    assert entropy.text_contexts(17) == [8, 16, 17] and entropy.text_contexts(12) == [3, 6, 12]
+    assert entropy.parity_contexts(16) == [0, 2, 4, 6, 8, 10, 12, 14, 16]
+    root, _ = parity
+    out = tmp_path / "fitted"
+    argv = ["analyze", "entropy", "--model", str(root / "run"), "--data", str(root / "val")]
+    assert main([*argv, "--samples", "150", "--out", str(out), *QUICK]) == 0
+    first = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("entropy:"))
+    assert first.startswith("entropy: protocol parity · contexts 0,2,4,…,14,16 · samples 150")
+    doc = json.loads((out / "entropy.json").read_text())
+    assert doc["options"]["contexts"] == []  # recorded as asked: fitted (a rerun fits them again)
+    assert [r["context"] for r in doc["results"]["contexts"]] == entropy.parity_contexts(16)

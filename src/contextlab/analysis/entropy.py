@@ -26,6 +26,7 @@ at the price of a second forward.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -42,7 +43,10 @@ from contextlab.eval.progress import announce
 @dataclass
 class Options:
     contexts: list[int] = opt(
-        [], "visible context lengths l (tokens; parity: visible bits), at least 3, e.g. 8,16,32 (required)"
+        [],
+        "visible context lengths l (tokens; parity: visible bits), at least 3, e.g. 8,16,32; empty = "
+        "fitted: text 8, 16, 32, ... below the model's context, then the context itself; parity 9 "
+        "counts of visible bits evenly from 0 to all",
     )
     samples: int = opt(1000, "samples N per context length (the same samples at every l)")
     layer: int = opt(-1, "which layer's hidden state: 0 = embeddings, -1 = last block")
@@ -109,6 +113,20 @@ def _forward(adapter, ids: np.ndarray, layer: int, position: int) -> tuple[np.nd
         feats.append(f.cpu().numpy())
         losses.append(-lp.double().cpu().numpy())  # (b,)
     return np.concatenate(feats), np.concatenate(losses)
+
+
+def text_contexts(context: int) -> list[int]:
+    """The fitted visible lengths of the text protocol: 8, 16, 32, ... below ``context``, then
+    ``context`` itself (256 -> 8, 16, ..., 128, 256); a context under 32 gets C/4, C/2 and C."""
+    ladder = [2**i for i in range(3, context.bit_length()) if 2**i < context] + [context]
+    if len(ladder) >= 3:
+        return ladder
+    return sorted({max(1, context // 4), max(1, context // 2), context})
+
+
+def parity_contexts(n_bits: int) -> list[int]:
+    """The fitted visible-bit counts of the parity protocol: 9 evenly from 0 to ``n_bits``."""
+    return sorted({round(n_bits * i / 8) for i in range(9)})
 
 
 def _check_contexts(adapter, contexts: list[int], extra: int, what: str) -> list[int]:
@@ -222,7 +240,7 @@ def check_options(o: Options) -> None:
         )
     if any(n < 0 for n in o.n_components) or any(not 0 < t <= 1 for t in o.thresholds):
         raise UserError("--n-components must be >= 0 and --thresholds in (0, 1]")
-    if len(set(o.contexts)) < 3:
+    if o.contexts and len(set(o.contexts)) < 3:
         raise UserError(
             f"give at least 3 distinct context lengths to correlate the measures with the loss, got "
             f"{o.contexts}; e.g. --contexts 8,16,32,64"
@@ -365,6 +383,9 @@ def run(adapter, options: Options, data: str | None, progress: bool = True) -> E
     if protocol == "auto":
         protocol = "parity" if syn.parity_of_store(store) is not None else "text"
     collect = collect_parity if protocol == "parity" else collect_text
+    if not options.contexts:  # fitted; the result records [] (= fitted) and each context's own row
+        fitted = parity_contexts(_parity_store(store)[0].n_bits) if protocol == "parity" else None
+        options = dataclasses.replace(options, contexts=fitted or text_contexts(adapter.context))
     announce(
         "entropy",
         {
