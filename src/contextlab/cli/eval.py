@@ -103,7 +103,7 @@ def _default_out(model: str, args, several: bool) -> Path:
 
 def _data_help(spec) -> str:
     """--data's help: what the evaluation reads, said to be required when it has no default and uses it."""
-    needed = spec.default_data is None and not spec.data.startswith("not used")
+    needed = spec.default_data is None and not spec.makes_data and not spec.data.startswith("not used")
     return f"required: {spec.data}" if needed else spec.data
 
 

@@ -31,6 +31,7 @@ class Eval:
     default_data: Callable[[], str] | None = None  # the data used when none is given
     needs_lm: bool = True  # it scores the model as a left-to-right LM (refused for models that are not)
     check_data: Callable[[str], None] | None = None  # one line for unusable --data, before any model loads
+    makes_data: bool = False  # with no --data it makes its own (kv: random pairs), so --data is optional
 
 
 @dataclass

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -201,9 +202,27 @@ def _draw_set(rng, records: list, gold: int, o: Options, first: bool) -> tuple[l
     return [records[i] for i in keep], [keep.index(i) for i in members]
 
 
+SYNTHETIC_PAIRS = 75  # pairs an example when no file is given: the paper's smallest file has 75 keys
+
+
+def examples(data: str | None, n_examples: int) -> tuple[list[dict], dict]:
+    """The first ``n_examples`` examples of the key-value file ``data`` and what to record of it; with no
+    file, as many examples of ``SYNTHETIC_PAIRS`` random UUID pairs made in memory from seed 0 (the
+    paper's files are random UUIDs too: ``data.kv_synthetic``), recorded by the hash of their lines (a
+    file written by ``write_kv_file`` with the same counts, uncompressed, has that hash)."""
+    if data is not None:
+        path = kv_file(data)
+        return read_examples(path)[:n_examples], {"file": str(path), "hash": file_hash(path)}
+    from contextlab.data.kv_synthetic import kv_examples
+
+    rows = kv_examples(n_examples, SYNTHETIC_PAIRS, seed=0)
+    lines = "".join(json.dumps(e) + "\n" for e in rows).encode()
+    made = f"random UUID pairs, {SYNTHETIC_PAIRS} an example (seed 0; no --data)"
+    return rows, {"synthetic": made, "hash": hashlib.sha256(lines).hexdigest()}
+
+
 def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], dict]:
-    path = kv_file(data)
-    rows = read_examples(path)[: o.n_examples]
+    rows, source = examples(data, o.n_examples)
     if o.distractors < 0 or o.sets < 1:
         raise UserError("kv needs --distractors >= 1 (or 0: fitted to the context) and --sets >= 1")
     in_file = min(len(r["ordered_kv_records"]) for r in rows)
@@ -222,8 +241,7 @@ def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], di
         "use fewer pairs (--n-pairs), or leave --n-pairs out: the default number of pairs fits",
     )
     return samples, {
-        "file": str(path),
-        "hash": file_hash(path),
+        **source,
         "n_examples": len(rows),
         "n_pairs": n,
         "n_pairs_in_file": in_file,
@@ -339,7 +357,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             "prompts": len(samples),
             "longest prompt": max(len(s.prompt) for s in samples),
             "scoring": options.scoring,
-            "file": info["file"],
+            **({"file": info["file"]} if "file" in info else {"data": info["synthetic"]}),
             "note": (
                 f"{d} distractor{'s' if d > 1 else ''}, not {DISTRACTORS}: a set of {DISTRACTORS + 1} pairs "
                 f"with the answer is longer than the model's {adapter.context:,}-token context "

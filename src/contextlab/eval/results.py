@@ -224,6 +224,10 @@ def first_difference(doc: dict, *, options: Any, model: dict, data: str | None) 
         pairs.append(("--dtype", old_model.get("dtype"), model["dtype"]))
     old_data = doc.get("data") if isinstance(doc.get("data"), dict) else {}
     where = next((k for k in DATA_KEYS if k in old_data), None)
+    if where is None and "synthetic" in old_data:  # data an evaluation made itself (kv without --data)
+        pairs.append(("--data", None, data))
+    elif where is not None and data is None:  # a file before, data the evaluation makes now
+        pairs.append(("--data", old_data[where], None))
     if where is not None and data is not None:
         pairs.append(("--data", old_data[where], data))
         if where == "store" and "hash" in old_data and str(old_data[where]) == str(data):
