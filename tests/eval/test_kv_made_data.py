@@ -64,3 +64,15 @@ def test_help_no_longer_calls_data_required(capsys):
         main(["eval", "kv", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "required:" not in text and "default: examples of 75 random UUID pairs" in text
+
+
+def test_visible_reads_the_default_data_of_niah_and_kv(run, tmp_path, capsys):
+    """eval visible --task niah without --data used to stop with 'niah needs a haystack' after its
+    settings line, while eval niah reads the shipped books; both now read the same default."""
+    base = ["eval", "visible", "--model", str(run), "--no-progress", "--visible", "0.5,1"]
+    for task in ("niah", "kv"):
+        out = tmp_path / task
+        assert main([*base, "--task", task, "--out", str(out)]) == 0, capsys.readouterr().err
+        data = json.loads((out / "visible.json").read_text())["data"]
+        assert ("haystack" in data) if task == "niah" else ("synthetic" in data)
+        assert main([*base, "--task", task, "--out", str(out)]) == 0  # a rerun is a reproduction

@@ -105,7 +105,10 @@ EVALS: dict[str, Eval] = {
         visible.run,
         visible.Options,
         "any of the above vs visible context",
-        "the data of the swept task (a token store for task=loss)",
+        "the data of the swept task: a token store for task loss, the TREC folder for icl; for niah a "
+        "haystack (default: the books shipped with contextlab), for kv a key-value file (default: random "
+        "pairs made in memory); passkey and vartrack read none",
+        makes_data=True,
     ),
 }
 

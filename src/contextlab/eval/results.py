@@ -226,7 +226,7 @@ def first_difference(doc: dict, *, options: Any, model: dict, data: str | None) 
     where = next((k for k in DATA_KEYS if k in old_data), None)
     if where is None and "synthetic" in old_data:  # data an evaluation made itself (kv without --data)
         pairs.append(("--data", None, data))
-    elif where is not None and data is None:  # a file before, data the evaluation makes now
+    elif where == "file" and data is None:  # a key-value file before, pairs kv makes itself now
         pairs.append(("--data", old_data[where], None))
     if where is not None and data is not None:
         pairs.append(("--data", old_data[where], data))

@@ -38,6 +38,7 @@ import contextlab.eval.scoring as scoring
 import contextlab.eval.tasks as tasks
 import contextlab.eval.vartrack as vartrack
 from contextlab.config import opt
+from contextlab.corpus import books_dir
 from contextlab.errors import UserError
 from contextlab.eval.base import TREC_DATA, EvalOutput, open_store
 from contextlab.eval.stats import Z95
@@ -67,8 +68,9 @@ class Options:
 
 def _task_samples(adapter, o: Options, data):
     L = [o.length] if o.length else []  # empty: the task's own default lengths, fitted to the context
-    if o.task == "niah":
-        return _longest(needle.build(adapter, needle.Options(lengths=L, depths=list(DEPTHS)), data), o), 5
+    if o.task == "niah":  # the haystack eval niah reads by default: the books shipped with contextlab
+        hay = data or str(books_dir())
+        return _longest(needle.build(adapter, needle.Options(lengths=L, depths=list(DEPTHS)), hay), o), 5
     if o.task == "passkey":
         return _longest(passkey.build(adapter, passkey.Options(lengths=L, depths=list(DEPTHS)), data), o), 5
     if o.task == "vartrack":
