@@ -156,6 +156,13 @@ def test_store_holds_each_section_as_a_document(tmp_path):
     assert [bytes(store.doc(i).tolist()).decode("utf-8") for i in range(2)] == docs
     assert [m["id"] for m in store.docs_meta()] == ["wiki.raw#0", "wiki.raw#1"]
     assert store.meta["source_stats"]["doc_start_cut"] == 1
+    from contextlab.data.stats import format_summary, store_summary
+
+    cut = [line for line in format_summary(store_summary(store)).splitlines() if line.startswith("cut")]
+    assert cut == [
+        "cut        doc_start_cut=1  doc_start_uncut=0  (files cut into documents at the lines matching "
+        f"--doc-start {ARTICLE!r}, and files left whole)"
+    ]
 
 
 def test_cli_names_what_it_cut_and_warns_when_nothing_matched(tmp_path):
