@@ -185,3 +185,17 @@ def test_cli_names_what_it_cut_and_warns_when_nothing_matched(tmp_path):
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0
     assert "--doc-start '(' is not a regular expression" in bad.stderr
     assert not (tmp_path / "b").exists()
+
+
+def test_a_large_single_file_is_told_about_doc_start(tmp_path):
+    from contextlab.data.sources import ONE_DOC_NOTE
+
+    big = tmp_path / "wiki.raw"
+    big.write_text(WIKI * (ONE_DOC_NOTE // len(WIKI) + 1), encoding="utf-8")
+    note = open_source(big).one_document_note()
+    assert note.startswith(f"note: {big} is one file, so it is one document;") and "--doc-start REGEX" in note
+    assert open_source(big, SourceOptions(doc_start=ARTICLE)).one_document_note() is None
+    small = tmp_path / "small.txt"
+    small.write_text(WIKI, encoding="utf-8")
+    assert open_source(small).one_document_note() is None  # a note only where it can matter
+    assert open_source(write_tree(tmp_path / "f", {"a.txt": WIKI})).one_document_note() is None

@@ -155,7 +155,7 @@ def _ingest(source, out: Path, config: IngestConfig, overwrite: bool, progress: 
     """``ingest`` without the lock and the full-disk message."""
     refuse_non_folder(out)
     src = open_source(source, config.source)
-    for note in (src.split_note(), src.provenance_note()):
+    for note in (src.split_note(), src.provenance_note(), src.one_document_note()):
         if note is not None:
             print(note)
     src.check_encoding()  # strict: every undecodable file named before any work is done

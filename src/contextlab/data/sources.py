@@ -66,6 +66,7 @@ from contextlab.data.source_rows import jsonl_rows, table_rows
 from contextlab.errors import UserError, some
 
 FORMAT = "contextlab.sources/1"
+ONE_DOC_NOTE = 1 << 16  # bytes: a single file at least this long is told about --doc-start
 SHOW_BAD = 20  # undecodable files named in the strict-encoding error (skipped.jsonl has all)
 STRICT_FIX = (  # the end of that error for an ingest
     "nothing was tokenized: run again with --encoding replace, skip or latin-1 (skip leaves them out "
@@ -267,6 +268,21 @@ class Source:
             f"note: {n} file{'s' * (n != 1)} named like a corpus's own notes (where it came from, its "
             f"licence, its index) {'are' if n > 1 else 'is'} ingested as text: {some(found, 5)}; "
             f"--exclude {shlex.quote(globs)} leaves {'them' if n > 1 else 'it'} out"
+        )
+
+    def one_document_note(self) -> str | None:
+        """For a single text file of some size read whole, one line saying it becomes one document and
+        how to cut it: WikiText's test split is one file of 62 articles, and packing, SPLICE and the
+        contextwise loss see none of their boundaries unless it is cut."""
+        if (
+            self.kind != "file"
+            or self.options.doc_start is not None
+            or self.path.stat().st_size < ONE_DOC_NOTE
+        ):
+            return None
+        return (
+            f"note: {self.given} is one file, so it is one document; if it holds several (articles, "
+            "chapters), --doc-start REGEX cuts it before each line that opens one (docs/data.md)"
         )
 
     def fingerprint(self) -> str:
