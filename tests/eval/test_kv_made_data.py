@@ -20,7 +20,7 @@ def test_made_examples_are_the_lost_in_the_middle_format_and_hash_as_their_file(
     rows, source = kv.examples(None, 5)
     assert len(rows) == 5 and all(len(r["ordered_kv_records"]) == kv.SYNTHETIC_PAIRS for r in rows)
     assert all(any(k == r["key"] for k, _ in r["ordered_kv_records"]) for r in rows)
-    assert "file" not in source and "75 an example" in source["synthetic"]
+    assert "file" not in source and "300 an example" in source["synthetic"]
     # the same lines written as a file hash the same: the record says which data it was
     assert source["hash"] == file_hash(write_kv_file(tmp_path / "kv.jsonl", 5, kv.SYNTHETIC_PAIRS, seed=0))
     assert kv.examples(None, 3)[0] == rows[:3]  # more examples extend the same ones
@@ -42,7 +42,7 @@ def test_eval_kv_runs_without_data_and_a_rerun_with_other_data_is_refused(run, t
     argv += ["--scoring", "likelihood"]
     assert main(argv) == 0
     said = capsys.readouterr().out
-    assert "data random UUID pairs, 75 an example (seed 0; no --data)" in said
+    assert "data random UUID pairs, 300 an example (seed 0; no --data)" in said
     doc = json.loads((out / "kv.json").read_text())
     assert doc["data"]["synthetic"].startswith("random UUID pairs") and "file" not in doc["data"]
     assert doc["data"]["n_examples"] == 2 and doc["data"]["n_pairs"] >= 2
@@ -63,7 +63,7 @@ def test_help_no_longer_calls_data_required(capsys):
     with pytest.raises(SystemExit):
         main(["eval", "kv", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "required:" not in text and "default: examples of 75 random UUID pairs" in text
+    assert "required:" not in text and "default: examples of 300 random UUID pairs" in text
 
 
 def test_visible_reads_the_default_data_of_niah_and_kv(run, tmp_path, capsys):

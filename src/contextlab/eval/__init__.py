@@ -70,7 +70,7 @@ EVALS: dict[str, Eval] = {
         kv.run,
         kv.Options,
         "lost-in-the-middle key-value retrieval, accuracy by gold position",
-        "a lost-in-the-middle key-value file, e.g. " + KV_DATA + " (default: examples of 75 random UUID "
+        "a lost-in-the-middle key-value file, e.g. " + KV_DATA + " (default: examples of 300 random UUID "
         "pairs in that format, made in memory from seed 0)",
         check_data=kv.check_data,
         makes_data=True,

@@ -202,7 +202,7 @@ def _draw_set(rng, records: list, gold: int, o: Options, first: bool) -> tuple[l
     return [records[i] for i in keep], [keep.index(i) for i in members]
 
 
-SYNTHETIC_PAIRS = 75  # pairs an example when no file is given: the paper's smallest file has 75 keys
+SYNTHETIC_PAIRS = 300  # pairs an example when no file is given: the paper's largest file has 300 keys
 
 
 def examples(data: str | None, n_examples: int) -> tuple[list[dict], dict]:
