@@ -7,9 +7,6 @@
   looping or to a file read anyway, binary files (a NUL byte in the first 8 KiB) and corrupt
   ``.gz`` files are skipped, counted and named; ``.gz`` files keep their full name.
 - ``file``: one text file, one document.
-
-With ``--doc-start REGEX`` a text file (of a folder, or alone) is cut into several documents at
-the lines that open them (``doc_split``), after its Project Gutenberg header and footer are cut.
 - ``jsonl``: ``.jsonl``/``.jsonl.gz``/``.json`` lines files (or a folder holding only
   those), one document per line, the text in ``options.text_field``.
 - ``parquet``: a ``.parquet`` file or a folder holding only those, read in row batches.
@@ -17,6 +14,9 @@ the lines that open them (``doc_split``), after its Project Gutenberg header and
   Arrow files with pyarrow, so the ``datasets`` package is not needed. Of a ``DatasetDict``
   one split is read: ``options.split``, else ``train``, else the only split
   (``split_note`` names them all, with their rows, for the ingest to print).
+
+With ``--doc-start REGEX`` a text file (of a folder, or alone) is cut into several documents at
+the lines that open them (``doc_split``), after its Project Gutenberg header and footer are cut.
 
 Trade-offs. Text files are read whole, except past ``long_doc_mb`` (a ``LongText``, read in
 chunks), and row formats stream in batches, so memory follows the largest document, never
