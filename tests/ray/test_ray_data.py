@@ -233,3 +233,16 @@ def test_only_as_many_shards_as_the_cluster_runs_are_submitted(cluster, tmp_path
             _timed_job, [(i, str(again)) for i in range(4)], 4, lambda s, b: None, progress=False
         )
     assert sorted(p.name for p in again.iterdir()) == ["0.end", "0.start"]
+
+
+def test_files_cut_with_doc_start_give_the_same_store_on_ray(cluster, corpus, tmp_path):
+    from contextlab.data.sources import SourceOptions
+
+    config = IngestConfig(source=SourceOptions(doc_start=r"[A-Z][A-Za-z ]+:$"))  # a speaker opens a document
+    local = ingest(corpus, tmp_path / "local", config, progress=False).store
+    parts = in_parts(RayExecutor(address=cluster), 4)
+    on_ray = ingest(corpus, tmp_path / "ray", config, progress=False, store_documents=parts).store
+    assert tree_digest(on_ray.path) == tree_digest(local.path)
+    stats = on_ray.meta["source_stats"]
+    assert on_ray.n_docs > 18 and stats["doc_start_cut"] + stats["doc_start_uncut"] == 19  # and empty.txt
+    assert stats == local.meta["source_stats"]
