@@ -200,6 +200,7 @@ def test_help_documents_every_option(capsys):
         "--overwrite",
         "--no-progress",
         "--print-recipe",
+        "--corpus",
     ):
         assert flag in out
 
@@ -215,3 +216,57 @@ def test_overwrite_refuses_a_folder_that_is_not_a_quickstart(tmp_path, capsys):
     assert len(err) == 1 and "--overwrite replaces only a quickstart folder" in err[0], err
     assert sorted(p.name for p in user.iterdir()) == ["notes.txt", "runs"]
     assert (user / "runs" / "mine.txt").read_text() == "keep"
+
+
+# the tiny model and budget of TINY, on a corpus of the user's instead of the standard library
+OWN = [a for i, a in enumerate(TINY) if not (TINY[i - 1] == "--set" and a.startswith("corpus."))]
+OWN = [a for i, a in enumerate(OWN) if not (a == "--set" and OWN[i + 1] == "--set")]
+
+
+@pytest.fixture(scope="module")
+def essays(tmp_path_factory):
+    """A folder of text files with its own notes: 8 'essays', 2 of them held out, and a SOURCE.txt."""
+    from tests.conftest import shakespeare, write_tree
+
+    play = shakespeare(80_000)
+    files = {f"{'h' if i < 2 else 'e'}{i}.txt": play[i * 10_000 : (i + 1) * 10_000] for i in range(8)}
+    return write_tree(tmp_path_factory.mktemp("essays"), {**files, "SOURCE.txt": "where they came from"})
+
+
+def test_a_corpus_of_ones_own_is_split_trained_on_and_reported(essays, tmp_path, capsys):
+    out = tmp_path / "own"
+    picks = ["--set", 'corpus.code_include=["*.txt"]', "--set", 'corpus.heldout=["h*.txt"]']
+    picks += ["--set", 'corpus.exclude=["SOURCE.*"]']
+    assert main(["quickstart", "--out", str(out), "--corpus", str(essays), *OWN, *picks]) == 0
+    printed = capsys.readouterr().out
+    assert f"ingest {essays} except h*.txt, with a 300-token BPE trained on it" in printed
+    train, held = TokenStore(out / "corpus"), TokenStore(out / "corpus_heldout")
+    assert sorted(m["path"] for m in train.docs_meta()) == [f"e{i}.txt" for i in range(2, 8)]
+    assert sorted(m["path"] for m in held.docs_meta()) == ["h0.txt", "h1.txt"]
+    assert train.tokenizer_spec["vocab_size"] == 300 and held.tokenizer_hash == train.tokenizer_hash
+    assert not (out / "books").exists() and not (out / "stdlib").exists()
+    for name in RUNS:
+        run = json.loads((out / "runs" / name / "eval" / "contextwise.json").read_text())
+        assert run["data"]["store"] == str((out / "corpus_heldout").resolve())
+    summary = json.loads((out / "summary.json").read_text())
+    assert f"on held-out files (h*.txt of {essays})" in summary["notes"][0]
+    assert (out / "report.html").is_file()
+
+
+@pytest.mark.parametrize(
+    "given, sets, message",
+    [
+        ("file", [], "is not a folder; the quickstart holds out some of a folder's files"),
+        ("folder", [], "corpus.code_include ['**/*.py'] selects no training file of"),
+        ("folder", ["--set", 'corpus.code_include=["*.txt"]'], "corpus.heldout ['test/**/*.py'] selects no"),
+    ],
+)
+def test_a_corpus_that_cannot_be_split_is_one_line_before_anything_runs(
+    essays, tmp_path, capsys, given, sets, message
+):
+    corpus = essays / "e2.txt" if given == "file" else essays
+    out = tmp_path / "never"
+    assert main(["quickstart", "--out", str(out), "--corpus", str(corpus), *OWN, *sets]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not out.exists()

@@ -24,17 +24,28 @@ from contextlab.errors import UserError
 RECIPE_NAME = "recipe.toml"
 EVALS = ("contextwise", "bayes-fit", "niah")  # the evaluations of every run, in this order
 TRAIN_STORE = "stdlib"  # OUT/stdlib: the training code (packed into OUT/packed/METHOD)
+OWN_STORE = "corpus"  # OUT/corpus: the training part of a corpus of the user's (corpus.source)
 
 
 @dataclass
 class CorpusSection:
-    vocab: int = opt(
-        4096, "size of the BPE vocabulary trained on the embedded books (the tokenizer of every store)"
+    source: str = opt(
+        "",
+        "the corpus trained on and held out from: a folder of text or code files (read as `contextlab data "
+        "ingest` reads one, undecodable bytes replaced); empty = the Python standard library",
     )
-    code_include: list[str] = opt(["**/*.py"], "standard-library files to read (globs on the path inside it)")
+    vocab: int = opt(
+        4096,
+        "size of the BPE vocabulary of every store: trained on the embedded books, or with corpus.source "
+        "on the corpus's training files",
+    )
+    code_include: list[str] = opt(["**/*.py"], "files of the corpus to read (globs on the path inside it)")
     heldout: list[str] = opt(
         ["test/**/*.py"],
-        "standard-library files held out of training (globs selecting code files); the evaluations read them",
+        "files of the corpus held out of training (globs on the path inside it); the evaluations read them",
+    )
+    exclude: list[str] = opt(
+        [], 'corpus.source: files left out of both (globs), e.g. ["SOURCE.*", "README*"] for notes'
     )
 
     def __post_init__(self) -> None:
@@ -123,6 +134,11 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] = ()) -> Qu
     return cfg
 
 
+def train_store(cfg: QuickstartConfig) -> str:
+    """The folder name, in OUT, of the store the runs train on."""
+    return OWN_STORE if cfg.corpus.source else TRAIN_STORE
+
+
 def eval_options(cfg: QuickstartConfig, name: str) -> dict:
     """The recipe's options of evaluation ``name`` (``bayes-fit`` lives under ``eval.bayes_fit``)."""
     return dict(getattr(cfg.eval, name.replace("-", "_")))
@@ -136,7 +152,7 @@ def run_config(cfg: QuickstartConfig, name: str, out: Path):
     data = apply_overrides(cfg.base, [])
     data.setdefault("data", {})["packed"] = str(out / "packed" / spec.packing)
     data["data"]["store"] = str(
-        out / TRAIN_STORE
+        out / train_store(cfg)
     )  # the packed store's own store; names the tokenizer for evals
     data.setdefault("train", {})["out_dir"] = str(out / "runs" / name)
     data["objective"] = {"name": spec.objective, "options": dict(spec.options)}

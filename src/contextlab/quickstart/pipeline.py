@@ -33,7 +33,7 @@ from pathlib import Path
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_json
 from contextlab.outputs import OutputKind, refuse_foreign
-from contextlab.quickstart.config import EVALS, TRAIN_STORE, QuickstartConfig, eval_options, run_config
+from contextlab.quickstart.config import EVALS, QuickstartConfig, eval_options, run_config, train_store
 from contextlab.quickstart.summary import write_summary
 from contextlab.steps import UP_TO_DATE, Step, StepRunner, digest
 
@@ -41,7 +41,7 @@ STATE_FILE = "quickstart_state.json"
 # --overwrite deletes only the quickstart's own entries (runs, its state, report, summary), so
 # anything else in the folder is kept and needs no check
 QUICKSTART = OutputKind("a quickstart folder", lambda folder: (folder / STATE_FILE).is_file())
-HELDOUT_STORE = "stdlib_heldout"
+HELDOUT = "_heldout"  # OUT/<training store>_heldout: the held-out files the evaluations read
 
 
 def _write(text: str) -> None:
@@ -66,6 +66,10 @@ class Quickstart:
         self.runner = StepRunner(self.out / STATE_FILE, on_change=self._refuse, log=_write)
         self.stores: dict = {}  # store name -> TokenStore, filled by the ingest steps
         self.packed: dict = {}  # method -> PackedStore, filled by the pack steps
+        self.train_name = train_store(cfg)  # OUT/stdlib, or OUT/corpus for a corpus of the user's
+        self.heldout_name = self.train_name + HELDOUT
+        if cfg.corpus.source:
+            check_corpus(cfg.corpus)  # before anything runs
 
     @staticmethod
     def _refuse(step: Step) -> None:
@@ -82,7 +86,8 @@ class Quickstart:
             (what, [self.ingest_step(name, source, config)]) for name, what, source, config in self.jobs()
         ]
         for method in c.pack.methods:
-            title = f"pack the training code with {method} (context {context})"
+            what = "files" if c.corpus.source else "code"
+            title = f"pack the training {what} with {method} (context {context})"
             groups.append((title, [self.pack_step(method, context)]))
         for name, spec in c.runs.items():
             t = run_config(c, name, self.out).train
@@ -123,12 +128,33 @@ class Quickstart:
     # ------------------------------------------------------------------ ingest and pack (self-checking)
     def jobs(self) -> list:
         """(store name, header, source, IngestConfig): the books (a BPE trained on them), the training
-        code and the held-out code (same tokenizer)."""
+        code and the held-out code (same tokenizer); with ``corpus.source``, the corpus's training files
+        (a BPE trained on them) and its held-out files (same tokenizer)."""
         from contextlab.corpus import STDLIB_EXCLUDE, books_dir, books_provenance, stdlib_dir
         from contextlab.data.ingest import IngestConfig
         from contextlab.data.sources import SourceOptions
 
         c, same = self.cfg.corpus, f"store:{self.out / 'books'}"
+        if c.source:
+            source, held = Path(c.source).expanduser(), ", ".join(c.heldout)
+            train = SourceOptions(include=c.code_include, exclude=c.heldout + c.exclude, encoding="replace")
+            return [
+                (
+                    self.train_name,
+                    f"ingest {source} except {held}, with a {c.vocab}-token BPE trained on it",
+                    source,
+                    IngestConfig(tokenizer=f"bpe:{c.vocab}", source=train),
+                ),
+                (
+                    self.heldout_name,
+                    f"ingest the held-out files of {source} ({held}) for the evaluations, same tokenizer",
+                    source,
+                    IngestConfig(
+                        tokenizer=f"store:{self.out / self.train_name}",
+                        source=SourceOptions(include=c.heldout, exclude=c.exclude, encoding="replace"),
+                    ),
+                ),
+            ]
         books = f"{len(books_provenance())} public-domain books with a {c.vocab}-token BPE trained on them"
         code = SourceOptions(include=c.code_include, exclude=STDLIB_EXCLUDE + c.heldout, encoding="replace")
         held = SourceOptions(include=c.heldout, exclude=STDLIB_EXCLUDE, encoding="replace")
@@ -142,14 +168,14 @@ class Quickstart:
                 ),
             ),
             (
-                TRAIN_STORE,
+                self.train_name,
                 f"ingest the Python standard library ({stdlib_dir()}) except {', '.join(c.heldout)}, "
                 "with the same tokenizer",
                 stdlib_dir(),
                 IngestConfig(tokenizer=same, source=code),
             ),
             (
-                HELDOUT_STORE,
+                self.heldout_name,
                 f"ingest held-out code ({', '.join(c.heldout)}) for the evaluations",
                 stdlib_dir(),
                 IngestConfig(tokenizer=same, source=held),
@@ -166,6 +192,9 @@ class Quickstart:
             s = self.stores[name] = rep.store
             note = "up to date, skipped" if rep.up_to_date else f"{time.perf_counter() - t0:.1f} s"
             print(f"  {s.path}: {s.n_docs:,} documents, {s.n_tokens:,} tokens ({note})")
+            bad = s.meta.get("source_stats", {}).get("undecodable_files", 0)
+            if bad:  # replaced, as the recipe's corpus is read: said, never silent
+                print(f"  {bad:,} file{'s' * (bad != 1)} held bytes that are not UTF-8, stored as U+FFFD")
             if not (s.path / "doc_lengths.png").exists() or not rep.up_to_date:
                 plot_length_histogram(s, s.path / "doc_lengths.png")
             return UP_TO_DATE if rep.up_to_date else s
@@ -182,7 +211,9 @@ class Quickstart:
             p = self.cfg.pack
             cfg = PackConfig(method=method, context=context, retriever=p.retriever, k=p.k, seed=p.seed)
             dest = self.out / "packed" / method
-            rep = pack(self.stores[TRAIN_STORE], dest, cfg, overwrite=self.overwrite, progress=self.progress)
+            rep = pack(
+                self.stores[self.train_name], dest, cfg, overwrite=self.overwrite, progress=self.progress
+            )
             pk = self.packed[method] = rep.packed
             stats_file = pk.path / "pack_stats.json"
             if rep.up_to_date and stats_file.exists():
@@ -233,14 +264,14 @@ class Quickstart:
         """What evaluation ``name`` reads: the held-out code, or the books (needle haystacks)."""
         from contextlab.corpus import books_dir
 
-        return str(books_dir()) if name == "niah" else str(self.stores[HELDOUT_STORE].path)
+        return str(books_dir()) if name == "niah" else str(self.stores[self.heldout_name].path)
 
     def eval_step(self, run: str, name: str) -> Step:
         """Evaluation ``name`` (contextwise, bayes-fit, niah) of run ``run``."""
         e, run_dir, options = self.cfg.eval, self.out / "runs" / run, eval_options(self.cfg, name)
 
         def fingerprint() -> dict:
-            held = self.stores[HELDOUT_STORE].hash
+            held = self.stores[self.heldout_name].hash
             return {
                 "run": digest(self.train_fingerprint(run)),
                 "options": options,
@@ -297,3 +328,26 @@ def run_quickstart(
 ) -> tuple[Path, dict]:
     """Run (or resume) the whole quickstart in ``out``; returns (report path, summary)."""
     return Quickstart(cfg, out, overwrite=overwrite, progress=progress).run()
+
+
+def check_corpus(c) -> None:
+    """One line, before anything runs, for a ``corpus.source`` that cannot be split into training and
+    held-out files: not a folder, or globs that select no file of it."""
+    from contextlab.data.sources import SourceOptions, open_source
+
+    path = Path(c.source).expanduser()
+    if not path.is_dir():
+        raise UserError(
+            f"--corpus {c.source} is not a folder; the quickstart holds out some of a folder's files "
+            "(corpus.heldout), so give the folder that holds them"
+        )
+    for what, include, exclude, key in (
+        ("training", c.code_include, c.heldout + c.exclude, "corpus.code_include"),
+        ("held-out", c.heldout, c.exclude, "corpus.heldout"),
+    ):
+        files = open_source(path, SourceOptions(include=include, exclude=exclude))._files()[0]
+        if not files:
+            raise UserError(
+                f"{key} {include} selects no {what} file of {c.source}; name them with --set "
+                f'\'{key}=["GLOB"]\' (globs on the path inside the corpus, e.g. "**/*.txt" or "test/**")'
+            )

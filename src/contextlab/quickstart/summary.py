@@ -91,7 +91,8 @@ def write_summary(out: Path, cfg, seconds_by_step: dict, seconds: float) -> dict
     chance = rows[0]["needle chance"]
     notes = [
         f"best-context loss: mean loss (nats/token) over the last 10% of the {ctx}-token training context, "
-        f"on held-out code ({', '.join(cfg.corpus.heldout)} of the Python standard library), "
+        f"on held-out files ({', '.join(cfg.corpus.heldout)} of "
+        f"{cfg.corpus.source or 'the Python standard library'}), "
         "lower is better.",
         _gain_note(rows),
         "needle accuracy: the true answer is the most likely of 5 candidates, over every needle length and "
