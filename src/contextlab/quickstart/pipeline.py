@@ -58,6 +58,8 @@ class Quickstart:
         self, cfg: QuickstartConfig, out: str | Path, *, overwrite: bool = False, progress: bool = True
     ):
         self.cfg, self.out, self.overwrite, self.progress = cfg, Path(out), overwrite, progress
+        if cfg.corpus.source:
+            check_corpus(cfg.corpus)  # before anything runs (or is removed by --overwrite)
         if overwrite and self.out.exists():
             refuse_foreign(self.out, QUICKSTART)
             for sub in ("runs", STATE_FILE, "report.html", "summary.json"):
@@ -68,8 +70,6 @@ class Quickstart:
         self.packed: dict = {}  # method -> PackedStore, filled by the pack steps
         self.train_name = train_store(cfg)  # OUT/stdlib, or OUT/corpus for a corpus of the user's
         self.heldout_name = self.train_name + HELDOUT
-        if cfg.corpus.source:
-            check_corpus(cfg.corpus)  # before anything runs
 
     @staticmethod
     def _refuse(step: Step) -> None:
