@@ -270,3 +270,16 @@ def test_a_corpus_that_cannot_be_split_is_one_line_before_anything_runs(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
     assert not out.exists()
+
+
+def test_a_corpus_s_own_notes_are_named_with_the_key_that_leaves_them_out(essays, capsys):
+    from contextlab.data.sources import SourceOptions
+    from contextlab.quickstart.pipeline import _say_notes
+
+    _say_notes(essays, SourceOptions(include=["*.txt"], exclude=["h*.txt"]))
+    assert capsys.readouterr().out.strip() == (
+        "note: trained on as text though named like the corpus's own notes: SOURCE.txt; "
+        "--set 'corpus.exclude=[\"SOURCE.*\"]' leaves it out"
+    )
+    _say_notes(essays, SourceOptions(include=["*.txt"], exclude=["SOURCE.*"]))
+    assert capsys.readouterr().out == ""

@@ -199,3 +199,14 @@ def test_a_large_single_file_is_told_about_doc_start(tmp_path):
     small.write_text(WIKI, encoding="utf-8")
     assert open_source(small).one_document_note() is None  # a note only where it can matter
     assert open_source(write_tree(tmp_path / "f", {"a.txt": WIKI})).one_document_note() is None
+
+
+def test_a_caller_with_its_own_options_can_keep_the_notes_of_data_ingest_to_itself(tmp_path, capsys):
+    from contextlab.data.sources import ONE_DOC_NOTE
+
+    big = tmp_path / "wiki.raw"
+    big.write_text(WIKI * (ONE_DOC_NOTE // len(WIKI) + 1), encoding="utf-8")
+    ingest(big, tmp_path / "quiet", IngestConfig(), progress=False, notes=False)
+    assert "note:" not in capsys.readouterr().out  # profile and the quickstart say their own
+    ingest(big, tmp_path / "said", IngestConfig(), progress=False)
+    assert "is one file, so it is one document" in capsys.readouterr().out

@@ -128,10 +128,13 @@ def ingest(
     overwrite: bool = False,
     progress: bool = True,
     store_documents: Callable[..., dict] | None = None,
+    notes: bool = True,
 ) -> IngestReport:
     """Tokenize ``source`` into a token store at ``out`` (resuming an unfinished run);
     ``store_documents``: how, if not by ``tokenize_documents`` in this process
-    (``ingest_parts.in_parts``: in parts, on the shard engine's executors).
+    (``ingest_parts.in_parts``: in parts, on the shard engine's executors). ``notes``: print the
+    source's notes (its splits, files that look like its own notes, one file of many documents),
+    which name ``data ingest``'s flags; a caller with other options says its own.
 
     One ingest at a time writes ``out`` (a second one is refused, naming the first). A full
     disk ends with one line; the partial store keeps what was committed (the torn batch is cut
@@ -140,7 +143,7 @@ def ingest(
     config = config or IngestConfig()
     out = Path(out)
     try:
-        return _ingest(source, out, config, overwrite, progress, store_documents or tokenize_documents)
+        return _ingest(source, out, config, overwrite, progress, store_documents or tokenize_documents, notes)
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
@@ -151,11 +154,13 @@ def ingest(
         ) from None
 
 
-def _ingest(source, out: Path, config: IngestConfig, overwrite: bool, progress: bool, store_documents):
+def _ingest(
+    source, out: Path, config: IngestConfig, overwrite: bool, progress: bool, store_documents, notes: bool
+):
     """``ingest`` without the lock and the full-disk message."""
     refuse_non_folder(out)
     src = open_source(source, config.source)
-    for note in (src.split_note(), src.provenance_note(), src.one_document_note()):
+    for note in (src.split_note(), src.provenance_note(), src.one_document_note()) if notes else ():
         if note is not None:
             print(note)
     src.check_encoding()  # strict: every undecodable file named before any work is done

@@ -104,7 +104,7 @@ def prepare_store(data: str, adapter, out: Path, progress_on: bool) -> str:
     target = out / "data" / f"store-{str(adapter.info.tokenizer.get('hash', 'x'))[:12]}"
     if not is_store(target):
         config = IngestConfig(tokenizer=tokenizer_spec(adapter))
-        ingest(data, target, config, overwrite=False, progress=progress_on)
+        ingest(data, target, config, overwrite=False, progress=progress_on, notes=False)
     return str(target)
 
 

@@ -188,7 +188,11 @@ class Quickstart:
             from contextlab.data.stats import plot_length_histogram
 
             t0 = time.perf_counter()
-            rep = ingest(source, self.out / name, config, overwrite=self.overwrite, progress=self.progress)
+            if name == self.train_name and self.cfg.corpus.source:
+                _say_notes(source, config.source)
+            rep = ingest(
+                source, self.out / name, config, overwrite=self.overwrite, progress=self.progress, notes=False
+            )
             s = self.stores[name] = rep.store
             note = "up to date, skipped" if rep.up_to_date else f"{time.perf_counter() - t0:.1f} s"
             print(f"  {s.path}: {s.n_docs:,} documents, {s.n_tokens:,} tokens ({note})")
@@ -351,3 +355,19 @@ def check_corpus(c) -> None:
                 f"{key} {include} selects no {what} file of {c.source}; name them with --set "
                 f'\'{key}=["GLOB"]\' (globs on the path inside the corpus, e.g. "**/*.txt" or "test/**")'
             )
+
+
+def _say_notes(source: Path, options) -> None:
+    """The files of a corpus of the user's that look like its own notes (README, SOURCE, LICENSE...) and
+    are trained on, with the recipe key that leaves them out (``data ingest`` says ``--exclude``)."""
+    from contextlab.data.source_files import exclude_globs, provenance_files
+    from contextlab.data.sources import open_source
+    from contextlab.errors import some
+
+    found = provenance_files(rel for rel, _ in open_source(source, options)._files()[0])
+    if found:
+        globs = ", ".join(f'"{g}"' for g in exclude_globs(found))
+        print(
+            f"  note: trained on as text though named like the corpus's own notes: {some(found, 5)}; "
+            f"--set 'corpus.exclude=[{globs}]' leaves {'them' if len(found) > 1 else 'it'} out"
+        )
