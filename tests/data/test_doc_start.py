@@ -90,11 +90,13 @@ def test_folder_files_are_cut_with_ids_sections_and_counts(tmp_path):
     src = open_source(root, SourceOptions(doc_start=ARTICLE))
     docs = list(src)
     assert [(d.meta["id"], d.meta["path"], d.meta["section"], d.meta["domain"]) for d in docs] == [
-        ("a/wiki.txt#0", "a/wiki.txt", 0, "a"),
-        ("a/wiki.txt#1", "a/wiki.txt", 1, "a"),
-        ("b/heads.txt#0", "b/heads.txt", 0, "b"),
-        ("b/plain.txt#0", "b/plain.txt", 0, "b"),
+        ("a/wiki.txt#0", "a/wiki.txt", 0, "a/wiki.txt"),  # a file's sections share it as their domain
+        ("a/wiki.txt#1", "a/wiki.txt", 1, "a/wiki.txt"),
+        ("b/heads.txt#0", "b/heads.txt", 0, "b/heads.txt"),
+        ("b/plain.txt#0", "b/plain.txt", 0, "b/plain.txt"),
     ]
+    by_folder = open_source(root, SourceOptions(doc_start=ARTICLE, domain_depth=1))
+    assert [d.meta["domain"] for d in by_folder] == ["a", "a", "b", "b"]  # asked for: the folders
     assert "".join(d.text for d in docs[:2]) == WIKI
     assert (src.stats.doc_start_cut, src.stats.doc_start_uncut, src.stats.documents) == (1, 2, 4)
     # without the option nothing changes: one document per file, no section, ids as before

@@ -378,14 +378,17 @@ class Source:
 
     def _sections(self, text: str | LongText, meta: dict) -> Iterator[tuple[str | LongText, dict]]:
         """The documents of one text: itself, or with ``--doc-start`` its pieces, each with the
-        file's meta, its number in the file (``section``, from 0) and the id ``PATH#section``."""
+        file's meta, its number in the file (``section``, from 0), the id ``PATH#section`` and the
+        file's path as domain (with ``--domain-depth N``: the folders' domain, as for whole files)."""
         if self.options.doc_start is None:
             yield text, meta
             return
         rx = compile_doc_start(self.options.doc_start)
+        # the file is its sections' domain (a book for its chapters), unless --domain-depth says otherwise
+        domain = meta["domain"] if self.options.domain_depth else meta["path"]
         k = -1
         for k, piece in enumerate(cut_text(text.chunks() if isinstance(text, LongText) else [text], rx)):
-            yield piece, {**meta, "id": f"{meta['id']}#{k}", "section": k}
+            yield piece, {**meta, "id": f"{meta['id']}#{k}", "section": k, "domain": domain}
         self.stats.doc_start_cut += k > 0
         self.stats.doc_start_uncut += k == 0
 
