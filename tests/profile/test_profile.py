@@ -368,3 +368,22 @@ def test_a_profile_on_short_documents_says_what_it_skips_before_it_runs(runs, tm
         "kv": "done",
         "attention": "skipped",
     }
+
+
+def test_a_context_gain_without_an_interval_says_why(tmp_path):
+    """Profiling one text file (one document) gave context gains with no interval and no word on why."""
+    from contextlab.profile.headline import ONE_DOCUMENT, headline
+
+    folder = tmp_path / "models" / "run"
+    folder.mkdir(parents=True)
+    one = {"best_context_loss": 6.8, "context_gain": 0.075, "context_gain_interval95": None}
+    several = {**one, "context_gain_interval95": [0.06, 0.09]}
+    manifest = {"models": [{"label": "run"}], "steps": []}
+    for summary, note in ((one, f"run: {ONE_DOCUMENT}"), (several, None)):
+        for name in ("contextwise", "bayes-fit"):
+            (folder / f"{name}.json").write_text(json.dumps({"results": {"summary": summary}}))
+        rows = {r["measure"]: r for r in headline(tmp_path, manifest)}
+        gains = [r for m, r in rows.items() if m.startswith("context gain")]
+        assert len(gains) == 2 and all(r["values"] == {"run": 0.075} for r in gains)
+        assert all(r.get("note") == note for r in gains)
+        assert "note" not in rows["best-context loss"] or "interval" not in rows["best-context loss"]["note"]
