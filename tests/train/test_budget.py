@@ -197,8 +197,10 @@ def test_a_warm_up_as_long_as_the_run_is_named():
     assert warmup_note(100, 101, 1e-3) is None
     note = warmup_note(100, 60, 1e-3)
     assert note.startswith("note: optim.warmup_steps = 100 is not below this run's 60 steps")
-    assert "(to 60% of optim.lr = 0.001)" in note and note.endswith("--set optim.warmup_steps=6")
+    assert "(to 60% of optim.lr = 0.001)" in note and note.endswith(
+        "a tenth of the run is optim.warmup_steps = 6"
+    )
     # what it says is what the schedule does: the last step's rate is 60% of the peak, none decays
     rates = [lr_at(s, lr=1e-3, warmup_steps=100, total_steps=60) for s in range(60)]
     assert rates == sorted(rates) and abs(rates[-1] - 0.6e-3) < 1e-12
-    assert warmup_note(100, 100, 1e-3) is not None and warmup_note(3, 1, 0.1).endswith("warmup_steps=1")
+    assert warmup_note(100, 100, 1e-3) is not None and warmup_note(3, 1, 0.1).endswith("warmup_steps = 1")

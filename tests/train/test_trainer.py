@@ -401,8 +401,8 @@ def test_a_run_shorter_than_its_warm_up_says_so_once(store, tmp_path, capsys):
     notes = [line for line in capsys.readouterr().out.splitlines() if "optim.warmup_steps" in line]
     assert notes == [
         "note: optim.warmup_steps = 3 is not below this run's 2 steps, so the learning rate rises the whole "
-        "run (to 67% of optim.lr = 0.003) and never decays; for a warm-up of a tenth of the run: "
-        "--set optim.warmup_steps=1"
+        "run (to 67% of optim.lr = 0.003) and never decays; a warm-up of a tenth of the run is "
+        "optim.warmup_steps = 1"
     ]
     train(config(store, tmp_path / "long", max_steps=4))
     assert "optim.warmup_steps" not in capsys.readouterr().out

@@ -130,7 +130,7 @@ def warmup_note(warmup_steps: int, total: int, lr: float) -> str | None:
     return (
         f"note: optim.warmup_steps = {warmup_steps} is not below this run's {total} steps, so the "
         f"learning rate rises the whole run (to {total / warmup_steps:.0%} of optim.lr = {lr:g}) and "
-        f"never decays; for a warm-up of a tenth of the run: --set optim.warmup_steps={max(1, total // 10)}"
+        f"never decays; a warm-up of a tenth of the run is optim.warmup_steps = {max(1, total // 10)}"
     )
 
 
