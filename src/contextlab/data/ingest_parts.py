@@ -81,8 +81,9 @@ def split_files(src: Source, n_parts: int) -> list[list[tuple[str, Path]]]:
 
 
 def part_options(src: Source) -> SourceOptions:
-    """The whole source's options, with the folder depth of its domains fixed for every part."""
-    if src.kind != "folder" or src.options.domain_depth:
+    """The whole source's options, with the folder depth of its domains fixed for every part (with
+    ``--doc-start`` and no ``--domain-depth`` a document's domain is its file, whatever the depth)."""
+    if src.kind != "folder" or src.options.domain_depth or src.options.doc_start is not None:
         return src.options
     depth = domain_depth([rel for rel, _ in src._files()[0]], 0)
     return dataclasses.replace(src.options, domain_depth=depth)
