@@ -275,3 +275,24 @@ def test_bf16_autocast_is_close_to_fp32(byte_store):
     bf16 = byte_adapter(model, dtype="bf16").token_logprobs(doc)
     assert bf16.dtype == torch.float32
     assert (fp32 - bf16).abs().mean() < 0.1
+
+
+def test_bayes_fit_says_why_a_gain_of_one_document_has_no_interval(byte_store, tmp_path):
+    """As contextwise does: targets of one document give no interval over documents, and a line says so."""
+    from contextlab.data.ingest import IngestConfig, ingest
+    from tests.conftest import shakespeare
+
+    one = tmp_path / "one.txt"
+    one.write_text(shakespeare(4_000))
+    store = ingest(one, tmp_path / "one", IngestConfig(), progress=False).store
+    adapter = byte_adapter(tiny_gpt(3))
+    o = bayes_fit.Options(lengths=[1, 2, 4, 16], samples=12)
+    r = bayes_fit.run(adapter, o, str(store.path)).results
+    assert r["summary"]["context_gain_interval95"] is None
+    assert r["text"] == [
+        "context_gain_interval95 is null: it is over documents (targets of one document share its text) and "
+        "all 12 targets come from one document; give a store of two or more documents longer than 16 tokens "
+        "(`data ingest --doc-start` cuts a file of many)"
+    ]
+    several = bayes_fit.run(adapter, o, str(byte_store.path)).results
+    assert several["summary"]["context_gain_interval95"] is not None and "text" not in several

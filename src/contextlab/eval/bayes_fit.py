@@ -155,6 +155,12 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         "n_targets": len(targets),
         "fit": fit,
     }
+    if gain is not None and gain["interval95"] is None:  # one document: no interval, as contextwise says
+        results["text"] = [
+            "context_gain_interval95 is null: it is over documents (targets of one document share its "
+            f"text) and all {len(targets)} targets come from one document; give a store of two or more "
+            f"documents longer than {max(lengths)} tokens (`data ingest --doc-start` cuts a file of many)"
+        ]
     label = adapter.info.id
 
     def plot(path):
