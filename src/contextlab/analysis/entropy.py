@@ -384,8 +384,12 @@ def run(adapter, options: Options, data: str | None, progress: bool = True) -> E
         protocol = "parity" if syn.parity_of_store(store) is not None else "text"
     collect = collect_parity if protocol == "parity" else collect_text
     if not options.contexts:  # fitted; the result records [] (= fitted) and each context's own row
-        fitted = parity_contexts(_parity_store(store)[0].n_bits) if protocol == "parity" else None
-        options = dataclasses.replace(options, contexts=fitted or text_contexts(adapter.context))
+        fitted = (
+            parity_contexts(_parity_store(store)[0].n_bits)
+            if protocol == "parity"
+            else text_contexts(adapter.context)
+        )
+        options = dataclasses.replace(options, contexts=fitted)
     announce(
         "entropy",
         {

@@ -38,10 +38,15 @@ def kv_examples(n_examples: int, n_pairs: int, seed: int = 0) -> list[dict]:
     return out
 
 
+def kv_lines(examples: list[dict]) -> bytes:
+    """The examples as the lines of a key-value file (one JSON object a line, UTF-8)."""
+    return "".join(json.dumps(e) + "\n" for e in examples).encode()
+
+
 def write_kv_file(path: str | Path, n_examples: int, n_pairs: int, seed: int = 0) -> Path:
     """Write the examples to ``path`` atomically (gzip if it ends in .gz); returns the path."""
     path = Path(path)
-    text = "".join(json.dumps(e) + "\n" for e in kv_examples(n_examples, n_pairs, seed)).encode()
+    text = kv_lines(kv_examples(n_examples, n_pairs, seed))
     atomic_write_bytes(path, gzip.compress(text, mtime=0) if path.name.endswith(".gz") else text)
     return path
 

@@ -202,6 +202,9 @@ class Source:
         self.stats = SourceStats()
         self.skipped: list[dict] = []
         self._listing: tuple[list, list] | None = None  # ``_files``, walked once
+        self._doc_start = (
+            None if self.options.doc_start is None else compile_doc_start(self.options.doc_start)
+        )
         self.split: str | None = None  # the split read of a saved DatasetDict
         if self.kind == "hf-dataset":
             self.split = hf_split(self.path, self.options.split)
@@ -380,10 +383,10 @@ class Source:
         """The documents of one text: itself, or with ``--doc-start`` its pieces, each with the
         file's meta, its number in the file (``section``, from 0), the id ``PATH#section`` and the
         file's path as domain (with ``--domain-depth N``: the folders' domain, as for whole files)."""
-        if self.options.doc_start is None:
+        rx = self._doc_start
+        if rx is None:
             yield text, meta
             return
-        rx = compile_doc_start(self.options.doc_start)
         # the file is its sections' domain (a book for its chapters), unless --domain-depth says otherwise
         domain = meta["domain"] if self.options.domain_depth else meta["path"]
         k = -1

@@ -213,12 +213,11 @@ def examples(data: str | None, n_examples: int) -> tuple[list[dict], dict]:
     if data is not None:
         path = kv_file(data)
         return read_examples(path)[:n_examples], {"file": str(path), "hash": file_hash(path)}
-    from contextlab.data.kv_synthetic import kv_examples
+    from contextlab.data.kv_synthetic import kv_examples, kv_lines
 
     rows = kv_examples(n_examples, SYNTHETIC_PAIRS, seed=0)
-    lines = "".join(json.dumps(e) + "\n" for e in rows).encode()
     made = f"random UUID pairs, {SYNTHETIC_PAIRS} an example (seed 0; no --data)"
-    return rows, {"synthetic": made, "hash": hashlib.sha256(lines).hexdigest()}
+    return rows, {"synthetic": made, "hash": hashlib.sha256(kv_lines(rows)).hexdigest()}
 
 
 def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], dict]:
