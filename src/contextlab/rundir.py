@@ -358,6 +358,14 @@ def data_record(path: PathLike) -> dict | None:
     return record if isinstance(record, dict) else None
 
 
+def trained_on(path: PathLike, content_hash: str | None) -> bool:
+    """Whether the run or checkpoint at ``path`` trained on the token store of ``content_hash`` (its
+    data.store, or the store its packed data was packed from), by what its checkpoints record."""
+    paths = (data_record(path) or {}).get("paths") or {}
+    trained = (paths.get("data.store") or {}).get("content") if isinstance(paths, dict) else None
+    return bool(content_hash) and trained == content_hash
+
+
 def trained_in(run_dir: PathLike, config: dict | None = None) -> Path | None:
     """The directory a run was trained in, which its relative [data] paths are relative to: the one
     its checkpoints record (``data_record``), else the one read back from ``train.out_dir``

@@ -159,6 +159,13 @@ def test_long_docs_train_on_every_window_and_validate_on_different_documents(sto
             {"store": "S0", "val_store": "T", "mode": "long_docs"},
             "validation documents are too few",
         ),
+        ({"store": "P0"}, "data.store .* is a packed store, .* train on it with data.packed="),
+        ({"store": "S0", "val_store": "P1"}, "data.val_store .* is a packed store"),
+        ({"packed": "S0"}, "data.packed .* is a token store, .* train on it with data.store="),
+        (
+            {"mixture": [MixtureSource(packed="P0"), MixtureSource(packed="S1")]},
+            "data.mixture entry 2 .* is a token store",
+        ),
     ],
 )
 def test_errors_name_the_problem(stores, packed, fields, message):

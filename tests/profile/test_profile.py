@@ -387,3 +387,20 @@ def test_a_context_gain_without_an_interval_says_why(tmp_path):
         assert len(gains) == 2 and all(r["values"] == {"run": 0.075} for r in gains)
         assert all(r.get("note") == note for r in gains)
         assert "note" not in rows["best-context loss"] or "interval" not in rows["best-context loss"]["note"]
+
+
+def test_a_loss_read_on_the_training_store_says_so(tmp_path):
+    """A profile of a run on the store it trained on gave its losses as if held out."""
+    from contextlab.profile.headline import IN_SAMPLE, headline
+
+    folder = tmp_path / "models" / "run"
+    folder.mkdir(parents=True)
+    summary = {"best_context_loss": 5.1, "context_gain": 0.17, "context_gain_interval95": [0.16, 0.18]}
+    manifest = {"models": [{"label": "run"}], "steps": []}
+    for data, note in (({"hash": "h", "training_store": True}, f"run: {IN_SAMPLE}"), ({"hash": "h"}, None)):
+        for name in ("contextwise", "bayes-fit"):
+            doc = {"data": data, "results": {"summary": summary}}
+            (folder / f"{name}.json").write_text(json.dumps(doc))
+        rows = {r["measure"]: r for r in headline(tmp_path, manifest)}
+        losses = [r for m, r in rows.items() if m.startswith(("context gain", "best-context"))]
+        assert len(losses) == 3 and all(r.get("note") == note for r in losses)

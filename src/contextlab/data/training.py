@@ -141,6 +141,7 @@ def packed_sources(data: DataOptions) -> list[PackedStore]:
         raise UserError(
             "no training data: set data.store (e.g. --set data.store=STORE), data.packed or data.mixture"
         )
+    _check_kinds(data)
     if not data.mixture:
         return [_open_packed(data.packed, data)] if data.packed else []
     if data.packed:
@@ -155,6 +156,30 @@ def packed_sources(data: DataOptions) -> list[PackedStore]:
                 "ingest all sources with the same --tokenizer"
             )
     return sources
+
+
+def _check_kinds(data: DataOptions) -> None:
+    """A packed store where a token store is read, or the other way round, is one line naming the
+    key that takes it (both are folders with a meta.json, and users swap them)."""
+    for key, path in (("data.store", data.store), ("data.val_store", data.val_store)):
+        if path and is_packed_store(path):
+            fix = (
+                f"train on it with data.packed={path} (data.store may stay empty)"
+                if key == "data.store"
+                else "give its token store (meta.json's store.path), or leave data.val_store empty to "
+                "hold out a share of the training sequences"
+            )
+            raise UserError(f"{key} {path} is a packed store, but {key} takes a token store; {fix}")
+    packed = [("data.packed", data.packed)] + [
+        (f"data.mixture entry {i + 1}", m.packed) for i, m in enumerate(data.mixture)
+    ]
+    for key, path in packed:
+        if path and is_store(path):
+            raise UserError(
+                f"{key} {path} is a token store, but it takes a packed store; train on it with "
+                f"data.store={path}, or pack it first (`contextlab data pack {path} --out PACKED "
+                "--context N`)"
+            )
 
 
 def _open_packed(path: str, data: DataOptions) -> PackedStore:

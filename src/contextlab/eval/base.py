@@ -57,6 +57,7 @@ def open_store(data: str | None, adapter, what: str, kinds: tuple[str, ...] = ()
     loss measures nothing, and one line names the command that measures its task."""
     from contextlab.data.store import TokenStore
     from contextlab.data.tokenizers import check_same_tokenizer
+    from contextlab.rundir import run_of, trained_on
 
     if not data:
         raise UserError(
@@ -86,6 +87,13 @@ def open_store(data: str | None, adapter, what: str, kinds: tuple[str, ...] = ()
             f"symbols, one answer) measures nothing; its task is measured by {SYNTHETIC_USE[synthetic]}"
         )
     store.check_content()
+    if trained_on(adapter.info.path, store.hash):
+        print(
+            f"note: {store.path} is the token store {run_of(adapter.info.path)} trained on: what {what} "
+            "reads there are mostly documents the model saw in training; a store of text it never saw "
+            "(ingested with the same --tokenizer) measures what it learned, not what it saw",
+            file=sys.stderr,
+        )
     return store
 
 

@@ -35,6 +35,7 @@ import numpy as np
 import contextlab
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_bytes, atomic_write_text, fresh_dir, fsync_dir
+from contextlab.rundir import trained_on
 
 RESULT_FORMAT = "contextlab-eval-result"
 NON_FINITE_NOTE = (
@@ -164,6 +165,8 @@ def run_and_record(out_dir: str | Path, name: str, run, *, options: Any, model: 
     t0 = time.perf_counter()
     out = run()
     seconds = time.perf_counter() - t0
+    if isinstance(out.data, dict) and trained_on(str(model.get("path") or ""), out.data.get("hash")):
+        out.data["training_store"] = True  # read on documents the model trained on (see open_store)
     path = write_result(
         out_dir,
         name,

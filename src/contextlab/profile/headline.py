@@ -37,6 +37,12 @@ ONE_DOCUMENT = (  # why a context gain has no interval: its unit is the document
 )
 
 
+IN_SAMPLE = (  # a loss read on the store the model trained on (results' data.training_store)
+    "read on the token store it trained on: mostly documents it saw in training; held-out text "
+    "measures what it learned"
+)
+
+
 def _contextwise(s: dict) -> dict:
     return {"value": s["best_context_loss"], "ci95": None}
 
@@ -112,6 +118,8 @@ def headline(out: Path, manifest: dict) -> list[dict]:
             row["values"][label], row["intervals"][label] = got["value"], got["ci95"]
             if read is _gain and got["value"] is not None and got["ci95"] is None:
                 why.append(f"{label}: {ONE_DOCUMENT}")
+            if (doc.get("data") or {}).get("training_store"):
+                why.append(f"{label}: {IN_SAMPLE}")
             if got.get("chance") is not None:
                 row["chance"] = got["chance"]
         if len(labels) == 2:
