@@ -315,7 +315,13 @@ def test_an_estimator_with_no_finite_value_at_a_context_is_named_and_fitted_with
     assert fit == intrinsic.linear_fit(
         [r["mle"] for r in res["contexts"][1:]], [r["ce"] for r in res["contexts"][1:]]
     )
-    assert any(line.startswith("mle: no finite estimate at context 2 (") for line in res["text"])
+    line = next(line for line in res["text"] if line.startswith("mle: no finite estimate at context 2 ("))
+    assert "(too few distinct hidden states there for it: 5 at 2)" in line
+    assert res["contexts"][0]["distinct_samples"] == 5 and res["contexts"][1]["distinct_samples"] == 200
+    assert (
+        "mle: samples sharing a hidden state with an earlier one (195 at context 2) were read once"
+        in res["text"][0]
+    )
 
 
 @pytest.mark.parametrize("name", ["ppl", "contextwise", "bayes-fit"])

@@ -71,6 +71,24 @@ def test_skdim_estimators_find_the_subspace_dimension():
         intrinsic.skdim_dimensions(X, ["pca2"])
 
 
+def test_a_repeated_point_does_not_zero_the_neighbour_estimators():
+    """One pair of identical samples (two windows with one hidden state) made scikit-dimension's MLE
+    exactly 0.0 for the whole cloud, a number a user's parity and text analyses reported as the
+    dimension. The neighbour estimators now read each distinct point once."""
+    from skdim import id as skid
+
+    rng = np.random.default_rng(5)
+    X = rng.uniform(-1, 1, size=(1500, 5)) @ _rotation(20, 5)[:, :5].T
+    X[1] = X[0]
+    assert skid.MLE().fit(X).dimension_ == 0.0  # the library itself: why the rows are made distinct
+    dims = intrinsic.skdim_dimensions(X)
+    assert all(abs(d - 5) < 1.0 for d in dims.values()), dims
+    assert len(intrinsic.distinct_rows(X)) == 1499
+    few = np.repeat(X[:15], 4, axis=0)  # 15 distinct points: TwoNN reads them, MLE (20 neighbours) cannot
+    got = intrinsic.skdim_dimensions(few, ["twonn", "mle"])
+    assert np.isfinite(got["twonn"]) and np.isnan(got["mle"])
+
+
 def test_linear_fit_and_small_inputs():
     x = np.array([1.0, 2.0, 3.0, 5.0])
     fit = intrinsic.linear_fit(x, 2.0 - 0.5 * x)

@@ -315,6 +315,18 @@ def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, di
             f"{', '.join(constant)}: the same at every context length, so no correlation with the loss "
             "exists (their r is null)"
         )
+    repeated = [
+        (r["context"], len(X) - r["distinct_samples"])
+        for r, X in zip(per, col.features)
+        if r.get("distinct_samples", len(X)) < len(X)
+    ]
+    if repeated:
+        where = ", ".join(f"{n:,} at context {l}" for l, n in repeated)
+        names = ", ".join(e for e in o.estimators if e in intrinsic.NEIGHBOUR_ESTIMATORS)
+        text.append(
+            f"{names}: samples sharing a hidden state with an earlier one ({where}) were read once "
+            "(a nearest-neighbour estimate needs distinct points: a repeated one lies at distance 0)"
+        )
     for name, x in series.items():
         bad = [r["context"] for r, v in zip(per, x) if not np.isfinite(v)]
         if bad:  # e.g. MLE when many samples share one hidden state (short contexts of a small vocabulary)
@@ -325,8 +337,8 @@ def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, di
             )
             text.append(
                 f"{name}: no finite estimate at context{'s' if len(bad) > 1 else ''} "
-                f"{', '.join(map(str, bad))} (the estimator needs distinct nearest neighbours; many samples "
-                f"may share one hidden state there); {rest}"
+                f"{', '.join(map(str, bad))} (too few distinct hidden states there for it: "
+                f"{'; '.join(_distinct(per, bad))}); {rest}"
             )
     if text:
         results["text"] = text
@@ -334,6 +346,15 @@ def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, di
         results["fits_vs_bayes"] = {name: intrinsic.linear_fit(x, col.bayes) for name, x in series.items()}
     width = min(len(s) for s in spectra)
     return results, {"relative_eigenvalues": np.stack([s[:width] for s in spectra])}
+
+
+def _distinct(per: list[dict], contexts: list[int]) -> list[str]:
+    """How many distinct hidden states each of ``contexts`` had (what the neighbour estimators read)."""
+    return [
+        f"{r['distinct_samples']:,} at {r['context']}"
+        for r in per
+        if r["context"] in contexts and "distinct_samples" in r
+    ] or ["unknown"]
 
 
 def _add_bayes(per: list[dict], col: Collected) -> None:

@@ -10,7 +10,10 @@ plain function of an (N, D) matrix so the tests can feed them data of known geom
 * ``threshold_dimension``: how many relative eigenvalues are >= a threshold.
 * ``kde_entropy``: leave-one-out Gaussian-KDE estimate of the differential entropy of
   the top-k principal coordinates (scaled like the relative eigenvalues).
-* ``skdim_dimensions``: TwoNN, MLE and local-PCA estimates from ``scikit-dimension``.
+* ``skdim_dimensions``: TwoNN, MLE and local-PCA estimates from ``scikit-dimension``. The two
+  nearest-neighbour estimators (TwoNN, MLE) read each distinct point once: a repeated point (two
+  samples with one hidden state, common at short contexts) has a neighbour at distance 0, and one
+  such pair made scikit-dimension's MLE exactly 0.0 for the whole cloud.
 * ``linear_fit``: least-squares line and Pearson r, to correlate a measure with the loss.
 
 Trade-offs: eigenvalues come from the D x D covariance or the N x N Gram matrix,
@@ -138,15 +141,32 @@ def skdim_dimensions(
     X = _check_matrix(X, need=12)
     make = {
         "twonn": lambda: skid.TwoNN(),
-        "mle": lambda: skid.MLE(),
+        "mle": lambda: skid.MLE(),  # its K = 20 nearest neighbours
         "lpca": lambda: skid.lPCA(verbose=False),
     }
+    distinct = distinct_rows(X) if set(names) & set(NEIGHBOUR_ESTIMATORS) else X
     out = {}
     for name in names:
+        points = distinct if name in NEIGHBOUR_ESTIMATORS else X
+        if len(points) < NEIGHBOUR_ESTIMATORS.get(name, 0):
+            out[name] = float("nan")  # too few distinct points: no estimate (the analysis says so)
+            continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            out[name] = float(make[name]().fit(X).dimension_)
+            out[name] = float(make[name]().fit(points).dimension_)
     return out
+
+
+NEIGHBOUR_ESTIMATORS = {
+    "twonn": 12,
+    "mle": 21,
+}  # estimators of nearest-neighbour distances: distinct points needed
+
+
+def distinct_rows(X: np.ndarray) -> np.ndarray:
+    """The distinct rows of ``X`` (each repeated row once), in their first order."""
+    _, first = np.unique(np.asarray(X), axis=0, return_index=True)
+    return np.asarray(X)[np.sort(first)]
 
 
 def linear_fit(x, y) -> dict:
@@ -179,6 +199,8 @@ def measures(
     if kde_dims:
         out["kde_entropy"] = kde_entropy(X, kde_dims)
     out.update(skdim_dimensions(X, estimators))
+    if set(estimators) & set(NEIGHBOUR_ESTIMATORS):
+        out["distinct_samples"] = len(distinct_rows(X))  # what TwoNN and MLE read
     return out, rel
 
 
