@@ -210,6 +210,10 @@ def test_a_result_of_an_earlier_checkpoint_says_so_and_commands_are_quoted(tmp_p
     doc["model"]["step"] = 45  # the newest checkpoint's own result: no note
     (run / "eval" / "ppl.json").write_text(json.dumps(doc))
     assert "evaluated at step" not in run_section(run)[0]
+    assert "trained on" not in run_section(run)[0]
+    doc["data"] = {"store": "st", "hash": "h", "training_store": True}  # read on its own training store
+    (run / "eval" / "ppl.json").write_text(json.dumps(doc))
+    assert "<b>read on the token store the model trained on</b>" in run_section(run)[0]
 
 
 def test_the_rerun_command_of_a_moved_run_says_the_model_is_not_where_it_was_evaluated(tmp_path):

@@ -201,6 +201,11 @@ def eval_section(name: str, doc: dict, folder: Path, level: int = 3, newest_step
             "these numbers are of the earlier model; run the command under reproduce again to measure "
             "the newest</p>"
         )
+    if isinstance(doc.get("data"), dict) and doc["data"].get("training_store"):
+        parts.append(
+            "<p><b>read on the token store the model trained on</b>: mostly documents it saw in training, so "
+            "these numbers say what it saw, not what it learned; a store of held-out text measures that</p>"
+        )
     parts.append(kv_table(with_intervals(eval_scalars(doc))))
     text = (doc.get("results") or {}).get("text") if isinstance(doc.get("results"), dict) else None
     if isinstance(text, list) and text:
