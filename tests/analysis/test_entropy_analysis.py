@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from contextlab.analysis import entropy, intrinsic
+from contextlab.analysis import entropy, entropy_samples, intrinsic
 from contextlab.cli import main
 from contextlab.config import from_dict
 from contextlab.data import synthetic as syn
@@ -146,7 +146,7 @@ def test_parity_features_are_the_hidden_states_of_the_masked_rows(parity):
     adapter = load_model(root / "run", batch_size=16)
     store = TokenStore(root / "val")
     o = entropy.Options(contexts=[5, 16], samples=40, position=-2, seed=3)
-    col = entropy.collect_parity(adapter, store, o, progress=False)
+    col = entropy_samples.collect_parity(adapter, store, o, progress=False)
     pick = np.sort(np.random.default_rng(3).choice(160, size=40, replace=False))
     docs = np.stack([np.asarray(store.doc(int(d)), dtype=np.int64) for d in pick])
     rows = syn.mask_tokens(docs, 16, 5)
@@ -176,7 +176,7 @@ def test_text_protocol_matches_the_bayes_fit_losses(tmp_path):
     o = entropy.Options(
         contexts=[4, 16, 48], samples=60, seed=2, estimators=[], kde_dims=0, n_components=[5, 0]
     )
-    col = entropy.collect_text(adapter, store, o, progress=False)
+    col = entropy_samples.collect_text(adapter, store, o, progress=False)
     targets = sample_targets(store, 60, 48, 2)
     assert np.allclose(col.losses, last_token_losses(adapter, store, targets, [4, 16, 48]), atol=1e-5)
     d, t = targets[7]
@@ -231,7 +231,7 @@ def test_bad_input_gives_one_clear_line(parity, tmp_path, capsys):
     with pytest.raises(UserError, match="supports at most 17"):
         from contextlab.eval import load_model
 
-        entropy._check_contexts(load_model(run), [40], 0, "visible tokens")
+        entropy_samples._check_contexts(load_model(run), [40], 0, "visible tokens")
 
 
 def test_task_weighted_loss_removes_task_sampling_noise():
@@ -261,7 +261,7 @@ def test_default_components_past_the_model_width_are_left_out_with_a_line():
     --samples', and more samples cannot help); none left is one line."""
     rng = np.random.default_rng(0)
     feats = [rng.normal(size=(200, 32)).astype(np.float32) * (1 + i) for i in range(3)]
-    col = entropy.Collected(
+    col = entropy_samples.Collected(
         [4, 8, 16], feats, rng.random((3, 200)) + np.arange(3)[:, None], None, {"protocol": "text"}
     )
     o = entropy.Options(contexts=[4, 8, 16], samples=200, kde_dims=0, estimators=[])
@@ -285,7 +285,9 @@ def test_a_measure_constant_over_contexts_has_no_correlation_and_says_why():
     non-finite weights) and a line says why."""
     base = np.random.default_rng(1).normal(size=(200, 32)).astype(np.float32)
     losses = np.random.default_rng(2).random((3, 200)) + np.arange(3)[:, None]
-    col = entropy.Collected([4, 8, 16], [base * 2.0**i for i in range(3)], losses, None, {"protocol": "text"})
+    col = entropy_samples.Collected(
+        [4, 8, 16], [base * 2.0**i for i in range(3)], losses, None, {"protocol": "text"}
+    )
     o = entropy.Options(contexts=[4, 8, 16], samples=200, n_components=[10, 0], kde_dims=0, estimators=[])
     res, _ = entropy.analyze(col, o, progress=False)
     assert all(f["r"] is None and f["constant"] for f in res["fits_vs_ce"].values())
@@ -304,7 +306,7 @@ def test_an_estimator_with_no_finite_value_at_a_context_is_named_and_fitted_with
     repeated = np.repeat(rng.normal(size=(5, 32)), 40, axis=0).astype(np.float32)  # 5 distinct states
     feats = [repeated] + [rng.normal(size=(200, 32)).astype(np.float32) * (1 + i) for i in range(3)]
     losses = rng.random((4, 200)) + np.arange(4)[::-1, None]
-    col = entropy.Collected([2, 4, 8, 16], feats, losses, None, {"protocol": "text"})
+    col = entropy_samples.Collected([2, 4, 8, 16], feats, losses, None, {"protocol": "text"})
     o = entropy.Options(
         contexts=[2, 4, 8, 16], samples=200, n_components=[10], kde_dims=0, estimators=["mle"]
     )
@@ -346,7 +348,7 @@ def test_an_estimator_constant_where_finite_has_no_fit_and_says_so(monkeypatch):
     monkeypatch.setattr(intrinsic, "skdim_dimensions", lambda X, names: {"mle": next(values)})
     rng = np.random.default_rng(4)
     feats = [rng.normal(size=(200, 32)).astype(np.float32) * (1 + i) for i in range(4)]
-    col = entropy.Collected([2, 4, 6, 8], feats, rng.random((4, 200)), None, {"protocol": "text"})
+    col = entropy_samples.Collected([2, 4, 6, 8], feats, rng.random((4, 200)), None, {"protocol": "text"})
     o = entropy.Options(contexts=[2, 4, 6, 8], samples=200, n_components=[10], kde_dims=0, estimators=["mle"])
     res, _ = entropy.analyze(col, o, progress=False)
     assert res["fits_vs_ce"]["mle"] == {
@@ -363,10 +365,14 @@ def test_an_estimator_constant_where_finite_has_no_fit_and_says_so(monkeypatch):
 
 
 def test_contexts_left_out_are_fitted_to_the_model_or_the_parity_store(parity, tmp_path, capsys):
-    assert entropy.text_contexts(256) == [8, 16, 32, 64, 128, 256]
-    assert entropy.text_contexts(100) == [8, 16, 32, 64, 100]  # the context itself ends it
-    assert entropy.text_contexts(17) == [8, 16, 17] and entropy.text_contexts(12) == [3, 6, 12]
-    assert entropy.parity_contexts(16) == [0, 2, 4, 6, 8, 10, 12, 14, 16]
+    assert entropy_samples.text_contexts(256) == [8, 16, 32, 64, 128, 256]
+    assert entropy_samples.text_contexts(100) == [8, 16, 32, 64, 100]  # the context itself ends it
+    assert entropy_samples.text_contexts(17) == [8, 16, 17] and entropy_samples.text_contexts(12) == [
+        3,
+        6,
+        12,
+    ]
+    assert entropy_samples.parity_contexts(16) == [0, 2, 4, 6, 8, 10, 12, 14, 16]
     root, _ = parity
     out = tmp_path / "fitted"
     argv = ["analyze", "entropy", "--model", str(root / "run"), "--data", str(root / "val")]
@@ -375,4 +381,4 @@ def test_contexts_left_out_are_fitted_to_the_model_or_the_parity_store(parity, t
     assert first.startswith("entropy: protocol parity · contexts 0,2,4,…,14,16 · samples 150")
     doc = json.loads((out / "entropy.json").read_text())
     assert doc["options"]["contexts"] == []  # recorded as asked: fitted (a rerun fits them again)
-    assert [r["context"] for r in doc["results"]["contexts"]] == entropy.parity_contexts(16)
+    assert [r["context"] for r in doc["results"]["contexts"]] == entropy_samples.parity_contexts(16)

@@ -8,20 +8,15 @@ sweep of thresholds, Gaussian-KDE entropy, TwoNN / MLE / lPCA), and the cross-en
 the next token at the same l. Each measure is then fitted linearly against the loss
 (slope, intercept, Pearson r): the seed's claim is that the loss is linear in them.
 
-Two protocols, chosen from the data (``protocol = "auto"``):
+Two protocols, chosen from the data (``protocol = "auto"``): ``text`` for a store of text,
+``parity`` for a store of ``contextlab data synthetic parity``, where the loss is the answer's and
+stands beside the exact Bayes risk at l, so one run gives the model-vs-Bayes table and the entropy
+correlations. How each reads its samples is ``entropy_samples``; this module measures what they
+read and fits it (``analyze``), and runs the whole (``run``).
 
-* ``text``: N target tokens at random positions (>= max l) of the store's documents, the
-  same targets for every l; the model sees the l tokens right before the target (the
-  left is cut off, as in ``bayes-fit``). The feature is taken at the last seen token.
-* ``parity``: a store written by ``contextlab data synthetic parity``. Each document is a
-  sample ``[bits, TASK, answer]``; the model sees the task token and the l nearest bits,
-  the farther bits shown as ``'?'`` (how the model was trained). The loss is the answer's
-  cross-entropy, reported beside the exact Bayes risk at l, so one run gives the
-  model-vs-Bayes table and the entropy correlations.
-
-Trade-off: the feature and the loss come from the adapter's ``features_and_last_logprob``: one
-trunk pass for a contextlab model, two forwards for a Hugging Face one, so any causal LM works
-at the price of a second forward.
+Trade-off: the measures are computed per context over every sample at once (PCA, KDE and the
+neighbour estimators need the whole cloud), so N hidden states of every context are held in memory
+(N x width floats each: 2,000 x 768 is 6 MB).
 """
 
 from __future__ import annotations
@@ -34,6 +29,14 @@ import numpy as np
 
 import contextlab.analysis.intrinsic as intrinsic
 from contextlab import bars
+from contextlab.analysis.entropy_samples import (
+    Collected,
+    collect_parity,
+    collect_text,
+    parity_contexts,
+    parity_store,
+    text_contexts,
+)
 from contextlab.config import opt
 from contextlab.errors import UserError
 from contextlab.eval.base import EvalOutput, open_store
@@ -74,18 +77,6 @@ class Options:
     seed: int = opt(0, "seed of the sampled targets / documents")
 
 
-@dataclass
-class Collected:
-    contexts: list[int]
-    features: list[np.ndarray]  # per context: (N, C) float32
-    losses: np.ndarray  # (n_contexts, N) nats
-    bayes: list[float] | None  # exact Bayes risk per context (parity) or None
-    info: dict
-    bayes_losses: np.ndarray | None = None  # (n_contexts, N): the Bayes predictor's loss on the same samples
-    strata: np.ndarray | None = None  # (N,) each sample's task (parity)
-    strata_weights: np.ndarray | None = None  # (n_tasks,) each task's exact frequency
-
-
 def task_weighted(loss: np.ndarray, strata: np.ndarray, weights: np.ndarray) -> float:
     """Mean loss per task weighted by the tasks' exact frequencies (over the tasks the samples drew).
 
@@ -98,136 +89,6 @@ def task_weighted(loss: np.ndarray, strata: np.ndarray, weights: np.ndarray) -> 
     drawn = np.flatnonzero(np.bincount(strata, minlength=len(weights)) > 0)
     means = np.array([loss[strata == t].mean() for t in drawn])
     return float(np.sum(weights[drawn] * means) / np.sum(weights[drawn]))
-
-
-def _rows_per_batch(adapter, length: int) -> int:
-    return max(adapter.batch_size, adapter.batch_size * adapter.context // max(length, 1))
-
-
-def _forward(adapter, ids: np.ndarray, layer: int, position: int) -> tuple[np.ndarray, np.ndarray]:
-    """ids (N, T+1): (features (N, C) at ``position`` of the first T tokens, loss (N,) of the last token)."""
-    feats, losses = [], []
-    rows = _rows_per_batch(adapter, ids.shape[1])
-    for a in range(0, len(ids), rows):
-        f, lp = adapter.features_and_last_logprob(ids[a : a + rows], layer, position)  # (b, C), (b,)
-        feats.append(f.cpu().numpy())
-        losses.append(-lp.double().cpu().numpy())  # (b,)
-    return np.concatenate(feats), np.concatenate(losses)
-
-
-def text_contexts(context: int) -> list[int]:
-    """The fitted visible lengths of the text protocol: 8, 16, 32, ... below ``context``, then
-    ``context`` itself (256 -> 8, 16, ..., 128, 256); a context under 32 gets C/4, C/2 and C."""
-    ladder = [2**i for i in range(3, context.bit_length()) if 2**i < context] + [context]
-    if len(ladder) >= 3:
-        return ladder
-    return sorted({max(1, context // 4), max(1, context // 2), context})
-
-
-def parity_contexts(n_bits: int) -> list[int]:
-    """The fitted visible-bit counts of the parity protocol: 9 evenly from 0 to ``n_bits``."""
-    return sorted({round(n_bits * i / 8) for i in range(9)})
-
-
-def _check_contexts(adapter, contexts: list[int], extra: int, what: str) -> list[int]:
-    ctxs = sorted({int(c) for c in contexts})
-    if not ctxs:
-        raise UserError("give the context lengths to measure, e.g. --contexts 8,16,32,64")
-    if ctxs[0] < 1:
-        raise UserError(f"context lengths must be >= 1, got {ctxs[0]}")
-    if ctxs[-1] + extra > adapter.context:
-        raise UserError(
-            f"context {ctxs[-1]} ({what}) needs {ctxs[-1] + extra} tokens but {adapter.info.id} supports "
-            f"at most {adapter.context}; choose shorter --contexts"
-        )
-    return ctxs
-
-
-def _check_position(position: int, length: int) -> None:
-    if not -length <= position < 0:
-        raise UserError(
-            f"--position {position} must lie in -{length}..-1 (counted from the end of the visible "
-            f"input of {length} tokens)"
-        )
-
-
-def collect_text(adapter, store, o: Options, progress: bool = True) -> Collected:
-    from contextlab.eval.bayes_fit import sample_targets
-
-    ctxs = _check_contexts(adapter, o.contexts, 0, "visible tokens")
-    _check_position(o.position, ctxs[0])
-    targets = sample_targets(store, o.samples, ctxs[-1], o.seed)
-    feats, losses = [], np.zeros((len(ctxs), len(targets)))
-    for i, l in enumerate(bars.bar(ctxs, desc="entropy: contexts", disable=None if progress else True)):
-        ids = np.stack(
-            [np.asarray(store.doc(d)[t - l : t + 1], dtype=np.int64) for d, t in targets]
-        )  # (N, l+1)
-        f, losses[i] = _forward(adapter, ids, o.layer, o.position)
-        feats.append(f)
-    return Collected(
-        ctxs, feats, losses, None, {"protocol": "text", "n_documents": len({d for d, _ in targets})}
-    )
-
-
-def _parity_store(store):
-    """(ParityConfig, tasks) of a parity store written for measuring, else a UserError."""
-    from contextlab.data import synthetic as syn
-
-    found = syn.parity_of_store(store)
-    if found is None:
-        raise UserError(
-            f"{store.path} is not a synthetic parity store; use --protocol text, or write one with "
-            "`contextlab data synthetic parity`"
-        )
-    cfg, tasks = found
-    if cfg.queries != 1 or cfg.bias_fraction > 0:
-        raise UserError(
-            f"{store.path} is a parity training store (queries={cfg.queries}, bias_fraction="
-            f"{cfg.bias_fraction}); measure on a store written with queries=1 and bias_fraction=0"
-        )
-    return cfg, tasks
-
-
-def _unmasked_samples(store, n_bits: int, o: Options) -> np.ndarray:
-    """``o.samples`` samples with every bit visible, drawn with ``o.seed``: (N, n_bits + 2) ids."""
-    visible = np.array([m["visible"] for m in store.docs_meta()])
-    full = np.flatnonzero(visible == n_bits)  # samples with nothing masked
-    if len(full) < o.samples:
-        raise UserError(
-            f"{store.path} has {len(full)} unmasked samples but --samples is {o.samples}; write a store "
-            "with more samples and --mask-fraction 0, or lower --samples"
-        )
-    pick = np.sort(np.random.default_rng(o.seed).choice(full, size=o.samples, replace=False))
-    return np.stack([np.asarray(store.doc(int(d)), dtype=np.int64) for d in pick])
-
-
-def collect_parity(adapter, store, o: Options, progress: bool = True) -> Collected:
-    from contextlab.data import synthetic as syn
-
-    cfg, tasks = _parity_store(store)
-    L = cfg.n_bits
-    ctxs = sorted({int(c) for c in o.contexts})
-    if not ctxs or ctxs[0] < 0 or ctxs[-1] > L:
-        raise UserError(f"parity contexts are visible bits in 0..{L}; got {o.contexts}")
-    _check_contexts(adapter, [L], 1, "all bits + the task token")
-    _check_position(o.position, L + 1)
-    docs = _unmasked_samples(store, L, o)  # (N, L + 2)
-    feats, losses = [], np.zeros((len(ctxs), len(docs)))
-    for i, l in enumerate(bars.bar(ctxs, desc="entropy: contexts", disable=None if progress else True)):
-        f, losses[i] = _forward(adapter, syn.mask_tokens(docs, L, l), o.layer, o.position)
-        feats.append(f)
-    far = tasks.far[docs[:, L] - syn.TASK_BASE]  # (N,) the far bit of each sample's task
-    bayes_losses = np.stack([np.where(far > l, np.log(2.0), 0.0) for l in ctxs])  # (n_contexts, N)
-    return Collected(
-        ctxs,
-        feats,
-        losses,
-        syn.bayes_risk_curve(tasks, ctxs),
-        {"protocol": "parity", "n_bits": L, "n_tasks": cfg.n_tasks},
-        bayes_losses,
-        docs[:, L] - syn.TASK_BASE,
-        np.asarray(tasks.freq, dtype=np.float64),
-    )
 
 
 def check_options(o: Options) -> None:
@@ -406,7 +267,7 @@ def run(adapter, options: Options, data: str | None, progress: bool = True) -> E
     collect = collect_parity if protocol == "parity" else collect_text
     if not options.contexts:  # fitted; the result records [] (= fitted) and each context's own row
         fitted = (
-            parity_contexts(_parity_store(store)[0].n_bits)
+            parity_contexts(parity_store(store)[0].n_bits)
             if protocol == "parity"
             else text_contexts(adapter.context)
         )
