@@ -306,7 +306,9 @@ def test_a_moved_token_store_is_found_by_relative_path_or_given_with_store(tmp_p
         == 0
     )
     assert (out / "export.json").is_file()
-    data = type("Data", (), {"store": str(tmp_path / "elsewhere"), "packed": str(p), "mixture": []})()
+    data = type(
+        "Data", (), {"store": str(tmp_path / "elsewhere"), "val_store": "", "packed": str(p), "mixture": []}
+    )()
     assert packed_sources(data)[0].store.path == tmp_path / "elsewhere"  # train: data.store
     other = make_store(tmp_path, {"x.txt": "other text"}, name="other")
     capsys.readouterr()
