@@ -19,7 +19,7 @@ import numpy as np
 
 import contextlab.eval.paired_stats as cs
 from contextlab.errors import UserError
-from contextlab.eval.bayes_fit import fit_power_law
+from contextlab.eval.bayes_fit import fit_power_law, loose_parameters
 
 KEYS = ("targets", "target_losses")
 FIT_RESAMPLES = 1000
@@ -75,11 +75,7 @@ def ill_determined(point: list[dict], labels: tuple[str, str], ratio: float = 0.
     is wide and its point estimate means little."""
     notes = []
     for fit, label in zip(point, labels):
-        loose = [
-            f"{p} {fit[p]:.3g} ± {fit[p + '_err']:.2g}"
-            for p in PARAMS
-            if fit[p + "_err"] > ratio * abs(fit[p])
-        ]
+        loose = loose_parameters(fit, ratio, PARAMS)
         if loose:
             notes.append(
                 f"the fit of {label} is ill-determined ({', '.join(loose)}): read its C0 and gamma "

@@ -40,6 +40,9 @@ class Options:
     seed: int = opt(0, "seed of the target positions")
 
 
+GAMMA_BOUNDS = (0.0, 10.0)  # the fit's range of gamma
+
+
 def power_law(l, c0, c, gamma):
     return c0 + c / np.power(l, gamma)
 
@@ -63,7 +66,7 @@ def fit_power_law(lengths, losses, sems=None) -> dict:
             p0=p0,
             sigma=sigma,
             absolute_sigma=sigma is not None,
-            bounds=([-np.inf, -np.inf, 0.0], [np.inf, np.inf, 10.0]),
+            bounds=([-np.inf, -np.inf, GAMMA_BOUNDS[0]], [np.inf, np.inf, GAMMA_BOUNDS[1]]),
             maxfev=20000,
         )
     except RuntimeError as exc:
@@ -82,6 +85,43 @@ def fit_power_law(lengths, losses, sems=None) -> dict:
         "gamma_err": float(err[2]),
         "r2": 1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan"),
     }
+
+
+def loose_parameters(fit: dict, ratio: float = 0.5, params=("C0", "gamma")) -> list[str]:
+    """``"C0 5.29 ± 9.4e+05"`` for each of ``params`` whose standard error is above ``ratio`` of its value
+    (or not finite): the points barely constrain it."""
+    return [
+        f"{p} {fit[p]:.3g} ± {fit[p + '_err']:.2g}"
+        for p in params
+        if not np.isfinite(fit[p + "_err"]) or fit[p + "_err"] > ratio * abs(fit[p])
+    ]
+
+
+def fit_notes(fit: dict) -> list[str]:
+    """Lines for a fit whose parameters the points do not pin down: C0 then estimates nothing, though
+    R^2 may be 0.999 (a power law with gamma near 0 draws a logarithm, or a constant, as well as any)."""
+    notes = []
+    if fit["gamma"] <= GAMMA_BOUNDS[0] + 1e-3:
+        notes.append(
+            "gamma is at its lower bound 0: over these lengths the loss falls like log l or slower (or "
+            "not at all), which C0 + C / l^gamma fits only by trading C0 against C without limit"
+        )
+    elif fit["gamma"] >= GAMMA_BOUNDS[1] - 1e-3:
+        notes.append(
+            f"gamma is at its upper bound {GAMMA_BOUNDS[1]:g}: the loss stops falling after the first "
+            "lengths, so C0 is the flat part and gamma is not determined"
+        )
+    loose = loose_parameters(fit)
+    if loose:
+        c0 = (
+            "; C0 is then no estimate of the loss with unlimited context" if loose[0].startswith("C0") else ""
+        )
+        notes.append(
+            f"the points do not pin down the fit's {', '.join(loose)} (standard error above half the "
+            f"value){c0}; more visible lengths (--lengths) or targets (--samples) narrow it. The measured "
+            "losses and the context gain stand on their own"
+        )
+    return notes
 
 
 def sample_targets(store, n: int, min_pos: int, seed: int) -> list[tuple[int, int]]:
@@ -155,12 +195,15 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         "n_targets": len(targets),
         "fit": fit,
     }
+    text = fit_notes(fit)
     if gain is not None and gain["interval95"] is None:  # one document: no interval, as contextwise says
-        results["text"] = [
+        text += [
             "context_gain_interval95 is null: it is over documents (targets of one document share its "
             f"text) and all {len(targets)} targets come from one document; give a store of two or more "
             f"documents longer than {max(lengths)} tokens (`data ingest --doc-start` cuts a file of many)"
         ]
+    if text:
+        results["text"] = text
     label = adapter.info.id
 
     def plot(path):
