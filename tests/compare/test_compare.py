@@ -18,7 +18,16 @@ BUCKETS = [{"from": 1, "to": 1}, {"from": 2, "to": 3}, {"from": 4, "to": 7}]
 
 
 def contextwise_result(
-    run, bucket_loss, best_loss, pieces, *, hash_="a" * 64, resolved_length=None, one_token=None, **options
+    run,
+    bucket_loss,
+    best_loss,
+    pieces,
+    *,
+    hash_="a" * 64,
+    resolved_length=None,
+    one_token=None,
+    data_extra=None,
+    **options,
 ) -> None:
     """A contextwise result file in RUN/eval with the given per-piece arrays (``resolved_length``: the
     length the run resolved, recorded as results.length)."""
@@ -35,7 +44,7 @@ def contextwise_result(
         },
         options={"length": 8, "max_docs": 0, "pieces_per_doc": 0, "best_fraction": 0.1, **options},
         model={"id": run.name, "path": str(run)},
-        data={"store": str(run / "store"), "hash": hash_, "pieces": n},
+        data={"store": str(run / "store"), "hash": hash_, "pieces": n, **(data_extra or {})},
         seconds=0.0,
         arrays={
             "pieces": np.asarray(pieces, np.int64),
@@ -220,6 +229,20 @@ def test_results_of_different_data_or_options_are_refused(tmp_path):
         compare_runs(tmp_path / "a", tmp_path / "d", None, Options(resamples=10), None)
     with pytest.raises(UserError, match="holds no evaluation results"):
         compare_runs(tmp_path / "a", tmp_path / "missing", None, Options(), None)
+
+
+def test_a_model_read_on_its_own_training_store_is_paired_with_a_note(tmp_path):
+    """A model trained on the store both were evaluated on and one trained elsewhere: the same samples, so
+    they pair (the result's training_store flag is of the model, not of the samples), with a note."""
+    pieces = [(d, 0) for d in range(6)]
+    loss, best = np.ones((6, 3)), np.ones(6)
+    contextwise_result(tmp_path / "a", loss, best, pieces, data_extra={"training_store": True})
+    contextwise_result(tmp_path / "b", loss + 0.5, best + 0.5, pieces)
+    _, (doc,) = compare_runs(tmp_path / "a", tmp_path / "b", None, Options(), None)
+    assert doc["notes"] == [
+        "a was read on the token store it trained on: the difference is partly of what that model saw in "
+        "training, not only of what it learned"
+    ]
 
 
 def test_a_refusal_names_the_setting_that_differs_with_both_values(tmp_path):

@@ -106,14 +106,25 @@ def labels(a: Path, b: Path) -> tuple[str, str]:
     return (na, nb) if na != nb else (str(a), str(b))
 
 
+TRAINING_STORE = "training_store"  # a result's data key: read on the model's own training store
+
+
 def check_pairing(name: str, a: Side, b: Side) -> list[str]:
     """Refuse unless A and B were computed on the same samples; return notes on the options that
     differ without changing the samples."""
     diffs, notes = [], []
     da, db = a.doc.get("data") or {}, b.doc.get("data") or {}
     for k in sorted(set(da) | set(db)):
-        if k not in PATHS and da.get(k) != db.get(k):
+        if k not in PATHS and k != TRAINING_STORE and da.get(k) != db.get(k):
             diffs.append(f"data {k} {_short(da.get(k))} vs {_short(db.get(k))}")
+    own = [s.label for s, d in ((a, da), (b, db)) if d.get(TRAINING_STORE)]
+    if own:  # the same samples, but what they say of a model that trained on them is not generalization
+        notes.append(
+            f"{' and '.join(own)} {'was' if len(own) == 1 else 'were'} read on the token store "
+            f"{'it' if len(own) == 1 else 'each'} trained on: the difference is partly of what "
+            f"{'that model' if len(own) == 1 else 'they'} saw in training, not only of what "
+            f"{'it' if len(own) == 1 else 'they'} learned"
+        )
     oa, ob = a.doc.get("options") or {}, b.doc.get("options") or {}
     for k in sorted(set(oa) | set(ob)):
         if oa.get(k) != ob.get(k):
