@@ -49,6 +49,9 @@ SYNTHETIC_USE = {  # what measures a synthetic store's task, for the line refusi
 }
 
 
+_TRAINING_STORE_NOTED: set[tuple[str, str]] = set()  # (run, store hash) already said to be its training store
+
+
 def open_store(data: str | None, adapter, what: str, kinds: tuple[str, ...] = ()):
     """The token store at ``data``, checked against the model's tokenizer and its own content (hash
     and ids, one read remembered while unchanged: ``TokenStore.check_content``), so a corrupt store
@@ -87,7 +90,9 @@ def open_store(data: str | None, adapter, what: str, kinds: tuple[str, ...] = ()
             f"symbols, one answer) measures nothing; its task is measured by {SYNTHETIC_USE[synthetic]}"
         )
     store.check_content()
-    if trained_on(adapter.info.path, store.hash):
+    noted = (str(run_of(adapter.info.path)), store.hash)
+    if noted not in _TRAINING_STORE_NOTED and trained_on(adapter.info.path, store.hash):
+        _TRAINING_STORE_NOTED.add(noted)  # once per model and store in a process (a profile reads it often)
         print(
             f"note: {store.path} is the token store {run_of(adapter.info.path)} trained on: what {what} "
             "reads there are mostly documents the model saw in training; a store of text it never saw "

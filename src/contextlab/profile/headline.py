@@ -37,10 +37,7 @@ ONE_DOCUMENT = (  # why a context gain has no interval: its unit is the document
 )
 
 
-IN_SAMPLE = (  # a loss read on the store the model trained on (results' data.training_store)
-    "read on the token store it trained on: mostly documents it saw in training; held-out text "
-    "measures what it learned"
-)
+IN_SAMPLE = "read on its own training store (in-sample)"  # results' data.training_store
 
 
 def _contextwise(s: dict) -> dict:
