@@ -359,11 +359,27 @@ def data_record(path: PathLike) -> dict | None:
 
 
 def trained_on(path: PathLike, content_hash: str | None) -> bool:
-    """Whether the run or checkpoint at ``path`` trained on the token store of ``content_hash`` (its
-    data.store, or the store its packed data was packed from), by what its checkpoints record."""
-    paths = (data_record(path) or {}).get("paths") or {}
+    """Whether the run or checkpoint at ``path`` (or the checkpoint a Hugging Face export of contextlab
+    was made from, while that run is where its config.json says) trained on the token store of
+    ``content_hash`` (its data.store, or the store its packed data was packed from), by what its
+    checkpoints record."""
+    export = None if is_run(path) or is_checkpoint(path) else exported_from(path)
+    record = data_record(export if export is not None else path)
+    paths = (record or {}).get("paths") or {}
     trained = (paths.get("data.store") or {}).get("content") if isinstance(paths, dict) else None
     return bool(content_hash) and trained == content_hash
+
+
+def exported_from(path: PathLike) -> Path | None:
+    """The checkpoint a Hugging Face folder written by ``contextlab export`` was made from, by its
+    config.json (``contextlab.contextlab_run``, ``contextlab.contextlab_step``); None for other folders
+    or a run gone since."""
+    try:
+        made = json.loads((Path(path) / "config.json").read_text())["contextlab"]
+        ckpt = step_dir(made["contextlab_run"], int(made["contextlab_step"]))  # a relative run: from here
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return ckpt if (ckpt / STATE).is_file() else None
 
 
 def trained_in(run_dir: PathLike, config: dict | None = None) -> Path | None:

@@ -30,3 +30,10 @@ def test_eval_on_the_training_store_says_so(tmp_path, capsys):
     assert data["training_store"] is True
     err, data = ppl("other")
     assert "trained on" not in err and "training_store" not in data
+    hf = tmp_path / "hf"  # a Hugging Face export knows its run by config.json
+    assert main(["export", str(tmp_path / "run"), "--out", str(hf), "--no-progress"]) == 0
+    out = tmp_path / "eval-hf"
+    args = ["eval", "ppl", "--model", str(hf), "--data", str(tmp_path / "train"), "--out", str(out)]
+    assert main([*args, "--no-progress"]) == 0
+    assert f"is the token store {hf} trained on" in capsys.readouterr().err
+    assert json.loads((out / "ppl.json").read_text())["data"]["training_store"] is True
