@@ -345,7 +345,7 @@ def test_an_estimator_constant_where_finite_has_no_fit_and_says_so(monkeypatch):
     with `constant`, the line says the other contexts give no fit (it claimed a fit was made, and the
     Pearson line printed +nan)."""
     values = iter([float("nan"), 0.0, 0.0, 0.0])
-    monkeypatch.setattr(intrinsic, "skdim_dimensions", lambda X, names: {"mle": next(values)})
+    monkeypatch.setattr(intrinsic, "skdim_dimensions", lambda X, names, distinct=None: {"mle": next(values)})
     rng = np.random.default_rng(4)
     feats = [rng.normal(size=(200, 32)).astype(np.float32) * (1 + i) for i in range(4)]
     col = entropy_samples.Collected([2, 4, 6, 8], feats, rng.random((4, 200)), None, {"protocol": "text"})

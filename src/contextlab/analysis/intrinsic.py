@@ -118,9 +118,10 @@ def kde_entropy(X: np.ndarray, dims: int, chunk: int = 512) -> float:
 
 
 def skdim_dimensions(
-    X: np.ndarray, names: list[str] | tuple[str, ...] = SKDIM_ESTIMATORS
+    X: np.ndarray, names: list[str] | tuple[str, ...] = SKDIM_ESTIMATORS, distinct: np.ndarray | None = None
 ) -> dict[str, float]:
-    """Global intrinsic-dimension estimates from scikit-dimension: twonn, mle and/or lpca."""
+    """Global intrinsic-dimension estimates from scikit-dimension: twonn, mle and/or lpca. ``distinct``:
+    ``distinct_rows(X)`` when the caller has it (the neighbour estimators read it)."""
     unknown = [n for n in names if n not in SKDIM_ESTIMATORS]
     if unknown:
         raise UserError(
@@ -144,7 +145,8 @@ def skdim_dimensions(
         "mle": lambda: skid.MLE(),  # its K = 20 nearest neighbours
         "lpca": lambda: skid.lPCA(verbose=False),
     }
-    distinct = distinct_rows(X) if set(names) & set(NEIGHBOUR_ESTIMATORS) else X
+    if distinct is None and set(names) & set(NEIGHBOUR_ESTIMATORS):
+        distinct = distinct_rows(X)
     out = {}
     for name in names:
         points = distinct if name in NEIGHBOUR_ESTIMATORS else X
@@ -198,9 +200,12 @@ def measures(
     }
     if kde_dims:
         out["kde_entropy"] = kde_entropy(X, kde_dims)
-    out.update(skdim_dimensions(X, estimators))
     if set(estimators) & set(NEIGHBOUR_ESTIMATORS):
-        out["distinct_samples"] = len(distinct_rows(X))  # what TwoNN and MLE read
+        distinct = distinct_rows(X)  # what TwoNN and MLE read
+        out.update(skdim_dimensions(X, estimators, distinct))
+        out["distinct_samples"] = len(distinct)
+    else:
+        out.update(skdim_dimensions(X, estimators))
     return out, rel
 
 

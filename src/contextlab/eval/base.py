@@ -94,7 +94,7 @@ def open_store(data: str | None, adapter, what: str, kinds: tuple[str, ...] = ()
     if noted not in _TRAINING_STORE_NOTED and trained_on(adapter.info.path, store.hash):
         _TRAINING_STORE_NOTED.add(noted)  # once per model and store in a process (a profile reads it often)
         print(
-            f"note: {store.path} is the token store {run_of(adapter.info.path)} trained on: what {what} "
+            f"note: {store.path} is the token store {noted[0]} trained on: what {what} "
             "reads there are mostly documents the model saw in training; a store of text it never saw "
             "(ingested with the same --tokenizer) measures what it learned, not what it saw",
             file=sys.stderr,
