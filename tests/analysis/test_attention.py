@@ -240,7 +240,10 @@ def test_a_model_run_by_transformers_or_behind_mode_tokens_is_refused_in_one_lin
     hf = SimpleNamespace(
         model=torch.nn.Linear(2, 2), info=SimpleNamespace(kind="hf", id="x", architecture="gpt2")
     )
-    with pytest.raises(UserError, match="gpt2 model run by transformers; analyze attention reads contextlab"):
+    with pytest.raises(
+        UserError,
+        match=r"a Hugging Face model \(gpt2\) run by transformers; analyze attention reads contextlab",
+    ):
         check_model(hf, "model B")
     ul2 = byte_adapter(tiny_gpt())
     ul2.info.lm_prefix, ul2.info.objective = [5], "ul2"

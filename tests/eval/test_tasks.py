@@ -300,7 +300,7 @@ def test_niah_haystack_reads_like_ingest_strict_encoding_and_no_provenance_files
     (tmp_path / "b.txt").write_bytes(b"Caf\xe9 au lait.")
     (tmp_path / "SOURCE.txt").write_text("Downloaded from http://example.com")
     (tmp_path / "README.md").write_text("about")
-    (tmp_path / "notes.md").write_text("not a haystack file")
+    (tmp_path / "index.jsonl").write_text('{"file": "a.txt"}\n')
     with pytest.raises(
         UserError, match=r"1 file in .* is not valid UTF-8: b\.txt \(byte 3\); .*--encoding latin-1"
     ):
@@ -312,6 +312,7 @@ def test_niah_haystack_reads_like_ingest_strict_encoding_and_no_provenance_files
         "left_out": [
             {"path": "README.md", "reason": "provenance, not text"},
             {"path": "SOURCE.txt", "reason": "provenance, not text"},
+            {"path": "index.jsonl", "reason": "records, not prose"},
         ],
         "latin1_files": 1,
     }
@@ -320,9 +321,27 @@ def test_niah_haystack_reads_like_ingest_strict_encoding_and_no_provenance_files
     assert needle.read_haystack(tmp_path, "skip")[0] == "First essay.\n"
     (tmp_path / "a.txt").unlink(), (tmp_path / "b.txt").unlink()
     with pytest.raises(
-        UserError, match=r"no \.txt files in .* \(left out as provenance, not text: README\.md, SOURCE\.txt\)"
+        UserError,
+        match=r"no text files in .* \(left out as provenance, not text: README\.md, SOURCE\.txt; "
+        r"as records, not prose: index\.jsonl\)",
     ):
         needle.read_haystack(tmp_path)
+
+
+def test_a_haystack_folder_is_read_as_ingest_reads_it_any_text_file_at_any_depth(tmp_path):
+    """WikiText's test split is a folder of wiki.test.raw and SOURCE.txt: the profile's store read it,
+    its needle step failed with "no .txt files" since only top-level .txt files were read. Now every
+    text file at any depth is, in name order, with binary files skipped as ingest skips them."""
+    (tmp_path / "wiki.test.raw").write_text("An article. It ends.")
+    (tmp_path / "essays").mkdir()
+    (tmp_path / "essays" / "b.md").write_text("A markdown essay.")
+    (tmp_path / "SOURCE.txt").write_text("where it came from")
+    (tmp_path / "blob.bin").write_bytes(b"\x00\x01\x02")
+    hay, record = needle.read_haystack(tmp_path)
+    assert hay == "A markdown essay.\n\nAn article. It ends."
+    assert record["haystack_files"] == 2
+    assert {"path": "SOURCE.txt", "reason": "provenance, not text"} in record["left_out"]
+    assert [e["path"] for e in record["left_out"] if e["reason"].startswith("binary")] == ["blob.bin"]
 
 
 def test_a_haystack_folder_of_links_to_books_elsewhere_says_to_copy_them(tmp_path):

@@ -404,3 +404,23 @@ def test_a_loss_read_on_the_training_store_says_so(tmp_path):
         rows = {r["measure"]: r for r in headline(tmp_path, manifest)}
         losses = [r for m, r in rows.items() if m.startswith(("context gain", "best-context"))]
         assert len(losses) == 3 and all(r.get("note") == note for r in losses)
+
+
+def test_a_text_folder_is_read_without_its_notes_and_records_as_the_haystack_is(runs, tmp_path, capsys):
+    """WikiText's test split is wiki.test.raw and SOURCE.txt: the profile ingested SOURCE.txt as a
+    document of its store while its needle step (then reading only .txt files) failed on the same
+    folder. Now both read the text files and leave out the corpus's notes and record files, named."""
+    from contextlab.data.store import TokenStore
+    from contextlab.eval.adapter import load_model
+    from contextlab.profile.runner import prepare_store
+
+    folder = tmp_path / "wikitext"
+    folder.mkdir()
+    (folder / "wiki.test.raw").write_text(shakespeare(2_000))
+    (folder / "SOURCE.txt").write_text("Downloaded from the Hugging Face hub.")
+    (folder / "manifest.jsonl").write_text('{"file": "wiki.test.raw"}\n')
+    store = prepare_store(str(folder), load_model(runs[0]), tmp_path / "p", False)
+    said = capsys.readouterr().out
+    assert "SOURCE.txt, manifest.jsonl left out of" in said
+    store = TokenStore(store)
+    assert len(store.lengths()) == 1 and bytes(store.doc(0).tolist()).decode() == shakespeare(2_000)

@@ -205,7 +205,8 @@ def check_model(adapter, what: str) -> GPT:
     model = adapter.model
     if not isinstance(model, GPT) or adapter.info.kind != "contextlab":
         raise UserError(
-            f"{what}: {adapter.info.id} is a {adapter.info.architecture} model run by transformers; "
+            f"{what}: {adapter.info.id} is a Hugging Face model ({adapter.info.architecture}) run by "
+            "transformers; "
             "analyze attention reads contextlab models (a run, a checkpoint or a contextlab export)"
         )
     if adapter.info.lm_prefix:

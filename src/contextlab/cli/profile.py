@@ -56,8 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--haystack",
-        help="the needle's haystack (a text file or folder of .txt files); default: --data when it is text, "
-        "else the public-domain books shipped with contextlab",
+        help="the needle's haystack (a text file, or a folder of text files read as data ingest reads "
+        "it); default: --data when it is text, else the public-domain books shipped with contextlab",
     )
     p.add_argument(
         "--context",

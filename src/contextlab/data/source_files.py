@@ -67,6 +67,16 @@ def detect_kind(path: Path, include: list[str], exclude: list[str]) -> str:
     return "folder"
 
 
+# files of records, not prose: a folder's index or its data in another form (manifest.jsonl, a CSV);
+# a folder read as prose (a haystack, the profile's text) leaves them out with the provenance files
+RECORD_GLOBS = [f"*{s}" for s in (*JSONL_SUFFIXES, ".csv", ".tsv", ".parquet", ".arrow")]
+
+
+def prose_excludes() -> list[str]:
+    """``--exclude`` globs that leave a folder's prose: no provenance files, no files of records."""
+    return provenance_globs() + RECORD_GLOBS
+
+
 def provenance_globs() -> list[str]:
     """``--exclude`` globs that leave out the provenance files of ``PROVENANCE_NAMES`` at any depth,
     in any case (``[Rr][Ee]...``), bare or with an extension (``SOURCE.txt``, ``LICENSE``)."""

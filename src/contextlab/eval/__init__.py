@@ -62,8 +62,8 @@ EVALS: dict[str, Eval] = {
         needle.run,
         needle.Options,
         "needle in a haystack, lengths x depths",
-        "the haystack: a folder of .txt files or one file (default: the public-domain books shipped with "
-        "contextlab; " + PG_ESSAYS + ")",
+        "the haystack: a folder of text files (read as data ingest reads one) or one file (default: "
+        "the public-domain books shipped with contextlab; " + PG_ESSAYS + ")",
         default_data=_books,
     ),
     "kv": Eval(

@@ -1,13 +1,18 @@
 """Needle in a haystack: a fact hidden at depth d% of a long text, asked about at the end.
 
-Haystack: plain text files (``--data``: a folder of .txt or one file; public-domain
-books by default, or the Paul Graham essays of the original test), read in name order,
-CRLF normalised, through ingest's folder reader (``data.sources``): the same rule for bytes
-that are not UTF-8 (``--encoding``: strict by default, naming every such file; replace, skip
-or latin-1, counted in the result's data record), and the files that describe the corpus
-rather than belong to it (README, SOURCE, LICENSE, ...: ``source_files.provenance_globs``)
-left out and named there. For every context length L and depth d, the haystack is cut to the
-tokens left after the longest needle and the question, and the needle sentence goes in
+Haystack: plain text (``--data``: one file, or a folder read as ``data ingest`` reads it,
+every text file at any depth in name order; public-domain books by default, or the Paul
+Graham essays of the original test), CRLF normalised, through ingest's folder reader
+(``data.sources``): the same rule for bytes that are not UTF-8 (``--encoding``: strict by
+default, naming every such file; replace, skip or latin-1, counted in the result's data
+record), binary files skipped, and two kinds of file left out and named there: those that
+describe the corpus rather than belong to it (README, SOURCE, LICENSE, manifest, ...:
+``source_files.provenance_globs``) and files of records (``RECORD_GLOBS``: JSONL, CSV,
+Parquet), whose text is fields, not prose. (Only top-level .txt files were read before:
+WikiText's ``wiki.test.raw`` made a folder the profile's other steps read fine "no .txt files".)
+
+For every context length L and depth d, the haystack is cut to the tokens left after the
+longest needle and the question, and the needle sentence goes in
 at d% of the haystack tokens: 0% before its first word, 100% after its last (right before
 the question, as in the original test), and in between at the first of these that lies
 within ``DEPTH_TOLERANCE`` (5% of the haystack's tokens) of the target: the last sentence
@@ -51,7 +56,14 @@ import contextlab.eval.progress as progress
 import contextlab.eval.scoring as scoring
 import contextlab.eval.tasks as tasks
 from contextlab.config import opt
-from contextlab.data.source_files import EXCLUDED, globs_regex, provenance_globs, walk
+from contextlab.data.source_files import (
+    EXCLUDED,
+    RECORD_GLOBS,
+    globs_regex,
+    prose_excludes,
+    provenance_globs,
+    walk,
+)
 from contextlab.data.sources import SourceOptions, open_source
 from contextlab.errors import UserError, some
 from contextlab.eval.base import PG_ESSAYS, EvalOutput
@@ -71,6 +83,7 @@ SENTENCE_END = re.compile(r"""[.!?]["'”’)\]]*(?=\s)""")
 WORD_END = re.compile(r"(?<=\S)\s")  # the first whitespace character after a word
 DEPTH_TOLERANCE = 0.05  # the farthest a needle may land from its depth, as a fraction of the haystack
 PROVENANCE = globs_regex(provenance_globs())  # README, SOURCE, LICENSE, ...: not part of a haystack
+RECORDS = globs_regex(RECORD_GLOBS)  # JSONL, CSV, Parquet: fields, not prose
 
 
 @dataclass
@@ -104,30 +117,34 @@ class Options:
 def read_haystack(data: str | Path, encoding: str = "strict") -> tuple[str, dict]:
     """(the haystack text, what was read: files, the files left out and why, undecodable counts).
 
-    The top-level .txt files of a folder (or one file) through ingest's ``open_source``, so the
-    encoding policy, hidden, binary and linked files are those of ``data ingest``; provenance
-    files (``provenance_globs``) are left out; no Gutenberg stripping, no streaming of long files."""
+    The text files of a folder at any depth (or one file) through ingest's ``open_source``, so the
+    encoding policy, hidden, binary and linked files are those of ``data ingest``; provenance files
+    (``provenance_globs``) and files of records (``RECORD_GLOBS``) are left out and named; no
+    Gutenberg stripping, no streaming of long files."""
     p = Path(data)
     folder = p.is_dir()
     options = SourceOptions(
-        include=["/*.txt"] if folder else [],
-        exclude=provenance_globs() if folder else [],
+        exclude=prose_excludes() if folder else [],
         strip_gutenberg="no",
         encoding=encoding,  # type: ignore[arg-type]  (SourceOptions checks it)
         long_doc_mb=float("inf"),
     )
     files, skipped = walk(p, options.include, options.exclude) if folder else ([(p.name, p)], [])
-    provenance = [e["path"] for e in skipped if "/" not in e["path"] and PROVENANCE.match(e["path"])]
+    excluded = [e["path"] for e in skipped if e["reason"] == EXCLUDED]
+    provenance = [rel for rel in excluded if PROVENANCE.match(rel)]
+    records = [rel for rel in excluded if RECORDS.match(rel) and rel not in provenance]
     if not files:
         links = [e["path"] for e in skipped if e["reason"] == "symlink out of the tree"]
         if links:  # a folder of links to the books elsewhere: the one thing to change is named
             are = "are links" if len(links) > 1 else "is a link"
             raise UserError(
-                f"no .txt files in {p} to read: {some(links)} {are} to files outside it, which a haystack "
+                f"no text files in {p} to read: {some(links)} {are} to files outside it, which a haystack "
                 "folder does not follow (as data ingest does not); copy the files into the folder"
             )
-        also = f" (left out as provenance, not text: {', '.join(provenance)})" if provenance else ""
-        raise UserError(f"no .txt files in {p}{also}; pass --data a folder of text files (e.g. {PG_ESSAYS})")
+        why = [f"as provenance, not text: {some(provenance)}"] if provenance else []
+        why += [f"as records, not prose: {some(records)}"] if records else []
+        also = f" (left out {'; '.join(why)})" if why else ""
+        raise UserError(f"no text files in {p}{also}; pass --data a folder of text files (e.g. {PG_ESSAYS})")
     src = open_source(p, options)
     src.check_encoding(
         "no prompt was built: pass --encoding latin-1 (files from before UTF-8), replace (U+FFFD, "
@@ -138,6 +155,7 @@ def read_haystack(data: str | Path, encoding: str = "strict") -> tuple[str, dict
     record = {
         "haystack_files": src.stats.documents,
         "left_out": [{"path": name, "reason": "provenance, not text"} for name in provenance]
+        + [{"path": name, "reason": "records, not prose"} for name in records]
         + [e for e in src.skipped if e["reason"] != EXCLUDED],
         **counts,
     }
@@ -245,7 +263,7 @@ def lengths_for(adapter, o: Options) -> tuple[list[int], int, int]:
 def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], dict]:
     if not data:
         raise UserError(
-            f"niah needs a haystack: pass --data a folder of .txt files (public-domain books, or {PG_ESSAYS})"
+            f"niah needs a haystack: pass --data a folder of text files (public-domain books, or {PG_ESSAYS})"
         )
     if len(o.answers) < 2 or len(set(o.answers)) < len(o.answers):
         raise UserError("niah needs at least two different --answers (the pool of needle values)")

@@ -28,7 +28,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from contextlab.errors import UserError
+from contextlab.data.source_files import EXCLUDED, prose_excludes, walk
+from contextlab.data.sources import SourceOptions
+from contextlab.errors import UserError, some
 from contextlab.eval import progress
 from contextlab.eval.tasks import LONG_CONTEXT  # past it, the opening line says --context measures shorter
 from contextlab.io import atomic_write_json
@@ -103,9 +105,27 @@ def prepare_store(data: str, adapter, out: Path, progress_on: bool) -> str:
         raise UserError(f"--data {data} does not exist; give a token store or a text file or folder")
     target = out / "data" / f"store-{str(adapter.info.tokenizer.get('hash', 'x'))[:12]}"
     if not is_store(target):
-        config = IngestConfig(tokenizer=tokenizer_spec(adapter))
+        config = IngestConfig(tokenizer=tokenizer_spec(adapter), source=prose_source(Path(data)))
         ingest(data, target, config, overwrite=False, progress=progress_on, notes=False)
     return str(target)
+
+
+def prose_source(data: Path) -> SourceOptions:
+    """How a text ``--data`` is read: a folder without the files that describe the corpus (README,
+    SOURCE, manifest) or hold records (JSONL, CSV), as the needle reads its haystack, so every step
+    measures the same text; the files left out are named in one line. (They were ingested whole:
+    WikiText's SOURCE.txt became a document of the profile's store.)"""
+    if not data.is_dir():
+        return SourceOptions()
+    options = SourceOptions(exclude=prose_excludes())
+    left = [e["path"] for e in walk(data, [], options.exclude)[1] if e["reason"] == EXCLUDED]
+    if left:
+        print(
+            f"  data: {some(left)} left out of {data} (a corpus's own notes or files of records, not "
+            "its text); give an ingested store as --data to measure them",
+            file=sys.stdout,
+        )
+    return options
 
 
 def longest_document(store: str) -> int:
