@@ -181,3 +181,30 @@ def test_an_export_from_before_the_context_rename_still_loads(tmp_path):
     assert loaded.config.context == loaded.config.max_position_embeddings == 32
     with torch.no_grad():
         assert torch.allclose(loaded(ids(1, 20)).logits, model(ids(1, 20)).logits, atol=1e-5)
+
+
+def test_a_model_that_attends_both_ways_or_is_not_a_causal_lm_is_refused_in_one_line(tmp_path):
+    """A BERT saved as BertForMaskedLM loaded through AutoModelForCausalLM as BertLMHeadModel, attending
+    both ways, and a profile of it ran to the end: every loss it gave was read with the scored tokens in
+    view. Now loading tests that no prediction changes with a later token. A T5 (encoder-decoder) said
+    only transformers' "Unrecognized configuration class"; now the line says what contextlab reads."""
+    from contextlab.models.hf.causal import load_for_training, read_hf_config
+
+    small = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    transformers.BertForMaskedLM(transformers.BertConfig(vocab_size=300, **small)).save_pretrained(
+        tmp_path / "bert"
+    )
+    for load in (hf.load_hf_causal_lm, lambda p: load_for_training(p, read_hf_config(p))):
+        with pytest.raises(
+            UserError, match=r"BertForMaskedLM model's prediction at a position changes with a later token"
+        ):
+            load(tmp_path / "bert")
+    decoder = transformers.BertConfig(vocab_size=300, is_decoder=True, **small)
+    transformers.BertLMHeadModel(decoder).save_pretrained(tmp_path / "bert-decoder")
+    assert type(hf.load_hf_causal_lm(tmp_path / "bert-decoder")).__name__ == "BertLMHeadModel"
+    t5 = transformers.T5Config(vocab_size=300, d_model=32, d_ff=64, num_layers=1, num_heads=2, d_kv=16)
+    transformers.T5ForConditionalGeneration(t5).save_pretrained(tmp_path / "t5")
+    with pytest.raises(
+        UserError, match=r"no left-to-right language model for T5ForConditionalGeneration; contextlab"
+    ):
+        hf.load_hf_causal_lm(tmp_path / "t5")

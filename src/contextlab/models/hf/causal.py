@@ -33,6 +33,7 @@ from transformers.utils import CONFIG_NAME
 from contextlab.errors import UserError
 from contextlab.io import follow_umask
 from contextlab.models.gpt import GPTOutput
+from contextlab.models.hf.checks import check_left_to_right, load_error
 from contextlab.models.hf.custom_code import EXPORT
 from contextlab.models.rope import ntk_base
 from contextlab.outputs import staged_dir
@@ -246,7 +247,8 @@ def load_for_training(path: str | os.PathLike, config: PretrainedConfig) -> HFCa
             Path(path), config=config, local_files_only=True, dtype=torch.float32
         )
     except (OSError, ValueError, KeyError) as e:
-        raise UserError(f"cannot load a causal LM from {path}: {str(e).strip().splitlines()[0]}") from None
+        raise UserError(load_error(path, e)) from None
+    check_left_to_right(hf, path)
     return HFCausalLM(hf.train())
 
 

@@ -35,6 +35,7 @@ from contextlab.errors import UserError
 from contextlab.io import follow_umask
 from contextlab.models.contextlm import ContextLM, ContextLMConfig, ContextLMOptions
 from contextlab.models.gpt import GPT, GPTConfig, current_fields
+from contextlab.models.hf.checks import check_left_to_right, load_error
 from contextlab.models.hf.remote import REMOTE_DIR, REMOTE_FILES
 from contextlab.models.hf.remote import configuration_contextlab as remote_config
 from contextlab.models.hf.remote import modeling_contextlab as remote
@@ -200,8 +201,8 @@ def load_hf_causal_lm(path: str | os.PathLike, dtype: torch.dtype | None = None)
     try:
         model = AutoModelForCausalLM.from_pretrained(p, local_files_only=True, **kwargs)
     except (OSError, ValueError, KeyError) as e:
-        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f"cannot load a causal LM from {p}: {first_line}") from e
+        raise UserError(load_error(p, e)) from e
+    check_left_to_right(model, p)
     return model.eval()
 
 
