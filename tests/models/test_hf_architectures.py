@@ -1,0 +1,79 @@
+"""Hugging Face architectures a user brings, each as a tiny random-weight folder made here: every
+decoder-only one loads through the real opener and scores candidates from a shared KV cache exactly
+as from whole sequences (a sliding-window Mistral, with the prompt longer than its window, included);
+models that do not read left to right are refused (tests/models/test_hf_export.py)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from contextlab.data.hf_tokenizer import train_bpe
+from contextlab.eval.adapter import load_model
+from tests.conftest import shakespeare
+
+VOCAB = 300
+SMALL = dict(
+    hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=VOCAB
+)
+ARCHS = {
+    "gpt2": (
+        "GPT2",
+        dict(
+            bos_token_id=0, eos_token_id=0, n_embd=32, n_layer=2, n_head=2, n_positions=128, vocab_size=VOCAB
+        ),
+    ),
+    "gpt_neox": ("GPTNeoX", dict(SMALL, max_position_embeddings=128, rotary_pct=0.25)),
+    "mistral": (
+        "Mistral",
+        dict(SMALL, num_key_value_heads=1, max_position_embeddings=128, sliding_window=16),
+    ),
+    "qwen2": ("Qwen2", dict(SMALL, num_key_value_heads=1, max_position_embeddings=128)),
+    "opt": (
+        "OPT",
+        dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, ffn_dim=64, word_embed_proj_dim=32)
+        | dict(max_position_embeddings=128, vocab_size=VOCAB),
+    ),
+    "bloom": ("Bloom", dict(hidden_size=32, n_layer=2, n_head=2, vocab_size=VOCAB)),
+    "phi": ("Phi", dict(SMALL, max_position_embeddings=128)),
+    "gemma": ("Gemma", dict(SMALL, num_key_value_heads=1, head_dim=16, max_position_embeddings=128)),
+}
+
+
+@pytest.fixture(scope="module")
+def tokenizer_json(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("tok")
+    with tempfile.TemporaryDirectory() as tmp:
+        train_bpe([shakespeare(20_000)], VOCAB).save(tmp)
+        shutil.copy(Path(tmp) / "tokenizer.json", folder / "tokenizer.json")
+    return folder / "tokenizer.json"
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_a_decoder_only_folder_loads_and_scores_from_a_shared_cache_as_from_whole_sequences(
+    arch, tokenizer_json, tmp_path
+):
+    name, fields = ARCHS[arch]
+    torch.manual_seed(0)
+    config = getattr(transformers, f"{name}Config")(**fields)
+    model_class = getattr(transformers, f"{name}LMHeadModel" if arch == "gpt2" else f"{name}ForCausalLM")
+    model_class(config).save_pretrained(tmp_path / arch)
+    shutil.copy(tokenizer_json, tmp_path / arch / "tokenizer.json")
+    adapter = load_model(tmp_path / arch)
+    assert adapter.info.kind == "hf" and adapter.info.architecture == arch
+    g = torch.Generator().manual_seed(1)
+    prompt = torch.randint(0, VOCAB, (40,), generator=g).tolist()  # past the Mistral's window of 16
+    candidates = [torch.randint(0, VOCAB, (n,), generator=g).tolist() for n in (3, 1, 5, 2)]
+    shared = adapter.score_continuations(prompt, candidates)
+    assert not adapter._whole_sequences  # the cache was shared, not given up
+    whole = adapter.score_spans([(prompt + c, len(prompt)) for c in candidates])
+    np.testing.assert_allclose(shared, whole, rtol=1e-5, atol=1e-4)
+    scored, generated = adapter.score_and_generate(prompt, candidates, 4)
+    np.testing.assert_allclose(scored, whole, rtol=1e-5, atol=1e-4)
+    assert generated == adapter.generate(prompt, 4)
