@@ -29,6 +29,17 @@ def test_eval_throughput_runs_and_reports_its_ratio():
     assert out["bench"] == "eval_throughput" and out["ratio_vs_forward"] > 0 and out["context"] == 32
 
 
+def test_last_token_loss_runs_and_its_two_ways_agree():
+    out = last_json(
+        [
+            "benchmarks/last_token_loss.py",
+            *("--vocab", "300", "--length", "16", "--rows", "2", "--repeats", "1", "--threads", "1"),
+        ]
+    )
+    assert out["bench"] == "last_token_loss" and out["hf_speedup"] > 0 and out["contextlab_speedup"] > 0
+    assert out["hf_max_abs_diff"] < 1e-4 and out["contextlab_max_abs_diff"] < 1e-4
+
+
 def test_objective_overhead_runs_and_reports_its_ratios():
     out = last_json(
         [

@@ -54,6 +54,7 @@ def test_backends_give_the_same_answers_through_every_path(make):
     feats, last = adapter.features_and_last_logprob(ids, layer=1, position=-2)
     torch.testing.assert_close(feats, adapter.hidden_states(ids[:, :-1], layer=1)[:, -2])
     torch.testing.assert_close(last, by_hand[:, -1], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(adapter.last_token_logprobs(ids), by_hand[:, -1], rtol=1e-5, atol=1e-5)
     assert feats.dtype == last.dtype == torch.float32 and feats.shape == (
         3,
         adapter.hidden_states(ids).size(-1),

@@ -77,3 +77,5 @@ def test_a_decoder_only_folder_loads_and_scores_from_a_shared_cache_as_from_whol
     scored, generated = adapter.score_and_generate(prompt, candidates, 4)
     np.testing.assert_allclose(scored, whole, rtol=1e-5, atol=1e-4)
     assert generated == adapter.generate(prompt, 4)
+    rows = torch.tensor([prompt[:20], prompt[20:]])  # the last token's loss from the last row alone
+    torch.testing.assert_close(adapter.last_token_logprobs(rows), adapter.token_logprobs(rows)[:, -1])

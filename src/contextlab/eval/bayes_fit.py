@@ -145,7 +145,7 @@ def last_token_losses(adapter, store, targets: list[tuple[int, int]], lengths: l
         )  # (N, l+1)
         rows = max(adapter.batch_size, adapter.batch_size * adapter.context // (l + 1))  # short l: more rows
         for a in range(0, len(ids), rows):
-            lp = adapter.token_logprobs(ids[a : a + rows])[:, -1]  # only the target
+            lp = adapter.last_token_logprobs(ids[a : a + rows])  # only the target
             out[i, a : a + len(lp)] = -lp.double().cpu().numpy()
     return out
 

@@ -196,7 +196,7 @@ def one_token_losses(adapter, tokens: np.ndarray, lo: int, hi: int) -> np.ndarra
     out = np.empty(len(flat))
     step = max(1, adapter.batch_size) * 64  # two-token rows are cheap: many per forward
     for a in progress.bar(range(0, len(flat), step), desc="contextwise: one visible token", unit="batch"):
-        out[a : a + step] = -adapter.token_logprobs(flat[a : a + step])[:, -1].double().cpu().numpy()
+        out[a : a + step] = -adapter.last_token_logprobs(flat[a : a + step]).double().cpu().numpy()
     return out.reshape(len(tokens), -1).mean(1)  # (N,)
 
 

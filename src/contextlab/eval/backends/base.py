@@ -45,6 +45,10 @@ class ModelBackend(Protocol):
     def output_rows(self, idx: Tensor) -> Callable[[int, int], Tensor]:
         """A function (a, b) -> logits of the flattened positions a:b of ``idx`` (B*T rows)."""
 
+    def last_logits(self, idx: Tensor) -> Tensor:
+        """(B, V) the logits at the last position only, in the compute dtype: the output layer runs on
+        one row of each sequence instead of T (for a 50k vocabulary, most of a small model's forward)."""
+
     def hidden_states(self, idx: Tensor, layer: int, what: str) -> Tensor:
         """(B, T, C) residual stream after block ``layer``; ``what`` names the model in errors."""
 

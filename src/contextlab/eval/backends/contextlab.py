@@ -50,6 +50,11 @@ class ContextlabBackend:
         h = self._out(hidden).reshape(-1, hidden.size(-1))  # (B*T, C)
         return lambda a, b: self.model.unembed(h[a:b])  # (b-a, V), called under autocast
 
+    def last_logits(self, idx: Tensor) -> Tensor:
+        with self.autocast():
+            hidden, _ = self.model.trunk(self._in(idx))  # (B, T, C), final norm applied
+            return self.model.unembed(hidden[:, -1])  # (B, V)
+
     def continuation_logprobs(self, prefix: Tensor, conts: Tensor, lengths: list[int]) -> Tensor | None:
         """fp32 (k, L) log p(conts[i, j] | prefix, conts[i, :j]) for j < lengths[i], for a prefix (P,) and k
         right-padded continuations (k, L) (entries past a row's length are unused): the prefix runs once

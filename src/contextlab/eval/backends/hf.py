@@ -53,6 +53,11 @@ class HFBackend:
         logits = logits.reshape(-1, logits.size(-1))  # (B*T, V)
         return lambda a, b: logits[a:b]
 
+    def last_logits(self, idx: Tensor) -> Tensor:
+        keep = {"logits_to_keep": 1} if self.keeps_logits else {}  # else the model computes them all
+        with self.autocast():
+            return self.model(input_ids=idx, **keep).logits[:, -1, : self.vocab_size]  # (B, V)
+
     def continuation_logprobs(self, prefix: Tensor, conts: Tensor, lengths: list[int]) -> Tensor | None:
         """As the contextlab backend's: the prefix (P,) runs once with ``use_cache=True`` (only its last
         position's logits when the model takes ``logits_to_keep``); each continuation then runs on a copy
