@@ -43,6 +43,17 @@ ARCHS = {
     "bloom": ("Bloom", dict(hidden_size=32, n_layer=2, n_head=2, vocab_size=VOCAB)),
     "phi": ("Phi", dict(SMALL, max_position_embeddings=128)),
     "gemma": ("Gemma", dict(SMALL, num_key_value_heads=1, head_dim=16, max_position_embeddings=128)),
+    # logits capped after the output layer: the chunked output layer must not be used for it
+    "gemma2": (
+        "Gemma2",
+        dict(
+            SMALL,
+            num_key_value_heads=1,
+            head_dim=16,
+            max_position_embeddings=128,
+            final_logit_softcapping=0.5,
+        ),
+    ),
 }
 
 
@@ -78,4 +89,8 @@ def test_a_decoder_only_folder_loads_and_scores_from_a_shared_cache_as_from_whol
     np.testing.assert_allclose(scored, whole, rtol=1e-5, atol=1e-4)
     assert generated == adapter.generate(prompt, 4)
     rows = torch.tensor([prompt[:20], prompt[20:]])  # the last token's loss from the last row alone
-    torch.testing.assert_close(adapter.last_token_logprobs(rows), adapter.token_logprobs(rows)[:, -1])
+    every = adapter.token_logprobs(rows)  # (2, 19): the output layer a chunk of rows at a time, if plain
+    torch.testing.assert_close(adapter.last_token_logprobs(rows), every[:, -1])
+    whole = torch.log_softmax(adapter.logits(rows[:, :-1]).float(), -1).gather(-1, rows[:, 1:, None])[..., 0]
+    torch.testing.assert_close(every, whole)  # as the model's own forward gives them
+    assert adapter.backend._plain_head is (arch != "gemma2")

@@ -34,9 +34,12 @@ from contextlab.errors import UserError, some
 from contextlab.eval import progress
 from contextlab.eval.tasks import LONG_CONTEXT  # past it, the opening line says --context measures shorter
 from contextlab.io import atomic_write_json
-from contextlab.profile.plan import KV_ANSWER_ROOM, Budget, Step, build
+from contextlab.profile.plan import KV_ANSWER_ROOM, MIN_CONTEXT, Budget, Rates, Step, build
 
 PROFILE_FORMAT = "contextlab-profile"
+PROBE_TOKENS = 1024  # tokens per row of the forward pass timed for the estimate
+LONG_ESTIMATE = 20 * 60  # past this estimate (seconds), the opening lines name a context that fits
+SHORT_ENOUGH = 5 * 60  # ... one whose estimate is at most this
 
 VERSION = 1
 
@@ -247,6 +250,50 @@ def run_step(step: Step, model: Model, out_dir: Path, compare: Model | None = No
     return path
 
 
+def measure_rates(adapter, context: int) -> Rates:
+    """Seconds per token through ``adapter``'s model and per row of its output layer on this machine:
+    two rows of min(context, PROBE_TOKENS) tokens scored at their last position only, then at every
+    position (after a short warm-up); the first gives the layers' rate, the difference the output
+    layer's. About two forward passes of the battery's hundreds."""
+    import torch
+
+    n = min(context, PROBE_TOKENS)
+    ids = torch.randint(
+        0, min(adapter.vocab_size, 256), (2, n + 1), generator=torch.Generator().manual_seed(0)
+    )
+    adapter.last_token_logprobs(ids[:, :17])  # warm-up: first-call costs are not the model's rate
+    t0 = time.perf_counter()
+    adapter.last_token_logprobs(ids)
+    t1 = time.perf_counter()
+    adapter.token_logprobs(ids)
+    t2 = time.perf_counter()
+    return Rates(token=(t1 - t0) / (2 * n), row=max(0.0, (t2 - t1) - (t1 - t0)) / (2 * n))
+
+
+def duration(seconds: float) -> str:
+    """A rough duration: 40 s, 3 min, 2.5 h."""
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def estimate_line(estimate: float, context: int) -> str:
+    """The estimate said before the battery runs, and for a long one the context that would fit
+    ``SHORT_ENOUGH`` (the work of every step grows about linearly with the context, so the estimate is
+    scaled by the ratio of contexts: rough, as the estimate is)."""
+    line = f"estimated time on this machine: about {duration(estimate)} (from a timed forward pass; rough)"
+    if estimate <= LONG_ESTIMATE:
+        return line
+    shorter = context // 2
+    while shorter > MIN_CONTEXT and estimate * shorter / context > SHORT_ENOUGH:
+        shorter //= 2
+    if shorter < MIN_CONTEXT:
+        return line
+    return f"{line}; --context {shorter:,} would take about {duration(estimate * shorter / context)}"
+
+
 def attention_problem(models: list[Model]) -> str:
     """'' when attention by distance can be recomputed for every model, else why not (one line)."""
     from contextlab.analysis.attention import check_model
@@ -335,7 +382,6 @@ def run_profile(
         )
     pair = len(opened) == 2 and not attention_problem(opened) and len(hashes) == 1
     jobs = _jobs(opened, plans, pair)
-    total = sum(step.cost for _, step, _ in jobs)
     shorter = "; --context N measures at a shorter one" if context > LONG_CONTEXT else ""
     print(
         f"profile of {', '.join(m.path for m in opened)} at context {context:,} ({budget_name}): "
@@ -345,7 +391,18 @@ def run_profile(
     for label, step, _ in jobs:  # said now, not found in the report after minutes of the rest
         if step.skip:
             print(f"  {step.name} ({label}) skipped: {step.skip}", file=sys.stdout)
-    bar = bars.bar(  # in units of estimated work; what a reader needs is the share done and the time left
+    rates = {m.label: measure_rates(m.adapter, context) for m in opened}
+    cost = {id(step): step.seconds(rates[label.split("+")[0]]) for label, step, _ in jobs}
+    todo = [
+        (label, step)
+        for label, step, _ in jobs
+        if not step.skip and not manifest.finished(manifest.record(step.name, label))
+    ]
+    estimate = sum(cost[id(step)] for _, step in todo)
+    manifest.doc["estimated_seconds"] = round(estimate, 1)
+    print(f"  {estimate_line(estimate, context)}", file=sys.stdout)
+    total = sum(cost.values())
+    bar = bars.bar(  # in estimated seconds; what a reader needs is the share done and the time left
         total=total,
         desc="profile",
         bar_format="{l_bar}{bar}| {elapsed} elapsed, about {remaining} left",
@@ -355,12 +412,12 @@ def run_profile(
         rec = manifest.record(step.name, label)
         target = out / ("compare" if pair else f"models/{label}")
         if manifest.finished(rec):
-            bar.update(step.cost)
+            bar.update(cost[id(step)])
             continue
         if step.skip:
             rec.update(status="skipped", error=step.skip, result=None)
             manifest.save()
-            bar.update(step.cost)
+            bar.update(cost[id(step)])
             continue
         rec.update(status="running", error=None)
         manifest.save()
@@ -375,7 +432,7 @@ def run_profile(
             bars.write(f"  {step.name} ({label}) failed: {e}", file=sys.stdout)
         rec["seconds"] = round(time.perf_counter() - s0, 2)
         manifest.save()
-        bar.update(step.cost)
+        bar.update(cost[id(step)])
     bar.close()
     if len(opened) == 2:
         manifest.doc["compare_notes"] = _compare(out, opened)

@@ -2,9 +2,15 @@
 
 The model is called as ``transformers`` models are (``input_ids``, ``output_hidden_states``);
 the opener (``contextlab.inference``) loads it with the folder's ``tokenizer.json``.
-Trade-off: such models return their logits in one piece (they compute them anyway), so only
-the log-softmax is chunked, and a layer plus the last token's log-probability take two
-forward passes: any causal LM works, at the price of a second forward.
+Log-probabilities of many positions (``output_rows``) come from the model's base (its layers and
+final norm) with its own output layer applied a chunk of rows at a time, as the contextlab backend
+does: a whole forward would return every logit at once, and 8 rows of 32,768 tokens of a 50k
+vocabulary are 53 GB of fp32 (a Qwen2 profile died there). That is the model's own answer only if
+its logits are nothing but the output layer of the base's last state; some scale or cap them
+after it (Gemma 2's soft cap, Cohere's scale), so the first call checks the two ways agree on 8
+tokens and a model where they do not gets its whole logits, as before. Trade-off: a layer plus
+the last token's log-probability take two forward passes: any causal LM works, at the price of
+a second forward.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ class HFBackend:
         self.autocast = autocast
         # whether the model computes only its last positions' logits when asked (transformers >= 4.45)
         self.keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self._plain_head: bool | None = None  # logits = output layer(base's last state)? (checked once)
 
     @property
     def vocab_size(self) -> int:
@@ -49,9 +56,35 @@ class HFBackend:
             return self.model(input_ids=idx).logits[..., : self.vocab_size]
 
     def output_rows(self, idx: Tensor) -> Callable[[int, int], Tensor]:
-        logits = self.logits(idx)
-        logits = logits.reshape(-1, logits.size(-1))  # (B*T, V)
-        return lambda a, b: logits[a:b]
+        if self._plain_head is None:
+            self._plain_head = self._head_is_plain(idx[:1, :8])
+        if not self._plain_head:  # the model's own logits, whole
+            logits = self.logits(idx)
+            logits = logits.reshape(-1, logits.size(-1))  # (B*T, V)
+            return lambda a, b: logits[a:b]
+        head = self.model.get_output_embeddings()
+        with self.autocast():
+            hidden = self._base_states(idx)  # (B, T, C), the final norm applied
+        h = hidden.reshape(-1, hidden.size(-1))  # (B*T, C)
+        return lambda a, b: head(h[a:b])[:, : self.vocab_size]  # (b-a, V), called under autocast
+
+    def _base_states(self, idx: Tensor) -> Tensor:
+        out = self.model.base_model(input_ids=idx)
+        return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+    def _head_is_plain(self, idx: Tensor) -> bool:
+        """Whether the model's logits are its output layer applied to its base's last states: checked on
+        ``idx`` (a few tokens) against the whole forward; any failure to take that path is a no."""
+        head = self.model.get_output_embeddings()
+        if head is None or self.model.base_model is self.model:
+            return False
+        try:
+            with self.autocast():
+                mine = head(self._base_states(idx))[..., : self.vocab_size].float()
+                theirs = self.logits(idx).float()
+        except (TypeError, AttributeError, ValueError, RuntimeError):
+            return False
+        return mine.shape == theirs.shape and torch.allclose(mine, theirs, rtol=1e-3, atol=1e-3)
 
     def last_logits(self, idx: Tensor) -> Tensor:
         keep = {"logits_to_keep": 1} if self.keeps_logits else {}  # else the model computes them all
