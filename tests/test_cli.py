@@ -284,3 +284,34 @@ def test_file_size_and_name_length_errors_are_one_line_for_every_command():
         assert "file too large for this filesystem or `ulimit -f`" in disk_error_line(exc)
     long_name = OSError(errno.ENAMETOOLONG, "File name too long", "out/" + "x" * 300)
     assert "too long for this file system; choose a shorter name" in disk_error_line(long_name)
+
+
+def test_running_out_of_memory_is_one_line_with_the_allocation_and_the_commands_fix(monkeypatch, capsys):
+    """A Qwen2 profiled at its 32,768 positions asked the CPU allocator for 53 GB of logits and died with
+    a 40-line traceback; running out of memory is now one line naming the allocation and the option
+    that asks for less, for the host's allocator, torch's CUDA error and Python's MemoryError alike."""
+    import torch
+
+    from contextlab.cli import main
+    from contextlab.errors import memory_error_line
+
+    host = RuntimeError(
+        "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried "
+        "to allocate 52698284032 bytes. Error code 12 (Cannot allocate memory)"
+    )
+    line = memory_error_line(host, "profile")
+    assert line.startswith("out of memory (one allocation of 52.7 GB); give --batch-size 1, or measure at")
+    cuda = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.1 GiB total)")
+    assert memory_error_line(cuda, "train").startswith(
+        "out of memory (one allocation of 2.00 GiB); set train."
+    )
+    assert memory_error_line(MemoryError(), "data ingest").startswith("out of memory; use smaller batches")
+    assert memory_error_line(ValueError("bad value"), "eval") is None
+
+    def no_memory(argv):
+        raise host
+
+    monkeypatch.setattr("contextlab.cli._resolve", lambda command: no_memory)
+    assert main(["eval", "ppl"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["contextlab eval: error: " + memory_error_line(host, "eval")]

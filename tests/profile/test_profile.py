@@ -282,8 +282,8 @@ def test_attention_runs_per_model_when_the_pair_cannot(llama, runs):
     assert attention_problem(opened) == attention_problem(opened[1:])
     plans = {
         m.label: [
-            Step("contextwise", None, "S", 1.0),
-            Step("attention", None, "S", 1.0, skip=attention_problem([m])),
+            Step("contextwise", None, "S", 1.0, 1.0),
+            Step("attention", None, "S", 1.0, 0.0, skip=attention_problem([m])),
         ]
         for m in opened
     }
@@ -424,3 +424,45 @@ def test_a_text_folder_is_read_without_its_notes_and_records_as_the_haystack_is(
     assert "SOURCE.txt, manifest.jsonl left out of" in said
     store = TokenStore(store)
     assert len(store.lengths()) == 1 and bytes(store.doc(0).tolist()).decode() == shakespeare(2_000)
+
+
+def test_a_step_out_of_memory_fails_alone_and_the_estimate_is_said_first(
+    runs, text, tmp_path, capsys, monkeypatch
+):
+    """Running out of memory in one step ended the whole profile with a traceback; it is now that step's
+    failure, with one line, and the battery goes on. The opening lines carry the time estimate."""
+    import contextlab.profile.runner as runner
+
+    real = runner.run_step
+    no_memory = "DefaultCPUAllocator: can't allocate memory: you tried to allocate 52698284032 bytes"
+
+    def kv_without_memory(step, *args, **kwargs):
+        if step.name == "kv":
+            raise RuntimeError(no_memory)
+        return real(step, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "run_step", kv_without_memory)
+    out = tmp_path / "p"
+    argv = ["profile", "--model", str(runs[0]), "--data", str(text), "--out", str(out), "--no-progress"]
+    assert main([*argv, "--threads", "1"]) == 0
+    said = capsys.readouterr().out.splitlines()
+    estimate = next(i for i, line in enumerate(said) if "estimated time on this machine: about" in line)
+    assert estimate < next(i for i, line in enumerate(said) if line.startswith("contextwise:"))
+    doc = json.loads((out / "profile.json").read_text())
+    status = {s["name"]: (s["status"], s["error"]) for s in doc["steps"]}
+    assert status["kv"] == ("failed", runner.memory_error_line(RuntimeError(no_memory), "profile"))
+    assert status["kv"][1].startswith("out of memory (one allocation of 52.7 GB); give --batch-size 1")
+    assert all(status[n][0] == "done" for n in ("contextwise", "bayes-fit", "niah", "passkey", "attention"))
+    assert doc["estimated_seconds"] > 0
+
+
+def test_a_long_estimate_names_a_context_that_fits():
+    from contextlab.profile.runner import estimate_line
+
+    assert estimate_line(100.0, 4096) == (
+        "estimated time on this machine: about 2 min (from a timed forward pass; rough)"
+    )
+    line = estimate_line(3 * 3600.0, 32768)  # 3 h: 1/64 of the context is 2.8 min
+    assert line.endswith(
+        "about 3.0 h (from a timed forward pass; rough); --context 512 would take about 3 min"
+    )

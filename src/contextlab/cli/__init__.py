@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from contextlab.errors import UserError
+from contextlab.errors import UserError, memory_error_line
 
 Command = Callable[[list[str]], int]
 
@@ -218,7 +218,7 @@ def _run(fn: Command, name: str, argv: list[str]) -> int:
         print(f"\ncontextlab {name}: interrupted; run the same command again to resume", file=sys.stderr)
         return 130
     except Exception as exc:  # a file-system error from any layer (OSError, or a library's own type)
-        line = disk_error_line(exc)
+        line = disk_error_line(exc) or memory_error_line(exc, name)
         if line is None:
             raise
         print(f"contextlab {name}: error: {line}", file=sys.stderr)

@@ -58,19 +58,25 @@ class Step:
     tokens: float  # estimated token positions through the model's layers
     rows: float  # estimated positions through its output layer
     skip: str = ""  # why it does not run ("" = it runs)
+    length: float = 0.0  # the sequence length most of its tokens are read at (attention grows with it)
 
     def seconds(self, rates: Rates) -> float:
         """The estimated time of this step on the machine ``rates`` was measured on."""
-        return self.tokens * rates.token + self.rows * rates.row
+        return self.tokens * rates.token(self.length) + self.rows * rates.row
 
 
 @dataclass(frozen=True)
 class Rates:
-    """Seconds per token position through a model's layers and per position through its output layer,
+    """Seconds per token position through a model's layers, ``base + per_length * L`` for sequences of L
+    tokens (attention reads every earlier position), and per position through its output layer;
     measured on this machine (``runner.measure_rates``)."""
 
-    token: float
+    base: float
+    per_length: float
     row: float
+
+    def token(self, length: float) -> float:
+        return self.base + self.per_length * length
 
 
 def fitted_lengths(lengths_for, adapter, options, context: int) -> list[int]:
@@ -150,6 +156,7 @@ def build(
             1.4 * N * C,  # the pieces, and two-token rows for the best-context window's (a fifth) targets
             1.2 * N * C,
             skip=_too_short(longest_doc, C + 1, C),
+            length=C,
         ),
         Step(
             "bayes-fit",
@@ -158,9 +165,24 @@ def build(
             b.targets * sum(v + 1 for v in visible),
             b.targets * len(visible),  # only the target's row
             skip=_too_short(longest_doc, C + 1, C),  # a target with C tokens before it
+            length=0.75 * C,  # half its tokens are in the rows of C, a quarter in those of C/2, ...
         ),
-        Step("niah", niah_opts, haystack, *niah_work, skip=_no_room("niah", niah_lengths, C)),
-        Step("passkey", pk_opts, None, *pk_work, skip=_no_room("passkey", pk_lengths, C)),
+        Step(
+            "niah",
+            niah_opts,
+            haystack,
+            *niah_work,
+            skip=_no_room("niah", niah_lengths, C),
+            length=_mean(niah_lengths),
+        ),
+        Step(
+            "passkey",
+            pk_opts,
+            None,
+            *pk_work,
+            skip=_no_room("passkey", pk_lengths, C),
+            length=_mean(pk_lengths),
+        ),
         Step(
             "kv",
             kv_opts,
@@ -168,6 +190,7 @@ def build(
             PROMPT_FACTOR * C * kv_prompts,
             kv_prompts * ROTATIONS * answer["kv"],
             skip=kv_skip,
+            length=C,
         ),
         Step(
             "attention",
@@ -176,8 +199,13 @@ def build(
             b.attention_rows * C * 4,  # the weights are recomputed per layer in fp32
             0.0,
             skip=attention or _too_short(longest_doc, C, C),
+            length=C,
         ),
     ]
+
+
+def _mean(lengths: list[int]) -> float:
+    return sum(lengths) / len(lengths) if lengths else 0.0
 
 
 def _no_room(task: str, lengths: list[int], context: int) -> str:

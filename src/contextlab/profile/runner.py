@@ -30,14 +30,14 @@ from pathlib import Path
 
 from contextlab.data.source_files import EXCLUDED, prose_excludes, walk
 from contextlab.data.sources import SourceOptions
-from contextlab.errors import UserError, some
+from contextlab.errors import UserError, memory_error_line, some
 from contextlab.eval import progress
 from contextlab.eval.tasks import LONG_CONTEXT  # past it, the opening line says --context measures shorter
 from contextlab.io import atomic_write_json
 from contextlab.profile.plan import KV_ANSWER_ROOM, MIN_CONTEXT, Budget, Rates, Step, build
 
 PROFILE_FORMAT = "contextlab-profile"
-PROBE_TOKENS = 1024  # tokens per row of the forward pass timed for the estimate
+PROBE_SHORT, PROBE_LONG = 512, 4096  # tokens per row of the forward passes timed for the estimate
 LONG_ESTIMATE = 20 * 60  # past this estimate (seconds), the opening lines name a context that fits
 SHORT_ENOUGH = 5 * 60  # ... one whose estimate is at most this
 
@@ -251,23 +251,30 @@ def run_step(step: Step, model: Model, out_dir: Path, compare: Model | None = No
 
 
 def measure_rates(adapter, context: int) -> Rates:
-    """Seconds per token through ``adapter``'s model and per row of its output layer on this machine:
-    two rows of min(context, PROBE_TOKENS) tokens scored at their last position only, then at every
-    position (after a short warm-up); the first gives the layers' rate, the difference the output
-    layer's. About two forward passes of the battery's hundreds."""
+    """Seconds per token through ``adapter``'s model, at two lengths, and per row of its output layer
+    on this machine: two rows of ``PROBE_SHORT`` and of ``PROBE_LONG`` tokens (each at most the context)
+    scored at their last position only, then the long ones at every position (after a short warm-up).
+    The two lengths give the per-token time's growth with length (attention), the difference of the
+    last two the output layer's. Three forward passes of the battery's hundreds; a model read at
+    32,768 tokens is mostly attention, which a rate measured at one short length missed sevenfold."""
     import torch
 
-    n = min(context, PROBE_TOKENS)
-    ids = torch.randint(
-        0, min(adapter.vocab_size, 256), (2, n + 1), generator=torch.Generator().manual_seed(0)
-    )
+    def timed(fn, ids) -> float:
+        t0 = time.perf_counter()
+        fn(ids)
+        return time.perf_counter() - t0
+
+    g = torch.Generator().manual_seed(0)
+    short, long = min(context, PROBE_SHORT), min(context, PROBE_LONG)
+    ids = torch.randint(0, min(adapter.vocab_size, 256), (2, long + 1), generator=g)
     adapter.last_token_logprobs(ids[:, :17])  # warm-up: first-call costs are not the model's rate
-    t0 = time.perf_counter()
-    adapter.last_token_logprobs(ids)
-    t1 = time.perf_counter()
-    adapter.token_logprobs(ids)
-    t2 = time.perf_counter()
-    return Rates(token=(t1 - t0) / (2 * n), row=max(0.0, (t2 - t1) - (t1 - t0)) / (2 * n))
+    at_short = timed(adapter.last_token_logprobs, ids[:, : short + 1]) / (2 * short)
+    at_long = timed(adapter.last_token_logprobs, ids) / (2 * long)
+    every = timed(adapter.token_logprobs, ids) / (2 * long)
+    per_length = max(0.0, (at_long - at_short) / (long - short)) if long > short else 0.0
+    return Rates(
+        base=max(0.0, at_short - per_length * short), per_length=per_length, row=max(0.0, every - at_long)
+    )
 
 
 def duration(seconds: float) -> str:
@@ -427,9 +434,12 @@ def run_profile(
             other = opened[1] if pair else None
             path = run_step(step, model, target, other)
             rec.update(status="done", result=str(path.relative_to(out)))
-        except UserError as e:
-            rec.update(status="failed", error=str(e))
-            bars.write(f"  {step.name} ({label}) failed: {e}", file=sys.stdout)
+        except Exception as e:  # a task this model cannot take, or one it has no memory for: the next may
+            why = str(e) if isinstance(e, UserError) else memory_error_line(e, "profile")
+            if why is None:
+                raise
+            rec.update(status="failed", error=why)
+            bars.write(f"  {step.name} ({label}) failed: {why}", file=sys.stdout)
         rec["seconds"] = round(time.perf_counter() - s0, 2)
         manifest.save()
         bar.update(cost[id(step)])
