@@ -466,3 +466,26 @@ def test_a_long_estimate_names_a_context_that_fits():
     assert line.endswith(
         "about 3.0 h (from a timed forward pass; rough); --context 512 would take about 3 min"
     )
+
+
+def test_a_sliding_window_shorter_than_the_context_is_said_with_the_layers_it_covers():
+    """A Mistral with a 128-token window profiled at 4,096 gave curves and needle depths that read as the
+    model's; the opening lines now say its layers see 128 tokens back (all of them, or Gemma 2's half)."""
+    from types import SimpleNamespace
+
+    import transformers
+
+    from contextlab.profile.runner import window_note
+
+    def note(config, kind="hf", context=4096):
+        return window_note(
+            SimpleNamespace(model=SimpleNamespace(config=config), info=SimpleNamespace(kind=kind)), context
+        )
+
+    mistral = transformers.MistralConfig(sliding_window=128, num_hidden_layers=2)
+    assert note(mistral).startswith("attends at most 128 tokens back in each of its layers (sliding window)")
+    assert note(mistral, context=128) == "" and note(mistral, kind="contextlab") == ""
+    gemma2 = transformers.Gemma2Config(num_hidden_layers=4, sliding_window=512)
+    assert note(gemma2).startswith("attends at most 512 tokens back in 2 of its layers")
+    assert note(transformers.Qwen2Config(sliding_window=64, use_sliding_window=False)) == ""
+    assert note(transformers.LlamaConfig()) == ""

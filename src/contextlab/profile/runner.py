@@ -277,6 +277,29 @@ def measure_rates(adapter, context: int) -> Rates:
     )
 
 
+def window_note(adapter, context: int) -> str:
+    """For a Hugging Face model whose layers attend only a window of the last W tokens (Mistral's
+    sliding window, Gemma 2's alternate layers), W < ``context``: what that means for the curves and
+    the retrieval depths ("" otherwise). Measured as is; said so that a curve that flattens past W, or
+    a needle lost beyond it, is read as the architecture's, not the data's."""
+    config = getattr(adapter.model, "config", None)
+    window = getattr(config, "sliding_window", None)
+    if adapter.info.kind != "hf" or not isinstance(window, int) or window >= context:
+        return ""
+    if getattr(config, "use_sliding_window", None) is False:  # Qwen2 declares one and does not use it
+        return ""
+    kinds = list(getattr(config, "layer_types", None) or [])
+    sliding = sum(k == "sliding_attention" for k in kinds) if kinds else int(config.num_hidden_layers)
+    if not sliding:
+        return ""
+    which = "each of its layers" if sliding == int(config.num_hidden_layers) else f"{sliding} of its layers"
+    return (
+        f"attends at most {window:,} tokens back in {which} (sliding window): what lies further back "
+        "reaches a prediction only through the layers below, so the measures past that distance are "
+        "the architecture's as much as the model's"
+    )
+
+
 def duration(seconds: float) -> str:
     """A rough duration: 40 s, 3 min, 2.5 h."""
     if seconds < 90:
@@ -398,6 +421,9 @@ def run_profile(
     for label, step, _ in jobs:  # said now, not found in the report after minutes of the rest
         if step.skip:
             print(f"  {step.name} ({label}) skipped: {step.skip}", file=sys.stdout)
+    for m in opened:
+        if note := window_note(m.adapter, context):
+            print(f"  note: {m.label} {note}", file=sys.stdout)
     rates = {m.label: measure_rates(m.adapter, context) for m in opened}
     cost = {id(step): step.seconds(rates[label.split("+")[0]]) for label, step, _ in jobs}
     todo = [
