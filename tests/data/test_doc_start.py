@@ -62,6 +62,20 @@ def test_preface_crlf_last_line_and_blank_head():
     assert list(cut_text([""], rx)) == [""]
 
 
+def test_a_pattern_anchored_with_a_caret_opens_documents_after_the_first_line():
+    """'^CHAPTER ' (the form the empty-match error line itself suggests) cut nothing: the pattern is matched
+    from each line's first character, where ``^`` holds only with re.MULTILINE. Also through chunks and
+    with ``$`` at a CRLF line's end."""
+    rx = compile_doc_start(r"^CHAPTER [IVX]+$")
+    text = "Preface.\r\nCHAPTER I\r\none\r\nCHAPTER II\r\ntwo, not CHAPTER III\r\n"
+    want = ["Preface.\r\n", "CHAPTER I\r\none\r\n", "CHAPTER II\r\ntwo, not CHAPTER III\r\n"]
+    assert list(cut_text([text], rx)) == want
+    assert list(cut_text([text[i : i + 5] for i in range(0, len(text), 5)], rx)) == want
+    assert list(cut_text([WIKI], compile_doc_start(r"^ = [^=]"))) == list(
+        cut_text([WIKI], re.compile(ARTICLE))
+    )
+
+
 def test_chunked_text_is_cut_exactly_as_the_whole_one():
     rng = random.Random(0)
     rx = re.compile("A")

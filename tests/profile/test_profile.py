@@ -489,3 +489,24 @@ def test_a_sliding_window_shorter_than_the_context_is_said_with_the_layers_it_co
     assert note(gemma2).startswith("attends at most 512 tokens back in 2 of its layers")
     assert note(transformers.Qwen2Config(sliding_window=64, use_sliding_window=False)) == ""
     assert note(transformers.LlamaConfig()) == ""
+
+
+def test_doc_start_cuts_a_text_file_of_many_articles_into_documents(runs, tmp_path):
+    """WikiText's test split is one file of 62 articles: profiled as is, every target came from one
+    document and no context gain had an interval. --doc-start cuts it as data ingest does; given with a
+    token store (already cut) it is refused in one line."""
+    from contextlab.data.store import TokenStore
+    from contextlab.eval.adapter import load_model
+    from contextlab.profile.runner import prepare_store
+
+    play = shakespeare(3_000)
+    wiki = tmp_path / "wiki.test.raw"
+    wiki.write_text("".join(f" = Article {i} = \n{play[i * 1000 : (i + 1) * 1000]}\n" for i in range(3)))
+    adapter = load_model(runs[0])
+    store = prepare_store(str(wiki), adapter, tmp_path / "p", False, doc_start=r"^ = [^=]")
+    assert len(TokenStore(store).lengths()) == 3
+    assert len(TokenStore(prepare_store(str(wiki), adapter, tmp_path / "q", False)).lengths()) == 1
+    with pytest.raises(
+        UserError, match=r"--doc-start cuts text, and --data .* is a token store, already cut"
+    ):
+        prepare_store(store, adapter, tmp_path / "r", False, doc_start=r"^ = [^=]")

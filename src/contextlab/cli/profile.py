@@ -33,8 +33,16 @@ def _parser() -> argparse.ArgumentParser:
         "--data",
         required=True,
         metavar="STORE_OR_TEXT",
-        help="held-out text: a token store made with the model's tokenizer, or a text file or folder of .txt "
-        "files (ingested with the model's tokenizer into OUT/data; also the needle's haystack)",
+        help="held-out text: a token store made with the model's tokenizer, or a text file or folder of text "
+        "files (ingested with the model's tokenizer into OUT/data, less the corpus's own notes such as "
+        "SOURCE.txt and files of records such as JSONL; also the needle's haystack)",
+    )
+    p.add_argument(
+        "--doc-start",
+        metavar="REGEX",
+        help="for text --data: cut its files into documents before every line matching REGEX, as data "
+        "ingest --doc-start does (WikiText: '^ = [^=]'); the intervals' unit is the document, so a "
+        "file of many articles read as one gives none (default: one document per file)",
     )
     p.add_argument(
         "--compare",
@@ -103,6 +111,7 @@ def cmd_profile(argv: list[str]) -> int:
             args.budget,
             command=command,
             haystack=args.haystack,
+            doc_start=args.doc_start,
             context=args.context,
             dtype=args.dtype,
             batch_size=args.batch_size,

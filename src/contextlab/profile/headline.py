@@ -33,7 +33,7 @@ def _turn(d: dict | None) -> tuple[float | None, list[float] | None]:
 
 ONE_DOCUMENT = (  # why a context gain has no interval: its unit is the document, and there was one
     "no interval: every target came from one document, the interval's unit; give data of several "
-    "documents (a file of many is cut by `contextlab data ingest --doc-start`)"
+    "documents (a text file of many is cut by --doc-start REGEX)"
 )
 
 

@@ -21,6 +21,7 @@ for large HF models) at the cost of holding both in memory with ``--compare``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -94,7 +95,7 @@ def is_store(path: str | Path) -> bool:
     return (Path(path) / "meta.json").is_file()
 
 
-def prepare_store(data: str, adapter, out: Path, progress_on: bool) -> str:
+def prepare_store(data: str, adapter, out: Path, progress_on: bool, doc_start: str | None = None) -> str:
     """A token store for ``adapter``: ``data`` itself when it is one (checked: the model's tokenizer, its
     content), else ``data`` (text) ingested
     with the model's tokenizer into OUT/data/store-<tokenizer hash> (kept and reused on resume)."""
@@ -102,13 +103,19 @@ def prepare_store(data: str, adapter, out: Path, progress_on: bool) -> str:
     from contextlab.eval.base import open_store
 
     if is_store(data):  # one line up front for a store of another tokenizer, not failed steps and exit 0
+        if doc_start is not None:
+            raise UserError(
+                f"--doc-start cuts text, and --data {data} is a token store, already cut; leave --doc-start "
+                "out, or give the text it was made from"
+            )
         open_store(str(data), adapter, "profile")
         return str(data)
     if not Path(data).exists():
         raise UserError(f"--data {data} does not exist; give a token store or a text file or folder")
     target = out / "data" / f"store-{str(adapter.info.tokenizer.get('hash', 'x'))[:12]}"
     if not is_store(target):
-        config = IngestConfig(tokenizer=tokenizer_spec(adapter), source=prose_source(Path(data)))
+        source = dataclasses.replace(prose_source(Path(data)), doc_start=doc_start)
+        config = IngestConfig(tokenizer=tokenizer_spec(adapter), source=source)
         ingest(data, target, config, overwrite=False, progress=progress_on, notes=False)
     return str(target)
 
@@ -344,6 +351,7 @@ def run_profile(
     *,
     command: str,
     haystack: str | None = None,
+    doc_start: str | None = None,
     context: int = 0,
     dtype: str = "fp32",
     batch_size: int = 8,
@@ -389,6 +397,7 @@ def run_profile(
         "data": str(Path(data).resolve()),
         "budget": budget_name,
         "context": context,
+        **({"doc_start": doc_start} if doc_start is not None else {}),  # absent: folders of before it
     }
     out.mkdir(parents=True, exist_ok=True)
     manifest = Manifest.open(out, settings)
@@ -396,7 +405,7 @@ def run_profile(
     manifest.doc["compare"] = "compare" if len(opened) == 2 else None
     plans = {}
     for m in opened:
-        store = prepare_store(data, m.adapter, out, show_progress)
+        store = prepare_store(data, m.adapter, out, show_progress, doc_start)
         kv_file, kv_pairs = prepare_kv(out, m.adapter, budget, context)
         text = None if is_store(data) else data
         plans[m.label] = build(
