@@ -14,10 +14,12 @@ model's layers) and ``rows`` (positions through its output layer, which for a 50
 ten to twenty times a layer's token), counted from its settings; the runner times one forward pass
 of the model on this machine (``Rates``) and turns them into seconds, said before the battery runs
 and used by the progress bar. Prompt tasks run one prompt at a time, which the probe's batch of two
-does not: their tokens are weighted by ``PROMPT_FACTOR``. Measured on eight random-weight models
-(GPT-2-sized vocabulary, contexts 512 to 4,096): the estimate of the whole battery within 1.5x of
-the time taken. contextwise takes consecutive pieces of long documents (``pieces_per_doc = 0``) so
-that a few long texts still give its sample count.
+does not: their tokens are weighted by ``PROMPT_FACTOR``; every step adds ``STEP_OVERHEAD`` for its
+prompts, result file and plots. ``benchmarks/profile_estimate.py`` sets the estimate against the
+steps' time (four architectures, a 50k vocabulary, contexts 1,024 to 8,192: within 1.3x).
+
+contextwise takes consecutive pieces of long documents (``pieces_per_doc = 0``) so that a few long
+texts still give its sample count.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from contextlab.errors import UserError
 
 KV_ANSWER_ROOM = 24  # tokens kept free after a key-value prompt for the longest candidate value
 PROMPT_FACTOR = 2.5  # a prompt task's token, run one prompt at a time, against the probe's (measured 2.0-3.2)
+STEP_OVERHEAD = 0.4  # seconds a step spends besides forward passes: its prompts, result file and plots
 ROTATIONS = 5  # the prompts of one candidate set: each value once the answer (the tasks' default pool)
 MIN_CONTEXT = 64  # below this the prompt tasks have no room for a haystack
 
@@ -62,7 +65,7 @@ class Step:
 
     def seconds(self, rates: Rates) -> float:
         """The estimated time of this step on the machine ``rates`` was measured on."""
-        return self.tokens * rates.token(self.length) + self.rows * rates.row
+        return STEP_OVERHEAD + self.tokens * rates.token(self.length) + self.rows * rates.row
 
 
 @dataclass(frozen=True)
