@@ -262,14 +262,18 @@ def measure_rates(adapter, context: int) -> Rates:
     on this machine: two rows of ``PROBE_SHORT`` and of ``PROBE_LONG`` tokens (each at most the context)
     scored at their last position only, then the long ones at every position (after a short warm-up).
     The two lengths give the per-token time's growth with length (attention), the difference of the
-    last two the output layer's. Three forward passes of the battery's hundreds; a model read at
-    32,768 tokens is mostly attention, which a rate measured at one short length missed sevenfold."""
+    last two the output layer's, each the median of three timings. Nine forward passes of the
+    battery's hundreds; a model read at 32,768 tokens is mostly attention, which a rate measured at
+    one short length missed sevenfold."""
     import torch
 
-    def timed(fn, ids) -> float:
-        t0 = time.perf_counter()
-        fn(ids)
-        return time.perf_counter() - t0
+    def timed(fn, ids) -> float:  # the median of three: one timing on a shared machine strayed 1.5x
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            fn(ids)
+            times.append(time.perf_counter() - t0)
+        return sorted(times)[1]
 
     g = torch.Generator().manual_seed(0)
     short, long = min(context, PROBE_SHORT), min(context, PROBE_LONG)
