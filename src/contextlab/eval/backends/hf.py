@@ -154,9 +154,8 @@ class HFBackend:
 
     def layer_and_last_logprob(self, idx: Tensor, layer: int, what: str) -> tuple[Tensor, Tensor]:
         h = self.hidden_states(idx[:, :-1], layer, what)
-        rows, chunk = self.output_rows(idx[:, :-1]), logprob_chunk(self.vocab_size)
-        lp = chunked_logprobs(rows, idx[:, 1:].reshape(-1), self.autocast, chunk)
-        return h, lp.view(idx.size(0), -1)[:, -1]
+        logits = self.last_logits(idx[:, :-1]).float()  # (B, V): only the last position is read
+        return h, torch.log_softmax(logits, dim=-1).gather(1, idx[:, -1:])[:, 0]
 
     def generate_many(
         self, prompts, max_new_tokens, sampling, stop_ids, stop_strings, detokenize, on_token
