@@ -89,7 +89,9 @@ def test_a_start_over_from_step_0_is_noted_with_why(store, tmp_path, capsys):
     assert "starts over" not in capsys.readouterr().out
 
 
-def test_ctrl_c_during_a_checkpoint_write_keeps_that_checkpoint(store, tmp_path, monkeypatch, capsys):
+def test_ctrl_c_during_a_checkpoint_write_keeps_that_checkpoint(
+    store, tmp_path, monkeypatch, capsys, request
+):
     """SIGINT (and SIGTERM) arriving while a checkpoint is written take effect once it is in place: the
     run stops, and the rerun resumes from it."""
     import os
@@ -104,6 +106,9 @@ def test_ctrl_c_during_a_checkpoint_write_keeps_that_checkpoint(store, tmp_path,
         real(tmp, *args)
 
     monkeypatch.setattr(ckpt, "_write_files", interrupted)
+    # as in a terminal: a suite started in the background (nohup, `&`) inherits SIGINT ignored
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, inherited))
     with pytest.raises(KeyboardInterrupt):
         train(config(store, run, max_steps=8))
     assert kept(run) == [4] and not list((run / "checkpoints").glob(".*.tmp"))
