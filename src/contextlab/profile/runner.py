@@ -437,33 +437,32 @@ def run_profile(
     for m in opened:
         if note := window_note(m.adapter, context):
             print(f"  note: {m.label} {note}", file=sys.stdout)
-    rates = {m.label: measure_rates(m.adapter, context) for m in opened}
-    cost = {id(step): step.seconds(rates[label.split("+")[0]]) for label, step, _ in jobs}
     todo = [
-        (label, step)
-        for label, step, _ in jobs
-        if not step.skip and not manifest.finished(manifest.record(step.name, label))
+        not step.skip and not manifest.finished(manifest.record(step.name, label)) for label, step, _ in jobs
     ]
-    estimate = sum(cost[id(step)] for _, step in todo)
+    owner = [label.split("+")[0] for label, _, _ in jobs]  # the model whose forward passes a step times
+    timed = {label for label, runs in zip(owner, todo) if runs}  # a resumed profile times only these
+    rates = {m.label: measure_rates(m.adapter, context) for m in opened if m.label in timed}
+    costs = [step.seconds(rates[o]) if runs else 0.0 for (_, step, _), o, runs in zip(jobs, owner, todo)]
+    estimate = sum(costs)
     manifest.doc["estimated_seconds"] = round(estimate, 1)
     print(f"  {estimate_line(estimate, context)}", file=sys.stdout)
-    total = sum(cost.values())
     bar = bars.bar(  # in estimated seconds; what a reader needs is the share done and the time left
-        total=total,
+        total=estimate,
         desc="profile",
         bar_format="{l_bar}{bar}| {elapsed} elapsed, about {remaining} left",
         disable=None if show_progress else True,
     )
-    for label, step, pair in jobs:
+    for (label, step, pair), cost in zip(jobs, costs):
         rec = manifest.record(step.name, label)
         target = out / ("compare" if pair else f"models/{label}")
         if manifest.finished(rec):
-            bar.update(cost[id(step)])
+            bar.update(cost)
             continue
         if step.skip:
             rec.update(status="skipped", error=step.skip, result=None)
             manifest.save()
-            bar.update(cost[id(step)])
+            bar.update(cost)
             continue
         rec.update(status="running", error=None)
         manifest.save()
@@ -481,7 +480,7 @@ def run_profile(
             bars.write(f"  {step.name} ({label}) failed: {why}", file=sys.stdout)
         rec["seconds"] = round(time.perf_counter() - s0, 2)
         manifest.save()
-        bar.update(cost[id(step)])
+        bar.update(cost)
     bar.close()
     if len(opened) == 2:
         manifest.doc["compare_notes"] = _compare(out, opened)
