@@ -8,9 +8,9 @@ does: a whole forward would return every logit at once, and 8 rows of 32,768 tok
 vocabulary are 53 GB of fp32 (a Qwen2 profile died there). That is the model's own answer only if
 its logits are nothing but the output layer of the base's last state; some scale or cap them
 after it (Gemma 2's soft cap, Cohere's scale), so the first call checks the two ways agree on 8
-tokens and a model where they do not gets its whole logits, as before. Trade-off: a layer plus
-the last token's log-probability take two forward passes: any causal LM works, at the price of
-a second forward.
+tokens and a model where they do not gets its whole logits, as before. A layer's states and the
+last token's log-probability come from one forward pass that computes the last position's logits
+only (``logits_to_keep``).
 """
 
 from __future__ import annotations
@@ -145,17 +145,23 @@ class HFBackend:
                 past = res.get(name) if hasattr(res, "get") else past
         return out
 
-    def hidden_states(self, idx: Tensor, layer: int, what: str) -> Tensor:
+    def _states_and_last_logits(self, idx: Tensor, layer: int, what: str) -> tuple[Tensor, Tensor]:
+        """One forward: the residual stream after block ``layer`` (B, T, C) and the last position's
+        logits (B, V) (only those computed, when the model takes ``logits_to_keep``)."""
+        keep = {"logits_to_keep": 1} if self.keeps_logits else {}
         with self.autocast():
-            states = self.model(input_ids=idx, output_hidden_states=True).hidden_states
-            if not -len(states) <= layer < len(states):
-                raise UserError(f"layer {layer} does not exist; {what} has {len(states) - 1} blocks")
-            return states[layer]
+            out = self.model(input_ids=idx, output_hidden_states=True, **keep)
+        states = out.hidden_states
+        if not -len(states) <= layer < len(states):
+            raise UserError(f"layer {layer} does not exist; {what} has {len(states) - 1} blocks")
+        return states[layer], out.logits[:, -1, : self.vocab_size]
+
+    def hidden_states(self, idx: Tensor, layer: int, what: str) -> Tensor:
+        return self._states_and_last_logits(idx, layer, what)[0]
 
     def layer_and_last_logprob(self, idx: Tensor, layer: int, what: str) -> tuple[Tensor, Tensor]:
-        h = self.hidden_states(idx[:, :-1], layer, what)
-        logits = self.last_logits(idx[:, :-1]).float()  # (B, V): only the last position is read
-        return h, torch.log_softmax(logits, dim=-1).gather(1, idx[:, -1:])[:, 0]
+        h, logits = self._states_and_last_logits(idx[:, :-1], layer, what)  # one pass for both
+        return h, torch.log_softmax(logits.float(), dim=-1).gather(1, idx[:, -1:])[:, 0]
 
     def generate_many(
         self, prompts, max_new_tokens, sampling, stop_ids, stop_strings, detokenize, on_token
