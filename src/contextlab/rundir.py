@@ -372,14 +372,19 @@ def trained_on(path: PathLike, content_hash: str | None) -> bool:
 
 def exported_from(path: PathLike) -> Path | None:
     """The checkpoint a Hugging Face folder written by ``contextlab export`` was made from, by its
-    config.json (``contextlab.contextlab_run``, ``contextlab.contextlab_step``); None for other folders
-    or a run gone since."""
+    config.json (``contextlab.contextlab_run``, the run's absolute path, and
+    ``contextlab_run_relative``, its path from the export, for a project folder moved whole;
+    ``contextlab.contextlab_step``); None for other folders or a run gone since. Exports written
+    before the absolute path record the run as the command named it, read from here."""
     try:
         made = json.loads((Path(path) / "config.json").read_text())["contextlab"]
-        ckpt = step_dir(made["contextlab_run"], int(made["contextlab_step"]))  # a relative run: from here
+        step = int(made["contextlab_step"])
+        runs = [Path(made["contextlab_run"])]
+        if made.get("contextlab_run_relative"):
+            runs.append(Path(path) / made["contextlab_run_relative"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return ckpt if (ckpt / STATE).is_file() else None
+    return next((step_dir(r, step) for r in runs if (step_dir(r, step) / STATE).is_file()), None)
 
 
 def trained_in(run_dir: PathLike, config: dict | None = None) -> Path | None:

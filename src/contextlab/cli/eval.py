@@ -16,6 +16,7 @@ runs, unless ``--overwrite``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -104,19 +105,25 @@ def _default_out(model: str, args, several: bool) -> Path:
 def _data_help(spec) -> str:
     """--data's help: what the evaluation reads, said to be required when it has no default and uses it."""
     needed = spec.default_data is None and not spec.makes_data and not spec.data.startswith("not used")
+    if needed and "split" in {f.name for f in dataclasses.fields(spec.options)}:
+        return f"{spec.data}; required unless --split run (then the run's own store)"
     return f"required: {spec.data}" if needed else spec.data
 
 
-def _data(name: str, given: str | None, model: str) -> str | None:
+def _data(name: str, given: str | None, model: str, split: str | None = None) -> str | None:
     """The data the evaluation reads, resolved as ``evaluate`` records it: --data (a relative path that
     is not here but in the folder the run ``model`` was trained in, with the content it trained on, is
-    read there: ``trained_store``; one line when it exists nowhere), else the evaluation's default
-    data, else None."""
+    read there: ``trained_store``; one line when it exists nowhere), else with ``--split run`` the store
+    the run held out from (``heldout.default_store``), else the evaluation's default data, else None."""
     from contextlab.eval import EVALS
     from contextlab.eval.base import trained_store
 
     spec = EVALS[name]
     given = trained_store(given, model) if given else given
+    if not given and split == "run":
+        from contextlab.eval.heldout import default_store
+
+        given = default_store(model)
     if given and not Path(given).exists():
         raise UserError(f"--data {given} not found; {name} reads {spec.data}")
     data = given or (spec.default_data() if spec.default_data is not None else None)
@@ -172,7 +179,7 @@ def cmd_eval(argv: list[str]) -> int:
     options = dataclass_from_args(EVALS[name].options, args)
     _check_depths(options)
     check_compute(args)
-    data = _data(name, args.data, args.model[0])
+    data = _data(name, args.data, args.model[0], getattr(options, "split", None))
     if data and EVALS[name].check_data is not None:
         EVALS[name].check_data(data)  # before minutes of loading a model
     progress.set_enabled(not args.no_progress)

@@ -52,12 +52,15 @@ SYNTHETIC_USE = {  # what measures a synthetic store's task, for the line refusi
 _TRAINING_STORE_NOTED: set[tuple[str, str]] = set()  # (run, store hash) already said to be its training store
 
 
-def open_store(data: str | None, adapter, what: str, kinds: tuple[str, ...] = ()):
+def open_store(data: str | None, adapter, what: str, kinds: tuple[str, ...] = (), split: str | None = None):
     """The token store at ``data``, checked against the model's tokenizer and its own content (hash
     and ids, one read remembered while unchanged: ``TokenStore.check_content``), so a corrupt store
     is one line, not an index error inside the model. A synthetic store (parity, mqar) is refused
     unless its kind is in ``kinds``: averaged over every token (task ids, random bits, keys) its
-    loss measures nothing, and one line names the command that measures its task."""
+    loss measures nothing, and one line names the command that measures its task. Read on the store
+    the model trained on, a note says so once, unless ``split`` is "run" (only what the run held out:
+    ``contextlab.eval.heldout``; the note offers it where the evaluation has ``--split``, i.e. ``split``
+    is not None)."""
     from contextlab.data.store import TokenStore
     from contextlab.data.tokenizers import check_same_tokenizer
     from contextlab.rundir import run_of, trained_on
@@ -91,12 +94,14 @@ def open_store(data: str | None, adapter, what: str, kinds: tuple[str, ...] = ()
         )
     store.check_content()
     noted = (str(run_of(adapter.info.path)), store.hash)
-    if noted not in _TRAINING_STORE_NOTED and trained_on(adapter.info.path, store.hash):
+    if split != "run" and noted not in _TRAINING_STORE_NOTED and trained_on(adapter.info.path, store.hash):
         _TRAINING_STORE_NOTED.add(noted)  # once per model and store in a process (a profile reads it often)
         print(
             f"note: {store.path} is the token store {noted[0]} trained on: what {what} "
             "reads there are mostly documents the model saw in training; a store of text it never saw "
-            "(ingested with the same --tokenizer) measures what it learned, not what it saw",
+            "(ingested with the same --tokenizer)"
+            + (", or --split run (what the run held out)," if split else "")
+            + " measures what it learned, not what it saw",
             file=sys.stderr,
         )
     return store

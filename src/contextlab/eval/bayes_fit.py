@@ -21,9 +21,11 @@ cluster-robust t interval over documents (``stats.context_gain``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
+import contextlab.eval.heldout as heldout
 import contextlab.eval.progress as progress
 import contextlab.eval.stats as stats
 from contextlab.config import opt
@@ -38,6 +40,7 @@ class Options:
     )
     samples: int = opt(512, "target tokens N (the same targets for every l)")
     seed: int = opt(0, "seed of the target positions")
+    split: Literal["all", "run"] = opt("all", heldout.SPLIT_HELP)
 
 
 GAMMA_BOUNDS = (0.0, 10.0)  # the fit's range of gamma
@@ -165,16 +168,23 @@ def default_lengths(context: int) -> list[int]:
 
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
-    store = open_store(data, adapter, "bayes-fit")
+    store = open_store(data, adapter, "bayes-fit", split=options.split)
+    view, held = heldout.documents(store, adapter.info.path, options.split)
     lengths = sorted(set(options.lengths or default_lengths(adapter.context)))
     if lengths[0] < 1:
         raise UserError("visible context lengths must be >= 1")
     progress.announce(
         "bayes-fit",
-        {"visible": lengths, "targets": options.samples, "seed": options.seed, "data": store.path},
+        {
+            "visible": lengths,
+            "targets": options.samples,
+            "seed": options.seed,
+            "data": store.path,
+            "split": heldout.announced(held),
+        },
     )
-    targets = sample_targets(store, options.samples, max(lengths), options.seed)
-    losses = last_token_losses(adapter, store, targets, lengths)
+    targets = sample_targets(view, options.samples, max(lengths), options.seed)
+    losses = last_token_losses(adapter, view, targets, lengths)
     mean = losses.mean(1)
     sem = losses.std(1, ddof=1) / np.sqrt(losses.shape[1])
     fit = fit_power_law(lengths, mean, sem)
@@ -213,5 +223,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             lengths, mean, sem, fit, path, title=f"last-token loss vs visible context: {label}"
         )
 
-    arrays = {"targets": np.asarray(targets, np.int64), "target_losses": losses}  # (N, 2), (L, N)
-    return EvalOutput(results, {"store": str(store.path), "hash": store.hash}, arrays=arrays, plot=plot)
+    arrays = {"targets": heldout.in_store(view, targets), "target_losses": losses}  # (N, 2), (L, N)
+    return EvalOutput(
+        results, {"store": str(store.path), "hash": store.hash, **held}, arrays=arrays, plot=plot
+    )

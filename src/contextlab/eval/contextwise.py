@@ -64,9 +64,11 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
+import contextlab.eval.heldout as heldout
 import contextlab.eval.progress as progress
 import contextlab.eval.stats as stats
 import contextlab.eval.tasks as tasks
@@ -95,6 +97,7 @@ class Options:
         0.1, "best-context loss = mean loss over this last fraction of the training context"
     )
     train_context: int = opt(0, "the training context for the best-context loss; 0 = the model's")
+    split: Literal["all", "run"] = opt("all", heldout.SPLIT_HELP)
 
 
 def sequences(store, length: int, max_docs: int, pieces_per_doc: int) -> list[tuple[int, int]]:
@@ -200,18 +203,17 @@ def one_token_losses(adapter, tokens: np.ndarray, lo: int, hi: int) -> np.ndarra
     return out.reshape(len(tokens), -1).mean(1)  # (N,)
 
 
-def _pieces(store, L: int, options: Options) -> tuple[list[tuple[int, int]], np.ndarray]:
-    """The (document, start) of the pieces to score and their tokens (N, L) int64."""
+def _pieces(docs, L: int, options: Options, what: str) -> tuple[list[tuple[int, int]], np.ndarray]:
+    """The (document, start) of the pieces to score, as positions in ``docs`` (a store or a view of one;
+    ``what`` names it), and their tokens (N, L) int64."""
     per_doc = options.pieces_per_doc
     if per_doc is None:  # the default: fill max_docs from few documents; all documents: one piece each
         per_doc = 0 if options.max_docs else 1
-    pieces = sequences(store, L, options.max_docs, per_doc)
+    pieces = sequences(docs, L, options.max_docs, per_doc)
     if not pieces:
-        raise UserError(
-            f"no document of {store.path} has {L} tokens (longest: {int(store.lengths().max())}); "
-            "lower --length"
-        )
-    return pieces, np.stack([np.asarray(store.doc(d)[s : s + L], dtype=np.int64) for d, s in pieces])
+        longest = int(docs.lengths().max()) if len(docs.lengths()) else 0
+        raise UserError(f"no document of {what} has {L} tokens (longest: {longest}); lower --length")
+    return pieces, np.stack([np.asarray(docs.doc(d)[s : s + L], dtype=np.int64) for d, s in pieces])
 
 
 def _bucket_ranges(L: int) -> tuple[list[tuple[int, int]], int]:
@@ -229,11 +231,14 @@ def resolved_length(adapter, options: Options) -> int:
 
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
-    store = open_store(data, adapter, "contextwise")
+    store = open_store(data, adapter, "contextwise", split=options.split)
+    view, held = heldout.documents(store, adapter.info.path, options.split)
     ctx = options.train_context or adapter.context
     L = resolved_length(adapter, options)
     adapter.check_length(L - 1, "contextwise's pieces", fix="lower --length")
-    pieces, tokens = _pieces(store, L, options)
+    pieces, tokens = _pieces(
+        view, L, options, f"{store.path} held out by the run" if held else str(store.path)
+    )
     n = len(tokens)
     progress.announce(
         "contextwise",
@@ -244,6 +249,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             "train context": ctx,
             "beyond it": f"context lengths {ctx + 1}..{L - 1}" if ctx < L - 1 else None,
             "data": store.path,
+            "split": heldout.announced(held),
             "note": tasks.shorter(adapter, options.length, "--length"),
         },
     )
@@ -288,7 +294,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     }
     plot = functools.partial(_plot, curves, smooth=_smooth(n))
     arrays = {  # per piece, what a paired comparison of two models needs (contextlab.compare.paired)
-        "pieces": np.asarray(pieces, dtype=np.int64).reshape(n, 2),  # (N, 2): document, start token
+        "pieces": heldout.in_store(view, pieces),  # (N, 2): document, start token (in the store)
         "piece_bucket_loss": means[:, :-1],  # (N, buckets): each piece's mean loss in each bucket
         "piece_best_loss": means[:, -1],  # (N,): each piece's mean over the best-context window
         "piece_one_token_loss": one,  # (N,): the same targets with one visible token (gain = this - best)
@@ -300,7 +306,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             f"document share its text) and {scored} from one document; give a store of two or more "
             f"documents of at least {L} tokens"
         ]
-    data = {"store": str(store.path), "hash": store.hash, "pieces": n}
+    data = {"store": str(store.path), "hash": store.hash, "pieces": n, **held}
     return EvalOutput(results, data, arrays=arrays, plot=plot)
 
 

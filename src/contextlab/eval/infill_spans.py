@@ -1,8 +1,8 @@
 """The held-out code an infilling evaluation reads, and the spans it masks out (at line boundaries).
 
 Files: a token store's documents (by default exactly the ones the run held out for
-validation: the run's ``data.store``, ``val_fraction`` and ``split_seed`` read from its
-checkpoint) or every file of a folder. Spans, as in the FIM paper's and SantaCoder's
+validation, as ``contextlab.eval.heldout`` recomputes them from its checkpoint's config) or
+every file of a folder. Spans, as in the FIM paper's and SantaCoder's
 single-line and multi-line infilling: one random non-blank line, or a random block of
 2..``max_lines`` consecutive lines (at least two of them non-blank); the middle is the
 whole lines with their newlines (a last line without one is never drawn), so prefix and
@@ -21,7 +21,6 @@ from pathlib import Path
 
 import numpy as np
 
-from contextlab.config import read_toml
 from contextlab.errors import UserError
 
 TRIES_PER_SPAN = 50  # rejection-sampling attempts per requested span before giving up
@@ -38,41 +37,9 @@ class Span:
     end: int
 
 
-def run_heldout(store, adapter) -> np.ndarray:
-    """Indices of the documents of ``store`` that the adapter's run held out for validation."""
-    from contextlab.data.views import split_documents
-
-    cfg_file = Path(adapter.info.path) / "config.toml"
-    if adapter.info.kind != "contextlab" or not cfg_file.exists():
-        raise UserError(
-            f"{adapter.info.id} is not a contextlab run, so its held-out files are unknown; pass "
-            "--split all with --data holding only files it was not trained on"
-        )
-    data = read_toml(cfg_file).get("data", {})
-    if data.get("val_store") or data.get("val_split", "documents") != "documents":
-        raise UserError(
-            f"{adapter.info.id} held out a separate store or document tails, not whole files; pass "
-            "--split all with --data its validation store"
-        )
-    if not _same_store(data.get("store", ""), store):
-        raise UserError(
-            f"{adapter.info.id} was trained on {data.get('store')!r}, not {store.path}; pass its store "
-            "as --data, or --split all for a store or folder of held-out files"
-        )
-    _, val = split_documents(store, float(data.get("val_fraction", 0.02)), int(data.get("split_seed", 0)))
-    return np.asarray(val.indices)
-
-
-def _same_store(trained: str, store) -> bool:
-    from contextlab.data.store import TokenStore, is_store
-
-    if trained and Path(trained).resolve() == Path(store.path).resolve():
-        return True
-    return bool(trained) and is_store(trained) and TokenStore(trained).hash == store.hash
-
-
 def read_texts(data: str | None, adapter, split: str, glob: str) -> tuple[list[str], dict]:
     """(the text of every evaluated file, what was read) from a token store or a folder."""
+    import contextlab.eval.heldout as heldout
     from contextlab.data.store import is_store
     from contextlab.eval.base import open_store
 
@@ -84,10 +51,16 @@ def read_texts(data: str | None, adapter, split: str, glob: str) -> tuple[list[s
             raise UserError(f"no file matches {glob!r} under {data}; change --files")
         texts = [p.read_text(encoding="utf-8", errors="replace") for p in files]
         return texts, {"folder": str(data), "files": len(files), "glob": glob}
-    store = open_store(data, adapter, "infill")
-    docs = run_heldout(store, adapter) if split == "run" else np.arange(store.n_docs)
-    texts = [adapter.tokenizer.decode(store.doc(int(i))) for i in docs]
-    return texts, {"store": str(store.path), "hash": store.hash, "split": split, "docs": docs.tolist()}
+    store = open_store(data, adapter, "infill", split=split)
+    view, held = heldout.documents(store, adapter.info.path, split, whole=True)
+    texts = [adapter.tokenizer.decode(view.doc(i)) for i in range(len(view))]
+    return texts, {
+        "store": str(store.path),
+        "hash": store.hash,
+        **held,
+        "split": split,
+        "docs": view.indices.tolist(),
+    }
 
 
 def _line_starts(text: str) -> list[int]:

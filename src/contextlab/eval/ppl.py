@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 
+import contextlab.eval.heldout as heldout
 import contextlab.eval.progress as progress
 from contextlab.config import opt
 from contextlab.errors import UserError
@@ -50,6 +51,7 @@ class Options:
     )
     max_docs: int = opt(0, "score at most this many documents (the first ones); 0 = all")
     max_tokens: int = opt(0, "cut every document to this many tokens; 0 = no cut")
+    split: Literal["all", "run"] = opt("all", heldout.SPLIT_HELP)
 
 
 def windows(n: int, window: int, stride: int) -> list[tuple[int, int, int]]:
@@ -92,19 +94,23 @@ def document_losses(
 
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
-    store = open_store(data, adapter, "ppl")
+    store = open_store(data, adapter, "ppl", split=options.split)
+    view, held = heldout.documents(store, adapter.info.path, options.split)
     window = options.context or adapter.context
     stride = options.stride or window
     if not 0 < stride <= window:
         raise UserError(f"stride {stride} must be between 1 and the context ({window}); lower --stride")
     adapter.check_length(window, "ppl's window", "lower --context (0 = the model's context)")
-    n = min(store.n_docs, options.max_docs) if options.max_docs else store.n_docs
-    docs = [np.asarray(store.doc(i)) for i in range(n)]
+    n = min(len(view), options.max_docs) if options.max_docs else len(view)
+    docs = [np.asarray(view.doc(i)) for i in range(n)]
     if options.max_tokens:
         docs = [d[: options.max_tokens] for d in docs]
     docs = [d for d in docs if len(d) >= 2]
     if not docs:
-        raise UserError(f"no document of {data} has 2 tokens or more; ingest longer documents")
+        raise UserError(
+            f"no document of {data}{' held out by the run' if held else ''} has 2 tokens or more; "
+            "ingest longer documents"
+        )
     n_windows = sum(len(windows(len(d), window, stride)) for d in docs)
     progress.announce(
         "ppl",
@@ -114,6 +120,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             "documents": len(docs),
             "windows": n_windows,
             "data": store.path,
+            "split": heldout.announced(held),
         },
     )
     losses = document_losses(adapter, docs, window, stride)
@@ -142,7 +149,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     offsets = np.concatenate([[0], np.cumsum([len(x) for x in losses])]).astype(np.int64)
     return EvalOutput(
         results,
-        {"store": str(store.path), "hash": store.hash, "n_docs": len(docs)},
+        {"store": str(store.path), "hash": store.hash, "n_docs": len(docs), **held},
         arrays={"token_losses": flat, "doc_offsets": offsets},
         plot=None,
     )

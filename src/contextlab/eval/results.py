@@ -165,7 +165,8 @@ def run_and_record(out_dir: str | Path, name: str, run, *, options: Any, model: 
     t0 = time.perf_counter()
     out = run()
     seconds = time.perf_counter() - t0
-    if isinstance(out.data, dict) and trained_on(str(model.get("path") or ""), out.data.get("hash")):
+    read = out.data if isinstance(out.data, dict) else {}
+    if read.get("split") != "run" and trained_on(str(model.get("path") or ""), read.get("hash")):
         out.data["training_store"] = True  # read on documents the model trained on (see open_store)
     path = write_result(
         out_dir,

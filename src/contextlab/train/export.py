@@ -18,6 +18,7 @@ building the model, then writing the folder; both are single calls, so the bar m
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -74,7 +75,8 @@ def _export(ckpt, model, run_or_ckpt: str | Path, out: str | Path, overwrite: bo
         "contextlab_tokenizer": state.get("tokenizer"),
         "contextlab_step": state["step"],
         "contextlab_objective": state.get("objective"),
-        "contextlab_run": str(rundir.run_of(path)),
+        "contextlab_run": str(Path(rundir.run_of(path)).resolve()),  # found from any directory
+        "contextlab_run_relative": os.path.relpath(Path(rundir.run_of(path)).resolve(), Path(out).resolve()),
     }
     if ckpt.arch == HF_ARCH:  # a continued Hugging Face model goes back to its own format
         from contextlab.models.hf.causal import TOKENIZER_FILES, save_hf

@@ -1,0 +1,208 @@
+"""``--split run``: the part of its token store a contextlab run did not train on, as a view.
+
+An evaluation read on the store a model trained on measures mostly what the model saw. Every
+run holds part of its data out for validation, and ``--split run`` reads exactly that part,
+recomputed from the config its checkpoint saved, so no second store has to be ingested:
+
+* ``data.val_split = "documents"`` (the default): the ``data.val_fraction`` of the documents
+  drawn with ``data.split_seed``, as training drew them;
+* ``data.val_split = "tail"``: the last ``val_fraction`` of every document's tokens (a piece or
+  window then starts inside a document, as the run's validation rows did);
+* ``data.packed``: the documents no piece of which lies in a training sequence (the run held out
+  a seeded fraction of sequences; example packing keeps a document in one sequence, SPLICE may
+  split one across a training and a held-out sequence, and such a document was seen: it is left
+  out);
+* ``data.val_store``: that store, every document of it.
+
+A model read this way is a run, a checkpoint, or a Hugging Face export of one (found through the
+checkpoint its config.json names). Which store the run trained on is told by content hash (what
+its checkpoints record), so a store that moved is still accepted and another store is refused.
+Trade-off: the held-out part is recomputed rather than recorded, so it depends on the split
+functions staying as they are; they are the ones training calls, and a test pins the ids.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from contextlab.data.views import DocView, all_documents, packed_split, split_documents, split_tail
+from contextlab.errors import UserError
+
+SPLITS = ("all", "run")
+SPLIT_HELP = (
+    "all: every document of --data; run: only what the run held out for validation (its "
+    "val_fraction of documents, document tails or val_store, recomputed from its config), on its own "
+    "store (the default --data then)"
+)
+NEVER_SAW = "--split all with --data a store of text it never saw (ingested with the same --tokenizer)"
+
+
+def run_source(model: str) -> Path:
+    """The run or checkpoint ``model`` is (or, for an export, was made from); one line for other models."""
+    from contextlab.rundir import exported_from, is_checkpoint, is_run
+
+    path = Path(model)
+    if is_run(path) or is_checkpoint(path):
+        return path
+    made = exported_from(path)
+    if made is None:
+        raise UserError(
+            f"--split run reads what a contextlab run held out for validation, and {model} is no contextlab "
+            f"run, checkpoint, or export whose run is still there; pass {NEVER_SAW}"
+        )
+    return made
+
+
+def _config(source: Path) -> dict:
+    from contextlab.rundir import read_config, run_of
+
+    data = (read_config(source) or read_config(run_of(source))).get("data") or {}
+    if not data:
+        raise UserError(f"{source} has no config.toml with a [data] section, so what it held out is unknown")
+    return data
+
+
+def _recorded(source: Path) -> dict:
+    """What the checkpoint records of each [data] path: {key: content hash or fingerprint}."""
+    from contextlab.rundir import data_record
+
+    paths = (data_record(source) or {}).get("paths") or {}
+    return {k: v.get("content") for k, v in paths.items() if isinstance(v, dict)}
+
+
+def _resolve(path: str, source: Path) -> Path:
+    """A [data] path as training took it: relative to the directory the run was trained in."""
+    from contextlab.rundir import trained_in
+
+    p = Path(path)
+    if p.is_absolute() or p.exists():
+        return p
+    folder = trained_in(source)
+    return folder / p if folder is not None and (folder / p).exists() else p
+
+
+def _is(store, key: str, data: dict, recorded: dict, source: Path) -> bool:
+    """Whether ``store`` is the run's data.<key>: by recorded content hash, else by place."""
+    from contextlab.data.store import TokenStore, is_store
+
+    if recorded.get(f"data.{key}"):
+        return recorded[f"data.{key}"] == store.hash
+    path = _resolve(str(data.get(key) or ""), source) if data.get(key) else None
+    if path is None or not is_store(path):
+        return False
+    return path.resolve() == Path(store.path).resolve() or TokenStore(path).hash == store.hash
+
+
+def default_store(model: str) -> str | None:
+    """The store ``--split run`` reads when no --data is given: the run's data.val_store, else the token
+    store it trained on (data.store, or the store its packed data was packed from); None when unknown."""
+    from contextlab.rundir import trained_in, training_stores
+
+    source = run_source(model)
+    data = _config(source)
+    if data.get("val_store"):
+        return str(_resolve(data["val_store"], source))
+    if data.get("mixture"):
+        return None  # refused with its reason when the store is read
+    folder = trained_in(source)
+    for base in ([folder] if folder is not None else []) + [None]:
+        stores = [s for s in training_stores({"data": data}, base) if (s / "meta.json").is_file()]
+        if stores:
+            return str(stores[0])
+    return None
+
+
+def documents(store, model: str, split: str, whole: bool = False) -> tuple[DocView, dict]:
+    """The documents of ``store`` an evaluation reads, and what to record of them: every document for
+    ``split = "all"``; for ``"run"`` the part the run ``model`` held out (see the module docstring).
+    ``whole``: the evaluation needs whole documents (files), so held-out tails are refused."""
+    if split not in SPLITS:
+        raise UserError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")
+    if split == "all":
+        return all_documents(store), {}
+    source = run_source(model)
+    data, recorded = _config(source), _recorded(source)
+    fraction, seed = float(data.get("val_fraction", 0.02)), int(data.get("split_seed", 0))
+    if data.get("mixture"):
+        raise UserError(
+            f"{source} trained on a mixture of packed stores, and --split run reads one store's held-out "
+            f"documents; pass {NEVER_SAW}"
+        )
+    if data.get("val_store"):
+        if not _is(store, "val_store", data, recorded, source):
+            raise UserError(
+                f"{source} held out a separate store, data.val_store = {data['val_store']}, not "
+                f"{store.path}; "
+                "leave --data out (it is the default with --split run) or pass that store"
+            )
+        view, how = all_documents(store), "its validation store (data.val_store): every document"
+    elif not _is(store, "store", data, recorded, source):
+        raise UserError(
+            f"{source} trained on {data.get('store') or data.get('packed')}, not on {store.path}: "
+            f"--split run reads the run's own store (leave --data out), or pass {NEVER_SAW}"
+        )
+    elif data.get("packed"):
+        view, how = (
+            _packed_heldout(store, data, source, fraction, seed),
+            (
+                f"the documents of no training sequence (data.packed, val_fraction {fraction:g} of its "
+                f"sequences, split_seed {seed})"
+            ),
+        )
+    elif data.get("val_split", "documents") == "tail":
+        if whole:
+            raise UserError(
+                f"{source} held out the last {fraction:g} of every document's tokens "
+                f"(data.val_split = tail), not whole files; pass {NEVER_SAW}"
+            )
+        view = split_tail(store, fraction)[1]
+        how = f"the last {fraction:g} of every document's tokens (data.val_split = tail)"
+    else:
+        view = split_documents(store, fraction, seed)[1]
+        how = f"val_fraction {fraction:g} of the documents, split_seed {seed}"
+    return view, {"split": "run", "held_out": how, "documents": len(view), "tokens": view.n_tokens()}
+
+
+def _packed_heldout(store, data: dict, source: Path, fraction: float, seed: int) -> DocView:
+    """The documents of ``store`` that no training sequence of the run's packed store holds a piece of."""
+    from contextlab.data.packing.packed_store import PackedStore, is_packed_store
+
+    path = _resolve(str(data["packed"]), source)
+    if not is_packed_store(path):
+        raise UserError(
+            f"packed store not found: {data['packed']} (the run's data.packed), which --split run needs "
+            f"to tell its training sequences; pass {NEVER_SAW}"
+        )
+    packed = PackedStore(path, store=store)
+    train, _ = packed_split(packed, fraction, seed)
+    offsets = np.asarray(packed.seq_offsets)
+    entries = np.asarray(packed.entries)
+    starts, ends = offsets[train], offsets[train + 1]
+    rows = np.concatenate([np.arange(a, b) for a, b in zip(starts, ends)]) if len(train) else np.zeros(0, int)
+    seen = np.zeros(store.n_docs, bool)
+    seen[entries[rows, 0]] = True
+    unseen = np.flatnonzero(~seen)
+    if not len(unseen):
+        raise UserError(
+            f"{source} held out {fraction:g} of the sequences of {path}, and every document of {store.path} "
+            f"has a piece in a training sequence (a document longer than the context spans several), so "
+            f"none is unseen; pass {NEVER_SAW}"
+        )
+    return DocView(store, unseen.astype(np.int64))
+
+
+def announced(held: dict) -> str | None:
+    """The settings line's value for the split: None for every document."""
+    if not held:
+        return None
+    return f"run: {held['documents']:,} held-out documents, {held['tokens']:,} tokens ({held['held_out']})"
+
+
+def in_store(view: DocView, places) -> np.ndarray:
+    """(position in ``view``, token offset in that view's document) pairs as the store's (document id,
+    token offset): (N, 2) int64, what result files record so that two results' samples compare."""
+    arr = np.asarray(places, dtype=np.int64).reshape(-1, 2)
+    begin = np.asarray(view.begin, dtype=np.int64)[arr[:, 0]] if view.begin is not None else 0
+    return np.stack([np.asarray(view.indices, dtype=np.int64)[arr[:, 0]], arr[:, 1] + begin], axis=1)

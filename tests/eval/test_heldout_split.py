@@ -1,0 +1,176 @@
+"""``--split run``: an evaluation reads exactly what the run held out for validation (whole
+documents, document tails, the documents of no training sequence, or its validation store),
+on the run's own store by default, and refuses another store or a model that is no run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from contextlab.cli import main
+from contextlab.config import from_dict
+from contextlab.data.ingest import IngestConfig, ingest
+from contextlab.data.packing.packed_store import PackedStore
+from contextlab.data.store import TokenStore
+from contextlab.data.views import packed_split, split_documents, split_tail
+from contextlab.errors import UserError
+from contextlab.eval import heldout
+from contextlab.train.config import RunConfig
+from contextlab.train.trainer import train
+from tests.conftest import shakespeare
+from tests.train.test_moved_data import TINY
+
+
+def _config(out_dir, context: int = 32, **data) -> RunConfig:
+    cfg = json.loads(json.dumps(TINY))
+    cfg["data"] = {"val_split": "documents", "val_fraction": 0.1, "split_seed": 3, **data}
+    cfg["train"].update(out_dir=str(out_dir), max_steps=2, context=context, tokens_per_step=4 * context)
+    return from_dict(RunConfig, cfg)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """A store of 40 documents (200-1,370 bytes), another of other text, and a run on the first."""
+    root = tmp_path_factory.mktemp("heldout")
+    text = shakespeare(60_000)
+    (root / "docs").mkdir()
+    at = 0
+    for i in range(40):
+        n = 200 + 30 * i
+        (root / "docs" / f"d{i:02d}.txt").write_text(text[at : at + n])
+        at += n
+    (root / "other.txt").write_text(text[at : at + 5_000])
+    for src, name in (("docs", "store"), ("other.txt", "other")):
+        ingest(root / src, root / name, IngestConfig(tokenizer="byte"), progress=False)
+    train(_config(root / "run", store=str(root / "store")))
+    return root
+
+
+def _eval(root, out, *args) -> tuple[int, dict]:
+    code = main(["eval", *args, "--model", str(root / "run"), "--out", str(out), "--no-progress"])
+    return code, json.loads((out / f"{args[0]}.json").read_text()) if code == 0 else {}
+
+
+def test_documents_are_the_ones_training_held_out(project):
+    store = TokenStore(project / "store")
+    view, held = heldout.documents(store, str(project / "run"), "run")
+    _, val = split_documents(store, 0.1, 3)
+    assert view.indices.tolist() == val.indices.tolist() and len(view) == 4
+    assert held == {
+        "split": "run",
+        "held_out": "val_fraction 0.1 of the documents, split_seed 3",
+        "documents": 4,
+        "tokens": int(store.lengths()[val.indices].sum()),
+    }
+    every, nothing = heldout.documents(store, str(project / "run"), "all")
+    assert len(every) == 40 and nothing == {}
+
+
+def test_eval_split_run_reads_the_held_out_documents_of_the_run_store(project, tmp_path, capsys):
+    store = TokenStore(project / "store")
+    ids = split_documents(store, 0.1, 3)[1].indices
+    capsys.readouterr()
+    code, doc = _eval(project, tmp_path / "ppl", "ppl", "--split", "run")  # no --data: the run's store
+    captured = capsys.readouterr()
+    assert code == 0 and "trained on" not in captured.err
+    assert "split run: 4 held-out documents" in captured.out
+    assert doc["data"]["store"] == str(project / "store") and doc["data"]["split"] == "run"
+    assert "training_store" not in doc["data"]
+    assert doc["results"]["n_documents"] == 4
+    assert doc["results"]["n_tokens_scored"] == int(store.lengths()[ids].sum()) - 4
+    every = tmp_path / "ppl-all"
+    code, whole = _eval(project, every, "ppl", "--data", str(project / "store"))
+    assert code == 0 and whole["data"]["training_store"] is True and whole["results"]["n_documents"] == 40
+    assert "or --split run (what the run held out)" in capsys.readouterr().err
+
+    code, cw = _eval(project, tmp_path / "cw", "contextwise", "--split", "run")
+    pieces = np.load(tmp_path / "cw" / cw["arrays"]["pieces"])
+    assert code == 0 and set(pieces[:, 0]) <= set(ids.tolist()) and len(pieces) > 4
+    assert cw["data"]["documents"] == 4 and "training_store" not in cw["data"]
+
+    code, bf = _eval(
+        project, tmp_path / "bf", "bayes-fit", "--split", "run", "--lengths", "1,2,4,8", "--samples", "24"
+    )
+    targets = np.load(tmp_path / "bf" / bf["arrays"]["targets"])
+    assert code == 0 and set(targets[:, 0]) <= set(ids.tolist())
+    assert all(8 <= t < store.lengths()[d] for d, t in targets)
+
+
+def test_another_store_and_a_model_that_is_no_run_are_refused(project, tmp_path):
+    with pytest.raises(
+        UserError, match=r"trained on .*store, not on .*other: --split run reads the run's own"
+    ):
+        heldout.documents(TokenStore(project / "other"), str(project / "run"), "run")
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text('{"model_type": "gpt2"}')
+    with pytest.raises(UserError, match="is no contextlab run, checkpoint, or export"):
+        heldout.run_source(str(tmp_path / "hf"))
+    code, _ = _eval(project, tmp_path / "x", "ppl", "--split", "run", "--data", str(project / "other"))
+    assert code != 0
+
+
+def test_tail_validation_reads_every_document_tail(project, tmp_path):
+    train(_config(tmp_path / "tail", store=str(project / "store"), val_split="tail"))
+    store = TokenStore(project / "store")
+    view, held = heldout.documents(store, str(tmp_path / "tail"), "run")
+    _, val = split_tail(store, 0.1)
+    assert len(view) == 40 and held["held_out"].startswith("the last 0.1 of every document's tokens")
+    assert [view.doc(i).tolist() for i in (0, 39)] == [val.doc(i).tolist() for i in (0, 39)]
+    assert len(view.doc(0)) == store.lengths()[0] - int(store.lengths()[0] * 0.9)
+    with pytest.raises(UserError, match="tail.*not whole files"):
+        heldout.documents(store, str(tmp_path / "tail"), "run", whole=True)
+
+
+def test_a_validation_store_is_read_whole_and_is_the_default(project, tmp_path):
+    run = tmp_path / "vs"
+    train(_config(run, store=str(project / "store"), val_store=str(project / "other")))
+    assert heldout.default_store(str(run)) == str(project / "other")
+    view, held = heldout.documents(TokenStore(project / "other"), str(run), "run")
+    assert len(view) == 1 and held["held_out"].startswith("its validation store")
+    with pytest.raises(UserError, match="held out a separate store, data.val_store"):
+        heldout.documents(TokenStore(project / "store"), str(run), "run")
+
+
+def _packed_run(project, tmp_path, context: int):
+    packed = tmp_path / f"packed{context}"
+    args = ["data", "pack", str(project / "store"), "--method", "ep", "--context", str(context)]
+    assert main([*args, "--out", str(packed), "--no-progress"]) == 0
+    run = tmp_path / f"pk{context}"
+    train(_config(run, context, packed=str(packed), mode="packed", val_fraction=0.3))
+    return packed, run
+
+
+def test_a_packed_run_holds_out_the_documents_of_no_training_sequence(project, tmp_path):
+    packed, run = _packed_run(project, tmp_path, 1024)  # most documents fit one sequence
+    assert heldout.default_store(str(run)) == str(project / "store")
+    store = TokenStore(project / "store")
+    view, held = heldout.documents(store, str(run), "run")
+    p = PackedStore(packed)
+    train_ids, val_ids = packed_split(p, 0.3, 3)
+    seen = {int(d) for i in train_ids for d in p.sequence_entries(int(i))[:, 0]}
+    assert view.indices.tolist() == sorted(set(range(40)) - seen) and len(view) > 0
+    in_val = {int(d) for i in val_ids for d in p.sequence_entries(int(i))[:, 0]}
+    assert set(view.indices.tolist()) <= in_val  # every document packed somewhere: held out = validation only
+    assert held["held_out"].startswith("the documents of no training sequence")
+
+
+def test_a_packed_run_whose_documents_all_span_training_sequences_is_refused(project, tmp_path):
+    _, run = _packed_run(project, tmp_path, 32)  # every document spans dozens of 33-token sequences
+    with pytest.raises(UserError, match="every document of .* has a piece in a training sequence"):
+        heldout.documents(TokenStore(project / "store"), str(run), "run")
+
+
+def test_an_export_finds_its_run_from_anywhere_and_after_the_project_moved(project, tmp_path, monkeypatch):
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    shutil.copytree(project / "run", proj / "run")
+    monkeypatch.chdir(proj)
+    assert main(["export", "run", "--out", "hf", "--no-progress"]) == 0  # the run named relative to here
+    monkeypatch.chdir(tmp_path)
+    ckpt = "run/checkpoints/step_000002"
+    assert heldout.run_source(str(proj / "hf")).resolve() == (proj / ckpt).resolve()
+    shutil.move(proj, tmp_path / "moved")
+    assert heldout.run_source(str(tmp_path / "moved/hf")).resolve() == (tmp_path / "moved" / ckpt).resolve()
