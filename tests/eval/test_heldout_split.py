@@ -81,6 +81,12 @@ def test_eval_split_run_reads_the_held_out_documents_of_the_run_store(project, t
     assert "training_store" not in doc["data"]
     assert doc["results"]["n_documents"] == 4
     assert doc["results"]["n_tokens_scored"] == int(store.lengths()[ids].sum()) - 4
+    assert main(["report", str(tmp_path / "ppl")]) == 0
+    page = (tmp_path / "ppl" / "report.html").read_text()
+    assert (
+        "read on what the run held out</b> (val_fraction 0.1 of the documents, split_seed 3): 4 documents"
+        in page
+    )
     every = tmp_path / "ppl-all"
     code, whole = _eval(project, every, "ppl", "--data", str(project / "store"))
     assert code == 0 and whole["data"]["training_store"] is True and whole["results"]["n_documents"] == 40

@@ -148,7 +148,7 @@ def _print_ingest_report(report) -> None:
         f"({report.mb_per_s:,.1f} MB/s)"
     )
     notes = {
-        k.replace("_", " "): v
+        _stat_label(k): v
         for k, v in stats.items()
         if isinstance(v, int) and v and k.startswith(("skipped", "undecodable", "latin1"))
     }
@@ -174,6 +174,19 @@ def _print_ingest_report(report) -> None:
     skipped = store.path / "skipped.jsonl"
     if skipped.exists() and skipped.stat().st_size:
         print(f"  every skipped file is named, with its reason, in {skipped}")
+
+
+def _stat_label(key: str) -> str:
+    """A source count's name as the summary line says it: skipped_excluded -> "skipped (excluded)",
+    latin1_files -> "read as Latin-1 (files)", undecodable_bytes -> "not UTF-8 (bytes)"."""
+    for prefix, said in (
+        ("skipped_", "skipped"),
+        ("latin1_", "read as Latin-1"),
+        ("undecodable_", "not UTF-8"),
+    ):
+        if key.startswith(prefix):
+            return f"{said} ({key[len(prefix) :].replace('_', ' ')})"
+    return key.replace("_", " ")
 
 
 def cmd_info(argv: list[str]) -> int:

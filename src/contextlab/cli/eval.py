@@ -106,7 +106,7 @@ def _data_help(spec) -> str:
     """--data's help: what the evaluation reads, said to be required when it has no default and uses it."""
     needed = spec.default_data is None and not spec.makes_data and not spec.data.startswith("not used")
     if needed and "split" in {f.name for f in dataclasses.fields(spec.options)}:
-        return f"{spec.data}; required unless --split run (then the run's own store)"
+        return f"required: {spec.data}; with --split run, default: the run's own store"
     return f"required: {spec.data}" if needed else spec.data
 
 

@@ -206,6 +206,13 @@ def eval_section(name: str, doc: dict, folder: Path, level: int = 3, newest_step
             "<p><b>read on the token store the model trained on</b>: mostly documents it saw in training, so "
             "these numbers say what it saw, not what it learned; a store of held-out text measures that</p>"
         )
+    read = doc.get("data") if isinstance(doc.get("data"), dict) else {}
+    if read.get("split") == "run":
+        parts.append(
+            f"<p><b>read on what the run held out</b> ({html.escape(str(read.get('held_out', '')))}): "
+            f"{read.get('documents', 0):,} documents, {read.get('tokens', 0):,} tokens it did not "
+            "train on</p>"
+        )
     parts.append(kv_table(with_intervals(eval_scalars(doc))))
     text = (doc.get("results") or {}).get("text") if isinstance(doc.get("results"), dict) else None
     if isinstance(text, list) and text:
