@@ -62,8 +62,8 @@ class Options:
     )
     split: Literal["run", "all"] = opt(
         "run",
-        "run: the files the run held out for validation (on its own store, the default --data); all: every file of "
-        "--data (a store or folder of held-out files)",
+        "run: the files the run held out for validation (on its own store, the default --data); all: "
+        "every file of --data (a store or folder of held-out files)",
     )
     files: str = opt("*.py", "with --data a folder: the glob of the files read (recursive)")
     max_lines: int = opt(8, "multi-line spans have 2..max_lines lines")
