@@ -180,3 +180,21 @@ def test_an_export_finds_its_run_from_anywhere_and_after_the_project_moved(proje
     assert heldout.run_source(str(proj / "hf")).resolve() == (proj / ckpt).resolve()
     shutil.move(proj, tmp_path / "moved")
     assert heldout.run_source(str(tmp_path / "moved/hf")).resolve() == (tmp_path / "moved" / ckpt).resolve()
+
+
+def test_visible_loss_and_entropy_read_the_held_out_documents(project, tmp_path):
+    ids = set(split_documents(TokenStore(project / "store"), 0.1, 3)[1].indices.tolist())
+    code, vis = _eval(
+        project, tmp_path / "vis", "visible", "--task", "loss", "--split", "run", "--samples", "16"
+    )
+    assert code == 0 and vis["data"]["split"] == "run" and vis["data"]["documents"] == len(ids)
+    assert "training_store" not in vis["data"]
+    code, _ = _eval(project, tmp_path / "vis2", "visible", "--task", "passkey", "--split", "run")
+    assert code != 0  # only task=loss reads a store
+    args = ["analyze", "entropy", "--model", str(project / "run"), "--data", str(project / "store")]
+    args += "--split run --contexts 4,8,16 --samples 40 --n-components 8 --kde-dims 0".split()
+    args += ["--out", str(tmp_path / "ent")]
+    assert main([*args, "--no-progress"]) == 0
+    ent = json.loads((tmp_path / "ent" / "entropy.json").read_text())
+    assert ent["data"]["split"] == "run" and ent["data"]["documents"] == len(ids)
+    assert ent["results"]["protocol"]["n_documents"] <= len(ids)

@@ -28,6 +28,7 @@ from typing import Literal
 import numpy as np
 
 import contextlab.analysis.intrinsic as intrinsic
+import contextlab.eval.heldout as heldout
 from contextlab import bars
 from contextlab.analysis.entropy_samples import (
     Collected,
@@ -75,6 +76,9 @@ class Options:
         "auto", "auto: parity for a synthetic parity store, else text"
     )
     seed: int = opt(0, "seed of the sampled targets / documents")
+    split: Literal["all", "run"] = opt(
+        "all", "protocol text: " + heldout.SPLIT_HELP.replace(" (the default --data then)", "")
+    )
 
 
 def task_weighted(loss: np.ndarray, strata: np.ndarray, weights: np.ndarray) -> float:
@@ -260,10 +264,16 @@ def run(adapter, options: Options, data: str | None, progress: bool = True) -> E
     from contextlab.data import synthetic as syn
 
     check_options(options)
-    store = open_store(data, adapter, "analyze entropy", kinds=("parity",))
+    store = open_store(data, adapter, "analyze entropy", kinds=("parity",), split=options.split)
     protocol = options.protocol
     if protocol == "auto":
         protocol = "parity" if syn.parity_of_store(store) is not None else "text"
+    if protocol == "parity" and options.split == "run":
+        raise UserError(
+            "--split run reads the text a run held out, and the parity protocol measures a store of fresh "
+            "samples written for measuring; leave --split out"
+        )
+    view, held = heldout.documents(store, adapter.info.path, options.split)
     collect = collect_parity if protocol == "parity" else collect_text
     if not options.contexts:  # fitted; the result records [] (= fitted) and each context's own row
         fitted = (
@@ -280,9 +290,10 @@ def run(adapter, options: Options, data: str | None, progress: bool = True) -> E
             "samples": options.samples,
             "layer": options.layer,
             "estimators": options.estimators or "none",
+            "split": heldout.announced(held),
         },
     )
-    col = collect(adapter, store, options, progress)
+    col = collect(adapter, view if protocol == "text" else store, options, progress)
     results, arrays = analyze(col, options, progress)
     results["protocol"] = col.info
     label = adapter.info.id
@@ -296,7 +307,7 @@ def run(adapter, options: Options, data: str | None, progress: bool = True) -> E
 
     return EvalOutput(
         results,
-        {"store": str(store.path), "hash": store.hash, "samples": options.samples},
+        {"store": str(store.path), "hash": store.hash, "samples": options.samples, **held},
         arrays=arrays,
         plot=plot,
     )

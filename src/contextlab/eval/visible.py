@@ -29,6 +29,7 @@ from typing import Literal
 import numpy as np
 
 import contextlab.eval.bayes_fit as bayes_fit
+import contextlab.eval.heldout as heldout
 import contextlab.eval.icl as icl
 import contextlab.eval.kv as kv
 import contextlab.eval.needle as needle
@@ -64,6 +65,7 @@ class Options:
         "model's context less what the answer needs, so no prompt passes the context)",
     )
     scoring: Literal["likelihood", "generate", "both"] = opt("likelihood", "how prompt tasks are scored")
+    split: Literal["all", "run"] = opt("all", "task=loss: " + heldout.SPLIT_HELP)
 
 
 def _task_samples(adapter, o: Options, data):
@@ -116,8 +118,9 @@ def loss_lengths(visible: list[float], full: int) -> list[int]:
 
 def _loss_points(adapter, options: Options, data: str | None, ks: list[int]):
     """(points, context gain, data record) of task=loss at the visible lengths ``ks``."""
-    store = open_store(data, adapter, "visible (task loss)")
-    longest = int(store.lengths().max())
+    store = open_store(data, adapter, "visible (task loss)", split=options.split)
+    view, held = heldout.documents(store, adapter.info.path, options.split)
+    longest = int(view.lengths().max()) if len(view) else 0
     if longest <= max(ks):
         raise UserError(
             f"visible (task loss) needs documents longer than its longest visible length ({max(ks):,} "
@@ -126,19 +129,24 @@ def _loss_points(adapter, options: Options, data: str | None, ks: list[int]):
             f"in tokens below {longest:,}, or a store of longer documents"
         )
     adapter.check_length(max(ks), f"visible context {max(ks):,}", fix="lower the largest --visible")
-    targets = bayes_fit.sample_targets(store, options.samples, max(ks), 0)
-    losses = bayes_fit.last_token_losses(adapter, store, targets, ks)  # (len(ks), N)
+    targets = bayes_fit.sample_targets(view, options.samples, max(ks), 0)
+    losses = bayes_fit.last_token_losses(adapter, view, targets, ks)  # (len(ks), N)
     points = [
         {"visible": k, "loss": float(row.mean()), "stderr": float(row.std(ddof=1) / np.sqrt(len(row)))}
         for k, row in zip(ks, losses)
     ]
     gain = bayes_fit.context_gain(losses, ks, [d for d, _ in targets], adapter.context)
-    return points, gain, {"store": str(store.path), "hash": store.hash}
+    return points, gain, {"store": str(store.path), "hash": store.hash, **held}
 
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
     points, gain = [], None
     ks = loss_lengths(options.visible, adapter.context) if options.task == "loss" else None
+    if ks is None and options.split == "run":
+        raise UserError(
+            f"--split run reads the part of a token store a run held out, for --task loss; --task "
+            f"{options.task} reads its own prompts: leave --split out"
+        )
     progress.announce(
         "visible",
         {
