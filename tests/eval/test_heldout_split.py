@@ -192,9 +192,44 @@ def test_visible_loss_and_entropy_read_the_held_out_documents(project, tmp_path)
     code, _ = _eval(project, tmp_path / "vis2", "visible", "--task", "passkey", "--split", "run")
     assert code != 0  # only task=loss reads a store
     args = ["analyze", "entropy", "--model", str(project / "run"), "--data", str(project / "store")]
-    args += "--split run --contexts 4,8,16 --samples 40 --n-components 8 --kde-dims 0".split()
-    args += ["--out", str(tmp_path / "ent")]
+    args += ["--split", "run", "--contexts", "4,8,16", "--samples", "40", "--n-components", "8"]
+    args += ["--kde-dims", "0", "--out", str(tmp_path / "ent")]
     assert main([*args, "--no-progress"]) == 0
     ent = json.loads((tmp_path / "ent" / "entropy.json").read_text())
     assert ent["data"]["split"] == "run" and ent["data"]["documents"] == len(ids)
     assert ent["results"]["protocol"]["n_documents"] <= len(ids)
+
+
+def test_a_profile_of_a_run_reads_what_it_held_out_without_a_second_store(project, tmp_path, capsys):
+    run = tmp_path / "r64"
+    train(_config(run, 64, store=str(project / "store")))
+    out = tmp_path / "profile"
+    argv = ["profile", "--model", str(run), "--split", "run", "--out", str(out), "--no-progress"]
+    assert main([*argv, "--threads", "1"]) == 0  # no --data: the run's own store
+    doc = json.loads((out / "profile.json").read_text())
+    assert doc["split"] == "run" and doc["data"] == str(project / "store")
+    ids = split_documents(TokenStore(project / "store"), 0.1, 3)[1].indices.tolist()
+    for name, key in (("contextwise", "pieces"), ("bayes-fit", "targets")):
+        result = json.loads((out / "models" / "r64" / f"{name}.json").read_text())
+        assert result["data"]["split"] == "run" and "training_store" not in result["data"]
+        assert set(np.load(out / "models" / "r64" / result["arrays"][key])[:, 0]) <= set(ids)
+    assert not any("in-sample" in (row.get("note") or "") for row in doc["headline"])
+    capsys.readouterr()
+    text = tmp_path / "t.txt"
+    text.write_text(shakespeare(3_000))
+    bad = [
+        "profile",
+        "--model",
+        str(run),
+        "--split",
+        "run",
+        "--data",
+        str(text),
+        "--out",
+        str(tmp_path / "b"),
+    ]
+    assert main(bad) != 0
+    assert "--split run reads the part of a run's token store it held out" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["profile", "--model", str(run), "--out", str(tmp_path / "c")])
+    assert "required: --data (or --split run" in capsys.readouterr().err

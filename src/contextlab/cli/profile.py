@@ -31,11 +31,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--data",
-        required=True,
         metavar="STORE_OR_TEXT",
-        help="held-out text: a token store made with the model's tokenizer, or a text file or folder of text "
-        "files (ingested with the model's tokenizer into OUT/data, less the corpus's own notes such as "
-        "SOURCE.txt and files of records such as JSONL; also the needle's haystack)",
+        help="required: held-out text: a token store made with the model's tokenizer, or a text file or "
+        "folder of text files (ingested with the model's tokenizer into OUT/data, less the corpus's own "
+        "notes such as SOURCE.txt and files of records such as JSONL; also the needle's haystack); with "
+        "--split run, default: the run's own store",
+    )
+    p.add_argument(
+        "--split",
+        default="all",
+        choices=["all", "run"],
+        help="all: the losses read every document of --data; run: only what the run held out for "
+        "validation (a contextlab run's val_fraction of documents, document tails or val_store, "
+        "recomputed from its config), on its own store: a run's profile without a second store "
+        "(default: all)",
     )
     p.add_argument(
         "--doc-start",
@@ -94,7 +103,14 @@ def cmd_profile(argv: list[str]) -> int:
     from contextlab.outputs import refuse_non_folder, refuse_overlap
     from contextlab.profile.runner import default_out, run_profile
 
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not args.data and args.split == "run":
+        from contextlab.eval.heldout import default_store
+
+        args.data = default_store(args.model)
+    if not args.data:
+        parser.error("the following argument is required: --data (or --split run: a run's own store)")
     check_compute(args)
     models = [args.model] + ([args.compare] if args.compare else [])
     if args.no_progress:
@@ -112,6 +128,7 @@ def cmd_profile(argv: list[str]) -> int:
             command=command,
             haystack=args.haystack,
             doc_start=args.doc_start,
+            split=args.split,
             context=args.context,
             dtype=args.dtype,
             batch_size=args.batch_size,

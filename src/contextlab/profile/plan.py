@@ -110,11 +110,13 @@ def build(
     kv_pairs: int,
     attention: str,
     longest_doc: int = 0,
+    split: str = "all",
 ) -> list[Step]:
     """The battery for context ``context`` and the model ``adapter`` (whose tokenizer decides how long
     the prompt tasks' fixed text and answers are); ``attention`` is "" when it can run, else why not.
     ``longest_doc``: the tokens of the store's longest document (0: not known); the steps that read
-    the store skip, saying why and what to do, when no document is as long as they read."""
+    the store skip, saying why and what to do, when no document is as long as they read. ``split``:
+    the losses' ``--split`` (attention reads every document: where it goes, not what was learned)."""
     from contextlab.analysis import attention as att
     from contextlab.eval import bayes_fit, contextwise, kv, needle, passkey
 
@@ -154,7 +156,7 @@ def build(
     return [
         Step(
             "contextwise",
-            contextwise.Options(length=C + 1, max_docs=b.contextwise_docs, pieces_per_doc=0),
+            contextwise.Options(length=C + 1, max_docs=b.contextwise_docs, pieces_per_doc=0, split=split),
             store,
             1.4 * N * C,  # the pieces, and two-token rows for the best-context window's (a fifth) targets
             1.2 * N * C,
@@ -163,7 +165,7 @@ def build(
         ),
         Step(
             "bayes-fit",
-            bayes_fit.Options(lengths=visible, samples=b.targets),
+            bayes_fit.Options(lengths=visible, samples=b.targets, split=split),
             store,
             b.targets * sum(v + 1 for v in visible),
             b.targets * len(visible),  # only the target's row

@@ -138,11 +138,13 @@ def prose_source(data: Path) -> SourceOptions:
     return options
 
 
-def longest_document(store: str) -> int:
-    """Tokens of the longest document of a token store."""
+def longest_document(store: str, adapter, split: str = "all") -> int:
+    """Tokens of the longest document of a token store (with ``split`` "run", of those the run of
+    ``adapter`` held out: one line when it is not that run's store)."""
     from contextlab.data.store import TokenStore
+    from contextlab.eval.heldout import documents
 
-    lengths = TokenStore(store).lengths()
+    lengths = documents(TokenStore(store), adapter.info.path, split)[0].lengths()
     return int(lengths.max()) if len(lengths) else 0
 
 
@@ -356,6 +358,7 @@ def run_profile(
     command: str,
     haystack: str | None = None,
     doc_start: str | None = None,
+    split: str = "all",
     context: int = 0,
     dtype: str = "fp32",
     batch_size: int = 8,
@@ -363,7 +366,9 @@ def run_profile(
     show_progress: bool = True,
 ) -> dict:
     """Profile ``models`` (one, or two to pair) on ``data``; write OUT; return the manifest. ``context``
-    (0: the models' own, the smaller of two) is the number of tokens every length follows."""
+    (0: the models' own, the smaller of two) is the number of tokens every length follows. ``split``
+    "run": the losses read only what each run held out of ``data``, its token store
+    (``contextlab.eval.heldout``)."""
     from contextlab import bars
     from contextlab.eval import load_model
     from contextlab.profile import BUDGETS
@@ -379,6 +384,11 @@ def run_profile(
     ]
     for m in opened:
         m.adapter.require_lm("profile")
+    if split == "run" and not is_store(data):
+        raise UserError(
+            f"--split run reads the part of a run's token store it held out, and --data {data} is text; "
+            "give the run's store as --data, or leave --data out"
+        )
     hashes = {m.adapter.info.tokenizer.get("hash") for m in opened}
     if len(hashes) > 1 and is_store(data):
         raise UserError(
@@ -402,6 +412,7 @@ def run_profile(
         "budget": budget_name,
         "context": context,
         **({"doc_start": doc_start} if doc_start is not None else {}),  # absent: folders of before it
+        **({"split": split} if split != "all" else {}),  # absent: every document, as before the option
     }
     out.mkdir(parents=True, exist_ok=True)
     manifest = Manifest.open(out, settings)
@@ -421,7 +432,8 @@ def run_profile(
             kv_file=kv_file,
             kv_pairs=kv_pairs,
             attention=attention_problem([m]),
-            longest_doc=longest_document(store),
+            longest_doc=longest_document(store, m.adapter, split),
+            split=split,
         )
     pair = len(opened) == 2 and not attention_problem(opened) and len(hashes) == 1
     jobs = _jobs(opened, plans, pair)
