@@ -95,7 +95,9 @@ def is_store(path: str | Path) -> bool:
     return (Path(path) / "meta.json").is_file()
 
 
-def prepare_store(data: str, adapter, out: Path, progress_on: bool, doc_start: str | None = None) -> str:
+def prepare_store(
+    data: str, adapter, out: Path, progress_on: bool, doc_start: str | None = None, split: str = "all"
+) -> str:
     """A token store for ``adapter``: ``data`` itself when it is one (checked: the model's tokenizer, its
     content), else ``data`` (text) ingested
     with the model's tokenizer into OUT/data/store-<tokenizer hash> (kept and reused on resume)."""
@@ -108,7 +110,7 @@ def prepare_store(data: str, adapter, out: Path, progress_on: bool, doc_start: s
                 f"--doc-start cuts text, and --data {data} is a token store, already cut; leave --doc-start "
                 "out, or give the text it was made from"
             )
-        open_store(str(data), adapter, "profile")
+        open_store(str(data), adapter, "profile", split=split)  # "all": a note if the model trained on it
         return str(data)
     if not Path(data).exists():
         raise UserError(f"--data {data} does not exist; give a token store or a text file or folder")
@@ -420,7 +422,7 @@ def run_profile(
     manifest.doc["compare"] = "compare" if len(opened) == 2 else None
     plans = {}
     for m in opened:
-        store = prepare_store(data, m.adapter, out, show_progress, doc_start)
+        store = prepare_store(data, m.adapter, out, show_progress, doc_start, split)
         kv_file, kv_pairs = prepare_kv(out, m.adapter, budget, context)
         text = None if is_store(data) else data
         plans[m.label] = build(
