@@ -214,6 +214,8 @@ def test_a_profile_of_a_run_reads_what_it_held_out_without_a_second_store(projec
         result = json.loads((out / "models" / "r64" / f"{name}.json").read_text())
         assert result["data"]["split"] == "run" and "training_store" not in result["data"]
         assert set(np.load(out / "models" / "r64" / result["arrays"][key])[:, 0]) <= set(ids)
+    attention = json.loads((out / "models" / "r64" / "attention.json").read_text())
+    assert attention["data"]["split"] == "run" and "training_store" not in attention["data"]
     assert not any("in-sample" in (row.get("note") or "") for row in doc["headline"])
     capsys.readouterr()
     text = tmp_path / "t.txt"

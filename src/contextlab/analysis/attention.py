@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import torch
@@ -254,6 +255,11 @@ class Options:
     plot_tokens: int = opt(48, "tokens of the sample row in the per-token figure")
     top_tokens: int = opt(10, "token ids listed with the largest gain and loss of attention")
     min_count: int = opt(20, "a token id is listed only if it occurs at least this often in the rows")
+    split: Literal["all", "run"] = opt(
+        "all",
+        "all: rows from every document of --data; run: only from what model A's run held out for "
+        "validation (see eval --split)",
+    )
 
 
 @dataclass
@@ -265,6 +271,7 @@ class Rows:
 
 def read_rows(adapter, options: Options, data: str | None, text: str | None) -> Rows:
     """The rows to analyse: pieces of the store's documents (as ``contextwise`` cuts them) or the text."""
+    import contextlab.eval.heldout as heldout
     from contextlab.eval.base import open_store
     from contextlab.eval.contextwise import sequences
     from contextlab.eval.results import text_hash
@@ -272,19 +279,25 @@ def read_rows(adapter, options: Options, data: str | None, text: str | None) -> 
     L = options.length or adapter.context
     if (data is None) == (text is None):
         raise UserError("give the rows to analyse: --data STORE or --text TEXT (one of them)")
+    if text is not None and options.split == "run":
+        raise UserError(
+            "--split run reads the part of a run's token store it held out, not --text; leave one out"
+        )
     if text is not None:
         ids = adapter.encode(text)[:L]
         if len(ids) < 2:
             raise UserError("--text encodes to fewer than 2 tokens; give a longer text")
         rows = np.asarray([ids], dtype=np.int64)
         return Rows(rows, np.zeros(1, np.int64), {"text": text, "hash": text_hash(text), "tokens": len(ids)})
-    store = open_store(data, adapter, "analyze attention", kinds=("parity", "mqar"))
-    pieces = sequences(store, L, options.rows, options.pieces_per_doc)
+    store = open_store(data, adapter, "analyze attention", kinds=("parity", "mqar"), split=options.split)
+    view, held = heldout.documents(store, adapter.info.path, options.split)
+    pieces = sequences(view, L, options.rows, options.pieces_per_doc)
     if not pieces:
-        raise UserError(f"no document of {store.path} has {L} tokens; lower --length")
-    tokens = np.stack([np.asarray(store.doc(d)[s : s + L], dtype=np.int64) for d, s in pieces])
-    docs = np.asarray([d for d, _ in pieces], dtype=np.int64)
-    return Rows(tokens, docs, {"store": str(store.path), "hash": store.hash, "rows": len(pieces)})
+        which = " held out by the run" if held else ""
+        raise UserError(f"no document of {store.path}{which} has {L} tokens; lower --length")
+    tokens = np.stack([np.asarray(view.doc(d)[s : s + L], dtype=np.int64) for d, s in pieces])
+    docs = heldout.in_store(view, pieces)[:, 0]
+    return Rows(tokens, docs, {"store": str(store.path), "hash": store.hash, "rows": len(pieces), **held})
 
 
 def decoder_layers(model: GPT) -> list[int]:

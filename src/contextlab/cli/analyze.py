@@ -213,6 +213,10 @@ def cmd_attention(argv: list[str]) -> int:
 
     args = _attention_parser().parse_args(argv)
     options = dataclass_from_args(Options, args)
+    if options.split == "run" and args.data is None and args.text is None:
+        from contextlab.eval.heldout import default_store
+
+        args.data = default_store(args.model)  # the run's own store, read where it held it out
     check_compute(args)
     progress.set_enabled(not args.no_progress)
     if args.no_progress:

@@ -116,7 +116,7 @@ def build(
     the prompt tasks' fixed text and answers are); ``attention`` is "" when it can run, else why not.
     ``longest_doc``: the tokens of the store's longest document (0: not known); the steps that read
     the store skip, saying why and what to do, when no document is as long as they read. ``split``:
-    the losses' ``--split`` (attention reads every document: where it goes, not what was learned)."""
+    the ``--split`` of every step that reads the store."""
     from contextlab.analysis import attention as att
     from contextlab.eval import bayes_fit, contextwise, kv, needle, passkey
 
@@ -199,7 +199,7 @@ def build(
         ),
         Step(
             "attention",
-            att.Options(rows=b.attention_rows, length=C),
+            att.Options(rows=b.attention_rows, length=C, split=split),
             store,
             b.attention_rows * C * 4,  # the weights are recomputed per layer in fp32
             0.0,
