@@ -130,7 +130,7 @@ def ids(T: int, vocab: int, seed: int = 3) -> torch.Tensor:
     return torch.randint(0, vocab, (2, T), generator=torch.Generator().manual_seed(seed))
 
 
-def test_hf_llama_continues_with_yarn_exports_and_reloads(tmp_path, hf_store, llama_dir):
+def test_hf_llama_continues_with_yarn_exports_and_reloads(tmp_path, hf_store, llama_dir, capsys):
     run = tmp_path / "llama_run"
     res = train(
         run_config(
@@ -142,6 +142,10 @@ def test_hf_llama_continues_with_yarn_exports_and_reloads(tmp_path, hf_store, ll
         )
     )
     assert res.steps == 4 and all(torch.isfinite(torch.tensor(list(losses(run).values()))))
+    assert (
+        "RoPE extended (yarn, factor 2) from the model's context 16 to train.context 32"
+        in capsys.readouterr().out
+    )
     state = json.loads((run / "checkpoints" / "step_000004" / "state.json").read_text())
     assert state["arch"] == "hf" and state["init"]["kind"] == "hf" and state["init"]["factor"] == 2.0
     rope = state["model_config"]["rope_parameters"]
@@ -185,7 +189,7 @@ def test_continued_hf_run_resumes_exactly(tmp_path, hf_store, llama_dir):
     assert all(torch.equal(a.state_dict()[k], v) for k, v in b.state_dict().items())
 
 
-def test_contextlab_run_continues_with_yarn_and_exports(tmp_path, byte_store, base_run):
+def test_contextlab_run_continues_with_yarn_and_exports(tmp_path, byte_store, base_run, capsys):
     run = tmp_path / "extended"
     train(
         run_config(
@@ -195,6 +199,10 @@ def test_contextlab_run_continues_with_yarn_and_exports(tmp_path, byte_store, ba
             init={"source": str(base_run)},
             extend={"method": "yarn"},
         )
+    )
+    assert (
+        "RoPE extended (yarn, factor 4) from the model's context 16 to train.context 64"
+        in capsys.readouterr().out
     )
     fresh = tmp_path / "fresh"
     train(run_config(byte_store, fresh, train={"context": 64, "max_steps": 3}))

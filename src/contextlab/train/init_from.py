@@ -93,12 +93,19 @@ def resolve_extension(ext, original_context: int, new_context: int) -> tuple[str
     return ext.method, factor
 
 
-def _note_plain_extrapolation(method: str, original: int, new_context: int) -> None:
+def _note_plain_extrapolation(
+    method: str, original: int, new_context: int, factor: float | None = None
+) -> None:
+    """One line on how the context the run trains at relates to the model's: extended (which method,
+    which factor), or past it with unscaled RoPE; nothing when it is not longer."""
     if method == "none" and new_context > original:
         print(
             f"note: training at context {new_context} beyond the model's {original} with unscaled RoPE; "
             "set extend.method (pi, ntk, yarn or base) to extend it"
         )
+    elif method not in ("none", "kept"):
+        how = f"{method}, factor {factor:g}" if method in ("pi", "ntk", "yarn") else "a new RoPE base"
+        print(f"RoPE extended ({how}) from the model's context {original} to train.context {new_context}")
 
 
 # ---------------------------------------------------------------------------- contextlab sources
@@ -164,7 +171,9 @@ def _continue_gpt(cfg, objective, fields: dict, weights: dict, meta: dict) -> In
             f"the source is already extended with {src_cfg.rope_extension!r}; set extend.method=none to "
             "keep that extension, or start from the original model"
         )
-    _note_plain_extrapolation(method if src_cfg.rope_extension == "none" else "kept", original, new_context)
+    _note_plain_extrapolation(
+        method if src_cfg.rope_extension == "none" else "kept", original, new_context, factor
+    )
     base.update(
         context=new_context,
         dropout=cfg.model.dropout,
@@ -244,6 +253,7 @@ def _from_hf(cfg, objective, store, src: Path, hf_config) -> InitModel:
     rope = None
     if method != "none":
         rope = extend_hf_rope(hf_config, method, factor, original, new_context, cfg.extend.rope_base)
+        _note_plain_extrapolation(method, original, new_context, factor)
     elif new_context > limit:
         if rope_params(hf_config) is None:
             raise UserError(
