@@ -64,6 +64,7 @@ def test_documents_are_the_ones_training_held_out(project):
         "held_out": "val_fraction 0.1 of the documents, split_seed 3",
         "documents": 4,
         "tokens": int(store.lengths()[val.indices].sum()),
+        "held_out_by": str((project / "run").resolve()),
     }
     every, nothing = heldout.documents(store, str(project / "run"), "all")
     assert len(every) == 40 and nothing == {}
@@ -236,3 +237,28 @@ def test_a_profile_of_a_run_reads_what_it_held_out_without_a_second_store(projec
     with pytest.raises(SystemExit):
         main(["profile", "--model", str(run), "--out", str(tmp_path / "c")])
     assert "required: --data (or --split run" in capsys.readouterr().err
+
+
+def test_another_model_reads_what_a_run_held_out_and_a_pair_shares_one_part(project, tmp_path):
+    """A base model beside the run that continued it reads that run's held-out part (--heldout-of; a
+    profile picks the run); two runs of one store must have held out the same part."""
+    base = tmp_path / "base"  # a run of other text: none of the store is in its training
+    train(_config(base, store=str(project / "other"), val_split="tail"))
+    code, same = _eval(project, tmp_path / "b", "ppl", "--split", "run", "--heldout-of", str(project / "run"))
+    assert code == 0 and same["data"]["documents"] == 4  # --heldout-of naming the model's own run
+    args = ["eval", "ppl", "--model", str(base), "--split", "run", "--heldout-of", str(project / "run")]
+    assert (
+        main([*args, "--out", str(tmp_path / "base_ppl"), "--no-progress"]) == 0
+    )  # no --data: that run's store
+    read = json.loads((tmp_path / "base_ppl" / "ppl.json").read_text())["data"]
+    assert read["store"] == str(project / "store") and read["documents"] == 4
+    assert read["held_out_by"] == str((project / "run").resolve())
+    assert main(["eval", "ppl", "--model", str(base), "--heldout-of", str(project / "run")]) != 0
+    store = TokenStore(project / "store")
+    assert heldout.shared_run([str(base), str(project / "run")], store) == str((project / "run").resolve())
+    tail = tmp_path / "tail"
+    train(_config(tail, store=str(project / "store"), val_split="tail"))
+    with pytest.raises(UserError, match="held out different parts of"):
+        heldout.shared_run([str(project / "run"), str(tail)], store)
+    with pytest.raises(UserError, match="no run that trained on"):
+        heldout.shared_run([str(base)], store)

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 import contextlab.analysis.attention_measures as M
+import contextlab.eval.heldout as heldout
 from contextlab import bars
 from contextlab.config import opt
 from contextlab.errors import UserError
@@ -260,6 +261,7 @@ class Options:
         "all: rows from every document of --data; run: only from what model A's run held out for "
         "validation (see eval --split)",
     )
+    heldout_of: str = heldout.of_option()
 
 
 @dataclass
@@ -271,7 +273,6 @@ class Rows:
 
 def read_rows(adapter, options: Options, data: str | None, text: str | None) -> Rows:
     """The rows to analyse: pieces of the store's documents (as ``contextwise`` cuts them) or the text."""
-    import contextlab.eval.heldout as heldout
     from contextlab.eval.base import open_store
     from contextlab.eval.contextwise import sequences
     from contextlab.eval.results import text_hash
@@ -290,7 +291,7 @@ def read_rows(adapter, options: Options, data: str | None, text: str | None) -> 
         rows = np.asarray([ids], dtype=np.int64)
         return Rows(rows, np.zeros(1, np.int64), {"text": text, "hash": text_hash(text), "tokens": len(ids)})
     store = open_store(data, adapter, "analyze attention", kinds=("parity", "mqar"), split=options.split)
-    view, held = heldout.documents(store, adapter.info.path, options.split)
+    view, held = heldout.documents(store, adapter.info.path, options.split, of=options.heldout_of)
     pieces = sequences(view, L, options.rows, options.pieces_per_doc)
     if not pieces:
         which = " held out by the run" if held else ""

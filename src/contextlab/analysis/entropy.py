@@ -79,6 +79,7 @@ class Options:
     split: Literal["all", "run"] = opt(
         "all", "protocol text: " + heldout.SPLIT_HELP.replace(" (the default --data then)", "")
     )
+    heldout_of: str = heldout.of_option()
 
 
 def task_weighted(loss: np.ndarray, strata: np.ndarray, weights: np.ndarray) -> float:
@@ -273,7 +274,7 @@ def run(adapter, options: Options, data: str | None, progress: bool = True) -> E
             "--split run reads the text a run held out, and the parity protocol measures a store of fresh "
             "samples written for measuring; leave --split out"
         )
-    view, held = heldout.documents(store, adapter.info.path, options.split)
+    view, held = heldout.documents(store, adapter.info.path, options.split, of=options.heldout_of)
     collect = collect_parity if protocol == "parity" else collect_text
     if not options.contexts:  # fitted; the result records [] (= fitted) and each context's own row
         fitted = (

@@ -216,7 +216,7 @@ def cmd_attention(argv: list[str]) -> int:
     if options.split == "run" and args.data is None and args.text is None:
         from contextlab.eval.heldout import default_store
 
-        args.data = default_store(args.model)  # the run's own store, read where it held it out
+        args.data = default_store(options.heldout_of or args.model)  # the run's own store
     check_compute(args)
     progress.set_enabled(not args.no_progress)
     if args.no_progress:

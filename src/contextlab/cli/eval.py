@@ -110,11 +110,12 @@ def _data_help(spec) -> str:
     return f"required: {spec.data}" if needed else spec.data
 
 
-def _data(name: str, given: str | None, model: str, split: str | None = None) -> str | None:
+def _data(name: str, given: str | None, model: str, split: str | None = None, of: str = "") -> str | None:
     """The data the evaluation reads, resolved as ``evaluate`` records it: --data (a relative path that
     is not here but in the folder the run ``model`` was trained in, with the content it trained on, is
     read there: ``trained_store``; one line when it exists nowhere), else with ``--split run`` the store
-    the run held out from (``heldout.default_store``), else the evaluation's default data, else None."""
+    the run held out from (``heldout.default_store``; the run ``of`` when given), else the evaluation's
+    default data, else None."""
     from contextlab.eval import EVALS
     from contextlab.eval.base import trained_store
 
@@ -123,7 +124,7 @@ def _data(name: str, given: str | None, model: str, split: str | None = None) ->
     if not given and split == "run":
         from contextlab.eval.heldout import default_store
 
-        given = default_store(model)
+        given = default_store(of or model)
     if given and not Path(given).exists():
         raise UserError(f"--data {given} not found; {name} reads {spec.data}")
     data = given or (spec.default_data() if spec.default_data is not None else None)
@@ -179,7 +180,9 @@ def cmd_eval(argv: list[str]) -> int:
     options = dataclass_from_args(EVALS[name].options, args)
     _check_depths(options)
     check_compute(args)
-    data = _data(name, args.data, args.model[0], getattr(options, "split", None))
+    data = _data(
+        name, args.data, args.model[0], getattr(options, "split", None), getattr(options, "heldout_of", "")
+    )
     if data and EVALS[name].check_data is not None:
         EVALS[name].check_data(data)  # before minutes of loading a model
     progress.set_enabled(not args.no_progress)

@@ -106,9 +106,9 @@ def cmd_profile(argv: list[str]) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if not args.data and args.split == "run":
-        from contextlab.eval.heldout import default_store
+        from contextlab.eval.heldout import first_run
 
-        args.data = default_store(args.model)
+        args.data = first_run([args.model] + ([args.compare] if args.compare else []))
     if not args.data:
         parser.error("the following argument is required: --data (or --split run: a run's own store)")
     check_compute(args)

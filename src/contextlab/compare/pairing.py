@@ -26,7 +26,7 @@ from contextlab.errors import UserError
 from contextlab.eval.results import RESULT_FORMAT
 
 TASKS = ("niah", "kv", "passkey", "vartrack")
-PATHS = ("store", "file", "folder", "haystack")  # data fields that say where the data was, not what
+PATHS = ("store", "file", "folder", "haystack", "held_out_by")  # where the data was (or whose), not what
 FREE = {  # options that change how samples are scored, not which samples there are
     "contextwise": ("best_fraction", "train_context"),
     "ppl": ("context", "stride"),

@@ -41,6 +41,7 @@ class Options:
     samples: int = opt(512, "target tokens N (the same targets for every l)")
     seed: int = opt(0, "seed of the target positions")
     split: Literal["all", "run"] = opt("all", heldout.SPLIT_HELP)
+    heldout_of: str = heldout.of_option()
 
 
 GAMMA_BOUNDS = (0.0, 10.0)  # the fit's range of gamma
@@ -169,7 +170,7 @@ def default_lengths(context: int) -> list[int]:
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
     store = open_store(data, adapter, "bayes-fit", split=options.split)
-    view, held = heldout.documents(store, adapter.info.path, options.split)
+    view, held = heldout.documents(store, adapter.info.path, options.split, of=options.heldout_of)
     lengths = sorted(set(options.lengths or default_lengths(adapter.context)))
     if lengths[0] < 1:
         raise UserError("visible context lengths must be >= 1")

@@ -98,6 +98,7 @@ class Options:
     )
     train_context: int = opt(0, "the training context for the best-context loss; 0 = the model's")
     split: Literal["all", "run"] = opt("all", heldout.SPLIT_HELP)
+    heldout_of: str = heldout.of_option()
 
 
 def sequences(store, length: int, max_docs: int, pieces_per_doc: int) -> list[tuple[int, int]]:
@@ -232,7 +233,7 @@ def resolved_length(adapter, options: Options) -> int:
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
     store = open_store(data, adapter, "contextwise", split=options.split)
-    view, held = heldout.documents(store, adapter.info.path, options.split)
+    view, held = heldout.documents(store, adapter.info.path, options.split, of=options.heldout_of)
     ctx = options.train_context or adapter.context
     L = resolved_length(adapter, options)
     adapter.check_length(L - 1, "contextwise's pieces", fix="lower --length")

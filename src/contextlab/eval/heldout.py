@@ -39,6 +39,17 @@ SPLIT_HELP = (
 NEVER_SAW = "--split all with --data a store of text it never saw (ingested with the same --tokenizer)"
 
 
+def of_option():
+    """The ``heldout_of`` field of an options dataclass: whose held-out part ``--split run`` reads."""
+    from contextlab.config import opt
+
+    return opt(
+        "",
+        "with --split run: the contextlab run (or checkpoint, or export of one) whose held-out part is "
+        "read; empty = the model's own (set it to read a base model on what its continued run held out)",
+    )
+
+
 def run_source(model: str) -> Path:
     """The run or checkpoint ``model`` is (or, for an export, was made from); one line for other models."""
     from contextlab.rundir import exported_from, is_checkpoint, is_run
@@ -114,15 +125,20 @@ def default_store(model: str) -> str | None:
     return None
 
 
-def documents(store, model: str, split: str, whole: bool = False) -> tuple[DocView, dict]:
+def documents(store, model: str, split: str, whole: bool = False, of: str = "") -> tuple[DocView, dict]:
     """The documents of ``store`` an evaluation reads, and what to record of them: every document for
-    ``split = "all"``; for ``"run"`` the part the run ``model`` held out (see the module docstring).
-    ``whole``: the evaluation needs whole documents (files), so held-out tails are refused."""
+    ``split = "all"``; for ``"run"`` the part the run ``of`` (default: ``model`` itself) held out (see
+    the module docstring). ``whole``: the evaluation needs whole documents (files), so held-out tails
+    are refused."""
+    from contextlab.rundir import run_of
+
     if split not in SPLITS:
         raise UserError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")
     if split == "all":
+        if of:
+            raise UserError(f"--heldout-of {of} names whose held-out part --split run reads; add --split run")
         return all_documents(store), {}
-    source = run_source(model)
+    source = run_source(of or model)
     data, recorded = _config(source), _recorded(source)
     fraction, seed = float(data.get("val_fraction", 0.02)), int(data.get("split_seed", 0))
     if data.get("mixture"):
@@ -162,7 +178,8 @@ def documents(store, model: str, split: str, whole: bool = False) -> tuple[DocVi
     else:
         view = split_documents(store, fraction, seed)[1]
         how = f"val_fraction {fraction:g} of the documents, split_seed {seed}"
-    return view, {"split": "run", "held_out": how, "documents": len(view), "tokens": view.n_tokens()}
+    record = {"split": "run", "held_out": how, "documents": len(view), "tokens": view.n_tokens()}
+    return view, {**record, "held_out_by": str(Path(run_of(source)).resolve())}
 
 
 def _packed_heldout(store, data: dict, source: Path, fraction: float, seed: int) -> DocView:
@@ -206,3 +223,63 @@ def in_store(view: DocView, places) -> np.ndarray:
     arr = np.asarray(places, dtype=np.int64).reshape(-1, 2)
     begin = np.asarray(view.begin, dtype=np.int64)[arr[:, 0]] if view.begin is not None else 0
     return np.stack([np.asarray(view.indices, dtype=np.int64)[arr[:, 0]], arr[:, 1] + begin], axis=1)
+
+
+def shared_run(models: list[str], store) -> str:
+    """The model whose run's held-out part of ``store`` every model of one reading (a profile, a pair)
+    reads with ``--split run``: the first that is a contextlab run (checkpoint, export of one) that
+    trained on ``store`` or held it out as its validation store. A model that never trained on it (a
+    Hugging Face base model, a run of another corpus) reads that same part: it is unseen by it too.
+    When two runs trained on it they must have held out the same part, or their paired numbers would
+    be of different text: one line."""
+    runs = [model for model in models if _trained_with(model, store)]
+    if not runs:
+        if len(models) == 1:
+            run_source(models[0])  # no run at all: that line
+        raise UserError(
+            f"--split run reads what a contextlab run held out of its own store, and "
+            f"{' and '.join(models)} {'is' if len(models) == 1 else 'are'} no run that trained on "
+            f"{store.path}; pass {NEVER_SAW}"
+        )
+    first = documents(store, runs[0], "run")[0]
+    for other in runs[1:]:
+        view = documents(store, other, "run")[0]
+        same = np.array_equal(view.indices, first.indices) and all(
+            (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
+            for a, b in ((view.begin, first.begin), (view.end, first.end))
+        )
+        if not same:
+            raise UserError(
+                f"{runs[0]} and {other} held out different parts of {store.path} (other val_fraction, "
+                f"split_seed or val_split), so no text is unseen by both; pass {NEVER_SAW}"
+            )
+    return str(Path(runs[0]).resolve())
+
+
+def _trained_with(model: str, store) -> bool:
+    """Whether ``model`` is a contextlab run (or checkpoint, or export of one) that trained on ``store``
+    or held it out as its data.val_store, by the content hashes its checkpoint records (runs written
+    before the record: by whether its held-out part of ``store`` can be read at all)."""
+    try:
+        source = run_source(model)
+    except UserError:
+        return False
+    recorded = _recorded(source)
+    if recorded:
+        return store.hash in (recorded.get("data.store"), recorded.get("data.val_store"))
+    try:
+        documents(store, model, "run")
+    except UserError:
+        return False
+    return True
+
+
+def first_run(models: list[str]) -> str | None:
+    """The store ``--split run`` reads when no --data is given to a reading of several models: that of
+    the first of them that is a contextlab run (or checkpoint, or export of one)."""
+    for model in models:
+        try:
+            return default_store(model)
+        except UserError:
+            continue
+    return None

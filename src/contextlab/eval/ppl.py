@@ -52,6 +52,7 @@ class Options:
     max_docs: int = opt(0, "score at most this many documents (the first ones); 0 = all")
     max_tokens: int = opt(0, "cut every document to this many tokens; 0 = no cut")
     split: Literal["all", "run"] = opt("all", heldout.SPLIT_HELP)
+    heldout_of: str = heldout.of_option()
 
 
 def windows(n: int, window: int, stride: int) -> list[tuple[int, int, int]]:
@@ -95,7 +96,7 @@ def document_losses(
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
     store = open_store(data, adapter, "ppl", split=options.split)
-    view, held = heldout.documents(store, adapter.info.path, options.split)
+    view, held = heldout.documents(store, adapter.info.path, options.split, of=options.heldout_of)
     window = options.context or adapter.context
     stride = options.stride or window
     if not 0 < stride <= window:

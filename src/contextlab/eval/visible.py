@@ -66,6 +66,7 @@ class Options:
     )
     scoring: Literal["likelihood", "generate", "both"] = opt("likelihood", "how prompt tasks are scored")
     split: Literal["all", "run"] = opt("all", "task=loss: " + heldout.SPLIT_HELP)
+    heldout_of: str = heldout.of_option()
 
 
 def _task_samples(adapter, o: Options, data):
@@ -119,7 +120,7 @@ def loss_lengths(visible: list[float], full: int) -> list[int]:
 def _loss_points(adapter, options: Options, data: str | None, ks: list[int]):
     """(points, context gain, data record) of task=loss at the visible lengths ``ks``."""
     store = open_store(data, adapter, "visible (task loss)", split=options.split)
-    view, held = heldout.documents(store, adapter.info.path, options.split)
+    view, held = heldout.documents(store, adapter.info.path, options.split, of=options.heldout_of)
     longest = int(view.lengths().max()) if len(view) else 0
     if longest <= max(ks):
         raise UserError(

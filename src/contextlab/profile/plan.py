@@ -111,12 +111,14 @@ def build(
     attention: str,
     longest_doc: int = 0,
     split: str = "all",
+    heldout_of: str = "",
 ) -> list[Step]:
     """The battery for context ``context`` and the model ``adapter`` (whose tokenizer decides how long
     the prompt tasks' fixed text and answers are); ``attention`` is "" when it can run, else why not.
     ``longest_doc``: the tokens of the store's longest document (0: not known); the steps that read
     the store skip, saying why and what to do, when no document is as long as they read. ``split``:
-    the ``--split`` of every step that reads the store."""
+    the ``--split`` of every step that reads the store, and ``heldout_of`` the run whose held-out part
+    it reads (empty: the model's own)."""
     from contextlab.analysis import attention as att
     from contextlab.eval import bayes_fit, contextwise, kv, needle, passkey
 
@@ -156,7 +158,13 @@ def build(
     return [
         Step(
             "contextwise",
-            contextwise.Options(length=C + 1, max_docs=b.contextwise_docs, pieces_per_doc=0, split=split),
+            contextwise.Options(
+                length=C + 1,
+                max_docs=b.contextwise_docs,
+                pieces_per_doc=0,
+                split=split,
+                heldout_of=heldout_of,
+            ),
             store,
             1.4 * N * C,  # the pieces, and two-token rows for the best-context window's (a fifth) targets
             1.2 * N * C,
@@ -165,7 +173,7 @@ def build(
         ),
         Step(
             "bayes-fit",
-            bayes_fit.Options(lengths=visible, samples=b.targets, split=split),
+            bayes_fit.Options(lengths=visible, samples=b.targets, split=split, heldout_of=heldout_of),
             store,
             b.targets * sum(v + 1 for v in visible),
             b.targets * len(visible),  # only the target's row
@@ -199,7 +207,7 @@ def build(
         ),
         Step(
             "attention",
-            att.Options(rows=b.attention_rows, length=C, split=split),
+            att.Options(rows=b.attention_rows, length=C, split=split, heldout_of=heldout_of),
             store,
             b.attention_rows * C * 4,  # the weights are recomputed per layer in fp32
             0.0,

@@ -140,13 +140,13 @@ def prose_source(data: Path) -> SourceOptions:
     return options
 
 
-def longest_document(store: str, adapter, split: str = "all") -> int:
-    """Tokens of the longest document of a token store (with ``split`` "run", of those the run of
-    ``adapter`` held out: one line when it is not that run's store)."""
+def longest_document(store: str, adapter, split: str = "all", of: str = "") -> int:
+    """Tokens of the longest document of a token store (with ``split`` "run", of those the run ``of``
+    (default: the model's own) held out: one line when it is not that run's store)."""
     from contextlab.data.store import TokenStore
     from contextlab.eval.heldout import documents
 
-    lengths = documents(TokenStore(store), adapter.info.path, split)[0].lengths()
+    lengths = documents(TokenStore(store), adapter.info.path, split, of=of)[0].lengths()
     return int(lengths.max()) if len(lengths) else 0
 
 
@@ -420,6 +420,12 @@ def run_profile(
     manifest = Manifest.open(out, settings)
     manifest.doc["command"] = command
     manifest.doc["compare"] = "compare" if len(opened) == 2 else None
+    of = ""  # with --split run, the run whose held-out part every model reads
+    if split == "run":
+        from contextlab.data.store import TokenStore
+        from contextlab.eval.heldout import shared_run
+
+        of = shared_run([m.path for m in opened], TokenStore(data))
     plans = {}
     for m in opened:
         store = prepare_store(data, m.adapter, out, show_progress, doc_start, split)
@@ -434,8 +440,9 @@ def run_profile(
             kv_file=kv_file,
             kv_pairs=kv_pairs,
             attention=attention_problem([m]),
-            longest_doc=longest_document(store, m.adapter, split),
+            longest_doc=longest_document(store, m.adapter, split, of),
             split=split,
+            heldout_of=of,
         )
     pair = len(opened) == 2 and not attention_problem(opened) and len(hashes) == 1
     jobs = _jobs(opened, plans, pair)
