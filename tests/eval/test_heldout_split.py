@@ -207,7 +207,9 @@ def test_a_profile_of_a_run_reads_what_it_held_out_without_a_second_store(projec
     out = tmp_path / "profile"
     argv = ["profile", "--model", str(run), "--split", "run", "--out", str(out), "--no-progress"]
     assert main([*argv, "--threads", "1"]) == 0  # no --data: the run's own store
-    assert "trained on" not in capsys.readouterr().err  # no in-sample note: it read what was held out
+    said = capsys.readouterr()
+    assert "trained on" not in said.err  # no in-sample note: it read what was held out
+    assert f"the store's steps read what {run.resolve()} held out: 4 documents" in said.out
     doc = json.loads((out / "profile.json").read_text())
     assert doc["split"] == "run" and doc["data"] == str(project / "store")
     ids = split_documents(TokenStore(project / "store"), 0.1, 3)[1].indices.tolist()

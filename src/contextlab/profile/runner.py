@@ -420,12 +420,13 @@ def run_profile(
     manifest = Manifest.open(out, settings)
     manifest.doc["command"] = command
     manifest.doc["compare"] = "compare" if len(opened) == 2 else None
-    of = ""  # with --split run, the run whose held-out part every model reads
+    of, held = "", {}  # with --split run, the run whose held-out part every model reads, and that part
     if split == "run":
         from contextlab.data.store import TokenStore
-        from contextlab.eval.heldout import shared_run
+        from contextlab.eval.heldout import documents, shared_run
 
         of = shared_run([m.path for m in opened], TokenStore(data))
+        held = documents(TokenStore(data), of, "run")[1]
     plans = {}
     for m in opened:
         store = prepare_store(data, m.adapter, out, show_progress, doc_start, split)
@@ -455,6 +456,12 @@ def run_profile(
     for label, step, _ in jobs:  # said now, not found in the report after minutes of the rest
         if step.skip:
             print(f"  {step.name} ({label}) skipped: {step.skip}", file=sys.stdout)
+    if held:
+        print(
+            f"  the store's steps read what {held['held_out_by']} held out: {held['documents']:,} documents, "
+            f"{held['tokens']:,} tokens ({held['held_out']})",
+            file=sys.stdout,
+        )
     for m in opened:
         if note := window_note(m.adapter, context):
             print(f"  note: {m.label} {note}", file=sys.stdout)
