@@ -374,7 +374,7 @@ def test_the_done_line_names_the_validation_loss_and_gives_the_next_token_one(st
     """The validation loss of the done line is the objective's own, named so; the next-token loss
     (val_lm_loss) stands beside it where it differs (fim, not clm; mlm has none)."""
     from contextlab.cli import main
-    from contextlab.cli.train import done_line
+    from contextlab.cli.train import done_line, next_line
     from contextlab.config import save_toml
 
     lines, last = {}, {}
@@ -393,7 +393,12 @@ def test_the_done_line_names_the_validation_loss_and_gives_the_next_token_one(st
     capsys.readouterr()
     save_toml(config(store, tmp_path / "fim", max_steps=2), tmp_path / "fim.toml")
     assert main(["train", str(tmp_path / "fim.toml"), "--set", "objective.name=fim"]) == 0  # at its end
-    assert capsys.readouterr().out.splitlines()[-1] == fim
+    *_, done, then = capsys.readouterr().out.splitlines()
+    assert done == fim  # then the command that profiles it on what it held out; none for a masked LM
+    assert then.startswith(f"next: contextlab profile --model {tmp_path / 'fim'} --split run   (how it uses")
+    mlm = config(store, tmp_path / "mlm", max_steps=2)
+    mlm.objective.name = "mlm"
+    assert next_line(tmp_path / "mlm", mlm) is None
 
 
 def test_a_run_shorter_than_its_warm_up_says_so_once(store, tmp_path, capsys):

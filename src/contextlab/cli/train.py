@@ -63,7 +63,32 @@ def cmd_train(argv: list[str]) -> int:
     if int(os.environ.get("RANK", "0")) != 0:
         return 0
     print(done_line(result))
+    if hint := next_line(result.run_dir, cfg):
+        print(hint)
     return 0
+
+
+def next_line(run_dir, cfg) -> str | None:
+    """The command that measures how a finished left-to-right run uses its context on what it held
+    out (``profile --split run``); None for a model that is no causal LM or a mixture of stores."""
+    import shlex
+
+    from contextlab.inference.checkpoint import left_to_right
+    from contextlab.rundir import STATE, latest_checkpoint
+
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is None or cfg.data.mixture:
+        return None
+    try:
+        state = json.loads((ckpt / STATE).read_text())
+    except (OSError, ValueError):
+        return None
+    if left_to_right(state)[0] is None:
+        return None
+    return (
+        f"next: contextlab profile --model {shlex.quote(str(run_dir))} --split run   "
+        "(how it uses its context, read on what it held out)"
+    )
 
 
 def done_line(result) -> str:
