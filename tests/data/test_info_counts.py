@@ -55,4 +55,4 @@ def test_min_chars_and_min_tokens_counts_are_both_shown(tmp_path, capsys):
     assert summary_lines(report.store)["skipped"] == "skipped    skipped_short=1  fewer_than_min_tokens=1"
     capsys.readouterr()
     _print_ingest_report(report)  # what `contextlab data ingest` prints under its first line
-    assert capsys.readouterr().out.splitlines()[1] == "  skipped short: 1, fewer than --min-tokens: 1"
+    assert capsys.readouterr().out.splitlines()[1] == "  skipped (short): 1, fewer than --min-tokens: 1"
