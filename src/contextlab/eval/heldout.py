@@ -194,12 +194,11 @@ def _packed_heldout(store, data: dict, source: Path, fraction: float, seed: int)
         )
     packed = PackedStore(path, store=store)
     train, _ = packed_split(packed, fraction, seed)
-    offsets = np.asarray(packed.seq_offsets)
-    entries = np.asarray(packed.entries)
-    starts, ends = offsets[train], offsets[train + 1]
-    rows = np.concatenate([np.arange(a, b) for a, b in zip(starts, ends)]) if len(train) else np.zeros(0, int)
+    is_train = np.zeros(len(packed), bool)
+    is_train[train] = True
+    sequence_of = np.repeat(np.arange(len(packed)), np.diff(np.asarray(packed.seq_offsets)))  # per entry
     seen = np.zeros(store.n_docs, bool)
-    seen[entries[rows, 0]] = True
+    seen[np.asarray(packed.entries)[is_train[sequence_of], 0]] = True
     unseen = np.flatnonzero(~seen)
     if not len(unseen):
         raise UserError(
