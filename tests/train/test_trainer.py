@@ -393,12 +393,17 @@ def test_the_done_line_names_the_validation_loss_and_gives_the_next_token_one(st
     capsys.readouterr()
     save_toml(config(store, tmp_path / "fim", max_steps=2), tmp_path / "fim.toml")
     assert main(["train", str(tmp_path / "fim.toml"), "--set", "objective.name=fim"]) == 0  # at its end
-    *_, done, then = capsys.readouterr().out.splitlines()
-    assert done == fim  # then the command that profiles it on what it held out; none for a masked LM
-    assert then.startswith(f"next: contextlab profile --model {tmp_path / 'fim'} --split run   (how it uses")
-    mlm = config(store, tmp_path / "mlm", max_steps=2)
-    mlm.objective.name = "mlm"
-    assert next_line(tmp_path / "mlm", mlm) is None
+    assert capsys.readouterr().out.splitlines()[-1] == fim  # context 32 is too short to profile: no next line
+    runs = {}
+    for name in ("clm", "mlm"):  # at context 64 the command that profiles a causal LM on what it held out
+        runs[name] = config(store, tmp_path / f"{name}64", max_steps=2, context=64)
+        runs[name].objective.name = name
+        train(runs[name])
+    then = next_line(tmp_path / "clm64", runs["clm"])
+    assert then.startswith(
+        f"next: contextlab profile --model {tmp_path / 'clm64'} --split run   (how it uses"
+    )
+    assert next_line(tmp_path / "mlm64", runs["mlm"]) is None  # a masked LM is not profiled
 
 
 def test_a_run_shorter_than_its_warm_up_says_so_once(store, tmp_path, capsys):

@@ -70,20 +70,28 @@ def cmd_train(argv: list[str]) -> int:
 
 def next_line(run_dir, cfg) -> str | None:
     """The command that measures how a finished left-to-right run uses its context on what it held
-    out (``profile --split run``); None for a model that is no causal LM or a mixture of stores."""
+    out (``profile --split run``); None where that command would be refused: a model that is no
+    causal LM, a context too short for the profile, no held-out part to read (a mixture; packed
+    documents that each span a training sequence)."""
     import shlex
 
+    from contextlab.data.store import TokenStore
+    from contextlab.errors import UserError
+    from contextlab.eval.heldout import default_store, documents
     from contextlab.inference.checkpoint import left_to_right
+    from contextlab.profile.plan import MIN_CONTEXT
     from contextlab.rundir import STATE, latest_checkpoint
 
     ckpt = latest_checkpoint(run_dir)
-    if ckpt is None or cfg.data.mixture:
+    if ckpt is None or cfg.train.context < MIN_CONTEXT:
         return None
     try:
-        state = json.loads((ckpt / STATE).read_text())
-    except (OSError, ValueError):
-        return None
-    if left_to_right(state)[0] is None:
+        if left_to_right(json.loads((ckpt / STATE).read_text()))[0] is None:
+            return None
+        store = default_store(str(run_dir))
+        if store is None or not len(documents(TokenStore(store), str(run_dir), "run")[0]):
+            return None
+    except (OSError, ValueError, UserError):
         return None
     return (
         f"next: contextlab profile --model {shlex.quote(str(run_dir))} --split run   "
