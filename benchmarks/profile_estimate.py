@@ -3,7 +3,7 @@
     python benchmarks/profile_estimate.py                 # four architectures, contexts 1,024 to 8,192
     python benchmarks/profile_estimate.py --archs gpt2 --chars 20000   # a smoke run
 
-The profile times a few forward passes of the model before the battery (``runner.measure_rates``)
+The profile times a few forward passes of the model before the battery (``profile.estimate.measure_rates``)
 and turns each step's counted work into seconds (``plan.Step.seconds``). Here Hugging Face models
 of four architectures, with random weights (time does not depend on what a model knows), a width
 of 64, 2 layers and GPT-2's 50,257-id tokenizer (the repository's fixture), each at its own context,

@@ -324,7 +324,7 @@ def test_steps_that_read_the_data_skip_when_no_document_is_long_enough():
     def skips(longest: int) -> dict[str, str]:
         steps = build(
             512, BUDGETS["quick"], adapter, store="S", haystack=None, kv_file="K", kv_pairs=7, attention="",
-            longest_doc=longest,
+            doc_lengths=[longest] if longest else None,
         )  # fmt: skip
         return {s.name: s.skip for s in steps}
 
@@ -339,6 +339,28 @@ def test_steps_that_read_the_data_skip_when_no_document_is_long_enough():
     assert "reads 512 of one document" in at_300["attention"]
     assert not (at_300["niah"] or at_300["passkey"] or at_300["kv"])  # they do not read the store
     assert "give data with documents of at least 65 tokens" in skips(40)["bayes-fit"]
+
+
+def test_the_estimate_counts_the_pieces_a_small_store_holds():
+    """A run's held-out part of a few documents gives contextwise fewer pieces, and attention fewer rows,
+    than the budget's; the estimate counted the budget's (it said minutes for seconds of work)."""
+    from tests.eval.conftest import byte_adapter, tiny_gpt
+
+    adapter = byte_adapter(tiny_gpt(0, context=1024))
+    budget = BUDGETS["quick"]
+
+    def work(doc_lengths) -> dict[str, float]:
+        steps = build(
+            512, budget, adapter, store="S", haystack=None, kv_file="K", kv_pairs=7, attention="",
+            doc_lengths=doc_lengths,
+        )  # fmt: skip
+        return {s.name: s.tokens for s in steps}
+
+    many, few = work(None), work([513 * 3 + 10, 600])  # 3 + 1 pieces of 513 tokens; 2 rows of 512
+    assert few["contextwise"] == many["contextwise"] * 4 / budget.contextwise_docs
+    assert few["attention"] == many["attention"] * 2 / budget.attention_rows
+    assert few["bayes-fit"] == many["bayes-fit"]  # its targets are drawn to the budget's count on any store
+    assert work([513] * 10_000) == many  # a store with more pieces than the budget's is estimated as before
 
 
 def test_a_profile_on_short_documents_says_what_it_skips_before_it_runs(runs, tmp_path, capsys):
@@ -412,7 +434,7 @@ def test_a_text_folder_is_read_without_its_notes_and_records_as_the_haystack_is(
     folder. Now both read the text files and leave out the corpus's notes and record files, named."""
     from contextlab.data.store import TokenStore
     from contextlab.eval.adapter import load_model
-    from contextlab.profile.runner import prepare_store
+    from contextlab.profile.data import prepare_store
 
     folder = tmp_path / "wikitext"
     folder.mkdir()
@@ -457,7 +479,7 @@ def test_a_step_out_of_memory_fails_alone_and_the_estimate_is_said_first(
 
 
 def test_a_long_estimate_names_a_context_that_fits():
-    from contextlab.profile.runner import estimate_line
+    from contextlab.profile.estimate import estimate_line
 
     assert estimate_line(100.0, 4096) == (
         "estimated time on this machine: about 2 min (from a timed forward pass; rough)"
@@ -497,7 +519,7 @@ def test_doc_start_cuts_a_text_file_of_many_articles_into_documents(runs, tmp_pa
     token store (already cut) it is refused in one line."""
     from contextlab.data.store import TokenStore
     from contextlab.eval.adapter import load_model
-    from contextlab.profile.runner import prepare_store
+    from contextlab.profile.data import prepare_store
 
     play = shakespeare(3_000)
     wiki = tmp_path / "wiki.test.raw"

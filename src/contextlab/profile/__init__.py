@@ -4,10 +4,13 @@ The battery: ``contextwise`` (loss by position, best-context loss, context gain)
 visible-context curve (``bayes-fit``: the same targets seen through 1, 2, 4, ... tokens),
 needle and passkey heatmaps, key-value retrieval, and attention by distance. ``plan.py``
 derives every length and sample count from the model's context and a budget (``BUDGETS``),
-so no prompt runs past the context; ``runner.py`` runs the steps under one progress bar,
-records each in ``OUT/profile.json`` as it finishes (a killed profile resumes where it
-stopped), pairs two models with ``contextlab compare`` and writes the report;
-``headline.py`` turns the result files into the page's first table.
+so no prompt runs past the context; ``data.py`` prepares what the steps read (the token
+store, ingested from text with each model's tokenizer, and the key-value file);
+``estimate.py`` times a few forward passes and says how long the battery will take;
+``runner.py`` runs the steps under one progress bar, records each in ``OUT/profile.json``
+(``manifest.py``) as it finishes (a killed profile resumes where it stopped), pairs two
+models with ``contextlab compare`` and writes the report; ``headline.py`` turns the result
+files into the page's first table.
 
 Trade-off: the battery is made of the ordinary evaluations, run with explicit options and
 written as ordinary result files, rather than a fused pass that shares forwards between

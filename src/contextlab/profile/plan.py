@@ -72,7 +72,7 @@ class Step:
 class Rates:
     """Seconds per token position through a model's layers, ``base + per_length * L`` for sequences of L
     tokens (attention reads every earlier position), and per position through its output layer;
-    measured on this machine (``runner.measure_rates``)."""
+    measured on this machine (``estimate.measure_rates``)."""
 
     base: float
     per_length: float
@@ -109,14 +109,15 @@ def build(
     kv_file: str | None,
     kv_pairs: int,
     attention: str,
-    longest_doc: int = 0,
+    doc_lengths=None,
     split: str = "all",
     heldout_of: str = "",
 ) -> list[Step]:
     """The battery for context ``context`` and the model ``adapter`` (whose tokenizer decides how long
     the prompt tasks' fixed text and answers are); ``attention`` is "" when it can run, else why not.
-    ``longest_doc``: the tokens of the store's longest document (0: not known); the steps that read
-    the store skip, saying why and what to do, when no document is as long as they read. ``split``:
+    ``doc_lengths``: the tokens of each document the store's steps read (None: not known); those steps
+    skip, saying why and what to do, when no document is as long as they read, and are estimated at
+    the pieces the documents hold when that is fewer than the budget's. ``split``:
     the ``--split`` of every step that reads the store, and ``heldout_of`` the run whose held-out part
     it reads (empty: the model's own)."""
     from contextlab.analysis import attention as att
@@ -154,7 +155,11 @@ def build(
     niah_work = prompts(niah_lengths, b.haystacks, answer["niah"])
     pk_work = prompts(pk_lengths, b.passkey_sets, answer["passkey"])
     kv_prompts = b.kv_examples * len(kv_opts.positions) * (kv_opts.distractors + 1)
-    N = b.contextwise_docs
+    longest = int(max(doc_lengths)) if doc_lengths is not None and len(doc_lengths) else 0
+    N, rows = b.contextwise_docs, b.attention_rows
+    if doc_lengths is not None:  # a small store (a run's held-out part) holds fewer pieces than the budget's
+        N = min(N, int(sum(int(n) // (C + 1) for n in doc_lengths)))
+        rows = min(rows, sum(1 for n in doc_lengths if n >= C))
     return [
         Step(
             "contextwise",
@@ -168,7 +173,7 @@ def build(
             store,
             1.4 * N * C,  # the pieces, and two-token rows for the best-context window's (a fifth) targets
             1.2 * N * C,
-            skip=_too_short(longest_doc, C + 1, C),
+            skip=_too_short(longest, C + 1, C),
             length=C,
         ),
         Step(
@@ -177,7 +182,7 @@ def build(
             store,
             b.targets * sum(v + 1 for v in visible),
             b.targets * len(visible),  # only the target's row
-            skip=_too_short(longest_doc, C + 1, C),  # a target with C tokens before it
+            skip=_too_short(longest, C + 1, C),  # a target with C tokens before it
             length=0.75 * C,  # half its tokens are in the rows of C, a quarter in those of C/2, ...
         ),
         Step(
@@ -209,9 +214,9 @@ def build(
             "attention",
             att.Options(rows=b.attention_rows, length=C, split=split, heldout_of=heldout_of),
             store,
-            b.attention_rows * C * 4,  # the weights are recomputed per layer in fp32
+            rows * C * 4,  # the weights are recomputed per layer in fp32
             0.0,
-            skip=attention or _too_short(longest_doc, C, C),
+            skip=attention or _too_short(longest, C, C),
             length=C,
         ),
     ]

@@ -1,0 +1,123 @@
+"""The data a profile reads: its token store (given, or ingested here from text with each model's
+tokenizer), the lengths of the documents its steps may read, and the key-value file written for
+its context.
+
+Trade-off: text ``--data`` is ingested once per tokenizer into ``OUT/data`` and kept, so a resumed
+profile, or the second model of a pair with the same tokenizer, reuses it; a store given as
+``--data`` is read in place and checked against the model (its tokenizer, whether it trained on it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from contextlab.data.source_files import EXCLUDED, prose_excludes, walk
+from contextlab.data.sources import SourceOptions
+from contextlab.errors import UserError, some
+from contextlab.profile.plan import KV_ANSWER_ROOM, Budget
+
+
+def tokenizer_spec(adapter) -> str:
+    """The ``--tokenizer`` spec that tokenizes text as the model does (for ingesting text ``--data``)."""
+    from contextlab.data.tokenizers import load_saved_tokenizer
+    from contextlab.inference.tokenizer import hf_tokenizer_file
+    from contextlab.rundir import TOKENIZER_SPEC, tokenizer_dirs
+
+    info = adapter.info
+    if info.kind == "hf":
+        f = hf_tokenizer_file(Path(info.path))
+        if f is None:
+            raise UserError(f"{info.path} has no tokenizer.json; give --data a token store made for it")
+        return f"hf:{f}"
+    if info.tokenizer.get("kind") == "byte":
+        return "byte"
+    for d in tokenizer_dirs(info.path):
+        if (d / TOKENIZER_SPEC).is_file() and load_saved_tokenizer(d).hash == info.tokenizer.get("hash"):
+            return f"dir:{d}"
+    raise UserError(f"cannot find the tokenizer of {info.id}; give --data a token store made with it")
+
+
+def is_store(path: str | Path) -> bool:
+    return (Path(path) / "meta.json").is_file()
+
+
+def prepare_store(
+    data: str, adapter, out: Path, progress_on: bool, doc_start: str | None = None, split: str = "all"
+) -> str:
+    """A token store for ``adapter``: ``data`` itself when it is one (checked: the model's tokenizer, its
+    content), else ``data`` (text) ingested
+    with the model's tokenizer into OUT/data/store-<tokenizer hash> (kept and reused on resume)."""
+    from contextlab.data.ingest import IngestConfig, ingest
+    from contextlab.eval.base import open_store
+
+    if is_store(data):  # one line up front for a store of another tokenizer, not failed steps and exit 0
+        if doc_start is not None:
+            raise UserError(
+                f"--doc-start cuts text, and --data {data} is a token store, already cut; leave --doc-start "
+                "out, or give the text it was made from"
+            )
+        open_store(str(data), adapter, "profile", split=split)  # "all": a note if the model trained on it
+        return str(data)
+    if not Path(data).exists():
+        raise UserError(f"--data {data} does not exist; give a token store or a text file or folder")
+    target = out / "data" / f"store-{str(adapter.info.tokenizer.get('hash', 'x'))[:12]}"
+    if not is_store(target):
+        source = dataclasses.replace(prose_source(Path(data)), doc_start=doc_start)
+        config = IngestConfig(tokenizer=tokenizer_spec(adapter), source=source)
+        ingest(data, target, config, overwrite=False, progress=progress_on, notes=False)
+    return str(target)
+
+
+def prose_source(data: Path) -> SourceOptions:
+    """How a text ``--data`` is read: a folder without the files that describe the corpus (README,
+    SOURCE, manifest) or hold records (JSONL, CSV), as the needle reads its haystack, so every step
+    measures the same text; the files left out are named in one line. (They were ingested whole:
+    WikiText's SOURCE.txt became a document of the profile's store.)"""
+    if not data.is_dir():
+        return SourceOptions()
+    options = SourceOptions(exclude=prose_excludes())
+    left = [e["path"] for e in walk(data, [], options.exclude)[1] if e["reason"] == EXCLUDED]
+    if left:
+        print(
+            f"  data: {some(left)} left out of {data} (a corpus's own notes or files of records, not "
+            "its text); give an ingested store as --data to measure them",
+            file=sys.stdout,
+        )
+    return options
+
+
+def document_lengths(store: str, adapter, split: str = "all", of: str = "") -> np.ndarray:
+    """Tokens of every document the store's steps may read: all of them, or with ``split`` "run" those
+    the run ``of`` (default: the model's own) held out (one line when it is not that run's store)."""
+    from contextlab.data.store import TokenStore
+    from contextlab.eval.heldout import documents
+
+    return np.asarray(documents(TokenStore(store), adapter.info.path, split, of=of)[0].lengths())
+
+
+def prepare_kv(out: Path, adapter, budget: Budget, context: int) -> tuple[str, int]:
+    """Write OUT/data/kv-Npairs.jsonl.gz (random UUID pairs, the lost-in-the-middle format) with N the
+    most pairs for which every prompt of the file (each of its first keys asked) fits ``context`` in
+    this model's tokenizer, less room for the answer and a margin for a pair moved to another place
+    (UUIDs tokenize to slightly different lengths in different company)."""
+    from contextlab.data.kv_synthetic import kv_examples, pairs_that_fit, write_kv_file
+    from contextlab.eval.kv import kv_prompt
+
+    def tokens(n: int) -> int:
+        if not n:
+            return 0
+        return max(
+            len(adapter.encode(kv_prompt([tuple(r) for r in e["ordered_kv_records"]], k)))
+            for e in kv_examples(budget.kv_examples, n, seed=0)
+            for k, _ in e["ordered_kv_records"][:3]
+        )
+
+    n = pairs_that_fit(tokens, context - KV_ANSWER_ROOM - context // 32)
+    path = out / "data" / f"kv-{n}pairs.jsonl.gz"
+    if n >= 2 and not path.is_file():
+        write_kv_file(path, budget.kv_examples, n, seed=0)
+    return str(path), n
