@@ -27,8 +27,9 @@ browser:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } || \
 	  echo "note: install chromium for the report test (apt-get install chromium chromium-driver)"
 
+# a test process per core (at most 4, one CPU thread each: tests/conftest.py), a test file per process at a time
 test: $(VENV)/.installed browser
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadfile
 
 check-fixtures: $(VENV)/.installed
 	$(BIN)/python scripts/check_fixtures.py

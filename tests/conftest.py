@@ -10,9 +10,22 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # one of several test processes: one CPU thread each
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # read by torch here and by every command a test starts
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto``: a process per core, at most 4 (each holds torch and tiny models; the Ray tests start
+    a local cluster each)."""
+    return max(1, min(4, os.cpu_count() or 1))
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"  # small files the tests read (see its README)
