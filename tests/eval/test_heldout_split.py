@@ -170,6 +170,44 @@ def test_a_packed_run_whose_documents_all_span_training_sequences_is_refused(pro
         heldout.documents(TokenStore(project / "store"), str(run), "run")
 
 
+def test_a_mixture_run_holds_out_per_store_what_no_training_sequence_holds(project, tmp_path, capsys):
+    """A mixture of packed stores made from two token stores: --split run reads, of the store given,
+    the documents no training sequence of its packed stores holds; without --data it asks which."""
+    text = shakespeare(120_000)[70_000:]
+    (tmp_path / "more").mkdir()
+    for i in range(20):
+        (tmp_path / "more" / f"m{i:02d}.txt").write_text(text[i * 900 : i * 900 + 300 + 25 * i])
+    ingest(tmp_path / "more", tmp_path / "more_store", IngestConfig(tokenizer="byte"), progress=False)
+    packed = []
+    for name in ("store", "more_store"):
+        source = project / name if name == "store" else tmp_path / name
+        args = ["data", "pack", str(source), "--method", "ep", "--context", "1024", "--no-progress"]
+        assert main([*args, "--out", str(tmp_path / f"pk_{name}")]) == 0
+        packed.append(tmp_path / f"pk_{name}")
+    run = tmp_path / "mix"
+    mixture = [{"packed": str(p), "weight": 0.5} for p in packed]
+    train(_config(run, 1024, mixture=mixture, mode="packed", val_fraction=0.3))
+    for p, store in zip(packed, (TokenStore(project / "store"), TokenStore(tmp_path / "more_store"))):
+        view, held = heldout.documents(store, str(run), "run")
+        ps = PackedStore(p)
+        seen = {int(d) for i in packed_split(ps, 0.3, 3)[0] for d in ps.sequence_entries(int(i))[:, 0]}
+        assert view.indices.tolist() == sorted(set(range(store.n_docs)) - seen) and len(view) > 0
+        assert held["held_out"].startswith("the documents of no training sequence of the mixture's stores")
+    with pytest.raises(UserError, match="made from 2 token stores .*; give --data the one"):
+        heldout.default_store(str(run))
+    with pytest.raises(UserError, match=r"made from .*, not from .*other: give --data one of them"):
+        heldout.documents(TokenStore(project / "other"), str(run), "run")
+    assert heldout.shared_run([str(run)], TokenStore(tmp_path / "more_store")) == str(run.resolve())
+    args = ["eval", "ppl", "--model", str(run), "--split", "run", "--no-progress"]
+    assert main([*args, "--out", str(tmp_path / "e0")]) == 2  # a usage error: which store to read
+    assert "give --data the one whose held-out part to read" in capsys.readouterr().err
+    assert main([*args, "--data", str(tmp_path / "more_store"), "--out", str(tmp_path / "e1")]) == 0
+    doc = json.loads((tmp_path / "e1" / "ppl.json").read_text())
+    assert doc["data"]["split"] == "run" and doc["data"]["documents"] == len(
+        heldout.documents(TokenStore(tmp_path / "more_store"), str(run), "run")[0]
+    )
+
+
 def test_an_export_finds_its_run_from_anywhere_and_after_the_project_moved(project, tmp_path, monkeypatch):
     proj = tmp_path / "proj"
     proj.mkdir()

@@ -12,6 +12,8 @@ recomputed from the config its checkpoint saved, so no second store has to be in
   a seeded fraction of sequences; example packing keeps a document in one sequence, SPLICE may
   split one across a training and a held-out sequence, and such a document was seen: it is left
   out);
+* ``data.mixture``: the same, over every packed store of the mixture packed from the store read
+  (a mixture may draw on several token stores: ``--data`` names the one to read);
 * ``data.val_store``: that store, every document of it.
 
 A model read this way is a run, a checkpoint, or a Hugging Face export of one (found through the
@@ -23,6 +25,7 @@ functions staying as they are; they are the ones training calls, and a test pins
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -115,11 +118,15 @@ def default_store(model: str) -> str | None:
     data = _config(source)
     if data.get("val_store"):
         return str(_resolve(data["val_store"], source))
-    if data.get("mixture"):
-        return None  # refused with its reason when the store is read
     folder = trained_in(source)
     for base in ([folder] if folder is not None else []) + [None]:
         stores = [s for s in training_stores({"data": data}, base) if (s / "meta.json").is_file()]
+        distinct = list(dict.fromkeys(str(s.resolve()) for s in stores))
+        if len(distinct) > 1:
+            raise UserError(
+                f"{source} trained on a mixture of packed stores made from {len(distinct)} token stores "
+                f"({', '.join(distinct)}); give --data the one whose held-out part to read"
+            )
         if stores:
             return str(stores[0])
     return None
@@ -141,11 +148,7 @@ def documents(store, model: str, split: str, whole: bool = False, of: str = "") 
     source = run_source(of or model)
     data, recorded = _config(source), _recorded(source)
     fraction, seed = float(data.get("val_fraction", 0.02)), int(data.get("split_seed", 0))
-    if data.get("mixture"):
-        raise UserError(
-            f"{source} trained on a mixture of packed stores, and --split run reads one store's held-out "
-            f"documents; pass {NEVER_SAW}"
-        )
+    packed = [_resolve(str(p), source) for p in _packed_paths(data)]
     if data.get("val_store"):
         if not _is(store, "val_store", data, recorded, source):
             raise UserError(
@@ -154,6 +157,12 @@ def documents(store, model: str, split: str, whole: bool = False, of: str = "") 
                 "leave --data out (it is the default with --split run) or pass that store"
             )
         view, how = all_documents(store), "its validation store (data.val_store): every document"
+    elif data.get("mixture"):
+        view = _packed_heldout(store, _packed_from(store, packed, source), source, fraction, seed)
+        how = (
+            f"the documents of no training sequence of the mixture's stores packed from it (data.mixture, "
+            f"val_fraction {fraction:g} of their sequences, split_seed {seed})"
+        )
     elif not _is(store, "store", data, recorded, source):
         raise UserError(
             f"{source} trained on {data.get('store') or data.get('packed')}, not on {store.path}: "
@@ -161,7 +170,7 @@ def documents(store, model: str, split: str, whole: bool = False, of: str = "") 
         )
     elif data.get("packed"):
         view, how = (
-            _packed_heldout(store, data, source, fraction, seed),
+            _packed_heldout(store, packed, source, fraction, seed),
             (
                 f"the documents of no training sequence (data.packed, val_fraction {fraction:g} of its "
                 f"sequences, split_seed {seed})"
@@ -182,27 +191,63 @@ def documents(store, model: str, split: str, whole: bool = False, of: str = "") 
     return view, {**record, "held_out_by": str(Path(run_of(source)).resolve())}
 
 
-def _packed_heldout(store, data: dict, source: Path, fraction: float, seed: int) -> DocView:
-    """The documents of ``store`` that no training sequence of the run's packed store holds a piece of."""
+def _packed_paths(data: dict) -> list[str]:
+    """The packed stores of a run's [data]: data.packed, or every data.mixture entry's, as written."""
+    if data.get("packed"):
+        return [str(data["packed"])]
+    return [str(m["packed"]) for m in data.get("mixture", []) if isinstance(m, dict) and m.get("packed")]
+
+
+def _packed_from(store, packed: list[Path], source: Path) -> list[Path]:
+    """The packed stores of a mixture run made from ``store`` (by the content hash their meta.json
+    records); one line naming the stores they were made from when none was."""
+    from contextlab.data.packing.packed_store import is_packed_store
+
+    made_from, missing = {}, []
+    for path in packed:
+        if not is_packed_store(path):
+            missing.append(str(path))
+            continue
+        meta = (json.loads((path / "meta.json").read_text()).get("store")) or {}
+        made_from[path] = (meta.get("content_hash"), meta.get("path"))
+    mine = [path for path, (content, _) in made_from.items() if content == store.hash]
+    if mine:
+        return mine
+    if missing:
+        raise UserError(
+            f"packed store not found: {', '.join(missing)} (of the run's data.mixture), which --split run "
+            f"needs to tell its training sequences; pass {NEVER_SAW}"
+        )
+    stores = ", ".join(dict.fromkeys(str(p) for _, p in made_from.values()))
+    raise UserError(
+        f"{source} trained on a mixture of packed stores made from {stores}, not from {store.path}: "
+        f"give --data one of them, or pass {NEVER_SAW}"
+    )
+
+
+def _packed_heldout(store, packed: list[Path], source: Path, fraction: float, seed: int) -> DocView:
+    """The documents of ``store`` that no training sequence of the run's packed stores ``packed`` (each
+    made from ``store``) holds a piece of."""
     from contextlab.data.packing.packed_store import PackedStore, is_packed_store
 
-    path = _resolve(str(data["packed"]), source)
-    if not is_packed_store(path):
-        raise UserError(
-            f"packed store not found: {data['packed']} (the run's data.packed), which --split run needs "
-            f"to tell its training sequences; pass {NEVER_SAW}"
-        )
-    packed = PackedStore(path, store=store)
-    train, _ = packed_split(packed, fraction, seed)
-    is_train = np.zeros(len(packed), bool)
-    is_train[train] = True
-    sequence_of = np.repeat(np.arange(len(packed)), np.diff(np.asarray(packed.seq_offsets)))  # per entry
     seen = np.zeros(store.n_docs, bool)
-    seen[np.asarray(packed.entries)[is_train[sequence_of], 0]] = True
+    for path in packed:
+        if not is_packed_store(path):
+            raise UserError(
+                f"packed store not found: {path} (the run's data.packed), which --split run needs "
+                f"to tell its training sequences; pass {NEVER_SAW}"
+            )
+        p = PackedStore(path, store=store)
+        train, _ = packed_split(p, fraction, seed)
+        is_train = np.zeros(len(p), bool)
+        is_train[train] = True
+        sequence_of = np.repeat(np.arange(len(p)), np.diff(np.asarray(p.seq_offsets)))  # per entry
+        seen[np.asarray(p.entries)[is_train[sequence_of], 0]] = True
     unseen = np.flatnonzero(~seen)
     if not len(unseen):
+        which = ", ".join(str(p) for p in packed)
         raise UserError(
-            f"{source} held out {fraction:g} of the sequences of {path}, and every document of {store.path} "
+            f"{source} held out {fraction:g} of the sequences of {which}, and every document of {store.path} "
             f"has a piece in a training sequence (a document longer than the context spans several), so "
             f"none is unseen; pass {NEVER_SAW}"
         )
@@ -264,8 +309,10 @@ def _trained_with(model: str, store) -> bool:
     except UserError:
         return False
     recorded = _recorded(source)
-    if recorded:
-        return store.hash in (recorded.get("data.store"), recorded.get("data.val_store"))
+    if recorded and store.hash in (recorded.get("data.store"), recorded.get("data.val_store")):
+        return True
+    if recorded and not _config(source).get("mixture"):  # a mixture records only its first token store
+        return False
     try:
         documents(store, model, "run")
     except UserError:
