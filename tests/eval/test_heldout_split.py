@@ -1,5 +1,5 @@
 """``--split run``: an evaluation reads exactly what the run held out for validation (whole
-documents, document tails, the documents of no training sequence, or its validation store),
+documents, document tails, the text of no training sequence, or its validation store),
 on the run's own store by default, and refuses another store or a model that is no run."""
 
 from __future__ import annotations
@@ -150,24 +150,70 @@ def _packed_run(project, tmp_path, context: int):
     return packed, run
 
 
-def test_a_packed_run_holds_out_the_documents_of_no_training_sequence(project, tmp_path):
+def _covered(view) -> set[tuple[int, int]]:
+    """Every (document, token) a view reads; its pieces of one document neither overlap nor meet."""
+    out: set[tuple[int, int]] = set()
+    last = (-1, -1)
+    for d, b, e in sorted(zip(view.indices.tolist(), view.begin.tolist(), view.end.tolist())):
+        assert (d, b) > last and not (d == last[0] and b <= last[1]), "pieces overlap or meet"
+        out.update((d, t) for t in range(b, e))
+        last = (d, e)
+    return out
+
+
+def _unseen(store, packs, fraction: float = 0.3, seed: int = 3) -> set[tuple[int, int]]:
+    """What no training sequence of ``packs`` holds, token by token: documents with no trained token
+    whole, and of the others the tokens of held-out sequences."""
+    trained, held = set(), set()
+    for path in packs:
+        ps = PackedStore(path)
+        for ids, into in zip(packed_split(ps, fraction, seed), (trained, held)):
+            for i in ids:
+                for d, b, e in ps.sequence_entries(int(i)).tolist():
+                    into.update((d, t) for t in range(b, e))
+    seen = {d for d, _ in trained}
+    lengths = store.lengths()
+    whole = {(d, t) for d in range(store.n_docs) if d not in seen for t in range(int(lengths[d]))}
+    return whole | {x for x in held - trained if x[0] in seen}
+
+
+def test_a_packed_run_holds_out_the_text_of_no_training_sequence(project, tmp_path):
     packed, run = _packed_run(project, tmp_path, 1024)  # most documents fit one sequence
     assert heldout.default_store(str(run)) == str(project / "store")
     store = TokenStore(project / "store")
     view, held = heldout.documents(store, str(run), "run")
+    assert _covered(view) == _unseen(store, [packed]) and len(view) > 0
     p = PackedStore(packed)
-    train_ids, val_ids = packed_split(p, 0.3, 3)
-    seen = {int(d) for i in train_ids for d in p.sequence_entries(int(i))[:, 0]}
-    assert view.indices.tolist() == sorted(set(range(40)) - seen) and len(view) > 0
-    in_val = {int(d) for i in val_ids for d in p.sequence_entries(int(i))[:, 0]}
-    assert set(view.indices.tolist()) <= in_val  # every document packed somewhere: held out = validation only
-    assert held["held_out"].startswith("the documents of no training sequence")
+    seen = {int(d) for i in packed_split(p, 0.3, 3)[0] for d in p.sequence_entries(int(i))[:, 0]}
+    files = heldout.documents(store, str(run), "run", whole=True)[0]  # infill: whole files only
+    assert files.indices.tolist() == sorted(set(range(40)) - seen)
+    assert (files.end - files.begin).tolist() == store.lengths()[files.indices].tolist()
+    assert held["held_out"].startswith("the text of no training sequence (data.packed, val_fraction 0.3")
+    assert held["documents"] == len(set(view.indices.tolist())) and held["tokens"] == len(_covered(view))
 
 
-def test_a_packed_run_whose_documents_all_span_training_sequences_is_refused(project, tmp_path):
-    _, run = _packed_run(project, tmp_path, 32)  # every document spans dozens of 33-token sequences
-    with pytest.raises(UserError, match="every document of .* has a piece in a training sequence"):
-        heldout.documents(TokenStore(project / "store"), str(run), "run")
+def test_a_packed_run_of_documents_longer_than_the_context_reads_its_held_out_sequences(project, tmp_path):
+    """Every document spans dozens of 33-token sequences, so none is unseen whole: the held-out part is
+    the pieces of held-out sequences, joined where they meet (it was refused); whole files are refused."""
+    packed, run = _packed_run(project, tmp_path, 32)
+    store = TokenStore(project / "store")
+    view, held = heldout.documents(store, str(run), "run")
+    covered = _covered(view)
+    assert covered == _unseen(store, [packed]) and len(covered) > 0.2 * store.n_tokens
+    others = len(set(view.indices.tolist()))  # documents with a held-out sequence: most of the 40
+    assert held["held_out"].endswith(f"0 whole documents and {len(view):,} pieces of {others} others")
+    assert others >= 30 and held["documents"] == others
+    assert len(set(view.indices[:others].tolist())) == others  # first pieces first: every document in N
+    assert (view.end - view.begin).max() >= 66  # consecutive held-out sequences of a document joined
+    with pytest.raises(UserError, match="none is unseen whole, as files are read"):
+        heldout.documents(store, str(run), "run", whole=True)
+    argv = ["eval", "contextwise", "--model", str(run), "--length", "33", "--split", "run", "--no-progress"]
+    assert main([*argv, "--out", str(tmp_path / "cw")]) == 0
+    doc = json.loads((tmp_path / "cw" / "contextwise.json").read_text())
+    assert doc["data"]["split"] == "run"
+    pieces = np.load(tmp_path / "cw" / "contextwise.pieces.npy")
+    assert {(int(d), int(s) + t) for d, s in pieces for t in range(33)} <= covered
+    assert doc["results"]["n_documents"] == len({int(d) for d, _ in pieces})  # the store's, not pieces
 
 
 def test_a_mixture_run_holds_out_per_store_what_no_training_sequence_holds(project, tmp_path, capsys):
@@ -189,10 +235,8 @@ def test_a_mixture_run_holds_out_per_store_what_no_training_sequence_holds(proje
     train(_config(run, 1024, mixture=mixture, mode="packed", val_fraction=0.3))
     for p, store in zip(packed, (TokenStore(project / "store"), TokenStore(tmp_path / "more_store"))):
         view, held = heldout.documents(store, str(run), "run")
-        ps = PackedStore(p)
-        seen = {int(d) for i in packed_split(ps, 0.3, 3)[0] for d in ps.sequence_entries(int(i))[:, 0]}
-        assert view.indices.tolist() == sorted(set(range(store.n_docs)) - seen) and len(view) > 0
-        assert held["held_out"].startswith("the documents of no training sequence of the mixture's stores")
+        assert _covered(view) == _unseen(store, [p]) and len(view) > 0
+        assert held["held_out"].startswith("the text of no training sequence of the mixture's stores")
     with pytest.raises(UserError, match="made from 2 token stores .*; give --data the one"):
         heldout.default_store(str(run))
     with pytest.raises(UserError, match=r"made from .*, not from .*other: give --data one of them"):

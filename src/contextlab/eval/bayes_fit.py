@@ -189,7 +189,8 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     mean = losses.mean(1)
     sem = losses.std(1, ddof=1) / np.sqrt(losses.shape[1])
     fit = fit_power_law(lengths, mean, sem)
-    gain = context_gain(losses, lengths, [d for d, _ in targets], adapter.context)
+    clusters = heldout.in_store(view, targets)[:, 0]  # by the store's documents: pieces of one share it
+    gain = context_gain(losses, lengths, clusters.tolist(), adapter.context)
     results = {
         "summary": {
             **{k: fit[k] for k in ("C0", "C0_err", "C", "C_err", "gamma", "gamma_err", "r2")},

@@ -246,7 +246,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         {
             "length": L,
             "pieces": n,
-            "documents": len({d for d, _ in pieces}),
+            "documents": len(set(heldout.in_store(view, pieces)[:, 0].tolist())),
             "train context": ctx,
             "beyond it": f"context lengths {ctx + 1}..{L - 1}" if ctx < L - 1 else None,
             "data": store.path,
@@ -262,7 +262,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     bk = buckets(curve, ctx)
     best = best_context_loss(curve, ctx, options.best_fraction)
     lowest = curve_minimum(curve, sem, ctx, best["to"] - best["from"] + 1)
-    docs = [d for d, _ in pieces]
+    docs = heldout.in_store(view, pieces)[:, 0].tolist()  # the store's documents: pieces of one share it
     one = one_token_losses(adapter, tokens, best["from"], best["to"])  # (N,)
     gain = stats.paired_t(
         one, means[:, -1], docs

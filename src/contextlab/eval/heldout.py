@@ -8,10 +8,11 @@ recomputed from the config its checkpoint saved, so no second store has to be in
   drawn with ``data.split_seed``, as training drew them;
 * ``data.val_split = "tail"``: the last ``val_fraction`` of every document's tokens (a piece or
   window then starts inside a document, as the run's validation rows did);
-* ``data.packed``: the documents no piece of which lies in a training sequence (the run held out
-  a seeded fraction of sequences; example packing keeps a document in one sequence, SPLICE may
-  split one across a training and a held-out sequence, and such a document was seen: it is left
-  out);
+* ``data.packed``: the text of no training sequence (the run held out a seeded fraction of
+  sequences): the documents no piece of which lies in a training sequence, whole, and of a
+  document that spans several sequences (a book longer than the context) the pieces that lie in
+  held-out sequences only, each read from its own start (an evaluation of whole files reads the
+  former only);
 * ``data.mixture``: the same, over every packed store of the mixture packed from the store read
   (a mixture may draw on several token stores: ``--data`` names the one to read);
 * ``data.val_store``: that store, every document of it.
@@ -158,10 +159,12 @@ def documents(store, model: str, split: str, whole: bool = False, of: str = "") 
             )
         view, how = all_documents(store), "its validation store (data.val_store): every document"
     elif data.get("mixture"):
-        view = _packed_heldout(store, _packed_from(store, packed, source), source, fraction, seed)
+        view, parts = _packed_heldout(
+            store, _packed_from(store, packed, source), source, fraction, seed, whole
+        )
         how = (
-            f"the documents of no training sequence of the mixture's stores packed from it (data.mixture, "
-            f"val_fraction {fraction:g} of their sequences, split_seed {seed})"
+            f"the text of no training sequence of the mixture's stores packed from it (data.mixture, "
+            f"val_fraction {fraction:g} of their sequences, split_seed {seed}): {parts}"
         )
     elif not _is(store, "store", data, recorded, source):
         raise UserError(
@@ -169,12 +172,10 @@ def documents(store, model: str, split: str, whole: bool = False, of: str = "") 
             f"--split run reads the run's own store (leave --data out), or pass {NEVER_SAW}"
         )
     elif data.get("packed"):
-        view, how = (
-            _packed_heldout(store, packed, source, fraction, seed),
-            (
-                f"the documents of no training sequence (data.packed, val_fraction {fraction:g} of its "
-                f"sequences, split_seed {seed})"
-            ),
+        view, parts = _packed_heldout(store, packed, source, fraction, seed, whole)
+        how = (
+            f"the text of no training sequence (data.packed, val_fraction {fraction:g} of its sequences, "
+            f"split_seed {seed}): {parts}"
         )
     elif data.get("val_split", "documents") == "tail":
         if whole:
@@ -187,7 +188,8 @@ def documents(store, model: str, split: str, whole: bool = False, of: str = "") 
     else:
         view = split_documents(store, fraction, seed)[1]
         how = f"val_fraction {fraction:g} of the documents, split_seed {seed}"
-    record = {"split": "run", "held_out": how, "documents": len(view), "tokens": view.n_tokens()}
+    documents = len(np.unique(view.indices))  # a packed run's pieces of one document count it once
+    record = {"split": "run", "held_out": how, "documents": documents, "tokens": view.n_tokens()}
     return view, {**record, "held_out_by": str(Path(run_of(source)).resolve())}
 
 
@@ -225,12 +227,18 @@ def _packed_from(store, packed: list[Path], source: Path) -> list[Path]:
     )
 
 
-def _packed_heldout(store, packed: list[Path], source: Path, fraction: float, seed: int) -> DocView:
-    """The documents of ``store`` that no training sequence of the run's packed stores ``packed`` (each
-    made from ``store``) holds a piece of."""
+def _packed_heldout(
+    store, packed: list[Path], source: Path, fraction: float, seed: int, whole: bool = False
+) -> tuple[DocView, str]:
+    """The text of ``store`` that no training sequence of the run's packed stores ``packed`` (each made
+    from ``store``) holds: the documents with no piece in a training sequence, whole, and of the others
+    the pieces in held-out sequences only (a long document spans many sequences, some held out; pieces
+    that meet are joined). With ``whole`` (an evaluation of whole files) only the former. The view
+    holds every document's first piece, then every second, and so on, so that an evaluation that takes
+    its first N reads as many documents as it can. Returns the view and what it holds, in words."""
     from contextlab.data.packing.packed_store import PackedStore, is_packed_store
 
-    seen = np.zeros(store.n_docs, bool)
+    trained, held = [], []  # (doc, begin, end) entries of training and of held-out sequences
     for path in packed:
         if not is_packed_store(path):
             raise UserError(
@@ -238,20 +246,70 @@ def _packed_heldout(store, packed: list[Path], source: Path, fraction: float, se
                 f"to tell its training sequences; pass {NEVER_SAW}"
             )
         p = PackedStore(path, store=store)
-        train, _ = packed_split(p, fraction, seed)
         is_train = np.zeros(len(p), bool)
-        is_train[train] = True
+        is_train[packed_split(p, fraction, seed)[0]] = True
         sequence_of = np.repeat(np.arange(len(p)), np.diff(np.asarray(p.seq_offsets)))  # per entry
-        seen[np.asarray(p.entries)[is_train[sequence_of], 0]] = True
+        entries = np.asarray(p.entries, dtype=np.int64)
+        trained.append(entries[is_train[sequence_of]])
+        held.append(entries[~is_train[sequence_of]])
+    trained, held = np.concatenate(trained), np.concatenate(held)
+    seen = np.zeros(store.n_docs, bool)
+    seen[trained[:, 0]] = True
     unseen = np.flatnonzero(~seen)
-    if not len(unseen):
+    pieces = np.zeros((0, 3), np.int64) if whole else _unseen_ranges(held[seen[held[:, 0]]], trained)
+    if not len(unseen) and not len(pieces):
         which = ", ".join(str(p) for p in packed)
         raise UserError(
             f"{source} held out {fraction:g} of the sequences of {which}, and every document of {store.path} "
             f"has a piece in a training sequence (a document longer than the context spans several), so "
-            f"none is unseen; pass {NEVER_SAW}"
+            f"none is unseen whole, as files are read; pass {NEVER_SAW}"
         )
-    return DocView(store, unseen.astype(np.int64))
+    docs = np.concatenate([unseen, pieces[:, 0]])
+    begin = np.concatenate([np.zeros(len(unseen), np.int64), pieces[:, 1]])
+    end = np.concatenate([store.lengths()[unseen].astype(np.int64), pieces[:, 2]])
+    order = np.lexsort((begin, docs))  # by document, then place in it
+    docs, begin, end = docs[order], begin[order], end[order]
+    first = np.searchsorted(docs, docs)  # where each document's pieces start
+    order = np.lexsort((docs, np.arange(len(docs)) - first))  # every first piece, then every second, ...
+    parts = f"{len(unseen):,} whole documents"
+    if len(pieces):
+        parts += f" and {len(pieces):,} pieces of {len(np.unique(pieces[:, 0])):,} others"
+    return DocView(store, docs[order], 0, begin[order], end[order]), parts
+
+
+def _merged(ranges: np.ndarray) -> list[list[int]]:
+    """(doc, begin, end) token ranges (N, 3) as sorted, disjoint ranges: those that overlap or meet joined."""
+    out: list[list[int]] = []
+    for d, b, e in ranges[np.lexsort((ranges[:, 1], ranges[:, 0]))].tolist():
+        if out and out[-1][0] == d and b <= out[-1][2]:
+            out[-1][2] = max(out[-1][2], e)
+        else:
+            out.append([d, b, e])
+    return out
+
+
+def _unseen_ranges(held: np.ndarray, trained: np.ndarray) -> np.ndarray:
+    """The token ranges of ``held`` that no range of ``trained`` covers (both (N, 3): doc, begin, end),
+    joined where they meet: (M, 3) int64. (A document packed twice, as a mixture of two packings of one
+    store may, can lie in a held-out sequence of one and a training sequence of the other.)"""
+    from bisect import bisect_right
+
+    covered: dict[int, tuple[list[int], list[int]]] = {}  # doc -> (begins, ends) of its trained ranges
+    for d, b, e in _merged(trained):
+        begins, ends = covered.setdefault(d, ([], []))
+        begins.append(b), ends.append(e)
+    out = []
+    for d, b, e in _merged(held):
+        begins, ends = covered.get(d, ([], []))
+        i = bisect_right(ends, b)  # the first trained range that ends after b
+        while i < len(begins) and begins[i] < e:
+            if begins[i] > b:
+                out.append((d, b, begins[i]))
+            b = max(b, ends[i])
+            i += 1
+        if b < e:
+            out.append((d, b, e))
+    return np.asarray(out, np.int64).reshape(-1, 3)
 
 
 def announced(held: dict) -> str | None:
