@@ -106,9 +106,9 @@ def collect_text(adapter, store, o: Options, progress: bool = True) -> Collected
         )  # (N, l+1)
         f, losses[i] = _forward(adapter, ids, o.layer, o.position)
         feats.append(f)
-    return Collected(
-        ctxs, feats, losses, None, {"protocol": "text", "n_documents": len({d for d, _ in targets})}
-    )
+    ids = getattr(store, "indices", None)  # a view: its pieces of one document count it once
+    documents = {int(ids[d]) if ids is not None else d for d, _ in targets}
+    return Collected(ctxs, feats, losses, None, {"protocol": "text", "n_documents": len(documents)})
 
 
 def parity_store(store):
