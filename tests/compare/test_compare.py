@@ -188,6 +188,31 @@ def test_ppl_pairs_the_same_tokens_with_documents_as_clusters(tmp_path):
     assert doc["notes"] == ["option context 64 vs 32"]  # a different window scores the same tokens
 
 
+def test_ppl_pieces_of_one_document_are_one_cluster(tmp_path):
+    """A packed run's held-out part holds several pieces of one book: ppl scores each from its own start,
+    and the comparison's unit of resampling is the book (``doc_ids``), not the piece."""
+    rng = np.random.default_rng(5)
+    offsets = np.array([0, 50, 100, 150, 200, 250, 300])
+    base = rng.normal(4, 1, 300).astype(np.float32)
+    shift = np.repeat(np.float32([0.1, 0.1, 0.5, 0.5, 0.9, 0.9]), 50)  # pieces of a book alike
+    for run, losses in (("a", base + shift), ("b", base)):
+        write_result(
+            tmp_path / run / "eval",
+            "ppl",
+            results={"summary": {"loss": float(losses.mean()), "perplexity": float(np.exp(losses.mean()))}},
+            options={"context": 64, "stride": 0, "max_docs": 0, "max_tokens": 0},
+            model={"id": run},
+            data={"store": run, "hash": "s" * 64, "n_docs": 3},
+            seconds=0.0,
+            arrays={"token_losses": losses, "doc_offsets": offsets, "doc_ids": np.array([7, 7, 2, 2, 9, 9])},
+        )
+    _, (doc,) = compare_runs(tmp_path / "a", tmp_path / "b", None, Options(), None)
+    loss = doc["results"]["loss"]
+    assert loss["diff"] == pytest.approx(0.5, abs=1e-6) and loss["n_clusters"] == 3
+    assert doc["results"]["per_document"]["diff"] == pytest.approx([0.5, 0.1, 0.9], abs=1e-6)  # ids 2, 7, 9
+    assert "over 3 documents" in doc["lines"][0]
+
+
 def test_icl_per_set_difference_and_histogram(tmp_path):
     for run, per_set in (("a", [0.5, 0.6, 0.4, 0.55] * 3), ("b", [0.45, 0.5, 0.4, 0.5] * 3)):
         write_result(

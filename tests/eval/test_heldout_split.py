@@ -214,6 +214,12 @@ def test_a_packed_run_of_documents_longer_than_the_context_reads_its_held_out_se
     pieces = np.load(tmp_path / "cw" / "contextwise.pieces.npy")
     assert {(int(d), int(s) + t) for d, s in pieces for t in range(33)} <= covered
     assert doc["results"]["n_documents"] == len({int(d) for d, _ in pieces})  # the store's, not pieces
+    ppl_argv = ["eval", "ppl", "--model", str(run), "--split", "run", "--context", "32", "--no-progress"]
+    assert main([*ppl_argv, "--out", str(tmp_path / "p")]) == 0
+    ppl = json.loads((tmp_path / "p" / "ppl.json").read_text())
+    ids = np.load(tmp_path / "p" / "ppl.doc_ids.npy")  # per scored piece, the store's document
+    assert ids.tolist() == view.indices.tolist() and ppl["results"]["n_pieces"] == len(view)
+    assert ppl["results"]["n_documents"] == others
 
 
 def test_a_mixture_run_holds_out_per_store_what_no_training_sequence_holds(project, tmp_path, capsys):

@@ -115,8 +115,12 @@ def ppl(a: Side, b: Side, o: Options) -> dict:
     xa, xb = a.arrays("ppl", keys), b.arrays("ppl", keys)
     offsets = xa["doc_offsets"]
     diff = xa["token_losses"].astype(np.float64) - xb["token_losses"].astype(np.float64)  # (tokens,)
-    counts = np.diff(offsets).astype(np.float64)  # (docs,)
+    counts = np.diff(offsets).astype(np.float64)  # (scored sequences,)
     sums = np.add.reduceat(diff, offsets[:-1]) if len(diff) else np.zeros(0)
+    ids = a.optional("doc_ids")  # the store's document of each (older results: none recorded)
+    if ids is not None and len(ids) == len(counts):  # pieces of one document are one cluster
+        _, cluster = np.unique(ids, return_inverse=True)
+        sums, counts = np.bincount(cluster, sums), np.bincount(cluster, counts)
     total = cs.cluster_t(sums, counts)
     sa, sb = a.doc["results"]["summary"], b.doc["results"]["summary"]
     total.update(a=sa["loss"], b=sb["loss"], perplexity_a=sa["perplexity"], perplexity_b=sb["perplexity"])

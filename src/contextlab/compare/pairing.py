@@ -73,6 +73,12 @@ class Side:
             )
         return {k: np.load(self.folder / files[k]) for k in keys}
 
+    def optional(self, key: str) -> np.ndarray | None:
+        """One per-sample array that results of older versions lack (None then)."""
+        files = self.doc.get("arrays") or {}
+        path = self.folder / files[key] if key in files else None
+        return np.load(path) if path is not None and path.is_file() else None
+
 
 def eval_folder(path: str | Path) -> Path:
     """A run directory (its eval/ folder) or a folder of evaluation results itself."""

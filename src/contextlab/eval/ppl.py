@@ -106,7 +106,10 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     docs = [np.asarray(view.doc(i)) for i in range(n)]
     if options.max_tokens:
         docs = [d[: options.max_tokens] for d in docs]
-    docs = [d for d in docs if len(d) >= 2]
+    kept = [i for i, d in enumerate(docs) if len(d) >= 2]
+    docs = [docs[i] for i in kept]
+    doc_ids = np.asarray(view.indices, dtype=np.int64)[kept]  # the store's: pieces of one document share it
+    n_documents = len(np.unique(doc_ids))
     if not docs:
         raise UserError(
             f"no document of {data}{' held out by the run' if held else ''} has 2 tokens or more; "
@@ -118,7 +121,8 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         {
             "context": window,
             "stride": stride,
-            "documents": len(docs),
+            "documents": n_documents,
+            "pieces": len(docs) if len(docs) != n_documents else None,
             "windows": n_windows,
             "data": store.path,
             "split": heldout.announced(held),
@@ -142,7 +146,8 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         },
         "context": window,
         "stride": stride,
-        "n_documents": len(docs),
+        "n_documents": n_documents,
+        **({"n_pieces": len(docs)} if len(docs) != n_documents else {}),
         "n_tokens_scored": len(flat),
         "n_bytes_scored": int(n_bytes),
         "forward_tokens": int(sum(e - s for d in docs for s, e, _ in windows(len(d), window, stride))),
@@ -151,6 +156,6 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     return EvalOutput(
         results,
         {"store": str(store.path), "hash": store.hash, "n_docs": len(docs), **held},
-        arrays={"token_losses": flat, "doc_offsets": offsets},
+        arrays={"token_losses": flat, "doc_offsets": offsets, "doc_ids": doc_ids},
         plot=None,
     )
