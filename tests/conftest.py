@@ -27,6 +27,7 @@ def pytest_xdist_auto_num_workers(config) -> int:
     a local cluster each)."""
     return max(1, min(4, os.cpu_count() or 1))
 
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"  # small files the tests read (see its README)
 SHAKESPEARE = FIXTURES / "tinyshakespeare" / "input.txt"  # char-rnn Tiny Shakespeare, 1,115,394 bytes
