@@ -256,6 +256,11 @@ def test_a_mixture_run_holds_out_per_store_what_no_training_sequence_holds(proje
     assert doc["data"]["split"] == "run" and doc["data"]["documents"] == len(
         heldout.documents(TokenStore(tmp_path / "more_store"), str(run), "run")[0]
     )
+    packed[1].rename(tmp_path / "moved_away")  # the other packing may hold this store's text: unknown
+    with pytest.raises(
+        UserError, match="packed store not found: .*pk_more_store .*of the run's data.mixture"
+    ):
+        heldout.documents(TokenStore(project / "store"), str(run), "run")
 
 
 def test_an_export_finds_its_run_from_anywhere_and_after_the_project_moved(project, tmp_path, monkeypatch):

@@ -71,8 +71,8 @@ def cmd_train(argv: list[str]) -> int:
 def next_line(run_dir, cfg) -> str | None:
     """The command that measures how a finished left-to-right run uses its context on what it held
     out (``profile --split run``); None where that command would be refused: a model that is no
-    causal LM, a context too short for the profile, no held-out part to read (packed documents
-    that each span a training sequence; a mixture made from several token stores, which needs --data)."""
+    causal LM, a context too short for the profile, no held-out part to read, or no single store
+    to read it from (a mixture made from several token stores, which needs --data)."""
     import shlex
 
     from contextlab.data.store import TokenStore

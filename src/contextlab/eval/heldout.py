@@ -212,14 +212,14 @@ def _packed_from(store, packed: list[Path], source: Path) -> list[Path]:
             continue
         meta = (json.loads((path / "meta.json").read_text()).get("store")) or {}
         made_from[path] = (meta.get("content_hash"), meta.get("path"))
-    mine = [path for path, (content, _) in made_from.items() if content == store.hash]
-    if mine:
-        return mine
-    if missing:
+    if missing:  # it may have been made from this store: what it trained on is unknown
         raise UserError(
             f"packed store not found: {', '.join(missing)} (of the run's data.mixture), which --split run "
             f"needs to tell its training sequences; pass {NEVER_SAW}"
         )
+    mine = [path for path, (content, _) in made_from.items() if content == store.hash]
+    if mine:
+        return mine
     stores = ", ".join(dict.fromkeys(str(p) for _, p in made_from.values()))
     raise UserError(
         f"{source} trained on a mixture of packed stores made from {stores}, not from {store.path}: "

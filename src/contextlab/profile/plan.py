@@ -28,6 +28,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from contextlab.errors import UserError
 
 KV_ANSWER_ROOM = 24  # tokens kept free after a key-value prompt for the longest candidate value
@@ -155,11 +157,12 @@ def build(
     niah_work = prompts(niah_lengths, b.haystacks, answer["niah"])
     pk_work = prompts(pk_lengths, b.passkey_sets, answer["passkey"])
     kv_prompts = b.kv_examples * len(kv_opts.positions) * (kv_opts.distractors + 1)
-    longest = int(max(doc_lengths)) if doc_lengths is not None and len(doc_lengths) else 0
+    lengths = np.asarray(doc_lengths if doc_lengths is not None else [], dtype=np.int64)
+    longest = int(lengths.max()) if len(lengths) else 0
     N, rows = b.contextwise_docs, b.attention_rows
     if doc_lengths is not None:  # a small store (a run's held-out part) holds fewer pieces than the budget's
-        N = min(N, int(sum(int(n) // (C + 1) for n in doc_lengths)))
-        rows = min(rows, sum(1 for n in doc_lengths if n >= C))
+        N = min(N, int((lengths // (C + 1)).sum()))
+        rows = min(rows, int((lengths >= C).sum()))
     return [
         Step(
             "contextwise",
