@@ -643,3 +643,18 @@ def test_old_raw_file_hash_is_still_accepted(bpe, tmp_path):
     assert old.hash == bpe.legacy_hash  # the identity it was recorded with
     T.check_same_tokenizer(old.spec(), bpe.spec(), "the model", "the data store")
     T.check_same_tokenizer(spec, bpe.spec(), "the model", "the data store")
+
+
+def test_a_tokenizer_json_saved_without_its_vocabulary_is_named_at_load(tmp_path):
+    """A tokenizer.json whose BPE has no vocabulary encodes every text to no ids: each document would be
+    dropped as shorter than one token; it is refused where it is read, naming the file and the fix."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.add_special_tokens(["<|endoftext|>"])
+    tok.save(str(tmp_path / "tokenizer.json"))
+    with pytest.raises(
+        UserError, match=r"tokenizer\.json encodes text to no tokens \(its vocabulary holds 1 "
+    ):
+        T.load_tokenizer(f"hf:{tmp_path}")

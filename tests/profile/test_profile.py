@@ -175,6 +175,29 @@ def test_profiles_are_never_mixed_or_written_into_a_model(profiled, runs, text, 
     assert not (runs[0] / "p").exists()
 
 
+def test_a_profile_stopped_by_its_data_resumes_in_its_folder_and_never_mixes_texts(runs, tmp_path, capsys):
+    """A profile that stops while preparing its data (text that holds nothing yet) has made its folder; the
+    same command, once the data is mended, runs in it rather than being refused as a stranger's; text
+    changed under a measured profile is refused, not mixed with what its steps read."""
+    folder = tmp_path / "essays"
+    folder.mkdir()
+    (folder / "one.txt").write_text("")
+    out = tmp_path / "p"
+    argv = ["profile", "--model", str(runs[0]), "--data", str(folder), "--out", str(out), "--no-progress"]
+    assert main([*argv, "--threads", "1"]) != 0
+    assert "no documents in" in capsys.readouterr().err
+    assert (out / "data").is_dir() and not (out / "profile.json").exists()
+    (folder / "one.txt").write_text(shakespeare(2_000))
+    assert main([*argv, "--threads", "1"]) == 0
+    steps = json.loads((out / "profile.json").read_text())["steps"]
+    assert steps and all(s["status"] in ("done", "skipped") for s in steps)
+    store = next((out / "data").glob("store-*"))
+    assert json.loads((store / "meta.json").read_text())["n_tokens"] == 2_000
+    (folder / "two.txt").write_text(shakespeare(1_000))  # the text changes under a measured profile
+    assert main([*argv, "--threads", "1"]) != 0
+    assert "has changed since this profile" in capsys.readouterr().err
+
+
 def test_context_measures_at_a_shorter_length_and_is_refused_past_the_models(runs, text, tmp_path, capsys):
     """--context: a model whose context is longer than the machine or the data can serve is measured at a
     shorter one; every length follows it, and a --context past the model's is one line."""
@@ -230,7 +253,11 @@ def test_a_hugging_face_folder_is_profiled_with_its_own_tokenizer(llama, text, t
     assert doc["context"] == 512 and [m["label"] for m in doc["models"]] == ["tiny-llama"]
     status = {s["name"]: s for s in doc["steps"]}
     assert all(status[n]["status"] == "done" for n in ("contextwise", "bayes-fit", "niah", "passkey", "kv"))
-    assert status["attention"]["status"] == "skipped" and "transformers" in status["attention"]["error"]
+    assert status["attention"]["status"] == "done"  # transformers' own weights, read under eager attention
+    attention = json.loads((out / "models/tiny-llama/attention.json").read_text())["results"]["models"]["a"]
+    assert attention["architecture"] == "LlamaForCausalLM" and attention["blocks"]["n_layers"] == 2
+    row = next(r for r in doc["headline"] if r["measure"].startswith("attention mean distance"))
+    assert row["values"]["tiny-llama"] == pytest.approx(attention["blocks"]["mean_distance_averaged"])
     store = json.loads((out / "models/tiny-llama/contextwise.json").read_text())["data"]["store"]
     assert store.startswith(str(out / "data" / "store-"))  # the text, ingested with the model's own tokenizer
     assert not any(
@@ -267,9 +294,9 @@ def test_a_store_of_another_tokenizer_is_refused_before_any_step(llama, text, tm
 
 
 def test_attention_runs_per_model_when_the_pair_cannot(llama, runs):
-    """With two models that cannot be paired for attention (a Hugging Face model, or two tokenizers), each
-    model gets its own attention step as far as it can: the contextlab model's runs, the Hugging Face
-    model's is skipped with its reason (it used to be skipped for both)."""
+    """With two models that cannot be paired for attention (two tokenizers, or a model whose attention
+    cannot be read), each model gets its own attention step as far as it can: the one that can be read
+    runs, the other is skipped with its reason (it used to be skipped for both)."""
     from contextlab.eval import load_model
     from contextlab.profile.plan import Step
     from contextlab.profile.runner import Model, _jobs, attention_problem
@@ -278,7 +305,11 @@ def test_attention_runs_per_model_when_the_pair_cannot(llama, runs):
         Model("first", str(runs[0]), load_model(str(runs[0]))),
         Model("hf", str(llama), load_model(str(llama))),
     ]
-    assert attention_problem(opened[:1]) == "" and "transformers" in attention_problem(opened[1:])
+    assert attention_problem(opened) == attention_problem(opened[1:]) == ""  # transformers' weights are read
+    opened[1].adapter.model = torch.nn.Linear(2, 2)  # a model in which no attention module is found
+    assert attention_problem(opened[:1]) == "" and "no module named ...Attention" in attention_problem(
+        opened[1:]
+    )
     assert attention_problem(opened) == attention_problem(opened[1:])
     plans = {
         m.label: [

@@ -7,7 +7,8 @@ softmax(q k^T / sqrt(hs) + mask) in fp32; a forward hook checks, on every call, 
 weights times v, through the module's output projection, reproduce the module's output
 (``max_abs_diff`` in the result; a mismatch above ``CHECK_TOL``, relative for outputs larger than
 1, stops the analysis: the weights would not be the model's). Training and every other
-evaluation keep SDPA untouched.
+evaluation keep SDPA untouched. A Hugging Face model's weights are transformers' own, read under its
+eager attention and checked against the attention it runs by default (``attention_hf.py``).
 
 Per row and layer (heads averaged) this module keeps what the measures need
 (``attention_measures.py`` turns it into numbers): attention received by each source
@@ -202,15 +203,16 @@ class Collector:
             g.sample[layer] = wm[self.sample_row - self.row0].double().cpu().numpy()
 
 
-def check_model(adapter, what: str) -> GPT:
-    """The contextlab model inside ``adapter``, or one line saying why it cannot be analysed."""
+def check_model(adapter, what: str) -> torch.nn.Module:
+    """The model inside ``adapter`` (a contextlab GPT, or a transformers model whose attention modules are
+    found), or one line saying why it cannot be analysed."""
+    from contextlab.analysis.attention_hf import attention_modules
+
     model = adapter.model
-    if not isinstance(model, GPT) or adapter.info.kind != "contextlab":
-        raise UserError(
-            f"{what}: {adapter.info.id} is a Hugging Face model ({adapter.info.architecture}) run by "
-            "transformers; "
-            "analyze attention reads contextlab models (a run, a checkpoint or a contextlab export)"
-        )
+    if adapter.info.kind == "hf":
+        attention_modules(model, f"{what}: {adapter.info.id}")
+    elif not isinstance(model, GPT):
+        raise UserError(f"{what}: {adapter.info.id} ({type(model).__name__}) is not a model it can read")
     if adapter.info.lm_prefix:
         raise UserError(
             f"{what}: {adapter.info.id} reads text only after its mode tokens {adapter.info.lm_prefix} "
@@ -222,10 +224,17 @@ def check_model(adapter, what: str) -> GPT:
 @torch.no_grad()
 def collect(adapter, tokens: np.ndarray, sample_row: int = 0, progress: bool = True) -> tuple[dict, float]:
     """Run the model on tokens (N, T) in fp32, batch by batch: ({group: per-row arrays}, max_abs_diff)."""
+    from contextlab.analysis.attention_hf import HFAttentionProbe
+
     model = check_model(adapter, "analyze attention")
     collector = Collector(sample_row)
     rows = adapter.batch_size
-    with AttentionProbe(model, collector) as probe:
+    if isinstance(model, GPT):
+        probe, forward = AttentionProbe(model, collector), model.trunk
+    else:
+        probe = HFAttentionProbe(model, collector, f"analyze attention: {adapter.info.id}")
+        forward = probe.run
+    with probe:
         bar = bars.bar(
             range(0, len(tokens), rows),
             desc=f"attention {adapter.info.id}",
@@ -234,7 +243,7 @@ def collect(adapter, tokens: np.ndarray, sample_row: int = 0, progress: bool = T
         for a in bar:
             collector.row0 = a
             idx = torch.as_tensor(tokens[a : a + rows], dtype=torch.long, device=adapter.device)
-            model.trunk(idx)  # fp32: no autocast; the hooks see every attention call
+            forward(idx)  # fp32: no autocast; the hooks see every attention call
     out = {}
     for name, g in collector.groups.items():
         out[name] = {**g.arrays(), "sample": np.stack([g.sample[k] for k in sorted(g.sample)])}
@@ -301,15 +310,19 @@ def read_rows(adapter, options: Options, data: str | None, text: str | None) -> 
     return Rows(tokens, docs, {"store": str(store.path), "hash": store.hash, "rows": len(pieces), **held})
 
 
-def decoder_layers(model: GPT) -> list[int]:
-    """The blocks the token decoder runs: after a ContextLM's encoder blocks, else all."""
-    return list(range(getattr(model.config, "encoder_layers", 0), model.config.n_layer))
+def decoder_layers(model: torch.nn.Module, n_layers: int) -> list[int]:
+    """The blocks the token decoder runs, of the ``n_layers`` whose attention was read: after a
+    ContextLM's encoder blocks, else all."""
+    first = getattr(model.config, "encoder_layers", 0) if isinstance(model, GPT) else 0
+    return list(range(first, n_layers))
 
 
-def chunk_size(options: Options, models: list[GPT]) -> int:
+def chunk_size(options: Options, models: list[torch.nn.Module]) -> int:
     if options.chunk:
         return options.chunk
-    return next((m.config.chunk_size for m in models if hasattr(m.config, "chunk_size")), 4)
+    return next(
+        (m.config.chunk_size for m in models if isinstance(m, GPT) and hasattr(m.config, "chunk_size")), 4
+    )
 
 
 def _model_part(adapter, arrays: dict, diff: float) -> dict:
@@ -318,15 +331,15 @@ def _model_part(adapter, arrays: dict, diff: float) -> dict:
         "id": adapter.info.id,
         "architecture": type(model).__name__,
         "max_abs_diff_vs_model": diff,
-        "blocks": M.summarise(arrays["blocks"], decoder_layers(model)),
+        "blocks": M.summarise(arrays["blocks"], decoder_layers(model, arrays["blocks"]["received"].shape[1])),
     }
     if "predictor" in arrays:  # ContextLM: the predictor's attention over chunks (distances in chunks)
         out["predictor"] = M.summarise(arrays["predictor"], list(range(len(model.predictor))))
     return out
 
 
-def _models(adapter, compare) -> list[GPT]:
-    """The contextlab model of A (and B), refused in one line when not analysable or not comparable."""
+def _models(adapter, compare) -> list[torch.nn.Module]:
+    """The model of A (and B), refused in one line when not analysable or not comparable."""
     from contextlab.data.tokenizers import check_same_tokenizer
 
     adapters = [adapter] + ([compare] if compare is not None else [])
@@ -367,7 +380,7 @@ def run(
     w = chunk_size(options, models)
     collected = [collect(a, rows.tokens, options.sample_row, progress) for a in adapters]
     blocks = [arr["blocks"] for arr, _ in collected]
-    layers = {k: decoder_layers(m) for k, m in zip("ab", models)}
+    layers = {k: decoder_layers(m, x["received"].shape[1]) for k, m, x in zip("ab", models, blocks)}
     samples = {k: x["sample"] for k, x in zip("ab", blocks)}
     ids, decode = rows.tokens[options.sample_row].tolist(), adapter.tokenizer.decode
     results = {

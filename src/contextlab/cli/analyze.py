@@ -148,11 +148,16 @@ def _attention_parser() -> argparse.ArgumentParser:
         "[4,7], ... per layer, the entropy of the weights; with --compare, model A against model B on "
         "the same tokens: percent change per token and per chunk (the ContextLM paper's Figure 6) and "
         "the differences with 95% intervals over documents. The weights are recomputed in fp32 from each "
-        "attention module's q and k (checked against the model's own attention output); the model "
-        "itself is unchanged. Writes OUT/attention.json, .npy arrays and three PNGs.",
+        "attention module's q and k (checked against the model's own attention output); a Hugging Face "
+        "model's are transformers' own, read under its eager attention (checked against the attention it "
+        "runs by default, which is put back after); the model itself is unchanged. Writes "
+        "OUT/attention.json, .npy arrays and three PNGs.",
     )
     p.add_argument(
-        "--model", required=True, metavar="PATH", help="model A: a contextlab run, checkpoint or export"
+        "--model",
+        required=True,
+        metavar="PATH",
+        help="model A: a contextlab run, checkpoint or export, or a Hugging Face causal LM folder",
     )
     p.add_argument(
         "--compare",

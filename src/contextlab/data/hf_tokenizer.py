@@ -29,6 +29,16 @@ from contextlab.data.tokenizer_base import (
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_text
 
+_PROBE = "The quick brown fox jumps over the lazy dog. 0123456789"
+
+
+def _encodes(tok) -> bool:
+    """False for a tokenizer that turns a sentence into no ids (one saved without its vocabulary)."""
+    try:
+        return bool(tok.encode(_PROBE, add_special_tokens=False).ids)
+    except Exception:  # e.g. a word-level vocabulary without an unknown token: it encodes other text
+        return True
+
 
 class HFTokenizer(Tokenizer):
     """Any Hugging Face ``tokenizers.Tokenizer``, taken over: special tokens are plain text in ``encode``.
@@ -74,6 +84,12 @@ class HFTokenizer(Tokenizer):
                 f"cannot read {p} as a Hugging Face tokenizer.json ({str(e).splitlines()[0]}): "
                 "re-export it with tokenizer.save()"
             ) from None
+        if not _encodes(tok):  # a vocabulary saved empty
+            raise UserError(
+                f"{p} encodes text to no tokens (its vocabulary holds "
+                f"{len(tok.get_vocab(with_added_tokens=True)):,} entries): it was saved without its "
+                "vocabulary; save the tokenizer again from one that encodes (tokenizer.save_pretrained)"
+            )
         return cls(tok, name or (p.parent.name if p.stem == "tokenizer" else p.stem), engine=engine)
 
     def encode(self, text: str) -> list[int]:

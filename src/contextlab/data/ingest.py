@@ -293,6 +293,12 @@ def _store_meta(tokenizer: Tokenizer, src, config: IngestConfig, counts: dict, f
 # ---------------------------------------------------------------------------- helpers
 
 
+def source_fingerprint(source: str | Path, config: IngestConfig) -> str:
+    """The ``ingest_fingerprint`` a store ingested now from ``source`` with ``config`` would have: a
+    store whose own differs was made from other files or options (one stat per file)."""
+    return _fingerprint(open_source(source, config.source), config)
+
+
 def _fingerprint(src, config: IngestConfig) -> str:
     cfg = {**to_dict(config), "source": fingerprint_options(config.source)}
     blob = json.dumps({"source": src.fingerprint(), "config": cfg}, sort_keys=True, default=str)

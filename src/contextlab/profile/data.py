@@ -46,12 +46,21 @@ def is_store(path: str | Path) -> bool:
 
 
 def prepare_store(
-    data: str, adapter, out: Path, progress_on: bool, doc_start: str | None = None, split: str = "all"
+    data: str,
+    adapter,
+    out: Path,
+    progress_on: bool,
+    doc_start: str | None = None,
+    split: str = "all",
+    measured: bool = False,
 ) -> str:
     """A token store for ``adapter``: ``data`` itself when it is one (checked: the model's tokenizer, its
-    content), else ``data`` (text) ingested
-    with the model's tokenizer into OUT/data/store-<tokenizer hash> (kept and reused on resume)."""
-    from contextlab.data.ingest import IngestConfig, ingest
+    content), else ``data`` (text) ingested with the model's tokenizer into OUT/data/store-<tokenizer
+    hash>, kept and reused on resume while the text is unchanged. Text changed since it was ingested
+    is ingested again when no step has measured the old one, and refused when one has (``measured``):
+    a profile's steps all read one text."""
+    from contextlab.data.ingest import IngestConfig, ingest, source_fingerprint
+    from contextlab.data.store import TokenStore
     from contextlab.eval.base import open_store
 
     if is_store(data):  # one line up front for a store of another tokenizer, not failed steps and exit 0
@@ -65,10 +74,17 @@ def prepare_store(
     if not Path(data).exists():
         raise UserError(f"--data {data} does not exist; give a token store or a text file or folder")
     target = out / "data" / f"store-{str(adapter.info.tokenizer.get('hash', 'x'))[:12]}"
-    if not is_store(target):
-        source = dataclasses.replace(prose_source(Path(data)), doc_start=doc_start)
-        config = IngestConfig(tokenizer=tokenizer_spec(adapter), source=source)
-        ingest(data, target, config, overwrite=False, progress=progress_on, notes=False)
+    source = dataclasses.replace(prose_source(Path(data)), doc_start=doc_start)
+    config = IngestConfig(tokenizer=tokenizer_spec(adapter), source=source)
+    stale = is_store(target) and TokenStore(target).meta.get("ingest_fingerprint") != source_fingerprint(
+        data, config
+    )
+    if stale and measured:
+        raise UserError(
+            f"--data {data} has changed since this profile in {out} measured it (a file added, removed "
+            "or edited); give another --out to profile the text as it is now"
+        )
+    ingest(data, target, config, overwrite=stale, progress=progress_on, notes=False)
     return str(target)
 
 

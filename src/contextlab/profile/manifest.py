@@ -52,8 +52,8 @@ class Manifest:
                     "give another --out, or remove that folder to start over"
                 )
             return cls(out, old)
-        if out.exists() and any(out.iterdir()):
-            raise UserError(f"{out} exists and holds no profile; give another --out")
+        if out.exists() and any(e.name != "data" for e in out.iterdir()):  # "data" alone: a start that
+            raise UserError(f"{out} exists and holds no profile; give another --out")  # stopped early
         return cls(out, {"format": PROFILE_FORMAT, "version": VERSION, **settings, "steps": []})
 
     def record(self, name: str, model: str) -> dict:

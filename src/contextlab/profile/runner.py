@@ -158,7 +158,10 @@ def run_profile(
     manifest = Manifest.open(out, _settings(opened, data, budget_name, context, doc_start, split))
     manifest.doc["command"] = command
     manifest.doc["compare"] = "compare" if len(opened) == 2 else None
-    held, plans = _plans(opened, data, out, budget, context, haystack, doc_start, split, show_progress)
+    measured = any(manifest.finished(rec) for rec in manifest.doc["steps"])
+    held, plans = _plans(
+        opened, data, out, budget, context, haystack, doc_start, split, show_progress, measured
+    )
     one_tokenizer = len({m.adapter.info.tokenizer.get("hash") for m in opened}) == 1
     jobs = _jobs(opened, plans, len(opened) == 2 and one_tokenizer and not attention_problem(opened))
     _announce(opened, jobs, out, budget_name, context, held)
@@ -219,9 +222,11 @@ def _plans(
     doc_start: str | None,
     split: str,
     show_progress: bool,
+    measured: bool = False,
 ) -> tuple[dict, dict[str, list[Step]]]:
     """Each model's data prepared and its battery planned: (the held-out part every model reads with
-    ``split`` "run", else {}; {model label: its steps})."""
+    ``split`` "run", else {}; {model label: its steps}). ``measured``: steps of this folder are done on
+    the text already ingested there (so it must not change under them)."""
     of, held = "", {}  # with --split run, the run whose held-out part every model reads, and that part
     if split == "run":
         from contextlab.data.store import TokenStore
@@ -231,7 +236,7 @@ def _plans(
         held = documents(TokenStore(data), of, "run")[1]
     plans = {}
     for m in opened:
-        store = prepare_store(data, m.adapter, out, show_progress, doc_start, split)
+        store = prepare_store(data, m.adapter, out, show_progress, doc_start, split, measured)
         kv_file, kv_pairs = prepare_kv(out, m.adapter, budget, context)
         plans[m.label] = build(
             context,
