@@ -113,11 +113,33 @@ def test_an_ill_determined_fit_is_named_in_the_notes(tmp_path):
     loose = {"C0": 2.0, "C0_err": 0.1, "gamma": 0.43, "gamma_err": 0.78}
     tight = {"C0": 2.0, "C0_err": 0.1, "gamma": 0.6, "gamma_err": 0.05}
     assert ill_determined([tight, loose], ("a", "b")) == [
-        "the fit of b is ill-determined (gamma 0.43 ± 0.78): read its C0 and gamma differences as "
-        "unconstrained; more visible lengths (--lengths) or targets (--samples) pin them down"
+        "the fit of b is ill-determined (gamma 0.43 ± 0.78): its C0 and gamma differences are "
+        "unconstrained and get no interval (its refits would end wherever the optimizer stops); more "
+        "visible lengths (--lengths) or targets (--samples) pin them down"
     ]
     losses, targets = synthetic(0)
     fit_result(tmp_path / "a", losses - 0.1, targets)
     fit_result(tmp_path / "b", losses, targets)
     _, (doc,) = compare_runs(tmp_path / "a", tmp_path / "b", ["bayes-fit"], Options(resamples=1000), None)
     assert not any("ill-determined" in n for n in doc["notes"]) and "point" not in doc["results"]["fit"]
+
+
+def test_a_loose_fit_is_not_bootstrapped_and_its_differences_say_why(tmp_path):
+    """A flat curve (a model that gains nothing from context) has no C0 or gamma to speak of: its refits
+    ended wherever the optimizer stopped, and took minutes; now the differences get no interval and the
+    line says why, while the per-length differences keep theirs."""
+    losses, targets = synthetic(0)
+    flat = 4.0 + np.random.default_rng(1).normal(0, 0.2, losses.shape)
+    fit_result(tmp_path / "a", losses, targets)
+    fit_result(tmp_path / "b", flat, targets)
+    _, (doc,) = compare_runs(tmp_path / "a", tmp_path / "b", ["bayes-fit"], Options(resamples=1000), None)
+    fit = doc["results"]["fit"]
+    assert fit["resamples"] == 0 and fit["C0"]["interval95"] is None and fit["gamma"]["interval95"] is None
+    assert fit["C0"]["diff"] == pytest.approx(fit["C0"]["a"] - fit["C0"]["b"])
+    c0 = next(line for line in doc["lines"] if line.startswith("bayes-fit C0"))
+    assert "[no interval: a fit is loose, not bootstrapped] over 40 documents (A " in c0
+    assert "bootstrap of" not in c0
+    assert any(
+        n.startswith("the fit of b is ill-determined") and "get no interval" in n for n in doc["notes"]
+    )
+    assert all(row["interval95"] is not None for row in doc["results"]["by_length"])

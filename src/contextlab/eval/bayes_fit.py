@@ -51,8 +51,10 @@ def power_law(l, c0, c, gamma):
     return c0 + c / np.power(l, gamma)
 
 
-def fit_power_law(lengths, losses, sems=None) -> dict:
-    """Fit C0 + C / l^gamma; returns parameters, their standard errors and R^2."""
+def fit_power_law(lengths, losses, sems=None, start=None) -> dict:
+    """Fit C0 + C / l^gamma; returns parameters, their standard errors and R^2. ``start``: a fit of
+    similar points (C0, C, gamma) to start from (a bootstrap resample's refit starts at the reported
+    fit), else a start read off the points."""
     from scipy.optimize import curve_fit
 
     x, y = np.asarray(lengths, float), np.asarray(losses, float)
@@ -62,6 +64,8 @@ def fit_power_law(lengths, losses, sems=None) -> dict:
         )
     sigma = None if sems is None else np.maximum(np.asarray(sems, float), 1e-6)
     p0 = [float(y.min()) * 0.9, float(y.max() - y.min()) + 1e-3, 0.5]
+    if start is not None:
+        p0 = [start["C0"], start["C"], float(np.clip(start["gamma"], *GAMMA_BOUNDS))]
     try:
         params, cov = curve_fit(
             power_law,

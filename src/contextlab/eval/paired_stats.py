@@ -84,9 +84,10 @@ def mcnemar(a: np.ndarray, b: np.ndarray) -> dict:
 
 
 def interval_text(d: dict, digits: int = 3) -> str:
-    """'+0.012 [-0.004, +0.028]' (no interval: '+0.012 [no interval: one cluster]')."""
+    """'+0.012 [-0.004, +0.028]' (no interval: '+0.012 [no interval: one cluster]', or the reason the
+    result gives as ``no_interval``)."""
     f = f"{{:+.{digits}f}}"
     if d["interval95"] is None:
-        return f.format(d["diff"]) + " [no interval: one cluster]"
+        return f.format(d["diff"]) + f" [no interval: {d.get('no_interval', 'one cluster')}]"
     lo, hi = d["interval95"]
     return f"{f.format(d['diff'])} [{f.format(lo)}, {f.format(hi)}]"

@@ -74,7 +74,7 @@ def prepare_store(
     if not Path(data).exists():
         raise UserError(f"--data {data} does not exist; give a token store or a text file or folder")
     target = out / "data" / f"store-{str(adapter.info.tokenizer.get('hash', 'x'))[:12]}"
-    source = dataclasses.replace(prose_source(Path(data)), doc_start=doc_start)
+    source = dataclasses.replace(prose_source(Path(data), say=not is_store(target)), doc_start=doc_start)
     config = IngestConfig(tokenizer=tokenizer_spec(adapter), source=source)
     stale = is_store(target) and TokenStore(target).meta.get("ingest_fingerprint") != source_fingerprint(
         data, config
@@ -88,16 +88,17 @@ def prepare_store(
     return str(target)
 
 
-def prose_source(data: Path) -> SourceOptions:
+def prose_source(data: Path, say: bool = True) -> SourceOptions:
     """How a text ``--data`` is read: a folder without the files that describe the corpus (README,
     SOURCE, manifest) or hold records (JSONL, CSV), as the needle reads its haystack, so every step
     measures the same text; the files left out are named in one line. (They were ingested whole:
-    WikiText's SOURCE.txt became a document of the profile's store.)"""
+    WikiText's SOURCE.txt became a document of the profile's store.) ``say``: the line is printed (once,
+    when the text is ingested; not again for a second model of the same tokenizer, or on resume)."""
     if not data.is_dir():
         return SourceOptions()
     options = SourceOptions(exclude=prose_excludes())
     left = [e["path"] for e in walk(data, [], options.exclude)[1] if e["reason"] == EXCLUDED]
-    if left:
+    if left and say:
         print(
             f"  data: {some(left)} left out of {data} (a corpus's own notes or files of records, not "
             "its text); give an ingested store as --data to measure them",
