@@ -190,6 +190,29 @@ def test_a_set_of_rows_per_step_replaces_the_files_tokens_per_step(tmp_path):
         resolve_shape(load_run_config(str(both), []))
 
 
+def test_a_run_on_packed_data_without_a_context_trains_at_the_packed_one(tmp_path):
+    """data.packed (or a mixture packed for one context) and no train.context: the packed store's
+    context, not the default 256 that refused it; a context given in the file or by --set is kept, and
+    a store that is not there is left for the trainer to name."""
+    from contextlab.cli.train import load_run_config
+    from contextlab.data.packing import PackConfig, pack
+    from tests.data.packing.helpers import make_store
+
+    store = make_store(tmp_path, {f"d{i}.txt": "ab" * (40 + i) for i in range(12)})
+    packed = pack(store, tmp_path / "packed", PackConfig(method="ep", context=48), progress=False).packed
+    f = tmp_path / "run.toml"
+    f.write_text(f'[data]\npacked = "{packed.path}"\n')
+    assert load_run_config(str(f), []).train.context == 48
+    assert load_run_config(str(f), ["train.context=32"]).train.context == 32
+    mixture = tmp_path / "mixture.toml"
+    mixture.write_text(f'[data]\nmixture = [{{packed = "{packed.path}", weight = 1.0}}]\n')
+    assert load_run_config(str(mixture), []).train.context == 48
+    (tmp_path / "given.toml").write_text(f'[data]\npacked = "{packed.path}"\n[train]\ncontext = 24\n')
+    assert load_run_config(str(tmp_path / "given.toml"), []).train.context == 24
+    (tmp_path / "gone.toml").write_text('[data]\npacked = "nowhere"\n')
+    assert load_run_config(str(tmp_path / "gone.toml"), []).train.context == TrainSection().context
+
+
 def test_a_warm_up_as_long_as_the_run_is_named():
     from contextlab.train.budget import warmup_note
     from contextlab.train.optim import lr_at

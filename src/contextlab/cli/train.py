@@ -8,6 +8,7 @@ import json
 import os
 
 from contextlab.config import field_help, from_dict, read_toml
+from contextlab.errors import UserError
 
 
 def _config_help() -> str:
@@ -23,10 +24,21 @@ def _config_help() -> str:
 
 
 def load_run_config(config: str | None, sets: list[str]):
+    """The run config of the TOML file and the ``--set`` overrides. A run on packed data (``data.packed``
+    or a ``data.mixture`` packed for one context) that gives no ``train.context`` trains at the context
+    the data was packed for (the default, 256, would refuse any other)."""
+    from contextlab.data.training import data_context
     from contextlab.train.config import RunConfig, with_overrides
 
     data = with_overrides(read_toml(config) if config else {}, sets)  # a --set of rows_per_step wins
-    return from_dict(RunConfig, data)
+    cfg = from_dict(RunConfig, data)
+    if "context" in (data.get("train") or {}) or not (cfg.data.packed or cfg.data.mixture):
+        return cfg
+    try:
+        context = data_context(cfg.data)
+    except UserError:  # a store that is not there, or packings of several contexts: the trainer says so
+        return cfg
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, context=context))
 
 
 def cmd_train(argv: list[str]) -> int:

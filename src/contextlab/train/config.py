@@ -122,7 +122,8 @@ class TrainSection:
         256,
         "training context: the input tokens of a row (the model predicts each next token); 0 = the "
         "data's: a packed store's context, or with data.mode long_docs the length - 1 of documents "
-        "that all have one length (synthetic tasks)",
+        "that all have one length (synthetic tasks); not given, with data.packed or data.mixture: the "
+        "context they were packed for",
     )
     tokens_per_step: int = opt(
         16384, "tokens per optimizer step, constant across contexts; 0 = unset (with rows_per_step)"
