@@ -188,7 +188,7 @@ def test_a_packed_run_holds_out_the_text_of_no_training_sequence(project, tmp_pa
     files = heldout.documents(store, str(run), "run", whole=True)[0]  # infill: whole files only
     assert files.indices.tolist() == sorted(set(range(40)) - seen)
     assert (files.end - files.begin).tolist() == store.lengths()[files.indices].tolist()
-    assert held["held_out"].startswith("the text of no training sequence (data.packed, val_fraction 0.3")
+    assert held["held_out"].startswith("the text of no training sequence, data.packed with val_fraction 0.3")
     assert held["documents"] == len(set(view.indices.tolist())) and held["tokens"] == len(_covered(view))
 
 

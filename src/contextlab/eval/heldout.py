@@ -157,14 +157,14 @@ def documents(store, model: str, split: str, whole: bool = False, of: str = "") 
                 f"{store.path}; "
                 "leave --data out (it is the default with --split run) or pass that store"
             )
-        view, how = all_documents(store), "its validation store (data.val_store): every document"
+        view, how = all_documents(store), "its validation store, data.val_store: every document"
     elif data.get("mixture"):
         view, parts = _packed_heldout(
             store, _packed_from(store, packed, source), source, fraction, seed, whole
         )
         how = (
-            f"the text of no training sequence of the mixture's stores packed from it (data.mixture, "
-            f"val_fraction {fraction:g} of their sequences, split_seed {seed}): {parts}"
+            f"the text of no training sequence of the mixture's stores packed from it, data.mixture with "
+            f"val_fraction {fraction:g} of their sequences and split_seed {seed}: {parts}"
         )
     elif not _is(store, "store", data, recorded, source):
         raise UserError(
@@ -174,8 +174,8 @@ def documents(store, model: str, split: str, whole: bool = False, of: str = "") 
     elif data.get("packed"):
         view, parts = _packed_heldout(store, packed, source, fraction, seed, whole)
         how = (
-            f"the text of no training sequence (data.packed, val_fraction {fraction:g} of its sequences, "
-            f"split_seed {seed}): {parts}"
+            f"the text of no training sequence, data.packed with val_fraction {fraction:g} of its "
+            f"sequences and split_seed {seed}: {parts}"
         )
     elif data.get("val_split", "documents") == "tail":
         if whole:
@@ -184,7 +184,7 @@ def documents(store, model: str, split: str, whole: bool = False, of: str = "") 
                 f"(data.val_split = tail), not whole files; pass {NEVER_SAW}"
             )
         view = split_tail(store, fraction)[1]
-        how = f"the last {fraction:g} of every document's tokens (data.val_split = tail)"
+        how = f"the last {fraction:g} of every document's tokens, data.val_split = tail"
     else:
         view = split_documents(store, fraction, seed)[1]
         how = f"val_fraction {fraction:g} of the documents, split_seed {seed}"
@@ -316,7 +316,8 @@ def announced(held: dict) -> str | None:
     """The settings line's value for the split: None for every document."""
     if not held:
         return None
-    return f"run: {held['documents']:,} held-out documents, {held['tokens']:,} tokens ({held['held_out']})"
+    n = held["documents"]
+    return f"run: {n:,} held-out document{'s' * (n != 1)}, {held['tokens']:,} tokens ({held['held_out']})"
 
 
 def in_store(view: DocView, places) -> np.ndarray:

@@ -275,7 +275,8 @@ def _announce(
             print(f"  {step.name} ({label}) skipped: {step.skip}", file=sys.stdout)
     if held:
         print(
-            f"  the store's steps read what {held['held_out_by']} held out: {held['documents']:,} documents, "
+            f"  the store's steps read what {held['held_out_by']} held out: {held['documents']:,} "
+            f"document{'s' * (held['documents'] != 1)}, "
             f"{held['tokens']:,} tokens ({held['held_out']})",
             file=sys.stdout,
         )

@@ -210,7 +210,8 @@ def eval_section(name: str, doc: dict, folder: Path, level: int = 3, newest_step
     if read.get("split") == "run":
         parts.append(
             f"<p><b>read on what the run held out</b> ({html.escape(str(read.get('held_out', '')))}): "
-            f"{read.get('documents', 0):,} documents, {read.get('tokens', 0):,} tokens it did not "
+            f"{read.get('documents', 0):,} document{'s' * (read.get('documents', 0) != 1)}, "
+            f"{read.get('tokens', 0):,} tokens it did not "
             "train on</p>"
         )
     parts.append(kv_table(with_intervals(eval_scalars(doc))))
