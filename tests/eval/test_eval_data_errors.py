@@ -85,3 +85,18 @@ def test_an_unusable_data_path_is_one_line(run, datas, tmp_path, name, what, cap
     assert len(err) == 1 and err[0].startswith("contextlab eval: error: "), err
     if (name, what) not in VALID:
         assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["ppl", "contextwise", "bayes-fit"])
+def test_text_given_where_a_store_is_read_names_the_ingest_with_the_models_tokenizer(
+    run, datas, name, capsys
+):
+    for what in ("text file", "folder"):
+        data = datas[what]
+        assert main(["eval", name, "--model", str(run), "--data", str(data), "--no-progress"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [
+            f"contextlab eval: error: --data {data} is text, and {name} reads a token store: ingest it with "
+            f"the model's tokenizer (contextlab data ingest {data} --tokenizer dir:{run / 'tokenizer'} --out "
+            "STORE) and pass STORE, or run `contextlab profile`, which takes text"
+        ]

@@ -70,7 +70,14 @@ def open_store(data: str | None, adapter, what: str, kinds: tuple[str, ...] = ()
             f"{what} needs a token store: pass --data STORE (made with `contextlab data ingest "
             f"SOURCE --tokenizer {tokenizer_arg(adapter)} --out STORE`)"
         )
-    store = TokenStore(trained_store(data, adapter.info.path))
+    path = Path(trained_store(data, adapter.info.path))
+    if (path.is_file() or path.is_dir()) and not (path / "meta.json").is_file() and _text_like(path):
+        raise UserError(
+            f"--data {data} is text, and {what} reads a token store: ingest it with the model's tokenizer "
+            f"(contextlab data ingest {shlex.quote(str(data))} --tokenizer {tokenizer_arg(adapter)} --out "
+            "STORE) and pass STORE, or run `contextlab profile`, which takes text"
+        )
+    store = TokenStore(path)
     synthetic = next((k for k in ("mqar", "parity") if store.meta.get(k)), None)
     fix = (
         f"it is a synthetic {synthetic} store in its own vocabulary, which no ingest can make for this "
@@ -146,6 +153,20 @@ def trained_store(data: str, model: str) -> str:
         f"store not found: {data}: the run {run} names its data.{key} relative to {where}{held}; "
         f"pass the store as --data {given}"
     )
+
+
+def _text_like(path: Path) -> bool:
+    """A file, or a folder with a file in it but no run or store of contextlab's: text --data, not a
+    store (a run folder, a partial store and the like keep their own lines from ``TokenStore``)."""
+    if path.is_file():
+        return True
+    if (
+        path.name.endswith(".partial")
+        or (path / "checkpoints").is_dir()
+        or (path / "metrics.jsonl").is_file()
+    ):
+        return False
+    return any(f.is_file() for f in path.iterdir())
 
 
 def tokenizer_arg(adapter) -> str:
