@@ -219,7 +219,7 @@ def test_a_packed_run_of_documents_longer_than_the_context_reads_its_held_out_se
     ppl = json.loads((tmp_path / "p" / "ppl.json").read_text())
     ids = np.load(tmp_path / "p" / "ppl.doc_ids.npy")  # per scored piece, the store's document
     assert ids.tolist() == view.indices.tolist() and ppl["results"]["n_pieces"] == len(view)
-    assert ppl["results"]["n_documents"] == others
+    assert ppl["results"]["n_documents"] == others and ppl["data"]["texts_scored"] == len(view)
 
 
 def test_a_mixture_run_holds_out_per_store_what_no_training_sequence_holds(project, tmp_path, capsys):

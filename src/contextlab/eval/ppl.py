@@ -155,7 +155,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     offsets = np.concatenate([[0], np.cumsum([len(x) for x in losses])]).astype(np.int64)
     return EvalOutput(
         results,
-        {"store": str(store.path), "hash": store.hash, "n_docs": len(docs), **held},
+        {"store": str(store.path), "hash": store.hash, "texts_scored": len(docs), **held},  # docs or pieces
         arrays={"token_losses": flat, "doc_offsets": offsets, "doc_ids": doc_ids},
         plot=None,
     )
