@@ -196,6 +196,12 @@ def test_a_profile_stopped_by_its_data_resumes_in_its_folder_and_never_mixes_tex
     (folder / "two.txt").write_text(shakespeare(1_000))  # the text changes under a measured profile
     assert main([*argv, "--threads", "1"]) != 0
     assert "has changed since this profile" in capsys.readouterr().err
+    mine = tmp_path / "mine"  # a folder of the user's own that has a data/ too is not taken for one
+    (mine / "data").mkdir(parents=True)
+    (mine / "data" / "notes.txt").write_text("mine")
+    assert main([*argv[:-3], "--out", str(mine), "--no-progress", "--threads", "1"]) != 0
+    assert "exists and holds no profile" in capsys.readouterr().err
+    assert [p.name for p in mine.rglob("*")] == ["data", "notes.txt"]
 
 
 def test_context_measures_at_a_shorter_length_and_is_refused_past_the_models(runs, text, tmp_path, capsys):

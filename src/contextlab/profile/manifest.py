@@ -29,6 +29,16 @@ def _shown(v) -> str:
     return str(v)
 
 
+def _started_here(out: Path) -> bool:
+    """Whether ``out`` holds nothing, or only what a profile that stopped before its first step leaves:
+    ``data/`` with the store it was ingesting and the key-value file (``store-*``, ``kv-*``, and their
+    ``.store-*`` lock and temporary names)."""
+    entries = list(out.iterdir())
+    if any(e.name != "data" or not e.is_dir() for e in entries):
+        return False
+    return all(e.name.lstrip(".").startswith(("store-", "kv-")) for d in entries for e in d.iterdir())
+
+
 class Manifest:
     """OUT/profile.json: read, checked against this profile's settings, updated after every step."""
 
@@ -52,8 +62,8 @@ class Manifest:
                     "give another --out, or remove that folder to start over"
                 )
             return cls(out, old)
-        if out.exists() and any(e.name != "data" for e in out.iterdir()):  # "data" alone: a start that
-            raise UserError(f"{out} exists and holds no profile; give another --out")  # stopped early
+        if out.exists() and not _started_here(out):
+            raise UserError(f"{out} exists and holds no profile; give another --out")
         return cls(out, {"format": PROFILE_FORMAT, "version": VERSION, **settings, "steps": []})
 
     def record(self, name: str, model: str) -> dict:
