@@ -74,3 +74,16 @@ def test_a_model_whose_attention_returns_no_weights_or_others_than_it_runs_is_re
     with pytest.raises(RuntimeError, match="under eager attention differs from its sdpa attention"):
         run(theirs, Options(), text=TEXT, progress=False)
     assert theirs.model.config._attn_implementation == "sdpa"
+
+
+def test_a_bf16_checkpoint_is_read_as_it_runs_and_checked_at_its_precision(tmp_path):
+    """Most checkpoints people bring are bf16 and are loaded as saved: eager and SDPA then round
+    differently (about 1% of the states), which the check allows for bf16 weights alone; the measures
+    stay those of the fp32 model to bf16's precision."""
+    _, theirs = gpt_and_its_llama(tmp_path / "llama")
+    fp32 = run(theirs, Options(), text=TEXT, progress=False).results["models"]["a"]["blocks"]
+    theirs.model.to(torch.bfloat16)
+    out = run(theirs, Options(), text=TEXT, progress=False).results["models"]["a"]
+    assert out["max_abs_diff_vs_model"] > 1e-3  # the two kernels differ at bf16, and it is let through
+    np.testing.assert_allclose(out["blocks"]["mass_by_distance"], fp32["mass_by_distance"], atol=2e-2)
+    np.testing.assert_allclose(out["blocks"]["mean_distance"], fp32["mean_distance"], rtol=2e-2)
