@@ -71,7 +71,9 @@ def test_a_model_whose_attention_returns_no_weights_or_others_than_it_runs_is_re
         return eager(module, query * 2.0, *args, **kwargs)
 
     monkeypatch.setattr(modeling, "eager_attention_forward", other)
-    with pytest.raises(RuntimeError, match="under eager attention differs from its sdpa attention"):
+    with pytest.raises(
+        UserError, match="LlamaForCausalLM under eager attention differs from its sdpa attention"
+    ):
         run(theirs, Options(), text=TEXT, progress=False)
     assert theirs.model.config._attn_implementation == "sdpa"
 

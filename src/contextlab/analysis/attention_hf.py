@@ -10,7 +10,8 @@ runs it: the largest difference between the base model's last hidden states unde
 ``max_abs_diff`` (the analysis's ``max_abs_diff_vs_model``), and when the difference's root mean
 square is above ``CHECK_TOL`` of the states' (``CHECK_TOL_LOW`` for weights in bf16 or fp16, whose
 two kernels round differently: 1.4% of the largest state in a 4-layer Llama) the analysis stops, as
-the contextlab path does when its recomputed weights do not reproduce the module's output. The
+the contextlab path does when its recomputed weights do not reproduce the module's output (here in
+one line, a failed step of a profile: the disagreement is the model's code's, not contextlab's). The
 weights are read in the dtype the model was loaded in (a bf16 checkpoint stays bf16), then averaged
 in fp32.
 
@@ -135,9 +136,9 @@ class HFAttentionProbe:
             relative = rms(states - reference) / max(rms(reference), 1e-12)
             low = next(self.model.parameters()).dtype in (torch.bfloat16, torch.float16)
             tol = CHECK_TOL_LOW if low else CHECK_TOL
-            if not relative <= tol:  # also catches NaN
-                raise RuntimeError(
-                    f"{type(self.model).__name__} under eager attention differs from its "
+            if not relative <= tol:  # also catches NaN; the model's (its eager code's), not ours: one line
+                raise UserError(
+                    f"{self.what}: {type(self.model).__name__} under eager attention differs from its "
                     f"{self._original} attention by {relative:.1e} of its last hidden states (root mean "
                     f"square; more than {tol:.0e}); the weights read would not be the model's"
                 )
