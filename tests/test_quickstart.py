@@ -257,8 +257,12 @@ def test_a_corpus_of_ones_own_is_split_trained_on_and_reported(essays, tmp_path,
     "given, sets, message",
     [
         ("file", [], "is not a folder; the quickstart holds out some of a folder's files"),
-        ("folder", [], "corpus.code_include ['**/*.py'] selects no training file of"),
-        ("folder", ["--set", 'corpus.code_include=["*.txt"]'], "corpus.heldout ['test/**/*.py'] selects no"),
+        (
+            "folder",
+            ["--set", 'corpus.code_include=["*.md"]'],
+            "corpus.code_include ['*.md'] selects no training",
+        ),
+        ("folder", ["--set", 'corpus.heldout=["test/**"]'], "corpus.heldout ['test/**'] selects no"),
     ],
 )
 def test_a_corpus_that_cannot_be_split_is_one_line_before_anything_runs(
@@ -283,3 +287,42 @@ def test_a_corpus_s_own_notes_are_named_with_the_key_that_leaves_them_out(essays
     )
     _say_notes(essays, SourceOptions(include=["*.txt"], exclude=["SOURCE.*"]))
     assert capsys.readouterr().out == ""
+
+
+def test_a_folder_the_defaults_select_nothing_of_is_read_whole_with_one_file_in_ten_held_out(tmp_path):
+    """The recipe's file choices are the standard library's (**/*.py, test/**/*.py): a folder of text got
+    two lines asking for globs, one after the other. Now, where a default selects nothing, every file but
+    the corpus's notes is read and one in ten by name is held out (at least one, never all), each named
+    exactly; a choice given is kept, and a folder of code keeps the defaults."""
+    from contextlab.data.sources import SourceOptions, open_source
+    from contextlab.quickstart.config import CorpusSection
+    from contextlab.quickstart.pipeline import fit_corpus
+    from tests.conftest import write_tree
+
+    names = [f"a{i:02d}.txt" for i in range(24)] + ["a09 [draft]?.txt"]
+    folder = write_tree(tmp_path / "text", {**{n: f"text {n}" for n in names}, "SOURCE.txt": "notes"})
+    c = CorpusSection(source=str(folder))
+    lines = fit_corpus(c)
+    assert len(lines) == 2 and lines[1].startswith(
+        f"corpus.heldout: no test/**/*.py in {folder}, so 2 of its 25"
+    )
+    held = [rel for rel, _ in open_source(folder, SourceOptions(include=c.heldout))._files()[0]]
+    trained = [
+        rel
+        for rel, _ in open_source(
+            folder, SourceOptions(include=c.code_include, exclude=c.heldout + c.exclude)
+        )._files()[0]
+    ]
+    assert held == ["a09 [draft]?.txt", "a18.txt"] and sorted(trained + held) == sorted(names)
+    write_tree(folder, {"sub/a18.txt": "same name, deeper"})  # held out by its path, not its name
+    assert [rel for rel, _ in open_source(folder, SourceOptions(include=c.heldout))._files()[0]] == held
+    given = CorpusSection(source=str(folder), heldout=["a2*.txt"])
+    fit_corpus(given)
+    assert given.heldout == ["a2*.txt"] and given.code_include == ["**/*"]
+    one = write_tree(tmp_path / "one", {"only.txt": "text"})
+    fit_corpus(c_one := CorpusSection(source=str(one)))
+    assert c_one.heldout == CorpusSection().heldout  # nothing to train on if held out: check_corpus says so
+    code = write_tree(tmp_path / "code", {"m.py": "x = 1", "test/test_m.py": "assert 1"})
+    assert fit_corpus(c_code := CorpusSection(source=str(code))) == [] and c_code == CorpusSection(
+        source=str(code)
+    )

@@ -136,7 +136,8 @@ def glob_regex(pattern: str) -> str:
             i += 1
         elif pat[i] == "[" and (j := pat.find("]", i + 2)) != -1:
             body = pat[i + 1 : j]
-            out.append("[" + ("^" + body[1:] if body[0] == "!" else body).replace("\\", "\\\\") + "]")
+            body = ("^" + body[1:] if body[0] == "!" else body).replace("\\", "\\\\").replace("[", "\\[")
+            out.append("[" + body + "]")  # a "[" inside is literal (the class "[[]" matches one)
             i = j + 1
         else:
             out.append(re.escape(pat[i]))

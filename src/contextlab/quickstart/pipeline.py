@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import time
 import warnings
@@ -59,6 +60,8 @@ class Quickstart:
     ):
         self.cfg, self.out, self.overwrite, self.progress = cfg, Path(out), overwrite, progress
         if cfg.corpus.source:
+            for line in fit_corpus(cfg.corpus):
+                print(f"  note: {line}")
             check_corpus(cfg.corpus)  # before anything runs (or is removed by --overwrite)
         if overwrite and self.out.exists():
             refuse_foreign(self.out, QUICKSTART)
@@ -332,6 +335,48 @@ def run_quickstart(
 ) -> tuple[Path, dict]:
     """Run (or resume) the whole quickstart in ``out``; returns (report path, summary)."""
     return Quickstart(cfg, out, overwrite=overwrite, progress=progress).run()
+
+
+HELD_EVERY = 10  # without a test/ folder, one file in this many (by name) is held out
+
+
+def fit_corpus(c) -> list[str]:
+    """Settings of ``corpus`` (``c``, changed in place) fitted to a folder of the user's that the
+    recipe's defaults, made for the Python standard library, select nothing of: no ``.py`` file, so
+    every file is read but its notes and records (README, SOURCE, .jsonl...; as ``profile`` reads a
+    text folder); no ``test/`` folder, so one file in ``HELD_EVERY`` by name (at least one, and never
+    all) is held out for the evaluations. A setting given (``--set``, a recipe) is kept as given.
+    Returns the lines that say what was chosen."""
+    from contextlab.data.source_files import prose_excludes
+    from contextlab.data.sources import SourceOptions, open_source
+    from contextlab.errors import some
+    from contextlab.quickstart.config import CorpusSection
+
+    path, default, lines = Path(c.source).expanduser(), CorpusSection(), []
+    if not path.is_dir():
+        return lines  # check_corpus says so
+
+    def files(include: list[str], exclude: list[str]) -> list[str]:
+        options = SourceOptions(include=include, exclude=exclude)
+        return [rel for rel, _ in open_source(path, options)._files()[0]]
+
+    if c.code_include == default.code_include and not files(c.code_include, c.exclude):
+        c.code_include, c.exclude = ["**/*"], c.exclude or prose_excludes()
+        lines.append(
+            f"corpus.code_include: no {default.code_include[0]} file in {c.source}, so every file is read "
+            f"but the corpus's notes and records (--set 'corpus.code_include=[\"GLOB\"]' chooses)"
+        )
+    if c.heldout == default.heldout and not files(c.heldout, c.exclude):
+        every = files(c.code_include, c.exclude)
+        chosen = every[HELD_EVERY - 1 :: HELD_EVERY] or every[-1:]
+        if 0 < len(chosen) < len(every):
+            c.heldout = ["/" + re.sub(r"([\[*?])", r"[\1]", rel) for rel in chosen]  # each file, anchored
+            lines.append(
+                f"corpus.heldout: no {default.heldout[0]} in {c.source}, so {len(chosen)} of its "
+                f"{len(every)} files (one in {HELD_EVERY} by name) are held out for the evaluations: "
+                f"{some(chosen, 3)} (--set 'corpus.heldout=[\"GLOB\"]' chooses)"
+            )
+    return lines
 
 
 def check_corpus(c) -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from contextlab.errors import some
 from contextlab.io import atomic_write_json
 
 SUMMARY_FORMAT = "contextlab-summary"
@@ -91,7 +92,7 @@ def write_summary(out: Path, cfg, seconds_by_step: dict, seconds: float) -> dict
     chance = rows[0]["needle chance"]
     notes = [
         f"best-context loss: mean loss (nats/token) over the last 10% of the {ctx}-token training context, "
-        f"on held-out files ({', '.join(cfg.corpus.heldout)} of "
+        f"on held-out files ({some([h.lstrip('/') for h in cfg.corpus.heldout], 3)} of "
         f"{cfg.corpus.source or 'the Python standard library'}), "
         "lower is better.",
         _gain_note(rows),
