@@ -357,7 +357,11 @@ def _finish(opened: list[Model], manifest: Manifest, t0: float) -> dict:
     from contextlab.report.html import build_report
 
     out = manifest.out
-    if len(opened) == 2:
+    if len(opened) == 2:  # a bootstrap of fits among them: seconds after the bar has ended, so said
+        print(
+            f"  pairing {opened[0].label} and {opened[1].label}: contextlab compare of each evaluation",
+            file=sys.stdout,
+        )
         manifest.doc["compare_notes"] = _compare(out, opened)
     manifest.doc["headline"] = headline(out, manifest.doc)
     manifest.doc["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
