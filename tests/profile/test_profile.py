@@ -569,3 +569,25 @@ def test_doc_start_cuts_a_text_file_of_many_articles_into_documents(runs, tmp_pa
         UserError, match=r"--doc-start cuts text, and --data .* is a token store, already cut"
     ):
         prepare_store(store, adapter, tmp_path / "r", False, doc_start=r"^ = [^=]")
+
+
+def test_text_changed_before_any_step_is_ingested_again_and_after_one_is_refused(runs, tmp_path):
+    from contextlab.data.store import TokenStore
+    from contextlab.eval import load_model
+    from contextlab.profile.data import prepare_store
+
+    adapter = load_model(str(runs[0]))
+    folder = tmp_path / "text"
+    folder.mkdir()
+    (folder / "a.txt").write_text(shakespeare(1_000))
+    out = tmp_path / "p"
+    store = prepare_store(str(folder), adapter, out, False)
+    assert TokenStore(store).n_tokens == 1_000
+    (folder / "b.txt").write_text(
+        shakespeare(500)
+    )  # changed while no step has read the store: ingested again
+    assert prepare_store(str(folder), adapter, out, False) == store and TokenStore(store).n_tokens == 1_500
+    (folder / "b.txt").write_text(shakespeare(700))
+    with pytest.raises(UserError, match="has changed since this profile"):
+        prepare_store(str(folder), adapter, out, False, measured=True)
+    assert TokenStore(store).n_tokens == 1_500  # what the measured steps read is left as it was
