@@ -243,7 +243,7 @@ def collect(adapter, tokens: np.ndarray, sample_row: int = 0, progress: bool = T
         for a in bar:
             collector.row0 = a
             idx = torch.as_tensor(tokens[a : a + rows], dtype=torch.long, device=adapter.device)
-            forward(idx)  # fp32: no autocast; the hooks see every attention call
+            forward(idx)  # no autocast (a contextlab model in fp32); the hooks see every attention call
     out = {}
     for name, g in collector.groups.items():
         out[name] = {**g.arrays(), "sample": np.stack([g.sample[k] for k in sorted(g.sample)])}

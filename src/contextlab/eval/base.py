@@ -158,13 +158,11 @@ def trained_store(data: str, model: str) -> str:
 def _text_like(path: Path) -> bool:
     """A file, or a folder with a file in it but no run or store of contextlab's: text --data, not a
     store (a run folder, a partial store and the like keep their own lines from ``TokenStore``)."""
+    from contextlab.rundir import is_run
+
     if path.is_file():
         return True
-    if (
-        path.name.endswith(".partial")
-        or (path / "checkpoints").is_dir()
-        or (path / "metrics.jsonl").is_file()
-    ):
+    if path.name.endswith(".partial") or is_run(path):
         return False
     return any(f.is_file() for f in path.iterdir())
 

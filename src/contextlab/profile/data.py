@@ -74,11 +74,12 @@ def prepare_store(
     if not Path(data).exists():
         raise UserError(f"--data {data} does not exist; give a token store or a text file or folder")
     target = out / "data" / f"store-{str(adapter.info.tokenizer.get('hash', 'x'))[:12]}"
-    source = dataclasses.replace(prose_source(Path(data), say=not is_store(target)), doc_start=doc_start)
+    made = is_store(target)
+    source = dataclasses.replace(prose_source(Path(data), say=not made), doc_start=doc_start)
     config = IngestConfig(tokenizer=tokenizer_spec(adapter), source=source)
-    stale = is_store(target) and TokenStore(target).meta.get("ingest_fingerprint") != source_fingerprint(
-        data, config
-    )
+    stale = made and TokenStore(target).meta.get("ingest_fingerprint") != source_fingerprint(data, config)
+    if made and not stale:
+        return str(target)
     if stale and measured:
         raise UserError(
             f"--data {data} has changed since this profile in {out} measured it (a file added, removed "
