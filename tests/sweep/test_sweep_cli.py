@@ -33,7 +33,7 @@ def test_a_sweep_without_a_context_axis_skips_the_analysis(monkeypatch, tmp_path
     _fake_sweep(monkeypatch, tmp_path, [{"run": "a", "status": "done", "model.size": "s", "val_loss": "3.0"}])
     assert cmd_sweep(["sweep.toml"]) == 0
     out = capsys.readouterr().out
-    assert "compute-optimal analysis skipped: the results need 'train.context'" in out
+    assert "compute-optimal analysis skipped: the grid does not vary train.context" in out
     assert not (tmp_path / "compute_optimal.json").exists()
 
 

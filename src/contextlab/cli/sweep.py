@@ -41,12 +41,15 @@ def _dry_run(section, runs, overwrite: bool) -> int:
     the grid leaves out, and what the sweep would do with stale runs; run nothing."""
     from contextlab.sweep import folder
     from contextlab.sweep.results import status
+    from contextlab.sweep.spec import eval_notes
 
     out = Path(section.out_dir)
     stale = folder.stale_runs(runs)
     for run in runs:
         print(f"{'stale' if run.name in stale else status(run)['status']:<8} {run.name}")
     print(f"{len(runs)} runs in {out}")
+    for line in eval_notes(section, runs):
+        print(f"note: {line}")
     left_out = folder.left_out_line(out, runs)
     if left_out:
         print(left_out)

@@ -151,7 +151,9 @@ def _columns(
         )
     if metric is None:
         metric = next((m for m in METRICS if any(_num(r.get(m)) is not None for r in done)), None)
-    if metric is None or context_key not in done[0]:
+    if context_key not in done[0]:
+        raise UserError(f"the grid does not vary {context_key}, so there are no training contexts to compare")
+    if metric is None:
         raise UserError(f"the results need '{context_key}' and a loss column ({' or '.join(METRICS)})")
     return size_key, budget_key, metric
 

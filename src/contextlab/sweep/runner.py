@@ -34,7 +34,7 @@ from contextlab.io import atomic_write_json, atomic_write_text
 from contextlab.steps import Step, StepRunner
 from contextlab.sweep import folder
 from contextlab.sweep.results import status, write_results
-from contextlab.sweep.spec import Run, SweepSection, load_sweep
+from contextlab.sweep.spec import Run, SweepSection, eval_notes, load_sweep
 
 STATE_FILE = "sweep_state.json"  # which runs finished with which config (contextlab.steps)
 
@@ -63,8 +63,8 @@ def _commands(section: SweepSection, run: Run, nproc: int = 1) -> list[tuple[str
     launch = py if nproc <= 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     launch = launch if nproc <= 1 else launch + [f"--nproc_per_node={nproc}", "-m", "contextlab"]
     cmds = [("train", launch + ["train", str(run.dir / "sweep_config.toml")])]
-    for name in section.evals:
-        extra = [_format_arg(a, run) for a in section.eval_args.get(name, [])]
+    for name, args in run.evals:
+        extra = [_format_arg(a, run) for a in args]
         # the sweep owns its runs' results: a changed eval_args reruns and replaces them (the grid's state
         # says which ran with what), as a user's --overwrite would
         cmds.append((f"eval {name}", py + ["eval", name, "--model", str(run.dir), "--overwrite"] + extra))
@@ -106,7 +106,7 @@ def _step(section: SweepSection, run: Run, runner: StepRunner) -> Step:
     A run that a sweep from before the state file finished or saw fail (``sweep_status.json``
     says so, the state knows nothing of it) is recorded that way, as that sweep would have.
     """
-    evals = [[name, [_format_arg(a, run) for a in section.eval_args.get(name, [])]] for name in section.evals]
+    evals = [[name, [_format_arg(a, run) for a in args]] for name, args in run.evals]
     step = Step(run.name, {"config": run.config, "evals": evals}, [run.dir / "metrics.jsonl"])
     st = runner.state
     if run.name not in st["steps"] and run.name not in st["started"] and run.name not in st["failed"]:
@@ -173,6 +173,8 @@ def _run_sweep(
         runs = [r for r in runs if re.search(only, r.name)]
     replace = folder.prepare(out, grid, runs, folder.sweep_text(path, overrides), overwrite)  # may refuse
     write_results(section, grid)  # the grid of this sweep file from the start (pending, stale, done)
+    for line in eval_notes(section, runs):
+        print(f"note: {line}", file=sys.stderr)
     runner = StepRunner(out / STATE_FILE)
     steps = {r.name: _step(section, r, runner) for r in runs}
     todo = [r for r in runs if r.name in replace or _must_run(section, steps[r.name], runner)]

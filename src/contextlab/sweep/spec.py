@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from contextlab.config import apply_overrides, from_dict, opt, read_toml
@@ -31,11 +31,16 @@ class SweepSection:
     out_dir: str = opt("sweeps/sweep", "directory for the runs, results.csv and the analysis")
     parallel: int = opt(1, "runs at the same time")
     threads_per_run: int = opt(0, "torch threads per run; 0 = cores / parallel")
-    evals: list[str] = opt([], "evaluations to run after each training run (contextlab eval NAME)")
+    evals: list[str] = opt(
+        [],
+        "evaluations to run after each training run (contextlab eval NAME); runs of an objective that "
+        "does not run left to right (mlm, span) get none",
+    )
     eval_args: dict = opt(
         {},
         "extra arguments per evaluation: NAME = [args]; {key.path} is replaced by "
-        "the run's config value, {run} by the run directory",
+        "the run's config value, {run} by the run directory; ppl, contextwise and bayes-fit given no "
+        "--data read what each run held out (--split run)",
     )
     retry_failed: bool = opt(True, "run failed runs again when the sweep is restarted")
     analysis_axis: str = opt(
@@ -67,6 +72,15 @@ class Run:
     params: dict  # grid key -> value
     config: dict  # the full run config (validated)
     dir: Path
+    evals: list[tuple[str, list[str]]] = field(
+        default_factory=list
+    )  # (eval, its arguments before {key} filling)
+
+
+# Evaluations that read a token store and take --split run: with no --data in eval_args a sweep
+# scores each run on what it held out (its data.val_store, or its held-out documents or tails).
+SPLIT_RUN_EVALS = ("ppl", "contextwise", "bayes-fit")
+NEEDS_DATA = ("mqar", "icl")  # no default data, and none a sweep could choose for them
 
 
 def _short(key: str) -> str:
@@ -126,8 +140,62 @@ def load_sweep(path: str | Path, overrides: list[str] = ()) -> tuple[SweepSectio
         # results columns use the new names of renamed keys; the run name and config keep the
         # grid's own spelling, so a sweep written before a rename resumes where it stopped
         params = {renamed_keys().get(k, k): v for k, v in params.items()}
-        runs.append(Run(name, params, cfg, out / "runs" / name))
+        runs.append(Run(name, params, cfg, out / "runs" / name, _run_evals(section, run_cfg, path)))
     return section, runs
+
+
+def _given(args: list[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
+def _run_evals(section: SweepSection, run_cfg, path) -> list[tuple[str, list[str]]]:
+    """The evaluations a run of this config gets, with their arguments: none for a run of an
+    objective that does not run left to right (MLM, span corruption: every evaluation scores
+    next-token predictions), and ``--split run`` for a store-reading evaluation given no --data.
+    An evaluation that needs data the sweep cannot choose is refused here, before the first run."""
+    from contextlab.eval import EVALS
+    from contextlab.objectives import OBJECTIVES
+
+    if OBJECTIVES[run_cfg.objective.name].lm_prefix is None:
+        return []
+    evals = []
+    for name in section.evals:
+        args = [str(a) for a in section.eval_args.get(name, [])]
+        if not _given(args, "--data"):
+            if name in SPLIT_RUN_EVALS and not _given(args, "--split"):
+                args = args + ["--split", "run"]
+            elif name in NEEDS_DATA:
+                raise UserError(
+                    f"{path}: eval {name} in [sweep] evals reads {EVALS[name].data}, and the sweep gives it "
+                    f'none: add eval_args = {{ {name} = ["--data", "PATH"] }} ("{{data.store}}" is each '
+                    "run's own store)"
+                )
+        evals.append((name, args))
+    return evals
+
+
+def eval_notes(section: SweepSection, runs: list[Run]) -> list[str]:
+    """What the sweep chose for its evaluations that the file does not say, one line each."""
+    lines = []
+    split = [
+        n
+        for n in section.evals
+        if n in SPLIT_RUN_EVALS and not _given(section.eval_args.get(n, []), "--data")
+    ]
+    split = [n for n in split if not _given(section.eval_args.get(n, []), "--split")]
+    if split and any(r.evals for r in runs):
+        lines.append(
+            f"eval {', '.join(split)}: no --data in [sweep] eval_args, so each run is scored on what it held "
+            "out (--split run: its data.val_store, or the documents or tails it held out of its store)"
+        )
+    skipped = [r for r in runs if section.evals and not r.evals]
+    if skipped:
+        lines.append(
+            f"{len(skipped)} run(s) get no evaluation: {', '.join(r.name for r in skipped)} (objective "
+            f"{', '.join(sorted({r.config['objective']['name'] for r in skipped}))} does not run left to "
+            "right, and every evaluation scores next-token predictions)"
+        )
+    return lines
 
 
 def _check_evals(section: SweepSection, path) -> None:

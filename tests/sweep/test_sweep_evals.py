@@ -1,0 +1,86 @@
+"""A sweep's evaluations: what each run gets is decided when the file is read. A store-reading
+evaluation given no --data scores each run on what it held out (--split run), a run of an
+objective that does not run left to right gets none (it used to train and then fail), and an
+evaluation whose data the sweep cannot choose is refused before the first run."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from contextlab.errors import UserError
+from contextlab.sweep import runner
+from contextlab.sweep.runner import run_sweep
+from contextlab.sweep.spec import eval_notes, load_sweep
+from tests.sweep.conftest import store, tiny_sweep  # noqa: F401  (the module's store fixture)
+
+
+def _objectives(tmp_path, store, evals: str, eval_args: str = "") -> object:  # noqa: F811
+    f = tiny_sweep(tmp_path, store, "obj")
+    text = f.read_text().replace('"train.context" = [16]', '"objective.name" = ["clm", "span"]')
+    text = text.replace("[base.train]", "[base.train]\ncontext = 16")
+    text = text.replace("threads_per_run = 1", f"threads_per_run = 1\nevals = {evals}\n{eval_args}")
+    f.write_text(text)
+    return f
+
+
+def test_each_run_gets_its_evaluations_with_the_data_they_read(tmp_path, store):  # noqa: F811
+    f = _objectives(
+        tmp_path, store, '["ppl", "contextwise"]', 'eval_args = { contextwise = ["--length", "8"] }'
+    )
+    section, runs = load_sweep(f)
+    clm, span = runs
+    assert clm.evals == [("ppl", ["--split", "run"]), ("contextwise", ["--length", "8", "--split", "run"])]
+    assert span.evals == []
+    assert [name for name, _ in runner._commands(section, span)] == ["train"]
+    assert [name for name, _ in runner._commands(section, clm)] == ["train", "eval ppl", "eval contextwise"]
+    notes = eval_notes(section, runs)
+    assert len(notes) == 2
+    assert (
+        notes[0].startswith("eval ppl, contextwise: no --data in [sweep] eval_args")
+        and "--split run" in notes[0]
+    )
+    assert "1 run(s) get no evaluation: name-span (objective span does not run left to right" in notes[1]
+
+
+def test_data_or_a_split_given_is_kept(tmp_path, store):  # noqa: F811
+    args = 'eval_args = { ppl = ["--data", "{data.store}"], contextwise = ["--split", "all", "--data=x"] }'
+    f = _objectives(tmp_path, store, '["ppl", "contextwise", "niah", "kv"]', args)
+    section, runs = load_sweep(f)
+    assert runs[0].evals == [
+        ("ppl", ["--data", "{data.store}"]),
+        ("contextwise", ["--split", "all", "--data=x"]),
+        ("niah", []),  # its haystack has a default, kv makes its own
+        ("kv", []),
+    ]
+    assert runner._format_arg(runs[0].evals[0][1][1], runs[0]) == str(store.path)
+    assert eval_notes(section, runs) == [
+        "1 run(s) get no evaluation: name-span (objective span does not run left to right, and every "
+        "evaluation scores next-token predictions)"
+    ]
+
+
+@pytest.mark.parametrize("name", ["mqar", "icl"])
+def test_an_evaluation_without_data_it_could_read_is_refused_before_any_run(tmp_path, store, name):  # noqa: F811
+    f = _objectives(tmp_path, store, f'["{name}"]')
+    with pytest.raises(
+        UserError, match=rf"eval {name} in \[sweep\] evals reads .* add eval_args = \{{ {name} ="
+    ):
+        load_sweep(f)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_sweep_over_objectives_evaluates_the_causal_runs_on_what_they_held_out(tmp_path, store, capsys):  # noqa: F811
+    f = _objectives(tmp_path, store, '["ppl"]')
+    results = run_sweep(f, progress=False)
+    rows = {r["run"]: r for r in csv.DictReader(open(results))}
+    assert {k: r["status"] for k, r in rows.items()} == {"name-clm": "done", "name-span": "done"}
+    _section, (clm, span) = load_sweep(f)
+    record = json.loads((clm.dir / "eval" / "ppl.json").read_text())
+    assert record["options"]["split"] == "run"
+    assert record["results"]["n_tokens_scored"] == 1_999  # the held-out tail: the last 10% of 20,000 tokens
+    assert float(rows["name-clm"]["ppl.loss"]) == pytest.approx(record["results"]["summary"]["loss"])
+    assert not (span.dir / "eval").exists() and rows["name-span"]["ppl.loss"] == ""
+    assert "1 run(s) get no evaluation: name-span" in capsys.readouterr().err
