@@ -148,8 +148,11 @@ def test_report_covers_runs_evaluations_packings_and_stores(quickstart):
     ):
         assert f">{heading}<" in page, heading
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
-    # combined curves, 3 store histograms, 2 packing plots, per run: loss curve + 3 eval plots
-    assert len(images) == 1 + 3 + 2 + 2 * 4
+    # combined curves, the runs' validation losses together (their contextwise curves together are
+    # the combined curves, not drawn twice), 3 store histograms, 2 packing plots, per run: loss
+    # curve + 3 eval plots
+    assert len(images) == 1 + 1 + 3 + 2 + 2 * 4
+    assert ">Runs together<" in page and page.count('alt="contextwise loss of the runs"') == 0
     for data in images:
         png = base64.b64decode(data)
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[-8:-4] == b"IEND"

@@ -87,7 +87,7 @@ def test_the_smoothed_plot_is_centred_names_its_smoothing_and_shows_each_positio
     by 4 positions), said so nowhere, hid the single-position minimum of the JSON and left the
     training-context line out of the legend."""
     from contextlab import figures
-    from contextlab.eval import plots
+    from contextlab import result_plots as plots
 
     figs = []
     monkeypatch.setattr(plots, "save_png", lambda fig, out: figs.append(fig) or out)

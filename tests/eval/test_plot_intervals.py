@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from contextlab import figures
-from contextlab.eval import kv, needle, plots, stats, tasks
+from contextlab import result_plots as plots
+from contextlab.eval import kv, needle, stats, tasks
 from tests.conftest import KV_75
 from tests.eval.conftest import byte_adapter, tiny_gpt
 

@@ -223,7 +223,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     label = adapter.info.id
 
     def plot(path):
-        from contextlab.eval.plots import bayes_fit_png
+        from contextlab.result_plots import bayes_fit_png
 
         return bayes_fit_png(
             lengths, mean, sem, fit, path, title=f"last-token loss vs visible context: {label}"

@@ -340,7 +340,7 @@ def _summary(
 
 
 def _plot(curves: dict, path, smooth: int):
-    from contextlab.eval.plots import contextwise_png
+    from contextlab.result_plots import contextwise_png
 
     return contextwise_png(curves, path, smooth=smooth)
 
@@ -363,6 +363,6 @@ def combined_plot(result_files: list, out) -> None:
             "train_context": r["train_context"],
             "minimum": r.get("minimum"),  # absent in results written before it
         }
-    from contextlab.eval.plots import contextwise_png
+    from contextlab.result_plots import contextwise_png
 
     contextwise_png(curves, out, smooth=9)

@@ -230,7 +230,7 @@ def _summary(per_shot: list[dict], test) -> dict:
 
 def _plot_accuracy(model_id: str, per_shot: list[dict], path):
     """Accuracy against the prompt length in tokens, the shot counts in the axis label."""
-    from contextlab.eval.plots import lines_png
+    from contextlab.result_plots import lines_png
 
     return lines_png(
         {model_id: ([r["context_tokens"] for r in per_shot], [r["accuracy"] for r in per_shot])},

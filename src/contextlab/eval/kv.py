@@ -379,7 +379,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     }
 
     def plot(path):
-        from contextlab.eval.plots import lines_png
+        from contextlab.result_plots import lines_png
 
         return lines_png(
             {adapter.info.id: (info["positions"], res["by_position"]["accuracy"])},

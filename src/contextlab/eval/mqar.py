@@ -226,7 +226,7 @@ def _plot(res: dict, o: Options, model_id: str):
         bands[label] = [c["likelihood_accuracy_ci95"] for c in cells]
 
     def plot(path):
-        from contextlab.eval.plots import lines_png
+        from contextlab.result_plots import lines_png
 
         return lines_png(
             series,

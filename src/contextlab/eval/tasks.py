@@ -262,7 +262,7 @@ def depth_by_length(res: dict, depths: list, lengths: list, what: str, title: st
     }
 
     def plot(path: Path) -> Path:
-        from contextlab.eval.plots import heatmap_png
+        from contextlab.result_plots import heatmap_png
 
         return heatmap_png(
             res["heatmap"]["values"],

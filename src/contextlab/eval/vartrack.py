@@ -212,7 +212,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     _key, cell_key = tasks.headline_metric(res["summary"])
 
     def plot(path):
-        from contextlab.eval.plots import lines_png
+        from contextlab.result_plots import lines_png
 
         return lines_png(
             {adapter.info.id: (info["lengths"], [c[cell_key] for c in res["by_cell"]])},

@@ -195,7 +195,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     }
 
     def plot(path):
-        from contextlab.eval.plots import lines_png
+        from contextlab.result_plots import lines_png
 
         return lines_png(
             {adapter.info.id: ([p["visible"] for p in points], [p[metric] for p in points])},

@@ -40,6 +40,7 @@ from contextlab.report.evals import (
     models_table,
 )
 from contextlab.report.runs import data_sections, outside_grid, run_section, summary_section
+from contextlab.report.together import together_section
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;
@@ -117,10 +118,11 @@ def write_report(folder: str | Path, out: str | Path | None = None, title: str |
 
 def _folder_sections(root: Path) -> list[str]:
     """Every kind of result found under ``root``, in reading order; the summary tables first."""
-    body, tables = [], []
+    body, tables, figures = [], [], []
     summary_file = root / "summary.json"
     if summary_file.exists() and json.loads(summary_file.read_text()).get("format") == "contextlab-summary":
         body.append(summary_section(root))
+        figures = json.loads(summary_file.read_text()).get("figures") or []
     lead = len(body)  # the runs and models tables go right after the headline
     body += data_sections(root)
     runs = rundir.find_runs(root)
@@ -132,7 +134,9 @@ def _folder_sections(root: Path) -> list[str]:
         body.append(section)
         tables.append({"run": name, **key, **eval_key(run)})
     if len(runs) > 1:
-        body.insert(lead, "<h2>Runs</h2>" + table(tables))
+        names = {r: t["run"] for r, t in zip(runs, tables)}
+        together = together_section(runs[:50], names, contextwise="contextwise_models.png" not in figures)
+        body.insert(lead, "<h2>Runs</h2>" + table(tables) + ("\n" + together if together else ""))
     run_evals = {rundir.eval_dir(r).resolve() for r in runs}
     folders: dict[str, Path] = {}
     for f in eval_folders(root):  # llama/eval and a folder llama of its own would share a label

@@ -24,3 +24,17 @@ def loss_curve_png(rows: list[dict], run: str = "") -> bytes:
     ax.set_title(f"{what}: {run}" if run else what)
     ax.legend()
     return png_bytes(fig)
+
+
+def curves_figure(curves: dict[str, list[tuple[float, float]]], xlabel: str, ylabel: str, title: str):
+    """One line with markers per label over its (x, y) points: runs compared on one axis."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.0))
+    for label, points in curves.items():
+        ax.plot(*zip(*points), label=label, marker="o", markersize=3, linewidth=1.2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return fig

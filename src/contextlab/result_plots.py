@@ -2,7 +2,9 @@
 
 Matplotlib with the Agg backend, imported inside each function so that evaluations
 that are only computed (tests, sweeps) never pay for it. Each function takes plain
-lists/dicts from the result, so the report layer can redraw them from JSON alone.
+lists/dicts from the result, so the report layer can redraw them from JSON alone; the
+module sits outside ``contextlab.eval`` so that it can without importing an evaluation
+(or torch).
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ def _figure(w: float = 6.5, h: float = 4.0):
 
 
 def contextwise_png(curves: dict[str, dict], out: str | Path, smooth: int = 0) -> Path:
+    """``contextwise_figure`` written to ``out`` as a PNG."""
+    return save_png(contextwise_figure(curves, smooth), out)
+
+
+def contextwise_figure(curves: dict[str, dict], smooth: int = 0, title: str = ""):
     """Loss vs context length (log x) for several models; a dotted line marks each training context,
     a grey band the context lengths past it (beyond the training context), a triangle and bar the
     curve's lowest window (the true minimum, ``contextwise.curve_minimum``) and a cross its lowest
@@ -99,10 +106,13 @@ def contextwise_png(curves: dict[str, dict], out: str | Path, smooth: int = 0) -
     ax.set_xscale("log", base=2)
     ax.set_xlabel("context length (tokens seen before the predicted token)")
     ax.set_ylabel("loss (nats/token)")
-    ax.set_title("contextwise loss: mean loss of the token at each position", fontsize=9)
-    ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.15))  # below: off the curves
+    ax.set_title(title or "contextwise loss: mean loss of the token at each position", fontsize=9)
+    wide = max((len(t) for t in ax.get_legend_handles_labels()[1]), default=0) > 45  # long model paths
+    ax.legend(
+        fontsize=7, ncol=1 if wide else 2, loc="upper center", bbox_to_anchor=(0.5, -0.15)
+    )  # below the curves
     ax.grid(alpha=0.3)
-    return save_png(fig, out)
+    return fig
 
 
 def bayes_fit_png(lengths, losses, sems, params: dict | None, out: str | Path, title: str = "") -> Path:

@@ -1,0 +1,170 @@
+"""A folder of several runs on one page: their validation curves and contextwise curves drawn together.
+
+A sweep or any folder of runs shows each run in its own section; a researcher comparing them
+(objectives, contexts, packings) wants the curves on one figure. Two figures are drawn, each only
+over runs whose numbers measure the same thing:
+
+* validation loss against training tokens, over runs that validate on the same rows (the same data
+  settings, ``train.context`` and validation size in ``config.toml``); the loss is the left-to-right
+  one (``val_lm_loss``) where the objective's own differs, and runs that have none (MLM, span
+  corruption) are named and left out;
+* ``contextwise`` loss by position, over runs whose ``eval/contextwise.json`` read the same text
+  (store hash, split and held-out part).
+
+Runs that share neither are said to in one line, not drawn over each other. Trade-off: the groups
+come from the files the runs wrote (no model is loaded), so a run written before a key existed
+groups by what it has.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from contextlab import rundir
+from contextlab.report.blocks import muted, png_img
+from contextlab.report.evals import read_result
+
+MAX_GROUPS = 4  # figures of each kind; more groups are counted in a line
+VALIDATION_KEYS = (
+    "store",
+    "val_store",
+    "val_fraction",
+    "val_split",
+    "split_seed",
+    "packed",
+    "mixture",
+    "mode",
+)
+
+
+def together_section(runs: list[Path], names: dict[Path, str], contextwise: bool = True) -> str:
+    """HTML for the runs drawn together ("" for fewer than two runs, or nothing to draw);
+    ``contextwise`` False: the page already draws their contextwise curves together (a quickstart)."""
+    if len(runs) < 2:
+        return ""
+    parts = _validation(runs, names) + (_contextwise(runs, names) if contextwise else [])
+    return "<h2>Runs together</h2>\n" + "\n".join(parts) if parts else ""
+
+
+def _config(run: Path) -> dict:
+    """The run's resolved config.toml ({} when it cannot be read)."""
+    from contextlab.config import read_toml
+    from contextlab.errors import UserError
+
+    try:
+        return read_toml(run / rundir.CONFIG)
+    except (OSError, UserError):
+        return {}
+
+
+def _rows_key(cfg: dict) -> str:
+    """What decides a run's validation rows: its data settings, context and validation size."""
+    data, train = cfg.get("data", {}), cfg.get("train", {})
+    return repr(
+        (
+            [(k, data.get(k)) for k in VALIDATION_KEYS],
+            train.get("context"),
+            train.get("val_tokens"),
+            train.get("val_rows"),
+        )
+    )
+
+
+def _groups(keyed: dict[Path, str]) -> list[list[Path]]:
+    """Runs grouped by key, the largest group first (ties: first seen)."""
+    groups: dict[str, list[Path]] = {}
+    for run, key in keyed.items():
+        groups.setdefault(key, []).append(run)
+    return sorted(groups.values(), key=len, reverse=True)
+
+
+def _validation(runs: list[Path], names: dict[Path, str]) -> list[str]:
+    from contextlab.figures import png_bytes
+    from contextlab.report.plots import curves_figure
+
+    curves, left_out = {}, []
+    for run in runs:
+        rows = rundir.read_metrics(run)
+        lm = [(r.get("tokens", r["step"]), r["val_lm_loss"]) for r in rows if "val_lm_loss" in r]
+        objective = _config(run).get("objective", {}).get("name", "clm")
+        own = [(r.get("tokens", r["step"]), r["val_loss"]) for r in rows if "val_loss" in r]
+        if lm or (own and objective == "clm"):
+            curves[run] = lm or own
+        elif own:
+            left_out.append(f"{names[run]} ({objective})")
+    parts = []
+    groups = [g for g in _groups({r: _rows_key(_config(r)) for r in curves}) if len(g) > 1]
+    for group in groups[:MAX_GROUPS]:
+        fig = curves_figure(
+            {names[r]: curves[r] for r in group},
+            xlabel="training tokens",
+            ylabel="validation loss, left to right (nats/token)",
+            title=f"validation loss of {len(group)} runs on the same rows",
+        )
+        parts.append(png_img(png_bytes(fig), "validation loss of the runs"))
+    if curves and not groups:
+        parts.append(
+            muted(
+                "validation losses are not drawn together: each run validates on other rows (its data or "
+                "train.context differ), so their losses measure different text; the contextwise figure "
+                "compares runs on one text"
+            )
+        )
+    elif len(groups) > MAX_GROUPS:
+        parts.append(
+            muted(f"{len(groups) - MAX_GROUPS} more groups of runs validating on the same rows not drawn")
+        )
+    if left_out and parts:
+        parts.append(
+            muted(
+                f"not drawn: {', '.join(left_out)}: the objective's own validation loss is another quantity, "
+                "and it has no left-to-right one"
+            )
+        )
+    return parts
+
+
+def _contextwise(runs: list[Path], names: dict[Path, str]) -> list[str]:
+    from contextlab.figures import png_bytes
+    from contextlab.result_plots import contextwise_figure
+
+    docs = {}
+    for run in runs:
+        doc = read_result(rundir.eval_dir(run) / "contextwise.json")
+        if doc is not None and "loss" in doc.get("results", {}):
+            docs[run] = doc
+    keyed = {
+        run: repr([doc["data"].get(k) for k in ("hash", "split", "held_out", "documents", "tokens")])
+        for run, doc in docs.items()
+    }
+    parts = []
+    groups = [g for g in _groups(keyed) if len(g) > 1]
+    for group in groups[:MAX_GROUPS]:
+        curves = {}
+        for run in group:
+            r = docs[run]["results"]
+            curves[names[run]] = {
+                "context": r["context"],
+                "loss": r["loss"],
+                "train_context": r.get("train_context"),
+                "minimum": r.get("minimum"),
+            }
+        few = min(docs[run]["results"].get("n_documents", 0) for run in group) < 256
+        data = docs[group[0]]["data"]
+        where = Path(str(data.get("store", ""))).name + (
+            " (what each run held out)" if data.get("split") == "run" else ""
+        )
+        fig = contextwise_figure(
+            curves, smooth=9 if few else 1, title=f"contextwise loss of {len(group)} runs on {where}"
+        )
+        parts.append(png_img(png_bytes(fig), "contextwise loss of the runs"))
+    if len(docs) > 1 and not groups:
+        parts.append(
+            muted(
+                "contextwise curves are not drawn together: each run's contextwise.json read other text "
+                "(another store or held-out part)"
+            )
+        )
+    elif len(groups) > MAX_GROUPS:
+        parts.append(muted(f"{len(groups) - MAX_GROUPS} more groups of runs read on the same text not drawn"))
+    return parts
