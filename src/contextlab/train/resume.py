@@ -106,6 +106,6 @@ def _note_new_schedule(tr, trained: int | None, step: int, latest: str) -> None:
         print(
             f"note: {tr.run_dir} ({latest}) was trained on a learning-rate schedule of {trained:,} "
             f"steps and this budget sets {now:,}: from step {step + 1:,} the rate follows the new "
-            f"schedule ({rate(trained):.2e} -> {rate(now):.2e}), so this run equals neither budget run "
-            "uninterrupted (recorded as schedule_changes in its checkpoints)"
+            f"schedule (its rate there: {rate(now):.2e}, {rate(trained):.2e} on the old one), so this run "
+            "equals neither budget run uninterrupted (recorded as schedule_changes in its checkpoints)"
         )
