@@ -45,8 +45,11 @@ def _drawn(make, columns: int, monkeypatch) -> str:
 
 
 @pytest.mark.parametrize("columns", [0, 80])
-def test_a_bar_shows_on_a_terminal_of_any_width(columns, monkeypatch):
-    drawn = _drawn(bars.bar, columns, monkeypatch)
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_bar_shows_on_a_terminal_of_any_width(columns, dynamic, monkeypatch):
+    """Also a bar of dynamic width (the sweep's, training's, ingest's and the evaluations'), which drew
+    nothing on a terminal of no width: tqdm read the 0 columns again at every draw."""
+    drawn = _drawn(lambda **kw: bars.bar(dynamic_ncols=dynamic, **kw), columns, monkeypatch)
     assert "work: 100%" in drawn and "3/3" in drawn
 
 

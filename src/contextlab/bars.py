@@ -5,8 +5,9 @@ tqdm sizes a bar to the terminal it writes to. A terminal that reports a size of
 pseudo-terminal opened without one: some container ``exec`` sessions, CI runners, editor consoles)
 gets a bar -1 columns wide on the screen's line -1, which tqdm prints as nothing at all, so a
 command minutes long looks hung. On such a terminal the bar is drawn 100 columns wide on a
-screen of 20 lines (a line too wide wraps, far better than silence); everywhere else tqdm sizes
-it as it always does. Every bar of contextlab is made here, so the rule holds for all of them
+screen of 20 lines (a line too wide wraps, far better than silence), also when the caller asks for
+a dynamic width (which would read the 0 again at every draw); everywhere else tqdm sizes it as it
+always does. Every bar of contextlab is made here, so the rule holds for all of them
 (a test keeps it so).
 """
 
@@ -26,6 +27,7 @@ def bar(*args, **kwargs):
     if _zero_width(kwargs.get("file") or sys.stderr):  # also 0 lines: tqdm hides a bar below the last
         kwargs.setdefault("ncols", FALLBACK_COLUMNS)
         kwargs.setdefault("nrows", FALLBACK_LINES)
+        kwargs["dynamic_ncols"] = False  # a dynamic width is read at each draw: 0 columns again
     return tqdm(*args, **kwargs)
 
 

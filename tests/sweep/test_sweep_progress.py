@@ -25,3 +25,44 @@ def test_each_run_says_when_it_starts_at_once_even_into_a_pipe(tmp_path, store):
     assert rest[:3] == [rest[0], "started context-32 (2/2)", rest[2]] and rest[0].startswith(
         "done   context-16"
     )
+
+
+def test_a_sweep_says_where_its_runs_are_while_they_train(tmp_path, store, monkeypatch, capsys):
+    """A run hours long printed nothing between its start and its end: into a pipe or a log the sweep
+    now prints a line every PROGRESS_EVERY seconds, naming each run's step of its budget."""
+    from contextlab.sweep import runner
+
+    monkeypatch.setattr(runner, "PROGRESS_EVERY", 0.0)
+    f = tiny_sweep(tmp_path, store, "s", contexts="[16]")
+    runner.run_sweep(f, progress=False)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("running: ")]
+    assert lines and set(lines) <= {
+        "running: context-16 step 1/2",
+        "running: context-16 step 2/2, evaluating",
+    }, lines
+
+
+def test_progress_of_a_run_reads_its_newest_row_and_its_budget(tmp_path):
+    import json
+    import os
+    import time
+
+    from contextlab.sweep.runner import _progress
+    from contextlab.sweep.spec import Run
+
+    def run(train: dict, rows: list[dict]) -> Run:
+        r = Run("r", {}, {"train": train}, tmp_path / f"r{len(list(tmp_path.iterdir()))}")
+        r.dir.mkdir()
+        if rows:
+            text = "".join(json.dumps(x) + "\n" for x in rows) + '{"step": 9'  # a torn last line
+            (r.dir / "metrics.jsonl").write_text(text)
+        return r
+
+    rows = [{"step": 10, "tokens": 1000, "loss": 3.0}, {"step": 20, "tokens": 2000, "loss": 2.0}]
+    assert _progress(run({"max_steps": 40}, rows)) == "r step 20/40"
+    assert _progress(run({"max_tokens": 2000}, rows)) == "r 2,000/2,000 tokens, evaluating"
+    assert _progress(run({"max_flops": 1e12}, rows)) == "r step 20"
+    assert _progress(run({"max_steps": 40}, [])) is None
+    old = run({"max_steps": 40}, rows)
+    os.utime(old.dir / "metrics.jsonl", (time.time() - 60, time.time() - 60))
+    assert _progress(old, since=time.time()) is None  # rows of an earlier sweep: queued, not training

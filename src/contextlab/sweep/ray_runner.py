@@ -55,7 +55,7 @@ class RayRuns:
             sweep.start(run, "queued on Ray:")  # Ray starts it when a node has its resources
             refs[task.remote(sweep.section, run, threads, self.procs)] = run
         try:
-            for run, result in as_completed(ray, refs, errors=True):
+            for run, result in as_completed(ray, refs, on_tick=sweep.tick, errors=True):
                 if isinstance(result, Exception):  # its worker or node was lost: a failed run, as a crash
                     print(f"{run.name}: the Ray task failed: {str(result).splitlines()[0][:300]}")
                     result = (LOST, 0.0)

@@ -209,6 +209,8 @@ class Sweep:
     replace: set[str] = field(default_factory=set)  # stale runs whose folder is replaced as they start
     total: int = 0  # runs this command starts
     started: int = 0
+    active: dict[str, float] = field(default_factory=dict)  # run name -> when it started (or was queued)
+    said: float = field(default_factory=time.time)  # when the last progress line was printed
 
     def start(self, run: Run, how: str = "started") -> None:
         """A run is about to start: its stale folder replaced, recorded as started in the state and in
@@ -221,11 +223,28 @@ class Sweep:
         running = {"status": "running", "pid": os.getpid(), "host": socket.gethostname()}
         atomic_write_json(run.dir / "sweep_status.json", running)
         self.started += 1
+        self.active[run.name] = time.time()
         _say(f"{how} {run.name} ({self.started}/{self.total or self.started})", self.bar)
+
+    def tick(self, now: float | None = None) -> None:
+        """Say where the runs in progress are: on a terminal beside the bar (at most every 2 s), in
+        a pipe or a log one line every ``PROGRESS_EVERY`` seconds (a long run is not silent)."""
+        now = time.time() if now is None else now
+        live = not getattr(self.bar, "disable", True)
+        if now - self.said < (2.0 if live else PROGRESS_EVERY):
+            return
+        self.said = now
+        runs = {r.name: r for r in self.runs}
+        parts = [p for name, t0 in self.active.items() if (p := _progress(runs[name], t0)) is not None]
+        if live:
+            self.bar.set_postfix_str(" · ".join(parts), refresh=True)
+        elif parts:
+            _say("running: " + " · ".join(parts), self.bar)
 
     def end(self, run: Run, returncode: int, seconds: float) -> None:
         """A run's processes ended: record it, say so, rewrite results.csv."""
         record = _record_end(run, returncode, seconds, self.runner, self.steps[run.name])
+        self.active.pop(run.name, None)
         ok = record["status"] == "done"
         self.bar.update(1)
         _say(
@@ -234,6 +253,50 @@ class Sweep:
             self.bar,
         )
         write_results(self.section, self.runs)
+
+
+PROGRESS_EVERY = 600.0  # seconds between the progress lines of a sweep printing into a pipe or a log
+
+
+def _last_row(run: Run, since: float = 0.0) -> dict | None:
+    """The newest row of RUN/metrics.jsonl, read from the file's end (None before the first, or when
+    the file was last written before ``since``: a queued run's rows from an earlier sweep)."""
+    try:
+        if (run.dir / "metrics.jsonl").stat().st_mtime < since - 2.0:  # 2 s: coarse file times
+            return None
+        with open(run.dir / "metrics.jsonl", "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 16384))
+            lines = fh.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            row = json.loads(line)
+        except ValueError:  # a torn last line, or the cut first one
+            continue
+        if isinstance(row, dict) and "step" in row:
+            return row
+    return None
+
+
+def _progress(run: Run, since: float = 0.0) -> str | None:
+    """``NAME step S/N`` (or its tokens of the budget, or its step alone) for a run that has logged a
+    step since ``since``; None before."""
+    row = _last_row(run, since)
+    if row is None:
+        return None
+    train = run.config.get("train", {})
+    if train.get("max_steps"):
+        done, where = row["step"] / train["max_steps"], f"step {row['step']:,}/{train['max_steps']:,}"
+    elif train.get("max_tokens") and "tokens" in row:
+        done, where = (
+            row["tokens"] / train["max_tokens"],
+            f"{row['tokens']:,}/{int(train['max_tokens']):,} tokens",
+        )
+    else:
+        done, where = None, f"step {row['step']:,}"
+    return f"{run.name} {where}" + (", evaluating" if done is not None and done >= 1 else "")
 
 
 def _say(line: str, bar) -> None:
@@ -254,6 +317,7 @@ def _run_local(sweep: Sweep, todo: list[Run]) -> None:
                 sweep.start(run)
                 running.append((run, _run_one(section, run, threads), time.time()))
             time.sleep(0.2)
+            sweep.tick()
             for item in list(running):
                 run, proc, started = item
                 if proc.poll() is None:
