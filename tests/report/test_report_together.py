@@ -78,6 +78,33 @@ def test_the_left_to_right_loss_is_the_one_drawn(tmp_path, monkeypatch):
     assert drawn == {"clm": [(1000, 3.0), (2000, 2.5)], "mtp": [(1000, 3.1), (2000, 2.6)]}
 
 
+def test_runs_of_other_flops_per_token_are_drawn_against_flops(tmp_path, monkeypatch):
+    """MTP's extra heads cost FLOPs: at equal tokens its curve would be flattered, so such runs share
+    the axis their budgets are compared on."""
+    from contextlab.report import plots
+
+    drawn = []
+    real = plots.curves_figure
+    monkeypatch.setattr(
+        plots, "curves_figure", lambda curves, **kw: drawn.append((curves, kw)) or real(curves, **kw)
+    )
+    runs = [_run(tmp_path, "clm"), _run(tmp_path, "mtp", objective="mtp", val=(3.5, 3.0), lm=(3.1, 2.6))]
+    for run, per_token in zip(runs, (6.0, 18.0)):
+        ckpt = run / "checkpoints" / "step_000020"
+        ckpt.mkdir(parents=True)
+        (ckpt / "state.json").write_text(json.dumps({"step": 20, "tokens": 2000, "flops": 2000 * per_token}))
+    _section(tmp_path, runs)
+    ((curves, kw),) = drawn
+    assert curves == {"clm": [(6000, 3.0), (12000, 2.5)], "mtp": [(18000, 3.1), (36000, 2.6)]}
+    assert kw["xlabel"].startswith("training FLOPs")
+    (runs[1] / "checkpoints" / "step_000020" / "state.json").write_text(
+        json.dumps({"tokens": 2000, "flops": 12100})
+    )
+    drawn.clear()
+    _section(tmp_path, runs)  # within 5%: tokens, as the budgets are alike
+    assert drawn[0][1]["xlabel"] == "training tokens" and drawn[0][0]["clm"] == [(1000, 3.0), (2000, 2.5)]
+
+
 def test_runs_on_other_rows_or_other_text_are_not_drawn_over_each_other(tmp_path):
     runs = [_run(tmp_path, "c64", context=64, cw_hash="h"), _run(tmp_path, "c128", context=128, cw_hash="g")]
     html = _section(tmp_path, runs)

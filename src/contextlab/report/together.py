@@ -7,7 +7,9 @@ over runs whose numbers measure the same thing:
 * validation loss against training tokens, over runs that validate on the same rows (the same data
   settings, ``train.context`` and validation size in ``config.toml``); the loss is the left-to-right
   one (``val_lm_loss``) where the objective's own differs, and runs that have none (MLM, span
-  corruption) are named and left out;
+  corruption) are named and left out. Runs whose FLOPs per token differ by more than 5% (MTP's extra
+  heads, ContextLM's predictor) are drawn against training FLOPs instead, the axis their budgets
+  are compared on (from each newest checkpoint's counters);
 * ``contextwise`` loss by position, over runs whose ``eval/contextwise.json`` read the same text
   (store hash, split and held-out part).
 
@@ -78,6 +80,19 @@ def _groups(keyed: dict[Path, str]) -> list[list[Path]]:
     return sorted(groups.values(), key=len, reverse=True)
 
 
+def _flops_per_token(run: Path) -> float | None:
+    """Training FLOPs per token of a run, from its newest checkpoint's counters (None without one)."""
+    from contextlab.errors import UserError
+
+    latest = rundir.latest_checkpoint(run)
+    try:
+        state = rundir.read_checkpoint_state(latest) if latest is not None else {}
+    except UserError:
+        return None
+    flops, tokens = state.get("flops") or 0.0, state.get("tokens") or 0
+    return flops / tokens if flops > 0 and tokens > 0 else None
+
+
 def _validation(runs: list[Path], names: dict[Path, str]) -> list[str]:
     from contextlab.figures import png_bytes
     from contextlab.report.plots import curves_figure
@@ -95,9 +110,12 @@ def _validation(runs: list[Path], names: dict[Path, str]) -> list[str]:
     parts = []
     groups = [g for g in _groups({r: _rows_key(_config(r)) for r in curves}) if len(g) > 1]
     for group in groups[:MAX_GROUPS]:
+        per_token = {r: _flops_per_token(r) for r in group}
+        known = [v for v in per_token.values() if v]
+        by_flops = len(known) == len(group) and max(known) > 1.05 * min(known)  # e.g. MTP's extra heads
         fig = curves_figure(
-            {names[r]: curves[r] for r in group},
-            xlabel="training tokens",
+            {names[r]: [(x * per_token[r] if by_flops else x, y) for x, y in curves[r]] for r in group},
+            xlabel="training FLOPs (the runs differ in FLOPs per token)" if by_flops else "training tokens",
             ylabel="validation loss, left to right (nats/token)",
             title=f"validation loss of {len(group)} runs on the same rows",
         )
