@@ -292,6 +292,11 @@ def test_visible_loss_and_entropy_read_the_held_out_documents(project, tmp_path)
     ent = json.loads((tmp_path / "ent" / "entropy.json").read_text())
     assert ent["data"]["split"] == "run" and ent["data"]["documents"] == len(ids)
     assert ent["results"]["protocol"]["n_documents"] <= len(ids)
+    without = [a for a in args if a not in ("--data", str(project / "store"))]  # the run's own store
+    without[without.index(str(tmp_path / "ent"))] = str(tmp_path / "ent2")
+    assert main([*without, "--no-progress"]) == 0  # --data was required, unlike eval's --split run
+    ent2 = json.loads((tmp_path / "ent2" / "entropy.json").read_text())
+    assert ent2["data"] == ent["data"] and ent2["results"] == ent["results"]
 
 
 def test_a_profile_of_a_run_reads_what_it_held_out_without_a_second_store(project, tmp_path, capsys):

@@ -46,9 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--data",
-        required=True,
         metavar="STORE",
-        help="a token store made with the model's tokenizer (long documents), or a parity store",
+        help="required: a token store made with the model's tokenizer (long documents), or a parity "
+        "store; with --split run, default: the run's own store",
     )
     p.add_argument(
         "--out",
@@ -113,8 +113,18 @@ def cmd_entropy(argv: list[str]) -> int:
     from contextlab.eval.results import model_record, run_and_record
     from contextlab.rundir import eval_dir
 
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     options = dataclass_from_args(Options, args)
+    if args.data is None and options.split == "run":
+        from contextlab.eval.heldout import default_store
+
+        args.data = default_store(options.heldout_of or args.model)  # the run's own store
+    if args.data is None:
+        parser.error(
+            "--data STORE is required (a token store made with the model's tokenizer), or --split run "
+            "for what a contextlab run held out of its own store"
+        )
     check_compute(args)
     progress.set_enabled(not args.no_progress)
     if args.no_progress:
