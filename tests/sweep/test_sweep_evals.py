@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
 import pytest
 
@@ -84,3 +85,14 @@ def test_a_sweep_over_objectives_evaluates_the_causal_runs_on_what_they_held_out
     assert float(rows["name-clm"]["ppl.loss"]) == pytest.approx(record["results"]["summary"]["loss"])
     assert not (span.dir / "eval").exists() and rows["name-span"]["ppl.loss"] == ""
     assert "1 run(s) get no evaluation: name-span" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("only", "said"),
+    [("context-99", "matches no run of the grid (1 runs: name-clm"), ("[", "is not a regular expression")],
+)
+def test_an_only_that_selects_nothing_is_refused_before_anything_is_written(tmp_path, store, only, said):  # noqa: F811
+    f = _objectives(tmp_path, store, "[]")
+    with pytest.raises(UserError, match=re.escape(said)):
+        run_sweep(f, only=only, progress=False)
+    assert not (tmp_path / "out").exists()

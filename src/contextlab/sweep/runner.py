@@ -158,8 +158,25 @@ def run_sweep(
     from contextlab.data.store import output_lock
 
     section, runs = load_sweep(path, overrides)
+    _check_only(only, runs)
     with output_lock(section.out_dir, "sweep folder"):
         return _run_sweep(path, overrides, section, runs, only, progress, ray, overwrite)
+
+
+def _check_only(only: str | None, grid: list[Run]) -> None:
+    """--only is a regular expression that selects at least one run (a typo ran nothing and looked
+    like a finished slice)."""
+    if not only:
+        return
+    try:
+        pattern = re.compile(only)
+    except re.error as exc:
+        raise UserError(
+            f"--only {only!r} is not a regular expression ({exc}); e.g. --only 'context-64'"
+        ) from None
+    if not any(pattern.search(r.name) for r in grid):
+        names = ", ".join(r.name for r in grid[:6]) + (", ..." if len(grid) > 6 else "")
+        raise UserError(f"--only {only!r} matches no run of the grid ({len(grid)} runs: {names})")
 
 
 def _run_sweep(
