@@ -89,7 +89,10 @@ def test_a_sweep_over_objectives_evaluates_the_causal_runs_on_what_they_held_out
 
 @pytest.mark.parametrize(
     ("only", "said"),
-    [("context-99", "matches no run of the grid (1 runs: name-clm"), ("[", "is not a regular expression")],
+    [
+        ("context-99", "matches no run of the grid (2 runs: name-clm, name-span)"),
+        ("[", "is not a regular expression"),
+    ],
 )
 def test_an_only_that_selects_nothing_is_refused_before_anything_is_written(tmp_path, store, only, said):  # noqa: F811
     f = _objectives(tmp_path, store, "[]")
