@@ -213,7 +213,7 @@ def check_model(adapter, what: str) -> torch.nn.Module:
         attention_modules(model, f"{what}: {adapter.info.id}")
     elif not isinstance(model, GPT):
         raise UserError(f"{what}: {adapter.info.id} ({type(model).__name__}) is not a model it can read")
-    if adapter.info.lm_prefix:
+    if adapter.info.lm_prefix and adapter.info.kind != "hf":  # a transformers model's BOS is read, then cut
         raise UserError(
             f"{what}: {adapter.info.id} reads text only after its mode tokens {adapter.info.lm_prefix} "
             f"(objective {adapter.info.objective}); analyze attention reads models that take plain text"
@@ -232,7 +232,8 @@ def collect(adapter, tokens: np.ndarray, sample_row: int = 0, progress: bool = T
     if isinstance(model, GPT):
         probe, forward = AttentionProbe(model, collector), model.trunk
     else:
-        probe = HFAttentionProbe(model, collector, f"analyze attention: {adapter.info.id}")
+        what = f"analyze attention: {adapter.info.id}"
+        probe = HFAttentionProbe(model, collector, what, lead=adapter.info.lm_prefix)
         forward = probe.run
     with probe:
         bar = bars.bar(
@@ -247,6 +248,9 @@ def collect(adapter, tokens: np.ndarray, sample_row: int = 0, progress: bool = T
     out = {}
     for name, g in collector.groups.items():
         out[name] = {**g.arrays(), "sample": np.stack([g.sample[k] for k in sorted(g.sample)])}
+    shares = getattr(probe, "lead_share", None)
+    if shares:  # the mean attention each layer gave the BOS the model read first (cut from the rest)
+        out["lead_share"] = np.array([np.mean(shares[k]) for k in sorted(shares)])
     return out, probe.max_abs_diff
 
 
@@ -335,6 +339,14 @@ def _model_part(adapter, arrays: dict, diff: float) -> dict:
     }
     if "predictor" in arrays:  # ContextLM: the predictor's attention over chunks (distances in chunks)
         out["predictor"] = M.summarise(arrays["predictor"], list(range(len(model.predictor))))
+    if "lead_share" in arrays:
+        out["bos"] = {
+            "ids": adapter.info.lm_prefix,
+            "share_by_layer": arrays["lead_share"].tolist(),
+            "note": "the model read its tokenizer's BOS before every row, as it was trained; the weights "
+            "above are the text's queries over the text's keys, renormalised to sum to 1, and "
+            "share_by_layer is the mean attention each layer gave the BOS",
+        }
     return out
 
 

@@ -68,8 +68,16 @@ class HFAttentionProbe:
     Use as a context manager; the hooks are removed and the model's attention put back on exit.
     """
 
-    def __init__(self, model: torch.nn.Module, on_weights: Callable[[str, Tensor], None], what: str):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        on_weights: Callable[[str, Tensor], None],
+        what: str,
+        lead: list[int] = (),
+    ):
         self.model, self.on_weights, self.what = model, on_weights, what
+        self.lead = list(lead)  # tokens the model reads first (its BOS): run, then cut from the weights
+        self.lead_share: dict[int, list[float]] = {}  # layer -> per batch, the mean attention they take
         self.max_abs_diff = 0.0
         self._modules = attention_modules(model, what)
         self._original = getattr(model.config, "_attn_implementation", None) or "eager"
@@ -109,11 +117,20 @@ class HFAttentionProbe:
                     f"{self.what}: {name} ({type(module).__name__}) returns no attention weights under "
                     "eager attention; analyze attention cannot read them"
                 )
-            self.on_weights(f"blocks.{layer}.attn", weights.float())
+            weights = weights.float()
+            if self.lead:  # the text's queries over the text's keys, renormalised; the lead's share kept
+                n = len(self.lead)
+                self.lead_share.setdefault(layer, []).append(float(weights[..., n:, :n].sum(-1).mean()))
+                weights = weights[..., n:, n:]
+                weights = weights / weights.sum(-1, keepdim=True).clamp_min(1e-30)
+            self.on_weights(f"blocks.{layer}.attn", weights)
 
         return hook
 
     def _states(self, idx: Tensor) -> Tensor:
+        if self.lead:
+            lead = torch.tensor(self.lead, dtype=idx.dtype, device=idx.device).expand(idx.size(0), -1)
+            idx = torch.cat([lead, idx], dim=1)
         out = self.model.base_model(input_ids=idx)
         return (out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]).float()
 

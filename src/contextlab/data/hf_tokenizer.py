@@ -92,6 +92,22 @@ class HFTokenizer(Tokenizer):
             )
         return cls(tok, name or (p.parent.name if p.stem == "tokenizer" else p.stem), engine=engine)
 
+    def leading_special_ids(self) -> list[int]:
+        """The special tokens the tokenizer's own post-processor puts before any text (the BOS of
+        Llama, Mistral and Gemma tokenizers: their models always saw it first); [] when it puts none.
+        ``encode`` never adds them (contextlab's stores hold text only)."""
+        try:
+            plain = self._tok.encode(_PROBE, add_special_tokens=False).ids
+            full = self._tok.encode(_PROBE, add_special_tokens=True).ids
+        except Exception:  # a post-processor that cannot run alone (a pair template only)
+            return []
+        specials = set(self.special_tokens.values())
+        for start in range(len(full) - len(plain) + 1):
+            if full[start : start + len(plain)] == plain:
+                lead = full[:start]
+                return lead if all(i in specials for i in lead) else []
+        return []
+
     def encode(self, text: str) -> list[int]:
         if self._tt is not None:
             return self._tt.encode_ordinary(text)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,7 +40,7 @@ class ModelInfo:
     path: str  # resolved checkpoint or model folder
     architecture: str  # GPT shape or the HF model_type
     n_params: int
-    context: int  # training context (contextlab) or position limit (HF)
+    context: int  # training context (contextlab) or position limit (HF; less the BOS it gets, lm_prefix)
     extends_beyond: bool  # positions beyond context are allowed (RoPE)
     tokenizer: dict = field(default_factory=dict)  # the tokenizer spec (with its hash)
     step: int | None = None
@@ -211,7 +212,22 @@ def _open_hf(p: Path, cfg: dict):
         info.objective = provenance["contextlab_objective"]
         prefix, info.not_lm = left_to_right({"objective": info.objective})
         info.lm_prefix = prefix or []
+    else:  # a checkpoint trained elsewhere saw its tokenizer's BOS before every text: so does every input
+        info.lm_prefix = tok.leading_special_ids()
+        info.context -= len(info.lm_prefix)  # its positions, less the ones the BOS takes
+        if info.lm_prefix and str(p.resolve()) not in _BOS_NOTED:
+            _BOS_NOTED.add(str(p.resolve()))  # once per model in a process (a profile opens it often)
+            names = " ".join(tok.decode([i]) for i in info.lm_prefix)
+            print(
+                f"note: {p}'s tokenizer puts {names} before every text, so every input starts with it, as "
+                f"the model was trained; positions count the text after it ({info.context:,} of its "
+                f"{info.context + len(info.lm_prefix):,} positions)",
+                file=sys.stderr,
+            )
     return model, tok, info
+
+
+_BOS_NOTED: set[str] = set()
 
 
 def _has_rope(cfg: dict) -> bool:

@@ -36,16 +36,23 @@ def cache_name() -> str:
 
 class HFBackend:
     def __init__(self, model: torch.nn.Module, autocast: Autocast, lm_prefix=()):
-        if lm_prefix:
-            raise UserError(
-                "a continued Hugging Face model that runs left to right only after mode tokens (UL2) "
-                "cannot be evaluated yet; evaluate a run trained with another objective"
-            )
         self.model = model
         self.autocast = autocast
+        self.lead = list(lm_prefix)  # put before every input, cut from every output (a BOS, a mode token)
         # whether the model computes only its last positions' logits when asked (transformers >= 4.45)
         self.keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._plain_head: bool | None = None  # logits = output layer(base's last state)? (checked once)
+
+    def _in(self, idx: Tensor) -> Tensor:
+        """``idx`` (B, T) after the lead tokens."""
+        if not self.lead:
+            return idx
+        lead = torch.tensor(self.lead, dtype=idx.dtype, device=idx.device).expand(idx.size(0), -1)
+        return torch.cat([lead, idx], dim=1)
+
+    def _out(self, t: Tensor) -> Tensor:
+        """An output over ``_in(idx)`` (B, T + lead, ...) cut back to the positions of ``idx``."""
+        return t[:, len(self.lead) :] if self.lead else t
 
     @property
     def vocab_size(self) -> int:
@@ -53,7 +60,7 @@ class HFBackend:
 
     def logits(self, idx: Tensor) -> Tensor:
         with self.autocast():
-            return self.model(input_ids=idx).logits[..., : self.vocab_size]
+            return self._out(self.model(input_ids=self._in(idx)).logits)[..., : self.vocab_size]
 
     def output_rows(self, idx: Tensor) -> Callable[[int, int], Tensor]:
         if self._plain_head is None:
@@ -69,8 +76,8 @@ class HFBackend:
         return lambda a, b: head(h[a:b])[:, : self.vocab_size]  # (b-a, V), called under autocast
 
     def _base_states(self, idx: Tensor) -> Tensor:
-        out = self.model.base_model(input_ids=idx)
-        return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+        out = self.model.base_model(input_ids=self._in(idx))
+        return self._out(out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0])
 
     def _head_is_plain(self, idx: Tensor) -> bool:
         """Whether the model's logits are its output layer applied to its base's last states: checked on
@@ -89,7 +96,7 @@ class HFBackend:
     def last_logits(self, idx: Tensor) -> Tensor:
         keep = {"logits_to_keep": 1} if self.keeps_logits else {}  # else the model computes them all
         with self.autocast():
-            return self.model(input_ids=idx, **keep).logits[:, -1, : self.vocab_size]  # (B, V)
+            return self.model(input_ids=self._in(idx), **keep).logits[:, -1, : self.vocab_size]  # (B, V)
 
     def continuation_logprobs(self, prefix: Tensor, conts: Tensor, lengths: list[int]) -> Tensor | None:
         """As the contextlab backend's: the prefix (P,) runs once with ``use_cache=True`` (only its last
@@ -110,7 +117,7 @@ class HFBackend:
         keep = {"logits_to_keep": 1} if self.keeps_logits else {}
         name = cache_name()
         with self.autocast():
-            out = self.model(input_ids=prefix[None], use_cache=True, **keep)
+            out = self.model(input_ids=self._in(prefix[None]), use_cache=True, **keep)
             past = out.get(name) if hasattr(out, "get") else None
             if (max(lengths) > 1 or new_tokens > 1) and not isinstance(past, Cache):
                 return None
@@ -150,11 +157,11 @@ class HFBackend:
         logits (B, V) (only those computed, when the model takes ``logits_to_keep``)."""
         keep = {"logits_to_keep": 1} if self.keeps_logits else {}
         with self.autocast():
-            out = self.model(input_ids=idx, output_hidden_states=True, **keep)
+            out = self.model(input_ids=self._in(idx), output_hidden_states=True, **keep)
         states = out.hidden_states
         if not -len(states) <= layer < len(states):
             raise UserError(f"layer {layer} does not exist; {what} has {len(states) - 1} blocks")
-        return states[layer], out.logits[:, -1, : self.vocab_size]
+        return self._out(states[layer]), out.logits[:, -1, : self.vocab_size]
 
     def hidden_states(self, idx: Tensor, layer: int, what: str) -> Tensor:
         return self._states_and_last_logits(idx, layer, what)[0]
@@ -171,7 +178,7 @@ class HFBackend:
 
         return hf_generate_many(
             self.model,
-            prompts,
+            [self.lead + list(p) for p in prompts],
             max_new_tokens,
             sampling,
             stop_ids,
@@ -185,7 +192,7 @@ class HFBackend:
         """Greedy continuation with the model's own cache (``use_cache=True``); a model that returns
         no cache gets the whole sequence at every step."""
         name = cache_name()
-        ids = torch.as_tensor([list(prompt)], device=self.model.device)  # (1, T)
+        ids = torch.as_tensor([self.lead + list(prompt)], device=self.model.device)  # (1, T)
         out: list[int] = []
         step_in, past = ids, None
         for _ in range(max_new_tokens):
