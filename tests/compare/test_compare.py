@@ -440,3 +440,19 @@ def test_sample_arrays_keep_every_scored_accuracy_in_sample_order():
         "cell",
         "group",
     }
+
+
+def test_models_that_read_their_inputs_differently_are_paired_with_a_note(tmp_path):
+    """A Hugging Face model reads its BOS first, a run contextlab continued from it reads plain text:
+    the samples are the same, but the difference is partly of that, and the comparison says so."""
+    from contextlab.compare.pairing import Side, check_pairing
+
+    def side(label, lead):
+        doc = {"data": {"hash": "h"}, "options": {"stride": 8}, "model": {"lm_prefix": lead}}
+        return Side(label, tmp_path, doc)
+
+    assert check_pairing("icl", side("base", [1]), side("continued", [1])) == []
+    (note,) = check_pairing("icl", side("base", [1]), side("continued", []))
+    assert note.startswith(
+        "the two read their inputs differently (base after token(s) [1], continued without one"
+    )

@@ -134,3 +134,23 @@ def test_analyze_attention_reads_the_bos_and_reports_its_share(llama_with_bos, t
     assert part["bos"]["ids"] == [bos] and len(shares) == 2 and all(0 < s < 1 for s in shares)
     tokens = np.load(out / "attention.tokens.npy")
     assert tokens.shape[1] == doc["results"]["length"] and bos not in tokens  # rows hold text only
+
+
+def test_continuing_such_a_model_says_its_rows_hold_no_bos(llama_with_bos, tmp_path, capsys):
+    from contextlab.cli import main
+    from tests.conftest import shakespeare
+
+    folder, _ = llama_with_bos
+    (tmp_path / "t.txt").write_text(shakespeare(20_000))
+    tok = f"hf:{folder / 'tokenizer.json'}"
+    assert (
+        main(["data", "ingest", str(tmp_path / "t.txt"), "--tokenizer", tok, "--out", str(tmp_path / "s")])
+        == 0
+    )
+    settings = ["data.store=" + str(tmp_path / "s"), "data.val_split=tail", "train.context=32"]
+    settings += ["train.rows_per_step=2", "train.max_steps=1", "train.val_rows=2", "train.progress=false"]
+    settings += ["train.out_dir=" + str(tmp_path / "run"), "train.dtype=fp32"]
+    capsys.readouterr()
+    assert main(["train", "--init-from", str(folder), *[a for s in settings for a in ("--set", s)]]) == 0
+    out = capsys.readouterr().out
+    assert "tokenizer puts <s> before every text, and contextlab's training rows hold text only" in out

@@ -131,6 +131,14 @@ def check_pairing(name: str, a: Side, b: Side) -> list[str]:
             f"{'that model' if len(own) == 1 else 'they'} saw in training, not only of what "
             f"{'it' if len(own) == 1 else 'they'} learned"
         )
+    la, lb = ((s.doc.get("model") or {}).get("lm_prefix") or [] for s in (a, b))
+    if la != lb:  # one model read every input after its BOS (or mode token), the other without
+        first = lambda s, lead: f"{s.label} after token(s) {lead}" if lead else f"{s.label} without one"
+        notes.append(
+            f"the two read their inputs differently ({first(a, la)}, {first(b, lb)}: each as it was "
+            "trained, e.g. a Hugging Face model with its tokenizer's BOS and a run contextlab continued "
+            "from it without): the difference is partly of that"
+        )
     oa, ob = a.doc.get("options") or {}, b.doc.get("options") or {}
     for k in sorted(set(oa) | set(ob)):
         if oa.get(k) != ob.get(k):

@@ -72,9 +72,8 @@ class Run:
     params: dict  # grid key -> value
     config: dict  # the full run config (validated)
     dir: Path
-    evals: list[tuple[str, list[str]]] = field(
-        default_factory=list
-    )  # (eval, its arguments before {key} filling)
+    # (evaluation, its arguments before {key.path} is filled in), as _run_evals decided them
+    evals: list[tuple[str, list[str]]] = field(default_factory=list)
 
 
 # Evaluations that read a token store and take --split run: with no --data in eval_args a sweep

@@ -291,6 +291,14 @@ def _check_hf_tokenizer(src: Path, store, model_vocab: int) -> None:
                 f"{store.path} was not tokenized with the tokenizer of {src}; ingest the data with "
                 f"--tokenizer {shlex.quote(f'hf:{tok_file}')}"
             )
+        lead = tok.leading_special_ids()
+        if lead:  # evaluations read the source with its BOS; this run trains, and is read, without it
+            names = " ".join(tok.decode([i]) for i in lead)
+            print(
+                f"note: {src}'s tokenizer puts {names} before every text, and contextlab's training rows "
+                f"hold text only: this run continues it without {names}, and evaluations read the run as "
+                f"it trains (without it) but {src} itself with it; compare them knowing that"
+            )
     elif int(store.tokenizer_spec["vocab_size"]) > model_vocab:
         raise UserError(
             f"{store.path} has {store.tokenizer_spec['vocab_size']} token ids but {src} only "
