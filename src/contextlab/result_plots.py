@@ -107,10 +107,11 @@ def contextwise_figure(curves: dict[str, dict], smooth: int = 0, title: str = ""
     ax.set_xlabel("context length (tokens seen before the predicted token)")
     ax.set_ylabel("loss (nats/token)")
     ax.set_title(title or "contextwise loss: mean loss of the token at each position", fontsize=9)
-    wide = max((len(t) for t in ax.get_legend_handles_labels()[1]), default=0) > 45  # long model paths
-    ax.legend(
-        fontsize=7, ncol=1 if wide else 2, loc="upper center", bbox_to_anchor=(0.5, -0.15)
-    )  # below the curves
+    labels = [t for t in ax.get_legend_handles_labels()[1] if not t.startswith("_")]
+    ncol = 1 if max(map(len, labels), default=0) > 45 else 2  # long model paths take the width
+    rows = math.ceil(len(labels) / ncol)
+    fig.set_size_inches(6.5, 3.9 + 0.16 * rows)  # the legend below grows the figure, not over the axes
+    ax.legend(fontsize=7, ncol=ncol, loc="upper center", bbox_to_anchor=(0.5, -0.17))  # below the curves
     ax.grid(alpha=0.3)
     return fig
 
