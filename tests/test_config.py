@@ -126,3 +126,13 @@ def test_a_leading_byte_order_mark_is_read_past(tmp_path):
     (tmp_path / "bom.toml").write_bytes(b"\xef\xbb\xbf" + b'name = "x"\n[optim]\nlr = 0.5\n')
     assert read_toml(tmp_path / "bom.toml") == {"name": "x", "optim": {"lr": 0.5}}
     assert load_config(Run, tmp_path / "bom.toml").optim.lr == 0.5
+
+
+def test_the_objective_help_names_every_objective():
+    """`contextlab train --help` named a Python dict (objectives.OBJECTIVES), not the objectives."""
+    from contextlab.config import field_help
+    from contextlab.objectives import OBJECTIVES
+    from contextlab.train.config import ObjectiveSection
+
+    text = field_help(ObjectiveSection, "name")
+    assert all(f" {name}" in text for name in OBJECTIVES) and "OBJECTIVES" not in text

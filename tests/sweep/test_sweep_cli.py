@@ -68,3 +68,16 @@ def test_training_contexts_are_ranked_by_val_loss_only_when_asked(monkeypatch, t
     warning = next(i for i, line in enumerate(lines) if line.startswith("warning: val_loss averages"))
     best = next(i for i, line in enumerate(lines) if "best s at context 256 (val_loss 3.0000)" in line)
     assert warning < best
+
+
+def test_the_help_explains_every_key_of_a_sweep_file(capsys):
+    import dataclasses
+
+    from contextlab.sweep.spec import SweepSection
+
+    with pytest.raises(SystemExit):
+        cmd_sweep(["--help"])
+    text = capsys.readouterr().out
+    assert all(f"  sweep.{f.name} = " in text for f in dataclasses.fields(SweepSection))
+    assert "[base]   a run config" in text and "[grid]" in text
+    assert max(len(line) for line in text.splitlines()) <= 110  # wrapped, not one line per paragraph

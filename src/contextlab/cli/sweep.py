@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 
 from contextlab.errors import UserError, some
@@ -84,15 +85,40 @@ def _failed_runs(runs, only: str | None) -> int:
     return 1
 
 
+def _sweep_file_help() -> str:
+    """The keys of a sweep file's [sweep] table, and what [base] and [grid] hold."""
+    import dataclasses
+
+    from contextlab.config import field_help
+    from contextlab.sweep.spec import SweepSection
+
+    lines = ["sweep file keys ([sweep] table, or --set sweep.KEY=VALUE):"]
+    for f in dataclasses.fields(SweepSection):
+        default = getattr(SweepSection(), f.name)
+        text = textwrap.fill(
+            field_help(SweepSection, f.name), 96, initial_indent=" " * 6, subsequent_indent=" " * 6
+        )
+        lines.append(f"  sweep.{f.name} = {default!r}\n{text}")
+    lines += [
+        "  [base]   a run config, as `contextlab train` takes it (`contextlab train --help` lists its keys)",
+        '  [grid]   "SECTION.KEY" = [values ...]: one run per combination, named by its values, in '
+        "OUT/runs/NAME",
+    ]
+    return "\n".join(lines)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="contextlab sweep",
-        description=(
+        epilog=_sweep_file_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=textwrap.fill(
             "Run every point of a sweep file's [grid] as an independent training run (then its "
             "evaluations), N at a time; finished runs are skipped when started again, failures are "
             "recorded and retried. A sweep folder holds the runs of one configuration: runs trained with "
             "another config are refused (see --overwrite), run folders outside the grid are named and left "
-            "out. Writes OUT/results.csv, then compute_optimal.json and U-curve plots."
+            "out. Writes OUT/results.csv, then compute_optimal.json and U-curve plots.",
+            96,
         ),
     )
     p.add_argument("sweep", help="a sweep TOML file with [sweep], [base] and [grid] tables (see recipes/)")

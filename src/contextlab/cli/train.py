@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 import os
+import textwrap
 
 from contextlab.config import field_help, from_dict, read_toml
 from contextlab.errors import UserError
@@ -19,7 +20,10 @@ def _config_help() -> str:
         cls = section.type if isinstance(section.type, type) else section.default_factory().__class__
         for f in dataclasses.fields(cls):
             default = getattr(cls(), f.name)
-            lines.append(f"  {section.name}.{f.name} = {default!r}\n      {field_help(cls, f.name)}")
+            text = textwrap.fill(
+                field_help(cls, f.name), 96, initial_indent=" " * 6, subsequent_indent=" " * 6
+            )
+            lines.append(f"  {section.name}.{f.name} = {default!r}\n{text}")
     return "\n".join(lines)
 
 
@@ -45,10 +49,11 @@ def cmd_train(argv: list[str]) -> int:
     """Train (or resume) a model: contextlab train CONFIG.toml [--set key=value ...] [--init-from SOURCE]."""
     p = argparse.ArgumentParser(
         prog="contextlab train",
-        description=(
+        description=textwrap.fill(
             "Train a model on a token store with a chosen objective. Running the same command again "
             "resumes from the newest checkpoint in train.out_dir. Scale out with: "
-            "torchrun --nproc_per_node=N -m contextlab train ..."
+            "torchrun --nproc_per_node=N -m contextlab train ...",
+            96,
         ),
         epilog=_config_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,

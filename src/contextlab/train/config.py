@@ -179,7 +179,11 @@ class TrainSection:
 
 @dataclass
 class ObjectiveSection:
-    name: str = opt("clm", "objective: one of contextlab.objectives.OBJECTIVES")
+    name: str = opt(
+        "clm",
+        "objective: clm, mlm, span, prefix_lm, fim, mtp, ul2, contextlm, last_token, queries or recall "
+        "(docs/objectives.md says what each trains)",
+    )
     options: dict = opt({}, "the objective's own options (see its Options)")
 
 
