@@ -189,10 +189,11 @@ def eval_notes(section: SweepSection, runs: list[Run]) -> list[str]:
         )
     skipped = [r for r in runs if section.evals and not r.evals]
     if skipped:
+        names = sorted({r.config["objective"]["name"] for r in skipped})
+        which = f"objective {names[0]} does" if len(names) == 1 else f"objectives {', '.join(names)} do"
         lines.append(
-            f"{len(skipped)} run(s) get no evaluation: {', '.join(r.name for r in skipped)} (objective "
-            f"{', '.join(sorted({r.config['objective']['name'] for r in skipped}))} does not run left to "
-            "right, and every evaluation scores next-token predictions)"
+            f"{len(skipped)} run(s) get no evaluation: {', '.join(r.name for r in skipped)} ({which} not run "
+            "left to right, and every evaluation scores next-token predictions)"
         )
     return lines
 
