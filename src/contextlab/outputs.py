@@ -75,6 +75,22 @@ def refuse_non_folder(out: str | os.PathLike, flag: str = "--out") -> None:
         raise UserError(f"{flag} {out} is {kind}, not a folder; choose another {flag} (it is left as it is)")
 
 
+def refuse_unwritable(out: str | os.PathLike, given: bool, flag: str = "--out") -> None:
+    """One line, before any work, when the output folder cannot be written: the nearest folder at or
+    above it that exists is read-only (a read-only disk, also for root, or a folder without write
+    permission). ``given``: ``out`` came from ``flag``, else it is the default beside the model."""
+    here = Path(out).absolute()
+    while not here.exists() and here != here.parent:
+        here = here.parent
+    if os.access(here, os.W_OK):
+        return
+    where = f"{flag} {out}" if given else f"the results' default folder {out} (beside the model)"
+    raise UserError(
+        f"{where} cannot be written: {here} is read-only for this user or on a read-only disk; "
+        f"give {flag} DIR, a folder you can write"
+    )
+
+
 @dataclass(frozen=True)
 class OutputKind:
     """A kind of folder a command writes and its ``--overwrite`` may replace: ``name`` for messages ("a

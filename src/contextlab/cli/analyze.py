@@ -18,12 +18,15 @@ from contextlab.cli.runtime import check_compute, quiet_transformers
 from contextlab.config import add_dataclass_args, dataclass_from_args
 
 
-def _refuse_out(out: str | None) -> None:
-    """One line, before any model loads, for an --out that is a file or lies in a run's checkpoints."""
-    if out:
-        from contextlab.outputs import refuse_non_folder
+def _refuse_out(out: str | None, model: str) -> None:
+    """One line, before any model loads, for an --out that is a file or lies in a run's checkpoints,
+    and for an output folder (--out, or the default beside the model) that cannot be written."""
+    from contextlab.outputs import refuse_non_folder, refuse_unwritable
+    from contextlab.rundir import eval_dir
 
+    if out:
         refuse_non_folder(out)
+    refuse_unwritable(out or eval_dir(model), given=bool(out))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -129,7 +132,7 @@ def cmd_entropy(argv: list[str]) -> int:
     progress.set_enabled(not args.no_progress)
     if args.no_progress:
         quiet_transformers([args.model])
-    _refuse_out(args.out)
+    _refuse_out(args.out, args.model)
     adapter = load_model(
         args.model, dtype=args.dtype, batch_size=args.batch_size, device=args.device, step=args.step
     )
@@ -237,7 +240,7 @@ def cmd_attention(argv: list[str]) -> int:
     if args.no_progress:
         quiet_transformers([args.model, args.compare])
     common = dict(dtype="fp32", batch_size=args.batch_size, device=args.device)
-    _refuse_out(args.out)
+    _refuse_out(args.out, args.model)
     a = load_model(args.model, step=args.step, **common)
     b = load_model(args.compare, step=args.compare_step, **common) if args.compare else None
     out_dir = Path(args.out) if args.out else eval_dir(args.model)

@@ -195,6 +195,10 @@ def cmd_eval(argv: list[str]) -> int:
 
         refuse_non_folder(args.out)  # before minutes of evaluation, not at the write
     outs = [_default_out(m, args, several) for m in args.model]
+    from contextlab.outputs import refuse_unwritable
+
+    for out_dir in outs:  # a model in a read-only folder: before minutes of loading and evaluating it
+        refuse_unwritable(out_dir, given=bool(args.out))
     if data and (Path(data) / "meta.json").is_file():  # a token store: results inside it would mix with it
         from contextlab.outputs import refuse_overlap
 

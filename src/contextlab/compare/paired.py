@@ -41,6 +41,7 @@ from contextlab.config import opt
 from contextlab.errors import UserError
 from contextlab.eval.results import code_version, jsonable
 from contextlab.io import atomic_write_text
+from contextlab.outputs import refuse_unwritable
 
 FORMAT = "contextlab-compare"
 CELL_PARTS = {
@@ -251,7 +252,9 @@ def compare_runs(
         )
     sides = [(name, side(fa, la, name), side(fb, lb, name)) for name in names]
     notes = {name: check_pairing(name, a, b) for name, a, b in sides}  # refuse before writing anything
+    given = out is not None
     out = Path(out) if out else Path(run_a) / "compare" / lb.replace("/", "_")
+    refuse_unwritable(out, given)  # before any figure is drawn
     return out, [_write(out, name, a, b, options, notes[name]) for name, a, b in sides]
 
 
