@@ -85,10 +85,12 @@ def refuse_unwritable(out: str | os.PathLike, given: bool, flag: str = "--out") 
     if os.access(here, os.W_OK):
         return
     where = f"{flag} {out}" if given else f"the results' default folder {out} (beside the model)"
-    raise UserError(
-        f"{where} cannot be written: {here} is read-only for this user or on a read-only disk; "
-        f"give {flag} DIR, a folder you can write"
-    )
+    try:
+        read_only_fs = bool(os.statvfs(here).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # no statvfs (Windows)
+        read_only_fs = False
+    why = "is on a read-only file system" if read_only_fs else "is not writable for this user"
+    raise UserError(f"{where} cannot be written: {here} {why}; give {flag} DIR, a folder you can write")
 
 
 @dataclass(frozen=True)

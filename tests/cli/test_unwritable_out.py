@@ -34,7 +34,7 @@ def test_the_nearest_existing_folder_decides(tmp_path, read_only):
     refuse_unwritable(tmp_path / "a" / "b", given=True)  # nothing there yet: its parent is writable
     read_only.append(tmp_path)
     with pytest.raises(
-        UserError, match=r"--out .*/a/b cannot be written: .* is read-only .*; give --out DIR"
+        UserError, match=r"--out .*/a/b cannot be written: .* is not writable for this user; give --out DIR"
     ):
         refuse_unwritable(tmp_path / "a" / "b", given=True)
     with pytest.raises(

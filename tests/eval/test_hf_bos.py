@@ -136,11 +136,25 @@ def test_analyze_attention_reads_the_bos_and_reports_its_share(llama_with_bos, t
     assert tokens.shape[1] == doc["results"]["length"] and bos not in tokens  # rows hold text only
 
 
-def test_continuing_such_a_model_says_its_rows_hold_no_bos(llama_with_bos, tmp_path, capsys):
+def test_a_model_continued_from_it_reads_the_bos_in_training_and_after(llama_with_bos, tmp_path, capsys):
+    """Every training row gets the BOS too (the model saw it first in all its pretraining), the checkpoint
+    records it, and the run, its export and plain transformers all read it first."""
+    import transformers
+
     from contextlab.cli import main
+    from contextlab.inference.checkpoint import read_checkpoint
+    from contextlab.models.hf.causal import HFCausalLM
     from tests.conftest import shakespeare
 
-    folder, _ = llama_with_bos
+    folder, bos = llama_with_bos
+    hf = transformers.LlamaForCausalLM.from_pretrained(folder).eval()
+    idx = torch.randint(0, 300, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = hf(input_ids=torch.cat([torch.full((2, 1), bos), idx], dim=1)).logits[:, 1:]
+        got = HFCausalLM(hf, [bos])(idx, return_hidden=True)
+    torch.testing.assert_close(got.logits, want)
+    assert got.hidden.shape[1] == 12 and all(t.shape[1] == 12 for t in got.layers)  # the BOS's cut
+
     (tmp_path / "t.txt").write_text(shakespeare(20_000))
     tok = f"hf:{folder / 'tokenizer.json'}"
     assert (
@@ -152,5 +166,12 @@ def test_continuing_such_a_model_says_its_rows_hold_no_bos(llama_with_bos, tmp_p
     settings += ["train.out_dir=" + str(tmp_path / "run"), "train.dtype=fp32"]
     capsys.readouterr()
     assert main(["train", "--init-from", str(folder), *[a for s in settings for a in ("--set", s)]]) == 0
-    out = capsys.readouterr().out
-    assert "tokenizer puts <s> before every text, and contextlab's training rows hold text only" in out
+    assert "tokenizer puts <s> before every text: every training row gets it too" in capsys.readouterr().out
+    record = read_checkpoint(tmp_path / "run").state["left_to_right"]
+    assert record["prefix_ids"] == [bos] and record["tokenizer_lead"] == 1
+    assert load_model(tmp_path / "run").info.lm_prefix == [bos]
+    assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "hf"), "--no-progress"]) == 0
+    exported = load_model(tmp_path / "hf")
+    assert exported.info.lm_prefix == [bos] and exported.info.objective == "clm"
+    plain = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    assert plain("To be")["input_ids"][0] == bos  # the ecosystem reads it with the BOS, as it trained

@@ -207,13 +207,17 @@ def _open_hf(p: Path, cfg: dict):
     info = _info(model, p, p, tok, cfg)
     info.architecture = str(cfg.get("model_type"))
     provenance = cfg.get("contextlab") or {}  # a model contextlab continued and exported: how it trained
+    lead = tok.leading_special_ids()
     if provenance.get("contextlab_objective"):
         info.step = provenance.get("contextlab_step")
         info.objective = provenance["contextlab_objective"]
         prefix, info.not_lm = left_to_right({"objective": info.objective})
-        info.lm_prefix = prefix or []
+        # continued with its tokenizer's BOS before every row (runs from before that: without)
+        lead = lead if provenance.get("contextlab_lead") == "tokenizer" else []
+        info.lm_prefix = lead + (prefix or [])
+        info.context -= len(lead)
     else:  # a checkpoint trained elsewhere saw its tokenizer's BOS before every text: so does every input
-        info.lm_prefix = tok.leading_special_ids()
+        info.lm_prefix = lead
         info.context -= len(info.lm_prefix)  # its positions, less the ones the BOS takes
         if info.lm_prefix and str(p.resolve()) not in _BOS_NOTED:
             _BOS_NOTED.add(str(p.resolve()))  # once per model in a process (a profile opens it often)

@@ -62,7 +62,10 @@ def _export(ckpt, model, run_or_ckpt: str | Path, out: str | Path, overwrite: bo
 
     state, path = ckpt.state, ckpt.dir
     prefix, why = ckpt.left_to_right()
-    if prefix is None or prefix:
+    lead = int(
+        (state.get("left_to_right") or {}).get("tokenizer_lead", 0)
+    )  # the BOS its tokenizer adds itself
+    if prefix is None or prefix[lead:]:
         raise UserError(
             f"{run_or_ckpt} is not exported: an export is a causal language model, and this run's "
             f"model is not one as it is ({why or 'it runs left to right only after its mode token'})"
@@ -77,6 +80,7 @@ def _export(ckpt, model, run_or_ckpt: str | Path, out: str | Path, overwrite: bo
         "contextlab_objective": state.get("objective"),
         "contextlab_run": str(Path(rundir.run_of(path)).resolve()),  # found from any directory
         "contextlab_run_relative": os.path.relpath(Path(rundir.run_of(path)).resolve(), Path(out).resolve()),
+        **({"contextlab_lead": "tokenizer"} if lead else {}),  # trained with the BOS its tokenizer adds
     }
     if ckpt.arch == HF_ARCH:  # a continued Hugging Face model goes back to its own format
         from contextlab.models.hf.causal import TOKENIZER_FILES, save_hf

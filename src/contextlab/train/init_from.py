@@ -235,7 +235,7 @@ def _load_matching(model: nn.Module, weights: dict) -> tuple[list[str], list[str
 def _from_hf(cfg, objective, store, src: Path, hf_config) -> InitModel:
     from contextlab.models.hf.causal import context_limit, extend_hf_rope, load_for_training, rope_params
 
-    _check_hf_tokenizer(src, store, int(hf_config.vocab_size))
+    lead = _check_hf_tokenizer(src, store, int(hf_config.vocab_size))
     if objective.arch != "gpt":
         raise UserError(
             f"objective {objective.name} trains the {objective.arch} architecture; a Hugging Face model "
@@ -261,7 +261,7 @@ def _from_hf(cfg, objective, store, src: Path, hf_config) -> InitModel:
                 f"{new_context}; lower train.context"
             )
         _note_plain_extrapolation(method, limit, new_context)
-    model = load_for_training(src, hf_config)
+    model = load_for_training(src, hf_config, lead)
     if objective.vocab_size > model.hf.get_input_embeddings().weight.shape[0]:
         model.hf.resize_token_embeddings(objective.vocab_size)  # the objective's special tokens
     meta = {
@@ -273,12 +273,15 @@ def _from_hf(cfg, objective, store, src: Path, hf_config) -> InitModel:
         "original_context": original,
         "context": new_context,
         "rope": rope,
+        "lead": lead,
     }
     return InitModel(model, "hf", meta)
 
 
-def _check_hf_tokenizer(src: Path, store, model_vocab: int) -> None:
-    """The store must be tokenized with the model's tokenizer (checked by hash when the folder has one)."""
+def _check_hf_tokenizer(src: Path, store, model_vocab: int) -> list[int]:
+    """The store must be tokenized with the model's tokenizer (checked by hash when the folder has one).
+    Returns the ids that tokenizer puts before every text (its BOS; [] for none or no tokenizer.json):
+    the model saw them first in pretraining, so every training row gets them too."""
     from contextlab.inference.tokenizer import hf_tokenizer_file
 
     tok_file = hf_tokenizer_file(src)
@@ -292,13 +295,10 @@ def _check_hf_tokenizer(src: Path, store, model_vocab: int) -> None:
                 f"--tokenizer {shlex.quote(f'hf:{tok_file}')}"
             )
         lead = tok.leading_special_ids()
-        if lead:  # evaluations read the source with its BOS; this run trains, and is read, without it
+        if lead:
             names = " ".join(tok.decode([i]) for i in lead)
-            print(
-                f"note: {src}'s tokenizer puts {names} before every text, and contextlab's training rows "
-                f"hold text only: this run continues it without {names}, and evaluations read the run as "
-                f"it trains (without it) but {src} itself with it; compare them knowing that"
-            )
+            print(f"note: {src}'s tokenizer puts {names} before every text: every training row gets it too")
+        return lead
     elif int(store.tokenizer_spec["vocab_size"]) > model_vocab:
         raise UserError(
             f"{store.path} has {store.tokenizer_spec['vocab_size']} token ids but {src} only "
@@ -306,6 +306,7 @@ def _check_hf_tokenizer(src: Path, store, model_vocab: int) -> None:
         )
     else:
         print(f"note: {src} has no tokenizer.json: cannot check that {store.path} uses the model's tokenizer")
+    return []
 
 
 # ---------------------------------------------------------------------------- freezing and bookkeeping

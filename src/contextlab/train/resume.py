@@ -42,12 +42,20 @@ def saved_state(tr) -> dict:
         "data": tr.data_record,
         "model_config": model_config(tr.model),
         "objective": tr.cfg.objective.name,
-        "left_to_right": {"prefix_ids": tr.objective.lm_prefix_ids(), "why": tr.objective.not_lm},
+        "left_to_right": _left_to_right(tr),
         "arch": "hf" if is_hf(tr.model) else tr.objective.arch,
         "init": tr.init.meta if tr.init else None,
         "world_size": tr.info.world_size,
         "code_version": __version__,
     }
+
+
+def _left_to_right(tr) -> dict:
+    """How the trained model runs over plain text: the ids before it (the objective's mode token, after
+    the BOS a continued Hugging Face model reads first, ``tokenizer_lead`` of them), or None and why not."""
+    prefix, lead = tr.objective.lm_prefix_ids(), list(getattr(tr.model, "lead", []))
+    record = {"prefix_ids": None if prefix is None else lead + prefix, "why": tr.objective.not_lm}
+    return {**record, "tokenizer_lead": len(lead)} if lead else record
 
 
 def resume(tr) -> None:

@@ -53,10 +53,12 @@ TOKENIZER_FILES = (
 class HFCausalLM(nn.Module):
     """A transformers causal LM behind the GPT forward signature; see the module docstring."""
 
-    def __init__(self, hf: PreTrainedModel):
+    def __init__(self, hf: PreTrainedModel, lead: list[int] = ()):
         super().__init__()
         self.hf = hf
         self.config = hf.config  # the HF config (checkpoints store its dict)
+        # the ids its tokenizer puts before every text (a BOS): put before every row, cut from every output
+        self.lead = [int(i) for i in lead]
 
     @property
     def blocks(self) -> nn.ModuleList:
@@ -94,20 +96,29 @@ class HFCausalLM(nn.Module):
                 "attention), which Hugging Face models do not take through contextlab; use objective clm "
                 "or fim with data.doc_mask=false"
             )
+        n = len(self.lead)
+        if n and position_ids is not None:
+            raise UserError(
+                "position offsets with a BOS before every row are not supported; use objective clm or fim"
+            )
         if isinstance(position_ids, int):
             position_ids = torch.arange(position_ids, position_ids + idx.size(1), device=idx.device)[None]
+        if n:
+            lead = torch.tensor(self.lead, dtype=idx.dtype, device=idx.device).expand(idx.size(0), -1)
+            idx = torch.cat([lead, idx], dim=1)
         out = self.hf(
             input_ids=idx,
             position_ids=position_ids,
             use_cache=False,
             output_hidden_states=return_hidden is not False,
         )
-        states = out.hidden_states
+        cut = (lambda t: t[:, n:]) if n else (lambda t: t)  # outputs at the row's own positions
+        states = None if out.hidden_states is None else [cut(t) for t in out.hidden_states]
         layers = None
         if return_hidden is not False:
             wanted = range(len(states)) if return_hidden is True else [i % len(states) for i in return_hidden]
             layers = [states[i] for i in wanted]
-        return GPTOutput(out.logits, states[-1] if states is not None else None, layers)  # logits (B, T, V)
+        return GPTOutput(cut(out.logits), states[-1] if states is not None else None, layers)  # (B, T, V)
 
     def num_params(self, non_embedding: bool = True) -> int:
         n = sum(p.numel() for p in self.parameters())
@@ -240,8 +251,9 @@ def extend_hf_rope(
 # ---------------------------------------------------------------------------- load and save
 
 
-def load_for_training(path: str | os.PathLike, config: PretrainedConfig) -> HFCausalLM:
-    """The HF model at ``path`` built with ``config`` (possibly RoPE-extended), fp32, train mode."""
+def load_for_training(path: str | os.PathLike, config: PretrainedConfig, lead: list[int] = ()) -> HFCausalLM:
+    """The HF model at ``path`` built with ``config`` (possibly RoPE-extended), fp32, train mode; ``lead``:
+    the ids its tokenizer puts before every text, which every training row then gets too."""
     try:
         hf = AutoModelForCausalLM.from_pretrained(
             Path(path), config=config, local_files_only=True, dtype=torch.float32
@@ -249,7 +261,7 @@ def load_for_training(path: str | os.PathLike, config: PretrainedConfig) -> HFCa
     except (OSError, ValueError, KeyError) as e:
         raise UserError(load_error(path, e)) from None
     check_left_to_right(hf, path)
-    return HFCausalLM(hf.train())
+    return HFCausalLM(hf.train(), lead)
 
 
 def from_checkpoint(config_dict: dict, weights: dict[str, Tensor]) -> PreTrainedModel:
