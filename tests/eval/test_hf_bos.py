@@ -175,3 +175,43 @@ def test_a_model_continued_from_it_reads_the_bos_in_training_and_after(llama_wit
     assert exported.info.lm_prefix == [bos] and exported.info.objective == "clm"
     plain = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
     assert plain("To be")["input_ids"][0] == bos  # the ecosystem reads it with the BOS, as it trained
+
+
+def test_a_resumed_run_goes_on_as_it_began(llama_with_bos, tmp_path, capsys):
+    """With the BOS when it began with it; without when it began before contextlab put it first (its
+    checkpoints record none), so no run mixes the two."""
+    from contextlab.cli import main
+    from contextlab.inference.checkpoint import read_checkpoint
+    from tests.conftest import shakespeare
+
+    folder, bos = llama_with_bos
+    (tmp_path / "t.txt").write_text(shakespeare(20_000))
+    tok = f"hf:{folder / 'tokenizer.json'}"
+    assert (
+        main(["data", "ingest", str(tmp_path / "t.txt"), "--tokenizer", tok, "--out", str(tmp_path / "s")])
+        == 0
+    )
+
+    def train(run, steps):
+        settings = ["data.store=" + str(tmp_path / "s"), "data.val_split=tail", "train.context=32"]
+        settings += [
+            "train.rows_per_step=2",
+            f"train.max_steps={steps}",
+            "train.val_rows=2",
+            "train.progress=false",
+        ]
+        settings += ["train.out_dir=" + str(run), "train.dtype=fp32", "train.ckpt_every=1"]
+        assert main(["train", "--init-from", str(folder), *[a for s in settings for a in ("--set", s)]]) == 0
+        return read_checkpoint(run).state["left_to_right"]
+
+    assert train(tmp_path / "new", 1)["prefix_ids"] == [bos]
+    assert train(tmp_path / "new", 2)["prefix_ids"] == [bos]  # resumed: still with it
+    train(tmp_path / "old", 1)
+    state_file = tmp_path / "old" / "checkpoints" / "step_000001" / "state.json"
+    state = json.loads(state_file.read_text())
+    state["left_to_right"] = {"prefix_ids": [], "why": ""}  # as a run begun before the BOS was put first
+    state_file.write_text(json.dumps(state))
+    capsys.readouterr()
+    record = train(tmp_path / "old", 2)
+    assert record == {"prefix_ids": [], "why": ""}
+    assert "began without its tokenizer's BOS before every row; it goes on so" in capsys.readouterr().out

@@ -58,6 +58,19 @@ def _left_to_right(tr) -> dict:
     return {**record, "tokenizer_lead": len(lead)} if lead else record
 
 
+def _keep_lead(tr, record: dict) -> None:
+    """A continued Hugging Face model goes on reading its rows as it began: with the BOS its checkpoints
+    record, or without one (a run begun before contextlab put the tokenizer's BOS first)."""
+    if not hasattr(tr.model, "lead"):
+        return
+    n = int(record.get("tokenizer_lead", 0))
+    recorded = [int(i) for i in (record.get("prefix_ids") or [])[:n]]
+    if recorded != tr.model.lead:
+        if tr.info.is_main and not recorded:
+            print(f"note: {tr.run_dir} began without its tokenizer's BOS before every row; it goes on so")
+        tr.model.lead = recorded
+
+
 def resume(tr) -> None:
     """Continue ``tr`` (the ``Trainer``, built but not started) from its run directory's newest
     checkpoint, or start the run afresh."""
@@ -87,6 +100,7 @@ def resume(tr) -> None:
     tr.loader.load_state_dict(state["loader"])
     tr._next = None
     ckpt.restore_rng(rng)
+    _keep_lead(tr, state.get("left_to_right") or {})
     tr.state = {k: state[k] for k in COUNTERS}
     tr.state["schedule_changes"] = state.get("schedule_changes", [])
     _note_new_schedule(tr, state.get("total_steps"), state["step"], latest.name)
