@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from contextlab.errors import UserError
+from contextlab.eval.backends.base import with_lead
 
 CHECK_TOL = 1e-4  # largest rms(eager - default) / rms(default) of the last hidden states, fp32 weights
 CHECK_TOL_LOW = 5e-2  # the same for weights in bf16 or fp16
@@ -128,10 +129,7 @@ class HFAttentionProbe:
         return hook
 
     def _states(self, idx: Tensor) -> Tensor:
-        if self.lead:
-            lead = torch.tensor(self.lead, dtype=idx.dtype, device=idx.device).expand(idx.size(0), -1)
-            idx = torch.cat([lead, idx], dim=1)
-        out = self.model.base_model(input_ids=idx)
+        out = self.model.base_model(input_ids=with_lead(idx, self.lead))
         return (out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]).float()
 
     def run(self, idx: Tensor) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from contextlab.eval.backends.base import Autocast, chunked_logprobs, logprob_chunk
+from contextlab.eval.backends.base import Autocast, chunked_logprobs, logprob_chunk, with_lead, without_lead
 
 
 class ContextlabBackend:
@@ -26,15 +26,10 @@ class ContextlabBackend:
         self.lead = list(lm_prefix)
 
     def _in(self, idx: Tensor) -> Tensor:
-        """``idx`` after the model's left-to-right prefix tokens."""
-        if not self.lead:
-            return idx
-        lead = torch.tensor(self.lead, dtype=idx.dtype, device=idx.device).expand(idx.size(0), -1)
-        return torch.cat([lead, idx], dim=1)
+        return with_lead(idx, self.lead)
 
     def _out(self, t: Tensor) -> Tensor:
-        """An output over ``_in(idx)`` cut back to the positions of ``idx``."""
-        return t[:, len(self.lead) :] if self.lead else t
+        return without_lead(t, self.lead)
 
     @property
     def vocab_size(self) -> int:

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from contextlab.errors import UserError
-from contextlab.eval.backends.base import Autocast, chunked_logprobs, logprob_chunk
+from contextlab.eval.backends.base import Autocast, chunked_logprobs, logprob_chunk, with_lead, without_lead
 
 
 def cache_name() -> str:
@@ -44,15 +44,10 @@ class HFBackend:
         self._plain_head: bool | None = None  # logits = output layer(base's last state)? (checked once)
 
     def _in(self, idx: Tensor) -> Tensor:
-        """``idx`` (B, T) after the lead tokens."""
-        if not self.lead:
-            return idx
-        lead = torch.tensor(self.lead, dtype=idx.dtype, device=idx.device).expand(idx.size(0), -1)
-        return torch.cat([lead, idx], dim=1)
+        return with_lead(idx, self.lead)
 
     def _out(self, t: Tensor) -> Tensor:
-        """An output over ``_in(idx)`` (B, T + lead, ...) cut back to the positions of ``idx``."""
-        return t[:, len(self.lead) :] if self.lead else t
+        return without_lead(t, self.lead)
 
     @property
     def vocab_size(self) -> int:
