@@ -249,6 +249,11 @@ def test_parquet_file_and_folder(tmp_path: Path):
     assert src.stats.skipped_empty == 1
     with pytest.raises(UserError, match=r"has no column 'text' \(columns: body\); pass --text-field NAME"):
         list(open_source(folder))
+    pq.write_table(pa.table({"n": [1], "body": ["c0"], "title": ["t"]}), tmp_path / "mixed.parquet")
+    with pytest.raises(
+        UserError, match=r"\(columns: n, body, title; body, title hold text\); pass --text-field"
+    ):
+        list(open_source(tmp_path / "mixed.parquet"))
 
 
 def test_parquet_domain_and_path_columns_must_hold_strings(tmp_path: Path):

@@ -99,3 +99,16 @@ def test_an_only_that_selects_nothing_is_refused_before_anything_is_written(tmp_
     with pytest.raises(UserError, match=re.escape(said)):
         run_sweep(f, only=only, progress=False)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_dry_run_lists_the_slice_only_selects(tmp_path, store, capsys):  # noqa: F811
+    from contextlab.cli import main
+
+    f = _objectives(tmp_path, store, "[]")
+    assert main(["sweep", str(f), "--dry-run", "--only", "span"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "pending  name-span" and out[1].endswith(
+        "runs in " + str(tmp_path / "out") + " (--only 'span' of the grid's 2)"
+    )
+    assert main(["sweep", str(f), "--dry-run", "--only", "nothing"]) == 2
+    assert not (tmp_path / "out").exists()

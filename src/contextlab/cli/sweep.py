@@ -17,7 +17,7 @@ def cmd_sweep(argv: list[str]) -> int:
 
     args = _parser().parse_args(argv)
     if args.dry_run:
-        return _dry_run(*load_sweep(args.sweep, args.set), args.overwrite)
+        return _dry_run(*load_sweep(args.sweep, args.set), args.overwrite, args.only)
     on_ray = _ray_runs(args)
     results = run_sweep(
         args.sweep,
@@ -37,21 +37,29 @@ def cmd_sweep(argv: list[str]) -> int:
     return _failed_runs(runs, args.only)
 
 
-def _dry_run(section, runs, overwrite: bool) -> int:
+def _dry_run(section, runs, overwrite: bool, only: str | None = None) -> int:
     """List every run of the grid with its status (stale: trained with another config), the run folders
     the grid leaves out, and what the sweep would do with stale runs; run nothing."""
     from contextlab.sweep import folder
     from contextlab.sweep.results import status
     from contextlab.sweep.spec import eval_notes
 
+    grid = runs
+    if only:  # the slice this command would run, checked as the sweep checks it
+        import re
+
+        from contextlab.sweep.runner import _check_only
+
+        _check_only(only, grid)
+        runs = [r for r in grid if re.search(only, r.name)]
     out = Path(section.out_dir)
     stale = folder.stale_runs(runs)
     for run in runs:
         print(f"{'stale' if run.name in stale else status(run)['status']:<8} {run.name}")
-    print(f"{len(runs)} runs in {out}")
+    print(f"{len(runs)} runs in {out}" + (f" (--only {only!r} of the grid's {len(grid)})" if only else ""))
     for line in eval_notes(section, runs):
         print(f"note: {line}")
-    left_out = folder.left_out_line(out, runs)
+    left_out = folder.left_out_line(out, grid)
     if left_out:
         print(left_out)
     if stale:

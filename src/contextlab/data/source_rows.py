@@ -159,9 +159,12 @@ def _check_schema(src: Source):
     def check(path: Path, schema: Any) -> None:
         for col, flag in named_fields(src.options):
             if col not in schema.names:
-                raise UserError(
-                    f"{path} has no column {col!r} (columns: {', '.join(schema.names)}); pass {flag} NAME"
-                )
+                strings = [f.name for f in schema if is_text(f.type)]
+                named = flag == "--text-field" and strings and strings != list(schema.names)
+                holds = f"{', '.join(strings)} {'hold' if len(strings) > 1 else 'holds'} text"
+                hint = f"; {holds}" if named else ""  # which of them could be the text
+                columns = ", ".join(schema.names)
+                raise UserError(f"{path} has no column {col!r} (columns: {columns}{hint}); pass {flag} NAME")
             kind = schema.field(col).type
             if flag == "--text-field" and not is_text(kind):
                 raise UserError(f"column {col!r} of {path} holds {kind}, not text; pass --text-field NAME")
