@@ -154,6 +154,11 @@ def test_a_model_continued_from_it_reads_the_bos_in_training_and_after(llama_wit
         got = HFCausalLM(hf, [bos])(idx, return_hidden=True)
     torch.testing.assert_close(got.logits, want)
     assert got.hidden.shape[1] == 12 and all(t.shape[1] == 12 for t in got.layers)  # the BOS's cut
+    plain = HFCausalLM(hf).flops_per_token(256)  # a row of 256 tokens runs 257 positions with the BOS
+    assert HFCausalLM(hf, [bos]).flops_per_token(256) == pytest.approx(
+        HFCausalLM(hf).flops_per_token(257) * 257 / 256
+    )
+    assert plain < HFCausalLM(hf, [bos]).flops_per_token(256) < plain * 1.01
 
     (tmp_path / "t.txt").write_text(shakespeare(20_000))
     tok = f"hf:{folder / 'tokenizer.json'}"

@@ -133,13 +133,16 @@ class HFCausalLM(nn.Module):
     def flops_per_token(self, context: int) -> float:
         """Training FLOPs per token: 6 (non-embedding params + output layer) + 12 n_layer width T.
 
-        The same count as ``contextlab.models.flops``.
+        The same count as ``contextlab.models.flops``; a row with a BOS before it runs T + 1 positions
+        for its T tokens, so that position is counted too.
         """
         c = self.config
         width = int(getattr(c, "hidden_size", 0) or getattr(c, "n_embd", 0))
         n_layer = int(getattr(c, "num_hidden_layers", 0) or getattr(c, "n_layer", 0))
         vocab = int(self.hf.get_input_embeddings().weight.shape[0])
-        return 6.0 * (self.num_params(True) + width * vocab) + 12.0 * n_layer * width * context
+        T = context + len(self.lead)
+        per_position = 6.0 * (self.num_params(True) + width * vocab) + 12.0 * n_layer * width * T
+        return per_position * T / context
 
     def describe(self) -> str:
         return (
