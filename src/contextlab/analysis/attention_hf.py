@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from contextlab.errors import UserError
-from contextlab.eval.backends.base import with_lead
+from contextlab.models.special_tokens import with_lead
 
 CHECK_TOL = 1e-4  # largest rms(eager - default) / rms(default) of the last hidden states, fp32 weights
 CHECK_TOL_LOW = 5e-2  # the same for weights in bf16 or fp16

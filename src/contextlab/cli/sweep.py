@@ -42,16 +42,10 @@ def _dry_run(section, runs, overwrite: bool, only: str | None = None) -> int:
     the grid leaves out, and what the sweep would do with stale runs; run nothing."""
     from contextlab.sweep import folder
     from contextlab.sweep.results import status
+    from contextlab.sweep.runner import select_runs
     from contextlab.sweep.spec import eval_notes
 
-    grid = runs
-    if only:  # the slice this command would run, checked as the sweep checks it
-        import re
-
-        from contextlab.sweep.runner import _check_only
-
-        _check_only(only, grid)
-        runs = [r for r in grid if re.search(only, r.name)]
+    grid, runs = runs, select_runs(only, runs)  # the slice this command would run, checked as the sweep does
     out = Path(section.out_dir)
     stale = folder.stale_runs(runs)
     for run in runs:

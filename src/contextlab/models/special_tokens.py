@@ -13,6 +13,10 @@ checkpoint, so runs written before this module exist keep working.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch only where the lead is put on a tensor
+    from torch import Tensor
 
 FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE = "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"
 FIM_SENTINELS = (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)  # the FIM objective's special tokens, in order
@@ -30,3 +34,21 @@ def bind_special_tokens(spec: dict, names: Sequence[str]) -> tuple[dict[str, int
             ids[name] = nxt
             nxt += 1
     return ids, nxt
+
+
+# ------------------------------------------------------------ tokens before every row
+
+
+def with_lead(idx: Tensor, lead: list[int]) -> Tensor:
+    """``idx`` (B, T) with the ``lead`` ids (a BOS, a mode token) put before every row; ``idx`` for none."""
+    if not lead:
+        return idx
+    import torch
+
+    ids = torch.tensor(lead, dtype=idx.dtype, device=idx.device).expand(idx.size(0), -1)
+    return torch.cat([ids, idx], dim=1)
+
+
+def without_lead(t: Tensor, lead: list[int]) -> Tensor:
+    """An output over ``with_lead(idx, lead)`` (B, T + len(lead), ...) cut back to ``idx``'s positions."""
+    return t[:, len(lead) :] if lead else t

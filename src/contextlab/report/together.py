@@ -44,7 +44,8 @@ def together_section(runs: list[Path], names: dict[Path, str], contextwise: bool
     ``contextwise`` False: the page already draws their contextwise curves together (a quickstart)."""
     if len(runs) < 2:
         return ""
-    parts = _validation(runs, names) + (_contextwise(runs, names) if contextwise else [])
+    configs = {run: _config(run) for run in runs}  # each run's config.toml, read once
+    parts = _validation(runs, names, configs) + (_contextwise(runs, names) if contextwise else [])
     return "<h2>Runs together</h2>\n" + "\n".join(parts) if parts else ""
 
 
@@ -93,7 +94,7 @@ def _flops_per_token(run: Path) -> float | None:
     return flops / tokens if flops > 0 and tokens > 0 else None
 
 
-def _validation(runs: list[Path], names: dict[Path, str]) -> list[str]:
+def _validation(runs: list[Path], names: dict[Path, str], configs: dict[Path, dict]) -> list[str]:
     from contextlab.figures import png_bytes
     from contextlab.report.plots import curves_figure
 
@@ -101,14 +102,14 @@ def _validation(runs: list[Path], names: dict[Path, str]) -> list[str]:
     for run in runs:
         rows = rundir.read_metrics(run)
         lm = [(r.get("tokens", r["step"]), r["val_lm_loss"]) for r in rows if "val_lm_loss" in r]
-        objective = _config(run).get("objective", {}).get("name", "clm")
+        objective = configs[run].get("objective", {}).get("name", "clm")
         own = [(r.get("tokens", r["step"]), r["val_loss"]) for r in rows if "val_loss" in r]
         if lm or (own and objective == "clm"):
             curves[run] = lm or own
         elif own:
             left_out.append(f"{names[run]} ({objective})")
     parts = []
-    groups = [g for g in _groups({r: _rows_key(_config(r)) for r in curves}) if len(g) > 1]
+    groups = [g for g in _groups({r: _rows_key(configs[r]) for r in curves}) if len(g) > 1]
     for group in groups[:MAX_GROUPS]:
         per_token = {r: _flops_per_token(r) for r in group}
         known = [v for v in per_token.values() if v]

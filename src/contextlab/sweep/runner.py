@@ -157,37 +157,39 @@ def run_sweep(
     in fresh folders (``folder``)."""
     from contextlab.data.store import output_lock
 
-    section, runs = load_sweep(path, overrides)
-    _check_only(only, runs)
+    section, grid = load_sweep(path, overrides)
+    runs = select_runs(only, grid)
     with output_lock(section.out_dir, "sweep folder"):
-        return _run_sweep(path, overrides, section, runs, only, progress, ray, overwrite)
+        return _run_sweep(path, overrides, section, grid, runs, progress, ray, overwrite)
 
 
-def _check_only(only: str | None, grid: list[Run]) -> None:
-    """--only is a regular expression that selects at least one run (a typo ran nothing and looked
-    like a finished slice)."""
+def select_runs(only: str | None, grid: list[Run]) -> list[Run]:
+    """The runs of ``grid`` whose name ``only`` (a regular expression) matches, every one without it;
+    one line when it is no regular expression or selects none (a typo ran nothing and looked like a
+    finished slice)."""
     if not only:
-        return
+        return grid
     try:
         pattern = re.compile(only)
     except re.error as exc:
         raise UserError(
             f"--only {only!r} is not a regular expression ({exc}); e.g. --only 'context-64'"
         ) from None
-    if not any(pattern.search(r.name) for r in grid):
+    runs = [r for r in grid if pattern.search(r.name)]
+    if not runs:
         names = ", ".join(r.name for r in grid[:6]) + (", ..." if len(grid) > 6 else "")
         raise UserError(f"--only {only!r} matches no run of the grid ({len(grid)} runs: {names})")
+    return runs
 
 
 def _run_sweep(
-    path, overrides, section: SweepSection, runs: list[Run], only, progress: bool, ray, overwrite
+    path, overrides, section: SweepSection, grid: list[Run], runs: list[Run], progress: bool, ray, overwrite
 ) -> Path:
+    """``runs`` (the --only slice) of ``grid``; results.csv lists every run of the grid, finished in
+    this command or an earlier one."""
     from contextlab import bars
 
     out = Path(section.out_dir)
-    grid = runs  # results.csv lists every run of the grid, finished in this command or an earlier one
-    if only:
-        runs = [r for r in runs if re.search(only, r.name)]
     replace = folder.prepare(out, grid, runs, folder.sweep_text(path, overrides), overwrite)  # may refuse
     write_results(section, grid)  # the grid of this sweep file from the start (pending, stale, done)
     for line in eval_notes(section, runs):
@@ -226,7 +228,7 @@ class Sweep:
     replace: set[str] = field(default_factory=set)  # stale runs whose folder is replaced as they start
     total: int = 0  # runs this command starts
     started: int = 0
-    active: dict[str, float] = field(default_factory=dict)  # run name -> when it started (or was queued)
+    active: dict[str, tuple[Run, float]] = field(default_factory=dict)  # name -> (run, started or queued)
     said: float = field(default_factory=time.time)  # when the last progress line was printed
 
     def start(self, run: Run, how: str = "started") -> None:
@@ -240,7 +242,7 @@ class Sweep:
         running = {"status": "running", "pid": os.getpid(), "host": socket.gethostname()}
         atomic_write_json(run.dir / "sweep_status.json", running)
         self.started += 1
-        self.active[run.name] = time.time()
+        self.active[run.name] = (run, time.time())
         _say(f"{how} {run.name} ({self.started}/{self.total or self.started})", self.bar)
 
     def tick(self, now: float | None = None) -> None:
@@ -251,8 +253,7 @@ class Sweep:
         if now - self.said < (2.0 if live else PROGRESS_EVERY):
             return
         self.said = now
-        runs = {r.name: r for r in self.runs}
-        parts = [p for name, t0 in self.active.items() if (p := _progress(runs[name], t0)) is not None]
+        parts = [p for run, t0 in self.active.values() if (p := _progress(run, t0)) is not None]
         if live:
             self.bar.set_postfix_str(" · ".join(parts), refresh=True)
         elif parts:

@@ -174,15 +174,12 @@ def _run_evals(section: SweepSection, run_cfg, path) -> list[tuple[str, list[str
 
 
 def eval_notes(section: SweepSection, runs: list[Run]) -> list[str]:
-    """What the sweep chose for its evaluations that the file does not say, one line each."""
+    """What the sweep chose for its evaluations that the file does not say (``_run_evals``' choices,
+    read off the runs' plans), one line each."""
     lines = []
-    split = [
-        n
-        for n in section.evals
-        if n in SPLIT_RUN_EVALS and not _given(section.eval_args.get(n, []), "--data")
-    ]
-    split = [n for n in split if not _given(section.eval_args.get(n, []), "--split")]
-    if split and any(r.evals for r in runs):
+    planned = next((r.evals for r in runs if r.evals), [])
+    split = [n for n, args in planned if args != [str(a) for a in section.eval_args.get(n, [])]]
+    if split:
         lines.append(
             f"eval {', '.join(split)}: no --data in [sweep] eval_args, so each run is scored on what it held "
             "out (--split run: its data.val_store, or the documents or tails it held out of its store)"

@@ -23,19 +23,6 @@ LOGPROB_CHUNK = 4096  # most rows (tokens) per fp32 log-softmax chunk: bounds me
 CHUNK_ELEMENTS = 1 << 21  # logits per chunk: 8 MB of fp32, so the chunk stays in cache while it is reduced
 
 
-def with_lead(idx: Tensor, lead: list[int]) -> Tensor:
-    """``idx`` (B, T) with the ``lead`` ids (a BOS, a mode token) put before every row; ``idx`` for none."""
-    if not lead:
-        return idx
-    ids = torch.tensor(lead, dtype=idx.dtype, device=idx.device).expand(idx.size(0), -1)
-    return torch.cat([ids, idx], dim=1)
-
-
-def without_lead(t: Tensor, lead: list[int]) -> Tensor:
-    """An output over ``with_lead(idx, lead)`` (B, T + len(lead), ...) cut back to ``idx``'s positions."""
-    return t[:, len(lead) :] if lead else t
-
-
 def logprob_chunk(vocab_size: int) -> int:
     """Rows per chunk for a vocabulary: about CHUNK_ELEMENTS logits (cache-sized: measured 0.73x ->
     1.02x a raw forward at V = 4096 going from 4096 to 512 rows), at least 128 rows so the output

@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from contextlab.eval.backends.base import Autocast, chunked_logprobs, logprob_chunk, with_lead, without_lead
+from contextlab.eval.backends.base import Autocast, chunked_logprobs, logprob_chunk
+from contextlab.models.special_tokens import with_lead, without_lead
 
 
 class ContextlabBackend:

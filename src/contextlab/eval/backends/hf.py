@@ -23,7 +23,8 @@ import torch
 from torch import Tensor
 
 from contextlab.errors import UserError
-from contextlab.eval.backends.base import Autocast, chunked_logprobs, logprob_chunk, with_lead, without_lead
+from contextlab.eval.backends.base import Autocast, chunked_logprobs, logprob_chunk
+from contextlab.models.special_tokens import with_lead, without_lead
 
 
 def cache_name() -> str:

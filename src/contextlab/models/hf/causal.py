@@ -36,6 +36,7 @@ from contextlab.models.gpt import GPTOutput
 from contextlab.models.hf.checks import check_left_to_right, load_error
 from contextlab.models.hf.custom_code import EXPORT
 from contextlab.models.rope import ntk_base
+from contextlab.models.special_tokens import with_lead, without_lead
 from contextlab.outputs import staged_dir
 
 LIMIT_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length")
@@ -96,29 +97,28 @@ class HFCausalLM(nn.Module):
                 "attention), which Hugging Face models do not take through contextlab; use objective clm "
                 "or fim with data.doc_mask=false"
             )
-        n = len(self.lead)
-        if n and position_ids is not None:
+        if self.lead and position_ids is not None:
             raise UserError(
                 "position offsets with a BOS before every row are not supported; use objective clm or fim"
             )
         if isinstance(position_ids, int):
             position_ids = torch.arange(position_ids, position_ids + idx.size(1), device=idx.device)[None]
-        if n:
-            lead = torch.tensor(self.lead, dtype=idx.dtype, device=idx.device).expand(idx.size(0), -1)
-            idx = torch.cat([lead, idx], dim=1)
         out = self.hf(
-            input_ids=idx,
+            input_ids=with_lead(idx, self.lead),
             position_ids=position_ids,
             use_cache=False,
             output_hidden_states=return_hidden is not False,
         )
-        cut = (lambda t: t[:, n:]) if n else (lambda t: t)  # outputs at the row's own positions
-        states = None if out.hidden_states is None else [cut(t) for t in out.hidden_states]
+        states = (
+            None if out.hidden_states is None else [without_lead(t, self.lead) for t in out.hidden_states]
+        )
         layers = None
         if return_hidden is not False:
             wanted = range(len(states)) if return_hidden is True else [i % len(states) for i in return_hidden]
             layers = [states[i] for i in wanted]
-        return GPTOutput(cut(out.logits), states[-1] if states is not None else None, layers)  # (B, T, V)
+        return GPTOutput(
+            without_lead(out.logits, self.lead), states[-1] if states is not None else None, layers
+        )  # (B, T, V)
 
     def num_params(self, non_embedding: bool = True) -> int:
         n = sum(p.numel() for p in self.parameters())
