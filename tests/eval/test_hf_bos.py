@@ -174,7 +174,9 @@ def test_a_model_continued_from_it_reads_the_bos_in_training_and_after(llama_wit
     assert "tokenizer puts <s> before every text: every training row gets it too" in capsys.readouterr().out
     record = read_checkpoint(tmp_path / "run").state["left_to_right"]
     assert record["prefix_ids"] == [bos] and record["tokenizer_lead"] == 1
-    assert load_model(tmp_path / "run").info.lm_prefix == [bos]
+    run = load_model(tmp_path / "run")
+    assert run.info.lm_prefix == [bos]
+    assert run.info.context == 32  # trained at 32: the best-context window and 'beyond' are about that
     assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "hf"), "--no-progress"]) == 0
     exported = load_model(tmp_path / "hf")
     assert exported.info.lm_prefix == [bos] and exported.info.objective == "clm"

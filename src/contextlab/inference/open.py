@@ -94,6 +94,9 @@ def _open_checkpoint(ckpt: Checkpoint, path: Path):
     info.step = ckpt.step
     prefix, info.not_lm = ckpt.left_to_right()
     info.objective, info.lm_prefix = ckpt.objective, prefix or []
+    trained = (ckpt.state.get("init") or {}).get("context")
+    if info.kind == "hf" and trained and _rotary(model):  # a continued RoPE model: the context it trained
+        info.context = int(trained)  # at (its position limit bounds absolute positions only)
     return model, tok, info
 
 
@@ -232,6 +235,13 @@ def _open_hf(p: Path, cfg: dict):
 
 
 _BOS_NOTED: set[str] = set()
+
+
+def _rotary(model) -> bool:
+    """Whether a transformers model has rotary positions (its config names a RoPE)."""
+    from contextlab.models.hf.causal import rope_params
+
+    return rope_params(model.config) is not None
 
 
 def _has_rope(cfg: dict) -> bool:
