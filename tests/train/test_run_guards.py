@@ -240,8 +240,62 @@ def test_a_full_disk_while_logging_names_the_last_checkpoint(store, tmp_path, mo
         real(self, row, bar)
 
     monkeypatch.setattr(MetricsWriter, "write", write)
-    with pytest.raises(UserError, match="disk is full.*step_000004"):
+    with pytest.raises(UserError, match="disk is full.*resumes from the last good checkpoint.*step_000004"):
         train(config(store, run, max_steps=8))
+
+
+def test_a_full_disk_before_any_checkpoint_says_the_rerun_starts_over(store, tmp_path, monkeypatch):
+    """Not "to resume": with no checkpoint written the same command starts over from step 0 (it
+    used to promise a resume it could not give), for the disk filling in a log write and in the
+    first checkpoint write alike."""
+    run = tmp_path / "run"
+    real = MetricsWriter.write
+
+    def write(self, row, bar):
+        if row["step"] == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(self, row, bar)
+
+    monkeypatch.setattr(MetricsWriter, "write", write)
+    with pytest.raises(UserError, match="disk is full") as e:
+        train(config(store, run, max_steps=8))
+    assert "no checkpoint yet, so it starts over from step 0" in str(e.value)
+    assert "resume" not in str(e.value)
+    monkeypatch.setattr(MetricsWriter, "write", real)
+
+    def disk_full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ckpt, "save_file", disk_full)
+    with pytest.raises(UserError, match="could not write checkpoint") as e:
+        train(config(store, run, max_steps=4))
+    assert "no earlier checkpoint exists" in str(e.value) and "starts over from step 0" in str(e.value)
+    assert "resume" not in str(e.value)
+
+
+@pytest.mark.parametrize("at", [2, 6])
+def test_ctrl_c_says_whether_the_rerun_resumes_or_starts_over(store, tmp_path, monkeypatch, capsys, at):
+    from contextlab.cli import _run
+
+    run = tmp_path / "run"
+    real = MetricsWriter.write
+
+    def write(self, row, bar):
+        if row["step"] == at:
+            raise KeyboardInterrupt
+        real(self, row, bar)
+
+    monkeypatch.setattr(MetricsWriter, "write", write)
+    assert _run(lambda argv: train(config(store, run, max_steps=8)), "train", []) == 130
+    err = capsys.readouterr().err.strip()
+    if at == 2:  # before the first checkpoint (step 4)
+        assert err == (
+            "contextlab train: interrupted; run the same command again: the run has no checkpoint yet, "
+            "so it starts over from step 0"
+        )
+    else:
+        assert err.startswith("contextlab train: interrupted; run the same command again: it resumes from ")
+        assert err.endswith("step_000004")
 
 
 # ---------------------------------------------------------------------------- 4. two writers

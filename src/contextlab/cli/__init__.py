@@ -214,8 +214,9 @@ def _run(fn: Command, name: str, argv: list[str]) -> int:
     except UserError as exc:
         print(f"contextlab {name}: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"\ncontextlab {name}: interrupted; run the same command again to resume", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # a run knows whether it has a checkpoint to resume from
+        again = f": {exc.rerun}" if hasattr(exc, "rerun") else " to resume"
+        print(f"\ncontextlab {name}: interrupted; run the same command again{again}", file=sys.stderr)
         return 130
     except Exception as exc:  # a file-system error from any layer (OSError, or a library's own type)
         line = disk_error_line(exc) or memory_error_line(exc, name)

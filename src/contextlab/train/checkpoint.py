@@ -99,11 +99,13 @@ def save_checkpoint(
             shutil.rmtree(tmp, ignore_errors=True)
             prev = latest_checkpoint(run_dir)
             kept = (
-                f"the previous checkpoint {prev.name} is intact" if prev else "no earlier checkpoint exists"
+                f"the previous checkpoint {prev.name} is intact; fix it and run the same command again to "
+                "resume from it"
+                if prev
+                else "no earlier checkpoint exists; fix it and run the same command again: it starts over "
+                "from step 0"
             )
-            raise UserError(
-                f"could not write checkpoint {final} ({_why(exc)}); {kept}; fix it and run again to resume"
-            ) from None
+            raise UserError(f"could not write checkpoint {final} ({_why(exc)}); {kept}") from None
         for old_step, old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
             if old_step not in pinned and not _kept_for_user(old, keep_last):
                 shutil.rmtree(old, ignore_errors=True)

@@ -58,12 +58,15 @@ def guard_run(run_dir: Path, info: D.DistInfo) -> Iterator[None]:
             raise UserError(f"rank 0 refused to start the run in {run_dir}; see its message")
         try:
             yield
+        except KeyboardInterrupt as exc:  # the command line's "interrupted" line says where a rerun goes on
+            exc.rerun = rerun_goes_on(run_dir)  # type: ignore[attr-defined]
+            raise
         except OSError as exc:
             if exc.errno not in FULL_DISK:
                 raise
             raise UserError(
-                f"the disk is full ({exc.filename or run_dir}); {last_good(run_dir)}; free some space and "
-                f"run the same command again to resume"
+                f"the disk is full ({exc.filename or run_dir}); free some space and run the same command "
+                f"again: {rerun_goes_on(run_dir)}"
             ) from None
 
 
@@ -71,6 +74,17 @@ def last_good(run_dir: Path) -> str:
     """Which checkpoint a run can go back to, as a clause of a message."""
     latest = latest_checkpoint(run_dir)
     return f"the last good checkpoint is {latest}" if latest else "the run has no checkpoint yet"
+
+
+def rerun_goes_on(run_dir: Path) -> str:
+    """Where the same command goes on from, as a clause of a message: a run with no checkpoint yet
+    starts over (it is never told to "resume" from nothing)."""
+    latest = latest_checkpoint(run_dir)
+    return (
+        f"it resumes from the last good checkpoint, {latest}"
+        if latest
+        else "the run has no checkpoint yet, so it starts over from step 0"
+    )
 
 
 def start_fresh(run_dir: Path, cfg: RunConfig, is_main: bool) -> None:
