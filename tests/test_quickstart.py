@@ -309,16 +309,16 @@ def test_a_folder_the_defaults_select_nothing_of_is_read_whole_with_one_file_in_
     assert len(lines) == 2 and lines[1].startswith(
         f"corpus.heldout: no test/**/*.py in {folder}, so 2 of its 25"
     )
-    held = [rel for rel, _ in open_source(folder, SourceOptions(include=c.heldout))._files()[0]]
+    held = [rel for rel, _ in open_source(folder, SourceOptions(include=c.heldout)).files()[0]]
     trained = [
         rel
         for rel, _ in open_source(
             folder, SourceOptions(include=c.code_include, exclude=c.heldout + c.exclude)
-        )._files()[0]
+        ).files()[0]
     ]
     assert held == ["a09 [draft]?.txt", "a18.txt"] and sorted(trained + held) == sorted(names)
     write_tree(folder, {"sub/a18.txt": "same name, deeper"})  # held out by its path, not its name
-    assert [rel for rel, _ in open_source(folder, SourceOptions(include=c.heldout))._files()[0]] == held
+    assert [rel for rel, _ in open_source(folder, SourceOptions(include=c.heldout)).files()[0]] == held
     given = CorpusSection(source=str(folder), heldout=["a2*.txt"])
     fit_corpus(given)
     assert given.heldout == ["a2*.txt"] and given.code_include == ["**/*"]

@@ -60,7 +60,7 @@ class PartSource(Source):
         super().__init__(given, options)
         self._part_files = files
 
-    def _files(self):
+    def files(self):
         return list(self._part_files), []  # the walk's skipped entries belong to the whole source
 
     def __iter__(self):
@@ -73,7 +73,7 @@ class PartSource(Source):
 
 def split_files(src: Source, n_parts: int) -> list[list[tuple[str, Path]]]:
     """The source's files in ``n_parts`` consecutive groups of about equal bytes."""
-    files, _ = src._files()
+    files, _ = src.files()
     if src.kind in ("file", "hf-dataset") or len(files) <= 1:
         return [files]
     sizes = np.array([max(1, path.stat().st_size) for _, path in files], dtype=np.int64)
@@ -85,7 +85,7 @@ def part_options(src: Source) -> SourceOptions:
     ``--doc-start`` and no ``--domain-depth`` a document's domain is its file, whatever the depth)."""
     if src.kind != "folder" or src.options.domain_depth or src.options.doc_start is not None:
         return src.options
-    depth = domain_depth([rel for rel, _ in src._files()[0]], 0)
+    depth = domain_depth([rel for rel, _ in src.files()[0]], 0)
     return dataclasses.replace(src.options, domain_depth=depth)
 
 
@@ -258,7 +258,7 @@ def _assemble(partial: Path, parts: list[dict], tokenizer: Tokenizer, src: Sourc
 def _merge_source_stats(src: Source, parts: list[dict], partial: Path) -> None:
     """``src.stats`` and ``src.skipped`` as one whole iteration leaves them (and skipped.jsonl)."""
     src.stats.reset()  # the walk's skipped files first, then every part's, in order
-    _, src.skipped = src._files()
+    _, src.skipped = src.files()
     for entry in src.skipped:
         src._count_skip(entry["reason"])
     for i, part in enumerate(parts):

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from contextlab.data.source_files import open_bytes, record_batches, stem
+from contextlab.data.source_text import decode
 from contextlab.errors import UserError
 
 Source = Any  # contextlab.data.sources.Source (not imported: it imports this module)
@@ -68,7 +69,7 @@ def jsonl_rows(src: Source, files: list[tuple[str, Path]]) -> Iterator[tuple[str
                     if not line.strip():  # JSONL's whitespace, not a row: neither counted nor listed
                         continue
                     label = f"{path} line {row + 1}"
-                    line_text = src.decode(line, label, rel, row)
+                    line_text = decode(src, line, label, rel, row)
                     if line_text is None:
                         continue
                     record = json_object(json_line(line_text, label, row, tf), label)

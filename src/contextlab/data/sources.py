@@ -15,6 +15,10 @@
   one split is read: ``options.split``, else ``train``, else the only split
   (``split_note`` names them all, with their rows, for the ingest to print).
 
+The readers live beside this module: ``source_files`` lists and opens files, ``source_text`` reads
+text files (and holds the encoding policy), ``source_rows`` reads JSONL / Parquet / Arrow rows;
+``Source`` ties them together, cuts documents and counts what it left out.
+
 With ``--doc-start REGEX`` a text file (of a folder, or alone) is cut into several documents at
 the lines that open them (``doc_split``), after its Project Gutenberg header and footer are cut.
 
@@ -51,27 +55,20 @@ from contextlab.data.source_files import (
     arrow_rows,
     detect_kind,
     exclude_globs,
-    folder_domains,
     hf_arrow_files,
     hf_split,
     hf_splits,
     provenance_files,
     read_text_bytes,
-    scan_long_text,
     shown_name,
-    utf8_error_offset,
     walk,
 )
 from contextlab.data.source_rows import jsonl_rows, table_rows
+from contextlab.data.source_text import STRICT_FIX, check_encoding, text_rows
 from contextlab.errors import UserError, some
 
 FORMAT = "contextlab.sources/1"
 ONE_DOC_NOTE = 1 << 16  # bytes: a single file at least this long is told about --doc-start
-SHOW_BAD = 20  # undecodable files named in the strict-encoding error (skipped.jsonl has all)
-STRICT_FIX = (  # the end of that error for an ingest
-    "nothing was tokenized: run again with --encoding replace, skip or latin-1 (skip leaves them out "
-    "and lists them in skipped.jsonl)"
-)
 
 
 @dataclass
@@ -201,7 +198,7 @@ class Source:
         self.kind = detect_kind(self.path, self.options.include, self.options.exclude)
         self.stats = SourceStats()
         self.skipped: list[dict] = []
-        self._listing: tuple[list, list] | None = None  # ``_files``, walked once
+        self._listing: tuple[list, list] | None = None  # ``files``, walked once
         self._doc_start = (
             None if self.options.doc_start is None else compile_doc_start(self.options.doc_start)
         )
@@ -263,7 +260,7 @@ class Source:
         a code tree's READMEs may well be wanted; the line only keeps it from happening unseen."""
         if self.kind != "folder":
             return None
-        found = provenance_files(rel for rel, _ in self._files()[0])
+        found = provenance_files(rel for rel, _ in self.files()[0])
         if not found:
             return None
         n, globs = len(found), ",".join(exclude_globs(found))
@@ -293,27 +290,17 @@ class Source:
         h = hashlib.sha256(
             json.dumps([FORMAT, self.kind, fingerprint_options(self.options)], sort_keys=True).encode()
         )
-        for rel, path in self._files()[0]:
+        for rel, path in self.files()[0]:
             st = path.stat()
             h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
         return h.hexdigest()
 
     def check_encoding(self, fix: str = STRICT_FIX) -> None:
-        """Under ``--encoding strict``, find every undecodable text file before anything is read
-        for real, and raise one ``UserError`` listing them and ending in ``fix`` (a cheap extra pass
-        over the bytes)."""
-        if self.options.encoding != "strict" or self.kind not in ("folder", "file", "jsonl"):
-            return
-        bad = [(rel, at) for rel, path in self._files()[0] if (at := utf8_error_offset(path)) is not None]
-        if bad:
-            shown = ", ".join(f"{rel} (byte {at})" for rel, at in bad[:SHOW_BAD])
-            more = f" and {len(bad) - SHOW_BAD} more" if len(bad) > SHOW_BAD else ""
-            raise UserError(
-                f"{len(bad)} file{'s' * (len(bad) != 1)} in {self.given} {'are' if len(bad) > 1 else 'is'} "
-                f"not valid UTF-8: {shown}{more}; {fix}"
-            )
+        """Under ``--encoding strict``, raise one ``UserError`` naming every undecodable text file
+        before anything is read for real (``source_text.check_encoding``)."""
+        check_encoding(self, fix)
 
-    def _files(self) -> tuple[list[tuple[str, Path]], list[dict]]:
+    def files(self) -> tuple[list[tuple[str, Path]], list[dict]]:
         """(relative name, path) of every input file, and the entries left out; listed once per
         ``Source`` (a walk of 50,721 files takes 0.6 s), so the notes, the encoding check, the
         fingerprint and the reading all see the same files. Copies: callers may extend them."""
@@ -329,12 +316,12 @@ class Source:
 
     def __iter__(self) -> Iterator[Document]:
         self.stats.reset()
-        files, self.skipped = self._files()
+        files, self.skipped = self.files()
         for entry in self.skipped:
             self._count_skip(entry["reason"])
         reader = {
-            "folder": self._text_rows,
-            "file": self._text_rows,
+            "folder": partial(text_rows, self),
+            "file": partial(text_rows, self),
             "jsonl": partial(jsonl_rows, self),
             "parquet": partial(table_rows, self),
             "hf-dataset": partial(table_rows, self),
@@ -420,90 +407,6 @@ class Source:
             if key in meta:
                 entry[key] = meta[key]
         self.skipped.append(entry)
-
-    def decode(self, data: bytes, label: str, rel: str, row: int | None = None) -> str | None:
-        """UTF-8 decode under ``options.encoding``; None means skip the unit (named in ``skipped``)."""
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            if self.options.encoding == "strict":
-                raise UserError(
-                    f"{label} is not valid UTF-8 (byte offset {e.start}); "
-                    "use --encoding replace (or skip, latin-1)"
-                ) from None
-            start = e.start
-        st = self.stats
-        if self.options.encoding == "latin-1":
-            if row is None:
-                st.latin1_files += 1
-            else:
-                st.latin1_rows += 1
-            return data.decode("latin-1")
-        # surrogateescape keeps one char per bad byte, ignore keeps none: the difference counts them
-        st.undecodable_bytes += len(data.decode("utf-8", "surrogateescape")) - len(
-            data.decode("utf-8", "ignore")
-        )
-        if row is None:
-            st.undecodable_files += 1
-        else:
-            st.undecodable_rows += 1
-        if self.options.encoding == "replace":
-            return data.decode("utf-8", "replace")
-        self.skip(rel, f"not UTF-8 (byte {start}), --encoding skip", row)
-        return None
-
-    def _text_rows(self, files: list[tuple[str, Path]]) -> Iterator[tuple[str | LongText, dict]]:
-        domain = folder_domains([rel for rel, _ in files], self.options.domain_depth)
-        for rel, path in files:
-            self.stats.files_seen += 1
-            try:
-                text = self._read_text(rel, path)
-            except Unreadable as e:
-                self.skip(rel, f"unreadable: {e}")
-                continue
-            if text is not None:
-                yield text, {"id": rel, "source": self.given, "path": rel, "domain": domain(rel)}
-
-    def _read_text(self, rel: str, path: Path) -> str | LongText | None:
-        """The text of one file (a ``LongText`` past ``long_doc_mb``); None when it is skipped."""
-        opts = self.options
-        if path.stat().st_size > opts.long_doc_mb * 1e6 and opts.strip_gutenberg != "yes":
-            if read_text_bytes(path, head_only=True)[1]:
-                self.stats.skipped_binary += 1
-                self.skip(rel, "binary (a NUL byte in its first 8 KiB)")
-                return None
-            return self._long_text(rel, path)
-        data, binary = read_text_bytes(path)
-        self.stats.bytes_read += len(data)
-        if binary:
-            self.stats.skipped_binary += 1
-            self.skip(rel, "binary (a NUL byte in its first 8 KiB)")
-            return None
-        return self.decode(data, shown_name(str(path)), rel)
-
-    def _long_text(self, rel: str, path: Path) -> LongText | None:
-        """Scan a long file once, chunk by chunk, under the encoding policy (see ``decode``)."""
-        st, policy = self.stats, self.options.encoding
-        try:
-            text, bad = scan_long_text(path, "strict")
-        except UnicodeDecodeError:
-            at = utf8_error_offset(path)
-            if policy == "strict":
-                raise UserError(
-                    f"{shown_name(str(path))} is not valid UTF-8 (byte offset {at}); use --encoding replace "
-                    "(or skip, latin-1)"
-                ) from None
-            st.undecodable_files += policy != "latin-1"
-            text, bad = scan_long_text(path, "replace" if policy == "skip" else policy)
-            if policy == "skip":
-                st.undecodable_bytes += bad
-                st.bytes_read += text.n_bytes
-                self.skip(rel, f"not UTF-8 (byte {at}), --encoding skip")
-                return None
-            st.latin1_files += policy == "latin-1"
-        st.bytes_read += text.n_bytes
-        st.undecodable_bytes += bad
-        return text
 
     def _empty_message(self) -> str:
         st = self.stats

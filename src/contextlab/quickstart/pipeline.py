@@ -358,7 +358,7 @@ def fit_corpus(c) -> list[str]:
 
     def files(include: list[str], exclude: list[str]) -> list[str]:
         options = SourceOptions(include=include, exclude=exclude)
-        return [rel for rel, _ in open_source(path, options)._files()[0]]
+        return [rel for rel, _ in open_source(path, options).files()[0]]
 
     if c.code_include == default.code_include and not files(c.code_include, c.exclude):
         c.code_include, c.exclude = ["**/*"], c.exclude or prose_excludes()
@@ -394,7 +394,7 @@ def check_corpus(c) -> None:
         ("training", c.code_include, c.heldout + c.exclude, "corpus.code_include"),
         ("held-out", c.heldout, c.exclude, "corpus.heldout"),
     ):
-        files = open_source(path, SourceOptions(include=include, exclude=exclude))._files()[0]
+        files = open_source(path, SourceOptions(include=include, exclude=exclude)).files()[0]
         if not files:
             raise UserError(
                 f"{key} {include} selects no {what} file of {c.source}; name them with --set "
@@ -409,7 +409,7 @@ def _say_notes(source: Path, options) -> None:
     from contextlab.data.sources import open_source
     from contextlab.errors import some
 
-    found = provenance_files(rel for rel, _ in open_source(source, options)._files()[0])
+    found = provenance_files(rel for rel, _ in open_source(source, options).files()[0])
     if found:
         globs = ", ".join(f'"{g}"' for g in exclude_globs(found))
         print(
