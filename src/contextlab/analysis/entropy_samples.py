@@ -19,15 +19,23 @@ measures (``entropy.analyze``) never see a model.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from contextlab import bars
 from contextlab.errors import UserError
 
-if TYPE_CHECKING:
-    from contextlab.analysis.entropy import Options
+
+class Reading(Protocol):
+    """What a collector is told to read (``entropy.Options`` is one): the measures' own options stay
+    with the measures, so this module needs nothing of them."""
+
+    contexts: list[int]  # visible context lengths l
+    samples: int  # samples N per length, the same at every l
+    layer: int  # which layer's hidden state
+    position: int  # which token's, counted from the end of the visible input
+    seed: int  # of the sampled targets / rows
 
 
 @dataclass
@@ -93,7 +101,7 @@ def _check_position(position: int, length: int) -> None:
         )
 
 
-def collect_text(adapter, store, o: Options, progress: bool = True) -> Collected:
+def collect_text(adapter, store, o: Reading, progress: bool = True) -> Collected:
     from contextlab.eval.bayes_fit import sample_targets
 
     ctxs = _check_contexts(adapter, o.contexts, 0, "visible tokens")
@@ -130,7 +138,7 @@ def parity_store(store):
     return cfg, tasks
 
 
-def _unmasked_samples(store, n_bits: int, o: Options) -> np.ndarray:
+def _unmasked_samples(store, n_bits: int, o: Reading) -> np.ndarray:
     """``o.samples`` samples with every bit visible, drawn with ``o.seed``: (N, n_bits + 2) ids."""
     visible = np.array([m["visible"] for m in store.docs_meta()])
     full = np.flatnonzero(visible == n_bits)  # samples with nothing masked
@@ -143,7 +151,7 @@ def _unmasked_samples(store, n_bits: int, o: Options) -> np.ndarray:
     return np.stack([np.asarray(store.doc(int(d)), dtype=np.int64) for d in pick])
 
 
-def collect_parity(adapter, store, o: Options, progress: bool = True) -> Collected:
+def collect_parity(adapter, store, o: Reading, progress: bool = True) -> Collected:
     from contextlab.data import synthetic as syn
 
     cfg, tasks = parity_store(store)
