@@ -24,8 +24,10 @@ def test_batch_shape_splits_a_step_over_processes_and_micro_batches():
     assert batch_shape(t, 1) == (16, 16, 1)
     assert batch_shape(t, 2) == (16, 8, 1)
     assert batch_shape(TrainSection(context=32, tokens_per_step=512, micro_batch_rows=2), 2) == (16, 2, 4)
-    with pytest.raises(UserError, match=r"multiple of train.context .*--set train.rows_per_step=N\)$"):
+    with pytest.raises(UserError, match=r"multiple of train.context .*--set train.rows_per_step=16 is the "):
         batch_shape(TrainSection(context=32, tokens_per_step=500), 1)  # names the way out (a user at 8,191)
+    with pytest.raises(UserError, match=r"rows_per_step=32 is the nearest \(16,352 tokens a step\)$"):
+        batch_shape(TrainSection(context=511, tokens_per_step=16384), 1)  # a store packed at 511
     with pytest.raises(UserError, match="split evenly over 3 processes"):
         batch_shape(t, 3)
     with pytest.raises(UserError, match="micro-batches of 3 rows"):

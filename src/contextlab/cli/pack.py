@@ -95,7 +95,8 @@ def _pack_config(args: argparse.Namespace):
     if old is not None:
         raise UserError(
             f"seq_len (tokens per sequence) is replaced by context, the training context: use --context "
-            f"{_minus_one(old)} (sequences hold context + 1 tokens)"
+            f"{_minus_one(old)} for the same sequences of {old} tokens (a sequence holds context + 1), or "
+            f"--context {old} to train at context {old}"
         )
     for f in dataclasses.fields(PackConfig):
         if getattr(args, f.name, None) is not None:

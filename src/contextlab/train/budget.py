@@ -138,10 +138,12 @@ def batch_shape(t: TrainSection, world: int) -> tuple[int, int, int]:
     """(rows per step, rows per micro-batch, micro-batches per process and step) of the [train] section."""
     rows = max(1, t.tokens_per_step // t.context)
     if rows * t.context != t.tokens_per_step:
+        near = max(1, round(t.tokens_per_step / t.context))
         raise UserError(
             f"train.tokens_per_step ({t.tokens_per_step}) must be a multiple of train.context "
             f"({t.context}) so every step sees the same number of tokens; set one that is, or give "
-            f"rows of the context per step instead (--set train.rows_per_step=N)"
+            f"rows of the context per step instead: --set train.rows_per_step={near} is the nearest "
+            f"({near * t.context:,} tokens a step)"
         )
     micro = t.micro_batch_rows or rows // world
     per_rank = rows // max(1, world)
