@@ -220,6 +220,9 @@ def test_a_packed_run_of_documents_longer_than_the_context_reads_its_held_out_se
     ids = np.load(tmp_path / "p" / "ppl.doc_ids.npy")  # per scored piece, the store's document
     assert ids.tolist() == view.indices.tolist() and ppl["results"]["n_pieces"] == len(view)
     assert ppl["results"]["n_documents"] == others and ppl["data"]["texts_scored"] == len(view)
+    _, wide = _packed_run(project, tmp_path, 1024)  # another packing of the store: other sequences held out
+    with pytest.raises(UserError, match=r"\(packed data .*packed32 against .*packed1024: a packed run holds"):
+        heldout.shared_run([str(run), str(wide)], store)
 
 
 def test_a_mixture_run_holds_out_per_store_what_no_training_sequence_holds(project, tmp_path, capsys):
@@ -358,7 +361,9 @@ def test_another_model_reads_what_a_run_held_out_and_a_pair_shares_one_part(proj
     assert heldout.shared_run([str(base), str(project / "run")], store) == str((project / "run").resolve())
     tail = tmp_path / "tail"
     train(_config(tail, store=str(project / "store"), val_split="tail"))
-    with pytest.raises(UserError, match="held out different parts of"):
+    with pytest.raises(
+        UserError, match="held out different parts of .*data.val_split 'documents' against 'tail'"
+    ):
         heldout.shared_run([str(project / "run"), str(tail)], store)
     with pytest.raises(UserError, match="no run that trained on"):
         heldout.shared_run([str(base)], store)

@@ -353,10 +353,30 @@ def shared_run(models: list[str], store) -> str:
         )
         if not same:
             raise UserError(
-                f"{runs[0]} and {other} held out different parts of {store.path} (other val_fraction, "
-                f"split_seed or val_split), so no text is unseen by both; pass {NEVER_SAW}"
+                f"{runs[0]} and {other} held out different parts of {store.path} "
+                f"({_split_difference(runs[0], other)}), so no text is unseen by both; pass {NEVER_SAW}, "
+                "or train both with one data.val_store"
             )
     return str(Path(runs[0]).resolve())
+
+
+def _split_difference(a: str, b: str) -> str:
+    """Why two runs of one store held out different parts, in words: the [data] settings that
+    decide it, where they differ (a packed run holds out sequences, so two packings differ)."""
+    da, db = _config(run_source(a)), _config(run_source(b))
+    defaults = {"val_fraction": 0.02, "split_seed": 0, "val_split": "documents", "val_store": ""}
+    shown = []
+    if _packed_paths(da) != _packed_paths(db):
+        pa, pb = (", ".join(_packed_paths(d)) or "none" for d in (da, db))
+        shown.append(
+            f"packed data {pa} against {pb}: a packed run holds out sequences, and two packings' "
+            "sequences hold different text"
+        )
+    for key, default in defaults.items():
+        va, vb = da.get(key, default), db.get(key, default)
+        if va != vb and not (_packed_paths(da) and key == "val_split"):
+            shown.append(f"data.{key} {va!r} against {vb!r}")
+    return "; ".join(shown) or "data.val_fraction, split_seed or val_split"
 
 
 def _trained_with(model: str, store) -> bool:
