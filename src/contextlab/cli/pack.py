@@ -147,15 +147,18 @@ def _pack_summary(report, config, args: argparse.Namespace) -> str:
             f"({report.shards_packed} new, {report.shards_resumed} already there); "
             "run without --only-shards to assemble"
         )
+    from contextlab.data.packing.stats import arrangement, few_to_arrange
+
     pk = report.packed
     if report.up_to_date:
         return f"{pk.path} is up to date ({pk.n_sequences:,} sequences); nothing to do"
     m = pk.meta
+    note = few_to_arrange(arrangement(pk))
     return (
         f"wrote {pk.path}: {config.method}, {pk.n_sequences:,} sequences for context {config.context:,} "
         f"({m['n_full_sequences']:,} full), {pk.n_entries:,} entries from {m['store']['n_docs']:,} "
         f"documents in {report.seconds:,.1f} s ({_rate(report)}); "
-        f"largest shard index {m['index_bytes_max'] / 2**20:,.1f} MiB"
+        f"largest shard index {m['index_bytes_max'] / 2**20:,.1f} MiB" + (f"\n{note}" if note else "")
     )
 
 

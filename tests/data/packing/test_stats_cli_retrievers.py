@@ -278,3 +278,24 @@ def test_importing_the_packers_and_the_trainer_leaves_numba_unimported():
     code = "import sys, contextlab.data.packing, contextlab.train.trainer; print('numba' in sys.modules)"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert res.stdout.strip() == "False", res.stderr[-3000:]
+
+
+def test_a_packing_of_documents_long_against_the_context_is_told_it_had_little_to_arrange(tmp_path, capsys):
+    """Documents of ~300 bytes packed at context 63 fill one sequence each (or several): the pack and
+    pack-stats say that splice chose the neighbours of few sequences; at a context that holds several
+    documents, and for ep (which arranges nothing by design), they say nothing."""
+    rng = np.random.default_rng(0)
+    files = {f"d/doc{i:02d}.txt": " ".join(rng.choice(["ab", "cd", "ef"], size=100)) for i in range(12)}
+    store = make_store(tmp_path, files)
+    args = [str(store.path), "--method", "splice", "--no-progress"]
+    assert cmd_pack([*args, "--context", "63", "--out", str(tmp_path / "long")]) == 0
+    out = capsys.readouterr().out
+    assert "% of sequences hold (a piece of) one document: the median document has 299 tokens against " in out
+    s = pack_stats(PackedStore(tmp_path / "long"))
+    assert s["single_document_sequences"] >= 0.5 and s["median_document_tokens"] == 299
+    assert "differs little from ep here" in format_pack_stats(s)
+    assert cmd_pack([*args, "--context", "2047", "--out", str(tmp_path / "wide")]) == 0
+    assert "note:" not in capsys.readouterr().out
+    assert pack_stats(PackedStore(tmp_path / "wide"))["single_document_sequences"] < 0.5
+    assert cmd_pack([*args[:2], "ep", "--context", "63", "--out", str(tmp_path / "ep")]) == 0
+    assert "note:" not in capsys.readouterr().out

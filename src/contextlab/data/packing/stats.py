@@ -1,6 +1,8 @@
 """Diagnostics of a packed store (``contextlab data pack-stats``), with a plot.
 
-* documents per sequence (distinct documents, pieces of one document counted once);
+* documents per sequence (distinct documents, pieces of one document counted once), and the share
+  of sequences that hold one document only: where most do (documents long against the context),
+  a retrieving packing is told that it had little to arrange (``few_to_arrange``);
 * mean retrieval similarity of neighbours: the similarity recorded for every entry that a
   retriever brought in, in that retriever's measure (``RetrieverKind.similarity``, named on the
   printed line: bm25: score / self-score; dense: cosine; repo: 1 / (1 + folder steps));
@@ -99,14 +101,12 @@ def pack_stats(
     zipf, mle = _fits(packed, picked, progress)
     zipf = _finite(zipf)
     mle = mle[np.isfinite(mle).all(axis=1)]
-    cfg = packed.meta["config"]
-    retriever = cfg["retriever"] if cfg["method"] in retrieving_methods() else None
+    arranged = arrangement(packed, docs_per)  # method, retriever, context, one-document share
+    retriever = arranged["retriever"]
     return {
         "path": str(packed.path),
-        "method": cfg["method"],
-        "retriever": retriever,
+        **arranged,
         "similarity_measure": (RETRIEVERS[retriever].similarity or None) if retriever in RETRIEVERS else None,
-        "context": packed.context,
         "n_sequences": n_seq,
         "n_full_sequences": len(full),
         "n_entries": packed.n_entries,
@@ -227,7 +227,8 @@ def format_pack_stats(s: dict) -> str:
         f"tokens {s['n_tokens']:,}",
         f"docs/sequence  mean {s['docs_per_sequence']['mean']:.2f}  "
         f"median {s['docs_per_sequence']['median']:.0f}  "
-        f"max {s['docs_per_sequence']['max']}",
+        f"max {s['docs_per_sequence']['max']}  "
+        f"({100 * s.get('single_document_sequences', 0):.0f}% hold one document)",
         f"neighbours     mean similarity {_similarity(sim, s.get('similarity_measure'))}, "
         f"{100 * s['retrieved_fraction_of_entries']:.1f}% of entries retrieved, "
         f"{100 * s['frac_sequences_ge2_related']:.1f}% of sequences hold >= 2 related documents",
@@ -236,7 +237,45 @@ def format_pack_stats(s: dict) -> str:
         f"zipf           {zipf} over {z['n_sequences']:,} full sequences (least squares; lower = burstier)",
         f"zipf (MLE)     {mle}",
     ]
+    if note := few_to_arrange(s):
+        lines.append(note)
     return "\n".join(lines)
+
+
+def arrangement(packed: PackedStore, docs_per: np.ndarray | None = None) -> dict:
+    """What decides whether a packing had documents to arrange (``few_to_arrange``), without the fits:
+    the share of sequences holding one document and the median document's tokens (``docs_per``: the
+    documents of each sequence, when known)."""
+    if docs_per is None:
+        seq_of = np.repeat(np.arange(packed.n_sequences), np.diff(np.asarray(packed.seq_offsets)))
+        docs_per = _distinct_per_seq(seq_of, np.asarray(packed.entries)[:, 0], packed.n_sequences)
+    cfg = packed.meta["config"]
+    lengths = packed.store.lengths()
+    return {
+        "method": cfg["method"],
+        "retriever": cfg["retriever"] if cfg["method"] in retrieving_methods() else None,
+        "context": packed.context,
+        "single_document_sequences": float((docs_per == 1).mean()) if len(docs_per) else 0.0,
+        "median_document_tokens": float(np.median(lengths)) if len(lengths) else 0.0,
+    }
+
+
+FEW_TO_ARRANGE = 0.5  # the share of one-document sequences from which a retrieving packing is told
+
+
+def few_to_arrange(s: dict) -> str | None:
+    """One line when most sequences of a retrieving packing hold a single document: the documents are
+    long against the context, so the packing chose the neighbours of few sequences and a comparison
+    with ep measures little of it (Paul Graham's essays at context 512: 85% of sequences)."""
+    single = s.get("single_document_sequences", 0.0)
+    if not s["retriever"] or single < FEW_TO_ARRANGE:
+        return None
+    return (
+        f"note: {100 * single:.0f}% of sequences hold (a piece of) one document: the median document has "
+        f"{s['median_document_tokens']:,.0f} tokens against context {s['context']:,}, so {s['method']} "
+        "chose the neighbours of few sequences and differs little from ep here; a longer context, or "
+        "a corpus of shorter documents, gives it more to arrange"
+    )
 
 
 def _similarity(sim: float | None, measure: str | None) -> str:
