@@ -229,3 +229,14 @@ def test_a_warm_up_as_long_as_the_run_is_named():
     rates = [lr_at(s, lr=1e-3, warmup_steps=100, total_steps=60) for s in range(60)]
     assert rates == sorted(rates) and abs(rates[-1] - 0.6e-3) < 1e-12
     assert warmup_note(100, 100, 1e-3) is not None and warmup_note(3, 1, 0.1).endswith("warmup_steps = 1")
+
+
+def test_a_budget_that_repeats_the_training_rows_says_how_often():
+    from contextlab.train.budget import epochs_note
+
+    # 259 rows, 32 a step: an epoch reads 256 (the ragged 3 are dropped); 94 steps read 3,008 rows
+    note = epochs_note(94, 32, 259, 512)
+    assert note is not None and "read the 256 training rows (131,072 tokens) 11.8 times" in note
+    assert epochs_note(15, 32, 259, 512) is None  # 1.9 passes: not yet said
+    assert "2.0 times" in epochs_note(16, 32, 259, 512)
+    assert epochs_note(10, 8, 4, 64) is not None  # fewer rows than a step: one step is an epoch

@@ -402,3 +402,20 @@ def test_model_shapes_and_optimizer_values_are_checked_up_front(store, tmp_path,
     with pytest.raises(UserError, match=f"{section}.{key} is {value}; it must be"):
         train(cfg)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_run_says_how_often_its_budget_repeats_the_training_rows(tmp_path, capsys):
+    """4,000 bytes at context 16 and 4 rows a step: 150 steps read the rows about 2.4 times, and the
+    start says so; 8 steps read a fraction of them and say nothing."""
+    (tmp_path / "small.txt").write_text(shakespeare(4_000))
+    small = ingest(tmp_path / "small.txt", tmp_path / "st", IngestConfig(), progress=False).store
+    train(config(small, tmp_path / "short", max_steps=8))
+    assert "training rows" not in capsys.readouterr().out
+    t = Trainer(config(small, tmp_path / "long", max_steps=150, val_every=0, ckpt_every=0))
+    n_rows, rows = t.loader.n_rows, t.rows
+    t.run()
+    out = capsys.readouterr().out
+    per_epoch = n_rows // rows * rows
+    passes = 150 * rows / per_epoch
+    assert passes >= 2 and f"note: 150 steps of {rows} rows read the {per_epoch:,} training rows " in out
+    assert f"{passes:,.1f} times; repeated text is partly memorised" in out

@@ -121,6 +121,24 @@ def budget_steps(t: TrainSection, flops_per_token: float) -> int:
     return 0
 
 
+REPEATS_NOTED = 2.0  # passes over the training rows from which a run says how often it repeats them
+
+
+def epochs_note(total: int, rows: int, n_rows: int, context: int) -> str | None:
+    """One line when a run of ``total`` steps of ``rows`` rows reads its ``n_rows`` training rows at
+    least twice: a small corpus under a large budget repeats, and its training loss then falls below
+    what held-out text gives. The ragged end of an epoch (fewer rows than a step) is not read."""
+    per_epoch = max(rows, n_rows // rows * rows)
+    epochs = total * rows / per_epoch
+    if epochs < REPEATS_NOTED:
+        return None
+    return (
+        f"note: {total:,} steps of {rows} rows read the {per_epoch:,} training rows ({per_epoch * context:,} "
+        f"tokens) {epochs:,.1f} times; repeated text is partly memorised, so the training loss parts from "
+        "the validation loss as the passes add up (more data, or a smaller budget, repeats less)"
+    )
+
+
 def warmup_note(warmup_steps: int, total: int, lr: float) -> str | None:
     """One line when the warm-up is not shorter than the run: the learning rate then rises the whole
     run, never reaches ``lr`` (or only at the last step) and never decays, which a step budget

@@ -46,6 +46,7 @@ from contextlab.train.budget import (
     batch_shape,
     budget_steps,
     check_train,
+    epochs_note,
     resolve_shape,
     warmup_note,
 )
@@ -275,6 +276,8 @@ class Trainer:
             if budget.total and not noted:
                 noted = True
                 if note := warmup_note(self.cfg.optim.warmup_steps, budget.total, self.cfg.optim.lr):
+                    say(note)
+                if note := epochs_note(budget.total, self.rows, self.loader.n_rows, t.context):
                     say(note)
             row = self._step(budget)
             step, loss, last = row["step"], row["loss"], budget.done(row["step"])
