@@ -158,6 +158,9 @@ def test_a_rerun_resumes_and_redoes_only_what_is_missing(profiled, capsys):
     assert redone == ["models/second/passkey.json"]
     steps = json.loads((out / "profile.json").read_text())["steps"]
     assert all(s["status"] in ("done", "skipped") for s in steps)
+    printed = capsys.readouterr().out  # the headline on the console names each task's chance level
+    assert "  passkey accuracy (fraction, higher is better, chance 0.200): " in printed
+    assert "best-context loss (nats/token, lower is better): " in printed
 
 
 def test_profiles_are_never_mixed_or_written_into_a_model(profiled, runs, text, tmp_path, capsys):

@@ -157,4 +157,5 @@ def _print(doc: dict) -> None:
             )
         if row.get("note"):
             parts.append(f"({row['note']})")
-        print(f"  {row['measure']} ({row['unit']}, {row['better']} is better): " + "; ".join(parts))
+        chance = f", chance {row['chance']:.3f}" if row.get("chance") is not None else ""
+        print(f"  {row['measure']} ({row['unit']}, {row['better']} is better{chance}): " + "; ".join(parts))
