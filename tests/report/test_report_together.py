@@ -13,7 +13,9 @@ from contextlab.report.html import build_report
 from contextlab.report.together import together_section
 
 
-def _run(root, name, objective="clm", context=64, val=(3.0, 2.5), lm=None, cw_hash=None, split="run"):
+def _run(
+    root, name, objective="clm", context=64, val=(3.0, 2.5), lm=None, cw_hash=None, split="run", data=""
+):
     run = root / "runs" / name
     run.mkdir(parents=True)
     rows = []
@@ -24,7 +26,7 @@ def _run(root, name, objective="clm", context=64, val=(3.0, 2.5), lm=None, cw_ha
         rows.append(row)
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (run / "config.toml").write_text(
-        f'[data]\nstore = "s"\nval_fraction = 0.1\n[train]\ncontext = {context}\nval_tokens = 4096\n'
+        f'[data]\nstore = "s"\nval_fraction = 0.1\n{data}[train]\ncontext = {context}\nval_tokens = 4096\n'
         f'[objective]\nname = "{objective}"\n'
     )
     if cw_hash:
@@ -138,3 +140,20 @@ def test_drawing_them_loads_no_evaluation_and_no_torch(tmp_path):
     loaded = json.loads(out.replace("'", '"'))
     assert "contextlab.result_plots" in loaded
     assert [m for m in loaded if m.startswith("contextlab.eval") or m == "torch"] == []
+
+
+def test_runs_of_other_data_that_validate_on_one_val_store_are_drawn_together(tmp_path):
+    """SPLICE and EP packings of one corpus, each run validating on the same data.val_store: the same
+    rows, so one figure (they were said to validate on other rows); without the val_store they differ."""
+    both = 'val_store = "val"\n'
+    runs = [
+        _run(tmp_path, "ep", data='packed = "ep"\n' + both),
+        _run(tmp_path, "splice", val=(3.1, 2.4), data='packed = "splice"\n' + both),
+    ]
+    html = _section(tmp_path, runs)
+    assert html.count("<img ") == 1 and 'alt="validation loss of the runs"' in html
+    other = tmp_path / "b"
+    runs = [_run(other, "ep", data='packed = "ep"\n'), _run(other, "splice", data='packed = "splice"\n')]
+    assert "each run validates on other rows" in _section(other, runs)
+    runs = [_run(tmp_path / "c", "a", data=both), _run(tmp_path / "c", "b", data='val_store = "other"\n')]
+    assert "each run validates on other rows" in _section(tmp_path / "c", runs)

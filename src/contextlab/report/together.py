@@ -5,7 +5,8 @@ A sweep or any folder of runs shows each run in its own section; a researcher co
 over runs whose numbers measure the same thing:
 
 * validation loss against training tokens, over runs that validate on the same rows (the same data
-  settings, ``train.context`` and validation size in ``config.toml``); the loss is the left-to-right
+  settings, ``train.context`` and validation size in ``config.toml``; of runs with a
+  ``data.val_store``, that store, whatever they trained on); the loss is the left-to-right
   one (``val_lm_loss``) where the objective's own differs, and runs that have none (MLM, span
   corruption) are named and left out. Runs whose FLOPs per token differ by more than 5% (MTP's extra
   heads, ContextLM's predictor) are drawn against training FLOPs instead, the axis their budgets
@@ -37,6 +38,7 @@ VALIDATION_KEYS = (
     "mixture",
     "mode",
 )
+VAL_STORE_KEYS = ("val_store", "split_seed", "mode")  # the rows' keys of a run with a data.val_store
 
 
 def together_section(runs: list[Path], names: dict[Path, str], contextwise: bool = True) -> str:
@@ -61,11 +63,14 @@ def _config(run: Path) -> dict:
 
 
 def _rows_key(cfg: dict) -> str:
-    """What decides a run's validation rows: its data settings, context and validation size."""
+    """What decides a run's validation rows: its data settings, context and validation size. With a
+    data.val_store every run reads that store's documents in a split_seed order, whatever it trained
+    on (SPLICE and EP packings of one corpus, say), so the training data is no part of the key."""
     data, train = cfg.get("data", {}), cfg.get("train", {})
+    keys = VAL_STORE_KEYS if data.get("val_store") else VALIDATION_KEYS
     return repr(
         (
-            [(k, data.get(k)) for k in VALIDATION_KEYS],
+            [(k, data.get(k)) for k in keys],
             train.get("context"),
             train.get("val_tokens"),
             train.get("val_rows"),
