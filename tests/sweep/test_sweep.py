@@ -118,6 +118,40 @@ def test_a_sweep_with_a_failed_run_exits_non_zero_naming_it(tmp_path, store, cap
     assert main(["sweep", str(f), "--only", "context-16", "--no-analysis"]) == 0  # that slice is fine
 
 
+def test_a_runs_notes_are_said_under_its_done_line_once_per_sweep(tmp_path, store, capsys):
+    """A warm-up as long as the run was written into RUN/sweep.log only; the sweep says it under the
+    run's line, and a later sweep of the same folder says only what its own commands printed."""
+    from contextlab.cli import main
+
+    f = tmp_path / "s.toml"
+    f.write_text(
+        SWEEP.format(out=tmp_path / "out", store=store.path, bad=64).replace(
+            "warmup_steps = 2", "warmup_steps = 3"
+        )
+    )
+    capsys.readouterr()
+    assert main(["sweep", str(f), "--only", "context-16", "--no-analysis"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    done = next(i for i, line in enumerate(out) if line.startswith("done   context-16"))
+    assert out[done + 1].startswith("  note: optim.warmup_steps = 3 is not below this run's 3 steps")
+    log = (tmp_path / "out" / "runs" / "context-16" / "sweep.log").read_text()
+    assert log.count("note: optim.warmup_steps = 3") == 1
+    assert main(["sweep", str(f), "--only", "context-32", "--no-analysis"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("note: optim.warmup_steps") == 1 and "context-16" not in out
+
+
+def test_the_notes_said_are_those_of_this_sweeps_part_of_the_log(tmp_path):
+    run = spec.Run("r", {}, {}, tmp_path)
+    (tmp_path / "sweep.log").write_text("note: an old one\nstep 1\n")
+    start = runner._log_size(run)
+    with open(tmp_path / "sweep.log", "a") as fh:
+        fh.write("GPT ...\nnote: a new one\nstep 2\nnote: a new one\n  note: indented, not a note line\n")
+    assert runner._notes(run, start) == ["note: a new one"]
+    assert runner._notes(run) == ["note: an old one", "note: a new one"]
+    assert runner._notes(spec.Run("gone", {}, {}, tmp_path / "nothing")) == []
+
+
 def test_a_second_sweep_into_one_folder_is_refused_naming_the_first(tmp_path, store):
     from contextlab.data.store import output_lock
 

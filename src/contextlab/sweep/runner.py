@@ -230,6 +230,7 @@ class Sweep:
     started: int = 0
     active: dict[str, tuple[Run, float]] = field(default_factory=dict)  # name -> (run, started or queued)
     said: float = field(default_factory=time.time)  # when the last progress line was printed
+    log_from: dict[str, int] = field(default_factory=dict)  # name -> size of RUN/sweep.log at its start
 
     def start(self, run: Run, how: str = "started") -> None:
         """A run is about to start: its stale folder replaced, recorded as started in the state and in
@@ -243,6 +244,7 @@ class Sweep:
         atomic_write_json(run.dir / "sweep_status.json", running)
         self.started += 1
         self.active[run.name] = (run, time.time())
+        self.log_from[run.name] = _log_size(run)
         _say(f"{how} {run.name} ({self.started}/{self.total or self.started})", self.bar)
 
     def tick(self, now: float | None = None) -> None:
@@ -270,7 +272,29 @@ class Sweep:
             + ("" if ok else f": {record['error']}"),
             self.bar,
         )
+        for note in _notes(run, self.log_from.pop(run.name, 0)):
+            _say(f"  {note}", self.bar)
         write_results(self.section, self.runs)
+
+
+def _log_size(run: Run) -> int:
+    try:
+        return (run.dir / "sweep.log").stat().st_size
+    except OSError:
+        return 0
+
+
+def _notes(run: Run, start: int = 0) -> list[str]:
+    """The ``note:`` lines its commands printed into RUN/sweep.log since byte ``start`` (this sweep's
+    part of the log), each once: what a run says of its settings (a warm-up as long as the run, data
+    read many times) is seen by the sweep's user, not only by one who opens the log."""
+    try:
+        with open(run.dir / "sweep.log", "rb") as fh:
+            fh.seek(start)
+            text = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    return list(dict.fromkeys(line.strip() for line in text.splitlines() if line.startswith("note: ")))
 
 
 PROGRESS_EVERY = 600.0  # seconds between the progress lines of a sweep printing into a pipe or a log
