@@ -35,6 +35,8 @@ def curves_figure(curves: dict[str, list[tuple[float, float]]], xlabel: str, yla
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
+    # losses that differ in the fourth decimal read as themselves, not as "+7.656" and 0.0003
+    ax.ticklabel_format(axis="y", useOffset=False)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return fig
