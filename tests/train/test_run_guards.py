@@ -230,16 +230,21 @@ def test_a_full_disk_inside_torch_save_is_one_line(store, tmp_path, monkeypatch)
     assert kept(run) == [4] and not list((run / "checkpoints").glob(".*"))
 
 
-def test_a_full_disk_while_logging_names_the_last_checkpoint(store, tmp_path, monkeypatch):
-    run = tmp_path / "run"
+def fail_logging_at(monkeypatch, step: int, exc: BaseException) -> None:
+    """Make the metrics write of ``step`` raise ``exc`` (a full disk, Ctrl-C) inside a training run."""
     real = MetricsWriter.write
 
     def write(self, row, bar):
-        if row["step"] == 6:
-            raise OSError(errno.ENOSPC, "No space left on device")
+        if row["step"] == step:
+            raise exc
         real(self, row, bar)
 
     monkeypatch.setattr(MetricsWriter, "write", write)
+
+
+def test_a_full_disk_while_logging_names_the_last_checkpoint(store, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    fail_logging_at(monkeypatch, 6, OSError(errno.ENOSPC, "No space left on device"))
     with pytest.raises(UserError, match="disk is full.*resumes from the last good checkpoint.*step_000004"):
         train(config(store, run, max_steps=8))
 
@@ -249,19 +254,12 @@ def test_a_full_disk_before_any_checkpoint_says_the_rerun_starts_over(store, tmp
     used to promise a resume it could not give), for the disk filling in a log write and in the
     first checkpoint write alike."""
     run = tmp_path / "run"
-    real = MetricsWriter.write
-
-    def write(self, row, bar):
-        if row["step"] == 2:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        real(self, row, bar)
-
-    monkeypatch.setattr(MetricsWriter, "write", write)
-    with pytest.raises(UserError, match="disk is full") as e:
-        train(config(store, run, max_steps=8))
+    with monkeypatch.context() as m:
+        fail_logging_at(m, 2, OSError(errno.ENOSPC, "No space left on device"))
+        with pytest.raises(UserError, match="disk is full") as e:
+            train(config(store, run, max_steps=8))
     assert "no checkpoint yet, so it starts over from step 0" in str(e.value)
     assert "resume" not in str(e.value)
-    monkeypatch.setattr(MetricsWriter, "write", real)
 
     def disk_full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -278,14 +276,7 @@ def test_ctrl_c_says_whether_the_rerun_resumes_or_starts_over(store, tmp_path, m
     from contextlab.cli import _run
 
     run = tmp_path / "run"
-    real = MetricsWriter.write
-
-    def write(self, row, bar):
-        if row["step"] == at:
-            raise KeyboardInterrupt
-        real(self, row, bar)
-
-    monkeypatch.setattr(MetricsWriter, "write", write)
+    fail_logging_at(monkeypatch, at, KeyboardInterrupt())
     assert _run(lambda argv: train(config(store, run, max_steps=8)), "train", []) == 130
     err = capsys.readouterr().err.strip()
     if at == 2:  # before the first checkpoint (step 4)
