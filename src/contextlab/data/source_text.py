@@ -52,6 +52,8 @@ def check_encoding(src: Source, fix: str = STRICT_FIX) -> None:
 
 
 def text_rows(src: Source, files: list[tuple[str, Path]]) -> Iterator[tuple[str | LongText, dict]]:
+    """(text, meta) of every readable text file of ``files``: one document per file, its relative name
+    its id and path, its folders its domain; a file it cannot read or decode is skipped and named."""
     domain = folder_domains([rel for rel, _ in files], src.options.domain_depth)
     for rel, path in files:
         src.stats.files_seen += 1
