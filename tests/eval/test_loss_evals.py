@@ -90,7 +90,16 @@ def test_contextwise_equals_a_per_document_loop(byte_store):
     assert r["buckets"][3]["loss"] == pytest.approx(manual[7:15].mean(), rel=1e-6)
     assert [b["complete"] for b in r["buckets"]] == [True] * 7 + [False]
     assert r["summary"]["last_full_bucket"] == [64, 127]
-    assert r["best_context"] == {"loss": pytest.approx(manual[57:64].mean(), rel=1e-6), "from": 58, "to": 64}
+    best_per_doc = np.array([manual_token_losses(model, d) for d in docs])[:, 57:64].mean(1)  # (4,)
+    best_half = 3.182446305284263 * best_per_doc.std(ddof=1) / 2  # one piece per document: a plain t
+    best_iv = [best_per_doc.mean() - best_half, best_per_doc.mean() + best_half]
+    assert r["best_context"] == {
+        "loss": pytest.approx(manual[57:64].mean(), rel=1e-6),
+        "from": 58,
+        "to": 64,
+        "interval95": pytest.approx(best_iv, rel=1e-5),
+    }
+    assert r["summary"]["best_context_loss_interval95"] == pytest.approx(best_iv, rel=1e-5)
     assert r["summary"]["loss_beyond_train_context"] == pytest.approx(manual[64:].mean(), rel=1e-6)
     # the true minimum over all 128 positions, and the per-document gain first bucket -> [64, 127]
     assert r["summary"]["min_loss"] == pytest.approx(manual.min(), rel=1e-6)

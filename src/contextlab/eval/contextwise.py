@@ -16,7 +16,8 @@ seen before the predicted token); L may exceed the training context (RoPE models
 shows whether the model keeps improving beyond it. Summaries:
 
 * best-context loss: the mean loss over the last 10% of the training context (the
-  study's heuristic for models that do not generalise beyond their context);
+  study's heuristic for models that do not generalise beyond their context), with a 95%
+  interval over documents (``best_context_loss_interval95``);
 * its true minimum over every evaluated position, beyond the training context too, and
   where it falls: the lowest mean over a window as wide as the best-context window
   (``min_window_loss``, comparable to the best-context loss) and the lowest single position
@@ -263,6 +264,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     best = best_context_loss(curve, ctx, options.best_fraction)
     lowest = curve_minimum(curve, sem, ctx, best["to"] - best["from"] + 1)
     docs = heldout.in_store(view, pieces)[:, 0].tolist()  # the store's documents: pieces of one share it
+    best["interval95"] = stats.mean_interval(means[:, -1], docs)  # over documents, as every interval here
     one = one_token_losses(adapter, tokens, best["from"], best["to"])  # (N,)
     gain = stats.paired_t(
         one, means[:, -1], docs
@@ -319,6 +321,7 @@ def _summary(
     interval = drop["interval95"]
     return {
         "best_context_loss": best["loss"],
+        "best_context_loss_interval95": best["interval95"],
         "context_gain": gain["gain"],
         "context_gain_interval95": gain["interval95"],
         "min_window_loss": lowest["window"]["loss"],

@@ -89,6 +89,16 @@ def paired_t(early: np.ndarray, late: np.ndarray, docs) -> dict:
     return {"gain": gain, "interval95": [gain - half, gain + half], "n_documents": n}
 
 
+def mean_interval(values: np.ndarray, docs) -> list[float] | None:
+    """The 95% cluster-robust t interval over documents of the mean of per-piece ``values`` (pieces
+    of one document share its text; ``paired_stats.cluster_t``); None with fewer than two documents.
+    Contextwise's best-context loss: a number read from 4 held-out files is told apart from one of
+    400 by its interval."""
+    from contextlab.eval.paired_stats import cluster_t, per_cluster
+
+    return cluster_t(*per_cluster(np.asarray(values, np.float64), docs))["interval95"]
+
+
 def context_gain(one: np.ndarray, full: np.ndarray, docs) -> dict:
     """The context gain of paired target losses: the mean over targets of ``one - full`` (each
     target's loss with one visible token minus with all of its context), with a 95% cluster-robust

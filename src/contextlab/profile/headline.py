@@ -41,7 +41,7 @@ IN_SAMPLE = "read on its own training store (in-sample)"  # results' data.traini
 
 
 def _contextwise(s: dict) -> dict:
-    return {"value": s["best_context_loss"], "ci95": None}
+    return {"value": s["best_context_loss"], "ci95": s.get("best_context_loss_interval95")}
 
 
 def _gain(s: dict) -> dict:

@@ -50,6 +50,7 @@ def run_numbers(run_dir: Path) -> dict:
     key, _ = headline_metric(niah["summary"])
     return {
         "best-context loss": cw["summary"]["best_context_loss"],
+        "best-context loss interval95": cw["summary"].get("best_context_loss_interval95"),
         "context gain": bf["context_gain"]["gain"],
         "context gain interval95": bf["context_gain"]["interval95"],
         "visible": [bf["lengths"][0], bf["lengths"][-1]],
@@ -62,6 +63,12 @@ def run_numbers(run_dir: Path) -> dict:
         "needle calibrated distractors": niah["summary"].get("calibrated_distractors"),
         "train context": cw["train_context"],
     }
+
+
+def _intervals(rows: list[dict], key: str) -> str:
+    """'; 95% intervals (documents as the unit): gpt 5.61 to 5.86, ...' over the runs that have one."""
+    parts = [f"{r['run']} {r[key][0]:.3f} to {r[key][1]:.3f}" for r in rows if r.get(key)]
+    return f"; 95% intervals (documents as the unit): {', '.join(parts)}" if parts else ""
 
 
 def _gain_note(rows: list[dict]) -> str:
@@ -94,7 +101,7 @@ def write_summary(out: Path, cfg, seconds_by_step: dict, seconds: float) -> dict
         f"best-context loss: mean loss (nats/token) over the last 10% of the {ctx}-token training context, "
         f"on held-out files ({some([h.lstrip('/') for h in cfg.corpus.heldout], 3)} of "
         f"{cfg.corpus.source or 'the Python standard library'}), "
-        "lower is better.",
+        f"lower is better{_intervals(rows, 'best-context loss interval95')}.",
         _gain_note(rows),
         "needle accuracy: the true answer is the most likely of 5 candidates, over every needle length and "
         f"depth, each haystack asked once with each candidate as the needle (chance {chance:g}); "
