@@ -89,3 +89,21 @@ def test_training_on_a_packed_store(packed, tmp_path):
     cfg["train"]["out_dir"] = str(tmp_path / "run2")
     with pytest.raises(UserError, match="--context 16"):
         train(from_dict(RunConfig, cfg))
+
+
+def test_the_documents_the_first_rows_read_are_counted_exactly(packed):
+    """What the trainer's few-validation-documents note counts: the store's documents that the first
+    k rows read, for packed sequences, windows over documents and every-window rows."""
+    source = PackedRows(packed, 32)
+    want = {int(d) for r in range(40) for d in packed.sequence_entries(int(source.doc_order[r]))[:, 0]}
+    assert set(source.documents(40).tolist()) == want and len(want) > 10
+    view = all_documents(packed.store)
+    windows = document_rows(view, 16, "packed", separator=EOT, seed=2)
+    owner = np.concatenate(  # the stream's owner of every position: documents in their order, separators
+        [np.full(len(view.doc(int(j))) + 1, int(view.indices[int(j)])) for j in windows.doc_order]
+    )
+    for k in (1, 3, 40):
+        assert set(windows.documents(k).tolist()) == set(owner[: k * 16 + 1].tolist())
+    long = document_rows(view, 16, "long_docs", separator=None, seed=2)
+    assert long.documents(4).tolist() == view.indices[long.doc_order[:4]].tolist()
+    assert len(set(long.documents(10**6).tolist())) == len(long.doc_order)  # more rows than documents

@@ -19,7 +19,7 @@ def test_each_run_says_when_it_starts_at_once_even_into_a_pipe(tmp_path, store):
     )
     first = proc.stdout.readline()
     running = proc.poll() is None  # the line came while the sweep runs, not with its end
-    rest = proc.stdout.read().splitlines()
+    rest = [ln for ln in proc.stdout.read().splitlines() if not ln.startswith("  note: ")]  # a run's notes
     assert proc.wait() == 0
     assert first == "started context-16 (1/2)\n" and running
     assert rest[:3] == [rest[0], "started context-32 (2/2)", rest[2]] and rest[0].startswith(

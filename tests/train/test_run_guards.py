@@ -410,3 +410,27 @@ def test_a_run_says_how_often_its_budget_repeats_the_training_rows(tmp_path, cap
     passes = 150 * rows / per_epoch
     assert passes >= 2 and f"note: 150 steps of {rows} rows read the {per_epoch:,} training rows " in out
     assert f"{passes:,.1f} times; repeated text is partly memorised" in out
+
+
+def test_a_validation_of_few_documents_is_said_to_be_few(tmp_path, capsys):
+    """2% of 10 documents is one: the start says the validation loss is one document's; with the
+    held-out share raised to five documents it says nothing. The count is the documents the rows read."""
+    from contextlab.data.training import build_training_data
+
+    for i in range(10):
+        (tmp_path / "src").mkdir(exist_ok=True)
+        (tmp_path / "src" / f"d{i}.txt").write_text(shakespeare(3_000)[i * 200 :])
+    store = ingest(tmp_path / "src", tmp_path / "st", IngestConfig(), progress=False).store
+    cfg = config(store, tmp_path / "one", max_steps=1)
+    cfg.data.val_split = "documents"  # SMALL holds out tails: 16 rows read the tails of 2 documents
+    train(cfg)
+    out = capsys.readouterr().out
+    assert "note: the validation loss is read on 16 rows of 16 tokens from 1 document, so it says " in out
+    cfg = config(store, tmp_path / "five", max_steps=1, val_tokens=16_384)  # more than the 5 hold
+    cfg.data.val_split, cfg.data.val_fraction = "documents", 0.5
+    data = build_training_data(cfg.data, context=16, rows=4, seed=0, val_tokens=4096)
+    assert data.val_documents == 3 and data.val_rows_total == len(data.val_rows) == 256  # the rows read 3
+    data = build_training_data(cfg.data, context=16, rows=4, seed=0, val_tokens=16_384)
+    assert data.val_documents == 5 and data.val_rows_total == len(data.val_rows) < 1024  # all 5, whole
+    train(cfg)
+    assert "validation loss is read on" not in capsys.readouterr().out

@@ -356,7 +356,8 @@ def test_a_new_step_budget_continues_the_run_but_says_so_and_records_it(store, t
     train(config(store, run, max_steps=4))
     capsys.readouterr()
     assert train(config(store, run, max_steps=6)).steps == 6
-    note = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+    few = "validation loss is read on"  # this store's tails: the start's note on few documents
+    note = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("note:") and few not in ln]
     assert len(note) == 1 and "schedule of 4 steps and this budget sets 6: from step 5" in note[0], note
     state = json.loads((run / "checkpoints" / "step_000006" / "state.json").read_text())
     assert state["schedule_changes"] == [[4, 4, 6]] and state["total_steps"] == 6
@@ -367,7 +368,7 @@ def test_a_new_step_budget_continues_the_run_but_says_so_and_records_it(store, t
         "run equals neither budget run uninterrupted"
     ]  # what the run's report shows under its key numbers
     assert train(config(store, run, max_steps=6)).steps == 6  # the same budget: up to date
-    assert "note:" not in capsys.readouterr().out
+    assert not [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("note:") and few not in ln]
 
 
 def test_the_done_line_names_the_validation_loss_and_gives_the_next_token_one(store, tmp_path, capsys):

@@ -83,6 +83,10 @@ class RowSource:
         per global step. Default: a permutation seeded by (seed, epoch)."""
         return np.random.default_rng([seed, epoch]).permutation(self.n_rows)
 
+    def documents(self, k: int) -> np.ndarray:
+        """The store's ids of the documents the first ``k`` rows read (validation reads those rows)."""
+        raise NotImplementedError
+
     def row(self, r: int) -> np.ndarray:
         """Row r alone: (row_len,) int64."""
         tokens = np.empty(self.row_len, dtype=np.int64)
@@ -102,6 +106,11 @@ class WindowRows(RowSource):
         doc_lens = view.lengths()[self.doc_order] + (1 if separator is not None else 0)
         self.starts = np.concatenate([[0], np.cumsum(doc_lens)])  # (n_docs + 1,) stream offsets
         self.n_rows = max(0, int((self.starts[-1] - 1) // self.context))
+
+    def documents(self, k: int) -> np.ndarray:
+        """The documents the stream's first ``k * context + 1`` tokens come from."""
+        touched = int(np.searchsorted(self.starts, min(k, self.n_rows) * self.context + 1, side="left"))
+        return np.asarray(self.view.indices)[self.doc_order[: min(touched, len(self.doc_order))]]
 
     def fill(self, r: int, out: np.ndarray, doc_ids: np.ndarray) -> None:
         pos = r * self.context
@@ -159,6 +168,11 @@ class LongDocRows(RowSource):
         out[:take] = doc[start : start + take]
         out[take:] = doc[: self.row_len - take]  # past the end of the rolled document: its start
 
+    def documents(self, k: int) -> np.ndarray:
+        """Rows go window-major: the first ``k`` rows are first windows of ``k`` documents while there
+        are that many (then second windows of the same ones)."""
+        return np.asarray(self.view.indices)[self.doc_order[: min(k, len(self.doc_order))]]
+
     def rows_of(self, j: int) -> np.ndarray:
         """The row ids of document j's windows, in reading order."""
         return self.level_start[: int(self.n_windows[j])] + j
@@ -196,6 +210,11 @@ class PackedRows(RowSource):
         ids = np.arange(len(packed)) if sequences is None else np.asarray(sequences, dtype=np.int64)
         self.doc_order = ids[packed.sequence_lengths()[ids] == self.row_len]  # sequence ids
         self.n_rows = len(self.doc_order)
+
+    def documents(self, k: int) -> np.ndarray:
+        ids = self.doc_order[: min(k, self.n_rows)]
+        parts = [self.packed.sequence_entries(int(i))[:, 0] for i in ids]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     def fill(self, r: int, out: np.ndarray, doc_ids: np.ndarray) -> None:
         tokens, docs = self.packed.sequence_tokens(int(self.doc_order[r]))

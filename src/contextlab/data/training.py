@@ -70,6 +70,8 @@ class TrainingData:
     loader: TokenLoader | MixtureLoader  # this rank's training batches, resumable
     val_rows: np.ndarray  # (n, context + 1) int64: this rank's share of the fixed validation rows
     store: TokenStore  # the token store every row comes from (tokenizer, hashes)
+    val_documents: int = 0  # distinct documents all processes' validation rows read (of their store)
+    val_rows_total: int = 0  # the validation rows of all processes together
 
 
 ValSources = list[tuple[RowSource, int]]  # validation: (row source, rows wanted from it)
@@ -92,7 +94,18 @@ def build_training_data(
     else:
         source, val = _split_documents(data, store, context, n_val, seed)
         loader = TokenLoader(source, rows, seed=seed, rank=rank, world_size=world)
-    return TrainingData(loader, validation_rows(val, context)[rank::world], store)
+    rows_all = validation_rows(val, context)
+    return TrainingData(loader, rows_all[rank::world], store, validation_documents(val), len(rows_all))
+
+
+def validation_documents(sources: ValSources) -> int:
+    """How many distinct documents the validation rows read (each source's first k rows; a mixture's
+    sources may share documents of one store, and are counted once per (source's store, document))."""
+    seen = set()
+    for source, k in sources:
+        store = source.packed.store if isinstance(source, PackedRows) else source.view.store
+        seen.update((str(store.path), int(d)) for d in np.unique(source.documents(k)))
+    return len(seen)
 
 
 def validation_rows(sources: ValSources, context: int) -> np.ndarray:

@@ -62,7 +62,7 @@ from contextlab.train.metrics import (
     step_metrics,
 )
 from contextlab.train.optim import lr_at, make_adamw
-from contextlab.train.validation import eval_mode, mean_over_rows
+from contextlab.train.validation import eval_mode, few_documents_note, mean_over_rows
 
 
 @dataclass
@@ -105,6 +105,7 @@ class Trainer:
             world=self.info.world_size,
         )
         self.loader, self.val_rows, self.store = data.loader, data.val_rows, data.store
+        self.val_documents, self.val_rows_total = data.val_documents, data.val_rows_total
         self.data_record = moved_data.record(cfg.data, self.store)  # saved in every checkpoint
         self._build_model()
         self._build_optimizer()
@@ -175,6 +176,8 @@ class Trainer:
                 describe(self.model) + f"; {self.objective.name}; {self.rows} rows x {t.context} tokens/step"
                 f" on {self.info.world_size} process(es), {self.info.device.type}, {t.dtype}"
             )
+            if note := few_documents_note(self.val_documents, self.val_rows_total, t.context):
+                print(note)
 
     def _save(self) -> None:
         bad = guards.count_non_finite(self.wrapped, self.info)  # never save weights a resume cannot use
