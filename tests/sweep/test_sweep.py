@@ -143,6 +143,35 @@ def test_a_runs_notes_are_said_under_its_done_line_once_per_sweep(tmp_path, stor
     assert out.count("note: optim.warmup_steps") == 1 and "context-16" not in out
 
 
+def test_a_warm_up_as_long_as_the_runs_is_said_before_any_run_trains(tmp_path, store, capsys):
+    from contextlab.cli import main
+
+    f = tmp_path / "s.toml"
+    f.write_text(SWEEP.format(out=tmp_path / "out", store=store.path, bad=64))
+    assert spec.budget_notes(load_sweep(f)[1]) == []  # warm-up 2 of 3 steps
+    f.write_text(
+        SWEEP.format(out=tmp_path / "out", store=store.path, bad=64).replace(
+            "warmup_steps = 2", "warmup_steps = 3"
+        )
+    )
+    want = (
+        "optim.warmup_steps is not below the step budget of 3 run(s): context-16 (3 steps), context-32 "
+        "(3 steps), context-64 (3 steps); their learning rate rises the whole run and never decays (a "
+        "warm-up of a tenth of the shortest is base.optim.warmup_steps = 1)"
+    )
+    assert spec.budget_notes(load_sweep(f)[1]) == [want]
+    tokens = f.read_text().replace("max_steps = 3", "max_tokens = 2560")  # 10 steps of 256 tokens
+    f.write_text(tokens)
+    assert spec.budget_notes(load_sweep(f)[1]) == []
+    f.write_text(tokens.replace("warmup_steps = 3", "warmup_steps = 10"))
+    capsys.readouterr()
+    assert main(["sweep", str(f), "--dry-run"]) == 0
+    assert "note: optim.warmup_steps is not below the step budget of 3 run(s): context-16 (10 steps)" in (
+        capsys.readouterr().out
+    )
+    assert not (tmp_path / "out" / "runs").exists()  # said before anything ran
+
+
 def test_the_notes_said_are_those_of_this_sweeps_part_of_the_log(tmp_path):
     run = spec.Run("r", {}, {}, tmp_path)
     (tmp_path / "sweep.log").write_text("note: an old one\nstep 1\n")

@@ -43,7 +43,7 @@ def _dry_run(section, runs, overwrite: bool, only: str | None = None) -> int:
     from contextlab.sweep import folder
     from contextlab.sweep.results import status
     from contextlab.sweep.runner import select_runs
-    from contextlab.sweep.spec import eval_notes
+    from contextlab.sweep.spec import budget_notes, eval_notes
 
     grid, runs = runs, select_runs(only, runs)  # the slice this command would run, checked as the sweep does
     out = Path(section.out_dir)
@@ -51,7 +51,7 @@ def _dry_run(section, runs, overwrite: bool, only: str | None = None) -> int:
     for run in runs:
         print(f"{'stale' if run.name in stale else status(run)['status']:<8} {run.name}")
     print(f"{len(runs)} runs in {out}" + (f" (--only {only!r} of the grid's {len(grid)})" if only else ""))
-    for line in eval_notes(section, runs):
+    for line in eval_notes(section, runs) + budget_notes(runs):
         print(f"note: {line}")
     left_out = folder.left_out_line(out, grid)
     if left_out:

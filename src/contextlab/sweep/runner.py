@@ -34,7 +34,7 @@ from contextlab.io import atomic_write_json, atomic_write_text
 from contextlab.steps import Step, StepRunner
 from contextlab.sweep import folder
 from contextlab.sweep.results import status, write_results
-from contextlab.sweep.spec import Run, SweepSection, eval_notes, load_sweep
+from contextlab.sweep.spec import Run, SweepSection, budget_notes, eval_notes, load_sweep
 
 STATE_FILE = "sweep_state.json"  # which runs finished with which config (contextlab.steps)
 
@@ -192,7 +192,7 @@ def _run_sweep(
     out = Path(section.out_dir)
     replace = folder.prepare(out, grid, runs, folder.sweep_text(path, overrides), overwrite)  # may refuse
     write_results(section, grid)  # the grid of this sweep file from the start (pending, stale, done)
-    for line in eval_notes(section, runs):
+    for line in eval_notes(section, runs) + budget_notes(runs):
         print(f"note: {line}", file=sys.stderr)
     runner = StepRunner(out / STATE_FILE)
     steps = {r.name: _step(section, r, runner) for r in runs}

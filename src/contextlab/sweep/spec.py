@@ -16,6 +16,7 @@ typo fails before the first run trains, not after an hour.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 from dataclasses import dataclass, field
@@ -193,6 +194,37 @@ def eval_notes(section: SweepSection, runs: list[Run]) -> list[str]:
             "left to right, and every evaluation scores next-token predictions)"
         )
     return lines
+
+
+def budget_notes(runs: list[Run]) -> list[str]:
+    """One line naming the runs whose warm-up is not shorter than their step budget (their learning
+    rate would rise the whole run and never decay), known before any run trains for budgets in steps
+    or tokens (a FLOPs or minutes budget is said by the run itself, under its line)."""
+    from contextlab.config import from_dict
+    from contextlab.train.budget import budget_steps
+    from contextlab.train.config import RunConfig
+
+    short = []
+    for run in runs:
+        cfg = from_dict(RunConfig, run.config)
+        t = cfg.train
+        if t.max_flops or t.max_minutes or not t.context:
+            continue
+        if t.rows_per_step:
+            t = dataclasses.replace(t, tokens_per_step=t.rows_per_step * t.context)
+        total = budget_steps(t, 0.0)
+        if cfg.optim.warmup_steps >= total:
+            short.append((run.name, total, cfg.optim.warmup_steps))
+    if not short:
+        return []
+    shown = ", ".join(f"{name} ({total:,} steps)" for name, total, _ in short[:4])
+    more = f" and {len(short) - 4} more" if len(short) > 4 else ""
+    least = min(total for _, total, _ in short)
+    return [
+        f"optim.warmup_steps is not below the step budget of {len(short)} run(s): {shown}{more}; their "
+        "learning rate rises the whole run and never decays (a warm-up of a tenth of the shortest is "
+        f"base.optim.warmup_steps = {max(1, least // 10)})"
+    ]
 
 
 def _check_evals(section: SweepSection, path) -> None:
