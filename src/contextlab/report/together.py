@@ -131,7 +131,8 @@ def _validation(runs: list[Path], names: dict[Path, str], configs: dict[Path, di
             muted(
                 "validation losses are not drawn together: each run validates on other rows (its data or "
                 "train.context differ), so their losses measure different text; the contextwise figure "
-                "compares runs on one text"
+                "compares runs on one text, and runs trained with one data.val_store validate on the same "
+                "rows whatever they train on"
             )
         )
     elif len(groups) > MAX_GROUPS:
