@@ -176,6 +176,23 @@ def test_contextwise_plot_marks_the_minimum_and_reads_older_results(byte_store, 
     assert (tmp_path / "both.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_combined_plot_labels_each_curve_by_its_model_or_by_the_names_given(tmp_path, monkeypatch):
+    import json
+
+    import contextlab.result_plots as plots
+
+    drawn = []
+    monkeypatch.setattr(plots, "contextwise_png", lambda curves, out, smooth: drawn.append(list(curves)))
+    results = {"context": [1, 2], "loss": [3.0, 2.0], "train_context": 2}
+    files = []
+    for i in range(2):
+        files.append(tmp_path / f"r{i}.json")
+        files[-1].write_text(json.dumps({"model": {"id": f"/runs/m{i}"}, "results": results}))
+    contextwise.combined_plot(files, tmp_path / "a.png")
+    contextwise.combined_plot(files, tmp_path / "b.png", labels=["gpt", "contextlm"])
+    assert drawn == [["/runs/m0", "/runs/m1"], ["gpt", "contextlm"]]
+
+
 def test_the_true_minimum_of_a_known_curve_and_where_it_falls():
     """A curve that falls to 2.0 at context 150 (beyond a training context of 100), then rises."""
     t = np.arange(1, 201)

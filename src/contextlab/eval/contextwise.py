@@ -352,15 +352,16 @@ def _smooth(n_docs: int) -> int:
     return 1 if n_docs >= 256 else 9  # few documents: the plot adds a centred mean over 9 positions
 
 
-def combined_plot(result_files: list, out) -> None:
-    """Several models' contextwise.json on one plot (log x)."""
+def combined_plot(result_files: list, out, labels: list[str] | None = None) -> None:
+    """Several models' contextwise.json on one plot (log x), each labelled by its model's id or by
+    ``labels`` (the quickstart's run names, not their paths)."""
     import json
 
     curves = {}
-    for f in result_files:
+    for i, f in enumerate(result_files):
         doc = json.loads(open(f).read())
         r = doc["results"]
-        curves[doc["model"]["id"]] = {
+        curves[labels[i] if labels else doc["model"]["id"]] = {
             "context": r["context"],
             "loss": r["loss"],
             "train_context": r["train_context"],

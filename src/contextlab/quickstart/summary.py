@@ -94,7 +94,8 @@ def write_summary(out: Path, cfg, seconds_by_step: dict, seconds: float) -> dict
         nums = run_numbers(out / "runs" / name)
         rows.append({"run": name, "objective": spec.objective, "packing": spec.packing, **nums})
     plot = out / "contextwise_models.png"
-    combined_plot([out / "runs" / name / "eval" / "contextwise.json" for name in cfg.runs], plot)
+    names = list(cfg.runs)
+    combined_plot([out / "runs" / name / "eval" / "contextwise.json" for name in names], plot, labels=names)
     ctx = rows[0]["train context"]
     chance = rows[0]["needle chance"]
     notes = [
