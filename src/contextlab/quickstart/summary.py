@@ -73,15 +73,11 @@ def _intervals(rows: list[dict], key: str) -> str:
 
 def _gain_note(rows: list[dict]) -> str:
     """The context-gain line of the notes, with every run's interval."""
-    intervals = ", ".join(
-        f"{r['run']} {r['context gain interval95'][0]:.3f} to {r['context gain interval95'][1]:.3f}"
-        for r in rows
-    )
     return (
         f"context gain: loss of {rows[0]['targets']} held-out target tokens (random positions) with "
         f"{rows[0]['visible'][0]} visible token minus with {rows[0]['visible'][1]} visible tokens (the same "
-        f"targets): what reading the context is worth to the model; 95% intervals (documents as the unit): "
-        f"{intervals}."
+        "targets): what reading the context is worth to the model"
+        f"{_intervals(rows, 'context gain interval95')}."
     )
 
 

@@ -16,7 +16,6 @@ typo fails before the first run trains, not after an hour.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import re
 from dataclasses import dataclass, field
@@ -201,25 +200,22 @@ def budget_notes(runs: list[Run]) -> list[str]:
     rate would rise the whole run and never decay), known before any run trains for budgets in steps
     or tokens (a FLOPs or minutes budget is said by the run itself, under its line)."""
     from contextlab.config import from_dict
-    from contextlab.train.budget import budget_steps
+    from contextlab.train.budget import budget_steps, resolve_shape
     from contextlab.train.config import RunConfig
 
     short = []
     for run in runs:
         cfg = from_dict(RunConfig, run.config)
-        t = cfg.train
-        if t.max_flops or t.max_minutes or not t.context:
-            continue
-        if t.rows_per_step:
-            t = dataclasses.replace(t, tokens_per_step=t.rows_per_step * t.context)
-        total = budget_steps(t, 0.0)
+        if cfg.train.max_flops or cfg.train.max_minutes or not cfg.train.context:
+            continue  # train.context 0 is the data's: known once the data is opened
+        total = budget_steps(resolve_shape(cfg).train, 0.0)  # rows_per_step as tokens, as training does
         if cfg.optim.warmup_steps >= total:
-            short.append((run.name, total, cfg.optim.warmup_steps))
+            short.append((run.name, total))
     if not short:
         return []
-    shown = ", ".join(f"{name} ({total:,} steps)" for name, total, _ in short[:4])
+    shown = ", ".join(f"{name} ({total:,} steps)" for name, total in short[:4])
     more = f" and {len(short) - 4} more" if len(short) > 4 else ""
-    least = min(total for _, total, _ in short)
+    least = min(total for _, total in short)
     return [
         f"optim.warmup_steps is not below the step budget of {len(short)} run(s): {shown}{more}; their "
         "learning rate rises the whole run and never decays (a warm-up of a tenth of the shortest is "
