@@ -83,6 +83,7 @@ def pack_cfg(step: dict):
         k=step["k"],
         context=step["context"],
         shards=n_shards(step["n_docs"], step["shard_docs"]),
+        val_fraction=0,  # every document packed, as the raw bm25s side indexes every one
         **({"retriever": "bm25"} | extra),
     )
 

@@ -84,7 +84,7 @@ def splice_steps(store: TokenStore, retriever, steps: int, seed: int, context: i
             raise _Stop
 
     seq.on_take.append(counting)
-    cfg = PackConfig(method="splice", k=1, context=context)
+    cfg = PackConfig(val_fraction=0, method="splice", k=1, context=context)
     t0 = time.perf_counter()
     try:
         pack_splice(seq, retriever, cfg)
@@ -98,7 +98,7 @@ def _end_to_end(store: str, out: str, context: int, q) -> None:
     rep = pack(
         store,
         out,
-        PackConfig(method="splice", retriever="bm25", k=1, context=context),
+        PackConfig(val_fraction=0, method="splice", retriever="bm25", k=1, context=context),
         progress=False,
         overwrite=True,
     )
@@ -127,11 +127,13 @@ def compare_stats(
     store = TokenStore(store_path)
     out = {}
     runs = [
-        ("ep", PackConfig(method="ep", context=context)),
-        ("splice_bm25", PackConfig(method="splice", retriever="bm25", context=context)),
+        ("ep", PackConfig(val_fraction=0, method="ep", context=context)),
+        ("splice_bm25", PackConfig(val_fraction=0, method="splice", retriever="bm25", context=context)),
     ]
     if any("/" in (m.get("path") or "") for m in store.docs_meta()[:50]):
-        runs.append(("splice_repo", PackConfig(method="splice", retriever="repo", context=context)))
+        runs.append(
+            ("splice_repo", PackConfig(val_fraction=0, method="splice", retriever="repo", context=context))
+        )
     for name, cfg in runs:
         if name == "splice_bm25" and splice_out:
             packed = PackedStore(splice_out)

@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         [*ingest, "--ray", "--ray-cpus", n, "--ray-parts", str(args.parts)], work / "store_ray"
     )
     store = str(work / "store_local")
-    pack = ["data", "pack", store, "--method", "splice", "--retriever", "bm25"]
+    pack = ["data", "pack", store, "--method", "splice", "--retriever", "bm25", "--val-fraction", "0"]
     pack += ["--context", str(args.context), "--shards", str(args.shards)]
     local, ray = [], []
     for _ in range(args.repeats):

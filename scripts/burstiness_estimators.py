@@ -45,8 +45,11 @@ def main() -> None:
     print(f"store {store.path}: {store.n_docs:,} documents, {store.n_tokens:,} tokens")
     out = {}
     for name, cfg in (
-        ("ep", PackConfig(method="ep", context=args.context)),
-        ("splice_bm25", PackConfig(method="splice", retriever="bm25", k=1, context=args.context)),
+        ("ep", PackConfig(method="ep", context=args.context, val_fraction=0)),
+        (
+            "splice_bm25",
+            PackConfig(method="splice", retriever="bm25", k=1, context=args.context, val_fraction=0),
+        ),
     ):
         packed = pack(store, work / name, cfg, progress=False).packed
         s = pack_stats(packed, max_sequences=args.max_sequences)

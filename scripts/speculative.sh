@@ -11,7 +11,7 @@ contextlab data ingest "$stdlib" --tokenizer byte --include '**/*.py' --encoding
   --exclude 'test/**,idlelib/idle_test/**,lib2to3/tests/**,tkinter/test/**,site-packages/**' --out "$out/store"
 contextlab data ingest "$stdlib" --tokenizer byte --include 'test/**/*.py' --encoding skip --no-progress \
   --out "$out/heldout"
-contextlab data pack "$out/store" --method ep --context 512 --seed 0 --no-progress --out "$out/packed"
+contextlab data pack "$out/store" --method ep --context 512 --seed 0 --val-fraction 0 --no-progress --out "$out/packed"
 contextlab train recipes/mtp_code.toml --set data.packed="$out/packed" --set train.out_dir="$out/run"
 for dtype in fp32 bf16; do
   python benchmarks/speculative.py "$out/run" --heldout "$out/heldout" --prompts 8 --prompt-tokens 256 \

@@ -12,8 +12,8 @@ held=vb.txt,vcsqueeze.txt,vw.txt,want.txt,web20.txt,weird.txt,wisdom.txt,worked.
 mkdir -p "$out"
 contextlab data ingest "$essays" --tokenizer bpe:4096 --exclude "SOURCE.*,$held" --out "$out/train" --no-progress
 contextlab data ingest "$essays" --tokenizer "store:$out/train" --include "$held" --out "$out/val" --no-progress
-contextlab data pack "$out/train" --method ep --context 512 --out "$out/ep" --no-progress
-contextlab data pack "$out/train" --method splice --retriever dense --context 512 --out "$out/splice" --no-progress
+contextlab data pack "$out/train" --method ep --context 512 --val-fraction 0 --out "$out/ep" --no-progress
+contextlab data pack "$out/train" --method splice --retriever dense --context 512 --val-fraction 0 --out "$out/splice" --no-progress
 contextlab data pack-stats "$out/splice" --no-progress --no-plot
 for m in ep splice; do
   contextlab train --set data.packed="$out/$m" --set data.val_store="$out/val" --set train.context=512 \

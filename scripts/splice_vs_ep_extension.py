@@ -171,6 +171,9 @@ def pack_steps(recipe: dict, out: Path, ingested: dict) -> dict[str, Step]:
         pk["order"],
     ]
     common = ["--context", str(recipe["extension"]["train"]["context"]), "--seed", str(pk["seed"])]
+    # every document packed unless the recipe holds some out: the evaluations read the books the corpus
+    # step held out whole (eval_every), and the recorded studies were packed so
+    common += ["--val-fraction", str(pk.get("val_fraction", 0.0))]
     steps = {}
     for name, store, method in (
         ("standard_ep", "standard", ["--method", "ep"]),

@@ -94,7 +94,7 @@ def test_retriever_example_serves_splice(examples, store, tmp_path, monkeypatch)
 
     r = examples["retriever"]
     monkeypatch.setitem(RETRIEVERS, "length", RetrieverKind(r.build_same_length, "similar length"))
-    cfg = PackConfig(method="splice", retriever="length", context=255)
+    cfg = PackConfig(method="splice", retriever="length", context=255, val_fraction=0)
     packed = pack(store, tmp_path / "p", cfg, progress=False).packed
     used = np.concatenate([packed.sequence_entries(i)[:, 0] for i in range(packed.n_sequences)])
     assert sorted(set(used.tolist())) == list(range(store.n_docs))

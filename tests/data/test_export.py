@@ -15,7 +15,7 @@ from contextlab.data.export import ExportConfig, export
 from contextlab.data.export import parquet as parquet_mod
 from contextlab.data.export.megatron import megatron_dtype, write_megatron_split
 from contextlab.data.packing import PackConfig, pack
-from contextlab.data.views import packed_split
+from contextlab.data.packing.packed_store import packed_split
 from contextlab.errors import UserError
 from tests.data.packing.helpers import EOT, make_store, mixed_corpus
 
@@ -28,7 +28,7 @@ def packed(tmp_path_factory):
     """A SPLICE-BM25 packed store of two shards (so two short rows) over 120 byte-token documents."""
     root = tmp_path_factory.mktemp("export")
     store = make_store(root, mixed_corpus(120, seed=4))
-    cfg = PackConfig(method="splice", context=CONTEXT, seed=1, shards=2, remainder="next")
+    cfg = PackConfig(method="splice", context=CONTEXT, seed=1, shards=2, remainder="next", val_fraction=0)
     return pack(store, root / "splice", cfg, progress=False).packed
 
 

@@ -10,7 +10,8 @@ import pytest
 from contextlab.config import from_dict
 from contextlab.data.loader import PackedRows, TokenLoader, document_rows
 from contextlab.data.packing import PackConfig, pack
-from contextlab.data.views import all_documents, packed_split
+from contextlab.data.packing.packed_store import packed_split
+from contextlab.data.views import all_documents
 from contextlab.errors import UserError
 from contextlab.train.config import RunConfig
 from contextlab.train.trainer import train

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from contextlab.data.packing import PackConfig, pack
+from contextlab.data.packing.packed_store import packed_split
 from contextlab.data.training import build_training_data
-from contextlab.data.views import packed_split, split_documents
+from contextlab.data.views import split_documents
 from contextlab.errors import UserError
 from contextlab.train.config import DataSection, MixtureSource
 from tests.data.packing.helpers import EOT, make_store
@@ -36,7 +37,7 @@ def stores(tmp_path_factory):
 @pytest.fixture(scope="module")
 def packed(stores, tmp_path_factory):
     root = tmp_path_factory.mktemp("packed")
-    cfg = PackConfig(method="ep", context=8, seed=1)
+    cfg = PackConfig(method="ep", context=8, seed=1, val_fraction=0)  # held-out sequences
     return [pack(stores[f"s{i}"], root / f"p{i}", cfg, progress=False).packed for i in range(2)]
 
 

@@ -13,9 +13,9 @@ import pytest
 from contextlab.cli import main
 from contextlab.config import from_dict
 from contextlab.data.ingest import IngestConfig, ingest
-from contextlab.data.packing.packed_store import PackedStore
+from contextlab.data.packing.packed_store import PackedStore, packed_split
 from contextlab.data.store import TokenStore
-from contextlab.data.views import packed_split, split_documents, split_tail
+from contextlab.data.views import split_documents, split_tail
 from contextlab.errors import UserError
 from contextlab.eval import heldout
 from contextlab.train.config import RunConfig
@@ -144,6 +144,7 @@ def test_a_validation_store_is_read_whole_and_is_the_default(project, tmp_path):
 def _packed_run(project, tmp_path, context: int):
     packed = tmp_path / f"packed{context}"
     args = ["data", "pack", str(project / "store"), "--method", "ep", "--context", str(context)]
+    args += ["--val-fraction", "0"]  # every document packed: the run holds out sequences
     assert main([*args, "--out", str(packed), "--no-progress"]) == 0
     run = tmp_path / f"pk{context}"
     train(_config(run, context, packed=str(packed), mode="packed", val_fraction=0.3))
@@ -221,7 +222,10 @@ def test_a_packed_run_of_documents_longer_than_the_context_reads_its_held_out_se
     assert ids.tolist() == view.indices.tolist() and ppl["results"]["n_pieces"] == len(view)
     assert ppl["results"]["n_documents"] == others and ppl["data"]["texts_scored"] == len(view)
     _, wide = _packed_run(project, tmp_path, 1024)  # another packing of the store: other sequences held out
-    with pytest.raises(UserError, match=r"\(packed data .*packed32 against .*packed1024: a packed run holds"):
+    with pytest.raises(
+        UserError,
+        match=r"\(packed data .*packed32 against .*packed1024: a run on a store packed with --val-fraction 0",
+    ):
         heldout.shared_run([str(run), str(wide)], store)
 
 
@@ -237,6 +241,7 @@ def test_a_mixture_run_holds_out_per_store_what_no_training_sequence_holds(proje
     for name in ("store", "more_store"):
         source = project / name if name == "store" else tmp_path / name
         args = ["data", "pack", str(source), "--method", "ep", "--context", "1024", "--no-progress"]
+        args += ["--val-fraction", "0"]
         assert main([*args, "--out", str(tmp_path / f"pk_{name}")]) == 0
         packed.append(tmp_path / f"pk_{name}")
     run = tmp_path / "mix"
@@ -367,3 +372,53 @@ def test_another_model_reads_what_a_run_held_out_and_a_pair_shares_one_part(proj
         heldout.shared_run([str(project / "run"), str(tail)], store)
     with pytest.raises(UserError, match="no run that trained on"):
         heldout.shared_run([str(base)], store)
+
+
+def test_ep_and_splice_runs_read_and_validate_on_the_documents_their_packs_held_out(project, tmp_path):
+    """Packed holding documents out (the default), two packings of one store hold out the same documents:
+    --split run reads them for both runs (before, two packings held out different sequences and a paired
+    reading was refused), the runs' validation rows are the same, and the report draws them together."""
+    from contextlab.report.together import together_section
+    from contextlab.rundir import data_record
+
+    runs = []
+    for method in ("ep", "splice"):
+        args = [
+            "data",
+            "pack",
+            str(project / "store"),
+            "--method",
+            method,
+            "--context",
+            "32",
+            "--no-progress",
+        ]
+        assert main([*args, "--out", str(tmp_path / method)]) == 0
+        train(_config(tmp_path / f"run_{method}", packed=str(tmp_path / method), mode="packed"))
+        runs.append(tmp_path / f"run_{method}")
+    store = TokenStore(project / "store")
+    held = split_documents(store, 0.02, 0)[1].indices  # the pack's default, not the run's val_fraction 0.1
+    for run in runs:
+        view, record = heldout.documents(store, str(run), "run")
+        assert np.array_equal(view.indices, held) and view.begin is not None
+        assert np.array_equal(view.end - view.begin, store.lengths()[held])  # whole documents
+        assert record["held_out"].startswith(f"the documents {tmp_path / run.name[4:]} (val_fraction 0.02")
+    assert heldout.shared_run([str(r) for r in runs], store) == str(runs[0].resolve())
+    args = [
+        "data",
+        "pack",
+        str(project / "store"),
+        "--context",
+        "32",
+        "--val-fraction",
+        "0.1",
+        "--no-progress",
+    ]
+    assert main([*args, "--out", str(tmp_path / "ep10")]) == 0
+    train(_config(tmp_path / "run_ep10", packed=str(tmp_path / "ep10"), mode="packed"))
+    with pytest.raises(UserError, match=r"holding out other documents \(\(0.02, 0\) against \(0.1, 0\)\)"):
+        heldout.shared_run([str(runs[0]), str(tmp_path / "run_ep10")], store)
+    hashes = {data_record(r)["validation_rows"] for r in runs}
+    assert len(hashes) == 1 and len(next(iter(hashes))) == 64
+    html = together_section(runs, {r: r.name for r in runs})
+    assert html.count('alt="validation loss of the runs"') == 1 and "not drawn together" not in html

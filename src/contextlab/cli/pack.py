@@ -154,10 +154,18 @@ def _pack_summary(report, config, args: argparse.Namespace) -> str:
         return f"{pk.path} is up to date ({pk.n_sequences:,} sequences); nothing to do"
     m = pk.meta
     note = few_to_arrange(arrangement(pk))
+    held = m.get("heldout") or {}
+    docs = f"{m['store']['n_docs']:,} documents"
+    if held:
+        n = held["documents"]
+        docs = (
+            f"{m['store']['n_docs'] - n:,} of {docs} ({n:,} held out for validation, {held['tokens']:,} "
+            f"tokens: val_fraction {held['val_fraction']:g})"
+        )
     return (
         f"wrote {pk.path}: {config.method}, {pk.n_sequences:,} sequences for context {config.context:,} "
-        f"({m['n_full_sequences']:,} full), {pk.n_entries:,} entries from {m['store']['n_docs']:,} "
-        f"documents in {report.seconds:,.1f} s ({_rate(report)}); "
+        f"({m['n_full_sequences']:,} full), {pk.n_entries:,} entries from {docs} "
+        f"in {report.seconds:,.1f} s ({_rate(report)}); "
         f"largest shard index {m['index_bytes_max'] / 2**20:,.1f} MiB" + (f"\n{note}" if note else "")
     )
 

@@ -7,7 +7,8 @@ resolves the three kinds of training data into a ``TrainingData``:
   document's tail (``data.val_split``), optionally cut to ``data.train_tokens``; rows are
   windows over the documents end to end, or every window of every long document read
   column-major (``data.mode = "long_docs"``, ``loader.LongDocRows``).
-* ``data.packed``: a packed store; a seeded share of its sequences is held out.
+* ``data.packed``: a packed store; it validates on the documents it was packed without (``data pack
+  --val-fraction``, the default), else on a seeded share of its sequences held out.
 * ``data.mixture``: several packed stores with weights; each holds out its own share, the
   training loader draws the weighted rows (``mixture.py``) and the validation rows follow the
   same shares.
@@ -22,6 +23,7 @@ trainer sees one loader and one array of rows whatever the data is.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,14 +33,13 @@ import numpy as np
 
 from contextlab.data.loader import PackedRows, RowSource, TokenLoader, document_rows
 from contextlab.data.mixture import MixtureLoader, exact_shares
-from contextlab.data.packing.packed_store import PACKED_META, PackedStore, is_packed_store
+from contextlab.data.packing.packed_store import PACKED_META, PackedStore, is_packed_store, packed_split
 from contextlab.data.store import TokenStore, is_store
 from contextlab.data.store_meta import read_meta
 from contextlab.data.views import (
     DocView,
     all_documents,
     first_tokens,
-    packed_split,
     split_documents,
     split_tail,
 )
@@ -72,6 +73,9 @@ class TrainingData:
     store: TokenStore  # the token store every row comes from (tokenizer, hashes)
     val_documents: int = 0  # distinct documents all processes' validation rows read (of their store)
     val_rows_total: int = 0  # the validation rows of all processes together
+    val_rows_hash: str = (
+        ""  # of all processes' validation rows: equal for runs that validate on the same rows
+    )
 
 
 ValSources = list[tuple[RowSource, int]]  # validation: (row source, rows wanted from it)
@@ -95,7 +99,17 @@ def build_training_data(
         source, val = _split_documents(data, store, context, n_val, seed)
         loader = TokenLoader(source, rows, seed=seed, rank=rank, world_size=world)
     rows_all = validation_rows(val, context)
-    return TrainingData(loader, rows_all[rank::world], store, validation_documents(val), len(rows_all))
+    return TrainingData(
+        loader, rows_all[rank::world], store, validation_documents(val), len(rows_all), rows_hash(rows_all)
+    )
+
+
+def rows_hash(rows: np.ndarray) -> str:
+    """sha256 of rows (their shape and int64 tokens): two runs whose validation rows have one hash
+    score the same text, whatever data they trained on."""
+    h = hashlib.sha256(repr(rows.shape).encode())
+    h.update(np.ascontiguousarray(rows, dtype=np.int64).tobytes())
+    return h.hexdigest()
 
 
 def validation_documents(sources: ValSources) -> int:
@@ -249,8 +263,9 @@ def _split_documents(
 def _split_packed(
     data: DataOptions, packed: list[PackedStore], store: TokenStore, context: int, n_val: int
 ) -> tuple[list[RowSource], ValSources]:
-    """The training rows of every packed store and the validation sources: the held-out sequences of
-    every store in the mixture's shares, or data.val_store."""
+    """The training rows of every packed store and the validation sources in the mixture's shares: the
+    documents a store was packed without (``data pack --val-fraction``: the same for every packing of
+    one token store), else its held-out sequences (data.val_fraction of them); or data.val_store."""
     if data.train_tokens:
         raise UserError(
             "data.train_tokens works on a token store (data.store), not on packed stores; "
@@ -260,10 +275,19 @@ def _split_packed(
         eot = store.tokenizer_spec.get("eot_id")
         val_docs = _val_documents(data, _val_store(data, store), eot, context, n_val)
         return [PackedRows(p, context) for p in packed], val_docs
-    splits = [packed_split(p, data.val_fraction, data.split_seed) for p in packed]
-    train = [PackedRows(p, context, ids) for p, (ids, _) in zip(packed, splits)]
     shares = exact_shares(n_val, [m.weight for m in data.mixture] or [1.0])
-    return train, [(PackedRows(p, context, ids), int(k)) for p, (_, ids), k in zip(packed, splits, shares)]
+    eot = store.tokenizer_spec.get("eot_id")
+    train, val = [], []
+    for p, k in zip(packed, shares):
+        held = p.heldout_documents()
+        if held is not None:  # packed holding documents out: every sequence trains, they validate
+            train.append(PackedRows(p, context))
+            val += _val_documents(data, DocView(p.store, held), eot, context, int(k))
+        else:
+            ids, val_ids = packed_split(p, data.val_fraction, data.split_seed)
+            train.append(PackedRows(p, context, ids))
+            val.append((PackedRows(p, context, val_ids), int(k)))
+    return train, val
 
 
 def _packed_loader(data: DataOptions, train: list[RowSource], rows: int, seed: int, rank: int, world: int):

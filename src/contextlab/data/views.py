@@ -11,7 +11,9 @@ Two views matter for context-use research:
   (no document leaks across), deterministic from the seed. For corpora of one or a few
   long documents (Tiny Shakespeare), ``split_tail`` holds out the last fraction of every
   document's tokens instead.
-* ``packed_split(packed, val_fraction, seed)``: the same for a packed store, by sequence ids.
+
+A packed store is split by sequence ids (``packing.packed_store.packed_split``), or, when it was
+packed holding documents out (``data pack --val-fraction``), by those documents.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from contextlab.data.packing.packed_store import PackedStore
 from contextlab.data.store import TokenStore
 from contextlab.errors import UserError
 
@@ -130,18 +131,3 @@ def first_tokens(source: TokenStore | DocView, n_tokens: int, seed: int = 0) -> 
     end = begin + view.lengths()[keep].astype(np.int64)
     end[-1] = begin[-1] + (n_tokens - (int(ends[k - 1]) if k else 0))
     return DocView(view.store, view.indices[keep], view.max_len, begin, end)
-
-
-def packed_split(packed: PackedStore, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(train, validation) sequence ids of ``packed``: a seeded ``val_fraction`` of its sequences is held out.
-
-    Example packing puts each document in one sequence, so held-out sequences are mostly
-    unseen documents; SPLICE may place a document's pieces in several sequences, so use a
-    separate ``val_store`` when the validation loss must be on strictly unseen text.
-    """
-    n = len(packed)
-    n_val = int(round(n * val_fraction)) if val_fraction > 0 else 0
-    if n_val >= n:
-        raise UserError(f"val_fraction {val_fraction} holds out all {n} sequences of {packed.path}; lower it")
-    perm = np.random.default_rng(seed).permutation(n)
-    return np.sort(perm[n_val:]), np.sort(perm[:n_val])

@@ -27,11 +27,13 @@ functions staying as they are; they are the ones training calls, and a test pins
 from __future__ import annotations
 
 import json
+from functools import reduce
 from pathlib import Path
 
 import numpy as np
 
-from contextlab.data.views import DocView, all_documents, packed_split, split_documents, split_tail
+from contextlab.data.packing.packed_store import packed_split
+from contextlab.data.views import DocView, all_documents, split_documents, split_tail
 from contextlab.errors import UserError
 
 SPLITS = ("all", "run")
@@ -163,8 +165,12 @@ def documents(store, model: str, split: str, whole: bool = False, of: str = "") 
             store, _packed_from(store, packed, source), source, fraction, seed, whole
         )
         how = (
-            f"the text of no training sequence of the mixture's stores packed from it, data.mixture with "
-            f"val_fraction {fraction:g} of their sequences and split_seed {seed}: {parts}"
+            parts
+            if parts.startswith("the documents")
+            else (
+                f"the text of no training sequence of the mixture's stores packed from it, data.mixture with "
+                f"val_fraction {fraction:g} of their sequences and split_seed {seed}: {parts}"
+            )
         )
     elif not _is(store, "store", data, recorded, source):
         raise UserError(
@@ -174,8 +180,12 @@ def documents(store, model: str, split: str, whole: bool = False, of: str = "") 
     elif data.get("packed"):
         view, parts = _packed_heldout(store, packed, source, fraction, seed, whole)
         how = (
-            f"the text of no training sequence, data.packed with val_fraction {fraction:g} of its "
-            f"sequences and split_seed {seed}: {parts}"
+            parts
+            if parts.startswith("the documents")
+            else (
+                f"the text of no training sequence, data.packed with val_fraction {fraction:g} of its "
+                f"sequences and split_seed {seed}: {parts}"
+            )
         )
     elif data.get("val_split", "documents") == "tail":
         if whole:
@@ -239,6 +249,8 @@ def _packed_heldout(
     from contextlab.data.packing.packed_store import PackedStore, is_packed_store
 
     trained, held = [], []  # (doc, begin, end) entries of training and of held-out sequences
+    packed_without = []  # per packed store: the documents it was packed without, or None
+    how = []  # per packed store: how it drew them, in words
     for path in packed:
         if not is_packed_store(path):
             raise UserError(
@@ -246,8 +258,14 @@ def _packed_heldout(
                 f"to tell its training sequences; pass {NEVER_SAW}"
             )
         p = PackedStore(path, store=store)
+        kept = p.heldout_documents()  # packed without them: every sequence trained
         is_train = np.zeros(len(p), bool)
-        is_train[packed_split(p, fraction, seed)[0]] = True
+        is_train[packed_split(p, fraction, seed)[0] if kept is None else slice(None)] = True
+        packed_without.append(kept)
+        drawn = p.meta.get("heldout") or {}
+        how.append(
+            f"{path} (val_fraction {drawn.get('val_fraction', 0):g}, split_seed {drawn.get('split_seed', 0)})"
+        )
         sequence_of = np.repeat(np.arange(len(p)), np.diff(np.asarray(p.seq_offsets)))  # per entry
         entries = np.asarray(p.entries, dtype=np.int64)
         trained.append(entries[is_train[sequence_of]])
@@ -256,6 +274,9 @@ def _packed_heldout(
     seen = np.zeros(store.n_docs, bool)
     seen[trained[:, 0]] = True
     unseen = np.flatnonzero(~seen)
+    by_documents = all(kept is not None for kept in packed_without)
+    if by_documents:  # what they validated on, not documents left unpacked (near-duplicates dropped)
+        unseen = np.intersect1d(unseen, reduce(np.intersect1d, packed_without))
     pieces = np.zeros((0, 3), np.int64) if whole else _unseen_ranges(held[seen[held[:, 0]]], trained)
     if not len(unseen) and not len(pieces):
         which = ", ".join(str(p) for p in packed)
@@ -274,6 +295,10 @@ def _packed_heldout(
     parts = f"{len(unseen):,} whole documents"
     if len(pieces):
         parts += f" and {len(pieces):,} pieces of {len(np.unique(pieces[:, 0])):,} others"
+    if by_documents:
+        parts = (
+            f"the documents {' and '.join(how)} {'was' if len(how) == 1 else 'were'} packed without: {parts}"
+        )
     return DocView(store, docs[order], 0, begin[order], end[order]), parts
 
 
@@ -362,21 +387,43 @@ def shared_run(models: list[str], store) -> str:
 
 def _split_difference(a: str, b: str) -> str:
     """Why two runs of one store held out different parts, in words: the [data] settings that
-    decide it, where they differ (a packed run holds out sequences, so two packings differ)."""
+    decide it, where they differ (a run on a store packed holding out no documents holds out sequences,
+    so two such packings differ)."""
     da, db = _config(run_source(a)), _config(run_source(b))
     defaults = {"val_fraction": 0.02, "split_seed": 0, "val_split": "documents", "val_store": ""}
     shown = []
     if _packed_paths(da) != _packed_paths(db):
+        held = [_pack_holdouts(d, run_source(r)) for d, r in ((da, a), (db, b))]
         pa, pb = (", ".join(_packed_paths(d)) or "none" for d in (da, db))
-        shown.append(
-            f"packed data {pa} against {pb}: a packed run holds out sequences, and two packings' "
-            "sequences hold different text"
-        )
+        if all(h and None not in h for h in held):
+            shown.append(
+                f"packed data {pa} against {pb}, packed holding out other documents "
+                f"({', '.join(map(str, held[0]))} against {', '.join(map(str, held[1]))})"
+            )
+        else:
+            shown.append(
+                f"packed data {pa} against {pb}: a run on a store packed with --val-fraction 0 holds out "
+                "sequences, and two packings' sequences hold different text; pack both with one "
+                "--val-fraction (the documents held out before packing are then the same)"
+            )
     for key, default in defaults.items():
         va, vb = da.get(key, default), db.get(key, default)
         if va != vb and not (_packed_paths(da) and key == "val_split"):
             shown.append(f"data.{key} {va!r} against {vb!r}")
     return "; ".join(shown) or "data.val_fraction, split_seed or val_split"
+
+
+def _pack_holdouts(data: dict, source: Path) -> list[tuple | None]:
+    """Per packed store of a run's [data]: the (val_fraction, split_seed) of the documents it was packed
+    without, or None (it holds out none, or cannot be read)."""
+    out = []
+    for path in _packed_paths(data):
+        try:
+            held = json.loads((_resolve(path, source) / "meta.json").read_text()).get("heldout") or {}
+        except (OSError, ValueError):
+            held = {}
+        out.append((held["val_fraction"], held["split_seed"]) if held else None)
+    return out
 
 
 def _trained_with(model: str, store) -> bool:

@@ -216,7 +216,9 @@ class Quickstart:
             from contextlab.data.packing.stats import format_pack_stats, plot_pack_stats, stats_record
 
             p = self.cfg.pack
-            cfg = PackConfig(method=method, context=context, retriever=p.retriever, k=p.k, seed=p.seed)
+            cfg = PackConfig(  # every file packed: the evaluations read the held-out files
+                method=method, context=context, retriever=p.retriever, k=p.k, seed=p.seed, val_fraction=0.0
+            )
             dest = self.out / "packed" / method
             rep = pack(
                 self.stores[self.train_name], dest, cfg, overwrite=self.overwrite, progress=self.progress

@@ -4,9 +4,10 @@ A sweep or any folder of runs shows each run in its own section; a researcher co
 (objectives, contexts, packings) wants the curves on one figure. Two figures are drawn, each only
 over runs whose numbers measure the same thing:
 
-* validation loss against training tokens, over runs that validate on the same rows (the same data
-  settings, ``train.context`` and validation size in ``config.toml``; of runs with a
-  ``data.val_store``, that store, whatever they trained on); the loss is the left-to-right
+* validation loss against training tokens, over runs that validate on the same rows (by the hash of
+  the rows their checkpoints record: EP and SPLICE packings of one store hold out the same documents;
+  for older runs, the same data settings, ``train.context`` and validation size in ``config.toml``, or
+  one ``data.val_store``, whatever they trained on); the loss is the left-to-right
   one (``val_lm_loss``) where the objective's own differs, and runs that have none (MLM, span
   corruption) are named and left out. Runs whose FLOPs per token differ by more than 5% (MTP's extra
   heads, ContextLM's predictor) are drawn against training FLOPs instead, the axis their budgets
@@ -62,10 +63,15 @@ def _config(run: Path) -> dict:
         return {}
 
 
-def _rows_key(cfg: dict) -> str:
-    """What decides a run's validation rows: its data settings, context and validation size. With a
-    data.val_store every run reads that store's documents in a split_seed order, whatever it trained
-    on (SPLICE and EP packings of one corpus, say), so the training data is no part of the key."""
+def _rows_key(run: Path, cfg: dict) -> str:
+    """What decides a run's validation rows: the hash of the rows themselves, which its checkpoints
+    record (runs that score the same text share it whatever they trained on: packings of one store
+    that hold out the same documents, runs of one data.val_store); for runs written before that
+    record, its data settings, context and validation size. With a data.val_store every run reads
+    that store's documents in a split_seed order, so the training data is no part of that key."""
+    rows = (rundir.data_record(run) or {}).get("validation_rows")
+    if rows:
+        return f"rows {rows}"
     data, train = cfg.get("data", {}), cfg.get("train", {})
     keys = VAL_STORE_KEYS if data.get("val_store") else VALIDATION_KEYS
     return repr(
@@ -114,7 +120,7 @@ def _validation(runs: list[Path], names: dict[Path, str], configs: dict[Path, di
         elif own:
             left_out.append(f"{names[run]} ({objective})")
     parts = []
-    groups = [g for g in _groups({r: _rows_key(configs[r]) for r in curves}) if len(g) > 1]
+    groups = [g for g in _groups({r: _rows_key(r, configs[r]) for r in curves}) if len(g) > 1]
     for group in groups[:MAX_GROUPS]:
         per_token = {r: _flops_per_token(r) for r in group}
         known = [v for v in per_token.values() if v]
@@ -131,8 +137,8 @@ def _validation(runs: list[Path], names: dict[Path, str], configs: dict[Path, di
             muted(
                 "validation losses are not drawn together: each run validates on other rows (its data or "
                 "train.context differ), so their losses measure different text; the contextwise figure "
-                "compares runs on one text, and runs trained with one data.val_store validate on the same "
-                "rows whatever they train on"
+                "compares runs on one text; runs trained with one data.val_store, or on packings of one "
+                "store made with one --val-fraction and --split-seed, validate on the same rows"
             )
         )
     elif len(groups) > MAX_GROUPS:

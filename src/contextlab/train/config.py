@@ -80,7 +80,7 @@ class DataSection:
         "packed",
         "packed (documents end to end with separators) or long_docs (every window of every "
         "document of >= context + 1 tokens, each rolled by a seeded offset, read column-major); "
-        "ignored when data.packed is set",
+        "with data.packed, the rows over the documents it was packed without (its validation rows)",
     )
     doc_mask: bool = opt(False, "block-diagonal attention: packed documents do not see each other")
     verify: bool = opt(

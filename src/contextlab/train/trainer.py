@@ -107,6 +107,7 @@ class Trainer:
         self.loader, self.val_rows, self.store = data.loader, data.val_rows, data.store
         self.val_documents, self.val_rows_total = data.val_documents, data.val_rows_total
         self.data_record = moved_data.record(cfg.data, self.store)  # saved in every checkpoint
+        self.data_record["validation_rows"] = data.val_rows_hash  # runs scored on the same rows share it
         self._build_model()
         self._build_optimizer()
         self._next = None  # (loader state before it, tokens, doc ids): the batch fetched ahead, on the device

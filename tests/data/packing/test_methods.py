@@ -25,7 +25,7 @@ TWINS = {
 def test_splice_bm25_pairs_documents_sharing_rare_words(tmp_path):
     store = make_store(tmp_path, TWINS)
     paths = paths_of(store)
-    cfg = PackConfig(method="splice", retriever="bm25", k=1, context=2 * (13 + 1) - 1, seed=3)
+    cfg = PackConfig(val_fraction=0, method="splice", retriever="bm25", k=1, context=2 * (13 + 1) - 1, seed=3)
     packed = pack(store, tmp_path / "p", cfg, progress=False).packed
     seqs = sequences_as_paths(packed, store)
     # roots are drawn from the shard's seeded permutation; the twin follows its root
@@ -45,7 +45,9 @@ def test_splice_bm25_pairs_documents_sharing_rare_words(tmp_path):
 def test_splice_repo_is_depth_first_over_directories(tmp_path, seed):
     files = {p: f"file {p}\n" for p in ["a/x1.py", "a/x2.py", "a/x3.py", "a/sub/y1.py", "b/z1.py", "b/z2.py"]}
     store = make_store(tmp_path, files)
-    cfg = PackConfig(method="splice", retriever="repo", k=1, context=9_999, seed=seed, separator="none")
+    cfg = PackConfig(
+        val_fraction=0, method="splice", retriever="repo", k=1, context=9_999, seed=seed, separator="none"
+    )
     (seq,) = sequences_as_paths(pack(store, tmp_path / "p", cfg, progress=False).packed, store)
     # root -> whole order: its folder (after, then before it), then onwards depth first, wrapping
     expected = {
@@ -76,7 +78,9 @@ def test_splice_k2_breadth_first_and_orders(tmp_path):
             break
     orders = {}
     for order in ("identity", "reverse"):
-        cfg = PackConfig(method="splice", k=2, context=9_999, seed=seed, order=order, separator="none")
+        cfg = PackConfig(
+            val_fraction=0, method="splice", k=2, context=9_999, seed=seed, order=order, separator="none"
+        )
         (seq,) = sequences_as_paths(pack(store, tmp_path / order, cfg, progress=False).packed, store)
         orders[order] = seq
     ident = orders["identity"]
@@ -99,6 +103,7 @@ def test_every_document_used_exactly_once(tmp_path, method, retriever, remainder
     lens = store.lengths()
     order = "shuffle" if method == "splice" and retriever == "bm25" else "identity"
     cfg = PackConfig(
+        val_fraction=0,
         method=method,
         retriever=retriever,
         k=2,
@@ -142,7 +147,9 @@ def test_a_document_exactly_one_row_long_keeps_its_separator(tmp_path, method, r
     store = make_store(tmp_path, files)
     lens = store.lengths()
     assert (lens == row).all()  # every document is exactly one row: the first row always hits the case
-    cfg = PackConfig(method=method, retriever=retriever, context=row - 1, seed=0, remainder=remainder)
+    cfg = PackConfig(
+        val_fraction=0, method=method, retriever=retriever, context=row - 1, seed=0, remainder=remainder
+    )
     packed = pack(store, tmp_path / "p", cfg, progress=False).packed
     rows = [packed.sequence_tokens(i)[0] for i in range(packed.n_sequences)]
     first = int(packed.sequence_entries(0)[0, 0])
@@ -163,13 +170,13 @@ def test_a_document_exactly_one_row_long_keeps_its_separator(tmp_path, method, r
 
 def test_same_seed_same_bytes_other_seed_differs(tmp_path):
     store = make_store(tmp_path, mixed_corpus())
-    cfg = PackConfig(method="splice", context=63, seed=7, noise=0.3, shards=2)
+    cfg = PackConfig(val_fraction=0, method="splice", context=63, seed=7, noise=0.3, shards=2)
     a = pack(store, tmp_path / "a", cfg, progress=False).packed
     b = pack(store, tmp_path / "b", cfg, progress=False).packed
     c = pack(
         store,
         tmp_path / "c",
-        PackConfig(method="splice", context=63, seed=8, noise=0.3, shards=2),
+        PackConfig(val_fraction=0, method="splice", context=63, seed=8, noise=0.3, shards=2),
         progress=False,
     ).packed
     for name in ("entries.npy", "seq_offsets.npy", "similarity.npy", "config.toml"):
@@ -187,10 +194,16 @@ def test_noise_one_is_within_domain_example_packing(tmp_path, monkeypatch):
 
     monkeypatch.setattr(BM25Retriever, "__init__", boom)
     spl = pack(
-        store, tmp_path / "s", PackConfig(method="splice", noise=1.0, context=79, seed=5), progress=False
+        store,
+        tmp_path / "s",
+        PackConfig(val_fraction=0, method="splice", noise=1.0, context=79, seed=5),
+        progress=False,
     ).packed
     epd = pack(
-        store, tmp_path / "e", PackConfig(method="ep-domain", context=79, seed=5), progress=False
+        store,
+        tmp_path / "e",
+        PackConfig(val_fraction=0, method="ep-domain", context=79, seed=5),
+        progress=False,
     ).packed
     assert np.array_equal(spl.entries, epd.entries) and np.array_equal(spl.seq_offsets, epd.seq_offsets)
     assert np.isnan(spl.similarity).all()
@@ -204,7 +217,7 @@ def test_noise_replaces_retrieved_documents(tmp_path):
     store = make_store(tmp_path, mixed_corpus())
     sims = {}
     for p in (0.0, 0.5):
-        cfg = PackConfig(method="splice", noise=p, context=199, seed=2)
+        cfg = PackConfig(val_fraction=0, method="splice", noise=p, context=199, seed=2)
         sims[p] = np.asarray(pack(store, tmp_path / f"n{p}", cfg, progress=False).packed.similarity)
     frac = {p: np.isfinite(s).mean() for p, s in sims.items()}
     assert frac[0.5] < frac[0.0]
@@ -221,7 +234,7 @@ def test_icp_path_continues_across_sequences_and_drops_near_duplicates(tmp_path)
     }  # 5 duplicates 3
     store = make_store(tmp_path, chain)
     paths = paths_of(store)
-    cfg = PackConfig(method="icp", context=15, seed=0, icp_dedup=0.99, separator="none")
+    cfg = PackConfig(val_fraction=0, method="icp", context=15, seed=0, icp_dedup=0.99, separator="none")
     packed = pack(store, tmp_path / "p", cfg, progress=False).packed
     order = [paths[int(d)] for d in np.asarray(packed.entries)[:, 0]]
     assert packed.meta["dropped_near_duplicates"] == 1

@@ -85,11 +85,12 @@ def test_the_pack_bar_moves_inside_a_shard_and_counts_every_document(tmp_path, m
     events = _Bar.last.events
     first_line = next(i for i, (kind, _) in enumerate(events) if kind == "write")
     assert sum(kind == "update" for kind, _ in events[:first_line]) >= 300 // progress.BATCH
-    assert _Bar.last.n == _Bar.last.total == 300
+    packed = 300 - 6  # the documents it packs: all but the 2% held out for validation
+    assert _Bar.last.n == _Bar.last.total == packed
     # across worker processes: the shared counter reaches every document too
     cfg = PackConfig(method="splice", context=63, shards=2)
     pack(store, tmp_path / "w", cfg, workers=2, progress=True)
-    assert _Bar.last.n == _Bar.last.total == 300
+    assert _Bar.last.n == _Bar.last.total == packed
     assert sum(kind == "write" for kind, _ in _Bar.last.events) == 2
 
 
@@ -106,13 +107,19 @@ def test_a_resumed_pack_reports_the_rate_of_the_documents_it_packed(tmp_path, ca
         "63",
         "--shards",
         "4",
+        "--val-fraction",
+        "0",
         "--no-progress",
     ]
     assert cmd_pack([*args, "--only-shards", "0,1,2"]) == 0
     first = pack(
-        store, tmp_path / "q", PackConfig(context=63, shards=4), only_shards=[0, 1, 2], progress=False
+        store,
+        tmp_path / "q",
+        PackConfig(context=63, shards=4, val_fraction=0),
+        only_shards=[0, 1, 2],
+        progress=False,
     )
-    report = pack(store, tmp_path / "q", PackConfig(context=63, shards=4), progress=False)
+    report = pack(store, tmp_path / "q", PackConfig(context=63, shards=4, val_fraction=0), progress=False)
     sizes = [hi - lo for lo, hi in shard_ranges(store.lengths(), 4)]
     assert (first.docs_packed, report.docs_packed) == (sum(sizes[:3]), sizes[3])
     capsys.readouterr()

@@ -21,7 +21,9 @@ from tests.data.packing.helpers import EOT, make_store, mixed_corpus, paths_of
 
 def test_sequence_tokens_exact_ids_separators_and_trimming(tmp_path):
     store = make_store(tmp_path, {"a/1.txt": "abcde", "a/2.txt": "fghij", "a/3.txt": "klmnopqrst"})
-    packed = pack(store, tmp_path / "p", PackConfig(method="ep", context=7, seed=0), progress=False).packed
+    packed = pack(
+        store, tmp_path / "p", PackConfig(method="ep", context=7, seed=0, val_fraction=0), progress=False
+    ).packed
     text = {p: open(tmp_path / "store_src" / p, "rb").read() for p in paths_of(store)}
     stream, ids = [], []
     for i in range(packed.n_sequences):

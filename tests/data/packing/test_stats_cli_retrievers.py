@@ -52,7 +52,7 @@ def test_pack_stats_on_twins(tmp_path, monkeypatch):
     }
     store = make_store(tmp_path, files)
     packed = pack(
-        store, tmp_path / "p", PackConfig(method="splice", context=27, seed=0), progress=False
+        store, tmp_path / "p", PackConfig(method="splice", context=27, seed=0, val_fraction=0), progress=False
     ).packed
     s = pack_stats(packed)
     assert s["n_sequences"] == 2 and s["docs_per_sequence"]["mean"] == 2.0
@@ -63,7 +63,11 @@ def test_pack_stats_on_twins(tmp_path, monkeypatch):
     want = [zipf_coefficient(packed.sequence_tokens(i)[0]) for i in range(2)]
     assert s["zipf"]["mean"] == pytest.approx(np.mean(want))
     assert s["zipf_mle"]["n_sequences"] == 0 and s["zipf_mle"]["mean"] is None  # too few tokens to fit
-    ep = pack_stats(pack(store, tmp_path / "e", PackConfig(method="ep", context=27), progress=False).packed)
+    ep = pack_stats(
+        pack(
+            store, tmp_path / "e", PackConfig(method="ep", context=27, val_fraction=0), progress=False
+        ).packed
+    )
     assert ep["mean_neighbour_similarity"] is None and ep["frac_sequences_ge2_related"] == 0.0
 
 
@@ -160,6 +164,7 @@ def test_dense_splice_pairs_documents_on_the_same_topic(tmp_path):
         context=int(np.sort(lens)[:2].sum()) + 1,
         remainder="drop",
         seed=1,
+        val_fraction=0,
     )
     packed = pack(store, tmp_path / "p", cfg, progress=False).packed
     pairs = [sorted(s) for s in sequences_as_paths(packed, store)]
@@ -197,7 +202,7 @@ def test_dense_embedding_shows_a_bar_of_documents_honouring_no_progress(tmp_path
     opened: list[dict] = []
     monkeypatch.setattr(dense, "progress_bar", lambda *a, **k: _Bar(opened, *a, **k))
     store = make_store(tmp_path, mixed_corpus(10))
-    cfg = PackConfig(method="splice", retriever="dense", context=63, dense_batch=3)
+    cfg = PackConfig(method="splice", retriever="dense", context=63, dense_batch=3, val_fraction=0)
     pack(store, tmp_path / "on", cfg, progress=True)
     (bar,) = opened
     assert bar["total"] == bar["n"] == 10 and bar["enabled"] is True
@@ -228,7 +233,7 @@ def test_pack_stats_names_each_retrievers_similarity_measure(tmp_path, capsys):
     store = make_store(tmp_path, files)
     want = {"bm25": "BM25 score / self-score", "repo": "1 / (1 + folder steps)"}
     for retriever, measure in want.items():
-        cfg = PackConfig(method="splice", retriever=retriever, context=99, separator="none")
+        cfg = PackConfig(method="splice", retriever=retriever, context=99, separator="none", val_fraction=0)
         packed = pack(store, tmp_path / retriever, cfg, progress=False).packed
         s = pack_stats(packed)
         assert s["similarity_measure"] == measure
@@ -240,7 +245,9 @@ def test_pack_stats_names_each_retrievers_similarity_measure(tmp_path, capsys):
     sims = np.asarray(pack(store, tmp_path / "r", cfg, progress=False).packed.similarity)
     # repo: the same folder 1, a subfolder or parent 1/2, a sibling folder 1/3, its subfolder 1/4
     assert set(np.round(sims[np.isfinite(sims)], 4)) <= {1.0, 0.5, round(1 / 3, 4), 0.25}
-    ep = pack_stats(pack(store, tmp_path / "ep", PackConfig(context=99), progress=False).packed)
+    ep = pack_stats(
+        pack(store, tmp_path / "ep", PackConfig(context=99, val_fraction=0), progress=False).packed
+    )
     assert ep["similarity_measure"] is None and ep["mean_neighbour_similarity"] is None
     assert "mean similarity n/a," in format_pack_stats(ep)
     from contextlab.data.packing import RETRIEVERS

@@ -30,10 +30,9 @@ from contextlab.config import opt
 from contextlab.data.export.megatron import megatron_dtype, write_megatron_split
 from contextlab.data.export.parquet import rows_per_shard_for, write_parquet_split
 from contextlab.data.export.rows import row_ids, row_lengths
-from contextlab.data.packing.packed_store import PackedStore
+from contextlab.data.packing.packed_store import PackedStore, packed_split
 from contextlab.data.shards.local_pool import LocalExecutor
 from contextlab.data.store import TokenStore, holds_output_lock
-from contextlab.data.views import packed_split
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_json, partial_dir
 from contextlab.outputs import OutputKind, refuse_foreign, replace_dir
@@ -176,6 +175,13 @@ def _split_ids(pk: PackedStore, cfg: ExportConfig) -> dict[str, np.ndarray]:
     """Sequence ids per split, in packed order (the trainer's split for the same fraction and seed)."""
     if cfg.val_fraction == 0:
         return {"train": row_ids(pk, cfg.keep_short_rows)}
+    held = pk.meta.get("heldout")
+    if held:  # a trainer on it trains on every sequence: a validation share of them would be training text
+        raise UserError(
+            f"{pk.path} was packed without {held['documents']:,} documents held out for validation (its "
+            f"heldout.npy), so every sequence is a training row; leave --val-fraction out, or pack "
+            "with --val-fraction 0 to hold out a share of the sequences instead"
+        )
     train, val = packed_split(pk, cfg.val_fraction, cfg.split_seed)
     return {
         "train": row_ids(pk, cfg.keep_short_rows, train),

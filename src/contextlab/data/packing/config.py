@@ -42,6 +42,14 @@ class PackConfig:
         "tokens, separators included, so one sequence gives the inputs and their shifted targets",
     )
     seed: int = opt(0, "random seed: roots, random documents, noise and shuffles; same seed = same packing")
+    val_fraction: float = opt(
+        0.02,
+        "share of the documents held out for validation and not packed: a run on this packed store "
+        "validates on them, so every packing of one store (ep, splice, ...) is validated on the same "
+        "unseen text, the documents a data.store run with this data.val_fraction and data.split_seed "
+        "holds out; 0 = pack every document (a run then holds out a share of its sequences)",
+    )
+    split_seed: int = opt(0, "seed of the held-out documents (as the trainer's data.split_seed)")
     k: int = opt(1, "splice: related documents retrieved per popped document (top-k)")
     order: Literal["identity", "reverse", "shuffle"] = opt(
         "identity", "splice: order of the collected documents before trimming"
@@ -106,6 +114,11 @@ class PackConfig:
                 f"context must be >= {MIN_CONTEXT} tokens, got {self.context}; pass --context L with "
                 f"L >= {MIN_CONTEXT} (the training context, e.g. 2048)"
             )
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise UserError(
+                f"val_fraction must be in [0, 1), got {self.val_fraction}; pass --val-fraction 0.02 "
+                "(a share of the documents), or 0 to pack every document"
+            )
         if self.k < 1:
             raise UserError(f"k must be >= 1, got {self.k}; pass --k 1 or more")
         if not 0.0 <= self.noise <= 1.0:
@@ -131,6 +144,8 @@ class PackConfig:
         d["seq_len"] = d.pop("context") + 1
         if d["dense_device"] == "cpu":
             del d["dense_device"]  # added later: packs made before it (on the CPU) stay up to date
+        if d["val_fraction"] == 0:  # added later: packs made before it held out nothing
+            del d["val_fraction"], d["split_seed"]
         return d
 
     @property

@@ -38,9 +38,16 @@ import contextlab.data.packing.shards as shards_mod
 from contextlab import FORMAT_VERSION, __version__
 from contextlab.config import save_toml, to_dict
 from contextlab.data.packing.config import PackConfig
-from contextlab.data.packing.packed_store import PACKED_FORMAT, PackedStore, is_packed_store, sequence_lengths
+from contextlab.data.packing.packed_store import (
+    HELDOUT_FILE,
+    PACKED_FORMAT,
+    PackedStore,
+    is_packed_store,
+    sequence_lengths,
+)
 from contextlab.data.shards import LocalExecutor, ShardedJob, ShardExecutor, finished_stats, shards_to_run
 from contextlab.data.store import TokenStore, holds_output_lock
+from contextlab.data.views import split_documents
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_json, atomic_write_npy, open_partial, partial_dir
 from contextlab.outputs import OutputKind, refuse_foreign, refuse_non_folder, replace_dir
@@ -48,7 +55,15 @@ from contextlab.outputs import OutputKind, refuse_foreign, refuse_non_folder, re
 PACKED = OutputKind(  # what --overwrite of a pack may replace
     "a packed store",
     is_packed_store,
-    ("meta.json", "config.toml", "entries.npy", "seq_offsets.npy", "similarity.npy", "pack_stats.*"),
+    (
+        "meta.json",
+        "config.toml",
+        "entries.npy",
+        "seq_offsets.npy",
+        "similarity.npy",
+        HELDOUT_FILE,
+        "pack_stats.*",
+    ),
 )
 
 
@@ -105,7 +120,7 @@ def pack(
         raise UserError(f"store {tstore.path} has no documents; ingest a corpus first")
     if verify and only_shards is None:  # an --only-shards machine checks its own documents' ids only
         tstore.check_content()
-    cfg = _shards_that_fit(given, tstore)
+    cfg = _holdout_that_fits(_shards_that_fit(given, tstore), tstore)
     sep_id = _separator_id(tstore, cfg)
     fp = fingerprint(cfg, tstore)
     out = Path(out)
@@ -120,12 +135,14 @@ def pack(
         _complete(partial_dir(out), out, overwrite)
         return PackReport(PackedStore(out, store=tstore), time.perf_counter() - t0, 0, len(wanted))
     partial = _open_partial(out, fp, overwrite)
+    held = _write_heldout(partial, tstore, cfg)
     job = _sharded_job(partial, fp, ranges)
     todo = shards_to_run(job, wanted)  # a shard file that does not hold exactly its shard is named
     if progress and len(todo) < len(wanted):
         print(f"resuming pack into {out}: {len(wanted) - len(todo)} of {len(wanted)} shard(s) already packed")
-    _run(job, tstore, cfg, ranges, todo, partial, fp, executor or LocalExecutor(workers), progress)
-    n_docs = sum(ranges[s][1] - ranges[s][0] for s in todo)
+    counts = [ranges[s][1] - ranges[s][0] - int(np.diff(np.searchsorted(held, ranges[s]))[0]) for s in todo]
+    _run(job, tstore, cfg, ranges, todo, counts, partial, fp, executor or LocalExecutor(workers), progress)
+    n_docs = sum(counts)
     done = dict(shards_packed=len(todo), shards_resumed=len(wanted) - len(todo), docs_packed=n_docs)
     if only_shards is not None:
         return PackReport(None, time.perf_counter() - t0, **done)
@@ -146,6 +163,30 @@ def _open_partial(out: Path, fp: str, overwrite: bool) -> Path:
     )
     (partial / "shards").mkdir(exist_ok=True)
     return partial
+
+
+def _holdout_that_fits(cfg: PackConfig, store: TokenStore) -> PackConfig:
+    """``cfg`` holding out no document of a store of one (none can be spared), said in one line."""
+    if cfg.val_fraction == 0 or store.n_docs >= 2:
+        return cfg
+    print(
+        f"note: {store.path} has {store.n_docs} document, so none is held out for validation (meta.json "
+        "records val_fraction 0); a run on this packed store holds out data.val_fraction of its sequences "
+        "instead, or give it a data.val_store",
+        file=sys.stderr,
+    )
+    return dataclasses.replace(cfg, val_fraction=0.0)
+
+
+def _write_heldout(partial: Path, store: TokenStore, cfg: PackConfig) -> np.ndarray:
+    """``partial/heldout.npy``: the documents held out for validation (``views.split_documents``, what a
+    data.store run with this val_fraction and split_seed holds out), which no shard packs; returned
+    (sorted ids; none for val_fraction 0)."""
+    if cfg.val_fraction == 0:
+        return np.zeros(0, np.int64)
+    ids = np.asarray(split_documents(store, cfg.val_fraction, cfg.split_seed)[1].indices, np.int64)
+    atomic_write_npy(partial / HELDOUT_FILE, np.int64, (len(ids),), [ids])
+    return ids
 
 
 def _wanted_shards(only_shards: list[int] | None, n_shards: int) -> list[int]:
@@ -218,6 +259,9 @@ def _existing_output(
     return None
 
 
+_BEFORE_IT = {"val_fraction": 0.0}  # settings added later whose default differs from what packs did before
+
+
 def _what_differs(meta: dict, cfg: PackConfig, store: TokenStore) -> str:
     """What makes the packed store of ``meta`` another pack than ``cfg`` of ``store``: the settings
     that differ (``shards 20 there, 10 now``), else the token store, else the version that wrote it."""
@@ -225,6 +269,7 @@ def _what_differs(meta: dict, cfg: PackConfig, store: TokenStore) -> str:
     if "context" not in there and "seq_len" in there:  # written before the rename to context
         there["context"] = int(there.pop("seq_len")) - 1
     defaults, now = to_dict(PackConfig()), to_dict(cfg)  # a setting added later: its default there
+    defaults.update(_BEFORE_IT)
     said = lambda v: '""' if v == "" else str(v)
     diffs = [
         f"{k} {said(there.get(k, defaults[k]))} there, {said(v)} now"
@@ -249,6 +294,7 @@ def _run(
     cfg: PackConfig,
     ranges,
     todo: list[int],
+    counts: list[int],
     partial: Path,
     fp: str,
     executor: ShardExecutor,
@@ -270,11 +316,12 @@ def _run(
     if cfg.reads_docs_meta and docs.is_file():
         starts = shards_mod.line_starts(docs, [ranges[s][0] for s in todo])
     where = str(store.path.resolve())
+    heldout = str(partial / HELDOUT_FILE) if cfg.val_fraction > 0 else None
     jobs = [  # run_shard's inputs; progress: a dense shard may draw its embedding bar (in this process)
-        (where, cfg, s, *ranges[s], str(shards_mod.shard_file(partial, s)), fp, at, progress)
+        (where, cfg, s, *ranges[s], str(shards_mod.shard_file(partial, s)), fp, at, progress, heldout)
         for s, at in zip(todo, starts)
     ]
-    total = sum(ranges[s][1] - ranges[s][0] for s in todo)
+    total = sum(counts)  # the documents the shards pack (held-out ones are not)
     job.run(executor, jobs, total, report, progress)
 
 
@@ -283,6 +330,7 @@ _FILES = {
     "seq_offsets.npy": "int64 (n_sequences + 1)",
     "similarity.npy": "float32 (n_entries), NaN = not retrieved",
 }
+_HELDOUT_DOC = "int64 (n): the documents held out for validation, sorted; none of them is packed"
 
 
 def _store_record(store: TokenStore, out: Path) -> dict:
@@ -347,6 +395,7 @@ def _finalize(
     atomic_write_npy(partial / "similarity.npy", np.float32, (n_entries,), each("similarity"))
     n_full, n_tokens = (sum(c) for c in zip(*counts))
     save_toml(to_dict(cfg), partial / "config.toml")
+    heldout = _heldout_record(store, cfg, partial)
     meta = {
         "format": PACKED_FORMAT,
         "version": FORMAT_VERSION,
@@ -364,9 +413,25 @@ def _finalize(
         "dropped_near_duplicates": int(sum(len(s["dropped_near_duplicates"]) for s in stats)),
         "index_bytes_max": int(max(s["index_bytes"] for s in stats)),
         "shards": stats,
-        "files": dict(_FILES),
+        **({"heldout": heldout} if heldout else {}),
+        "files": {**_FILES, **({HELDOUT_FILE: _HELDOUT_DOC} if heldout else {})},
     }
     atomic_write_json(partial / "meta.json", meta)
+
+
+def _heldout_record(store: TokenStore, cfg: PackConfig, partial: Path) -> dict | None:
+    """What meta.json says of the held-out documents (None when none is): how they were drawn, how
+    many and their tokens."""
+    if cfg.val_fraction == 0:
+        return None
+    ids = np.load(partial / HELDOUT_FILE)
+    tokens = int(store.lengths()[ids].sum()) if len(ids) else 0
+    return {
+        "val_fraction": cfg.val_fraction,
+        "split_seed": cfg.split_seed,
+        "documents": len(ids),
+        "tokens": tokens,
+    }
 
 
 def _finalized(partial: Path, fp: str) -> bool:

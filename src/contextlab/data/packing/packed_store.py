@@ -19,6 +19,10 @@ Layout of a packed store directory (format version 1)::
     seq_offsets.npy  int64 (n_sequences + 1): sequence i is entries[off[i]:off[i+1]]
     similarity.npy   float32 (n_entries): the retriever's similarity that brought the entry
                      in (NaN: a root, a random document, or a carried-over piece)
+    heldout.npy      int64 (n): the documents held out for validation (``--val-fraction``),
+                     sorted; none is packed, and meta.json's ``heldout`` says how they were
+                     drawn (val_fraction, split_seed: ``views.split_documents``, as a
+                     data.store run draws its validation documents). Absent when none was.
     config.toml      the resolved PackConfig
 
 Sequence i as tokens = its entries' token ranges concatenated, with the separator after
@@ -45,6 +49,7 @@ from contextlab.data.store_meta import MetaKind, has_format, read_meta
 from contextlab.errors import UserError
 
 PACKED_FORMAT = "contextlab-packed-store"
+HELDOUT_FILE = "heldout.npy"
 _FIX = "re-create it with `contextlab data pack ... --overwrite`"
 PACKED_META = MetaKind(
     format=PACKED_FORMAT,
@@ -113,6 +118,13 @@ class PackedStore:
                 f"implies {np.dtype(dtype)}{shape}; {_FIX}"
             )
         return arr
+
+    def heldout_documents(self) -> np.ndarray | None:
+        """The documents of the token store held out for validation when this store was packed
+        (sorted int64), or None when it was packed holding out none (a run then holds out sequences)."""
+        if not self.meta.get("heldout"):
+            return None
+        return np.asarray(self._load(HELDOUT_FILE, np.int64, (int(self.meta["heldout"]["documents"]),)))
 
     def store_places(self) -> list[Path]:
         """Where the token store may be: the absolute path recorded, then the path relative to this
@@ -205,3 +217,19 @@ def sequence_lengths(
     if len(n):
         sums[nonempty] = np.add.reduceat(n, offsets[:-1][nonempty])
     return np.minimum(sums, row_len)
+
+
+def packed_split(packed: PackedStore, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, validation) sequence ids of ``packed``: a seeded ``val_fraction`` of its sequences is held
+    out (for a store packed holding out no documents: ``PackedStore.heldout_documents``).
+
+    Example packing puts each document in one sequence, so held-out sequences are mostly
+    unseen documents; SPLICE may place a document's pieces in several sequences, so use a
+    separate ``val_store`` when the validation loss must be on strictly unseen text.
+    """
+    n = len(packed)
+    n_val = int(round(n * val_fraction)) if val_fraction > 0 else 0
+    if n_val >= n:
+        raise UserError(f"val_fraction {val_fraction} holds out all {n} sequences of {packed.path}; lower it")
+    perm = np.random.default_rng(seed).permutation(n)
+    return np.sort(perm[n_val:]), np.sort(perm[:n_val])

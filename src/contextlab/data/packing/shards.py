@@ -94,18 +94,39 @@ def line_starts(path: Path, lines: list[int], chunk: int = 1 << 23) -> list[int 
 
 
 def build_retriever(
-    store: TokenStore, doc_ids: np.ndarray, cfg: PackConfig, docs_at: int | None = None, bars: bool = False
+    store: TokenStore,
+    doc_ids: np.ndarray,
+    cfg: PackConfig,
+    docs_at: int | None = None,
+    bars: bool = False,
+    first: int | None = None,
 ):
-    """The retriever over the shard's documents ``doc_ids`` (consecutive); one that reads their
-    metadata (repo: their paths) is given their rows of docs.jsonl (``shard_rows``, from ``docs_at``);
-    one with a slow build shows a bar of it when ``bars`` and this process draws bars (not a pool
-    worker: its parent draws the pack's one bar)."""
+    """The retriever over the shard's documents ``doc_ids`` (ascending; gaps where documents are held
+    out); one that reads their metadata (repo: their paths) is given their rows of docs.jsonl
+    (``shard_rows`` from document ``first``, default ``doc_ids[0]``, whose line starts at byte
+    ``docs_at``); one with a slow build shows a bar of it when ``bars`` and this process draws bars
+    (not a pool worker: its parent draws the pack's one bar)."""
     kind = RETRIEVERS[cfg.retriever]
     extra = {"progress": bars and draws_here()} if kind.shows_progress else {}
     if kind.reads_meta:
-        rows = shard_rows(store, int(doc_ids[0]), int(doc_ids[-1]) + 1, docs_at) if len(doc_ids) else []
+        rows = []
+        if len(doc_ids):
+            lo = int(doc_ids[0]) if first is None else first
+            every = shard_rows(store, lo, int(doc_ids[-1]) + 1, docs_at)
+            rows = [every[int(d) - lo] for d in doc_ids]
         return kind.build(store, doc_ids, cfg, rows=rows, **extra)
     return kind.build(store, doc_ids, cfg, **extra)
+
+
+def packed_documents(lo: int, hi: int, heldout: str | None) -> np.ndarray:
+    """The documents of [lo, hi) a shard packs: all but those of the pack's ``heldout.npy`` (sorted ids,
+    read through a memory map: only the slice in the range)."""
+    doc_ids = np.arange(lo, hi, dtype=np.int64)
+    if heldout is None:
+        return doc_ids
+    held = np.load(heldout, mmap_mode="r")
+    a, b = np.searchsorted(held, [lo, hi])
+    return np.setdiff1d(doc_ids, np.asarray(held[a:b]), assume_unique=True)
 
 
 def pack_shard(
@@ -117,35 +138,40 @@ def pack_shard(
     on_take: Callable[[int], None] | None = None,
     docs_at: int | None = None,
     bars: bool = False,
+    heldout: str | None = None,
 ) -> tuple[dict, dict]:
-    """Pack documents [lo, hi); returns (arrays, stats). ``on_take(doc)`` sees every packed document;
-    ``docs_at``: the byte of docs.jsonl where document ``lo``'s line starts (see ``shard_rows``);
-    ``bars``: a slow retriever build may show its own bar (``build_retriever``)."""
+    """Pack documents [lo, hi) but the held-out ones (``heldout``: the pack's heldout.npy, or None);
+    returns (arrays, stats). ``on_take(doc)`` sees every packed document; ``docs_at``: the byte of
+    docs.jsonl where document ``lo``'s line starts (see ``shard_rows``); ``bars``: a slow retriever
+    build may show its own bar (``build_retriever``)."""
     packer = PACKERS[cfg.method]
     t0 = time.perf_counter()
     if (
         not store.verified()
     ):  # a store the driver checked whole (TokenStore.check_content) needs no second read
         store.check_ids(docs=(lo, hi))  # each shard its own tokens: no pass over the whole store anywhere
-    doc_ids = np.arange(lo, hi, dtype=np.int64)
+    doc_ids = packed_documents(lo, hi, heldout)
+    local = doc_ids - lo  # their places among the shard's documents
     sep = cfg.separator == "eot"
     seq = Sequencer(
-        np.diff(np.asarray(store.offsets[lo : hi + 1])),  # this shard's lengths only
-        lambda: domain_codes(store, lo, hi, docs_at),  # read only if the method draws within a domain
+        np.diff(np.asarray(store.offsets[lo : hi + 1]))[local],  # this shard's lengths only
+        lambda: domain_codes(store, lo, hi, docs_at)[local],  # read only if the method draws within a domain
         row_len=cfg.row_len,
         separator=sep,
         remainder=cfg.remainder,
         order=cfg.order if packer.ordered else "identity",
         rng=np.random.default_rng([cfg.seed, index]),
     )
-    retriever = build_retriever(store, doc_ids, cfg, docs_at, bars) if cfg.uses_retriever else None
+    retriever = None
+    if cfg.uses_retriever and len(doc_ids):
+        retriever = build_retriever(store, doc_ids, cfg, docs_at, bars, first=lo)
     seq.on_take.extend([on_take] if on_take else [])  # progress: a document was packed
     packer.fill(seq, retriever, cfg)
     entries, offsets, sims = flatten(seq.sequences, doc_ids)
     stats = {
         "shard": index,
         "docs": [lo, hi],
-        "n_docs": hi - lo,
+        "n_docs": len(doc_ids),  # packed: the range's documents but the held-out ones
         "n_sequences": len(seq.sequences),
         "n_entries": len(entries),
         "dropped_tokens": int(seq.dropped_tokens),
@@ -220,14 +246,15 @@ def run_shard(
     fingerprint: str,
     docs_at: int | None = None,
     bars: bool = False,
+    heldout: str | None = None,
     count: Callable[[int], None] | None = None,
 ) -> dict:
     """Pack one shard and write its file (a top-level function: runs in worker processes).
-    ``docs_at``, ``bars``: see ``pack_shard``; ``count(n)``: n more documents packed, called every
-    few documents and once at the end."""
+    ``docs_at``, ``bars``, ``heldout``: see ``pack_shard``; ``count(n)``: n more documents packed,
+    called every few documents and once at the end."""
     store = TokenStore(store_path)
     one, flush = batched(count or (lambda n: None))
-    arrays, stats = pack_shard(store, cfg, index, lo, hi, one, docs_at, bars)
+    arrays, stats = pack_shard(store, cfg, index, lo, hi, one, docs_at, bars, heldout)
     flush()
     write_shard(Path(out), arrays, stats, fingerprint)
     return stats

@@ -1,0 +1,156 @@
+"""``data pack --val-fraction``: the documents held out for validation are drawn once from the token
+store, packed by no method, and every run on a packing of that store validates on them, so an EP and a
+SPLICE run (and a data.store run with the same split) score the same rows."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from contextlab.cli import main
+from contextlab.data.packing import PackConfig, PackedStore, pack
+from contextlab.data.packing.packed_store import packed_split
+from contextlab.data.training import build_training_data
+from contextlab.data.views import split_documents
+from contextlab.errors import UserError
+from contextlab.train.config import DataSection, MixtureSource
+from tests.data.packing.helpers import make_store, mixed_corpus
+
+CONTEXT = 15
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return make_store(tmp_path_factory.mktemp("holdout"), mixed_corpus(60))
+
+
+@pytest.fixture(scope="module")
+def packs(store, tmp_path_factory):
+    """EP, SPLICE-BM25 and within-domain EP packings of one store, 10% of its documents held out."""
+    root = tmp_path_factory.mktemp("packs")
+    methods = {"ep": {}, "splice": {"retriever": "bm25"}, "ep-domain": {}}
+    return {
+        m: pack(
+            store,
+            root / m,
+            PackConfig(method=m, context=CONTEXT, val_fraction=0.1, shards=3, **kw),
+            progress=False,
+        ).packed
+        for m, kw in methods.items()
+    }
+
+
+def _packed_docs(p: PackedStore) -> set[int]:
+    return set(np.asarray(p.entries)[:, 0].tolist())
+
+
+def test_every_packing_holds_out_the_documents_a_store_run_holds_out(store, packs):
+    held = split_documents(store, 0.1, 0)[1].indices  # what data.store with val_fraction 0.1 holds out
+    assert len(held) == 6
+    for method, p in packs.items():
+        assert np.array_equal(p.heldout_documents(), held), method
+        assert _packed_docs(p) == set(range(store.n_docs)) - set(held.tolist()), method
+        assert p.meta["heldout"] == {
+            "val_fraction": 0.1,
+            "split_seed": 0,
+            "documents": 6,
+            "tokens": int(store.lengths()[held].sum()),
+        }
+        assert sum(s["n_docs"] for s in p.meta["shards"]) == store.n_docs - 6
+
+
+def test_the_repo_retriever_reads_the_rows_of_the_documents_it_packs(store, tmp_path):
+    """Held-out documents leave gaps in a shard's documents; the repo retriever relates the others by
+    their own paths (a row read for the wrong document would pair files of other folders)."""
+    cfg = PackConfig(method="splice", retriever="repo", context=9_999, separator="none", val_fraction=0.2)
+    p = pack(store, tmp_path / "repo", cfg, progress=False).packed
+    paths = [m["path"] for m in store.docs_meta()]
+    held = set(p.heldout_documents().tolist())
+    order = [int(d) for d in np.asarray(p.entries)[:, 0]]
+    assert not held & set(order) and len(order) == store.n_docs - len(held)
+    folders = [paths[d].split("/")[0] for d in order]
+    assert sum(a != b for a, b in zip(folders, folders[1:])) == 3  # depth-first: each folder once
+
+
+def test_ep_and_splice_runs_validate_on_the_same_rows_as_a_store_run(store, packs):
+    """The validation rows of both packings are the windows over the held-out documents, byte for byte
+    those of a data.store run with that val_fraction and split_seed; no training row holds their text."""
+    args = dict(context=CONTEXT, rows=4, seed=1, val_tokens=10 * CONTEXT)
+    built = {m: build_training_data(DataSection(packed=str(p.path)), **args) for m, p in packs.items()}
+    plain = build_training_data(DataSection(store=str(store.path), val_fraction=0.1), **args)
+    assert plain.val_rows_total == 10
+    for method, data in built.items():
+        assert np.array_equal(data.val_rows, plain.val_rows), method
+        assert data.val_rows_hash == plain.val_rows_hash and data.val_documents == plain.val_documents
+    mixed = build_training_data(DataSection(store=str(store.path), val_fraction=0.2), **args)
+    assert mixed.val_rows_hash != plain.val_rows_hash  # other documents: other rows, another hash
+    held = set(packs["ep"].heldout_documents().tolist())
+    loader = built["splice"].loader
+    full = packs["splice"].sequence_lengths() == CONTEXT + 1
+    assert loader.source.n_rows == full.sum()  # every full sequence trains
+    trained = {
+        int(d) for i in loader.source.doc_order for d in packs["splice"].sequence_entries(int(i))[:, 0]
+    }
+    assert not trained & held
+
+
+def test_a_mixture_validates_on_each_packings_held_out_documents_in_its_share(store, packs):
+    mix = [MixtureSource(packed=str(packs["ep"].path), weight=0.5)]
+    mix.append(MixtureSource(packed=str(packs["splice"].path), weight=0.5))
+    data = build_training_data(
+        DataSection(mixture=mix), context=CONTEXT, rows=4, seed=1, val_tokens=8 * CONTEXT
+    )
+    alone = build_training_data(
+        DataSection(packed=str(packs["ep"].path)), context=CONTEXT, rows=4, seed=1, val_tokens=4 * CONTEXT
+    )
+    assert data.val_rows_total == 8
+    assert np.array_equal(data.val_rows[:4], alone.val_rows) and np.array_equal(
+        data.val_rows[4:], alone.val_rows
+    )
+
+
+def test_a_pack_holding_out_nothing_keeps_its_fingerprint_and_splits_sequences(store, tmp_path, capsys):
+    """Packs made before --val-fraction existed: same fingerprint as --val-fraction 0, a run on one
+    holds out its sequences, and asking for the default names the difference."""
+    out = tmp_path / "old"
+    p = pack(store, out, PackConfig(context=CONTEXT, val_fraction=0), progress=False).packed
+    assert p.heldout_documents() is None and not (out / "heldout.npy").exists()
+    meta = json.loads((out / "meta.json").read_text())
+    del meta["config"]["val_fraction"], meta["config"]["split_seed"]  # as written before the option
+    (out / "meta.json").write_text(json.dumps(meta))
+    assert pack(store, out, PackConfig(context=CONTEXT, val_fraction=0), progress=False).up_to_date
+    with pytest.raises(UserError, match=r"val_fraction 0.0 there, 0.02 now"):
+        pack(store, out, PackConfig(context=CONTEXT), progress=False)
+    data = build_training_data(
+        DataSection(packed=str(out), val_fraction=0.1), context=CONTEXT, rows=4, seed=1, val_tokens=CONTEXT
+    )
+    train_ids = packed_split(p, 0.1, 0)[0]  # its sequences, held out as before
+    assert data.loader.source.n_rows == (p.sequence_lengths()[train_ids] == CONTEXT + 1).sum()
+    assert data.loader.source.n_rows < (p.sequence_lengths() == CONTEXT + 1).sum()
+
+
+def test_a_store_of_one_document_holds_out_none_and_says_so(tmp_path, capsys):
+    one = make_store(tmp_path, {"only.txt": "word " * 400})
+    p = pack(one, tmp_path / "p", PackConfig(context=CONTEXT), progress=False).packed
+    assert p.heldout_documents() is None and p.meta["config"]["val_fraction"] == 0.0
+    err = capsys.readouterr().err
+    assert "has 1 document, so none is held out for validation" in err and "data.val_store" in err
+
+
+def test_the_command_line_says_what_it_held_out_and_refuses_a_bad_fraction(store, tmp_path, capsys):
+    args = ["data", "pack", str(store.path), "--context", str(CONTEXT), "--no-progress", "--out"]
+    assert main([*args, str(tmp_path / "p"), "--val-fraction", "0.05"]) == 0
+    out = capsys.readouterr().out
+    assert "from 57 of 60 documents (3 held out for validation" in out and "val_fraction 0.05)" in out
+    assert main([*args, str(tmp_path / "q"), "--val-fraction", "1"]) == 2
+    assert "val_fraction must be in [0, 1), got 1.0" in capsys.readouterr().err
+    assert not (tmp_path / "q").exists()
+
+
+def test_a_data_export_of_a_pack_holding_documents_out_refuses_a_sequence_split(packs, tmp_path, capsys):
+    argv = ["data", "export", str(packs["ep"].path), "--out", str(tmp_path / "x"), "--no-progress"]
+    assert main([*argv, "--val-fraction", "0.1"]) == 2
+    assert "packed without 6 documents held out for validation" in capsys.readouterr().err
+    assert main(argv) == 0
