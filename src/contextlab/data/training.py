@@ -73,9 +73,8 @@ class TrainingData:
     store: TokenStore  # the token store every row comes from (tokenizer, hashes)
     val_documents: int = 0  # distinct documents all processes' validation rows read (of their store)
     val_rows_total: int = 0  # the validation rows of all processes together
-    val_rows_hash: str = (
-        ""  # of all processes' validation rows: equal for runs that validate on the same rows
-    )
+    val_rows_hash: str = ""  # of every process's validation rows: one for runs that score the same rows
+    more_validation: str = "raise data.val_fraction"  # how to validate on more documents, in words
 
 
 ValSources = list[tuple[RowSource, int]]  # validation: (row source, rows wanted from it)
@@ -99,8 +98,15 @@ def build_training_data(
         source, val = _split_documents(data, store, context, n_val, seed)
         loader = TokenLoader(source, rows, seed=seed, rank=rank, world_size=world)
     rows_all = validation_rows(val, context)
+    held = [p.meta["heldout"] for p in packed if p.meta.get("heldout")] if not data.val_store else []
+    more = (
+        f"pack with a larger --val-fraction (it held out {held[0]['val_fraction']:g} of the documents)"
+        if held
+        else "raise data.val_fraction"
+    )
+    rows_id = rows_hash(rows_all)
     return TrainingData(
-        loader, rows_all[rank::world], store, validation_documents(val), len(rows_all), rows_hash(rows_all)
+        loader, rows_all[rank::world], store, validation_documents(val), len(rows_all), rows_id, more
     )
 
 

@@ -59,7 +59,11 @@ class DataSection:
         "packed from when that moved (accepted by its content hash)",
     )
     val_store: str = opt("", "separate validation store; empty = hold out val_fraction of the documents")
-    val_fraction: float = opt(0.02, "fraction held out for validation")
+    val_fraction: float = opt(
+        0.02,
+        "fraction held out for validation: of data.store's documents, or of a packed store's sequences when "
+        "it was packed with --val-fraction 0 (one packed holding documents out validates on those)",
+    )
     val_split: Literal["documents", "tail"] = opt(
         "documents",
         "documents (hold out whole documents) or tail (the last val_fraction of "

@@ -106,6 +106,7 @@ class Trainer:
         )
         self.loader, self.val_rows, self.store = data.loader, data.val_rows, data.store
         self.val_documents, self.val_rows_total = data.val_documents, data.val_rows_total
+        self.more_validation = data.more_validation
         self.data_record = moved_data.record(cfg.data, self.store)  # saved in every checkpoint
         self.data_record["validation_rows"] = data.val_rows_hash  # runs scored on the same rows share it
         self._build_model()
@@ -177,7 +178,8 @@ class Trainer:
                 describe(self.model) + f"; {self.objective.name}; {self.rows} rows x {t.context} tokens/step"
                 f" on {self.info.world_size} process(es), {self.info.device.type}, {t.dtype}"
             )
-            if note := few_documents_note(self.val_documents, self.val_rows_total, t.context):
+            fix = self.more_validation
+            if note := few_documents_note(self.val_documents, self.val_rows_total, t.context, fix):
                 print(note)
 
     def _save(self) -> None:

@@ -22,17 +22,18 @@ from contextlab.train import distributed as D
 FEW_DOCUMENTS = 5  # validation rows from fewer documents than this are said to be few
 
 
-def few_documents_note(documents: int, rows: int, context: int) -> str | None:
+def few_documents_note(documents: int, rows: int, context: int, fix: str = "") -> str | None:
     """One line when the validation rows read fewer than ``FEW_DOCUMENTS`` documents: their loss is
     then that of one or two texts (2% of 49 essays is one), and a difference between runs may be the
-    document's, not the model's."""
+    document's, not the model's. ``fix``: how to validate on more (``TrainingData.more_validation``)."""
     if documents >= FEW_DOCUMENTS:
         return None
     them = "them" if documents != 1 else "it"
     return (
         f"note: the validation loss is read on {rows:,} row{'s' * (rows != 1)} of {context:,} tokens from "
         f"{documents} document{'s' * (documents != 1)}, so it says more about {them} than about the "
-        "model's loss on other text; raise data.val_fraction, or give a data.val_store of more documents"
+        f"model's loss on other text; {fix or 'raise data.val_fraction'}, or give a data.val_store of more "
+        "documents"
     )
 
 

@@ -84,6 +84,10 @@ def test_ep_and_splice_runs_validate_on_the_same_rows_as_a_store_run(store, pack
     for method, data in built.items():
         assert np.array_equal(data.val_rows, plain.val_rows), method
         assert data.val_rows_hash == plain.val_rows_hash and data.val_documents == plain.val_documents
+    assert (
+        built["ep"].more_validation == "pack with a larger --val-fraction (it held out 0.1 of the documents)"
+    )
+    assert plain.more_validation == "raise data.val_fraction"  # what a few-documents note advises
     mixed = build_training_data(DataSection(store=str(store.path), val_fraction=0.2), **args)
     assert mixed.val_rows_hash != plain.val_rows_hash  # other documents: other rows, another hash
     held = set(packs["ep"].heldout_documents().tolist())
