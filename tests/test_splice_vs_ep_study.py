@@ -62,7 +62,7 @@ def test_the_study_is_these_steps_and_commands(study, recipe, tmp_path):
     assert fps["ingest eval"]["args"][5:7] == ["--include", "pg0.txt,pg3.txt"]  # every 3rd book held out
     assert fps["pack long_splice"]["args"] == [
         "data", "pack", str(out / "stores" / "long"), "--method", "splice", "--retriever", "bm25", "--k", "1",
-        "--order", "identity", "--context", "2048", "--seed", "0",
+        "--order", "identity", "--context", "2048", "--seed", "0", "--val-fraction", "0.0",
         "--out", str(out / "packed" / "long_splice"), "--no-progress",
     ]  # fmt: skip
     assert fps["extend splice"]["args"] == [
