@@ -212,7 +212,7 @@ def _ray_runs(args: argparse.Namespace):
 
 def _analysis(sweep_dir: Path, section) -> None:
     """The compute-optimal analysis, or the one line saying why this sweep has none."""
-    from contextlab.sweep.compute_optimal import budget_label, compute_optimal, size_label
+    from contextlab.sweep.compute_optimal import budget_label, compute_optimal, margins_line, size_label
 
     try:
         res = compute_optimal(
@@ -233,4 +233,6 @@ def _analysis(sweep_dir: Path, section) -> None:
             f"{budget_label(res['budget_key'], b)}: best {size_label(res['size_key'], best['size'])} "
             f"at context {best['context']} ({res['metric']} {best['loss']:.4f})"
         )
+        if line := margins_line((res.get("paired") or {}).get(b, {}).get(best["size"])):
+            print(f"  {line}")
     print("plots: " + ", ".join(res["plots"]))

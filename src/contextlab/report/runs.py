@@ -190,6 +190,7 @@ def sweep_section(sweep: Path) -> str:
                 model: o["best"]["size"],
                 "context": o["best"]["context"],
                 res["metric"]: o["best"]["loss"],
+                **_margins(res, b, o["best"]["size"]),
             }
             for b, o in res["optimal"].items()
         ]
@@ -205,6 +206,18 @@ def sweep_section(sweep: Path) -> str:
             + "</details>"
         )
     return "\n".join(parts)
+
+
+def _margins(res: dict, budget: str, size) -> dict:
+    """The table's columns for the paired margins of the optimum (compute_optimal.json's ``paired``):
+    the other contexts its interval cannot tell from it, and over how many documents ({} without)."""
+    m = (res.get("paired") or {}).get(budget, {}).get(str(size))
+    if not m:
+        return {}
+    if m.get("skipped"):
+        return {"not told apart from it (paired, 95%)": f"not paired: {m['skipped']}"}
+    within = ", ".join(str(c) for c in m["within_noise"]) or "none"
+    return {"not told apart from it (paired, 95%)": within, "documents paired": m["documents"]}
 
 
 def _format_of(meta: Path) -> str | None:

@@ -10,7 +10,10 @@ loss (the mean contextwise loss over the last 10% of the training context, from 
 * the optimal context for each (budget, model size), and smoothed over budgets by taking
   the most common optimum in a sliding window (the study's smoothing, since the raw argmin
   jumps around with noise);
-* the optimal (model size, context) pair per budget.
+* the optimal (model size, context) pair per budget;
+* with the contextwise metric, how far every other context is from the optimum, paired over the
+  documents both runs read, with a 95% interval (``paired_margins``): an optimum whose neighbours'
+  intervals hold 0 is not told apart from them by these runs.
 
 Ranking by a loss averaged over the training context's positions (``val_loss``,
 ``best_val_loss``, ...) is refused unless asked for (``rank_by_mean_loss``,
@@ -18,8 +21,9 @@ Ranking by a loss averaged over the training context's positions (``val_loss``,
 training contexts wrongly (the seed's section 2). Trade-off: a sweep without the contextwise
 evaluation gets no analysis by default rather than a plausible wrong one.
 
-Reads results.csv only; writes compute_optimal.json and three PNGs (U-curves per budget, the optimum
-per budget, and every budget's curve minus its minimum on one axis, as the seed's Figure 4).
+Reads results.csv (and, for the paired margins, each run's contextwise arrays); writes
+compute_optimal.json and three PNGs (U-curves per budget, the optimum per budget, and every
+budget's curve minus its minimum on one axis, as the seed's Figure 4).
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from __future__ import annotations
 import csv
 from collections import Counter
 from pathlib import Path
+
+import numpy as np
 
 from contextlab.errors import UserError
 from contextlab.figures import pyplot, save_png
@@ -217,6 +223,109 @@ def _smoothed_optimum(optimal: dict, budgets: list, size, window: int) -> list[t
     return out
 
 
+def paired_margins(runs_dir: Path, rows: list[dict], result: dict) -> dict:
+    """Per budget and size: every other context's best-context loss minus the optimum's, paired over
+    the documents both read, with a 95% t interval over documents (``within_noise``: the contexts
+    whose interval holds 0, which these runs do not tell apart from the optimum).
+
+    Runs of different training contexts score pieces of different lengths (their own context), so
+    the pairing is by document: each document's mean best-context loss under each run (replicates of
+    a cell averaged), the difference taken per document, and its mean and interval over the documents
+    both runs read. That mean weighs documents equally, so it can differ a little from the difference
+    of the two reported losses, which weigh pieces. Runs whose contextwise results read other text
+    (another store or held-out part) are not paired: ``skipped`` says so."""
+    from contextlab.eval.paired_stats import cluster_t
+
+    context_key, size_key, budget_key = result["context_key"], result["size_key"], result["budget_key"]
+    cells: dict = {}  # (budget, size, context) -> run names
+    for r in rows:
+        if r.get("status") == "done" and _num(r.get(result["metric"])) is not None:
+            budget = _num(r.get(budget_key)) if budget_key else 0.0
+            ctx = int(float(r.get(context_key) or r.get("train.seq_len")))
+            cells.setdefault((str(budget), r.get(size_key, "model"), ctx), []).append(r["run"])
+    out: dict = {}
+    for b, per_size in result["optimal"].items():
+        for size, best in per_size["per_size"].items():
+            contexts = sorted(c for (bb, sz, c) in cells if bb == b and sz == size)
+            if len(contexts) < 2:
+                continue
+            try:
+                docs = {c: _document_losses(runs_dir, cells[(b, size, c)]) for c in contexts}
+            except ValueError as exc:
+                out.setdefault(b, {})[size] = {"optimum": int(best), "skipped": str(exc)}
+                continue
+            texts = {text for text, _ in docs.values()}
+            if len(texts) > 1:
+                why = "the runs' contextwise results read other text (store or held-out part)"
+                out.setdefault(b, {})[size] = {"optimum": int(best), "skipped": why}
+                continue
+            base = docs[int(best)][1]
+            others = {}
+            for c in contexts:
+                if c == int(best):
+                    continue
+                common = sorted(set(base) & set(docs[c][1]))
+                diff = np.array([docs[c][1][d] - base[d] for d in common])
+                if len(diff):
+                    others[str(c)] = cluster_t(diff, np.ones(len(diff)))
+            within = [int(c) for c, d in others.items() if d["interval95"] and d["interval95"][0] <= 0]
+            out.setdefault(b, {})[size] = {
+                "optimum": int(best),
+                "documents": min((d["n_clusters"] for d in others.values()), default=0),
+                "others": others,
+                "within_noise": within,
+            }
+    return out
+
+
+def margins_line(margins: dict | None) -> str:
+    """One size's paired margins in a line: ``each context's loss - context 256's, paired over 8
+    documents: 128 +0.041 [+0.020, +0.062]; 512 +0.004 [-0.010, +0.018] (within noise)``; "" without."""
+    from contextlab.eval.paired_stats import interval_text
+
+    if not margins:
+        return ""
+    if margins.get("skipped"):
+        return f"no paired margins: {margins['skipped']}"
+    parts = [
+        f"{c} {interval_text(d)}" + (" (within noise)" if int(c) in margins["within_noise"] else "")
+        for c, d in sorted(margins["others"].items(), key=lambda cd: int(cd[0]))
+    ]
+    return (
+        f"each context's loss - context {margins['optimum']}'s, paired over {margins['documents']} "
+        f"documents: {'; '.join(parts)}"
+    )
+
+
+def _document_losses(runs_dir: Path, runs: list[str]) -> tuple[tuple, dict[int, float]]:
+    """(what text the runs' contextwise results read, document -> mean best-context loss over their
+    pieces, averaged over the runs); ValueError naming a run whose result has no per-piece arrays."""
+    import json
+
+    texts, per_run = set(), []
+    for name in runs:
+        folder = runs_dir / name / "eval"
+        try:
+            doc = json.loads((folder / "contextwise.json").read_text())
+            files = doc["arrays"]
+            pieces = np.load(folder / files["pieces"])
+            losses = np.load(folder / files["piece_best_loss"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(
+                f"{folder / 'contextwise.json'} has no per-piece losses to pair ({type(exc).__name__}); "
+                "evaluate contextwise again"
+            ) from None
+        data = doc.get("data") or {}
+        texts.add((data.get("hash"), data.get("split"), data.get("held_out")))
+        ids, inverse = np.unique(pieces[:, 0], return_inverse=True)
+        means = np.bincount(inverse, weights=losses) / np.bincount(inverse)
+        per_run.append(dict(zip(ids.tolist(), means.tolist())))
+    if len(texts) > 1:
+        raise ValueError(f"the replicates {', '.join(runs)} read other text (store or held-out part)")
+    shared = set.intersection(*(set(d) for d in per_run))
+    return texts.pop(), {d: float(np.mean([r[d] for r in per_run])) for d in shared}
+
+
 def _order(size) -> tuple:
     """Sizes in legends by value (64 before 128), names after them in alphabetical order."""
     value = _num(size)
@@ -307,7 +416,10 @@ def _plot_gap_curves(plt, result: dict, budgets: list, path: Path) -> Path:
 
 def compute_optimal(sweep_dir: str | Path, **kwargs) -> dict:
     sweep_dir = Path(sweep_dir)
-    result = analyze(load_results(sweep_dir), **kwargs)
+    rows = load_results(sweep_dir)
+    result = analyze(rows, **kwargs)
+    if result["metric"] == METRICS[0]:
+        result["paired"] = paired_margins(sweep_dir / "runs", rows, result)
     result["plots"] = [str(p) for p in plot(result, sweep_dir)]
     atomic_write_json(sweep_dir / "compute_optimal.json", result)
     return result

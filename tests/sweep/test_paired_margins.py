@@ -1,0 +1,83 @@
+"""The compute-optimal analysis says how far each training context is from the optimum, paired over the
+documents both runs read, so an optimum its neighbours cannot be told apart from is said to be one."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from contextlab.sweep.compute_optimal import compute_optimal, margins_line
+
+DOCS = 8
+
+
+def _run(root, name: str, doc_loss: np.ndarray, held_out: str = "val_fraction 0.02 of the documents") -> None:
+    """A finished run's contextwise result: two pieces per document, their best-context losses about
+    ``doc_loss[d]`` (the pieces differ by +-0.05 around it)."""
+    folder = root / "runs" / name / "eval"
+    folder.mkdir(parents=True)
+    pieces = np.array([(d, s) for d in range(DOCS) for s in (0, 100)], dtype=np.int64)
+    losses = np.repeat(doc_loss, 2) + np.tile([-0.05, 0.05], DOCS)
+    np.save(folder / "contextwise.pieces.npy", pieces)
+    np.save(folder / "contextwise.piece_best_loss.npy", losses)
+    doc = {
+        "data": {"hash": "h", "split": "run", "held_out": held_out},
+        "arrays": {"pieces": "contextwise.pieces.npy", "piece_best_loss": "contextwise.piece_best_loss.npy"},
+        "results": {"summary": {"best_context_loss": float(losses.mean())}},
+    }
+    (folder / "contextwise.json").write_text(json.dumps(doc))
+
+
+def _sweep(root, curves: dict[int, np.ndarray], held_out: dict[int, str] | None = None):
+    lines = ["run,status,train.max_flops,train.context,model.size,contextwise.best_context_loss"]
+    for ctx, loss in curves.items():
+        name = f"c{ctx}"
+        _run(root, name, loss, (held_out or {}).get(ctx, "val_fraction 0.02 of the documents"))
+        lines.append(f"{name},done,1e12,{ctx},m,{loss.mean()}")
+    (root / "results.csv").write_text("\n".join(lines) + "\n")
+    return compute_optimal(root)
+
+
+def test_margins_pair_documents_and_name_the_contexts_within_noise(tmp_path):
+    rng = np.random.default_rng(0)
+    base = 5.0 + rng.normal(0, 0.5, DOCS)  # documents differ far more than the runs do
+    curves = {
+        64: base + 0.10 + rng.normal(0, 0.01, DOCS),  # clearly worse
+        128: base,  # the optimum
+        256: base + 0.002 + rng.normal(0, 0.01, DOCS),  # not told apart from it
+    }
+    res = _sweep(tmp_path, curves)
+    m = res["paired"]["1000000000000.0"]["m"]
+    assert m["optimum"] == 128 and m["documents"] == DOCS and m["within_noise"] == [256]
+    far, near = m["others"]["64"], m["others"]["256"]
+    assert far["diff"] == pytest.approx(float(np.mean(curves[64] - base)))
+    assert far["interval95"][0] > 0.08 and near["interval95"][0] <= 0 <= near["interval95"][1]
+    # the unpaired intervals would overlap: a document's own spread (0.5) dwarfs the runs' difference
+    line = margins_line(m)
+    assert line.startswith(f"each context's loss - context 128's, paired over {DOCS} documents: 64 +0.09")
+    assert (
+        line.endswith("(within noise)")
+        and json.loads((tmp_path / "compute_optimal.json").read_text())["paired"]
+    )
+
+
+def test_runs_that_read_other_text_are_not_paired(tmp_path):
+    curves = {64: np.full(DOCS, 5.1), 128: np.full(DOCS, 5.0)}
+    res = _sweep(tmp_path, curves, held_out={64: "val_fraction 0.1 of the documents"})
+    m = res["paired"]["1000000000000.0"]["m"]
+    assert m["skipped"].startswith("the runs' contextwise results read other text")
+    assert margins_line(m).startswith("no paired margins: the runs' contextwise results read other text")
+
+
+def test_the_report_table_names_the_contexts_not_told_apart(tmp_path):
+    from contextlab.report.runs import _margins
+
+    rng = np.random.default_rng(1)
+    base = 5.0 + rng.normal(0, 0.5, DOCS)
+    res = _sweep(tmp_path, {64: base + 0.2, 128: base, 256: base + rng.normal(0, 0.01, DOCS)})
+    cols = _margins(json.loads((tmp_path / "compute_optimal.json").read_text()), "1000000000000.0", "m")
+    best = res["optimal"]["1000000000000.0"]["best"]["context"]  # 128 or 256, which noise decides
+    other = {128: "256", 256: "128"}[best]
+    assert cols == {"not told apart from it (paired, 95%)": other, "documents paired": DOCS}
