@@ -40,18 +40,38 @@ def cmd_compare(argv: list[str]) -> int:
         help="an evaluation to compare, repeat or separate with commas (default: every one both runs have): "
         + ", ".join(COMPARERS),
     )
-    p.add_argument("--out", help="output folder (default: RUN_A/compare/<RUN_B's name>)")
+    p.add_argument(
+        "--and",
+        dest="more",
+        nargs=2,
+        action="append",
+        metavar=("RUN_A2", "RUN_B2"),
+        help="another pair of the same two setups (another train.seed, data.split_seed or pack "
+        "--split-seed), repeatable: each pair is compared as RUN_A RUN_B are, into OUT/pair_N, and every "
+        "headline difference is pooled over the pairs (their mean, a t interval over pairs: it holds "
+        "the seed and split noise one pair's interval leaves out) into OUT/pooled.json",
+    )
+    p.add_argument(
+        "--out",
+        help="output folder (default: RUN_A/compare/<RUN_B's name>; with --and, "
+        "RUN_A/compare/<RUN_B's name>_pooled)",
+    )
     add_dataclass_args(p.add_argument_group("statistics"), Options)
     args = p.parse_args(argv)
-    for flag, path in (("RUN_A", args.run_a), ("RUN_B", args.run_b)):
-        if not Path(path).exists():
-            raise UserError(
-                f"{flag} {path} not found; give a run directory or a folder of evaluation results"
-            )
+    pairs = [(args.run_a, args.run_b)] + [tuple(p) for p in args.more or []]
+    for i, pair in enumerate(pairs):
+        for flag, path in zip((f"RUN_A{i + 1 if i else ''}", f"RUN_B{i + 1 if i else ''}"), pair):
+            if not Path(path).exists():
+                raise UserError(
+                    f"{flag} {path} not found; give a run directory or a folder of evaluation results"
+                )
     if args.out:
         refuse_non_folder(args.out)  # a file there is the user's: never replaced by a folder
     evals = [n.strip() for e in args.eval or [] for n in e.split(",") if n.strip()]
-    out, docs = compare_runs(args.run_a, args.run_b, evals, dataclass_from_args(Options, args), args.out)
+    options = dataclass_from_args(Options, args)
+    if len(pairs) > 1:
+        return _pooled(pairs, evals, options, args.out)
+    out, docs = compare_runs(args.run_a, args.run_b, evals, options, args.out)
     print(f"A = {docs[0]['a']['label']}, B = {docs[0]['b']['label']} (differences are A - B)")
     for doc in docs:
         for line in doc["lines"]:
@@ -61,4 +81,25 @@ def cmd_compare(argv: list[str]) -> int:
     names = [d["eval"] for d in docs]
     shown = names[0] if len(names) == 1 else "{" + ",".join(names) + "}"
     print(f"  wrote {out}/compare_{shown}.json and .png")
+    return 0
+
+
+def _pooled(pairs: list[tuple[str, str]], evals: list[str], options, out: str | None) -> int:
+    """Compare every pair into OUT/pair_N, then pool their headline differences into OUT/pooled.json."""
+    from contextlab.compare.paired import compare_runs
+    from contextlab.compare.pairing import eval_folder, labels
+    from contextlab.compare.replicates import write_pooled
+
+    la, lb = labels(eval_folder(pairs[0][0]), eval_folder(pairs[0][1]))
+    folder = Path(out) if out else Path(pairs[0][0]) / "compare" / (lb.replace("/", "_") + "_pooled")
+    docs = [compare_runs(a, b, evals, options, folder / f"pair_{i + 1}")[1] for i, (a, b) in enumerate(pairs)]
+    pooled = write_pooled(folder, pairs, docs)
+    print(f"A = {la} and the other A runs, B = {lb} and the other B runs (differences are A - B)")
+    for i, (a, b) in enumerate(pairs):
+        print(f"  pair {i + 1}: {a} - {b}")
+    for line in pooled["lines"]:
+        print(f"  {line}")
+    for note in pooled["notes"]:
+        print(f"    note: {note}")
+    print(f"  wrote {folder}/pooled.json and each pair's comparison in {folder}/pair_N")
     return 0

@@ -1,0 +1,85 @@
+"""``compare A1 B1 --and A2 B2 ...``: each pair compared as two runs are, and every headline difference
+pooled over the pairs with a t interval over pairs, which holds the seed and split noise one pair's
+interval leaves out."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from contextlab.cli import main
+from tests.compare.test_compare import contextwise_result, niah_result
+
+SHIFTS = (-0.12, 0.02, 0.07)  # what A - B is in each pair: replicates that disagree
+
+
+def _pairs(root, shifts=SHIFTS, **options):
+    """Pairs of result folders: in pair i, A = B + shifts[i] on 12 documents of its own (another split)."""
+    rng = np.random.default_rng(0)
+    pairs = []
+    for i, shift in enumerate(shifts):
+        pieces = [(100 * i + d, 0) for d in range(12)]
+        loss, best = rng.normal(5, 0.4, (12, 3)), rng.normal(4.5, 0.4, 12)
+        noise = rng.normal(0, 0.005, 12)
+        a, b = root / f"a{i}", root / f"b{i}"
+        contextwise_result(a, loss + shift, best + shift + noise, pieces, hash_=f"{i}" * 64, **options)
+        contextwise_result(b, loss, best, pieces, hash_=f"{i}" * 64, **options)
+        correct = rng.integers(0, 2, 40)
+        cell = np.repeat([[0, 32], [100, 64]], 20, axis=0)
+        niah_result(a, correct, np.repeat(np.arange(8), 5), cell)
+        niah_result(b, correct, np.repeat(np.arange(8), 5), cell)
+        pairs.append((a, b))
+    return pairs
+
+
+def _argv(pairs, out):
+    argv = ["compare", str(pairs[0][0]), str(pairs[0][1])]
+    for a, b in pairs[1:]:
+        argv += ["--and", str(a), str(b)]
+    return [*argv, "--out", str(out)]
+
+
+def test_the_pooled_difference_is_the_mean_of_the_pairs_with_a_t_interval_over_pairs(tmp_path, capsys):
+    pairs = _pairs(tmp_path)
+    assert main(_argv(pairs, tmp_path / "out")) == 0
+    doc = json.loads((tmp_path / "out" / "pooled.json").read_text())
+    best = doc["results"]["contextwise"]["best-context loss"]
+    each = [p["diff"] for p in best["per_pair"]]
+    assert each == pytest.approx(list(SHIFTS), abs=0.005)
+    ref = stats.ttest_1samp(each, 0).confidence_interval(0.95)
+    assert best["diff"] == pytest.approx(np.mean(each)) and best["interval95"] == pytest.approx(
+        [ref.low, ref.high]
+    )
+    # each pair's own interval is narrow (the models differ the same way on every document of it), yet
+    # the pairs disagree: the pooled interval is the one that holds 0
+    assert all(p["interval95"][1] - p["interval95"][0] < 0.02 for p in best["per_pair"])
+    assert best["interval95"][0] < 0 < best["interval95"][1] and best["n_pairs"] == 3
+    assert doc["results"]["niah"]["accuracy"]["diff"] == 0
+    for i in (1, 2, 3):
+        assert (tmp_path / "out" / f"pair_{i}" / "compare_contextwise.json").is_file()
+    out = capsys.readouterr().out
+    assert "contextwise best-context loss A - B pooled over 3 pairs: " in out and "(each pair: -0.1" in out
+
+
+def test_pairs_evaluated_with_other_options_are_pooled_with_a_note(tmp_path, capsys):
+    pairs = _pairs(tmp_path, shifts=(0.1, 0.1))
+    contextwise_result(
+        tmp_path / "a1", np.zeros((12, 3)), np.zeros(12), [(d, 0) for d in range(12)], length=16
+    )
+    contextwise_result(
+        tmp_path / "b1", np.zeros((12, 3)), np.zeros(12), [(d, 0) for d in range(12)], length=16
+    )
+    assert main(_argv(pairs, tmp_path / "out")) == 0
+    assert "note: contextwise: the pairs were evaluated with other options (length); pooled anyway" in (
+        capsys.readouterr().out
+    )
+
+
+def test_a_missing_second_pair_is_named(tmp_path, capsys):
+    pairs = _pairs(tmp_path, shifts=(0.1,))
+    argv = ["compare", str(pairs[0][0]), str(pairs[0][1]), "--and", str(tmp_path / "nope"), str(pairs[0][1])]
+    assert main(argv) == 2
+    assert f"RUN_A2 {tmp_path / 'nope'} not found" in capsys.readouterr().err
