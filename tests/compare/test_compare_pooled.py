@@ -83,3 +83,14 @@ def test_a_missing_second_pair_is_named(tmp_path, capsys):
     argv = ["compare", str(pairs[0][0]), str(pairs[0][1]), "--and", str(tmp_path / "nope"), str(pairs[0][1])]
     assert main(argv) == 2
     assert f"RUN_A2 {tmp_path / 'nope'} not found" in capsys.readouterr().err
+
+
+def test_the_report_of_the_pooled_folder_shows_the_pooled_lines_and_each_pair(tmp_path):
+    from contextlab.report.html import build_report
+
+    pairs = _pairs(tmp_path)
+    assert main(_argv(pairs, tmp_path / "out")) == 0
+    page = build_report(tmp_path / "out").read_text()
+    assert "<h2>Pooled over 3 pairs (A - B)</h2>" in page
+    assert "contextwise best-context loss A - B pooled over 3 pairs" in page
+    assert page.count("<h2>Comparison ") == 3  # each pair's own section

@@ -25,6 +25,7 @@ from contextlab.report.blocks import img, kv_table, muted, plain, pre, table, wi
 
 RESULT_FORMAT = "contextlab-eval-result"  # what eval/results.py writes (the report does not import it)
 COMPARE_FORMAT = "contextlab-compare"
+POOLED_FORMAT = "contextlab-compare-pooled"  # compare --and (contextlab.compare.replicates)
 DATA_PATHS = ("store", "file", "folder", "haystack")  # data record fields that say where the data was
 ANALYSES = ("entropy", "attention")  # results of `contextlab analyze NAME`, not of `contextlab eval`
 KEY_METRICS = {"contextwise": ("best_context_loss",), "niah": ("likelihood_accuracy", "contains_match")}
@@ -323,5 +324,33 @@ def compare_sections(root: Path) -> list[str]:
         parts += [
             img(png, png.stem) for d in found if (png := folder / f"compare_{d.get('eval')}.png").exists()
         ]
+        out.append("\n".join(parts))
+    return _pooled_sections(root) + out
+
+
+def _pooled_sections(root: Path) -> list[str]:
+    """One section per ``pooled.json`` of ``contextlab compare --and`` under ``root``: the pooled lines
+    (each headline's mean over the pairs, a t interval over pairs), the pairs and the notes."""
+    out = []
+    for f in sorted(root.rglob("pooled.json")):
+        try:
+            doc = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(doc, dict) or doc.get("format") != POOLED_FORMAT:
+            continue
+        pairs = doc.get("pairs") or []
+        parts = [
+            f"<h2>Pooled over {len(pairs)} pairs (A - B)</h2>",
+            muted(str(f.parent.resolve())),
+            "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in doc.get("lines", [])) + "</ul>",
+            muted(
+                "pairs: "
+                + "; ".join(
+                    f"{plain(p.get('a'))} - {plain(p.get('b'))} ({plain(p.get('folder'))})" for p in pairs
+                )
+            ),
+        ]
+        parts += [muted(n) for n in doc.get("notes", [])]
         out.append("\n".join(parts))
     return out
