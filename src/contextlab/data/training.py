@@ -9,9 +9,9 @@ resolves the three kinds of training data into a ``TrainingData``:
   column-major (``data.mode = "long_docs"``, ``loader.LongDocRows``).
 * ``data.packed``: a packed store; it validates on the documents it was packed without (``data pack
   --val-fraction``, the default), else on a seeded share of its sequences held out.
-* ``data.mixture``: several packed stores with weights; each holds out its own share, the
-  training loader draws the weighted rows (``mixture.py``) and the validation rows follow the
-  same shares.
+* ``data.mixture``: several packed stores with weights; each validates on what it holds out (as
+  ``data.packed``), the training loader draws the weighted rows (``mixture.py``) and the validation
+  rows follow the same shares.
 
 ``data.val_store`` replaces the held-out share with a separate store in every case. The
 validation rows are fixed: the first ``ceil(val_tokens / context)`` rows of the held-out

@@ -11,6 +11,12 @@ renamed to OUT in one step. A run killed while finalizing resumes there: before 
 it writes the same files again from the shards; after it, it only completes the clean-up
 and the rename, packing nothing again.
 
+Validation documents: before any shard runs, ``--val-fraction`` of the store's documents are drawn
+(``views.split_documents``, as a data.store run draws its validation documents) into
+``OUT.partial/heldout.npy``; every shard packs its range but those, so no packing method and no
+retriever sees them, and every packing of one store with one val_fraction and split_seed holds out
+the same ones (runs on them validate on the same rows). The file stays in the packed store.
+
 Scale-out: ``workers`` runs shards in that many processes (spawned, so numba/Faiss/torch
 threads are never forked); ``only_shards`` packs just those shards and stops before
 finalizing, so a SLURM array or many machines sharing a filesystem can each take a slice,
