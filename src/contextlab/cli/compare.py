@@ -49,7 +49,7 @@ def cmd_compare(argv: list[str]) -> int:
         help="another pair of the same two setups (another train.seed, data.split_seed or pack "
         "--split-seed), repeatable: each pair is compared as RUN_A RUN_B are, into OUT/pair_N, and every "
         "headline difference is pooled over the pairs (their mean, a t interval over pairs: it holds "
-        "the seed and split noise one pair's interval leaves out) into OUT/pooled.json",
+        "the seed and split noise one pair's interval leaves out) into OUT/pooled.json (default: one pair)",
     )
     p.add_argument(
         "--out",
