@@ -233,7 +233,10 @@ def paired_margins(runs_dir: Path, rows: list[dict], result: dict) -> dict:
     a cell averaged), the difference taken per document, and its mean and interval over the documents
     both runs read. That mean weighs documents equally, so it can differ a little from the difference
     of the two reported losses, which weigh pieces. Runs whose contextwise results read other text
-    (another store or held-out part) are not paired: ``skipped`` says so."""
+    (another store or held-out part) are not paired: ``skipped`` says so. The interval is over
+    documents: replicate runs of a cell (a grid over train.seed) are averaged per document first, so
+    it holds which documents were read, not the seed-to-seed noise of training (for that, compare two
+    contexts' replicate pairs with ``contextlab compare A1 B1 --and A2 B2``)."""
     from contextlab.eval.paired_stats import cluster_t
 
     context_key, size_key, budget_key = result["context_key"], result["size_key"], result["budget_key"]

@@ -52,7 +52,9 @@ class SweepSection:
     analysis_metric: str = opt(
         "",
         "results column the analysis minimises; empty = contextwise.best_context_loss (add "
-        "contextwise to evals); another column (val_loss, best_val_loss) needs analysis_rank_by_mean_loss",
+        "contextwise to evals: the analysis then also gives every other context's loss minus the "
+        "optimum's, paired over the documents both runs read, with a 95% interval); another column "
+        "(val_loss, best_val_loss) needs analysis_rank_by_mean_loss",
     )
     analysis_rank_by_mean_loss: bool = opt(
         False,
