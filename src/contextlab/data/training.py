@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -75,6 +75,7 @@ class TrainingData:
     val_rows_total: int = 0  # the validation rows of all processes together
     val_rows_hash: str = ""  # of every process's validation rows: one for runs that score the same rows
     more_validation: str = "raise data.val_fraction"  # how to validate on more documents, in words
+    notes: list[str] = field(default_factory=list)  # lines for the user at the run's start
 
 
 ValSources = list[tuple[RowSource, int]]  # validation: (row source, rows wanted from it)
@@ -106,8 +107,31 @@ def build_training_data(
     )
     rows_id = rows_hash(rows_all)
     return TrainingData(
-        loader, rows_all[rank::world], store, validation_documents(val), len(rows_all), rows_id, more
+        loader,
+        rows_all[rank::world],
+        store,
+        validation_documents(val),
+        len(rows_all),
+        rows_id,
+        more,
+        _unused_heldout(packed) if data.val_store else [],
     )
+
+
+def _unused_heldout(packed: list[PackedStore]) -> list[str]:
+    """A note per packed store that holds documents out while data.val_store replaces them: text that
+    neither trains nor validates the run."""
+    notes = []
+    for p in packed:
+        held = p.meta.get("heldout")
+        if held:
+            n = held["documents"]
+            notes.append(
+                f"note: {p.path} was packed without {n:,} document{'s' * (n != 1)} ({held['tokens']:,} "
+                "tokens) held out for validation, and data.val_store replaces them, so this run neither "
+                "trains nor validates on them; pack with --val-fraction 0 to train on every document"
+            )
+    return notes
 
 
 def rows_hash(rows: np.ndarray) -> str:

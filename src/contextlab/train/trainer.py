@@ -106,7 +106,7 @@ class Trainer:
         )
         self.loader, self.val_rows, self.store = data.loader, data.val_rows, data.store
         self.val_documents, self.val_rows_total = data.val_documents, data.val_rows_total
-        self.more_validation = data.more_validation
+        self.more_validation, self.data_notes = data.more_validation, data.notes
         self.data_record = moved_data.record(cfg.data, self.store)  # saved in every checkpoint
         self.data_record["validation_rows"] = data.val_rows_hash  # runs scored on the same rows share it
         self._build_model()
@@ -180,6 +180,8 @@ class Trainer:
             )
             fix = self.more_validation
             if note := few_documents_note(self.val_documents, self.val_rows_total, t.context, fix):
+                print(note)
+            for note in self.data_notes:
                 print(note)
 
     def _save(self) -> None:

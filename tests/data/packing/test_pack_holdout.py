@@ -158,3 +158,13 @@ def test_a_data_export_of_a_pack_holding_documents_out_refuses_a_sequence_split(
     assert main([*argv, "--val-fraction", "0.1"]) == 2
     assert "packed without 6 documents held out for validation" in capsys.readouterr().err
     assert main(argv) == 0
+
+
+def test_a_val_store_beside_a_pack_holding_documents_out_says_they_go_unused(store, packs, tmp_path):
+    other = make_store(tmp_path, mixed_corpus(8, seed=3), name="val")
+    args = dict(context=CONTEXT, rows=4, seed=1, val_tokens=2 * CONTEXT)
+    data = build_training_data(DataSection(packed=str(packs["ep"].path), val_store=str(other.path)), **args)
+    (note,) = data.notes
+    assert note.startswith(f"note: {packs['ep'].path} was packed without 6 documents")
+    assert "pack with --val-fraction 0 to train on every document" in note
+    assert not build_training_data(DataSection(packed=str(packs["ep"].path)), **args).notes

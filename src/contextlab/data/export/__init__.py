@@ -178,7 +178,8 @@ def _split_ids(pk: PackedStore, cfg: ExportConfig) -> dict[str, np.ndarray]:
     held = pk.meta.get("heldout")
     if held:  # a trainer on it trains on every sequence: a validation share of them would be training text
         raise UserError(
-            f"{pk.path} was packed without {held['documents']:,} documents held out for validation (its "
+            f"{pk.path} was packed without {held['documents']:,} document{'s' * (held['documents'] != 1)} "
+            "held out for validation (its "
             f"heldout.npy), so every sequence is a training row; leave --val-fraction out, or pack "
             "with --val-fraction 0 to hold out a share of the sequences instead"
         )
