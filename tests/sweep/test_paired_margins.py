@@ -81,3 +81,30 @@ def test_the_report_table_names_the_contexts_not_told_apart(tmp_path):
     best = res["optimal"]["1000000000000.0"]["best"]["context"]  # 128 or 256, which noise decides
     other = {128: "256", 256: "128"}[best]
     assert cols == {"not told apart from it (paired, 95%)": other, "documents paired": DOCS}
+
+
+def test_replicates_are_paired_seed_by_seed_and_pooled_over_seeds(tmp_path):
+    """Three seeds per context: context 64 is 0.05 worse than 128 on every document of seed 0, equal on
+    seed 1 and 0.05 better on seed 2. Per document (seeds averaged) it is worse with a narrow interval;
+    paired seed by seed and pooled over seeds its interval holds 0: the seeds disagree."""
+    rng = np.random.default_rng(2)
+    base = 5.0 + rng.normal(0, 0.5, DOCS)
+    lines = ["run,status,train.max_flops,train.context,train.seed,model.size,contextwise.best_context_loss"]
+    for seed, shift in enumerate((0.05, 0.0, -0.05)):
+        for ctx, loss in ((64, base + shift + 0.02), (128, base)):
+            name = f"c{ctx}_s{seed}"
+            _run(tmp_path, name, loss + rng.normal(0, 0.002, DOCS))
+            lines.append(f"{name},done,1e12,{ctx},{seed},m,{loss.mean()}")
+    (tmp_path / "results.csv").write_text("\n".join(lines) + "\n")
+    (tmp_path / "sweep.toml").write_text('[grid]\n"train.context" = [64, 128]\n"train.seed" = [0, 1, 2]\n')
+    m = compute_optimal(tmp_path)["paired"]["1000000000000.0"]["m"]
+    by_doc, by_seed = m["others"]["64"], m["others_over_replicates"]["64"]
+    assert by_doc["interval95"][0] > 0  # documents alone: 64 looks reliably worse
+    assert m["replicates"] == 3 and by_seed["per_pair"] == pytest.approx([0.07, 0.02, -0.03], abs=0.003)
+    assert by_seed["interval95"][0] < 0 < by_seed["interval95"][1] and m["within_noise"] == [64]
+    assert margins_line(m).startswith(
+        "each context's loss - context 128's, paired per replicate and pooled over 3"
+    )
+    (tmp_path / "sweep.toml").unlink()  # no record of the grid: replicates are averaged per document
+    m = compute_optimal(tmp_path)["paired"]["1000000000000.0"]["m"]
+    assert "others_over_replicates" not in m and m["within_noise"] == []

@@ -19,7 +19,6 @@ accuracy of niah, kv, passkey and vartrack; bayes-fit, infill and icl are compar
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 
@@ -37,23 +36,10 @@ HEADLINES = {  # eval -> (what, the path in a compare document's results to {"di
 SAMPLE_KEYS = ("data", "split", "heldout_of", "model", "out", "seed")  # options that may differ between pairs
 
 
-def pooled(diffs: list[float]) -> dict:
-    """Mean of the pair differences with a 95% t interval over the pairs (None for one pair)."""
-    from scipy import stats
-
-    k = len(diffs)
-    mean = sum(diffs) / k
-    if k < 2:
-        return {"diff": mean, "interval95": None, "n_pairs": k, "no_interval": "one pair"}
-    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (k - 1))
-    half = float(stats.t.ppf(0.975, k - 1)) * sd / math.sqrt(k)
-    return {"diff": mean, "interval95": [mean - half, mean + half], "stderr": sd / math.sqrt(k), "n_pairs": k}
-
-
 def pool(pairs: list[list[dict]]) -> tuple[dict, list[str], list[str]]:
     """(results, lines, notes) of the compare documents of every pair (``pairs[i]``: pair i's documents,
     one per evaluation): each headline of an evaluation every pair has, pooled over the pairs."""
-    from contextlab.eval.paired_stats import interval_text
+    from contextlab.eval.paired_stats import interval_text, mean_t
 
     by_eval = [{d["eval"]: d for d in docs} for docs in pairs]
     common = [name for name in by_eval[0] if all(name in e for e in by_eval[1:])]
@@ -68,7 +54,7 @@ def pool(pairs: list[list[dict]]) -> tuple[dict, list[str], list[str]]:
             if any(f is None for f in found):
                 continue
             per_pair = [{"diff": f["diff"], "interval95": f.get("interval95")} for f in found]
-            res = {**pooled([f["diff"] for f in found]), "per_pair": per_pair}
+            res = {**mean_t([f["diff"] for f in found]), "per_pair": per_pair}
             results.setdefault(name, {})[what] = res
             digits = 2 if path == ("overall",) else 3
             each = "; ".join(interval_text({**p, "interval95": p["interval95"]}, digits) for p in per_pair)

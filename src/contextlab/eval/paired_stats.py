@@ -49,6 +49,20 @@ def cluster_t(sums: np.ndarray, counts: np.ndarray) -> dict:
     return {"diff": mean, "interval95": [mean - half, mean + half], "stderr": se, "n_clusters": g}
 
 
+def mean_t(values: list[float], what: str = "pairs") -> dict:
+    """Mean of independent values (one per replicate pair) with a Student-t 95% interval on n - 1
+    degrees of freedom (None for one value: ``no_interval`` says why)."""
+    from scipy import stats
+
+    k = len(values)
+    mean = float(sum(values) / k)
+    if k < 2:
+        return {"diff": mean, "interval95": None, "n_pairs": k, "no_interval": f"one of the {what}"}
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (k - 1))
+    half = float(stats.t.ppf(0.975, k - 1)) * sd / math.sqrt(k)
+    return {"diff": mean, "interval95": [mean - half, mean + half], "stderr": sd / math.sqrt(k), "n_pairs": k}
+
+
 def cluster_bootstrap(sums: np.ndarray, counts: np.ndarray, resamples: int, seed: int) -> dict:
     """Mean of the units with a 95% percentile interval from resampling clusters with replacement
     (None with fewer than two clusters)."""

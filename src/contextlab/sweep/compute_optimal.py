@@ -12,8 +12,9 @@ loss (the mean contextwise loss over the last 10% of the training context, from 
   jumps around with noise);
 * the optimal (model size, context) pair per budget;
 * with the contextwise metric, how far every other context is from the optimum, paired over the
-  documents both runs read, with a 95% interval (``paired_margins``): an optimum whose neighbours'
-  intervals hold 0 is not told apart from them by these runs.
+  documents both runs read, with a 95% interval, and with replicates (a grid over train.seed) paired
+  seed by seed and pooled over seeds (``paired_margins``): an optimum whose neighbours' intervals
+  hold 0 is not told apart from them by these runs.
 
 Ranking by a loss averaged over the training context's positions (``val_loss``,
 ``best_val_loss``, ...) is refused unless asked for (``rank_by_mean_loss``,
@@ -223,7 +224,7 @@ def _smoothed_optimum(optimal: dict, budgets: list, size, window: int) -> list[t
     return out
 
 
-def paired_margins(runs_dir: Path, rows: list[dict], result: dict) -> dict:
+def paired_margins(runs_dir: Path, rows: list[dict], result: dict, replicate_keys: list[str] = ()) -> dict:
     """Per budget and size: every other context's best-context loss minus the optimum's, paired over
     the documents both read, with a 95% t interval over documents (``within_noise``: the contexts
     whose interval holds 0, which these runs do not tell apart from the optimum).
@@ -233,19 +234,25 @@ def paired_margins(runs_dir: Path, rows: list[dict], result: dict) -> dict:
     a cell averaged), the difference taken per document, and its mean and interval over the documents
     both runs read. That mean weighs documents equally, so it can differ a little from the difference
     of the two reported losses, which weigh pieces. Runs whose contextwise results read other text
-    (another store or held-out part) are not paired: ``skipped`` says so. The interval is over
-    documents: replicate runs of a cell (a grid over train.seed) are averaged per document first, so
-    it holds which documents were read, not the seed-to-seed noise of training (for that, compare two
-    contexts' replicate pairs with ``contextlab compare A1 B1 --and A2 B2``)."""
+    (another store or held-out part) are not paired: ``skipped`` says so.
+
+    The interval over documents holds which documents were read, not the seed-to-seed noise of
+    training. With replicates (``replicate_keys``: grid keys outside the analysis, e.g. train.seed,
+    whose every value ran at every context of the cell), each replicate is paired with the optimum's
+    run of the same value, its difference averaged over the documents, and those differences pooled
+    with a t interval over replicates (``others_over_replicates``); ``within_noise`` then reads that
+    interval, which holds both."""
     from contextlab.eval.paired_stats import cluster_t
 
     context_key, size_key, budget_key = result["context_key"], result["size_key"], result["budget_key"]
-    cells: dict = {}  # (budget, size, context) -> run names
+    cells: dict = {}  # (budget, size, context) -> {replicate (values of replicate_keys): run names}
     for r in rows:
         if r.get("status") == "done" and _num(r.get(result["metric"])) is not None:
             budget = _num(r.get(budget_key)) if budget_key else 0.0
             ctx = int(float(r.get(context_key) or r.get("train.seq_len")))
-            cells.setdefault((str(budget), r.get(size_key, "model"), ctx), []).append(r["run"])
+            replicate = tuple(str(r.get(k)) for k in replicate_keys)
+            cell = cells.setdefault((str(budget), r.get(size_key, "model"), ctx), {})
+            cell.setdefault(replicate, []).append(r["run"])
     out: dict = {}
     for b, per_size in result["optimal"].items():
         for size, best in per_size["per_size"].items():
@@ -253,7 +260,12 @@ def paired_margins(runs_dir: Path, rows: list[dict], result: dict) -> dict:
             if len(contexts) < 2:
                 continue
             try:
-                docs = {c: _document_losses(runs_dir, cells[(b, size, c)]) for c in contexts}
+                docs = {
+                    c: _document_losses(
+                        runs_dir, [n for names in cells[(b, size, c)].values() for n in names]
+                    )
+                    for c in contexts
+                }
             except ValueError as exc:
                 out.setdefault(b, {})[size] = {"optimum": int(best), "skipped": str(exc)}
                 continue
@@ -271,14 +283,59 @@ def paired_margins(runs_dir: Path, rows: list[dict], result: dict) -> dict:
                 diff = np.array([docs[c][1][d] - base[d] for d in common])
                 if len(diff):
                     others[str(c)] = cluster_t(diff, np.ones(len(diff)))
-            within = [int(c) for c, d in others.items() if d["interval95"] and d["interval95"][0] <= 0]
-            out.setdefault(b, {})[size] = {
+            margins = {
                 "optimum": int(best),
                 "documents": min((d["n_clusters"] for d in others.values()), default=0),
                 "others": others,
-                "within_noise": within,
             }
+            reps = _over_replicates(runs_dir, {c: cells[(b, size, c)] for c in contexts}, int(best))
+            if reps:
+                margins.update(
+                    others_over_replicates=reps, replicates=len(next(iter(reps.values()))["per_pair"])
+                )
+            read = reps or others
+            margins["within_noise"] = [
+                int(c) for c, d in read.items() if d["interval95"] is None or d["interval95"][0] <= 0
+            ]
+            out.setdefault(b, {})[size] = margins
     return out
+
+
+def _over_replicates(runs_dir: Path, cells: dict[int, dict], best: int) -> dict:
+    """context -> the difference from the optimum per replicate (its run minus the optimum's run of the
+    same replicate, averaged over the documents both read), pooled with a t interval over replicates;
+    {} unless every context ran the same two or more replicates."""
+    from contextlab.eval.paired_stats import mean_t
+
+    replicates = set(cells[best])
+    if len(replicates) < 2 or any(set(runs) != replicates for runs in cells.values()):
+        return {}
+    order = sorted(replicates)
+    losses = {c: {r: _document_losses(runs_dir, runs[r])[1] for r in order} for c, runs in cells.items()}
+    out = {}
+    for c in sorted(cells):
+        if c == best:
+            continue
+        diffs = []
+        for r in order:
+            common = set(losses[c][r]) & set(losses[best][r])
+            diffs.append(float(np.mean([losses[c][r][d] - losses[best][r][d] for d in common])))
+        out[str(c)] = {**mean_t(diffs, "replicates"), "per_pair": diffs}
+    return out
+
+
+def _replicate_keys(sweep_dir: Path, result: dict) -> list[str]:
+    """The grid keys of the sweep (its recorded sweep.toml) that the analysis does not read: the runs
+    of one cell that differ only in them are replicates (a grid over train.seed or data.split_seed)."""
+    from contextlab.config import read_toml
+    from contextlab.sweep.folder import SWEEP_FILE
+
+    try:
+        grid = read_toml(sweep_dir / SWEEP_FILE).get("grid") or {}
+    except (OSError, UserError):
+        return []
+    read = {result["context_key"], result["size_key"], result["budget_key"], "train.seq_len"}
+    return [k for k in grid if k not in read]
 
 
 def margins_line(margins: dict | None) -> str:
@@ -290,14 +347,17 @@ def margins_line(margins: dict | None) -> str:
         return ""
     if margins.get("skipped"):
         return f"no paired margins: {margins['skipped']}"
+    reps = margins.get("others_over_replicates")
     parts = [
         f"{c} {interval_text(d)}" + (" (within noise)" if int(c) in margins["within_noise"] else "")
-        for c, d in sorted(margins["others"].items(), key=lambda cd: int(cd[0]))
+        for c, d in sorted((reps or margins["others"]).items(), key=lambda cd: int(cd[0]))
     ]
-    return (
-        f"each context's loss - context {margins['optimum']}'s, paired over {margins['documents']} "
-        f"documents: {'; '.join(parts)}"
+    how = (
+        f"paired per replicate and pooled over {margins['replicates']} replicates"
+        if reps
+        else f"paired over {margins['documents']} documents"
     )
+    return f"each context's loss - context {margins['optimum']}'s, {how}: {'; '.join(parts)}"
 
 
 def _document_losses(runs_dir: Path, runs: list[str]) -> tuple[tuple, dict[int, float]]:
@@ -422,7 +482,9 @@ def compute_optimal(sweep_dir: str | Path, **kwargs) -> dict:
     rows = load_results(sweep_dir)
     result = analyze(rows, **kwargs)
     if result["metric"] == METRICS[0]:
-        result["paired"] = paired_margins(sweep_dir / "runs", rows, result)
+        result["paired"] = paired_margins(
+            sweep_dir / "runs", rows, result, _replicate_keys(sweep_dir, result)
+        )
     result["plots"] = [str(p) for p in plot(result, sweep_dir)]
     atomic_write_json(sweep_dir / "compute_optimal.json", result)
     return result

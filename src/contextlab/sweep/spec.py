@@ -53,7 +53,8 @@ class SweepSection:
         "",
         "results column the analysis minimises; empty = contextwise.best_context_loss (add "
         "contextwise to evals: the analysis then also gives every other context's loss minus the "
-        "optimum's, paired over the documents both runs read, with a 95% interval); another column "
+        "optimum's, paired over the documents both runs read, with a 95% interval; with a grid over seeds, "
+        "paired seed by seed and pooled over seeds); another column "
         "(val_loss, best_val_loss) needs analysis_rank_by_mean_loss",
     )
     analysis_rank_by_mean_loss: bool = opt(
