@@ -94,3 +94,15 @@ def test_the_report_of_the_pooled_folder_shows_the_pooled_lines_and_each_pair(tm
     assert "<h2>Pooled over 3 pairs (A - B)</h2>" in page
     assert "contextwise best-context loss A - B pooled over 3 pairs" in page
     assert page.count("<h2>Comparison ") == 3  # each pair's own section
+
+
+def test_a_headline_one_pair_lacks_is_named_not_pooled(tmp_path, capsys):
+    pairs = _pairs(tmp_path, shifts=(0.1, 0.1), one_token=None)
+    pieces = [(d, 0) for d in range(12)]
+    for run in pairs[0]:  # pair 1 with the one-token losses a context gain is paired from; pair 2 without
+        contextwise_result(run, np.zeros((12, 3)), np.zeros(12), pieces, one_token=np.ones(12))
+    assert main(_argv(pairs, tmp_path / "out")) == 0
+    assert (
+        "note: contextwise context gain not pooled: pair(s) 2 have none (older results)"
+        in capsys.readouterr().out
+    )

@@ -52,6 +52,9 @@ def pool(pairs: list[list[dict]]) -> tuple[dict, list[str], list[str]]:
         for what, path in HEADLINES.get(name, []):
             found = [_at(d["results"], path) for d in docs]
             if any(f is None for f in found):
+                if any(f is not None for f in found):
+                    without = ", ".join(str(i + 1) for i, f in enumerate(found) if f is None)
+                    notes.append(f"{name} {what} not pooled: pair(s) {without} have none (older results)")
                 continue
             per_pair = [{"diff": f["diff"], "interval95": f.get("interval95")} for f in found]
             res = {**mean_t([f["diff"] for f in found]), "per_pair": per_pair}
