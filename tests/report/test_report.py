@@ -166,6 +166,7 @@ def test_the_report_writes_nothing_but_its_page(tmp_path):
     assert {k: v for k, v in after.items() if k != "all_report.html"} == before
     text = page.read_text()
     assert text.count('alt="loss curve" src="data:image/png;base64,') == 2  # drawn in memory, embedded
+    assert "<th>held out for validation</th>" in text and "1 document (val_fraction 0.02)" in text
 
 
 def test_the_loss_curve_says_what_it_plots(tmp_path, monkeypatch):

@@ -108,6 +108,7 @@ def packed_section(packed: Path, root: Path) -> str:
             "method": (meta.get("config") or {}).get("method"),
             "sequences": meta.get("n_sequences"),
             "tokens": meta.get("n_tokens"),
+            "held out for validation": _held_out(meta),
         }
         return table([row]) + muted(
             f"no diagnostics yet: `contextlab data pack-stats {packed}` writes them (documents per sequence, "
@@ -126,9 +127,19 @@ def packed_section(packed: Path, root: Path) -> str:
         "sequences with >= 2 related docs": st.get("frac_sequences_ge2_related"),
         "directories/sequence": st.get("directories_per_sequence"),
         "zipf": (st.get("zipf") or {}).get("mean"),
+        "held out for validation": _held_out(meta),
     }
     png = packed / "pack_stats.png"
     return table([row]) + (img(png, f"{packed.name} packing diagnostics") if png.exists() else "")
+
+
+def _held_out(meta: dict) -> str:
+    """The documents a packed store was packed without (``data pack --val-fraction``), in words."""
+    held = meta.get("heldout")
+    if not held:
+        return "none (a run holds out sequences)"
+    n = held["documents"]
+    return f"{n:,} document{'s' * (n != 1)} (val_fraction {held['val_fraction']:g})"
 
 
 def summary_section(root: Path) -> str:

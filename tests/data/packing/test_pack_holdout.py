@@ -168,3 +168,15 @@ def test_a_val_store_beside_a_pack_holding_documents_out_says_they_go_unused(sto
     assert note.startswith(f"note: {packs['ep'].path} was packed without 6 documents")
     assert "pack with --val-fraction 0 to train on every document" in note
     assert not build_training_data(DataSection(packed=str(packs["ep"].path)), **args).notes
+
+
+def test_pack_stats_names_the_held_out_documents(packs):
+    from contextlab.data.packing import pack_stats
+    from contextlab.data.packing.stats import format_pack_stats, stats_record
+
+    stats = pack_stats(packs["splice"], progress=False)
+    assert stats_record(stats)["heldout"]["documents"] == 6
+    lines = format_pack_stats(stats).splitlines()
+    assert (
+        lines[2].startswith("held out       6 documents (") and "val_fraction 0.1, split_seed 0" in lines[2]
+    )

@@ -111,6 +111,7 @@ def pack_stats(
         "n_full_sequences": len(full),
         "n_entries": packed.n_entries,
         "n_tokens": int(lens.sum()),
+        "heldout": packed.meta.get("heldout"),  # the documents held out for validation (None: none)
         "docs_per_sequence": {
             "mean": float(docs_per.mean()) if n_seq else 0.0,
             "median": float(np.median(docs_per)) if n_seq else 0.0,
@@ -237,6 +238,13 @@ def format_pack_stats(s: dict) -> str:
         f"zipf           {zipf} over {z['n_sequences']:,} full sequences (least squares; lower = burstier)",
         f"zipf (MLE)     {mle}",
     ]
+    if held := s.get("heldout"):
+        n = held["documents"]
+        lines.insert(
+            2,
+            f"held out       {n:,} document{'s' * (n != 1)} ({held['tokens']:,} tokens) for validation, "
+            f"packed in no sequence (val_fraction {held['val_fraction']:g}, split_seed {held['split_seed']})",
+        )
     if note := few_to_arrange(s):
         lines.append(note)
     return "\n".join(lines)
