@@ -60,7 +60,7 @@ def pool(pairs: list[list[dict]]) -> tuple[dict, list[str], list[str]]:
             res = {**mean_t([f["diff"] for f in found]), "per_pair": per_pair}
             results.setdefault(name, {})[what] = res
             digits = 2 if path == ("overall",) else 3
-            each = "; ".join(interval_text({**p, "interval95": p["interval95"]}, digits) for p in per_pair)
+            each = "; ".join(interval_text(p, digits) for p in per_pair)
             lines.append(
                 f"{name} {what} A - B pooled over {len(found)} pairs: {interval_text(res, digits)} "
                 f"(each pair: {each})"

@@ -161,12 +161,12 @@ def documents(store, model: str, split: str, whole: bool = False, of: str = "") 
             )
         view, how = all_documents(store), "its validation store, data.val_store: every document"
     elif data.get("mixture"):
-        view, parts = _packed_heldout(
+        view, parts, by_documents = _packed_heldout(
             store, _packed_from(store, packed, source), source, fraction, seed, whole
         )
         how = (
             parts
-            if parts.startswith("the documents")
+            if by_documents
             else (
                 f"the text of no training sequence of the mixture's stores packed from it, data.mixture with "
                 f"val_fraction {fraction:g} of their sequences and split_seed {seed}: {parts}"
@@ -178,10 +178,10 @@ def documents(store, model: str, split: str, whole: bool = False, of: str = "") 
             f"--split run reads the run's own store (leave --data out), or pass {NEVER_SAW}"
         )
     elif data.get("packed"):
-        view, parts = _packed_heldout(store, packed, source, fraction, seed, whole)
+        view, parts, by_documents = _packed_heldout(store, packed, source, fraction, seed, whole)
         how = (
             parts
-            if parts.startswith("the documents")
+            if by_documents
             else (
                 f"the text of no training sequence, data.packed with val_fraction {fraction:g} of its "
                 f"sequences and split_seed {seed}: {parts}"
@@ -239,13 +239,15 @@ def _packed_from(store, packed: list[Path], source: Path) -> list[Path]:
 
 def _packed_heldout(
     store, packed: list[Path], source: Path, fraction: float, seed: int, whole: bool = False
-) -> tuple[DocView, str]:
+) -> tuple[DocView, str, bool]:
     """The text of ``store`` that no training sequence of the run's packed stores ``packed`` (each made
     from ``store``) holds: the documents with no piece in a training sequence, whole, and of the others
     the pieces in held-out sequences only (a long document spans many sequences, some held out; pieces
     that meet are joined). With ``whole`` (an evaluation of whole files) only the former. The view
     holds every document's first piece, then every second, and so on, so that an evaluation that takes
-    its first N reads as many documents as it can. Returns the view and what it holds, in words."""
+    its first N reads as many documents as it can. Stores packed holding documents out (``data pack
+    --val-fraction``) trained on every sequence: when all were, the text is the documents they all left
+    out. Returns the view, what it holds in words, and whether it is such documents."""
     from contextlab.data.packing.packed_store import PackedStore, is_packed_store
 
     trained, held = [], []  # (doc, begin, end) entries of training and of held-out sequences
@@ -299,7 +301,7 @@ def _packed_heldout(
         parts = (
             f"the documents {' and '.join(how)} {'was' if len(how) == 1 else 'were'} packed without: {parts}"
         )
-    return DocView(store, docs[order], 0, begin[order], end[order]), parts
+    return DocView(store, docs[order], 0, begin[order], end[order]), parts, by_documents
 
 
 def _merged(ranges: np.ndarray) -> list[list[int]]:

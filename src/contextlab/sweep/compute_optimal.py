@@ -254,6 +254,7 @@ def paired_margins(runs_dir: Path, rows: list[dict], result: dict, replicate_key
             cell = cells.setdefault((str(budget), r.get(size_key, "model"), ctx), {})
             cell.setdefault(replicate, []).append(r["run"])
     out: dict = {}
+    read: dict = {}  # run name -> (the text its contextwise result read, document -> loss): each read once
     for b, per_size in result["optimal"].items():
         for size, best in per_size["per_size"].items():
             contexts = sorted(c for (bb, sz, c) in cells if bb == b and sz == size)
@@ -262,7 +263,7 @@ def paired_margins(runs_dir: Path, rows: list[dict], result: dict, replicate_key
             try:
                 docs = {
                     c: _document_losses(
-                        runs_dir, [n for names in cells[(b, size, c)].values() for n in names]
+                        runs_dir, [n for ns in cells[(b, size, c)].values() for n in ns], read
                     )
                     for c in contexts
                 }
@@ -288,30 +289,33 @@ def paired_margins(runs_dir: Path, rows: list[dict], result: dict, replicate_key
                 "documents": min((d["n_clusters"] for d in others.values()), default=0),
                 "others": others,
             }
-            reps = _over_replicates(runs_dir, {c: cells[(b, size, c)] for c in contexts}, int(best))
+            reps = _over_replicates(runs_dir, {c: cells[(b, size, c)] for c in contexts}, int(best), read)
             if reps:
                 margins.update(
                     others_over_replicates=reps, replicates=len(next(iter(reps.values()))["per_pair"])
                 )
-            read = reps or others
             margins["within_noise"] = [
-                int(c) for c, d in read.items() if d["interval95"] is None or d["interval95"][0] <= 0
+                int(c)
+                for c, d in (reps or others).items()
+                if d["interval95"] is None or d["interval95"][0] <= 0
             ]
             out.setdefault(b, {})[size] = margins
     return out
 
 
-def _over_replicates(runs_dir: Path, cells: dict[int, dict], best: int) -> dict:
+def _over_replicates(runs_dir: Path, cells: dict[int, dict], best: int, read: dict) -> dict:
     """context -> the difference from the optimum per replicate (its run minus the optimum's run of the
     same replicate, averaged over the documents both read), pooled with a t interval over replicates;
-    {} unless every context ran the same two or more replicates."""
+    {} unless every context ran the same two or more replicates. ``read``: as ``_document_losses``."""
     from contextlab.eval.paired_stats import mean_t
 
     replicates = set(cells[best])
     if len(replicates) < 2 or any(set(runs) != replicates for runs in cells.values()):
         return {}
     order = sorted(replicates)
-    losses = {c: {r: _document_losses(runs_dir, runs[r])[1] for r in order} for c, runs in cells.items()}
+    losses = {
+        c: {r: _document_losses(runs_dir, runs[r], read)[1] for r in order} for c, runs in cells.items()
+    }
     out = {}
     for c in sorted(cells):
         if c == best:
@@ -360,33 +364,43 @@ def margins_line(margins: dict | None) -> str:
     return f"each context's loss - context {margins['optimum']}'s, {how}: {'; '.join(parts)}"
 
 
-def _document_losses(runs_dir: Path, runs: list[str]) -> tuple[tuple, dict[int, float]]:
+def _document_losses(runs_dir: Path, runs: list[str], read: dict) -> tuple[tuple, dict[int, float]]:
     """(what text the runs' contextwise results read, document -> mean best-context loss over their
-    pieces, averaged over the runs); ValueError naming a run whose result has no per-piece arrays."""
-    import json
-
-    texts, per_run = set(), []
+    pieces, averaged over the runs); ValueError naming a run whose result has no per-piece arrays or
+    replicates that read other text. ``read``: each run's (text, document -> loss), filled as runs are
+    read, so a run is read once however many comparisons use it."""
     for name in runs:
-        folder = runs_dir / name / "eval"
-        try:
-            doc = json.loads((folder / "contextwise.json").read_text())
-            files = doc["arrays"]
-            pieces = np.load(folder / files["pieces"])
-            losses = np.load(folder / files["piece_best_loss"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ValueError(
-                f"{folder / 'contextwise.json'} has no per-piece losses to pair ({type(exc).__name__}); "
-                "evaluate contextwise again"
-            ) from None
-        data = doc.get("data") or {}
-        texts.add((data.get("hash"), data.get("split"), data.get("held_out")))
-        ids, inverse = np.unique(pieces[:, 0], return_inverse=True)
-        means = np.bincount(inverse, weights=losses) / np.bincount(inverse)
-        per_run.append(dict(zip(ids.tolist(), means.tolist())))
+        if name not in read:
+            read[name] = _run_document_losses(runs_dir / name / "eval")
+    texts = {read[name][0] for name in runs}
     if len(texts) > 1:
         raise ValueError(f"the replicates {', '.join(runs)} read other text (store or held-out part)")
+    per_run = [read[name][1] for name in runs]
     shared = set.intersection(*(set(d) for d in per_run))
     return texts.pop(), {d: float(np.mean([r[d] for r in per_run])) for d in shared}
+
+
+def _run_document_losses(folder: Path) -> tuple[tuple, dict[int, float]]:
+    """One run's contextwise result in ``folder``: (the text it read, document -> mean best-context loss
+    over its pieces)."""
+    import json
+
+    try:
+        doc = json.loads((folder / "contextwise.json").read_text())
+        files = doc["arrays"]
+        pieces = np.load(folder / files["pieces"])
+        losses = np.load(folder / files["piece_best_loss"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(
+            f"{folder / 'contextwise.json'} has no per-piece losses to pair ({type(exc).__name__}); "
+            "evaluate contextwise again"
+        ) from None
+    data = doc.get("data") or {}
+    ids, inverse = np.unique(pieces[:, 0], return_inverse=True)
+    means = np.bincount(inverse, weights=losses) / np.bincount(inverse)
+    return (data.get("hash"), data.get("split"), data.get("held_out")), dict(
+        zip(ids.tolist(), means.tolist())
+    )
 
 
 def _order(size) -> tuple:
