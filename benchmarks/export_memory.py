@@ -91,6 +91,7 @@ def packed_store(work: Path, books: int, args: argparse.Namespace) -> Path:
     if not (store / "meta.json").exists():
         contextlab("data", "ingest", str(src), "--tokenizer", args.tokenizer, "--out", str(store))
     pack = ["--method", "splice", "--retriever", "bm25", "--context", str(args.context)]
+    pack += ["--val-fraction", "0"]  # every document packed and exported, as when its figures were taken
     contextlab("data", "pack", str(store), *pack, "--out", str(packed))
     return packed
 

@@ -3,7 +3,8 @@
 # store: all 49 essays in one token store, packed with EP and with SPLICE (dense), each pack holding
 # out the same 8 essays (`--val-fraction 0.16`, drawn once from the store, packed by neither). The two
 # runs (a 2x128 GPT, 3M tokens each, the same seed) validate on the same rows, `profile --compare
-# --split run` pairs them on those 8 essays, and `report` draws their validation curves together.
+# --split run` pairs them on those 8 essays, and `report` draws their validation curves together;
+# `data export` of the SPLICE pack writes those same rows as its validation split.
 #   bash scripts/splice_vs_ep_essays_packed_holdout.sh [OUT]   (OUT default: /tmp/essays_holdout)
 set -euo pipefail
 out=${1:-/tmp/essays_holdout}
@@ -28,3 +29,16 @@ for m in ("ep", "splice"):
 PY
 contextlab profile --model "$out/runs/ep" --compare "$out/runs/splice" --split run --out "$out/profile" --no-progress
 contextlab report "$out/runs"
+# the SPLICE pack exported for another trainer: its validation split is the runs' validation rows
+contextlab data export "$out/splice" --out "$out/export" --overwrite --no-progress
+python - "$out" <<'PY'
+import json, sys
+from pathlib import Path
+import datasets, numpy as np
+from contextlab.data.training import rows_hash
+out = Path(sys.argv[1])
+val = datasets.load_dataset("parquet", data_dir=str(out / "export"), cache_dir=str(out / "hf_cache"))["validation"]
+state = sorted((out / "runs/splice/checkpoints").glob("step_*"))[-1] / "state.json"
+same = rows_hash(np.array(val["input_ids"], dtype=np.int64)) == json.loads(state.read_text())["data"]["validation_rows"]
+print(f"export validation split: {len(val)} rows; the runs' validation rows: {'the same' if same else 'DIFFERENT'}")
+PY

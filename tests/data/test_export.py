@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from functools import partial
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,6 +15,7 @@ from contextlab.cli import main
 from contextlab.data.export import ExportConfig, export
 from contextlab.data.export import parquet as parquet_mod
 from contextlab.data.export.megatron import megatron_dtype, write_megatron_split
+from contextlab.data.export.rows import row_batches
 from contextlab.data.packing import PackConfig, pack
 from contextlab.data.packing.packed_store import packed_split
 from contextlab.errors import UserError
@@ -184,7 +186,8 @@ def test_megatron_int32_for_large_vocabularies(packed, tmp_path):
 
     assert megatron_dtype(65499) == np.uint16 and megatron_dtype(65500) == np.int32
     ids = np.array(full_ids(packed)[:7])
-    write_megatron_split(packed, ids, tmp_path / "big", np.dtype(np.int32), 3, lambda n: None)
+    rows = partial(row_batches, packed)
+    write_megatron_split(rows, ids, tmp_path / "big", np.dtype(np.int32), 3, lambda n: None)
     ds = IndexedDataset(str(tmp_path / "big"))
     assert ds.index.dtype == np.int32
     assert [ds[r].tolist() for r in range(7)] == [packed.sequence_tokens(int(i))[0].tolist() for i in ids]
@@ -352,7 +355,7 @@ def test_megatron_export_without_separators_says_boundaries_are_lost(tmp_path, c
     eod_id null silently. One note: line says so and what to do; Parquet and packs with separators
     get none."""
     store = make_store(tmp_path, mixed_corpus(30, seed=2))
-    cfg = PackConfig(method="ep", context=CONTEXT, separator="none")
+    cfg = PackConfig(method="ep", context=CONTEXT, separator="none", val_fraction=0)
     pk = pack(store, tmp_path / "ep", cfg, progress=False).packed
     capsys.readouterr()
     rec = export(pk, tmp_path / "mg", ExportConfig(format="megatron"), progress=False).record
@@ -363,6 +366,7 @@ def test_megatron_export_without_separators_says_boundaries_are_lost(tmp_path, c
         "(position_ids and document_ids mark them) or pack with --separator eot\n"
     )
     export(pk, tmp_path / "pq", ExportConfig(), progress=False)
-    with_eot = pack(store, tmp_path / "eot", PackConfig(method="ep", context=CONTEXT), progress=False).packed
+    cfg = PackConfig(method="ep", context=CONTEXT, val_fraction=0)
+    with_eot = pack(store, tmp_path / "eot", cfg, progress=False).packed
     export(with_eot, tmp_path / "mg_eot", ExportConfig(format="megatron"), progress=False)
     assert capsys.readouterr().err == ""

@@ -26,9 +26,12 @@ def cmd_data_export(argv: list[str]) -> int:
     splits = ", ".join(
         f"{name} {s['rows']:,} rows / {s['tokens']:,} tokens" for name, s in rec["splits"].items()
     )
+    val, short = rec.get("validation") or {}, rec["short_rows_left_out"]
+    if val.get("from") == "heldout documents":
+        splits += f" (windows over the {val['documents']:,} documents the pack held out)"
     print(
         f"wrote {report.out} ({rec['export_format']}, context {rec['context']:,}): {splits}; "
-        f"{rec['short_rows_left_out']:,} short rows left out; {report.seconds:,.1f} s"
+        f"{short:,} short row{'s' * (short != 1)} left out; {report.seconds:,.1f} s"
     )
     return 0
 

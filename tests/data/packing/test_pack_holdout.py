@@ -16,7 +16,7 @@ from contextlab.data.training import build_training_data
 from contextlab.data.views import split_documents
 from contextlab.errors import UserError
 from contextlab.train.config import DataSection, MixtureSource
-from tests.data.packing.helpers import make_store, mixed_corpus
+from tests.data.packing.helpers import EOT, make_store, mixed_corpus
 
 CONTEXT = 15
 
@@ -153,11 +153,90 @@ def test_the_command_line_says_what_it_held_out_and_refuses_a_bad_fraction(store
     assert not (tmp_path / "q").exists()
 
 
+def _parquet_rows(out, split: str) -> dict[str, list]:
+    import pyarrow.parquet as pq
+
+    tables = [pq.read_table(f) for f in sorted(out.glob(f"{split}-*.parquet"))]
+    return {
+        c: [r for t in tables for r in t.column(c).to_pylist()]
+        for c in ("input_ids", "position_ids", "document_ids")
+    }
+
+
+@pytest.mark.parametrize("split_seed", [0, 3])
+def test_a_data_export_writes_the_held_out_documents_as_the_runs_validation_rows(
+    store, packs, tmp_path, split_seed
+):
+    """The validation split of an export is the windows a run on the pack validates on (its first rows
+    are that run's validation rows, for the same split_seed); positions restart at each document and
+    document ids are the store's; the train split holds none of those documents."""
+    from contextlab.data.export import ExportConfig, export
+
+    out = tmp_path / "pq"
+    rec = export(packs["splice"], out, ExportConfig(split_seed=split_seed), progress=False).record
+    run = build_training_data(
+        DataSection(packed=str(packs["ep"].path), split_seed=split_seed),
+        context=CONTEXT,
+        rows=4,
+        seed=1,
+        val_tokens=10 * CONTEXT,
+    )
+    val = _parquet_rows(out, "validation")
+    assert rec["splits"]["validation"]["rows"] == len(val["input_ids"]) > 10
+    assert np.array_equal(np.array(val["input_ids"][:10]), run.val_rows)
+    assert rec["validation"] == {
+        "from": "heldout documents",
+        **packs["splice"].meta["heldout"],
+        "order_seed": split_seed,
+    }
+    held_ids = packs["splice"].heldout_documents()
+    stream, owner = [], []  # the held-out documents end to end in the seeded order, each with its EOT
+    for d in held_ids[np.random.default_rng(split_seed).permutation(len(held_ids))]:
+        stream += [*store.doc(int(d)).tolist(), EOT]
+        owner += [int(d)] * (len(store.doc(int(d))) + 1)
+    for r, (toks, pos, docs) in enumerate(zip(val["input_ids"], val["position_ids"], val["document_ids"])):
+        assert toks == stream[r * CONTEXT : r * CONTEXT + CONTEXT + 1]  # windows share one token
+        assert docs == owner[r * CONTEXT : r * CONTEXT + CONTEXT + 1]
+        starts = [j == 0 or docs[j] != docs[j - 1] for j in range(len(docs))]  # restart at 0 there
+        assert all(pos[j] == (0 if starts[j] else pos[j - 1] + 1) for j in range(len(docs)))
+    assert len(val["input_ids"]) == (len(stream) - 1) // CONTEXT  # every full window
+    trained = {d for docs in _parquet_rows(out, "train")["document_ids"] for d in docs}
+    assert trained and not trained & set(held_ids.tolist())
+
+
+def test_a_megatron_export_of_a_holdout_pack_has_the_same_validation_rows(packs, tmp_path):
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    from contextlab.data.export import ExportConfig, export
+
+    export(packs["ep"], tmp_path / "pq", ExportConfig(), progress=False)
+    export(packs["ep"], tmp_path / "mg", ExportConfig(format="megatron"), progress=False)
+    want = _parquet_rows(tmp_path / "pq", "validation")["input_ids"]
+    ds = IndexedDataset(str(tmp_path / "mg" / "validation"))
+    assert [ds[r].tolist() for r in range(len(ds))] == want
+
+
 def test_a_data_export_of_a_pack_holding_documents_out_refuses_a_sequence_split(packs, tmp_path, capsys):
     argv = ["data", "export", str(packs["ep"].path), "--out", str(tmp_path / "x"), "--no-progress"]
     assert main([*argv, "--val-fraction", "0.1"]) == 2
-    assert "packed without 6 documents held out for validation" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "packed without 6 documents held out for validation" in err
+    assert "those documents are exported as the validation split" in err
     assert main(argv) == 0
+    assert "(windows over the 6 documents the pack held out)" in capsys.readouterr().out
+
+
+def test_held_out_documents_too_short_for_a_window_give_no_validation_split(store, tmp_path, capsys):
+    from contextlab.data.export import ExportConfig, export
+
+    held = split_documents(store, 0.02, 0)[1].indices
+    context = int(store.lengths()[held].sum()) + 1  # one more than their tokens: no full window
+    p = pack(store, tmp_path / "p", PackConfig(context=context, val_fraction=0.02), progress=False).packed
+    rec = export(p, tmp_path / "x", ExportConfig(), progress=False).record
+    assert list(rec["splits"]) == ["train"] and rec["validation"] is None
+    err = capsys.readouterr().err
+    assert f"holds out 1 document for validation ({context - 1:,} tokens), too few for one window" in err
+    assert f"window of {context + 1:,} tokens, so the export has no validation split" in err
 
 
 def test_a_val_store_beside_a_pack_holding_documents_out_says_they_go_unused(store, packs, tmp_path):

@@ -11,6 +11,11 @@ Each split is written as a shard of the shard engine (``data.shards``), in this 
 progress bar. Variants live in the ``FORMATS`` dict. Trade-off: only full rows (``context + 1`` tokens) by
 default, the rows contextlab's own trainer uses; ``keep_short_rows`` adds the short last row of
 each shard to Parquet (Megatron's sampler needs equal rows, see ``megatron.py``).
+Validation: a store packed holding documents out (``data pack --val-fraction``) gets a
+``validation`` split of the windows over those documents that a contextlab run on it validates on
+(its first rows are that run's validation rows, for the same ``split_seed``); a store packed
+holding none out gets one only when asked (``val_fraction``: a share of its sequences, the
+trainer's split).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
@@ -29,10 +35,12 @@ from contextlab import __version__
 from contextlab.config import opt
 from contextlab.data.export.megatron import megatron_dtype, write_megatron_split
 from contextlab.data.export.parquet import rows_per_shard_for, write_parquet_split
-from contextlab.data.export.rows import row_ids, row_lengths
+from contextlab.data.export.rows import Batches, row_batches, row_ids, row_lengths, window_batches
+from contextlab.data.loader import WindowRows
 from contextlab.data.packing.packed_store import PackedStore, packed_split
 from contextlab.data.shards.local_pool import LocalExecutor
 from contextlab.data.store import TokenStore, holds_output_lock
+from contextlab.data.views import DocView
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_json, partial_dir
 from contextlab.outputs import OutputKind, refuse_foreign, replace_dir
@@ -53,7 +61,11 @@ class ExportConfig:
     val_fraction: float = opt(
         0.0, "hold out this fraction of the sequences as a validation split (0 = train only)"
     )
-    split_seed: int = opt(0, "seed of the held-out sequences (as the trainer's data.split_seed)")
+    split_seed: int = opt(
+        0,
+        "seed of the held-out sequences, or of the order of a pack's held-out documents in its "
+        "validation windows (as the trainer's data.split_seed)",
+    )
     keep_short_rows: bool = opt(False, "also export the short last row of each shard (Parquet only)")
     batch_rows: int = opt(256, "rows built and written at a time (memory: about batch_rows x row bytes)")
 
@@ -107,7 +119,7 @@ def export(
         shutil.rmtree(partial)  # an earlier export killed midway: start again
     partial.mkdir(parents=True)
     written = _write_splits(pk, cfg, splits, partial, progress)
-    record = _record(pk, cfg, written)
+    record = _record(pk, cfg, written, "validation" in splits)
     atomic_write_json(partial / "export.json", record)
     replace_dir(partial, out, overwrite=overwrite, kind=EXPORT)
     return ExportReport(out, record, time.perf_counter() - t0)
@@ -171,33 +183,59 @@ def _check_out(pk: PackedStore, out: Path, overwrite: bool) -> None:
         raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
 
 
-def _split_ids(pk: PackedStore, cfg: ExportConfig) -> dict[str, np.ndarray]:
-    """Sequence ids per split, in packed order (the trainer's split for the same fraction and seed)."""
-    if cfg.val_fraction == 0:
-        return {"train": row_ids(pk, cfg.keep_short_rows)}
+Splits = dict[str, tuple[Batches, np.ndarray]]  # split -> (how its rows are built, their ids)
+
+
+def _split_ids(pk: PackedStore, cfg: ExportConfig) -> Splits:
+    """Row ids per split, in packed order (the trainer's split for the same fraction and seed); the
+    validation windows over a pack's held-out documents (``heldout_windows``)."""
+    rows = partial(row_batches, pk)
     held = pk.meta.get("heldout")
-    if held:  # a trainer on it trains on every sequence: a validation share of them would be training text
+    if held and cfg.val_fraction:  # every sequence is a training row: a share of them is training text
         raise UserError(
             f"{pk.path} was packed without {held['documents']:,} document{'s' * (held['documents'] != 1)} "
-            "held out for validation (its "
-            f"heldout.npy), so every sequence is a training row; leave --val-fraction out, or pack "
-            "with --val-fraction 0 to hold out a share of the sequences instead"
+            "held out for validation (its heldout.npy), so every sequence is a training row and those "
+            "documents are exported as the validation split; leave --val-fraction out, or pack with "
+            "--val-fraction 0 to hold out a share of the sequences instead"
         )
+    if held:
+        windows = heldout_windows(pk, cfg.split_seed)
+        if windows.n_rows == 0:
+            print(
+                f"note: {pk.path} holds out {held['documents']:,} document{'s' * (held['documents'] != 1)} "
+                f"for validation ({held['tokens']:,} tokens), too few for one window of {pk.row_len:,} "
+                "tokens, so the export has no validation split; pack with a larger --val-fraction",
+                file=sys.stderr,
+            )
+            return {"train": (rows, row_ids(pk, cfg.keep_short_rows))}
+        val = (partial(window_batches, windows), np.arange(windows.n_rows))
+        return {"train": (rows, row_ids(pk, cfg.keep_short_rows)), "validation": val}
+    if cfg.val_fraction == 0:
+        return {"train": (rows, row_ids(pk, cfg.keep_short_rows))}
     train, val = packed_split(pk, cfg.val_fraction, cfg.split_seed)
     return {
-        "train": row_ids(pk, cfg.keep_short_rows, train),
-        "validation": row_ids(pk, cfg.keep_short_rows, val),
+        "train": (rows, row_ids(pk, cfg.keep_short_rows, train)),
+        "validation": (rows, row_ids(pk, cfg.keep_short_rows, val)),
     }
 
 
+def heldout_windows(pk: PackedStore, split_seed: int) -> WindowRows:
+    """The validation rows of a run on ``pk`` (packed holding documents out) with data.split_seed
+    ``split_seed``: windows of ``context + 1`` tokens over the held-out documents laid end to end in a
+    seeded order, each followed by the token store's end-of-text (the rows of ``data.mode`` packed)."""
+    view = DocView(pk.store, pk.heldout_documents())
+    eot = pk.store.tokenizer_spec.get("eot_id")
+    return WindowRows(view, pk.context, separator=eot, seed=split_seed)
+
+
 def _write_splits(
-    pk: PackedStore, cfg: ExportConfig, splits: dict[str, np.ndarray], folder: Path, progress: bool
+    pk: PackedStore, cfg: ExportConfig, splits: Splits, folder: Path, progress: bool
 ) -> dict[str, dict]:
     """Every split written by the shard engine, a split per shard, in this process (the splits share
     the open packed store); no done markers: a killed export starts over (module docstring)."""
     written: dict[str, dict] = {}
-    jobs = [(pk, cfg, split, ids, folder) for split, ids in splits.items()]
-    total = sum(len(ids) for ids in splits.values())
+    jobs = [(pk, cfg, split, rows, ids, folder) for split, (rows, ids) in splits.items()]
+    total = sum(len(ids) for _, ids in splits.values())
     report = lambda stats, bar: written.update({stats["split"]: stats["written"]})
     desc = f"export {cfg.format}"
     LocalExecutor(1).run(
@@ -207,23 +245,28 @@ def _write_splits(
 
 
 def _write_split(
-    pk: PackedStore, cfg: ExportConfig, split: str, ids: np.ndarray, folder: Path, count
+    pk: PackedStore, cfg: ExportConfig, split: str, rows: Batches, ids: np.ndarray, folder: Path, count
 ) -> dict:
     """One split's files (a shard function: ``count(n)``, n more rows written); its record."""
     if cfg.format == "parquet":
         per = cfg.rows_per_shard or rows_per_shard_for(pk.row_len, cfg.shard_mb)
-        files = write_parquet_split(pk, ids, folder, split, per, cfg.batch_rows, count)
+        files = write_parquet_split(rows, ids, folder, split, per, cfg.batch_rows, count)
         done = {"rows": int(len(ids)), "files": files}
     else:
         dtype = megatron_dtype(pk.store.vocab_size)
-        info = write_megatron_split(pk, ids, folder / split, dtype, cfg.batch_rows, count)
+        info = write_megatron_split(rows, ids, folder / split, dtype, cfg.batch_rows, count)
         done = {**info, "dtype": dtype.name}
     done["tokens"] = sum(f["tokens"] for f in done.get("files", [done]))
     return {"split": split, "written": done}
 
 
-def _record(pk: PackedStore, cfg: ExportConfig, written: dict[str, dict]) -> dict:
+def _record(pk: PackedStore, cfg: ExportConfig, written: dict[str, dict], has_validation: bool) -> dict:
     meta, lengths = pk.meta, row_lengths(pk)
+    validation = None  # what the validation split holds: the pack's held-out documents, or sequences
+    if has_validation and meta.get("heldout"):
+        validation = {"from": "heldout documents", **meta["heldout"], "order_seed": cfg.split_seed}
+    elif has_validation:
+        validation = {"from": "sequences", "val_fraction": cfg.val_fraction, "split_seed": cfg.split_seed}
     return {
         "format": EXPORT_FORMAT,
         "version": EXPORT_VERSION,
@@ -244,5 +287,6 @@ def _record(pk: PackedStore, cfg: ExportConfig, written: dict[str, dict]) -> dic
         "row_len": pk.row_len,
         "document_ids": "global document index of the token store",
         "short_rows_left_out": 0 if cfg.keep_short_rows else int((lengths < pk.row_len).sum()),
+        "validation": validation,
         "splits": written,
     }

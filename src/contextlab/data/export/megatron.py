@@ -26,8 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from contextlab.data.export.rows import row_batches
-from contextlab.data.packing.packed_store import PackedStore
+from contextlab.data.export.rows import Batches
 
 MAGIC = b"MMIDIDX\x00\x00"
 DTYPE_CODES = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}
@@ -40,17 +39,17 @@ def megatron_dtype(vocab_size: int) -> np.dtype:
 
 
 def write_megatron_split(
-    packed: PackedStore,
+    rows: Batches,
     ids: np.ndarray,
     prefix: Path,
     dtype: np.dtype,
     batch_rows: int,
     advance: Callable[[int], object],
 ) -> dict:
-    """Write rows ``ids`` of ``packed`` as ``PREFIX.bin`` / ``PREFIX.idx``; returns rows and tokens."""
+    """Write rows ``ids`` (built by ``rows``) as ``PREFIX.bin`` / ``PREFIX.idx``; returns rows and tokens."""
     lengths = []  # one int per row: a small copy next to the rows' tokens
     with open(prefix.with_suffix(".bin"), "wb") as f:
-        for batch in row_batches(packed, ids, batch_rows):
+        for batch in rows(ids, batch_rows):
             f.write(batch.input_ids.astype(dtype).tobytes())
             lengths.append(np.diff(batch.offsets).astype(np.int32))
             advance(len(batch))

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from contextlab.data.export.rows import RowBatch, row_batches
-from contextlab.data.packing.packed_store import PackedStore
+from contextlab.data.export.rows import Batches, RowBatch
 
 COLUMNS = ("input_ids", "position_ids", "document_ids")
 
@@ -44,7 +43,7 @@ def _record_batch(batch: RowBatch):
 
 
 def write_parquet_split(
-    packed: PackedStore,
+    rows: Batches,
     ids: np.ndarray,
     folder: Path,
     split: str,
@@ -52,7 +51,7 @@ def write_parquet_split(
     batch_rows: int,
     advance: Callable[[int], object],
 ) -> list[dict]:
-    """Write rows ``ids`` of ``packed`` as ``folder/SPLIT-*.parquet``; per file: name, rows, tokens."""
+    """Write rows ``ids`` (built by ``rows``) as ``folder/SPLIT-*.parquet``; per file: name, rows, tokens."""
     import pyarrow.parquet as pq
 
     n_shards = max(1, -(-len(ids) // rows_per_shard))
@@ -61,7 +60,7 @@ def write_parquet_split(
         shard_ids = ids[k * rows_per_shard : (k + 1) * rows_per_shard]
         tokens = 0
         with pq.ParquetWriter(folder / name, _schema(), compression="zstd") as writer:
-            for batch in row_batches(packed, shard_ids, batch_rows):
+            for batch in rows(shard_ids, batch_rows):
                 writer.write_batch(_record_batch(batch), row_group_size=len(batch))
                 tokens += int(batch.offsets[-1])
                 advance(len(batch))

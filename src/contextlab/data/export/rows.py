@@ -14,16 +14,22 @@ sequence (the ids to export); a document's length is read from the store's offse
 entry needs it, not kept for every document.
 Trade-off: rows are built one at a time in Python (a few microseconds of numpy per entry),
 which is simple and streams, not the fastest possible path.
+
+``window_batches`` builds the same three columns for the validation rows of a store packed holding
+documents out: the windows over those documents a contextlab run on it validates on
+(``loader.WindowRows``), positions restarting at each document (and at each window's first token,
+as at a piece's), document ids the store's.
 """
 
 from __future__ import annotations
 
 import mmap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
+from contextlab.data.loader import WindowRows
 from contextlab.data.packing.packed_store import PackedStore, sequence_lengths
 
 _CHUNK = 1 << 20  # sequences whose lengths are computed at a time
@@ -40,6 +46,9 @@ class RowBatch:
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
+
+
+Batches = Callable[[np.ndarray, int], Iterator[RowBatch]]  # (row ids, rows per batch) -> batches
 
 
 def entry_doc_lengths(packed: PackedStore, entries: np.ndarray) -> np.ndarray:
@@ -115,3 +124,31 @@ def row_batches(packed: PackedStore, ids: np.ndarray, batch_rows: int) -> Iterat
             np.cumsum(lens, dtype=np.int64),
         )
         release_pages(packed.store.tokens)
+
+
+def window_batches(windows: WindowRows, ids: np.ndarray, batch_rows: int) -> Iterator[RowBatch]:
+    """The rows ``ids`` of ``windows`` in that order, ``batch_rows`` at a time: tokens as
+    ``WindowRows.row`` gives them, positions from 0 at each document's first token in the row (a
+    separator counts with the document it ends), document ids the token store's."""
+    order = np.asarray(windows.view.indices)[windows.doc_order]  # stream position -> store document
+    for start in range(0, len(ids), batch_rows):
+        chunk = np.asarray(ids[start : start + batch_rows], dtype=np.int64)
+        toks = np.empty((len(chunk), windows.row_len), dtype=np.int64)  # (b, context + 1)
+        local = np.empty_like(toks)  # (b, context + 1) the k-th document of the row
+        docs = np.empty_like(toks)
+        for j, r in enumerate(chunk):
+            windows.fill(int(r), toks[j], local[j])
+            first = int(np.searchsorted(windows.starts, int(r) * windows.context, side="right") - 1)
+            docs[j] = order[first + local[j]]
+        new = np.ones_like(local, dtype=bool)
+        new[:, 1:] = local[:, 1:] != local[:, :-1]  # (b, context + 1) a document's first token here
+        seg = np.where(new, np.arange(windows.row_len), 0)
+        np.maximum.accumulate(seg, axis=1, out=seg)
+        pos = np.arange(windows.row_len) - seg
+        yield RowBatch(
+            toks.ravel(),
+            pos.astype(np.int32).ravel(),
+            docs.astype(np.int32).ravel(),
+            np.arange(len(chunk) + 1, dtype=np.int64) * windows.row_len,
+        )
+        release_pages(windows.view.store.tokens)
