@@ -323,7 +323,8 @@ def test_a_token_store_changed_in_place_after_packing_is_refused(tmp_path, capsy
     """export and pack-stats read the tokens, so they check the store's content hash as pack and
     train do (opening the packed store compares meta.json's hash only, blind to an edit in place)."""
     store = make_store(tmp_path, mixed_corpus(30, seed=2))
-    pk = pack(store, tmp_path / "ep", PackConfig(method="ep", context=CONTEXT), progress=False).packed
+    cfg = PackConfig(method="ep", context=CONTEXT, val_fraction=0)
+    pk = pack(store, tmp_path / "ep", cfg, progress=False).packed
     new = _change_one_token_in_place(store, 10)
     with pytest.raises(UserError, match=r"store .* changed after it was written: its content hash is "):
         export(pk.path, tmp_path / "pq", ExportConfig(), progress=False)

@@ -416,9 +416,66 @@ def test_ep_and_splice_runs_read_and_validate_on_the_documents_their_packs_held_
     ]
     assert main([*args, "--out", str(tmp_path / "ep10")]) == 0
     train(_config(tmp_path / "run_ep10", packed=str(tmp_path / "ep10"), mode="packed"))
-    with pytest.raises(UserError, match=r"holding out other documents \(\(0.02, 0\) against \(0.1, 0\)\)"):
-        heldout.shared_run([str(runs[0]), str(tmp_path / "run_ep10")], store)
+    # 0.02 of the documents is a part of the 0.1 drawn with the same seed: unseen by both runs
+    pair = [str(runs[0]), str(tmp_path / "run_ep10")]
+    assert heldout.shared_run(pair, store) == heldout.shared_run(pair[::-1], store) == str(runs[0].resolve())
+    assert main([*args, "--split-seed", "1", "--out", str(tmp_path / "ep10s1")]) == 0
+    train(_config(tmp_path / "run_ep10s1", packed=str(tmp_path / "ep10s1"), mode="packed"))
+    with pytest.raises(
+        UserError,
+        match=r"holding out other documents \(val_fraction, split_seed \(0.1, 0\) against \(0.1, 1\)\)",
+    ):
+        heldout.shared_run([str(tmp_path / "run_ep10"), str(tmp_path / "run_ep10s1")], store)
+    # a data.store run with the pack's val_fraction and split_seed holds out the same documents
+    train(_config(tmp_path / "run_store", store=str(project / "store"), val_fraction=0.02, split_seed=0))
+    pair = [str(tmp_path / "run_store"), str(runs[1])]
+    assert heldout.shared_run(pair, store) == str((tmp_path / "run_store").resolve())
+    assert data_record(tmp_path / "run_store")["validation_rows"] == data_record(runs[1])["validation_rows"]
     hashes = {data_record(r)["validation_rows"] for r in runs}
     assert len(hashes) == 1 and len(next(iter(hashes))) == 64
     html = together_section(runs, {r: r.name for r in runs})
     assert html.count('alt="validation loss of the runs"') == 1 and "not drawn together" not in html
+
+
+def test_a_pack_packed_again_since_the_run_trained_is_refused(project, tmp_path):
+    """--split run reads what the packed store holds out now; packed again (another --val-fraction,
+    --overwrite) it holds out other documents, some of which the run trained on: one line, not a
+    reading of training text as held out."""
+    args = [
+        "data",
+        "pack",
+        str(project / "store"),
+        "--context",
+        "32",
+        "--no-progress",
+        "--out",
+        str(tmp_path / "p"),
+    ]
+    assert main(args) == 0
+    train(_config(tmp_path / "run", packed=str(tmp_path / "p"), mode="packed"))
+    store = TokenStore(project / "store")
+    assert len(heldout.documents(store, str(tmp_path / "run"), "run")[0]) == 1
+    assert main([*args, "--val-fraction", "0.2", "--overwrite"]) == 0
+    with pytest.raises(UserError, match=r"p was packed again since .*run trained on it \(its fingerprint is"):
+        heldout.documents(store, str(tmp_path / "run"), "run")
+    with pytest.raises(
+        UserError, match=r"cannot resume from step_\d+: data.packed .* holds other content than"
+    ):
+        train(_config(tmp_path / "run", packed=str(tmp_path / "p"), mode="packed"))
+
+
+def test_without_data_the_store_of_the_first_run_or_the_reason_there_is_none(project, tmp_path, capsys):
+    """profile --split run without --data: a model path that does not exist is named; a run on packed
+    stores of two token stores says to give --data one of them (it was a usage dump about --data)."""
+    assert heldout.first_run([str(tmp_path / "nope"), str(project / "run")]) == str(project / "store")
+    with pytest.raises(UserError, match=r"nope not found: --split run reads what a contextlab run"):
+        heldout.first_run([str(tmp_path / "nope")])
+    for name in ("store", "other"):
+        argv = ["data", "pack", str(project / name), "--context", "32", "--no-progress"]
+        assert main([*argv, "--val-fraction", "0", "--out", str(tmp_path / f"p_{name}")]) == 0
+    mix = [{"packed": str(tmp_path / f"p_{name}"), "weight": 0.5} for name in ("store", "other")]
+    train(_config(tmp_path / "mix", mixture=mix, mode="packed"))
+    argv = ["profile", "--model", str(tmp_path / "mix"), "--split", "run", "--out", str(tmp_path / "prof")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "trained on a mixture of packed stores made from 2 token stores" in err and "usage:" not in err

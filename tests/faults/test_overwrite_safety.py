@@ -52,7 +52,7 @@ def writer_args(project: Path, kind: str, out: Path) -> list[str]:
             "--out",
             str(out),
         ]
-        + ["--no-progress"],
+        + ["--no-progress", "--val-fraction", "0"],  # 4 documents: holding one out would be said
         "data export": ["data", "export", str(project / "packed"), "--out", str(out), "--no-progress"],
         "export": ["export", str(project / "run"), "--out", str(out)],
     }[kind]

@@ -98,13 +98,10 @@ def build_training_data(
     else:
         source, val = _split_documents(data, store, context, n_val, seed)
         loader = TokenLoader(source, rows, seed=seed, rank=rank, world_size=world)
-    rows_all = validation_rows(val, context)
     held = [p.meta["heldout"] for p in packed if p.meta.get("heldout")] if not data.val_store else []
-    more = (
-        f"pack with a larger --val-fraction (it held out {held[0]['val_fraction']:g} of the documents)"
-        if held
-        else "raise data.val_fraction"
-    )
+    fix = "pack with a larger --val-fraction or another --split-seed" if held else "raise data.val_fraction"
+    rows_all = validation_rows(val, context, fix)
+    more = _more_validation(val, held)
     rows_id = rows_hash(rows_all)
     return TrainingData(
         loader,
@@ -116,6 +113,17 @@ def build_training_data(
         more,
         _unused_heldout(packed) if data.val_store else [],
     )
+
+
+def _more_validation(val: ValSources, held: list[dict]) -> str:
+    """How to validate on more text, in words: read more of the held-out rows when there are more than
+    are read, else hold out more documents (the pack's --val-fraction, or data.val_fraction)."""
+    there, read = sum(s.n_rows for s, _ in val), sum(min(k, s.n_rows) for s, k in val)
+    if there > read:
+        return f"raise train.val_tokens (the held-out text gives {there:,} rows; {read:,} are read)"
+    if held:
+        return f"pack with a larger --val-fraction (it held out {held[0]['val_fraction']:g} of the documents)"
+    return "raise data.val_fraction"
 
 
 def _unused_heldout(packed: list[PackedStore]) -> list[str]:
@@ -152,12 +160,13 @@ def validation_documents(sources: ValSources) -> int:
     return len(seen)
 
 
-def validation_rows(sources: ValSources, context: int) -> np.ndarray:
-    """The first k rows of every (source, k), stacked: (n, context + 1) int64."""
+def validation_rows(sources: ValSources, context: int, fix: str = "raise data.val_fraction") -> np.ndarray:
+    """The first k rows of every (source, k), stacked: (n, context + 1) int64; ``fix``: how to hold
+    out more text, in words, for the error when a source gives no row."""
     if any(source.n_rows == 0 for source, _ in sources):
         raise UserError(
             f"the validation documents are too few or too short for context {context}; "
-            f"raise data.val_fraction or use data.val_store"
+            f"{fix} or use data.val_store"
         )
     return np.stack([source.row(r) for source, k in sources for r in range(min(k, source.n_rows))])
 
@@ -305,19 +314,52 @@ def _split_packed(
         eot = store.tokenizer_spec.get("eot_id")
         val_docs = _val_documents(data, _val_store(data, store), eot, context, n_val)
         return [PackedRows(p, context) for p in packed], val_docs
+    _check_one_holdout(packed)
     shares = exact_shares(n_val, [m.weight for m in data.mixture] or [1.0])
     eot = store.tokenizer_spec.get("eot_id")
-    train, val = [], []
+    train, val, of_store = [], [], {}  # of_store: a token store's hash -> its entry in val
     for p, k in zip(packed, shares):
         held = p.heldout_documents()
-        if held is not None:  # packed holding documents out: every sequence trains, they validate
-            train.append(PackedRows(p, context))
-            val += _val_documents(data, DocView(p.store, held), eot, context, int(k))
-        else:
+        if held is None:
             ids, val_ids = packed_split(p, data.val_fraction, data.split_seed)
             train.append(PackedRows(p, context, ids))
             val.append((PackedRows(p, context, val_ids), int(k)))
+            continue
+        train.append(PackedRows(p, context))  # packed holding documents out: every sequence trains
+        if p.store.hash in of_store:  # another packing of one store: the same windows, read on
+            i = of_store[p.store.hash]
+            val[i] = (val[i][0], val[i][1] + int(k))
+        else:
+            of_store[p.store.hash] = len(val)  # in the order of the pack's split_seed, as a data.store run's
+            order = int(p.meta["heldout"]["split_seed"])
+            val += _val_documents(data, DocView(p.store, held), eot, context, int(k), order)
     return train, val
+
+
+def _check_one_holdout(packed: list[PackedStore]) -> None:
+    """Mixture sources packed from one token store must hold out the same documents: a source holding
+    out other documents, or sequences (``--val-fraction 0``), trains on the text another validates on."""
+    first: dict[str, PackedStore] = {}
+    for p in packed:
+        a = first.setdefault(p.store.hash, p)
+        ha, hb = a.heldout_documents(), p.heldout_documents()
+        if a is p or (ha is not None and hb is not None and np.array_equal(ha, hb)):
+            continue
+        raise UserError(
+            f"the data.mixture stores {a.path} and {p.path} were packed from one token store "
+            f"({p.store.path}) but hold out {_held_out(a)} and {_held_out(p)}, so each trains on text "
+            "the other validates on; pack both with one --val-fraction and --split-seed, or set "
+            "data.val_store"
+        )
+
+
+def _held_out(p: PackedStore) -> str:
+    """What a packed store holds out for validation, in words."""
+    held = p.meta.get("heldout")
+    if not held:
+        return "sequences (packed with --val-fraction 0)"
+    n, split = held["documents"], f"val_fraction {held['val_fraction']:g}, split_seed {held['split_seed']}"
+    return f"{n:,} document{'s' * (n != 1)} ({split})"
 
 
 def _packed_loader(data: DataOptions, train: list[RowSource], rows: int, seed: int, rank: int, world: int):
@@ -334,6 +376,10 @@ def _val_store(data: DataOptions, store: TokenStore) -> DocView:
     return all_documents(val_store)
 
 
-def _val_documents(data: DataOptions, view: DocView, eot: int | None, context: int, n_val: int) -> ValSources:
-    """Validation rows over documents: the same kind of rows as training, documents in a split_seed order."""
-    return [(document_rows(view, context, data.mode, separator=eot, seed=data.split_seed), n_val)]
+def _val_documents(
+    data: DataOptions, view: DocView, eot: int | None, context: int, n_val: int, seed: int | None = None
+) -> ValSources:
+    """Validation rows over documents: the same kind of rows as training, documents in the order of
+    ``seed`` (default data.split_seed)."""
+    order = data.split_seed if seed is None else seed
+    return [(document_rows(view, context, data.mode, separator=eot, seed=order), n_val)]

@@ -63,6 +63,11 @@ def run_source(model: str) -> Path:
     path = Path(model)
     if is_run(path) or is_checkpoint(path):
         return path
+    if not path.exists():
+        raise UserError(
+            f"{model} not found: --split run reads what a contextlab run (or checkpoint, or export of "
+            "one) held out; check the path"
+        )
     made = exported_from(path)
     if made is None:
         raise UserError(
@@ -152,6 +157,7 @@ def documents(store, model: str, split: str, whole: bool = False, of: str = "") 
     data, recorded = _config(source), _recorded(source)
     fraction, seed = float(data.get("val_fraction", 0.02)), int(data.get("split_seed", 0))
     packed = [_resolve(str(p), source) for p in _packed_paths(data)]
+    _packed_unchanged(data, packed, recorded, source)
     if data.get("val_store"):
         if not _is(store, "val_store", data, recorded, source):
             raise UserError(
@@ -201,6 +207,25 @@ def documents(store, model: str, split: str, whole: bool = False, of: str = "") 
     documents = len(np.unique(view.indices))  # a packed run's pieces of one document count it once
     record = {"split": "run", "held_out": how, "documents": documents, "tokens": view.n_tokens()}
     return view, {**record, "held_out_by": str(Path(run_of(source)).resolve())}
+
+
+def _packed_unchanged(data: dict, packed: list[Path], recorded: dict, source: Path) -> None:
+    """One line when a packed store the run trained on was packed again since (another fingerprint than
+    the checkpoint recorded, e.g. ``data pack --overwrite`` with another --val-fraction): what it holds
+    out now is not what the run held out."""
+    from contextlab.data.packing.packed_store import is_packed_store
+    from contextlab.data.store_meta import content_id
+
+    keys = ["data.packed"] if data.get("packed") else [f"data.mixture.{i}.packed" for i in range(len(packed))]
+    for key, path in zip(keys, packed):
+        was = recorded.get(key)
+        now = content_id(path) if was and is_packed_store(path) else was
+        if now != was:
+            raise UserError(
+                f"{path} was packed again since {source} trained on it (its fingerprint is {str(now)[:12]}, "
+                f"the run recorded {str(was)[:12]}), so what it holds out now is not what the run held out; "
+                f"read the run on the packed store it trained on, or pass {NEVER_SAW}"
+            )
 
 
 def _packed_paths(data: dict) -> list[str]:
@@ -280,6 +305,12 @@ def _packed_heldout(
     if by_documents:  # what they validated on, not documents left unpacked (near-duplicates dropped)
         unseen = np.intersect1d(unseen, reduce(np.intersect1d, packed_without))
     pieces = np.zeros((0, 3), np.int64) if whole else _unseen_ranges(held[seen[held[:, 0]]], trained)
+    if not len(unseen) and not len(pieces) and any(kept is not None for kept in packed_without):
+        raise UserError(
+            f"{source} trained on packed stores of {store.path} that hold out different text "
+            f"({'; '.join(how)}; the others hold out sequences), so each trained on what another held "
+            f"out and no text is unseen by the run; pass {NEVER_SAW}"
+        )
     if not len(unseen) and not len(pieces):
         which = ", ".join(str(p) for p in packed)
         raise UserError(
@@ -371,20 +402,27 @@ def shared_run(models: list[str], store) -> str:
             f"{' and '.join(models)} {'is' if len(models) == 1 else 'are'} no run that trained on "
             f"{store.path}; pass {NEVER_SAW}"
         )
-    first = documents(store, runs[0], "run")[0]
-    for other in runs[1:]:
-        view = documents(store, other, "run")[0]
-        same = np.array_equal(view.indices, first.indices) and all(
-            (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
-            for a, b in ((view.begin, first.begin), (view.end, first.end))
-        )
-        if not same:
-            raise UserError(
-                f"{runs[0]} and {other} held out different parts of {store.path} "
-                f"({_split_difference(runs[0], other)}), so no text is unseen by both; pass {NEVER_SAW}, "
-                "or train both with one data.val_store"
-            )
-    return str(Path(runs[0]).resolve())
+    parts = {run: _ranges(documents(store, run, "run")[0]) for run in runs}
+    for run in runs:  # the first whose held-out part every other run held out too is unseen by all
+        if all(parts[run] <= parts[other] for other in runs):
+            return str(Path(run).resolve())
+    other = next(r for r in runs[1:] if not parts[runs[0]] <= parts[r])
+    shared = len({d for d, _, _ in parts[runs[0]] & parts[other]})
+    raise UserError(
+        f"{runs[0]} and {other} held out different parts of {store.path} "
+        f"({_split_difference(runs[0], other)}; {shared:,} document{'s' * (shared != 1)} in both, and "
+        f"neither's part lies within the other's), so no part held out by one is unseen by both; pass "
+        f"{NEVER_SAW}, or train both with one data.val_store"
+    )
+
+
+def _ranges(view: DocView) -> set[tuple[int, int, int]]:
+    """A view's text as (document, begin, end) token ranges of its store (whole documents 0 to length),
+    so that views of one text compare equal however they were drawn."""
+    idx = np.asarray(view.indices, dtype=np.int64)
+    begin = np.zeros(len(idx), np.int64) if view.begin is None else np.asarray(view.begin, np.int64)
+    end = view.store.lengths()[idx].astype(np.int64) if view.end is None else np.asarray(view.end, np.int64)
+    return set(zip(idx.tolist(), begin.tolist(), end.tolist()))
 
 
 def _split_difference(a: str, b: str) -> str:
@@ -396,11 +434,15 @@ def _split_difference(a: str, b: str) -> str:
     shown = []
     if _packed_paths(da) != _packed_paths(db):
         held = [_pack_holdouts(d, run_source(r)) for d, r in ((da, a), (db, b))]
-        pa, pb = (", ".join(_packed_paths(d)) or "none" for d in (da, db))
-        if all(h and None not in h for h in held):
+        pa, pb = (", ".join(_packed_paths(d)) or "data.store" for d in (da, db))
+        if not any(None in h for h in held):  # documents held out by packs or by a data.store run
+            drawn = [
+                ", ".join(map(str, h)) or str((d.get("val_fraction", 0.02), d.get("split_seed", 0)))
+                for h, d in zip(held, (da, db))
+            ]
             shown.append(
-                f"packed data {pa} against {pb}, packed holding out other documents "
-                f"({', '.join(map(str, held[0]))} against {', '.join(map(str, held[1]))})"
+                f"packed data {pa} against {pb}, holding out other documents (val_fraction, split_seed "
+                f"{drawn[0]} against {drawn[1]})"
             )
         else:
             shown.append(
@@ -453,7 +495,10 @@ def first_run(models: list[str]) -> str | None:
     the first of them that is a contextlab run (or checkpoint, or export of one)."""
     for model in models:
         try:
-            return default_store(model)
+            run_source(model)
         except UserError:
             continue
+        return default_store(model)  # a run whose store is not one (a mixture of stores): its line
+    if models:
+        run_source(models[0])  # no run among them: that line
     return None

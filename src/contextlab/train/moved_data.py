@@ -112,6 +112,23 @@ def with_paths(cfg: RunConfig, paths: dict[str, str]) -> RunConfig:
     return dataclasses.replace(cfg, data=dataclasses.replace(data, **changes, mixture=mixture))
 
 
+def changed_in_place(was: dict | None, now: dict) -> list[str]:
+    """A clause per [data] path the run names as before whose content is not what the checkpoint
+    recorded (a packed store packed again with ``--overwrite``, a store ingested again at its path):
+    resuming would go on with other data than the run's first steps."""
+    old_ids, new_ids = (was or {}).get("paths") or {}, now.get("paths") or {}
+    out = []
+    for key, old in old_ids.items():
+        new = new_ids.get(key) or {}
+        same_place = old.get("path") == new.get("path") and old.get("content") and new.get("content")
+        if same_place and old["content"] != new["content"]:
+            out.append(
+                f"{key} {new['path']!r} holds other content than when the run was trained "
+                f"({old['content'][:12]} then, {new['content'][:12]} now: packed or ingested again)"
+            )
+    return out
+
+
 def accept_moved(
     recorded: dict, cfg: RunConfig, run_dir: Path, was: dict | None, now: dict
 ) -> tuple[dict, list[str], list[str]]:

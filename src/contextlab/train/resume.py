@@ -91,6 +91,12 @@ def resume(tr) -> None:
         )
         for note in notes if tr.info.is_main else []:
             print(note)
+    changed = moved_data.changed_in_place(state.get("data"), tr.data_record)
+    if changed:
+        raise UserError(
+            f"{tr.run_dir} cannot resume from {latest.name}: {'; '.join(changed)}, so it would go on "
+            "with other data; put the data it trained on back, or use another train.out_dir"
+        )
     if state.get("tokenizer_hash") != tr.store.tokenizer_hash:
         raise UserError(
             f"{tr.run_dir} was trained with a different tokenizer than {tr.store.path}; "

@@ -85,9 +85,11 @@ def test_ep_and_splice_runs_validate_on_the_same_rows_as_a_store_run(store, pack
         assert np.array_equal(data.val_rows, plain.val_rows), method
         assert data.val_rows_hash == plain.val_rows_hash and data.val_documents == plain.val_documents
     assert (
-        built["ep"].more_validation == "pack with a larger --val-fraction (it held out 0.1 of the documents)"
+        built["ep"].more_validation == "raise train.val_tokens (the held-out text gives 49 rows; 10 are read)"
     )
-    assert plain.more_validation == "raise data.val_fraction"  # what a few-documents note advises
+    all_read = build_training_data(DataSection(packed=str(packs["ep"].path)), **{**args, "val_tokens": 10**6})
+    assert all_read.more_validation == "pack with a larger --val-fraction (it held out 0.1 of the documents)"
+    assert plain.more_validation == built["ep"].more_validation  # what a few-documents note advises
     mixed = build_training_data(DataSection(store=str(store.path), val_fraction=0.2), **args)
     assert mixed.val_rows_hash != plain.val_rows_hash  # other documents: other rows, another hash
     held = set(packs["ep"].heldout_documents().tolist())
@@ -100,19 +102,64 @@ def test_ep_and_splice_runs_validate_on_the_same_rows_as_a_store_run(store, pack
     assert not trained & held
 
 
-def test_a_mixture_validates_on_each_packings_held_out_documents_in_its_share(store, packs):
+def test_a_mixture_of_packings_of_one_store_reads_its_held_out_windows_once(store, packs):
+    """Two packings of one store hold out the same documents: their shares of the validation rows are
+    read on along one stream of windows (each share from the start gave every row twice)."""
     mix = [MixtureSource(packed=str(packs["ep"].path), weight=0.5)]
     mix.append(MixtureSource(packed=str(packs["splice"].path), weight=0.5))
+    args = dict(context=CONTEXT, rows=4, seed=1, val_tokens=8 * CONTEXT)
+    data = build_training_data(DataSection(mixture=mix), **args)
+    alone = build_training_data(DataSection(packed=str(packs["ep"].path)), **args)
+    assert data.val_rows_total == 8 and len({tuple(r) for r in data.val_rows.tolist()}) == 8
+    assert np.array_equal(data.val_rows, alone.val_rows) and data.val_rows_hash == alone.val_rows_hash
+
+
+@pytest.mark.parametrize("other", ["split_seed", "val_fraction", "sequences"])
+def test_a_mixture_of_packings_holding_out_other_text_of_one_store_is_refused(store, packs, tmp_path, other):
+    """A packing that holds out other documents, or sequences, trains on the text the other validates
+    on: the run's validation loss would be in-sample, so it does not start."""
+    kw = {"split_seed": {"split_seed": 1, "val_fraction": 0.1}, "val_fraction": {"val_fraction": 0.2}}
+    kw["sequences"] = {"val_fraction": 0}
+    p = pack(store, tmp_path / other, PackConfig(context=CONTEXT, **kw[other]), progress=False).packed
+    mix = [MixtureSource(packed=str(packs["ep"].path)), MixtureSource(packed=str(p.path))]
+    with pytest.raises(UserError) as e:
+        build_training_data(DataSection(mixture=mix), context=CONTEXT, rows=4, seed=1, val_tokens=CONTEXT)
+    said = {
+        "split_seed": "6 documents (val_fraction 0.1, split_seed 1)",
+        "val_fraction": "12 documents (val_fraction 0.2, split_seed 0)",
+        "sequences": "sequences (packed with --val-fraction 0)",
+    }
+    assert f"hold out 6 documents (val_fraction 0.1, split_seed 0) and {said[other]}" in str(e.value)
+    assert "so each trains on text the other validates on; pack both with one --val-fraction" in str(e.value)
+    val = make_store(tmp_path, mixed_corpus(8, seed=5), name=f"val_{other}")  # a validation store: no overlap
     data = build_training_data(
-        DataSection(mixture=mix), context=CONTEXT, rows=4, seed=1, val_tokens=8 * CONTEXT
+        DataSection(mixture=mix, val_store=str(val.path)), context=CONTEXT, rows=4, seed=1, val_tokens=CONTEXT
     )
-    alone = build_training_data(
-        DataSection(packed=str(packs["ep"].path)), context=CONTEXT, rows=4, seed=1, val_tokens=4 * CONTEXT
+    assert data.val_rows_total == 1
+
+
+def test_held_out_documents_too_short_for_a_window_are_said_by_pack_and_train(store, tmp_path, capsys):
+    held = split_documents(store, 0.02, 0)[1].indices
+    context = int(store.lengths()[held].sum()) + 1  # more than their tokens and separator: no window
+    p = pack(store, tmp_path / "p", PackConfig(context=context, val_fraction=0.02), progress=False).packed
+    assert f"makes no window of {context + 1:,} tokens, so a run on this pack has nothing to validate on" in (
+        capsys.readouterr().err
     )
-    assert data.val_rows_total == 8
-    assert np.array_equal(data.val_rows[:4], alone.val_rows) and np.array_equal(
-        data.val_rows[4:], alone.val_rows
-    )
+    with pytest.raises(UserError, match="pack with a larger --val-fraction or another --split-seed or use"):
+        build_training_data(DataSection(packed=str(p.path)), context=context, rows=1, seed=1, val_tokens=1)
+
+
+def test_a_held_out_share_far_above_the_fraction_asked_is_said(tmp_path, capsys):
+    few = make_store(tmp_path, {f"d{i}.txt": "w1 w2 w3 " * 9 for i in range(3)}, name="few")
+    pack(few, tmp_path / "few_p", PackConfig(context=CONTEXT, val_fraction=0.02), progress=False)
+    err = capsys.readouterr().err
+    assert "note: the 1 document held out for validation (" in err
+    assert "is 1 of the store's 3 documents" in err and "more than --val-fraction 0.02 asks" in err
+    many = make_store(tmp_path, mixed_corpus(20, seed=1), name="many")
+    pack(many, tmp_path / "many_p", PackConfig(context=CONTEXT, val_fraction=0.9), progress=False)
+    assert "so the pack trains on 2 of its 20 documents; a smaller --val-fraction" in capsys.readouterr().err
+    pack(many, tmp_path / "usual", PackConfig(context=CONTEXT, val_fraction=0.1), progress=False)
+    assert capsys.readouterr().err == ""
 
 
 def test_a_pack_holding_out_nothing_keeps_its_fingerprint_and_splits_sequences(store, tmp_path, capsys):
@@ -163,19 +210,19 @@ def _parquet_rows(out, split: str) -> dict[str, list]:
     }
 
 
-@pytest.mark.parametrize("split_seed", [0, 3])
 def test_a_data_export_writes_the_held_out_documents_as_the_runs_validation_rows(
-    store, packs, tmp_path, split_seed
+    store, packs, tmp_path, capsys
 ):
     """The validation split of an export is the windows a run on the pack validates on (its first rows
-    are that run's validation rows, for the same split_seed); positions restart at each document and
-    document ids are the store's; the train split holds none of those documents."""
+    are that run's validation rows, whatever the run's data.split_seed: the pack's split_seed orders
+    them); positions restart at each document and document ids are the store's; the train split holds
+    none of those documents."""
     from contextlab.data.export import ExportConfig, export
 
     out = tmp_path / "pq"
-    rec = export(packs["splice"], out, ExportConfig(split_seed=split_seed), progress=False).record
+    rec = export(packs["splice"], out, ExportConfig(), progress=False).record
     run = build_training_data(
-        DataSection(packed=str(packs["ep"].path), split_seed=split_seed),
+        DataSection(packed=str(packs["ep"].path), split_seed=3),
         context=CONTEXT,
         rows=4,
         seed=1,
@@ -184,11 +231,11 @@ def test_a_data_export_writes_the_held_out_documents_as_the_runs_validation_rows
     val = _parquet_rows(out, "validation")
     assert rec["splits"]["validation"]["rows"] == len(val["input_ids"]) > 10
     assert np.array_equal(np.array(val["input_ids"][:10]), run.val_rows)
-    assert rec["validation"] == {
-        "from": "heldout documents",
-        **packs["splice"].meta["heldout"],
-        "order_seed": split_seed,
-    }
+    assert rec["validation"] == {"from": "heldout documents", **packs["splice"].meta["heldout"]}
+    export(packs["splice"], tmp_path / "seed3", ExportConfig(split_seed=3), progress=False)
+    assert "follow the split_seed it was packed with (0)" in capsys.readouterr().err
+    assert _parquet_rows(tmp_path / "seed3", "validation") == val
+    split_seed = 0
     held_ids = packs["splice"].heldout_documents()
     stream, owner = [], []  # the held-out documents end to end in the seeded order, each with its EOT
     for d in held_ids[np.random.default_rng(split_seed).permutation(len(held_ids))]:

@@ -155,31 +155,37 @@ def test_more_shards_than_documents_are_cut_to_fit_said_and_recorded(tmp_path, c
     records the 4 it packs, and is the pack of --shards 4 (the same command again is up to date)."""
     store = make_store(tmp_path, mixed_corpus(4))
     out = tmp_path / "p"
-    packed = pack(store, out, PackConfig(method="ep", context=15, shards=9), progress=False).packed
+    cfg = PackConfig(method="ep", context=15, val_fraction=0, shards=9)
+    packed = pack(store, out, cfg, progress=False).packed
     assert capsys.readouterr().err == (
         f"note: --shards 9 is more than the 4 documents of {store.path}: packing 4 shards of one "
         "document each (meta.json records shards 4)\n"
     )
     assert packed.meta["config"]["shards"] == 4 and len(packed.meta["shards"]) == 4
     assert "shards = 4" in (out / "config.toml").read_text()
-    four = pack(store, tmp_path / "four", PackConfig(method="ep", context=15, shards=4), progress=False)
+    cfg = PackConfig(method="ep", context=15, val_fraction=0, shards=4)
+    four = pack(store, tmp_path / "four", cfg, progress=False)
     assert (
         _arrays(out) == _arrays(four.packed.path)
         and packed.meta["fingerprint"] == four.packed.meta["fingerprint"]
     )
     for shards in (9, 4):  # the same command again, or the shards it recorded: the same pack
-        assert pack(store, out, PackConfig(method="ep", context=15, shards=shards), progress=False).up_to_date
+        assert pack(
+            store, out, PackConfig(method="ep", context=15, val_fraction=0, shards=shards), progress=False
+        ).up_to_date
     # a store packed before the cut records the shards asked for, and its command still finds it
     meta = json.loads((out / "meta.json").read_text())
     meta["config"]["shards"] = 9
-    meta["fingerprint"] = fingerprint(PackConfig(method="ep", context=15, shards=9), store)
+    meta["fingerprint"] = fingerprint(PackConfig(method="ep", context=15, val_fraction=0, shards=9), store)
     (out / "meta.json").write_text(json.dumps(meta))
-    assert pack(store, out, PackConfig(method="ep", context=15, shards=9), progress=False).up_to_date
+    assert pack(
+        store, out, PackConfig(method="ep", context=15, val_fraction=0, shards=9), progress=False
+    ).up_to_date
     # another setting is named, with its value there and now
     with pytest.raises(UserError, match=r"different packed store \(shards 9 there, 4 now\); choose another"):
-        pack(store, out, PackConfig(method="ep", context=15, shards=4), progress=False)
+        pack(store, out, PackConfig(method="ep", context=15, val_fraction=0, shards=4), progress=False)
     with pytest.raises(UserError, match=r"\(method ep there, icp now; shards 9 there, 4 now\)"):
-        pack(store, out, PackConfig(method="icp", context=15, shards=4), progress=False)
+        pack(store, out, PackConfig(method="icp", context=15, val_fraction=0, shards=4), progress=False)
 
 
 def test_a_store_packed_before_the_rename_opens_for_its_context(tmp_path):

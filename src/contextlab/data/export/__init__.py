@@ -13,7 +13,7 @@ default, the rows contextlab's own trainer uses; ``keep_short_rows`` adds the sh
 each shard to Parquet (Megatron's sampler needs equal rows, see ``megatron.py``).
 Validation: a store packed holding documents out (``data pack --val-fraction``) gets a
 ``validation`` split of the windows over those documents that a contextlab run on it validates on
-(its first rows are that run's validation rows, for the same ``split_seed``); a store packed
+(its first rows are that run's validation rows); a store packed
 holding none out gets one only when asked (``val_fraction``: a share of its sequences, the
 trainer's split).
 """
@@ -63,8 +63,8 @@ class ExportConfig:
     )
     split_seed: int = opt(
         0,
-        "seed of the held-out sequences, or of the order of a pack's held-out documents in its "
-        "validation windows (as the trainer's data.split_seed)",
+        "seed of the held-out sequences (as the trainer's data.split_seed); a pack holding documents "
+        "out orders their validation windows by the split_seed it was packed with",
     )
     keep_short_rows: bool = opt(False, "also export the short last row of each shard (Parquet only)")
     batch_rows: int = opt(256, "rows built and written at a time (memory: about batch_rows x row bytes)")
@@ -199,7 +199,13 @@ def _split_ids(pk: PackedStore, cfg: ExportConfig) -> Splits:
             "--val-fraction 0 to hold out a share of the sequences instead"
         )
     if held:
-        windows = heldout_windows(pk, cfg.split_seed)
+        if cfg.split_seed not in (0, held["split_seed"]):
+            print(
+                f"note: --split-seed draws a split of sequences; the validation windows of {pk.path} "
+                f"follow the split_seed it was packed with ({held['split_seed']})",
+                file=sys.stderr,
+            )
+        windows = heldout_windows(pk)
         if windows.n_rows == 0:
             print(
                 f"note: {pk.path} holds out {held['documents']:,} document{'s' * (held['documents'] != 1)} "
@@ -219,13 +225,13 @@ def _split_ids(pk: PackedStore, cfg: ExportConfig) -> Splits:
     }
 
 
-def heldout_windows(pk: PackedStore, split_seed: int) -> WindowRows:
-    """The validation rows of a run on ``pk`` (packed holding documents out) with data.split_seed
-    ``split_seed``: windows of ``context + 1`` tokens over the held-out documents laid end to end in a
-    seeded order, each followed by the token store's end-of-text (the rows of ``data.mode`` packed)."""
+def heldout_windows(pk: PackedStore) -> WindowRows:
+    """The validation rows of a run on ``pk`` (packed holding documents out): windows of ``context + 1``
+    tokens over the held-out documents laid end to end in the order of the pack's split_seed, each
+    followed by the token store's end-of-text (the rows of ``data.mode`` packed)."""
     view = DocView(pk.store, pk.heldout_documents())
     eot = pk.store.tokenizer_spec.get("eot_id")
-    return WindowRows(view, pk.context, separator=eot, seed=split_seed)
+    return WindowRows(view, pk.context, separator=eot, seed=int(pk.meta["heldout"]["split_seed"]))
 
 
 def _write_splits(
@@ -264,7 +270,7 @@ def _record(pk: PackedStore, cfg: ExportConfig, written: dict[str, dict], has_va
     meta, lengths = pk.meta, row_lengths(pk)
     validation = None  # what the validation split holds: the pack's held-out documents, or sequences
     if has_validation and meta.get("heldout"):
-        validation = {"from": "heldout documents", **meta["heldout"], "order_seed": cfg.split_seed}
+        validation = {"from": "heldout documents", **meta["heldout"]}
     elif has_validation:
         validation = {"from": "sequences", "val_fraction": cfg.val_fraction, "split_seed": cfg.split_seed}
     return {

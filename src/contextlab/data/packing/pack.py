@@ -142,6 +142,8 @@ def pack(
         return PackReport(PackedStore(out, store=tstore), time.perf_counter() - t0, 0, len(wanted))
     partial = _open_partial(out, fp, overwrite)
     held = _write_heldout(partial, tstore, cfg)
+    if only_shards is None:
+        _say_heldout(tstore, cfg, held)
     job = _sharded_job(partial, fp, ranges)
     todo = shards_to_run(job, wanted)  # a shard file that does not hold exactly its shard is named
     if progress and len(todo) < len(wanted):
@@ -193,6 +195,41 @@ def _write_heldout(partial: Path, store: TokenStore, cfg: PackConfig) -> np.ndar
     ids = np.asarray(split_documents(store, cfg.val_fraction, cfg.split_seed)[1].indices, np.int64)
     atomic_write_npy(partial / HELDOUT_FILE, np.int64, (len(ids),), [ids])
     return ids
+
+
+def _say_heldout(store: TokenStore, cfg: PackConfig, held: np.ndarray) -> None:
+    """A note when the held-out documents surprise: too short for one validation window (a run on the
+    pack could not validate), or a far larger share of the store than ``--val-fraction`` asks (a store
+    of few documents holds out at least one; a large fraction leaves little to train on)."""
+    if not len(held):
+        return
+    n, tokens = len(held), int(store.lengths()[held].sum())
+    seps = n if store.tokenizer_spec.get("eot_id") is not None else 0  # a run's windows end each with one
+    share = tokens / max(1, int(store.lengths().sum()))
+    them = f"{n:,} document{'s' * (n != 1)} held out for validation ({tokens:,} tokens)"
+    are = "are" if n != 1 else "is"
+    if (tokens + seps - 1) // cfg.context == 0:
+        print(
+            f"note: the {them} {'make' if n != 1 else 'makes'} no window of {cfg.context + 1:,} tokens, so "
+            "a run on this pack has nothing to validate on; pack with a larger --val-fraction or another "
+            "--split-seed",
+            file=sys.stderr,
+        )
+    elif share > 0.5:
+        print(
+            f"note: the {them} {are} {share:.0%} of the store's tokens, so the pack trains on "
+            f"{store.n_docs - n:,} of its {store.n_docs:,} documents; a smaller --val-fraction trains on "
+            "more",
+            file=sys.stderr,
+        )
+    elif n / store.n_docs > 2 * cfg.val_fraction + 0.05:
+        print(
+            f"note: the {them} {are} {n:,} of the store's {store.n_docs:,} documents ({share:.0%} of its "
+            f"tokens), more than --val-fraction {cfg.val_fraction:g} asks: a store of few documents holds "
+            "out at least one; pack with --val-fraction 0 to train on every document (a run then holds out "
+            "sequences) or give a run a data.val_store",
+            file=sys.stderr,
+        )
 
 
 def _wanted_shards(only_shards: list[int] | None, n_shards: int) -> list[int]:
