@@ -266,9 +266,9 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     docs = heldout.in_store(view, pieces)[:, 0].tolist()  # the store's documents: pieces of one share it
     best["interval95"] = stats.mean_interval(means[:, -1], docs)  # over documents, as every interval here
     one = one_token_losses(adapter, tokens, best["from"], best["to"])  # (N,)
-    gain = stats.paired_t(
-        one, means[:, -1], docs
-    )  # the same targets with 1 vs all tokens before them visible
+    # the same targets with 1 vs all tokens before them visible: their mean difference, so that the
+    # gain is loss_one_token - loss_full_context and the quantity `compare` pairs
+    gain = stats.context_gain(one, means[:, -1], docs)
     gain.update(
         targets=[best["from"], best["to"]],
         loss_one_token=float(one.mean()),

@@ -75,8 +75,8 @@ def accuracy_line(
 def paired_t(early: np.ndarray, late: np.ndarray, docs) -> dict:
     """Per-document paired difference ``early - late`` of per-piece losses (pieces of a document
     averaged first): its mean over documents and 95% Student-t interval (None with fewer than two
-    documents). Used for the context gain (contextwise, bayes-fit) and contextwise's
-    first-to-last-bucket drop."""
+    documents). Contextwise's first-to-last-bucket drop (a context gain is ``context_gain``: a mean
+    over targets)."""
     from scipy import stats as sps
 
     diff = early - late  # (N,) one per piece
