@@ -85,6 +85,31 @@ def test_a_sweep_over_objectives_evaluates_the_causal_runs_on_what_they_held_out
     assert float(rows["name-clm"]["ppl.loss"]) == pytest.approx(record["results"]["summary"]["loss"])
     assert not (span.dir / "eval").exists() and rows["name-span"]["ppl.loss"] == ""
     assert "1 run(s) get no evaluation: name-span" in capsys.readouterr().err
+    # a result rewritten by another command (other options) or deleted is evaluated again, said, and a
+    # dry run says what the sweep will do (it said "done" and the analysis read the other result)
+    from contextlab.cli import main
+
+    result = clm.dir / "eval" / "ppl.json"
+    assert (
+        main(["eval", "ppl", "--model", str(clm.dir), "--split", "run", "--stride", "8", "--overwrite"]) == 0
+    )
+    assert json.loads(result.read_text())["options"]["stride"] == 8
+    capsys.readouterr()
+    assert main(["sweep", str(f), "--dry-run"]) == 0
+    assert (
+        f"rerun    name-clm  (its result {result} was rewritten since the sweep made it"
+        in capsys.readouterr().out
+    )
+    run_sweep(f, progress=False)
+    assert f"name-clm: its result {result} was rewritten since the sweep made it" in capsys.readouterr().err
+    assert json.loads(result.read_text())["options"]["stride"] != 8  # the sweep's own options again
+    run_sweep(f, progress=False)
+    assert "running it again" not in capsys.readouterr().err  # done: skipped
+    result.unlink()
+    assert main(["sweep", str(f), "--dry-run"]) == 0
+    assert f"rerun    name-clm  (its output {result} is missing)" in capsys.readouterr().out
+    run_sweep(f, progress=False)
+    assert result.is_file() and f"its output {result} is missing; running it again" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -40,16 +40,22 @@ def cmd_sweep(argv: list[str]) -> int:
 def _dry_run(section, runs, overwrite: bool, only: str | None = None) -> int:
     """List every run of the grid with its status (stale: trained with another config), the run folders
     the grid leaves out, and what the sweep would do with stale runs; run nothing."""
+    from contextlab.steps import StepRunner
     from contextlab.sweep import folder
     from contextlab.sweep.results import status
-    from contextlab.sweep.runner import select_runs
+    from contextlab.sweep.runner import STATE_FILE, select_runs, sweep_step, why_run
     from contextlab.sweep.spec import budget_notes, eval_notes
 
     grid, runs = runs, select_runs(only, runs)  # the slice this command would run, checked as the sweep does
     out = Path(section.out_dir)
     stale = folder.stale_runs(runs)
+    runner = StepRunner(out / STATE_FILE)  # read only: what the sweep would decide
     for run in runs:
-        print(f"{'stale' if run.name in stale else status(run)['status']:<8} {run.name}")
+        said = "stale" if run.name in stale else status(run)["status"]
+        reason = None
+        if said == "done" and runner.recorded(run.name) is not None:  # done by a sweep before: adopted
+            reason = why_run(section, sweep_step(section, run, runner, record=False), runner, run)
+        print(f"{'rerun' if reason else said:<8} {run.name}" + (f"  ({reason})" if reason else ""))
     print(f"{len(runs)} runs in {out}" + (f" (--only {only!r} of the grid's {len(grid)})" if only else ""))
     for line in eval_notes(section, runs) + budget_notes(runs):
         print(f"note: {line}")

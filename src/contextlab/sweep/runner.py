@@ -18,6 +18,7 @@ each a slice of the grid (``--only``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -100,16 +101,24 @@ def _last_error(run: Run) -> str:
     return (errors or lines or ["failed"])[-1][-500:]
 
 
-def _step(section: SweepSection, run: Run, runner: StepRunner) -> Step:
-    """A run and its evaluations as one step of OUT/sweep_state.json (its processes do the work).
+def sweep_step(section: SweepSection, run: Run, runner: StepRunner, record: bool = True) -> Step:
+    """A run and its evaluations as one step of OUT/sweep_state.json (its processes do the work):
+    its outputs are its metrics.jsonl and every evaluation's result file.
 
     A run that a sweep from before the state file finished or saw fail (``sweep_status.json``
-    says so, the state knows nothing of it) is recorded that way, as that sweep would have.
+    says so, the state knows nothing of it) is recorded that way, as that sweep would have
+    (``record`` False: not written, for a dry run).
     """
     evals = [[name, [_format_arg(a, run) for a in args]] for name, args in run.evals]
-    step = Step(run.name, {"config": run.config, "evals": evals}, [run.dir / "metrics.jsonl"])
+    outputs = [run.dir / "metrics.jsonl", *_eval_files(run).values()]  # a result deleted: evaluated again
+    step = Step(run.name, {"config": run.config, "evals": evals}, outputs)
     st = runner.state
-    if run.name not in st["steps"] and run.name not in st["started"] and run.name not in st["failed"]:
+    if (
+        record
+        and run.name not in st["steps"]
+        and run.name not in st["started"]
+        and run.name not in st["failed"]
+    ):
         old = status(run)
         if old["status"] == "done":
             runner.finish(step, step.digest(), old.get("seconds", 0.0))
@@ -118,14 +127,49 @@ def _step(section: SweepSection, run: Run, runner: StepRunner) -> Step:
     return step
 
 
-def _must_run(section: SweepSection, step: Step, runner: StepRunner) -> bool:
-    """Not finished with this config (a failed run: when ``retry_failed``); says why a finished one reruns."""
-    _, reason = runner.check(step)
-    if reason is None or (runner.failure(step.key) is not None and not section.retry_failed):
+def _must_run(section: SweepSection, step: Step, runner: StepRunner, run: Run, say: bool = True) -> bool:
+    """Not finished with this config (a failed run: when ``retry_failed``), or an evaluation result
+    rewritten since; says why a finished one reruns (``say``)."""
+    reason = why_run(section, step, runner, run)
+    if reason is None:
         return False
-    if runner.recorded(step.key) is not None:
+    if say and runner.recorded(step.key) is not None:
         print(f"{step.key}: {reason}; running it again", file=sys.stderr)
     return True
+
+
+def why_run(section: SweepSection, step: Step, runner: StepRunner, run: Run) -> str | None:
+    """Why the sweep runs ``run`` (None: it is done): new, its inputs changed, an output missing, an
+    evaluation result rewritten since the sweep made it (another command's options would enter the
+    analysis unseen), interrupted; a failed run only with ``retry_failed``."""
+    _, reason = runner.check(step)
+    if reason is None and runner.recorded(step.key) is not None:
+        reason = _rewritten(run)
+    if reason is None or (runner.failure(step.key) is not None and not section.retry_failed):
+        return None
+    return reason
+
+
+def _eval_files(run: Run) -> dict[str, Path]:
+    """Each evaluation's result file, by name (where ``contextlab eval NAME --model RUN`` writes it)."""
+    return {name: run.dir / "eval" / f"{name}.json" for name, _ in run.evals}
+
+
+def _file_digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    except OSError:
+        return None
+
+
+def _rewritten(run: Run) -> str | None:
+    """The reason to evaluate again when a result file is not the one the sweep's run wrote (recorded
+    in RUN/sweep_status.json when it finished): an ``eval --overwrite`` with other options."""
+    made = status(run).get("evals") or {}
+    for name, path in _eval_files(run).items():
+        if made.get(name) and _file_digest(path) != made[name]:
+            return f"its result {path} was rewritten since the sweep made it (by another command?)"
+    return None
 
 
 def _record_end(run: Run, returncode: int, seconds: float, runner: StepRunner, step: Step) -> dict:
@@ -133,6 +177,7 @@ def _record_end(run: Run, returncode: int, seconds: float, runner: StepRunner, s
     ok = returncode == 0
     record = {"status": "done" if ok else "failed", "seconds": round(seconds, 1), "returncode": returncode}
     if ok:
+        record["evals"] = {name: _file_digest(path) for name, path in _eval_files(run).items()}
         runner.finish(step, step.digest(), record["seconds"])
     else:
         record["error"] = _last_error(run)
@@ -195,8 +240,8 @@ def _run_sweep(
     for line in eval_notes(section, runs) + budget_notes(runs):
         print(f"note: {line}", file=sys.stderr)
     runner = StepRunner(out / STATE_FILE)
-    steps = {r.name: _step(section, r, runner) for r in runs}
-    todo = [r for r in runs if r.name in replace or _must_run(section, steps[r.name], runner)]
+    steps = {r.name: sweep_step(section, r, runner) for r in runs}
+    todo = [r for r in runs if r.name in replace or _must_run(section, steps[r.name], runner, r)]
     bar = bars.bar(
         total=len(runs),
         initial=len(runs) - len(todo),
