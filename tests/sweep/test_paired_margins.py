@@ -56,7 +56,9 @@ def test_margins_pair_documents_and_name_the_contexts_within_noise(tmp_path):
     assert far["interval95"][0] > 0.08 and near["interval95"][0] <= 0 <= near["interval95"][1]
     # the unpaired intervals would overlap: a document's own spread (0.5) dwarfs the runs' difference
     line = margins_line(m)
-    assert line.startswith(f"each context's loss - context 128's, paired over {DOCS} documents: 64 +0.09")
+    assert line.startswith(
+        f"each context's loss - context 128's, paired over {DOCS} documents (each weighed equally): 64 +0.09"
+    )
     assert (
         line.endswith("(within noise)")
         and json.loads((tmp_path / "compute_optimal.json").read_text())["paired"]
@@ -80,7 +82,9 @@ def test_the_report_table_names_the_contexts_not_told_apart(tmp_path):
     cols = _margins(json.loads((tmp_path / "compute_optimal.json").read_text()), "1000000000000.0", "m")
     best = res["optimal"]["1000000000000.0"]["best"]["context"]  # 128 or 256, which noise decides
     other = {128: "256", 256: "128"}[best]
-    assert cols == {"not told apart from it (paired, 95%)": other, "documents paired": DOCS}
+    assert cols["not told apart from it (paired, 95%)"] == other
+    assert cols["paired"] == f"paired over {DOCS} documents (each weighed equally)"
+    assert cols[f"each other context - context {best} (95%)"].startswith("64 +0.")  # the margin, shown
 
 
 def test_replicates_are_paired_seed_by_seed_and_pooled_over_seeds(tmp_path):
@@ -103,8 +107,40 @@ def test_replicates_are_paired_seed_by_seed_and_pooled_over_seeds(tmp_path):
     assert m["replicates"] == 3 and by_seed["per_pair"] == pytest.approx([0.07, 0.02, -0.03], abs=0.003)
     assert by_seed["interval95"][0] < 0 < by_seed["interval95"][1] and m["within_noise"] == [64]
     assert margins_line(m).startswith(
-        "each context's loss - context 128's, paired per replicate and pooled over 3"
+        "each context's loss - context 128's, paired per replicate over the documents (each weighed "
+        "equally) and pooled over 3 replicates: 64 "
     )
     (tmp_path / "sweep.toml").unlink()  # no record of the grid: replicates are averaged per document
     m = compute_optimal(tmp_path)["paired"]["1000000000000.0"]["m"]
     assert "others_over_replicates" not in m and m["within_noise"] == []
+
+
+def test_an_incomplete_grid_is_said_not_averaged_over_other_seeds_silently(tmp_path):
+    """Context 64 ran seeds 0 and 1, context 128 seed 0 only: the means are over different runs and
+    the margins cannot pool seed by seed; both are said. A budget where one context finished is an
+    optimum of one: said too; a pending run is counted."""
+    rng = np.random.default_rng(3)
+    base = 5.0 + rng.normal(0, 0.5, DOCS)
+    lines = ["run,status,train.max_flops,train.context,train.seed,model.size,contextwise.best_context_loss"]
+    for ctx, seed, flops in ((64, 0, 1e12), (64, 1, 1e12), (128, 0, 1e12), (64, 0, 2e12)):
+        name = f"c{ctx}_s{seed}_f{flops:g}"
+        loss = base + (0.01 if ctx == 64 else 0.0) + rng.normal(0, 0.002, DOCS)
+        _run(tmp_path, name, loss)
+        lines.append(f"{name},done,{flops},{ctx},{seed},m,{loss.mean()}")
+    lines.append("c128_s1_f1e+12,pending,1e12,128,1,m,")
+    (tmp_path / "results.csv").write_text("\n".join(lines) + "\n")
+    (tmp_path / "sweep.toml").write_text('[grid]\n"train.context" = [64, 128]\n"train.seed" = [0, 1]\n')
+    res = compute_optimal(tmp_path)
+    notes = res["notes"]
+    assert notes[0] == "4 of 5 runs of the grid are done (1 pending); the analysis reads the done ones"
+    assert (
+        "train.max_flops 1e12, m: the contexts have unequal numbers of finished replicates (64: 2, 128: 1)"
+        in notes[1]
+    )
+    assert notes[2].startswith("train.max_flops 2e12, m: only context 64 has a finished run, so its optimum")
+    m = res["paired"]["1000000000000.0"]["m"]
+    assert "others_over_replicates" not in m
+    assert m["replicates_unmatched"] == (
+        "not pooled over replicates: the contexts did not all run the same ones (64: 2, 128: 1)"
+    )
+    assert "; not pooled over replicates" in margins_line(m)

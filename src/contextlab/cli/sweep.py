@@ -233,6 +233,8 @@ def _analysis(sweep_dir: Path, section) -> None:
         return
     if res["warning"]:
         print(res["warning"])
+    for note in res.get("notes") or []:
+        print(f"note: {note}")
     for b, opt in res["optimal"].items():
         best = opt["best"]
         print(

@@ -206,6 +206,7 @@ def sweep_section(sweep: Path) -> str:
             for b, o in res["optimal"].items()
         ]
         parts.append(table(best))
+        parts += [muted(f"note: {note}") for note in res.get("notes") or []]
         for name in ("u_curves.png", "optimal_context.png", "gap_curves.png"):
             if (sweep / name).exists():
                 parts.append(img(sweep / name, name))
@@ -227,8 +228,15 @@ def _margins(res: dict, budget: str, size) -> dict:
         return {}
     if m.get("skipped"):
         return {"not told apart from it (paired, 95%)": f"not paired: {m['skipped']}"}
+    from contextlab.sweep.compute_optimal import margins_parts
+
+    how, parts = margins_parts(m)
     within = ", ".join(str(c) for c in m["within_noise"]) or "none"
-    return {"not told apart from it (paired, 95%)": within, "documents paired": m["documents"]}
+    return {
+        "not told apart from it (paired, 95%)": within,
+        f"each other context - context {m['optimum']} (95%)": parts,
+        "paired": how,
+    }
 
 
 def _format_of(meta: Path) -> str | None:

@@ -119,6 +119,7 @@ def analyze(
     optimal = {b: _optimum(table[b]) for b in budgets}
     sizes = sorted({s for b in budgets for s in table[b]})
     smoothed = {s: _smoothed_optimum(optimal, budgets, s, window) for s in sizes}
+    notes = _unfinished(rows) + _thin_cells(samples, budget_key, size_key)
     return {
         "metric": metric,
         "warning": warning,
@@ -133,7 +134,41 @@ def analyze(
         "curves": {str(b): {s: dict(sorted(c.items())) for s, c in table[b].items()} for b in budgets},
         "optimal": {str(b): v for b, v in optimal.items()},
         "optimal_context_smoothed": {s: [[b, c] for b, c in v] for s, v in smoothed.items()},
+        "notes": notes,
     }
+
+
+def _unfinished(rows: list[dict]) -> list[str]:
+    """A note when runs of the grid have no result yet: the analysis reads the others."""
+    left = Counter(r.get("status") or "pending" for r in rows if r.get("status") != "done")
+    if not left:
+        return []
+    which = ", ".join(f"{n} {st}" for st, n in sorted(left.items()))
+    done = len(rows) - sum(left.values())
+    return [f"{done} of {len(rows)} runs of the grid are done ({which}); the analysis reads the done ones"]
+
+
+def _thin_cells(samples: dict, budget_key: str | None, size_key: str) -> list[str]:
+    """Notes on what an optimum cannot claim: a budget and size with one context finished (an optimum
+    of one), or contexts with unequal numbers of finished replicates (means over other seeds)."""
+    cells: dict = {}
+    for (budget, size, ctx), losses in samples.items():
+        cells.setdefault((budget, size), {})[ctx] = len(losses)
+    notes = []
+    for (budget, size), counts in sorted(cells.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
+        where = f"{budget_label(budget_key, budget)}, {size_label(size_key, size)}"
+        if len(counts) == 1:
+            notes.append(
+                f"{where}: only context {next(iter(counts))} has a finished run, so its optimum compares "
+                "nothing; finish the other contexts of the grid"
+            )
+        elif len(set(counts.values())) > 1:
+            each = ", ".join(f"{c}: {n}" for c, n in sorted(counts.items()))
+            notes.append(
+                f"{where}: the contexts have unequal numbers of finished replicates ({each}), so their means "
+                "are over different runs; finish the grid to compare like with like"
+            )
+    return notes
 
 
 def _columns(
@@ -290,6 +325,12 @@ def paired_margins(runs_dir: Path, rows: list[dict], result: dict, replicate_key
                 "others": others,
             }
             reps = _over_replicates(runs_dir, {c: cells[(b, size, c)] for c in contexts}, int(best), read)
+            ran = {c: len(cells[(b, size, c)]) for c in contexts}
+            if not reps and replicate_keys and max(ran.values()) > 1:
+                margins["replicates_unmatched"] = (
+                    "not pooled over replicates: the contexts did not all run the same ones "
+                    f"({', '.join(f'{c}: {n}' for c, n in ran.items())})"
+                )
             if reps:
                 margins.update(
                     others_over_replicates=reps, replicates=len(next(iter(reps.values()))["per_pair"])
@@ -344,24 +385,34 @@ def _replicate_keys(sweep_dir: Path, result: dict) -> list[str]:
 
 def margins_line(margins: dict | None) -> str:
     """One size's paired margins in a line: ``each context's loss - context 256's, paired over 8
-    documents: 128 +0.041 [+0.020, +0.062]; 512 +0.004 [-0.010, +0.018] (within noise)``; "" without."""
-    from contextlab.eval.paired_stats import interval_text
-
+    documents (each weighed equally): 128 +0.041 [+0.020, +0.062]; 512 +0.004 [-0.010, +0.018] (within
+    noise)``; "" without."""
     if not margins:
         return ""
     if margins.get("skipped"):
         return f"no paired margins: {margins['skipped']}"
+    how, parts = margins_parts(margins)
+    return f"each context's loss - context {margins['optimum']}'s, {how}: {parts}"
+
+
+def margins_parts(margins: dict) -> tuple[str, str]:
+    """(how the margins were paired, each other context's margin with its interval), in words."""
+    from contextlab.eval.paired_stats import interval_text
+
     reps = margins.get("others_over_replicates")
     parts = [
         f"{c} {interval_text(d)}" + (" (within noise)" if int(c) in margins["within_noise"] else "")
         for c, d in sorted((reps or margins["others"]).items(), key=lambda cd: int(cd[0]))
     ]
     how = (
-        f"paired per replicate and pooled over {margins['replicates']} replicates"
+        f"paired per replicate over the documents (each weighed equally) and pooled over "
+        f"{margins['replicates']} replicates"
         if reps
-        else f"paired over {margins['documents']} documents"
+        else f"paired over {margins['documents']} documents (each weighed equally)"
     )
-    return f"each context's loss - context {margins['optimum']}'s, {how}: {'; '.join(parts)}"
+    if margins.get("replicates_unmatched"):
+        how += f"; {margins['replicates_unmatched']}"
+    return how, "; ".join(parts)
 
 
 def _document_losses(runs_dir: Path, runs: list[str], read: dict) -> tuple[tuple, dict[int, float]]:
