@@ -64,7 +64,8 @@ def test_the_pooled_difference_is_the_mean_of_the_pairs_with_a_t_interval_over_p
     assert "contextwise best-context loss A - B pooled over 3 pairs: " in out and "(each pair: -0.1" in out
 
 
-def test_pairs_evaluated_with_other_options_are_pooled_with_a_note(tmp_path, capsys):
+def test_pairs_evaluated_with_other_options_are_refused(tmp_path, capsys):
+    """Differences read with other options measure other things (it pooled them with a note)."""
     pairs = _pairs(tmp_path, shifts=(0.1, 0.1))
     contextwise_result(
         tmp_path / "a1", np.zeros((12, 3)), np.zeros(12), [(d, 0) for d in range(12)], length=16
@@ -72,10 +73,29 @@ def test_pairs_evaluated_with_other_options_are_pooled_with_a_note(tmp_path, cap
     contextwise_result(
         tmp_path / "b1", np.zeros((12, 3)), np.zeros(12), [(d, 0) for d in range(12)], length=16
     )
-    assert main(_argv(pairs, tmp_path / "out")) == 0
-    assert "note: contextwise: the pairs were evaluated with other options (length); pooled anyway" in (
-        capsys.readouterr().out
-    )
+    assert main(_argv(pairs, tmp_path / "out")) == 2
+    err = capsys.readouterr().err
+    assert "contextwise: the pairs were evaluated with other options (length), so their differences" in err
+    assert not (tmp_path / "out" / "pooled.json").exists()
+
+
+def test_a_repeated_pair_a_pair_of_one_model_and_swapped_pairs_are_refused(tmp_path, capsys):
+    """A pair given twice made a zero-width interval; one model as A and B, a zero difference; a second
+    pair with A and B swapped pooled +0.06 [-2.3, +2.4] from two pairs that agree."""
+    pairs = _pairs(tmp_path, shifts=(0.1, 0.1))
+    (a1, b1), (a2, b2) = pairs
+    assert main(_argv([(a1, b1), (a1, b1)], tmp_path / "o1")) == 2
+    assert "repeats pair 1: a pair counted twice narrows the pooled interval" in capsys.readouterr().err
+    assert main(_argv([(a1, b1), (a2, a2)], tmp_path / "o2")) == 2
+    assert f"pair 2 reads {a2} as both A and B" in capsys.readouterr().err
+    for run, context in ((a1, 64), (b1, 128), (a2, 128), (b2, 64)):  # pair 2: context 128 - 64
+        (run / "config.toml").write_text(f'[train]\ncontext = {context}\nout_dir = "{run}"\n')
+    assert main(_argv(pairs, tmp_path / "o3")) == 2
+    err = capsys.readouterr().err
+    assert "pair 2 compares train.context 128 with 64 where pair 1 compares 64 with 128: its A and B" in err
+    (a2 / "config.toml").write_text(f'[train]\ncontext = 64\nout_dir = "{a2}"\n')  # the same setups
+    (b2 / "config.toml").write_text(f'[train]\ncontext = 128\nout_dir = "{b2}"\n')
+    assert main(_argv(pairs, tmp_path / "o4")) == 0
 
 
 def test_a_missing_second_pair_is_named(tmp_path, capsys):
@@ -106,3 +126,12 @@ def test_a_headline_one_pair_lacks_is_named_not_pooled(tmp_path, capsys):
         "note: contextwise context gain not pooled: pair(s) 2 have none (older results)"
         in capsys.readouterr().out
     )
+
+
+def test_one_model_against_itself_and_an_out_among_the_results_read_are_refused(tmp_path, capsys):
+    ((a, b),) = _pairs(tmp_path, shifts=(0.1,))
+    assert main(["compare", str(a), str(a)]) == 2
+    assert f"RUN_A and RUN_B are both {a}; compare two models" in capsys.readouterr().err
+    assert main(["compare", str(a), str(b), "--out", str(a / "eval")]) == 2
+    assert f"--out {a / 'eval'} is {a / 'eval'}, which this command reads" in capsys.readouterr().err
+    assert not (a / "eval" / "compare_contextwise.json").exists()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from contextlab.config import add_dataclass_args, dataclass_from_args
 from contextlab.errors import UserError
-from contextlab.outputs import refuse_non_folder
+from contextlab.outputs import refuse_non_folder, refuse_overlap
 
 
 def cmd_compare(argv: list[str]) -> int:
@@ -65,8 +65,13 @@ def cmd_compare(argv: list[str]) -> int:
                 raise UserError(
                     f"{flag} {path} not found; give a run directory or a folder of evaluation results"
                 )
+    from contextlab.compare.pairing import eval_folder
+    from contextlab.compare.replicates import check_pairs
+
+    check_pairs(pairs)
     if args.out:
         refuse_non_folder(args.out)  # a file there is the user's: never replaced by a folder
+        refuse_overlap(args.out, [eval_folder(path) for pair in pairs for path in pair])
     evals = [n.strip() for e in args.eval or [] for n in e.split(",") if n.strip()]
     options = dataclass_from_args(Options, args)
     if len(pairs) > 1:

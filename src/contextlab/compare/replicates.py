@@ -34,6 +34,26 @@ HEADLINES = {  # eval -> (what, the path in a compare document's results to {"di
     **{name: TASK_HEADLINE for name in ("niah", "kv", "passkey", "vartrack")},
 }
 SAMPLE_KEYS = ("data", "split", "heldout_of", "model", "out", "seed")  # options that may differ between pairs
+# config keys a replicate pair may differ in from another pair whatever it compares: where it ran, its
+# seeds, and paths (two pairs' packs of other --split-seed are other folders, compared by key only)
+FREE_KEYS = ("out_dir", "seed", "split_seed", "store", "packed", "val_store", "mixture", "init_from")
+
+
+def check_pairs(pairs: list[tuple[str, str]]) -> None:
+    """One line for pairs that cannot be pooled: a pair that repeats another (counted twice, it narrows
+    the interval for nothing) or that reads one model as both A and B."""
+    seen: dict[tuple, int] = {}
+    for i, (a, b) in enumerate(pairs, start=1):
+        key = (str(Path(a).resolve()), str(Path(b).resolve()))
+        if key[0] == key[1]:
+            which = f"pair {i} reads" if len(pairs) > 1 else "RUN_A and RUN_B are both"
+            raise UserError(f"{which} {a}{' as both A and B' if len(pairs) > 1 else ''}; compare two models")
+        if key in seen:
+            raise UserError(
+                f"pair {i} ({a}, {b}) repeats pair {seen[key]}: a pair counted twice narrows the pooled "
+                "interval for nothing; give each replicate pair once"
+            )
+        seen[key] = i
 
 
 def pool(pairs: list[list[dict]]) -> tuple[dict, list[str], list[str]]:
@@ -42,13 +62,17 @@ def pool(pairs: list[list[dict]]) -> tuple[dict, list[str], list[str]]:
     from contextlab.eval.paired_stats import interval_text, mean_t
 
     by_eval = [{d["eval"]: d for d in docs} for docs in pairs]
+    _check_same_contrast([docs[0] for docs in pairs])
     common = [name for name in by_eval[0] if all(name in e for e in by_eval[1:])]
     results, lines, notes = {}, [], []
     for name in common:
         docs = [e[name] for e in by_eval]
         differs = _options_that_differ(docs)
         if differs:
-            notes.append(f"{name}: the pairs were evaluated with other options ({differs}); pooled anyway")
+            raise UserError(
+                f"{name}: the pairs were evaluated with other options ({differs}), so their differences "
+                f"measure different things; evaluate every run with the same `contextlab eval {name}` options"
+            )
         for what, path in HEADLINES.get(name, []):
             found = [_at(d["results"], path) for d in docs]
             if any(f is None for f in found):
@@ -74,6 +98,53 @@ def pool(pairs: list[list[dict]]) -> tuple[dict, list[str], list[str]]:
             f"({', '.join(HEADLINES)}); evaluate every run with the same `contextlab eval NAME`"
         )
     return results, lines, notes
+
+
+def _check_same_contrast(docs: list[dict]) -> None:
+    """One line when two pairs do not compare the same A with the same B: a config key both pairs'
+    runs differ in, with other values (pair 2 comparing context 128 with 64 where pair 1 compares 64
+    with 128: swapped). Keys of ``FREE_KEYS`` and models that are no contextlab run are not read."""
+    contrasts = [_contrast(d.get("a", {}).get("model"), d.get("b", {}).get("model")) for d in docs]
+    if any(c is None for c in contrasts):
+        return
+    for i, c in enumerate(contrasts[1:], start=2):
+        for key in sorted(set(contrasts[0]) & set(c)):
+            if c[key] != contrasts[0][key]:
+                (a1, b1), (a2, b2) = contrasts[0][key], c[key]
+                swapped = (a2, b2) == (b1, a1)
+                raise UserError(
+                    f"pair {i} compares {key} {a2} with {b2} where pair 1 compares {a1} with {b1}"
+                    + (": its A and B are swapped; give them the other way round" if swapped else "")
+                    + "; every pair must compare the same setup A with the same setup B"
+                )
+
+
+def _contrast(a: str | None, b: str | None) -> dict | None:
+    """The config keys whose values differ between the runs of models ``a`` and ``b`` (dotted key ->
+    (value in a, value in b)), ``FREE_KEYS`` left out; None when either is no contextlab run."""
+    from contextlab.rundir import read_config, run_of
+
+    if not a or not b:
+        return None
+    try:
+        ca, cb = (read_config(run_of(m)) for m in (a, b))
+    except UserError:
+        return None
+    if not ca or not cb:
+        return None
+    fa, fb = _flat(ca), _flat(cb)
+    keys = {k for k in fa.keys() | fb.keys() if k.split(".")[-1] not in FREE_KEYS}
+    return {k: (fa.get(k), fb.get(k)) for k in keys if fa.get(k) != fb.get(k)}
+
+
+def _flat(cfg: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in cfg.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = json.dumps(v, sort_keys=True)
+    return out
 
 
 def _at(results: dict, path: tuple[str, ...]) -> dict | None:
