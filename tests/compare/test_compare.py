@@ -285,7 +285,8 @@ def test_a_refusal_names_the_setting_that_differs_with_both_values(tmp_path):
     assert str(err.value) == (
         "contextwise: a and b were not computed on the same samples (data pieces 4 vs 3): contextwise was "
         "run with length 511 on a and 1,023 on b (the default --length follows each model's context); "
-        "rerun `contextlab eval contextwise` on both with the same --length (e.g. --length 511)"
+        "rerun `contextlab eval contextwise` on both with the same --length (e.g. --length 511: the "
+        "longer-context model's best-context window then lies below its own context)"
     )
     cell, group = np.zeros((10, 2)), np.repeat(np.arange(2), 5)
     niah_result(tmp_path / "c", np.ones(10), group, cell, lengths=(114, 242, 498))
@@ -295,7 +296,7 @@ def test_a_refusal_names_the_setting_that_differs_with_both_values(tmp_path):
     assert str(err.value) == (
         "niah: c and d were not computed on the same samples (data lengths [114, 242, 498] vs [242, 498, "
         "1010]; option samples 2 vs 4): niah was run with lengths 114, 242, 498 on c and 242, 498, 1010 on "
-        "d (the default --lengths follows each model's context); --samples was 2 on c and 4 on d; rerun "
+        "d (the default --lengths follows each model's context); --samples 2 on c against 4 on d; rerun "
         "`contextlab eval niah` on both with the same --lengths (e.g. --lengths 114,242,498) and the same "
         "--samples"
     )

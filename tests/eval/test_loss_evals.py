@@ -363,3 +363,19 @@ def test_contextwise_context_gain_is_the_difference_of_its_two_losses(byte_store
     )
     by_document = stats.paired_t(out.arrays["piece_one_token_loss"], out.arrays["piece_best_loss"], docs)
     assert abs(by_document["gain"] - diff.mean()) > 1e-4  # the two weightings differ on this data
+
+
+def test_contextwise_pieces_shorter_than_the_training_context_say_where_the_window_went(byte_store):
+    """--length below the training context moved the best-context window to the last tenth of the
+    scored lengths with no word; the results text says so (and what to compare it with)."""
+    adapter = byte_adapter(tiny_gpt(2))
+    out = contextwise.run(
+        adapter, contextwise.Options(length=33, max_docs=4, train_context=64), str(byte_store.path)
+    )
+    assert out.results["best_context"]["to"] == 32
+    (line,) = [t for t in out.results["text"] if t.startswith("the pieces are 33 tokens")]
+    assert "fewer than the model's 64-token training context" in line and "context lengths 29..32" in line
+    full = contextwise.run(
+        adapter, contextwise.Options(length=65, max_docs=4, train_context=64), str(byte_store.path)
+    )
+    assert not any("fewer than the model's" in t for t in full.results.get("text", []))

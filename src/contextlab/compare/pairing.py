@@ -179,12 +179,15 @@ def _causes(name: str, a: Side, b: Side) -> tuple[list[str], list[str], bool]:
         if oa.get(option) == ob.get(option) and not oa.get(option):
             line += f" (the default {flag} follows each model's context)"
         causes.append(line)
-        fixes.append(f"the same {flag} (e.g. {flag} {_flag_value(_smaller(va, vb))})")
+        fix = f"the same {flag} (e.g. {flag} {_flag_value(_smaller(va, vb))}"
+        if option == "length":  # the longer-context model is then read below its own best context
+            fix += ": the longer-context model's best-context window then lies below its own context"
+        fixes.append(fix + ")")
         named.add(option)
     for k in sorted(set(oa) | set(ob)):
         if k not in FREE.get(name, ()) and k not in named and oa.get(k) != ob.get(k):
             flag = "--" + k.replace("_", "-")
-            causes.append(f"{flag} was {_value(oa.get(k))} on {a.label} and {_value(ob.get(k))} on {b.label}")
+            causes.append(f"{flag} {_value(oa.get(k))} on {a.label} against {_value(ob.get(k))} on {b.label}")
             fixes.append(f"the same {flag}")
     data = _data_cause(a, b)
     if data:

@@ -252,7 +252,8 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             "beyond it": f"context lengths {ctx + 1}..{L - 1}" if ctx < L - 1 else None,
             "data": store.path,
             "split": heldout.announced(held),
-            "note": tasks.shorter(adapter, options.length, "--length"),
+            "note": tasks.shorter(adapter, options.length, "--length")
+            or (f"the pieces are shorter than the {ctx:,}-token training context" if ctx > L - 1 else None),
         },
     )
     ranges, last = _bucket_ranges(L)
@@ -302,15 +303,27 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         "piece_best_loss": means[:, -1],  # (N,): each piece's mean over the best-context window
         "piece_one_token_loss": one,  # (N,): the same targets with one visible token (gain = this - best)
     }
+    if ctx > L - 1:  # the window is the last fraction of the scored lengths, not of the training context
+        results.setdefault("text", []).append(_short_pieces(L, ctx, best))
     if drop["interval95"] is None:  # one document: no interval, so no claim either way
         scored = "the one piece scored comes" if n == 1 else f"all {n} pieces scored come"
-        results["text"] = [
+        results["text"] = results.get("text", []) + [
             "falls_with_position and the 95% intervals are null: they are over documents (pieces of one "
             f"document share its text) and {scored} from one document; give a store of two or more "
             f"documents of at least {L} tokens"
         ]
     data = {"store": str(store.path), "hash": store.hash, "pieces": n, **held}
     return EvalOutput(results, data, arrays=arrays, plot=plot)
+
+
+def _short_pieces(L: int, ctx: int, best: dict) -> str:
+    """The line for pieces shorter than the training context: the best-context window moved down."""
+    return (
+        f"the pieces are {L:,} tokens, fewer than the model's {ctx:,}-token training context, so the "
+        f"best-context window is context lengths {best['from']:,}..{best['to']:,}, not the last part of "
+        f"its training context: this best-context loss reads the model at shorter contexts than its own "
+        f"(compare it only with models read at the same --length)"
+    )
 
 
 def _summary(
