@@ -13,8 +13,7 @@ from contextlab.cli.train import load_run_config
 from contextlab.config import dataclass_from_args, from_dict, read_toml
 from contextlab.eval import EVALS
 from contextlab.objectives import OBJECTIVES
-from contextlab.sweep.runner import _format_arg
-from contextlab.sweep.spec import load_sweep
+from contextlab.sweep.spec import format_arg, load_sweep
 from contextlab.train.config import RunConfig
 from tests.conftest import REPO
 
@@ -62,7 +61,7 @@ def test_a_sweep_recipe_builds_every_run_and_its_evaluations_parse(name):
         causal = OBJECTIVES[run.config.get("objective", {}).get("name", "clm")].lm_prefix is not None
         assert [ev for ev, _ in run.evals] == (section.evals if causal else [])  # MLM, span: none
         for ev, args in run.evals:
-            args = [_format_arg(a, run) for a in args]
+            args = [format_arg(a, run) for a in args]
             check_eval([ev, "--model", str(run.dir), *args])
 
 

@@ -73,7 +73,7 @@ def test_a_grid_over_the_old_name_train_seq_len_keeps_its_run_names(tmp_path, st
     _section, runs = load_sweep(f)
     assert [r.name for r in runs] == ["seq_len-16", "seq_len-32", "seq_len-64"]  # as the old sweep named them
     assert [r.params for r in runs] == [{"train.context": c} for c in (16, 32, 64)]
-    assert runner._format_arg("{train.context}", runs[0]) == "16"
+    assert spec.format_arg("{train.context}", runs[0]) == "16"
 
 
 def test_run_names_keep_the_sign_of_negative_values():

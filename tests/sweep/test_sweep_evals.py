@@ -12,7 +12,7 @@ import re
 import pytest
 
 from contextlab.errors import UserError
-from contextlab.sweep import runner
+from contextlab.sweep import runner, spec
 from contextlab.sweep.runner import run_sweep
 from contextlab.sweep.spec import eval_notes, load_sweep
 from tests.sweep.conftest import store, tiny_sweep  # noqa: F401  (the module's store fixture)
@@ -56,7 +56,7 @@ def test_data_or_a_split_given_is_kept(tmp_path, store):  # noqa: F811
         ("niah", []),  # its haystack has a default, kv makes its own
         ("kv", []),
     ]
-    assert runner._format_arg(runs[0].evals[0][1][1], runs[0]) == str(store.path)
+    assert spec.format_arg(runs[0].evals[0][1][1], runs[0]) == str(store.path)
     assert eval_notes(section, runs) == [
         "1 run(s) get no evaluation: name-span (objective span does not run left to right, and every "
         "evaluation scores next-token predictions)"
@@ -136,4 +136,47 @@ def test_a_dry_run_lists_the_slice_only_selects(tmp_path, store, capsys):  # noq
         "runs in " + str(tmp_path / "out") + " (--only 'span' of the grid's 2)"
     )
     assert main(["sweep", str(f), "--dry-run", "--only", "nothing"]) == 2
+    assert not (tmp_path / "out").exists()
+
+
+CHANGES = {  # a sweep file's mistake: a text replaced in the file, or a --set
+    "eval_args typo": (
+        "threads_per_run = 1",
+        'threads_per_run = 1\neval_args = { ppl = ["--max-dcos", "8"] }',
+    ),
+    "eval_args value": (
+        "threads_per_run = 1",
+        'threads_per_run = 1\neval_args = { ppl = ["--stride", "x"] }',
+    ),
+    "placeholder": (
+        "threads_per_run = 1",
+        'threads_per_run = 1\neval_args = { ppl = ["--data", "{data.stor}"] }',
+    ),
+    "parallel": ("threads_per_run = 1", "threads_per_run = 1\nparallel = 0"),
+    "model size": ("--set", "base.model.size=tiny-2x12"),
+    "data path": ("--set", "base.data.val_store=nope/store"),
+}
+SAID = {
+    "eval_args typo": "[sweep] eval_args of ppl: unrecognized arguments: --max-dcos 8; `contextlab eval ppl",
+    "eval_args value": "[sweep] eval_args of ppl: config key 'stride' must be int, got 'x'",
+    "placeholder": "grid point name-clm: eval argument '{data.stor}': the run config has no key 'data.stor'",
+    "parallel": "parallel must be 1 or more",
+    "model size": "unknown model size 'tiny-2x12'",
+    "data path": "grid point name-clm: data.val_store 'nope/store' not found (from ",
+}
+
+
+@pytest.mark.parametrize("mistake", list(CHANGES))
+def test_a_mistake_in_the_sweep_file_is_refused_before_any_run_trains(tmp_path, store, capsys, mistake):  # noqa: F811
+    """Each of these passed --dry-run and failed every run after it trained (or ran one at a time)."""
+    from contextlab.cli import main
+
+    f = _objectives(tmp_path, store, '["ppl"]')
+    change = CHANGES[mistake]
+    given = list(change) if change[0] == "--set" else []
+    if not given:
+        f.write_text(f.read_text().replace(*change, 1))
+    for extra in (["--dry-run"], []):
+        assert main(["sweep", str(f), *given, *extra]) == 2
+        assert SAID[mistake] in capsys.readouterr().err
     assert not (tmp_path / "out").exists()

@@ -13,11 +13,14 @@ from contextlab.errors import UserError, some
 def cmd_sweep(argv: list[str]) -> int:
     """Run a sweep (grid of runs + evaluations), resumable; then the compute-optimal analysis."""
     from contextlab.sweep.runner import run_sweep
-    from contextlab.sweep.spec import load_sweep
+    from contextlab.sweep.spec import check_data_paths, load_sweep
 
     args = _parser().parse_args(argv)
+    section, runs = load_sweep(args.sweep, args.set)
+    check_data_paths(runs)
+    _check_eval_args(runs)
     if args.dry_run:
-        return _dry_run(*load_sweep(args.sweep, args.set), args.overwrite, args.only)
+        return _dry_run(section, runs, args.overwrite, args.only)
     on_ray = _ray_runs(args)
     results = run_sweep(
         args.sweep,
@@ -35,6 +38,39 @@ def cmd_sweep(argv: list[str]) -> int:
     if not args.no_analysis:
         _analysis(results.parent, section)
     return _failed_runs(runs, args.only)
+
+
+def _check_eval_args(runs) -> None:
+    """Every run's evaluation arguments read by the evaluation's own parser, so that a typo in
+    [sweep] eval_args is refused before the first run trains (it failed after training)."""
+    from contextlab.cli.eval import _parser as eval_parser
+    from contextlab.config import dataclass_from_args
+    from contextlab.eval import EVALS
+    from contextlab.sweep.spec import format_arg
+
+    seen = set()
+    for run in runs:
+        for name, args in run.evals:
+            argv = [name, "--model", str(run.dir), *(format_arg(a, run) for a in args)]
+            if (name, tuple(argv[3:])) in seen:
+                continue
+            seen.add((name, tuple(argv[3:])))
+            parser = eval_parser(name)
+
+            def refuse(message: str, name=name) -> None:
+                raise UserError(
+                    f"[sweep] eval_args of {name}: {message}; `contextlab eval {name} --help` lists its "
+                    "options"
+                )
+
+            parser.error = refuse
+            parsed, unknown = parser.parse_known_args(argv)
+            if unknown:
+                refuse(f"unrecognized arguments: {' '.join(unknown)}")
+            try:  # the values, converted as the evaluation converts them
+                dataclass_from_args(EVALS[name].options, parsed)
+            except UserError as exc:
+                refuse(str(exc))
 
 
 def _dry_run(section, runs, overwrite: bool, only: str | None = None) -> int:

@@ -35,27 +35,9 @@ from contextlab.io import atomic_write_json, atomic_write_text
 from contextlab.steps import Step, StepRunner
 from contextlab.sweep import folder
 from contextlab.sweep.results import status, write_results
-from contextlab.sweep.spec import Run, SweepSection, budget_notes, eval_notes, load_sweep
+from contextlab.sweep.spec import Run, SweepSection, budget_notes, eval_notes, format_arg, load_sweep
 
 STATE_FILE = "sweep_state.json"  # which runs finished with which config (contextlab.steps)
-
-
-def _format_arg(arg: str, run: Run) -> str:
-    from contextlab.train.config import renamed_keys
-
-    def lookup(m: re.Match) -> str:
-        key = m.group(1)
-        if key == "run":
-            return str(run.dir)
-        for spelling in [key] + [old for old, new in renamed_keys().items() if new == key]:
-            node = run.config
-            for part in spelling.split("."):
-                node = node.get(part) if isinstance(node, dict) else None
-            if node is not None:
-                return str(node)
-        raise UserError(f"eval argument {arg!r}: the run config has no key '{key}'")
-
-    return re.sub(r"\{([A-Za-z0-9_.]+)\}", lookup, arg)
 
 
 def _commands(section: SweepSection, run: Run, nproc: int = 1) -> list[tuple[str, list[str]]]:
@@ -65,7 +47,7 @@ def _commands(section: SweepSection, run: Run, nproc: int = 1) -> list[tuple[str
     launch = launch if nproc <= 1 else launch + [f"--nproc_per_node={nproc}", "-m", "contextlab"]
     cmds = [("train", launch + ["train", str(run.dir / "sweep_config.toml")])]
     for name, args in run.evals:
-        extra = [_format_arg(a, run) for a in args]
+        extra = [format_arg(a, run) for a in args]
         # the sweep owns its runs' results: a changed eval_args reruns and replaces them (the grid's state
         # says which ran with what), as a user's --overwrite would
         cmds.append((f"eval {name}", py + ["eval", name, "--model", str(run.dir), "--overwrite"] + extra))
@@ -109,7 +91,7 @@ def sweep_step(section: SweepSection, run: Run, runner: StepRunner, record: bool
     says so, the state knows nothing of it) is recorded that way, as that sweep would have
     (``record`` False: not written, for a dry run).
     """
-    evals = [[name, [_format_arg(a, run) for a in args]] for name, args in run.evals]
+    evals = [[name, [format_arg(a, run) for a in args]] for name, args in run.evals]
     outputs = [run.dir / "metrics.jsonl", *_eval_files(run).values()]  # a result deleted: evaluated again
     step = Step(run.name, {"config": run.config, "evals": evals}, outputs)
     st = runner.state

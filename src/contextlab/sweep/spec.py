@@ -110,6 +110,11 @@ def load_sweep(path: str | Path, overrides: list[str] = ()) -> tuple[SweepSectio
         )
     section = from_dict(SweepSection, data.get("sweep", {}))
     _check_evals(section, path)
+    if section.parallel < 1 or section.threads_per_run < 0:
+        raise UserError(
+            f"{path}: [sweep] parallel must be 1 or more and threads_per_run 0 or more (got "
+            f"{section.parallel}, {section.threads_per_run})"
+        )
     grid = data.get("grid", {})
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
@@ -137,13 +142,53 @@ def load_sweep(path: str | Path, overrides: list[str] = ()) -> tuple[SweepSectio
             run_cfg = from_dict(RunConfig, cfg)
             check_values(run_cfg)
             check_train(run_cfg.train)
+            run = Run(name, params, cfg, out / "runs" / name, _run_evals(section, run_cfg, path))
+            for _, args in run.evals:  # a {key} the run config has not: refused now, not after training
+                [format_arg(a, run) for a in args]
         except UserError as exc:
             raise UserError(f"grid point {name}: {exc}") from None
         # results columns use the new names of renamed keys; the run name and config keep the
         # grid's own spelling, so a sweep written before a rename resumes where it stopped
-        params = {renamed_keys().get(k, k): v for k, v in params.items()}
-        runs.append(Run(name, params, cfg, out / "runs" / name, _run_evals(section, run_cfg, path)))
+        run.params = {renamed_keys().get(k, k): v for k, v in params.items()}
+        runs.append(run)
     return section, runs
+
+
+def check_data_paths(runs: list[Run]) -> None:
+    """A [data] path of a run that names nothing here, refused before the first run trains (each run
+    would fail on it); a sweep file is read without it (recipes name stores made later)."""
+    for run in runs:
+        data = run.config.get("data") or {}
+        paths = [(f"data.{k}", data.get(k)) for k in ("store", "val_store", "packed")]
+        paths += [
+            (f"data.mixture entry {i + 1}", m.get("packed")) for i, m in enumerate(data.get("mixture") or [])
+        ]
+        for key, path in paths:
+            if path and not Path(str(path)).exists():
+                raise UserError(
+                    f"grid point {run.name}: {key} {path!r} not found (from {Path.cwd()}); fix the path in "
+                    "[base] or [grid], or run the sweep from the folder it is relative to"
+                )
+
+
+def format_arg(arg: str, run: Run) -> str:
+    """An eval argument with ``{section.key}`` replaced by the run config's value and ``{run}`` by the
+    run's folder (renamed keys found under either spelling)."""
+    from contextlab.train.config import renamed_keys
+
+    def lookup(m: re.Match) -> str:
+        key = m.group(1)
+        if key == "run":
+            return str(run.dir)
+        for spelling in [key] + [old for old, new in renamed_keys().items() if new == key]:
+            node = run.config
+            for part in spelling.split("."):
+                node = node.get(part) if isinstance(node, dict) else None
+            if node is not None:
+                return str(node)
+        raise UserError(f"eval argument {arg!r}: the run config has no key '{key}'")
+
+    return re.sub(r"\{([A-Za-z0-9_.]+)\}", lookup, arg)
 
 
 def _given(args: list[str], flag: str) -> bool:

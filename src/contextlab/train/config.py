@@ -286,6 +286,10 @@ def check_values(cfg: RunConfig) -> None:
         value = getattr(getattr(cfg, section), key)
         if not allowed(value):
             raise UserError(f"{section}.{key} is {value}; it must be {what}")
+    from contextlab.models.gpt import SIZES
+
+    if cfg.model.size not in SIZES:
+        raise UserError(f"unknown model size {cfg.model.size!r}; choose one of: {', '.join(SIZES)}")
 
 
 def with_overrides(data: dict, overrides: list[str]) -> dict:
