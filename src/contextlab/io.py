@@ -292,14 +292,15 @@ def open_partial(
     *,
     overwrite: bool,
     has_work: Callable[[Path, dict | None], bool],
-    what: str,
+    what: str | Callable[[dict | None], str],
 ) -> tuple[Path, dict]:
     """Open ``OUT.partial`` for a resumable job: (its path, its progress record).
 
     ``progress.json`` in the folder holds the job's record. A record with the fingerprint
     of ``fresh`` is resumed as it is. Any other folder is deleted and started afresh with
     ``fresh`` as its record, except that one where ``has_work(folder, old_record)`` is true
-    is refused unless ``overwrite`` (``what`` describes it: "ingest of a different source").
+    is refused unless ``overwrite`` (``what`` describes it: "ingest of a different source", or a
+    function of the old record that says how it differs).
     """
     partial = partial_dir(out)
     record_file = partial / "progress.json"
@@ -310,8 +311,10 @@ def open_partial(
             record = None
         if isinstance(record, dict) and record.get("fingerprint") == fresh["fingerprint"]:
             return partial, record
-        if has_work(partial, record if isinstance(record, dict) else None) and not overwrite:
-            raise UserError(f"{partial} holds an unfinished {what}; delete it or pass --overwrite")
+        old = record if isinstance(record, dict) else None
+        if has_work(partial, old) and not overwrite:
+            said = what(old) if callable(what) else what
+            raise UserError(f"{partial} holds an unfinished {said}; delete it or pass --overwrite")
         shutil.rmtree(partial)
     partial.mkdir(parents=True)
     atomic_write_json(record_file, fresh)

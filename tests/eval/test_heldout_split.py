@@ -431,6 +431,11 @@ def test_ep_and_splice_runs_read_and_validate_on_the_documents_their_packs_held_
     pair = [str(tmp_path / "run_store"), str(runs[1])]
     assert heldout.shared_run(pair, store) == str((tmp_path / "run_store").resolve())
     assert data_record(tmp_path / "run_store")["validation_rows"] == data_record(runs[1])["validation_rows"]
+    from contextlab.report.runs import validated_on  # the report's runs table: what each validated on
+
+    rows = data_record(runs[1])["validation_rows"][:8]
+    assert validated_on(runs[1]) == f"1 document held out by its pack, rows {rows}"
+    assert validated_on(tmp_path / "run_store") == f"0.02 of the documents (split_seed 0), rows {rows}"
     hashes = {data_record(r)["validation_rows"] for r in runs}
     assert len(hashes) == 1 and len(next(iter(hashes))) == 64
     html = together_section(runs, {r: r.name for r in runs})

@@ -155,7 +155,7 @@ def _pack_summary(report, config, args: argparse.Namespace) -> str:
     m = pk.meta
     note = few_to_arrange(arrangement(pk))
     held = m.get("heldout") or {}
-    docs = f"{m['store']['n_docs']:,} documents"
+    docs = f"{m['store']['n_docs']:,} document{'s' * (m['store']['n_docs'] != 1)}"
     if held:
         n = held["documents"]
         docs = (

@@ -6,6 +6,8 @@ import argparse
 import shlex
 from pathlib import Path
 
+from contextlab.errors import UserError
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -96,6 +98,20 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _check_data(data: str) -> None:
+    """--data that is missing, or a packed store's export (Parquet or Megatron files, not text), in one
+    line naming what to give."""
+    from contextlab.data.export import is_data_export
+
+    if not Path(data).exists():
+        raise UserError(f"--data {data} not found: give a token store, or text (a file or a folder of files)")
+    if is_data_export(Path(data)):
+        raise UserError(
+            f"--data {data} is an export of a packed store for other trainers, not text or a token store; "
+            "give the token store it was packed from (its export.json names the packed store)"
+        )
+
+
 def cmd_profile(argv: list[str]) -> int:
     """Profile how a model (or two, paired) uses its context: the battery, a headline table, a report."""
     from contextlab.cli.runtime import check_compute, quiet_transformers
@@ -111,6 +127,7 @@ def cmd_profile(argv: list[str]) -> int:
         args.data = first_run([args.model] + ([args.compare] if args.compare else []))
     if not args.data:
         parser.error("the following argument is required: --data (or --split run: a run's own store)")
+    _check_data(args.data)
     check_compute(args)
     models = [args.model] + ([args.compare] if args.compare else [])
     if args.no_progress:

@@ -179,7 +179,10 @@ def data_context(data: DataOptions) -> int:
     if packed:
         contexts = sorted({p.context for p in packed})
         if len(contexts) > 1:
-            raise UserError(f"the data.mixture stores were packed for contexts {contexts}; set train.context")
+            raise UserError(
+                f"the data.mixture stores were packed for contexts {contexts}, and a run reads rows of one "
+                "length; pack them with one --context"
+            )
         return contexts[0]
     if data.mode != "long_docs":
         raise UserError(
@@ -241,10 +244,10 @@ def _check_kinds(data: DataOptions) -> None:
     ]
     for key, path in packed:
         if path and is_store(path):
+            alone = "" if key.startswith("data.mixture") else f"train on it with data.store={path}, or "
             raise UserError(
-                f"{key} {path} is a token store, but it takes a packed store; train on it with "
-                f"data.store={path}, or pack it first (`contextlab data pack {path} --out PACKED "
-                "--context N`)"
+                f"{key} {path} is a token store, but it takes a packed store; {alone}pack it first "
+                f"(`contextlab data pack {path} --out PACKED --context N`)"
             )
 
 

@@ -325,9 +325,12 @@ def _packed_heldout(
     docs, begin, end = docs[order], begin[order], end[order]
     first = np.searchsorted(docs, docs)  # where each document's pieces start
     order = np.lexsort((docs, np.arange(len(docs)) - first))  # every first piece, then every second, ...
-    parts = f"{len(unseen):,} whole documents"
+    parts = f"{len(unseen):,} whole document{'s' * (len(unseen) != 1)}"
     if len(pieces):
-        parts += f" and {len(pieces):,} pieces of {len(np.unique(pieces[:, 0])):,} others"
+        others = len(np.unique(pieces[:, 0]))
+        parts += (
+            f" and {len(pieces):,} piece{'s' * (len(pieces) != 1)} of {others:,} other{'s' * (others != 1)}"
+        )
     if by_documents:
         parts = (
             f"the documents {' and '.join(how)} {'was' if len(how) == 1 else 'were'} packed without: {parts}"

@@ -39,7 +39,14 @@ from contextlab.report.evals import (
     folder_label,
     models_table,
 )
-from contextlab.report.runs import data_sections, outside_grid, run_section, summary_section
+from contextlab.report.runs import (
+    data_sections,
+    natural_key,
+    outside_grid,
+    run_section,
+    stale_runs,
+    summary_section,
+)
 from contextlab.report.together import together_section
 
 CSS = """
@@ -125,11 +132,13 @@ def _folder_sections(root: Path) -> list[str]:
         figures = json.loads(summary_file.read_text()).get("figures") or []
     lead = len(body)  # the runs and models tables go right after the headline
     body += data_sections(root)
-    runs = rundir.find_runs(root)
+    runs = sorted(rundir.find_runs(root), key=natural_key)  # context-64 before context-128
     left_out = set(outside_grid(root))  # a sweep's runs of grid values its sweep file no longer has
+    stale = stale_runs(root)  # a sweep's runs trained with another config than its sweep file's
     for run in runs[:50]:
         name = str(run.relative_to(root)) if run != root else run.name
         name += " (not in this sweep's grid)" if run in left_out else ""
+        name += " (stale: trained with another config than the sweep file's)" if run.name in stale else ""
         section, key = run_section(run, f"Run {name}")
         body.append(section)
         tables.append({"run": name, **key, **eval_key(run)})

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import html
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -32,6 +33,7 @@ def run_section(run: Path, title: str | None = None) -> tuple[str, dict]:
             "steps": s["steps"],
             "train loss": s["train_loss"],
             **({"validation loss": s["val_loss"]} if "val_loss" in s else {}),
+            **({"validated on": validated_on(run)} if "val_loss" in s and validated_on(run) else {}),
             # the objective's own loss differs from the left-to-right one: show both
             **(
                 {"left-to-right validation loss": s["val_lm_loss"]}
@@ -163,6 +165,61 @@ def summary_section(root: Path) -> str:
 def _results(sweep: Path) -> list[dict]:
     with open(sweep / "results.csv", newline="") as fh:
         return list(csv.DictReader(fh))
+
+
+def stale_runs(root: Path) -> set[str]:
+    """The run names a sweep's results.csv marks stale (trained with another config than its sweep
+    file's); empty outside a sweep folder."""
+    if not (root / "results.csv").is_file():
+        return set()
+    return {r.get("run") for r in _results(root) if r.get("status") == "stale"}
+
+
+def natural_key(path: Path) -> list:
+    """A path's name split into text and numbers, so that context-64 sorts before context-128."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]
+
+
+def validated_on(run: Path) -> str | None:
+    """What the run's validation loss reads, in words: its held-out documents (how many, when its
+    packed store says), held-out sequences, document tails or a validation store, and the first digits
+    of the hash of its validation rows (runs with one hash score the same text). None without a config."""
+    data = rundir.read_config(run).get("data") or {}
+    if not data:
+        return None
+    if data.get("val_store"):
+        what = f"data.val_store {Path(data['val_store']).name}"
+    elif data.get("packed") or data.get("mixture"):
+        held = _packs_held_out(run, data)
+        what = held or f"{float(data.get('val_fraction', 0.02)):g} of its packed sequences"
+    elif data.get("val_split") == "tail":
+        what = f"the last {float(data.get('val_fraction', 0.02)):g} of each document"
+    else:
+        seed = data.get("split_seed", 0)
+        what = f"{float(data.get('val_fraction', 0.02)):g} of the documents (split_seed {seed})"
+    rows = (rundir.data_record(run) or {}).get("validation_rows")
+    return what + (f", rows {rows[:8]}" if rows else "")
+
+
+def _packs_held_out(run: Path, data: dict) -> str | None:
+    """'8 documents held out by its pack' when every packed store of the run held documents out."""
+    paths = [data["packed"]] if data.get("packed") else [m.get("packed") for m in data.get("mixture") or []]
+    base = rundir.trained_in(run)
+    counts = []
+    for p in paths:
+        path = Path(str(p))
+        path = path if path.is_absolute() or base is None else base / path
+        try:
+            held = json.loads((path / "meta.json").read_text()).get("heldout")
+        except (OSError, ValueError):
+            return None
+        if not held:
+            return None
+        counts.append(held["documents"])
+    n = max(counts) if counts else 0
+    return (
+        f"{n:,} document{'s' * (n != 1)} held out by its pack{'s' * (len(counts) != 1)}" if counts else None
+    )
 
 
 def outside_grid(sweep: Path) -> list[Path]:

@@ -306,3 +306,14 @@ def test_pack_stats_names_the_held_out_documents(packs):
     assert (
         lines[2].startswith("held out       6 documents (") and "val_fraction 0.1, split_seed 0" in lines[2]
     )
+
+
+def test_an_unfinished_pack_with_another_setting_is_refused_naming_it(store, tmp_path):
+    """A killed pack resumed with another --val-fraction said only 'another config or store'."""
+    out = tmp_path / "p"
+    pack(store, out, PackConfig(context=CONTEXT, shards=3), progress=False, only_shards=[0])
+    with pytest.raises(
+        UserError, match=r"p.partial holds an unfinished pack \(val_fraction 0.02 there, 0.1 now\)"
+    ):
+        pack(store, out, PackConfig(context=CONTEXT, shards=3, val_fraction=0.1), progress=False)
+    assert pack(store, out, PackConfig(context=CONTEXT, shards=3), progress=False).packed is not None

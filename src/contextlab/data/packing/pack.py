@@ -140,7 +140,7 @@ def pack(
     if only_shards is None and _finalized(partial_dir(out), fp):  # killed after meta.json was written
         _complete(partial_dir(out), out, overwrite)
         return PackReport(PackedStore(out, store=tstore), time.perf_counter() - t0, 0, len(wanted))
-    partial = _open_partial(out, fp, overwrite)
+    partial = _open_partial(out, fp, overwrite, cfg, tstore)
     held = _write_heldout(partial, tstore, cfg)
     if only_shards is None:
         _say_heldout(tstore, cfg, held)
@@ -160,14 +160,23 @@ def pack(
     return PackReport(PackedStore(out, store=tstore), time.perf_counter() - t0, **done)
 
 
-def _open_partial(out: Path, fp: str, overwrite: bool) -> Path:
-    """OUT.partial with its shards/ folder, resumed when it holds the same fingerprint."""
+def _open_partial(out: Path, fp: str, overwrite: bool, cfg: PackConfig, store: TokenStore) -> Path:
+    """OUT.partial with its shards/ folder, resumed when it holds the same fingerprint; its record holds
+    the config and store, so that another one is refused naming what differs."""
+
+    def differs(old: dict | None) -> str:
+        if old and old.get("config"):
+            return f"pack ({_what_differs(old, cfg, store)})"
+        return "pack with another config or store"
+
+    record = {"fingerprint": fp, "config": to_dict(cfg), "store": {"content_hash": store.hash}}
+    record["store"]["tokenizer_hash"] = store.tokenizer_hash
     partial, _ = open_partial(
         out,
-        {"fingerprint": fp},
+        record,
         overwrite=overwrite,
         has_work=lambda folder, _: any((folder / "shards").glob("shard_*.npz")),
-        what="pack with another config or store",
+        what=differs,
     )
     (partial / "shards").mkdir(exist_ok=True)
     return partial

@@ -1,0 +1,22 @@
+"""``profile --data`` that names nothing, or an export for other trainers, is one line naming what to
+give (a missing path was called text; an export folder was read as text and refused for having no
+files, naming --include/--exclude, which profile has not)."""
+
+from __future__ import annotations
+
+from contextlab.cli import main
+
+
+def test_missing_data_and_an_export_folder_are_named(tmp_path, capsys):
+    argv = ["profile", "--model", str(tmp_path / "model"), "--out", str(tmp_path / "p"), "--data"]
+    assert main([*argv, str(tmp_path / "nope")]) == 2
+    assert f"--data {tmp_path / 'nope'} not found: give a token store, or text" in capsys.readouterr().err
+    export = tmp_path / "pq"
+    export.mkdir()
+    (export / "export.json").write_text('{"format": "contextlab-export"}')
+    (export / "train-00000-of-00001.parquet").write_bytes(b"PAR1")
+    assert main([*argv, str(export)]) == 2
+    assert "is an export of a packed store for other trainers, not text or a token store" in (
+        capsys.readouterr().err
+    )
+    assert not (tmp_path / "p").exists()
