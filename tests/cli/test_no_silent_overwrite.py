@@ -67,6 +67,7 @@ def test_the_same_settings_run_again_replace_the_result(tiny_runs, first, capsys
         (["--depths", "25"], "--depths [50.0] -> [25.0]"),
         (["--scoring", "both"], "--scoring likelihood -> both"),
         (["--dtype", "bf16"], "--dtype fp32 -> bf16"),
+        (["--samples", "2", "--scoring", "both"], "--samples 1 -> 2; --scoring likelihood -> both"),  # each
     ],
 )
 def test_other_options_are_refused_before_anything_runs(tiny_runs, first, extra, change, capsys):

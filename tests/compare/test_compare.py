@@ -457,3 +457,16 @@ def test_models_that_read_their_inputs_differently_are_paired_with_a_note(tmp_pa
     assert note.startswith(
         "the two read their inputs differently (base after token(s) [1], continued without one"
     )
+
+
+def test_models_read_at_other_precisions_are_paired_with_a_note(tmp_path):
+    """A result computed in bf16 against one in fp32 passed without a word."""
+    from contextlab.compare.pairing import Side, check_pairing
+
+    def side(label, dtype):
+        doc = {"data": {"hash": "h"}, "options": {"stride": 8}, "model": {"dtype": dtype}}
+        return Side(label, tmp_path, doc)
+
+    assert check_pairing("icl", side("a", "fp32"), side("b", "fp32")) == []
+    (note,) = check_pairing("icl", side("a", "bf16"), side("b", "fp32"))
+    assert note.startswith("a was read in bf16 and b in fp32: the difference is partly of the precision")

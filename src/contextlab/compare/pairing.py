@@ -139,6 +139,12 @@ def check_pairing(name: str, a: Side, b: Side) -> list[str]:
             "trained, e.g. a Hugging Face model with its tokenizer's BOS and a run contextlab continued "
             "from it without): the difference is partly of that"
         )
+    pa, pb = ((s.doc.get("model") or {}).get("dtype") for s in (a, b))
+    if pa and pb and pa != pb:  # the same samples, computed at other precisions
+        notes.append(
+            f"{a.label} was read in {pa} and {b.label} in {pb}: the difference is partly of the precision "
+            "(evaluate both with one --dtype)"
+        )
     oa, ob = a.doc.get("options") or {}, b.doc.get("options") or {}
     for k in sorted(set(oa) | set(ob)):
         if oa.get(k) != ob.get(k):

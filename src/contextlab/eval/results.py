@@ -206,7 +206,7 @@ def check_rerun(
         )
     if overwrite:
         return
-    change = first_difference(doc, options=options, model=model, data=data)
+    change = differences(doc, options=options, model=model, data=data)
     if change is not None:
         what = f"a {name or doc.get('eval', 'evaluation')} result"
         raise UserError(
@@ -215,8 +215,9 @@ def check_rerun(
         )
 
 
-def first_difference(doc: dict, *, options: Any, model: dict, data: str | None) -> str | None:
-    """``"--samples 4 -> 1"``: the first setting a run with these would change in the result ``doc``."""
+def differences(doc: dict, *, options: Any, model: dict, data: str | None) -> str | None:
+    """``"--samples 4 -> 1; --depths [50.0] -> [25.0]"``: every setting a run with these would change
+    in the result ``doc`` (None: none)."""
     old_model = doc.get("model") if isinstance(doc.get("model"), dict) else {}
     pairs: list[tuple[str, Any, Any]] = []
     if "path" in model:
@@ -240,10 +241,8 @@ def first_difference(doc: dict, *, options: Any, model: dict, data: str | None) 
     old_options = doc.get("options") if isinstance(doc.get("options"), dict) else {}
     for key in list(new_options) + [k for k in old_options if k not in new_options]:
         pairs.append(("--" + key.replace("_", "-"), old_options.get(key), new_options.get(key)))
-    for label, old, new in pairs:
-        if old != new:
-            return f"{label} {_shown(old)} -> {_shown(new)}"
-    return None
+    changed = [f"{label} {_shown(old)} -> {_shown(new)}" for label, old, new in pairs if old != new]
+    return "; ".join(changed) or None
 
 
 def _store_hash(store: str, old: str) -> str:
