@@ -180,3 +180,26 @@ def test_a_mistake_in_the_sweep_file_is_refused_before_any_run_trains(tmp_path, 
         assert main(["sweep", str(f), *given, *extra]) == 2
         assert SAID[mistake] in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_set_names_a_table_and_sets_grid_axes(tmp_path, store, capsys):  # noqa: F811
+    """--set train.context=64 blamed the sweep file; --set base.KEY of a grid axis was ignored in
+    silence; a grid axis could not be --set at all."""
+    from contextlab.cli import main
+
+    f = _objectives(tmp_path, store, '["ppl"]')
+    assert main(["sweep", str(f), "--dry-run", "--set", "train.context=8"]) == 2
+    assert "--set train.context=8: a sweep's --set keys start with sweep., base. or grid." in (
+        capsys.readouterr().err
+    )
+    assert main(["sweep", str(f), "--dry-run", "--set", "base.objective.name=clm"]) == 2
+    assert "objective.name is a grid axis of" in capsys.readouterr().err
+    _, runs = load_sweep(f, ['grid.objective.name=["clm"]'])
+    assert [r.name for r in runs] == ["name-clm"]
+    _, runs = load_sweep(f, ["grid.train.seed=[0, 1]"])  # a new axis beside the file's
+    assert [r.name for r in runs] == [
+        "name-clm__seed-0",
+        "name-clm__seed-1",
+        "name-span__seed-0",
+        "name-span__seed-1",
+    ]

@@ -171,7 +171,8 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a key of the sweep file, e.g. --set sweep.parallel=2 (repeatable)",
+        help="override a key of the sweep file (repeatable): sweep.parallel=2, a run setting "
+        "base.optim.lr=3e-4, a grid axis grid.train.context=[64,128] (default: none)",
     )
     p.add_argument(
         "--only",

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contextlab.config import apply_overrides, from_dict, opt, read_toml
+from contextlab.config import apply_overrides, from_dict, opt, parse_override, read_toml
 from contextlab.errors import UserError
 
 
@@ -102,12 +102,15 @@ def load_sweep(path: str | Path, overrides: list[str] = ()) -> tuple[SweepSectio
     from contextlab.train.budget import check_train
     from contextlab.train.config import RunConfig, check_values, renamed_keys
 
-    data = apply_overrides(read_toml(path), list(overrides))
+    file_data = read_toml(path)
+    _check_overrides(file_data, overrides, path)
+    data = apply_overrides(file_data, list(overrides))
     unknown = set(data) - {"sweep", "base", "grid"}
     if unknown:
         raise UserError(
             f"unknown table(s) {sorted(unknown)} in {path}; a sweep has [sweep], [base] and [grid]"
         )
+    data["grid"] = _flat_grid(data.get("grid", {}))
     section = from_dict(SweepSection, data.get("sweep", {}))
     _check_evals(section, path)
     if section.parallel < 1 or section.threads_per_run < 0:
@@ -152,6 +155,43 @@ def load_sweep(path: str | Path, overrides: list[str] = ()) -> tuple[SweepSectio
         run.params = {renamed_keys().get(k, k): v for k, v in params.items()}
         runs.append(run)
     return section, runs
+
+
+def _check_overrides(file_data: dict, overrides, path) -> None:
+    """A ``--set`` of a sweep names a table: sweep., base. or grid. (a run setting without ``base.`` was
+    blamed on the file); a ``base.`` key the grid varies would be replaced in every run, so it is one
+    line naming the grid's --set."""
+    grid = set(_flat_grid(file_data.get("grid", {})))
+    for text in overrides:
+        keys, _ = parse_override(text)
+        if keys[0] not in ("sweep", "base", "grid"):
+            raise UserError(
+                f"--set {text}: a sweep's --set keys start with sweep., base. or grid. (a run setting: "
+                f"--set base.{text}; a grid axis: --set grid.{'.'.join(keys)}=[...])"
+            )
+        if keys[0] == "base" and ".".join(keys[1:]) in grid:
+            key = ".".join(keys[1:])
+            raise UserError(
+                f"--set {text}: {key} is a grid axis of {path}, so every run takes the grid's values; give "
+                f"them with --set grid.{key}=[...]"
+            )
+
+
+def _flat_grid(grid: dict) -> dict:
+    """The grid with nested tables flattened to dotted keys, in order: ``--set grid.train.context=[64]``
+    gives {"train": {"context": [64]}}, added after the file's own "train.context" = [...], so its value
+    replaces the file's and the axis keeps its place."""
+    out: dict = {}
+
+    def walk(node: dict, prefix: str) -> None:
+        for k, v in node.items():
+            if isinstance(v, dict):
+                walk(v, f"{prefix}{k}.")
+            else:
+                out[f"{prefix}{k}"] = v
+
+    walk(grid, "")
+    return out
 
 
 def check_data_paths(runs: list[Run]) -> None:
