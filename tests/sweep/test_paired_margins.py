@@ -101,7 +101,11 @@ def test_replicates_are_paired_seed_by_seed_and_pooled_over_seeds(tmp_path):
             lines.append(f"{name},done,1e12,{ctx},{seed},m,{loss.mean()}")
     (tmp_path / "results.csv").write_text("\n".join(lines) + "\n")
     (tmp_path / "sweep.toml").write_text('[grid]\n"train.context" = [64, 128]\n"train.seed" = [0, 1, 2]\n')
-    m = compute_optimal(tmp_path)["paired"]["1000000000000.0"]["m"]
+    res = compute_optimal(tmp_path)
+    m = res["paired"]["1000000000000.0"]["m"]
+    lo, hi = res["replicate_range"]["1000000000000.0"]["m"]["64"]  # what the U-curves draw as a bar
+    losses = [float(line.split(",")[-1]) for line in lines[1:] if line.startswith("c64")]
+    assert (lo, hi) == (min(losses), max(losses)) and hi - lo == pytest.approx(0.1, abs=0.01)
     by_doc, by_seed = m["others"]["64"], m["others_over_replicates"]["64"]
     assert by_doc["interval95"][0] > 0  # documents alone: 64 looks reliably worse
     assert m["replicates"] == 3 and by_seed["per_pair"] == pytest.approx([0.07, 0.02, -0.03], abs=0.003)

@@ -114,7 +114,7 @@ def analyze(
     size_key, budget_key, metric = _columns(done, context_key, size_key, budget_key, metric)
     warning = _mean_loss_warning(done, metric, context_key, rank_by_mean_loss)
     samples = _samples(done, metric, context_key, size_key, budget_key)
-    table, spread = _means_and_spread(samples)
+    table, spread, ranges = _means_and_spread(samples)
     budgets = sorted(table)
     optimal = {b: _optimum(table[b]) for b in budgets}
     sizes = sorted({s for b in budgets for s in table[b]})
@@ -131,6 +131,7 @@ def analyze(
         "replicate_spread": {
             b: {sz: dict(sorted(c.items())) for sz, c in v.items()} for b, v in spread.items()
         },
+        "replicate_range": ranges,
         "curves": {str(b): {s: dict(sorted(c.items())) for s, c in table[b].items()} for b in budgets},
         "optimal": {str(b): v for b, v in optimal.items()},
         "optimal_context_smoothed": {s: [[b, c] for b, c in v] for s, v in smoothed.items()},
@@ -226,15 +227,18 @@ def _samples(done: list[dict], metric: str, context_key: str, size_key: str, bud
     return samples
 
 
-def _means_and_spread(samples: dict) -> tuple[dict, dict]:
-    """budget -> size -> context -> mean loss, and the same (budget as str) -> max - min of replicates."""
+def _means_and_spread(samples: dict) -> tuple[dict, dict, dict]:
+    """budget -> size -> context -> mean loss, and the same (budget as str) -> max - min of replicates,
+    and -> [min, max] of replicates (what the U-curves draw as a bar)."""
     table: dict = {}
     spread: dict = {}
+    ranges: dict = {}
     for (budget, size, ctx), losses in samples.items():
         table.setdefault(budget, {}).setdefault(size, {})[ctx] = sum(losses) / len(losses)
         if len(losses) > 1:
             spread.setdefault(str(budget), {}).setdefault(size, {})[ctx] = max(losses) - min(losses)
-    return table, spread
+            ranges.setdefault(str(budget), {}).setdefault(size, {})[str(ctx)] = [min(losses), max(losses)]
+    return table, spread, ranges
 
 
 def _optimum(curves: dict) -> dict:
@@ -480,6 +484,9 @@ def _plot_u_curves(plt, result: dict, budgets: list, path: Path) -> Path:
             (line,) = ax.plot(
                 xs, list(curve.values()), marker="o", label=size_label(result["size_key"], size)
             )
+            spread = (result.get("replicate_range") or {}).get(b, {}).get(size, {})
+            for x, (lo, hi) in ((int(c), r) for c, r in spread.items()):  # the replicates' range
+                ax.plot([x, x], [lo, hi], color=line.get_color(), linewidth=1, alpha=0.6)
             best = result["optimal"][b]["per_size"][size]
             ax.plot(
                 [int(best)],
