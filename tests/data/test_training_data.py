@@ -181,3 +181,12 @@ def test_errors_name_the_problem(stores, packed, fields, message):
     d = DataSection(**{k: resolve(v) for k, v in fields.items()})
     with pytest.raises(UserError, match=message):
         build(d)
+
+
+def test_a_mixture_source_short_of_its_validation_share_is_said(packed):
+    mix = [MixtureSource(packed=str(p.path), weight=w) for p, w in zip(packed, (1, 3))]
+    got = build(DataSection(mixture=mix, val_fraction=0.3), val_tokens=8 * 1000)  # 1,000 rows asked
+    (note,) = got.notes
+    assert note.startswith("note: the validation rows mix the data.mixture sources ")
+    assert "where their weights ask 250 / 750: 2 sources hold out too little text for their share" in note
+    assert not build(DataSection(mixture=mix, val_fraction=0.3), val_tokens=64).notes  # 2 / 6 rows: enough

@@ -103,6 +103,9 @@ def build_training_data(
     rows_all = validation_rows(val, context, fix)
     more = _more_validation(val, held)
     rows_id = rows_hash(rows_all)
+    notes = _unused_heldout(packed) if data.val_store else []
+    if len(val) > 1:
+        notes += _short_shares(val)
     return TrainingData(
         loader,
         rows_all[rank::world],
@@ -111,8 +114,25 @@ def build_training_data(
         len(rows_all),
         rows_id,
         more,
-        _unused_heldout(packed) if data.val_store else [],
+        notes,
     )
+
+
+def _short_shares(val: ValSources) -> list[str]:
+    """One line when a mixture source holds out fewer validation rows than its weight's share: the
+    validation rows then mix the sources otherwise than the weights say."""
+    short = [(s, k) for s, k in val if s.n_rows < k]
+    if not short:
+        return []
+    got = " / ".join(f"{min(k, s.n_rows):,}" for s, k in val)
+    asked = " / ".join(f"{k:,}" for _, k in val)
+    which = "1 source holds" if len(short) == 1 else f"{len(short)} sources hold"
+    its = "its" if len(short) == 1 else "their"
+    return [
+        f"note: the validation rows mix the data.mixture sources {got} where their weights ask {asked}: "
+        f"{which} out too little text for {its} share (pack with a larger --val-fraction, or lower "
+        "train.val_tokens)"
+    ]
 
 
 def _more_validation(val: ValSources, held: list[dict]) -> str:
