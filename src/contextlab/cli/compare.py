@@ -68,9 +68,10 @@ def cmd_compare(argv: list[str]) -> int:
     from contextlab.compare.pairing import eval_folder
     from contextlab.compare.replicates import check_pairs
 
-    check_pairs(pairs)
     if args.out:
         refuse_non_folder(args.out)  # a file there is the user's: never replaced by a folder
+    check_pairs(pairs)
+    if args.out:
         refuse_overlap(args.out, [eval_folder(path) for pair in pairs for path in pair])
     evals = [n.strip() for e in args.eval or [] for n in e.split(",") if n.strip()]
     options = dataclass_from_args(Options, args)

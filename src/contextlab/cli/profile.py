@@ -127,11 +127,11 @@ def cmd_profile(argv: list[str]) -> int:
         args.data = first_run([args.model] + ([args.compare] if args.compare else []))
     if not args.data:
         parser.error("the following argument is required: --data (or --split run: a run's own store)")
-    _check_data(args.data)
     check_compute(args)
     models = [args.model] + ([args.compare] if args.compare else [])
     if args.no_progress:
         quiet_transformers(models)
+    _check_data(args.data)
     out = Path(args.out) if args.out else default_out(models, args.budget)
     refuse_non_folder(out)
     refuse_overlap(out, models)  # never written into a model's folder

@@ -16,12 +16,12 @@ def cmd_sweep(argv: list[str]) -> int:
     from contextlab.sweep.spec import check_data_paths, load_sweep
 
     args = _parser().parse_args(argv)
+    on_ray = None if args.dry_run else _ray_runs(args)  # options that cannot apply: one line first
     section, runs = load_sweep(args.sweep, args.set)
     check_data_paths(runs)
     _check_eval_args(runs)
     if args.dry_run:
         return _dry_run(section, runs, args.overwrite, args.only)
-    on_ray = _ray_runs(args)
     results = run_sweep(
         args.sweep,
         args.set,
