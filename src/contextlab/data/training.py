@@ -11,12 +11,15 @@ resolves the three kinds of training data into a ``TrainingData``:
   --val-fraction``, the default), else on a seeded share of its sequences held out.
 * ``data.mixture``: several packed stores with weights; each validates on what it holds out (as
   ``data.packed``), the training loader draws the weighted rows (``mixture.py``) and the validation
-  rows follow the same shares.
+  rows follow the same shares. Packings of one token store must hold out the same documents (else
+  one trains on what another validates on: refused), and their shares read on along one stream of
+  windows over them.
 
 ``data.val_store`` replaces the held-out share with a separate store in every case. The
 validation rows are fixed: the first ``ceil(val_tokens / context)`` rows of the held-out
-sources in their own order (documents in a ``split_seed``-ed order), each rank keeping every
-w-th. Trade-off: the data layer reads the run config's ``[data]`` fields by name (``DataOptions``)
+sources in their own order (documents in a ``split_seed``-ed order: data.split_seed, or for a
+pack's held-out documents the split_seed they were drawn with), each rank keeping every w-th.
+Trade-off: the data layer reads the run config's ``[data]`` fields by name (``DataOptions``)
 instead of importing the training config, so data stays below train in the layering, and the
 trainer sees one loader and one array of rows whatever the data is.
 """
