@@ -68,3 +68,16 @@ def test_mixed_lists_and_lengths_the_store_or_model_cannot_give(byte_store, tmp_
         "the fractions of --visible count from the model's context of 1,024) but the longest in "
         f"{byte_store.path} has 500; give --visible in tokens below 500, or a store of longer documents"
     )
+
+
+def test_the_chance_level_counts_the_candidates_the_task_built(capsys):
+    """kv fitted to a short context builds sets of fewer keys (4 here, not 5): its chance is 1/4, which
+    a model that cannot retrieve scores; it said 0.2, so such a model looked above chance."""
+    from tests.eval.conftest import byte_adapter, tiny_gpt
+
+    adapter = byte_adapter(tiny_gpt(0, context=560), batch_size=16)
+    (samples, _), default = visible._task_samples(adapter, visible.Options(task="kv", visible=[1.0]), None)
+    assert default == 5 and {len(s.candidates) for s in samples} == {4}
+    assert visible.candidates_per_sample(samples, default) == 4
+    out = visible.run(adapter, visible.Options(task="kv", visible=[1.0]), None)
+    assert out.results["points"][0]["chance"] == 0.25

@@ -88,6 +88,14 @@ def _task_samples(adapter, o: Options, data):
     raise AssertionError(f"task {o.task!r} (the config loader admits only the Options.task values)")
 
 
+def candidates_per_sample(samples, default: int) -> int:
+    """The candidates every sample was scored against (the chance level's 1/k), read from the samples
+    built: a task fitted to a short context has fewer (kv with 3 keys per set, not 5); ``default`` when
+    samples carry none or differ."""
+    counts = {len(s.candidates) for s in samples if s.candidates}
+    return counts.pop() if len(counts) == 1 else default
+
+
 def _longest(built, o: Options):
     """(samples, info) of a task built at its default lengths -> those of the longest length only (the
     whole context less what the answer needs); a given ``--length`` is kept as it is."""
@@ -169,6 +177,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     else:
         mode = "both" if options.scoring == "both" else options.scoring
         (samples, info), n_cands = _task_samples(adapter, options, data)
+        n_cands = candidates_per_sample(samples, n_cands)
         for v in progress.bar(options.visible, desc=f"visible: {options.task}", unit="point"):
             rows = scoring.score_samples(adapter, samples, mode, visible=None if v == 1.0 else v)
             summ = tasks.summarize(rows, n_cands)["summary"]
