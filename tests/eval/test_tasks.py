@@ -183,6 +183,16 @@ def test_icl_and_visible_sweep_run_on_a_tiny_model():
     )
 
 
+def test_icl_zero_shots_is_one_set_of_prompts_whatever_the_seeds():
+    """Zero shots has no examples to draw: its prompts are the same for every seed, and were scored
+    once per seed and counted as independent samples (n = 3 x the questions; the interval too narrow)."""
+    adapter = byte_adapter(tiny_gpt(7, context=128), batch_size=6)
+    out = icl.run(adapter, icl.Options(shots=[0, 2], n_test=6, seeds=3, balance=False), str(TREC))
+    zero, two = out.results["by_shots"]
+    assert (zero["n"], zero["n_sets"]) == (6, 1) and (two["n"], two["n_sets"]) == (18, 3)
+    assert zero["ci95"] == list(stats.wilson(zero["accuracy"] * 6, 6))
+
+
 def test_visible_defaults_to_the_longest_prompt_that_fits_the_context():
     """No --length: the task's longest default length (the context less the answer's room), not the
     context itself (its prompts with their answers ran past the context)."""

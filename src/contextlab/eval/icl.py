@@ -175,9 +175,11 @@ def _line(row: dict) -> str:
 
 def _build_shots(adapter, train, test, k: int, seeds: int, fit: bool) -> tuple[list[tasks.Sample], bool]:
     """The samples of ``k`` shots over ``seeds`` sets of examples, and whether a set gave prompts
-    longer than the context (with ``fit``: that set and later ones are left out)."""
+    longer than the context (with ``fit``: that set and later ones are left out). Zero shots has no
+    examples to draw: one set (its prompts scored once per seed would be counted as independent
+    samples, an interval too narrow by sqrt(seeds))."""
     samples: list[tasks.Sample] = []
-    for seed in range(seeds):
+    for seed in range(seeds if k else 1):
         batch = build_prompts(adapter, train, test, k, seed)
         if fit and max(len(s.prompt) + 4 for s in batch) > adapter.context:
             return samples, True
