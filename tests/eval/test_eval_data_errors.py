@@ -100,3 +100,19 @@ def test_text_given_where_a_store_is_read_names_the_ingest_with_the_models_token
             f"the model's tokenizer (contextlab data ingest {data} --tokenizer dir:{run / 'tokenizer'} --out "
             "STORE) and pass STORE, or run `contextlab profile`, which takes text"
         ]
+
+
+def test_niah_given_a_token_store_as_its_haystack_says_so(run, tmp_path, capsys):
+    """The store's config.toml was read as the haystack (every other file left out) and the needle
+    hidden in it; exit 0 and a meaningless result."""
+    from contextlab.data.ingest import IngestConfig, ingest
+
+    (tmp_path / "text.txt").write_text("some words of text " * 200)
+    store = ingest(
+        tmp_path / "text.txt", tmp_path / "store", IngestConfig(tokenizer="byte"), progress=False
+    ).store
+    argv = ["eval", "niah", "--model", str(run), "--data", str(store.path), "--out", str(tmp_path / "o")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"--data {store.path} is a token store, and the haystack is text the needle is hidden in" in err
+    assert not (tmp_path / "o" / "niah.json").exists()

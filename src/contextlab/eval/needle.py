@@ -114,6 +114,20 @@ class Options:
     max_new_tokens: int = opt(0, "tokens to generate; 0 = the answer's length + 4")
 
 
+def _not_a_store(p: Path) -> None:
+    """A token store or packed store given as the haystack: one line (its config.toml was read as the
+    text, every other file being left out, and the needle hidden in it)."""
+    from contextlab.data.packing.packed_store import is_packed_store
+    from contextlab.data.store import is_store
+
+    if is_store(p) or is_packed_store(p):
+        kind = "a token store" if is_store(p) else "a packed store"
+        raise UserError(
+            f"--data {p} is {kind}, and the haystack is text the needle is hidden in: give the text it was "
+            "made from (a file or a folder of files), or leave --data out for the books contextlab ships"
+        )
+
+
 def read_haystack(data: str | Path, encoding: str = "strict") -> tuple[str, dict]:
     """(the haystack text, what was read: files, the files left out and why, undecodable counts).
 
@@ -123,6 +137,7 @@ def read_haystack(data: str | Path, encoding: str = "strict") -> tuple[str, dict
     Gutenberg stripping, no streaming of long files."""
     p = Path(data)
     folder = p.is_dir()
+    _not_a_store(p)
     options = SourceOptions(
         exclude=prose_excludes() if folder else [],
         strip_gutenberg="no",
