@@ -181,7 +181,7 @@ def test_an_eval_folder_shows_every_evaluation_rounded_and_fits_the_page(tiny):
     assert "best_context_loss" in text and "likelihood_accuracy" in text and "pieces_per_doc" in text
     assert "byte (" in text and str(tiny / "store") in text  # the model's tokenizer, the data record
     assert not LONG_FLOAT.search(text), LONG_FLOAT.search(text).group(0)
-    assert re.search(r"likelihood_accuracy</th><td[^>]*>0\.2 \[0\.0?\d{1,3}, 0\.\d{1,3}\]", text)
+    assert re.search(r"likelihood_accuracy</th><td[^>]*>0\.20+ \[0\.0?\d{1,3}, 0\.\d{1,3}\]", text)
     assert_displays_and_fits(page)
 
 
@@ -310,7 +310,10 @@ def test_numbers_are_rounded_for_reading_and_intervals_fold_into_their_value():
     )
     assert plain("0.30000000000000004") == "0.3" and plain("tiny-4x256") == "tiny-4x256"  # CSV cells
     summary = {"gain": 0.06433470547199249, "gain_interval95": [-0.016616955814060586, 0.1452863667580]}
-    assert with_intervals(summary) == {"gain": "0.06433 [-0.0166, 0.145]"}
+    assert with_intervals(summary) == {"gain": "0.064 [-0.017, 0.145]"}
+    # the decimals follow the interval's width: its ends never round to one number ([10.8, 10.8])
+    narrow = {"loss": 10.838, "loss_interval95": [10.82700001, 10.85000002]}
+    assert with_intervals(narrow) == {"loss": "10.8380 [10.8270, 10.8500]"}
 
 
 def test_the_reproduce_line_writes_every_kind_of_option_the_command_line_reads(tmp_path):

@@ -1,7 +1,8 @@
 """The small HTML pieces every report section is made of: numbers, tables, images, code.
 
-Numbers are shown rounded for reading (4 significant digits, intervals and other short lists
-of numbers with 3: ``[0.248, 1.11]``), never changed in the files: the exact values stay in the
+Numbers are shown rounded for reading (4 significant digits, short lists of numbers with 3:
+``[0.248, 1.11]``; a value with its interval to the decimals the interval's width needs:
+``10.838 [10.827, 10.850]``), never changed in the files: the exact values stay in the
 result files the report names. Trade-off: a table cell with a word longer than 24 characters (a path,
 a hash) may break it anywhere rather than grow the table past the page, so a 64-character hash
 wraps instead of hiding behind a scroll bar; shorter words stay whole, so narrow columns of
@@ -128,8 +129,22 @@ def with_intervals(summary: dict) -> dict:
         if base is not None and base in summary:
             continue
         ci = next((summary[k + s] for s in INTERVAL_SUFFIXES if k + s in summary), None)
-        out[k] = plain(v) + (f" {plain(ci)}" if isinstance(ci, list) else "") if ci is not None else v
+        out[k] = with_interval(v, ci) if ci is not None else v
     return out
+
+
+def with_interval(v, ci) -> str:
+    """``10.838 [10.827, 10.850]``: a value and its interval to as many decimals as the interval's width
+    needs (three significant digits of it, at least two decimals), so that its ends never round to one
+    number ([10.8, 10.8] hid an interval 0.023 wide); other values as ``plain`` shows them."""
+    nums = [v, *ci] if isinstance(ci, (list, tuple)) and len(ci) == 2 else []
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in nums):
+        return plain(v) + (f" {plain(ci)}" if isinstance(ci, list) else "")
+    if max(abs(x) for x in nums) >= 1e4:
+        return f"{plain(v)} {plain(ci)}"
+    width = abs(ci[1] - ci[0])
+    d = 2 if width == 0 else min(6, max(2, 2 - math.floor(math.log10(width))))
+    return f"{v:.{d}f} [{ci[0]:.{d}f}, {ci[1]:.{d}f}]"
 
 
 def pre(text: str) -> str:
