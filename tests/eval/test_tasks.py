@@ -368,3 +368,27 @@ def test_a_haystack_folder_of_links_to_books_elsewhere_says_to_copy_them(tmp_pat
         (hay / name).unlink()
         (hay / name).write_bytes((books / name).read_bytes())
     assert needle.read_haystack(hay)[1]["haystack_files"] == 2
+
+
+def test_advice_for_prompts_past_the_context_never_points_back_to_what_was_refused():
+    """vartrack at its shortest length on a 64-token model advised '--lengths of at most 49 (or leave
+    --lengths out: the default fits)', and kv with 2 pairs 'leave --n-pairs out: the default fits';
+    the default had been refused in both. Now they say the prompt measures extrapolation."""
+    import warnings
+
+    from contextlab.eval.adapter import ContextLengthWarning
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", ContextLengthWarning)
+        vartrack.build(byte_adapter(tiny_gpt(0, context=64)), vartrack.Options(lengths=[389]), None)
+        kv.build(byte_adapter(tiny_gpt(0, context=256)), kv.Options(n_pairs=3), None)
+        kv.build(byte_adapter(tiny_gpt(0, context=560)), kv.Options(n_pairs=6), None)
+    said = [str(w.message) for w in seen]
+    assert said[0].endswith(
+        "no vartrack prompt fits the model's context of 64 tokens (389 at least, and 15 of its answer), "
+        "so every length measures extrapolation"
+    )
+    assert said[1].endswith(
+        "even 2 pairs, the fewest a set holds, run past the context, so this kv measures extrapolation"
+    )
+    assert said[2].endswith("leave --n-pairs out: the default number of pairs fits")  # it does: 4 keys

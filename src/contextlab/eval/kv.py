@@ -225,6 +225,7 @@ def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], di
     if o.distractors < 0 or o.sets < 1:
         raise UserError("kv needs --distractors >= 1 (or 0: fitted to the context) and --sets >= 1")
     in_file = min(len(r["ordered_kv_records"]) for r in rows)
+    asked = o
     if o.n_pairs:
         o = dataclasses.replace(o, distractors=o.distractors or DISTRACTORS)
         samples, positions = _samples(adapter, rows, o, o.n_pairs)
@@ -232,13 +233,10 @@ def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], di
     else:
         n, samples, positions, distractors = _fitting(adapter, rows, o, in_file)
         o = dataclasses.replace(o, distractors=distractors)
-    tasks.check_longest(
-        adapter,
-        samples,
-        o.scoring,
-        f"the longest kv prompt ({n} pairs)",
-        "use fewer pairs (--n-pairs), or leave --n-pairs out: the default number of pairs fits",
-    )
+    fix = "use fewer pairs (--n-pairs), or leave --n-pairs out: the default number of pairs fits"
+    if o.n_pairs and not _default_fits(adapter, rows, asked, in_file):  # no kv prompt fits: none to advise
+        fix = "even 2 pairs, the fewest a set holds, run past the context, so this kv measures extrapolation"
+    tasks.check_longest(adapter, samples, o.scoring, f"the longest kv prompt ({n} pairs)", fix)
     return samples, {
         **source,
         "n_examples": len(rows),
@@ -271,6 +269,15 @@ def _samples(adapter, rows: list[dict], o: Options, n_pairs: int) -> tuple[list[
                 for m, cands in zip(members, tasks.rotations(pool)):
                     samples.append(_sample(adapter, kept, m, p, cands, group, o.query))
     return samples, positions
+
+
+def _default_fits(adapter, rows, o: Options, in_file: int) -> bool:
+    """Whether the default (pairs fitted to the context) finds a set that fits."""
+    try:
+        _fitting(adapter, rows, dataclasses.replace(o, n_pairs=0), in_file)
+    except UserError:
+        return False
+    return True
 
 
 def _fitting(

@@ -98,9 +98,19 @@ def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], di
         samples,
         o.scoring,
         f"the longest vartrack prompt ({max(lengths):,} tokens) with its answer",
-        tasks.lengths_fix("vartrack", adapter.context, room),
+        tasks.lengths_fix("vartrack", adapter.context, room, _shortest(adapter, o, hops)),
     )
     return samples, {"filler_hash": text_hash(INTRO + FILLER), "lengths": lengths, "hops": hops}
+
+
+def _shortest(adapter, o: Options, hops: int) -> int:
+    """The shortest prompt of chains of ``hops`` (no filler beyond a token per statement), read off a
+    set built at one token, which is always too short."""
+    try:
+        _chain_set(adapter, np.random.default_rng(o.seed), dataclasses.replace(o, hops=hops), 1, 0)
+    except _TooShort as short:
+        return short.needed
+    return 1
 
 
 def _built(adapter, o: Options, hops: int) -> tuple[list[tasks.Sample], list[int], int]:
