@@ -392,3 +392,20 @@ def test_advice_for_prompts_past_the_context_never_points_back_to_what_was_refus
         "even 2 pairs, the fewest a set holds, run past the context, so this kv measures extrapolation"
     )
     assert said[2].endswith("leave --n-pairs out: the default number of pairs fits")  # it does: 4 keys
+
+
+def test_visible_icl_defaults_to_the_most_shots_that_fit_the_context():
+    """--task icl took 32 shots by default: 656-token prompts on a 256-token model (an error on a model
+    that cannot run past its context)."""
+    adapter = byte_adapter(tiny_gpt(7, context=300), batch_size=6)
+    train, test = (
+        icl.read_trec(TREC / "train.txt"),
+        icl.select_test(icl.read_trec(TREC / "test.txt"), 6, False),
+    )
+    shots, samples = visible._icl_shots(adapter, train, test, 0)
+    longer = [k for k in icl.DEFAULT_SHOTS if k > shots]
+    assert shots in icl.DEFAULT_SHOTS and max(len(s.prompt) for s in samples) + 4 <= 300
+    assert (
+        longer and max(len(s.prompt) for s in icl.build_prompts(adapter, train, test, longer[0], 0)) + 4 > 300
+    )
+    assert visible._icl_shots(adapter, train, test, 32)[0] == 32  # given: kept (a warning says it runs past)

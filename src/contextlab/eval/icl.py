@@ -89,10 +89,14 @@ def select_test(test: list[tuple[str, str]], n_test: int, balance: bool) -> list
     by = {lab: [row for row in test if row[1] == lab] for lab in labels}
     fewest = min(labels, key=lambda lab: len(by[lab]))
     if per < 1 or len(by[fewest]) < per:
+        fix = (
+            f"use --n-test between 6 and {6 * len(by[fewest])} or --balance false"
+            if by[fewest]
+            else "use --balance false (no balanced set can be drawn)"
+        )
         raise UserError(
             f"a label-balanced test set of {n_test} questions needs {max(per, 1)} of each label, but the "
-            f"test file has {len(by[fewest])} '{fewest}' questions; use --n-test between 6 and "
-            f"{6 * len(by[fewest])} or --balance false"
+            f"test file has {len(by[fewest])} '{fewest}' questions; {fix}"
         )
     return [by[lab][i] for i in range(per) for lab in labels]
 

@@ -58,7 +58,11 @@ class Options:
         "the model's context, and one visible token is measured too, the context gain's baseline)",
     )
     samples: int = opt(256, "target tokens for task=loss")
-    shots: int = opt(32, "in-context examples for task=icl")
+    shots: int = opt(
+        0,
+        "in-context examples for task=icl; 0 = the most of icl's default counts (2, 8, 32) whose prompts "
+        "fit the model's context",
+    )
     length: int = opt(
         0,
         "prompt length in tokens for niah/passkey/vartrack; 0 = the task's longest default length (the "
@@ -83,9 +87,28 @@ def _task_samples(adapter, o: Options, data):
     if o.task == "icl":
         folder = tasks_folder(data)
         test = icl.select_test(icl.read_trec(folder / "test.txt"), icl.Options().n_test, True)
-        samples = icl.build_prompts(adapter, icl.read_trec(folder / "train.txt"), test, o.shots, 0)
-        return (samples, {"folder": str(folder)}), len(icl.LABELS)
+        train = icl.read_trec(folder / "train.txt")
+        shots, samples = _icl_shots(adapter, train, test, o.shots)
+        tasks.check_longest(
+            adapter, samples, "likelihood", f"the longest icl prompt ({shots} shots)", "lower --shots"
+        )
+        return (samples, {"folder": str(folder), "shots": shots}), len(icl.LABELS)
     raise AssertionError(f"task {o.task!r} (the config loader admits only the Options.task values)")
+
+
+def _icl_shots(adapter, train, test, given: int) -> tuple[int, list]:
+    """(the shots, their prompts): ``given``, or without it the most of icl's default counts whose
+    prompts fit the model's context (32 shots ran a 256-token model on 656 tokens by default)."""
+    if given:
+        return given, icl.build_prompts(adapter, train, test, given, 0)
+    for k in sorted((k for k in icl.DEFAULT_SHOTS if k), reverse=True):
+        samples = icl.build_prompts(adapter, train, test, k, 0)
+        if max(len(s.prompt) for s in samples) + 4 <= adapter.context:
+            return k, samples
+    raise UserError(
+        f"even {min(k for k in icl.DEFAULT_SHOTS if k)} shots make icl prompts longer than the model's "
+        f"context of {adapter.context:,} tokens; give --shots to run past it, or choose another task"
+    )
 
 
 def candidates_per_sample(samples, default: int) -> int:
