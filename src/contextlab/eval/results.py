@@ -99,6 +99,17 @@ def jsonable(obj: Any, where: str = "", bad: list[str] | None = None) -> Any:
     return obj
 
 
+def _arrays_named(path: Path) -> set[str]:
+    """The array files the result at ``path`` names (empty when there is none or it cannot be read):
+    only those are removed when a new result replaces it, never a file of the user's."""
+    try:
+        arrays = json.loads(path.read_text(encoding="utf-8")).get("arrays") or {}
+    except (OSError, ValueError, AttributeError):
+        return set()
+    name = path.stem
+    return {f for f in arrays.values() if isinstance(f, str) and f.startswith(f"{name}.") and "/" not in f}
+
+
 def write_result(
     out_dir: str | Path,
     name: str,
@@ -113,7 +124,8 @@ def write_result(
     """Write OUT/<name>.json (+ OUT/<name>.<key>.npy for each array); return the JSON path.
 
     The files are written whole into a hidden staging folder first; only then is the old
-    ``<name>.json`` removed, the arrays moved in, and the JSON moved in last. A failure while
+    ``<name>.json`` removed (with the arrays it named that the new result has not), the arrays moved
+    in, and the JSON moved in last. A failure while
     writing (a full disk) leaves the old result as it was; a kill while moving leaves the new
     arrays without a JSON (no result, never a JSON beside another run's arrays)."""
     out = Path(out_dir)
@@ -144,7 +156,10 @@ def write_result(
             doc["non_finite"] = {"fields": bad, "note": NON_FINITE_NOTE}
         path = out / f"{name}.json"
         atomic_write_text(stage / path.name, json.dumps(doc, indent=2, allow_nan=False) + "\n")
+        old_arrays = _arrays_named(path)
         path.unlink(missing_ok=True)  # the old result stops being one before any of its files changes
+        for fname in old_arrays - set(files.values()):  # its arrays the new result has not: gone with it
+            (out / fname).unlink(missing_ok=True)
         for fname in files.values():
             os.replace(stage / fname, out / fname)
         os.replace(stage / path.name, path)  # last: its presence says every array it names is in place
