@@ -116,3 +116,21 @@ def test_niah_given_a_token_store_as_its_haystack_says_so(run, tmp_path, capsys)
     err = capsys.readouterr().err
     assert f"--data {store.path} is a token store, and the haystack is text the needle is hidden in" in err
     assert not (tmp_path / "o" / "niah.json").exists()
+
+
+@pytest.mark.parametrize("name", ["passkey", "vartrack"])
+def test_an_evaluation_that_reads_no_data_refuses_one(run, tmp_path, capsys, name):
+    """passkey --data STORE ran on its built-in filler and said nothing of the store."""
+    (tmp_path / "t.txt").write_text("text")
+    argv = [
+        "eval",
+        name,
+        "--model",
+        str(run),
+        "--data",
+        str(tmp_path / "t.txt"),
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    assert main(argv) == 2
+    assert f"{name} reads no --data: its text is built in; leave --data out" in capsys.readouterr().err

@@ -120,6 +120,8 @@ def _data(name: str, given: str | None, model: str, split: str | None = None, of
     from contextlab.eval.base import trained_store
 
     spec = EVALS[name]
+    if given and not spec.reads_data:  # it was ignored in silence
+        raise UserError(f"{name} reads no --data: its text is built in; leave --data out")
     given = trained_store(given, model) if given else given
     if not given and split == "run":
         from contextlab.eval.heldout import default_store

@@ -83,10 +83,18 @@ EVALS: dict[str, Eval] = {
         check_data=mqar.check_data,
     ),
     "passkey": Eval(
-        passkey.run, passkey.Options, "passkey retrieval in filler text", "not used (the filler is built in)"
+        passkey.run,
+        passkey.Options,
+        "passkey retrieval in filler text",
+        "not used (the filler is built in)",
+        reads_data=False,
     ),
     "vartrack": Eval(
-        vartrack.run, vartrack.Options, "RULER-like variable tracking", "not used (the filler is built in)"
+        vartrack.run,
+        vartrack.Options,
+        "RULER-like variable tracking",
+        "not used (the filler is built in)",
+        reads_data=False,
     ),
     "icl": Eval(
         icl.run,

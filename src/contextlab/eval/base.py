@@ -32,6 +32,7 @@ class Eval:
     needs_lm: bool = True  # it scores the model as a left-to-right LM (refused for models that are not)
     check_data: Callable[[str], None] | None = None  # one line for unusable --data, before any model loads
     makes_data: bool = False  # with no --data it makes its own (kv: random pairs), so --data is optional
+    reads_data: bool = True  # False: it builds its own text (passkey, vartrack); a --data given is refused
 
 
 @dataclass
