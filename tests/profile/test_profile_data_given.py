@@ -20,3 +20,18 @@ def test_missing_data_and_an_export_folder_are_named(tmp_path, capsys):
         capsys.readouterr().err
     )
     assert not (tmp_path / "p").exists()
+
+
+def test_a_folder_of_notes_and_records_only_is_no_text_to_profile(tmp_path):
+    """Such a folder was refused naming --include/--exclude, which profile has not."""
+    import pytest
+
+    from contextlab.errors import UserError
+    from contextlab.profile.data import prose_source
+
+    (tmp_path / "README.md").write_text("about the data")
+    (tmp_path / "kv.jsonl").write_text('{"key": "a"}\n')
+    with pytest.raises(UserError, match=r"holds no text to profile: its files are a corpus's notes or files"):
+        prose_source(tmp_path)
+    (tmp_path / "text.txt").write_text("words " * 50)
+    assert prose_source(tmp_path, say=False).exclude  # text beside them: they are left out, it is read

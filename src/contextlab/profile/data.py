@@ -98,7 +98,14 @@ def prose_source(data: Path, say: bool = True) -> SourceOptions:
     if not data.is_dir():
         return SourceOptions()
     options = SourceOptions(exclude=prose_excludes())
-    left = [e["path"] for e in walk(data, [], options.exclude)[1] if e["reason"] == EXCLUDED]
+    files, skipped = walk(data, [], options.exclude)
+    left = [e["path"] for e in skipped if e["reason"] == EXCLUDED]
+    if left and not files:  # it said "check --include/--exclude", options profile has not
+        raise UserError(
+            f"--data {data} holds no text to profile: its files are a corpus's notes or files of records "
+            f"({some(left)}); give a folder of text files, or a token store ingested from the records "
+            "(contextlab data ingest reads JSONL and Parquet)"
+        )
     if left and say:
         print(
             f"  data: {some(left)} left out of {data} (a corpus's own notes or files of records, not "
