@@ -257,3 +257,12 @@ def test_a_contextlm_with_an_encoder_averages_its_decoder_blocks_only():
     decoder = out.arrays["a_received"][0, 1:].mean(0)  # (T,) blocks 2 and 3
     np.testing.assert_allclose(blocks["received"], decoder, rtol=1e-6)
     assert not np.allclose(out.arrays["a_received"][0].mean(0), decoder, rtol=1e-3)
+
+
+def test_two_models_of_other_contexts_read_rows_of_the_smaller_by_default(byte_store):
+    """The rows defaulted to model A's context, so a B of a shorter one was refused where a profile of
+    the same two models measures at the smaller context."""
+    a, b = byte_adapter(tiny_gpt(context=128)), byte_adapter(tiny_gpt(1, context=64))
+    r = run(a, Options(rows=2), data=str(byte_store.path), compare=b, progress=False).results
+    assert r["length"] == 64
+    assert run(a, Options(rows=2), data=str(byte_store.path), progress=False).results["length"] == 128

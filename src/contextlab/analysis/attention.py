@@ -261,7 +261,9 @@ def collect(adapter, tokens: np.ndarray, sample_row: int = 0, progress: bool = T
 @dataclass
 class Options:
     rows: int = opt(256, "rows (pieces of held-out documents) to average over; 0 = all that qualify")
-    length: int = opt(0, "tokens per row (documents shorter are skipped); 0 = model A's context")
+    length: int = opt(
+        0, "tokens per row (documents shorter are skipped); 0 = the model's context (the smaller of two)"
+    )
     pieces_per_doc: int = opt(1, "consecutive rows cut from one long document at most; 0 = as many as fit")
     chunk: int = opt(0, "chunk size of the per-chunk percent change; 0 = the ContextLM's w (4 if none)")
     per_layer: bool = opt(False, "plot every layer's attention received, not only the average")
@@ -284,13 +286,14 @@ class Rows:
     data: dict  # what was read: store and hash, or the text's hash
 
 
-def read_rows(adapter, options: Options, data: str | None, text: str | None) -> Rows:
-    """The rows to analyse: pieces of the store's documents (as ``contextwise`` cuts them) or the text."""
+def read_rows(adapter, options: Options, data: str | None, text: str | None, length: int = 0) -> Rows:
+    """The rows to analyse: pieces of the store's documents (as ``contextwise`` cuts them) or the text;
+    ``length`` the default tokens per row (0: the model's context) when --length is not given."""
     from contextlab.eval.base import open_store
     from contextlab.eval.contextwise import sequences
     from contextlab.eval.results import text_hash
 
-    L = options.length or adapter.context
+    L = options.length or length or adapter.context
     if (data is None) == (text is None):
         raise UserError("give the rows to analyse: --data STORE or --text TEXT (one of them)")
     if text is not None and options.split == "run":
@@ -383,12 +386,13 @@ def run(
 
     models = _models(adapter, compare)
     adapters = [adapter] + ([compare] if compare is not None else [])
-    rows = read_rows(adapter, options, data, text)
+    # both models read the rows: by default the smaller context, as a profile measures
+    rows = read_rows(adapter, options, data, text, length=min(a.context for a in adapters))
     N, T = rows.tokens.shape
     if not 0 <= options.sample_row < N:
         raise UserError(f"--sample-row {options.sample_row} is not one of the {N} rows; choose 0..{N - 1}")
     for a in adapters:
-        a.check_length(T, "the rows", "lower --length")
+        a.check_length(T, "the rows", "lower --length")  # a given --length may pass a context
     w = chunk_size(options, models)
     collected = [collect(a, rows.tokens, options.sample_row, progress) for a in adapters]
     blocks = [arr["blocks"] for arr, _ in collected]
