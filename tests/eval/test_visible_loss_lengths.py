@@ -81,3 +81,6 @@ def test_the_chance_level_counts_the_candidates_the_task_built(capsys):
     assert visible.candidates_per_sample(samples, default) == 4
     out = visible.run(adapter, visible.Options(task="kv", visible=[1.0]), None)
     assert out.results["points"][0]["chance"] == 0.25
+    summary = out.results["summary"]  # the headline carries its interval, n and chance
+    assert summary["chance"] == 0.25 and summary["n"] == len(samples)
+    assert summary["value_full_context_ci95"] == out.results["points"][0]["likelihood_accuracy_ci95"]

@@ -215,7 +215,14 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             "metric": metric,
             "best_visible": best["visible"],
             "best_value": best[metric],
+            **({"best_value_ci95": best[f"{metric}_ci95"]} if f"{metric}_ci95" in best else {}),
             "value_full_context": points[-1][metric],
+            **(
+                {"value_full_context_ci95": points[-1][f"{metric}_ci95"], "n": points[-1]["n"]}
+                if f"{metric}_ci95" in points[-1]
+                else {}
+            ),
+            **({"chance": points[-1]["chance"]} if "chance" in points[-1] else {}),
             **(
                 {}
                 if gain is None
