@@ -409,3 +409,15 @@ def test_visible_icl_defaults_to_the_most_shots_that_fit_the_context():
         longer and max(len(s.prompt) for s in icl.build_prompts(adapter, train, test, longer[0], 0)) + 4 > 300
     )
     assert visible._icl_shots(adapter, train, test, 32)[0] == 32  # given: kept (a warning says it runs past)
+
+
+def test_a_default_length_too_short_for_the_task_is_said(capsys):
+    """niah and passkey dropped the quarter-context length on a short context without a word."""
+    lengths = tasks.prompt_lengths("passkey", 256, None, room=10, shortest=100)
+    assert lengths == [118, 246]  # 0.5 and 1.0 of 256 less the room; 0.25 (54) is too short
+    assert capsys.readouterr().err == (
+        "note: passkey: the default length at 0.25 of the 256-token context is shorter than the task's "
+        "fixed text (100 tokens at least) and left out; measuring 118, 246\n"
+    )
+    assert tasks.prompt_lengths("passkey", 1024, None, room=10, shortest=100) == [246, 502, 1014]
+    assert capsys.readouterr().err == ""

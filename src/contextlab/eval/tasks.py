@@ -70,6 +70,17 @@ def prompt_lengths(task: str, context: int, given, room: int, shortest: int) -> 
     lengths = default_lengths(context, DEFAULT_FRACTIONS, room, shortest)
     if not lengths:
         raise no_default_length(task, context, room, shortest)
+    short = [f for f in DEFAULT_FRACTIONS if int(f * context) - room < shortest]
+    if short:  # a default length left out: said, so the lengths measured are no surprise
+        import sys
+
+        print(
+            f"note: {task}: the default length{'s' * (len(short) != 1)} at "
+            f"{', '.join(f'{f:g}' for f in short)} of the {context:,}-token context "
+            f"{'are' if len(short) != 1 else 'is'} shorter than the task's fixed text ({shortest:,} tokens "
+            f"at least) and left out; measuring {', '.join(f'{n:,}' for n in lengths)}",
+            file=sys.stderr,
+        )
     return lengths
 
 
