@@ -157,6 +157,12 @@ def resolve_checkpoint(path: PathLike, step: int | None = None) -> Path:
     """A run directory (+ optional step) or a checkpoint directory -> the checkpoint directory."""
     path = Path(path)
     if is_checkpoint(path):
+        own = checkpoint_step(path)
+        if step is not None and own is not None and step != own:  # it was ignored in silence
+            raise UserError(
+                f"{path} is the checkpoint of step {own}, and --step {step} asks for another; give the run "
+                f"folder {run_of(path)} with --step {step}, or leave --step out"
+            )
         return path
     if not path.exists():
         raise UserError(f"run or checkpoint not found: {path}")
@@ -170,6 +176,12 @@ def resolve_checkpoint(path: PathLike, step: int | None = None) -> Path:
             f"{path} has no checkpoint at step {step}; available: {', '.join(map(str, sorted(found)))}"
         )
     return found[step]
+
+
+def checkpoint_step(ckpt: PathLike) -> int | None:
+    """The step of a checkpoint folder, from its name ``step_NNNNNN`` (None for another name)."""
+    m = re.fullmatch(r"step_(\d+)", Path(ckpt).name)
+    return int(m.group(1)) if m else None
 
 
 def read_checkpoint_state(ckpt: PathLike) -> dict:

@@ -78,6 +78,14 @@ def open_model(
     p = _existing(path)
     if is_hf_folder(p):  # its config.json says export or any causal LM: read once, in _read_folder
         model, tok, info = _read_folder(p)
+        if step is not None and step != info.step:  # --step was ignored in silence
+            which = (
+                f"an export of step {info.step}" if info.step is not None else "a Hugging Face model folder"
+            )
+            raise UserError(
+                f"{path} is {which}, which holds one set of weights; --step {step} picks a checkpoint of a "
+                "run: give the run folder with --step, or leave --step out"
+            )
     else:
         model, tok, info = _open_checkpoint(read_checkpoint(p, step), p)
     info.id = str(path)

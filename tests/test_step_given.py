@@ -1,0 +1,26 @@
+"""``--step`` names a checkpoint of a run; given with a checkpoint folder of another step, or with an
+export (one set of weights), it was ignored in silence (an evaluation of step 40 recorded as asked
+for step 60). Both are one line now."""
+
+from __future__ import annotations
+
+import pytest
+
+from contextlab.cli import main
+from contextlab.data.tokenizers import ByteTokenizer
+from contextlab.errors import UserError
+from contextlab.inference.open import open_model
+from contextlab.rundir import resolve_checkpoint
+from contextlab.train.checkpoint import write_untrained_run
+from tests.eval.conftest import tiny_gpt
+
+
+def test_a_step_other_than_the_checkpoint_given_is_refused(tmp_path):
+    ckpt = write_untrained_run(tmp_path / "run", tiny_gpt(0, context=32), ByteTokenizer(), note="test")
+    assert resolve_checkpoint(ckpt) == resolve_checkpoint(ckpt, 0) == ckpt
+    with pytest.raises(UserError, match=r"is the checkpoint of step 0, and --step 60 asks for another; give"):
+        resolve_checkpoint(ckpt, 60)
+    assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "hf")]) == 0
+    open_model(tmp_path / "hf")
+    with pytest.raises(UserError, match=r"is an export of step 0, which holds one set of weights; --step 60"):
+        open_model(tmp_path / "hf", step=60)
