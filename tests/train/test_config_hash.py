@@ -113,3 +113,15 @@ def test_the_first_difference_is_named_with_both_values():
     key, before, now = first_difference(base, options)
     assert (key, shown(before), shown(now)) == ("objective.options.n", "(not set)", "4")
     assert shown("") == '""' and shown(True) == "true" and shown(None) == "null"
+
+
+def test_objective_options_compare_as_the_objective_reads_them():
+    """n_future = 4 written out (the default) or as "4" was refused on resume as another config."""
+    mtp = lambda **o: from_dict(RunConfig, {"objective": {"name": "mtp", "options": o}})
+    plain = mtp()
+    for same in (mtp(n_future=4), mtp(n_future="4")):
+        assert first_difference(plain, same) is None and config_hash(same) == config_hash(plain)
+    key, _, now = first_difference(plain, mtp(n_future=3))
+    assert (key, now) == ("objective.options.n_future", 3)
+    unread = from_dict(RunConfig, {"objective": {"name": "clm", "options": {"typo": 1}}})
+    assert first_difference(from_dict(RunConfig, {}), unread)[0] == "objective.options.typo"  # kept as given

@@ -426,11 +426,33 @@ def legacy_config_hash(cfg: RunConfig) -> str:
 
 
 def _hashed(cfg: RunConfig, free: set[tuple[str, str]] = RESUME_FREE) -> dict:
-    """The config as a dict of sections without the ``free`` keys (``RESUME_FREE``)."""
+    """The config as a dict of sections without the ``free`` keys (``RESUME_FREE``), its objective's
+    options as the objective reads them (``_options_read``)."""
     d = to_dict(cfg)
     for section, key in free:
         d[section].pop(key, None)
+    objective = d.get("objective") or {}
+    if objective.get("options"):
+        objective["options"] = _options_read(objective.get("name", ""), objective["options"])
     return d
+
+
+def _options_read(name: str, options: dict) -> dict:
+    """An objective's options as it reads them: values converted to their types and those equal to
+    the defaults left out, so that ``n_future = 4`` written out (the default) or ``"4"`` resumes a run
+    written without it (they were compared as written: refused as another config). Options the
+    objective does not read stay as given (its build refuses them)."""
+    from contextlab.objectives import OBJECTIVES
+
+    cls = OBJECTIVES.get(name)
+    try:
+        read = to_dict(from_dict(cls.Options, dict(options))) if cls is not None else None
+    except UserError:
+        read = None
+    if read is None:
+        return options
+    defaults = to_dict(cls.Options())
+    return {k: v for k, v in read.items() if v != defaults.get(k)}
 
 
 def _sha(d: dict) -> str:
