@@ -24,3 +24,20 @@ def test_a_step_other_than_the_checkpoint_given_is_refused(tmp_path):
     open_model(tmp_path / "hf")
     with pytest.raises(UserError, match=r"is an export of step 0, which holds one set of weights; --step 60"):
         open_model(tmp_path / "hf", step=60)
+
+
+def test_train_given_a_run_folder_and_an_empty_stop_string_are_one_line(tmp_path, capsys):
+    """`contextlab train RUN` ended in IsADirectoryError; `generate --stop ""` in an IndexError (or,
+    with --prompts, every completion empty)."""
+    ckpt = write_untrained_run(tmp_path / "run", tiny_gpt(0, context=32), ByteTokenizer(), note="test")
+    assert main(["train", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'run'} is a run folder, and contextlab train takes a config file (TOML)" in err
+    assert "resume a run with `contextlab train RUN/config.toml`" in err
+    assert main(["train", str(ckpt)]) == 2
+    assert "is a checkpoint, and contextlab train takes a config file" in capsys.readouterr().err
+    argv = ["generate", "--model", str(tmp_path / "run"), "--prompt", "ab", "--stop", ""]
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    assert "an empty --stop TEXT would stop every continuation at once" in capsys.readouterr().err

@@ -31,6 +31,8 @@ ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
 def stop_text(text: str) -> str:
     """--stop's TEXT with \\n, \\t and \\\\ read as a newline, a tab and one backslash (a shell passes
     "\\n" on as two characters); any other backslash stays as it is."""
+    if not text:  # an empty string is found in every text: every continuation would stop at once
+        raise argparse.ArgumentTypeError("an empty --stop TEXT would stop every continuation at once")
     return re.sub(r"\\([nt\\])", lambda m: ESCAPES[m.group(1)], text)
 
 

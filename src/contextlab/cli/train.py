@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import textwrap
+from pathlib import Path
 
 from contextlab.config import field_help, from_dict, read_toml
 from contextlab.errors import UserError
@@ -34,6 +35,15 @@ def load_run_config(config: str | None, sets: list[str]):
     from contextlab.data.training import data_context
     from contextlab.train.config import RunConfig, with_overrides
 
+    if config and Path(config).is_dir():  # a run folder or checkpoint: read_toml met a folder
+        from contextlab.rundir import CONFIG, is_checkpoint, is_run
+
+        what = "a checkpoint" if is_checkpoint(config) else "a run folder" if is_run(config) else "a folder"
+        hint = f"; its config is {Path(config) / CONFIG}" if (Path(config) / CONFIG).is_file() else ""
+        raise UserError(
+            f"{config} is {what}, and contextlab train takes a config file (TOML){hint}: resume a run with "
+            "`contextlab train RUN/config.toml`, or start from a checkpoint's weights with --init-from"
+        )
     data = with_overrides(read_toml(config) if config else {}, sets)  # a --set of rows_per_step wins
     cfg = from_dict(RunConfig, data)
     if "context" in (data.get("train") or {}) or not (cfg.data.packed or cfg.data.mixture):
