@@ -226,6 +226,8 @@ def from_dict(cls: type[T], data: dict, prefix: str = "") -> T:
         if key not in names:
             valid = ", ".join(sorted(names))
             where = f" under '{prefix}'" if prefix else ""
+            if not names:
+                raise UserError(f"unknown config key '{full}': {prefix or 'this'} takes no keys")
             raise UserError(f"unknown config key '{full}' (valid keys{where}: {valid})")
         kwargs[key] = _coerce(value, hints[key], full)
     try:

@@ -3,6 +3,7 @@ later with a default changes no hash; hashes written by the rule before it still
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from contextlab.config import from_dict, opt
@@ -125,3 +126,26 @@ def test_objective_options_compare_as_the_objective_reads_them():
     assert (key, now) == ("objective.options.n_future", 3)
     unread = from_dict(RunConfig, {"objective": {"name": "clm", "options": {"typo": 1}}})
     assert first_difference(from_dict(RunConfig, {}), unread)[0] == "objective.options.typo"  # kept as given
+
+
+def test_objective_options_out_of_range_are_refused_before_the_run_folder_exists():
+    """mlm mask_rate 1.5 and fim fim_rate 2 trained; prefix_lm min > max failed at the first batch."""
+    import pytest
+
+    from contextlab.errors import UserError
+    from contextlab.train.config import check_values
+
+    bad = {
+        "mlm": ({"mask_rate": 1.5}, "mlm needs 0 < mask_rate < 1"),
+        "fim": ({"fim_rate": 2}, "fim needs fim_rate, spm_rate in [0, 1]"),
+        "prefix_lm": (
+            {"min_prefix": 0.8, "max_prefix": 0.2},
+            "prefix_lm needs 0 <= min_prefix <= max_prefix",
+        ),
+        "span": ({"noise_density": 0}, "span needs 0 < noise_density < 1"),
+        "clm": ({"x": 1}, "unknown config key 'objective.options.x': objective.options takes no keys"),
+    }
+    for name, (options, said) in bad.items():
+        with pytest.raises(UserError, match=re.escape(said)):
+            check_values(from_dict(RunConfig, {"objective": {"name": name, "options": options}}))
+    check_values(from_dict(RunConfig, {"objective": {"name": "fim", "options": {"fim_rate": 1.0}}}))

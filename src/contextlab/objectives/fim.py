@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from contextlab.config import opt
+from contextlab.errors import UserError
 from contextlab.models.special_tokens import FIM_SENTINELS
 from contextlab.objectives.base import Batch, Objective
 
@@ -65,6 +66,13 @@ class FIM(Objective):
         fim_rate: float = opt(0.5, "probability that a document is rearranged")
         spm_rate: float = opt(0.5, "of the rearranged documents, probability of SPM instead of PSM")
         min_doc_tokens: int = opt(8, "documents shorter than this (in the row) stay as they are")
+
+        def __post_init__(self):
+            if not (0 <= self.fim_rate <= 1 and 0 <= self.spm_rate <= 1) or self.min_doc_tokens < 1:
+                raise UserError(
+                    f"fim needs fim_rate, spm_rate in [0, 1] and min_doc_tokens >= 1 (got {self.fim_rate}, "
+                    f"{self.spm_rate}, {self.min_doc_tokens})"
+                )
 
     def transform(self, tokens: Tensor, doc_ids: Tensor | None, generator=None) -> Tensor:
         """Rows (B, L) -> rows with FIM applied per document (same shape)."""

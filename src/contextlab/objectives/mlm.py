@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from contextlab.config import opt
+from contextlab.errors import UserError
 from contextlab.models.masks import AttentionMask
 from contextlab.objectives.base import Batch, Objective
 
@@ -70,6 +71,17 @@ class MLM(Objective):
         mask_rate: float = opt(0.15, "fraction of the tokens of each row to predict")
         mask_frac: float = opt(0.8, "of those, fraction replaced by [MASK]")
         random_frac: float = opt(0.1, "of those, fraction replaced by a random token (the rest stay)")
+
+        def __post_init__(self):
+            if not (0 < self.mask_rate < 1 and 0 <= self.mask_frac <= 1 and 0 <= self.random_frac <= 1):
+                raise UserError(
+                    f"mlm needs 0 < mask_rate < 1, mask_frac, random_frac in [0, 1] (got {self.mask_rate}, "
+                    f"{self.mask_frac}, {self.random_frac})"
+                )
+            if self.mask_frac + self.random_frac > 1:
+                raise UserError(
+                    f"mlm's mask_frac + random_frac is {self.mask_frac + self.random_frac:g}; at most 1"
+                )
 
     def prepare(self, tokens: Tensor, doc_ids: Tensor | None = None) -> Batch:
         o = self.options

@@ -54,6 +54,13 @@ class PrefixLM(Objective):
         min_prefix: float = opt(0.1, "shortest prefix, as a fraction of the row")
         max_prefix: float = opt(0.9, "longest prefix, as a fraction of the row")
 
+        def __post_init__(self):
+            if not 0 <= self.min_prefix <= self.max_prefix <= 1:
+                raise UserError(
+                    f"prefix_lm needs 0 <= min_prefix <= max_prefix <= 1 (got {self.min_prefix}, "
+                    f"{self.max_prefix})"
+                )
+
     def prepare(self, tokens: Tensor, doc_ids: Tensor | None = None) -> Batch:
         x, y = tokens[:, :-1], tokens[:, 1:]  # (B, T)
         B, T = x.shape

@@ -146,6 +146,13 @@ class SpanCorruption(Objective):
         mean_span: float = opt(3.0, "mean length of a corrupted span")
         n_sentinels: int = opt(100, "sentinel tokens <extra_id_i> added to the vocabulary (T5: 100)")
 
+        def __post_init__(self):
+            if not 0 < self.noise_density < 1 or self.mean_span < 1 or self.n_sentinels < 1:
+                raise UserError(
+                    f"span needs 0 < noise_density < 1, mean_span >= 1 and n_sentinels >= 1 (got "
+                    f"{self.noise_density}, {self.mean_span}, {self.n_sentinels})"
+                )
+
     @property
     def special_tokens(self) -> tuple[str, ...]:
         return tuple(f"<extra_id_{i}>" for i in range(self.options.n_sentinels))

@@ -287,7 +287,13 @@ def check_values(cfg: RunConfig) -> None:
         if not allowed(value):
             raise UserError(f"{section}.{key} is {value}; it must be {what}")
     from contextlab.models.gpt import SIZES
+    from contextlab.objectives import OBJECTIVES
 
+    cls = OBJECTIVES.get(cfg.objective.name)
+    if (
+        cls is not None
+    ):  # its options' names and values, before the run folder exists (not at the first batch)
+        from_dict(cls.Options, dict(cfg.objective.options), prefix="objective.options")
     if cfg.model.size not in SIZES:
         raise UserError(f"unknown model size {cfg.model.size!r}; choose one of: {', '.join(SIZES)}")
 
