@@ -253,6 +253,7 @@ def test_sigterm_ends_a_command_like_ctrl_c_leaving_no_lock(tiny_runs, tmp_path)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 143, (tmp_path / "stderr.txt").read_text()[-4000:]
     assert not lock.exists() and not (out / "passkey.json").exists()
+    assert "contextlab eval: terminated (SIGTERM)" in (tmp_path / "stderr.txt").read_text()  # not silence
 
 
 def test_icl_and_mqar_data_are_checked_before_the_model_loads(

@@ -434,3 +434,25 @@ def test_a_validation_of_few_documents_is_said_to_be_few(tmp_path, capsys):
     assert data.val_documents == 5 and data.val_rows_total == len(data.val_rows) < 1024  # all 5, whole
     train(cfg)
     assert "validation loss is read on" not in capsys.readouterr().out
+
+
+def test_sigterm_during_training_says_where_the_rerun_goes_on(store, tmp_path, monkeypatch, capsys):
+    """SIGTERM (a scheduler's stop) ended a run in silence where Ctrl-C said which checkpoint the rerun
+    resumes from; both say it now."""
+    import contextlab.cli as cli
+
+    run = tmp_path / "run"
+    real = ckpt._write_files
+
+    def stopped(tmp, *args):
+        if tmp.name == ".step_000008.tmp":
+            raise SystemExit(143)  # what the command line's SIGTERM handler raises
+        real(tmp, *args)
+
+    monkeypatch.setattr(ckpt, "_write_files", stopped)
+    monkeypatch.setattr(cli, "_TERMINATING", [15])
+    with pytest.raises(SystemExit):
+        cli._run(lambda argv: train(config(store, run, max_steps=12)), "train", [])
+    err = capsys.readouterr().err
+    assert "contextlab train: terminated (SIGTERM); run the same command again: " in err
+    assert "step_000004" in err and kept(run) == [4]

@@ -218,6 +218,11 @@ def _run(fn: Command, name: str, argv: list[str]) -> int:
         again = f": {exc.rerun}" if hasattr(exc, "rerun") else " to resume"
         print(f"\ncontextlab {name}: interrupted; run the same command again{again}", file=sys.stderr)
         return 130
+    except SystemExit as exc:  # SIGTERM (a scheduler, `timeout`): said as Ctrl-C is (it ended in silence)
+        if _TERMINATING:
+            again = f"; run the same command again: {exc.rerun}" if hasattr(exc, "rerun") else ""
+            print(f"\ncontextlab {name}: terminated (SIGTERM){again}", file=sys.stderr)
+        raise
     except Exception as exc:  # a file-system error from any layer (OSError, or a library's own type)
         line = disk_error_line(exc) or memory_error_line(exc, name)
         if line is None:

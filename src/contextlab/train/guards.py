@@ -58,8 +58,8 @@ def guard_run(run_dir: Path, info: D.DistInfo) -> Iterator[None]:
             raise UserError(f"rank 0 refused to start the run in {run_dir}; see its message")
         try:
             yield
-        except KeyboardInterrupt as exc:  # the command line's "interrupted" line says where a rerun goes on
-            exc.rerun = rerun_goes_on(run_dir)  # type: ignore[attr-defined]
+        except (KeyboardInterrupt, SystemExit) as exc:  # Ctrl-C, or SIGTERM's exit: the command line's
+            exc.rerun = rerun_goes_on(run_dir)  # type: ignore[attr-defined]  # line says where a rerun goes on
             raise
         except OSError as exc:
             if exc.errno not in FULL_DISK:
