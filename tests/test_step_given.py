@@ -41,3 +41,15 @@ def test_train_given_a_run_folder_and_an_empty_stop_string_are_one_line(tmp_path
         main(argv)
     assert e.value.code == 2
     assert "an empty --stop TEXT would stop every continuation at once" in capsys.readouterr().err
+
+
+def test_sampling_flags_at_temperature_zero_are_said_to_change_nothing(tmp_path, capsys):
+    write_untrained_run(tmp_path / "run", tiny_gpt(0, context=32), ByteTokenizer(), note="test")
+    argv = ["generate", "--model", str(tmp_path / "run"), "--prompt", "ab", "--max-new-tokens", "2"]
+    assert main([*argv, "--top-k", "5", "--seed", "1"]) == 0
+    assert (
+        "note: --top-k, --seed shape sampling, and --temperature 0 decodes greedily"
+        in capsys.readouterr().err
+    )
+    assert main([*argv, "--temperature", "0.8", "--top-k", "5", "--seed", "1"]) == 0
+    assert "note:" not in capsys.readouterr().err
