@@ -314,7 +314,7 @@ def cmd_generate(argv: list[str]) -> int:
     body = "".join(r + "\n" for r in rows)
     if args.out:
         atomic_write_text(args.out, body)
-        print(f"wrote {len(rows)} continuations to {args.out}", file=sys.stderr)
+        print(f"wrote {len(rows)} continuation{'s' * (len(rows) != 1)} to {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(body)
     return 0

@@ -44,7 +44,13 @@ def export_checkpoint(
     progress: bool = False,
 ) -> Path:
     from contextlab import bars
+    from contextlab.rundir import is_hf_folder
 
+    if is_hf_folder(run_or_ckpt):  # it said "has no checkpoints ... train first"
+        raise UserError(
+            f"{run_or_ckpt} is already a Hugging Face model folder (an export, or a model of its own); "
+            "export takes a contextlab run or checkpoint; copy the folder to have another"
+        )
     hide = None if progress else True  # None: tqdm shows the bar only when stderr is a terminal
     with bars.bar(total=2, desc="export: read the checkpoint", unit="step", leave=False, disable=hide) as bar:
         ckpt = read_checkpoint(run_or_ckpt, step)
