@@ -53,3 +53,12 @@ def test_sampling_flags_at_temperature_zero_are_said_to_change_nothing(tmp_path,
     )
     assert main([*argv, "--temperature", "0.8", "--top-k", "5", "--seed", "1"]) == 0
     assert "note:" not in capsys.readouterr().err
+
+
+def test_exporting_an_export_says_what_it_is(tmp_path, capsys):
+    write_untrained_run(tmp_path / "run", tiny_gpt(0, context=32), ByteTokenizer(), note="test")
+    assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "hf")]) == 0
+    assert main(["export", str(tmp_path / "hf"), "--out", str(tmp_path / "hf2")]) == 2
+    assert (
+        "is already a Hugging Face model folder (an export, or a model of its own)" in capsys.readouterr().err
+    )
