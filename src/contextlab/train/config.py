@@ -345,7 +345,7 @@ def first_difference(before: RunConfig, now: RunConfig) -> tuple[str, Any, Any] 
     """The first key, in the config's own order, whose value differs between two run configs
     (``RESUME_FREE`` keys left out; objective options key by key): (``section.key``, its value
     before, its value now); None when they agree."""
-    return _first_difference(_hashed(before), _hashed(now), "")
+    return _first_difference(_hashed(before, read=True), _hashed(now, read=True), "")
 
 
 def _first_difference(a: Any, b: Any, prefix: str) -> tuple[str, Any, Any] | None:
@@ -431,14 +431,15 @@ def legacy_config_hash(cfg: RunConfig) -> str:
     return _sha(d)
 
 
-def _hashed(cfg: RunConfig, free: set[tuple[str, str]] = RESUME_FREE) -> dict:
-    """The config as a dict of sections without the ``free`` keys (``RESUME_FREE``), its objective's
-    options as the objective reads them (``_options_read``)."""
+def _hashed(cfg: RunConfig, free: set[tuple[str, str]] = RESUME_FREE, read: bool = False) -> dict:
+    """The config as a dict of sections without the ``free`` keys (``RESUME_FREE``); with ``read``, its
+    objective's options as the objective reads them (``_options_read``: for comparing two configs; the
+    hashes keep the options as written, so that every recorded hash stays what it was)."""
     d = to_dict(cfg)
     for section, key in free:
         d[section].pop(key, None)
     objective = d.get("objective") or {}
-    if objective.get("options"):
+    if read and objective.get("options"):
         objective["options"] = _options_read(objective.get("name", ""), objective["options"])
     return d
 
