@@ -467,6 +467,13 @@ def test_a_pack_packed_again_since_the_run_trained_is_refused(project, tmp_path)
         UserError, match=r"cannot resume from step_\d+: data.packed .* holds other content than"
     ):
         train(_config(tmp_path / "run", packed=str(tmp_path / "p"), mode="packed"))
+    # a run that held out a data.val_store reads that store, whatever became of its pack
+    train(
+        _config(tmp_path / "vs", packed=str(tmp_path / "p"), mode="packed", val_store=str(project / "other"))
+    )
+    assert main([*args, "--val-fraction", "0.1", "--overwrite"]) == 0
+    other = TokenStore(project / "other")
+    assert len(heldout.documents(other, str(tmp_path / "vs"), "run")[0]) == other.n_docs
 
 
 def test_without_data_the_store_of_the_first_run_or_the_reason_there_is_none(project, tmp_path, capsys):

@@ -157,7 +157,6 @@ def documents(store, model: str, split: str, whole: bool = False, of: str = "") 
     data, recorded = _config(source), _recorded(source)
     fraction, seed = float(data.get("val_fraction", 0.02)), int(data.get("split_seed", 0))
     packed = [_resolve(str(p), source) for p in _packed_paths(data)]
-    _packed_unchanged(data, packed, recorded, source)
     if data.get("val_store"):
         if not _is(store, "val_store", data, recorded, source):
             raise UserError(
@@ -167,6 +166,7 @@ def documents(store, model: str, split: str, whole: bool = False, of: str = "") 
             )
         view, how = all_documents(store), "its validation store, data.val_store: every document"
     elif data.get("mixture"):
+        _packed_unchanged(data, packed, recorded, source)
         view, parts, by_documents = _packed_heldout(
             store, _packed_from(store, packed, source), source, fraction, seed, whole
         )
@@ -184,6 +184,7 @@ def documents(store, model: str, split: str, whole: bool = False, of: str = "") 
             f"--split run reads the run's own store (leave --data out), or pass {NEVER_SAW}"
         )
     elif data.get("packed"):
+        _packed_unchanged(data, packed, recorded, source)
         view, parts, by_documents = _packed_heldout(store, packed, source, fraction, seed, whole)
         how = (
             parts
