@@ -203,3 +203,12 @@ def test_set_names_a_table_and_sets_grid_axes(tmp_path, store, capsys):  # noqa:
         "name-span__seed-0",
         "name-span__seed-1",
     ]
+
+
+def test_an_evaluation_written_elsewhere_is_found_there(tmp_path, store):  # noqa: F811
+    """With --out in eval_args the result is not in RUN/eval: the sweep looked for it there and ran the
+    evaluation again at every call."""
+    args = 'eval_args = { ppl = ["--out", "{run}/mine"] }'
+    f = _objectives(tmp_path, store, '["ppl"]', args)
+    _, runs = load_sweep(f)
+    assert runner._eval_files(runs[0]) == {"ppl": runs[0].dir / "mine" / "ppl.json"}

@@ -133,8 +133,16 @@ def why_run(section: SweepSection, step: Step, runner: StepRunner, run: Run) -> 
 
 
 def _eval_files(run: Run) -> dict[str, Path]:
-    """Each evaluation's result file, by name (where ``contextlab eval NAME --model RUN`` writes it)."""
-    return {name: run.dir / "eval" / f"{name}.json" for name, _ in run.evals}
+    """Each evaluation's result file, by name: where ``contextlab eval NAME --model RUN`` writes it,
+    ``RUN/eval/NAME.json``, or under the ``--out`` its eval_args give."""
+    files = {}
+    for name, args in run.evals:
+        given = [format_arg(a, run) for a in args]
+        out = next((a.split("=", 1)[1] for a in given if a.startswith("--out=")), None)
+        if "--out" in given[:-1]:
+            out = given[given.index("--out") + 1]
+        files[name] = (Path(out) if out else run.dir / "eval") / f"{name}.json"
+    return files
 
 
 def _file_digest(path: Path) -> str | None:
