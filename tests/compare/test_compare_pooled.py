@@ -93,8 +93,12 @@ def test_a_repeated_pair_a_pair_of_one_model_and_swapped_pairs_are_refused(tmp_p
     assert main(_argv(pairs, tmp_path / "o3")) == 2
     err = capsys.readouterr().err
     assert "pair 2 compares train.context 128 with 64 where pair 1 compares 64 with 128: its A and B" in err
-    (a2 / "config.toml").write_text(f'[train]\ncontext = 64\nout_dir = "{a2}"\n')  # the same setups
-    (b2 / "config.toml").write_text(f'[train]\ncontext = 128\nout_dir = "{b2}"\n')
+    # the same setups; the pairs ran with other threads (a key that changes no number: not read)
+    (a2 / "config.toml").write_text(f'[train]\ncontext = 64\nthreads = 2\nout_dir = "{a2}"\n')
+    (b2 / "config.toml").write_text(f'[train]\ncontext = 128\nthreads = 1\nout_dir = "{b2}"\n')
+    for run, threads in ((a1, 1), (b1, 2)):
+        text = (run / "config.toml").read_text()
+        (run / "config.toml").write_text(text.replace("[train]\n", f"[train]\nthreads = {threads}\n"))
     assert main(_argv(pairs, tmp_path / "o4")) == 0
 
 

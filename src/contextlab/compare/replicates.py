@@ -121,7 +121,8 @@ def _check_same_contrast(docs: list[dict]) -> None:
 
 def _contrast(a: str | None, b: str | None) -> dict | None:
     """The config keys whose values differ between the runs of models ``a`` and ``b`` (dotted key ->
-    (value in a, value in b)), ``FREE_KEYS`` left out; None when either is no contextlab run."""
+    (value in a, value in b)), ``FREE_KEYS`` and the keys that change no number (threads, logging,
+    checkpoint cadence: ``RESUME_FREE``) left out; None when either is no contextlab run."""
     from contextlab.rundir import read_config, run_of
 
     if not a or not b:
@@ -132,8 +133,11 @@ def _contrast(a: str | None, b: str | None) -> dict | None:
         return None
     if not ca or not cb:
         return None
+    from contextlab.train.config import RESUME_FREE
+
     fa, fb = _flat(ca), _flat(cb)
-    keys = {k for k in fa.keys() | fb.keys() if k.split(".")[-1] not in FREE_KEYS}
+    free = {f"{section}.{key}" for section, key in RESUME_FREE}  # how a run ran, not what it computed
+    keys = {k for k in fa.keys() | fb.keys() if k.split(".")[-1] not in FREE_KEYS and k not in free}
     return {k: (fa.get(k), fb.get(k)) for k in keys if fa.get(k) != fb.get(k)}
 
 
