@@ -456,3 +456,23 @@ def test_sigterm_during_training_says_where_the_rerun_goes_on(store, tmp_path, m
     err = capsys.readouterr().err
     assert "contextlab train: terminated (SIGTERM); run the same command again: " in err
     assert "step_000004" in err and kept(run) == [4]
+
+
+def test_a_resume_whose_validation_rows_differ_from_the_recorded_ones_says_so(store, tmp_path, capsys):
+    """Another version may build a run's validation rows otherwise (the order of a pack's held-out
+    windows changed): the validation curve would jump at the resume with nothing said."""
+    import json
+
+    run = tmp_path / "run"
+    train(config(store, run, max_steps=4))
+    state_file = run / "checkpoints" / "step_000004" / "state.json"
+    state = json.loads(state_file.read_text())
+    state["data"]["validation_rows"] = "0" * 64  # as if recorded by a version that built other rows
+    state_file.write_text(json.dumps(state))
+    capsys.readouterr()
+    train(config(store, run, max_steps=8))
+    out = capsys.readouterr().out
+    assert "validation rows differ from those its checkpoints recorded (00000000 then," in out
+    assert "its validation losses from step_000004 on are of other rows" in out
+    train(config(store, run, max_steps=12))  # recorded again at step 8: the same rows, nothing said
+    assert "validation rows differ" not in capsys.readouterr().out

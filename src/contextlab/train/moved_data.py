@@ -124,7 +124,8 @@ def changed_in_place(was: dict | None, now: dict) -> list[str]:
         if same_place and old["content"] != new["content"]:
             out.append(
                 f"{key} {new['path']!r} holds other content than when the run was trained "
-                f"({old['content'][:12]} then, {new['content'][:12]} now: packed or ingested again)"
+                f"({old['content'][:12]} then, {new['content'][:12]} now: packed or ingested again, or the "
+                "path names another store from this folder)"
             )
     return out
 

@@ -91,6 +91,16 @@ def resume(tr) -> None:
         )
         for note in notes if tr.info.is_main else []:
             print(note)
+    was_rows, now_rows = (
+        (state.get("data") or {}).get("validation_rows"),
+        tr.data_record.get("validation_rows"),
+    )
+    if was_rows and was_rows != now_rows and tr.info.is_main:  # the curve would jump here unsaid
+        print(
+            f"note: {tr.run_dir}'s validation rows differ from those its checkpoints recorded "
+            f"({was_rows[:8]} then, {str(now_rows)[:8]} now: another version of contextlab builds them "
+            f"otherwise); its validation losses from {latest.name} on are of other rows"
+        )
     changed = moved_data.changed_in_place(state.get("data"), tr.data_record)
     if changed:
         raise UserError(

@@ -170,6 +170,7 @@ def _open_partial(out: Path, fp: str, overwrite: bool, cfg: PackConfig, store: T
         return "pack with another config or store"
 
     record = {"fingerprint": fp, "config": to_dict(cfg), "store": {"content_hash": store.hash}}
+    record.update(code_version=__version__, version=FORMAT_VERSION)  # said when only the format differs
     record["store"]["tokenizer_hash"] = store.tokenizer_hash
     partial, _ = open_partial(
         out,
