@@ -109,12 +109,25 @@ def long_text(src: Source, rel: str, path: Path) -> LongText | None:
     return text
 
 
+_BINARY_MAGIC = (
+    (b"PAR1", "a Parquet file"),
+    (b"\x1f\x8b", "gzip-compressed"),
+    (b"PK\x03\x04", "a zip archive"),
+)
+
+
 def decode(src: Source, data: bytes, label: str, rel: str, row: int | None = None) -> str | None:
     """UTF-8 decode under ``options.encoding``; None means skip the unit (named in ``skipped``)."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         if src.options.encoding == "strict":
+            kind = next((k for magic, k in _BINARY_MAGIC if data.startswith(magic)), None)
+            if kind is not None:  # another format under a text name: no --encoding reads it
+                raise UserError(
+                    f"{label} is {kind} (by its first bytes), not text; give it the extension of its "
+                    "format (.parquet, .gz) or leave it out"
+                ) from None
             raise UserError(
                 f"{label} is not valid UTF-8 (byte offset {e.start}); "
                 "use --encoding replace (or skip, latin-1)"

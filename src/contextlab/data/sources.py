@@ -413,7 +413,7 @@ class Source:
         parts = [
             f"{n} {what}"
             for n, what in (
-                (st.skipped_binary, "files were binary"),
+                (st.skipped_binary, "files were binary" if st.skipped_binary != 1 else "file was binary"),
                 (st.skipped_empty, "empty"),
                 (st.skipped_short, f"shorter than --min-chars {self.options.min_chars}"),
                 (st.skipped_no_text_field, f"rows without the field {self.options.text_field!r}"),
