@@ -212,3 +212,17 @@ def test_an_evaluation_written_elsewhere_is_found_there(tmp_path, store):  # noq
     f = _objectives(tmp_path, store, '["ppl"]', args)
     _, runs = load_sweep(f)
     assert runner._eval_files(runs[0]) == {"ppl": runs[0].dir / "mine" / "ppl.json"}
+
+
+def test_a_failed_runs_error_is_contextlabs_line_not_torchruns(tmp_path):
+    """Under torchrun the last line with 'error' was torchrun's link to its docs; the cause was above."""
+    from types import SimpleNamespace
+
+    (tmp_path / "sweep.log").write_text(
+        "contextlab train: error: rows per step (3) must split evenly over the 2 processes; set ...\n"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+        "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n"
+    )
+    assert runner._last_error(SimpleNamespace(dir=tmp_path)).startswith(
+        "contextlab train: error: rows per step (3) must split evenly"
+    )

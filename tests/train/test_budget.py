@@ -28,9 +28,13 @@ def test_batch_shape_splits_a_step_over_processes_and_micro_batches():
         batch_shape(TrainSection(context=32, tokens_per_step=500), 1)  # names the way out (a user at 8,191)
     with pytest.raises(UserError, match=r"rows_per_step=32 is the nearest \(16,352 tokens a step\)$"):
         batch_shape(TrainSection(context=511, tokens_per_step=16384), 1)  # a store packed at 511
-    with pytest.raises(UserError, match="split evenly over 3 processes"):
-        batch_shape(t, 3)
-    with pytest.raises(UserError, match="micro-batches of 3 rows"):
+    with pytest.raises(
+        UserError, match=r"split evenly over the 3 processes; set .* --set train.rows_per_step=15\)"
+    ):
+        batch_shape(t, 3)  # names the fix, not a micro-batch size the user never set
+    with pytest.raises(
+        UserError, match="micro-batches of train.micro_batch_rows=3; set train.micro_batch_rows"
+    ):
         batch_shape(TrainSection(context=32, tokens_per_step=512, micro_batch_rows=3), 1)
 
 

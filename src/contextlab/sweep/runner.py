@@ -79,7 +79,8 @@ def _last_error(run: Run) -> str:
         lines = (run.dir / "sweep.log").read_text(errors="replace").strip().splitlines()
     except OSError:
         return "no log"
-    errors = [line for line in lines if "error" in line.lower()]
+    own = [line for line in lines if line.startswith("contextlab") and "error:" in line]  # its one line
+    errors = own or [line for line in lines if "error" in line.lower() and "errors.html" not in line]
     return (errors or lines or ["failed"])[-1][-500:]
 
 

@@ -165,10 +165,16 @@ def batch_shape(t: TrainSection, world: int) -> tuple[int, int, int]:
         )
     micro = t.micro_batch_rows or rows // world
     per_rank = rows // max(1, world)
-    if rows % world or per_rank % micro:
+    if rows % world:
+        fit = max(world, rows // world * world)
         raise UserError(
-            f"rows per step ({rows}) must split evenly over {world} processes and micro-batches of "
-            f"{micro} rows"
+            f"rows per step ({rows}) must split evenly over the {world} processes; set "
+            f"train.rows_per_step to a multiple of {world} (e.g. --set train.rows_per_step={fit})"
+        )
+    if per_rank % micro:
+        raise UserError(
+            f"each process's {per_rank} rows per step must split into micro-batches of "
+            f"train.micro_batch_rows={micro}; set train.micro_batch_rows to a divisor of {per_rank}"
         )
     return rows, micro, per_rank // micro
 
