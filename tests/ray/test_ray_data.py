@@ -186,6 +186,7 @@ def _spy(run, seen: list):
         (["data", "pack", "S", "--out", "O", "--ray-cpus", "2"], "only apply with --ray"),
         (["data", "ingest", "S", "--out", "O", "--ray-parts", "3"], "only apply with --ray"),
         (["sweep", "S.toml", "--gpus-per-run", "1"], "need --ray"),
+        (["sweep", "S.toml", "--procs-per-run", "2", "--dry-run"], "need --ray"),  # a dry run too
     ],
 )
 def test_ray_options_that_cannot_apply_are_one_line(args, message, capsys):

@@ -16,7 +16,7 @@ def cmd_sweep(argv: list[str]) -> int:
     from contextlab.sweep.spec import check_data_paths, load_sweep
 
     args = _parser().parse_args(argv)
-    on_ray = None if args.dry_run else _ray_runs(args)  # options that cannot apply: one line first
+    on_ray = _ray_runs(args)  # options that cannot apply: one line first (a dry run too)
     section, runs = load_sweep(args.sweep, args.set)
     check_data_paths(runs)
     _check_eval_args(runs)
