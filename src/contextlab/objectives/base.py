@@ -29,9 +29,12 @@ Most objectives are "rewrite the batch, then cross-entropy": they implement
 ``prepare(tokens, doc_ids) -> Batch`` (model inputs, labels with -100 = no loss, the
 attention mask) and inherit ``forward``. Tests check ``prepare`` on hand-made rows.
 
-Randomness (masks, spans, FIM splits) comes from ``self.generator(device)``: the global
-torch RNG while training (the trainer saves and restores it, so resume stays exact) and a
-fixed-seed generator in eval mode, so every validation pass scores the same corruptions.
+Randomness (masks, spans, FIM splits) comes from the global torch RNG while training (the
+trainer saves and restores it, so resume stays exact). In eval mode every row draws from a
+generator of its own seeded by its tokens (``row_generators``, ``draw``), so every validation
+pass scores the same corruptions and a row's corruption does not depend on the rows batched with
+it: the validation loss is the same for any micro-batch size or number of processes (one
+generator for the batch gave 3.525 to 3.580 on the same 64 rows of an mlm model).
 """
 
 from __future__ import annotations
@@ -75,6 +78,14 @@ def masked_loss(logits: Tensor, labels: Tensor) -> Tensor:
         logits.float().reshape(-1, logits.shape[-1]), flat, ignore_index=-100, reduction="sum"
     )
     return total / (flat != -100).sum().clamp(min=1)
+
+
+def row_generator(row: Tensor, device) -> torch.Generator:
+    """A generator seeded by the tokens of ``row``: the same row draws the same in any batch."""
+    import hashlib
+
+    digest = hashlib.blake2b(row.detach().cpu().numpy().tobytes(), digest_size=8).digest()
+    return torch.Generator(device=device).manual_seed(int.from_bytes(digest, "little") & (2**63 - 1))
 
 
 @dataclass
@@ -124,6 +135,21 @@ class Objective(nn.Module):
         if self.training:
             return None
         return torch.Generator(device=device).manual_seed(1234)
+
+    def row_generators(self, rows: Tensor, device=None) -> list[torch.Generator] | None:
+        """None (the global RNG) while training; in eval mode a generator per row of ``rows`` (B, L),
+        seeded by that row's tokens, on ``device`` (default: the rows')."""
+        if self.training:
+            return None
+        return [row_generator(r, device or rows.device) for r in rows]
+
+    @staticmethod
+    def draw(gens: list[torch.Generator] | None, n: int, fn) -> Tensor:
+        """``fn(k, generator)`` for ``n`` rows: one call with the global RNG (``gens`` None), else one
+        call per row with its own generator, stacked along the first dimension."""
+        if gens is None:
+            return fn(n, None)
+        return torch.cat([fn(1, g) for g in gens])
 
     def arch_options(self) -> dict:
         """Architecture ``arch``'s options (ContextLM's chunk size...) from ``self.options``; {} for a GPT."""

@@ -75,18 +75,20 @@ class FIM(Objective):
                 )
 
     def transform(self, tokens: Tensor, doc_ids: Tensor | None, generator=None) -> Tensor:
-        """Rows (B, L) -> rows with FIM applied per document (same shape)."""
+        """Rows (B, L) -> rows with FIM applied per document (same shape). ``generator``: one for all
+        rows (None: the global RNG), or a list of one per row."""
         o = self.options
         pre, suf, mid = (self.special_ids[n] for n in (PRE, SUF, MID))
         rows = tokens.tolist()
         docs = doc_ids.tolist() if doc_ids is not None else [None] * len(rows)
         out = []
-        for row, row_docs in zip(rows, docs):
+        gens = generator if isinstance(generator, list) else [generator] * len(rows)
+        for row, row_docs, gen in zip(rows, docs, gens):
             new = list(row)
             for start, end in document_runs(row_docs, row, self.eot_id):
                 stop = end - 1 if (self.eot_id is not None and row[end - 1] == self.eot_id) else end
                 n = stop - start
-                draw = torch.rand(4, generator=generator).tolist()  # apply?, spm?, two cut points
+                draw = torch.rand(4, generator=gen).tolist()  # apply?, spm?, two cut points
                 if n < max(self.options.min_doc_tokens, 4) or draw[0] >= o.fim_rate:
                     continue
                 m = n - 3
@@ -98,7 +100,7 @@ class FIM(Objective):
         return torch.tensor(out, dtype=tokens.dtype, device=tokens.device)
 
     def prepare(self, tokens: Tensor, doc_ids: Tensor | None = None) -> Batch:
-        seq = self.transform(tokens, doc_ids, self.generator(torch.device("cpu")))
+        seq = self.transform(tokens, doc_ids, self.row_generators(tokens, torch.device("cpu")))
         x, y = seq[:, :-1], seq[:, 1:]
         mask = self.attn_mask(None if doc_ids is None else doc_ids[:, :-1])
         return Batch(x, y, mask, is_causal=True)

@@ -87,11 +87,13 @@ class MLM(Objective):
         o = self.options
         x = tokens[:, :-1]  # (B, T)
         B, T = x.shape
-        g = self.generator(x.device)
+        gens, dev = self.row_generators(x), x.device  # None while training: the global RNG
         n = max(1, round(o.mask_rate * T))
-        selected = select_positions(B, T, n, g, x.device)
-        action = torch.rand(B, T, generator=g, device=x.device)
-        random_tokens = torch.randint(0, self.base_vocab, (B, T), generator=g, device=x.device)
+        selected = self.draw(gens, B, lambda k, g: select_positions(k, T, n, g, dev))
+        action = self.draw(gens, B, lambda k, g: torch.rand(k, T, generator=g, device=dev))
+        random_tokens = self.draw(
+            gens, B, lambda k, g: torch.randint(0, self.base_vocab, (k, T), generator=g, device=dev)
+        )
         inputs, labels = mlm_corrupt(
             x, selected, action, random_tokens, self.special_ids["[MASK]"], o.mask_frac, o.random_frac
         )

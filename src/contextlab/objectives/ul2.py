@@ -78,8 +78,9 @@ class UL2(Objective):
     def prepare(self, tokens: Tensor, doc_ids: Tensor | None = None) -> Batch:
         B, total = tokens.shape
         device = tokens.device
-        g = self.generator(device)
-        choice = torch.multinomial(self.probs.to(device), B, replacement=True, generator=g)  # (B,)
+        gens = self.row_generators(tokens)  # None while training: the global RNG
+        probs = self.probs.to(device)
+        choice = self.draw(gens, B, lambda k, g: torch.multinomial(probs, k, replacement=True, generator=g))
         sentinels = torch.tensor(
             [self.special_ids[f"<extra_id_{i}>"] for i in range(self.options.n_sentinels)],
             dtype=torch.long,
@@ -94,14 +95,17 @@ class UL2(Objective):
             if len(rows) == 0:
                 continue
             n = len(rows)
+            mine = None if gens is None else [gens[int(r)] for r in rows]  # each row's own generator
             lead = torch.full((n, 1), self.special_ids[f"[{kind}]"], dtype=tokens.dtype, device=device)
             if kind == "S":  # [S] + the first total-1 tokens, split at a uniform point
-                P = 1 + split_points(n, total - 1, 0.0, 1.0, g, device)  # mode token + >= 1 prefix token
+                P = 1 + self.draw(mine, n, lambda k, g: split_points(k, total - 1, 0.0, 1.0, g, device))
                 seq[rows] = torch.cat([lead, tokens[rows, : total - 1]], dim=1)
                 prefix[rows], n_targets[rows] = P, total - P
             else:
                 L, N, S = span_layout(total, density, mean, reserve=1)
-                noise = random_spans_noise_mask(n, L, N, S, g, device)
+                noise = self.draw(
+                    mine, n, lambda k, g, L=L, N=N, S=S: random_spans_noise_mask(k, L, N, S, g, device)
+                )
                 seq[rows], P, nt = span_sequence(tokens[rows, :L], noise, sentinels, eos, total, lead=lead)
                 prefix[rows], n_targets[rows] = P, nt
         return prefix_batch(seq, prefix, n_targets)
