@@ -122,8 +122,15 @@ def test_existing_output_rules(tmp_path):
     first = ingest(src, tmp_path / "s", IngestConfig(), progress=False)
     again = ingest(src, tmp_path / "s", IngestConfig(), progress=False)
     assert again.up_to_date and again.store.hash == first.store.hash
-    with pytest.raises(UserError, match="already holds a different token store"):
+    with pytest.raises(
+        UserError, match=r"already holds a different token store \(the same source .* another setting"
+    ):
         ingest(src, tmp_path / "s", IngestConfig(min_tokens=2), progress=False)
+    with pytest.raises(UserError, match=r"different token store \(exclude \[\] there, \['b.txt'\] now\)"):
+        ingest(src, tmp_path / "s", IngestConfig(source=SourceOptions(exclude=["b.txt"])), progress=False)
+    other_src = write_tree(tmp_path / "c2", {"a.txt": "alpha"})
+    with pytest.raises(UserError, match=r"different token store \(source .*c there, .*c2 now\)"):
+        ingest(other_src, tmp_path / "s", IngestConfig(), progress=False)
     before = np.fromfile(tmp_path / "s" / "tokens.bin", dtype=np.uint16)
     assert bytes(before.astype(np.uint8)) == b"alphabeta"  # untouched by the refused run
     rep = ingest(src, tmp_path / "s", IngestConfig(min_tokens=5), overwrite=True, progress=False)

@@ -166,7 +166,7 @@ def _ingest(
     src.check_encoding()  # strict: every undecodable file named before any work is done
     fingerprint = _fingerprint(src, config)
     if out.exists():
-        done = _existing_output(out, fingerprint, overwrite)
+        done = _existing_output(out, fingerprint, overwrite, src, config)
         if done is not None:
             return done
     pending = pending_finalize(partial_dir(out))
@@ -305,22 +305,40 @@ def _fingerprint(src, config: IngestConfig) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _existing_output(out: Path, fingerprint: str, overwrite: bool) -> IngestReport | None:
-    """An up-to-date store is returned as is; another store needs --overwrite; a folder holding anything
-    else is refused either way (``refuse_non_store``: --overwrite replaces only a token store)."""
+def _existing_output(
+    out: Path, fingerprint: str, overwrite: bool, src, config: IngestConfig
+) -> IngestReport | None:
+    """An up-to-date store is returned as is; another store needs --overwrite, naming what differs; a
+    folder holding anything else is refused either way (``refuse_non_store``: --overwrite replaces
+    only a token store)."""
     if is_store(out):
         store = TokenStore(out)
         if store.meta.get("ingest_fingerprint") == fingerprint and not overwrite:
             return _report_of(store, up_to_date=True)
         if not overwrite:
             raise UserError(
-                f"{out} already holds a different token store (source "
-                f"{store.meta.get('source', {}).get('path', '?')}, tokenizer "
-                f"{store.tokenizer_spec.get('name')}); choose another --out or pass --overwrite"
+                f"{out} already holds a different token store ({_ingest_differs(store, src, config)}); "
+                "choose another --out or pass --overwrite"
             )
     if out.exists() or out.is_symlink():  # a file, a link, another folder, a store holding a user's files
         refuse_non_store(out)
     return None
+
+
+def _ingest_differs(store: TokenStore, src, config: IngestConfig) -> str:
+    """What makes the store at hand another ingest than this one, in words: the source, the tokenizer,
+    the source options that differ (``exclude [] there, ['SOURCE.*'] now``), else the files."""
+    old = store.meta.get("source") or {}
+    here = str(Path(src.path).resolve())
+    diffs = [f"source {old.get('path')} there, {here} now"] if str(old.get("path")) != here else []
+    there, now = old.get("options") or {}, fingerprint_options(config.source)
+    diffs += [
+        f"{k} {there.get(k)!r} there, {v!r} now" for k, v in now.items() if k in there and there[k] != v
+    ]
+    return "; ".join(diffs) or (
+        f"the same source ({old.get('path')}) and source options: its tokenizer "
+        f"({store.tokenizer_spec.get('name')} there), its files or another setting (e.g. --batch-mb) differ"
+    )
 
 
 def _report_of(store: TokenStore, up_to_date: bool) -> IngestReport:
