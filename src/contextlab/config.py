@@ -255,6 +255,18 @@ def to_dict(obj: Any) -> dict:
     return clean(obj)
 
 
+def flat_keys(data: dict, prefix: str = "") -> dict:
+    """A nested dict as {"section.key": value}, in order (a later spelling of one key wins: a grid's
+    ``"train.context" = [...]`` and a ``--set grid.train.context=[...]`` are one key)."""
+    out: dict = {}
+    for k, v in data.items():
+        if isinstance(v, dict):
+            out.update(flat_keys(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
 # ---------------------------------------------------------------------------- overrides
 
 

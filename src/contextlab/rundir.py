@@ -180,7 +180,7 @@ def resolve_checkpoint(path: PathLike, step: int | None = None) -> Path:
 
 def checkpoint_step(ckpt: PathLike) -> int | None:
     """The step of a checkpoint folder, from its name ``step_NNNNNN`` (None for another name)."""
-    m = re.fullmatch(r"step_(\d+)", Path(ckpt).name)
+    m = _STEP_DIR.match(Path(ckpt).name)
     return int(m.group(1)) if m else None
 
 

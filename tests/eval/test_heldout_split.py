@@ -24,6 +24,11 @@ from tests.conftest import shakespeare
 from tests.train.test_moved_data import TINY
 
 
+def pack_argv(project, *extra: str) -> list[str]:
+    """`contextlab data pack` of the project's store at context 32, with ``extra`` options."""
+    return ["data", "pack", str(project / "store"), "--context", "32", "--no-progress", *extra]
+
+
 def _config(out_dir, context: int = 32, **data) -> RunConfig:
     cfg = json.loads(json.dumps(TINY))
     cfg["data"] = {"val_split": "documents", "val_fraction": 0.1, "split_seed": 3, **data}
@@ -383,17 +388,7 @@ def test_ep_and_splice_runs_read_and_validate_on_the_documents_their_packs_held_
 
     runs = []
     for method in ("ep", "splice"):
-        args = [
-            "data",
-            "pack",
-            str(project / "store"),
-            "--method",
-            method,
-            "--context",
-            "32",
-            "--no-progress",
-        ]
-        assert main([*args, "--out", str(tmp_path / method)]) == 0
+        assert main(pack_argv(project, "--method", method, "--out", str(tmp_path / method))) == 0
         train(_config(tmp_path / f"run_{method}", packed=str(tmp_path / method), mode="packed"))
         runs.append(tmp_path / f"run_{method}")
     store = TokenStore(project / "store")
@@ -404,16 +399,7 @@ def test_ep_and_splice_runs_read_and_validate_on_the_documents_their_packs_held_
         assert np.array_equal(view.end - view.begin, store.lengths()[held])  # whole documents
         assert record["held_out"].startswith(f"the documents {tmp_path / run.name[4:]} (val_fraction 0.02")
     assert heldout.shared_run([str(r) for r in runs], store) == str(runs[0].resolve())
-    args = [
-        "data",
-        "pack",
-        str(project / "store"),
-        "--context",
-        "32",
-        "--val-fraction",
-        "0.1",
-        "--no-progress",
-    ]
+    args = pack_argv(project, "--val-fraction", "0.1")
     assert main([*args, "--out", str(tmp_path / "ep10")]) == 0
     train(_config(tmp_path / "run_ep10", packed=str(tmp_path / "ep10"), mode="packed"))
     # 0.02 of the documents is a part of the 0.1 drawn with the same seed: unseen by both runs
@@ -446,16 +432,7 @@ def test_a_pack_packed_again_since_the_run_trained_is_refused(project, tmp_path)
     """--split run reads what the packed store holds out now; packed again (another --val-fraction,
     --overwrite) it holds out other documents, some of which the run trained on: one line, not a
     reading of training text as held out."""
-    args = [
-        "data",
-        "pack",
-        str(project / "store"),
-        "--context",
-        "32",
-        "--no-progress",
-        "--out",
-        str(tmp_path / "p"),
-    ]
+    args = pack_argv(project, "--out", str(tmp_path / "p"))
     assert main(args) == 0
     train(_config(tmp_path / "run", packed=str(tmp_path / "p"), mode="packed"))
     store = TokenStore(project / "store")

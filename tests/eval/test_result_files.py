@@ -62,27 +62,15 @@ def test_a_new_result_replaces_the_old_one_with_all_its_arrays(tmp_path):
 
 def test_arrays_the_new_result_has_not_go_with_the_old_result_and_no_other_file(tmp_path):
     """niah rerun with other scoring left the old run's correct_exact arrays beside the new result."""
-    R.write_result(
-        tmp_path,
-        "niah",
-        results={},
-        options={},
-        model={},
-        data={},
-        seconds=0.0,
-        arrays={"correct_exact": np.ones(60), "cell": np.zeros(60)},
-    )
+
+    def niah(**arrays):
+        return R.write_result(
+            tmp_path, "niah", results={}, options={}, model={}, data={}, seconds=0.0, arrays=arrays
+        )
+
+    niah(correct_exact=np.ones(60), cell=np.zeros(60))
     (tmp_path / "niah.notes.npy").write_bytes(b"the user's own file")  # named by no result: kept
-    path = R.write_result(
-        tmp_path,
-        "niah",
-        results={},
-        options={},
-        model={},
-        data={},
-        seconds=0.0,
-        arrays={"cell": np.zeros(30)},
-    )
+    path = niah(cell=np.zeros(30))
     assert json.loads(path.read_text())["arrays"] == {"cell": "niah.cell.npy"}
     assert (
         not (tmp_path / "niah.correct_exact.npy").exists() and len(np.load(tmp_path / "niah.cell.npy")) == 30

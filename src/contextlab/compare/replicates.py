@@ -133,22 +133,13 @@ def _contrast(a: str | None, b: str | None) -> dict | None:
         return None
     if not ca or not cb:
         return None
+    from contextlab.config import flat_keys
     from contextlab.train.config import RESUME_FREE
 
-    fa, fb = _flat(ca), _flat(cb)
+    fa, fb = ({k: json.dumps(v, sort_keys=True) for k, v in flat_keys(c).items()} for c in (ca, cb))
     free = {f"{section}.{key}" for section, key in RESUME_FREE}  # how a run ran, not what it computed
     keys = {k for k in fa.keys() | fb.keys() if k.split(".")[-1] not in FREE_KEYS and k not in free}
     return {k: (fa.get(k), fb.get(k)) for k in keys if fa.get(k) != fb.get(k)}
-
-
-def _flat(cfg: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in cfg.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = json.dumps(v, sort_keys=True)
-    return out
 
 
 def _at(results: dict, path: tuple[str, ...]) -> dict | None:

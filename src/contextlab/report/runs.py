@@ -33,7 +33,7 @@ def run_section(run: Path, title: str | None = None) -> tuple[str, dict]:
             "steps": s["steps"],
             "train loss": s["train_loss"],
             **({"validation loss": s["val_loss"]} if "val_loss" in s else {}),
-            **({"validated on": validated_on(run)} if "val_loss" in s and validated_on(run) else {}),
+            **({"validated on": on} if "val_loss" in s and (on := validated_on(run)) else {}),
             # the objective's own loss differs from the left-to-right one: show both
             **(
                 {"left-to-right validation loss": s["val_lm_loss"]}

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contextlab.config import apply_overrides, from_dict, opt, parse_override, read_toml
+from contextlab.config import apply_overrides, flat_keys, from_dict, opt, parse_override, read_toml
 from contextlab.errors import UserError
 
 
@@ -181,17 +181,7 @@ def _flat_grid(grid: dict) -> dict:
     """The grid with nested tables flattened to dotted keys, in order: ``--set grid.train.context=[64]``
     gives {"train": {"context": [64]}}, added after the file's own "train.context" = [...], so its value
     replaces the file's and the axis keeps its place."""
-    out: dict = {}
-
-    def walk(node: dict, prefix: str) -> None:
-        for k, v in node.items():
-            if isinstance(v, dict):
-                walk(v, f"{prefix}{k}.")
-            else:
-                out[f"{prefix}{k}"] = v
-
-    walk(grid, "")
-    return out
+    return flat_keys(grid)
 
 
 def check_data_paths(runs: list[Run]) -> None:
