@@ -74,6 +74,39 @@ def test_ddp_and_fsdp_match_one_process_and_resume(cfg_file, tmp_path):
         assert resumed[s] == pytest.approx(single[s], abs=2e-5)
 
 
+def test_a_random_objective_trains_alike_on_one_and_two_processes(cfg_file, tmp_path):
+    """mlm draws its masks per row (seeded by the run, the step and the row), so 2 processes train on
+    the masks 1 process draws (one global RNG per process drew the same masks on both ranks), and a
+    resumed 2-process run goes on exactly."""
+    mlm = ["--set=objective.name=mlm", "--set=train.val_every=0"]
+    single = run(cfg_file, tmp_path / "one", 1, *mlm)
+    ddp = run(cfg_file, tmp_path / "ddp", 2, *mlm)
+    assert sorted(single) == sorted(ddp) == list(range(1, 11))
+    for s in single:
+        assert ddp[s] == pytest.approx(single[s], abs=2e-5), s
+    shutil.rmtree(tmp_path / "ddp" / "checkpoints" / "step_000010")
+    resumed = run(cfg_file, tmp_path / "ddp", 2, *mlm)
+    for s in (9, 10):
+        assert resumed[s] == pytest.approx(single[s], abs=2e-5)
+
+
+def test_every_process_saves_and_resumes_its_own_rng(cfg_file, tmp_path):
+    """Dropout draws of its own on each process: rank 1 is seeded apart from rank 0, a checkpoint keeps
+    both states, and a resumed run goes on with the losses of the uninterrupted one."""
+    import torch
+
+    drop = ["--set=model.dropout=0.1", "--set=train.val_every=0"]
+    whole = run(cfg_file, tmp_path / "whole", 2, *drop)
+    rng = torch.load(tmp_path / "whole" / "checkpoints" / "step_000010" / "rng.pt", weights_only=True)
+    assert len(rng["ranks"]) == 2 and not torch.equal(rng["ranks"][0]["torch"], rng["ranks"][1]["torch"])
+    assert torch.equal(rng["ranks"][0]["torch"], rng["torch"])
+    shutil.copytree(tmp_path / "whole", tmp_path / "cut")
+    shutil.rmtree(tmp_path / "cut" / "checkpoints" / "step_000010")
+    resumed = run(cfg_file, tmp_path / "cut", 2, *drop)
+    for s in (9, 10):
+        assert resumed[s] == pytest.approx(whole[s], abs=1e-6)
+
+
 def test_a_torchrun_on_a_locked_run_ends_every_rank_with_one_line(cfg_file, tmp_path):
     from contextlab.io import exclusive_lock
     from contextlab.rundir import LOCK

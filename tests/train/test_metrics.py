@@ -13,16 +13,29 @@ from contextlab.train.metrics import MetricsWriter, Throughput, step_metrics, tr
 def test_step_metrics_average_losses_and_sum_counts_over_micro_batches_and_processes():
     losses = [torch.tensor(2.0), torch.tensor(4.0)]
     metrics = [
-        {"loss_head1": torch.tensor(1.0), "loss_head2": torch.tensor(3.0), "loss_tokens": torch.tensor(10)},
-        {"loss_head1": torch.tensor(2.0), "loss_head2": torch.tensor(5.0), "loss_tokens": torch.tensor(12)},
+        {"loss_head1": torch.tensor(1.0), "loss_head2": torch.tensor(3.0)},
+        {"loss_head1": torch.tensor(2.0), "loss_head2": torch.tensor(5.0)},
     ]
     one = step_metrics(losses, metrics, lambda v: v, 1)
-    assert one == {"loss": 3.0, "loss_head1": 1.5, "loss_head2": 4.0, "loss_tokens": 22}
-    assert isinstance(one["loss_tokens"], int)  # a count stays an integer in metrics.jsonl
-    # two processes with the same values: means stay, counts double
+    assert one == {"loss": 3.0, "loss_head1": 1.5, "loss_head2": 4.0}
+    # two processes with the same values: means stay
     two = step_metrics(losses, metrics, lambda v: [2 * x for x in v], 2)
-    assert two == {"loss": 3.0, "loss_head1": 1.5, "loss_head2": 4.0, "loss_tokens": 44}
+    assert two == {"loss": 3.0, "loss_head1": 1.5, "loss_head2": 4.0}
     assert step_metrics(losses, [{}, {}], lambda v: v, 1) == {"loss": 3.0}  # objectives without metrics
+
+
+def test_a_step_loss_over_counted_tokens_is_their_mean_whatever_the_batching():
+    """With loss_tokens the loss is the mean over the scored tokens (10 at loss 2, 12 at loss 4), as the
+    gradient is: not the mean of the micro-batch means (3.0)."""
+    losses = [torch.tensor(2.0), torch.tensor(4.0)]
+    metrics = [{"loss_tokens": torch.tensor(10)}, {"loss_tokens": torch.tensor(12)}]
+    one = step_metrics(losses, metrics, lambda v: v, 1)
+    assert one == {"loss": pytest.approx(68 / 22), "loss_tokens": 22}
+    assert isinstance(one["loss_tokens"], int)  # a count stays an integer in metrics.jsonl
+    two = step_metrics(losses, metrics, lambda v: [2 * x for x in v], 2)  # counts double, the mean stays
+    assert two == {"loss": pytest.approx(68 / 22), "loss_tokens": 44}
+    whole = step_metrics([torch.tensor(68 / 22)], [{"loss_tokens": torch.tensor(22)}], lambda v: v, 1)
+    assert whole["loss"] == pytest.approx(one["loss"])  # the same rows in one forward
 
 
 def test_step_metrics_loss_is_the_one_the_trainer_always_reported():

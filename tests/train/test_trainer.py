@@ -322,6 +322,34 @@ def test_an_mtp_run_logs_every_head_loss(store, tmp_path):
     )  # the masked tokens of the step
 
 
+@pytest.mark.parametrize("name", ["mlm", "fim", "ul2"])
+def test_a_random_objective_trains_alike_for_any_micro_batch_size(store, tmp_path, name):
+    """Each row draws its corruption from its own seed (the run's, the step's, its tokens), and the
+    gradient, the step's loss and the validation loss are means over the scored tokens, so the same
+    run in 1 forward or in 4 micro-batches per step trains alike and validates alike."""
+    got, val = {}, {}
+    for micro in (0, 2):  # 8 rows in one forward; 4 forwards of 2 rows
+        cfg = config(store, tmp_path / f"{name}{micro}", max_steps=6, micro_batch_rows=micro, val_every=0)
+        cfg.objective.name = name
+        val[micro] = train(cfg).val_loss
+        got[micro] = losses(tmp_path / f"{name}{micro}")
+    assert sorted(got[0]) == sorted(got[2]) == list(range(1, 7))
+    for step in got[0]:
+        assert got[2][step] == pytest.approx(got[0][step], abs=2e-5), step
+    assert val[2] == pytest.approx(val[0], abs=2e-5)
+
+
+def test_training_row_seeds_follow_the_run_the_step_and_the_row():
+    from contextlab.objectives.base import training_row_seeds
+
+    rows = np.arange(24, dtype=np.uint16).reshape(3, 8)
+    seeds = training_row_seeds(rows, 0, 5)
+    assert len(set(seeds)) == 3 and seeds == training_row_seeds(rows.astype(np.int64), 0, 5)
+    assert training_row_seeds(rows[1:], 0, 5) == seeds[1:]  # a row's seed is its own, wherever it lies
+    assert not set(seeds) & set(training_row_seeds(rows, 0, 6))  # seen again later: drawn anew
+    assert not set(seeds) & set(training_row_seeds(rows, 1, 5))  # another run seed: other draws
+
+
 def test_a_trainer_reads_the_peak_and_never_measures_it(store, tmp_path, monkeypatch):
     from contextlab.train import flops
 

@@ -29,18 +29,25 @@ Most objectives are "rewrite the batch, then cross-entropy": they implement
 ``prepare(tokens, doc_ids) -> Batch`` (model inputs, labels with -100 = no loss, the
 attention mask) and inherit ``forward``. Tests check ``prepare`` on hand-made rows.
 
-Randomness (masks, spans, FIM splits) comes from the global torch RNG while training (the
-trainer saves and restores it, so resume stays exact). In eval mode every row draws from a
-generator of its own seeded by its tokens (``row_generators``, ``draw``), so every validation
-pass scores the same corruptions and a row's corruption does not depend on the rows batched with
-it: the validation loss is the same for any micro-batch size or number of processes (one
-generator for the batch gave 3.525 to 3.580 on the same 64 rows of an mlm model).
+Randomness (masks, spans, FIM splits): every row draws from a generator of its own
+(``row_generators``, ``draw``), so a row's corruption never depends on the rows batched with it,
+on the micro-batch size or on the number of processes. While training the trainer gives each row
+a seed made of the run's seed, the step and the row's tokens (``training_row_seeds``, set as
+``draw_seeds`` before each forward): a run of 1 or 2 processes, or of any micro-batch size, trains
+on the same corruptions, each process draws its own (one global RNG per process drew the same
+masks on every rank), a row seen again at a later step is corrupted anew, and resume is exact
+without any RNG state. In eval mode the seed is the row's tokens alone, so every validation pass
+scores the same corruptions (one generator for the batch gave 3.525 to 3.580 on the same 64 rows
+of an mlm model). Called outside the trainer in train mode, without ``draw_seeds``, the draws come
+from the global torch RNG.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -80,12 +87,21 @@ def masked_loss(logits: Tensor, labels: Tensor) -> Tensor:
     return total / (flat != -100).sum().clamp(min=1)
 
 
+def _seed_of(data: bytes, salt: bytes = b"") -> int:
+    digest = hashlib.blake2b(data, digest_size=8, salt=salt).digest()
+    return int.from_bytes(digest, "little") & (2**63 - 1)
+
+
 def row_generator(row: Tensor, device) -> torch.Generator:
     """A generator seeded by the tokens of ``row``: the same row draws the same in any batch."""
-    import hashlib
+    return torch.Generator(device=device).manual_seed(_seed_of(row.detach().cpu().numpy().tobytes()))
 
-    digest = hashlib.blake2b(row.detach().cpu().numpy().tobytes(), digest_size=8).digest()
-    return torch.Generator(device=device).manual_seed(int.from_bytes(digest, "little") & (2**63 - 1))
+
+def training_row_seeds(rows: np.ndarray, seed: int, step: int) -> list[int]:
+    """The seed of each training row (B, L) at ``step`` of a run seeded ``seed``: made of the three
+    alone, so a row draws the same on any process and in any micro-batch, and anew at another step."""
+    salt = np.array([seed, step], dtype="<i8").tobytes()  # blake2b's 16-byte salt
+    return [_seed_of(np.ascontiguousarray(r, dtype="<i8").tobytes(), salt) for r in rows]
 
 
 @dataclass
@@ -120,6 +136,7 @@ class Objective(nn.Module):
         self.vocab_size = 0
         self.eot_id: int | None = None
         self.special_ids: dict[str, int] = {}
+        self.draw_seeds: list[int] | None = None  # one per row of the next training forward (the trainer's)
 
     def bind_tokenizer(self, spec: dict) -> None:
         """Learn the data's tokenizer (a spec dict) and give the objective's special tokens ids."""
@@ -130,18 +147,18 @@ class Objective(nn.Module):
     def attn_mask(self, doc_ids: Tensor | None) -> AttentionMask | None:
         return document_causal_mask(doc_ids) if (self.doc_mask and doc_ids is not None) else None
 
-    def generator(self, device: torch.device) -> torch.Generator | None:
-        """None (the global RNG) while training; a fixed-seed generator in eval mode."""
-        if self.training:
-            return None
-        return torch.Generator(device=device).manual_seed(1234)
-
     def row_generators(self, rows: Tensor, device=None) -> list[torch.Generator] | None:
-        """None (the global RNG) while training; in eval mode a generator per row of ``rows`` (B, L),
-        seeded by that row's tokens, on ``device`` (default: the rows')."""
-        if self.training:
+        """A generator per row of ``rows`` (B, L) on ``device`` (default: the rows'): while training seeded
+        by ``draw_seeds`` (the trainer's, one per row; None without them: the global RNG), in eval mode
+        by that row's tokens."""
+        device = device or rows.device
+        if not self.training:
+            return [row_generator(r, device) for r in rows]
+        if self.draw_seeds is None:
             return None
-        return [row_generator(r, device or rows.device) for r in rows]
+        if len(self.draw_seeds) != len(rows):
+            raise ValueError(f"{len(self.draw_seeds)} draw seeds for {len(rows)} rows")
+        return [torch.Generator(device=device).manual_seed(s) for s in self.draw_seeds]
 
     @staticmethod
     def draw(gens: list[torch.Generator] | None, n: int, fn) -> Tensor:

@@ -87,7 +87,7 @@ class MLM(Objective):
         o = self.options
         x = tokens[:, :-1]  # (B, T)
         B, T = x.shape
-        gens, dev = self.row_generators(x), x.device  # None while training: the global RNG
+        gens, dev = self.row_generators(x), x.device  # one per row
         n = max(1, round(o.mask_rate * T))
         selected = self.draw(gens, B, lambda k, g: select_positions(k, T, n, g, dev))
         action = self.draw(gens, B, lambda k, g: torch.rand(k, T, generator=g, device=dev))

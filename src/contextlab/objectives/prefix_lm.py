@@ -64,7 +64,7 @@ class PrefixLM(Objective):
     def prepare(self, tokens: Tensor, doc_ids: Tensor | None = None) -> Batch:
         x, y = tokens[:, :-1], tokens[:, 1:]  # (B, T)
         B, T = x.shape
-        o, gens = self.options, self.row_generators(x)  # None while training: the global RNG
+        o, gens = self.options, self.row_generators(x)  # one per row
         prefix = self.draw(gens, B, lambda k, g: split_points(k, T, o.min_prefix, o.max_prefix, g, x.device))
         docs = doc_ids[:, :-1] if (self.doc_mask and doc_ids is not None) else None
         return Batch(x, prefix_labels(y, prefix), prefix_lm_mask(prefix, T, docs), is_causal=False)

@@ -93,4 +93,5 @@ class Recall(Objective):
         return masked_loss(logits, labels), {
             "answer_acc": hits.float() / n.clamp(min=1),
             "answers": n.float() / x.shape[0],
+            "loss_tokens": n,  # rows hold unequal numbers of answers: the trainer weighs by them
         }

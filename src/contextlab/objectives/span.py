@@ -169,7 +169,7 @@ class SpanCorruption(Objective):
         o = self.options
         B, total = tokens.shape
         L, N, S = span_layout(total, o.noise_density, o.mean_span)
-        gens, dev = self.row_generators(tokens), tokens.device  # None while training: the global RNG
+        gens, dev = self.row_generators(tokens), tokens.device  # one per row
         noise = self.draw(gens, B, lambda k, g: random_spans_noise_mask(k, L, N, S, g, dev))
         seq, prefix, n_targets = span_sequence(
             tokens[:, :L], noise, self.sentinel_ids(tokens.device), self.eos_id(), total

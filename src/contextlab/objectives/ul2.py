@@ -78,7 +78,7 @@ class UL2(Objective):
     def prepare(self, tokens: Tensor, doc_ids: Tensor | None = None) -> Batch:
         B, total = tokens.shape
         device = tokens.device
-        gens = self.row_generators(tokens)  # None while training: the global RNG
+        gens = self.row_generators(tokens)  # one per row
         probs = self.probs.to(device)
         choice = self.draw(gens, B, lambda k, g: torch.multinomial(probs, k, replacement=True, generator=g))
         sentinels = torch.tensor(

@@ -78,16 +78,18 @@ def save_checkpoint(
     optim_state: dict,
     state: dict[str, Any],
     config_toml: str,
+    rng_ranks: list[dict] | None = None,
     keep_last: int = 2,
     pinned: tuple[int, ...] = (),
 ) -> Path:
     """Write checkpoint ``step`` atomically; then prune to the newest ``keep_last`` (steps in ``pinned``,
-    e.g. the best validation step of an early-stopped run, are never pruned)."""
+    e.g. the best validation step of an early-stopped run, are never pruned). ``rng_ranks``: every
+    process's RNG states of a run of several (``distributed.gather_rng_states``)."""
     final = step_dir(run_dir, step)
     tmp = final.with_name(f".{final.name}.tmp")
     with signals_deferred(f"finishing checkpoint {final.name} first"):
         try:
-            _write_files(tmp, model_state, optim_state, state, config_toml)
+            _write_files(tmp, model_state, optim_state, state, config_toml, rng_ranks)
             if final.exists() and _foreign(final):
                 _write_beside(final, tmp)
             else:
@@ -183,7 +185,9 @@ def signals_deferred(why: str, signums: tuple[int, ...] = (signal.SIGINT, signal
                 os.kill(os.getpid(), s)
 
 
-def _write_files(tmp: Path, model_state: dict, optim_state: dict, state: dict, config_toml: str) -> None:
+def _write_files(
+    tmp: Path, model_state: dict, optim_state: dict, state: dict, config_toml: str, rng_ranks=None
+) -> None:
     """The files of a checkpoint, in a fresh ``tmp`` folder, fsynced."""
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -194,6 +198,8 @@ def _write_files(tmp: Path, model_state: dict, optim_state: dict, state: dict, c
     rng = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state_all()
+    if rng_ranks:
+        rng["ranks"] = rng_ranks
     torch.save(rng, tmp / "rng.pt")
     (tmp / CONFIG).write_text(config_toml, encoding="utf-8")
     atomic_write_json(tmp / STATE, state)
@@ -266,10 +272,20 @@ def remove_temporary(run_dir: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def restore_rng(rng: dict) -> None:
+def restore_rng(rng: dict, rank: int = 0, world_size: int = 1) -> bool:
+    """Put back the RNG states a checkpoint saved for process ``rank`` of ``world_size``: its own when the
+    run saved every process's with as many processes (then True), else the main process's (False)."""
+    ranks = rng.get("ranks") or []
+    if world_size > 1 and len(ranks) == world_size:
+        own = ranks[rank]
+        torch.set_rng_state(own["torch"])
+        if "cuda" in own and torch.cuda.is_available():
+            torch.cuda.set_rng_state(own["cuda"])
+        return True
     torch.set_rng_state(rng["torch"])
     if "cuda" in rng and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(rng["cuda"])
+    return world_size == 1
 
 
 def write_untrained_run(run_dir: Path, model, tokenizer, *, note: str, overwrite: bool = False) -> Path:

@@ -183,6 +183,25 @@ def all_reduce_sum(values: list[float], info: DistInfo) -> list[float]:
     return t.tolist()
 
 
+def rank_seed(seed: int, rank: int, step: int = 0) -> int:
+    """The torch seed of process ``rank`` > 0 (rank 0 goes on with the run's own stream): its dropout
+    draws differ from the other processes'. ``step``: where a resume found no state saved for it."""
+    return (seed * 1_000_003 + rank * 7_919 + step * 104_729) % (2**63 - 1)
+
+
+def gather_rng_states(info: DistInfo) -> list[dict] | None:
+    """Every process's torch RNG states (CPU, and its CUDA device's), in rank order; None for one process.
+    A collective: every rank calls it."""
+    if not info.enabled:
+        return None
+    mine = {"torch": torch.get_rng_state()}
+    if info.device.type == "cuda":
+        mine["cuda"] = torch.cuda.get_rng_state(info.device)
+    states: list = [None] * info.world_size
+    dist.all_gather_object(states, mine)
+    return [{k: v.cpu() for k, v in s.items()} for s in states]
+
+
 def barrier(info: DistInfo) -> None:
     if info.enabled:
         dist.barrier()

@@ -111,19 +111,24 @@ def step_metrics(
     world: int,
 ) -> dict[str, float]:
     """A step's loss and objective metrics from its micro-batches' ``losses`` and ``metrics`` (dicts of
-    scalars), over ``world`` processes (``all_reduce`` sums a list of floats across them). The loss and
-    float metrics are means over micro-batches and processes; integer ones (counts such as
-    loss_tokens) are sums. One host-device sync for all of them."""
+    scalars), over ``world`` processes (``all_reduce`` sums a list of floats across them). The loss is
+    the mean over the step's scored tokens when the objective counts them (``loss_tokens``), else over
+    micro-batches and processes; float metrics are means over micro-batches and processes; integer
+    ones (counts such as loss_tokens) are sums. One host-device sync for all of them."""
     accum = len(losses)
-    total = torch.stack(losses).double().div(accum).sum()
     names = list(metrics[0])
-    values = [torch.stack([torch.as_tensor(m[k], device=total.device) for m in metrics]) for k in names]
+    values = [torch.stack([torch.as_tensor(m[k], device=losses[0].device) for m in metrics]) for k in names]
     counts = [not v.is_floating_point() for v in values]
+    if "loss_tokens" in names:  # weighted as the gradient is (trainer._to_token_mean)
+        total = (torch.stack(losses).double() * values[names.index("loss_tokens")].double()).sum()
+    else:
+        total = torch.stack(losses).double().div(accum).sum()
     values = [v.sum().double() if c else v.double().div(accum).sum() for v, c in zip(values, counts)]
     summed = all_reduce(torch.stack([total, *values]).tolist())
-    out = {"loss": summed[0] / world}
-    out.update({k: round(v) if c else v / world for k, v, c in zip(names, summed[1:], counts)})
-    return out
+    out = {k: round(v) if c else v / world for k, v, c in zip(names, summed[1:], counts)}
+    if "loss_tokens" in names:
+        return {"loss": summed[0] / max(out["loss_tokens"], 1), **out}
+    return {"loss": summed[0] / world, **out}
 
 
 def truncate_metrics(run_dir: Path, step: int) -> None:

@@ -13,6 +13,8 @@ these two functions the only place that knows which of them a checkpoint holds.
 
 from __future__ import annotations
 
+import torch
+
 from contextlab import __version__
 from contextlab.errors import UserError
 from contextlab.rundir import read_config
@@ -115,7 +117,8 @@ def resume(tr) -> None:
     D.load_full_state_dicts(tr.wrapped, tr.opt, model_state, optim_state)
     tr.loader.load_state_dict(state["loader"])
     tr._next = None
-    ckpt.restore_rng(rng)
+    if not ckpt.restore_rng(rng, tr.info.rank, tr.info.world_size) and tr.info.rank:
+        torch.manual_seed(D.rank_seed(tr.cfg.train.seed, tr.info.rank, state["step"]))  # none saved for it
     _keep_lead(tr, state.get("left_to_right") or {})
     tr.state = {k: state[k] for k in COUNTERS}
     tr.state["schedule_changes"] = state.get("schedule_changes", [])

@@ -36,6 +36,7 @@ from contextlab.data.training import build_training_data
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_text
 from contextlab.objectives import TrainModule
+from contextlab.objectives.base import training_row_seeds
 from contextlab.rundir import save_tokenizer
 from contextlab.train import checkpoint as ckpt
 from contextlab.train import distributed as D
@@ -144,6 +145,8 @@ class Trainer:
             self.flops_per_token = flops_per_token(
                 self.model.config, t.context
             ) + self.objective.extra_flops_per_token(self.model.config, t.context)
+        if self.info.rank:  # the weights above are alike on every process; dropout draws are its own
+            torch.manual_seed(D.rank_seed(t.seed, self.info.rank))
 
     def _build_optimizer(self) -> None:
         """Parallelism (DDP / FSDP), AdamW and the (compiled) forward."""
@@ -189,6 +192,7 @@ class Trainer:
         if bad:
             raise guards.non_finite_weights(self.run_dir, self.state["step"], bad)
         model_state, optim_state = D.full_state_dicts(self.wrapped, self.opt)
+        rng_ranks = D.gather_rng_states(self.info)  # every process's, so each resumes its own
         if self.info.is_main:
             state = resume.saved_state(self)
             ckpt.save_checkpoint(
@@ -198,6 +202,7 @@ class Trainer:
                 optim_state=optim_state,
                 state=state,
                 config_toml=dumps_toml(self.cfg),
+                rng_ranks=rng_ranks,
                 keep_last=self.cfg.train.keep_last,
                 pinned=self.stopping.pinned(),
             )
@@ -209,36 +214,57 @@ class Trainer:
             return nullcontext()
         return torch.autocast(self.info.device.type, dtype=torch.bfloat16)
 
-    def _fetch(self) -> tuple[dict, torch.Tensor, torch.Tensor]:
-        """The next batch on the device, with the loader state before it. On CUDA the copy is asynchronous
-        from pinned memory, so it overlaps the step the GPU is still computing."""
+    def _fetch(self, step: int) -> tuple[dict, torch.Tensor, torch.Tensor, list[int]]:
+        """The batch of ``step`` (0-based) on the device, with the loader state before it and each row's
+        seed for the objective's draws (made on the host, so they cost no device sync). On CUDA the copy
+        is asynchronous from pinned memory, so it overlaps the step the GPU is still computing."""
         before = self.loader.state_dict()
         batch = self.loader.next_batch()
+        seeds = training_row_seeds(batch.tokens, self.cfg.train.seed, step)
         tokens, doc_ids = torch.from_numpy(batch.tokens), torch.from_numpy(batch.doc_ids)
         if self.info.device.type == "cuda":
             tokens, doc_ids = tokens.pin_memory(), doc_ids.pin_memory()
         dev = self.info.device
-        return before, tokens.to(dev, non_blocking=True), doc_ids.to(dev, non_blocking=True)
+        return before, tokens.to(dev, non_blocking=True), doc_ids.to(dev, non_blocking=True), seeds
 
     def train_step(self) -> dict[str, float]:
         """One optimizer step: {"loss": its mean loss, and every metric the objective returned}. The only
         host-device sync is reading them, after the next batch has been fetched and queued."""
-        _, tokens, doc_ids = self._next if self._next is not None else self._fetch()
+        step = self.state["step"]
+        _, tokens, doc_ids, seeds = self._next if self._next is not None else self._fetch(step)
         losses, metrics = [], []
         for i in range(self.accum):
             sl = slice(i * self.micro, (i + 1) * self.micro)
             sync = i == self.accum - 1 or not hasattr(self.wrapped, "no_sync")
+            self.objective.draw_seeds = seeds[sl]  # the rows' own draws (masks, spans, FIM splits)
             with nullcontext() if sync else self.wrapped.no_sync(), self._autocast():
                 loss, extra = self.forward(tokens[sl], doc_ids[sl])
-            (loss / self.accum).backward()
+            n = extra.get("loss_tokens")  # the scored tokens, where they vary from row to row
+            (loss / self.accum if n is None else loss * n).backward()
             losses.append(loss.detach())
             metrics.append(extra)
+        if "loss_tokens" in metrics[0]:
+            self._to_token_mean(metrics)
         if self.cfg.optim.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.wrapped.parameters(), self.cfg.optim.grad_clip)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
-        self._next = self._fetch()
+        self.objective.draw_seeds = None
+        self._next = self._fetch(step + 1)
         return step_metrics(losses, metrics, lambda v: D.all_reduce_sum(v, self.info), self.info.world_size)
+
+    @torch.no_grad()
+    def _to_token_mean(self, metrics: list[dict]) -> None:
+        """Scale the gradients of micro-batch losses weighted by their scored tokens to the gradient of the
+        mean over every scored token of the step, on every process: the gradient one forward of all the
+        step's rows gives, for any micro-batch size or number of processes (a mean of micro-batch means
+        weighs a row by how few targets the rows beside it have: prefix LM, span corruption, UL2)."""
+        local = float(torch.stack([torch.as_tensor(m["loss_tokens"]) for m in metrics]).sum())
+        total = D.all_reduce_sum([local], self.info)[0]
+        scale = self.info.world_size / max(total, 1.0)  # DDP and FSDP average the gradients of the processes
+        for p in self.wrapped.parameters():
+            if p.grad is not None:
+                p.grad.mul_(scale)
 
     @torch.no_grad()
     def validate(self) -> float:
@@ -246,7 +272,7 @@ class Trainer:
         recompile for eval)."""
         with eval_mode(self.wrapped), self._autocast():
             return mean_over_rows(
-                self.val_rows, self.micro, self.info, lambda rows: self.wrapped(rows, None)[0]
+                self.val_rows, self.micro, self.info, lambda rows: self.wrapped(rows, None)
             )
 
     @torch.no_grad()

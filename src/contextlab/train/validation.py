@@ -1,7 +1,9 @@
 """Validation losses: a mean over the fixed validation rows, summed across processes.
 
 ``mean_over_rows`` runs a loss function over the rows in micro-batches and weights each batch by
-its rows, so the mean does not depend on how the rows split into batches or processes;
+the tokens it scored (objectives whose rows score unequal numbers of targets count them: prefix LM,
+span corruption, UL2, FIM, MLM, recall) or else by its rows, so the mean is that over every scored
+token and does not depend on how the rows split into batches or processes;
 ``eval_mode`` puts a module in eval mode for a block and back into training mode after it. The
 trainer uses them for the objective's own loss and for the left-to-right loss every objective
 that can be run so shares (``Objective.lm_loss``). Trade-off: the losses are read back to the
@@ -15,7 +17,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from contextlab.train import distributed as D
 
@@ -47,12 +49,17 @@ def eval_mode(module: nn.Module) -> Iterator[None]:
         module.train()
 
 
-def mean_over_rows(rows: np.ndarray, micro: int, info: D.DistInfo, loss: Callable[[Tensor], Tensor]) -> float:
-    """The row-weighted mean of ``loss(batch)`` over ``rows`` in batches of ``micro``, over all processes."""
-    total, count = 0.0, 0
+def mean_over_rows(rows: np.ndarray, micro: int, info: D.DistInfo, loss: Callable) -> float:
+    """The mean of ``loss(batch)`` over ``rows`` in batches of ``micro``, over all processes: weighted by
+    the scored tokens where ``loss`` returns them, ``(loss, {"loss_tokens": n, ...})`` (the mean over every
+    scored token, for any micro-batch size or number of processes), else by rows (``loss`` a tensor)."""
+    total, count = 0.0, 0.0
     for i in range(0, len(rows), max(1, micro)):
         batch = torch.from_numpy(rows[i : i + micro]).to(info.device)
-        total += float(loss(batch)) * len(batch)
-        count += len(batch)
-    total, count = D.all_reduce_sum([total, float(count)], info)
-    return total / max(count, 1)
+        out = loss(batch)
+        value, extra = out if isinstance(out, tuple) else (out, {})
+        weight = float(extra["loss_tokens"]) if "loss_tokens" in extra else float(len(batch))
+        total += float(value) * weight
+        count += weight
+    total, count = D.all_reduce_sum([total, count], info)
+    return total / max(count, 1.0)
