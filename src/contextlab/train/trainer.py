@@ -271,9 +271,7 @@ class Trainer:
         """The objective's own loss over the fixed validation rows (eager: a compiled forward would
         recompile for eval)."""
         with eval_mode(self.wrapped), self._autocast():
-            return mean_over_rows(
-                self.val_rows, self.micro, self.info, lambda rows: self.wrapped(rows, None)
-            )
+            return mean_over_rows(self.val_rows, self.micro, self.info, lambda rows: self.wrapped(rows, None))
 
     @torch.no_grad()
     def validate_lm(self, val_loss: float) -> float | None:
