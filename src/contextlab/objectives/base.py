@@ -147,6 +147,7 @@ class Objective(nn.Module):
     def attn_mask(self, doc_ids: Tensor | None) -> AttentionMask | None:
         return document_causal_mask(doc_ids) if (self.doc_mask and doc_ids is not None) else None
 
+    @torch.compiler.disable  # made anew every step: traced, its seeds would recompile the graph each time
     def row_generators(self, rows: Tensor, device=None) -> list[torch.Generator] | None:
         """A generator per row of ``rows`` (B, L) on ``device`` (default: the rows'): while training seeded
         by ``draw_seeds`` (the trainer's, one per row; None without them: the global RNG), in eval mode
