@@ -445,6 +445,22 @@ def test_an_empty_corpus_is_named_as_such_whatever_the_tokenizer(tmp_path, token
     assert [line for line in err if "error" in line] == err[-1:]
 
 
+def test_an_ingest_names_the_files_it_could_not_read(tmp_path, capsys):
+    """A corrupt archive among the inputs is named on the terminal with its reason (the summary gave
+    only 'skipped (unreadable): 1'); excluded files are not listed there."""
+    from contextlab.cli import main
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.jsonl").write_text('{"text": "hello"}\n')
+    (tmp_path / "src" / "b.jsonl.gz").write_text("not gzip at all\n")
+    out = tmp_path / "s"
+    assert main(["data", "ingest", str(tmp_path / "src"), "--tokenizer", "byte", "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "  skipped (unreadable): 1" in lines
+    said = [line for line in lines if line.startswith("  b.jsonl.gz: unreadable: not a valid gzip file")]
+    assert len(said) == 1, lines
+
+
 def test_an_ingest_refused_before_any_work_leaves_nothing_behind(tmp_path, capsys):
     """An empty source and a bad tokenizer spec end in one line and leave no OUT.partial (nothing a rerun
     could resume) and no lock file beside the output (a user's trial found both after every refusal)."""

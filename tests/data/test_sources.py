@@ -306,6 +306,22 @@ def test_hf_dataset_and_dataset_dict(tmp_path: Path):
     assert texts(tmp_path / "dd" / "test") == ["two"]
 
 
+def test_a_saved_dataset_whose_arrow_files_are_gone_is_named_as_one(tmp_path: Path):
+    """Its state.json lists the data files: it is not read as a folder of JSON lines (which named
+    dataset_info.json 'not valid JSON')."""
+    import datasets
+
+    datasets.Dataset.from_dict({"text": ["zero", "one"]}).save_to_disk(str(tmp_path / "ds"))
+    for f in (tmp_path / "ds").glob("*.arrow"):
+        f.unlink()
+    with pytest.raises(UserError, match=r"ds is an incomplete Hugging Face dataset \(missing \['data-0"):
+        list(open_source(tmp_path / "ds", SourceOptions()))
+    (tmp_path / "notes").mkdir()  # a state.json of something else leaves a folder a folder
+    (tmp_path / "notes" / "state.json").write_text('{"step": 3}')
+    (tmp_path / "notes" / "a.txt").write_text("prose")
+    assert open_source(tmp_path / "notes", SourceOptions()).kind == "folder"
+
+
 def test_dataset_dict_split_is_chosen_named_and_recorded(tmp_path: Path):
     import datasets
 

@@ -173,7 +173,23 @@ def _print_ingest_report(report) -> None:
             )
     skipped = store.path / "skipped.jsonl"
     if skipped.exists() and skipped.stat().st_size:
+        _print_unreadable(skipped)
         print(f"  every skipped file is named, with its reason, in {skipped}")
+
+
+def _print_unreadable(skipped, show: int = 3) -> None:
+    """Name the first files the source could not read (a corrupt archive, a file under another format's
+    name): unlike excluded or binary files, they were meant to be read, and a count alone hides which."""
+    bad = []
+    for line in skipped.read_text(encoding="utf-8").splitlines():
+        entry = json.loads(line) if line.strip() else {}
+        if str(entry.get("reason", "")).startswith("unreadable"):
+            bad.append(entry)
+    for e in bad[:show]:
+        where = f"{e['path']} row {e['row']}" if "row" in e else e["path"]
+        print(f"  {where}: {e['reason']}")
+    if len(bad) > show:
+        print(f"  ... and {len(bad) - show:,} more unreadable")
 
 
 def _stat_label(key: str) -> str:

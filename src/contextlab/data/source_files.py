@@ -59,6 +59,8 @@ def detect_kind(path: Path, include: list[str], exclude: list[str]) -> str:
     saved = (path / "state.json").is_file() or (path / "dataset_info.json").is_file()
     if (path / "dataset_dict.json").is_file() or (saved and any(path.glob("*.arrow"))):
         return "hf-dataset"
+    if _save_to_disk_state(path / "state.json"):  # its Arrow files gone: said so when they are read
+        return "hf-dataset"
     names = [rel.lower() for rel, _ in walk(path, include, exclude)[0]]
     if names and all(n.endswith(".parquet") for n in names):
         return "parquet"
@@ -404,6 +406,14 @@ def hf_split(path: Path, wanted: str | None) -> str | None:
     if wanted is None and "train" not in splits and len(splits) != 1:
         raise UserError(f"{path} has no 'train' split (splits: {names}); pass --split NAME to choose one")
     return wanted or ("train" if "train" in splits else splits[0])
+
+
+def _save_to_disk_state(state: Path) -> bool:
+    """Whether ``state`` is the state.json ``save_to_disk`` writes (it lists the dataset's Arrow files)."""
+    try:
+        return state.is_file() and "_data_files" in json.loads(state.read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError):
+        return False
 
 
 def hf_arrow_files(path: Path, split: str | None = None) -> list[tuple[str, Path]]:
