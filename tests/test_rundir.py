@@ -47,6 +47,32 @@ def test_checkpoints_are_named_listed_and_resolved(tmp_path):
         rundir.resolve_checkpoint(tmp_path)
 
 
+def test_reading_the_newest_checkpoint_of_a_run_in_training_says_so_once(tmp_path, capsys):
+    """A run whose lock names a live process here is being trained: its newest checkpoint is not its
+    last (an export or evaluation of it would surprise); a killed writer's lock says nothing."""
+    import os
+
+    from contextlab.io import exclusive_lock
+
+    run = tmp_path / "run"
+    checkpoint(run, 20)
+    with exclusive_lock(run / rundir.LOCK, "run directory"):  # this process trains it
+        assert rundir.resolve_checkpoint(run) == rundir.step_dir(run, 20)
+        rundir.resolve_checkpoint(run)  # said once
+        assert rundir.resolve_checkpoint(run, 20) == rundir.step_dir(run, 20)  # --step: nothing to say
+    err = capsys.readouterr().err
+    assert err.count("note:") == 1, err
+    assert f"{run} is still training (pid {os.getpid()} on " in err and "checkpoint step_000020" in err
+    other = tmp_path / "killed"
+    checkpoint(other, 4)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
+    import socket
+
+    (other / rundir.LOCK).write_text(f"pid {int(dead.stdout)} on {socket.gethostname()} (train)")
+    rundir.resolve_checkpoint(other)
+    assert capsys.readouterr().err == ""
+
+
 def test_kinds_of_folder_and_the_run_of_a_checkpoint(tmp_path):
     run = tmp_path / "run"
     ckpt = checkpoint(run, 3)

@@ -27,6 +27,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -368,6 +369,28 @@ def exclusive_lock(lock_file: str | os.PathLike, what: str) -> Iterator[None]:
             os.unlink(lock_file)  # still holding it: a writer that opened it meanwhile sees it is gone
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def live_holder(lock_file: str | os.PathLike) -> str | None:
+    """Who holds ``lock_file`` (an ``exclusive_lock`` file), read without locking it (taking the lock even
+    for a moment could refuse a writer starting then): the holder's record when the file names a process
+    alive on this host, else None (no file: nobody; a dead pid: a killed writer's leftover)."""
+    import socket
+
+    try:
+        text = Path(lock_file).read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+    m = re.match(r"pid (\d+) on (\S+)", text)
+    if not m or m.group(2) != socket.gethostname():
+        return None
+    try:
+        os.kill(int(m.group(1)), 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:  # alive, another user's
+        pass
+    return text
 
 
 TIMINGS = ("created", "seconds", "index_seconds")  # meta.json fields that differ between equal runs

@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 
 from contextlab.errors import UserError
-from contextlab.io import staged_folder
+from contextlab.io import live_holder, staged_folder
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -170,12 +170,28 @@ def resolve_checkpoint(path: PathLike, step: int | None = None) -> Path:
     if not found:
         raise UserError(f"{path} has no checkpoints (expected {path}/checkpoints/step_NNNNNN/); train first")
     if step is None:
+        _note_still_training(path, found[max(found)])
         return found[max(found)]
     if step not in found:
         raise UserError(
             f"{path} has no checkpoint at step {step}; available: {', '.join(map(str, sorted(found)))}"
         )
     return found[step]
+
+
+_NOTED: set[Path] = set()  # runs already said to be training, by this process
+
+
+def _note_still_training(run: Path, newest: Path) -> None:
+    """Say once that ``run`` is being trained now, so its newest checkpoint is not its last."""
+    holder = live_holder(run / LOCK)
+    if holder and run.resolve() not in _NOTED:
+        _NOTED.add(run.resolve())
+        print(
+            f"note: {run} is still training ({holder.split(' (')[0]}); this reads its newest checkpoint "
+            f"{newest.name}, and a later one will follow: pass --step to name the checkpoint read",
+            file=sys.stderr,
+        )
 
 
 def checkpoint_step(ckpt: PathLike) -> int | None:
