@@ -117,7 +117,7 @@ def test_train_help_lists_config_keys(capsys):
         (["data.store={tmp}/s", "train.nosuch=1"], "unknown config key 'train.nosuch'"),
         (
             ["data.store={tmp}/s", "train.max_steps=2", "train.dtype=fp8"],
-            "config key 'train.dtype' must be 'bf16' | 'fp32', got 'fp8'",
+            "config key 'train.dtype' must be 'auto' | 'bf16' | 'fp32', got 'fp8'",
         ),
         (["data.store={tmp}/s", "model.size=huge"], "model"),
         (["data.store={tmp}/s", "train.max_steps=2", "train.max_tokens=9"], "exactly one budget"),

@@ -21,7 +21,7 @@ from contextlab.train.config import RunConfig
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("train.dtype=fp16", "config key 'train.dtype' must be 'bf16' | 'fp32', got 'fp16'"),
+        ("train.dtype=fp16", "config key 'train.dtype' must be 'auto' | 'bf16' | 'fp32', got 'fp16'"),
         ("train.device=tpu", "config key 'train.device' must be 'auto' | 'cpu' | 'cuda', got 'tpu'"),
         ("train.parallel=zero", "config key 'train.parallel' must be 'ddp' | 'fsdp', got 'zero'"),
         ("model.mlp=relu", "config key 'model.mlp' must be 'gelu' | 'swiglu', got 'relu'"),

@@ -142,7 +142,12 @@ class TrainSection:
     max_tokens: int = opt(0, "budget: training tokens")
     max_flops: float = opt(0.0, "budget: training FLOPs (model + objective)")
     max_minutes: float = opt(0.0, "budget: wall-clock minutes")
-    dtype: Literal["bf16", "fp32"] = opt("bf16", "bf16 (autocast) or fp32")
+    dtype: Literal["auto", "bf16", "fp32"] = opt(
+        "auto",
+        "bf16 (autocast), fp32, or auto: bf16 where the device multiplies it natively (a GPU that "
+        "supports it, a CPU with AMX or AVX512-BF16), else fp32 (emulated bf16 is far slower); a "
+        "resumed run keeps the precision it trained in",
+    )
     compile: bool = opt(False, "torch.compile the model")
     device: Literal["auto", "cpu", "cuda"] = opt("auto", "auto (cuda when a GPU is visible), cpu or cuda")
     deterministic: bool = opt(
@@ -345,7 +350,10 @@ def first_difference(before: RunConfig, now: RunConfig) -> tuple[str, Any, Any] 
     """The first key, in the config's own order, whose value differs between two run configs
     (``RESUME_FREE`` keys left out; objective options key by key): (``section.key``, its value
     before, its value now); None when they agree."""
-    return _first_difference(_hashed(before, read=True), _hashed(now, read=True), "")
+    a, b = _hashed(before, read=True), _hashed(now, read=True)
+    if b["train"].get("dtype") == "auto":  # "auto" goes on in the precision the run trained in
+        b["train"]["dtype"] = a["train"].get("dtype")
+    return _first_difference(a, b, "")
 
 
 def _first_difference(a: Any, b: Any, prefix: str) -> tuple[str, Any, Any] | None:
@@ -438,6 +446,8 @@ def _hashed(cfg: RunConfig, free: set[tuple[str, str]] = RESUME_FREE, read: bool
     d = to_dict(cfg)
     for section, key in free:
         d[section].pop(key, None)
+    if not read and d["train"].get("dtype") == "auto":  # hashed as bf16, the default before "auto":
+        d["train"]["dtype"] = "bf16"  # recorded hashes stay; a resume keeps the precision it trained in
     objective = d.get("objective") or {}
     if read and objective.get("options"):
         objective["options"] = _options_read(objective.get("name", ""), objective["options"])

@@ -48,6 +48,7 @@ def saved_state(tr) -> dict:
         "arch": "hf" if is_hf(tr.model) else tr.objective.arch,
         "init": tr.init.meta if tr.init else None,
         "world_size": tr.info.world_size,
+        "dtype": tr.dtype,  # what train.dtype "auto" chose: a resume keeps it
         "code_version": __version__,
     }
 
@@ -113,6 +114,12 @@ def resume(tr) -> None:
         raise UserError(
             f"{tr.run_dir} was trained with a different tokenizer than {tr.store.path}; "
             f"use the same data store to resume"
+        )
+    if state.get("dtype") not in (None, tr.dtype):
+        raise UserError(
+            f"{tr.run_dir} trained in {state['dtype']} up to {latest.name}, and train.dtype = "
+            f"{tr.cfg.train.dtype} would go on in {tr.dtype}; set train.dtype = auto (or "
+            f"{state['dtype']}) to resume it, or use another train.out_dir"
         )
     D.load_full_state_dicts(tr.wrapped, tr.opt, model_state, optim_state)
     tr.loader.load_state_dict(state["loader"])

@@ -63,6 +63,7 @@ from contextlab.train.metrics import (
     step_metrics,
 )
 from contextlab.train.optim import lr_at, make_adamw
+from contextlab.train.precision import recorded_dtype, resolve_dtype, slow_bf16_note, why_auto
 from contextlab.train.validation import eval_mode, few_documents_note, mean_over_rows
 
 
@@ -88,6 +89,7 @@ class Trainer:
         t = cfg.train
         self.info = D.init_distributed(t.device)
         D.set_determinism(self.info, t.deterministic)
+        self.dtype = resolve_dtype(t.dtype, self.info.device, recorded_dtype(t.out_dir))  # "auto": fast here
         if t.threads:
             torch.set_num_threads(t.threads)
         self.stopping = EarlyStopping(t.patience, t.val_every)
@@ -115,7 +117,7 @@ class Trainer:
         self._next = None  # (loader state before it, tokens, doc ids): the batch fetched ahead, on the device
         self.state = {"step": 0, "tokens": 0, "flops": 0.0, "elapsed": 0.0, "total_steps": None}
         self.state["schedule_changes"] = []  # [step, old length, new length] of each budget change on resume
-        dtype = torch.bfloat16 if t.dtype == "bf16" else torch.float32
+        dtype = torch.bfloat16 if self.dtype == "bf16" else torch.float32
         self.peak = t.peak_flops or cached_peak_flops(dtype, self.info.device.type)  # 0 = unknown
         self.total_steps()  # exactly one budget: refused before the run directory exists
 
@@ -179,8 +181,11 @@ class Trainer:
             save_tokenizer(self.run_dir, self.store.path / "tokenizer", self.store.tokenizer_spec)
             print(
                 describe(self.model) + f"; {self.objective.name}; {self.rows} rows x {t.context} tokens/step"
-                f" on {self.info.world_size} process(es), {self.info.device.type}, {t.dtype}"
+                f" on {self.info.world_size} process(es), {self.info.device.type}, {self.dtype}"
+                + (f" ({why_auto(self.dtype, self.info.device)})" if t.dtype == "auto" else "")
             )
+            if note := slow_bf16_note(self.dtype, t.dtype, self.info.device):
+                print(note)
             fix = self.more_validation
             if note := few_documents_note(self.val_documents, self.val_rows_total, t.context, fix):
                 print(note)
@@ -210,7 +215,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ steps
     def _autocast(self):
-        if self.cfg.train.dtype != "bf16":
+        if self.dtype != "bf16":
             return nullcontext()
         return torch.autocast(self.info.device.type, dtype=torch.bfloat16)
 
@@ -339,7 +344,7 @@ class Trainer:
             g["lr"] = lr
         out = self.train_step()
         if not math.isfinite(out["loss"]):
-            raise guards.diverged(self.run_dir, out["loss"], step + 1, self.cfg.train.dtype)
+            raise guards.diverged(self.run_dir, out["loss"], step + 1, self.dtype)
         n = self.cfg.train.tokens_per_step
         self.state["step"] = step + 1
         self.state["tokens"] += n
@@ -356,12 +361,10 @@ class Trainer:
         """Validate, track the best loss for early stopping; the row's validation fields."""
         val, s = self.validate(), self.stopping
         if not math.isfinite(val):  # a NaN is not JSON: never in metrics.jsonl or state.json
-            raise guards.diverged(self.run_dir, val, step, self.cfg.train.dtype, "validation loss")
+            raise guards.diverged(self.run_dir, val, step, self.dtype, "validation loss")
         lm = self.validate_lm(val)
         if lm is not None and not math.isfinite(lm):
-            raise guards.diverged(
-                self.run_dir, lm, step, self.cfg.train.dtype, "left-to-right validation loss"
-            )
+            raise guards.diverged(self.run_dir, lm, step, self.dtype, "left-to-right validation loss")
         s.update(val, step)
         row = {"val_loss": val, "best_val_loss": s.best_val_loss, "best_step": s.best_step}
         return row if lm is None else {**row, "val_lm_loss": lm}
