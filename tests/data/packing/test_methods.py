@@ -185,7 +185,7 @@ def test_same_seed_same_bytes_other_seed_differs(tmp_path):
 
 
 def test_noise_one_is_within_domain_example_packing(tmp_path, monkeypatch):
-    """p = 1 (k = 1, identity order, remainder next): the retriever is never built or queried, no entry is
+    """p = 1 (k = 1, identity order, remainder drop): the retriever is never built or queried, no entry is
     retrieved, and the entries equal ep-domain's with the same seed exactly."""
     store = make_store(tmp_path, mixed_corpus())
 
@@ -196,13 +196,13 @@ def test_noise_one_is_within_domain_example_packing(tmp_path, monkeypatch):
     spl = pack(
         store,
         tmp_path / "s",
-        PackConfig(val_fraction=0, method="splice", noise=1.0, context=79, seed=5),
+        PackConfig(val_fraction=0, method="splice", noise=1.0, context=79, seed=5, remainder="drop"),
         progress=False,
     ).packed
     epd = pack(
         store,
         tmp_path / "e",
-        PackConfig(val_fraction=0, method="ep-domain", context=79, seed=5),
+        PackConfig(val_fraction=0, method="ep-domain", context=79, seed=5, remainder="drop"),
         progress=False,
     ).packed
     assert np.array_equal(spl.entries, epd.entries) and np.array_equal(spl.seq_offsets, epd.seq_offsets)
@@ -221,6 +221,27 @@ def test_noise_replaces_retrieved_documents(tmp_path):
         sims[p] = np.asarray(pack(store, tmp_path / f"n{p}", cfg, progress=False).packed.similarity)
     frac = {p: np.isfinite(s).mean() for p, s in sims.items()}
     assert frac[0.5] < frac[0.0]
+
+
+def test_every_splice_sequence_grows_from_a_random_root_after_a_carried_tail(tmp_path):
+    """With --remainder next the tail of the document a sequence cut opens the next one, but the tree
+    after it grows from a fresh random root (seed Algorithm 1): grown from the tail, k = 1 continued
+    one path across sequences and packed exactly as icp does."""
+    store = make_store(tmp_path, mixed_corpus(80))
+    splice = pack(
+        store, tmp_path / "s", PackConfig(val_fraction=0, method="splice", context=63), progress=False
+    )
+    icp = pack(store, tmp_path / "i", PackConfig(val_fraction=0, method="icp", context=63), progress=False)
+    s, i = splice.packed, icp.packed
+    assert not np.array_equal(s.entries, i.entries)
+    after_tail = []  # the similarity of the entry after an opening tail, in each such sequence
+    for q in range(s.n_sequences):
+        lo, hi = int(s.seq_offsets[q]), int(s.seq_offsets[q + 1])
+        if hi - lo >= 2 and s.entries[lo, 1] > 0:  # opens with a tail (it begins past token 0)
+            after_tail.append(float(s.similarity[lo + 1]))
+    assert len(after_tail) >= 5 and np.isnan(after_tail).all()  # a root every time
+    roots = int(np.isnan(s.similarity).sum())
+    assert roots >= s.n_sequences - 1  # at least one root per sequence (a tail is not retrieved either)
 
 
 def test_icp_path_continues_across_sequences_and_drops_near_duplicates(tmp_path):

@@ -51,7 +51,7 @@ def test_domains_are_read_only_by_methods_that_use_them(tmp_path, monkeypatch, m
     monkeypatch.setattr(shards_mod, "line_starts", lambda *a, **k: scanned.append(1) or line_starts_(*a, **k))
     loaded_all = []  # the whole docs.jsonl (a million parsed rows at scale) is never loaded
     monkeypatch.setattr(TokenStore, "docs_meta", lambda s: loaded_all.append(1) or [])
-    cfg = PackConfig(method=method, noise=noise, context=63, seed=1, shards=2)
+    cfg = PackConfig(method=method, noise=noise, context=255, seed=1, shards=2)  # roots are expanded
     packed = pack(store, tmp_path / "p", cfg, progress=False).packed
     assert packed.n_sequences > 0 and not loaded_all
     assert sorted(calls) == (shard_ranges(store.lengths(), 2) if reads else [])

@@ -8,7 +8,8 @@ document in a sequence):
   documents, breadth first (seed Algorithm 1); * ``icp``: the single most similar unused
   document, the path continuing across sequences (Shi et al. 2024).
 
-One sequence: start from the pieces carried over from the previous sequence (if any),
+One sequence: start from the pieces carried over from the previous sequence (if any; they
+seed the queue, except for splice, whose every sequence grows from a random root after them),
 else a random unused root; pop documents breadth first, append what the expansion returns
 until the pieces cost at least ``row_len`` tokens (a document costs its length plus one
 when a separator follows it); when nothing is left to expand, draw another root. Then
@@ -134,14 +135,20 @@ class Sequencer:
         return e - b + int(self.separator and e == self.lengths[d])
 
     # ------------------------------------------------------------------ the loop
-    def run(self, expand: Expand, k: int, *, path: bool = False) -> list[list[Piece]]:
-        """Build every sequence of the shard. ``path``: the BFS queue survives sequence ends (icp)."""
+    def run(
+        self, expand: Expand, k: int, *, path: bool = False, from_carry: bool = True
+    ) -> list[list[Piece]]:
+        """Build every sequence of the shard. ``path``: the BFS queue survives sequence ends (icp).
+        ``from_carry``: the pieces carried into a sequence seed its queue (ep-domain: their domain goes
+        on); False: the carried pieces open the sequence and a fresh random root grows the rest (splice:
+        a tree per sequence, as the seed's Algorithm 1; grown from the carried tail, k = 1 was one
+        path across sequences, icp's)."""
         queue: deque[int] = deque()
         while True:
             pieces, self.carry = self.carry, []
             cost = sum(self.cost(p) for p in pieces)
             if not path:
-                queue = deque(p[0] for p in pieces)
+                queue = deque(p[0] for p in pieces) if from_carry else deque()
             while cost < self.row_len:
                 if not queue:
                     root = self.draw_root()

@@ -3,7 +3,10 @@
 Per sequence: a random unused root; pop documents breadth first; each popped document
 retrieves its top-k related *unused* documents and appends them (and queues them) until
 the sequence holds ``context + 1`` tokens; then order (identity / reverse / shuffle) and trim
-(``Sequencer`` does roots, ordering, trimming and remainders). Every document is used at
+(``Sequencer`` does roots, ordering, trimming and remainders). A tail carried over from the
+previous sequence (``--remainder next``) opens the sequence, but the tree grows from the fresh
+root, never from that tail: grown from it, every sequence continued the previous one's path and
+k = 1 packed exactly as ``icp`` does. Every document is used at
 most once in the whole shard, because the retriever excludes used documents.
 
 Noise (seed Table 7): each of the k slots is, with probability p, filled by a random unused
@@ -47,4 +50,4 @@ def pack_splice(seq: Sequencer, retriever: Retriever | None, cfg) -> None:
     """SPLICE over one shard with ``cfg.k``, ``cfg.noise`` (order and trimming: ``Sequencer``)."""
     if retriever is not None:
         seq.on_take.append(retriever.remove)
-    seq.run(splice_expand(seq, retriever, cfg.noise), cfg.k)
+    seq.run(splice_expand(seq, retriever, cfg.noise), cfg.k, from_carry=False)
