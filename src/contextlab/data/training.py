@@ -342,8 +342,7 @@ def _split_packed(
         return [PackedRows(p, context) for p in packed], val_docs
     _check_one_holdout(packed)
     shares = exact_shares(n_val, [m.weight for m in data.mixture] or [1.0])
-    eot = store.tokenizer_spec.get("eot_id")
-    train, val, of_store = [], [], {}  # of_store: a token store's hash -> its entry in val
+    train, val, of_store = [], [], {}  # of_store: (a token store's hash, separator) -> its entry in val
     for p, k in zip(packed, shares):
         held = p.heldout_documents()
         if held is None:
@@ -352,13 +351,14 @@ def _split_packed(
             val.append((PackedRows(p, context, val_ids), int(k)))
             continue
         train.append(PackedRows(p, context))  # packed holding documents out: every sequence trains
-        if p.store.hash in of_store:  # another packing of one store: the same windows, read on
-            i = of_store[p.store.hash]
+        sep = p.separator_id  # the pack's own policy: --separator none trains and validates without one
+        if (p.store.hash, sep) in of_store:  # another packing of one store: the same windows, read on
+            i = of_store[p.store.hash, sep]
             val[i] = (val[i][0], val[i][1] + int(k))
         else:
-            of_store[p.store.hash] = len(val)  # in the order of the pack's split_seed, as a data.store run's
+            of_store[p.store.hash, sep] = len(val)  # in the split_seed's order, as a data.store run's
             order = int(p.meta["heldout"]["split_seed"])
-            val += _val_documents(data, DocView(p.store, held), eot, context, int(k), order)
+            val += _val_documents(data, DocView(p.store, held), sep, context, int(k), order)
     return train, val
 
 

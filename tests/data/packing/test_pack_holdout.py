@@ -263,6 +263,26 @@ def test_a_megatron_export_of_a_holdout_pack_has_the_same_validation_rows(packs,
     assert [ds[r].tolist() for r in range(len(ds))] == want
 
 
+def test_a_pack_without_separators_validates_and_exports_without_them(store, tmp_path):
+    """--separator none: the held-out windows carry no end-of-text either (they did: a model trained
+    without the token was validated on it, and the Megatron export said eod_id null over EOTs)."""
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    from contextlab.data.export import ExportConfig, export
+
+    cfg = PackConfig(method="ep", context=CONTEXT, val_fraction=0.1, separator="none")
+    bare = pack(store, tmp_path / "bare", cfg, progress=False).packed
+    data = build_training_data(
+        DataSection(packed=str(bare.path)), context=CONTEXT, rows=4, seed=1, val_tokens=10**6
+    )
+    assert data.val_rows.size and not (data.val_rows == EOT).any()
+    held = np.concatenate([store.doc(int(d)) for d in bare.heldout_documents()])
+    assert not (held == EOT).any()  # the text holds none of its own
+    export(bare, tmp_path / "mg", ExportConfig(format="megatron"), progress=False)
+    ds = IndexedDataset(str(tmp_path / "mg" / "validation"))
+    assert len(ds) and not any((ds[r] == EOT).any() for r in range(len(ds)))
+
+
 def test_a_data_export_of_a_pack_holding_documents_out_refuses_a_sequence_split(packs, tmp_path, capsys):
     argv = ["data", "export", str(packs["ep"].path), "--out", str(tmp_path / "x"), "--no-progress"]
     assert main([*argv, "--val-fraction", "0.1"]) == 2

@@ -228,10 +228,10 @@ def _split_ids(pk: PackedStore, cfg: ExportConfig) -> Splits:
 def heldout_windows(pk: PackedStore) -> WindowRows:
     """The validation rows of a run on ``pk`` (packed holding documents out): windows of ``context + 1``
     tokens over the held-out documents laid end to end in the order of the pack's split_seed, each
-    followed by the token store's end-of-text (the rows of ``data.mode`` packed)."""
+    followed by the pack's separator (none with ``--separator none``; the rows of ``data.mode`` packed)."""
     view = DocView(pk.store, pk.heldout_documents())
-    eot = pk.store.tokenizer_spec.get("eot_id")
-    return WindowRows(view, pk.context, separator=eot, seed=int(pk.meta["heldout"]["split_seed"]))
+    sep = pk.separator_id
+    return WindowRows(view, pk.context, separator=sep, seed=int(pk.meta["heldout"]["split_seed"]))
 
 
 def _write_splits(
