@@ -268,6 +268,44 @@ def test_last_token_protocol_scores_the_same_target_with_l_visible_tokens(byte_s
         assert losses[i, 4] == pytest.approx(manual_token_losses(model, doc[t - l : t + 1])[-1], rel=1e-5)
 
 
+def test_bayes_fit_errors_are_the_spread_over_documents_not_curve_fits(monkeypatch):
+    """The lengths' means are losses of the same targets (a document offset moves every length alike):
+    over 30 simulated corpora, the bootstrap's C0 and gamma errors match the spread of the fits from
+    corpus to corpus, while curve_fit's covariance, which takes the means as independent, is far off."""
+    monkeypatch.setattr(bayes_fit, "FIT_RESAMPLES", 200)
+    lengths = [1, 2, 4, 8, 16, 32, 64]
+    curve = 3 + 2 / np.power(np.asarray(lengths, float), 0.7)
+    docs = np.repeat(np.arange(24), 8)  # 24 documents of 8 targets
+    fits, boot, naive = [], [], []
+    for seed in range(30):
+        rng = np.random.default_rng(seed)
+        per_doc = rng.normal(0, 0.4, 24)[docs] * (1 + 0.5 / np.sqrt(lengths))[:, None]  # (L, N)
+        losses = curve[:, None] + per_doc + rng.normal(0, 0.3, (len(lengths), len(docs)))
+        mean, sem = losses.mean(1), losses.std(1, ddof=1) / np.sqrt(losses.shape[1])
+        point = bayes_fit.fit_power_law(lengths, mean, sem)
+        naive.append([point["C0_err"], point["gamma_err"]])
+        got = bayes_fit.bootstrap_fit(lengths, losses, docs, point, seed)
+        assert got["errors"] == "bootstrap over 24 documents, 200 refits"
+        lo, hi = got["C0_interval95"]
+        assert lo < got["C0"] < hi
+        fits.append([got["C0"], got["gamma"]])
+        boot.append([got["C0_err"], got["gamma_err"]])
+    spread = np.std(fits, axis=0, ddof=1)  # the errors' target: how much the fit moves between corpora
+    boot_ratio, naive_ratio = np.mean(boot, axis=0) / spread, np.mean(naive, axis=0) / spread
+    assert ((0.6 < boot_ratio) & (boot_ratio < 1.6)).all(), boot_ratio
+    assert naive_ratio[0] < 0.7 and naive_ratio[1] > 1.4, naive_ratio  # C0's too small, gamma's too large
+
+
+def test_a_fit_of_few_documents_or_a_degenerate_one_keeps_curve_fits_errors_and_says_so():
+    lengths = [1, 2, 4, 8]
+    losses = np.array([[4.0, 4.2], [3.5, 3.6], [3.2, 3.3], [3.1, 3.2]])
+    mean, sem = losses.mean(1), losses.std(1, ddof=1) / np.sqrt(2)
+    point = bayes_fit.fit_power_law(lengths, mean, sem)
+    got = bayes_fit.bootstrap_fit(lengths, losses, [0, 1], point, 0)
+    assert got["errors"] == "curve_fit's covariance, not bootstrapped (2 documents)"
+    assert got["C0_err"] == point["C0_err"] and "C0_interval95" not in got
+
+
 def test_bayes_fit_context_gain_is_the_same_targets_with_one_vs_all_visible(byte_store):
     """bayes-fit's context gain: the mean over targets of the loss with l = 1 minus with the largest
     l, with a cluster interval over documents; the same name and meaning as contextwise's."""

@@ -6,14 +6,18 @@ targets gets a 95% cluster t interval with documents as clusters (several target
 document are not independent). The fitted parameters C0 (loss with unlimited context) and gamma
 (how fast context pays off) are differences of two nonlinear fits, for which no closed-form
 interval exists: they get a percentile bootstrap over documents, refitting both models on each
-resample with the same weighting as the reported fit. Trade-off: at most ``FIT_RESAMPLES``
-refits per side (each is a ``curve_fit``, started at the reported fit), and resamples whose fit does
-not converge are dropped and counted in the result, so a reader sees when the interval rests on
-fewer. A side whose reported fit leaves C0 or gamma loose (a standard error above half the value:
-a flat curve, or too few lengths) is not bootstrapped: its least squares have no well-defined
-minimum, so its refits end wherever the optimizer stops, not where the data puts them (and a
-thousand of them took two minutes, after a profile of two random-weight models, to draw an interval
-of that); C0 and gamma then have no interval, and the notes say why. With l = 1
+resample with the same weighting as the reported fit (the resampling of ``eval.bayes_fit``, whose
+own errors are made the same way). Trade-off: at most ``FIT_RESAMPLES`` refits per side (each is a
+``curve_fit``, started at the reported fit), and resamples whose fit does not converge are dropped
+and counted in the result, so a reader sees when the interval rests on fewer. A side whose fit is
+degenerate (gamma at a bound, curve_fit's covariance not finite or over twice the value: a flat
+curve) is not bootstrapped: its least squares have no well-defined minimum, so its refits end
+wherever the optimizer stops, not where the data puts them (and a thousand of them took two
+minutes, after a profile of two random-weight models, to draw an interval of that); C0 and gamma
+then have no interval, and the notes say why. A side whose refits spread over more than half its
+C0 or gamma is said to be loose, with the interval kept. (The screen was curve_fit's covariance
+above half the value, which treats the L correlated means as independent: it withheld intervals
+from fits the bootstrap pins down, gamma 0.995 [0.72, 1.38] once.) With l = 1
 measured, the context gain (l = 1 minus the largest l, per target) is paired too: its A - B
 difference per target, with the same cluster t interval.
 """
@@ -24,12 +28,18 @@ import numpy as np
 
 import contextlab.eval.paired_stats as cs
 from contextlab.errors import UserError
-from contextlab.eval.bayes_fit import fit_power_law, loose_parameters
+from contextlab.eval.bayes_fit import (
+    FIT_RESAMPLES,
+    degenerate,
+    document_sums,
+    fit_of_sums,
+    loose_parameters,
+    resample_weights,
+)
 
 KEYS = ("targets", "target_losses")
-FIT_RESAMPLES = 1000
 PARAMS = ("C0", "gamma")
-LOOSE = 0.5  # a parameter whose standard error is above this share of its value is loose
+LOOSE = 0.5  # a parameter whose refits spread over more than this share of its value is loose
 
 
 def bayes_fit(a, b, o) -> dict:
@@ -58,7 +68,7 @@ def bayes_fit(a, b, o) -> dict:
     notes = []
     if fits["failed"]:
         notes.append(f"{fits['failed']} bootstrap resamples whose fit did not converge were left out")
-    notes += ill_determined(fits.pop("point"), (a.label, b.label))
+    notes += ill_determined(fits.pop("point"), (a.label, b.label), fits.pop("degenerate"))
     results = {"unit": "target token", "cluster": "document", "n_targets": la.shape[1], "n_documents": n_docs}
     results = {**results, "by_length": per_length, "fit": fits}
     if lengths[0] == 1 and len(lengths) > 1:  # the context gain (l = 1 minus the largest l), A - B, paired
@@ -76,58 +86,57 @@ def bayes_fit(a, b, o) -> dict:
     return {"lines": lines, "results": results, "notes": notes}
 
 
-def ill_determined(point: list[dict], labels: tuple[str, str], ratio: float = LOOSE) -> list[str]:
-    """A note per side whose fitted C0 or gamma has a standard error above ``ratio`` of its value: the
-    curve barely constrains it (too few lengths, or a flat curve), so the differences get no interval and
-    their point estimates mean little."""
+def ill_determined(
+    point: list[dict], labels: tuple[str, str], stopped: bool, ratio: float = LOOSE
+) -> list[str]:
+    """A note per side whose C0 or gamma the data barely constrain: a degenerate fit (``stopped``: then
+    neither side was bootstrapped and the differences have no interval), or refits spread over more
+    than ``ratio`` of its value (the interval is kept, and wide)."""
     notes = []
     for fit, label in zip(point, labels):
         loose = loose_parameters(fit, ratio, PARAMS)
-        if loose:
+        if stopped and (degenerate(fit) or loose):
+            what = ", ".join(loose) or "gamma {:.3g}".format(fit["gamma"])
             notes.append(
-                f"the fit of {label} is ill-determined ({', '.join(loose)}): its C0 and gamma differences "
-                "are unconstrained and get no interval (its refits would end wherever the optimizer "
-                "stops); more visible lengths (--lengths) or targets (--samples) pin them down"
+                f"the fit of {label} is degenerate ({what}): its C0 "
+                "and gamma differences are unconstrained and get no interval (its refits would end wherever "
+                "the optimizer stops); more visible lengths (--lengths) or targets (--samples) pin them down"
+            )
+        elif loose:
+            notes.append(
+                f"the fit of {label} is loose ({', '.join(loose)}, the spread of its refits over documents): "
+                "its C0 and gamma, and their differences, are wide; more visible lengths (--lengths) or "
+                "targets (--samples) narrow them"
             )
     return notes
 
 
-def _fits(lengths, sums, sq, counts, start=None) -> dict:
-    """The reported fit of mean losses (weighted by their standard errors) from per-document sums."""
-    n = counts.sum()
-    mean = sums.sum(1) / n  # (L,)
-    sem = np.sqrt(np.maximum(sq.sum(1) / n - mean**2, 0.0) / max(n - 1, 1))  # std(ddof=1) / sqrt(n)
-    return fit_power_law(lengths, mean, sem, start)
-
-
 def _fit_differences(lengths, la: np.ndarray, lb: np.ndarray, docs: np.ndarray, o) -> dict:
     """C0 and gamma of A and B, their differences, and percentile intervals over document resamples
-    (none when a side's fit is loose: see the module docstring)."""
-    uniq, inv = np.unique(docs, return_inverse=True)
-    counts = np.bincount(inv).astype(np.float64)  # (D,)
-
-    def per_doc(x):  # (L, N) -> per-document sums (L, D)
-        return np.stack([np.bincount(inv, weights=row, minlength=len(uniq)) for row in x])
-
-    sides = [(per_doc(x), per_doc(x * x)) for x in (la, lb)]
-    point = [_fits(lengths, s, q, counts) for s, q in sides]
-    rng = np.random.default_rng(o.seed)
-    loose = any(loose_parameters(f, LOOSE, PARAMS) for f in point)
-    resamples = 0 if loose else min(o.resamples, FIT_RESAMPLES)
-    diffs, failed = [], 0
-    for _ in range(resamples):
-        w = np.bincount(rng.integers(len(uniq), size=len(uniq)), minlength=len(uniq)).astype(np.float64)
+    (none when a side's fit is degenerate: see the module docstring)."""
+    sides = [document_sums(x, docs) for x in (la, lb)]
+    counts = sides[0][2]
+    point = [fit_of_sums(lengths, s, q, c) for s, q, c in sides]
+    stopped = any(degenerate(f) for f in point)
+    resamples = 0 if stopped else min(o.resamples, FIT_RESAMPLES)
+    refits, failed = [], 0
+    for w in resample_weights(len(counts), resamples, o.seed):
         try:
-            fa, fb = (_fits(lengths, s * w, q * w, counts * w, f) for (s, q), f in zip(sides, point))
+            refits.append(
+                [fit_of_sums(lengths, s * w, q * w, c * w, f) for (s, q, c), f in zip(sides, point)]
+            )
         except UserError:  # the fit did not converge on this resample
             failed += 1
-            continue
-        diffs.append([fa[p] - fb[p] for p in PARAMS])
-    d = np.asarray(diffs).reshape(-1, len(PARAMS))
-    out = {"resamples": len(d), "failed": failed, "point": point}
+    for side, fit in enumerate(point):  # each side's errors: the spread of its own refits
+        for p in PARAMS:
+            values = [r[side][p] for r in refits]
+            if len(values) > 1:
+                fit[p + "_err"] = float(np.std(values, ddof=1))
+    d = np.asarray([[fa[p] - fb[p] for p in PARAMS] for fa, fb in refits]).reshape(-1, len(PARAMS))
+    out = {"resamples": len(d), "failed": failed, "point": point, "degenerate": stopped}
     for i, p in enumerate(PARAMS):
         ci = np.percentile(d[:, i], [2.5, 97.5]).tolist() if len(d) else None
         out[p] = {"a": point[0][p], "b": point[1][p], "diff": point[0][p] - point[1][p], "interval95": ci}
-        if loose:
-            out[p]["no_interval"] = "a fit is loose, not bootstrapped"
+        if stopped:
+            out[p]["no_interval"] = "a fit is degenerate, not bootstrapped"
     return out
