@@ -311,19 +311,42 @@ def test_an_estimator_with_no_finite_value_at_a_context_is_named_and_fitted_with
         contexts=[2, 4, 8, 16], samples=200, n_components=[10], kde_dims=0, estimators=["mle"]
     )
     res, _ = entropy.analyze(col, o, progress=False)
-    assert not np.isfinite(res["contexts"][0]["mle"])
+    assert res["contexts"][0]["mle"] is None  # null, not a NaN the result file would blame on the model
     fit = res["fits_vs_ce"]["mle"]
     assert np.isfinite(fit["r"]) and np.isfinite(fit["slope"])
     assert fit == intrinsic.linear_fit(
         [r["mle"] for r in res["contexts"][1:]], [r["ce"] for r in res["contexts"][1:]]
     )
-    line = next(line for line in res["text"] if line.startswith("mle: no finite estimate at context 2 ("))
+    line = next(line for line in res["text"] if line.startswith("mle: no estimate at context 2 ("))
     assert "(too few distinct hidden states there for it: 5 at 2)" in line
     assert res["contexts"][0]["distinct_samples"] == 5 and res["contexts"][1]["distinct_samples"] == 200
     assert (
         "mle: samples sharing a hidden state with an earlier one (195 at context 2) were read once"
         in res["text"][0]
     )
+
+
+def test_an_entropy_over_more_components_than_distinct_states_has_no_value_there():
+    """5 distinct hidden states span 4 components: an entropy over the first 10 would be mostly
+    log(1e-12) per empty component, and that floor drove a parity run's headline correlation (|r| 0.939,
+    0.695 without it). It is null there, named with its floored count, and fitted on the others."""
+    rng = np.random.default_rng(3)
+    repeated = np.repeat(rng.normal(size=(5, 32)), 40, axis=0).astype(np.float32)
+    feats = [repeated] + [rng.normal(size=(200, 32)).astype(np.float32) * (1 + i) for i in range(3)]
+    losses = rng.random((4, 200)) + np.arange(4)[::-1, None]
+    col = entropy_samples.Collected([2, 4, 8, 16], feats, losses, None, {"protocol": "text"})
+    o = entropy.Options(contexts=[2, 4, 8, 16], samples=200, n_components=[3, 10], kde_dims=0, estimators=[])
+    res, _ = entropy.analyze(col, o, progress=False)
+    first = res["contexts"][0]
+    assert first["entropy"]["10"] is None and first["entropy_floored"] == {"10": 6}
+    assert first["entropy"]["3"] is not None  # 3 components are all above the floor
+    assert all(r["entropy"]["10"] is not None and "entropy_floored" not in r for r in res["contexts"][1:])
+    want = intrinsic.linear_fit(
+        [r["entropy"]["10"] for r in res["contexts"][1:]], [r["ce"] for r in res["contexts"][1:]]
+    )
+    assert res["fits_vs_ce"]["entropy@10"] == want
+    line = next(t for t in res["text"] if t.startswith("entropy@10: no estimate at context 2 ("))
+    assert "below the 1e-12 floor (6 at 2)" in line and line.endswith("its fit uses the other contexts")
 
 
 @pytest.mark.parametrize("name", ["ppl", "contextwise", "bayes-fit"])
@@ -358,7 +381,7 @@ def test_an_estimator_constant_where_finite_has_no_fit_and_says_so(monkeypatch):
         "r2": None,
         "constant": True,
     }
-    line = next(t for t in res["text"] if t.startswith("mle: no finite estimate at context 2 ("))
+    line = next(t for t in res["text"] if t.startswith("mle: no estimate at context 2 ("))
     assert line.endswith(
         "the other contexts give it no fit (fewer than two finite values, or all equal: r is null)"
     )

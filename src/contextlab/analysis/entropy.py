@@ -161,7 +161,7 @@ def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, di
             "context": l,
             "ce": float(loss.mean()),
             "ce_stderr": float(loss.std(ddof=1) / np.sqrt(len(loss))),
-            **m,
+            **_undefined_as_none(m),  # an estimate with no value at a context is null, said in the text
         }
         per.append(row)
         spectra.append(rel)
@@ -194,17 +194,28 @@ def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, di
             "(a nearest-neighbour estimate needs distinct points: a repeated one lies at distance 0)"
         )
     for name, x in series.items():
-        bad = [r["context"] for r, v in zip(per, x) if not np.isfinite(v)]
+        bad = [r["context"] for r, v in zip(per, x) if v is None or not np.isfinite(v)]
         if bad:  # e.g. MLE when many samples share one hidden state (short contexts of a small vocabulary)
             rest = (
                 "the other contexts give it no fit (fewer than two finite values, or all equal: r is null)"
                 if name in constant + too_few
                 else "its fit uses the other contexts"
             )
+            if name.startswith("entropy@"):
+                n = name.split("@", 1)[1]
+                counts = "; ".join(
+                    f"{r['entropy_floored'][n]} at {r['context']}" for r in per if r["context"] in bad
+                )
+                why = (
+                    f"of its first {n} PCA components, some have relative eigenvalues below the "
+                    f"{intrinsic.EIG_FLOOR:g} floor ({counts}): there are fewer distinct hidden states "
+                    "than components, and the sum would be the floor's"
+                )
+            else:
+                why = f"too few distinct hidden states there for it: {'; '.join(_distinct(per, bad))}"
             text.append(
-                f"{name}: no finite estimate at context{'s' if len(bad) > 1 else ''} "
-                f"{', '.join(map(str, bad))} (too few distinct hidden states there for it: "
-                f"{'; '.join(_distinct(per, bad))}); {rest}"
+                f"{name}: no estimate at context{'s' if len(bad) > 1 else ''} {', '.join(map(str, bad))} "
+                f"({why}); {rest}"
             )
     if text:
         results["text"] = text
@@ -212,6 +223,18 @@ def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, di
         results["fits_vs_bayes"] = {name: intrinsic.linear_fit(x, col.bayes) for name, x in series.items()}
     width = min(len(s) for s in spectra)
     return results, {"relative_eigenvalues": np.stack([s[:width] for s in spectra])}
+
+
+def _undefined_as_none(m: dict) -> dict:
+    """The measures with every non-finite number as None: an estimator that has no value at a context
+    (MLE with too few distinct states) is null, not a NaN the result file would blame on the model."""
+
+    def clean(v):
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        return None if isinstance(v, float) and not np.isfinite(v) else v
+
+    return clean(m)
 
 
 def _distinct(per: list[dict], contexts: list[int]) -> list[str]:

@@ -96,7 +96,9 @@ def _table(results: dict) -> str:
             line += f" {r['excess_stderr']:>7.4f}"
         if weighted:
             line += f" {r['ce_task_weighted']:>8.4f} {r['abs_diff_task_weighted']:>8.4f}"
-        line += "".join(f" {r['entropy'][k]:>9.2f}" for k in ents)
+        line += "".join(
+            f" {r['entropy'][k]:>9.2f}" if r["entropy"][k] is not None else f" {'-':>9}" for k in ents
+        )
         if "0.01" in r["dimension"]:
             line += f" {r['dimension']['0.01']:>8d}"
         line += "".join(f" {r[k]:>7.2f}" if r[k] is not None else f" {'-':>7}" for k in estimators)
