@@ -44,9 +44,9 @@ def test_mlp_reaches_the_bayes_risk_when_it_sees_every_bit(tmp_path):
 
 
 def test_sweep_writes_results_and_resumes(tmp_path, monkeypatch):
-    cfg = _cfg(tmp_path, max_steps=40)
+    cfg = _cfg(tmp_path, max_steps=40, contexts=[2, 7, 12])
     res = oc.run_optimal_context(cfg, progress=False)
-    assert set(res["cells"]) == {"512/2", "512/12", "2048/2", "2048/12"}
+    assert set(res["cells"]) == {f"{D}/{l}" for D in (512, 2048) for l in (2, 7, 12)}
     assert set(res["optimal_context"]) == {"512", "2048"}
     tasks = syn.make_tasks(cfg.parity())
     assert res["bayes_risk"]["2"] == pytest.approx(syn.bayes_risk(tasks, 2))
@@ -67,10 +67,34 @@ def test_sweep_writes_results_and_resumes(tmp_path, monkeypatch):
     monkeypatch.setattr(oc, "fit_cell", lambda *a, **k: pytest.fail("a finished cell was trained again"))
     assert oc.run_optimal_context(cfg, progress=False)["cells"] == res["cells"]
     with pytest.raises(UserError, match="different config"):
-        oc.run_optimal_context(_cfg(tmp_path, max_steps=40, lr=1e-3), progress=False)
+        oc.run_optimal_context(_cfg(tmp_path, max_steps=40, contexts=[2, 7, 12], lr=1e-3), progress=False)
     assert oc.optimal_context_png(res, tmp_path / "oc.png").stat().st_size > 10_000
     with pytest.raises(ValueError, match="contexts must lie"):
         _cfg(tmp_path, contexts=[13])
+
+
+def test_a_cell_shorter_than_its_validation_period_is_validated_at_its_end_and_nothing_learned_is_said(
+    tmp_path,
+):
+    """max_steps below eval_every wrote a best loss of Infinity and picked an 'optimum' among them; now the
+    last step is validated, and a size whose every cell stays above log 2 (the loss of answering 1/2)
+    is said to have learned nothing, its optimum no measurement."""
+    cfg = _cfg(tmp_path, max_steps=15, eval_every=20, data_sizes=[512], contexts=[2, 7, 12], lr=1e-7)
+    res = oc.run_optimal_context(cfg, progress=False)
+    text = (tmp_path / "sweep" / "results.json").read_text()
+    assert "Infinity" not in text and "NaN" not in text
+    cells = res["cells"].values()
+    assert all(c["best_step"] == 15 and 0 < c["best_val_loss"] < 5 for c in cells)
+    assert all(c["best_val_loss_stderr"] > 0 for c in cells)
+    best = res["optimal_context"]["512"]
+    assert best["learned"] is False  # 15 steps at lr 1e-7: every cell is its initial guess, log 2 or above
+    assert any(t.startswith("D=512: no context's best validation loss") for t in res["text"])
+    tasks = syn.make_tasks(cfg.parity())
+    assert set(res["bayes_on_validation"]) == {"2", "7", "12"} and res["bayes_on_validation"]["12"] == 0.0
+    assert abs(res["bayes_on_validation"]["2"] - syn.bayes_risk(tasks, 2)) < 0.05  # 1,000 samples of it
+    from contextlab.cli.optimal_context import format_table
+
+    assert "(" + str(best["context"]) + ": nothing learned)" in format_table(res)
 
 
 def test_an_interrupted_sweep_trains_only_the_cells_left(tmp_path, monkeypatch):

@@ -52,14 +52,21 @@ def format_table(res: dict) -> str:
         f"{'D':>8} " + " ".join(f"{l:>7}" for l in cfg["contexts"]) + "   optimal l",
         f"{'Bayes':>8} " + " ".join(f"{res['bayes_risk'][str(l)]:>7.4f}" for l in cfg["contexts"]),
     ]
+    if "bayes_on_validation" in res:
+        on_val = res["bayes_on_validation"]
+        lines.append(f"{'Bayes/val':>8} " + " ".join(f"{on_val[str(l)]:>7.4f}" for l in cfg["contexts"]))
     for D in cfg["data_sizes"]:
         row = " ".join(f"{cells[f'{D}/{l}']['best_val_loss']:>7.4f}" for l in cfg["contexts"])
-        lines.append(f"{D:>8} {row}   {res['optimal_context'][str(D)]['context']}")
+        opt_ = res["optimal_context"][str(D)]
+        said = opt_["context"] if opt_.get("learned", True) else f"({opt_['context']}: nothing learned)"
+        lines.append(f"{D:>8} {row}   {said}")
     for D, fits in res["feature_fits"].items():
+        r = lambda v: "null" if v["r"] is None or v["r"] != v["r"] else f"{v['r']:+.3f}"
         lines.append(
             f"D={D}: Pearson r of best val CE vs the last hidden layer's measures across contexts: "
-            + ", ".join(f"{k} {v['r']:+.3f}" for k, v in fits.items())
+            + ", ".join(f"{k} {r(v)}" for k, v in fits.items())
         )
+    lines += res.get("text", [])
     return "\n".join(lines)
 
 

@@ -143,7 +143,7 @@ def fit_cell(
         loss.backward()
         opt_.step()
         step += 1
-        if step % cfg.eval_every == 0:
+        if step % cfg.eval_every == 0 or step >= cfg.max_steps:  # the last step is always validated
             v = _val_loss(model, vt)
             if v < best - 1e-5:
                 best, best_step, since = v, step, 0
@@ -158,10 +158,19 @@ def fit_cell(
         "hit_step_cap": since < cfg.patience,
         "seconds": time.perf_counter() - t0,
     }
-    if cfg.measure_features and best_step:
-        model.load_state_dict(best_state)
+    model.load_state_dict(best_state)
+    losses = _sample_losses(model, vt)  # the best model's loss per validation sample
+    out["best_val_loss_stderr"] = float(losses.std(ddof=1) / np.sqrt(len(losses)))
+    if cfg.measure_features:
         out["features"] = _feature_measures(model, vt)
     return out
+
+
+@torch.no_grad()
+def _sample_losses(model: ContextMLP, val: tuple[Tensor, Tensor, Tensor]) -> np.ndarray:
+    model.eval()
+    bits, task, ans = val
+    return F.cross_entropy(model(bits, task), ans, reduction="none").double().numpy()
 
 
 @torch.no_grad()
@@ -209,7 +218,7 @@ def run_optimal_context(cfg: OptimalContextConfig, progress: bool = True) -> dic
             if ran:
                 bar.set_postfix_str(f"D={D} l={l} val={cells[key]['best_val_loss']:.4f}")
             bar.update(1)
-            atomic_write_json(out / "results.json", _results(cfg, tasks, cells))
+            atomic_write_json(out / "results.json", _results(cfg, tasks, cells, val))
     bar.close()
     return json.loads((out / "results.json").read_text())
 
@@ -249,20 +258,74 @@ def _adopt(runner: StepRunner, step: Step, cell: dict) -> None:
     runner.finish(step, step.digest(), cell.get("seconds", 0.0))
 
 
-def _results(cfg: OptimalContextConfig, tasks: syn.ParityTasks, cells: dict) -> dict:
+CHANCE = math.log(2)  # the loss of answering 1/2: a cell at or above it learned nothing
+
+
+def _results(cfg: OptimalContextConfig, tasks: syn.ParityTasks, cells: dict, val=None) -> dict:
     optimal = {}
     for D in cfg.data_sizes:
         row = [cells[f"{D}/{l}"] for l in cfg.contexts if f"{D}/{l}" in cells]
         if len(row) == len(cfg.contexts):
             best = min(row, key=lambda c: c["best_val_loss"])
-            optimal[str(D)] = {"context": best["context"], "val_loss": best["best_val_loss"]}
-    return {
+            margin = 2 * best.get("best_val_loss_stderr", 5e-4)  # below log 2 by more than its noise
+            learned = best["best_val_loss"] < CHANCE - margin
+            optimal[str(D)] = {
+                "context": best["context"],
+                "val_loss": best["best_val_loss"],
+                "learned": learned,
+            }
+    out = {
         "config": asdict(cfg),
         "bayes_risk": {str(l): syn.bayes_risk(tasks, l) for l in cfg.contexts},
         "optimal_context": optimal,
         "feature_fits": _feature_fits(cfg, cells),
         "cells": cells,
     }
+    if val is not None:  # the validation set's own Bayes loss: what its best losses are measured against
+        far = tasks.far[val.task]
+        out["bayes_on_validation"] = {str(l): float(CHANCE * (far > l).mean()) for l in cfg.contexts}
+    if text := _notes(cfg, out):
+        out["text"] = text
+    return out
+
+
+def _notes(cfg: OptimalContextConfig, res: dict) -> list[str]:
+    """What the table cannot show: sizes where nothing was learned, bests at the first validation, and how
+    close to the Bayes risk a best loss can be read."""
+    notes, cells = [], res["cells"]
+    for D, opt_ in res["optimal_context"].items():
+        row = [cells[f"{D}/{l}"] for l in cfg.contexts]
+        if not opt_["learned"]:
+            lo, hi = min(c["best_val_loss"] for c in row), max(c["best_val_loss"] for c in row)
+            notes.append(
+                f"D={D}: no context's best validation loss ({lo:.3f}-{hi:.3f}) is below log 2 = "
+                f"{CHANCE:.3f}, the loss of answering 1/2: the MLPs learned nothing from this many "
+                f"samples, so its optimal l ({opt_['context']}) is no measurement"
+            )
+        first = [c["context"] for c in row if c["best_step"] and c["best_step"] <= cfg.eval_every]
+        if first:
+            notes.append(
+                f"D={D}: the best validation loss of l = {', '.join(map(str, first))} came at the first "
+                f"validation (step {cfg.eval_every}): they overfit (or stalled) from the start, so a smaller "
+                "eval_every or lr could find a lower loss"
+            )
+    on_val = res.get("bayes_on_validation")
+    below = [
+        (c["data_size"], c["context"])
+        for c in cells.values()
+        if c["best_val_loss"] < res["bayes_risk"][str(c["context"])]
+    ]
+    if below and on_val:
+        D, l = below[0]
+        notes.append(
+            f"{len(below)} cell(s) (first: D={D}, l={l}) have a best validation loss below the exact Bayes "
+            f"risk: the {cfg.val_samples:,} validation samples have their own Bayes loss "
+            f"(bayes_on_validation; {on_val[str(l)]:.4f} at l={l} against the exact "
+            f"{res['bayes_risk'][str(l)]:.4f}), "
+            "and each best loss is the lowest of many validations on that same set, so slightly optimistic; "
+            "read differences between cells below about twice best_val_loss_stderr as noise"
+        )
+    return notes
 
 
 def _feature_fits(cfg: OptimalContextConfig, cells: dict) -> dict:
@@ -270,6 +333,8 @@ def _feature_fits(cfg: OptimalContextConfig, cells: dict) -> dict:
     import contextlab.analysis.intrinsic as intrinsic
 
     fits = {}
+    if len(cfg.contexts) < 3:  # a line through two points has r = +-1 whatever they are
+        return fits
     for D in cfg.data_sizes:
         row = [cells.get(f"{D}/{l}") for l in cfg.contexts]
         if not all(c and "features" in c for c in row):
