@@ -284,6 +284,30 @@ def test_user_errors_are_one_clear_line(tmp_path, byte_store, hf_store, base_run
     check("does not exist", init={"source": str(tmp_path / "nowhere")})
 
 
+def test_a_hugging_face_source_with_damaged_weights_is_one_line(tmp_path, hf_store, llama_dir):
+    """A weights file cut short raised safetensors' own error through train (a 45-line traceback;
+    eval said it in one line)."""
+    bad = tmp_path / "cut"
+    shutil.copytree(llama_dir, bad)
+    weights = bad / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:2000])
+    with pytest.raises(UserError, match=r"cannot load the model in .*cut \(.*\); its weights may be damaged"):
+        train(run_config(hf_store, tmp_path / "r", train={"max_steps": 1}, init={"source": str(bad)}))
+
+
+def test_an_extended_limit_counts_the_bos_a_tokenizer_puts_first():
+    """Rows of a tokenizer that adds a BOS are BOS + train.context tokens: the extended position limit is
+    one more, so the export reads back at the context the run trained at (it read one short: 511 of 512)."""
+    from contextlab.models.hf.causal import context_limit, extend_hf_rope
+
+    for lead, limit in ((0, 64), (1, 65)):
+        cfg = transformers.LlamaConfig(
+            hidden_size=32, num_attention_heads=4, max_position_embeddings=16, rope_theta=1e4
+        )
+        extend_hf_rope(cfg, "yarn", 4.0, 16, 64, lead=lead)
+        assert context_limit(cfg) == limit
+
+
 def test_command_line_flag_sets_the_source(tmp_path, byte_store, capsys):
     from contextlab.cli import main
 

@@ -252,7 +252,9 @@ def _from_hf(cfg, objective, store, src: Path, hf_config) -> InitModel:
     method, factor = resolve_extension(cfg.extend, original, new_context)
     rope = None
     if method != "none":
-        rope = extend_hf_rope(hf_config, method, factor, original, new_context, cfg.extend.rope_base)
+        rope = extend_hf_rope(
+            hf_config, method, factor, original, new_context, cfg.extend.rope_base, lead=len(lead)
+        )
         _note_plain_extrapolation(method, original, new_context, factor)
     elif new_context > limit:
         if rope_params(hf_config) is None:

@@ -209,8 +209,11 @@ def extend_hf_rope(
     original_context: int,
     new_context: int,
     new_base: float = 0.0,
+    lead: int = 0,
 ) -> dict:
-    """Rewrite ``config`` in place for RoPE context extension; returns the new rope parameters."""
+    """Rewrite ``config`` in place for RoPE context extension; returns the new rope parameters. The position
+    limit becomes at least ``new_context`` + ``lead`` (the BOS its tokenizer puts before every row takes a
+    position of its own: the limit is the context read plus it, as ``context_limit`` reads it back)."""
     params = rope_params(config)
     if params is None:
         raise UserError(
@@ -246,7 +249,7 @@ def extend_hf_rope(
         )
     for key in LIMIT_KEYS:
         if isinstance(getattr(config, key, None), int):
-            setattr(config, key, max(new_context, getattr(config, key)))
+            setattr(config, key, max(new_context + lead, getattr(config, key)))
             break
     return params
 
@@ -257,12 +260,20 @@ def extend_hf_rope(
 def load_for_training(path: str | os.PathLike, config: PretrainedConfig, lead: list[int] = ()) -> HFCausalLM:
     """The HF model at ``path`` built with ``config`` (possibly RoPE-extended), fp32, train mode; ``lead``:
     the ids its tokenizer puts before every text, which every training row then gets too."""
+    from safetensors import SafetensorError
+
     try:
         hf = AutoModelForCausalLM.from_pretrained(
             Path(path), config=config, local_files_only=True, dtype=torch.float32
         )
     except (OSError, ValueError, KeyError) as e:
         raise UserError(load_error(path, e)) from None
+    except (SafetensorError, RuntimeError, EOFError) as e:  # a weights file cut short or damaged
+        why = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        raise UserError(
+            f"cannot load the model in {path} ({type(e).__name__}: {why}); its weights may be damaged or "
+            "copied in part: copy or save the folder again"
+        ) from None
     check_left_to_right(hf, path)
     return HFCausalLM(hf.train(), lead)
 
