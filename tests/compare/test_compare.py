@@ -328,6 +328,25 @@ def test_a_refusal_names_the_setting_that_differs_with_both_values(tmp_path):
         )  # passkey was paired like this
 
 
+def test_a_default_and_the_values_it_resolved_to_pair(tmp_path):
+    """niah's lengths left to their default on one model (they followed its context to 102, 230, 486) and
+    given as 102,230,486 on the other are the same samples: they pair (it refused, 'option lengths []
+    vs [102, 230, 486]', and a rerun with --overwrite gave the identical result)."""
+    cell, group = np.zeros((10, 2)), np.repeat(np.arange(2), 5)
+    niah_result(tmp_path / "a", np.ones(10), group, cell, lengths=(102, 230, 486))
+    niah_result(tmp_path / "b", np.zeros(10), group, cell, lengths=(102, 230, 486))
+    for run, given in (("a", []), ("b", [102, 230, 486])):
+        f = tmp_path / run / "eval" / "niah.json"
+        doc = json.loads(f.read_text())
+        doc["options"]["lengths"] = given
+        f.write_text(json.dumps(doc))
+    _, (doc,) = compare_runs(tmp_path / "a", tmp_path / "b", ["niah"], Options(), None)
+    assert doc["results"]["overall"]["diff"] == pytest.approx(1.0)
+    niah_result(tmp_path / "c", np.ones(10), group, cell, lengths=(102, 230))  # resolved otherwise: refused
+    with pytest.raises(UserError, match="data lengths"):
+        compare_runs(tmp_path / "a", tmp_path / "c", ["niah"], Options(), None)
+
+
 def test_two_tiny_trained_models_end_to_end(tmp_path, capsys):
     """Train two tiny runs (different seeds), evaluate both with contextwise and niah through the command
     line, compare them, and read the comparison back: A - B equals the difference of the reported numbers."""

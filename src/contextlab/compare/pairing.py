@@ -146,8 +146,9 @@ def check_pairing(name: str, a: Side, b: Side) -> list[str]:
             "(evaluate both with one --dtype)"
         )
     oa, ob = a.doc.get("options") or {}, b.doc.get("options") or {}
+    same = _resolved_alike(name, a, b)  # a default on one side, the value it resolved to on the other
     for k in sorted(set(oa) | set(ob)):
-        if oa.get(k) != ob.get(k):
+        if oa.get(k) != ob.get(k) and k not in same:
             (notes if k in FREE.get(name, ()) else diffs).append(f"option {k} {oa.get(k)} vs {ob.get(k)}")
     ta, tb = (((s.doc.get("model") or {}).get("tokenizer") or {}).get("hash") for s in (a, b))
     if ta and tb and ta != tb:  # the same text is other tokens: even prompts of one layout hold other text
@@ -168,6 +169,17 @@ def check_pairing(name: str, a: Side, b: Side) -> list[str]:
             f"{why}; {fix}"
         )
     return notes
+
+
+def _resolved_alike(name: str, a: Side, b: Side) -> set[str]:
+    """The options of ``RESOLVED`` both results resolved to the same values, however each was given (left
+    to its default, which follows the model's context, or set to what the default gives): they pair."""
+    alike = set()
+    for option, (part, key) in RESOLVED.get(name, []):
+        va, vb = (a.doc.get(part) or {}).get(key), (b.doc.get(part) or {}).get(key)
+        if va is not None and va == vb:
+            alike.add(option)
+    return alike
 
 
 def _causes(name: str, a: Side, b: Side) -> tuple[list[str], list[str], bool]:
