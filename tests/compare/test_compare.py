@@ -27,6 +27,7 @@ def contextwise_result(
     resolved_length=None,
     one_token=None,
     data_extra=None,
+    best_window=(6, 7),
     **options,
 ) -> None:
     """A contextwise result file in RUN/eval with the given per-piece arrays (``resolved_length``: the
@@ -39,7 +40,7 @@ def contextwise_result(
         results={
             "summary": {"best_context_loss": float(np.mean(best_loss))},
             "buckets": BUCKETS,
-            "best_context": {"from": 6, "to": 7, "loss": float(np.mean(best_loss))},
+            "best_context": {"from": best_window[0], "to": best_window[1], "loss": float(np.mean(best_loss))},
             **length,
         },
         options={"length": 8, "max_docs": 0, "pieces_per_doc": 0, "best_fraction": 0.1, **options},
@@ -345,6 +346,24 @@ def test_a_default_and_the_values_it_resolved_to_pair(tmp_path):
     niah_result(tmp_path / "c", np.ones(10), group, cell, lengths=(102, 230))  # resolved otherwise: refused
     with pytest.raises(UserError, match="data lengths"):
         compare_runs(tmp_path / "a", tmp_path / "c", ["niah"], Options(), None)
+
+
+def test_best_context_losses_of_other_windows_say_so_in_their_line(tmp_path):
+    """A base model (best window 116-128) against its extension (461-512): the headline difference is of
+    other targets, which the line itself now says (a note beside it was all), with the flag that reads
+    both on the same targets."""
+    loss = np.ones((4, 3))
+    pieces = [(d, 0) for d in range(4)]
+    contextwise_result(tmp_path / "ext", loss, np.ones(4), pieces, best_window=(461, 512))
+    contextwise_result(tmp_path / "base", loss, np.ones(4) * 1.1, pieces, best_window=(116, 128))
+    _, (doc,) = compare_runs(tmp_path / "ext", tmp_path / "base", None, Options(), None)
+    assert doc["lines"][0].endswith(
+        "at each model's own best-context positions (A 461-512, B 116-128: other targets)"
+    )
+    assert any("evaluate the shorter model with --train-context 512 (model A's)" in n for n in doc["notes"])
+    contextwise_result(tmp_path / "same", loss, np.ones(4) * 1.1, pieces, best_window=(461, 512))
+    _, (doc,) = compare_runs(tmp_path / "ext", tmp_path / "same", None, Options(), None)
+    assert "own best-context positions" not in doc["lines"][0] and not doc["notes"]
 
 
 def test_two_tiny_trained_models_end_to_end(tmp_path, capsys):

@@ -83,9 +83,17 @@ def contextwise(a: Side, b: Side, o: Options) -> dict:
         **paired(xa["piece_best_loss"] - xb["piece_best_loss"]),
     }
     n_docs = best["n_clusters"]
+    windows = (
+        ""
+        if best["window_a"] == best["window_b"]
+        else (
+            f" at each model's own best-context positions (A {best['window_a'][0]}-{best['window_a'][1]}, "
+            f"B {best['window_b'][0]}-{best['window_b'][1]}: other targets)"
+        )
+    )
     line = (
         f"contextwise best-context loss A - B = {cs.interval_text(best)} over {n_docs} documents "
-        f"({len(docs)} pieces; A {best['a']:.3f}, B {best['b']:.3f})"
+        f"({len(docs)} pieces; A {best['a']:.3f}, B {best['b']:.3f}){windows}"
     )
     results = {"unit": "piece", "cluster": "document", "n_pieces": len(docs), "n_documents": n_docs}
     have = [set(s.doc.get("arrays") or {}) for s in (a, b)]
@@ -101,8 +109,14 @@ def contextwise(a: Side, b: Side, o: Options) -> dict:
         )
     notes = []
     if best["window_a"] != best["window_b"]:  # models of different training contexts
+        longer = "A" if best["window_a"][1] > best["window_b"][1] else "B"
         notes.append(
-            f"best-context windows differ (A {best['window_a']}, B {best['window_b']}): each model's own"
+            f"best-context windows differ (A {best['window_a']}, B {best['window_b']}): each model's loss "
+            "over the last tenth of its own training context, so the difference is of other targets (the "
+            "longer model's far positions against the shorter one's), and so is the context gain's; "
+            f"to read both on the same targets, evaluate the shorter model with --train-context "
+            f"{max(best['window_a'][1], best['window_b'][1])} (model {longer}'s) and compare again: the "
+            "per-bucket differences above are of the same positions either way"
         )
     return {
         "lines": lines,
