@@ -147,13 +147,20 @@ def _pack_summary(report, config, args: argparse.Namespace) -> str:
             f"({report.shards_packed} new, {report.shards_resumed} already there); "
             "run without --only-shards to assemble"
         )
-    from contextlab.data.packing.stats import arrangement, few_to_arrange
+    from contextlab.data.packing.stats import (
+        arrangement,
+        few_to_arrange,
+        near_duplicates,
+        near_duplicates_line,
+    )
 
     pk = report.packed
     if report.up_to_date:
         return f"{pk.path} is up to date ({pk.n_sequences:,} sequences); nothing to do"
     m = pk.meta
     note = few_to_arrange(arrangement(pk))
+    dups = near_duplicates_line(near_duplicates(pk))
+    left = f"; left out: {dups}" if dups else ""
     held = m.get("heldout") or {}
     docs = f"{m['store']['n_docs']:,} document{'s' * (m['store']['n_docs'] != 1)}"
     if held:
@@ -164,7 +171,7 @@ def _pack_summary(report, config, args: argparse.Namespace) -> str:
         )
     return (
         f"wrote {pk.path}: {config.method}, {pk.n_sequences:,} sequences for context {config.context:,} "
-        f"({m['n_full_sequences']:,} full), {pk.n_entries:,} entries from {docs} "
+        f"({m['n_full_sequences']:,} full), {pk.n_entries:,} entries from {docs}{left} "
         f"in {report.seconds:,.1f} s ({_rate(report)}); "
         f"largest shard index {m['index_bytes_max'] / 2**20:,.1f} MiB" + (f"\n{note}" if note else "")
     )

@@ -297,7 +297,10 @@ def test_a_packing_of_documents_long_against_the_context_is_told_it_had_little_t
     args = [str(store.path), "--method", "splice", "--no-progress"]
     assert cmd_pack([*args, "--context", "63", "--out", str(tmp_path / "long")]) == 0
     out = capsys.readouterr().out
-    assert "% of sequences hold (a piece of) one document: the median document has 299 tokens against " in out
+    assert (
+        "% of sequences hold (a piece of) one document: 100% of the tokens are in documents that fill a "
+        "sequence alone (half of them in documents of 299 tokens or more), against context 63" in out
+    )
     s = pack_stats(PackedStore(tmp_path / "long"))
     assert s["single_document_sequences"] >= 0.5 and s["median_document_tokens"] == 299
     assert "differs little from ep here" in format_pack_stats(s)
@@ -306,3 +309,36 @@ def test_a_packing_of_documents_long_against_the_context_is_told_it_had_little_t
     assert pack_stats(PackedStore(tmp_path / "wide"))["single_document_sequences"] < 0.5
     assert cmd_pack([*args[:2], "ep", "--context", "63", "--out", str(tmp_path / "ep")]) == 0
     assert "note:" not in capsys.readouterr().out
+
+
+def test_near_duplicates_icp_left_out_are_counted_and_said(tmp_path, capsys):
+    """--icp-dedup left 10% of a corpus's documents out of every sequence and no summary said it."""
+    chain = {
+        f"c/{i}.txt": t
+        for i, t in enumerate(["ant bee", "bee cow", "cow dog", "dog elk", "elk fox", "dog elk"])
+    }
+    store = make_store(tmp_path, chain)
+    out = tmp_path / "p"
+    args = [
+        str(store.path),
+        "--method",
+        "icp",
+        "--icp-dedup",
+        "0.99",
+        "--context",
+        "15",
+        "--val-fraction",
+        "0",
+    ]
+    assert cmd_pack([*args, "--separator", "none", "--no-progress", "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    pk = PackedStore(out)
+    n = int(store.lengths()[5])  # the duplicate of document 3
+    assert pk.meta["dropped_near_duplicates"] == 1 and pk.meta["dropped_near_duplicate_tokens"] == n
+    assert (
+        f"; left out: 1 near-duplicate document, {n:,} tokens (--icp-dedup 0.99: packed in no sequence)"
+        in said
+    )
+    stats = pack_stats(pk)
+    assert stats["dropped_near_duplicates"] == 1 and stats["dropped_near_duplicate_tokens"] == n
+    assert f"left out       1 near-duplicate document, {n:,} tokens" in format_pack_stats(stats)

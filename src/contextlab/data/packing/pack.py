@@ -464,12 +464,20 @@ def _finalize(
         "n_tokens": n_tokens,
         "dropped_tokens": int(sum(s["dropped_tokens"] for s in stats)),
         "dropped_near_duplicates": int(sum(len(s["dropped_near_duplicates"]) for s in stats)),
+        "dropped_near_duplicate_tokens": _tokens_of(
+            store, [d for s in stats for d in s["dropped_near_duplicates"]]
+        ),
         "index_bytes_max": int(max(s["index_bytes"] for s in stats)),
         "shards": stats,
         **({"heldout": heldout} if heldout else {}),
         "files": {**_FILES, **({HELDOUT_FILE: _HELDOUT_DOC} if heldout else {})},
     }
     atomic_write_json(partial / "meta.json", meta)
+
+
+def _tokens_of(store: TokenStore, docs: list[int]) -> int:
+    """The tokens of the documents ``docs`` of ``store``."""
+    return int(np.asarray(store.lengths())[docs].sum()) if docs else 0
 
 
 def _heldout_record(store: TokenStore, cfg: PackConfig, partial: Path) -> dict | None:

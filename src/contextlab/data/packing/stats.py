@@ -112,6 +112,7 @@ def pack_stats(
         "n_entries": packed.n_entries,
         "n_tokens": int(lens.sum()),
         "heldout": packed.meta.get("heldout"),  # the documents held out for validation (None: none)
+        **near_duplicates(packed),
         "docs_per_sequence": {
             "mean": float(docs_per.mean()) if n_seq else 0.0,
             "median": float(np.median(docs_per)) if n_seq else 0.0,
@@ -245,6 +246,8 @@ def format_pack_stats(s: dict) -> str:
             f"held out       {n:,} document{'s' * (n != 1)} ({held['tokens']:,} tokens) for validation, "
             f"packed in no sequence (val_fraction {held['val_fraction']:g}, split_seed {held['split_seed']})",
         )
+    if line := near_duplicates_line(s):
+        lines.insert(2, f"left out       {line}")
     if note := few_to_arrange(s):
         lines.append(note)
     return "\n".join(lines)
@@ -258,17 +261,52 @@ def arrangement(packed: PackedStore, docs_per: np.ndarray | None = None) -> dict
         seq_of = np.repeat(np.arange(packed.n_sequences), np.diff(np.asarray(packed.seq_offsets)))
         docs_per = _distinct_per_seq(seq_of, np.asarray(packed.entries)[:, 0], packed.n_sequences)
     cfg = packed.meta["config"]
-    lengths = packed.store.lengths()
+    lengths = np.sort(np.asarray(packed.store.lengths()))
+    total = float(lengths.sum())
+    cum = np.cumsum(lengths)
     return {
         "method": cfg["method"],
         "retriever": cfg["retriever"] if cfg["method"] in retrieving_methods() else None,
         "context": packed.context,
         "single_document_sequences": float((docs_per == 1).mean()) if len(docs_per) else 0.0,
         "median_document_tokens": float(np.median(lengths)) if len(lengths) else 0.0,
+        # half the tokens are in documents at least this long (the median a token's document has)
+        "token_median_document_tokens": float(lengths[np.searchsorted(cum, total / 2)]) if total else 0.0,
+        "tokens_in_long_documents": float(lengths[lengths >= packed.row_len].sum() / total) if total else 0.0,
     }
 
 
 FEW_TO_ARRANGE = 0.5  # the share of one-document sequences from which a retrieving packing is told
+
+
+def near_duplicates(packed: PackedStore) -> dict:
+    """The near-duplicates an icp pack left out (``--icp-dedup``), with their tokens; {} for none."""
+    m = packed.meta
+    n = int(m.get("dropped_near_duplicates") or 0)
+    if not n:
+        return {}
+    tokens = m.get("dropped_near_duplicate_tokens")
+    if tokens is None:  # packs written before the count: from the shards' document lists
+        ids = [d for shard in m.get("shards", []) for d in shard.get("dropped_near_duplicates", [])]
+        tokens = int(np.asarray(packed.store.lengths())[ids].sum()) if ids else None
+    return {
+        "dropped_near_duplicates": n,
+        "dropped_near_duplicate_tokens": tokens,
+        "icp_dedup": m["config"].get("icp_dedup", 0.0),
+    }
+
+
+def near_duplicates_line(s: dict) -> str | None:
+    """What ``--icp-dedup`` left out of every sequence (None when nothing): documents and tokens."""
+    n = s.get("dropped_near_duplicates") or 0
+    if not n:
+        return None
+    tokens = s.get("dropped_near_duplicate_tokens")
+    toks = f", {tokens:,} tokens" if tokens is not None else ""
+    return (
+        f"{n:,} near-duplicate document{'s' * (n != 1)}{toks} (--icp-dedup {s.get('icp_dedup', 0):g}: packed "
+        "in no sequence)"
+    )
 
 
 def few_to_arrange(s: dict) -> str | None:
@@ -278,9 +316,17 @@ def few_to_arrange(s: dict) -> str | None:
     single = s.get("single_document_sequences", 0.0)
     if not s["retriever"] or single < FEW_TO_ARRANGE:
         return None
+    if "tokens_in_long_documents" in s:  # what fills the sequences: the tokens' documents, not the median one
+        why = (
+            f"{100 * s['tokens_in_long_documents']:.0f}% of the tokens are in documents that fill a sequence "
+            f"alone (half of them in documents of {s['token_median_document_tokens']:,.0f} tokens or more), "
+            f"against context {s['context']:,}"
+        )
+    else:
+        median = s["median_document_tokens"]
+        why = f"the median document has {median:,.0f} tokens against context {s['context']:,}"
     return (
-        f"note: {100 * single:.0f}% of sequences hold (a piece of) one document: the median document has "
-        f"{s['median_document_tokens']:,.0f} tokens against context {s['context']:,}, so {s['method']} "
+        f"note: {100 * single:.0f}% of sequences hold (a piece of) one document: {why}, so {s['method']} "
         "chose the neighbours of few sequences and differs little from ep here; a longer context, or "
         "a corpus of shorter documents, gives it more to arrange"
     )
