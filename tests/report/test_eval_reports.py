@@ -344,4 +344,8 @@ def test_the_reproduce_line_writes_every_kind_of_option_the_command_line_reads(t
     assert notes == ["option answers has a value with a comma, which --answers splits: not exact"]
     assert reproduce({**doc, "model": {"path": "-"}}, tmp_path)[0] is None  # a model built in memory
     line, notes = reproduce({**doc, "model": {"path": "m"}, "data": {"store": "s"}}, tmp_path)
-    assert "--data s" in line and any("relative paths" in n for n in notes)
+    assert "--data s" in line and any("relative paths" in n for n in notes)  # older results: no cwd
+    ran_in = {**doc, "cwd": str(tmp_path), "model": {"path": "m"}, "data": {"store": "stores/s"}}
+    line, notes = reproduce(ran_in, tmp_path)  # relative paths as given, resolved where they were given
+    assert f"--model {tmp_path / 'm'} " in line and f"--data {tmp_path / 'stores' / 's'} " in line
+    assert not any("relative paths" in n for n in notes)

@@ -146,6 +146,7 @@ def write_result(
             **code_version(),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "seconds": round(seconds, 3),
+            "cwd": os.getcwd(),  # what relative paths below are relative to (a reproduce line resolves them)
             "model": jsonable(model, "model", bad),
             "data": jsonable(data, "data", bad),
             "options": jsonable(options, "options", bad),

@@ -131,10 +131,12 @@ def reproduce(doc: dict, folder: Path) -> tuple[str | None, list[str]]:
     path = model.get("path") or model.get("id")
     if not name or not path or path == "-":
         return None, ["the model was not loaded from a folder, so there is no command to run it again"]
+    path = _from_cwd(doc, path)
     args = ["contextlab", "analyze", name] if name in ANALYSES else ["contextlab", "eval", name]
     args += ["--model", str(path)] + (["--compare", str(b.get("path") or b.get("id"))] if b else [])
     data = doc.get("data") if isinstance(doc.get("data"), dict) else {}
     where = next((data[k] for k in DATA_PATHS if isinstance(data.get(k), str)), None)
+    where = _from_cwd(doc, where) if where else where
     if where:
         args += ["--data", where]
     elif name == "attention" and isinstance(data.get("text"), str):
@@ -157,6 +159,15 @@ def reproduce(doc: dict, folder: Path) -> tuple[str | None, list[str]]:
             "--model its new place"
         )
     return shlex.join(args), notes
+
+
+def _from_cwd(doc: dict, path: str) -> str:
+    """``path`` made absolute against the directory the evaluation ran in (recorded as ``cwd``), when it is
+    relative and that directory is known; as recorded otherwise."""
+    cwd = doc.get("cwd")
+    if isinstance(cwd, str) and cwd and not Path(str(path)).is_absolute():
+        return str(Path(cwd) / str(path))
+    return str(path)
 
 
 def _option_flags(options) -> tuple[list[str], list[str]]:
