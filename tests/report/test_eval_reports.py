@@ -349,3 +349,52 @@ def test_the_reproduce_line_writes_every_kind_of_option_the_command_line_reads(t
     line, notes = reproduce(ran_in, tmp_path)  # relative paths as given, resolved where they were given
     assert f"--model {tmp_path / 'm'} " in line and f"--data {tmp_path / 'stores' / 's'} " in line
     assert not any("relative paths" in n for n in notes)
+
+
+def test_an_entropy_analysis_shows_its_rows_per_context_and_every_correlation(tmp_path):
+    """The report showed the entropy analysis's summary only: no row of CE, Bayes risk, entropy or
+    dimension per context, no Pearson r; a measure with no value at a context is an empty cell."""
+    from contextlab.eval.results import write_result
+
+    rows = [
+        {"context": 0, "ce": 0.7435, "ce_stderr": 0.007, "bayes_risk": 0.6931, "excess": 0.0504,
+         "entropy": {"10": -47.8, "128": None}, "dimension": {"0.01": 3}, "mle": None},
+        {"context": 9, "ce": 0.2588, "ce_stderr": 0.01, "bayes_risk": 0.1916, "excess": 0.0731,
+         "entropy": {"10": -51.0, "128": -2134.28}, "dimension": {"0.01": 3}, "mle": 1.39},
+    ]  # fmt: skip
+    fits = {"entropy@10": {"r": -0.319}, "entropy@128": {"r": -0.695}, "mle": {"r": -0.666}}
+    write_result(
+        tmp_path / "ent",
+        "entropy",
+        results={"summary": {"best_measure": "entropy@128"}, "contexts": rows, "fits_vs_ce": fits},
+        options={},
+        model={"path": str(tmp_path / "m")},
+        data={"store": "s"},
+        seconds=0.0,
+    )
+    text = re.sub(r"<[^>]+>", " ", build_report(tmp_path / "ent").read_text())
+    assert "per visible context" in text and "-2134" in text and "0.7435" in text and "0.1916" in text
+    assert "Pearson r of each measure" in text and "-0.695" in text and "-0.666" in text
+
+
+def test_an_optimal_context_folder_is_reported(tmp_path):
+    """`report` refused an optimal-context folder ('nothing to report'); it shows the grid, the Bayes
+    rows, the optimum per size (or that nothing was learned), the notes and a command that resumes it."""
+    from contextlab.sweep import optimal_context as oc
+
+    cfg = oc.OptimalContextConfig(
+        n_bits=12, n_tasks=4, min_far_bit=3, data_sizes=[512], contexts=[2, 7, 12], val_samples=500,
+        hidden=32, batch_size=64, eval_every=20, max_steps=40, measure_features=False,
+        out_dir=str(tmp_path / "oc"),
+    )  # fmt: skip
+    res = oc.run_optimal_context(cfg, progress=False)
+    oc.optimal_context_png(res, tmp_path / "oc" / "optimal_context.png")
+    page = build_report(tmp_path / "oc").read_text()
+    text = html.unescape(re.sub(r"<[^>]+>", " ", page))
+    assert "Optimal context vs training-set size" in text and "Bayes, validation set" in text
+    best = res["cells"]["512/7"]["best_val_loss"]
+    assert f"{best:.4g}" in text and "optimal context plot" in page
+    cmd = next(m for m in re.findall(r"<pre>(.*?)</pre>", page, re.S) if "optimal-context" in m)
+    args = shlex.split(html.unescape(cmd))
+    assert args[:2] == ["contextlab", "optimal-context"] and f"out_dir={tmp_path / 'oc'}" in args
+    assert "contexts=[2,7,12]" in args and "measure_features=false" in args

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from contextlab import rundir
 from contextlab.report.blocks import img, kv_table, muted, plain, pre, table, with_intervals
+from contextlab.report.details import DETAILS
 
 RESULT_FORMAT = "contextlab-eval-result"  # what eval/results.py writes (the report does not import it)
 COMPARE_FORMAT = "contextlab-compare"
@@ -227,6 +228,8 @@ def eval_section(name: str, doc: dict, folder: Path, level: int = 3, newest_step
             "train on</p>"
         )
     parts.append(kv_table(with_intervals(eval_scalars(doc))))
+    if name in DETAILS:  # the rows the summary does not hold (the entropy analysis per context)
+        parts.append(DETAILS[name](doc))
     text = (doc.get("results") or {}).get("text") if isinstance(doc.get("results"), dict) else None
     if isinstance(text, list) and text:
         parts.append("<ul>" + "".join(f"<li>{html.escape(str(t))}</li>" for t in text) + "</ul>")

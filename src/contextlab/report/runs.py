@@ -19,6 +19,7 @@ from pathlib import Path
 
 from contextlab import rundir
 from contextlab.report.blocks import img, keys, muted, png_img, pre, table
+from contextlab.report.details import optimal_context_results, optimal_context_section
 from contextlab.report.evals import eval_sections, read_results
 from contextlab.report.plots import loss_curve_png
 
@@ -317,4 +318,5 @@ def data_sections(root: Path) -> list[str]:
         body.append("<h2>Packing</h2>" + "".join(packed_section(f, root) for f in packs))
     if (root / "results.csv").exists():
         body.append(sweep_section(root))
+    body += [optimal_context_section(f, root) for f in optimal_context_results(root)]
     return body

@@ -275,6 +275,7 @@ def _results(cfg: OptimalContextConfig, tasks: syn.ParityTasks, cells: dict, val
                 "learned": learned,
             }
     out = {
+        "format": "contextlab-optimal-context",
         "config": asdict(cfg),
         "bayes_risk": {str(l): syn.bayes_risk(tasks, l) for l in cfg.contexts},
         "optimal_context": optimal,
