@@ -594,3 +594,46 @@ def test_text_changed_before_any_step_is_ingested_again_and_after_one_is_refused
     with pytest.raises(UserError, match="has changed since this profile"):
         prepare_store(str(folder), adapter, out, False, measured=True)
     assert TokenStore(store).n_tokens == 1_500  # what the measured steps read is left as it was
+
+
+def test_a_pair_is_measured_past_the_shorter_context_when_asked(tmp_path, text, capsys):
+    """A base model (context 32) and its extension (context 64) were only ever measured at 32, where the
+    extension's new positions are never read: --context 64 reads both at 64, the base past its own
+    context (RoPE extrapolation), said in a note; a model of absolute positions is refused there."""
+    from types import SimpleNamespace
+
+    from contextlab.profile.runner import _checked
+
+    models = []
+    for seed, ctx in ((0, 32), (1, 64)):
+        torch.manual_seed(seed)
+        model = GPT(GPTConfig(vocab_size=257, n_layer=1, n_head=2, n_embd=32, context=ctx))
+        write_untrained_run(tmp_path / f"c{ctx}", model, ByteTokenizer(), note="random init")
+        models.append(tmp_path / f"c{ctx}")
+    out = tmp_path / "p"
+    argv = ["profile", "--model", str(models[0]), "--compare", str(models[1]), "--data", str(text)]
+    argv += ["--out", str(out), "--no-progress", "--threads", "1", "--budget", "quick", "--context", "64"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ContextLengthWarning)  # the base is read past its context: asked for
+        assert main(argv) == 0
+    said = capsys.readouterr().out
+    assert "note: --context 64 reads" in said and "past the context it was trained at (32)" in said
+    for label in ("c32", "c64"):
+        cw = json.loads((out / "models" / label / "contextwise.json").read_text())
+        assert cw["options"]["length"] == 65  # both read at 64 visible tokens: the results pair
+    paired = json.loads((out / "compare" / "compare_contextwise.json").read_text())
+    assert paired["results"]["n_pieces"] > 0  # paired piece by piece at context 64
+
+    def fake(context, beyond):
+        adapter = SimpleNamespace(
+            context=context,
+            require_lm=lambda what: None,
+            info=SimpleNamespace(tokenizer={"hash": "t"}, extends_beyond=beyond),
+        )
+        return SimpleNamespace(adapter=adapter, path=f"m{context}", label=f"m{context}")
+
+    with pytest.raises(UserError, match=r"runs past m32's context \(32\), and its positions are absolute"):
+        _checked([fake(32, False), fake(64, True)], str(text), "all", 64)
+    with pytest.raises(UserError, match=r"not between 1 and the longer of the two models' contexts \(64\)"):
+        _checked([fake(32, True), fake(64, True)], str(text), "all", 65)
+    assert _checked([fake(32, True), fake(64, True)], str(text), "all", 0) == 32  # the default: the smaller

@@ -84,7 +84,9 @@ def _parser() -> argparse.ArgumentParser:
         default=0,
         help="measure at this many tokens instead of the model's whole context (with --compare, the "
         "smaller of the two): every length follows it. For models whose context is far longer than what "
-        "this machine or the data can serve (e.g. 131,072 positions on a CPU). Default: 0, the model's",
+        "this machine or the data can serve (e.g. 131,072 positions on a CPU); with --compare it may be up "
+        "to the longer model's context, reading the shorter one past its own (RoPE extrapolation: a base "
+        "model against its context extension). Default: 0, the model's",
     )
     p.add_argument(
         "--dtype", default="fp32", choices=["fp32", "bf16"], help="compute precision (default: fp32)"

@@ -186,11 +186,25 @@ def _checked(opened: list[Model], data: str, split: str, context: int) -> int:
             "hold the data of both; give --data the text (a file or folder): each model tokenizes it itself"
         )
     own = min(m.adapter.context for m in opened)
-    if context < 0 or context > own:
-        whose = "the smaller of the two models' contexts" if len(opened) == 2 else "the model's context"
+    most = max(m.adapter.context for m in opened)  # with --compare, --context may reach the longer one's
+    if context < 0 or context > most:
+        whose = "the longer of the two models' contexts" if len(opened) == 2 else "the model's context"
         raise UserError(
-            f"--context {context:,} is not between 1 and {whose} ({own:,}); give a shorter one, or leave "
+            f"--context {context:,} is not between 1 and {whose} ({most:,}); give a shorter one, or leave "
             "--context out to measure at the whole context"
+            + (" (the shorter of the two)" if len(opened) == 2 else "")
+        )
+    for m in (m for m in opened if m.adapter.context < context):  # read past its context: extrapolated
+        if not m.adapter.info.extends_beyond:
+            raise UserError(
+                f"--context {context:,} runs past {m.path}'s context ({m.adapter.context:,}), and its "
+                "positions are absolute: it cannot be read there; give --context of at most "
+                f"{m.adapter.context:,}"
+            )
+        print(
+            f"note: --context {context:,} reads {m.label} ({m.path}) past the context it was trained at "
+            f"({m.adapter.context:,}): its positions past {m.adapter.context:,} are extrapolated (RoPE), "
+            "which is what comparing a model with its context extension measures"
         )
     return context or own
 
