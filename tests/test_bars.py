@@ -91,3 +91,34 @@ def test_every_bar_is_made_by_contextlab_bars():
         if p.name != "bars.py" and ("from tqdm" in p.read_text() or "import tqdm" in p.read_text())
     ]
     assert direct == [], f"use contextlab.bars.bar / bars.write instead of tqdm in {direct}"
+
+
+def test_off_a_terminal_a_long_bar_writes_a_plain_line_now_and_then_and_a_short_one_nothing(monkeypatch):
+    """A log file got nothing from a command of many minutes until it ended (tqdm draws nothing off a
+    terminal): a bar left to the automatic mode now writes a line every CONTEXTLAB_PROGRESS_SECONDS,
+    without carriage returns; work shorter than that writes nothing, as before."""
+    import io
+    import time
+
+    monkeypatch.setenv("CONTEXTLAB_PROGRESS_SECONDS", "0.2")
+    log = io.StringIO()
+    b = bars.bar(total=8, desc="cells", file=log, disable=None)
+    for _ in range(8):
+        time.sleep(0.1)
+        b.update(1)
+    b.close()
+    lines = log.getvalue().splitlines()
+    assert 2 <= len(lines) <= 8 and all(line.startswith("cells:") for line in lines), lines
+    assert "\r" not in log.getvalue() and lines[-1].startswith("cells: 100%")  # its last state, kept
+    quick = io.StringIO()
+    b = bars.bar(total=3, desc="quick", file=quick, disable=None)
+    b.update(3)
+    b.close()
+    assert quick.getvalue() == ""
+    off = io.StringIO()
+    monkeypatch.setenv("CONTEXTLAB_PROGRESS_SECONDS", "0")
+    b = bars.bar(total=2, desc="off", file=off, disable=None)
+    time.sleep(0.3)
+    b.update(2)
+    b.close()
+    assert off.getvalue() == ""

@@ -9,6 +9,12 @@ screen of 20 lines (a line too wide wraps, far better than silence), also when t
 a dynamic width (which would read the 0 again at every draw); everywhere else tqdm sizes it as it
 always does. Every bar of contextlab is made here, so the rule holds for all of them
 (a test keeps it so).
+
+Off a terminal (a log file, a batch job's output, a pipe), tqdm's automatic mode draws nothing, so a
+command of many minutes said nothing until it ended. There a bar left to that mode instead writes
+one plain line (no carriage returns) every ``CONTEXTLAB_PROGRESS_SECONDS`` seconds (default 60; 0:
+none), and nothing at all for work that ends sooner: logs show how far a long command is, and short
+commands (every test) stay as quiet as before.
 """
 
 from __future__ import annotations
@@ -21,14 +27,50 @@ FALLBACK_LINES = 20  # and its height (tqdm's own default), below which tqdm hid
 
 
 def bar(*args, **kwargs):
-    """``tqdm.auto.tqdm(*args, **kwargs)``, given a size when its stream is a terminal of 0 columns."""
+    """``tqdm.auto.tqdm(*args, **kwargs)``, given a size when its stream is a terminal of 0 columns, and
+    written as a plain line a minute when it is no terminal (module docstring)."""
     from tqdm.auto import tqdm
 
-    if _zero_width(kwargs.get("file") or sys.stderr):  # also 0 lines: tqdm hides a bar below the last
+    stream = kwargs.get("file") or sys.stderr
+    if _zero_width(stream):  # also 0 lines: tqdm hides a bar below the last
         kwargs.setdefault("ncols", FALLBACK_COLUMNS)
         kwargs.setdefault("nrows", FALLBACK_LINES)
         kwargs["dynamic_ncols"] = False  # a dynamic width is read at each draw: 0 columns again
+    elif kwargs.get("disable", False) is None and not _terminal(stream) and (every := log_seconds()) > 0:
+        kwargs.update(disable=False, file=_Lines(stream), delay=every, mininterval=every, maxinterval=every)
+        kwargs.update(ncols=FALLBACK_COLUMNS, dynamic_ncols=False)
     return tqdm(*args, **kwargs)
+
+
+def log_seconds() -> float:
+    """Seconds between the lines a bar writes off a terminal (``CONTEXTLAB_PROGRESS_SECONDS``)."""
+    try:
+        return float(os.environ.get("CONTEXTLAB_PROGRESS_SECONDS", "60"))
+    except ValueError:
+        return 60.0
+
+
+class _Lines:
+    """A stream that writes each of tqdm's redraws as a line of its own (a log has no carriage return),
+    and none of its blank clears."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> None:
+        text = text.replace("\r", "").strip()
+        if text:
+            self.stream.write(text + "\n")
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _terminal(stream) -> bool:
+    try:
+        return os.isatty(stream.fileno())
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture), closed
+        return False
 
 
 def write(text: str, file=None) -> None:
