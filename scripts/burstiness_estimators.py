@@ -52,7 +52,7 @@ def main() -> None:
         ),
     ):
         packed = pack(store, work / name, cfg, progress=False).packed
-        s = pack_stats(packed, max_sequences=args.max_sequences)
+        s = pack_stats(packed, max_sequences=args.max_sequences, mle_sequences=0)  # the MLE of every one
         out[name] = {k: {f: s[k][f] for f in ("mean", "std", "n_sequences")} for k in ("zipf", "zipf_mle")}
         out[name]["zipf_mle"]["alpha_mean"] = s["zipf_mle"]["alpha_mean"]
         out[name]["zipf_mle"]["xmin_median"] = s["zipf_mle"]["xmin_median"]

@@ -342,3 +342,21 @@ def test_near_duplicates_icp_left_out_are_counted_and_said(tmp_path, capsys):
     stats = pack_stats(pk)
     assert stats["dropped_near_duplicates"] == 1 and stats["dropped_near_duplicate_tokens"] == n
     assert f"left out       1 near-duplicate document, {n:,} tokens" in format_pack_stats(stats)
+
+
+def test_the_power_law_mle_reads_a_seeded_subsample_of_the_sequences(tmp_path):
+    """The MLE scans every x_min (~44 ms a sequence: 90 s for 2,000 of them); it reads --mle-sequences of
+    the sampled sequences, seeded, while the least-squares slope reads them all."""
+    from tests.conftest import shakespeare
+
+    store = make_store(tmp_path, {f"p/{i}.txt": shakespeare(6000)[i * 300 :] for i in range(12)})
+    packed = pack(store, tmp_path / "p", PackConfig(method="ep", context=511, val_fraction=0), progress=False)
+    packed = packed.packed
+    every = pack_stats(packed, mle_sequences=0)
+    some = pack_stats(packed, mle_sequences=4)
+    assert every["zipf"] == some["zipf"] and every["zipf"]["n_sequences"] > 4
+    assert every["zipf_mle"]["n_sequences"] == every["zipf"]["n_sequences"]  # these all have counts to fit
+    assert (
+        some["zipf_mle"]["n_sequences"] == 4
+        and pack_stats(packed, mle_sequences=4)["zipf_mle"] == some["zipf_mle"]
+    )
