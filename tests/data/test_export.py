@@ -214,6 +214,8 @@ def test_existing_out_and_bad_options_are_refused_in_one_line(packed, tmp_path, 
     assert sorted(p.name for p in out.iterdir()) == ["export.json", "train.bin", "train.idx"]
     with pytest.raises(UserError, match="--keep-short-rows is for --format parquet"):
         export(packed, tmp_path / "x", ExportConfig(format="megatron", keep_short_rows=True), progress=False)
+    with pytest.raises(UserError, match="--rows-per-shard sizes the Parquet files"):  # it was ignored
+        export(packed, tmp_path / "x", ExportConfig(format="megatron", rows_per_shard=100), progress=False)
     with pytest.raises(UserError, match="lies inside .*, which this command reads"):
         export(packed, packed.path / "sub", ExportConfig(), progress=False)
     assert main(["data", "export", str(packed.path), "--out", str(out)]) == 2

@@ -159,6 +159,18 @@ def _pack_summary(report, config, args: argparse.Namespace) -> str:
         return f"{pk.path} is up to date ({pk.n_sequences:,} sequences); nothing to do"
     m = pk.meta
     note = few_to_arrange(arrangement(pk))
+    if not m["n_full_sequences"]:  # training reads full sequences only
+        row = config.context + 1
+        why = (
+            f"the packed documents hold {m['n_tokens']:,} tokens, fewer than one sequence of context + 1 = "
+            f"{row:,}"
+            if m["n_tokens"] < row
+            else f"each of the {len(m['shards'])} shards holds less than one sequence of {row:,} tokens"
+        )
+        note = (
+            f"note: no sequence is full: {why}, and training reads full sequences only; lower --context"
+            + (" or --shards" if m["n_tokens"] >= row else " or pack more text")
+        )
     dups = near_duplicates_line(near_duplicates(pk))
     left = f"; left out: {dups}" if dups else ""
     held = m.get("heldout") or {}

@@ -360,3 +360,18 @@ def test_the_power_law_mle_reads_a_seeded_subsample_of_the_sequences(tmp_path):
         some["zipf_mle"]["n_sequences"] == 4
         and pack_stats(packed, mle_sequences=4)["zipf_mle"] == some["zipf_mle"]
     )
+
+
+def test_a_pack_with_no_full_sequence_says_nothing_of_it_trains(tmp_path, capsys):
+    """'1 sequences (0 full)' was all a pack of a context longer than its corpus said: training reads
+    full sequences only, so such a pack trains on nothing."""
+    store = make_store(tmp_path, {"a/x.txt": "a small text only"})
+    args = [str(store.path), "--method", "ep", "--val-fraction", "0", "--no-progress"]
+    assert cmd_pack([*args, "--context", "1000", "--out", str(tmp_path / "p")]) == 0
+    out = capsys.readouterr().out
+    assert "note: no sequence is full: the packed documents hold " in out
+    assert (
+        "fewer than one sequence of context + 1 = 1,001" in out and "lower --context or pack more text" in out
+    )
+    assert cmd_pack([*args, "--context", "7", "--out", str(tmp_path / "q")]) == 0
+    assert "no sequence is full" not in capsys.readouterr().out

@@ -133,6 +133,13 @@ def _check_config(cfg: ExportConfig) -> None:
             "--keep-short-rows is for --format parquet: Megatron's sampler cuts samples of one fixed "
             "length, so a short row would shift every later one; leave it out"
         )
+    defaults = ExportConfig()
+    for flag, key in (("--rows-per-shard", "rows_per_shard"), ("--shard-mb", "shard_mb")):
+        if cfg.format == "megatron" and getattr(cfg, key) != getattr(defaults, key):
+            raise UserError(
+                f"{flag} sizes the Parquet files: a Megatron export is one .bin/.idx pair per split; leave "
+                "it out"
+            )
     if not 0.0 <= cfg.val_fraction < 1.0:
         raise UserError(f"--val-fraction must be in [0, 1), got {cfg.val_fraction}")
     if cfg.rows_per_shard < 0 or cfg.shard_mb <= 0 or cfg.batch_rows < 1:

@@ -52,7 +52,9 @@ class PackConfig:
     split_seed: int = opt(0, "seed of the held-out documents (as the trainer's data.split_seed)")
     k: int = opt(1, "splice: related documents retrieved per popped document (top-k)")
     order: Literal["identity", "reverse", "shuffle"] = opt(
-        "identity", "splice: order of the collected documents before trimming"
+        "identity",
+        "every method: order of each sequence's collected documents before trimming (ep: they are "
+        "random already, so only the cut changes)",
     )
     retriever: str = opt("bm25", "/".join(retrieving_methods()) + ": " + choices_help(RETRIEVERS))
     noise: float = opt(
