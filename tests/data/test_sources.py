@@ -15,7 +15,7 @@ import pytest
 from contextlab.data.gutenberg import find_gutenberg_body
 from contextlab.data.sources import SourceOptions, fingerprint_options, open_source
 from contextlab.errors import UserError
-from tests.conftest import FIXTURES, read_gz_text
+from tests.conftest import FIXTURES, read_gz_text, write_tree
 
 PG_VARIANTS = FIXTURES / "gutenberg_books" / "marker_variants.jsonl.gz"  # see tests/fixtures/README.md
 BAD_UTF8 = b"ok \xff\xfe caf\xc3\xa9 \xe2\x82 end"  # 4 undecodable bytes, the first at offset 3
@@ -574,3 +574,19 @@ def test_long_files_read_in_chunks_equal_whole_files(tmp_path: Path, policy, mon
     assert [len(d.text) for d in got] == [len(t) for t, _ in want]
     assert chunked.stats.as_dict() == whole.stats.as_dict()
     assert chunked.skipped == whole.skipped
+
+
+def test_a_glob_that_matches_no_file_but_names_a_folder_is_said_with_the_glob_that_takes_it(tmp_path):
+    """--exclude tests left every file of the tests/ folders in, unseen (a glob matches files; one
+    without '/' a file's name at any depth); an --include that matches nothing is said too."""
+    write_tree(
+        tmp_path / "src", {"pkg/tests/t.py": "x = 1\n", "tests/u.py": "y = 2\n", "pkg/a.py": "z = 3\n"}
+    )
+    src = open_source(tmp_path / "src", SourceOptions(exclude=["tests", "*.rs"], include=["*.py", "*.md"]))
+    notes = src.pattern_notes()
+    assert len(notes) == 2, notes  # '*.rs' excludes what is not there: nothing to say
+    assert notes[0].startswith("note: --include '*.md' matched no file")
+    assert notes[1].startswith("note: --exclude 'tests' matched no file") and "'**/tests/**'" in notes[1]
+    assert len(list(src)) == 3  # as asked: the note changes nothing
+    fixed = open_source(tmp_path / "src", SourceOptions(exclude=["**/tests/**"]))
+    assert [d.meta["path"] for d in fixed] == ["pkg/a.py"] and fixed.pattern_notes() == []

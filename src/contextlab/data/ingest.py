@@ -160,7 +160,11 @@ def _ingest(
     """``ingest`` without the lock and the full-disk message."""
     refuse_non_folder(out)
     src = open_source(source, config.source)
-    for note in (src.split_note(), src.provenance_note(), src.one_document_note()) if notes else ():
+    for note in (
+        (src.split_note(), src.provenance_note(), src.one_document_note(), *src.pattern_notes())
+        if notes
+        else ()
+    ):
         if note is not None:
             print(note)
     src.check_encoding()  # strict: every undecodable file named before any work is done

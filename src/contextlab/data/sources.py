@@ -49,20 +49,18 @@ from contextlab.config import opt
 from contextlab.data.doc_split import compile_doc_start, cut_text
 from contextlab.data.gutenberg import find_gutenberg_body
 from contextlab.data.source_files import (
-    EXCLUDED,
     LongText,
     Unreadable,
     arrow_rows,
     detect_kind,
-    exclude_globs,
     hf_arrow_files,
     hf_split,
     hf_splits,
-    provenance_files,
     read_text_bytes,
     shown_name,
     walk,
 )
+from contextlab.data.source_globs import EXCLUDED, exclude_globs, provenance_files, unmatched_globs
 from contextlab.data.source_rows import jsonl_rows, table_rows
 from contextlab.data.source_text import STRICT_FIX, check_encoding, text_rows
 from contextlab.errors import UserError, some
@@ -269,6 +267,12 @@ class Source:
             f"licence, its index) {'are' if n > 1 else 'is'} ingested as text: {some(found, 5)}; "
             f"--exclude {shlex.quote(globs)} leaves {'them' if n > 1 else 'it'} out"
         )
+
+    def pattern_notes(self) -> list[str]:
+        """For a folder, a line per glob that matched nothing it should have (``unmatched_globs``)."""
+        if self.kind != "folder":
+            return []
+        return unmatched_globs(*self.files(), self.options.include, self.options.exclude)
 
     def one_document_note(self) -> str | None:
         """For a single text file of some size read whole, one line saying it becomes one document and

@@ -7,7 +7,7 @@ Graham essays of the original test), CRLF normalised, through ingest's folder re
 default, naming every such file; replace, skip or latin-1, counted in the result's data
 record), binary files skipped, and two kinds of file left out and named there: those that
 describe the corpus rather than belong to it (README, SOURCE, LICENSE, manifest, ...:
-``source_files.provenance_globs``) and files of records (``RECORD_GLOBS``: JSONL, CSV,
+``source_globs.provenance_globs``) and files of records (``RECORD_GLOBS``: JSONL, CSV,
 Parquet), whose text is fields, not prose. (Only top-level .txt files were read before:
 WikiText's ``wiki.test.raw`` made a folder the profile's other steps read fine "no .txt files".)
 
@@ -56,14 +56,8 @@ import contextlab.eval.progress as progress
 import contextlab.eval.scoring as scoring
 import contextlab.eval.tasks as tasks
 from contextlab.config import opt
-from contextlab.data.source_files import (
-    EXCLUDED,
-    RECORD_GLOBS,
-    globs_regex,
-    prose_excludes,
-    provenance_globs,
-    walk,
-)
+from contextlab.data.source_files import walk
+from contextlab.data.source_globs import EXCLUDED, RECORD_GLOBS, globs_regex, prose_excludes, provenance_globs
 from contextlab.data.sources import SourceOptions, open_source
 from contextlab.errors import UserError, some
 from contextlab.eval.base import PG_ESSAYS, EvalOutput

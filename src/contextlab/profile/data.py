@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from contextlab.data.source_files import EXCLUDED, prose_excludes, walk
+from contextlab.data.source_files import walk
+from contextlab.data.source_globs import EXCLUDED, prose_excludes
 from contextlab.data.sources import SourceOptions
 from contextlab.errors import UserError, some
 from contextlab.profile.plan import KV_ANSWER_ROOM, Budget

@@ -349,7 +349,7 @@ def fit_corpus(c) -> list[str]:
     text folder); no ``test/`` folder, so one file in ``HELD_EVERY`` by name (at least one, and never
     all) is held out for the evaluations. A setting given (``--set``, a recipe) is kept as given.
     Returns the lines that say what was chosen."""
-    from contextlab.data.source_files import prose_excludes
+    from contextlab.data.source_globs import prose_excludes
     from contextlab.data.sources import SourceOptions, open_source
     from contextlab.errors import some
     from contextlab.quickstart.config import CorpusSection
@@ -407,7 +407,7 @@ def check_corpus(c) -> None:
 def _say_notes(source: Path, options) -> None:
     """The files of a corpus of the user's that look like its own notes (README, SOURCE, LICENSE...) and
     are trained on, with the recipe key that leaves them out (``data ingest`` says ``--exclude``)."""
-    from contextlab.data.source_files import exclude_globs, provenance_files
+    from contextlab.data.source_globs import exclude_globs, provenance_files
     from contextlab.data.sources import open_source
     from contextlab.errors import some
 
