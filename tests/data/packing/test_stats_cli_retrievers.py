@@ -375,3 +375,35 @@ def test_a_pack_with_no_full_sequence_says_nothing_of_it_trains(tmp_path, capsys
     )
     assert cmd_pack([*args, "--context", "7", "--out", str(tmp_path / "q")]) == 0
     assert "no sequence is full" not in capsys.readouterr().out
+
+
+def test_a_bm25_index_build_has_a_bar_of_its_own(tmp_path, monkeypatch):
+    """The pack's bar of packed documents sat at 0 while BM25 decoded and indexed a shard (9 s of
+    Django's 11): the build now shows a bar over the documents read, then 'indexing'."""
+    from contextlab.data.packing import retrievers
+    from contextlab.data.shards import progress
+
+    seen = []
+
+    class Bar:
+        def __init__(self, total, enabled, desc):
+            seen.append(("open", total, enabled, desc))
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def update(self, n):
+            seen.append(("update", n))
+
+        def set_description(self, desc):
+            seen.append(("desc", desc))
+
+    monkeypatch.setattr(progress, "progress_bar", Bar)
+    store = make_store(tmp_path, mixed_corpus(300))
+    ids = np.arange(300)
+    retrievers.build_bm25(store, ids, PackConfig(method="splice"), progress=True)
+    assert seen[0] == ("open", 300, True, "bm25: reading documents") and ("desc", "bm25: indexing") in seen
+    assert sum(n for kind, n, *_ in seen if kind == "update") == 300

@@ -60,7 +60,11 @@ PACKERS: dict[str, Packer] = {
 
 RETRIEVERS: dict[str, RetrieverKind] = {
     "bm25": RetrieverKind(
-        build_bm25, "bm25s over the text", "BM25 score / self-score", knobs=("bm25_max_tokens",)
+        build_bm25,
+        "bm25s over the text",
+        "BM25 score / self-score",
+        knobs=("bm25_max_tokens",),
+        shows_progress=True,
     ),
     "dense": RetrieverKind(
         build_dense,

@@ -69,13 +69,18 @@ def bm25_tokenize(texts: list[str]):
     return tok.ids, tok.vocab
 
 
-def decode_texts(store, doc_ids: np.ndarray, max_tokens: int = 0) -> list[str]:
-    """The documents' text, decoded with the store's tokenizer (first ``max_tokens`` if > 0)."""
+def decode_texts(store, doc_ids: np.ndarray, max_tokens: int = 0, done=None) -> list[str]:
+    """The documents' text, decoded with the store's tokenizer (first ``max_tokens`` if > 0); ``done(n)``:
+    n more documents decoded, every 256."""
     tok = store.tokenizer()
     out = []
     for i in doc_ids:
         ids = store.doc(int(i))
         out.append(tok.decode(ids[:max_tokens] if max_tokens else ids))
+        if done is not None and len(out) % 256 == 0:
+            done(256)
+    if done is not None:
+        done(len(out) % 256)
     return out
 
 
@@ -306,10 +311,17 @@ class RepoRetriever(Retriever):
         return [(int(self.order[q]), self.similarity(d, int(self.order[q]))) for q in found]
 
 
-def build_bm25(store, doc_ids: np.ndarray, cfg) -> BM25Retriever:
+def build_bm25(store, doc_ids: np.ndarray, cfg, progress: bool = False) -> BM25Retriever:
+    """The BM25 index of a shard; ``progress``: a bar over the documents read, then 'indexing' (a shard of
+    Django's 4,656 files took 3 s to decode and 6 s to index, which the pack's bar of packed documents
+    spent at 0)."""
+    from contextlab.data.shards.progress import progress_bar
+
     t0 = time.perf_counter()
-    texts = decode_texts(store, doc_ids, cfg.bm25_max_tokens)
-    r = BM25Retriever(texts)
+    with progress_bar(len(doc_ids), progress, "bm25: reading documents") as bar:
+        texts = decode_texts(store, doc_ids, cfg.bm25_max_tokens, bar.update)
+        bar.set_description("bm25: indexing")
+        r = BM25Retriever(texts)
     r.build_seconds = time.perf_counter() - t0
     return r
 
