@@ -407,3 +407,25 @@ def test_a_bm25_index_build_has_a_bar_of_its_own(tmp_path, monkeypatch):
     retrievers.build_bm25(store, ids, PackConfig(method="splice"), progress=True)
     assert seen[0] == ("open", 300, True, "bm25: reading documents") and ("desc", "bm25: indexing") in seen
     assert sum(n for kind, n, *_ in seen if kind == "update") == 300
+
+
+def test_a_retrieving_pack_of_one_large_shard_is_told_the_shard_count_that_fits(
+    tmp_path, monkeypatch, capsys
+):
+    """Retrieval runs within a shard and costs more per document as the shard grows (32,777 documents:
+    35 s in one shard, 13 s in four); the default of one shard is said past 20,000 documents, with a
+    --shards of about 15,000 each. Only said: the shard count changes the packing."""
+    import importlib
+
+    pack_mod = importlib.import_module("contextlab.data.packing.pack")  # the module, not the function
+
+    monkeypatch.setattr(pack_mod, "LARGE_SHARD", 20)
+    store = make_store(tmp_path, mixed_corpus(60))
+    pack(store, tmp_path / "one", PackConfig(method="splice", context=63), progress=False)
+    err = capsys.readouterr().err
+    assert "note: 1 shard of up to 60 documents: retrieval costs more per document" in err
+    assert "--shards 1 packs shards of about 15,000" in err
+    pack(store, tmp_path / "four", PackConfig(method="splice", context=63, shards=4), progress=False)
+    pack(store, tmp_path / "ep", PackConfig(method="ep", context=63), progress=False)
+    pack(store, tmp_path / "repo", PackConfig(method="splice", retriever="repo", context=63), progress=False)
+    assert "retrieval costs more" not in capsys.readouterr().err

@@ -44,6 +44,7 @@ import contextlab.data.packing.shards as shards_mod
 from contextlab import FORMAT_VERSION, __version__
 from contextlab.config import save_toml, to_dict
 from contextlab.data.packing.config import PackConfig
+from contextlab.data.packing.methods import RETRIEVERS
 from contextlab.data.packing.packed_store import (
     HELDOUT_FILE,
     PACKED_FORMAT,
@@ -136,6 +137,7 @@ def pack(
         if done is not None:
             return done
     t0, ranges = time.perf_counter(), shards_mod.store_shard_ranges(tstore, cfg.shards)
+    _note_large_shards(cfg, ranges)
     wanted = _wanted_shards(only_shards, len(ranges))  # validated before OUT.partial is created
     if only_shards is None and _finalized(partial_dir(out), fp):  # killed after meta.json was written
         _complete(partial_dir(out), out, overwrite)
@@ -277,6 +279,28 @@ def _separator_id(store: TokenStore, cfg: PackConfig) -> int | None:
             f"pass --separator none"
         )
     return int(eot)
+
+
+LARGE_SHARD = 20_000  # documents: a retrieving shard past this costs more per document (docs/packing.md)
+
+
+def _note_large_shards(cfg: PackConfig, ranges) -> None:
+    """One line when a retrieving method packs shards far larger than the 10K-20K documents its cost is
+    measured at: the index and each query grow with the shard, so 32,777 documents took 35 s in one
+    shard and 13 s in four. The shard count is the user's (it changes the packing): only said."""
+    if not cfg.uses_retriever or RETRIEVERS[cfg.retriever].reads_meta or not len(ranges):  # repo: cheap
+        return
+    largest = max(hi - lo for lo, hi in ranges)
+    if largest <= LARGE_SHARD:
+        return
+    total = sum(hi - lo for lo, hi in ranges)
+    suggest = -(-total // 15_000)
+    print(
+        f"note: {len(ranges)} shard{'s' * (len(ranges) != 1)} of up to {largest:,} documents: retrieval "
+        f"costs more per document as a shard grows (it runs within a shard); --shards {suggest} packs "
+        "shards of about 15,000 (docs/packing.md, 'Shards'), a different packing of the same documents",
+        file=sys.stderr,
+    )
 
 
 def _shards_that_fit(cfg: PackConfig, store: TokenStore) -> PackConfig:
