@@ -102,7 +102,7 @@ def check_options(o: Options) -> None:
     if o.samples <= n_max:
         raise UserError(
             f"--samples {o.samples} is too few for PCA over {n_max} components; use more samples "
-            "than components (the default is 1000)"
+            "than components (the default is 1000), or fewer components (--n-components, --kde-dims)"
         )
     if any(n < 0 for n in o.n_components) or any(not 0 < t <= 1 for t in o.thresholds):
         raise UserError("--n-components must be >= 0 and --thresholds in (0, 1]")

@@ -108,7 +108,8 @@ def _parity(cfg, args) -> int:
     asked = "task + answer" if cfg.queries == 1 else f"{cfg.queries} tasks ({cfg.query_tasks}) + answers"
     print(
         f"wrote {out}: {store.n_docs:,} samples of {cfg.n_bits} bits + {asked} ({store.n_tokens:,} tokens), "
-        f"{cfg.n_tasks} tasks, {100 * cfg.mask_fraction:.0f}% masked, "
+        f"{cfg.n_tasks} tasks, {100 * cfg.mask_fraction:.0f}% drawn to be masked (to "
+        f"{cfg.min_visible}..{cfg.n_bits} visible bits: a few of them show all), "
         f"{100 * cfg.bias_fraction:.0f}% biased bits"
     )
     shown = sorted({c for c in (0, 10, 15, 20, 25, 30, 40, 50, 60, 80, 100, cfg.n_bits) if c <= cfg.n_bits})
