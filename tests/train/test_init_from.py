@@ -437,3 +437,15 @@ def test_a_continued_hf_fim_export_names_its_sentinels_and_keeps_the_data_tokeni
     again = tmp_path / "again"
     train(run_config(hf_store, again, train={"max_steps": 1}, init={"source": str(out)}))
     assert read_checkpoint(again).state["init"]["source"] == str(out.resolve())
+
+
+def test_a_continued_run_whose_source_moved_says_the_resume_needs_it(tmp_path, byte_store, base_run):
+    """It said 'init.source ... does not exist; pass a contextlab run/checkpoint or a Hugging Face
+    folder', as to a first start, where the run needs that source back to resume."""
+    src = tmp_path / "base"
+    shutil.copytree(base_run, src)
+    cfg = lambda: run_config(byte_store, tmp_path / "cont", train={"max_steps": 2}, init={"source": str(src)})
+    train(cfg())
+    shutil.move(src, tmp_path / "elsewhere")
+    with pytest.raises(UserError, match=r"was started from it: a resume builds the model from its source"):
+        train(cfg())

@@ -50,11 +50,22 @@ class InitModel:
     meta: dict  # what every checkpoint records under "init"
 
 
-def check_source(source: str) -> Path:
+def check_source(source: str, run_dir: str | Path | None = None) -> Path:
     """``init.source`` as a path, or one clear error when it does not exist (checked before the
-    trainer reads any data, so this mistake is the one reported)."""
+    trainer reads any data, so this mistake is the one reported). ``run_dir``: the run being trained;
+    one with checkpoints is a resume, which rebuilds its model from the source before loading its own
+    weights, so the error says so."""
+    from contextlab.rundir import latest_checkpoint
+
     src = Path(source)
     if not src.exists():
+        latest = latest_checkpoint(run_dir) if run_dir is not None else None
+        if latest is not None:
+            raise UserError(
+                f"init.source {src} does not exist, and {run_dir} (at {latest.name}) was started from it: a "
+                "resume builds the model from its source, then loads the run's own weights; put the source "
+                "back at that path to resume (another path is another config)"
+            )
         raise UserError(
             f"init.source {src} does not exist; pass a contextlab run/checkpoint or a Hugging Face folder"
         )

@@ -94,7 +94,7 @@ class Trainer:
             torch.set_num_threads(t.threads)
         self.stopping = EarlyStopping(t.patience, t.val_every)
         if cfg.init.source:
-            check_source(cfg.init.source)
+            check_source(cfg.init.source, t.out_dir)
         self.run_dir = Path(t.out_dir)
         self.cfg = cfg = moved_data.find_paths(cfg, self.run_dir)  # a relative path from another directory
         self.rows, self.micro, self.accum = batch_shape(t, self.info.world_size)
