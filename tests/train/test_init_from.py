@@ -449,3 +449,24 @@ def test_a_continued_run_whose_source_moved_says_the_resume_needs_it(tmp_path, b
     shutil.move(src, tmp_path / "elsewhere")
     with pytest.raises(UserError, match=r"was started from it: a resume builds the model from its source"):
         train(cfg())
+
+
+def test_a_source_of_another_tokenizer_names_the_spec_that_ingests_with_its_own(
+    tmp_path, hf_store, base_run, text
+):
+    """The fix said '--tokenizer store:STORE' without naming a store; a run carries its tokenizer, so the
+    line names it, and that spec ingests the data with the run's tokenizer."""
+    with pytest.raises(UserError) as err:
+        train(run_config(hf_store, tmp_path / "r", train={"max_steps": 1}, init={"source": str(base_run)}))
+    spec = f"dir:{base_run / 'tokenizer'}"
+    assert f"--tokenizer {spec} --out STORE" in str(err.value)
+    (tmp_path / "t.txt").write_text(text)
+    redone = ingest(
+        tmp_path / "t.txt", tmp_path / "again", IngestConfig(tokenizer=spec), progress=False
+    ).store
+    assert (
+        train(
+            run_config(redone, tmp_path / "r", train={"max_steps": 1}, init={"source": str(base_run)})
+        ).steps
+        == 1
+    )

@@ -134,9 +134,15 @@ def _from_run(cfg, objective, store, src: Path) -> InitModel:
             f"(contextlab export {shlex.quote(str(src))} --out DIR) and start from that folder"
         )
     if state.get("tokenizer_hash") != store.tokenizer_hash:
+        from contextlab import rundir
+
+        run = rundir.run_of(ckpt.dir)
+        saved = run / rundir.TOKENIZER  # a run carries a copy of its tokenizer
+        spec = f"dir:{saved}" if saved.is_dir() else "store:STORE (the store it trained on)"
         raise UserError(
             f"{src} was trained with tokenizer {state.get('tokenizer', {}).get('name')!r}, not the one of "
-            f"{store.path}; ingest the data with the model's tokenizer (--tokenizer store:STORE)"
+            f"{store.path}; ingest the data with the model's tokenizer: contextlab data ingest SOURCE "
+            f"--tokenizer {shlex.quote(spec) if saved.is_dir() else spec} --out STORE"
         )
     obj_w = ckpt.objective_weights()
     if obj_w and state.get("objective") == objective.name:
