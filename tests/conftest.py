@@ -16,6 +16,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+# progress bars off a terminal write a line a minute (contextlab.bars); a test's captured output stays
+# as it was without them (tests/test_bars.py turns them on for itself)
+os.environ.setdefault("CONTEXTLAB_PROGRESS_SECONDS", "0")
+
 if os.environ.get("PYTEST_XDIST_WORKER"):  # one of several test processes: one CPU thread each
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # read by torch here and by every command a test starts
     if "torch" in sys.modules:

@@ -81,3 +81,37 @@ def test_generate_bar_shows_on_a_terminal_only_and_never_with_no_progress(tiny_r
     assert main([*argv, "--batch-size", "2"]) == 0
     assert [b[:2] for b in bars] == [("generate", None)]  # None: tqdm draws it only when stderr is a terminal
     assert len(capsys.readouterr().out.splitlines()) == 6
+
+
+def test_transformers_loading_bar_is_off_in_logs_and_with_no_progress(tmp_path, monkeypatch):
+    """transformers draws its 'Loading weights' bar into logs too, where its redraws fill the file; it is
+    turned off when stderr is no terminal or --no-progress is given (eval passed its list of models
+    where a list was expected and never turned it off), and left on for a terminal."""
+    import io
+
+    from transformers.utils import logging as hf_logging
+
+    from contextlab.cli.runtime import quiet_transformers
+    from tests.conftest import save_tiny_llama
+
+    folder = save_tiny_llama(tmp_path / "llama", vocab=300, layers=1, chars=20_000)
+    try:
+        hf_logging.enable_progress_bar()
+        monkeypatch.setattr("sys.stderr", io.StringIO())  # a log: no terminal
+        quiet_transformers([str(folder)], asked=False)
+        assert not hf_logging.is_progress_bar_enabled()
+        hf_logging.enable_progress_bar()
+        quiet_transformers([str(tmp_path / "not-a-model")], asked=True)  # no HF folder: left alone
+        assert hf_logging.is_progress_bar_enabled()
+
+        class Terminal(io.StringIO):
+            def isatty(self):
+                return True
+
+        monkeypatch.setattr("sys.stderr", Terminal())
+        quiet_transformers([str(folder)], asked=False)
+        assert hf_logging.is_progress_bar_enabled()
+        quiet_transformers([str(folder)], asked=True)
+        assert not hf_logging.is_progress_bar_enabled()
+    finally:
+        hf_logging.enable_progress_bar()

@@ -132,8 +132,7 @@ def cmd_entropy(argv: list[str]) -> int:
         )
     check_compute(args)
     progress.set_enabled(not args.no_progress)
-    if args.no_progress:
-        quiet_transformers([args.model])
+    quiet_transformers([args.model], args.no_progress)
     _refuse_out(args.out, args.model)
     adapter = load_model(
         args.model, dtype=args.dtype, batch_size=args.batch_size, device=args.device, step=args.step
@@ -239,8 +238,7 @@ def cmd_attention(argv: list[str]) -> int:
         args.data = default_store(options.heldout_of or args.model)  # the run's own store
     check_compute(args)
     progress.set_enabled(not args.no_progress)
-    if args.no_progress:
-        quiet_transformers([args.model, args.compare])
+    quiet_transformers([args.model, args.compare], args.no_progress)
     common = dict(dtype="fp32", batch_size=args.batch_size, device=args.device)
     _refuse_out(args.out, args.model)
     a = load_model(args.model, step=args.step, **common)

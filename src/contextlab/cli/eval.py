@@ -188,8 +188,7 @@ def cmd_eval(argv: list[str]) -> int:
     if data and EVALS[name].check_data is not None:
         EVALS[name].check_data(data)  # before minutes of loading a model
     progress.set_enabled(not args.no_progress)
-    if args.no_progress:
-        quiet_transformers(args.model)
+    quiet_transformers(args.model, args.no_progress)
     several = len(args.model) > 1
     _check_plot(getattr(args, "plot", None), several)
     if args.out:

@@ -289,8 +289,7 @@ def cmd_generate(argv: list[str]) -> int:
     check_out(args)
     texts = [] if infilling else [args.prompt] if args.prompt is not None else read_prompts(args.prompts)
     progress.set_enabled(not args.no_progress)
-    if args.no_progress:
-        quiet_transformers([args.model])
+    quiet_transformers([args.model], args.no_progress)
     adapter = load_model(args.model, dtype=args.dtype, device=args.device, step=args.step)
     adapter.require_lm("generate")
     with warnings_as_lines("generate"):

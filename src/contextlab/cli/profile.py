@@ -131,8 +131,7 @@ def cmd_profile(argv: list[str]) -> int:
         parser.error("the following argument is required: --data (or --split run: a run's own store)")
     check_compute(args)
     models = [args.model] + ([args.compare] if args.compare else [])
-    if args.no_progress:
-        quiet_transformers(models)
+    quiet_transformers(models, args.no_progress)
     _check_data(args.data)
     out = Path(args.out) if args.out else default_out(models, args.budget)
     refuse_non_folder(out)

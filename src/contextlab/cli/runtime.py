@@ -72,11 +72,14 @@ def check_device(device: str) -> None:
         raise UserError(f"--device {device} is not available here; devices here: {', '.join(here)}")
 
 
-def quiet_transformers(models: list[str]) -> None:
-    """Turn off transformers' own bar ("Loading weights", shown even in logs) when a model is a Hugging
-    Face folder; other models never import transformers for it."""
+def quiet_transformers(models: list[str], asked: bool = True) -> None:
+    """Turn off transformers' own bar ("Loading weights", which it draws even into logs) when a model is a
+    Hugging Face folder and either ``asked`` (--no-progress) or stderr is no terminal (a log, a batch
+    job: the bar's redraws would fill it); other models never import transformers for it."""
     from contextlab.rundir import is_hf_folder
 
+    if not asked and sys.stderr.isatty():
+        return
     if any(m and is_hf_folder(Path(m)) for m in models):
         from transformers.utils import logging as hf_logging
 

@@ -86,6 +86,10 @@ def cmd_train(argv: list[str]) -> int:
 
     sets = args.set + ([f"init.source={json.dumps(args.init_from)}"] if args.init_from else [])
     cfg = load_run_config(args.config, sets)
+    if cfg.init.source:
+        from contextlab.cli.runtime import quiet_transformers
+
+        quiet_transformers([cfg.init.source], not cfg.train.progress)
     result = train(cfg)
     if int(os.environ.get("RANK", "0")) != 0:
         return 0
