@@ -443,7 +443,11 @@ def test_two_tiny_trained_models_end_to_end(tmp_path, capsys):
     capsys.readouterr()
     assert main(["compare", *map(str, runs)]) == 0
     out = runs[0] / "compare" / "b"
-    assert f"wrote {out}/compare_{{contextwise,niah}}.json and .png" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert f"wrote {out}/compare_{{contextwise,niah}}.json and .png" in said
+    buckets = json.loads((out / "compare_contextwise.json").read_text())["results"]["buckets"]
+    shown = [line.strip() for line in said.splitlines() if line.strip().startswith("positions ")]
+    assert len(shown) == len(buckets) and "A - B = " in shown[0]  # each bucket's difference, a line each
     assert main(["compare", *map(str, runs), "--eval", "niah"]) == 0
     assert f"wrote {out}/compare_niah.json and .png" in capsys.readouterr().out
     cw = json.loads((out / "compare_contextwise.json").read_text())

@@ -82,12 +82,30 @@ def cmd_compare(argv: list[str]) -> int:
     for doc in docs:
         for line in doc["lines"]:
             print(f"  {line}")
+        for line in _bucket_lines(doc):
+            print(f"    {line}")
         for note in doc["notes"]:
             print(f"    note: {note}")
     names = [d["eval"] for d in docs]
     shown = names[0] if len(names) == 1 else "{" + ",".join(names) + "}"
     print(f"  wrote {out}/compare_{shown}.json and .png")
     return 0
+
+
+def _bucket_lines(doc: dict) -> list[str]:
+    """contextwise's paired difference per position bucket, a line each (the JSON and the plot hold them
+    too; a reader at the terminal saw only the headline)."""
+    from contextlab.eval.paired_stats import interval_text
+
+    if doc.get("eval") != "contextwise":
+        return []
+    rows = (doc.get("results") or {}).get("buckets") or []
+    spans = [f"{b['from']}-{b['to']}" for b in rows]
+    width = max((len(x) for x in spans), default=0)
+    return [
+        f"positions {span:>{width}}: A - B = {interval_text(b)} (A {b['a']:.3f}, B {b['b']:.3f})"
+        for span, b in zip(spans, rows)
+    ]
 
 
 def _pooled(pairs: list[tuple[str, str]], evals: list[str], options, out: str | None) -> int:
