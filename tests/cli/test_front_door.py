@@ -225,11 +225,20 @@ def test_no_progress_turns_off_the_transformers_bar(
         ],
         "generate": ["generate", "--model", str(llama), "--prompt", "a", "--max-new-tokens", "1"],
     }[command]
+    from contextlab.cli import runtime
+
     code = 2 if command == "profile" else 0  # profile stops at its missing --data, after the switch
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(runtime, "on_terminal", lambda: True)
+        assert main(argv) == code
+        assert transformers_bar()  # on a terminal, without --no-progress, it is left on
+        assert main([*argv, "--no-progress"]) == code
+        assert not transformers_bar()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.enable_progress_bar()
     assert main(argv) == code
-    assert transformers_bar()  # without --no-progress it is left on
-    assert main([*argv, "--no-progress"]) == code
-    assert not transformers_bar()
+    assert not transformers_bar()  # off a terminal (a log: pytest's capture) it is off without asking
 
 
 def test_sigterm_ends_a_command_like_ctrl_c_leaving_no_lock(tiny_runs, tmp_path):

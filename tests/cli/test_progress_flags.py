@@ -104,11 +104,9 @@ def test_transformers_loading_bar_is_off_in_logs_and_with_no_progress(tmp_path, 
         quiet_transformers([str(tmp_path / "not-a-model")], asked=True)  # no HF folder: left alone
         assert hf_logging.is_progress_bar_enabled()
 
-        class Terminal(io.StringIO):
-            def isatty(self):
-                return True
+        from contextlab.cli import runtime
 
-        monkeypatch.setattr("sys.stderr", Terminal())
+        monkeypatch.setattr(runtime, "on_terminal", lambda: True)
         quiet_transformers([str(folder)], asked=False)
         assert hf_logging.is_progress_bar_enabled()
         quiet_transformers([str(folder)], asked=True)

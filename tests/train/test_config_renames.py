@@ -32,6 +32,7 @@ def test_the_hash_of_a_run_is_the_one_it_had_before_the_rename():
     cfg = from_dict(RunConfig, {"train": {"context": 32, "tokens_per_step": 256}})
     d = to_dict(cfg)  # the hash as it was computed before the rename: the key was train.seq_len
     d["train"]["seq_len"] = d["train"].pop("context")
+    d["train"]["dtype"] = "bf16"  # the default then; "auto" since, hashed as bf16
     for section, key in LEGACY_RESUME_FREE:
         d[section].pop(key, None)
     for section in ("init", "extend"):

@@ -72,13 +72,21 @@ def check_device(device: str) -> None:
         raise UserError(f"--device {device} is not available here; devices here: {', '.join(here)}")
 
 
+def on_terminal() -> bool:
+    """Whether stderr, where the bars go, is a terminal."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # closed, or no stream
+        return False
+
+
 def quiet_transformers(models: list[str], asked: bool = True) -> None:
     """Turn off transformers' own bar ("Loading weights", which it draws even into logs) when a model is a
     Hugging Face folder and either ``asked`` (--no-progress) or stderr is no terminal (a log, a batch
     job: the bar's redraws would fill it); other models never import transformers for it."""
     from contextlab.rundir import is_hf_folder
 
-    if not asked and sys.stderr.isatty():
+    if not asked and on_terminal():
         return
     if any(m and is_hf_folder(Path(m)) for m in models):
         from transformers.utils import logging as hf_logging
