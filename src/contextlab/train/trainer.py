@@ -234,7 +234,9 @@ class Trainer:
 
     def train_step(self) -> dict[str, float]:
         """One optimizer step: {"loss": its mean loss, and every metric the objective returned}. The only
-        host-device sync is reading them, after the next batch has been fetched and queued."""
+        host-device sync is reading them, after the next batch has been fetched and queued (and, for an
+        objective that counts its scored tokens, reading that count before the optimizer step:
+        ``_to_token_mean``)."""
         step = self.state["step"]
         _, tokens, doc_ids, seeds = self._next if self._next is not None else self._fetch(step)
         losses, metrics = [], []
