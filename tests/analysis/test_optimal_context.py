@@ -179,3 +179,28 @@ def test_the_command_documents_every_option_and_runs_the_sweep(tmp_path, capsys)
     assert (tmp_path / "out" / "optimal_context.png").stat().st_size > 10_000
     assert main(["optimal-context", str(recipe), "--lr", "1e-2", "--no-progress"]) == 2
     assert "different config; use another out_dir" in capsys.readouterr().err
+
+
+def test_a_cell_that_never_improves_is_recorded_without_a_loss_and_the_sweep_goes_on(tmp_path):
+    """A cell whose validations never improve on the start (max_steps 0, a loss that diverged) ended the
+    sweep in an UnboundLocalError; it is now a cell without a loss, left out of the optimum and said. A
+    cell an earlier version wrote with Infinity is fitted again."""
+    import math
+
+    cfg = _cfg(tmp_path, max_steps=0, data_sizes=[512], contexts=[2, 7, 12], measure_features=False)
+    res = oc.run_optimal_context(cfg, progress=False)
+    assert all(c["best_val_loss"] is None for c in res["cells"].values())
+    assert "512" not in res["optimal_context"] and res["text"][0].startswith(
+        "3 cell(s) have no validation loss"
+    )
+    from contextlab.cli.optimal_context import format_table
+
+    assert "(none: no cell has a loss)" in format_table(res)
+    cfg = _cfg(tmp_path, max_steps=20, data_sizes=[512], contexts=[2, 7, 12], measure_features=False,
+               out_dir=str(tmp_path / "s2"))  # fmt: skip
+    oc.run_optimal_context(cfg, progress=False)
+    cell = tmp_path / "s2" / "cells" / "512_7.json"
+    old = json.loads(cell.read_text())
+    cell.write_text(json.dumps({**old, "best_val_loss": math.inf}))  # as the former version wrote it
+    again = oc.run_optimal_context(cfg, progress=False)
+    assert math.isfinite(again["cells"]["512/7"]["best_val_loss"])

@@ -56,9 +56,13 @@ def format_table(res: dict) -> str:
         on_val = res["bayes_on_validation"]
         lines.append(f"{'Bayes/val':>8} " + " ".join(f"{on_val[str(l)]:>7.4f}" for l in cfg["contexts"]))
     for D in cfg["data_sizes"]:
-        row = " ".join(f"{cells[f'{D}/{l}']['best_val_loss']:>7.4f}" for l in cfg["contexts"])
-        opt_ = res["optimal_context"][str(D)]
-        said = opt_["context"] if opt_.get("learned", True) else f"({opt_['context']}: nothing learned)"
+        shown = lambda v: f"{'-':>7}" if v is None else f"{v:>7.4f}"
+        row = " ".join(shown(cells[f"{D}/{l}"]["best_val_loss"]) for l in cfg["contexts"])
+        opt_ = res["optimal_context"].get(str(D))
+        if opt_ is None:
+            said = "(none: no cell has a loss)"
+        else:
+            said = opt_["context"] if opt_.get("learned", True) else f"({opt_['context']}: nothing learned)"
         lines.append(f"{D:>8} {row}   {said}")
     for D, fits in res["feature_fits"].items():
         r = lambda v: "null" if v["r"] is None or v["r"] != v["r"] else f"{v['r']:+.3f}"

@@ -106,7 +106,7 @@ def optimal_context_section(f: Path, root: Path) -> str:
     png = f.parent / "optimal_context.png"
     if png.is_file():
         parts.append(img(png, "optimal context plot"))
-    parts.append("<p>run again (finished cells are skipped):</p>" + pre(_command(cfg, f.parent)))
+    parts.append("<p>run again (finished cells are skipped):</p>" + pre(_command(cfg, f.parent.resolve())))
     parts.append(muted("every option as the sweep recorded it; a changed one is refused for this out_dir"))
     parts.append("<details><summary>options</summary>" + kv_table(cfg) + "</details>")
     return "\n".join(parts)
@@ -125,4 +125,4 @@ def _command(cfg: dict, folder: Path) -> str:
     for key, v in cfg.items():
         if key != "out_dir":
             args += ["--set", f"{key}={value(v)}"]
-    return shlex.join([*args, "--set", f"out_dir={cfg.get('out_dir') or folder}"])
+    return shlex.join([*args, "--set", f"out_dir={folder}"])  # where the results are now (resumes them)

@@ -132,6 +132,7 @@ def fit_cell(
     gen = torch.Generator().manual_seed(seed)
     N = len(ans)
     best, best_step, since, step, t0 = math.inf, 0, 0, 0, time.perf_counter()
+    best_state = None  # no validation improved on the start (a diverged cell, max_steps 0)
     perm, pos = torch.randperm(N, generator=gen), 0
     while step < cfg.max_steps and since < cfg.patience:
         if pos + cfg.batch_size > N:  # a new epoch
@@ -158,6 +159,10 @@ def fit_cell(
         "hit_step_cap": since < cfg.patience,
         "seconds": time.perf_counter() - t0,
     }
+    if best_state is None or not math.isfinite(best):  # nothing to measure: said by the results' notes
+        out["best_val_loss"] = None
+        out["best_val_loss_stderr"] = None
+        return out
     model.load_state_dict(best_state)
     losses = _sample_losses(model, vt)  # the best model's loss per validation sample
     out["best_val_loss_stderr"] = float(losses.std(ddof=1) / np.sqrt(len(losses)))
@@ -213,10 +218,12 @@ def run_optimal_context(cfg: OptimalContextConfig, progress: bool = True) -> dic
             step = _cell_step(cfg, D, l, lambda D=D: _train_set(cfg, tasks, train, D), val, out)
             if key in old and runner.check(step)[1] is not None:
                 _adopt(runner, step, old[key])  # a cell of a sweep run before cells were steps
+            _forget_unvalidated(step)
             ran = runner.run(step).ran
             cells[key] = json.loads(step.outputs[0].read_text())
             if ran:
-                bar.set_postfix_str(f"D={D} l={l} val={cells[key]['best_val_loss']:.4f}")
+                v = cells[key]["best_val_loss"]
+                bar.set_postfix_str(f"D={D} l={l} val={'none' if v is None else f'{v:.4f}'}")
             bar.update(1)
             atomic_write_json(out / "results.json", _results(cfg, tasks, cells, val))
     bar.close()
@@ -258,16 +265,33 @@ def _adopt(runner: StepRunner, step: Step, cell: dict) -> None:
     runner.finish(step, step.digest(), cell.get("seconds", 0.0))
 
 
+def _forget_unvalidated(step: Step) -> None:
+    """Remove a finished cell whose best loss is not a number (written before the last step was always
+    validated: Infinity), so it is fitted again rather than read as a cell that learned nothing."""
+    f = step.outputs[0]
+    try:
+        v = json.loads(f.read_text()).get("best_val_loss")
+    except (OSError, ValueError):
+        return
+    if v is not None and not math.isfinite(float(v)):
+        f.unlink()
+
+
 CHANCE = math.log(2)  # the loss of answering 1/2: a cell at or above it learned nothing
+
+
+def _measured(row: list[dict]) -> list[dict]:
+    """The cells of ``row`` with a best validation loss (a diverged cell has none)."""
+    return [c for c in row if c.get("best_val_loss") is not None]
 
 
 def _results(cfg: OptimalContextConfig, tasks: syn.ParityTasks, cells: dict, val=None) -> dict:
     optimal = {}
     for D in cfg.data_sizes:
         row = [cells[f"{D}/{l}"] for l in cfg.contexts if f"{D}/{l}" in cells]
-        if len(row) == len(cfg.contexts):
-            best = min(row, key=lambda c: c["best_val_loss"])
-            margin = 2 * best.get("best_val_loss_stderr", 5e-4)  # below log 2 by more than its noise
+        if len(row) == len(cfg.contexts) and _measured(row):
+            best = min(_measured(row), key=lambda c: c["best_val_loss"])
+            margin = 2 * (best.get("best_val_loss_stderr") or 5e-4)  # below log 2 by more than its noise
             learned = best["best_val_loss"] < CHANCE - margin
             optimal[str(D)] = {
                 "context": best["context"],
@@ -294,8 +318,16 @@ def _notes(cfg: OptimalContextConfig, res: dict) -> list[str]:
     """What the table cannot show: sizes where nothing was learned, bests at the first validation, and how
     close to the Bayes risk a best loss can be read."""
     notes, cells = [], res["cells"]
+    lost = [c for c in cells.values() if c.get("best_val_loss") is None]
+    if lost:
+        where = ", ".join(f"D={c['data_size']} l={c['context']}" for c in lost[:5])
+        notes.append(
+            f"{len(lost)} cell(s) have no validation loss ({where}): no validation improved on the start "
+            "(a loss that diverged to NaN, or max_steps 0); they are left out of the optimum; a lower lr "
+            "fits them"
+        )
     for D, opt_ in res["optimal_context"].items():
-        row = [cells[f"{D}/{l}"] for l in cfg.contexts]
+        row = _measured([cells[f"{D}/{l}"] for l in cfg.contexts])
         if not opt_["learned"]:
             lo, hi = min(c["best_val_loss"] for c in row), max(c["best_val_loss"] for c in row)
             notes.append(
@@ -303,17 +335,19 @@ def _notes(cfg: OptimalContextConfig, res: dict) -> list[str]:
                 f"{CHANCE:.3f}, the loss of answering 1/2: the MLPs learned nothing from this many "
                 f"samples, so its optimal l ({opt_['context']}) is no measurement"
             )
-        first = [c["context"] for c in row if c["best_step"] and c["best_step"] <= cfg.eval_every]
+        first = [c for c in row if c["best_step"] and c["best_step"] <= cfg.eval_every]
         if first:
+            steps = ", ".join(map(str, sorted({c["best_step"] for c in first})))
+            ls = ", ".join(str(c["context"]) for c in first)
             notes.append(
-                f"D={D}: the best validation loss of l = {', '.join(map(str, first))} came at the first "
-                f"validation (step {cfg.eval_every}): they overfit (or stalled) from the start, so a smaller "
-                "eval_every or lr could find a lower loss"
+                f"D={D}: the best validation loss of l = {ls} came at the first validation (step {steps}): "
+                "they overfit (or stalled) from the start, so a smaller eval_every or lr could find a lower "
+                "loss"
             )
     on_val = res.get("bayes_on_validation")
     below = [
         (c["data_size"], c["context"])
-        for c in cells.values()
+        for c in _measured(list(cells.values()))
         if c["best_val_loss"] < res["bayes_risk"][str(c["context"])]
     ]
     if below and on_val:
@@ -338,7 +372,7 @@ def _feature_fits(cfg: OptimalContextConfig, cells: dict) -> dict:
         return fits
     for D in cfg.data_sizes:
         row = [cells.get(f"{D}/{l}") for l in cfg.contexts]
-        if not all(c and "features" in c for c in row):
+        if not all(c and "features" in c and c.get("best_val_loss") is not None for c in row):
             continue
         ce = [c["best_val_loss"] for c in row]
         series = {
@@ -361,7 +395,11 @@ def optimal_context_png(results: dict, path) -> Path:
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
     colors = plt.cm.plasma(np.linspace(0, 0.85, len(cfg["data_sizes"])))
     for D, col in zip(cfg["data_sizes"], colors):
-        pts = [(l, cells[f"{D}/{l}"]["best_val_loss"]) for l in cfg["contexts"] if f"{D}/{l}" in cells]
+        pts = [
+            (l, cells[f"{D}/{l}"]["best_val_loss"])
+            for l in cfg["contexts"]
+            if f"{D}/{l}" in cells and cells[f"{D}/{l}"].get("best_val_loss") is not None
+        ]
         if pts:
             a.plot(*zip(*pts), "o-", color=col, ms=3, label=f"D={D:,}")
             opt_ = results["optimal_context"].get(str(D))
