@@ -63,6 +63,7 @@ def test_a_run_records_what_auto_chose_and_its_resume_keeps_it(store, tmp_path, 
     said = r"trained in fp32 up to step_000002, and train.dtype = bf16 would go on in bf16"
     with pytest.raises(UserError, match=said):  # auto hashes as bf16 did: the precision itself is checked
         train(config(store, tmp_path / "new", max_steps=4, dtype="bf16"))
+    assert train(config(store, tmp_path / "new", max_steps=4, dtype="fp32")).steps == 4  # what it advised
 
 
 def test_a_run_recorded_in_a_precision_resumes_under_auto():
@@ -71,3 +72,5 @@ def test_a_run_recorded_in_a_precision_resumes_under_auto():
     before = from_dict(RunConfig, {"train": {"dtype": "bf16"}})
     assert first_difference(before, from_dict(RunConfig, {"train": {"dtype": "auto"}})) is None
     assert first_difference(before, from_dict(RunConfig, {"train": {"dtype": "fp32"}}))[0] == "train.dtype"
+    auto = from_dict(RunConfig, {"train": {"dtype": "auto"}})  # recorded auto: its state's precision decides
+    assert first_difference(auto, from_dict(RunConfig, {"train": {"dtype": "fp32"}})) is None

@@ -351,8 +351,8 @@ def first_difference(before: RunConfig, now: RunConfig) -> tuple[str, Any, Any] 
     (``RESUME_FREE`` keys left out; objective options key by key): (``section.key``, its value
     before, its value now); None when they agree."""
     a, b = _hashed(before, read=True), _hashed(now, read=True)
-    if b["train"].get("dtype") == "auto":  # "auto" goes on in the precision the run trained in
-        b["train"]["dtype"] = a["train"].get("dtype")
+    if "auto" in (a["train"].get("dtype"), b["train"].get("dtype")):  # the precision a run trained in is
+        b["train"]["dtype"] = a["train"].get("dtype")  # its checkpoints' (state.json), checked by the resume
     return _first_difference(a, b, "")
 
 

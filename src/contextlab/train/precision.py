@@ -42,8 +42,12 @@ def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
 
 def auto_dtype(device: torch.device) -> str:
     """ "bf16" where ``device`` computes it natively, else "fp32" (module docstring)."""
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    if device.type == "cuda":  # natively: a V100 or T4 only emulates bf16 (torch's default counts that)
+        try:
+            native = torch.cuda.is_bf16_supported(including_emulation=False)
+        except TypeError:  # a torch without the argument counted native support only
+            native = torch.cuda.is_bf16_supported()
+        return "bf16" if native else "fp32"
     if device.type == "cpu":
         return "bf16" if cpu_has_native_bf16() else "fp32"
     return "fp32"
@@ -74,11 +78,13 @@ def recorded_dtype(run_dir) -> str | None:
         return None
 
 
-def why_auto(dtype: str, device: torch.device) -> str:
-    """How "auto" chose ``dtype`` on ``device``, for the run's first line."""
+def why_auto(dtype: str, device: torch.device, recorded: str | None = None) -> str:
+    """How "auto" chose ``dtype`` on ``device`` (``recorded``: the precision its checkpoints trained in),
+    for the run's first line."""
+    if recorded in ("bf16", "fp32"):
+        return "auto: kept from its checkpoints"
     if device.type == "cpu":
-        native = "has" if dtype == "bf16" else "has no"
-        return f"auto: this CPU {native} native bf16"
+        return f"auto: this CPU {'has' if cpu_has_native_bf16() else 'has no'} native bf16"
     return "auto"
 
 
@@ -87,8 +93,14 @@ def slow_bf16_note(dtype: str, asked: str, device: torch.device) -> str | None:
     checkpoints), with the fix; None otherwise."""
     if dtype != "bf16" or device.type != "cpu" or cpu_has_native_bf16():
         return None
-    why = "its checkpoints trained in it" if asked == "auto" else "train.dtype asks for it"
+    if asked == "auto":  # kept from its checkpoints: it cannot change half way
+        return (
+            "note: training in bf16, as its checkpoints did, on a CPU without native bf16 (no AMX or "
+            "AVX512-BF16): PyTorch emulates it, often 10x slower than fp32; a new run with train.dtype=auto "
+            "trains in fp32 here"
+        )
     return (
-        f"note: training in bf16 ({why}) on a CPU without native bf16 (no AMX or AVX512-BF16): PyTorch "
-        "emulates it, often 10x slower than fp32; train.dtype=fp32 (or auto, for a new run) is faster"
+        "note: training in bf16 (train.dtype asks for it) on a CPU without native bf16 (no AMX or "
+        "AVX512-BF16): PyTorch emulates it, often 10x slower than fp32; train.dtype=auto (fp32 here) is "
+        "faster"
     )

@@ -89,7 +89,8 @@ class Trainer:
         t = cfg.train
         self.info = D.init_distributed(t.device)
         D.set_determinism(self.info, t.deterministic)
-        self.dtype = resolve_dtype(t.dtype, self.info.device, recorded_dtype(t.out_dir))  # "auto": fast here
+        self.recorded_dtype = recorded_dtype(t.out_dir)  # what its checkpoints trained in (None: new run)
+        self.dtype = resolve_dtype(t.dtype, self.info.device, self.recorded_dtype)  # "auto": fast here
         if t.threads:
             torch.set_num_threads(t.threads)
         self.stopping = EarlyStopping(t.patience, t.val_every)
@@ -182,7 +183,11 @@ class Trainer:
             print(
                 describe(self.model) + f"; {self.objective.name}; {self.rows} rows x {t.context} tokens/step"
                 f" on {self.info.world_size} process(es), {self.info.device.type}, {self.dtype}"
-                + (f" ({why_auto(self.dtype, self.info.device)})" if t.dtype == "auto" else "")
+                + (
+                    f" ({why_auto(self.dtype, self.info.device, self.recorded_dtype)})"
+                    if t.dtype == "auto"
+                    else ""
+                )
             )
             if note := slow_bf16_note(self.dtype, t.dtype, self.info.device):
                 print(note)
