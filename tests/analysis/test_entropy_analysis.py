@@ -405,3 +405,17 @@ def test_contexts_left_out_are_fitted_to_the_model_or_the_parity_store(parity, t
     doc = json.loads((out / "entropy.json").read_text())
     assert doc["options"]["contexts"] == []  # recorded as asked: fitted (a rerun fits them again)
     assert [r["context"] for r in doc["results"]["contexts"]] == entropy_samples.parity_contexts(16)
+
+
+def test_a_layer_normed_cloud_keeps_its_entropy_over_every_component():
+    """A LayerNorm output lies in a hyperplane: its last component is ~1e-15 at every context. That floor,
+    from the features and not from too few samples, keeps the entropy over all components (it voided it
+    at every context of a GPT-2-style model)."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(1000, 64))
+    X = (X - X.mean(1, keepdims=True)) / X.std(1, keepdims=True)  # layer-normed rows: a hyperplane
+    m, rel = intrinsic.measures(
+        X.astype(np.float32), n_components=[10, 0], thresholds=[0.01], kde_dims=0, estimators=[]
+    )
+    assert rel[-1] < intrinsic.EIG_FLOOR and m["entropy_floored"] == {"64": 1}
+    assert m["entropy"]["64"] is not None and m["distinct_samples"] == 1000

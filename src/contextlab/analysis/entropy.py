@@ -186,9 +186,9 @@ def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, di
         for r, X in zip(per, col.features)
         if r.get("distinct_samples", len(X)) < len(X)
     ]
-    if repeated:
+    names = ", ".join(e for e in o.estimators if e in intrinsic.NEIGHBOUR_ESTIMATORS)
+    if repeated and names:
         where = ", ".join(f"{n:,} at context {l}" for l, n in repeated)
-        names = ", ".join(e for e in o.estimators if e in intrinsic.NEIGHBOUR_ESTIMATORS)
         text.append(
             f"{names}: samples sharing a hidden state with an earlier one ({where}) were read once "
             "(a nearest-neighbour estimate needs distinct points: a repeated one lies at distance 0)"
@@ -206,10 +206,13 @@ def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, di
                 counts = "; ".join(
                     f"{r['entropy_floored'][n]} at {r['context']}" for r in per if r["context"] in bad
                 )
+                states = "; ".join(
+                    f"{r['distinct_samples']:,} at {r['context']}" for r in per if r["context"] in bad
+                )
                 why = (
                     f"of its first {n} PCA components, some have relative eigenvalues below the "
-                    f"{intrinsic.EIG_FLOOR:g} floor ({counts}): there are fewer distinct hidden states "
-                    "than components, and the sum would be the floor's"
+                    f"{intrinsic.EIG_FLOOR:g} floor ({counts}): there are fewer distinct hidden states than "
+                    f"components ({states}), and the sum would be the floor's"
                 )
             else:
                 why = f"too few distinct hidden states there for it: {'; '.join(_distinct(per, bad))}"

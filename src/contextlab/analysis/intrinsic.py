@@ -19,12 +19,14 @@ plain function of an (N, D) matrix so the tests can feed them data of known geom
 Trade-offs: eigenvalues come from the D x D covariance or the N x N Gram matrix,
 whichever is smaller (the same nonzero spectrum); both cost one dense eigensolve. A
 zero eigenvalue would make the log-sum infinite, so relative eigenvalues are floored at
-``EIG_FLOOR`` (1e-12) before the log; an entropy over n components of which any is below the
-floor is then mostly log(1e-12) per such component (fewer distinct points than components), so
-``measures`` gives it no value there (None, with the count in ``entropy_floored``) rather than let
-the floor's sum drive its correlation with the loss (a parity run's |r| 0.939 was 0.695 without
-the two floored contexts, and 0.898 with a floor of 1e-20). The KDE is exact (all pairs, in row
-chunks) rather than tree-based: O(N^2 k) is a second for N = 2,000 and has no tuning knobs.
+``EIG_FLOOR`` (1e-12) before the log; an entropy over n components of a cloud of fewer than n + 1
+distinct points is then mostly log(1e-12) per missing component, so ``measures`` gives it no value
+there (None, with the count in ``entropy_floored``) rather than let the floor's sum drive its
+correlation with the loss (a parity run's |r| 0.939 was 0.695 without the two floored contexts, and
+0.898 with a floor of 1e-20). A component floored in a cloud of enough distinct points is one the
+features lack at every context (a LayerNorm output lies in a hyperplane) and stays in the sum. The
+KDE is exact (all pairs, in row chunks) rather than tree-based: O(N^2 k) is a second for N = 2,000
+and has no tuning knobs.
 """
 
 from __future__ import annotations
@@ -196,26 +198,30 @@ def measures(
     """All measures of one feature cloud: ({"entropy": {n: S}, "dimension": {thr: d}, ...},
     relative eigenvalues)."""
     rel = relative_eigenvalues(X)
+    distinct = distinct_rows(X)  # what TwoNN and MLE read, and what bounds the rank of the cloud
     entropy, floored = {}, {}
     for n in n_components:
         key, value = str(n or len(rel)), pca_entropy(rel, n)  # (raises when n exceeds the components)
         below = int((rel[: n or len(rel)] < EIG_FLOOR).sum())
-        entropy[key] = None if below else value  # a sum of floors measures the floor, not the cloud
+        # fewer distinct points than n + 1: components past their span are zero for want of samples, and
+        # the sum is the floor's (a floored component of the feature space itself, LayerNorm's lost
+        # direction, is there at every context alike and kept)
+        short = len(distinct) < (n or len(rel)) + 1
+        entropy[key] = None if below and short else value
         if below:
             floored[key] = below
     out: dict = {
         "entropy": entropy,
         "dimension": {f"{t:g}": threshold_dimension(rel, t) for t in thresholds},
         "floored_components": int((rel < EIG_FLOOR).sum()),
+        "distinct_samples": len(distinct),
     }
     if floored:
         out["entropy_floored"] = floored  # per n: how many of the first n components are below the floor
     if kde_dims:
         out["kde_entropy"] = kde_entropy(X, kde_dims)
     if set(estimators) & set(NEIGHBOUR_ESTIMATORS):
-        distinct = distinct_rows(X)  # what TwoNN and MLE read
         out.update(skdim_dimensions(X, estimators, distinct))
-        out["distinct_samples"] = len(distinct)
     else:
         out.update(skdim_dimensions(X, estimators))
     return out, rel
