@@ -154,3 +154,15 @@ def test_a_loose_fit_is_not_bootstrapped_and_its_differences_say_why(tmp_path):
     assert "bootstrap of" not in c0
     assert any(n.startswith("the fit of b is degenerate") and "get no interval" in n for n in doc["notes"])
     assert all(row["interval95"] is not None for row in doc["results"]["by_length"])
+
+
+def test_fits_over_too_few_documents_get_no_bootstrap_interval(tmp_path):
+    """Resampling one document gives that document every time: the interval had zero width and the side
+    read as tight. Below bayes-fit's MIN_DOCUMENTS the differences have no interval, said."""
+    losses, targets = synthetic(0, n_docs=2, per_doc=20)
+    fit_result(tmp_path / "a", losses - 0.1, targets)
+    fit_result(tmp_path / "b", losses, targets)
+    _, (doc,) = compare_runs(tmp_path / "a", tmp_path / "b", ["bayes-fit"], Options(resamples=200), None)
+    fit = doc["results"]["fit"]
+    assert fit["resamples"] == 0 and fit["C0"]["interval95"] is None
+    assert fit["C0"]["no_interval"] == "2 document(s), too few to resample"

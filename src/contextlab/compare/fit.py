@@ -30,6 +30,7 @@ import contextlab.eval.paired_stats as cs
 from contextlab.errors import UserError
 from contextlab.eval.bayes_fit import (
     FIT_RESAMPLES,
+    MIN_DOCUMENTS,
     degenerate,
     document_sums,
     fit_of_sums,
@@ -117,7 +118,8 @@ def _fit_differences(lengths, la: np.ndarray, lb: np.ndarray, docs: np.ndarray, 
     sides = [document_sums(x, docs) for x in (la, lb)]
     counts = sides[0][2]
     point = [fit_of_sums(lengths, s, q, c) for s, q, c in sides]
-    stopped = any(degenerate(f) for f in point)
+    few = len(counts) < MIN_DOCUMENTS  # resamples of so few documents are the same few: a zero-width interval
+    stopped = few or any(degenerate(f) for f in point)
     resamples = 0 if stopped else min(o.resamples, FIT_RESAMPLES)
     refits, failed = [], 0
     for w in resample_weights(len(counts), resamples, o.seed):
@@ -133,10 +135,12 @@ def _fit_differences(lengths, la: np.ndarray, lb: np.ndarray, docs: np.ndarray, 
             if len(values) > 1:
                 fit[p + "_err"] = float(np.std(values, ddof=1))
     d = np.asarray([[fa[p] - fb[p] for p in PARAMS] for fa, fb in refits]).reshape(-1, len(PARAMS))
-    out = {"resamples": len(d), "failed": failed, "point": point, "degenerate": stopped}
+    out = {"resamples": len(d), "failed": failed, "point": point, "degenerate": stopped and not few}
     for i, p in enumerate(PARAMS):
         ci = np.percentile(d[:, i], [2.5, 97.5]).tolist() if len(d) else None
         out[p] = {"a": point[0][p], "b": point[1][p], "diff": point[0][p] - point[1][p], "interval95": ci}
-        if stopped:
+        if few:
+            out[p]["no_interval"] = f"{len(counts)} document(s), too few to resample"
+        elif stopped:
             out[p]["no_interval"] = "a fit is degenerate, not bootstrapped"
     return out
