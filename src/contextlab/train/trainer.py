@@ -240,8 +240,8 @@ class Trainer:
     def train_step(self) -> dict[str, float]:
         """One optimizer step: {"loss": its mean loss, and every metric the objective returned}. The only
         host-device sync is reading them, after the next batch has been fetched and queued (and, for an
-        objective that counts its scored tokens, reading that count before the optimizer step:
-        ``_to_token_mean``)."""
+        objective that counts its scored tokens, reading that count before the optimizer step, also after
+        the next batch is queued: ``_to_token_mean``)."""
         step = self.state["step"]
         _, tokens, doc_ids, seeds = self._next if self._next is not None else self._fetch(step)
         losses, metrics = [], []
@@ -255,14 +255,14 @@ class Trainer:
             (loss / self.accum if n is None else loss * n).backward()
             losses.append(loss.detach())
             metrics.append(extra)
+        self.objective.draw_seeds = None
+        self._next = self._fetch(step + 1)  # queued while the device finishes the backward
         if "loss_tokens" in metrics[0]:
             self._to_token_mean(metrics)
         if self.cfg.optim.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.wrapped.parameters(), self.cfg.optim.grad_clip)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
-        self.objective.draw_seeds = None
-        self._next = self._fetch(step + 1)
         return step_metrics(losses, metrics, lambda v: D.all_reduce_sum(v, self.info), self.info.world_size)
 
     @torch.no_grad()
