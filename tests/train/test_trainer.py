@@ -445,3 +445,29 @@ def test_a_run_shorter_than_its_warm_up_says_so_once(store, tmp_path, capsys):
     ]
     train(config(store, tmp_path / "long", max_steps=4))
     assert "optim.warmup_steps" not in capsys.readouterr().out
+
+
+def test_a_resume_of_a_run_from_before_token_weighted_losses_says_its_curve_may_move(store, tmp_path, capsys):
+    """A checkpoint written before the losses of objectives that count their tokens were token means (it
+    has no recorded dtype) resumes with a note: its curve and early stopping's best may shift."""
+    run = tmp_path / "ul2"
+    cfg = config(store, run, max_steps=4, micro_batch_rows=2)
+    cfg.objective.name = "ul2"
+    train(cfg)
+    for f in run.glob("checkpoints/*/state.json"):
+        state = json.loads(f.read_text())
+        state.pop("dtype")
+        f.write_text(json.dumps(state))
+    capsys.readouterr()
+    cfg.train.max_steps = 6
+    train(cfg)
+    assert "means over the scored tokens" in capsys.readouterr().out
+    clm = config(store, tmp_path / "clm", max_steps=4)
+    train(clm)
+    for f in (tmp_path / "clm").glob("checkpoints/*/state.json"):
+        state = json.loads(f.read_text())
+        state.pop("dtype")
+        f.write_text(json.dumps(state))
+    clm.train.max_steps = 6
+    train(clm)
+    assert "means over the scored tokens" not in capsys.readouterr().out  # clm's loss was a token mean

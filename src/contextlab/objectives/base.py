@@ -169,6 +169,12 @@ class Objective(nn.Module):
             return fn(n, None)
         return torch.cat([fn(1, g) for g in gens])
 
+    @property
+    def counts_tokens(self) -> bool:
+        """Whether its forward returns ``loss_tokens`` (its rows score unequal numbers of targets): every
+        ``prepare``-based objective, and those that say so."""
+        return type(self).forward is Objective.forward
+
     def arch_options(self) -> dict:
         """Architecture ``arch``'s options (ContextLM's chunk size...) from ``self.options``; {} for a GPT."""
         return {name: getattr(self.options, name) for name in arch_option_names(self.arch)}

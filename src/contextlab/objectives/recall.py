@@ -41,6 +41,8 @@ def answer_labels(x: Tensor, y: Tensor, key_lo: int, key_hi: int) -> Tensor:
 class Recall(Objective):
     """Mean cross-entropy of the answers of associative-recall rows (the values after repeated keys)."""
 
+    counts_tokens = True  # rows hold unequal numbers of answers: its forward returns loss_tokens
+
     name = "recall"
     loss_name = "answer loss (recall answers)"
 

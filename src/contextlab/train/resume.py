@@ -134,6 +134,13 @@ def resume(tr) -> None:
     if tr.info.is_main:
         print(f"resuming {tr.run_dir} from {latest.name}")
         truncate_metrics(tr.run_dir, state["step"])
+        if "dtype" not in state and tr.objective.counts_tokens:  # written before the token-weighted means
+            print(
+                f"note: {tr.run_dir} was trained by a version that averaged this objective's losses over "
+                f"micro-batches; from {latest.name} on its step and validation losses are means over the "
+                "scored tokens, so its curve, and early stopping's best so far, may move by a few hundredths "
+                "here"
+            )
 
 
 def _note_new_schedule(tr, trained: int | None, step: int, latest: str) -> None:
