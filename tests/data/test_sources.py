@@ -590,3 +590,12 @@ def test_a_glob_that_matches_no_file_but_names_a_folder_is_said_with_the_glob_th
     assert len(list(src)) == 3  # as asked: the note changes nothing
     fixed = open_source(tmp_path / "src", SourceOptions(exclude=["**/tests/**"]))
     assert [d.meta["path"] for d in fixed] == ["pkg/a.py"] and fixed.pattern_notes() == []
+
+
+def test_a_glob_whose_files_another_glob_or_their_kind_took_is_not_said_to_match_nothing(tmp_path):
+    write_tree(tmp_path / "src", {"pkg/tests/t.py": "x = 1\n", "pkg/a.py": "z = 3\n"})
+    (tmp_path / "src" / "logo.png").write_bytes(b"\x89PNG\x00\x00binary")
+    both = open_source(tmp_path / "src", SourceOptions(exclude=["**/tests/**", "tests"]))
+    assert both.pattern_notes() == []  # the folder's files are out already: nothing left to advise
+    pngs = open_source(tmp_path / "src", SourceOptions(include=["*.png", "*.py"]))
+    assert pngs.pattern_notes() == []  # it matched logo.png, which is skipped as binary

@@ -116,7 +116,8 @@ def unmatched_globs(kept, skipped, include: list[str], exclude: list[str]) -> li
     where a folder of that name exists: ``--exclude tests`` left all 1,847 files of Django's ``tests/``
     folders in, unseen (a glob matches files; one without ``/`` a file's name at any depth). ``kept``
     and ``skipped`` are ``walk``'s listing."""
-    every = [rel for rel, _ in kept] + [e["path"] for e in skipped if e["reason"] == EXCLUDED]
+    read = [rel for rel, _ in kept]
+    every = read + [e["path"] for e in skipped]  # an --include of binary files matched them, skipped or not
     notes = []
     for flag, patterns in (("--include", include), ("--exclude", exclude)):
         for pattern in patterns:
@@ -124,7 +125,10 @@ def unmatched_globs(kept, skipped, include: list[str], exclude: list[str]) -> li
             if any(rx.match(rel) for rel in every):
                 continue
             name = pattern.strip().strip("/")
-            folder = bool(name) and any(f"/{name}/" in f"/{rel}" for rel in every)
+            # a folder of that name whose files are still read (another glob may take them out already)
+            folder = bool(name) and any(
+                f"/{name}/" in f"/{rel}" for rel in (read if flag == "--exclude" else every)
+            )
             if flag == "--exclude" and not folder:  # excluding what is not there: nothing to say
                 continue
             fix = (
