@@ -470,3 +470,27 @@ def test_a_source_of_another_tokenizer_names_the_spec_that_ingests_with_its_own(
         ).steps
         == 1
     )
+
+
+def test_a_continued_run_of_absolute_positions_is_not_read_past_them(
+    tmp_path, hf_store, hf_tokenizer, llama_dir
+):
+    """A contextlab run continuing a GPT-2 was marked as extending beyond its context, as any continued
+    Hugging Face run was, so evaluations (and profile --context) ran it past its position table; the
+    flag now follows its config: absolute positions refuse, a Llama's RoPE extrapolates."""
+    from contextlab.eval import load_model
+
+    gpt2 = tmp_path / "gpt2"
+    torch.manual_seed(0)
+    transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(vocab_size=320, n_positions=32, n_embd=32, n_layer=1, n_head=2)
+    ).save_pretrained(gpt2)
+    shutil.copy(hf_tokenizer, gpt2 / "tokenizer.json")
+    for src, name in ((gpt2, "g"), (llama_dir, "l")):
+        train(
+            run_config(
+                hf_store, tmp_path / name, train={"context": 16, "max_steps": 1}, init={"source": str(src)}
+            )
+        )
+    assert not load_model(tmp_path / "g").info.extends_beyond
+    assert load_model(tmp_path / "l").info.extends_beyond

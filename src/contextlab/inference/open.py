@@ -137,7 +137,8 @@ def _hf_info(model, path: Path, where: Path, tok: Tokenizer, config: dict | None
         architecture=str(model.config.model_type),
         n_params=sum(t.numel() for t in model.parameters()),
         context=context_limit(model.config),
-        extends_beyond=True if config is None else _has_rope(config),
+        extends_beyond=_has_rope(config if config is not None else model.config.to_dict()),  # a continued
+        # GPT-2 run has absolute positions too: it cannot be read past them
         tokenizer=tok.spec(),
     )
 
