@@ -270,6 +270,9 @@ def load_for_training(path: str | os.PathLike, config: PretrainedConfig, lead: l
         raise UserError(load_error(path, e)) from None
     except (SafetensorError, RuntimeError, EOFError) as e:  # a weights file cut short or damaged
         why = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        damaged = ("safetensors", "pytorchstreamreader", "unpickl", "eof", "header", "zip archive")
+        if isinstance(e, RuntimeError) and not any(w in str(e).lower() for w in damaged):
+            raise UserError(load_error(path, e)) from None  # another failure (a shape mismatch): as it is
         raise UserError(
             f"cannot load the model in {path} ({type(e).__name__}: {why}); its weights may be damaged or "
             "copied in part: copy or save the folder again"
