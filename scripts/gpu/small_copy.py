@@ -3,8 +3,10 @@
     python scripts/gpu/small_copy.py OUT_DIR [--kv KV_FILE]
 
 Writes OUT_DIR/optimal_context.toml, contextlm_vs_gpt.toml and splice_vs_ep.toml: the same recipes with a
-2 x 128 model, budgets of seconds, two contexts, the CPU as the device, a few evaluation documents
-(and the key-value file at KV_FILE, default the one the GPU machine gets). Every edit is a text replacement
+2 x 128 model, budgets of seconds, two contexts, the CPU as the device in fp32 (bf16 is emulated, and
+many times slower, on a CPU without AMX or AVX512-BF16: the SPLICE study's rehearsal ran out of its time
+limit on one), a few evaluation documents (and the key-value file at KV_FILE, default the one the GPU
+machine gets). Every edit is a text replacement
 that must find its text, so a change to a GPU recipe that a rehearsal no longer covers fails here, loudly.
 
 Trade-off: replacements of the recipe text rather than ``--set`` overrides: the sweeps' grid keys
@@ -65,6 +67,11 @@ EDITS = {
         ("val_tokens = 262144", "val_tokens = 16384"),
     ],
 }
+FP32 = [('dtype = "bf16"', 'dtype = "fp32"')]  # every recipe trains (and evaluates) in bf16 on the GPU
+EVAL_FP32 = [('"--dtype", "bf16"', '"--dtype", "fp32"')]  # the sweeps' eval_args
+for _name in EDITS:
+    EDITS[_name] += FP32 + (EVAL_FP32 if "splice" not in _name else [])
+
 NAMES = {
     "optimal_context_gpu.toml": "optimal_context.toml",
     "contextlm_vs_gpt_gpu.toml": "contextlm_vs_gpt.toml",
