@@ -310,3 +310,24 @@ def test_sigterm_wrapped_by_a_library_still_exits_143(monkeypatch, capsys):
     monkeypatch.setattr(cli, "_main", plain_failure)
     with pytest.raises(RuntimeError, match="a bug"):  # without SIGTERM it is a bug: its traceback stays
         cli.main(["eval"])
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+def test_device_auto_is_the_gpu_when_one_is_visible(cuda, monkeypatch):
+    from types import SimpleNamespace
+
+    from contextlab.cli.runtime import check_compute
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    args = SimpleNamespace(batch_size=8, threads=0, device="auto")
+    check_compute(args)
+    assert args.device == ("cuda" if cuda else "cpu")
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_that_runs_a_model_defaults_to_device_auto(command, capsys):
+    with pytest.raises(SystemExit):
+        main([*command.split(), "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--device DEVICE auto (a CUDA GPU when one is visible, else the CPU)" in text
+    assert "cuda:N (default: auto)" in text

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from contextlab.cli.runtime import check_compute, quiet_transformers
+from contextlab.cli.runtime import DEVICE_HELP, check_compute, quiet_transformers
 from contextlab.config import add_dataclass_args, dataclass_from_args
 
 
@@ -69,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
         help="sequences per forward pass at the model's full "
         "context; shorter contexts use proportionally more (default: 64)",
     )
-    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument("--device", default="auto", help=DEVICE_HELP)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: 0 = torch's own)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (shown on stderr)")
     add_dataclass_args(p.add_argument_group("entropy options"), Options)
@@ -190,7 +190,7 @@ def _attention_parser() -> argparse.ArgumentParser:
     p.add_argument("--step", type=int, help="checkpoint step of model A's run (default: the newest)")
     p.add_argument("--compare-step", type=int, help="checkpoint step of model B's run (default: the newest)")
     p.add_argument("--batch-size", type=int, default=8, help="rows per forward pass (default: 8)")
-    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument("--device", default="auto", help=DEVICE_HELP)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: 0 = torch's own)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (shown on stderr)")
     add_dataclass_args(p.add_argument_group("attention options"), Options)

@@ -20,7 +20,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from contextlab.cli.runtime import check_compute, quiet_transformers, warnings_as_lines
+from contextlab.cli.runtime import DEVICE_HELP, check_compute, quiet_transformers, warnings_as_lines
 from contextlab.config import add_dataclass_args, dataclass_from_args
 from contextlab.errors import UserError
 
@@ -67,7 +67,7 @@ def _parser(name: str | None) -> argparse.ArgumentParser:
         "stays fp32 (default: fp32)",
     )
     p.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass (default: 8)")
-    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument("--device", default="auto", help=DEVICE_HELP)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: 0 = torch's own)")
     p.add_argument(
         "--no-progress",

@@ -21,7 +21,7 @@ import re
 import sys
 from pathlib import Path
 
-from contextlab.cli.runtime import check_compute, quiet_transformers, warnings_as_lines
+from contextlab.cli.runtime import DEVICE_HELP, check_compute, quiet_transformers, warnings_as_lines
 from contextlab.config import add_dataclass_args, dataclass_from_args
 from contextlab.errors import UserError
 
@@ -96,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--dtype", default="fp32", choices=["fp32", "bf16"], help="compute precision (default: fp32)"
     )
-    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument("--device", default="auto", help=DEVICE_HELP)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: 0 = torch's own)")
     add_dataclass_args(p.add_argument_group("sampling"), Sampling)
     _infill_args(p.add_argument_group("infilling (a model trained with objective fim)"))

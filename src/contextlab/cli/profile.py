@@ -6,6 +6,7 @@ import argparse
 import shlex
 from pathlib import Path
 
+from contextlab.cli.runtime import DEVICE_HELP
 from contextlab.errors import UserError
 
 
@@ -92,7 +93,7 @@ def _parser() -> argparse.ArgumentParser:
         "--dtype", default="fp32", choices=["fp32", "bf16"], help="compute precision (default: fp32)"
     )
     p.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass (default: 8)")
-    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument("--device", default="auto", help=DEVICE_HELP)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: 0 = torch's own)")
     p.add_argument(
         "--no-progress", action="store_true", help="no progress bars (they show on a terminal only)"

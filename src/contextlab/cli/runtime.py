@@ -1,7 +1,7 @@
 """What the commands that run a model (eval, analyze, profile, generate, peak) share.
 
 ``check_compute`` checks ``--batch-size``, ``--threads`` and ``--device`` once, before any model
-is loaded or any data read: a bad value is one line naming it and what is allowed (a CUDA device
+is loaded or any data read (and resolves ``--device auto`` to the GPU when one is visible): a bad value is one line naming it and what is allowed (a CUDA device
 on a torch without CUDA names the devices there are), never an error from deep inside torch
 minutes later. ``quiet_transformers`` and ``warnings_as_lines`` keep the console to lines: no
 "Loading weights" bar from transformers under ``--no-progress``, and a ContextLengthWarning as
@@ -20,6 +20,8 @@ from pathlib import Path
 
 from contextlab.errors import UserError
 
+DEVICE_HELP = "auto (a CUDA GPU when one is visible, else the CPU), cpu, cuda or cuda:N (default: auto)"
+
 
 def check_compute(args) -> None:
     """Check the ``--batch-size``, ``--threads`` and ``--device`` the command has; set torch's threads."""
@@ -31,6 +33,8 @@ def check_compute(args) -> None:
         raise UserError(f"--threads must be a number of CPU threads (0 = torch's default), got {threads}")
     if getattr(args, "device", None) is not None:
         check_device(args.device)
+        if args.device == "auto":
+            args.device = auto_device()
     if threads:
         import torch
 
@@ -48,6 +52,13 @@ def devices() -> list[str]:
     if mps is not None and mps.is_available():
         found.append("mps")
     return found
+
+
+def auto_device() -> str:
+    """What ``--device auto`` means here: ``cuda`` when torch sees a GPU, else ``cpu``."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def check_device(device: str) -> None:
