@@ -1,8 +1,9 @@
 """What the commands that run a model (eval, analyze, profile, generate, peak) share.
 
 ``check_compute`` checks ``--batch-size``, ``--threads`` and ``--device`` once, before any model
-is loaded or any data read (and resolves ``--device auto`` to the GPU when one is visible): a bad value is one line naming it and what is allowed (a CUDA device
-on a torch without CUDA names the devices there are), never an error from deep inside torch
+is loaded or any data read, and resolves ``--device auto`` to the GPU when one is visible: a bad
+value is one line naming it and what is allowed (a CUDA device on a torch without CUDA names the
+devices there are), never an error from deep inside torch
 minutes later. ``quiet_transformers`` and ``warnings_as_lines`` keep the console to lines: no
 "Loading weights" bar from transformers under ``--no-progress``, and a ContextLengthWarning as
 ``contextlab CMD: warning: ...`` rather than Python's warning format with a source path.
