@@ -217,3 +217,18 @@ def test_eval_shows_the_length_warning_as_one_line(tmp_path, haystack, capsys):
         "extrapolated and usually score much worse; no niah prompt fits the model's context of 256 tokens "
         "(218 at least, and 61 of its answer), so every length measures extrapolation"
     ]
+
+
+def test_kv_records_the_distractors_its_n_pairs_leave_room_for(capsys):
+    """A user's `eval kv --n-pairs 2` scored sets of 2 keys (chance 1/2) and recorded 4 distractors: a
+    prompt of n pairs holds a set of n keys at most, and the result and the settings line say so."""
+    adapter = byte_adapter(tiny_gpt(1, context=2048), batch_size=8)
+    samples, info = kv.build(adapter, kv.Options(n_examples=1, n_pairs=2), str(KV_75))
+    assert {len(s.candidates) for s in samples} == {2}
+    assert info["distractors"] == 1
+    kv.run(adapter, kv.Options(n_examples=1, n_pairs=2, distractors=3, scoring="likelihood"), str(KV_75))
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line.endswith(
+        "note 1 distractor, not 3: a prompt of --n-pairs 2 holds a candidate set of 2 keys at most"
+    )
+    assert kv.build(adapter, kv.Options(n_examples=1, n_pairs=8), str(KV_75))[1]["distractors"] == 4

@@ -230,6 +230,7 @@ def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], di
         o = dataclasses.replace(o, distractors=o.distractors or DISTRACTORS)
         samples, positions = _samples(adapter, rows, o, o.n_pairs)
         n = min(o.n_pairs, in_file)
+        o = dataclasses.replace(o, distractors=min(o.distractors, n - 1))  # a set is at most the prompt
     else:
         n, samples, positions, distractors = _fitting(adapter, rows, o, in_file)
         o = dataclasses.replace(o, distractors=distractors)
@@ -350,6 +351,8 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     samples, info = build(adapter, options, data)
     d = info["distractors"]
     fewer = not options.distractors and d < DISTRACTORS
+    asked = options.distractors or DISTRACTORS
+    clipped = bool(options.n_pairs) and d < asked  # --n-pairs holds fewer pairs than a set of them
     of = f" (of {info['n_pairs_in_file']}, fitted to the context {adapter.context:,})"
     fitted = "" if options.n_pairs else of
     progress.announce(
@@ -365,8 +368,11 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             "scoring": options.scoring,
             **({"file": info["file"]} if "file" in info else {"data": info["synthetic"]}),
             "note": (
-                f"{d} distractor{'s' if d > 1 else ''}, not {DISTRACTORS}: a set of {DISTRACTORS + 1} pairs "
-                f"with the answer is longer than the model's {adapter.context:,}-token context "
+                f"{d} distractor{'s' if d > 1 else ''}, not {asked}: a prompt of --n-pairs "
+                f"{info['n_pairs']} holds a candidate set of {d + 1} keys at most"
+                if clipped
+                else f"{d} distractor{'s' if d > 1 else ''}, not {DISTRACTORS}: a set of {DISTRACTORS + 1} "
+                f"pairs with the answer is longer than the model's {adapter.context:,}-token context "
                 "(--distractors sets it)"
                 if fewer
                 else tasks.shorter(adapter, options.n_pairs, "--n-pairs")
