@@ -398,3 +398,22 @@ def test_an_optimal_context_folder_is_reported(tmp_path):
     args = shlex.split(html.unescape(cmd))
     assert args[:2] == ["contextlab", "optimal-context"] and f"out_dir={tmp_path / 'oc'}" in args
     assert "contexts=[2,7,12]" in args and "measure_features=false" in args
+
+
+def test_a_nested_summary_is_shown_and_heads_the_models_table():
+    """A user's report of `analyze attention --compare` showed one number, the seconds: the summary's
+    numbers sit in groups (a, b, a_vs_b), and now each appears, with its interval, and the models
+    table takes the mean distance."""
+    from contextlab.report.blocks import with_intervals
+    from contextlab.report.evals import eval_scalars, headline
+
+    summary = {
+        "a": {"mean_distance": 50.85, "entropy": 3.92},
+        "b": {"mean_distance": 44.64},
+        "a_vs_b": {"mean_distance_diff": 6.21, "mean_distance_diff_interval95": [5.74, 6.68]},
+    }
+    doc = {"seconds": 1.3, "results": {"summary": summary}}
+    shown = with_intervals(eval_scalars(doc))
+    assert shown["a.mean_distance"] == 50.85 and shown["b.mean_distance"] == 44.64
+    assert shown["a_vs_b.mean_distance_diff"] == "6.210 [5.740, 6.680]" and shown["seconds"] == 1.3
+    assert headline("attention", doc) == ("a.mean_distance", 50.85)

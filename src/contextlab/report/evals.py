@@ -29,7 +29,11 @@ COMPARE_FORMAT = "contextlab-compare"
 POOLED_FORMAT = "contextlab-compare-pooled"  # compare --and (contextlab.compare.replicates)
 DATA_PATHS = ("store", "file", "folder", "haystack")  # data record fields that say where the data was
 ANALYSES = ("entropy", "attention")  # results of `contextlab analyze NAME`, not of `contextlab eval`
-KEY_METRICS = {"contextwise": ("best_context_loss",), "niah": ("likelihood_accuracy", "contains_match")}
+KEY_METRICS = {
+    "contextwise": ("best_context_loss",),
+    "niah": ("likelihood_accuracy", "contains_match"),
+    "attention": ("a.mean_distance",),
+}
 
 
 # ---------------------------------------------------------------------------- finding results
@@ -78,11 +82,23 @@ def eval_scalars(doc: dict) -> dict:
     results = doc.get("results")
     summary = results.get("summary") if isinstance(results, dict) else None
     if isinstance(summary, dict) and summary:
-        out = {k: v for k, v in summary.items() if _shown(v)}
+        out = {k: v for k, v in flat_summary(summary).items() if _shown(v)}
         if isinstance(doc.get("seconds"), (int, float)):
             out["seconds"] = doc["seconds"]
         return out
     return {k: v for k, v in doc.items() if _shown(v) and k not in ("format", "eval")}
+
+
+def flat_summary(summary: dict) -> dict:
+    """A summary whose groups (``analyze attention``'s ``a``, ``b`` and ``a_vs_b``) are spelled out as
+    ``a.mean_distance``: a table shows the numbers of a nested summary too, not only its flat ones."""
+    out: dict = {}
+    for k, v in summary.items():
+        if isinstance(v, dict):
+            out.update({f"{k}.{k2}": v2 for k2, v2 in v.items()})
+        else:
+            out[k] = v
+    return out
 
 
 def _shown(v) -> bool:
@@ -100,6 +116,7 @@ def headline(name: str, doc: dict) -> tuple[str, object] | None:
     summary = (doc.get("results") or {}).get("summary") if isinstance(doc.get("results"), dict) else None
     if not isinstance(summary, dict):
         return None
+    summary = flat_summary(summary)
     numbers = [k for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
     key = next((k for k in KEY_METRICS.get(name, ()) if k in numbers), numbers[0] if numbers else None)
     if key is None:
