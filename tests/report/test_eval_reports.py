@@ -246,6 +246,29 @@ def test_a_profile_of_two_models_has_its_headline_steps_models_and_comparisons(t
     assert_displays_and_fits(page)
 
 
+def test_a_profile_inside_a_larger_folder_keeps_its_headline_and_is_not_shown_twice(tiny, tmp_path):
+    """A user's `report` of a folder holding a `profile --compare` folder lost its headline and steps,
+    showed its model folders as loose results, its compare folder as an empty models-table column and
+    two sections both headed "Comparison ..."; the profile is now shown as its own page shows it."""
+    shutil.copytree(tiny / "profile", tmp_path / "all" / "prof")
+    for part in ("models/a", "compare"):
+        shutil.copytree(tiny / "profile" / part, tmp_path / "all" / "loose" / part.split("/")[-1])
+    text = page_text(build_report(tmp_path / "all"))
+    assert "<h2>Profile prof: contextlab profile: a vs b</h2>" in text
+    head = text[text.index("<h3>Headline</h3>") : text.index("<h3>Steps</h3>")]
+    assert "b − a" in head and "[-0.248, 1.11]" in head
+    assert "Results prof/" not in text and "<h2>Results loose/a</h2>" in text
+    assert text.count("<h2>Comparison a - b</h2>") == 1 and text.count("<h3>Comparison a - b</h3>") == 1
+    assert "<h2>Models</h2>" not in text  # one model folder outside the profile: no table of one
+
+
+def test_two_comparisons_of_the_same_labels_are_told_apart_by_their_folders(tiny, tmp_path):
+    for where in ("one", "two"):
+        shutil.copytree(tiny / "profile" / "compare", tmp_path / "both" / where)
+    text = page_text(build_report(tmp_path / "both"))
+    assert "<h2>Comparison a - b (one)</h2>" in text and "<h2>Comparison a - b (two)</h2>" in text
+
+
 def test_a_profile_of_one_model_with_failed_and_pending_steps(tiny, tmp_path):
     prof = tmp_path / "one"
     shutil.copytree(tiny / "profile" / "models" / "a", prof / "models" / "a")

@@ -330,11 +330,15 @@ def eval_key(run: Path) -> dict:
     return out
 
 
-def compare_sections(root: Path) -> list[str]:
-    """One section per folder of ``contextlab compare`` results under ``root``: a line per result
-    (A - B with its 95% interval), the notes, and the plots."""
+def compare_sections(root: Path, skip: list[Path] = ()) -> list[str]:
+    """One section per folder of ``contextlab compare`` results under ``root`` (not under a folder of
+    ``skip``, resolved): a line per result (A - B with its 95% interval), the notes, and the plots;
+    two folders comparing models of the same labels are told apart by their paths in the headings."""
     docs: dict[Path, list[dict]] = {}
     for f in sorted(root.rglob("compare_*.json")):
+        here = f.parent.resolve()
+        if any(here == t or t in here.parents for t in skip):
+            continue
         try:
             doc = json.loads(f.read_text())
         except (OSError, ValueError):
@@ -342,10 +346,17 @@ def compare_sections(root: Path) -> list[str]:
         if isinstance(doc, dict) and doc.get("format") == COMPARE_FORMAT:
             docs.setdefault(f.parent, []).append(doc)
     out = []
+    pairs = {
+        folder: tuple(plain((found[0].get(s) or {}).get("label")) for s in ("a", "b"))
+        for folder, found in docs.items()
+    }
     for folder, found in docs.items():
-        a, b = (plain((found[0].get(s) or {}).get("label")) for s in ("a", "b"))
+        a, b = pairs[folder]
+        where = ""
+        if list(pairs.values()).count((a, b)) > 1:
+            where = f" ({folder.relative_to(root)})" if folder != root else f" ({folder.name})"
         parts = [
-            f"<h2>Comparison {html.escape(a)} - {html.escape(b)}</h2>",
+            f"<h2>Comparison {html.escape(a)} - {html.escape(b)}{html.escape(where)}</h2>",
             muted(str(folder.resolve())),
             "<ul>",
         ]

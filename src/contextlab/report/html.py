@@ -8,7 +8,8 @@ so it can be built anywhere the files are, long after the runs):
 * anything else: the quickstart's summary.json, token and packed stores, sweep results, every
   training run (metrics, loss curve, evaluations, config), every other folder of evaluation
   results (a Hugging Face model folder's ``eval/``, an ``--out`` folder; ``report/evals.py``)
-  with a table of the models side by side, and every ``contextlab compare`` folder.
+  with a table of the models side by side, every profile folder below it (as its own page shows
+  it, a heading level down) and every other ``contextlab compare`` folder.
 
 Plots are embedded as base64 PNGs, so the page is one file that can be mailed or archived. A
 small script marks the page once it has loaded: every image decoded (``data-images-ok``) and
@@ -154,13 +155,46 @@ def _folder_sections(root: Path) -> list[str]:
     own = rundir.eval_dir(root)  # a checkpoint's results are in its run's eval/, outside the checkpoint
     if rundir.is_checkpoint(root) and own.is_dir():
         folders[root.resolve().name] = own
+    profiles = nested_profiles(root)  # each shown as its own page shows it, its folders not again
+    inside = [p.resolve() for p in profiles]
+    folders = {k: f for k, f in folders.items() if not _under(f, inside)}
     alone = {k: f for k, f in folders.items() if f.resolve() not in run_evals}
     for label, folder in alone.items():
         kind = "Model" if folder.name == rundir.EVAL and rundir.is_hf_folder(folder.parent) else "Results"
         body.append(eval_folder_section(folder, f"{kind} {label}"))
     if len(folders) > 1 and alone:
         body.insert(lead + (len(runs) > 1), "<h2>Models</h2>" + models_table(folders))
-    return body + compare_sections(root)
+    for folder in profiles:
+        doc = profile.read_profile(folder)
+        name = html.escape(str(folder.relative_to(root)))
+        body.append(f"<h2>Profile {name}: {html.escape(profile.title(doc))}</h2>")
+        body += [_demoted(section) for section in profile.profile_sections(folder, doc)]
+    return body + compare_sections(root, skip=inside)
+
+
+def nested_profiles(root: Path) -> list[Path]:
+    """The profile folders below ``root`` (not ``root`` itself; hidden folders skipped), sorted."""
+    found = {f.parent for f in root.rglob(profile.FILE) if f.parent != root}
+    return sorted(
+        d
+        for d in found
+        if profile.read_profile(d) is not None
+        and not any(part.startswith(".") for part in d.relative_to(root).parts)
+    )
+
+
+def _demoted(section: str) -> str:
+    """A section one heading level down (h2 to h3, h3 to h4): a profile's part of a larger page."""
+    for level in (4, 3, 2):
+        section = section.replace(f"<h{level}>", f"<h{level + 1}>").replace(
+            f"</h{level}>", f"</h{level + 1}>"
+        )
+    return section
+
+
+def _under(folder: Path, tops: list[Path]) -> bool:
+    here = folder.resolve()
+    return any(here == t or t in here.parents for t in tops)
 
 
 def _nothing_hint(root: Path) -> str:
