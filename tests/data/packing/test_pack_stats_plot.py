@@ -1,5 +1,5 @@
-"""The pack-stats figure: documents per sequence are counted on whole-number ticks and both panels
-name their y axis."""
+"""The pack-stats figure: documents per sequence are counted on whole-number ticks, both panels
+name their y axis, and the two Zipf estimators are drawn as shares of their own sequences."""
 
 from __future__ import annotations
 
@@ -23,5 +23,10 @@ def test_documents_per_sequence_have_whole_ticks_and_the_zipf_panel_a_y_label(mo
     assert docs.get_xlabel() == "documents per sequence" and docs.get_ylabel() == "sequences"
     assert all(float(t).is_integer() for t in docs.get_xticks()) and 1 in docs.get_xticks()
     assert all(float(t).is_integer() for t in docs.get_yticks())
-    assert zipf.get_ylabel() == "sequences"
+    assert zipf.get_ylabel() == "share of each estimator's sequences"
+    # a user's MLE of 24 sequences was drawn as counts beside 1,987 and could not be seen: shares now
+    heights = [sum(p.get_height() for p in c) for c in zipf.containers]
+    assert heights == [1.0, 1.0] or all(abs(h - 1) < 1e-9 for h in heights)
+    labels = [t.get_text() for t in zipf.get_legend().get_texts()]
+    assert labels == ["least squares: mean 1.150 (3 sequences)", "MLE: mean 1.150 (2 sequences)"]
     figures.pyplot().close(figs[0])

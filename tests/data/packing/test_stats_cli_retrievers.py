@@ -362,6 +362,29 @@ def test_the_power_law_mle_reads_a_seeded_subsample_of_the_sequences(tmp_path):
     )
 
 
+def test_an_mle_that_fits_few_of_the_sequences_it_tried_says_so_and_reads_least_squares_on_them(tmp_path):
+    """A user's pack-stats printed an MLE of 24 sequences without saying it tried 200 (176 had fewer
+    than 10 distinct counts) beside a least-squares mean of all: the line now says both, and the
+    least-squares mean of the very sequences the MLE fitted."""
+    from tests.conftest import shakespeare
+
+    text = shakespeare(20_000)
+    docs = {f"p/{i}.txt": text[i * 300 :] for i in range(6)}  # long sequences: counts to fit
+    docs |= {f"q/{i}.txt": "ab " * (40 + i) for i in range(40)}  # a few distinct counts only
+    store = make_store(tmp_path, docs)
+    packed = pack(store, tmp_path / "p", PackConfig(method="ep", context=255, val_fraction=0), progress=False)
+    s = pack_stats(packed.packed, mle_sequences=0)
+    m = s["zipf_mle"]
+    assert 0 < m["n_sequences"] < m["n_sampled"] == s["zipf"]["n_sequences"]
+    picked = [i for i in range(packed.packed.n_sequences) if packed.packed.sequence_lengths()[i] == 256]
+    fits = [i for i in picked if np.isfinite(power_law_fit(packed.packed.sequence_tokens(i)[0])[0])]
+    same = np.mean([zipf_coefficient(packed.packed.sequence_tokens(i)[0]) for i in fits])
+    assert len(fits) == m["n_sequences"] and m["least_squares_mean_same_sequences"] == pytest.approx(same)
+    line = next(x for x in format_pack_stats(s).splitlines() if x.startswith("zipf (MLE)"))
+    assert f"{m['n_sequences']:,} sequences of {m['n_sampled']:,} tried: the other " in line
+    assert line.endswith(f"counts to fit; least squares on the same {m['n_sequences']:,}: {same:.3f})")
+
+
 def test_a_pack_with_no_full_sequence_says_nothing_of_it_trains(tmp_path, capsys):
     """'1 sequences (0 full)' was all a pack of a context longer than its corpus said: training reads
     full sequences only, so such a pack trains on nothing."""

@@ -102,9 +102,14 @@ def pack_stats(
     lens = packed.sequence_lengths()
     full = np.flatnonzero(lens == packed.row_len)
     picked = _picked(packed, full, max_sequences, seed)
-    zipf, mle = _fits(packed, picked, set(picked[_sample(len(picked), mle_sequences, seed + 1)]), progress)
+    with_mle = set(picked[_sample(len(picked), mle_sequences, seed + 1)].tolist())
+    zipf, mle = _fits(packed, picked, with_mle, progress)
+    fitted = np.isfinite(mle).all(axis=1)  # the MLE needs 10 distinct counts; many sequences lack them
+    in_mle = np.array([int(i) in with_mle for i in picked], bool)
+    zipf_fitted = zipf[in_mle][fitted]  # least squares on the very sequences the MLE fitted
+    zipf_fitted = zipf_fitted[np.isfinite(zipf_fitted)]
     zipf = _finite(zipf)
-    mle = mle[np.isfinite(mle).all(axis=1)]
+    mle = mle[fitted]
     arranged = arrangement(packed, docs_per)  # method, retriever, context, one-document share
     retriever = arranged["retriever"]
     return {
@@ -136,6 +141,8 @@ def pack_stats(
             "alpha_mean": float(mle[:, 1].mean()) if len(mle) else None,
             "xmin_median": float(np.median(mle[:, 2])) if len(mle) else None,
             "n_sequences": len(mle),
+            "n_sampled": len(with_mle),  # the MLE was tried on these; the rest had < 10 distinct counts
+            "least_squares_mean_same_sequences": float(zipf_fitted.mean()) if len(zipf_fitted) else None,
             "estimator": "discrete power-law MLE of the counts above a KS-fitted x_min, s = 1/(alpha-1)",
         },
         "docs_per_sequence_all": docs_per.tolist(),
@@ -217,6 +224,20 @@ def stats_record(s: dict) -> dict:
     return {k: v for k, v in s.items() if not isinstance(v, list)}
 
 
+def _mle_subset(m: dict) -> str:
+    """When the MLE fitted only some of the sequences it tried: how many, why, and the least-squares
+    mean of those same sequences (they are not a random draw of the rest: the burstiest fit least)."""
+    tried = m.get("n_sampled")
+    if not tried or m["n_sequences"] >= tried:
+        return ""
+    same = m.get("least_squares_mean_same_sequences")
+    return (
+        f" of {tried:,} tried: the other {tried - m['n_sequences']:,} have fewer than 10 distinct token "
+        "counts to fit"
+        + (f"; least squares on the same {m['n_sequences']:,}: {same:.3f}" if same is not None else "")
+    )
+
+
 def format_pack_stats(s: dict) -> str:
     sim = s["mean_neighbour_similarity"]
     z = s["zipf"]
@@ -227,7 +248,7 @@ def format_pack_stats(s: dict) -> str:
         if m["mean"] is None
         else (
             f"{m['mean']:.3f} +- {m['std']:.3f} (alpha {m['alpha_mean']:.3f}, "
-            f"x_min median {m['xmin_median']:.0f}, {m['n_sequences']:,} sequences)"
+            f"x_min median {m['xmin_median']:.0f}, {m['n_sequences']:,} sequences{_mle_subset(m)})"
         )
     )
     lines = [
@@ -373,20 +394,20 @@ def plot_pack_stats(s: dict, out: str | Path) -> Path:
     ):
         z = np.asarray(s.get(key) or [])
         if len(z):
-            b.hist(
+            b.hist(  # as shares: the MLE's few sequences stay visible beside the least squares' many
                 z,
                 bins=40,
+                weights=np.full(len(z), 1 / len(z)),
                 color=color,
                 alpha=0.6,
                 edgecolor="white",
                 linewidth=0.4,
-                label=f"{name}: mean {z.mean():.3f}",
+                label=f"{name}: mean {z.mean():.3f} ({len(z):,} sequences)",
             )
             b.axvline(z.mean(), color=color, linestyle="--", linewidth=1)
     if b.has_data():
         b.legend()
-    b.yaxis.set_major_locator(MaxNLocator(integer=True))
     b.set_xlabel("Zipf coefficient of token frequencies (per sequence)")
-    b.set_ylabel("sequences")
+    b.set_ylabel("share of each estimator's sequences")
     b.set_title("burstiness (lower = burstier)")
     return save_png(fig, out)
