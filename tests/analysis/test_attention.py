@@ -266,3 +266,21 @@ def test_two_models_of_other_contexts_read_rows_of_the_smaller_by_default(byte_s
     r = run(a, Options(rows=2), data=str(byte_store.path), compare=b, progress=False).results
     assert r["length"] == 64
     assert run(a, Options(rows=2), data=str(byte_store.path), progress=False).results["length"] == 128
+
+
+def test_fewer_rows_than_asked_are_said_on_the_settings_line(byte_store, capsys):
+    """A user's default --rows 256 averaged 6 rows (one per held-out document) with no line saying so;
+    the settings line now gives the rows read and why they are fewer."""
+    a = byte_adapter(tiny_gpt(context=64))
+    r = run(a, Options(rows=256), data=str(byte_store.path), progress=False).results
+    n_docs = r["documents"]
+    assert r["rows"] == n_docs < 256  # one row a document by default
+    line = capsys.readouterr().out.splitlines()[0]
+    head = f"attention: rows {n_docs} of 64 tokens · documents {n_docs} · note {n_docs} rows, "
+    assert line.startswith(head)
+    assert line.endswith(
+        f"not --rows 256: {n_docs} documents of 64 tokens or more give 1 row each at most "
+        "(--pieces-per-doc 0 cuts as many as fit)"
+    )
+    run(a, Options(rows=2), data=str(byte_store.path), progress=False)
+    assert "note" not in capsys.readouterr().out.splitlines()[0]

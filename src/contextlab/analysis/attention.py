@@ -317,6 +317,36 @@ def read_rows(adapter, options: Options, data: str | None, text: str | None, len
     return Rows(tokens, docs, {"store": str(store.path), "hash": store.hash, "rows": len(pieces), **held})
 
 
+def announce_rows(rows: Rows, options: Options, from_store: bool) -> None:
+    """The settings line: the rows read (how many, of how many tokens, from how many documents, which
+    split), with a note when the store gave fewer rows than --rows asks (a user's default 256 were 6)."""
+    from contextlab.eval import progress
+
+    N, T = rows.tokens.shape
+    n_docs = len(set(rows.docs.tolist()))
+    note = None
+    if from_store and options.rows and options.rows > N:
+        per = options.pieces_per_doc
+        note = (
+            f"{N:,} rows, not --rows {options.rows:,}: {n_docs:,} document{'s' * (n_docs != 1)} of "
+            f"{T:,} tokens or more"
+            + (
+                f" give {per} row{'s' * (per != 1)} each at most (--pieces-per-doc 0 cuts as many as fit)"
+                if per
+                else " hold no more"
+            )
+        )
+    progress.announce(
+        "attention",
+        {
+            "rows": f"{N:,} of {T:,} tokens",
+            "documents": n_docs if from_store else None,
+            "split": rows.data.get("split") if from_store else None,
+            "note": note,
+        },
+    )
+
+
 def decoder_layers(model: torch.nn.Module, n_layers: int) -> list[int]:
     """The blocks the token decoder runs, of the ``n_layers`` whose attention was read: after a
     ContextLM's encoder blocks, else all."""
@@ -393,6 +423,7 @@ def run(
         raise UserError(f"--sample-row {options.sample_row} is not one of the {N} rows; choose 0..{N - 1}")
     for a in adapters:
         a.check_length(T, "the rows", "lower --length")  # a given --length may pass a context
+    announce_rows(rows, options, data is not None)
     w = chunk_size(options, models)
     collected = [collect(a, rows.tokens, options.sample_row, progress) for a in adapters]
     blocks = [arr["blocks"] for arr, _ in collected]
