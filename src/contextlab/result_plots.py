@@ -26,26 +26,31 @@ def contextwise_png(curves: dict[str, dict], out: str | Path, smooth: int = 0) -
 
 def contextwise_figure(curves: dict[str, dict], smooth: int = 0, title: str = ""):
     """Loss vs context length (log x) for several models; a dotted line marks each training context,
-    a grey band the context lengths past it (beyond the training context), a triangle and bar the
-    curve's lowest window (the true minimum, ``contextwise.curve_minimum``) and a cross its lowest
-    single position (the result's ``min_loss``).
+    a grey band the context lengths past it (beyond the training context), a square and bar the
+    headline best-context loss (the mean over the last positions of the training context), a
+    triangle and bar the curve's lowest window (the true minimum, ``contextwise.curve_minimum``) and
+    a cross its lowest single position (the result's ``min_loss``); with ``stderr``, a faint band the
+    95% interval of each position's mean, so a bump that noise makes reads as one.
 
     smooth > 1: each model's line is the mean over ``smooth`` positions centred on each point (the
     legend says so), drawn over the faint per-position curve; the result's numbers are never smoothed.
+    The legend lists each model in its colour, then the marks they share in black, once.
 
     curves: label -> {"context": [...], "loss": [...], "train_context": int | None, "minimum": the
-    result's ``minimum`` (optional)}.
+    result's ``minimum``, "best_context": the result's ``best_context``, "stderr": [...] (each
+    optional)}.
     """
     import numpy as np
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
     fig, ax = _figure(6.5, 5.0)
-    shown: set[str] = set()  # legend entries shared by several models are listed once
+    models: list = []  # the legend: each model's line, then the shared marks (in black, once)
+    shared: dict[str, object] = {}
     bands: set[tuple] = set()
 
-    def once(text: str) -> str:
-        new = text not in shown
-        shown.add(text)
-        return text if new else "_nolegend_"
+    def mark(text: str, proxy) -> None:
+        shared.setdefault(text, proxy)
 
     for label, c in curves.items():
         x, y = np.asarray(c["context"], float), np.asarray(c["loss"], float)
@@ -55,63 +60,61 @@ def contextwise_figure(curves: dict[str, dict], smooth: int = 0, title: str = ""
             k = np.ones(smooth) / smooth
             xs, ys = np.convolve(x, k, mode="valid"), np.convolve(y, k, mode="valid")
             (line,) = ax.plot(xs, ys, label=f"{label} (mean over {smooth} positions)", linewidth=1.2)
-            ax.plot(
-                x, y, color=line.get_color(), alpha=0.3, linewidth=0.6, zorder=1, label=once("each position")
-            )
+            ax.plot(x, y, color=line.get_color(), alpha=0.3, linewidth=0.6, zorder=1)
+            mark("each position", Line2D([], [], color="black", alpha=0.3, linewidth=0.6))
         else:
             (line,) = ax.plot(x, y, label=label, linewidth=1.2)
+        models.append(line)
+        color = line.get_color()
+        sem = np.asarray(c.get("stderr") or [], float)
+        if len(sem) == len(y):
+            ax.fill_between(x, y - 1.96 * sem, y + 1.96 * sem, color=color, alpha=0.1, linewidth=0, zorder=0)
+            mark("95% interval of each position", Patch(color="black", alpha=0.1, linewidth=0))
         ctx = c.get("train_context")
         if ctx:
-            ax.axvline(
-                ctx,
-                color=line.get_color(),
-                linestyle=":",
-                linewidth=1,
-                label=once(f"training context ({ctx:,} tokens)"),
+            ax.axvline(ctx, color=color, linestyle=":", linewidth=1)
+            mark(
+                f"training context ({ctx:,} tokens)",
+                Line2D([], [], color="black", linestyle=":", linewidth=1),
             )
             band = (ctx, float(x.max()) if len(x) else 0.0)
             if band[1] > ctx and band not in bands:  # models of one context share one band
                 bands.add(band)
-                ax.axvspan(*band, color="grey", alpha=0.12, label=once("beyond the training context"))
+                ax.axvspan(*band, color="grey", alpha=0.12)
+                mark("beyond the training context", Patch(color="grey", alpha=0.12))
+        best = c.get("best_context") or {}
+        if {"loss", "from", "to"} <= set(best):
+            ax.hlines(best["loss"], best["from"], best["to"], color=color, linewidth=2.5, zorder=4)
+            square = dict(linestyle="none", marker="s", markersize=7, mec="black")
+            ax.plot([best["to"]], [best["loss"]], color=color, zorder=5, **square)
+            mark(
+                f"best-context loss (the headline): mean of positions {best['from']:,}-{best['to']:,}",
+                Line2D([], [], color="white", **square),
+            )
         minimum = c.get("minimum") or {}
         if "window" in minimum:
             w = minimum["window"]
             ax.hlines(w["loss"], w["from"], w["to"], color="black", linewidth=2.5, zorder=4)
             mid = math.sqrt(w["from"] * w["to"])  # the middle on the log axis
             width = w["to"] - w["from"] + 1
-            ax.plot(
-                [mid],
-                [w["loss"]],
-                linestyle="none",
-                marker="v",
-                markersize=9,
-                color=line.get_color(),
-                mec="black",
-                zorder=5,
-                label=once(f"lowest mean over {width} positions (best-context width)"),
-            )
+            tri = dict(linestyle="none", marker="v", markersize=9, mec="black")
+            ax.plot([mid], [w["loss"]], color=color, zorder=5, **tri)
+            mark(f"lowest mean over {width} positions anywhere", Line2D([], [], color="white", **tri))
         if "position" in minimum:
             p = minimum["position"]
-            ax.plot(
-                [p["context"]],
-                [p["loss"]],
-                linestyle="none",
-                marker="x",
-                markersize=7,
-                color=line.get_color(),
-                mew=1.5,
-                zorder=5,
-                label=once("lowest single position"),
-            )
+            cross = dict(linestyle="none", marker="x", markersize=7, mew=1.5)
+            ax.plot([p["context"]], [p["loss"]], color=color, zorder=5, **cross)
+            mark("lowest single position", Line2D([], [], color="black", **cross))
     ax.set_xscale("log", base=2)
     ax.set_xlabel("context length (tokens seen before the predicted token)")
     ax.set_ylabel("loss (nats/token)")
     ax.set_title(title or "contextwise loss: mean loss of the token at each position", fontsize=9)
-    labels = [t for t in ax.get_legend_handles_labels()[1] if not t.startswith("_")]
+    handles = models + list(shared.values())
+    labels = [h.get_label() for h in models] + list(shared)
     ncol = 1 if max(map(len, labels), default=0) > 45 else 2  # long model paths take the width
     rows = math.ceil(len(labels) / ncol)
     fig.set_size_inches(6.5, 3.9 + 0.16 * rows)  # the legend below grows the figure, not over the axes
-    ax.legend(fontsize=7, ncol=ncol, loc="upper center", bbox_to_anchor=(0.5, -0.17))  # below the curves
+    ax.legend(handles, labels, fontsize=7, ncol=ncol, loc="upper center", bbox_to_anchor=(0.5, -0.17))
     ax.grid(alpha=0.3)
     return fig
 

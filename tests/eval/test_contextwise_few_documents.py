@@ -106,8 +106,54 @@ def test_the_smoothed_plot_is_centred_names_its_smoothing_and_shows_each_positio
     at = dict(zip(np.round(smooth.get_xdata(), 9), smooth.get_ydata()))
     assert at[100] == pytest.approx((4 * 3.0 + 5 * 2.0) / 9)  # positions 96..104: centred, not 92..100
     assert min(at) == 5 and max(at) == 195  # only where the whole window fits
-    raw = lines["each position"]
-    assert raw.get_ydata().tolist() == y.tolist() and raw.get_alpha() < 1  # faint, every position
+    (raw,) = [line for line in ax.get_lines() if (line.get_alpha() or 1) < 1]
+    assert raw.get_ydata().tolist() == y.tolist()  # faint, every position
     cross = [line for line in ax.get_lines() if line.get_marker() == "x"]
     assert [(c.get_xdata()[0], c.get_ydata()[0]) for c in cross] == [(150, 1.0)]  # the JSON's min_loss
+    figures.pyplot().close(figs[0])
+
+
+def test_the_plot_draws_each_positions_interval_and_the_headline_window_with_shared_marks_in_black(
+    monkeypatch,
+):
+    """A user read bumps of 0.3 nats as real where each position's stderr was 0.26 (no band), the
+    headline best-context loss was not marked (only the lowest window, which its legend called the
+    best-context width), and with two models the shared marks were listed in the first one's colour."""
+    from matplotlib.colors import to_rgba
+
+    from contextlab import figures
+    from contextlab import result_plots as plots
+
+    figs = []
+    monkeypatch.setattr(plots, "save_png", lambda fig, out: figs.append(fig) or out)
+    x = np.arange(1, 129)
+    curves = {}
+    for label, shift in (("a", 0.0), ("b", 0.2)):
+        y = 3.0 - 0.5 * np.log2(x) / 7 + shift
+        sem = np.full_like(y, 0.1)
+        curves[label] = {
+            "context": x.tolist(),
+            "loss": y.tolist(),
+            "stderr": sem.tolist(),
+            "train_context": 128,
+            "minimum": contextwise.curve_minimum(y, sem, train_context=128, width=13),
+            "best_context": contextwise.best_context_loss(y, 128, 0.1),
+        }
+    plots.contextwise_png(curves, "unused.png", smooth=1)
+    ax = figs[0].axes[0]
+    legend = ax.get_legend()
+    texts = [t.get_text() for t in legend.get_texts()]
+    assert texts[:2] == ["a", "b"]
+    assert "best-context loss (the headline): mean of positions 116-128" in texts
+    assert "lowest mean over 13 positions anywhere" in texts and "95% interval of each position" in texts
+    for handle, text in zip(legend.legend_handles, texts):
+        if text in ("lowest single position", "training context (128 tokens)"):
+            assert to_rgba(handle.get_color())[:3] == (0.0, 0.0, 0.0)  # shared: black, not a model's colour
+    bands = [c for c in ax.collections if c.get_paths() and len(c.get_paths()[0].vertices) > 200]
+    assert len(bands) == 2  # one 95% band a model
+    top = bands[0].get_paths()[0].vertices[:, 1].max()
+    assert top == pytest.approx(max(curves["a"]["loss"]) + 1.96 * 0.1)
+    squares = [line for line in ax.get_lines() if line.get_marker() == "s"]
+    best = curves["a"]["best_context"]
+    assert (squares[0].get_xdata()[0], squares[0].get_ydata()[0]) == (128, pytest.approx(best["loss"]))
     figures.pyplot().close(figs[0])

@@ -294,7 +294,10 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         "stderr": sem.tolist(),
     }
     curves = {
-        adapter.info.id: {**{k: results[k] for k in ("context", "loss", "minimum")}, "train_context": ctx}
+        adapter.info.id: {
+            **{k: results[k] for k in ("context", "loss", "minimum", "best_context", "stderr")},
+            "train_context": ctx,
+        }
     }
     plot = functools.partial(_plot, curves, smooth=_smooth(n))
     arrays = {  # per piece, what a paired comparison of two models needs (contextlab.compare.paired)
@@ -379,6 +382,8 @@ def combined_plot(result_files: list, out, labels: list[str] | None = None) -> N
             "loss": r["loss"],
             "train_context": r["train_context"],
             "minimum": r.get("minimum"),  # absent in results written before it
+            "best_context": r.get("best_context"),
+            "stderr": r.get("stderr"),
         }
     from contextlab.result_plots import contextwise_png
 

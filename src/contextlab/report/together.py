@@ -179,6 +179,8 @@ def _contextwise(runs: list[Path], names: dict[Path, str]) -> list[str]:
                 "loss": r["loss"],
                 "train_context": r.get("train_context"),
                 "minimum": r.get("minimum"),
+                "best_context": r.get("best_context"),
+                "stderr": r.get("stderr"),
             }
         few = min(docs[run]["results"].get("n_documents", 0) for run in group) < 256
         data = docs[group[0]]["data"]
