@@ -120,19 +120,37 @@ def contextwise_figure(curves: dict[str, dict], smooth: int = 0, title: str = ""
 
 
 def bayes_fit_png(lengths, losses, sems, params: dict | None, out: str | Path, title: str = "") -> Path:
-    """Loss vs visible tokens l with the fitted C0 + C / l^gamma."""
+    """Loss vs visible tokens l (mean over the targets, bars ± 1 standard error, as the legend says)
+    with the fitted C0 + C / l^gamma, its parameters with their standard errors; a fit the points do
+    not pin down (``loose``: the parameters so named) says so in its legend entry. The bars are of each
+    length alone: the same targets are read at every length, so a paired difference (the context
+    gain) is far narrower than the bars' overlap suggests."""
     import numpy as np
 
     fig, ax = _figure()
-    ax.errorbar(lengths, losses, yerr=sems, fmt="o", markersize=4, label="measured", capsize=2)
+    ax.errorbar(
+        lengths,
+        losses,
+        yerr=sems,
+        fmt="o",
+        markersize=4,
+        capsize=2,
+        label="measured: mean ± 1 standard error",
+    )
     if params:
         grid = np.geomspace(min(lengths), max(lengths), 200)
+
+        def value(p: str) -> str:
+            err = params.get(p + "_err")
+            return f"{params[p]:.3f}" + (f" ± {err:.2g}" if isinstance(err, (int, float)) else "")
+
+        loose = params.get("loose") or []
         ax.plot(
             grid,
             params["C0"] + params["C"] / grid ** params["gamma"],
             label=(
-                f"C0 + C/l^γ: C0={params['C0']:.3f}, C={params['C']:.3f}, "
-                f"γ={params['gamma']:.3f}, R²={params['r2']:.4f}"
+                f"C0 + C/l^γ: C0={value('C0')}, C={value('C')}, γ={value('gamma')}, R²={params['r2']:.4f}"
+                + (f"\nnot pinned down by these points: {', '.join(loose)}" if loose else "")
             ),
         )
     ax.set_xscale("log", base=2)
@@ -160,24 +178,36 @@ def heatmap_png(
     vmax: float = 1.0,
     intervals=None,
     value_label: str = "",
+    chance: float | None = None,
+    per_cell: int | None = None,
 ) -> Path:
     """A NIAH-style heatmap: rows (e.g. depth %) x columns (e.g. context length), values annotated.
 
     intervals: matrix of (lo, hi) per cell (95% intervals), printed under each value.
     value_label: what a cell's value is, written along the colour bar.
+    chance: the accuracy of a model that ignores the context; the colours then centre on it (yellow
+    is chance, red below, green above: on a plain scale chance 0.2 reads as "bad"), the colour bar
+    marks it and the title says it, with ``per_cell``, the prompts behind each cell.
     The figure is at least ``HEATMAP_MIN_WIDTH`` wide and the title is wrapped to it, so a grid of
     one length keeps its whole title.
     """
     import textwrap
 
     import numpy as np
+    from matplotlib.colors import TwoSlopeNorm
 
     m = np.asarray(matrix, float)
     width = max(HEATMAP_MIN_WIDTH, 1.2 + 0.9 * len(cols))
     chars = int((width - 1.2) * 14)  # what fits in the figure at font size 9
+    said = [f"chance {chance:.2f}"] if chance is not None else []
+    said += [f"{per_cell:,} prompt{'s' * (per_cell != 1)} a cell"] if per_cell else []
+    title = title + ("\n" + "; ".join(said) if said else "")
     lines = [wrapped for line in title.split("\n") for wrapped in textwrap.wrap(line, chars) or [""]]
     fig, ax = _figure(width, 1.2 + 0.5 * len(rows) + 0.2 * len(lines))
-    im = ax.imshow(m, cmap="RdYlGn", vmin=vmin, vmax=vmax, aspect="auto")
+    centred = chance is not None and vmin < chance < vmax
+    norm = TwoSlopeNorm(vcenter=chance, vmin=vmin, vmax=vmax) if centred else None
+    scale = {"norm": norm} if centred else {"vmin": vmin, "vmax": vmax}
+    im = ax.imshow(m, cmap="RdYlGn", aspect="auto", **scale)
     ax.set_xticks(range(len(cols)), [_tick(c) for c in cols])
     ax.set_yticks(range(len(rows)), [_tick(r) for r in rows])
     ax.set_xlabel(col_label)
@@ -189,10 +219,13 @@ def heatmap_png(
                 if intervals is not None and intervals[i][j] is not None:
                     lo, hi = intervals[i][j]
                     text += f"\n[{lo:.2f}, {hi:.2f}]"
-                ax.text(j, i, text, ha="center", va="center", fontsize=7 if intervals is None else 5.5)
+                ax.text(j, i, text, ha="center", va="center", fontsize=7.5 if intervals is None else 6.5)
     bar = fig.colorbar(im, ax=ax)
     if value_label:
         bar.set_label(value_label, fontsize=8)
+    if centred:
+        bar.ax.axhline(chance, color="black", linewidth=1.2)
+        bar.ax.text(1.05, chance, " chance", transform=bar.ax.get_yaxis_transform(), va="center", fontsize=7)
     ax.set_title("\n".join(lines), fontsize=9)
     return save_png(fig, out)
 
@@ -212,24 +245,36 @@ def lines_png(
     logx: bool = False,
     chance: float | None = None,
     bands: dict[str, list] | None = None,
+    band_label: str = "95% interval",
+    note: str = "",
 ) -> Path:
     """Several y(x) lines (accuracy by gold position, by shots, by visible context...).
 
-    bands: for a series label, its (lo, hi) 95% interval at each x, drawn as a shaded band.
+    bands: for a series label, its (lo, hi) 95% interval at each x, drawn as a shaded band and
+    named in the legend by ``band_label``. Whole-number x (positions, shots) get whole-number ticks.
+    note: a line under the title (a measurement past the training context, say).
     """
+    from matplotlib.ticker import MaxNLocator
+
     fig, ax = _figure()
     for label, (x, y) in series.items():
         (line,) = ax.plot(x, y, marker="o", markersize=4, label=label)
         if bands and label in bands:
             lo, hi = zip(*bands[label])
-            ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+            ax.fill_between(
+                x, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0, label=f"{label}: {band_label}"
+            )
     if chance is not None:
-        ax.axhline(chance, color="grey", linestyle="--", linewidth=1, label="chance")
+        ax.axhline(chance, color="grey", linestyle="--", linewidth=1, label=f"chance ({chance:.2g})")
     if logx:
         ax.set_xscale("log", base=2)
+    elif all(float(v).is_integer() for x, _ in series.values() for v in x):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if note:
+        title = f"{title}\n{note}"
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="best", framealpha=0.85)
     ax.grid(alpha=0.3)
     return save_png(fig, out)

@@ -167,6 +167,23 @@ def test_retrieval_shift_counts_and_a_seeded_bootstrap_over_candidate_sets(tmp_p
     assert cluster_bootstrap(np.ones(3), np.ones(3), 100, 0)["interval95"] == [1.0, 1.0]
 
 
+def test_sets_that_score_alike_for_both_say_why_the_interval_has_no_width(tmp_path):
+    """A user's kv and niah comparisons of two models that do not retrieve read `+0.00 [+0.00, +0.00]`,
+    a certain tie, unexplained: each balanced set gave each model exactly 1 of its 5."""
+    group = np.repeat(np.arange(8), 5)
+    cell = np.repeat([[0, 32], [100, 64]], 20, axis=0)
+    a = np.tile([1, 0, 0, 0, 0], 8)
+    b = np.tile([0, 0, 1, 0, 0], 8)  # other prompts right, the same number in each set
+    niah_result(tmp_path / "a", a, group, cell)
+    niah_result(tmp_path / "b", b, group, cell)
+    _, (doc,) = compare_runs(tmp_path / "a", tmp_path / "b", ["niah"], Options(), tmp_path / "o")
+    assert doc["results"]["overall"]["interval95"] == [0.0, 0.0] and doc["results"]["no_spread"] is True
+    assert doc["notes"][0].startswith("niah: every candidate set scores alike for A and B")
+    niah_result(tmp_path / "c", np.tile([1, 1, 0, 0, 0], 8), group, cell)
+    _, (other,) = compare_runs(tmp_path / "c", tmp_path / "b", ["niah"], Options(), tmp_path / "o2")
+    assert "no_spread" not in other["results"] and not other.get("notes")
+
+
 def test_ppl_pairs_the_same_tokens_with_documents_as_clusters(tmp_path):
     rng = np.random.default_rng(4)
     offsets = np.array([0, 50, 120, 200, 260])

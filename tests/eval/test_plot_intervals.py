@@ -86,10 +86,80 @@ def test_a_heatmap_of_one_length_keeps_its_title_and_names_its_scoring_and_value
     needle.run(adapter, options, str(hay)).plot(tmp_path / "needle.png")
     fig = captured[-1]
     ax, bar = fig.axes
-    assert ax.get_title() == "needle in a haystack: tiny\ncorrect: true answer is the most likely candidate"
+    assert ax.get_title() == (
+        "needle in a haystack: tiny\ncorrect: true answer is the most likely candidate\n"
+        "chance 0.20; 5 prompts a cell"
+    )
     assert bar.get_ylabel() == "accuracy (fraction of prompts correct)"
     assert [t.get_text() for t in ax.get_yticklabels()] == ["0", "50", "100"]
     fig.tight_layout()  # as save_png lays it out: the whole title lies inside the figure
     fig.canvas.draw()
     box = ax.title.get_window_extent()
     assert fig.get_figwidth() >= plots.HEATMAP_MIN_WIDTH and box.x0 >= 0 and box.x1 <= fig.bbox.width
+
+
+def test_a_heatmap_centres_its_colours_on_chance_and_marks_it(captured):
+    """A user read a niah cell of 0.20 as "bad" (red) where 0.20 was chance, stated nowhere on the plot."""
+    plots.heatmap_png(
+        [[0.2, 1.0], [0.0, 0.6]], [0, 100], [64, 128], "h.png", row_label="", col_label="", title="t",
+        chance=0.2, per_cell=10,
+    )  # fmt: skip
+    ax, bar = captured[-1].axes
+    assert ax.get_title() == "t\nchance 0.20; 10 prompts a cell"
+    (image,) = ax.images
+    assert image.norm.vcenter == 0.2  # chance is the scale's middle colour (yellow)
+    assert [line.get_ydata()[0] for line in bar.lines] == [0.2] and "chance" in bar.texts[0].get_text()
+    plots.heatmap_png([[0.5]], [0], [64], "g.png", row_label="", col_label="", title="t")
+    assert captured[-1].axes[0].get_title() == "t"  # no chance given: nothing claimed
+
+
+def test_kv_plot_names_its_measure_band_chance_and_a_prompt_past_the_context(tmp_path, captured):
+    """kv's y axis was the raw key `likelihood_correct`, its x ticks 0.0, 0.2, ... for two positions, its
+    band unnamed, and nothing said the prompts ran past the training context."""
+    adapter = byte_adapter(tiny_gpt(3, context=256), batch_size=8)
+    options = kv.Options(n_examples=2, n_pairs=3, positions=[0, 2], scoring="likelihood")
+    with pytest.warns(Warning):
+        res = kv.run(adapter, options, KV_75)
+    res.plot(tmp_path / "kv.png")
+    ax = captured[-1].axes[0]
+    assert ax.get_ylabel() == "accuracy (correct: true answer is the most likely candidate)"
+    assert all(float(t).is_integer() for t in ax.get_xticks())
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == ["tiny", "tiny: 95% interval (Wilson)", "chance (0.33)"]
+    assert "run past the model's 256-token context" in ax.get_title()
+
+
+def test_bayes_fit_plot_says_its_bars_and_a_fit_the_points_do_not_pin_down(captured):
+    fit = {"C0": 4.8, "C0_err": 0.1, "C": 0.5, "C_err": 0.2, "gamma": 0.8, "gamma_err": 2.3, "r2": 0.94}
+    plots.bayes_fit_png([1, 2, 4], [5.3, 5.0, 4.9], [0.1, 0.1, 0.1], {**fit, "loose": ["gamma"]}, "b.png")
+    legend = [t.get_text() for t in captured[-1].axes[0].get_legend().get_texts()]
+    assert legend == [
+        "C0 + C/l^γ: C0=4.800 ± 0.1, C=0.500 ± 0.2, γ=0.800 ± 2.3, R²=0.9400\n"
+        "not pinned down by these points: gamma",
+        "measured: mean ± 1 standard error",
+    ]
+
+
+def test_compare_bayes_fit_title_gives_each_fit_difference_its_interval_or_says_it_has_none(
+    captured, monkeypatch
+):
+    from contextlab.compare import plots as compare_plots
+
+    monkeypatch.setattr(compare_plots, "save_png", plots.save_png)  # the fixture's: kept for reading
+
+    by_length = [{"length": 1, "diff": 0.1, "interval95": [0.0, 0.2]}]
+    fit = {
+        "C0": {"diff": 0.108, "interval95": [0.01, 0.2]},
+        "gamma": {"diff": 0.066, "interval95": None, "no_interval": "a fit is degenerate, not bootstrapped"},
+    }
+    doc = {"a": {"label": "a"}, "b": {"label": "b"}, "results": {"by_length": by_length, "fit": fit}}
+    compare_plots.bayes_fit_png(doc, "c.png")
+    assert (
+        captured[-1]
+        .axes[0]
+        .get_title()
+        .endswith(
+            "fit A - B: C0 +0.108 [+0.010, +0.200]; gamma +0.066 "
+            "(no interval: a fit is degenerate, not bootstrapped)"
+        )
+    )

@@ -171,7 +171,18 @@ def task(name: str):
             f"McNemar p={mc['p_value']:.2g})"
         )
         results = {"metric": metric, "cluster": "candidate set", "cell_parts": CELL_PARTS[name]}
-        return {"lines": [line], "results": {**results, "overall": overall, "by_cell": by_cell}}
+        notes = []
+        sums, _ = cs.per_cluster(ca.astype(np.float64) - cb, group)
+        if len(sums) and not np.any(sums):
+            results["no_spread"] = True
+            notes.append(
+                f"{name}: every candidate set scores alike for A and B (the same number right in each set: "
+                "in a balanced set a model blind to the context gets exactly 1 of its k), so the interval "
+                "has no width; it says the two retrieve equally on these sets, which is what two models "
+                "that do not retrieve at all also give"
+            )
+        out = {"lines": [line], "results": {**results, "overall": overall, "by_cell": by_cell}}
+        return {**out, "notes": notes} if notes else out
 
     return run
 

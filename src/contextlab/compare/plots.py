@@ -28,6 +28,15 @@ def _errorbars(ax, x: list, rows: list[dict], color: str = "C0") -> None:
     ax.grid(alpha=0.3)
 
 
+def _fit_difference(name: str, d: dict) -> str:
+    """``gamma +0.066 [-0.161, +0.319]``, or ``C0 +0.067 (no interval: ...)`` where neither fit was
+    bootstrapped: a bare difference read beside the points' intervals looks settled."""
+    ci = d.get("interval95")
+    if ci is None:
+        return f"{name} {d['diff']:+.3f} (no interval: {d.get('no_interval') or 'not bootstrapped'})"
+    return f"{name} {d['diff']:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}]"
+
+
 def _title(doc: dict, what: str) -> str:
     return f"{what}: {doc['a']['label']} - {doc['b']['label']} (95% intervals)"
 
@@ -71,7 +80,8 @@ def task_png(doc: dict, out: str | Path) -> Path:
     ax.set_xticks(range(len(rows)), names, rotation=60, fontsize=7)
     ax.set_xlabel(" x ".join(r["cell_parts"]))
     ax.set_ylabel("accuracy A - B (" + r["metric"].replace("_correct", "") + ")")
-    ax.set_title(_title(doc, doc["eval"]), fontsize=9)
+    same = "\nno spread: every candidate set scores alike for both (as for two models blind to the context)"
+    ax.set_title(_title(doc, doc["eval"]) + (same if r.get("no_spread") else ""), fontsize=9)
     return save_png(fig, out)
 
 
@@ -84,7 +94,7 @@ def bayes_fit_png(doc: dict, out: str | Path) -> Path:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("visible context l (tokens)")
     ax.set_ylabel("last-token loss A - B (nats; < 0: A better)")
-    fits = "; ".join(f"{p} {r['fit'][p]['diff']:+.3f}" for p in ("C0", "gamma"))
+    fits = "; ".join(_fit_difference(p, r["fit"][p]) for p in ("C0", "gamma"))
     ax.set_title(_title(doc, "bayes-fit") + f"\nfit A - B: {fits}", fontsize=9)
     return save_png(fig, out)
 

@@ -299,8 +299,14 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     def plot(path):
         from contextlab.result_plots import bayes_fit_png
 
+        loose = [x.split()[0] for x in loose_parameters(fit)] if fit else []
         return bayes_fit_png(
-            lengths, mean, sem, fit, path, title=f"last-token loss vs visible context: {label}"
+            lengths,
+            mean,
+            sem,
+            {**fit, "loose": loose} if fit else fit,
+            path,
+            title=f"last-token loss vs visible context: {label}",
         )
 
     arrays = {"targets": heldout.in_store(view, targets), "target_losses": losses}  # (N, 2), (L, N)

@@ -391,17 +391,26 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         "ci95": [c[tasks.interval_key(cell_key)] for c in res["by_cell"]],
     }
 
+    longest = tasks.longest_forward(samples, options.scoring)
+    past = (
+        f"prompts of up to {longest:,} tokens run past the model's {adapter.context:,}-token context"
+        if longest > adapter.context
+        else ""
+    )
+
     def plot(path):
         from contextlab.result_plots import lines_png
 
         return lines_png(
             {adapter.info.id: (info["positions"], res["by_position"]["accuracy"])},
             path,
-            xlabel="position of the queried key-value pair",
-            ylabel=cell_key,
+            xlabel="position of the queried key-value pair (0 = first in the prompt)",
+            ylabel=f"accuracy ({tasks.SCORED_BY.get(cell_key, cell_key)})",
             title=f"key-value retrieval ({options.query}), {info['n_pairs']} pairs",
             chance=res["summary"].get("chance"),
             bands={adapter.info.id: res["by_position"]["ci95"]},
+            band_label="95% interval (Wilson)",
+            note=past,
         )
 
     return EvalOutput(res, info, arrays=tasks.sample_arrays(rows), plot=plot)

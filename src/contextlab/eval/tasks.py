@@ -259,6 +259,12 @@ def rotations(candidates: list[list[int]]) -> list[list[list[int]]]:
     return [[candidates[j]] + [c for i, c in enumerate(candidates) if i != j] for j in range(len(candidates))]
 
 
+def _per_cell(by_cell: list[dict]) -> int | None:
+    """The prompts behind each cell when every cell has as many (else None: the title says nothing)."""
+    counts = {c.get("n") for c in by_cell}
+    return counts.pop() if len(counts) == 1 and None not in counts else None
+
+
 def depth_by_length(res: dict, depths: list, lengths: list, what: str, title: str) -> Callable[[Path], Path]:
     """Put ``res["heatmap"]`` (the headline metric by depth x length, with 95% intervals) into a
     depth-sweep task's result and return the function that draws it (``plots.heatmap_png``);
@@ -285,6 +291,8 @@ def depth_by_length(res: dict, depths: list, lengths: list, what: str, title: st
             title=f"{title}\n{SCORED_BY[cell_key]}",
             intervals=res["heatmap"]["ci95"],
             value_label="accuracy (fraction of prompts correct)",
+            chance=res["summary"].get("chance"),
+            per_cell=_per_cell(res["by_cell"]),
         )
 
     return plot

@@ -242,10 +242,13 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             xlabel="visible context (tokens)"
             if ks
             else "visible context (tokens, or fraction of the prompt)",
-            ylabel=metric,
+            ylabel="loss (nats/token)" if options.task == "loss" else f"{metric} (fraction correct)",
             title=f"visible-context sweep: {options.task}",
             logx=options.task == "loss",
             bands=_bands(adapter.info.id, points, metric),
+            band_label="95% interval (mean ± 1.96 standard errors)"
+            if options.task == "loss"
+            else "95% interval (Wilson)",
         )
 
     return EvalOutput(res, info, plot=plot)
