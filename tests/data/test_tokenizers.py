@@ -658,3 +658,23 @@ def test_a_tokenizer_json_saved_without_its_vocabulary_is_named_at_load(tmp_path
         UserError, match=r"tokenizer\.json encodes text to no tokens \(its vocabulary holds 1 "
     ):
         T.load_tokenizer(f"hf:{tmp_path}")
+
+
+@pytest.mark.parametrize("kind", ["byte", "gpt2", "bpe"])
+def test_token_bytes_count_each_tokens_bytes_even_inside_a_character(kind, gpt2, bpe):
+    """A piece of a document cut inside a character (ppl's --max-tokens) decodes its partial character
+    to U+FFFD (3 bytes), so ppl's bits per byte of a byte model was not its bits per token; each
+    token's own bytes are counted instead, and equal the decoded text's bytes wherever it is whole."""
+    tok = {"byte": T.ByteTokenizer(), "gpt2": gpt2, "bpe": bpe}[kind]
+    text = "naïve café — 数学 and more 😀 text " * 20
+    ids = tok.encode(text)
+    assert tok.token_bytes(ids) == len(text.encode("utf-8"))
+    whole = [k for k in range(1, len(ids)) if "\ufffd" not in tok.decode(ids[:k])]
+    cut = [k for k in range(1, len(ids)) if tok.decode(ids[:k]).endswith("\ufffd")]
+    assert cut, "the text should have a cut inside a character"
+    for k in whole[:50]:
+        assert tok.token_bytes(ids[:k]) == len(tok.decode(ids[:k]).encode("utf-8"))
+    k = cut[0]  # ids[:k] end inside a character: the bytes are those of the whole text up to it
+    before = len(tok.decode(ids[: max(w for w in whole if w < k)]).encode("utf-8")) if whole[0] < k else 0
+    assert before < tok.token_bytes(ids[:k]) < len(tok.decode(ids[:k]).encode("utf-8"))
+    assert tok.token_bytes([tok.eot_id]) == len("<|endoftext|>")

@@ -9,6 +9,7 @@ else is loaded as ``hf:PATH`` (``contextlab.data.hf_tokenizer``).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Iterator
@@ -85,6 +86,16 @@ class GPT2Tokenizer(Tokenizer):
 
     def _decode(self, ids: np.ndarray) -> str:
         return self._enc.decode(ids.tolist(), errors="replace")
+
+    @functools.cached_property
+    def _token_byte_lengths(self) -> np.ndarray:
+        lengths = np.zeros(self.vocab_size, np.int64)
+        for i in range(self.vocab_size):
+            try:
+                lengths[i] = len(self._enc.decode_single_token_bytes(i))
+            except KeyError:  # an id between the ranks and the specials: no token, no bytes
+                pass
+        return lengths
 
     def _canonical(self) -> Iterator[bytes]:
         yield f"pattern={GPT2_PATTERN}\n".encode()

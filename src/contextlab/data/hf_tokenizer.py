@@ -9,6 +9,7 @@ anything it cannot reproduce keeps the HF engine, and ``engine_reason`` says why
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -124,6 +125,26 @@ class HFTokenizer(Tokenizer):
 
     def _decode(self, ids: np.ndarray) -> str:
         return self._tok.decode(ids.tolist(), skip_special_tokens=False)
+
+    @functools.cached_property
+    def _token_byte_lengths(self) -> np.ndarray | None:
+        """Known for a byte-level vocabulary (GPT-2, Llama 3, Qwen: each token spells its bytes in
+        GPT-2's byte alphabet) and added tokens (their content); None for any other (SentencePiece's
+        metaspace and byte fallback are decoded by rules this does not repeat)."""
+        decoder = json.loads(self._tok.to_str()).get("decoder") or {}
+        parts = decoder.get("decoders", [decoder]) if decoder.get("type") == "Sequence" else [decoder]
+        if not any(d.get("type") == "ByteLevel" for d in parts if isinstance(d, dict)):
+            return None
+        added = {i: t.content for i, t in self._tok.get_added_tokens_decoder().items()}
+        lengths = np.zeros(self.vocab_size, np.int64)
+        for token, i in self._tok.get_vocab(with_added_tokens=True).items():
+            if i in added:
+                lengths[i] = len(added[i].encode("utf-8"))
+            elif all(ord(c) in BYTE_CHARS for c in token):
+                lengths[i] = len(token)  # one alphabet character a byte
+            else:
+                return None  # a token outside the byte alphabet: not a plain byte-level vocabulary
+        return lengths
 
     def _canonical(self) -> Iterator[bytes]:
         yield json.dumps(_identity(json.loads(self._tok.to_str())), sort_keys=True).encode()

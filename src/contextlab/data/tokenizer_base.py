@@ -107,6 +107,22 @@ class Tokenizer:
     def _decode(self, ids: np.ndarray) -> str:
         raise NotImplementedError
 
+    def token_bytes(self, ids: Sequence[int] | np.ndarray) -> int | None:
+        """How many bytes of text ``ids`` stand for, counted token by token: exact where the ids begin
+        or end inside a character (a document cut at --max-tokens), which a count of decoded text is
+        not (a partial character decodes to U+FFFD, 3 bytes); a special token counts its name. None
+        when the tokenizer cannot say (the caller counts decoded text)."""
+        lengths = self._token_byte_lengths
+        if lengths is None:
+            return None
+        arr = np.asarray(ids, dtype=np.int64).ravel()
+        return int(lengths[arr].sum())
+
+    @functools.cached_property
+    def _token_byte_lengths(self) -> np.ndarray | None:
+        """(vocab_size,) bytes of each token's text, or None (the default: not known)."""
+        return None
+
     @functools.cached_property
     def hash(self) -> str:
         """sha256 hex of what determines the ids: equal hashes encode identically."""
@@ -198,6 +214,14 @@ class ByteTokenizer(Tokenizer):
             start = pos + 1
         parts.append(ids[start:].astype(np.uint8).tobytes())
         return b"".join(parts).decode("utf-8", errors="replace")
+
+    @functools.cached_property
+    def _token_byte_lengths(self) -> np.ndarray:
+        lengths = np.zeros(self.vocab_size, np.int64)
+        lengths[:256] = 1
+        for name, i in self.special_tokens.items():
+            lengths[i] = len(name.encode("utf-8"))
+        return lengths
 
     def _with_specials(self, new: dict[str, int]) -> ByteTokenizer:
         return ByteTokenizer({**self.special_tokens, **new})

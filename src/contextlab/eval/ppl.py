@@ -55,6 +55,17 @@ class Options:
     heldout_of: str = heldout.of_option()
 
 
+def scored_bytes(tokenizer, doc) -> int:
+    """Bytes of the scored text of ``doc``: every token but the first, counted token by token where the
+    tokenizer knows each token's bytes (a piece cut at --max-tokens may end inside a character, which
+    decodes to U+FFFD's 3 bytes: a byte model's bits per byte was not its bits per token), else as
+    the decoded text's bytes less the first token's."""
+    counted = tokenizer.token_bytes(doc[1:])
+    if counted is not None:
+        return counted
+    return len(tokenizer.decode(doc).encode("utf-8")) - len(tokenizer.decode(doc[:1]).encode("utf-8"))
+
+
 def windows(n: int, window: int, stride: int) -> list[tuple[int, int, int]]:
     """(input start, input end, first new target) for a document of n tokens; targets are 1..n-1."""
     out, done = [], 0  # done = last target already scored
@@ -131,11 +142,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     losses = document_losses(adapter, docs, window, stride)
     flat = np.concatenate(losses)
     nll = float(flat.astype(np.float64).sum())
-    n_bytes = 0
-    for d in docs:  # bytes of the scored text: the document minus its first token
-        n_bytes += len(adapter.tokenizer.decode(d).encode("utf-8")) - len(
-            adapter.tokenizer.decode(d[:1]).encode("utf-8")
-        )
+    n_bytes = sum(scored_bytes(adapter.tokenizer, d) for d in docs)
     mean = nll / len(flat)
     results = {
         "summary": {
