@@ -421,3 +421,18 @@ def test_a_default_length_too_short_for_the_task_is_said(capsys):
     )
     assert tasks.prompt_lengths("passkey", 1024, None, room=10, shortest=100) == [246, 502, 1014]
     assert capsys.readouterr().err == ""
+
+
+def test_a_kv_value_generated_with_the_quote_the_prompt_writes_it_in_is_an_exact_match():
+    """kv's prompt writes each value in JSON quotes, so a model that copies the value generates
+    ` "bb3b..."`; exact match compared that with the bare value and was 0 for a perfect answer."""
+    from contextlab.eval.scoring import _answer
+
+    value = "bb3ba2a5-57a5-4e45-9a51-e0c2c6b1d8f0"
+    row: dict = {}
+    _answer(row, f' "{value}",\n "9f', value)
+    assert row["exact"] and row["contains"]
+    _answer(row, f" {value}", value)
+    assert row["exact"]
+    _answer(row, ' "0c2c6b1d"', value)
+    assert not row["exact"] and not row["contains"]

@@ -153,7 +153,9 @@ def shares_prefill(adapter) -> bool:
 def _answer(row: dict, generated: str, answer: str) -> None:
     """The generation fields of one row."""
     row["generated"] = generated
-    row["exact"] = _norm(generated).startswith(_norm(answer))
+    said = _norm(generated)
+    # an answer the prompt writes quoted (kv's JSON values) is generated with its opening quote
+    row["exact"] = said.startswith(_norm(answer)) or said.lstrip("\"'").startswith(_norm(answer))
     row["contains"] = _norm(answer) in _norm(generated)
     row["keyword_recall"] = keyword_recall(generated, answer)
 
