@@ -101,3 +101,34 @@ def test_icl_label_balanced_test_sets(tmp_path):
         icl.select_test(rows, 18, True)
     with pytest.raises(UserError, match="'abbreviation'"):
         icl.select_test(icl.read_trec(TREC / "test.txt"), 6, True)  # the cut test file has no ABBR line
+
+
+def test_a_clustered_proportion_widens_by_the_clusters_agreement_and_never_narrows():
+    """ICL's interval took one test question asked with 3 example sets as 3 independent answers (a
+    user's bootstrap over questions: [0.111, 0.247] where Wilson said [0.122, 0.239]); retrieval's the
+    rotations of one candidate set. Outcomes of one cluster that agree now widen it."""
+    from contextlab.eval.stats import effective_n, proportion, wilson
+
+    rng = np.random.default_rng(0)
+    per_question = rng.random(60) < 0.3
+    agree = np.tile(per_question, 3)  # every question answered alike in all 3 sets
+    questions = np.tile(np.arange(60), 3)
+    p = proportion(agree, clusters=questions)
+    assert p["n_effective"] == pytest.approx(60, rel=0.05)  # 180 answers, 60 independent ones
+    assert p["ci95"] == pytest.approx(list(wilson(agree.mean() * p["n_effective"], p["n_effective"])))
+    plain = proportion(agree)["ci95"]
+    assert p["ci95"][0] < plain[0] and p["ci95"][1] > plain[1]
+    balanced = np.tile([1, 0, 0, 0, 0], 20)  # a context-blind model: exactly 1 of 5 in every set
+    sets = np.repeat(np.arange(20), 5)
+    assert effective_n(balanced.astype(float), sets) == 100  # no spread between sets: independent's n
+    assert proportion(balanced, clusters=np.arange(100))["ci95"] == list(wilson(20, 100))
+    # the interval's coverage over repeated draws of clustered data holds near 95%
+    hits = 0
+    for seed in range(400):
+        r = np.random.default_rng(seed)
+        q = r.random(50) < 0.3
+        flips = r.random(150) < 0.1
+        data = np.tile(q, 3) ^ flips
+        lo, hi = proportion(data, clusters=np.tile(np.arange(50), 3))["ci95"]
+        hits += lo <= 0.3 * 0.9 + 0.7 * 0.1 <= hi
+    assert hits / 400 > 0.92

@@ -198,7 +198,8 @@ def _score_shots(adapter, samples: list[tasks.Sample], test, k: int) -> dict:
     n_sets = len(samples) // len(test)
     correct = [r["likelihood_correct"] for r in rows]
     per_set = [float(np.mean(correct[i * len(test) : (i + 1) * len(test)])) for i in range(n_sets)]
-    p = stats.proportion(correct)
+    # a test question asked with several example sets is one cluster: its answers agree across sets
+    p = stats.proportion(correct, clusters=np.tile(np.arange(len(test)), n_sets))
     cal, cal_se = stats.mean_stderr([r["gain_true"] for r in rows])
     return {
         "shots": k,

@@ -5,8 +5,10 @@ score interval (Wilson 1927), which stays inside [0, 1] and keeps its coverage a
 n and extreme rates that retrieval tasks produce (0/30, 30/30), where the normal interval
 ``p +- 1.96 se`` collapses to a point. ``mean_stderr`` is the plain mean with its standard
 error (sample standard deviation / sqrt(n)). Trade-off: closed forms with no resampling, so
-they are cheap enough to attach to every number; they assume independent samples, which is
-conservative for the balanced candidate sets of the prompt tasks (see ``tasks``).
+they are cheap enough to attach to every number. Outcomes that share a cluster (the rotations of
+one candidate set, a test question asked with several example sets) are correlated: for a model
+that retrieves part of the time positively, so an interval that took them as independent would be
+too narrow; ``proportion(..., clusters=...)`` widens it by the clusters' design effect.
 """
 
 from __future__ import annotations
@@ -32,13 +34,40 @@ def wilson(successes: float, n: int, z: float = Z95) -> tuple[float, float]:
     return lo, hi
 
 
-def proportion(outcomes: Sequence[bool] | Sequence[float] | np.ndarray, z: float = Z95) -> dict:
-    """Mean of 0/1 outcomes with its Wilson interval: {"accuracy", "n", "ci95": [lo, hi]}."""
+def proportion(
+    outcomes: Sequence[bool] | Sequence[float] | np.ndarray, z: float = Z95, clusters=None
+) -> dict:
+    """Mean of 0/1 outcomes with its Wilson interval: {"accuracy", "n", "ci95": [lo, hi]}.
+
+    ``clusters``: a label per outcome for outcomes that are not independent (the rotations of one
+    candidate set, one test question asked with several example sets). The interval is then Wilson's
+    at the effective sample size ``n_effective`` = p(1-p) / (the cluster-robust variance of p), at
+    most n (Kish's design effect): as wide as the clusters' agreement says, and never narrower than
+    independent outcomes give. With one cluster, one outcome a cluster, or p at 0 or 1 (no variance
+    to read), n is used."""
     c = np.asarray(outcomes, dtype=float)
     n = len(c)
     acc = float(c.mean()) if n else float("nan")
-    lo, hi = wilson(float(c.sum()), n, z)
-    return {"accuracy": acc, "n": n, "ci95": [lo, hi]}
+    if clusters is None:
+        lo, hi = wilson(float(c.sum()), n, z)
+        return {"accuracy": acc, "n": n, "ci95": [lo, hi]}
+    n_eff = effective_n(c, np.asarray(clusters))
+    lo, hi = wilson(acc * n_eff, n_eff, z) if n else (float("nan"), float("nan"))
+    return {"accuracy": acc, "n": n, "ci95": [lo, hi], "n_effective": n_eff}
+
+
+def effective_n(outcomes: np.ndarray, clusters: np.ndarray) -> float:
+    """n divided by the design effect of ``clusters``: p(1-p) over the cluster-robust variance of the
+    mean (the sum over clusters of (s_g - p n_g)^2 / n^2, times G/(G-1)), between 1 and n."""
+    n = len(outcomes)
+    _, inverse = np.unique(clusters, return_inverse=True)
+    sums, counts = np.bincount(inverse, outcomes), np.bincount(inverse).astype(float)
+    G = len(sums)
+    p = float(outcomes.mean()) if n else 0.0
+    var = float(((sums - p * counts) ** 2).sum()) / n**2 * G / (G - 1) if G > 1 and n else 0.0
+    if G < 2 or n == G or var <= 0 or p in (0.0, 1.0):  # G == n: every outcome its own cluster
+        return float(n)
+    return float(min(n, max(1.0, p * (1 - p) / var)))
 
 
 def mean_stderr(values: Sequence[float] | np.ndarray) -> tuple[float, float]:

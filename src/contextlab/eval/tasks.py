@@ -171,7 +171,8 @@ def _metrics(rows: list[dict]) -> dict:
     out: dict = {}
     for m, name in ACCURACIES.items():
         if rows and m in rows[0]:
-            p = stats.proportion([r[m] for r in rows])
+            groups = [r["group"] for r in rows] if "group" in rows[0] else None  # a candidate set's rotations
+            p = stats.proportion([r[m] for r in rows], clusters=groups)
             out[name], out[f"{name}_ci95"] = p["accuracy"], p["ci95"]
     if rows and "keyword_recall" in rows[0]:
         out["keyword_recall"] = float(np.nanmean([r["keyword_recall"] for r in rows]))
