@@ -126,7 +126,10 @@ def plot_length_histogram(store: TokenStore, out: str | Path) -> Path:
     lens = lens[lens > 0]
     fig, ax = plt.subplots(figsize=(7, 4))
     if len(lens):
-        bins = np.logspace(0, np.log10(max(lens.max(), 2)) + 0.05, 50)
+        # from the shortest document, not from 1 token: a corpus of 2,600+ token documents left
+        # 70% of the axis empty
+        lo, hi = np.log10(lens.min()) - 0.05, np.log10(max(lens.max(), 2)) + 0.05
+        bins = np.logspace(lo, max(hi, lo + 0.5), 50)
         ax.hist(lens, bins=bins, color="#3b6ea8", edgecolor="white", linewidth=0.4)
         ax.set_xscale("log")
         ax.axvline(
