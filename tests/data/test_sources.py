@@ -113,6 +113,24 @@ def test_encoding_policies(tmp_path: Path, policy, expect, counts):
     assert {k: src.stats.as_dict()[k] for k in counts} == counts
 
 
+def test_documents_read_as_latin1_are_marked_and_named(tmp_path: Path, capsys):
+    """A user's six State of the Union files read with --encoding latin-1 were five Big5 files and one
+    Latin-1: the store said `latin1_files=6` and nothing named which documents to look at."""
+    from contextlab.cli.data import cmd_info, cmd_ingest
+
+    root = write(tmp_path / "c", {"bad.txt": BAD_UTF8, "good.txt": "fine", "also.txt": BAD_UTF8})
+    docs = {d.meta["path"]: d.meta for d in open_source(root, SourceOptions(encoding="latin-1"))}
+    assert docs["bad.txt"]["encoding"] == docs["also.txt"]["encoding"] == "latin-1"
+    assert "encoding" not in docs["good.txt"]
+    out = tmp_path / "st"
+    argv = [str(root), "--tokenizer", "byte", "--encoding", "latin-1", "--out", str(out), "--no-progress"]
+    assert cmd_ingest(argv) == 0
+    said = capsys.readouterr().out
+    assert "  also.txt, bad.txt (documents with encoding latin-1 in docs.jsonl; if they are another" in said
+    assert cmd_info([str(out)]) == 0
+    assert "latin-1    also.txt, bad.txt (documents with encoding latin-1" in capsys.readouterr().out
+
+
 def test_encoding_strict_names_file_and_offset(tmp_path: Path):
     root = write(tmp_path / "c", {"bad.txt": BAD_UTF8})
     with pytest.raises(

@@ -158,6 +158,11 @@ def _print_ingest_report(report) -> None:
     notes = {k: v for k, v in notes.items() if v}
     if notes:
         print("  " + ", ".join(f"{k}: {v:,}" for k, v in notes.items()))
+    if stats.get("latin1_files") or stats.get("latin1_rows"):  # which, so a reader can look at them
+        from contextlab.data.stats import latin1_line
+
+        named = list(dict.fromkeys(m.get("path") for m in store.iter_docs_meta() if m.get("encoding")))
+        print("  " + latin1_line(named).split(None, 1)[1])
     pattern = store.meta.get("source", {}).get("options", {}).get("doc_start")
     if pattern is not None:
         cut, uncut = stats.get("doc_start_cut", 0), stats.get("doc_start_uncut", 0)

@@ -71,7 +71,8 @@ ONE_DOC_NOTE = 1 << 16  # bytes: a single file at least this long is told about 
 
 @dataclass
 class Document:
-    """One document: its exact text and metadata (``id``, ``source``, ``path``, ``domain``, ``row``)."""
+    """One document: its exact text and metadata (``id``, ``source``, ``path``, ``domain``, ``row``;
+    ``encoding: "latin-1"`` for one that was not UTF-8 and was read as Latin-1)."""
 
     text: str  # a LongText for a file past --long-doc-mb (see source_files.LongText)
     meta: dict
@@ -330,7 +331,11 @@ class Source:
             "parquet": partial(table_rows, self),
             "hf-dataset": partial(table_rows, self),
         }[self.kind]
+        latin1 = 0
         for text, meta in reader(files):
+            if self.stats.latin1_files + self.stats.latin1_rows > latin1:  # this one was decoded so
+                latin1 = self.stats.latin1_files + self.stats.latin1_rows
+                meta = {**meta, "encoding": "latin-1"}  # docs.jsonl names which documents were
             for piece, piece_meta in self._sections(self._body(text, meta), meta):
                 doc = self._accept(piece, piece_meta)
                 if doc is not None:

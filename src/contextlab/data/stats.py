@@ -41,13 +41,16 @@ def store_summary(store: TokenStore) -> dict:
                 {"min_len": L, "docs": int(long.sum()), "tokens_cut_to_len": int(long.sum()) * L}
             )
             k += 1
-    domains = {}
+    domains, latin1 = {}, []
     try:
         for row in store.iter_docs_meta():
             d = row.get("domain", "")
             domains[d] = domains.get(d, 0) + 1
+            if row.get("encoding") == "latin-1" and row.get("path") not in latin1:
+                latin1.append(row.get("path"))
     except Exception:  # metadata is optional for the summary
-        domains = {}
+        domains, latin1 = {}, []
+    summary["latin1_paths"] = latin1
     summary["n_domains"] = len(domains)
     summary["top_domains"] = sorted(domains.items(), key=lambda kv: -kv[1])[:10]
     return summary
@@ -89,6 +92,16 @@ ENCODING_EFFECT = {  # what --encoding did with what was not UTF-8
 TOKEN_FILTERS = {"skipped_short": "fewer_than_min_tokens", "skipped_long": "more_than_max_tokens"}
 
 
+def latin1_line(paths: list[str], shown: int = 5) -> str:
+    """The files read as Latin-1, named (``encoding`` in docs.jsonl): bytes of another encoding
+    (Windows-1252 quotes, Big5 punctuation) read so are mojibake, and only a reader can tell."""
+    more = f" and {len(paths) - shown:,} more" if len(paths) > shown else ""
+    return (
+        f"latin-1    {', '.join(paths[:shown])}{more} (documents with encoding latin-1 in docs.jsonl; if "
+        "they are another encoding, convert them to UTF-8 first, e.g. iconv -f cp1252 -t utf-8)"
+    )
+
+
 def _left_out_and_changed(s: dict) -> list[str]:
     """The summary's lines on what the ingest left out (``skipped``), what it could not decode and
     what it cut from documents it kept (Project Gutenberg headers): each count under its own label."""
@@ -102,6 +115,8 @@ def _left_out_and_changed(s: dict) -> list[str]:
         policy = s.get("source", {}).get("options", {}).get("encoding")
         effect = f"  (--encoding {policy}: {ENCODING_EFFECT[policy]})" if policy in ENCODING_EFFECT else ""
         lines.append("not UTF-8  " + "  ".join(f"{k}={v:,}" for k, v in bad.items()) + effect)
+    if named := s.get("latin1_paths"):
+        lines.append(latin1_line(named))
     pattern = s.get("source", {}).get("options", {}).get("doc_start")
     if pattern is not None:
         lines.append(
