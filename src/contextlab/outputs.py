@@ -65,10 +65,49 @@ def _a_runs_checkpoints(folder: Path) -> bool:
     return bool(rundir.list_checkpoints(run))
 
 
+def refuse_below_file(out: str | os.PathLike, flag: str = "--out") -> None:
+    """One line for an output path below a file (``afile/store``): no folder can be made there, and the
+    writer's ``mkdir`` would end in a traceback (``FileExistsError``), after its work for some."""
+    given = Path(out)
+    for parent in given.absolute().parents:
+        if parent.exists() or parent.is_symlink():
+            if not parent.is_dir():
+                raise UserError(
+                    f"{flag} {given}: {parent} is a file, not a folder; choose another {flag} "
+                    "(it is left as it is)"
+                )
+            return
+
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def refuse_plot_target(path: str | os.PathLike, flag: str = "--plot") -> None:
+    """One line for a plot path that would replace something that is not a plot: an existing file that
+    is not a PNG (a store's own tokens.bin, a user's notes: a user's ``--plot`` replaced both), a folder,
+    a link, a path below a file, or one inside a run's checkpoints. An existing PNG is replaced, as a
+    plot of the same name is (atomically)."""
+    p = Path(path)
+    refuse_in_checkpoints(p, flag, file=True)
+    refuse_below_file(p, flag)
+    if p.is_symlink() or p.is_dir():
+        kind = "a link" if p.is_symlink() else "a folder"
+        raise UserError(f"{flag} {p} is {kind}, not a PNG file; choose another {flag} (it is left as it is)")
+    if p.exists():
+        with open(p, "rb") as fh:
+            head = fh.read(len(PNG_MAGIC))
+        if head != PNG_MAGIC:
+            raise UserError(
+                f"{flag} {p} exists and is not a PNG; choose another {flag} (it is left as it is)"
+            )
+
+
 def refuse_non_folder(out: str | os.PathLike, flag: str = "--out") -> None:
-    """One line for an output path that exists and is a file or a link (a writer never deletes one), or
-    that lies in a run's checkpoints folder (``refuse_in_checkpoints``)."""
+    """One line for an output path that exists and is a file or a link (a writer never deletes one), that
+    lies below a file (``refuse_below_file``), or that lies in a run's checkpoints folder
+    (``refuse_in_checkpoints``)."""
     refuse_in_checkpoints(out, flag)
+    refuse_below_file(out, flag)
     out = Path(out)
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         kind = "a link" if out.is_symlink() else "a file"
@@ -149,6 +188,7 @@ def refuse_overlap(out: str | os.PathLike, inputs: Iterable, flag: str = "--out"
     or mix with what is being read. Links are followed on both sides. An output in a run's checkpoints
     folder is refused too (``refuse_in_checkpoints``)."""
     refuse_in_checkpoints(out, flag)
+    refuse_below_file(out, flag)
     dst = Path(out).resolve()
     for item in inputs:
         if item is None or not str(item) or not Path(item).exists():

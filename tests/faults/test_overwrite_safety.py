@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from contextlab.cli import main
+from contextlab.config import from_dict
 from tests.conftest import write_tree
 from tests.faults.projects import make_project
 
@@ -313,3 +314,61 @@ def test_an_evaluation_into_a_folder_named_with_255_bytes(project, tmp_path):
     for again in ([], ["--overwrite"]):
         assert main([*args, "--out", str(out), "--max-docs", "1", "--length", "32", *again]) == 0
     assert (out / "contextwise.json").is_file() and [p.name for p in tmp_path.iterdir()] == [out.name]
+
+
+def below_a_file(project: Path, kind: str, out: Path) -> list[str]:
+    """The command line of ``kind`` writing to ``out`` (a path below a file)."""
+    if kind in WRITERS:
+        return writer_args(project, kind, out)
+    run = str(project / "run")
+    return {
+        "eval": ["eval", "ppl", "--model", run, "--data", str(project / "store"), "--out", str(out)],
+        "generate": ["generate", "--model", run, "--prompt", "a", "--max-new-tokens", "1", "--out", str(out)],
+    }[kind]
+
+
+@pytest.mark.parametrize("kind", [*WRITERS, "eval", "generate", "train"])
+def test_an_out_below_a_file_is_one_line_not_a_traceback(project, tmp_path, kind, capsys):
+    """A user's `--out afile/store` (afile a file) ended in a FileExistsError traceback in seven commands,
+    generate's after generating; each is now one line before any work, and the file is kept."""
+    afile = tmp_path / "afile"
+    afile.write_text("my notes")
+    if kind == "train":
+        from contextlab.train.config import RunConfig
+        from contextlab.train.trainer import train
+        from tests.faults.projects import run_config
+
+        with pytest.raises(Exception) as err:
+            train(from_dict(RunConfig, run_config(project / "store", afile / "run")))
+        assert str(err.value) == (
+            f"train.out_dir {afile / 'run'}: {afile} is a file, not a folder; choose another "
+            "train.out_dir (it is left as it is)"
+        )
+    else:
+        assert main(below_a_file(project, kind, afile / "out")) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].endswith(
+            f"{afile / 'out'}: {afile} is a file, not a folder; choose another --out (it is left as it is)"
+        )
+    assert afile.read_text() == "my notes"
+
+
+@pytest.mark.parametrize("command", ["info", "pack-stats"])
+def test_a_plot_path_that_is_not_a_png_is_refused_and_kept(project, tmp_path, command, capsys):
+    """`data info STORE --plot STORE/tokens.bin` replaced the store's tokens with a PNG (and
+    `pack-stats --plot PACKED/entries.npy` the pack's entries): a --plot that exists and is not a PNG
+    is now refused before anything is read; an earlier plot is replaced."""
+    folder = project / ("store" if command == "info" else "packed")
+    victim = folder / ("tokens.bin" if command == "info" else "entries.npy")
+    before = victim.read_bytes()
+    assert main(["data", command, str(folder), "--plot", str(victim)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"contextlab data {command}: error: --plot {victim} exists and is not a PNG; choose another "
+        "--plot (it is left as it is)"
+    ]
+    assert victim.read_bytes() == before
+    png = tmp_path / "p.png"
+    assert main(["data", command, str(folder), "--plot", str(png)]) == 0
+    assert main(["data", command, str(folder), "--plot", str(png)]) == 0  # its own plot: replaced
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

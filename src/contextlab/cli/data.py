@@ -215,6 +215,7 @@ def cmd_info(argv: list[str]) -> int:
     from contextlab.data.stats import format_summary, plot_length_histogram, store_summary
     from contextlab.data.store import TokenStore
     from contextlab.figures import default_plot_path
+    from contextlab.outputs import refuse_plot_target
 
     p = _parser(
         "data info",
@@ -231,10 +232,13 @@ def cmd_info(argv: list[str]) -> int:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = p.parse_args(argv)
     store = TokenStore(args.store)
+    target = args.plot or default_plot_path(args.store, "doc_lengths.png")
+    if not args.no_plot:  # before anything is read: a --plot naming the store's tokens.bin replaced it
+        refuse_plot_target(target, "--plot" if args.plot else "the default --plot")
     summary = store_summary(store)
     print(json.dumps(summary, indent=2) if args.json else format_summary(summary))
     if not args.no_plot:
-        out = plot_length_histogram(store, args.plot or default_plot_path(args.store, "doc_lengths.png"))
+        out = plot_length_histogram(store, target)
         if not args.json:
             print(f"histogram  {out}")
     return 0

@@ -144,11 +144,12 @@ def check_out(args) -> None:
     """One line, before any model is loaded, for an --out that cannot be written: the --prompts file, a
     folder, a file in a run's checkpoints folder (training prunes those), or a file already there without
     --overwrite or (with it) not of generate's rows."""
-    from contextlab.outputs import refuse_in_checkpoints
+    from contextlab.outputs import refuse_below_file, refuse_in_checkpoints
 
     if not args.out:
         return
     refuse_in_checkpoints(args.out, file=True)
+    refuse_below_file(args.out)  # before generating: the continuations were lost at the write
     out = Path(args.out)
     if args.prompts and out.exists() and out.resolve() == Path(args.prompts).resolve():
         raise UserError(f"--out {out} is the --prompts file; choose another --out")

@@ -206,6 +206,7 @@ def cmd_pack_stats(argv: list[str]) -> int:
     from contextlab.data.store import TokenStore
     from contextlab.figures import default_plot_path
     from contextlab.io import atomic_write_json
+    from contextlab.outputs import refuse_plot_target
 
     args = _pack_stats_parser().parse_args(argv)
     if args.max_sequences < 0 or args.mle_sequences < 0:
@@ -214,6 +215,9 @@ def cmd_pack_stats(argv: list[str]) -> int:
             f"{args.mle_sequences}"
         )
     packed = PackedStore(args.packed, store=TokenStore(args.store) if args.store else None)
+    target = args.plot or default_plot_path(args.packed, "pack_stats.png")
+    if not args.no_plot:  # before the fits: a --plot naming the pack's entries.npy replaced it
+        refuse_plot_target(target, "--plot" if args.plot else "the default --plot")
     stats = pack_stats(
         packed,
         max_sequences=args.max_sequences,
@@ -230,7 +234,7 @@ def cmd_pack_stats(argv: list[str]) -> int:
         print(format_pack_stats(stats))
         print(f"saved          {saved}")
     if not args.no_plot:
-        out = plot_pack_stats(stats, args.plot or default_plot_path(args.packed, "pack_stats.png"))
+        out = plot_pack_stats(stats, target)
         if not args.json:
             print(f"plot           {out}")
     return 0

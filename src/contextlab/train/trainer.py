@@ -37,6 +37,7 @@ from contextlab.errors import UserError
 from contextlab.io import atomic_write_text
 from contextlab.objectives import TrainModule
 from contextlab.objectives.base import training_row_seeds
+from contextlab.outputs import refuse_below_file
 from contextlab.rundir import save_tokenizer
 from contextlab.train import checkpoint as ckpt
 from contextlab.train import distributed as D
@@ -87,6 +88,7 @@ class Trainer:
         check_values(cfg), check_train(cfg.train)  # before anything exists
         self.cfg = cfg = resolve_shape(cfg)
         t = cfg.train
+        refuse_below_file(t.out_dir, "train.out_dir")
         self.info = D.init_distributed(t.device)
         D.set_determinism(self.info, t.deterministic)
         self.recorded_dtype = recorded_dtype(t.out_dir)  # what its checkpoints trained in (None: new run)
