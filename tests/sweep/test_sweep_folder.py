@@ -95,3 +95,31 @@ def test_run_folders_outside_a_changed_grid_are_named_and_marked_in_the_report(t
     assert ">runs/context-16 (not in this sweep&#x27;s grid)</td>" in page  # the Runs table
     assert "not in this sweep&#x27;s grid (its sweep file has other values): runs/context-16;" in page
     assert "runs/context-32 (not" not in page
+
+
+@pytest.mark.parametrize("theirs", ["results.csv", "sweep.toml"])
+def test_a_folder_no_sweep_wrote_is_refused_before_its_files_are_replaced(tmp_path, store, theirs, capsys):
+    """A user's sweep.out_dir holding their own results.csv and sweep.toml had both replaced, exit 0."""
+    path = tiny_sweep(tmp_path, store, "s")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / theirs).write_text("my,precious,table\n")
+    assert main(["sweep", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"contextlab sweep: error: sweep.out_dir {out} holds {theirs} but no sweep_state.json, so no sweep "
+        "wrote it; the sweep would replace them: choose another sweep.out_dir (nothing was changed)"
+    ]
+    assert (out / theirs).read_text() == "my,precious,table\n" and sorted(p.name for p in out.iterdir()) == [
+        theirs
+    ]
+
+
+def test_a_sweep_folder_it_wrote_and_a_folder_of_runs_alone_are_its_own(tmp_path, store):
+    path = tiny_sweep(tmp_path, store, "s")
+    run_sweep(path, progress=False)
+    run_sweep(path, progress=False)  # its own folder again: resumed, not refused
+    (tmp_path / "out" / "sweep_state.json").unlink()
+    (tmp_path / "out" / "results.csv").unlink()
+    (tmp_path / "out" / "sweep.toml").unlink()
+    run_sweep(path, progress=False)  # runs/ alone (moved in, trained by hand): taken over as before

@@ -31,7 +31,7 @@ from contextlab import rundir
 from contextlab.config import apply_overrides, dumps_toml, from_dict, read_toml
 from contextlab.errors import UserError, some
 from contextlab.io import atomic_write_text, fresh_dir
-from contextlab.outputs import OutputKind, replace_dir
+from contextlab.outputs import OutputKind, refuse_non_folder, replace_dir
 from contextlab.sweep.compute_optimal import number_text
 
 SWEEP_FILE = "sweep.toml"  # the sweep file the folder's runs and analysis were made with
@@ -102,6 +102,7 @@ def prepare(out: Path, grid, selected, text: str, overwrite: bool) -> dict[str, 
     grid leaves out, then record the sweep file (``text``). Returns the stale runs of ``selected`` that
     are to be trained again in fresh folders (name -> the difference), each said in one line."""
     out = Path(out)
+    refuse_not_a_sweep_folder(out)
     stale = stale_runs(grid)
     check_stale(out, grid, stale, overwrite)
     names = {r.name for r in selected}
@@ -123,6 +124,26 @@ def prepare(out: Path, grid, selected, text: str, overwrite: bool) -> dict[str, 
     out.mkdir(parents=True, exist_ok=True)
     write_sweep_file(out, text, replaced=bool(replace))
     return replace
+
+
+STATE = "sweep_state.json"  # runner.STATE_FILE: every folder a sweep has written holds it
+WRITTEN = (SWEEP_FILE, "results.csv", *ANALYSIS_FILES)  # what a sweep writes over at the folder's top
+
+
+def refuse_not_a_sweep_folder(out: Path) -> None:
+    """One line, before anything is written, for a sweep.out_dir that a sweep would write over but no
+    sweep made: a file, or a folder without sweep_state.json that holds a results.csv, a sweep.toml or
+    an analysis file of the sweep's names (a user's were replaced without a word). A folder of runs
+    alone (``runs/``, trained by hand or moved in) is a sweep's to take over, as before."""
+    refuse_non_folder(out, "sweep.out_dir")
+    if not out.is_dir() or (out / STATE).is_file():
+        return
+    theirs = [name for name in WRITTEN if (out / name).exists()]
+    if theirs:
+        raise UserError(
+            f"sweep.out_dir {out} holds {some(theirs)} but no {STATE}, so no sweep wrote it; the sweep "
+            "would replace them: choose another sweep.out_dir (nothing was changed)"
+        )
 
 
 def check_stale(out: Path, runs, stale: dict[str, str], overwrite: bool) -> None:

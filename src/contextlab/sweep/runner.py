@@ -37,7 +37,7 @@ from contextlab.sweep import folder
 from contextlab.sweep.results import status, write_results
 from contextlab.sweep.spec import Run, SweepSection, budget_notes, eval_notes, format_arg, load_sweep
 
-STATE_FILE = "sweep_state.json"  # which runs finished with which config (contextlab.steps)
+STATE_FILE = folder.STATE  # sweep_state.json: which runs finished with which config (contextlab.steps)
 
 
 def _commands(section: SweepSection, run: Run, nproc: int = 1) -> list[tuple[str, list[str]]]:
