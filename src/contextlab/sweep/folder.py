@@ -24,6 +24,7 @@ the same way as the sweep's own, at the cost of reading one small file per run.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -132,18 +133,34 @@ WRITTEN = (SWEEP_FILE, "results.csv", *ANALYSIS_FILES)  # what a sweep writes ov
 
 def refuse_not_a_sweep_folder(out: Path) -> None:
     """One line, before anything is written, for a sweep.out_dir that a sweep would write over but no
-    sweep made: a file, or a folder without sweep_state.json that holds a results.csv, a sweep.toml or
-    an analysis file of the sweep's names (a user's were replaced without a word). A folder of runs
-    alone (``runs/``, trained by hand or moved in) is a sweep's to take over, as before."""
+    sweep made: a file, or a folder without sweep_state.json holding a file of a sweep's names
+    (results.csv, sweep.toml, the analysis) that does not read as a sweep's (a user's were replaced
+    without a word; a sweep from before the state file wrote ones that do). A folder of runs alone
+    (``runs/``, trained by hand or moved in) is a sweep's to take over, as before."""
     refuse_non_folder(out, "sweep.out_dir")
     if not out.is_dir() or (out / STATE).is_file():
         return
-    theirs = [name for name in WRITTEN if (out / name).exists()]
+    theirs = [name for name in WRITTEN if (out / name).exists() and not _a_sweeps(out / name)]
     if theirs:
         raise UserError(
             f"sweep.out_dir {out} holds {some(theirs)} but no {STATE}, so no sweep wrote it; the sweep "
             "would replace them: choose another sweep.out_dir (nothing was changed)"
         )
+
+
+def _a_sweeps(path: Path) -> bool:
+    """Whether ``path`` is what a sweep writes under its name (a folder of a sweep from before
+    sweep_state.json has no state, but its results.csv and sweep.toml read as a sweep's)."""
+    try:
+        if path.name == "results.csv":
+            return path.read_text(encoding="utf-8").startswith("run,status")
+        if path.name == SWEEP_FILE:
+            return isinstance(read_toml(path).get("sweep"), dict)
+        if path.suffix == ".png":
+            return path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        return isinstance(json.loads(path.read_text(encoding="utf-8")), dict)
+    except (OSError, ValueError, UserError):
+        return False
 
 
 def check_stale(out: Path, runs, stale: dict[str, str], overwrite: bool) -> None:
