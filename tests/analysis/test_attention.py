@@ -284,3 +284,31 @@ def test_fewer_rows_than_asked_are_said_on_the_settings_line(byte_store, capsys)
     )
     run(a, Options(rows=2), data=str(byte_store.path), progress=False)
     assert "note" not in capsys.readouterr().out.splitlines()[0]
+
+
+def test_an_analysis_result_of_other_settings_or_a_users_file_is_not_replaced_unasked(
+    byte_store, tmp_path, capsys
+):
+    """`analyze attention --out DIR` replaced a user's attention.json, and a result of another model or
+    options, silently (it had no --overwrite): eval's rule now holds for it."""
+    gpt = _train(byte_store, tmp_path / "gpt", {"name": "clm"})
+    other = _train(byte_store, tmp_path / "other", {"name": "clm"})
+    out = tmp_path / "attn"
+    out.mkdir()
+    (out / "attention.json").write_text('{"mine": 1}')
+    argv = ["analyze", "attention", "--data", str(byte_store.path), "--out", str(out), "--rows", "2"]
+    argv += ["--no-progress"]
+    assert main([*argv, "--model", str(gpt)]) == 2
+    assert "exists and is not a contextlab evaluation result" in capsys.readouterr().err
+    assert (out / "attention.json").read_text() == '{"mine": 1}'
+    (out / "attention.json").unlink()
+    assert main([*argv, "--model", str(gpt)]) == 0
+    assert main([*argv, "--model", str(gpt)]) == 0  # the same again: a reproduction
+    before = (out / "attention.json").read_text()
+    capsys.readouterr()
+    assert main([*argv, "--model", str(gpt), "--length", "16"]) == 2
+    assert "holds an attention result of other settings (--length 0 -> 16)" in capsys.readouterr().err
+    assert main([*argv, "--model", str(other)]) == 2
+    assert "holds a result of other models (--model " in capsys.readouterr().err
+    assert (out / "attention.json").read_text() == before
+    assert main([*argv, "--model", str(other), "--overwrite"]) == 0

@@ -529,3 +529,31 @@ def test_models_read_at_other_precisions_are_paired_with_a_note(tmp_path):
     assert check_pairing("icl", side("a", "fp32"), side("b", "fp32")) == []
     (note,) = check_pairing("icl", side("a", "bf16"), side("b", "fp32"))
     assert note.startswith("a was read in bf16 and b in fp32: the difference is partly of the precision")
+
+
+def test_a_comparison_of_other_results_or_a_users_file_is_not_replaced_unasked(tmp_path, capsys):
+    """`compare A B --out X` then `compare B A --out X` replaced the first silently, and a user's
+    compare_contextwise.json too; the same comparison again is a reproduction."""
+    rng = np.random.default_rng(1)
+    pieces = [(d, 0) for d in range(10)]
+    for run in ("a", "b"):
+        contextwise_result(tmp_path / run, rng.normal(5, 0.3, (10, 3)), rng.normal(4.5, 0.3, 10), pieces)
+    out = tmp_path / "x"
+    out.mkdir()
+    (out / "compare_contextwise.json").write_text("my notes")
+    argv = ["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)]
+    assert main(argv) == 2
+    assert "exists and is not a `contextlab compare` result" in capsys.readouterr().err
+    assert (out / "compare_contextwise.json").read_text() == "my notes"
+    (out / "compare_contextwise.json").unlink()
+    assert main(argv) == 0 and main(argv) == 0  # the same comparison again replaces it
+    kept = (out / "compare_contextwise.json").read_text()
+    capsys.readouterr()
+    swapped = ["compare", str(tmp_path / "b"), str(tmp_path / "a"), "--out", str(out)]
+    assert main(swapped) == 2
+    err = capsys.readouterr().err
+    assert "holds a comparison of other results or options (A " in err and "pass --overwrite" in err
+    assert main([*argv, "--seed", "3"]) == 2
+    assert "--seed 0 -> 3" in capsys.readouterr().err
+    assert (out / "compare_contextwise.json").read_text() == kept
+    assert main([*swapped, "--overwrite"]) == 0

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from contextlab.cli.runtime import DEVICE_HELP, check_compute, quiet_transformers
 from contextlab.config import add_dataclass_args, dataclass_from_args
+from contextlab.errors import UserError
 
 
 def _refuse_out(out: str | None, model: str) -> None:
@@ -27,6 +28,42 @@ def _refuse_out(out: str | None, model: str) -> None:
     if out:
         refuse_non_folder(out)
     refuse_unwritable(out or eval_dir(model), given=bool(out))
+
+
+OVERWRITE_HELP = (
+    "replace a result in the output folder made with another model, data or options (without it that is "
+    "refused; the same settings again replace it, as a reproduction)"
+)
+
+
+def _check_rerun(path: Path, options, data, overwrite: bool, models: dict | None = None) -> None:
+    """``eval``'s rule for an analysis result (``results.check_rerun``): a file there that is not a
+    result is refused; one of other options or data unless ``overwrite`` (before any model loads);
+    with ``models`` ("a"/"b" -> the path each opened model records, None for none: after they load),
+    one of other models unless ``overwrite``."""
+    import json
+
+    from contextlab.eval.results import check_rerun
+
+    if models is None:
+        check_rerun(path, options=options, model={}, data=data, overwrite=overwrite)
+        return
+    if overwrite or not path.is_file():
+        return
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    recorded = doc.get("model") if isinstance(doc.get("model"), dict) else {}
+    if "a" not in recorded:  # an entropy result: one model, recorded as eval records it
+        recorded = {"a": recorded}
+    change = []
+    for k, now in models.items():
+        was = (recorded.get(k) or {}).get("path") if isinstance(recorded.get(k), dict) else None
+        if was != now:
+            change.append(f"{'--model' if k == 'a' else '--compare'} {was} -> {now}")
+    if change:
+        raise UserError(
+            f"{path} holds a result of other models ({'; '.join(change)}); pass --overwrite to replace "
+            "it, or give another --out to keep both (nothing was run)"
+        )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -58,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
         help="output folder (default: RUN/eval for a run or any of its checkpoints, FOLDER/eval for a "
         "model folder)",
     )
+    p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     p.add_argument("--step", type=int, help="checkpoint step of a run (default: the newest)")
     p.add_argument(
         "--dtype", default="fp32", choices=["fp32", "bf16"], help="compute precision (default: fp32)"
@@ -134,11 +172,14 @@ def cmd_entropy(argv: list[str]) -> int:
     progress.set_enabled(not args.no_progress)
     quiet_transformers([args.model], args.no_progress)
     _refuse_out(args.out, args.model)
+    out_dir = Path(args.out) if args.out else eval_dir(args.model)
+    _check_rerun(out_dir / "entropy.json", options, args.data, args.overwrite)
     adapter = load_model(
         args.model, dtype=args.dtype, batch_size=args.batch_size, device=args.device, step=args.step
     )
     adapter.require_lm("analyze entropy")
-    out_dir = Path(args.out) if args.out else eval_dir(args.model)
+    models = {"a": model_record(adapter).get("path")}
+    _check_rerun(out_dir / "entropy.json", options, args.data, args.overwrite, models)
     path, out, seconds = run_and_record(
         out_dir,
         "entropy",
@@ -187,6 +228,7 @@ def _attention_parser() -> argparse.ArgumentParser:
         help="output folder (default: RUN/eval for a run or any of its checkpoints, FOLDER/eval for a "
         "model folder)",
     )
+    p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     p.add_argument("--step", type=int, help="checkpoint step of model A's run (default: the newest)")
     p.add_argument("--compare-step", type=int, help="checkpoint step of model B's run (default: the newest)")
     p.add_argument("--batch-size", type=int, default=8, help="rows per forward pass (default: 8)")
@@ -241,9 +283,14 @@ def cmd_attention(argv: list[str]) -> int:
     quiet_transformers([args.model, args.compare], args.no_progress)
     common = dict(dtype="fp32", batch_size=args.batch_size, device=args.device)
     _refuse_out(args.out, args.model)
+    out_dir = Path(args.out) if args.out else eval_dir(args.model)
+    if (args.data is None) == (args.text is None):  # before the result folder is judged
+        raise UserError("give the rows to analyse: --data STORE or --text TEXT (one of them)")
+    _check_rerun(out_dir / "attention.json", options, args.data or args.text, args.overwrite)
     a = load_model(args.model, step=args.step, **common)
     b = load_model(args.compare, step=args.compare_step, **common) if args.compare else None
-    out_dir = Path(args.out) if args.out else eval_dir(args.model)
+    models = {"a": a.info.path, "b": b.info.path if b else None}
+    _check_rerun(out_dir / "attention.json", options, args.data or args.text, args.overwrite, models)
     path, out, seconds = run_and_record(
         out_dir,
         "attention",

@@ -56,6 +56,12 @@ def cmd_compare(argv: list[str]) -> int:
         help="output folder (default: RUN_A/compare/<RUN_B's name>; with --and, "
         "RUN_A/compare/<RUN_B's name>_pooled)",
     )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace comparisons in OUT of other results or options (without it that is refused; the "
+        "same comparison again replaces its files, as a reproduction)",
+    )
     add_dataclass_args(p.add_argument_group("statistics"), Options)
     args = p.parse_args(argv)
     pairs = [(args.run_a, args.run_b)] + [tuple(p) for p in args.more or []]
@@ -76,8 +82,8 @@ def cmd_compare(argv: list[str]) -> int:
     evals = [n.strip() for e in args.eval or [] for n in e.split(",") if n.strip()]
     options = dataclass_from_args(Options, args)
     if len(pairs) > 1:
-        return _pooled(pairs, evals, options, args.out)
-    out, docs = compare_runs(args.run_a, args.run_b, evals, options, args.out)
+        return _pooled(pairs, evals, options, args.out, args.overwrite)
+    out, docs = compare_runs(args.run_a, args.run_b, evals, options, args.out, args.overwrite)
     print(f"A = {docs[0]['a']['label']}, B = {docs[0]['b']['label']} (differences are A - B)")
     for doc in docs:
         for line in doc["lines"]:
@@ -108,7 +114,9 @@ def _bucket_lines(doc: dict) -> list[str]:
     ]
 
 
-def _pooled(pairs: list[tuple[str, str]], evals: list[str], options, out: str | None) -> int:
+def _pooled(
+    pairs: list[tuple[str, str]], evals: list[str], options, out: str | None, overwrite: bool = False
+) -> int:
     """Compare every pair into OUT/pair_N, then pool their headline differences into OUT/pooled.json."""
     from contextlab.compare.paired import compare_runs
     from contextlab.compare.pairing import eval_folder, labels
@@ -116,7 +124,10 @@ def _pooled(pairs: list[tuple[str, str]], evals: list[str], options, out: str | 
 
     la, lb = labels(eval_folder(pairs[0][0]), eval_folder(pairs[0][1]))
     folder = Path(out) if out else Path(pairs[0][0]) / "compare" / (lb.replace("/", "_") + "_pooled")
-    docs = [compare_runs(a, b, evals, options, folder / f"pair_{i + 1}")[1] for i, (a, b) in enumerate(pairs)]
+    docs = [
+        compare_runs(a, b, evals, options, folder / f"pair_{i + 1}", overwrite)[1]
+        for i, (a, b) in enumerate(pairs)
+    ]
     pooled = write_pooled(folder, pairs, docs)
     print(f"A = {la} and the other A runs, B = {lb} and the other B runs (differences are A - B)")
     for i, (a, b) in enumerate(pairs):

@@ -257,10 +257,17 @@ COMPARERS = {
 
 
 def compare_runs(
-    run_a: str | Path, run_b: str | Path, evals: list[str] | None, options: Options, out: str | Path | None
+    run_a: str | Path,
+    run_b: str | Path,
+    evals: list[str] | None,
+    options: Options,
+    out: str | Path | None,
+    overwrite: bool = False,
 ) -> tuple[Path, list[dict]]:
     """Compare every evaluation both runs have (or ``evals``); write OUT/compare_NAME.json and .png for
-    each and return OUT and the written documents. OUT defaults to RUN_A/compare/<B's name>."""
+    each and return OUT and the written documents. OUT defaults to RUN_A/compare/<B's name>. A file
+    there that is not a comparison is refused; so is one of other results or options unless
+    ``overwrite`` (``check_rerun``), before anything is written."""
     if options.resamples < 100:
         raise UserError(f"--resamples {options.resamples} is too few for a 95% interval; use 1000 or more")
     fa, fb = eval_folder(run_a), eval_folder(run_b)
@@ -280,7 +287,40 @@ def compare_runs(
     given = out is not None
     out = Path(out) if out else Path(run_a) / "compare" / lb.replace("/", "_")
     refuse_unwritable(out, given)  # before any figure is drawn
+    for name, a, b in sides:
+        check_rerun(out / f"compare_{name}.json", a, b, name, options, overwrite)
     return out, [_write(out, name, a, b, options, notes[name]) for name, a, b in sides]
+
+
+def check_rerun(path: Path, a: Side, b: Side, name: str, options: Options, overwrite: bool) -> None:
+    """One line before ``path`` is replaced by a comparison it does not hold: a file that is not a
+    comparison (always), or one of other results (its A's or B's result file) or options (unless
+    ``overwrite``). The same comparison again replaces it (a reproduction)."""
+    if not (path.exists() or path.is_symlink()):
+        return
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        doc = None
+    if not path.is_file() or not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise UserError(
+            f"{path} exists and is not a `contextlab compare` result; move it away or give another --out "
+            "(it is left as it is)"
+        )
+    if overwrite:
+        return
+    now = {"a": str(a.folder / f"{name}.json"), "b": str(b.folder / f"{name}.json")}
+    was = {k: (doc.get(k) or {}).get("result") for k in ("a", "b")}
+    change = [f"{k.upper()} {was[k]} -> {now[k]}" for k in ("a", "b") if was[k] != now[k]]
+    old_options = doc.get("options") or {}
+    change += [
+        f"--{k} {old_options.get(k)} -> {v}" for k, v in vars(options).items() if old_options.get(k) != v
+    ]
+    if change:
+        raise UserError(
+            f"{path} holds a comparison of other results or options ({'; '.join(change)}); pass --overwrite "
+            "to replace it, or give another --out to keep both (nothing was written)"
+        )
 
 
 def _write(out: Path, name: str, a: Side, b: Side, options: Options, notes: list[str]) -> dict:

@@ -224,7 +224,8 @@ def check_rerun(
         return
     change = differences(doc, options=options, model=model, data=data)
     if change is not None:
-        what = f"a {name or doc.get('eval', 'evaluation')} result"
+        kind = str(name or doc.get("eval", "evaluation"))
+        what = f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind} result"
         raise UserError(
             f"{path} holds {what} of other settings ({change}); pass --overwrite to replace it, or give "
             "another --out to keep both (nothing was run)"

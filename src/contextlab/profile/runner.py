@@ -413,7 +413,7 @@ def _compare(out: Path, opened: list[Model]) -> dict:
         if not ((a / f"{name}.json").is_file() and (b / f"{name}.json").is_file()):
             continue
         try:
-            compare_runs(a, b, [name], Options(), out / "compare")
+            compare_runs(a, b, [name], Options(), out / "compare", overwrite=True)  # the profile's own
         except UserError as e:
             notes[name] = str(e)
     return notes
