@@ -210,6 +210,41 @@ def read_checkpoint_state(ckpt: PathLike) -> dict:
 # ---------------------------------------------------------------------------- config and metrics
 
 
+FILE_HASHES = "files_sha256"  # state.json: the sha256 of each file a checkpoint holds beside it
+
+
+def file_sha256(path: PathLike) -> str:
+    """The sha256 hex digest of a file, read in 8 MiB blocks."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(8 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def check_checkpoint_files(ckpt: PathLike, state: dict, names=None) -> None:
+    """Raise ValueError naming the first file of ``ckpt`` (of ``names``, default all recorded) whose
+    bytes no longer have the sha256 its state.json recorded when it was written (a flipped bit, a
+    file copied over): such weights load without an error and give other numbers. Checkpoints written
+    before the hashes were recorded pass."""
+    recorded = state.get(FILE_HASHES) or {}
+    for name, digest in recorded.items():
+        if names is not None and name not in names:
+            continue
+        try:
+            now = file_sha256(Path(ckpt) / name)
+        except PermissionError:  # whole, perhaps: only this user may not read it (not "damaged")
+            from contextlab.weights import not_permitted
+
+            raise not_permitted(Path(ckpt) / name) from None
+        if now != digest:
+            raise ValueError(
+                f"{name} is not the file this checkpoint wrote (its sha256 differs from state.json's)"
+            )
+
+
 def read_config(path: PathLike) -> dict:
     """The resolved config.toml of a run or checkpoint directory ({} when it has none)."""
     f = Path(path) / CONFIG

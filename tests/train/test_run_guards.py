@@ -329,7 +329,7 @@ def test_an_out_dir_that_is_not_a_run_is_refused(store, tmp_path):
 # ---------------------------------------------------------------------------- 6. corrupt files
 
 
-@pytest.mark.parametrize("damage", ["truncated weights", "garbage optimizer"])
+@pytest.mark.parametrize("damage", ["truncated weights", "garbage optimizer", "flipped weights"])
 def test_a_corrupt_checkpoint_is_one_line_naming_an_earlier_good_one(store, tmp_path, damage):
     run = tmp_path / "run"
     train(config(store, run, max_steps=8))
@@ -337,11 +337,25 @@ def test_a_corrupt_checkpoint_is_one_line_naming_an_earlier_good_one(store, tmp_
     if damage == "truncated weights":
         f = newest / "model.safetensors"
         f.write_bytes(f.read_bytes()[:100])
+    elif damage == "flipped weights":  # a user's flipped bits loaded without an error, as other numbers
+        f = newest / "model.safetensors"
+        data = bytearray(f.read_bytes())
+        data[-200:-100] = bytes(b ^ 0x40 for b in data[-200:-100])
+        f.write_bytes(bytes(data))
     else:
         (newest / "optimizer.pt").write_bytes(b"\x80\x02garbage" * 50)
     with pytest.raises(UserError, match="step_000008 cannot be read.*step_000004") as e:
         train(config(store, run, max_steps=12))
     assert "\n" not in str(e.value)
+    if damage == "flipped weights":
+        assert "model.safetensors is not the file this checkpoint wrote" in str(e.value)
+        from contextlab.cli import main
+
+        with pytest.raises(UserError, match="model.safetensors is not the file this checkpoint wrote"):
+            from contextlab.inference.checkpoint import read_checkpoint
+
+            read_checkpoint(run)
+        assert main(["generate", "--model", str(run), "--prompt", "a", "--max-new-tokens", "1"]) == 2
 
 
 def test_a_torn_metrics_line_is_dropped_on_resume_and_readers_skip_it(store, tmp_path):

@@ -20,7 +20,7 @@ from safetensors import SafetensorError
 from torch import Tensor, nn
 
 from contextlab.errors import UserError
-from contextlab.rundir import WEIGHTS, read_checkpoint_state, resolve_checkpoint
+from contextlab.rundir import WEIGHTS, check_checkpoint_files, read_checkpoint_state, resolve_checkpoint
 from contextlab.weights import read_safetensors
 
 MODEL_PREFIX = "model."  # the network's weights in a checkpoint
@@ -117,6 +117,7 @@ def read_checkpoint(run_or_ckpt: str | os.PathLike, step: int | None = None) -> 
     path = resolve_checkpoint(run_or_ckpt, step)
     state = read_checkpoint_state(path)
     try:
+        check_checkpoint_files(path, state, names=(WEIGHTS,))  # damaged weights load as other numbers
         weights = read_weights(path)
     except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
         raise UserError(

@@ -6,7 +6,8 @@ A checkpoint is a directory ``checkpoints/step_NNNNNN/`` holding
     optimizer.pt        the optimizer state (tensors, numbers, lists: read with weights_only=True)
     rng.pt              torch RNG states (CPU, and CUDA when present)
     state.json          step, tokens and FLOPs seen, elapsed time, data-loader cursor,
-                        schedule length, config hash, tokenizer hash, code version
+                        schedule length, config hash, tokenizer hash, code version, and the
+                        sha256 of the three files above (``files_sha256``)
     config.toml         the resolved run config
 
 It is written into a hidden temporary directory and renamed into place, so a kill or a
@@ -16,7 +17,9 @@ visible. Ctrl-C (SIGINT) and SIGTERM arriving during the write are held until it
 being written. A write that fails (``torch.save`` reports a full disk as a ``RuntimeError``,
 safetensors as a ``SafetensorError``) removes the temporary folder and ends in one line naming
 the last good checkpoint; so does a checkpoint whose files cannot be read back (truncated
-weights, a garbage optimizer file), naming the newest earlier one that can. Checkpoint names
+weights, a garbage optimizer file), naming the newest earlier one that can, and one whose files
+no longer have the hashes state.json recorded (a flipped bit reads back without an error, as other
+numbers: a resumed run trained on from them, an evaluation scored them). Checkpoint names
 and listing belong to ``contextlab.rundir``; this module writes what is inside and reads it all
 back to resume; ``contextlab.inference.checkpoint`` reads the weights (here too) and builds the model.
 Only the newest ``keep_last`` are kept, and with early stopping the best one too. A checkpoint
@@ -50,8 +53,11 @@ from contextlab.io import atomic_write_json, follow_umask, fsync_dir
 from contextlab.rundir import (
     CHECKPOINTS,
     CONFIG,
+    FILE_HASHES,
     STATE,
     WEIGHTS,
+    check_checkpoint_files,
+    file_sha256,
     latest_checkpoint,
     list_checkpoints,
     step_dir,
@@ -202,7 +208,8 @@ def _write_files(
         rng["ranks"] = rng_ranks
     torch.save(rng, tmp / "rng.pt")
     (tmp / CONFIG).write_text(config_toml, encoding="utf-8")
-    atomic_write_json(tmp / STATE, state)
+    hashes = {name: file_sha256(tmp / name) for name in (WEIGHTS, "optimizer.pt", "rng.pt")}
+    atomic_write_json(tmp / STATE, {**state, FILE_HASHES: hashes})  # read back: check_checkpoint_files
     for f in tmp.iterdir():
         with open(f, "rb") as fh:
             os.fsync(fh.fileno())
@@ -243,10 +250,11 @@ def load_checkpoint(ckpt: Path) -> tuple[dict[str, torch.Tensor], dict, dict, di
 
 
 def _read(ckpt: Path) -> tuple[dict[str, torch.Tensor], dict, dict, dict]:
+    state = json.loads((ckpt / STATE).read_text())
+    check_checkpoint_files(ckpt, state)  # a damaged file reads back as other numbers, not an error
     model_state = read_weights(ckpt)
     optim_state = torch.load(ckpt / "optimizer.pt", map_location="cpu", weights_only=True)
     rng = torch.load(ckpt / "rng.pt", map_location="cpu", weights_only=True)
-    state = json.loads((ckpt / STATE).read_text())
     return model_state, optim_state, rng, state
 
 
