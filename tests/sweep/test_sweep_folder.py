@@ -123,3 +123,52 @@ def test_a_sweep_folder_it_wrote_and_a_folder_of_runs_alone_are_its_own(tmp_path
     (tmp_path / "out" / "results.csv").unlink()
     (tmp_path / "out" / "sweep.toml").unlink()
     run_sweep(path, progress=False)  # runs/ alone (moved in, trained by hand): taken over as before
+
+
+def _training(path) -> list[int]:
+    """The pids of processes training from the sweep config of ``path``'s run folder."""
+    import os
+
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                cmd = open(f"/proc/{d}/cmdline", "rb").read().decode(errors="replace")
+            except OSError:
+                continue
+            if str(path) in cmd and "sweep_config.toml" in cmd and "train" in cmd:
+                pids.append(int(d))
+    return pids
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_sweep_killed_with_sigkill_takes_its_training_processes_with_it(tmp_path, store):
+    """A user's `kill -9` of a sweep left its run training under PID 1 (holding the run folder's lock),
+    so the next sweep failed that run; the kernel now stops a sweep's children with it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path = tiny_sweep(tmp_path, store, "long")
+    path.write_text(path.read_text().replace("max_steps = 2", "max_steps = 100000"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    sweep = subprocess.Popen([sys.executable, "-m", "contextlab", "sweep", str(path)], env=env)
+    try:
+        deadline = time.time() + 120
+        while not _training(tmp_path / "out") and time.time() < deadline:
+            time.sleep(0.5)
+        assert _training(tmp_path / "out"), "the run never started"
+        time.sleep(2)  # well into training
+        sweep.send_signal(signal.SIGKILL)
+        sweep.wait()
+        deadline = time.time() + 60
+        while _training(tmp_path / "out") and time.time() < deadline:
+            time.sleep(0.5)
+        assert not _training(tmp_path / "out")
+    finally:
+        for pid in _training(tmp_path / "out"):
+            os.kill(pid, signal.SIGKILL)
+        if sweep.poll() is None:
+            sweep.kill()

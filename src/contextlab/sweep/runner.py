@@ -54,6 +54,25 @@ def _commands(section: SweepSection, run: Run, nproc: int = 1) -> list[tuple[str
     return cmds
 
 
+def die_with_parent() -> None:
+    """On Linux, have the kernel send this process SIGTERM when its parent dies (and send it now if the
+    parent is already gone): a sweep killed with SIGKILL left its runs training under PID 1, holding
+    their run folders' locks, so the next sweep failed them. Run in each child before it starts (the
+    chain of a run's commands, and each command of it); training takes SIGTERM as a stop and keeps
+    its newest checkpoint. Elsewhere nothing is done."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG (linux/prctl.h)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before the kernel was asked
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def _run_one(section: SweepSection, run: Run, threads: int, nproc: int = 1) -> subprocess.Popen:
     """Start a run's commands as one shell-free chain in a background process."""
     run.dir.mkdir(parents=True, exist_ok=True)
@@ -62,14 +81,22 @@ def _run_one(section: SweepSection, run: Run, threads: int, nproc: int = 1) -> s
     chain = json.dumps([c for _, c in _commands(section, run, nproc)])
     code = (
         "import json, subprocess, sys\n"
+        "from contextlab.sweep.runner import die_with_parent\n"
+        "die_with_parent()\n"
         f"for cmd in json.loads({chain!r}):\n"
-        "    r = subprocess.run(cmd)\n"
+        "    r = subprocess.run(cmd, preexec_fn=die_with_parent)\n"
         "    if r.returncode:\n"
         "        sys.exit(r.returncode)\n"
     )
     log = open(run.dir / "sweep.log", "ab")
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=log, stderr=subprocess.STDOUT, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        preexec_fn=die_with_parent,
+    )
     proc.log = log  # closed when the process ends
     return proc
 
