@@ -111,3 +111,32 @@ def test_a_stop_string_written_backslash_n_stops_at_a_newline(run, capsys):
     argv = ["generate", "--model", str(run), "--prompt", "ROMEO:", "--max-new-tokens", "48"]
     assert main([*argv, "--stop", "\\n"]) == 0  # the two characters backslash and n
     assert capsys.readouterr().out == full[: full.index("\n")] + "\n"
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"\xff\xfe garbage \x80", "is not UTF-8 text (byte offset 0); save it as UTF-8 (iconv -t utf-8)"),
+        (b"", "holds no prompt (it is empty or blank); write one prompt per line"),
+        (b"\n  \n", "holds no prompt (it is empty or blank); write one prompt per line"),
+        (None, "is a folder; pass a .jsonl or text file with one prompt per line"),
+    ],
+)
+def test_a_prompts_file_that_holds_no_prompt_is_one_line(run, tmp_path, content, message, capsys):
+    """A non-UTF-8 prompts file was a UnicodeDecodeError traceback; an empty one wrote 0 continuations
+    with exit 0; a folder was "not found"."""
+    prompts = tmp_path / "p.txt"
+    if content is None:
+        prompts.mkdir()
+    else:
+        prompts.write_bytes(content)
+    assert main(["generate", "--model", str(run), "--prompts", str(prompts), "--max-new-tokens", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith(f"--prompts {prompts} {message}")
+
+
+def test_blank_lines_of_a_prompts_file_are_said(run, tmp_path, capsys):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("one\n\ntwo\n")
+    assert main(["generate", "--model", str(run), "--prompts", str(prompts), "--max-new-tokens", "1"]) == 0
+    assert f"note: --prompts {prompts}: 1 blank line skipped" in capsys.readouterr().err

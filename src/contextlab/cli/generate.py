@@ -181,9 +181,23 @@ def _is_rows(path: Path) -> bool:
 def read_prompts(path: str) -> list[str]:
     """The prompts of a --prompts file (see --help)."""
     p = Path(path)
+    if p.is_dir():
+        raise UserError(f"--prompts {p} is a folder; pass a .jsonl or text file with one prompt per line")
     if not p.is_file():
         raise UserError(f"prompts file not found: {p}; pass a .jsonl or text file with one prompt per line")
-    lines = [line for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(
+            f"--prompts {p} is not UTF-8 text (byte offset {exc.start}); save it as UTF-8 (iconv -t utf-8)"
+        ) from None
+    every = text.splitlines()
+    lines = [line for line in every if line.strip()]
+    if not lines:
+        raise UserError(f"--prompts {p} holds no prompt (it is empty or blank); write one prompt per line")
+    blank = len(every) - len(lines)
+    if blank:
+        print(f"note: --prompts {p}: {blank} blank line{'s' * (blank != 1)} skipped", file=sys.stderr)
     if p.suffix != ".jsonl":
         return lines
     out = []
