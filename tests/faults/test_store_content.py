@@ -98,7 +98,13 @@ def test_train_refuses_a_store_changed_in_place(store, tmp_path, capsys):
     assert main(["train", str(config)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "changed after it was written" in err[0]
+    assert err[0].endswith("(or skip this check with data.verify=false to use it as it is)")
     assert main(["train", str(config), "--set", "data.verify=false"]) == 0
+    run = tmp_path / "run"
+    capsys.readouterr()
+    assert main(["eval", "ppl", "--model", str(run), "--data", str(store), "--out", str(tmp_path / "e")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()  # eval has no option to skip it: none is named
+    assert len(err) == 1 and err[0].endswith("ingest the source again")
 
 
 def test_a_verified_store_is_checked_again_once_its_files_change(store, tmp_path):

@@ -210,18 +210,19 @@ class TokenStore:
                 f"store {self.path} is corrupt: content hash {got[:12]} differs from meta.json's; {_FIX}"
             )
 
-    def check_content(self) -> None:
+    def check_content(self, skip: str | None = "--no-verify") -> None:
         """One line when tokens.bin or offsets.npy no longer hash to meta.json's content hash or hold
         an id outside the vocabulary (both in one read of the files); see the module docstring for
-        when it reads and what it remembers."""
+        when it reads and what it remembers. ``skip``: how the calling command skips this check, named
+        in the line (None: it cannot, so the line names no option that does not exist there)."""
         if self.verified():
             return
         got, top = self._read_content()
         if got != self.hash:
+            how = f" (or skip this check with {skip} to use it as it is)" if skip else ""
             raise UserError(
                 f"store {self.path} changed after it was written: its content hash is {got[:12]}, meta.json "
-                f"says {self.hash[:12]}; ingest the source again (or skip this check with --no-verify / "
-                f"data.verify=false to use it as it is)"
+                f"says {self.hash[:12]}; ingest the source again{how}"
             )
         self._check_top_id(top)
         try:

@@ -93,7 +93,7 @@ def build_training_data(
     store = token_store(data, packed)
     if getattr(data, "verify", True):
         for checked in [store] + ([TokenStore(data.val_store)] if data.val_store else []):
-            checked.check_content()
+            checked.check_content(skip="data.verify=false")
     n_val = max(1, math.ceil(val_tokens / context))
     if packed:
         train, val = _split_packed(data, packed, store, context, n_val)

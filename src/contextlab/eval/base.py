@@ -100,7 +100,7 @@ def open_store(data: str | None, adapter, what: str, kinds: tuple[str, ...] = ()
             f"{store.path} is a synthetic {synthetic} store: {what} over its tokens (task ids, random "
             f"symbols, one answer) measures nothing; its task is measured by {SYNTHETIC_USE[synthetic]}"
         )
-    store.check_content()
+    store.check_content(skip=None)  # evaluations read only checked stores
     noted = (str(run_of(adapter.info.path)), store.hash)
     if split != "run" and noted not in _TRAINING_STORE_NOTED and trained_on(adapter.info.path, store.hash):
         _TRAINING_STORE_NOTED.add(noted)  # once per model and store in a process (a profile reads it often)
