@@ -432,3 +432,12 @@ def test_contextwise_pieces_shorter_than_the_training_context_say_where_the_wind
         adapter, contextwise.Options(length=65, max_docs=4, train_context=64), str(byte_store.path)
     )
     assert not any("fewer than the model's" in t for t in full.results.get("text", []))
+
+
+@pytest.mark.parametrize("flag", ["context", "stride", "max_tokens", "max_docs"])
+def test_a_negative_ppl_option_is_named_as_given(flag, byte_store):
+    """`eval ppl --context -5` blamed a stride the user never gave ("stride -5 must be between 1 and the
+    context (-5); lower --stride")."""
+    with pytest.raises(Exception) as err:
+        ppl.run(byte_adapter(tiny_gpt()), ppl.Options(**{flag: -5}), str(byte_store.path))
+    assert str(err.value) == f"ppl --{flag.replace('_', '-')} must be 0 (the default) or more, got -5"

@@ -108,6 +108,10 @@ def document_losses(
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
     store = open_store(data, adapter, "ppl", split=options.split)
     view, held = heldout.documents(store, adapter.info.path, options.split, of=options.heldout_of)
+    if options.context < 0 or options.stride < 0 or options.max_tokens < 0 or options.max_docs < 0:
+        bad = next(k for k in ("context", "stride", "max_tokens", "max_docs") if getattr(options, k) < 0)
+        flag = "--" + bad.replace("_", "-")
+        raise UserError(f"ppl {flag} must be 0 (the default) or more, got {getattr(options, bad)}")
     window = options.context or adapter.context
     stride = options.stride or window
     if not 0 < stride <= window:
