@@ -204,3 +204,22 @@ def test_a_cell_that_never_improves_is_recorded_without_a_loss_and_the_sweep_goe
     cell.write_text(json.dumps({**old, "best_val_loss": math.inf}))  # as the former version wrote it
     again = oc.run_optimal_context(cfg, progress=False)
     assert math.isfinite(again["cells"]["512/7"]["best_val_loss"])
+
+
+def test_an_mlp_narrower_than_50_measures_the_entropies_its_components_allow(tmp_path):
+    """`--hidden 32` stopped the sweep: "needs at least 50 PCA components ...; lower --n-components or
+    raise --samples", two options optimal-context does not have; entropy@50 is left out there."""
+    res = oc.run_optimal_context(_cfg(tmp_path, hidden=32, max_steps=20, data_sizes=[512]), progress=False)
+    assert set(res["cells"]["512/12"]["features"]["entropy"]) == {"10", "20", "32"}
+
+
+def test_an_out_dir_that_is_a_file_is_one_line_and_kept(tmp_path):
+    notes = tmp_path / "mynotes.txt"
+    notes.write_text("mine")
+    with pytest.raises(UserError) as err:
+        oc.run_optimal_context(_cfg(tmp_path, out_dir=str(notes)), progress=False)
+    assert (
+        str(err.value)
+        == f"--out-dir {notes} is a file, not a folder; choose another --out-dir (it is left as it is)"
+    )
+    assert notes.read_text() == "mine"

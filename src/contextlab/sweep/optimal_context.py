@@ -185,9 +185,10 @@ def _feature_measures(model: ContextMLP, val: tuple[Tensor, Tensor, Tensor]) -> 
 
     model.eval()
     X = model.features(val[0], val[1]).numpy()  # (N, hidden)
+    have = min(X.shape[0] - 1, X.shape[1])  # PCA's components: a --hidden 32 MLP has 32, not 50
     m, _ = intrinsic.measures(
         X,
-        n_components=[10, 20, 50, 0],
+        n_components=[n for n in (10, 20, 50) if n <= have] + [0],
         thresholds=[0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25],
         kde_dims=0,
         estimators=[],
@@ -202,8 +203,11 @@ def run_optimal_context(cfg: OptimalContextConfig, progress: bool = True) -> dic
     """Every (D, l) cell, skipping finished ones; writes OUT/results.json and returns it."""
     from contextlab import bars
 
+    from contextlab.outputs import refuse_non_folder
+
     torch.set_num_threads(cfg.threads)
     out = Path(cfg.out_dir)
+    refuse_non_folder(out, "--out-dir")  # a file there was blamed as "not a readable step state"
     tasks = syn.make_tasks(cfg.parity())
     old = _same_config(cfg, out / "results.json")
     runner = StepRunner(out / "steps.json", log=bars.write)
