@@ -202,7 +202,6 @@ FREE = ("out_dir", "threads", "measure_features")  # may change between a sweep 
 def run_optimal_context(cfg: OptimalContextConfig, progress: bool = True) -> dict:
     """Every (D, l) cell, skipping finished ones; writes OUT/results.json and returns it."""
     from contextlab import bars
-
     from contextlab.outputs import refuse_non_folder
 
     torch.set_num_threads(cfg.threads)
