@@ -177,7 +177,11 @@ def kind_of(writer: str):
 
 
 def add_derived(project: Path, writer: str, out: Path) -> None:
-    """What other commands add to a writer's output: data info's plot and cache, pack-stats' files."""
+    """What other commands add to a writer's output: data info's plot and cache, pack-stats' files, and
+    `contextlab report`'s page of a store or a packed store (a user's --overwrite after a report was
+    refused: "holds report.html, which contextlab does not write there")."""
+    if writer in ("ingest", "pack"):
+        assert main(["report", str(out)]) == 0 and (out / "report.html").is_file()
     if writer == "ingest":
         assert main(["data", "info", str(out)]) == 0 and (out / "doc_lengths.png").is_file()
     elif writer == "pack":

@@ -63,6 +63,7 @@ STORE = OutputKind(  # what --overwrite of a store writer may replace (``refuse_
         "parity.json",  # a synthetic store's task
         "mqar.json",
         "doc_lengths.png",  # data info's plot
+        "report.html",  # `contextlab report STORE`'s page
         ".verified.json",  # a reader's cache
     ),
 )

@@ -180,7 +180,9 @@ def is_data_export(path: Path) -> bool:
 
 
 EXPORT = OutputKind(  # what --overwrite of a data export may replace
-    "an export of a packed store", is_data_export, ("export.json", "*.parquet", "*.bin", "*.idx")
+    "an export of a packed store",
+    is_data_export,
+    ("export.json", "*.parquet", "*.bin", "*.idx", "report.html"),
 )
 
 

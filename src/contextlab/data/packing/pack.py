@@ -70,6 +70,7 @@ PACKED = OutputKind(  # what --overwrite of a pack may replace
         "similarity.npy",
         HELDOUT_FILE,
         "pack_stats.*",
+        "report.html",  # `contextlab report PACKED`'s page
     ),
 )
 

@@ -147,6 +147,7 @@ EXPORT = OutputKind(  # what --overwrite of an export may replace
         "vocab.json",
         "merges.txt",
         "chat_template.*",
+        "report.html",  # `contextlab report` of the folder: a page it writes again
     ),
 )
 
