@@ -168,6 +168,16 @@ def resolve_checkpoint(path: PathLike, step: int | None = None) -> Path:
         raise UserError(f"run or checkpoint not found: {path}")
     found = dict(list_checkpoints(path))
     if not found:
+        stateless = sorted(
+            d
+            for d in (path / CHECKPOINTS).glob("step_*")
+            if (d / WEIGHTS).is_file() and not (d / STATE).is_file()
+        )
+        if stateless:  # a user's lost state.json: not "train first"
+            raise UserError(
+                f"{stateless[-1]} holds weights but no state.json, so it is no checkpoint that can be read; "
+                "restore its state.json (or move it away and train again)"
+            )
         raise UserError(f"{path} has no checkpoints (expected {path}/checkpoints/step_NNNNNN/); train first")
     if step is None:
         _note_still_training(path, found[max(found)])

@@ -358,6 +358,25 @@ def test_a_corrupt_checkpoint_is_one_line_naming_an_earlier_good_one(store, tmp_
         assert main(["generate", "--model", str(run), "--prompt", "a", "--max-new-tokens", "1"]) == 2
 
 
+def test_weights_whose_state_json_is_gone_are_neither_replaced_nor_called_missing(store, tmp_path):
+    """A user's checkpoint with its state.json deleted: train started over and replaced the folder, its
+    intact weights with it, when it reached the step; eval said "no checkpoints; train first"."""
+    from contextlab.inference.checkpoint import read_checkpoint
+
+    run = tmp_path / "run"
+    train(config(store, run, max_steps=4, ckpt_every=4))
+    ckpt = rundir.step_dir(run, 4)
+    (ckpt / "state.json").unlink()
+    weights = (ckpt / "model.safetensors").read_bytes()
+    with pytest.raises(UserError, match="step_000004 holds weights but no state.json, so the run cannot"):
+        train(config(store, run, max_steps=4, ckpt_every=4))
+    assert (ckpt / "model.safetensors").read_bytes() == weights
+    with pytest.raises(
+        UserError, match="step_000004 holds weights but no state.json, so it is no checkpoint"
+    ):
+        read_checkpoint(run)
+
+
 def test_a_torn_metrics_line_is_dropped_on_resume_and_readers_skip_it(store, tmp_path):
     run = tmp_path / "run"
     train(config(store, run, max_steps=8))

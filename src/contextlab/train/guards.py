@@ -30,7 +30,16 @@ import torch
 
 from contextlab.errors import UserError
 from contextlab.io import exclusive_lock
-from contextlab.rundir import LOCK, check_run_dir, latest_checkpoint, read_config, read_metrics
+from contextlab.rundir import (
+    CHECKPOINTS,
+    LOCK,
+    STATE,
+    WEIGHTS,
+    check_run_dir,
+    latest_checkpoint,
+    read_config,
+    read_metrics,
+)
 from contextlab.train import distributed as D
 from contextlab.train.checkpoint import remove_temporary
 from contextlab.train.config import RunConfig, describe_difference
@@ -87,8 +96,26 @@ def rerun_goes_on(run_dir: Path) -> str:
     )
 
 
+def refuse_stateless_weights(run_dir: Path) -> None:
+    """One line for a run that would start over beside a step folder holding weights but no state.json
+    (a user's removed or lost one): training from step 0 replaced that folder, weights and all, when
+    it reached the step. A killed checkpoint write leaves no such folder (it writes a hidden one)."""
+    folder = Path(run_dir) / CHECKPOINTS
+    if not folder.is_dir():
+        return
+    for d in sorted(folder.glob("step_*")):
+        if d.is_dir() and (d / WEIGHTS).is_file() and not (d / STATE).is_file():
+            raise UserError(
+                f"{d} holds weights but no state.json, so the run cannot resume from it and would start "
+                "over, replacing it when it reaches that step: restore its state.json, or move the folder "
+                "away to start the run over"
+            )
+
+
 def start_fresh(run_dir: Path, cfg: RunConfig, is_main: bool) -> None:
-    """A start without a checkpoint: refuse a different config, then (rank 0) empty the metrics."""
+    """A start without a checkpoint: refuse a different config, or a step folder of weights without its
+    state.json (``refuse_stateless_weights``), then (rank 0) empty the metrics."""
+    refuse_stateless_weights(run_dir)
     recorded = read_config(run_dir)
     if recorded:
         check_same_config(
