@@ -230,6 +230,20 @@ def test_a_full_disk_inside_torch_save_is_one_line(store, tmp_path, monkeypatch)
     assert kept(run) == [4] and not list((run / "checkpoints").glob(".*"))
 
 
+def test_torchs_zip_writer_cut_off_by_a_full_disk_is_named_as_one(store, tmp_path, monkeypatch):
+    """On an 8 MB tmpfs the line read "(RuntimeError: [enforce fail at inline_container.cc:672] .
+    unexpected pos 857344 vs 857236)", naming no full disk."""
+    run = tmp_path / "run"
+    train(config(store, run, max_steps=4))
+
+    def torch_save_cut(*a, **k):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 857344 vs 857236")
+
+    monkeypatch.setattr(ckpt.torch, "save", torch_save_cut)
+    with pytest.raises(UserError, match=r"unexpected pos\), almost always a full disk\); the previous"):
+        train(config(store, run, max_steps=8))
+
+
 def fail_logging_at(monkeypatch, step: int, exc: BaseException) -> None:
     """Make the metrics write of ``step`` raise ``exc`` (a full disk, Ctrl-C) inside a training run."""
     real = MetricsWriter.write

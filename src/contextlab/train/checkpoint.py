@@ -224,6 +224,8 @@ def _why(exc: BaseException) -> str:
         return "a file grew past the size limit of this filesystem or of `ulimit -f`"
     if "file write failed" in text:  # torch's stream writer: almost always a full disk
         return "the write failed: is the disk full?"
+    if "unexpected pos" in text or "inline_container" in text:  # torch's zip writer, cut off mid-file
+        return "the write stopped partway (torch's zip writer: unexpected pos), almost always a full disk"
     line = (text.strip().splitlines() or [""])[0]
     return f"{type(exc).__name__}: {line[:160]}" if line else type(exc).__name__
 
