@@ -152,3 +152,16 @@ def test_ids_outside_the_vocabulary_are_one_line_in_train_and_eval(store, tmp_pa
         assert main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "token id 60000" in err[0] and "outside the vocabulary" in err[0], err
+    # with the check skipped (data.verify = false: "use it as it is") a damaged id was a 53-line
+    # IndexError traceback, or, as an input only, trained through in silence
+    unchecked = [
+        "train",
+        str(config),
+        "--set",
+        f"train.out_dir={tmp_path / 'r3'}",
+        "--set",
+        "data.verify=false",
+    ]
+    assert main(unchecked) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "reads token id 60000" in err[0] and "vocabulary of 257" in err[0], err

@@ -232,6 +232,14 @@ class Trainer:
         is asynchronous from pinned memory, so it overlaps the step the GPU is still computing."""
         before = self.loader.state_dict()
         batch = self.loader.next_batch()
+        top = int(batch.tokens.max()) if batch.tokens.size else 0
+        vocab = int(self.store.tokenizer_spec["vocab_size"])
+        if top >= vocab:  # data.verify = false read a damaged store: an id no token has
+            raise UserError(
+                f"step {step + 1} reads token id {top} from {self.store.path}, outside its tokenizer's "
+                f"vocabulary of {vocab}: the store is damaged (data.verify = false skipped the check that "
+                "says so); ingest it again"
+            )
         seeds = training_row_seeds(batch.tokens, self.cfg.train.seed, step)
         tokens, doc_ids = torch.from_numpy(batch.tokens), torch.from_numpy(batch.doc_ids)
         if self.info.device.type == "cuda":
