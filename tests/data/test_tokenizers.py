@@ -678,3 +678,13 @@ def test_token_bytes_count_each_tokens_bytes_even_inside_a_character(kind, gpt2,
     before = len(tok.decode(ids[: max(w for w in whole if w < k)]).encode("utf-8")) if whole[0] < k else 0
     assert before < tok.token_bytes(ids[:k]) < len(tok.decode(ids[:k]).encode("utf-8"))
     assert tok.token_bytes([tok.eot_id]) == len("<|endoftext|>")
+
+
+def test_a_bpe_that_learns_fewer_tokens_than_asked_says_so(capsys):
+    """`--tokenizer bpe:100000000` learned 13,108 tokens of a small corpus without a word."""
+    tok = T.train_bpe(["a small corpus of few words " * 50], 5000)
+    err = capsys.readouterr().err
+    assert tok.vocab_size < 5000
+    assert f"note: the BPE learned {tok.vocab_size:,} tokens, not the 5,000 asked" in err
+    T.train_bpe(["a small corpus of few words " * 50], 260)
+    assert "note" not in capsys.readouterr().err

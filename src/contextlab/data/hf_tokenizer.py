@@ -351,6 +351,15 @@ def train_bpe(
     tok.train_from_iterator(
         _short_words(_told(texts, f"training a BPE of {vocab_size - minimum:,} merges")), trainer=trainer
     )
+    learned = tok.get_vocab_size(with_added_tokens=True)
+    if learned < vocab_size:  # the corpus ran out of pairs to merge: said, as the name keeps what was asked
+        import sys
+
+        print(
+            f"note: the BPE learned {learned:,} tokens, not the {vocab_size:,} asked: the corpus has no more "
+            f"pairs to merge (its vocabulary is {learned:,}; the tokenizer keeps the name bpe-{vocab_size})",
+            file=sys.stderr,
+        )
     return HFTokenizer(tok, f"bpe-{vocab_size}")
 
 
