@@ -122,3 +122,29 @@ def test_off_a_terminal_a_long_bar_writes_a_plain_line_now_and_then_and_a_short_
     b.update(2)
     b.close()
     assert off.getvalue() == ""
+
+
+def test_off_a_terminal_refreshes_and_closes_of_short_work_write_nothing_and_no_escapes(monkeypatch):
+    """A user's log showed a short BM25 build's `bm25: indexing: 100%|###|` and a stray cursor-up line
+    (a refresh and a close draw at once, whatever tqdm's delay), and a sweep's bar every 2 s."""
+    import io
+    import time
+
+    monkeypatch.setenv("CONTEXTLAB_PROGRESS_SECONDS", "0.3")
+    log = io.StringIO()
+    b = bars.bar(total=4, desc="bm25: reading", file=log, disable=None, leave=False)
+    b.update(2)
+    b.set_description("bm25: indexing")
+    b.refresh()
+    b.update(2)
+    b.close()
+    assert log.getvalue() == ""
+    busy = io.StringIO()
+    b = bars.bar(total=40, desc="sweep", file=busy, disable=None)
+    for _ in range(40):
+        time.sleep(0.025)
+        b.update(1)
+        b.refresh()  # as a sweep's poll does
+    b.close()
+    lines = busy.getvalue().splitlines()
+    assert 1 <= len(lines) <= 5 and "\x1b" not in busy.getvalue(), lines

@@ -37,7 +37,9 @@ def bar(*args, **kwargs):
         kwargs.setdefault("nrows", FALLBACK_LINES)
         kwargs["dynamic_ncols"] = False  # a dynamic width is read at each draw: 0 columns again
     elif kwargs.get("disable", False) is None and not _terminal(stream) and (every := log_seconds()) > 0:
-        kwargs.update(disable=False, file=_Lines(stream), delay=every, mininterval=every, maxinterval=every)
+        kwargs.update(
+            disable=False, file=_Lines(stream, every), delay=every, mininterval=every, maxinterval=every
+        )
         kwargs.update(ncols=FALLBACK_COLUMNS, dynamic_ncols=False)
     return tqdm(*args, **kwargs)
 
@@ -50,16 +52,33 @@ def log_seconds() -> float:
         return 60.0
 
 
-class _Lines:
-    """A stream that writes each of tqdm's redraws as a line of its own (a log has no carriage return),
-    and none of its blank clears."""
+_ESCAPES = None  # the compiled pattern of terminal escape sequences (tqdm's cursor-up on close)
 
-    def __init__(self, stream):
-        self.stream = stream
+
+class _Lines:
+    """A stream that writes tqdm's redraws as lines of their own (a log has no carriage return), at
+    most one every ``every`` seconds and none in the first ``every`` (a bar's ``refresh``, its
+    description changing, or its close draw at once whatever tqdm's delay: a user's log showed a
+    short BM25 build's bar, a sweep's every 2 s), but a long bar's final 100% line always, and no blank
+    clears or cursor moves."""
+
+    def __init__(self, stream, every: float = 0.0):
+        import time
+
+        self.stream, self.every = stream, every
+        self.start = self.last = time.monotonic()  # the first line waits as long as later ones
 
     def write(self, text: str) -> None:
-        text = text.replace("\r", "").strip()
-        if text:
+        import re
+        import time
+
+        global _ESCAPES
+        _ESCAPES = _ESCAPES or re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+        text = _ESCAPES.sub("", text.replace("\r", "")).strip()
+        now = time.monotonic()
+        done = "100%|" in text and now - self.start >= self.every  # a long bar's last state is kept
+        if text and (now - self.last >= self.every or done):
+            self.last = now
             self.stream.write(text + "\n")
 
     def flush(self) -> None:
