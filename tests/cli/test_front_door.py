@@ -331,3 +331,15 @@ def test_every_command_that_runs_a_model_defaults_to_device_auto(command, capsys
     text = " ".join(capsys.readouterr().out.split())
     assert "--device DEVICE auto (a CUDA GPU when one is visible, else the CPU)" in text
     assert "cuda:N (default: auto)" in text
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_store_given_as_the_model_is_named_as_one(command, tiny_runs, stores, llama, capsys):
+    """`eval ppl --model STORE` said the output folder lay inside the store; generate said "no
+    checkpoints; train first"."""
+    argv = _command(command, tiny_runs, stores, llama)
+    i = argv.index("--model") + 1
+    argv[i] = str(stores["one"])
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--model {argv[i]} is a token store, not a model" in err[0], err

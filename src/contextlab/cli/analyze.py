@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from contextlab.cli.runtime import DEVICE_HELP, check_compute, quiet_transformers
+from contextlab.cli.runtime import DEVICE_HELP, check_compute, quiet_transformers, refuse_data_as_model
 from contextlab.config import add_dataclass_args, dataclass_from_args
 from contextlab.errors import UserError
 
@@ -169,6 +169,8 @@ def cmd_entropy(argv: list[str]) -> int:
             "for what a contextlab run held out of its own store"
         )
     check_compute(args)
+    refuse_data_as_model([args.model])
+    refuse_data_as_model([getattr(args, "compare", None)], "--compare")
     progress.set_enabled(not args.no_progress)
     quiet_transformers([args.model], args.no_progress)
     _refuse_out(args.out, args.model)
@@ -279,6 +281,8 @@ def cmd_attention(argv: list[str]) -> int:
 
         args.data = default_store(options.heldout_of or args.model)  # the run's own store
     check_compute(args)
+    refuse_data_as_model([args.model])
+    refuse_data_as_model([getattr(args, "compare", None)], "--compare")
     progress.set_enabled(not args.no_progress)
     quiet_transformers([args.model, args.compare], args.no_progress)
     common = dict(dtype="fp32", batch_size=args.batch_size, device=args.device)

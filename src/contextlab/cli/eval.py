@@ -20,7 +20,13 @@ import dataclasses
 import json
 from pathlib import Path
 
-from contextlab.cli.runtime import DEVICE_HELP, check_compute, quiet_transformers, warnings_as_lines
+from contextlab.cli.runtime import (
+    DEVICE_HELP,
+    check_compute,
+    quiet_transformers,
+    refuse_data_as_model,
+    warnings_as_lines,
+)
 from contextlab.config import add_dataclass_args, dataclass_from_args
 from contextlab.errors import UserError
 
@@ -182,6 +188,7 @@ def cmd_eval(argv: list[str]) -> int:
     options = dataclass_from_args(EVALS[name].options, args)
     _check_depths(options)
     check_compute(args)
+    refuse_data_as_model(args.model)
     data = _data(
         name, args.data, args.model[0], getattr(options, "split", None), getattr(options, "heldout_of", "")
     )

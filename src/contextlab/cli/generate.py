@@ -21,7 +21,13 @@ import re
 import sys
 from pathlib import Path
 
-from contextlab.cli.runtime import DEVICE_HELP, check_compute, quiet_transformers, warnings_as_lines
+from contextlab.cli.runtime import (
+    DEVICE_HELP,
+    check_compute,
+    quiet_transformers,
+    refuse_data_as_model,
+    warnings_as_lines,
+)
 from contextlab.config import add_dataclass_args, dataclass_from_args
 from contextlab.errors import UserError
 
@@ -300,6 +306,7 @@ def cmd_generate(argv: list[str]) -> int:
     if args.max_new_tokens < 1:
         raise UserError(f"--max-new-tokens must be 1 or more, got {args.max_new_tokens}")
     check_compute(args)
+    refuse_data_as_model([args.model])
     infilling = _infilling(args, sampling)
     check_out(args)
     texts = [] if infilling else [args.prompt] if args.prompt is not None else read_prompts(args.prompts)

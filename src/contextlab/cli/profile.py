@@ -117,7 +117,7 @@ def _check_data(data: str) -> None:
 
 def cmd_profile(argv: list[str]) -> int:
     """Profile how a model (or two, paired) uses its context: the battery, a headline table, a report."""
-    from contextlab.cli.runtime import check_compute, quiet_transformers
+    from contextlab.cli.runtime import check_compute, quiet_transformers, refuse_data_as_model
     from contextlab.data.store import output_lock
     from contextlab.outputs import refuse_non_folder, refuse_overlap
     from contextlab.profile.runner import default_out, run_profile
@@ -131,6 +131,8 @@ def cmd_profile(argv: list[str]) -> int:
     if not args.data:
         parser.error("the following argument is required: --data (or --split run: a run's own store)")
     check_compute(args)
+    refuse_data_as_model([args.model])
+    refuse_data_as_model([args.compare], "--compare")
     models = [args.model] + ([args.compare] if args.compare else [])
     quiet_transformers(models, args.no_progress)
     _check_data(args.data)

@@ -42,6 +42,29 @@ def check_compute(args) -> None:
         torch.set_num_threads(threads)
 
 
+def refuse_data_as_model(paths, flag: str = "--model") -> None:
+    """One line for a ``--model`` that is a token store or a packed store (a folder whose meta.json
+    makes it one): it failed later on something else (an output folder said to lie inside it)."""
+    import json
+
+    from contextlab import rundir
+
+    for path in [p for p in paths if p]:
+        meta = Path(path) / "meta.json"
+        if not meta.is_file() or rundir.is_checkpoint(path) or rundir.is_hf_folder(path):
+            continue  # (a store holds a config.toml, so is_run would take it for a run)
+        try:
+            kind = str(json.loads(meta.read_text(encoding="utf-8")).get("format", ""))
+        except (OSError, ValueError, AttributeError):
+            continue
+        if "store" in kind or "packed" in kind:
+            what = "a packed store" if "packed" in kind else "a token store"
+            raise UserError(
+                f"{flag} {path} is {what}, not a model; give a run, a checkpoint or a Hugging Face model "
+                "folder (a store is what --data reads)"
+            )
+
+
 def devices() -> list[str]:
     """The torch devices this machine and this torch build can run on."""
     import torch
