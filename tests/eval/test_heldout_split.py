@@ -124,6 +124,21 @@ def test_another_store_and_a_model_that_is_no_run_are_refused(project, tmp_path)
     assert code != 0
 
 
+def test_a_store_written_again_in_the_runs_own_place_is_named_as_changed(project, tmp_path):
+    """A run's store ingested again (--overwrite, other text) was refused with "trained on STORE, not on
+    STORE: ... (leave --data out)", where --data was already left out; the store had changed."""
+    import shutil
+
+    root = tmp_path / "p"
+    shutil.copytree(project / "docs", root / "docs")
+    ingest(root / "docs", root / "store", IngestConfig(tokenizer="byte"), progress=False)
+    train(_config(root / "run", store=str(root / "store")))
+    (root / "docs" / "d00.txt").write_text("other text now " * 30)
+    ingest(root / "docs", root / "store", IngestConfig(tokenizer="byte"), overwrite=True, progress=False)
+    with pytest.raises(UserError, match=r"store is where .*run read its data, but it changed since the run"):
+        heldout.documents(TokenStore(root / "store"), str(root / "run"), "run")
+
+
 def test_tail_validation_reads_every_document_tail(project, tmp_path):
     train(_config(tmp_path / "tail", store=str(project / "store"), val_split="tail"))
     store = TokenStore(project / "store")

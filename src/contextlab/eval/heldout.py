@@ -179,6 +179,13 @@ def documents(store, model: str, split: str, whole: bool = False, of: str = "") 
             )
         )
     elif not _is(store, "store", data, recorded, source):
+        own = default_store(of or model)
+        if own and Path(own).resolve() == Path(store.path).resolve():  # its own place, other content
+            raise UserError(
+                f"{store.path} is where {source} read its data, but it changed since the run trained (its "
+                f"content hash {store.hash[:12]} is not the run's record): it was written again, so "
+                f"--split run cannot tell what the run held out of it; pass {NEVER_SAW}, or train again"
+            )
         raise UserError(
             f"{source} trained on {data.get('store') or data.get('packed')}, not on {store.path}: "
             f"--split run reads the run's own store (leave --data out), or pass {NEVER_SAW}"
