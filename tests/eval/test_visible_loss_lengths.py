@@ -32,7 +32,7 @@ def test_the_default_sweep_has_every_point_and_the_full_context_value(byte_store
     adapter = tiny_llama_adapter(context=64)
     out = visible.run(adapter, visible.Options(task="loss", samples=24), str(byte_store.path))
     r = out.results
-    ks = [1, 8, 16, 32, 48, 64]
+    ks = [1, 2, 4, 8, 16, 32, 48, 64]  # the fractions, and every power of 2 (a user's grid skipped 2-16)
     assert [p["visible"] for p in r["points"]] == ks
     want = losses_at(adapter, byte_store, 24, ks)
     np.testing.assert_allclose([p["loss"] for p in r["points"]], want, rtol=1e-6)
@@ -42,7 +42,7 @@ def test_the_default_sweep_has_every_point_and_the_full_context_value(byte_store
     assert r["summary"]["context_gain"] == pytest.approx(want[0] - want[-1], rel=1e-6)
     line = capsys.readouterr().out.splitlines()[0]  # the settings line lists what runs
     assert line == (
-        "visible: task loss · visible tokens 1,8,16,32,48,64 · of context 64 · samples 24 · "
+        "visible: task loss · visible tokens 1,2,4,8,16,32,48,64 · of context 64 · samples 24 · "
         f"data {byte_store.path}"
     )
 

@@ -47,15 +47,19 @@ from contextlab.eval.stats import Z95
 DEPTHS = [0.0, 25.0, 50.0, 75.0, 100.0]
 
 
+DEFAULT_VISIBLE = [0.125, 0.25, 0.5, 0.75, 1.0]
+
+
 @dataclass
 class Options:
     task: Literal["niah", "kv", "passkey", "vartrack", "icl", "loss"] = opt(
         "passkey", "the evaluation to sweep"
     )
     visible: list[float] = opt(
-        [0.125, 0.25, 0.5, 0.75, 1.0],
+        list(DEFAULT_VISIBLE),
         "visible context: tokens (> 1), fractions (< 1) or 1 = everything, of each prompt (task=loss: of "
-        "the model's context, and one visible token is measured too, the context gain's baseline)",
+        "the model's context, and one visible token is measured too, the context gain's baseline; with "
+        "the default, every power of 2 below the context as well, where the loss falls most)",
     )
     samples: int = opt(256, "target tokens for task=loss")
     shots: int = opt(
@@ -174,6 +178,13 @@ def _loss_points(adapter, options: Options, data: str | None, ks: list[int]):
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
     points, gain = [], None
     ks = loss_lengths(options.visible, adapter.context) if options.task == "loss" else None
+    if ks is not None and options.visible == DEFAULT_VISIBLE:  # where the loss falls most: 2 .. 16
+        ks = sorted(
+            {
+                *ks,
+                *(1 << i for i in range(1, max(1, adapter.context).bit_length()) if 1 << i < adapter.context),
+            }
+        )
     if ks is None and options.split == "run":
         raise UserError(
             f"--split run reads the part of a token store a run held out, for --task loss; --task "
@@ -186,6 +197,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             "visible": options.visible if ks is None else None,
             "visible tokens": ks,
             "of context": adapter.context if ks is not None else None,
+            "split": "run (what the run held out)" if ks is not None and options.split == "run" else None,
             "samples": options.samples if options.task == "loss" else None,
             "length": (options.length or adapter.context)
             if options.task in ("niah", "passkey", "vartrack")
