@@ -364,7 +364,8 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             "keys per set": len(samples[0].candidates),
             "sets per example": options.sets,
             "prompts": len(samples),
-            "longest prompt": max(len(s.prompt) for s in samples),
+            "longest prompt": f"{max(len(s.prompt) for s in samples):,} tokens "
+            f"({tasks.longest_forward(samples, options.scoring):,} with its answer)",
             "scoring": options.scoring,
             **({"file": info["file"]} if "file" in info else {"data": info["synthetic"]}),
             "note": (
