@@ -65,6 +65,26 @@ def _a_runs_checkpoints(folder: Path) -> bool:
     return bool(rundir.list_checkpoints(run))
 
 
+def earlier_result(path: str | os.PathLike, fmt: str, what: str) -> dict | None:
+    """The JSON document at ``path`` that a command is about to replace: None when there is none, else
+    the document when its ``format`` is ``fmt``; anything else there (a user's file, another kind of
+    result) is one line naming ``what`` it is not, and is left as it is."""
+    import json
+
+    path = Path(path)
+    if not (path.exists() or path.is_symlink()):
+        return None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        doc = None
+    if not path.is_file() or not isinstance(doc, dict) or doc.get("format") != fmt:
+        raise UserError(
+            f"{path} exists and is not {what}; move it away or give another --out (it is left as it is)"
+        )
+    return doc
+
+
 def refuse_below_file(out: str | os.PathLike, flag: str = "--out") -> None:
     """One line for an output path below a file (``afile/store``): no folder can be made there, and the
     writer's ``mkdir`` would end in a traceback (``FileExistsError``), after its work for some."""

@@ -296,18 +296,10 @@ def check_rerun(path: Path, a: Side, b: Side, name: str, options: Options, overw
     """One line before ``path`` is replaced by a comparison it does not hold: a file that is not a
     comparison (always), or one of other results (its A's or B's result file) or options (unless
     ``overwrite``). The same comparison again replaces it (a reproduction)."""
-    if not (path.exists() or path.is_symlink()):
-        return
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        doc = None
-    if not path.is_file() or not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise UserError(
-            f"{path} exists and is not a `contextlab compare` result; move it away or give another --out "
-            "(it is left as it is)"
-        )
-    if overwrite:
+    from contextlab.outputs import earlier_result
+
+    doc = earlier_result(path, FORMAT, "a `contextlab compare` result")
+    if doc is None or overwrite:
         return
     now = {"a": str(a.folder / f"{name}.json"), "b": str(b.folder / f"{name}.json")}
     was = {k: (doc.get(k) or {}).get("result") for k in ("a", "b")}

@@ -208,19 +208,10 @@ def check_rerun(
     Compared: the model's path and step (when ``model`` has a path: once it is opened), its ``dtype``,
     the data (its path, and a token store's content hash, where the old result recorded them and
     ``data`` is given) and every option. A file there that is not a result is refused either way."""
-    path = Path(path)
-    if not (path.exists() or path.is_symlink()):
-        return
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        doc = None
-    if not path.is_file() or not isinstance(doc, dict) or doc.get("format") != RESULT_FORMAT:
-        raise UserError(
-            f"{path} exists and is not a contextlab evaluation result; move it away or give another --out "
-            "(it is left as it is)"
-        )
-    if overwrite:
+    from contextlab.outputs import earlier_result
+
+    doc = earlier_result(path, RESULT_FORMAT, "a contextlab evaluation result")
+    if doc is None or overwrite:
         return
     change = differences(doc, options=options, model=model, data=data)
     if change is not None:
