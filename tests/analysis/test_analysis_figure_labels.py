@@ -31,10 +31,13 @@ def test_the_distance_heatmap_names_its_unit_and_its_colour(captured):
         "comparison": {},
     }
     attention_plots.distance_png(results, "unused.png")
-    a, b, diff, bar_a, bar_b, bar_diff = captured[0].axes  # the panels, then their colour bars
+    a, b, diff, hidden, bar_a, bar_b, bar_diff = captured[0].axes  # panels (2 x 2), then colour bars
     assert a.get_xlabel() == b.get_xlabel() == diff.get_xlabel() == "distance i - j (tokens)"
     assert bar_a.get_ylabel() == bar_b.get_ylabel() == "share of each query's attention"
     assert bar_diff.get_ylabel() == "A - B (share of each query's attention)"
+    # a user's A and B maps had scales 0-0.22 and 0-0.24, and four panels in a row 2,200 px wide
+    assert not hidden.get_visible() and captured[0].get_figwidth() <= 11
+    assert a.images[0].get_clim() == b.images[0].get_clim() == (0.0, 0.5)
 
 
 def test_the_entropy_legends_say_what_their_numbers_count(captured):

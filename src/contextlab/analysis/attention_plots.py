@@ -123,14 +123,22 @@ def _bucket_labels(buckets: list[dict]) -> list[str]:
 
 
 def _heatmap(
-    fig, ax, mass: np.ndarray, labels: list[str], title: str, value: str, diverging: bool = False
+    fig,
+    ax,
+    mass: np.ndarray,
+    labels: list[str],
+    title: str,
+    value: str,
+    diverging: bool = False,
+    vmax: float | None = None,
 ) -> None:
-    """A layer x distance-bucket heatmap; ``value`` names a cell's number along the colour bar."""
+    """A layer x distance-bucket heatmap; ``value`` names a cell's number along the colour bar; ``vmax``:
+    the top of a scale shared with other panels (two models' maps compared colour for colour)."""
     if diverging:
         top = float(np.abs(mass).max()) or 1.0
         im = ax.imshow(mass, aspect="auto", cmap="RdBu_r", vmin=-top, vmax=top)
     else:
-        im = ax.imshow(mass, aspect="auto", cmap="viridis", vmin=0)
+        im = ax.imshow(mass, aspect="auto", cmap="viridis", vmin=0, vmax=vmax)
     ax.set_xticks(np.arange(len(labels)))
     ax.set_xticklabels(labels, rotation=60, fontsize=6)
     ax.set_yticks(np.arange(mass.shape[0]))
@@ -150,15 +158,20 @@ def distance_png(results: dict, path) -> Path:
     diff = "comparison" in results and len({m.shape for m in masses.values()}) == 1
     predictors = {k: p["predictor"] for k, p in models.items() if "predictor" in p}
     n = len(masses) + diff + bool(predictors)
-    fig, axes = plt.subplots(1, n, figsize=(5 * n, 3.6))
-    axes = np.atleast_1d(axes)
+    cols = n if n <= 2 else 2  # four panels in a row were 2,200 px wide: halved on a page, unreadable
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 3.8 * rows), squeeze=False)
+    axes = axes.ravel()
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    top = max((float(m.max()) for m in masses.values() if m.size), default=None)  # one scale for A and B
     for ax, (k, mass) in zip(axes, masses.items()):
-        _heatmap(fig, ax, mass, labels, f"mass by distance, {_label(results, k)}", SHARE)
+        _heatmap(fig, ax, mass, labels, f"mass by distance, {_label(results, k)}", SHARE, vmax=top)
     if diff:
         delta = masses["a"] - masses["b"]
         _heatmap(fig, axes[len(masses)], delta, labels, "A - B", f"A - B ({SHARE})", True)
     if predictors:
-        ax = axes[-1]
+        ax = axes[n - 1]  # the last shown panel (a grid may hide one after it)
         for k, pred in predictors.items():
             bk = pred["buckets"]
             labels = _bucket_labels(bk)
