@@ -251,7 +251,8 @@ def check_checkpoint_files(ckpt: PathLike, state: dict, names=None) -> None:
             raise not_permitted(Path(ckpt) / name) from None
         if now != digest:
             raise ValueError(
-                f"{name} is not the file this checkpoint wrote (its sha256 differs from state.json's)"
+                f"{name} is not the file this checkpoint wrote: its sha256 differs from the one state.json "
+                "recorded"
             )
 
 

@@ -117,8 +117,8 @@ def read_checkpoint(run_or_ckpt: str | os.PathLike, step: int | None = None) -> 
     path = resolve_checkpoint(run_or_ckpt, step)
     state = read_checkpoint_state(path)
     try:
+        weights = read_weights(path)  # a truncated file: safetensors' own error, first
         check_checkpoint_files(path, state, names=(WEIGHTS,))  # damaged weights load as other numbers
-        weights = read_weights(path)
     except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
         raise UserError(
             f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc}); pass --step of an earlier "

@@ -253,10 +253,10 @@ def load_checkpoint(ckpt: Path) -> tuple[dict[str, torch.Tensor], dict, dict, di
 
 def _read(ckpt: Path) -> tuple[dict[str, torch.Tensor], dict, dict, dict]:
     state = json.loads((ckpt / STATE).read_text())
-    check_checkpoint_files(ckpt, state)  # a damaged file reads back as other numbers, not an error
-    model_state = read_weights(ckpt)
+    model_state = read_weights(ckpt)  # a truncated or garbage file: its reader's own error, first
     optim_state = torch.load(ckpt / "optimizer.pt", map_location="cpu", weights_only=True)
     rng = torch.load(ckpt / "rng.pt", map_location="cpu", weights_only=True)
+    check_checkpoint_files(ckpt, state)  # a damaged file that reads back gives other numbers, no error
     return model_state, optim_state, rng, state
 
 
