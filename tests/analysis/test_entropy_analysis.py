@@ -125,6 +125,10 @@ def test_parity_run_gives_the_bayes_table_and_correlations(parity, tmp_path, cap
         assert set(r["entropy"]) == {"4", "8", "32"} and set(r["dimension"]) == {"0.01", "0.1"}
         assert "kde_entropy" in r and "twonn" in r and "mle" not in r
     assert res["summary"]["max_abs_diff_bayes"] == pytest.approx(max(r["abs_diff"] for r in res["contexts"]))
+    s = res["summary"]  # the headline |r| of 4 contexts with its p-value and interval, and how many it beat
+    best = res["fits_vs_ce"][s["best_measure"]]
+    assert s["best_p_value"] == best["p_value"] and s["measures_compared"] >= 2
+    assert 0 <= s["best_abs_r_interval95"][0] <= s["best_abs_r"] <= s["best_abs_r_interval95"][1] <= 1
     assert set(res["fits_vs_ce"]) == {
         "entropy@4",
         "entropy@8",

@@ -277,6 +277,13 @@ def _summary(per: list[dict], fits: dict, col: Collected) -> dict:
     if finite:
         best = max(finite, key=finite.get)
         s["best_measure"], s["best_abs_r"] = best, finite[best]
+        lo_hi = fits[best].get("r_interval95")
+        if lo_hi is not None:  # of |r|: an interval of r that spans 0 starts |r|'s at 0
+            ends = sorted(abs(v) for v in lo_hi)
+            s["best_abs_r_interval95"] = [0.0 if lo_hi[0] < 0 < lo_hi[1] else ends[0], ends[1]]
+        s["best_p_value"] = fits[best].get("p_value")
+        # the best of many measures over few contexts: its p-value is the smallest of many, not one test
+        s["measures_compared"] = len(finite)
     if col.bayes is not None:
         s["max_abs_diff_bayes"] = max(r["abs_diff"] for r in per)
         s["mean_abs_diff_bayes"] = float(np.mean([r["abs_diff"] for r in per]))

@@ -143,8 +143,13 @@ def _table(results: dict) -> str:
         lines.append(line)
     fits = results["fits_vs_ce"]
     r = lambda v: ("constant" if v.get("constant") else "null") if v["r"] is None else format(v["r"], "+.3f")
-    shown = (f"{k} {r(v)}" for k, v in fits.items())
-    lines.append("Pearson r vs CE: " + ", ".join(shown))
+    p = lambda v: f" (p {v['p_value']:.2g})" if isinstance(v.get("p_value"), float) else ""
+    shown = (f"{k} {r(v)}{p(v)}" for k, v in fits.items())
+    n = len(results.get("contexts") or [])
+    lines.append(
+        f"Pearson r vs CE over {n} contexts (p: two-sided, each alone; the best of {len(fits)} measures "
+        "is the smallest of many): " + ", ".join(shown)
+    )
     lines += results.get("text", [])
     return "\n".join(lines)
 
