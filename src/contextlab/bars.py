@@ -20,7 +20,9 @@ commands (every test) stay as quiet as before.
 from __future__ import annotations
 
 import os
+import re
 import sys
+import time
 
 FALLBACK_COLUMNS = 100  # the width of a bar on a terminal that reports none
 FALLBACK_LINES = 20  # and its height (tqdm's own default), below which tqdm hides nested bars
@@ -52,7 +54,7 @@ def log_seconds() -> float:
         return 60.0
 
 
-_ESCAPES = None  # the compiled pattern of terminal escape sequences (tqdm's cursor-up on close)
+_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # terminal escape sequences (tqdm's cursor-up on close)
 
 
 class _Lines:
@@ -63,17 +65,10 @@ class _Lines:
     clears or cursor moves."""
 
     def __init__(self, stream, every: float = 0.0):
-        import time
-
         self.stream, self.every = stream, every
         self.start = self.last = time.monotonic()  # the first line waits as long as later ones
 
     def write(self, text: str) -> None:
-        import re
-        import time
-
-        global _ESCAPES
-        _ESCAPES = _ESCAPES or re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
         text = _ESCAPES.sub("", text.replace("\r", "")).strip()
         now = time.monotonic()
         done = "100%|" in text and now - self.start >= self.every  # a long bar's last state is kept

@@ -233,7 +233,7 @@ class Trainer:
         before = self.loader.state_dict()
         batch = self.loader.next_batch()
         top = int(batch.tokens.max()) if batch.tokens.size else 0
-        vocab = int(self.store.tokenizer_spec["vocab_size"])
+        vocab = self.store.tokenizer_spec["vocab_size"]
         if top >= vocab:  # data.verify = false read a damaged store: an id no token has
             raise UserError(
                 f"step {step + 1} reads token id {top} from {self.store.path}, outside its tokenizer's "
