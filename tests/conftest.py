@@ -33,6 +33,44 @@ def pytest_xdist_auto_num_workers(config) -> int:
 
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def _untracked() -> set[str] | None:
+    """The repository's files git neither tracks nor ignores (None where git cannot say)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", "--others", "--exclude-standard"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return set(out.splitlines())
+
+
+def pytest_sessionstart(session) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        session.config._contextlab_untracked = _untracked()
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """A test that writes into the working directory instead of tmp_path fails the run: two files a test
+    left in the repository's root were once committed with it."""
+    before = getattr(session.config, "_contextlab_untracked", None)
+    after = _untracked() if before is not None else None
+    if after is None:
+        return
+    new = sorted(after - before)
+    if new:
+        print(f"\nthe tests left files in the repository (write them under tmp_path): {', '.join(new)}")
+        session.exitstatus = 1
+
+
 FIXTURES = REPO / "tests" / "fixtures"  # small files the tests read (see its README)
 SHAKESPEARE = FIXTURES / "tinyshakespeare" / "input.txt"  # char-rnn Tiny Shakespeare, 1,115,394 bytes
 GPT2_FIXTURE = FIXTURES / "gpt2_tokenizer"  # OpenAI GPT-2 encoder.json.gz + vocab.bpe, as committed

@@ -141,7 +141,7 @@ def test_bayes_fit_plot_says_its_bars_and_a_fit_the_points_do_not_pin_down(captu
 
 
 def test_compare_bayes_fit_title_gives_each_fit_difference_its_interval_or_says_it_has_none(
-    captured, monkeypatch
+    captured, monkeypatch, tmp_path
 ):
     from contextlab.compare import plots as compare_plots
 
@@ -153,7 +153,7 @@ def test_compare_bayes_fit_title_gives_each_fit_difference_its_interval_or_says_
         "gamma": {"diff": 0.066, "interval95": None, "no_interval": "a fit is degenerate, not bootstrapped"},
     }
     doc = {"a": {"label": "a"}, "b": {"label": "b"}, "results": {"by_length": by_length, "fit": fit}}
-    compare_plots.bayes_fit_png(doc, "c.png")
+    compare_plots.bayes_fit_png(doc, tmp_path / "c.png")
     assert (
         captured[-1]
         .axes[0]
