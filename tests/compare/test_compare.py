@@ -499,6 +499,7 @@ def test_sample_arrays_keep_every_scored_accuracy_in_sample_order():
         "correct_contains",
         "cell",
         "group",
+        "unit",
     }
 
 
@@ -557,3 +558,34 @@ def test_a_comparison_of_other_results_or_a_users_file_is_not_replaced_unasked(t
     assert "--seed 0 -> 3" in capsys.readouterr().err
     assert (out / "compare_contextwise.json").read_text() == kept
     assert main([*swapped, "--overwrite"]) == 0
+
+
+def test_kv_differences_resample_examples_not_the_candidate_set_of_each_position(tmp_path):
+    """kv asks an example's same pairs at every position: the comparison resamples examples (``unit``),
+    as the intervals of each result do, not each position's candidate set as if independent."""
+    units = np.repeat(np.arange(6), 5 * 4)  # 6 examples x 5 positions x 4 rotations
+    group = np.repeat(np.arange(30), 4)
+    cell = np.tile(np.repeat(np.arange(5), 4), 6)[:, None].astype(np.float64)
+    a = np.repeat([1, 1, 1, 0, 0, 1], 20)  # an example right (or wrong) at every position
+    for run, correct in (("a", a), ("b", np.zeros(120, int))):
+        write_result(
+            tmp_path / run / "eval",
+            "kv",
+            results={"summary": {"likelihood_accuracy": float(np.mean(correct))}},
+            options={"n_examples": 6, "scoring": "likelihood", "sets": 1},
+            model={"id": run, "tokenizer": {"hash": "t" * 64}},
+            data={"hash": "h" * 64, "n_pairs": 6, "positions": [0, 1, 2, 3, 4], "distractors": 3},
+            seconds=0.0,
+            arrays={
+                "correct_likelihood_correct": np.asarray(correct, np.int8),
+                "group": group,
+                "unit": units,
+                "cell": cell,
+            },
+        )
+    _, (doc,) = compare_runs(tmp_path / "a", tmp_path / "b", ["kv"], Options(), tmp_path / "o")
+    overall = doc["results"]["overall"]
+    assert doc["results"]["cluster"] == "example" and overall["n_clusters"] == 6
+    assert " samples in 6 examples " in doc["lines"][0]
+    lo, hi = overall["interval95"]
+    assert lo <= 0.5 and hi == 1.0  # 4 of 6 examples: wide; by 30 candidate sets it read [0.5, 0.83]

@@ -436,3 +436,29 @@ def test_a_kv_value_generated_with_the_quote_the_prompt_writes_it_in_is_an_exact
     assert row["exact"]
     _answer(row, ' "0c2c6b1d"', value)
     assert not row["exact"] and not row["contains"]
+
+
+def test_kv_intervals_cluster_by_example_not_by_the_candidate_set_of_each_position(tmp_path):
+    """kv asks each example's same pairs at every position, so its answers agree across positions: its
+    intervals took each (example, position) candidate set as independent (5 positions of 20 examples read
+    as 100 sets). Samples carry their example as ``unit``, the intervals and ``compare`` cluster by it."""
+    adapter = byte_adapter(tiny_gpt())
+    samples, info = kv.build(adapter, kv.Options(n_examples=2, n_pairs=6, positions=[0, 2, 5], sets=1), KV_75)
+    k = info["distractors"] + 1
+    assert [s.unit for s in samples] == [e for e in range(2) for _ in range(3 * k)]
+    assert len({s.group for s in samples}) == 2 * 3  # a candidate set per example and position
+    # 10 examples, each right at every position or wrong at every one: 10 independent answers, not 50
+    rows = [
+        {"cell": [p], "group": 5 * e + p, "unit": e, "likelihood_correct": e % 2, "prompt_tokens": 9}
+        for e in range(10)
+        for p in range(5)
+    ]
+    summary = tasks.summarize(rows, 1)["summary"]
+    assert summary["likelihood_accuracy"] == 0.5
+    assert summary["likelihood_accuracy_n_effective"] == pytest.approx(9)  # 10 x (G - 1) / G, G = 10
+    assert summary["likelihood_accuracy_ci95"] == pytest.approx(list(stats.wilson(4.5, 9)))
+    by_set = tasks.summarize([{**r, "unit": r["group"]} for r in rows], 1)["summary"]
+    assert by_set["likelihood_accuracy_ci95"] == pytest.approx(list(stats.wilson(25, 50)))  # as it was
+    saved = tasks.sample_arrays(rows)
+    assert saved["unit"].tolist() == [r["unit"] for r in rows]
+    assert saved["group"].tolist() == [r["group"] for r in rows]

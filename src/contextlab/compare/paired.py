@@ -158,19 +158,20 @@ def task(name: str):
         keys = (f"correct_{metric}", "cell", "group")
         xa, xb = a.arrays(name, keys), b.arrays(name, keys)
         ca, cb, group, cell = xa[keys[0]], xb[keys[0]], xa["group"], xa["cell"]
-        overall = _accuracy_diff(ca, cb, group, o)
+        unit, cluster = _units(name, a, b, group)
+        overall = _accuracy_diff(ca, cb, unit, o)
         by_cell = []
         for c in np.unique(cell, axis=0):
             m = (cell == c).all(1)
-            by_cell.append({"cell": c.tolist(), **_accuracy_diff(ca[m], cb[m], group[m], o)})
+            by_cell.append({"cell": c.tolist(), **_accuracy_diff(ca[m], cb[m], unit[m], o)})
         mc = overall["mcnemar"]
         line = (
             f"{name} {METRIC_NAMES[metric]} accuracy A - B = {cs.interval_text(overall, 2)} over {len(ca)} "
-            f"samples in {overall['n_clusters']} candidate sets (A {overall['a']:.2f}, B {overall['b']:.2f}; "
+            f"samples in {overall['n_clusters']} {cluster}s (A {overall['a']:.2f}, B {overall['b']:.2f}; "
             f"only A right {mc['only_a_right']}, only B right {mc['only_b_right']}, "
             f"McNemar p={mc['p_value']:.2g})"
         )
-        results = {"metric": metric, "cluster": "candidate set", "cell_parts": CELL_PARTS[name]}
+        results = {"metric": metric, "cluster": cluster, "cell_parts": CELL_PARTS[name]}
         notes = []
         sums, _ = cs.per_cluster(ca.astype(np.float64) - cb, group)
         if len(sums) and not np.any(sums):
@@ -185,6 +186,20 @@ def task(name: str):
         return {**out, "notes": notes} if notes else out
 
     return run
+
+
+UNIT_NAMES = {"kv": "example"}  # the unit a task's samples share beyond a candidate set
+
+
+def _units(name: str, a: Side, b: Side, group: np.ndarray) -> tuple[np.ndarray, str]:
+    """(the cluster of each sample pair, its name): the samples' unit where both results record the same
+    (a kv example asked at every position), else the candidate set (results from before units)."""
+    ua, ub = a.optional("unit"), b.optional("unit")
+    if ua is None or ub is None or ua.shape != group.shape or not np.array_equal(ua, ub):
+        return group, "candidate set"
+    if np.array_equal(ua, group):
+        return group, "candidate set"
+    return ua, UNIT_NAMES.get(name, "unit")
 
 
 def _common_metric(name: str, a: Side, b: Side) -> str:

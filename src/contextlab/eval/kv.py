@@ -257,7 +257,7 @@ def _samples(adapter, rows: list[dict], o: Options, n_pairs: int) -> tuple[list[
     n = min(min(n_pairs or len(r["ordered_kv_records"]), len(r["ordered_kv_records"])) for r in rows)
     positions = o.positions or sorted({int(round(x)) for x in np.linspace(0, n - 1, 5)})
     samples: list[tasks.Sample] = []
-    for ex in rows:
+    for unit, ex in enumerate(rows):  # an example asked at every position: one unit of the intervals
         records = [tuple(kv) for kv in ex["ordered_kv_records"]]
         gold = next(i for i, (k, _) in enumerate(records) if k == ex["key"])
         for s in range(o.sets):
@@ -268,7 +268,7 @@ def _samples(adapter, rows: list[dict], o: Options, n_pairs: int) -> tuple[list[
                     raise UserError(f"position {p} does not exist with {len(kept)} pairs; lower --positions")
                 group = len(samples) // len(pool)
                 for m, cands in zip(members, tasks.rotations(pool)):
-                    samples.append(_sample(adapter, kept, m, p, cands, group, o.query))
+                    samples.append(_sample(adapter, kept, m, p, cands, group, o.query, unit))
     return samples, positions
 
 
@@ -337,14 +337,14 @@ def _no_set_fits(o: Options, k: int, longest: int, ctx: int) -> UserError:
 
 
 def _sample(
-    adapter, kept: list, member: int, position: int, cands: list, group: int, query: str
+    adapter, kept: list, member: int, position: int, cands: list, group: int, query: str, unit: int
 ) -> tasks.Sample:
     """The prompt asking for pair ``member`` of ``kept`` moved to ``position``, and its control."""
     key, value = kept[member]
     placed = place_gold(kept, member, position)
     ids = adapter.encode(kv_prompt(placed, key, query))
     control = adapter.encode(kv_prompt([r for r in placed if r[0] != key], key, query))
-    return tasks.Sample(ids, value, cands, (position,), len(cands[0]) + EXTRA_NEW, {}, control, group)
+    return tasks.Sample(ids, value, cands, (position,), len(cands[0]) + EXTRA_NEW, {}, control, group, unit)
 
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:

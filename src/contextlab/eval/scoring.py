@@ -122,7 +122,13 @@ def score_samples(
             prompts = [truncate(s.prompt, visible) for s in batch]
             rows, unanswered = [], []
             for i, (s, prompt) in enumerate(zip(batch, prompts)):
-                row: dict = {"cell": list(s.cell), "prompt_tokens": len(prompt), "group": s.group}
+                unit = s.unit if s.unit >= 0 else s.group
+                row: dict = {
+                    "cell": list(s.cell),
+                    "prompt_tokens": len(prompt),
+                    "group": s.group,
+                    "unit": unit,
+                }
                 both = None
                 if share and s.candidates:
                     both = adapter.score_and_generate(prompt, s.candidates, s.max_new or max_new_tokens)

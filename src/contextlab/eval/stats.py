@@ -91,9 +91,13 @@ def accuracy_line(
     n: int,
     chance: float | None = None,
     calibrated: float | None = None,
+    n_effective: float | None = None,
 ) -> str:
-    """'accuracy 0.20 [0.16, 0.25] of n=500, chance 0.20, calibrated +0.01 nats' (parts given only)."""
+    """'accuracy 0.20 [0.16, 0.25] of n=500, chance 0.20, calibrated +0.01 nats' (parts given only; an
+    ``n_effective`` below n, the interval's, is said: 'of n=500 (as 120 independent)')."""
     text = f"{name} {accuracy:.2f} [{ci95[0]:.2f}, {ci95[1]:.2f}] of n={n}"
+    if n_effective is not None and n_effective < n - 0.5:
+        text += f" (as {n_effective:.0f} independent)"
     if chance is not None:
         text += f", chance {chance:.2f}"
     if calibrated is not None and not math.isnan(calibrated):

@@ -41,6 +41,9 @@ class Sample:
     meta: dict = field(default_factory=dict)
     control: list[int] | None = None  # the prompt without its evidence; None = not calibrated
     group: int = -1  # the balanced candidate set the sample belongs to
+    # the independent unit whose outcomes agree beyond its candidate set (a kv example, its same pairs asked
+    # at every position): accuracy intervals cluster by it; -1: the candidate set
+    unit: int = -1
 
 
 def answer_room(answer_tokens: int, scoring: str, max_new: int) -> int:
@@ -145,12 +148,14 @@ def sample_rows(rows: list[dict], samples: list[Sample]) -> list[dict]:
 def sample_arrays(rows: list[dict]) -> dict[str, np.ndarray]:
     """The per-sample outcomes of ``score_samples`` as arrays saved beside the result, in sample order:
     ``correct_<metric>`` (n,) int8 for each accuracy scored, ``cell`` (n, parts) float64 and
-    ``group`` (n,) int64, so two models' results pair sample by sample (``contextlab compare``)."""
+    ``group`` (n,) int64, so two models' results pair sample by sample (``contextlab compare``), and
+    ``unit`` (n,) int64, the cluster their intervals take."""
     out = {
         f"correct_{m}": np.asarray([r[m] for r in rows], np.int8) for m in ACCURACIES if rows and m in rows[0]
     }
     out["cell"] = np.asarray([r["cell"] for r in rows], np.float64).reshape(len(rows), -1)
     out["group"] = np.asarray([r["group"] for r in rows], np.int64)
+    out["unit"] = np.asarray([r.get("unit", r["group"]) for r in rows], np.int64)
     return out
 
 
@@ -171,9 +176,12 @@ def _metrics(rows: list[dict]) -> dict:
     out: dict = {}
     for m, name in ACCURACIES.items():
         if rows and m in rows[0]:
-            groups = [r["group"] for r in rows] if "group" in rows[0] else None  # a candidate set's rotations
-            p = stats.proportion([r[m] for r in rows], clusters=groups)
+            # a candidate set's rotations agree, and so do the sets of one unit (a kv example's positions)
+            units = [r.get("unit", r["group"]) for r in rows] if "group" in rows[0] else None
+            p = stats.proportion([r[m] for r in rows], clusters=units)
             out[name], out[f"{name}_ci95"] = p["accuracy"], p["ci95"]
+            if "n_effective" in p:
+                out[f"{name}_n_effective"] = p["n_effective"]
     if rows and "keyword_recall" in rows[0]:
         out["keyword_recall"] = float(np.nanmean([r["keyword_recall"] for r in rows]))
     if rows and "gain_true" in rows[0]:
@@ -221,7 +229,13 @@ def summary_lines(summary: dict) -> list[str]:
             calibrated = summary.get("calibrated") if name == "likelihood_accuracy" else None
             label = name.replace("_", " ")
             line = stats.accuracy_line(
-                label, summary[name], summary[f"{name}_ci95"], summary["n"], chance, calibrated
+                label,
+                summary[name],
+                summary[f"{name}_ci95"],
+                summary["n"],
+                chance,
+                calibrated,
+                summary.get(f"{name}_n_effective"),
             )
             if calibrated is not None:
                 line += f" (distractors {summary['calibrated_distractors']:+.2f})"
