@@ -5,7 +5,10 @@ contextlab Hugging Face export, or any local Hugging Face causal LM folder, and 
 ``ModelAdapter`` with the model's own tokenizer (a contextlab ``Tokenizer``) and the few
 operations evaluations need: per-token log-probabilities, hidden states of one layer,
 continuation scores, greedy generation. Everything runs under ``torch.no_grad`` in eval
-mode; ``dtype="bf16"`` wraps the forward in autocast (CPU or CUDA).
+mode; ``dtype="bf16"`` wraps the forward in autocast (CPU or CUDA). Weights saved in half precision
+(most Hugging Face checkpoints are bf16) are computed in fp32 under ``dtype="fp32"``, as the result
+records (the upcast is exact; it doubles their memory, which a note says); bf16 weights stay bf16 under
+``dtype="bf16"``.
 
 Trade-offs:
 
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -64,6 +68,12 @@ class ModelAdapter:
     ):
         if dtype not in ("fp32", "bf16"):
             raise UserError(f"dtype {dtype!r} is unknown; use fp32 or bf16")
+        self.saved_dtype = _weights_dtype(model)
+        if self.saved_dtype in (torch.float16, torch.bfloat16) and (
+            dtype == "fp32" or self.saved_dtype == torch.float16  # fp16 under bf16 autocast: fp32 weights
+        ):
+            _note_upcast(info, self.saved_dtype, dtype)
+            model = model.float()
         self.model = model.eval().to(device)
         self.tokenizer = tokenizer
         self.info = info
@@ -301,6 +311,32 @@ class ModelAdapter:
 
 
 # ---------------------------------------------------------------------- loading
+
+
+def _weights_dtype(model: torch.nn.Module) -> torch.dtype | None:
+    """The dtype most of a model's floating-point weights are in (None: it has none)."""
+    counts: dict[torch.dtype, int] = {}
+    for p in model.parameters():
+        if p.is_floating_point():
+            counts[p.dtype] = counts.get(p.dtype, 0) + p.numel()
+    return max(counts, key=counts.get) if counts else None
+
+
+_UPCAST_NOTED: set[str] = set()
+
+
+def _note_upcast(info: ModelInfo, saved: torch.dtype, dtype: str) -> None:
+    """Once per model in a process: its half-precision weights are computed in fp32."""
+    if info.path in _UPCAST_NOTED:
+        return
+    _UPCAST_NOTED.add(info.path)
+    name = {torch.float16: "float16", torch.bfloat16: "bfloat16"}[saved]
+    hint = " (--dtype bf16 keeps bf16 weights as saved)" if saved == torch.bfloat16 else ""
+    print(
+        f"note: {info.path}'s weights are saved in {name}; they are computed in fp32 (--dtype {dtype}), "
+        f"the precision the results record, at twice their saved memory{hint}",
+        file=sys.stderr,
+    )
 
 
 def in_memory_adapter(

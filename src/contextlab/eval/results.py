@@ -172,7 +172,11 @@ def write_result(
 
 def model_record(adapter) -> dict:
     """What a result records about the model an adapter runs: its info, compute dtype and batch size."""
-    return {**vars(adapter.info), "dtype": adapter.dtype, "batch_size": adapter.batch_size}
+    record = {**vars(adapter.info), "dtype": adapter.dtype, "batch_size": adapter.batch_size}
+    saved = getattr(adapter, "saved_dtype", None)
+    if saved is not None and str(saved) != "torch.float32":  # a half-precision checkpoint, upcast or not
+        record["weights_saved_as"] = str(saved).removeprefix("torch.")
+    return record
 
 
 def run_and_record(out_dir: str | Path, name: str, run, *, options: Any, model: Any):
