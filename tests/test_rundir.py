@@ -223,3 +223,36 @@ def test_only_a_run_or_an_empty_folder_is_a_run_to_write(tmp_path):
             rundir.check_run_dir(tmp_path / name)
     with pytest.raises(UserError, match="is a checkpoint, not a contextlab run"):
         rundir.check_run_dir(run / "checkpoints" / "step_000003")
+
+
+def test_step_best_reads_the_checkpoint_of_the_best_validation_loss(tmp_path, capsys):
+    """An early-stopped run keeps its best checkpoint beside the newest (where it stopped, the loss risen):
+    a sweep scored the newest (a user's row: best_val_loss 5.784 at step 80 beside a contextwise of step
+    140's model, 0.63 nats worse). ``--step best`` reads the best; reading the newest says which is best."""
+    import argparse
+
+    run = tmp_path / "run"
+    _, c4, c6 = (checkpoint(run, s) for s in (2, 4, 6))
+    rows = [{"step": s, "loss": 1.0, "val_loss": v} for s, v in ((2, 5.9), (4, 5.78), (6, 6.4))]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert rundir.resolve_checkpoint(run, "best") == c4
+    assert rundir.resolve_checkpoint(run) == c6
+    assert capsys.readouterr().err == (
+        f"note: {run}'s best validation loss (5.7800) was at step 4, before its newest checkpoint "
+        "step_000006, which this reads; --step best reads the best\n"
+    )
+    rundir.resolve_checkpoint(run)
+    assert capsys.readouterr().err == ""  # once
+    assert rundir.parse_step("best") == "best" and rundir.parse_step("12") == 12
+    with pytest.raises(argparse.ArgumentTypeError, match="'last' is no step: give a step number"):
+        rundir.parse_step("last")
+    with pytest.raises(UserError, match="give the run folder, not"):
+        rundir.resolve_checkpoint(c4, "best")
+    import shutil
+
+    shutil.rmtree(c4)
+    with pytest.raises(UserError, match=r"was at step 4, whose checkpoint was not kept .* available: 2, 6"):
+        rundir.resolve_checkpoint(run, "best")
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 6, "loss": 1.0}) + "\n")
+    with pytest.raises(UserError, match="logged no validation loss, so it has no best step"):
+        rundir.resolve_checkpoint(run, "best")

@@ -153,9 +153,40 @@ def latest_checkpoint(run_dir: PathLike) -> Path | None:
     return found[-1][1] if found else None
 
 
-def resolve_checkpoint(path: PathLike, step: int | None = None) -> Path:
-    """A run directory (+ optional step) or a checkpoint directory -> the checkpoint directory."""
+BEST = "best"  # --step best: the checkpoint of the run's best validation loss
+
+
+def parse_step(text: str) -> int | str:
+    """A --step argument: a step number, or ``best`` (argparse type)."""
+    import argparse
+
+    if text.strip().lower() == BEST:
+        return BEST
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is no step: give a step number (its checkpoints/step_N) or best"
+        ) from None
+
+
+STEP_HELP = (
+    "checkpoint step of a run, or best: the step of its best validation loss (metrics.jsonl's best_step; "
+    "with train.patience every new best is kept) (default: the newest)"
+)
+
+
+def best_step(run_dir: PathLike) -> tuple[int, float] | None:
+    """(the step, the loss) of a run's best validation loss in its metrics.jsonl; None without validations."""
+    summary = summarize(read_metrics(run_dir))
+    return (summary["best_step"], summary["best_val_loss"]) if "best_step" in summary else None
+
+
+def resolve_checkpoint(path: PathLike, step: int | str | None = None) -> Path:
+    """A run directory (+ optional step, or ``best``) or a checkpoint directory -> its checkpoint folder."""
     path = Path(path)
+    if step == BEST and (is_checkpoint(path) or not path.exists()):
+        raise UserError(f"--step best picks a checkpoint of a run: give the run folder, not {path}")
     if is_checkpoint(path):
         own = checkpoint_step(path)
         if step is not None and own is not None and step != own:  # it was ignored in silence
@@ -181,7 +212,19 @@ def resolve_checkpoint(path: PathLike, step: int | None = None) -> Path:
         raise UserError(f"{path} has no checkpoints (expected {path}/checkpoints/step_NNNNNN/); train first")
     if step is None:
         _note_still_training(path, found[max(found)])
+        _note_best_kept(path, found)
         return found[max(found)]
+    if step == BEST:
+        best = best_step(path)
+        if best is None:
+            raise UserError(f"{path} logged no validation loss, so it has no best step; pass --step N")
+        if best[0] not in found:
+            raise UserError(
+                f"{path}'s best validation loss ({best[1]:.4f}) was at step {best[0]}, whose checkpoint was "
+                "not kept (train.patience keeps every new best); available: "
+                + ", ".join(map(str, sorted(found)))
+            )
+        return found[best[0]]
     if step not in found:
         raise UserError(
             f"{path} has no checkpoint at step {step}; available: {', '.join(map(str, sorted(found)))}"
@@ -189,7 +232,7 @@ def resolve_checkpoint(path: PathLike, step: int | None = None) -> Path:
     return found[step]
 
 
-_NOTED: set[Path] = set()  # runs already said to be training, by this process
+_NOTED: set = set()  # (runs, notes) already said by this process
 
 
 def _note_still_training(run: Path, newest: Path) -> None:
@@ -202,6 +245,21 @@ def _note_still_training(run: Path, newest: Path) -> None:
             f"{newest.name}, and a later one will follow: pass --step to name the checkpoint read",
             file=sys.stderr,
         )
+
+
+def _note_best_kept(run: Path, found: dict[int, Path]) -> None:
+    """Say once that ``run`` kept the checkpoint of its best validation loss, earlier than its newest
+    (an early-stopped run: its newest is where it stopped, after the loss rose)."""
+    newest = max(found)
+    best = best_step(run)
+    if best is None or best[0] == newest or best[0] not in found or (run.resolve(), "best") in _NOTED:
+        return
+    _NOTED.add((run.resolve(), "best"))
+    print(
+        f"note: {run}'s best validation loss ({best[1]:.4f}) was at step {best[0]}, before its newest "
+        f"checkpoint {found[newest].name}, which this reads; --step best reads the best",
+        file=sys.stderr,
+    )
 
 
 def checkpoint_step(ckpt: PathLike) -> int | None:

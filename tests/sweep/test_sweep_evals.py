@@ -226,3 +226,30 @@ def test_a_failed_runs_error_is_contextlabs_line_not_torchruns(tmp_path):
     assert runner._last_error(SimpleNamespace(dir=tmp_path)).startswith(
         "contextlab train: error: rows per step (3) must split evenly"
     )
+
+
+def test_the_evaluations_of_an_early_stopping_run_read_its_best_checkpoint(tmp_path, store):  # noqa: F811
+    """With train.patience a run's newest checkpoint is where it stopped, past its best: the sweep's
+    evaluations read the best (``--step best``) unless eval_args name a step, and results.csv says
+    which step each evaluation read."""
+    f = _objectives(tmp_path, store, '["ppl", "contextwise"]', 'eval_args = { ppl = ["--step", "2"] }')
+    f.write_text(f.read_text().replace("[base.train]", "[base.train]\npatience = 2\nval_every = 1"))
+    section, runs = load_sweep(f)
+    cmds = dict(runner._commands(section, runs[0]))
+    assert cmds["eval contextwise"][-2:] == ["--step", "best"]
+    assert cmds["eval ppl"].count("--step") == 1 and "best" not in cmds["eval ppl"]
+    (tmp_path / "plain").mkdir()
+    plain = _objectives(tmp_path / "plain", store, '["ppl"]')
+    section, runs = load_sweep(plain)
+    assert "--step" not in dict(runner._commands(section, runs[0]))["eval ppl"]
+
+
+def test_results_say_which_step_each_evaluation_read(tmp_path):
+    from contextlab.sweep.results import run_summary
+
+    ev = tmp_path / "run" / "eval"
+    ev.mkdir(parents=True)
+    doc = {"results": {"summary": {"loss": 5.8}}, "model": {"step": 80}, "seconds": 1.0}
+    (ev / "ppl.json").write_text(json.dumps(doc))
+    row = run_summary(tmp_path / "run")
+    assert row["ppl.loss"] == 5.8 and row["ppl.step"] == 80

@@ -17,6 +17,7 @@ from pathlib import Path
 from contextlab.cli.runtime import DEVICE_HELP, check_compute, quiet_transformers, refuse_data_as_model
 from contextlab.config import add_dataclass_args, dataclass_from_args
 from contextlab.errors import UserError
+from contextlab.rundir import STEP_HELP, parse_step
 
 
 def _refuse_out(out: str | None, model: str) -> None:
@@ -96,7 +97,7 @@ def _parser() -> argparse.ArgumentParser:
         "model folder)",
     )
     p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
-    p.add_argument("--step", type=int, help="checkpoint step of a run (default: the newest)")
+    p.add_argument("--step", type=parse_step, help=STEP_HELP)
     p.add_argument(
         "--dtype", default="fp32", choices=["fp32", "bf16"], help="compute precision (default: fp32)"
     )
@@ -236,8 +237,8 @@ def _attention_parser() -> argparse.ArgumentParser:
         "model folder)",
     )
     p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
-    p.add_argument("--step", type=int, help="checkpoint step of model A's run (default: the newest)")
-    p.add_argument("--compare-step", type=int, help="checkpoint step of model B's run (default: the newest)")
+    p.add_argument("--step", type=parse_step, help="model A's " + STEP_HELP)
+    p.add_argument("--compare-step", type=parse_step, help="model B's " + STEP_HELP)
     p.add_argument("--batch-size", type=int, default=8, help="rows per forward pass (default: 8)")
     p.add_argument("--device", default="auto", help=DEVICE_HELP)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: 0 = torch's own)")

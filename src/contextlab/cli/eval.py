@@ -29,6 +29,7 @@ from contextlab.cli.runtime import (
 )
 from contextlab.config import add_dataclass_args, dataclass_from_args
 from contextlab.errors import UserError
+from contextlab.rundir import STEP_HELP, parse_step
 
 
 def _parser(name: str | None) -> argparse.ArgumentParser:
@@ -64,7 +65,7 @@ def _parser(name: str | None) -> argparse.ArgumentParser:
         "Hugging Face folder); with several models each writes to its own default unless --out is given, "
         "then to --out/<model folder name>",
     )
-    p.add_argument("--step", type=int, help="checkpoint step of a run (default: the newest)")
+    p.add_argument("--step", type=parse_step, help=STEP_HELP)
     p.add_argument(
         "--dtype",
         default="fp32",

@@ -30,6 +30,7 @@ from contextlab.cli.runtime import (
 )
 from contextlab.config import add_dataclass_args, dataclass_from_args
 from contextlab.errors import UserError
+from contextlab.rundir import STEP_HELP, parse_step
 
 ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
 
@@ -98,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
         help="self-speculative decoding of an MTP run (objective mtp, n_future >= 2): heads 2..n draft, "
         "one forward verifies; greedy only, the same output as plain greedy in fewer forwards",
     )
-    p.add_argument("--step", type=int, help="checkpoint step of a run (default: the newest)")
+    p.add_argument("--step", type=parse_step, help=STEP_HELP)
     p.add_argument(
         "--dtype", default="fp32", choices=["fp32", "bf16"], help="compute precision (default: fp32)"
     )

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from contextlab.config import field_help, from_dict, read_toml
 from contextlab.errors import UserError
+from contextlab.rundir import STEP_HELP, parse_step
 
 
 def _config_help() -> str:
@@ -165,7 +166,7 @@ def cmd_export(argv: list[str]) -> int:
         ),
     )
     p.add_argument("run", help="a run directory or a checkpoint directory")
-    p.add_argument("--step", type=int, help="checkpoint step (default: the newest)")
+    p.add_argument("--step", type=parse_step, help=STEP_HELP)
     p.add_argument("--out", required=True, help="the folder to write")
     p.add_argument("--overwrite", action="store_true", help="replace an existing folder")
     p.add_argument(

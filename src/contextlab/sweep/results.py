@@ -61,7 +61,8 @@ def run_summary(run_dir: Path) -> dict:
     for name, data in read_evals(run_dir).items():
         results = data.get("results") if isinstance(data.get("results"), dict) else None
         if results is not None and isinstance(results.get("summary"), dict):
-            data = {**results["summary"], "seconds": data.get("seconds")}  # an eval result file: its headline
+            step = (data.get("model") or {}).get("step")  # the checkpoint it read (an early stop's best)
+            data = {**results["summary"], "seconds": data.get("seconds"), "step": step}  # its headline
         for k, v in _scalars(data).items():
             row[f"{name}.{k}"] = v
     return row

@@ -46,8 +46,11 @@ def _commands(section: SweepSection, run: Run, nproc: int = 1) -> list[tuple[str
     launch = py if nproc <= 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     launch = launch if nproc <= 1 else launch + [f"--nproc_per_node={nproc}", "-m", "contextlab"]
     cmds = [("train", launch + ["train", str(run.dir / "sweep_config.toml")])]
+    stops_early = bool((run.config.get("train") or {}).get("patience"))
     for name, args in run.evals:
         extra = [format_arg(a, run) for a in args]
+        if stops_early and "--step" not in extra:  # an early-stopped run's newest checkpoint is past its best
+            extra += ["--step", "best"]
         # the sweep owns its runs' results: a changed eval_args reruns and replaces them (the grid's state
         # says which ran with what), as a user's --overwrite would
         cmds.append((f"eval {name}", py + ["eval", name, "--model", str(run.dir), "--overwrite"] + extra))
