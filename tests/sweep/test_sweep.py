@@ -410,3 +410,49 @@ def test_compute_optimal_writes_the_analysis_and_three_plots(tmp_path):
         assert open(p, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     saved = json.loads((tmp_path / "compute_optimal.json").read_text())
     assert {b: o["best"]["context"] for b, o in saved["optimal"].items()} == {"25000.0": 16, "100000.0": 64}
+
+
+@pytest.mark.parametrize(
+    "raw, smoothed",
+    [
+        ([32, 64], [32, 64]),  # two budgets: each window holds both; ties went to the smaller (32, 32)
+        ([32, 64, 128], [32, 64, 128]),  # a growing optimum is kept (it read 32, 32, 64)
+        ([32, 256, 32, 64, 64], [32, 32, 32, 64, 64]),  # a majority in the window still wins
+    ],
+)
+def test_a_smoothed_optimum_keeps_the_budgets_own_where_its_window_has_no_single_mode(raw, smoothed):
+    from contextlab.sweep.compute_optimal import _smoothed_optimum
+
+    budgets = [float(10 ** (12 + i)) for i in range(len(raw))]
+    optimal = {b: {"per_size": {"s": c}} for b, c in zip(budgets, raw)}
+    assert [c for _, c in _smoothed_optimum(optimal, budgets, "s", 3)] == smoothed
+
+
+def test_the_optimum_figure_shows_each_budgets_own_optimum_where_smoothing_moved_it(monkeypatch, tmp_path):
+    """The figure drew only the smoothed optimum, so a budget whose own optimum the mode overruled was not
+    on it while the printed line named that budget's own."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from contextlab.sweep import compute_optimal as co
+
+    figs = []
+    monkeypatch.setattr(co, "save_png", lambda fig, path: figs.append(fig) or path)
+    budgets = [1e12, 1e13, 1e14, 1e15, 1e16]
+    raw = [32, 256, 32, 64, 64]
+    optimal = {str(b): {"per_size": {"s": c}} for b, c in zip(budgets, raw)}
+    smoothed = co._smoothed_optimum({b: optimal[str(b)] for b in budgets}, budgets, "s", 3)
+    result = {
+        "optimal_context_smoothed": {"s": [[b, c] for b, c in smoothed]},
+        "optimal": optimal,
+        "window": 3,
+        "size_key": "model.size",
+        "budget_key": "train.max_flops",
+    }
+    co._plot_optimal_context(plt, result, tmp_path / "o.png")
+    lines = {ln.get_label(): ln for ln in figs[0].axes[0].get_lines()}
+    own = lines["s: each budget's own"]
+    assert list(own.get_ydata()) == raw and list(lines["s"].get_ydata()) == [32, 32, 32, 64, 64]
+    assert figs[0].axes[0].get_ylabel() == "optimal training context (mode of 3 budgets)"

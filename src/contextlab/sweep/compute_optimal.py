@@ -9,7 +9,8 @@ loss (the mean contextwise loss over the last 10% of the training context, from 
   ``train.seed``, are replicates: their mean is the point, their range is kept as the spread);
 * the optimal context for each (budget, model size), and smoothed over budgets by taking
   the most common optimum in a sliding window (the study's smoothing, since the raw argmin
-  jumps around with noise);
+  jumps around with noise; a window with no single most common keeps the budget's own, and the
+  figure draws each budget's own where the mode overruled it);
 * the optimal (model size, context) pair per budget;
 * with the contextwise metric, how far every other context is from the optimum, paired over the
   documents both runs read, with a 95% interval, and with replicates (a grid over train.seed) paired
@@ -259,7 +260,10 @@ def _smoothed_optimum(optimal: dict, budgets: list, size, window: int) -> list[t
         lo, hi = max(0, i - window // 2), min(len(seq), i + window // 2 + 1)
         counts = Counter(c for _, c in seq[lo:hi])
         top = max(counts.values())
-        out.append((b, min(c for c, n in counts.items() if n == top)))  # ties: the smaller context
+        modes = [c for c, n in counts.items() if n == top]
+        # no single most common: the budget's own optimum (ties to the smaller flattened every growth: a
+        # window of two budgets at each end, so raw 32, 64 read 32, 32)
+        out.append((b, modes[0] if len(modes) == 1 else seq[i][1]))
     return out
 
 
@@ -504,17 +508,22 @@ def _plot_u_curves(plt, result: dict, budgets: list, path: Path) -> Path:
 
 
 def _plot_optimal_context(plt, result: dict, path: Path) -> Path:
-    """The smoothed optimal context against the budget, one line per size."""
+    """The optimal context against the budget, one line per size: the smoothed optimum (a mode over a
+    window of budgets), and each budget's own optimum as crosses where they differ."""
     fig, ax = plt.subplots(figsize=(5, 3.6))
+    w = result.get("window", 3)
     for size, pts in sorted(result["optimal_context_smoothed"].items(), key=lambda sp: _order(sp[0])):
         label = size_label(result["size_key"], size)
-        ax.plot([float(b) for b, _ in pts], [c for _, c in pts], marker="o", label=label)
+        line = ax.plot([float(b) for b, _ in pts], [c for _, c in pts], marker="o", label=label)[0]
+        own = {float(b): o["per_size"].get(size) for b, o in result["optimal"].items()}
+        raw = [(float(b), own.get(float(b))) for b, _ in pts]
+        if w > 1 and any(r != c for (_, r), (_, c) in zip(raw, pts)):
+            ax.plot(*zip(*raw), "x", ms=9, color=line.get_color(), label=f"{label}: each budget's own")
     if all(float(b) > 0 for b in result["optimal"]):
         ax.set_xscale("log")
     ax.set_yscale("log", base=2)
     ax.set_xlabel(result["budget_key"] or "budget")
-    w = result.get("window", 3)
-    ax.set_ylabel("optimal training context" + (f" (mode of {w})" if w > 1 else ""))
+    ax.set_ylabel("optimal training context" + (f" (mode of {w} budgets)" if w > 1 else ""))
     ax.legend(fontsize=8)
     return save_png(fig, path)
 
