@@ -40,6 +40,13 @@ def _sweep(root, curves: dict[int, np.ndarray], held_out: dict[int, str] | None 
     return compute_optimal(root)
 
 
+# one run a context: its intervals hold the documents, and a user's one-seed margin read as decisive
+ONE_RUN = (
+    "(each weighed equally; one run per context: the intervals hold the documents read, not training "
+    "noise, which a grid over train.seed adds)"
+)
+
+
 def test_margins_pair_documents_and_name_the_contexts_within_noise(tmp_path):
     rng = np.random.default_rng(0)
     base = 5.0 + rng.normal(0, 0.5, DOCS)  # documents differ far more than the runs do
@@ -57,7 +64,7 @@ def test_margins_pair_documents_and_name_the_contexts_within_noise(tmp_path):
     # the unpaired intervals would overlap: a document's own spread (0.5) dwarfs the runs' difference
     line = margins_line(m)
     assert line.startswith(
-        f"each context's loss - context 128's, paired over {DOCS} documents (each weighed equally): 64 +0.09"
+        f"each context's loss - context 128's, paired over {DOCS} documents {ONE_RUN}: 64 +0.09"
     )
     assert (
         line.endswith("(within noise)")
@@ -83,7 +90,7 @@ def test_the_report_table_names_the_contexts_not_told_apart(tmp_path):
     best = res["optimal"]["1000000000000.0"]["best"]["context"]  # 128 or 256, which noise decides
     other = {128: "256", 256: "128"}[best]
     assert cols["not told apart from it (paired, 95%)"] == other
-    assert cols["paired"] == f"paired over {DOCS} documents (each weighed equally)"
+    assert cols["paired"] == f"paired over {DOCS} documents {ONE_RUN}"
     assert cols[f"each other context - context {best} (95%)"].startswith("64 +0.")  # the margin, shown
 
 
@@ -148,3 +155,17 @@ def test_an_incomplete_grid_is_said_not_averaged_over_other_seeds_silently(tmp_p
         "not pooled over replicates: the contexts did not all run the same ones (64: 2, 128: 1)"
     )
     assert "; not pooled over replicates" in margins_line(m)
+
+
+def test_a_margin_below_the_optimum_says_why_it_can_be():
+    """The optimum is the lowest loss over pieces; the margins weigh documents equally, so one can be
+    negative: a user read `128 -0.038` as a context better than the optimum, unexplained."""
+    margins = {
+        "optimum": 32,
+        "documents": 10,
+        "others": {"128": {"diff": -0.038, "interval95": [-0.193, 0.117]}},
+        "within_noise": [128],
+    }
+    assert margins_line(margins).endswith(
+        "128 -0.038 [-0.193, +0.117] (within noise; below the optimum with documents weighed equally)"
+    )

@@ -68,6 +68,10 @@ def test_training_contexts_are_ranked_by_val_loss_only_when_asked(monkeypatch, t
     warning = next(i for i, line in enumerate(lines) if line.startswith("warning: val_loss averages"))
     best = next(i for i, line in enumerate(lines) if "best s at context 256 (val_loss 3.0000)" in line)
     assert warning < best
+    # the largest context tried: a user's optimum at the grid's edge was printed as if found
+    assert lines[best].endswith(
+        "; the largest context tried, so the optimum may lie past it: add longer contexts"
+    )
 
 
 def test_the_help_explains_every_key_of_a_sweep_file(capsys):

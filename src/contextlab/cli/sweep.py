@@ -274,9 +274,14 @@ def _analysis(sweep_dir: Path, section) -> None:
         print(f"note: {note}")
     for b, opt in res["optimal"].items():
         best = opt["best"]
+        tried = sorted(int(c) for c in res["curves"][b][best["size"]])
+        edge = ""
+        if len(tried) > 1 and int(best["context"]) in (tried[0], tried[-1]):
+            which = ("smallest", "shorter") if int(best["context"]) == tried[0] else ("largest", "longer")
+            edge = f"; the {which[0]} context tried, so the optimum may lie past it: add {which[1]} contexts"
         print(
             f"{budget_label(res['budget_key'], b)}: best {size_label(res['size_key'], best['size'])} "
-            f"at context {best['context']} ({res['metric']} {best['loss']:.4f})"
+            f"at context {best['context']} ({res['metric']} {best['loss']:.4f}){edge}"
         )
         if line := margins_line((res.get("paired") or {}).get(b, {}).get(best["size"])):
             print(f"  {line}")

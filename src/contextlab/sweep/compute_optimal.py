@@ -408,15 +408,18 @@ def margins_parts(margins: dict) -> tuple[str, str]:
     from contextlab.eval.paired_stats import interval_text
 
     reps = margins.get("others_over_replicates")
-    parts = [
-        f"{c} {interval_text(d)}" + (" (within noise)" if int(c) in margins["within_noise"] else "")
-        for c, d in sorted((reps or margins["others"]).items(), key=lambda cd: int(cd[0]))
-    ]
+    parts = []
+    for c, d in sorted((reps or margins["others"]).items(), key=lambda cd: int(cd[0])):
+        notes = ["within noise"] if int(c) in margins["within_noise"] else []
+        if d["diff"] < 0:  # the optimum is the lowest mean over pieces; documents weighed equally differ
+            notes.append("below the optimum with documents weighed equally")
+        parts.append(f"{c} {interval_text(d)}" + (f" ({'; '.join(notes)})" if notes else ""))
     how = (
         f"paired per replicate over the documents (each weighed equally) and pooled over "
         f"{margins['replicates']} replicates"
         if reps
-        else f"paired over {margins['documents']} documents (each weighed equally)"
+        else f"paired over {margins['documents']} documents (each weighed equally; one run per context: "
+        "the intervals hold the documents read, not training noise, which a grid over train.seed adds)"
     )
     if margins.get("replicates_unmatched"):
         how += f"; {margins['replicates_unmatched']}"
