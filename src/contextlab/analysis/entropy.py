@@ -174,12 +174,22 @@ def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, di
     too_few = [name for name, v in finite.items() if len(v) < 2]
     for name in constant + too_few:  # no correlation exists: None with the reason, not NaN
         fits[name] = {"slope": None, "intercept": None, "r": None, "r2": None, "constant": name in constant}
+    # one step (an integer dimension moving once, 47, 48, 48, ...): its r says where the step falls
+    two = [name for name, v in finite.items() if len(v) > 2 and len(np.unique(v)) == 2]
+    for name in two:
+        fits[name]["two_values"] = True
     results: dict = {"summary": _summary(per, fits, col), "contexts": per, "fits_vs_ce": fits}
     text = [left_out] if left_out else []
     if constant:
         text.append(
             f"{', '.join(constant)}: the same at every context length, so no correlation with the loss "
             "exists (their r is null)"
+        )
+    if two:
+        text.append(
+            f"{', '.join(two)}: two distinct values over {len(per)} contexts, one step, so its r says "
+            "between which contexts the step falls, not how the measure follows the loss; not ranked as "
+            "the best measure"
         )
     repeated = [
         (r["context"], len(X) - r["distinct_samples"])
@@ -273,7 +283,11 @@ def _summary(per: list[dict], fits: dict, col: Collected) -> dict:
         "n_contexts": len(per),
         "pearson_r": {k: v["r"] for k, v in fits.items()},
     }
-    finite = {k: abs(v["r"]) for k, v in fits.items() if v["r"] is not None and np.isfinite(v["r"])}
+    finite = {
+        k: abs(v["r"])
+        for k, v in fits.items()
+        if v["r"] is not None and np.isfinite(v["r"]) and not v.get("two_values")
+    }
     if finite:
         best = max(finite, key=finite.get)
         s["best_measure"], s["best_abs_r"] = best, finite[best]

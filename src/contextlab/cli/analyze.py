@@ -145,11 +145,13 @@ def _table(results: dict) -> str:
     fits = results["fits_vs_ce"]
     r = lambda v: ("constant" if v.get("constant") else "null") if v["r"] is None else format(v["r"], "+.3f")
     p = lambda v: f" (p {v['p_value']:.2g})" if isinstance(v.get("p_value"), float) else ""
-    shown = (f"{k} {r(v)}{p(v)}" for k, v in fits.items())
+    two = lambda v: " (2 values: one step)" if v.get("two_values") else ""
+    shown = (f"{k} {r(v)}{p(v)}{two(v)}" for k, v in fits.items())
     n = len(results.get("contexts") or [])
+    ranked = results.get("summary", {}).get("measures_compared", len(fits))
     lines.append(
-        f"Pearson r vs CE over {n} contexts (p: two-sided, each alone; the best of {len(fits)} measures "
-        "is the smallest of many): " + ", ".join(shown)
+        f"Pearson r vs CE over {n} contexts (p: two-sided, each alone; the best of the {ranked} measures "
+        "ranked is the smallest of many): " + ", ".join(shown)
     )
     lines += results.get("text", [])
     return "\n".join(lines)
