@@ -181,7 +181,9 @@ def test_sets_that_score_alike_for_both_say_why_the_interval_has_no_width(tmp_pa
     assert doc["notes"][0].startswith("niah: every candidate set scores alike for A and B")
     niah_result(tmp_path / "c", np.tile([1, 1, 0, 0, 0], 8), group, cell)
     _, (other,) = compare_runs(tmp_path / "c", tmp_path / "b", ["niah"], Options(), tmp_path / "o2")
-    assert "no_spread" not in other["results"] and not other.get("notes")
+    assert "no_spread" not in other["results"] and [n.split(",")[0] for n in other["notes"]] == [
+        "niah: only 8 candidate sets"  # a bootstrap over 8 sets is too narrow: said
+    ]
 
 
 def test_ppl_pairs_the_same_tokens_with_documents_as_clusters(tmp_path):
@@ -589,3 +591,28 @@ def test_kv_differences_resample_examples_not_the_candidate_set_of_each_position
     assert " samples in 6 examples " in doc["lines"][0]
     lo, hi = overall["interval95"]
     assert lo <= 0.5 and hi == 1.0  # 4 of 6 examples: wide; by 30 candidate sets it read [0.5, 0.83]
+
+
+def test_a_comparison_says_its_intervals_leave_out_training_noise_and_when_the_runs_trained_unequally(
+    tmp_path, capsys
+):
+    """A user's SPLICE - EP gap, -0.111 [-0.136, -0.086], was smaller than two EP runs of other seeds
+    differ, and the runs (a budget of minutes) had trained 24 and 25 steps: neither was said."""
+    pieces = [(d, 0) for d in range(12)]
+    rng = np.random.default_rng(7)
+    for run, steps in (("a", 24), ("b", 25)):
+        contextwise_result(tmp_path / run, rng.normal(5, 0.3, (12, 3)), rng.normal(4.5, 0.3, 12), pieces)
+        rows = [{"step": s, "loss": 5.0, "tokens": 4096 * s} for s in range(1, steps + 1)]
+        (tmp_path / run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    out = [line for line in capsys.readouterr().out.splitlines() if "note:" in line]
+    assert out[-2] == (
+        "  note: A was trained 24 steps, 98,304 tokens, B 25 steps, 102,400 tokens: the difference is "
+        "partly of how long each trained, not only of what differs in their setup"
+    )
+    assert out[-1].startswith("  note: one model of each: the intervals hold which documents and samples")
+    assert len(out) == 2  # each said once, not under every evaluation
+    doc = json.loads((tmp_path / "a" / "compare" / "b" / "compare_contextwise.json").read_text())
+    assert (
+        doc["scope"].endswith("compare A B --and A2 B2, pool it") and "A was trained 24" in doc["notes"][-1]
+    )

@@ -139,3 +139,47 @@ def test_one_model_against_itself_and_an_out_among_the_results_read_are_refused(
     assert main(["compare", str(a), str(b), "--out", str(a / "eval")]) == 2
     assert f"--out {a / 'eval'} is {a / 'eval'}, which this command reads" in capsys.readouterr().err
     assert not (a / "eval" / "compare_contextwise.json").exists()
+
+
+def test_a_refused_pooling_writes_nothing_and_a_later_pooling_of_fewer_pairs_drops_the_stale_ones(
+    tmp_path, capsys
+):
+    """A user's refused `--and` (pairs read with other options) had written pair_1 and pair_2, which the
+    next, right, command refused as other results; an --overwrite of 2 pairs left a third pair's files,
+    which the report showed beside them. pooled.json itself was replaced by other pairs unasked."""
+    pairs = _pairs(tmp_path)
+    out = tmp_path / "out"
+    pieces = [(d, 0) for d in range(12)]
+    contextwise_result(tmp_path / "a2", np.zeros((12, 3)), np.zeros(12), pieces, length=16)
+    contextwise_result(tmp_path / "b2", np.zeros((12, 3)), np.zeros(12), pieces, length=16)
+    assert main(_argv(pairs, out)) == 2
+    assert "the pairs were evaluated with other options (length)" in capsys.readouterr().err
+    assert not out.exists()  # nothing, not the pairs before the refusal
+    assert main(_argv(pairs[:2], out)) == 0
+    assert main(_argv(_pairs(tmp_path / "more"), out)) == 2  # other pairs: pooled.json is not replaced
+    assert "pools other pairs" in capsys.readouterr().err
+    fresh = _pairs(tmp_path / "three", shifts=(0.1, 0.1, 0.1))
+    assert main([*_argv(fresh, out), "--overwrite"]) == 0
+    assert (out / "pair_3" / "compare_contextwise.json").is_file()
+    (out / "pair_3" / "mine.txt").write_text("a user's file")
+    assert main([*_argv(fresh[:2], out), "--overwrite"]) == 0
+    assert sorted(p.name for p in (out / "pair_3").iterdir()) == ["mine.txt"]  # its results gone, not this
+    doc = json.loads((out / "pooled.json").read_text())
+    assert len(doc["pairs"]) == 2
+    assert any(
+        "every pair gave the same difference, so the pooled interval has no width" in n for n in doc["notes"]
+    )
+
+
+def test_pairs_that_share_a_run_are_said_not_to_be_independent(tmp_path, capsys):
+    """A user pooled A - B and A - B' (B' a rerun of B, A reused) into a zero-width interval, no note."""
+    import shutil
+
+    ((a1, b1),) = _pairs(tmp_path, shifts=(0.1,))
+    b2 = shutil.copytree(b1, tmp_path / "b0_rerun")  # a rerun of B: the same numbers
+    assert main(_argv([(a1, b1), (a1, b2)], tmp_path / "out")) == 0
+    notes = json.loads((tmp_path / "out" / "pooled.json").read_text())["notes"]
+    assert notes[0] == (
+        f"{a1.resolve()} is in pairs 1, 2: pairs sharing a run are not independent replicates, so the "
+        "pooled interval is narrower than the replicates' noise; give each pair runs of its own"
+    )

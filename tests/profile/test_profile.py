@@ -637,3 +637,15 @@ def test_a_pair_is_measured_past_the_shorter_context_when_asked(tmp_path, text, 
     with pytest.raises(UserError, match=r"not between 1 and the longer of the two models' contexts \(64\)"):
         _checked([fake(32, True), fake(64, True)], str(text), "all", 65)
     assert _checked([fake(32, True), fake(64, True)], str(text), "all", 0) == 32  # the default: the smaller
+
+
+def test_a_headline_of_too_few_candidate_sets_names_no_winner():
+    """A user's pair profile named `bag_cache` better on niah from 9 candidate sets and 3 discordant
+    prompts (+0.067 [+0.022, +0.133], McNemar p 0.25): a bootstrap over so few is too narrow."""
+    from contextlab.report.profile import better
+
+    h = {"better": "higher", "diff": 0.067, "ci95": [0.022, 0.133]}
+    assert better(h, "llama_copy", "bag_cache") == "bag_cache (higher is better)"
+    assert better({**h, "few_clusters": 9}, "llama_copy", "bag_cache") == (
+        "too few sets to tell (bag_cache ahead) (higher is better)"
+    )

@@ -85,13 +85,17 @@ def cmd_compare(argv: list[str]) -> int:
         return _pooled(pairs, evals, options, args.out, args.overwrite)
     out, docs = compare_runs(args.run_a, args.run_b, evals, options, args.out, args.overwrite)
     print(f"A = {docs[0]['a']['label']}, B = {docs[0]['b']['label']} (differences are A - B)")
+    common = [n for n in docs[0]["notes"] if all(n in d["notes"] for d in docs)]  # said once, at the end
     for doc in docs:
         for line in doc["lines"]:
             print(f"  {line}")
         for line in _bucket_lines(doc):
             print(f"    {line}")
         for note in doc["notes"]:
-            print(f"    note: {note}")
+            if note not in common:
+                print(f"    note: {note}")
+    for note in [*common, docs[0]["scope"]]:
+        print(f"  note: {note}")
     names = [d["eval"] for d in docs]
     shown = names[0] if len(names) == 1 else "{" + ",".join(names) + "}"
     print(f"  wrote {out}/compare_{shown}.json and .png")
@@ -118,17 +122,25 @@ def _pooled(
     pairs: list[tuple[str, str]], evals: list[str], options, out: str | None, overwrite: bool = False
 ) -> int:
     """Compare every pair into OUT/pair_N, then pool their headline differences into OUT/pooled.json."""
-    from contextlab.compare.paired import compare_runs
+    from contextlab.compare.paired import comparisons, save
     from contextlab.compare.pairing import eval_folder, labels
-    from contextlab.compare.replicates import write_pooled
+    from contextlab.compare.replicates import check_pooled_rerun, drop_stale_pairs, pool, write_pooled
 
     la, lb = labels(eval_folder(pairs[0][0]), eval_folder(pairs[0][1]))
     folder = Path(out) if out else Path(pairs[0][0]) / "compare" / (lb.replace("/", "_") + "_pooled")
-    docs = [
-        compare_runs(a, b, evals, options, folder / f"pair_{i + 1}", overwrite)[1]
+    check_pooled_rerun(folder, pairs, overwrite)
+    # every pair compared and the pooling checked before anything is written: a refused pooling left the
+    # pairs before it written, which the next, right, command then refused as other results
+    made = [
+        comparisons(a, b, evals, options, folder / f"pair_{i + 1}", overwrite)
         for i, (a, b) in enumerate(pairs)
     ]
-    pooled = write_pooled(folder, pairs, docs)
+    docs = [d for _, d in made]
+    results = pool(docs)
+    for pair_dir, pair_docs in made:
+        save(pair_dir, pair_docs)
+    drop_stale_pairs(folder, len(pairs))
+    pooled = write_pooled(folder, pairs, docs, results)
     print(f"A = {la} and the other A runs, B = {lb} and the other B runs (differences are A - B)")
     for i, (a, b) in enumerate(pairs):
         print(f"  pair {i + 1}: {a} - {b}")

@@ -182,12 +182,21 @@ def task(name: str):
                 "has no width; it says the two retrieve equally on these sets, which is what two models "
                 "that do not retrieve at all also give"
             )
+        if overall["n_clusters"] < FEW_CLUSTERS:  # a percentile bootstrap over a handful is too narrow
+            results["few_clusters"] = True
+            notes.append(
+                f"{name}: only {overall['n_clusters']} {cluster}s, and a bootstrap over fewer than "
+                f"{FEW_CLUSTERS} is too narrow (a few discordant prompts can put 0 outside it); evaluate "
+                f"both with more samples ({FEW_FLAG[name]})"
+            )
         out = {"lines": [line], "results": {**results, "overall": overall, "by_cell": by_cell}}
         return {**out, "notes": notes} if notes else out
 
     return run
 
 
+FEW_CLUSTERS = 10  # fewer clusters than this: the bootstrap interval is said to be too narrow
+FEW_FLAG = {"niah": "--samples", "passkey": "--samples", "vartrack": "--samples", "kv": "--n-examples"}
 UNIT_NAMES = {"kv": "example"}  # the unit a task's samples share beyond a candidate set
 
 
@@ -283,6 +292,20 @@ def compare_runs(
     each and return OUT and the written documents. OUT defaults to RUN_A/compare/<B's name>. A file
     there that is not a comparison is refused; so is one of other results or options unless
     ``overwrite`` (``check_rerun``), before anything is written."""
+    out, docs = comparisons(run_a, run_b, evals, options, out, overwrite)
+    save(out, docs)
+    return out, docs
+
+
+def comparisons(
+    run_a: str | Path,
+    run_b: str | Path,
+    evals: list[str] | None,
+    options: Options,
+    out: str | Path | None,
+    overwrite: bool = False,
+) -> tuple[Path, list[dict]]:
+    """What ``compare_runs`` writes, every check made and nothing written: (OUT, the documents)."""
     if options.resamples < 100:
         raise UserError(f"--resamples {options.resamples} is too few for a 95% interval; use 1000 or more")
     fa, fb = eval_folder(run_a), eval_folder(run_b)
@@ -304,7 +327,55 @@ def compare_runs(
     refuse_unwritable(out, given)  # before any figure is drawn
     for name, a, b in sides:
         check_rerun(out / f"compare_{name}.json", a, b, name, options, overwrite)
-    return out, [_write(out, name, a, b, options, notes[name]) for name, a, b in sides]
+    trained = training_note(sides[0][1], sides[0][2])
+    return out, [_document(name, a, b, options, notes[name] + trained) for name, a, b in sides]
+
+
+ONE_PAIR = (
+    "one model of each: the intervals hold which documents and samples were read, not the noise of "
+    "training (a run of another seed can differ by more); pairs of runs of other seeds, compare A B "
+    "--and A2 B2, pool it"
+)
+
+
+def save(out: Path, docs: list[dict]) -> None:
+    """Write each comparison document as OUT/compare_NAME.json, and its plot."""
+    from contextlab.compare.plots import PLOTS
+
+    out.mkdir(parents=True, exist_ok=True)
+    for doc in docs:
+        name = doc["eval"]
+        atomic_write_text(out / f"compare_{name}.json", json.dumps(doc, indent=2, allow_nan=False) + "\n")
+        PLOTS[name](doc, out / f"compare_{name}.png")
+
+
+def training_note(a: Side, b: Side) -> list[str]:
+    """A note when A's and B's runs trained on other amounts (steps or tokens, e.g. a budget of
+    minutes): their difference is partly of that. [] when equal or unknown (a model trained elsewhere)."""
+    from contextlab import rundir
+
+    seen = []
+    for s in (a, b):
+        model = (s.doc.get("model") or {}).get("path")
+        try:
+            run = rundir.run_of(model) if model else None
+        except (UserError, OSError, ValueError):
+            run = None
+        if run is None or not rundir.is_run(run):
+            return []
+        step = (s.doc.get("model") or {}).get("step")
+        rows = [r for r in rundir.read_metrics(run) if step is None or r.get("step", 0) <= step]
+        if not rows:
+            return []
+        seen.append((rows[-1].get("step"), rows[-1].get("tokens")))
+    (sa, ta), (sb, tb) = seen
+    if (sa, ta) == (sb, tb):
+        return []
+    amount = lambda st, tk: f"{st:,} steps" + (f", {tk:,} tokens" if isinstance(tk, int) else "")
+    return [
+        f"A was trained {amount(sa, ta)}, B {amount(sb, tb)}: the difference is partly of how long each "
+        "trained, not only of what differs in their setup"
+    ]
 
 
 def check_rerun(path: Path, a: Side, b: Side, name: str, options: Options, overwrite: bool) -> None:
@@ -330,10 +401,8 @@ def check_rerun(path: Path, a: Side, b: Side, name: str, options: Options, overw
         )
 
 
-def _write(out: Path, name: str, a: Side, b: Side, options: Options, notes: list[str]) -> dict:
-    """Compare one evaluation, write its JSON and plot; return the JSON document."""
-    from contextlab.compare.plots import PLOTS
-
+def _document(name: str, a: Side, b: Side, options: Options, notes: list[str]) -> dict:
+    """Compare one evaluation: its JSON document (``save`` writes it and its plot)."""
     t0 = time.perf_counter()
     got = COMPARERS[name](a, b, options)
     doc = {
@@ -348,14 +417,11 @@ def _write(out: Path, name: str, a: Side, b: Side, options: Options, notes: list
         "options": vars(options),
         "paired_on": {k: v for k, v in (a.doc.get("data") or {}).items() if k not in PATHS},
         "notes": notes + got.get("notes", []),
+        "scope": ONE_PAIR,  # what the intervals hold (``compare --and`` pools pairs of other seeds)
         "lines": got["lines"],
         "results": got["results"],
     }
-    doc = jsonable(doc)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / f"compare_{name}.json", json.dumps(doc, indent=2, allow_nan=False) + "\n")
-    PLOTS[name](doc, out / f"compare_{name}.png")
-    return doc
+    return jsonable(doc)
 
 
 def _describe(s: Side, name: str) -> dict:

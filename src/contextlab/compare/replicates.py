@@ -56,6 +56,21 @@ def check_pairs(pairs: list[tuple[str, str]]) -> None:
         seen[key] = i
 
 
+def shared_runs(pairs: list[tuple[str, str]]) -> list[str]:
+    """A note for each run that more than one pair reads: such pairs are not independent replicates (a
+    shared A carries its own seed's luck into each), so the pooled interval is narrower than it should be."""
+    where: dict[str, list[int]] = {}
+    for i, pair in enumerate(pairs, start=1):
+        for run in pair:
+            where.setdefault(str(Path(run).resolve()), []).append(i)
+    return [
+        f"{run} is in pairs {', '.join(map(str, ps))}: pairs sharing a run are not independent replicates, "
+        "so the pooled interval is narrower than the replicates' noise; give each pair runs of its own"
+        for run, ps in where.items()
+        if len(set(ps)) > 1
+    ]
+
+
 def pool(pairs: list[list[dict]]) -> tuple[dict, list[str], list[str]]:
     """(results, lines, notes) of the compare documents of every pair (``pairs[i]``: pair i's documents,
     one per evaluation): each headline of an evaluation every pair has, pooled over the pairs."""
@@ -82,6 +97,11 @@ def pool(pairs: list[list[dict]]) -> tuple[dict, list[str], list[str]]:
                 continue
             per_pair = [{"diff": f["diff"], "interval95": f.get("interval95")} for f in found]
             res = {**mean_t([f["diff"] for f in found]), "per_pair": per_pair}
+            if len({round(f["diff"], 12) for f in found}) == 1:
+                notes.append(
+                    f"{name} {what}: every pair gave the same difference, so the pooled interval has no "
+                    "width; replicates of other seeds differ (a rerun of one seed reproduces its numbers)"
+                )
             results.setdefault(name, {})[what] = res
             digits = 2 if path == ("overall",) else 3
             each = "; ".join(interval_text(p, digits) for p in per_pair)
@@ -161,9 +181,52 @@ def _options_that_differ(docs: list[dict]) -> str:
     return ", ".join(k for k in keys if len({json.dumps(o.get(k), sort_keys=True) for o in options}) > 1)
 
 
-def write_pooled(out: Path, pairs: list[tuple[str, str]], docs: list[list[dict]]) -> dict:
-    """Pool the pairs' compare documents and write OUT/pooled.json; return it."""
-    results, lines, notes = pool(docs)
+def check_pooled_rerun(out: Path, pairs: list[tuple[str, str]], overwrite: bool) -> None:
+    """One line before OUT/pooled.json is replaced by a pooling of other pairs (unless ``overwrite``); a
+    file there that is no pooled comparison is refused always. The same pairs again reproduce it."""
+    from contextlab.outputs import earlier_result
+
+    doc = earlier_result(out / "pooled.json", FORMAT, "a pooled `contextlab compare` result")
+    if doc is None or overwrite:
+        return
+    was = [(p.get("a"), p.get("b")) for p in doc.get("pairs") or []]
+    now = [(str(a), str(b)) for a, b in pairs]
+    if was != now:
+        raise UserError(
+            f"{out / 'pooled.json'} pools other pairs ({len(was)} pairs, {len(now)} given now, or others); "
+            "pass --overwrite to replace it, or give another --out to keep both (nothing was written)"
+        )
+
+
+def drop_stale_pairs(out: Path, k: int) -> None:
+    """Remove the comparisons of pairs past the ``k`` pooled now (OUT/pair_N, N > k, of an earlier
+    pooling of more pairs, which a report would show beside these): only contextlab's own files, and
+    the folder when they were all it held."""
+    from contextlab.compare.paired import FORMAT as PAIR_FORMAT
+
+    for folder in sorted(out.glob("pair_*")):
+        n = folder.name.removeprefix("pair_")
+        if not (folder.is_dir() and n.isdigit() and int(n) > k):
+            continue
+        for f in folder.glob("compare_*.json"):
+            try:
+                ours = json.loads(f.read_text()).get("format") == PAIR_FORMAT
+            except (OSError, ValueError, AttributeError):
+                ours = False
+            if ours:
+                f.with_suffix(".png").unlink(missing_ok=True)
+                f.unlink()
+        try:
+            folder.rmdir()
+        except OSError:  # something else is in it: left as it is
+            pass
+
+
+def write_pooled(out: Path, pairs: list[tuple[str, str]], docs: list[list[dict]], pooled=None) -> dict:
+    """Pool the pairs' compare documents (or take ``pooled``, what ``pool`` gave) and write
+    OUT/pooled.json; return it."""
+    results, lines, notes = pooled if pooled is not None else pool(docs)
+    notes = shared_runs(pairs) + notes
     doc = jsonable(
         {
             "format": FORMAT,

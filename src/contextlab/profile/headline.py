@@ -123,6 +123,12 @@ def headline(out: Path, manifest: dict) -> list[dict]:
             comp = _read(out / "compare" / f"compare_{name}.json")
             d = paired(comp["results"]) if comp else None
             row["diff"], row["ci95"] = _turn(d)
+            if comp and (comp["results"].get("few_clusters")):  # its bootstrap interval is too narrow
+                n = comp["results"]["overall"]["n_clusters"]
+                row["few_clusters"] = n
+                why.append(
+                    f"only {n} {comp['results'].get('cluster', 'candidate set')}s: too few to name the better"
+                )
             if comp is None:
                 why.append(manifest.get("compare_notes", {}).get(name, "not compared"))
         if why:

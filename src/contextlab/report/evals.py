@@ -362,7 +362,8 @@ def compare_sections(root: Path, skip: list[Path] = ()) -> list[str]:
         ]
         parts += [f"<li>{html.escape(line)}</li>" for d in found for line in d.get("lines", [])]
         parts.append("</ul>")
-        parts += [muted(n) for d in found for n in d.get("notes", [])]
+        said = [n for d in found for n in [*d.get("notes", []), d.get("scope")] if n]
+        parts += [muted(n) for n in dict.fromkeys(said)]  # once each
         parts += [
             img(png, png.stem) for d in found if (png := folder / f"compare_{d.get('eval')}.png").exists()
         ]
