@@ -649,3 +649,44 @@ def test_a_headline_of_too_few_candidate_sets_names_no_winner():
     assert better({**h, "few_clusters": 9}, "llama_copy", "bag_cache") == (
         "too few sets to tell (bag_cache ahead) (higher is better)"
     )
+
+
+def test_a_profile_of_text_with_latin1_files_reads_them_with_encoding(runs, tmp_path, capsys):
+    """The State of the Union folder has Latin-1 files: profile's error said to run again with
+    --encoding latin-1, an option profile did not have. It has it now, for its store and its haystack."""
+    from contextlab.cli import main
+    from contextlab.data.store import TokenStore
+    from contextlab.eval.adapter import load_model
+    from contextlab.profile.data import prepare_store
+    from contextlab.profile.plan import build
+
+    folder = tmp_path / "speeches"
+    folder.mkdir()
+    (folder / "a.txt").write_text(shakespeare(2_000))
+    (folder / "b.txt").write_bytes("Se\xf1or ".encode("latin-1") + shakespeare(2_000).encode())
+    adapter = load_model(runs[0])
+    with pytest.raises(
+        UserError, match=r"b.txt \(byte 2\); nothing was tokenized: run again with --encoding"
+    ):
+        prepare_store(str(folder), adapter, tmp_path / "p", False)
+    store = prepare_store(str(folder), adapter, tmp_path / "p", False, encoding="latin-1")
+    assert len(TokenStore(store).lengths()) == 2
+    assert TokenStore(store).meta["source"]["options"]["encoding"] == "latin-1"
+    from contextlab.profile import BUDGETS
+
+    steps = build(
+        256,
+        BUDGETS["quick"],
+        adapter,
+        store=store,
+        haystack=str(folder),
+        kv_file=None,
+        kv_pairs=4,
+        attention="",
+        encoding="latin-1",
+    )
+    niah = next(s for s in steps if s.name == "niah")
+    assert niah.options.encoding == "latin-1"
+    with pytest.raises(SystemExit):
+        main(["profile", "--help"])
+    assert "--encoding {strict,replace,skip,latin-1}" in capsys.readouterr().out

@@ -57,6 +57,14 @@ def _parser() -> argparse.ArgumentParser:
         "file of many articles read as one gives none (default: one document per file)",
     )
     p.add_argument(
+        "--encoding",
+        default="strict",
+        choices=["strict", "replace", "skip", "latin-1"],  # data.sources.Encoding
+        help="for text --data (and the needle's haystack read from it): files that are not UTF-8, as data "
+        "ingest --encoding reads them: strict (stop, naming every such file), replace (U+FFFD), skip "
+        "(the file), latin-1 (decode it as Latin-1) (default: strict)",
+    )
+    p.add_argument(
         "--compare",
         metavar="PATH",
         help="a second model, profiled the same way and paired with the first (differences are second minus "
@@ -149,6 +157,7 @@ def cmd_profile(argv: list[str]) -> int:
             command=command,
             haystack=args.haystack,
             doc_start=args.doc_start,
+            encoding=args.encoding,
             split=args.split,
             context=args.context,
             dtype=args.dtype,

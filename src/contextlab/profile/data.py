@@ -54,12 +54,14 @@ def prepare_store(
     doc_start: str | None = None,
     split: str = "all",
     measured: bool = False,
+    encoding: str = "strict",
 ) -> str:
     """A token store for ``adapter``: ``data`` itself when it is one (checked: the model's tokenizer, its
     content), else ``data`` (text) ingested with the model's tokenizer into OUT/data/store-<tokenizer
     hash>, kept and reused on resume while the text is unchanged. Text changed since it was ingested
     is ingested again when no step has measured the old one, and refused when one has (``measured``):
-    a profile's steps all read one text."""
+    a profile's steps all read one text. ``encoding``: how text files that are not UTF-8 are read
+    (ingest's --encoding)."""
     from contextlab.data.ingest import IngestConfig, ingest, source_fingerprint
     from contextlab.data.store import TokenStore
     from contextlab.eval.base import open_store
@@ -76,7 +78,9 @@ def prepare_store(
         raise UserError(f"--data {data} does not exist; give a token store or a text file or folder")
     target = out / "data" / f"store-{str(adapter.info.tokenizer.get('hash', 'x'))[:12]}"
     made = is_store(target)
-    source = dataclasses.replace(prose_source(Path(data), say=not made), doc_start=doc_start)
+    source = dataclasses.replace(
+        prose_source(Path(data), say=not made), doc_start=doc_start, encoding=encoding
+    )
     config = IngestConfig(tokenizer=tokenizer_spec(adapter), source=source)
     stale = made and TokenStore(target).meta.get("ingest_fingerprint") != source_fingerprint(data, config)
     if made and not stale:

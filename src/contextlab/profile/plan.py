@@ -114,6 +114,7 @@ def build(
     doc_lengths=None,
     split: str = "all",
     heldout_of: str = "",
+    encoding: str = "strict",
 ) -> list[Step]:
     """The battery for context ``context`` and the model ``adapter`` (whose tokenizer decides how long
     the prompt tasks' fixed text and answers are); ``attention`` is "" when it can run, else why not.
@@ -121,7 +122,8 @@ def build(
     skip, saying why and what to do, when no document is as long as they read, and are estimated at
     the pieces the documents hold when that is fewer than the budget's. ``split``:
     the ``--split`` of every step that reads the store, and ``heldout_of`` the run whose held-out part
-    it reads (empty: the model's own)."""
+    it reads (empty: the model's own). ``encoding``: how the needle reads a text haystack's files
+    (the profile's --encoding)."""
     from contextlab.analysis import attention as att
     from contextlab.eval import bayes_fit, contextwise, kv, needle, passkey
 
@@ -129,7 +131,9 @@ def build(
         raise UserError(f"the model's context is {context} tokens; profile needs at least {MIN_CONTEXT}")
     C, b = context, budget
     visible = bayes_fit.default_lengths(C)
-    niah_opts = needle.Options(depths=list(b.depths), samples=b.haystacks, scoring="likelihood")
+    niah_opts = needle.Options(
+        depths=list(b.depths), samples=b.haystacks, scoring="likelihood", encoding=encoding
+    )
     niah_opts.lengths = niah_lengths = fitted_lengths(needle.lengths_for, adapter, niah_opts, C)
     pk_opts = passkey.Options(depths=list(b.depths), samples=b.passkey_sets, scoring="likelihood")
     pk_opts.lengths = pk_lengths = fitted_lengths(passkey.lengths_for, adapter, pk_opts, C)

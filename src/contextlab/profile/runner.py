@@ -132,6 +132,7 @@ def run_profile(
     command: str,
     haystack: str | None = None,
     doc_start: str | None = None,
+    encoding: str = "strict",
     split: str = "all",
     context: int = 0,
     dtype: str = "fp32",
@@ -155,12 +156,13 @@ def run_profile(
     ]
     context = _checked(opened, data, split, context)
     out.mkdir(parents=True, exist_ok=True)
-    manifest = Manifest.open(out, _settings(opened, data, budget_name, context, doc_start, split))
+    settings = _settings(opened, data, budget_name, context, doc_start, split, encoding)
+    manifest = Manifest.open(out, settings)
     manifest.doc["command"] = command
     manifest.doc["compare"] = "compare" if len(opened) == 2 else None
     measured = any(manifest.finished(rec) for rec in manifest.doc["steps"])
     held, plans = _plans(
-        opened, data, out, budget, context, haystack, doc_start, split, show_progress, measured
+        opened, data, out, budget, context, haystack, doc_start, split, show_progress, measured, encoding
     )
     one_tokenizer = len({m.adapter.info.tokenizer.get("hash") for m in opened}) == 1
     jobs = _jobs(opened, plans, len(opened) == 2 and one_tokenizer and not attention_problem(opened))
@@ -210,7 +212,13 @@ def _checked(opened: list[Model], data: str, split: str, context: int) -> int:
 
 
 def _settings(
-    opened: list[Model], data: str, budget_name: str, context: int, doc_start: str | None, split: str
+    opened: list[Model],
+    data: str,
+    budget_name: str,
+    context: int,
+    doc_start: str | None,
+    split: str,
+    encoding: str = "strict",
 ) -> dict:
     """What makes a profile folder this profile's: a rerun with the same settings resumes it."""
     return {
@@ -223,6 +231,7 @@ def _settings(
         "context": context,
         **({"doc_start": doc_start} if doc_start is not None else {}),  # absent: folders of before it
         **({"split": split} if split != "all" else {}),  # absent: every document, as before the option
+        **({"encoding": encoding} if encoding != "strict" else {}),  # absent: UTF-8, as before the option
     }
 
 
@@ -237,6 +246,7 @@ def _plans(
     split: str,
     show_progress: bool,
     measured: bool = False,
+    encoding: str = "strict",
 ) -> tuple[dict, dict[str, list[Step]]]:
     """Each model's data prepared and its battery planned: (the held-out part every model reads with
     ``split`` "run", else {}; {model label: its steps}). ``measured``: steps of this folder are done on
@@ -250,7 +260,7 @@ def _plans(
         held = documents(TokenStore(data), of, "run")[1]
     plans = {}
     for m in opened:
-        store = prepare_store(data, m.adapter, out, show_progress, doc_start, split, measured)
+        store = prepare_store(data, m.adapter, out, show_progress, doc_start, split, measured, encoding)
         kv_file, kv_pairs = prepare_kv(out, m.adapter, budget, context)
         plans[m.label] = build(
             context,
@@ -264,6 +274,7 @@ def _plans(
             doc_lengths=document_lengths(store, m.adapter, split, of),
             split=split,
             heldout_of=of,
+            encoding=encoding,
         )
     return held, plans
 
