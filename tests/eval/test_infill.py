@@ -229,7 +229,7 @@ def eval_infill(root, store, name, out, *extra):
     return json.loads((out / "infill.json").read_text())
 
 
-def test_contextlab_eval_infill_on_a_fim_and_a_clm_run(runs, tmp_path):
+def test_contextlab_eval_infill_on_a_fim_and_a_clm_run(runs, tmp_path, capsys):
     root, store = runs
     res = eval_infill(root, store, "fim", tmp_path / "fim")
     _, val = split_documents(store, 0.25, 0)
@@ -246,8 +246,14 @@ def test_contextlab_eval_infill_on_a_fim_and_a_clm_run(runs, tmp_path):
             tokens = np.load(tmp_path / "fim" / res["arrays"][f"tokens_{kind}"])
             assert math.isclose(got["nll_per_token"], -ll.sum() / tokens.sum(), rel_tol=1e-9)
     assert r["summary"]["lm_loss"] > 0 and r["lm"]["tokens"] > 0
+    capsys.readouterr()
     clm = eval_infill(root, store, "clm", tmp_path / "clm")["results"]
     assert clm["modes"] == ["l2r"] and "no FIM sentinels" in clm["note"]
+    # the modes asked for and not run are printed, on the settings line and under the summary (they were
+    # in the JSON only: a user's --modes psm,spm,l2r printed `modes l2r`)
+    said = capsys.readouterr()
+    note = "objective clm has no FIM sentinels: psm/spm not run, l2r only"
+    assert f"  note: {note}" in said.out.splitlines() and note in said.out + said.err
     assert clm["kinds"]["single"]["n"] == 3 and "single_psm_exact_match" not in clm["summary"]
 
 

@@ -125,7 +125,8 @@ def available_modes(adapter, modes: list[str]):
     if not any(m in MODES for m in modes):
         return list(modes), None, ""
     if adapter.info.objective != "fim" and "l2r" in modes:
-        note = f"objective {adapter.info.objective} has no FIM sentinels: psm/spm not run, l2r only"
+        asked = "/".join(m for m in modes if m in MODES)
+        note = f"objective {adapter.info.objective} has no FIM sentinels: {asked} not run, l2r only"
         return ["l2r"], None, note
     return list(modes), fim_sentinels(adapter), ""  # refuses a model without sentinels
 
@@ -301,7 +302,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         "infill",
         {
             "spans": ", ".join(f"{n} {k}-line" for k, n in n_spans.items()),
-            "modes": modes,
+            "modes": modes if not note else f"{', '.join(modes)} ({note})",
             "prefix tokens": budget[0],
             "suffix tokens": budget[1],
             "scoring": o.scoring,
@@ -318,6 +319,8 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         summary |= s
     bar.close()
     results = {"summary": summary, "modes": modes, "note": note, "prefix_tokens": budget[0]}
+    if note:  # printed under the summary too: the settings line is minutes above it
+        results["text"] = [f"note: {note}"]
     results |= {"suffix_tokens": budget[1], "kinds": kinds}
     if o.lm_loss:
         lm, lm_arrays = lm_loss(adapter, texts)
