@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from contextlab.errors import UserError
@@ -462,3 +463,46 @@ def test_kv_intervals_cluster_by_example_not_by_the_candidate_set_of_each_positi
     saved = tasks.sample_arrays(rows)
     assert saved["unit"].tolist() == [r["unit"] for r in rows]
     assert saved["group"].tolist() == [r["group"] for r in rows]
+
+
+def test_calibrated_accuracy_takes_the_candidates_own_prior_out():
+    """A user's model raised the true needle by 22-30 nats, yet scored chance: the shortest of five
+    answers (18 tokens against 20-25) won every set by its summed log-probability. The calibrated
+    accuracy picks the candidate the evidence raises most (with it minus without), so the prior cancels;
+    the summary says when the two disagree."""
+
+    class Scorer:  # each token costs 3 nats; the evidence for answer j raises answer j by 5
+        def score_continuations(self, prompt, cands):
+            return np.array([-3.0 * len(c) + (5.0 if prompt[-1] == c[0] else 0.0) for c in cands])
+
+    pool = [[i] * n for i, n in enumerate((24, 22, 18, 25, 20), start=1)]
+    rows = []
+    for g in range(8):
+        for j, cands in enumerate(tasks.rotations(pool)):
+            s = tasks.Sample([0, 9, j + 1], "a", cands, (0,), control=[0, 9, 0], group=g)
+            rows.append(
+                {
+                    "cell": [0],
+                    "group": g,
+                    "prompt_tokens": 3,
+                    **scoring._likelihood(Scorer(), s, s.prompt, None, {}),
+                }
+            )
+    summary = tasks.summarize(rows, 5)["summary"]
+    assert summary["likelihood_accuracy"] == pytest.approx(0.2)  # the shortest wins: 1 of 5 in each set
+    assert summary["calibrated_accuracy"] == 1.0
+    lines = tasks.summary_lines(summary)
+    assert lines[1].startswith("calibrated accuracy 1.00 [") and ", chance 0.20" in lines[1]
+    assert lines[-1].startswith("note: the evidence raises the true answer most in 1.00 of the prompts")
+
+    class Blind:  # reads no evidence: every gain is 0, a tie that goes the same way in every rotation
+        def score_continuations(self, prompt, cands):
+            return np.array([-3.0 * len(c) for c in cands])
+
+    blind = [
+        {"cell": [0], "group": g, "prompt_tokens": 3, **scoring._likelihood(Blind(), s, s.prompt, None, {})}
+        for g in range(4)
+        for j, cands in enumerate(tasks.rotations(pool))
+        for s in [tasks.Sample([0, 9, j + 1], "a", cands, (0,), control=[0, 9, 0], group=g)]
+    ]
+    assert tasks.summarize(blind, 5)["summary"]["calibrated_accuracy"] == pytest.approx(0.2)  # chance

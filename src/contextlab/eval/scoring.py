@@ -98,6 +98,9 @@ def _likelihood(adapter, s: Sample, prompt: list[int], visible, cache: dict, wit
         gain = with_ - np.array([cache[(ck, tuple(c))] for c in cands])
         row["gain_true"] = float(gain[0])
         row["gain_distractors"] = float(gain[1:].mean()) if len(cands) > 1 else 0.0
+        # the candidate the evidence raises most: the candidates' own prior (their length, their words)
+        # cancels, which a summed log-probability keeps (a 24-token answer loses to an 18-token one)
+        row["calibrated_correct"] = winner(gain, cands) == 0
     return row
 
 

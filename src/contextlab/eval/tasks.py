@@ -161,11 +161,13 @@ def sample_arrays(rows: list[dict]) -> dict[str, np.ndarray]:
 
 ACCURACIES = {
     "likelihood_correct": "likelihood_accuracy",
+    "calibrated_correct": "calibrated_accuracy",
     "exact": "exact_match",
     "contains": "contains_match",
 }
 SCORED_BY = {  # each per-sample accuracy key in words (scoring.py), for plot titles
     "likelihood_correct": "correct: true answer is the most likely candidate",
+    "calibrated_correct": "correct: the evidence raises the true answer most (log-prob with it - without)",
     "exact": "correct: greedy output starts with the answer",
     "contains": "correct: greedy output contains the answer",
 }
@@ -225,7 +227,7 @@ def summary_lines(summary: dict) -> list[str]:
     lines = []
     for name in ACCURACIES.values():
         if name in summary:
-            chance = summary.get("chance") if name == "likelihood_accuracy" else None
+            chance = summary.get("chance") if name in ("likelihood_accuracy", "calibrated_accuracy") else None
             calibrated = summary.get("calibrated") if name == "likelihood_accuracy" else None
             label = name.replace("_", " ")
             line = stats.accuracy_line(
@@ -242,6 +244,14 @@ def summary_lines(summary: dict) -> list[str]:
             lines.append(line)
     if "keyword_recall" in summary:
         lines.append(f"keyword recall {summary['keyword_recall']:.2f} of n={summary['n']}")
+    lo = (summary.get("calibrated_accuracy_ci95") or [0.0])[0]
+    if "likelihood_accuracy" in summary and lo > summary["likelihood_accuracy_ci95"][1]:
+        lines.append(
+            f"note: the evidence raises the true answer most in {summary['calibrated_accuracy']:.2f} of the "
+            f"prompts, but it is the most likely candidate in only {summary['likelihood_accuracy']:.2f}: the "
+            "candidates' own prior (their length, their words) outweighs what the model reads; calibrated "
+            "accuracy reads it with that prior taken out"
+        )
     return lines
 
 
