@@ -68,6 +68,16 @@ def test_sweep_writes_results_and_resumes(tmp_path, monkeypatch):
     assert oc.run_optimal_context(cfg, progress=False)["cells"] == res["cells"]
     with pytest.raises(UserError, match="different config"):
         oc.run_optimal_context(_cfg(tmp_path, max_steps=40, contexts=[2, 7, 12], lr=1e-3), progress=False)
+    # a grid that grows keeps the cells fitted (a user's added data size was refused outright): only the
+    # new context is fitted
+    fitted = []
+    monkeypatch.undo()
+    real = oc.fit_cell
+    monkeypatch.setattr(
+        oc, "fit_cell", lambda cfg, train, val, l, seed: fitted.append(l) or real(cfg, train, val, l, seed)
+    )
+    grown = oc.run_optimal_context(_cfg(tmp_path, max_steps=40, contexts=[2, 5, 7, 12]), progress=False)
+    assert fitted == [5, 5] and all(grown["cells"][k] == v for k, v in res["cells"].items())
     assert oc.optimal_context_png(res, tmp_path / "oc.png").stat().st_size > 10_000
     with pytest.raises(ValueError, match="contexts must lie"):
         _cfg(tmp_path, contexts=[13])
@@ -178,7 +188,9 @@ def test_the_command_documents_every_option_and_runs_the_sweep(tmp_path, capsys)
     assert res["config"]["patience"] == 2 and res["config"]["measure_features"] is False
     assert (tmp_path / "out" / "optimal_context.png").stat().st_size > 10_000
     assert main(["optimal-context", str(recipe), "--lr", "1e-2", "--no-progress"]) == 2
-    assert "different config; use another out_dir" in capsys.readouterr().err
+    assert (
+        "different config (lr 0.003 -> 0.01; patience 2 -> 5); use another out_dir" in capsys.readouterr().err
+    )
 
 
 def test_a_cell_that_never_improves_is_recorded_without_a_loss_and_the_sweep_goes_on(tmp_path):
@@ -223,3 +235,14 @@ def test_an_out_dir_that_is_a_file_is_one_line_and_kept(tmp_path):
         == f"--out-dir {notes} is a file, not a folder; choose another --out-dir (it is left as it is)"
     )
     assert notes.read_text() == "mine"
+
+
+def test_a_second_sweep_on_the_folder_in_use_is_refused(tmp_path):
+    """Two `optimal-context` runs on one --out-dir, started 4 s apart, both fitted every cell."""
+    from contextlab.data.store_write import output_lock
+
+    cfg = _cfg(tmp_path, max_steps=10, contexts=[2, 7])
+    with output_lock(tmp_path / "sweep", "optimal-context folder"):
+        with pytest.raises(UserError, match="optimal-context folder .* is being written"):
+            oc.run_optimal_context(cfg, progress=False)
+    assert not (tmp_path / "sweep" / "results.json").exists()

@@ -197,16 +197,25 @@ def _feature_measures(model: ContextMLP, val: tuple[Tensor, Tensor, Tensor]) -> 
 
 
 FREE = ("out_dir", "threads", "measure_features")  # may change between a sweep and its resumption
+GRID = ("data_sizes", "contexts")  # the cells asked for: each cell is fitted alone, so a grid may grow
 
 
 def run_optimal_context(cfg: OptimalContextConfig, progress: bool = True) -> dict:
     """Every (D, l) cell, skipping finished ones; writes OUT/results.json and returns it."""
-    from contextlab import bars
+    from contextlab.data.store_write import output_lock
     from contextlab.outputs import refuse_non_folder
 
     torch.set_num_threads(cfg.threads)
     out = Path(cfg.out_dir)
     refuse_non_folder(out, "--out-dir")  # a file there was blamed as "not a readable step state"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with output_lock(out, "optimal-context folder"):  # two at once both fitted every cell
+        return _run(cfg, out, progress)
+
+
+def _run(cfg: OptimalContextConfig, out: Path, progress: bool) -> dict:
+    from contextlab import bars
+
     tasks = syn.make_tasks(cfg.parity())
     old = _same_config(cfg, out / "results.json")
     runner = StepRunner(out / "steps.json", log=bars.write)
@@ -238,9 +247,18 @@ def _same_config(cfg: OptimalContextConfig, path: Path) -> dict:
     if not path.is_file():
         return {}
     old = json.loads(path.read_text())
-    same = {k: v for k, v in old.get("config", {}).items() if k not in FREE}
-    if same != {k: v for k, v in asdict(cfg).items() if k not in FREE}:
-        raise UserError(f"{path} holds a sweep with a different config; use another out_dir")
+    was = {k: v for k, v in old.get("config", {}).items() if k not in FREE + GRID}
+    now = {k: v for k, v in asdict(cfg).items() if k not in FREE + GRID}
+    if was != now:
+        changed = "; ".join(
+            f"{k} {was.get(k)} -> {now.get(k)}"
+            for k in sorted(was.keys() | now.keys())
+            if was.get(k) != now.get(k)
+        )
+        raise UserError(
+            f"{path} holds a sweep with a different config ({changed}); use another out_dir (data_sizes "
+            "and contexts may change: the cells already fitted are kept)"
+        )
     return old.get("cells", {})
 
 
@@ -253,7 +271,7 @@ def _train_set(cfg: OptimalContextConfig, tasks, cache: dict, D: int) -> syn.Par
 def _cell_step(cfg: OptimalContextConfig, D: int, l: int, train, val, out: Path) -> Step:
     """Cell (D, l) as a step: fit a fresh MLP, write OUT/cells/D_l.json."""
     dest = out / "cells" / f"{D}_{l}.json"
-    config = {k: v for k, v in asdict(cfg).items() if k not in FREE}
+    config = {k: v for k, v in asdict(cfg).items() if k not in FREE + GRID}  # a cell is of its own D and l
 
     def run() -> None:
         cell = {"data_size": D, "context": l, **fit_cell(cfg, train(), val, l, cfg.seed + l)}
