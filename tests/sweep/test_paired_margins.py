@@ -169,3 +169,25 @@ def test_a_margin_below_the_optimum_says_why_it_can_be():
     assert margins_line(margins).endswith(
         "128 -0.038 [-0.193, +0.117] (within noise; below the optimum with documents weighed equally)"
     )
+
+
+def test_the_u_curves_ring_the_contexts_not_told_apart_from_the_optimum(tmp_path, monkeypatch):
+    """The U-curves drew each optimum alone, bare of the paired margins that say which neighbours tie it,
+    with the raw column name for a y label and a legend entry 'model' (a user's reading)."""
+    from contextlab.sweep import compute_optimal as co
+
+    figs = []
+    real = co.save_png
+    monkeypatch.setattr(co, "save_png", lambda fig, path: figs.append(fig) or real(fig, path))
+    rng = np.random.default_rng(0)
+    base = 5.0 + rng.normal(0, 0.5, DOCS)
+    curves = {64: base + 0.10 + rng.normal(0, 0.01, DOCS), 128: base}
+    res = _sweep(tmp_path, {**curves, 256: base + 0.002 + rng.normal(0, 0.01, DOCS)})
+    assert res["paired"]["1000000000000.0"]["m"]["within_noise"] == [256]
+    ax = figs[0].axes[0]
+    rings = [ln for ln in ax.get_lines() if ln.get_label() == "_m tied"]
+    assert (
+        len(rings) == 1 and list(rings[0].get_xdata()) == [256] and rings[0].get_markerfacecolor() == "none"
+    )
+    assert ax.get_ylabel() == "best_context_loss (nats/token)"
+    assert "○ not told apart from it (paired, 95%)" in [t.get_text() for t in figs[0].texts][0]

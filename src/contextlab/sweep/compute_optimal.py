@@ -502,11 +502,26 @@ def _plot_u_curves(plt, result: dict, budgets: list, path: Path) -> Path:
                 markersize=14,
                 color=line.get_color(),
             )
+            tied = ((result.get("paired") or {}).get(b) or {}).get(size, {}).get("within_noise") or []
+            near = [(int(c), curve.get(c, curve.get(str(c)))) for c in tied]
+            if near:  # the contexts the paired margins do not tell apart from the optimum
+                ax.plot(*zip(*near), "o", ms=11, mfc="none", color=line.get_color(), label=f"_{size} tied")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("training context (tokens)")
         ax.set_title(budget_label(result["budget_key"], b))
-    axes[0][0].set_ylabel(result["metric"])
-    axes[0][-1].legend(fontsize=8)
+    metric = result["metric"]
+    unit = " (nats/token)" if "loss" in metric else ""
+    axes[0][0].set_ylabel(metric.replace("contextwise.", "") + unit)
+    marks = "★ the optimum"
+    paired = result.get("paired") or {}
+    if any(m.get("within_noise") for b in budgets for m in (paired.get(b) or {}).values()):
+        marks += "; ○ not told apart from it (paired, 95%)"
+    if result.get("warning"):
+        marks += "; ranked by a mean loss (see the analysis's warning)"
+    fig.subplots_adjust(bottom=0.26, top=0.88)
+    fig.text(0.5, 0.015, marks, fontsize=8, ha="center", va="bottom")
+    if len(result["curves"][budgets[0]]) > 1 or result.get("size_key"):
+        axes[0][-1].legend(fontsize=8, title=result.get("size_key") or None, title_fontsize=8)
     return save_png(fig, path)
 
 
