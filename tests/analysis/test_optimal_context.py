@@ -242,7 +242,7 @@ def test_a_second_sweep_on_the_folder_in_use_is_refused(tmp_path):
     from contextlab.data.store_write import output_lock
 
     cfg = _cfg(tmp_path, max_steps=10, contexts=[2, 7])
-    with output_lock(tmp_path / "sweep", "optimal-context folder"):
-        with pytest.raises(UserError, match="optimal-context folder .* is being written"):
-            oc.run_optimal_context(cfg, progress=False)
+    busy = pytest.raises(UserError, match="optimal-context folder .* is being written")
+    with output_lock(tmp_path / "sweep", "optimal-context folder"), busy:
+        oc.run_optimal_context(cfg, progress=False)
     assert not (tmp_path / "sweep" / "results.json").exists()

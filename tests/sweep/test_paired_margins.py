@@ -190,4 +190,4 @@ def test_the_u_curves_ring_the_contexts_not_told_apart_from_the_optimum(tmp_path
         len(rings) == 1 and list(rings[0].get_xdata()) == [256] and rings[0].get_markerfacecolor() == "none"
     )
     assert ax.get_ylabel() == "best_context_loss (nats/token)"
-    assert "○ not told apart from it (paired, 95%)" in [t.get_text() for t in figs[0].texts][0]
+    assert "○ not told apart from it (paired, 95%)" in next(t.get_text() for t in figs[0].texts)

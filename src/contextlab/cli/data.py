@@ -131,6 +131,30 @@ def _ingest_config(args: argparse.Namespace):
     return from_dict(IngestConfig, data)
 
 
+CR_SHARE = 0.001  # carriage-return tokens past this share of a store are said (CRLF files)
+
+
+def carriage_return_note(store) -> str:
+    """A note when a store's text keeps CRLF line ends (Project Gutenberg's files; kept byte for byte, as
+    every offset into the source stays valid): its carriage returns are tokens the prompt tasks, which
+    write LF, never show the model. "" when under ``CR_SHARE`` of the tokens."""
+    import numpy as np
+
+    if not store.n_tokens:
+        return ""
+    tok = store.tokenizer()
+    ids = {i for text in ("\r", "\r\n", "\r\n\r\n", " \r\n", ".\r\n") for i in tok.encode(text)}
+    ids = [i for i in ids if "\r" in tok.decode([i])]
+    share = float(np.isin(store.tokens, ids).sum()) / store.n_tokens if ids else 0.0
+    if share < CR_SHARE:
+        return ""
+    return (
+        f"  note: {share:.1%} of the tokens hold carriage returns (CRLF line ends, kept byte for byte); "
+        "the prompt tasks (niah, kv, passkey, vartrack) write LF, so a model trained here reads their "
+        "line ends as text it has not seen: convert the files to LF first (e.g. dos2unix) to train on LF"
+    )
+
+
 def _print_ingest_report(report) -> None:
     """What was written (or that the store was up to date), and the skipped-document counts."""
     store = report.store
@@ -158,6 +182,8 @@ def _print_ingest_report(report) -> None:
     notes = {k: v for k, v in notes.items() if v}
     if notes:
         print("  " + ", ".join(f"{k}: {v:,}" for k, v in notes.items()))
+    if line := carriage_return_note(store):
+        print(line)
     if stats.get("latin1_files") or stats.get("latin1_rows"):  # which, so a reader can look at them
         from contextlab.data.stats import latin1_line
 
