@@ -280,19 +280,12 @@ COMPARERS = {
 # ---------------------------------------------------------------------------- both runs, every evaluation
 
 
-def compare_runs(
-    run_a: str | Path,
-    run_b: str | Path,
-    evals: list[str] | None,
-    options: Options,
-    out: str | Path | None,
-    overwrite: bool = False,
-) -> tuple[Path, list[dict]]:
+def compare_runs(run_a: str | Path, run_b: str | Path, *args, **kwargs) -> tuple[Path, list[dict]]:
     """Compare every evaluation both runs have (or ``evals``); write OUT/compare_NAME.json and .png for
     each and return OUT and the written documents. OUT defaults to RUN_A/compare/<B's name>. A file
     there that is not a comparison is refused; so is one of other results or options unless
-    ``overwrite`` (``check_rerun``), before anything is written."""
-    out, docs = comparisons(run_a, run_b, evals, options, out, overwrite)
+    ``overwrite`` (``check_rerun``), before anything is written. The arguments are ``comparisons``'."""
+    out, docs = comparisons(run_a, run_b, *args, **kwargs)
     save(out, docs)
     return out, docs
 
