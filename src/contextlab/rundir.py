@@ -232,7 +232,8 @@ def resolve_checkpoint(path: PathLike, step: int | str | None = None) -> Path:
     return found[step]
 
 
-_NOTED: set = set()  # (runs, notes) already said by this process
+_NOTED: set[Path] = set()  # runs already said to be training, by this process
+_BEST_NOTED: set[Path] = set()  # runs whose best checkpoint, before the newest, was already said
 
 
 def _note_still_training(run: Path, newest: Path) -> None:
@@ -252,9 +253,9 @@ def _note_best_kept(run: Path, found: dict[int, Path]) -> None:
     (an early-stopped run: its newest is where it stopped, after the loss rose)."""
     newest = max(found)
     best = best_step(run)
-    if best is None or best[0] == newest or best[0] not in found or (run.resolve(), "best") in _NOTED:
+    if best is None or best[0] == newest or best[0] not in found or run.resolve() in _BEST_NOTED:
         return
-    _NOTED.add((run.resolve(), "best"))
+    _BEST_NOTED.add(run.resolve())
     print(
         f"note: {run}'s best validation loss ({best[1]:.4f}) was at step {best[0]}, before its newest "
         f"checkpoint {found[newest].name}, which this reads; --step best reads the best",

@@ -690,3 +690,8 @@ def test_a_profile_of_text_with_latin1_files_reads_them_with_encoding(runs, tmp_
     with pytest.raises(SystemExit):
         main(["profile", "--help"])
     assert "--encoding {strict,replace,skip,latin-1}" in capsys.readouterr().out
+    from typing import get_args
+
+    from contextlab.data.sources import Encoding
+
+    assert "{" + ",".join(get_args(Encoding)) + "}" == "{strict,replace,skip,latin-1}"  # ingest's own

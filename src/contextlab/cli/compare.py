@@ -140,7 +140,7 @@ def _pooled(
     for pair_dir, pair_docs in made:
         save(pair_dir, pair_docs)
     drop_stale_pairs(folder, len(pairs))
-    pooled = write_pooled(folder, pairs, docs, results)
+    pooled = write_pooled(folder, pairs, results)
     print(f"A = {la} and the other A runs, B = {lb} and the other B runs (differences are A - B)")
     for i, (a, b) in enumerate(pairs):
         print(f"  pair {i + 1}: {a} - {b}")

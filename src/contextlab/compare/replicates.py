@@ -222,10 +222,9 @@ def drop_stale_pairs(out: Path, k: int) -> None:
             pass
 
 
-def write_pooled(out: Path, pairs: list[tuple[str, str]], docs: list[list[dict]], pooled=None) -> dict:
-    """Pool the pairs' compare documents (or take ``pooled``, what ``pool`` gave) and write
-    OUT/pooled.json; return it."""
-    results, lines, notes = pooled if pooled is not None else pool(docs)
+def write_pooled(out: Path, pairs: list[tuple[str, str]], pooled: tuple[dict, list[str], list[str]]) -> dict:
+    """Write OUT/pooled.json of ``pooled`` (what ``pool`` gave for ``pairs``); return it."""
+    results, lines, notes = pooled
     notes = shared_runs(pairs) + notes
     doc = jsonable(
         {

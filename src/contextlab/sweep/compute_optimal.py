@@ -520,8 +520,7 @@ def _plot_u_curves(plt, result: dict, budgets: list, path: Path) -> Path:
         marks += "; ranked by a mean loss (see the analysis's warning)"
     fig.subplots_adjust(bottom=0.26, top=0.88)
     fig.text(0.5, 0.015, marks, fontsize=8, ha="center", va="bottom")
-    if len(result["curves"][budgets[0]]) > 1 or result.get("size_key"):
-        axes[0][-1].legend(fontsize=8, title=result.get("size_key") or None, title_fontsize=8)
+    axes[0][-1].legend(fontsize=8, title=result.get("size_key") or None, title_fontsize=8)
     return save_png(fig, path)
 
 
