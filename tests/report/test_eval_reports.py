@@ -440,3 +440,40 @@ def test_a_nested_summary_is_shown_and_heads_the_models_table():
     assert shown["a.mean_distance"] == 50.85 and shown["b.mean_distance"] == 44.64
     assert shown["a_vs_b.mean_distance_diff"] == "6.210 [5.740, 6.680]" and shown["seconds"] == 1.3
     assert headline("attention", doc) == ("a.mean_distance", 50.85)
+
+
+def test_results_of_several_commits_or_of_uncommitted_code_are_flagged(tmp_path, monkeypatch):
+    """A report mixing results of several versions of the code, or of a checkout with uncommitted
+    changes, said nothing: each result recorded its commit only, and no dirty tree at all."""
+    from contextlab.eval import results as res
+
+    version = res.code_version()
+    assert version["git_commit"] is not None and isinstance(version["git_dirty"], bool)  # this checkout
+    made = iter(
+        [
+            {**version, "git_commit": "a" * 40, "git_dirty": False},
+            {**version, "git_commit": "a" * 40, "git_dirty": False},
+            {**version, "git_commit": "b" * 40, "git_dirty": True},
+        ]
+    )
+    monkeypatch.setattr(res, "code_version", lambda: next(made))
+
+    def write(folder, name):
+        res.write_result(
+            tmp_path / folder, name, results={"summary": {"loss": 1.0}}, options={},
+            model={"path": str(tmp_path / folder)}, data={"store": "s"}, seconds=0.0,
+        )  # fmt: skip
+
+    write("m1", "ppl")
+    write("m1", "niah")
+    text = html.unescape(re.sub(r"<[^>]+>", " ", build_report(tmp_path).read_text()))
+    assert "commits of contextlab" not in text and "uncommitted" not in text  # one commit, clean
+    write("m2", "ppl")
+    text = html.unescape(
+        re.sub(r"<[^>]+>", " ", build_report(tmp_path, out=tmp_path / "r2.html").read_text())
+    )
+    assert (
+        "the 3 evaluation results here come from 2 commits of contextlab: aaaaaaaaaa (2), bbbbbbbbbb (1)"
+        in text
+    )
+    assert "1 of the 3 were computed by a checkout with uncommitted changes (git_dirty)" in text

@@ -94,6 +94,14 @@ def test_a_sweep_over_objectives_evaluates_the_causal_runs_on_what_they_held_out
         main(["eval", "ppl", "--model", str(clm.dir), "--split", "run", "--stride", "8", "--overwrite"]) == 0
     )
     assert json.loads(result.read_text())["options"]["stride"] == 8
+    # the report says so beside the sweep's table (which still holds the sweep's own numbers)
+    from contextlab.report.html import build_report
+    from contextlab.sweep.results import rewritten_evals
+
+    assert rewritten_evals(_section.out_dir) == {"name-clm": ["ppl"]}
+    page = build_report(_section.out_dir).read_text()
+    assert "evaluations rewritten since the sweep made this table: name-clm (ppl)" in page
+    assert "name-clm (evaluations rewritten since the sweep&#x27;s table)" in page
     capsys.readouterr()
     assert main(["sweep", str(f), "--dry-run"]) == 0
     assert (
@@ -105,6 +113,8 @@ def test_a_sweep_over_objectives_evaluates_the_causal_runs_on_what_they_held_out
     assert json.loads(result.read_text())["options"]["stride"] != 8  # the sweep's own options again
     run_sweep(f, progress=False)
     assert "running it again" not in capsys.readouterr().err  # done: skipped
+    assert rewritten_evals(_section.out_dir) == {}
+    assert "rewritten since" not in build_report(_section.out_dir).read_text()
     result.unlink()
     assert main(["sweep", str(f), "--dry-run"]) == 0
     assert f"rerun    name-clm  (its output {result} is missing)" in capsys.readouterr().out

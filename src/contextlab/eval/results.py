@@ -45,23 +45,29 @@ NON_FINITE_NOTE = (
 
 
 def code_version() -> dict:
-    """Package version plus the git commit of the source tree (None outside a checkout)."""
-    commit = None
+    """Package version, the git commit of the source tree and whether its tracked files differ from
+    that commit (``git_dirty``; both None outside a checkout): a result of uncommitted code says so."""
+    commit = dirty = None
+    root = Path(contextlab.__file__).resolve().parents[2]
     try:
-        root = Path(contextlab.__file__).resolve().parents[2]
-        commit = (
-            subprocess.run(
-                ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
-            ).stdout.strip()
-            or None
-        )
+        commit = _git(root, "rev-parse", "HEAD") or None
+        if commit:
+            dirty = bool(_git(root, "status", "--porcelain", "--untracked-files=no"))
     except (OSError, subprocess.SubprocessError):
         pass
     return {
         "contextlab_version": contextlab.__version__,
         "format_version": contextlab.FORMAT_VERSION,
         "git_commit": commit,
+        "git_dirty": dirty,
     }
+
+
+def _git(root: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+    if done.returncode != 0:
+        raise subprocess.SubprocessError(done.stderr.strip())
+    return done.stdout.strip()
 
 
 def file_hash(*paths: str | Path) -> str:

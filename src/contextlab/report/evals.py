@@ -18,6 +18,7 @@ from __future__ import annotations
 import html
 import json
 import shlex
+from collections import Counter
 from pathlib import Path
 
 from contextlab import rundir
@@ -62,6 +63,30 @@ def eval_folders(root: Path) -> list[Path]:
     """Every folder at or below ``root`` that holds a result file, sorted (hidden folders skipped)."""
     folders = {f.parent for f in root.rglob("*.json") if read_result(f) is not None}
     return sorted(d for d in folders if not any(p.startswith(".") for p in d.relative_to(root).parts))
+
+
+def code_note(folders: list[Path]) -> str | None:
+    """One line when the results in ``folders`` were computed by more than one version of the code
+    (git commits) or by code with uncommitted changes; None when they agree (or say nothing)."""
+    docs = [doc for folder in dict.fromkeys(folders) for doc in read_results(folder).values()]
+    commits = Counter(d["git_commit"] for d in docs if d.get("git_commit"))
+    dirty = sum(d.get("git_dirty") is True for d in docs)
+    said = []
+    if len(commits) > 1:
+        shown = ", ".join(f"{c[:10]} ({n})" for c, n in commits.most_common(5))
+        more = f" and {len(commits) - 5} more" if len(commits) > 5 else ""
+        said.append(
+            f"the {len(docs)} evaluation results here come from {len(commits)} commits of contextlab: "
+            f"{shown}{more}"
+        )
+    if dirty:
+        said.append(
+            f"{dirty} of the {len(docs)} were computed by a checkout with uncommitted changes (git_dirty), "
+            "which no commit reproduces"
+        )
+    if not said:
+        return None
+    return "; ".join(said) + ". Each result's commit is under its 'options, model, data and code version'."
 
 
 def folder_label(folder: Path, root: Path) -> str:
@@ -281,7 +306,7 @@ def _records(doc: dict) -> str:
         shown = {**m, **({"tokenizer": f"{tok.get('name')} ({str(tok.get('hash'))[:12]})"} if tok else {})}
         tables.append(kv_table(shown, f"model {k}".strip()))
     tables.append(kv_table(doc.get("data") or {}, "data"))
-    code = ("contextlab_version", "format_version", "git_commit", "created", "seconds", "arrays")
+    code = ("contextlab_version", "format_version", "git_commit", "git_dirty", "created", "seconds", "arrays")
     tables.append(kv_table({k: doc[k] for k in code if k in doc}, "code and files"))
     return '<div class="records">' + "".join(tables) + "</div>"
 

@@ -33,6 +33,7 @@ from contextlab.io import atomic_write_text
 from contextlab.report import profile
 from contextlab.report.blocks import keys, table
 from contextlab.report.evals import (
+    code_note,
     compare_sections,
     eval_folder_section,
     eval_folders,
@@ -49,6 +50,7 @@ from contextlab.report.runs import (
     summary_section,
 )
 from contextlab.report.together import together_section
+from contextlab.sweep.results import rewritten_evals
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;
@@ -136,10 +138,12 @@ def _folder_sections(root: Path) -> list[str]:
     runs = sorted(rundir.find_runs(root), key=natural_key)  # context-64 before context-128
     left_out = set(outside_grid(root))  # a sweep's runs of grid values its sweep file no longer has
     stale = stale_runs(root)  # a sweep's runs trained with another config than its sweep file's
+    rewritten = rewritten_evals(root) if (root / "results.csv").is_file() else {}
     for run in runs[:50]:
         name = str(run.relative_to(root)) if run != root else run.name
         name += " (not in this sweep's grid)" if run in left_out else ""
         name += " (stale: trained with another config than the sweep file's)" if run.name in stale else ""
+        name += " (evaluations rewritten since the sweep's table)" if run.name in rewritten else ""
         section, key = run_section(run, f"Run {name}")
         body.append(section)
         tables.append({"run": name, **key, **eval_key(run)})
@@ -164,6 +168,9 @@ def _folder_sections(root: Path) -> list[str]:
         body.append(eval_folder_section(folder, f"{kind} {label}"))
     if len(folders) > 1 and alone:
         body.insert(lead + (len(runs) > 1), "<h2>Models</h2>" + models_table(folders))
+    note = code_note([rundir.eval_dir(r) for r in runs] + list(folders.values()))
+    if note:
+        body.insert(lead, f"<p><b>{html.escape(note)}</b></p>")
     for folder in profiles:
         doc = profile.read_profile(folder)
         name = html.escape(str(folder.relative_to(root)))

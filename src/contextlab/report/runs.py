@@ -22,6 +22,7 @@ from contextlab.report.blocks import img, keys, muted, png_img, pre, table
 from contextlab.report.details import optimal_context_results, optimal_context_section
 from contextlab.report.evals import eval_sections, read_results
 from contextlab.report.plots import loss_curve_png
+from contextlab.sweep.results import rewritten_evals
 
 
 def run_section(run: Path, title: str | None = None) -> tuple[str, dict]:
@@ -243,6 +244,19 @@ def sweep_section(sweep: Path) -> str:
                 f"not in this sweep's grid (its sweep file has other values): {names}; their folders are "
                 "kept and shown below, but they are in neither this table nor the compute-optimal analysis"
             )
+        )
+    rewritten = rewritten_evals(sweep)
+    if rewritten:
+        names = "; ".join(f"{run} ({', '.join(evals)})" for run, evals in rewritten.items())
+        parts.append(
+            "<p><b>"
+            + html.escape(
+                f"evaluations rewritten since the sweep made this table: {names}. This table and the "
+                "analysis below hold the sweep's numbers, the runs' sections below the new files; run the "
+                f"sweep again (contextlab sweep {sweep / 'sweep.toml'}) to evaluate them as its eval_args "
+                "say and refresh both"
+            )
+            + "</b></p>"
         )
     co = sweep / "compute_optimal.json"
     if co.exists():

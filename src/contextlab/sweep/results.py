@@ -13,6 +13,7 @@ it comes from changed, so that rewriting it stays cheap as the grid grows.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import os
@@ -39,6 +40,36 @@ def status(run: Run) -> dict:
         if isinstance(pid, int) and not _alive(pid):
             return {**record, "status": "stopped"}
     return record
+
+
+def file_digest(path: Path) -> str | None:
+    """The first 16 hex digits of the sha256 of a file's bytes (None: it cannot be read)."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    except OSError:
+        return None
+
+
+def rewritten_evals(sweep_dir: Path) -> dict[str, list[str]]:
+    """For each run in SWEEP/runs/ the evaluations whose result file is no longer the one the sweep
+    wrote when the run finished (an ``eval --overwrite`` since, or a file removed): results.csv and
+    the analysis still hold the sweep's numbers until the sweep runs again. Read from each run's
+    sweep_status.json (where the file is: its ``eval_files``, else RUN/eval/NAME.json)."""
+    found: dict[str, list[str]] = {}
+    runs = Path(sweep_dir) / "runs"
+    for run in sorted(runs.iterdir()) if runs.is_dir() else []:
+        try:
+            record = json.loads((run / "sweep_status.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(record, dict) or record.get("status") != "done":
+            continue
+        paths = record.get("eval_files") or {}
+        for name, digest in (record.get("evals") or {}).items():
+            path = run / (paths.get(name) or f"{rundir.EVAL}/{name}.json")  # an absolute one stays so
+            if digest and file_digest(path) != digest:
+                found.setdefault(run.name, []).append(name)
+    return found
 
 
 def _alive(pid: int) -> bool:

@@ -18,7 +18,6 @@ each a slice of the grid (``--only``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -34,7 +33,7 @@ from contextlab.errors import UserError
 from contextlab.io import atomic_write_json, atomic_write_text
 from contextlab.steps import Step, StepRunner
 from contextlab.sweep import folder
-from contextlab.sweep.results import status, write_results
+from contextlab.sweep.results import file_digest, status, write_results
 from contextlab.sweep.spec import Run, SweepSection, budget_notes, eval_notes, format_arg, load_sweep
 
 STATE_FILE = folder.STATE  # sweep_state.json: which runs finished with which config (contextlab.steps)
@@ -176,21 +175,20 @@ def _eval_files(run: Run) -> dict[str, Path]:
     return files
 
 
-def _file_digest(path: Path) -> str | None:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    except OSError:
-        return None
-
-
 def _rewritten(run: Run) -> str | None:
     """The reason to evaluate again when a result file is not the one the sweep's run wrote (recorded
     in RUN/sweep_status.json when it finished): an ``eval --overwrite`` with other options."""
     made = status(run).get("evals") or {}
     for name, path in _eval_files(run).items():
-        if made.get(name) and _file_digest(path) != made[name]:
+        if made.get(name) and file_digest(path) != made[name]:
             return f"its result {path} was rewritten since the sweep made it (by another command?)"
     return None
+
+
+def _where(path: Path, run_dir: Path) -> str:
+    """``path`` relative to the run's folder when inside it (the record survives a moved sweep folder)."""
+    full, base = path.resolve(), run_dir.resolve()
+    return str(full.relative_to(base)) if full.is_relative_to(base) else str(full)
 
 
 def _record_end(run: Run, returncode: int, seconds: float, runner: StepRunner, step: Step) -> dict:
@@ -198,7 +196,9 @@ def _record_end(run: Run, returncode: int, seconds: float, runner: StepRunner, s
     ok = returncode == 0
     record = {"status": "done" if ok else "failed", "seconds": round(seconds, 1), "returncode": returncode}
     if ok:
-        record["evals"] = {name: _file_digest(path) for name, path in _eval_files(run).items()}
+        files = _eval_files(run)
+        record["evals"] = {name: file_digest(path) for name, path in files.items()}
+        record["eval_files"] = {name: _where(path, run.dir) for name, path in files.items()}  # for the report
         runner.finish(step, step.digest(), record["seconds"])
     else:
         record["error"] = _last_error(run)
