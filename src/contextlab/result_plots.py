@@ -225,9 +225,26 @@ def heatmap_png(
         bar.set_label(value_label, fontsize=8)
     if centred:
         bar.ax.axhline(chance, color="black", linewidth=1.2)
-        bar.ax.text(1.05, chance, " chance", transform=bar.ax.get_yaxis_transform(), va="center", fontsize=7)
+        _chance_tick(bar, norm, chance)
     ax.set_title("\n".join(lines), fontsize=9)
     return save_png(fig, out)
+
+
+def _fit_label(label: str, height_in: float, fontsize: float = 9) -> str:
+    """An axis label wrapped onto lines that fit the figure's height (a long y label ran off it)."""
+    import textwrap
+
+    chars = max(20, int(0.8 * height_in * 72 / (0.55 * fontsize)))  # a character is about 0.55 em wide
+    return "\n".join(textwrap.wrap(label, chars)) or label
+
+
+def _chance_tick(bar, norm, chance: float) -> None:
+    """The colour bar's ticks with chance among them, labelled so; a tick that would overprint it is
+    dropped (the label 'chance' beside the bar overprinted a tick at 0.2)."""
+    near = [t for t in bar.get_ticks() if abs(float(norm(t)) - float(norm(chance))) < 0.07]
+    ticks = sorted({*[t for t in bar.get_ticks() if t not in near and norm.vmin <= t <= norm.vmax], chance})
+    bar.set_ticks(ticks, labels=[f"chance {t:.2f}" if t == chance else f"{t:g}" for t in ticks])
+    bar.ax.tick_params(labelsize=7)
 
 
 def _tick(v) -> str:
@@ -273,7 +290,7 @@ def lines_png(
     if note:
         title = f"{title}\n{note}"
     ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+    ax.set_ylabel(_fit_label(ylabel, fig.get_figheight()), fontsize=9)
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8, loc="best", framealpha=0.85)
     ax.grid(alpha=0.3)

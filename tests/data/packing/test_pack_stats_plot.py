@@ -29,4 +29,9 @@ def test_documents_per_sequence_have_whole_ticks_and_the_zipf_panel_a_y_label(mo
     assert heights == [1.0, 1.0] or all(abs(h - 1) < 1e-9 for h in heights)
     labels = [t.get_text() for t in zipf.get_legend().get_texts()]
     assert labels == ["least squares: mean 1.150 (3 sequences)", "MLE: mean 1.150 (2 sequences)"]
+    assert docs.get_title() == "ep: mean 1.33 docs/sequence"  # a store without a context record
     figures.pyplot().close(figs[0])
+    # the title names the retriever and the context (a dense and a BM25 SPLICE figure looked alike)
+    stats.plot_pack_stats({**s, "method": "splice", "retriever": "dense", "context": 1024}, "unused.png")
+    assert figs[1].axes[0].get_title() == "splice, dense, context 1,024: mean 1.33 docs/sequence"
+    figures.pyplot().close(figs[1])

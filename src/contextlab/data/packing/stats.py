@@ -368,6 +368,12 @@ def _similarity(sim: float | None, measure: str | None) -> str:
     return f"{sim:.3f}" + (f" ({measure})" if measure else "")
 
 
+def pack_label(s: dict) -> str:
+    """The packing in a few words: method, the retriever it used, the context ('splice, dense, 1,024')."""
+    parts = [s["method"]] + ([s["retriever"]] if s.get("retriever") else [])
+    return ", ".join(parts) + (f", context {s['context']:,}" if s.get("context") else "")
+
+
 def plot_pack_stats(s: dict, out: str | Path) -> Path:
     """Two panels: documents per sequence, and per-sequence Zipf coefficients (PNG, atomic)."""
     plt = pyplot()
@@ -387,7 +393,7 @@ def plot_pack_stats(s: dict, out: str | Path) -> Path:
     a.yaxis.set_major_locator(MaxNLocator(integer=True))
     a.set_xlabel("documents per sequence")
     a.set_ylabel("sequences")
-    a.set_title(f"{s['method']}: mean {s['docs_per_sequence']['mean']:.2f} docs/sequence")
+    a.set_title(f"{pack_label(s)}: mean {s['docs_per_sequence']['mean']:.2f} docs/sequence", fontsize=10)
     for key, color, name in (
         ("zipf_per_sequence", "#c0392b", "least squares"),
         ("zipf_mle_per_sequence", "#2e86c1", "MLE"),
