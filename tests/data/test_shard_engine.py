@@ -162,3 +162,33 @@ def test_an_ingest_part_whose_files_changed_is_ingested_again_from_scratch(
     )
     assert "resuming ingest: 2 of 3 part(s) already ingested" in said
     assert tree_digest(out) == tree_digest(one_process)
+
+
+def _slow_start(marks: list, count=None) -> dict:
+    """A shard that works a while before its first unit (a dense shard embedding), then counts."""
+    import time
+
+    time.sleep(0.3)
+    marks.append(time.time())
+    count(5)
+    return {"n_docs": 5}
+
+
+def test_the_bar_is_timed_from_the_first_unit_done(monkeypatch):
+    """A dense packing's bar counted its minutes of embedding into the rate (37 min left was said, 2.4
+    taken): the clock starts at the first document packed."""
+    import contextlab.data.shards.local_pool as local_pool
+
+    bars = []
+    real = local_pool.progress_bar
+
+    def kept(*args, **kwargs):
+        bars.append(real(*args, **kwargs))
+        return bars[-1]
+
+    monkeypatch.setattr(local_pool, "progress_bar", kept)
+    monkeypatch.setenv("CONTEXTLAB_PROGRESS_SECONDS", "60")  # off a terminal: a line a minute, a live bar
+    marks: list[float] = []
+    LocalExecutor(1).run(_slow_start, [(marks,)], 5, lambda stats, bar: None, progress=True)
+    (bar,) = bars
+    assert bar.n == 5 and bar.start_t >= marks[0]  # not the bar's creation, 0.3 s before

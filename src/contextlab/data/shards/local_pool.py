@@ -26,7 +26,12 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
-from contextlab.data.shards.progress import add_to_shared_counter, progress_bar, use_shared_counter
+from contextlab.data.shards.progress import (
+    add_to_shared_counter,
+    progress_bar,
+    timed_from_first,
+    use_shared_counter,
+)
 from contextlab.errors import UserError
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -43,8 +48,9 @@ class LocalExecutor:
         ``report(stats, bar)`` after each finished job."""
         with progress_bar(total, progress, desc, unit, leave) as bar:
             if self.workers <= 1 or len(jobs) <= 1:
+                update = timed_from_first(bar)
                 for job in jobs:
-                    report(fn(*job, bar.update), bar)
+                    report(fn(*job, update), bar)
                 return
             run_in_pool(fn, jobs, self.workers, report, bar, desc)
 
@@ -58,10 +64,11 @@ def run_in_pool(fn: Callable[..., dict], jobs: list[tuple], workers: int, report
     )
     with pool:
         pending = {pool.submit(fn, *job, add_to_shared_counter) for job in jobs}
+        update = timed_from_first(bar)
         try:
             while pending:
                 done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-                bar.update(counter.value - bar.n)
+                update(counter.value - bar.n)
                 for future in done:
                     report(future.result(), bar)
         except BrokenProcessPool:  # a worker was killed (by a user, or for memory)

@@ -27,6 +27,22 @@ def progress_bar(
     )
 
 
+def timed_from_first(bar) -> Callable[[int], None]:
+    """``bar.update`` whose clock (elapsed, rate, ETA) starts at the first unit done, so the minutes a
+    shard spends before its first document (loading and running an embedding model) do not enter
+    the rate: a dense packing's bar said 37 minutes left and finished in 2.4."""
+    started = [False]
+
+    def update(n: int) -> None:
+        if n and not started[0]:
+            started[0] = True
+            if bar.n == 0:
+                bar.reset(total=bar.total)
+        bar.update(n)
+
+    return update
+
+
 def draws_here() -> bool:
     """Whether this process may draw a bar of its own: not a pool worker, whose parent draws the one
     bar (a Ray task's stderr is no terminal, so a bar there hides itself)."""
