@@ -145,7 +145,7 @@ def check_same_tokenizer(
     spec whose ``legacy_hash`` is that hash (the same tokenizer.json, so the same ids).
     """
     a_hash, b_hash = str(a_spec.get("hash")), str(b_spec.get("hash"))
-    if _hashes(a_spec) & _hashes(b_spec):
+    if same_tokenizer(a_spec, b_spec):
         return
     fix = fix or (
         f"rebuild {what_b} with {what_a}'s tokenizer (--tokenizer store:<a store made with it>, "
@@ -156,6 +156,11 @@ def check_same_tokenizer(
         f"{what_a}'s tokenizer ({a_spec.get('name')}, hash {a_hash[:8]}) differs from "
         f"{what_b}'s ({b_spec.get('name')}, hash {b_hash[:8]}): {fix}"
     )
+
+
+def same_tokenizer(a_spec: dict[str, Any], b_spec: dict[str, Any]) -> bool:
+    """Whether two specs name the same tokenizer (a hash, or an earlier version's hash, in common)."""
+    return bool(_hashes(a_spec) & _hashes(b_spec))
 
 
 def _hashes(spec: dict[str, Any]) -> set[str]:

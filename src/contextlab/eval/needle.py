@@ -48,6 +48,7 @@ the context; lengths too short for the question and the needle are left out. Lon
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -62,6 +63,7 @@ from contextlab.data.sources import SourceOptions, open_source
 from contextlab.errors import UserError, some
 from contextlab.eval.base import PG_ESSAYS, EvalOutput
 from contextlab.eval.results import text_hash
+from contextlab.eval.seen import haystack_in_training, haystack_note
 
 NEEDLE = "The best thing to do in San Francisco is eat a sandwich and sit in Dolores Park on a sunny day."
 QUESTION = "What is the best thing to do in San Francisco?"
@@ -307,6 +309,10 @@ def build(adapter, o: Options, data: str | None) -> tuple[list[tasks.Sample], di
         "lengths": lengths,
         **read,
     }
+    used = hay[: starts[min(o.samples, len(starts)) - 1] + 8 * max(lengths)]  # what the prompts read, about
+    seen = haystack_in_training(adapter, used)
+    if seen:
+        info["haystack_in_training"] = seen
     return samples, info
 
 
@@ -325,8 +331,12 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             "note": tasks.shorter(adapter, options.lengths, "--lengths"),
         },
     )
+    if info.get("haystack_in_training"):
+        print(f"note: {haystack_note(info['haystack_in_training'])}", file=sys.stderr)
     rows = scoring.score_samples(adapter, samples, options.scoring, desc="niah")
     res = tasks.summarize(rows, len(options.answers))
+    if info.get("haystack_in_training"):
+        res["text"].append(haystack_note(info["haystack_in_training"]))
     res["samples"] = tasks.sample_rows(rows, samples)
     res["depth_check"] = check = depth_check(samples)
     for cell in res["by_cell"]:
