@@ -246,3 +246,56 @@ def test_a_second_sweep_on_the_folder_in_use_is_refused(tmp_path):
     with output_lock(tmp_path / "sweep", "optimal-context folder"), busy:
         oc.run_optimal_context(cfg, progress=False)
     assert not (tmp_path / "sweep" / "results.json").exists()
+
+
+def test_the_optimum_names_the_contexts_its_noise_cannot_tell_from_it_and_the_plot_draws_the_errors(
+    tmp_path, monkeypatch
+):
+    """ "optimal l" was one number with no interval (a user's 7 and 12 differed by 0.004 at a standard
+    error of 0.01), the Pearson lines had no p-values and the figure no error bars."""
+    cells = {
+        "512/2": {
+            "data_size": 512,
+            "context": 2,
+            "best_val_loss": 0.60,
+            "best_val_loss_stderr": 0.01,
+            "best_step": 200,
+        },
+        "512/7": {
+            "data_size": 512,
+            "context": 7,
+            "best_val_loss": 0.300,
+            "best_val_loss_stderr": 0.010,
+            "best_step": 200,
+        },
+        "512/12": {
+            "data_size": 512,
+            "context": 12,
+            "best_val_loss": 0.304,
+            "best_val_loss_stderr": 0.012,
+            "best_step": 200,
+        },
+    }
+    best = cells["512/7"]
+    assert oc.within_noise(best, list(cells.values())) == [12]  # 0.004 < 1.96 * hypot(0.010, 0.012)
+    assert oc.within_noise({**best, "best_val_loss_stderr": None}, list(cells.values())) == []
+    assert oc.optimum_words({"context": 7, "learned": True, "within_noise": [12]}) == "7 (12 within noise)"
+    assert oc.optimum_words({"context": 7, "learned": False, "within_noise": [12]}) == "(7: nothing learned)"
+    cfg = _cfg(tmp_path, data_sizes=[512], contexts=[2, 7, 12])
+    tasks = syn.make_tasks(cfg.parity())
+    res = oc._results(cfg, tasks, cells)
+    assert res["optimal_context"]["512"]["within_noise"] == [12]
+    from contextlab.cli.optimal_context import format_table
+
+    res["feature_fits"] = {"512": {"mle": {"r": -0.9, "p_value": 0.287}}}
+    table = format_table(res)
+    assert "7 (12 within noise)" in table and "mle -0.900 (p 0.29)" in table
+    from contextlab import figures
+
+    figs = []
+    monkeypatch.setattr(figures, "save_png", lambda fig, out: figs.append(fig) or out)
+    oc.optimal_context_png(res, tmp_path / "oc.png")
+    (bars,) = [c for c in figs[0].axes[0].containers if c.has_yerr]
+    heights = [seg[1][1] - seg[0][1] for seg in bars.lines[2][0].get_segments()]
+    assert heights == pytest.approx([2 * 1.96 * 0.01, 2 * 1.96 * 0.010, 2 * 1.96 * 0.012])
+    figures.pyplot().close(figs[0])

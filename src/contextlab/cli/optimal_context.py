@@ -62,16 +62,30 @@ def format_table(res: dict) -> str:
         if opt_ is None:
             said = "(none: no cell has a loss)"
         else:
-            said = opt_["context"] if opt_.get("learned", True) else f"({opt_['context']}: nothing learned)"
+            from contextlab.sweep.optimal_context import optimum_words
+
+            said = optimum_words(opt_)
         lines.append(f"{D:>8} {row}   {said}")
-    for D, fits in res["feature_fits"].items():
-        r = lambda v: "null" if v["r"] is None or v["r"] != v["r"] else f"{v['r']:+.3f}"
+    if any(o.get("within_noise") for o in res["optimal_context"].values()):
         lines.append(
-            f"D={D}: Pearson r of best val CE vs the last hidden layer's measures across contexts: "
-            + ", ".join(f"{k} {r(v)}" for k, v in fits.items())
+            "within noise: contexts whose best CE is within 1.96 standard errors of the optimum's (errors "
+            "over the validation samples, taken as independent: wider than paired)"
+        )
+    for D, fits in res["feature_fits"].items():
+        lines.append(
+            f"D={D}: Pearson r of best val CE vs the last hidden layer's measures across contexts "
+            f"({len(cfg['contexts'])} points; p two-sided): "
+            + ", ".join(f"{k} {_r(v)}" for k, v in fits.items())
         )
     lines += res.get("text", [])
     return "\n".join(lines)
+
+
+def _r(fit: dict) -> str:
+    if fit["r"] is None or fit["r"] != fit["r"]:
+        return "null"
+    p = fit.get("p_value")
+    return f"{fit['r']:+.3f}" + (f" (p {p:.2g})" if p is not None else "")
 
 
 def cmd_optimal_context(argv: list[str]) -> int:

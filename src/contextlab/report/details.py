@@ -91,9 +91,9 @@ def optimal_context_section(f: Path, root: Path) -> str:
         best = (doc.get("optimal_context") or {}).get(str(D)) or {}
         row = {"D": D, **{str(l): (cells.get(f"{D}/{l}") or {}).get("best_val_loss") for l in contexts}}
         if best:
-            row["optimal l"] = (
-                best["context"] if best.get("learned", True) else f"({best['context']}: nothing learned)"
-            )
+            from contextlab.sweep.optimal_context import optimum_words
+
+            row["optimal l"] = optimum_words(best)
         rows.append(row)
     parts = [
         f"<h2>Optimal context vs training-set size: {html.escape(str(where))}</h2>",

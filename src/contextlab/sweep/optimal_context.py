@@ -306,6 +306,31 @@ def _measured(row: list[dict]) -> list[dict]:
     return [c for c in row if c.get("best_val_loss") is not None]
 
 
+def within_noise(best: dict, row: list[dict]) -> list[int]:
+    """The other contexts whose best validation loss is above the optimum's by less than 1.96 standard
+    errors of the difference, taken as independent (``best_val_loss_stderr``): a wider interval than
+    one paired over the validation samples all cells share, so a context it names may in truth differ;
+    one it does not name does. Without the errors (cells of an earlier version): none named."""
+    se = best.get("best_val_loss_stderr")
+    if se is None:
+        return []
+    return [
+        c["context"]
+        for c in row
+        if c is not best
+        and c.get("best_val_loss_stderr") is not None
+        and c["best_val_loss"] - best["best_val_loss"] <= 1.96 * math.hypot(se, c["best_val_loss_stderr"])
+    ]
+
+
+def optimum_words(opt_: dict) -> str:
+    """The optimal l of one data size in words: '7', '7 (12 within noise)', '(7: nothing learned)'."""
+    if not opt_.get("learned", True):
+        return f"({opt_['context']}: nothing learned)"
+    near = opt_.get("within_noise") or []
+    return str(opt_["context"]) + (f" ({', '.join(map(str, near))} within noise)" if near else "")
+
+
 def _results(cfg: OptimalContextConfig, tasks: syn.ParityTasks, cells: dict, val=None) -> dict:
     optimal = {}
     for D in cfg.data_sizes:
@@ -318,6 +343,7 @@ def _results(cfg: OptimalContextConfig, tasks: syn.ParityTasks, cells: dict, val
                 "context": best["context"],
                 "val_loss": best["best_val_loss"],
                 "learned": learned,
+                "within_noise": within_noise(best, _measured(row)),
             }
     out = {
         "format": "contextlab-optimal-context",
@@ -422,7 +448,8 @@ def optimal_context_png(results: dict, path) -> Path:
             if f"{D}/{l}" in cells and cells[f"{D}/{l}"].get("best_val_loss") is not None
         ]
         if pts:
-            a.plot(*zip(*pts), "o-", color=col, ms=3, label=f"D={D:,}")
+            se = [1.96 * (cells[f"{D}/{l}"].get("best_val_loss_stderr") or 0.0) for l, _ in pts]
+            a.errorbar(*zip(*pts), yerr=se, fmt="o-", color=col, ms=3, capsize=2, lw=1, label=f"D={D:,}")
             opt_ = results["optimal_context"].get(str(D))
             if opt_:
                 a.plot([opt_["context"]], [opt_["val_loss"]], "*", color=col, ms=12)
@@ -435,7 +462,11 @@ def optimal_context_png(results: dict, path) -> Path:
     )
     a.set_xlabel("visible context l (bits)")
     a.set_ylabel("best validation CE (nats)")
-    a.set_title("validation loss vs context, per training-set size (star = optimum)", fontsize=9)
+    a.set_title(
+        "validation loss vs context, per training-set size (star = optimum; bars: 95% over the validation "
+        "samples)",
+        fontsize=9,
+    )
     a.legend(fontsize=7)
     opt_pts = sorted((int(D), v["context"]) for D, v in results["optimal_context"].items())
     if opt_pts:
