@@ -56,3 +56,7 @@ def test_the_entropy_legends_say_what_their_numbers_count(captured):
     assert legend(axes[3]) == ["first 10 components (r=+0.430)"]
     assert legend(axes[4]) == ["threshold 0.01 (constant)"]
     assert legend(axes[5]) == ["twonn (r=-0.200)"]
+    # points are joined in context order, not by the measure: a zigzag read as noise; the label says so
+    assert axes[3].get_xlabel().endswith("joined in order of l, square = the shortest")
+    first = [ln for ln in axes[5].lines if ln.get_marker() == "s"]
+    assert len(first) == 1 and list(first[0].get_ydata()) == [results["contexts"][0]["ce"]]

@@ -34,8 +34,9 @@ def _scatter(ax, series: dict, ce: list[float], fits: dict, title: str) -> None:
     for name, x in series.items():
         r = fits.get(name, {}).get("r", float("nan"))
         shown = "constant" if r is None else f"r={r:+.3f}"
-        ax.plot(_standardise(x), ce, "o-", ms=3, lw=1, label=f"{_measure(name)} ({shown})")
-    ax.set_xlabel("measure (standardised over contexts)")
+        (line,) = ax.plot(_standardise(x), ce, "o-", ms=3, lw=0.6, label=f"{_measure(name)} ({shown})")
+        ax.plot(_standardise(x)[:1], ce[:1], "s", ms=5, color=line.get_color())  # the shortest context
+    ax.set_xlabel("measure (standardised over contexts); joined in order of l, square = the shortest")
     ax.set_ylabel("cross-entropy (nats)")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=6)
