@@ -522,11 +522,14 @@ def test_a_long_estimate_names_a_context_that_fits():
     from contextlab.profile.estimate import estimate_line
 
     assert estimate_line(100.0, 4096) == (
-        "estimated time on this machine: about 2 min (from a timed forward pass; rough)"
+        "estimated time on this machine: about 2 min for the evaluations (from a timed forward pass; rough)"
+    )
+    assert estimate_line(100.0, 4096, pair=True).endswith(  # a pair profile took twice its estimate
+        "(from a timed forward pass; rough; the pairing of the two models and the report come after it)"
     )
     line = estimate_line(3 * 3600.0, 32768)  # 3 h: 1/64 of the context is 2.8 min
     assert line.endswith(
-        "about 3.0 h (from a timed forward pass; rough); --context 512 would take about 3 min"
+        "about 3.0 h for the evaluations (from a timed forward pass; rough); --context 512 would take about 3 min"
     )
 
 

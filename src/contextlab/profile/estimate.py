@@ -58,11 +58,17 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def estimate_line(estimate: float, context: int) -> str:
+def estimate_line(estimate: float, context: int, pair: bool = False) -> str:
     """The estimate said before the battery runs, and for a long one the context that would fit
     ``SHORT_ENOUGH`` (the work of every step grows about linearly with the context, so the estimate is
-    scaled by the ratio of contexts: rough, as the estimate is)."""
-    line = f"estimated time on this machine: about {duration(estimate)} (from a timed forward pass; rough)"
+    scaled by the ratio of contexts: rough, as the estimate is). It counts the evaluations only; with
+    ``pair`` it says that the pairing (bootstraps of every evaluation) comes on top (a pair profile
+    said 3 min and took 6)."""
+    after = "; the pairing of the two models and the report come after it" if pair else ""
+    line = (
+        f"estimated time on this machine: about {duration(estimate)} for the evaluations (from a timed "
+        f"forward pass; rough{after})"
+    )
     if estimate <= LONG_ESTIMATE:
         return line
     shorter = context // 2

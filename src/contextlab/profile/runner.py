@@ -324,7 +324,7 @@ def _estimate(
     costs = [step.seconds(rates[o]) if runs else 0.0 for (_, step, _), o, runs in zip(jobs, owner, todo)]
     estimate = sum(costs)
     manifest.doc["estimated_seconds"] = round(estimate, 1)
-    print(f"  {estimate_line(estimate, context)}", file=sys.stdout)
+    print(f"  {estimate_line(estimate, context, pair=len(opened) == 2)}", file=sys.stdout)
     return costs
 
 
