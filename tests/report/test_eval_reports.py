@@ -477,3 +477,39 @@ def test_results_of_several_commits_or_of_uncommitted_code_are_flagged(tmp_path,
         in text
     )
     assert "1 of the 3 were computed by a checkout with uncommitted changes (git_dirty)" in text
+
+
+def test_the_models_table_names_each_model_and_marks_a_row_read_on_other_data_or_tokenizers(tmp_path):
+    """A user's models table set a WikiText loss under GPT-2's tokenizer beside State of the Union losses
+    under a 2,048-id BPE, and two results of one model read at other contexts, all unmarked; its
+    infill rows took the FIM model's PSM and the causal model's l2r, never in one row."""
+    from contextlab.eval.results import write_result
+    from contextlab.report.evals import models_table
+
+    bpe = {"name": "bpe-2048", "hash": "1" * 64}
+    gpt2 = {"name": "gpt2", "hash": "2" * 64}
+
+    def write(folder, name, summary, tok, data, options=None):
+        write_result(
+            tmp_path / folder, name, results={"summary": summary}, options=options or {},
+            model={"path": str(tmp_path / "runs" / folder), "tokenizer": tok, "context": 128},
+            data=data, seconds=0.0,
+        )  # fmt: skip
+
+    su = {"store": str(tmp_path / "su"), "hash": "a" * 64}
+    write("clm", "ppl", {"loss": 4.78}, bpe, su)
+    write("wt", "ppl", {"loss": 6.74}, gpt2, {"store": str(tmp_path / "wt"), "hash": "b" * 64})
+    write("clm", "infill", {"single_l2r_exact_match": 0.1}, bpe, su)
+    write("fim", "infill", {"single_psm_exact_match": 0.3, "single_l2r_exact_match": 0.2}, bpe, su)
+    write("fim", "ppl", {"loss": 4.74}, bpe, su, {"context": 1024})
+    text = html.unescape(
+        re.sub(r"<[^>]+>", " ", models_table({m: tmp_path / m for m in ("clm", "wt", "fim")}))
+    )
+    assert re.search(r"measure\s+clm\s+wt\s+fim\s+model\s+clm\s+wt\s+fim\s+tokenizer", text)  # its model row
+    assert "bpe-2048 (11111111)" in text and "gpt2 (22222222)" in text
+    assert "4.78 (on su aaaaaaaa, tokenizer bpe-2048 (11111111))" in text
+    assert "6.74 (on wt bbbbbbbb, tokenizer gpt2 (22222222))" in text
+    assert "4.74 (on su aaaaaaaa, tokenizer bpe-2048 (11111111), context 1,024)" in text
+    assert "their numbers are not comparable" in text
+    infill = re.search(r"infill\s+single_l2r_exact_match\s+([\d.]+)\s+([\d.]+)", text)
+    assert infill and infill.groups() == ("0.1", "0.2")  # both models' l2r in one row, unmarked: same data

@@ -32,6 +32,7 @@ DATA_PATHS = ("store", "file", "folder", "haystack")  # data record fields that 
 ANALYSES = ("entropy", "attention")  # results of `contextlab analyze NAME`, not of `contextlab eval`
 KEY_METRICS = {
     "contextwise": ("best_context_loss",),
+    "infill": ("single_l2r_exact_match", "single_psm_exact_match"),  # l2r: every model has it
     "niah": ("likelihood_accuracy", "contains_match"),
     "attention": ("a.mean_distance",),
 }
@@ -150,15 +151,65 @@ def headline(name: str, doc: dict) -> tuple[str, object] | None:
 
 
 def models_table(folders: dict[str, Path]) -> str:
-    """One row per (evaluation, headline measure), one column per model: the models side by side."""
+    """One row per (evaluation, headline measure), one column per model: the models side by side. The
+    first rows name each column's model and tokenizer; a row whose results read other data, another
+    tokenizer or another context names them in its cells (a user's table set a loss on WikiText with
+    GPT-2's tokenizer beside losses on other text with a 2,048-id BPE, unmarked)."""
     results = {label: read_results(folder) for label, folder in folders.items()}
     rows: dict[tuple[str, str], dict] = {}
+    bases: dict[tuple[str, str], dict] = {}
+    about: dict[str, dict] = {"model": {}, "tokenizer": {}}
     for label, found in results.items():
         for name, doc in found.items():
+            model = doc.get("model") if isinstance(doc.get("model"), dict) else {}
+            about["model"].setdefault(label, _model_name(model))
+            about["tokenizer"].setdefault(label, _tokenizer_name(model))
             h = headline(name, doc)
             if h:
                 rows.setdefault((name, h[0]), {"evaluation": name, "measure": h[0]})[label] = h[1]
-    return table(list(rows.values()), ["evaluation", "measure", *folders])
+                bases.setdefault((name, h[0]), {})[label] = _basis(doc)
+    mixed = [key for key, b in bases.items() if len(set(b.values())) > 1]
+    for key in mixed:
+        for label, basis in bases[key].items():
+            rows[key][label] = f"{plain(rows[key][label])} (on {basis})"
+    top = [
+        {"evaluation": "", "measure": what, **cells} for what, cells in about.items() if any(cells.values())
+    ]
+    out = table(top + list(rows.values()), ["evaluation", "measure", *folders])
+    if mixed:
+        out += muted(
+            "a row whose cells name their data, tokenizer or context compares results read on different "
+            "ones: their numbers are not comparable (a loss per token depends on the tokenizer and the text)"
+        )
+    return out
+
+
+def _model_name(model: dict) -> str:
+    path = model.get("path") or model.get("id")
+    return Path(str(path)).name if path else ""
+
+
+def _tokenizer_name(model: dict) -> str:
+    tok = model.get("tokenizer") if isinstance(model.get("tokenizer"), dict) else {}
+    if not tok:
+        return ""
+    return f"{tok.get('name') or '?'} ({str(tok.get('hash') or '')[:8]})"
+
+
+def _basis(doc: dict) -> str:
+    """What a result's numbers rest on besides the model: its data (name and the first digits of its
+    hash), its tokenizer, and the context it was read at when an option set one."""
+    data = doc.get("data") if isinstance(doc.get("data"), dict) else {}
+    where = next((data[k] for k in DATA_PATHS if isinstance(data.get(k), str)), None)
+    parts = [
+        Path(where).name + (f" {str(data['hash'])[:8]}" if data.get("hash") else "") if where else "own data"
+    ]
+    model = doc.get("model") if isinstance(doc.get("model"), dict) else {}
+    parts.append(f"tokenizer {_tokenizer_name(model) or '?'}")
+    context = (doc.get("options") or {}).get("context") if isinstance(doc.get("options"), dict) else None
+    if isinstance(context, int) and context and context != model.get("context"):
+        parts.append(f"context {context:,}")
+    return ", ".join(parts)
 
 
 # ---------------------------------------------------------------------------- the command that wrote it
