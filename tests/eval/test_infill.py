@@ -4,8 +4,10 @@ without sentinels, and `contextlab eval infill` on tiny FIM and CLM runs."""
 
 from __future__ import annotations
 
+import html
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -329,3 +331,37 @@ def test_compare_pairs_a_fim_and_a_clm_run_span_by_span(runs, tmp_path):
         assert p["exact_match"]["diff"] == pytest.approx(em)
     lm = load("fim", "lm_token_losses").astype(float) - load("clm", "lm_token_losses")
     assert doc["results"]["lm"]["diff"] == pytest.approx(lm.mean())
+
+
+def test_the_default_middle_fits_a_short_context_and_too_few_spans_are_said(runs, tmp_path, capsys):
+    """A context-128 model was refused by infill's default (max_middle_tokens 128: "leaves no room",
+    naming no flag), and a kind that found 4 of the 30 spans asked gave its rates with no word of it;
+    the report showed the rates bare, without their n or intervals."""
+    from contextlab.report.html import build_report
+
+    root, store = runs
+    args = ["eval", "infill", "--model", str(root / "fim"), "--data", str(store.path), "--progress", "false"]
+    assert cli([*args, "--samples", "200", "--check-generations", "1", "--out", str(tmp_path / "d")]) == 0
+    r = json.loads((tmp_path / "d" / "infill.json").read_text())["results"]
+    assert r["max_middle_tokens"] == 32  # a quarter of the context
+    n = {k: r["kinds"][k]["n"] for k in ("single", "multi")}
+    assert r["summary"]["single_spans"] == n["single"] and r["summary"]["multi_spans"] == n["multi"]
+    assert 0 < n["multi"] < 200
+    said = (
+        f"note: multi-line: {n['multi']} spans of the 200 asked (the files hold no more blocks of 2-8 lines"
+    )
+    assert any(line.startswith(said) for line in r["text"])
+    out = capsys.readouterr().out
+    assert said in out
+    page = html.unescape(re.sub(r"<[^>]+>", " ", build_report(tmp_path / "d").read_text()))
+    assert "per span kind and mode" in page and re.search(r"multi-line\s+psm\s+" + str(n["multi"]), page)
+    em = r["kinds"]["multi"]["modes"]["psm"]["exact_match"]
+    from contextlab.report.blocks import with_interval
+
+    assert with_interval(em["accuracy"], em["ci95"]) in page
+    assert cli([*args, "--max-middle-tokens", "120", "--out", str(tmp_path / "e")]) != 0  # names the flag
+    err = capsys.readouterr().err
+    assert (
+        "--max-middle-tokens 120 leaves no room for a prefix and suffix in a context of 128: give at most 107"
+        in err
+    )

@@ -67,7 +67,11 @@ class Options:
     )
     files: str = opt("*.py", "with --data a folder: the glob of the files read (recursive)")
     max_lines: int = opt(8, "multi-line spans have 2..max_lines lines")
-    max_middle_tokens: int = opt(128, "spans longer than this many tokens are not drawn")
+    max_middle_tokens: int = opt(
+        0,
+        "spans longer than this many tokens are not drawn; 0 = fitted to the context: 128, or a quarter of "
+        "a context shorter than 512",
+    )
     prefix_tokens: int = opt(0, "prefix tokens kept before the span; 0 = half of what the context leaves")
     suffix_tokens: int = opt(0, "suffix tokens kept after the span; 0 = half of what the context leaves")
     seed: int = opt(0, "seed of the span draw")
@@ -95,11 +99,29 @@ class Sample:
     n_lines: int
 
 
+DEFAULT_MIDDLE = 128  # the longest middle drawn, in tokens, for a context of 512 or more
+
+
+def middle_tokens(o: Options, context: int) -> int:
+    """The longest middle drawn: --max-middle-tokens, or with 0 ``DEFAULT_MIDDLE`` capped at a quarter
+    of the context (a context-128 model was refused by the default it could not hold)."""
+    return o.max_middle_tokens or min(DEFAULT_MIDDLE, context // 4)
+
+
 def _budget(o: Options, context: int) -> tuple[int, int]:
     """(prefix tokens, suffix tokens) that fit the context with the sentinels and the middle."""
-    free = context - 3 - o.max_middle_tokens - CHUNK
+    middle = middle_tokens(o, context)
+    free = context - 3 - middle - CHUNK
     if free < 2:
-        raise UserError(f"max_middle_tokens {o.max_middle_tokens} leaves no room in a context of {context}")
+        most = context - 3 - CHUNK - 2
+        raise UserError(
+            f"--max-middle-tokens {middle} leaves no room for a prefix and suffix in a context of {context}: "
+            + (
+                f"give at most {most} (or 0, fitted to the context)"
+                if most > 0
+                else "the context is too short"
+            )
+        )
     pre = o.prefix_tokens or free // 2
     suf = o.suffix_tokens or free - pre
     if pre + suf > free:
@@ -291,13 +313,19 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     modes, sentinels, note = available_modes(adapter, list(o.modes))
     texts, described = read_texts(data, adapter, o.split, o.files)
     budget = _budget(o, adapter.context)
+    middle = middle_tokens(o, adapter.context)
     plan = {
-        k: choose_spans(
-            texts, adapter.encode, o.samples, k == "multi", o.max_lines, o.max_middle_tokens, o.seed
-        )
+        k: choose_spans(texts, adapter.encode, o.samples, k == "multi", o.max_lines, middle, o.seed)
         for k in KINDS
     }
     n_spans = {k: len(v) for k, v in plan.items()}
+    short = [
+        f"{k}-line: {n} span{'s' * (n != 1)} of the {o.samples} asked (the files hold no more "
+        + ("lines" if k == "single" else f"blocks of 2-{o.max_lines} lines")
+        + f" of at most {middle} tokens): its numbers rest on {n}"
+        for k, n in n_spans.items()
+        if n < o.samples
+    ]
     progress.announce(
         "infill",
         {
@@ -318,10 +346,12 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         arrays |= a
         summary |= s
     bar.close()
+    summary |= {f"{k}_spans": n for k, n in n_spans.items()}  # beside the rates they are of
     results = {"summary": summary, "modes": modes, "note": note, "prefix_tokens": budget[0]}
-    if note:  # printed under the summary too: the settings line is minutes above it
-        results["text"] = [f"note: {note}"]
-    results |= {"suffix_tokens": budget[1], "kinds": kinds}
+    said = ([f"note: {note}"] if note else []) + [f"note: {line}" for line in short]
+    if said:  # printed under the summary too: the settings line is minutes above it
+        results["text"] = said
+    results |= {"suffix_tokens": budget[1], "max_middle_tokens": middle, "kinds": kinds}
     if o.lm_loss:
         lm, lm_arrays = lm_loss(adapter, texts)
         summary |= {"lm_loss": lm["loss"], "lm_bits_per_byte": lm["bits_per_byte"]}

@@ -50,7 +50,31 @@ def entropy_tables(doc: dict) -> str:
     return "\n".join(parts)
 
 
-DETAILS = {"entropy": entropy_tables}  # eval name -> the tables of its rows
+def infill_tables(doc: dict) -> str:
+    """One row per span kind and mode: the spans, exact match with its Wilson interval (and of the first n
+    lines for blocks), the true middle's loss, and how many generations agreed with the forced scores
+    (the summary's bare rates hid that a kind rested on 4 spans, and every interval)."""
+    from contextlab.report.blocks import with_interval
+
+    res = doc.get("results") if isinstance(doc.get("results"), dict) else {}
+    rows = []
+    for kind, k in (res.get("kinds") or {}).items():
+        for mode, m in (k.get("modes") or {}).items():
+            em, lines = m.get("exact_match") or {}, m.get("exact_match_n_lines") or {}
+            check = m.get("generation_check") or {}
+            row = {"kind": f"{kind}-line", "mode": mode, "spans": k.get("n")}
+            row["exact match (95%)"] = with_interval(em.get("accuracy"), em.get("ci95"))
+            if lines:
+                row["first n lines (95%)"] = with_interval(lines.get("accuracy"), lines.get("ci95"))
+            row |= {"nats/token": m.get("nll_per_token"), "bits/byte": m.get("bits_per_byte")}
+            row["generated, agreeing"] = f"{check.get('agree', 0)} of {check.get('generated', 0)}"
+            rows.append(row)
+    if not rows:
+        return ""
+    return "<p>per span kind and mode (exact match of greedy decoding, Wilson 95% interval)</p>" + table(rows)
+
+
+DETAILS = {"entropy": entropy_tables, "infill": infill_tables}  # eval name -> the tables of its rows
 
 
 def optimal_context_results(root: Path) -> list[Path]:
