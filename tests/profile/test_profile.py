@@ -529,7 +529,8 @@ def test_a_long_estimate_names_a_context_that_fits():
     )
     line = estimate_line(3 * 3600.0, 32768)  # 3 h: 1/64 of the context is 2.8 min
     assert line.endswith(
-        "about 3.0 h for the evaluations (from a timed forward pass; rough); --context 512 would take about 3 min"
+        "about 3.0 h for the evaluations (from a timed forward pass; rough); "
+        "--context 512 would take about 3 min"
     )
 
 

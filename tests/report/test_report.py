@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -120,11 +121,15 @@ def test_a_run_shows_its_left_to_right_loss_when_the_objective_loss_differs(tmp_
     assert key(fim) == {
         "steps": 2,
         "train loss": 2.5,
-        "validation loss": 2.4,
+        "validation loss (its objective's)": 2.4,
         "left-to-right validation loss": 2.8,
     }
+    # a clm's left-to-right loss is its own: shown too (it was left out, so the column users rank
+    # objectives by lacked the baseline); an objective that cannot run left to right has none
     clm = [{"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.5, "val_loss": 2.4, "val_lm_loss": 2.4}]
-    assert "left-to-right validation loss" not in key(clm)
+    assert key(clm)["left-to-right validation loss"] == 2.4
+    mlm = [{"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.5, "val_loss": 2.4}]
+    assert "left-to-right validation loss" not in key(mlm)
 
 
 def _tiny_results(root):
@@ -228,3 +233,21 @@ def test_the_rerun_command_of_a_moved_run_says_the_model_is_not_where_it_was_eva
     )
     (tmp_path / "gone" / "checkpoints" / "step_000030").mkdir(parents=True)
     assert not any("not there now" in n for n in reproduce(doc, tmp_path / "copy" / "eval")[1])
+
+
+def test_runs_of_several_objectives_say_their_own_losses_do_not_compare(tmp_path):
+    """A user's runs table set MTP's loss over all heads, MLM's over masked tokens and span corruption's
+    over target spans beside clm's under one header: span looked almost as good as clm."""
+    from contextlab.report.html import build_report
+    from contextlab.report.runs import OWN_LOSS_NOTE
+
+    for name, objective in (("a", "clm"), ("b", "span")):
+        run = tmp_path / name
+        run.mkdir()
+        (run / "config.toml").write_text(f'[objective]\nname = "{objective}"\n')
+        rows = [{"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.5, "val_loss": 2.4}]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = build_report(tmp_path).read_text()
+    assert html.escape(OWN_LOSS_NOTE) in text and "validation loss (its objective&#x27;s)" in text
+    (tmp_path / "b" / "config.toml").write_text('[objective]\nname = "clm"\n')
+    assert html.escape(OWN_LOSS_NOTE) not in build_report(tmp_path).read_text()  # one objective: no note

@@ -31,7 +31,7 @@ from contextlab import rundir
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_text
 from contextlab.report import profile
-from contextlab.report.blocks import keys, table
+from contextlab.report.blocks import keys, muted, table
 from contextlab.report.evals import (
     code_note,
     compare_sections,
@@ -42,6 +42,7 @@ from contextlab.report.evals import (
     models_table,
 )
 from contextlab.report.runs import (
+    OWN_LOSS_NOTE,
     data_sections,
     natural_key,
     outside_grid,
@@ -150,7 +151,9 @@ def _folder_sections(root: Path) -> list[str]:
     if len(runs) > 1:
         names = {r: t["run"] for r, t in zip(runs, tables)}
         together = together_section(runs[:50], names, contextwise="contextwise_models.png" not in figures)
-        body.insert(lead, "<h2>Runs</h2>" + table(tables) + ("\n" + together if together else ""))
+        mixed = len({t.get("objective") for t in tables if t.get("objective")}) > 1
+        said = muted(OWN_LOSS_NOTE) if mixed else ""
+        body.insert(lead, "<h2>Runs</h2>" + table(tables) + said + ("\n" + together if together else ""))
     run_evals = {rundir.eval_dir(r).resolve() for r in runs}
     folders: dict[str, Path] = {}
     for f in eval_folders(root):  # llama/eval and a folder llama of its own would share a label

@@ -24,6 +24,14 @@ from contextlab.report.evals import eval_sections, read_results
 from contextlab.report.plots import loss_curve_png
 from contextlab.sweep.results import rewritten_evals
 
+VAL_OWN = "validation loss (its objective's)"
+VAL_LM = "left-to-right validation loss"
+OWN_LOSS_NOTE = (
+    "each run's validation loss is its objective's own (multi-token prediction: all heads; masked LM: the "
+    "masked tokens; span corruption: the target spans), which other objectives' do not compare with: rank "
+    "objectives by the left-to-right validation loss (empty for objectives that cannot run left to right)"
+)
+
 
 def run_section(run: Path, title: str | None = None) -> tuple[str, dict]:
     """HTML for one training run directory, and its key numbers."""
@@ -31,17 +39,16 @@ def run_section(run: Path, title: str | None = None) -> tuple[str, dict]:
     rows = rundir.read_metrics(run)
     if rows:
         s = rundir.summarize(rows)
+        objective = (rundir.read_config(run).get("objective") or {}).get("name")
         key = {
+            **({"objective": objective} if objective else {}),
             "steps": s["steps"],
             "train loss": s["train_loss"],
-            **({"validation loss": s["val_loss"]} if "val_loss" in s else {}),
+            **({VAL_OWN: s["val_loss"]} if "val_loss" in s else {}),
             **({"validated on": on} if "val_loss" in s and (on := validated_on(run)) else {}),
-            # the objective's own loss differs from the left-to-right one: show both
-            **(
-                {"left-to-right validation loss": s["val_lm_loss"]}
-                if s.get("val_lm_loss") not in (None, s.get("val_loss"))
-                else {}
-            ),
+            # the one loss every objective that runs left to right shares (a clm's is its own loss; it was
+            # left out where equal, so the column to rank objectives by lacked the baseline)
+            **({VAL_LM: s["val_lm_loss"]} if s.get("val_lm_loss") is not None else {}),
         }
         parts.append(keys(key))
         parts += [muted(line) for line in schedule_notes(run)]
