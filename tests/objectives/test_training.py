@@ -116,14 +116,20 @@ def check_left_to_right_loss(trainer, run_dir, name: str) -> None:
         assert "val_lm_loss" not in last
         return
     rows = torch.from_numpy(trainer.val_rows)
-    x = rows[:, :-1]
-    if name == "ul2":
+    x, y = rows[:, :-1], rows[:, 1:]
+    if name == "ul2":  # [S] takes one of the context's positions: the row's last target is not scored
+        x, y = x[:, :-1], y[:, :-1]
         x = torch.cat([torch.full((len(x), 1), trainer.objective.special_ids["[S]"]), x], dim=1)
-    with torch.no_grad():
-        logits = trainer.model(x).logits[:, x.size(1) - rows.size(1) + 1 :]
-    want = float(
-        torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), rows[:, 1:].reshape(-1))
+    assert x.size(1) == trainer.cfg.train.context  # never a position past the context it trained at
+    from contextlab.eval.adapter import load_model
+
+    info = load_model(run_dir).info  # evaluations read as many text tokens as the prefix leaves
+    assert info.context == trainer.cfg.train.context - len(info.lm_prefix) and len(info.lm_prefix) == (
+        name == "ul2"
     )
+    with torch.no_grad():
+        logits = trainer.model(x).logits[:, x.size(1) - y.size(1) :]
+    want = float(torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1)))
     assert last["val_lm_loss"] == pytest.approx(want, rel=1e-5)
     if name in ("clm", "contextlm"):  # their own loss is the left-to-right loss
         assert last["val_lm_loss"] == last["val_loss"]

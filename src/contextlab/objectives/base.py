@@ -203,7 +203,9 @@ class Objective(nn.Module):
         if ids is None:
             return None
         x, y = tokens[:, :-1], tokens[:, 1:]
-        if ids:
+        if ids:  # the prefix takes positions of the context: the row's last targets are not scored
+            keep = x.size(1) - len(ids)  # (UL2's [S] and 128 tokens ran one position past its 128)
+            x, y = x[:, :keep], y[:, :keep]
             lead = torch.tensor(ids, dtype=x.dtype, device=x.device).expand(x.size(0), -1)
             x = torch.cat([lead, x], dim=1)
         logits = model(x, is_causal=True).logits[:, len(ids) :]  # (B, T, V)
