@@ -315,3 +315,24 @@ def test_running_out_of_memory_is_one_line_with_the_allocation_and_the_commands_
     assert main(["eval", "ppl"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["contextlab eval: error: " + memory_error_line(host, "eval")]
+
+
+def test_no_command_takes_an_abbreviated_flag(capsys):
+    """`--strid 8` was read as `--stride 8` without a word: a typo of one flag could be read as another.
+    Every parser of the command line refuses abbreviations (checked in the source, so a new one does too)."""
+    import ast
+    from pathlib import Path
+
+    import contextlab.cli as cli_pkg
+    from contextlab.cli import main
+
+    calls = []
+    for f in sorted(Path(cli_pkg.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "ArgumentParser":
+                flags = {k.arg: getattr(k.value, "value", None) for k in node.keywords}
+                calls.append((f.name, node.lineno, flags.get("allow_abbrev")))
+    assert len(calls) >= 18 and [c for c in calls if c[2] is not False] == []
+    with pytest.raises(SystemExit) as exc:
+        main(["eval", "ppl", "--model", "m", "--strid", "8"])
+    assert exc.value.code == 2 and "unrecognized arguments: --strid 8" in capsys.readouterr().err

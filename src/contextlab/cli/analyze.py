@@ -70,7 +70,8 @@ def _check_rerun(path: Path, options, data, overwrite: bool, models: dict | None
 def _parser() -> argparse.ArgumentParser:
     from contextlab.analysis.entropy import Options
 
-    p = argparse.ArgumentParser(
+    p = argparse.ArgumentParser(  # no abbreviations: --strid was read as --stride
+        allow_abbrev=False,
         prog="contextlab analyze entropy",
         description="For each visible context length l: hidden states of N samples, PCA spectrum "
         "relative to the largest eigenvalue, intrinsic entropy (sum of log relative eigenvalues over "
@@ -206,7 +207,8 @@ def cmd_entropy(argv: list[str]) -> int:
 def _attention_parser() -> argparse.ArgumentParser:
     from contextlab.analysis.attention import Options
 
-    p = argparse.ArgumentParser(
+    p = argparse.ArgumentParser(  # no abbreviations: --strid was read as --stride
+        allow_abbrev=False,
         prog="contextlab analyze attention",
         description="Where attention goes: attention received per source token (the sum over queries of "
         "the weights it gets, heads and layers averaged), mass by distance in buckets [0], [1], [2,3], "

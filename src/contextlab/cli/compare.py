@@ -20,7 +20,8 @@ def cmd_compare(argv: list[str]) -> int:
     """Paired differences A - B of two runs' evaluations, with 95% intervals (same windows and samples)."""
     from contextlab.compare.paired import COMPARERS, Options, compare_runs
 
-    p = argparse.ArgumentParser(
+    p = argparse.ArgumentParser(  # no abbreviations: --strid was read as --stride
+        allow_abbrev=False,
         prog="contextlab compare",
         description=(
             "Compare two models on the same windows and samples: reads RUN/eval/NAME.json and the arrays "

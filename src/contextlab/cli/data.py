@@ -12,7 +12,7 @@ from contextlab.errors import UserError
 
 
 def _parser(prog: str, description: str) -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(prog=f"contextlab {prog}", description=description)
+    return argparse.ArgumentParser(prog=f"contextlab {prog}", description=description, allow_abbrev=False)
 
 
 def cmd_ingest(argv: list[str]) -> int:

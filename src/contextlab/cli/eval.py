@@ -35,7 +35,8 @@ from contextlab.rundir import STEP_HELP, parse_step
 def _parser(name: str | None) -> argparse.ArgumentParser:
     from contextlab.eval import EVALS
 
-    p = argparse.ArgumentParser(
+    p = argparse.ArgumentParser(  # no abbreviations: --strid was read as --stride
+        allow_abbrev=False,
         prog="contextlab eval" + (f" {name}" if name else ""),
         description=(
             "Evaluate how a model uses its context. Works the same on a contextlab run/checkpoint and on "

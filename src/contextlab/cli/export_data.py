@@ -39,7 +39,8 @@ def cmd_data_export(argv: list[str]) -> int:
 def _parser() -> argparse.ArgumentParser:
     from contextlab.data.export import FORMATS, ExportConfig
 
-    p = argparse.ArgumentParser(
+    p = argparse.ArgumentParser(  # no abbreviations: --strid was read as --stride
+        allow_abbrev=False,
         prog="contextlab data export",
         description="Write the rows of a packed store, in packed order, for another trainer: "
         + "; ".join(f"{k}: {v}" for k, v in FORMATS.items())

@@ -46,7 +46,8 @@ def stop_text(text: str) -> str:
 def _parser() -> argparse.ArgumentParser:
     from contextlab.eval.adapter import Sampling
 
-    p = argparse.ArgumentParser(
+    p = argparse.ArgumentParser(  # no abbreviations: --strid was read as --stride
+        allow_abbrev=False,
         prog="contextlab generate",
         description="Generate text with a contextlab run/checkpoint (KV cache) or a local Hugging Face "
         "model folder (transformers' generate with its cache). Greedy unless --temperature > 0.",

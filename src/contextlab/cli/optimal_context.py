@@ -17,7 +17,8 @@ from contextlab.config import add_dataclass_args, apply_overrides, dataclass_fro
 def _parser() -> argparse.ArgumentParser:
     from contextlab.sweep.optimal_context import OptimalContextConfig
 
-    p = argparse.ArgumentParser(
+    p = argparse.ArgumentParser(  # no abbreviations: --strid was read as --stride
+        allow_abbrev=False,
         prog="contextlab optimal-context",
         description="Optimal context length vs training-set size (intrinsic-entropy seed, Appendix F): for "
         "every training-set size D and visible context l, train a fresh MLP on D samples of "

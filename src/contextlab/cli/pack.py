@@ -40,7 +40,8 @@ def cmd_pack(argv: list[str]) -> int:
 def _pack_parser() -> argparse.ArgumentParser:
     from contextlab.data.packing import PACKERS, PackConfig
 
-    p = argparse.ArgumentParser(
+    p = argparse.ArgumentParser(  # no abbreviations: --strid was read as --stride
+        allow_abbrev=False,
         prog="contextlab data pack",
         description="Write a packed store (document order + sequence boundaries, no token copies) from "
         f"STORE with one of the methods {', '.join(PACKERS)} (see --method). Deterministic from --seed; "
@@ -241,7 +242,8 @@ def cmd_pack_stats(argv: list[str]) -> int:
 
 
 def _pack_stats_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = argparse.ArgumentParser(  # no abbreviations: --strid was read as --stride
+        allow_abbrev=False,
         prog="contextlab data pack-stats",
         description="Diagnostics of a packed store: documents per sequence, mean retrieval similarity of "
         "neighbours, fraction of sequences with >= 2 related documents, domains/directories spanned "

@@ -11,7 +11,8 @@ from contextlab.errors import UserError
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = argparse.ArgumentParser(  # no abbreviations: --strid was read as --stride
+        allow_abbrev=False,
         prog="contextlab profile",
         description=(
             "How a model uses its context, in one command: contextwise loss (best-context loss and the "

@@ -15,7 +15,8 @@ import time
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = argparse.ArgumentParser(  # no abbreviations: --strid was read as --stride
+        allow_abbrev=False,
         prog="contextlab quickstart",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Ingest the embedded books and the Python standard library, pack the code with example "

@@ -14,7 +14,8 @@ def cmd_report(argv: list[str]) -> int:
     """Write one self-contained HTML page (plots, tables, commands) for any folder of contextlab results."""
     from contextlab.report.html import build_report
 
-    p = argparse.ArgumentParser(
+    p = argparse.ArgumentParser(  # no abbreviations: --strid was read as --stride
+        allow_abbrev=False,
         prog="contextlab report",
         description=(
             "Build DIR/report.html from the result files in DIR (nothing is run or loaded; the page is "

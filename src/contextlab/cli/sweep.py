@@ -152,7 +152,8 @@ def _sweep_file_help() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = argparse.ArgumentParser(  # no abbreviations: --strid was read as --stride
+        allow_abbrev=False,
         prog="contextlab sweep",
         epilog=_sweep_file_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,

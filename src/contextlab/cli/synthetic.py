@@ -46,7 +46,8 @@ def _config_class(kind: str):
 
 
 def _parser(kind: str | None) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = argparse.ArgumentParser(  # no abbreviations: --strid was read as --stride
+        allow_abbrev=False,
         prog="contextlab data synthetic",
         description="Write synthetic data with a known answer as a token store. "
         + {"parity": PARITY_HELP, "mqar": MQAR_HELP}.get(kind, PARITY_HELP + " " + MQAR_HELP)

@@ -58,7 +58,8 @@ def load_run_config(config: str | None, sets: list[str]):
 
 def cmd_train(argv: list[str]) -> int:
     """Train (or resume) a model: contextlab train CONFIG.toml [--set key=value ...] [--init-from SOURCE]."""
-    p = argparse.ArgumentParser(
+    p = argparse.ArgumentParser(  # no abbreviations: --strid was read as --stride
+        allow_abbrev=False,
         prog="contextlab train",
         description=textwrap.fill(
             "Train a model on a token store with a chosen objective. Running the same command again "
@@ -149,7 +150,8 @@ def done_line(result) -> str:
 
 def cmd_export(argv: list[str]) -> int:
     """Export a checkpoint to a Hugging Face folder that transformers loads without contextlab."""
-    p = argparse.ArgumentParser(
+    p = argparse.ArgumentParser(  # no abbreviations: --strid was read as --stride
+        allow_abbrev=False,
         prog="contextlab export",
         description=(
             "Write a checkpoint as a Hugging Face model folder (config.json, model.safetensors and the "
@@ -190,7 +192,8 @@ def cmd_export(argv: list[str]) -> int:
 
 def cmd_peak(argv: list[str]) -> int:
     """Measure this machine's peak matmul FLOP/s once and cache it, so training can print its MFU."""
-    p = argparse.ArgumentParser(
+    p = argparse.ArgumentParser(  # no abbreviations: --strid was read as --stride
+        allow_abbrev=False,
         prog="contextlab peak",
         description=(
             "Time square matmuls (2048^2 on a CPU, 8192^2 on a GPU) for about --seconds per dtype and merge "
