@@ -336,3 +336,19 @@ def test_no_command_takes_an_abbreviated_flag(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["eval", "ppl", "--model", "m", "--strid", "8"])
     assert exc.value.code == 2 and "unrecognized arguments: --strid 8" in capsys.readouterr().err
+
+
+def test_a_wrong_choice_names_the_flag(tmp_path, capsys):
+    """`data ingest --encoding latin1` was answered about "config key 'source.encoding'", which the user
+    never typed: a flag of a few allowed values now lists them under its own name."""
+    from contextlab.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["data", "ingest", str(tmp_path), "--out", str(tmp_path / "s"), "--encoding", "latin1"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert (
+        "argument --encoding: invalid choice: 'latin1' (choose from 'strict', 'replace', 'skip', 'latin-1')"
+        in err
+    )
+    assert not (tmp_path / "s").exists()

@@ -364,7 +364,12 @@ def add_dataclass_args(parser: Any, cls: type, *, skip: tuple[str, ...] = ()) ->
         if hints[f.name] is bool:
             parser.add_argument(flag, dest=f.name, nargs="?", const="true", default=None, help=helptext)
         else:
-            parser.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(), help=helptext)
+            tp, choice = hints[f.name], {}
+            if get_origin(tp) is Literal and all(isinstance(a, str) for a in get_args(tp)):
+                choice = {"choices": list(get_args(tp))}  # a wrong value names the flag, not a config key
+            parser.add_argument(
+                flag, dest=f.name, default=None, metavar=f.name.upper(), help=helptext, **choice
+            )
     for old in getattr(cls, "RENAMED", {}):  # old option names keep working (from_dict says so once)
         parser.add_argument("--" + old.replace("_", "-"), dest=old, default=None, help=argparse.SUPPRESS)
 
