@@ -134,6 +134,33 @@ def refuse_non_folder(out: str | os.PathLike, flag: str = "--out") -> None:
         raise UserError(f"{flag} {out} is {kind}, not a folder; choose another {flag} (it is left as it is)")
 
 
+def refuse_results_out(out: str | os.PathLike, flag: str = "--out") -> None:
+    """``refuse_non_folder``, and one line for a results folder that is, or lies inside, a token store or
+    packed store: results written there mix with the store's own files (`analyze --out STORE` and
+    `compare --out STORE` wrote into the store they read, and its `ingest --overwrite` was then refused)."""
+    refuse_non_folder(out, flag)
+    here = Path(out).absolute()
+    for folder in [here, *here.parents]:
+        fmt = _store_format(folder)
+        if fmt:
+            how = "is" if folder == here else f"lies inside {folder}, which is"
+            raise UserError(
+                f"{flag} {out} {how} a {fmt.removeprefix('contextlab-').replace('-', ' ')}: results written "
+                f"there would mix with its files; choose an {flag} outside it (nothing was written)"
+            )
+
+
+def _store_format(folder: Path) -> str | None:
+    """The format of the token or packed store at ``folder`` (its meta.json), None for any other folder."""
+    import json
+
+    try:
+        fmt = json.loads((folder / "meta.json").read_text(encoding="utf-8")).get("format")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return fmt if isinstance(fmt, str) and fmt.startswith("contextlab-") and fmt.endswith("-store") else None
+
+
 def refuse_unwritable(out: str | os.PathLike, given: bool, flag: str = "--out") -> None:
     """One line, before any work, when the output folder cannot be written: the nearest folder at or
     above it that exists is read-only (a read-only disk, also for root, or a folder without write

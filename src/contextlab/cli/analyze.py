@@ -23,11 +23,11 @@ from contextlab.rundir import STEP_HELP, parse_step
 def _refuse_out(out: str | None, model: str) -> None:
     """One line, before any model loads, for an --out that is a file or lies in a run's checkpoints,
     and for an output folder (--out, or the default beside the model) that cannot be written."""
-    from contextlab.outputs import refuse_non_folder, refuse_unwritable
+    from contextlab.outputs import refuse_results_out, refuse_unwritable
     from contextlab.rundir import eval_dir
 
     if out:
-        refuse_non_folder(out)
+        refuse_results_out(out)
     refuse_unwritable(out or eval_dir(model), given=bool(out))
 
 

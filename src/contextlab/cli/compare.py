@@ -13,7 +13,7 @@ from pathlib import Path
 
 from contextlab.config import add_dataclass_args, dataclass_from_args
 from contextlab.errors import UserError
-from contextlab.outputs import refuse_non_folder, refuse_overlap
+from contextlab.outputs import refuse_overlap, refuse_results_out
 
 
 def cmd_compare(argv: list[str]) -> int:
@@ -76,7 +76,7 @@ def cmd_compare(argv: list[str]) -> int:
     from contextlab.compare.replicates import check_pairs
 
     if args.out:
-        refuse_non_folder(args.out)  # a file there is the user's: never replaced by a folder
+        refuse_results_out(args.out)  # a file there is the user's; a store is no results folder
     check_pairs(pairs)
     if args.out:
         refuse_overlap(args.out, [eval_folder(path) for pair in pairs for path in pair])

@@ -161,9 +161,9 @@ def _check_plot(plot: str | None, several: bool) -> None:
             "--plot is the combined plot of several models' contextwise curves: give two or more --model, "
             "or drop --plot (one model's plot is OUT/contextwise.png)"
         )
-    from contextlab.outputs import refuse_in_checkpoints
+    from contextlab.outputs import refuse_plot_target
 
-    refuse_in_checkpoints(plot, "--plot", file=True)
+    refuse_plot_target(plot, "--plot")  # a user's --plot replaced a store's tokens.bin and a run's metrics
 
 
 def _refuse_shared_outs(models: list[str], outs: list[Path], name: str) -> None:
@@ -201,9 +201,9 @@ def cmd_eval(argv: list[str]) -> int:
     several = len(args.model) > 1
     _check_plot(getattr(args, "plot", None), several)
     if args.out:
-        from contextlab.outputs import refuse_non_folder
+        from contextlab.outputs import refuse_results_out
 
-        refuse_non_folder(args.out)  # before minutes of evaluation, not at the write
+        refuse_results_out(args.out)  # before minutes of evaluation, not at the write
     outs = [_default_out(m, args, several) for m in args.model]
     from contextlab.outputs import refuse_unwritable
 
@@ -243,6 +243,9 @@ def cmd_eval(argv: list[str]) -> int:
             if args.plot
             else (Path(args.out) if args.out else written[0].parent) / "contextwise_models.png"
         )
+        from contextlab.outputs import refuse_plot_target
+
+        refuse_plot_target(plot, "--plot")  # the default's place too: a file of the user's is kept
         combined_plot(written, plot)
         print(f"  combined plot {plot}")
     return 0

@@ -116,6 +116,67 @@ def _arrays_named(path: Path) -> set[str]:
     return {f for f in arrays.values() if isinstance(f, str) and f.startswith(f"{name}.") and "/" not in f}
 
 
+def _marker(out: Path, name: str) -> Path:
+    """OUT/.NAME.writing: the files ``write_result`` is moving in, while it moves them (a kill then leaves
+    it, and a rerun knows those files for its own)."""
+    return out / f".{name}.writing"
+
+
+def _marked(out: Path, name: str) -> set[str]:
+    try:
+        files = json.loads(_marker(out, name).read_text(encoding="utf-8")).get("files") or []
+    except (OSError, ValueError, AttributeError):
+        return set()
+    return {f for f in files if isinstance(f, str) and "/" not in f}
+
+
+def foreign_files(out_dir: str | Path, name: str) -> list[str]:
+    """The files in OUT a result NAME would write (NAME.png, NAME.KEY.npy) that are no result's: no
+    OUT/NAME.json result names them and no interrupted write of one left them. A user's
+    ``contextwise.png`` or ``contextwise.pieces.npy`` was replaced by an evaluation into its folder."""
+    out = Path(out_dir)
+    if not out.is_dir():
+        return []
+    result = out / f"{name}.json"
+    owned = _arrays_named(result) | _marked(out, name)
+    is_result = _is_result(result)
+    found = []
+    for p in sorted(out.glob(f"{name}.*")):
+        if p.name == result.name or p.name in owned:
+            continue
+        if p.name.endswith(".npy") or (p.name == f"{name}.png" and not (is_result and _is_png(p))):
+            found.append(p.name)
+    return found
+
+
+def refuse_foreign_files(out_dir: str | Path, name: str) -> None:
+    """One line when ``foreign_files`` finds any: they are left as they are."""
+    found = foreign_files(out_dir, name)
+    if found:
+        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        raise UserError(
+            f"{out_dir} holds {shown}, which a {name} result would write and no result there names (a file "
+            "of yours?); move them or give another --out (they are left as they are; nothing was run)"
+        )
+
+
+def _is_result(path: Path) -> bool:
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("format") == RESULT_FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _is_png(path: Path) -> bool:
+    from contextlab.outputs import PNG_MAGIC
+
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(len(PNG_MAGIC)) == PNG_MAGIC
+    except OSError:
+        return False
+
+
 def write_result(
     out_dir: str | Path,
     name: str,
@@ -136,6 +197,7 @@ def write_result(
     arrays without a JSON (no result, never a JSON beside another run's arrays)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    refuse_foreign_files(out, name)  # also for callers that did not check before they ran
     stage = fresh_dir(out / name, "staging")
     try:
         files = {}
@@ -163,13 +225,16 @@ def write_result(
             doc["non_finite"] = {"fields": bad, "note": NON_FINITE_NOTE}
         path = out / f"{name}.json"
         atomic_write_text(stage / path.name, json.dumps(doc, indent=2, allow_nan=False) + "\n")
-        old_arrays = _arrays_named(path)
+        old_arrays = _arrays_named(path) | _marked(out, name)  # and an interrupted write's files
+        moving = sorted(set(files.values()) | old_arrays)
+        atomic_write_text(_marker(out, name), json.dumps({"files": moving}) + "\n")
         path.unlink(missing_ok=True)  # the old result stops being one before any of its files changes
         for fname in old_arrays - set(files.values()):  # its arrays the new result has not: gone with it
             (out / fname).unlink(missing_ok=True)
         for fname in files.values():
             os.replace(stage / fname, out / fname)
         os.replace(stage / path.name, path)  # last: its presence says every array it names is in place
+        _marker(out, name).unlink(missing_ok=True)
         fsync_dir(out)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
@@ -221,6 +286,7 @@ def check_rerun(
     from contextlab.outputs import earlier_result
 
     doc = earlier_result(path, RESULT_FORMAT, "a contextlab evaluation result")
+    refuse_foreign_files(Path(path).parent, Path(path).stem)  # with --overwrite too: they are no result's
     if doc is None or overwrite:
         return
     change = differences(doc, options=options, model=model, data=data)

@@ -1,0 +1,116 @@
+"""An evaluation never replaces a file it did not write: ``--plot`` onto a store's tokens.bin or a run's
+metrics.jsonl, or an ``--out`` folder holding a user's ``contextwise.png`` or ``contextwise.pieces.npy``
+beside no result, replaced them (exit 0). A write killed while it moved its files in is known for its
+own by the rerun, which finishes it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from contextlab.cli import main
+from contextlab.data.ingest import IngestConfig, ingest
+from contextlab.errors import UserError
+from contextlab.eval import results as res
+from contextlab.train.trainer import train
+from tests.conftest import shakespeare
+from tests.train.test_moved_data import config as tiny_config  # a 1-layer byte model
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory):
+    root = tmp_path_factory.mktemp("kept")
+    (root / "t.txt").write_text(shakespeare(20_000))
+    ingest(root / "t.txt", root / "store", IngestConfig(tokenizer="byte"), progress=False)
+    for name in ("a", "b"):
+        train(tiny_config(str(root / "store"), str(root / name), 2))
+    return root
+
+
+def _contextwise(root, *extra) -> int:
+    args = ["eval", "contextwise", "--model", str(root / "a"), "--data", str(root / "store")]
+    return main([*args, "--max-docs", "2", "--no-progress", *extra])
+
+
+def test_a_plot_onto_a_file_that_is_no_plot_is_refused_and_the_file_kept(two, tmp_path, capsys):
+    tokens = two / "store" / "tokens.bin"
+    before = tokens.read_bytes()
+    for target in (tokens, two / "a" / "metrics.jsonl"):
+        kept = target.read_bytes()
+        argv = ["--model", str(two / "b"), "--out", str(tmp_path / "o"), "--plot", str(target)]
+        assert _contextwise(two, *argv) != 0
+        assert f"--plot {target} exists and is not a PNG" in capsys.readouterr().err
+        assert target.read_bytes() == kept
+    assert tokens.read_bytes() == before
+    assert main(["data", "verify", str(two / "store")]) == 0
+
+
+def test_an_out_folder_with_files_of_the_users_is_refused_with_or_without_overwrite(two, tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "contextwise.png").write_text("mine")
+    (out / "contextwise.pieces.npy").write_text("mine too")
+    for extra in ((), ("--overwrite",)):
+        assert _contextwise(two, "--out", str(out), *extra) != 0
+        err = capsys.readouterr().err
+        assert "holds contextwise.pieces.npy, contextwise.png, which a contextwise result would write" in err
+        assert (out / "contextwise.png").read_text() == "mine"
+        assert (out / "contextwise.pieces.npy").read_text() == "mine too"
+        assert not (out / "contextwise.json").exists()
+    # a result there owns its arrays and plot: a rerun replaces them
+    (out / "contextwise.png").unlink()
+    (out / "contextwise.pieces.npy").unlink()
+    assert _contextwise(two, "--out", str(out)) == 0
+    assert _contextwise(two, "--out", str(out)) == 0
+    assert res.foreign_files(out, "contextwise") == []
+
+
+def test_a_write_killed_while_moving_its_files_is_finished_by_the_rerun(tmp_path, monkeypatch):
+    def write(**arrays):
+        return res.write_result(
+            tmp_path, "ppl", results={"summary": {"loss": 1.0}}, options={}, model={"path": "m"},
+            data={"store": "s"}, seconds=0.0, arrays=arrays,
+        )  # fmt: skip
+
+    write(token_losses=np.ones(3))
+    real = res.os.replace
+    calls = []
+
+    def killed(src, dst):  # the kill: after the first array is moved, before the JSON
+        calls.append(dst)
+        if str(dst) == str(tmp_path / "ppl.json"):
+            raise KeyboardInterrupt
+        return real(src, dst)
+
+    monkeypatch.setattr(res.os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        write(token_losses=np.zeros(3), extra=np.ones(2))
+    monkeypatch.undo()
+    assert not (tmp_path / "ppl.json").exists() and (tmp_path / "ppl.extra.npy").exists()
+    assert res.foreign_files(tmp_path, "ppl") == []  # the marker says they are the write's own
+    write(token_losses=np.full(3, 2.0))  # the rerun
+    doc = json.loads((tmp_path / "ppl.json").read_text())
+    assert doc["arrays"] == {"token_losses": "ppl.token_losses.npy"}
+    assert not (tmp_path / "ppl.extra.npy").exists() and not (tmp_path / ".ppl.writing").exists()
+    (tmp_path / "ppl.notes.npy").write_text("a user's")
+    with pytest.raises(UserError, match="holds ppl.notes.npy, which a ppl result would write"):
+        write(token_losses=np.ones(3))
+    assert (tmp_path / "ppl.notes.npy").read_text() == "a user's"
+
+
+def test_results_are_never_written_into_a_store(two, capsys):
+    """`analyze attention --out STORE` and `compare --out STORE` wrote their results into the token store
+    they read (eval refused it), and the store's `ingest --overwrite` was then refused."""
+    store = two / "store"
+    before = sorted(p.name for p in store.iterdir())
+    for argv in (
+        ["analyze", "attention", "--model", str(two / "a"), "--data", str(store), "--out", str(store)],
+        ["compare", str(two / "a"), str(two / "b"), "--out", str(store)],
+        ["eval", "ppl", "--model", str(two / "a"), "--data", str(store), "--out", str(store / "results")],
+    ):
+        assert main([*argv, "--no-progress"] if argv[0] != "compare" else argv) != 0
+        err = capsys.readouterr().err
+        assert "a token store: results written there would mix with its files" in err, err
+    assert sorted(p.name for p in store.iterdir()) == before
