@@ -66,7 +66,28 @@ def difference(run_dir: Path, config: dict) -> str | None:
     if not recorded:
         return None
     text = lambda v: number_text(v) if isinstance(v, float) else shown(v)
-    return describe_difference(recorded, from_dict(RunConfig, config), text)
+    return describe_difference(recorded, from_dict(RunConfig, config), text) or data_changed(run_dir)
+
+
+def data_changed(run_dir: Path) -> str | None:
+    """The first [data] path whose store holds other content than the run trained on (its checkpoints'
+    record against the store's meta.json): a store ingested or packed again at its path. A sweep kept such
+    a run as done and set it beside new runs trained on the new content. None when all agree, or a path
+    is gone (training says so when it resumes)."""
+    from contextlab.data.store_meta import content_id
+
+    record = rundir.data_record(run_dir) or {}
+    cwd = Path(record["cwd"]) if record.get("cwd") else Path()
+    for key, old in (record.get("paths") or {}).items():
+        if not isinstance(old, dict) or not old.get("path") or not old.get("content"):
+            continue
+        now = content_id(cwd / old["path"])
+        if now and now != old["content"]:
+            return (
+                f"{key} {old['path']} holds other content than it trained on ({old['content'][:12]} then, "
+                f"{now[:12]} now: ingested or packed again)"
+            )
+    return None
 
 
 def stale_runs(runs) -> dict[str, str]:

@@ -177,11 +177,25 @@ def _eval_files(run: Run) -> dict[str, Path]:
 
 def _rewritten(run: Run) -> str | None:
     """The reason to evaluate again when a result file is not the one the sweep's run wrote (recorded
-    in RUN/sweep_status.json when it finished): an ``eval --overwrite`` with other options."""
+    in RUN/sweep_status.json when it finished): an ``eval --overwrite`` with other options; or when the
+    token store a result read holds other content now (ingested again at its path)."""
+    from contextlab.data.store_meta import content_id
+
     made = status(run).get("evals") or {}
     for name, path in _eval_files(run).items():
         if made.get(name) and file_digest(path) != made[name]:
             return f"its result {path} was rewritten since the sweep made it (by another command?)"
+        try:
+            data = json.loads(path.read_text()).get("data") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        store, was = data.get("store"), data.get("hash")
+        now = content_id(store) if isinstance(store, str) and was else None
+        if now and now != was:
+            return (
+                f"its result {path} read {store}, which holds other content now ({was[:12]} then, "
+                f"{now[:12]} now)"
+            )
     return None
 
 
