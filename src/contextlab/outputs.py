@@ -220,6 +220,12 @@ def refuse_foreign(out: str | os.PathLike, kind: OutputKind, flag: str = "--out"
             f"{kind.name}, never other folders: choose another {flag} (nothing was changed)"
         )
     strangers = kind.strangers(out)
+    if rundir.EVAL in strangers and (out / rundir.EVAL).is_dir():  # contextlab eval's results of it
+        raise UserError(
+            f"{flag} {out} is {kind.name} that holds {rundir.EVAL}/, results of `contextlab eval` of it, "
+            f"which --overwrite would delete with the folder: move {out / rundir.EVAL} out first or choose "
+            f"another {flag} (nothing was changed)"
+        )
     if strangers:
         them = "it" if len(strangers) == 1 else "them"
         raise UserError(

@@ -114,3 +114,17 @@ def test_results_are_never_written_into_a_store(two, capsys):
         err = capsys.readouterr().err
         assert "a token store: results written there would mix with its files" in err, err
     assert sorted(p.name for p in store.iterdir()) == before
+
+
+def test_an_export_holding_its_evaluations_names_them_when_overwrite_is_refused(two, tmp_path, capsys):
+    """`export --overwrite` onto an export whose eval/ holds `contextlab eval` results said eval/ was
+    something "contextlab does not write there"; it is refused (the results would go with the folder),
+    naming them for what they are."""
+    hf = tmp_path / "hf"
+    assert main(["export", str(two / "a"), "--out", str(hf), "--no-progress"]) == 0
+    assert main(["eval", "ppl", "--model", str(hf), "--data", str(two / "store"), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["export", str(two / "a"), "--out", str(hf), "--overwrite", "--no-progress"]) != 0
+    err = capsys.readouterr().err
+    assert "holds eval/, results of `contextlab eval` of it, which --overwrite would delete" in err
+    assert (hf / "eval" / "ppl.json").is_file()
