@@ -101,3 +101,16 @@ def test_a_relative_store_is_looked_for_where_the_run_was_trained(tmp_path, monk
     assert train(config("st orig", str(run), 4)).steps == 4
     out = capsys.readouterr().out
     assert f"note: data.store is '{tmp_path / 'st orig'}' now and was 'st orig' when {run} was trained" in out
+
+
+def test_a_store_ingested_again_under_a_run_is_refused_without_blaming_the_version(tmp_path, capsys):
+    """Resuming on a store ingested again at its path printed "validation rows differ ... another version
+    of contextlab builds them otherwise" before the refusal that named the real cause."""
+    make_store(tmp_path, "s", shakespeare(20_000))
+    train(config(str(tmp_path / "s"), str(tmp_path / "run"), 2))
+    capsys.readouterr()
+    (tmp_path / "s.txt").write_text(shakespeare(30_000)[10_000:])
+    ingest(tmp_path / "s.txt", tmp_path / "s", IngestConfig(tokenizer="byte"), progress=False, overwrite=True)
+    with pytest.raises(UserError, match=r"cannot resume from step_000002: data\.store .* holds other content"):
+        train(config(str(tmp_path / "s"), str(tmp_path / "run"), 4))
+    assert "another version of contextlab" not in capsys.readouterr().out

@@ -94,6 +94,13 @@ def resume(tr) -> None:
         )
         for note in notes if tr.info.is_main else []:
             print(note)
+    changed = moved_data.changed_in_place(state.get("data"), tr.data_record)
+    if changed:
+        raise UserError(
+            f"{tr.run_dir} cannot resume from {latest.name}: {'; '.join(changed)}, so it would go on "
+            "with other data; put the data it trained on back, or use another train.out_dir"
+        )
+    # the data is what it was (refused above otherwise): rows built otherwise are another version's
     was_rows, now_rows = (
         (state.get("data") or {}).get("validation_rows"),
         tr.data_record.get("validation_rows"),
@@ -103,12 +110,6 @@ def resume(tr) -> None:
             f"note: {tr.run_dir}'s validation rows differ from those its checkpoints recorded "
             f"({was_rows[:8]} then, {str(now_rows)[:8]} now: another version of contextlab builds them "
             f"otherwise); its validation losses from {latest.name} on are of other rows"
-        )
-    changed = moved_data.changed_in_place(state.get("data"), tr.data_record)
-    if changed:
-        raise UserError(
-            f"{tr.run_dir} cannot resume from {latest.name}: {'; '.join(changed)}, so it would go on "
-            "with other data; put the data it trained on back, or use another train.out_dir"
         )
     if state.get("tokenizer_hash") != tr.store.tokenizer_hash:
         raise UserError(
