@@ -111,6 +111,8 @@ def test_a_store_ingested_again_under_a_run_is_refused_without_blaming_the_versi
     capsys.readouterr()
     (tmp_path / "s.txt").write_text(shakespeare(30_000)[10_000:])
     ingest(tmp_path / "s.txt", tmp_path / "s", IngestConfig(tokenizer="byte"), progress=False, overwrite=True)
-    with pytest.raises(UserError, match=r"cannot resume from step_000002: data\.store .* holds other content"):
+    with pytest.raises(
+        UserError, match=r"cannot resume from step_000002: data\.store .* holds other content"
+    ):
         train(config(str(tmp_path / "s"), str(tmp_path / "run"), 4))
     assert "another version of contextlab" not in capsys.readouterr().out
