@@ -563,3 +563,15 @@ def test_a_corpus_folders_own_notes_are_named_with_the_exclude_that_leaves_them_
     store = ingest(src, tmp_path / "text", IngestConfig(tokenizer="byte", source=opts), progress=False).store
     assert store.n_docs == 2
     assert "note:" not in capsys.readouterr().out
+
+
+def test_a_jsonl_file_opening_with_a_byte_order_mark_is_read(tmp_path):
+    """A JSONL file an editor saved with a UTF-8 BOM was refused with Python's "(decode using
+    utf-8-sig)", which names no fix a user can act on; the mark is read past, the rows are kept."""
+    rows = [{"text": "first row"}, {"text": "second row"}]
+    (tmp_path / "d.jsonl").write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in rows).encode())
+    store = ingest(tmp_path / "d.jsonl", tmp_path / "s", IngestConfig(tokenizer="byte"), progress=False).store
+    assert [bytes(store.doc(i).astype(np.uint8)).decode() for i in range(len(store))] == [
+        "first row",
+        "second row",
+    ]

@@ -180,7 +180,10 @@ def _check_schema(src: Source):
 
 
 def json_line(line: str, label: str, row: int, text_field: str) -> Any:
-    """The JSON value of one JSONL line; invalid JSON is a UserError naming the line."""
+    """The JSON value of one JSONL line; invalid JSON is a UserError naming the line. A UTF-8 byte-order
+    mark opening the file (which some editors write) is an encoding mark, not JSON: it is read past."""
+    if row == 0:
+        line = line.removeprefix("\ufeff")
     try:
         return json.loads(line)
     except json.JSONDecodeError as e:
