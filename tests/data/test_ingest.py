@@ -575,3 +575,11 @@ def test_a_jsonl_file_opening_with_a_byte_order_mark_is_read(tmp_path):
         "first row",
         "second row",
     ]
+
+
+def test_a_negative_vocab_size_is_not_called_fractional():
+    """`--tokenizer bpe:-5` was answered "-5 is not a whole number"."""
+    from contextlab.data.tokenizer_spec import spec_problem
+
+    assert spec_problem("bpe:-5") == "the vocab size '-5' is not a positive whole number (e.g. bpe:4096)"
+    assert spec_problem("bpe:4096") is None

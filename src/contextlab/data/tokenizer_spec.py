@@ -64,7 +64,7 @@ def spec_problem(spec: str, check_path: bool = False) -> str | None:
     if not arg:
         return f"{kind} needs an argument after the colon"
     if kind == "bpe" and not arg.isdigit():
-        return f"the vocab size {arg!r} is not a whole number (e.g. bpe:4096)"
+        return f"the vocab size {arg!r} is not a positive whole number (e.g. bpe:4096)"
     if check_path and kind in PATH_KINDS and kind != "store" and not Path(arg).expanduser().exists():
         return f"{Path(arg).expanduser()} does not exist"
     return None
