@@ -583,3 +583,20 @@ def test_a_negative_vocab_size_is_not_called_fractional():
 
     assert spec_problem("bpe:-5") == "the vocab size '-5' is not a positive whole number (e.g. bpe:4096)"
     assert spec_problem("bpe:4096") is None
+
+
+def test_a_folder_of_links_out_of_it_says_links_are_never_followed(tmp_path):
+    """A folder of symlinks to files outside it gave "20 symlinks skipped; check --include/--exclude",
+    naming no fix: links out of the folder are never followed, and the line says so."""
+    from contextlab.errors import UserError
+
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "links").mkdir()
+    for i in range(3):
+        (tmp_path / "elsewhere" / f"{i}.txt").write_text(f"text {i}")
+        (tmp_path / "links" / f"{i}.txt").symlink_to(tmp_path / "elsewhere" / f"{i}.txt")
+    with pytest.raises(
+        UserError,
+        match=r"3 symlinks skipped \(links to folders, out of the folder, or broken are never followed",
+    ):
+        ingest(tmp_path / "links", tmp_path / "s", IngestConfig(tokenizer="byte"), progress=False)

@@ -431,7 +431,11 @@ class Source:
                     "not UTF-8 (--encoding skip)",
                 ),
                 (st.skipped_excluded, "excluded by --include/--exclude"),
-                (st.skipped_symlinks, "symlinks skipped"),
+                (
+                    st.skipped_symlinks,
+                    "symlinks skipped (links to folders, out of the folder, or broken are never followed: "
+                    "copy the files in, or give the folder they point into)",
+                ),
                 (st.skipped_duplicates, "duplicate symlinks"),
                 (st.skipped_unreadable, "unreadable"),
             )
