@@ -600,3 +600,14 @@ def test_a_folder_of_links_out_of_it_says_links_are_never_followed(tmp_path):
         match=r"3 symlinks skipped \(links to folders, out of the folder, or broken are never followed",
     ):
         ingest(tmp_path / "links", tmp_path / "s", IngestConfig(tokenizer="byte"), progress=False)
+
+
+def test_a_store_given_as_the_source_is_refused(tmp_path):
+    """`data ingest STORE` exited 0, ingesting the store's meta.json, docs.jsonl and config.toml as text."""
+    from contextlab.errors import UserError
+
+    (tmp_path / "t.txt").write_text("some text to ingest")
+    ingest(tmp_path / "t.txt", tmp_path / "s", IngestConfig(tokenizer="byte"), progress=False)
+    with pytest.raises(UserError, match=r"is a token store: .* give the text it was made from"):
+        ingest(tmp_path / "s", tmp_path / "again", IngestConfig(tokenizer="byte"), progress=False)
+    assert not (tmp_path / "again").exists()

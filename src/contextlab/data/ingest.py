@@ -154,11 +154,28 @@ def ingest(
         ) from None
 
 
+def refuse_store_source(source) -> None:
+    """One line for a SOURCE that is a token or packed store: ingesting it read its meta.json, docs.jsonl
+    and config.toml as documents and exited 0."""
+    from contextlab.data.store_meta import WHAT_IT_IS
+
+    try:
+        fmt = json.loads((Path(source) / "meta.json").read_text(encoding="utf-8")).get("format")
+    except (OSError, ValueError, AttributeError):
+        return
+    if fmt in WHAT_IT_IS:
+        raise UserError(
+            f"{source} is {WHAT_IT_IS[fmt]}; its tokens are ingested already: give the text it was made from "
+            "as SOURCE, or `--tokenizer store:STORE` to ingest other text with its tokenizer"
+        )
+
+
 def _ingest(
     source, out: Path, config: IngestConfig, overwrite: bool, progress: bool, store_documents, notes: bool
 ):
     """``ingest`` without the lock and the full-disk message."""
     refuse_non_folder(out)
+    refuse_store_source(source)
     src = open_source(source, config.source)
     for note in (
         (src.split_note(), src.provenance_note(), src.one_document_note(), *src.pattern_notes())
