@@ -22,6 +22,7 @@ def cmd_pack(argv: list[str]) -> int:
         raise UserError(f"--workers must be >= 1, got {args.workers}")
     if args.ray is not None and args.workers != 1:
         raise UserError("--workers is for local processes; with --ray the cluster runs the shards: drop one")
+    _refuse_too_short(args.store, config.context)
     report = pack(
         args.store,
         args.out,
@@ -121,6 +122,25 @@ def _refuse_ignored(config) -> None:
         f"{by} does not use {given}; leave {them} out, or pick a method or retriever that uses {them} "
         "(see contextlab data pack --help)"
     )
+
+
+def _refuse_too_short(store: str, context: int) -> None:
+    """One line, before anything is written, for a store with fewer tokens than one sequence of
+    context + 1: its pack would hold no full sequence, and training reads full ones only (it was
+    written, with a note, exit 0)."""
+    import json
+    from pathlib import Path
+
+    try:
+        n = int(json.loads((Path(store) / "meta.json").read_text(encoding="utf-8"))["n_tokens"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # no store or an odd one: pack's own message names it
+    if n < context + 1:
+        raise UserError(
+            f"{store} holds {n:,} tokens, fewer than one sequence of --context {context:,} + 1: the pack "
+            f"would hold no full sequence, and training reads full ones only; give --context "
+            f"{max(1, n - 1):,} or less, or a store of more text (nothing was written)"
+        )
 
 
 def _minus_one(value) -> str:

@@ -390,12 +390,10 @@ def test_a_pack_with_no_full_sequence_says_nothing_of_it_trains(tmp_path, capsys
     full sequences only, so such a pack trains on nothing."""
     store = make_store(tmp_path, {"a/x.txt": "a small text only"})
     args = [str(store.path), "--method", "ep", "--val-fraction", "0", "--no-progress"]
-    assert cmd_pack([*args, "--context", "1000", "--out", str(tmp_path / "p")]) == 0
-    out = capsys.readouterr().out
-    assert "note: no sequence is full: the packed documents hold " in out
-    assert (
-        "fewer than one sequence of context + 1 = 1,001" in out and "lower --context or pack more text" in out
-    )
+    # a store shorter than one sequence is refused before anything is written (it was packed, exit 0)
+    with pytest.raises(UserError, match=r"holds 17 tokens, fewer than one sequence of --context 1,000 \+ 1"):
+        cmd_pack([*args, "--context", "1000", "--out", str(tmp_path / "p")])
+    assert not (tmp_path / "p").exists()
     assert cmd_pack([*args, "--context", "7", "--out", str(tmp_path / "q")]) == 0
     assert "no sequence is full" not in capsys.readouterr().out
 
