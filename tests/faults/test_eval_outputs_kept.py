@@ -93,7 +93,17 @@ def test_a_write_killed_while_moving_its_files_is_finished_by_the_rerun(tmp_path
     write(token_losses=np.full(3, 2.0))  # the rerun
     doc = json.loads((tmp_path / "ppl.json").read_text())
     assert doc["arrays"] == {"token_losses": "ppl.token_losses.npy"}
-    assert not (tmp_path / "ppl.extra.npy").exists() and not (tmp_path / ".ppl.writing").exists()
+    assert not (tmp_path / "ppl.extra.npy").exists()
+    assert set(json.loads((tmp_path / ".ppl.written").read_text())) == {"ppl.token_losses.npy"}
+    # a result deleted by hand leaves files contextlab wrote, unchanged: a rerun replaces them
+    (tmp_path / "ppl.json").unlink()
+    assert res.foreign_files(tmp_path, "ppl") == []
+    write(token_losses=np.ones(3))
+    # one changed since it was written is no longer the result's: kept, and the write refused
+    (tmp_path / "ppl.json").unlink()
+    np.save(tmp_path / "ppl.token_losses.npy", np.arange(4))
+    assert res.foreign_files(tmp_path, "ppl") == ["ppl.token_losses.npy"]
+    (tmp_path / "ppl.token_losses.npy").unlink()
     (tmp_path / "ppl.notes.npy").write_text("a user's")
     with pytest.raises(UserError, match="holds ppl.notes.npy, which a ppl result would write"):
         write(token_losses=np.ones(3))

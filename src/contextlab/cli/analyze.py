@@ -198,7 +198,9 @@ def cmd_entropy(argv: list[str]) -> int:
         options=options,
         model=model_record(adapter),
     )
-    out.plot(out_dir / "entropy.png")
+    from contextlab.eval.results import note_written
+
+    note_written(out_dir, "entropy", out.plot(out_dir / "entropy.png"))
     print(_table(out.results))
     print(f"wrote {path}, {out_dir / 'entropy.png'} (the analysis {seconds:.1f} s)")
     return 0

@@ -141,7 +141,10 @@ def evaluate(
         out_dir, name, lambda: spec.run(adapter, options, data), options=options, model=model_record(adapter)
     )
     if out.plot is not None:
-        out.plot(Path(out_dir) / f"{name}.png")
+        from contextlab.eval.results import note_written
+
+        drawn = out.plot(Path(out_dir) / f"{name}.png")
+        note_written(out_dir, name, *([drawn] if drawn else []))  # a rerun may replace it
     return path, out
 
 

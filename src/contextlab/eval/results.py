@@ -116,18 +116,46 @@ def _arrays_named(path: Path) -> set[str]:
     return {f for f in arrays.values() if isinstance(f, str) and f.startswith(f"{name}.") and "/" not in f}
 
 
-def _marker(out: Path, name: str) -> Path:
-    """OUT/.NAME.writing: the files ``write_result`` is moving in, while it moves them (a kill then leaves
-    it, and a rerun knows those files for its own)."""
-    return out / f".{name}.writing"
+def _record(out: Path, name: str) -> Path:
+    """OUT/.NAME.written: each file a result NAME's writes put in OUT (its arrays, its plot) with the
+    first digits of its sha256. A file listed there whose bytes are still those is contextlab's even
+    when NAME.json is gone (deleted by a user, or a write killed while it moved its files in), so
+    a rerun may replace it; a file of the same name that is not listed, or changed since, is not."""
+    return out / f".{name}.written"
 
 
-def _marked(out: Path, name: str) -> set[str]:
+def _written(out: Path, name: str) -> dict[str, str]:
     try:
-        files = json.loads(_marker(out, name).read_text(encoding="utf-8")).get("files") or []
-    except (OSError, ValueError, AttributeError):
-        return set()
-    return {f for f in files if isinstance(f, str) and "/" not in f}
+        files = json.loads(_record(out, name).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(files, dict):
+        return {}
+    return {f: d for f, d in files.items() if isinstance(f, str) and isinstance(d, str) and "/" not in f}
+
+
+def _digest(path: Path) -> str | None:
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            while block := fh.read(1 << 20):
+                h.update(block)
+    except OSError:
+        return None
+    return h.hexdigest()[:16]
+
+
+def _owned(out: Path, name: str) -> set[str]:
+    """The files of OUT a result NAME there names, or a write of one recorded and that are unchanged."""
+    kept = {f for f, d in _written(out, name).items() if _digest(out / f) == d}
+    return _arrays_named(out / f"{name}.json") | kept
+
+
+def note_written(out_dir: str | Path, name: str, *paths: Path) -> None:
+    """Add files a result NAME's command wrote in OUT (its plot) to OUT/.NAME.written."""
+    out = Path(out_dir)
+    files = {**_written(out, name), **{Path(p).name: _digest(Path(p)) for p in paths if Path(p).is_file()}}
+    atomic_write_text(_record(out, name), json.dumps(files, sort_keys=True) + "\n")
 
 
 def foreign_files(out_dir: str | Path, name: str) -> list[str]:
@@ -138,7 +166,7 @@ def foreign_files(out_dir: str | Path, name: str) -> list[str]:
     if not out.is_dir():
         return []
     result = out / f"{name}.json"
-    owned = _arrays_named(result) | _marked(out, name)
+    owned = _owned(out, name)
     is_result = _is_result(result)
     found = []
     for p in sorted(out.glob(f"{name}.*")):
@@ -225,16 +253,19 @@ def write_result(
             doc["non_finite"] = {"fields": bad, "note": NON_FINITE_NOTE}
         path = out / f"{name}.json"
         atomic_write_text(stage / path.name, json.dumps(doc, indent=2, allow_nan=False) + "\n")
-        old_arrays = _arrays_named(path) | _marked(out, name)  # and an interrupted write's files
-        moving = sorted(set(files.values()) | old_arrays)
-        atomic_write_text(_marker(out, name), json.dumps({"files": moving}) + "\n")
+        old_arrays = _owned(out, name) - {f"{name}.png"}  # and an interrupted write's files
+        plot = {f: d for f, d in _written(out, name).items() if f == f"{name}.png"}
+        moving = {f: _digest(out / f) for f in old_arrays} | {f: _digest(stage / f) for f in files.values()}
+        moving |= plot
+        atomic_write_text(_record(out, name), json.dumps(moving, sort_keys=True) + "\n")  # before any moves
         path.unlink(missing_ok=True)  # the old result stops being one before any of its files changes
         for fname in old_arrays - set(files.values()):  # its arrays the new result has not: gone with it
             (out / fname).unlink(missing_ok=True)
         for fname in files.values():
             os.replace(stage / fname, out / fname)
         os.replace(stage / path.name, path)  # last: its presence says every array it names is in place
-        _marker(out, name).unlink(missing_ok=True)
+        kept = {f: _digest(out / f) for f in files.values()} | plot  # the plot is redrawn, or stays the old
+        atomic_write_text(_record(out, name), json.dumps(kept, sort_keys=True) + "\n")
         fsync_dir(out)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
