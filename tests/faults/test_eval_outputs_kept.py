@@ -138,3 +138,14 @@ def test_an_export_holding_its_evaluations_names_them_when_overwrite_is_refused(
     err = capsys.readouterr().err
     assert "holds eval/, results of `contextlab eval` of it, which --overwrite would delete" in err
     assert (hf / "eval" / "ppl.json").is_file()
+
+
+def test_a_window_past_the_context_is_said_in_the_result(two, tmp_path, capsys):
+    """`eval ppl --context 1024` of a context-32 model warned on the console only: its result, and the
+    report built from it, said nothing of the extrapolated positions."""
+    out = tmp_path / "far"
+    argv = ["eval", "ppl", "--model", str(two / "a"), "--data", str(two / "store"), "--context", "256"]
+    assert main([*argv, "--out", str(out), "--no-progress"]) == 0
+    assert "contextlab eval: warning: ppl's window runs" in capsys.readouterr().err  # still warned
+    text = json.loads((out / "ppl.json").read_text())["results"]["text"]
+    assert any(t.startswith("warning: ppl's window runs") and "extrapolated" in t for t in text)

@@ -27,6 +27,7 @@ import os
 import shutil
 import subprocess
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -285,7 +286,15 @@ def run_and_record(out_dir: str | Path, name: str, run, *, options: Any, model: 
     """``run()`` (an evaluation or analysis returning an ``EvalOutput``), timed, and its result written
     to OUT/<name>.json by ``write_result``; returns (json path, output, seconds)."""
     t0 = time.perf_counter()
-    out = run()
+    with warnings.catch_warnings(record=True) as caught:  # passed on as they came; the context ones kept
+        warnings.simplefilter("always")
+        out = run()
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    past = [str(w.message) for w in caught if w.category.__name__ == "ContextLengthWarning"]
+    if past and isinstance(out.results, dict):  # the result says it too (the report showed no word of it)
+        said = out.results.setdefault("text", [])
+        said += [f"warning: {m}" for m in dict.fromkeys(past) if f"warning: {m}" not in said]
     seconds = time.perf_counter() - t0
     read = out.data if isinstance(out.data, dict) else {}
     if read.get("split") != "run" and trained_on(str(model.get("path") or ""), read.get("hash")):
