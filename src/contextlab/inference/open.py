@@ -105,7 +105,8 @@ def _open_checkpoint(ckpt: Checkpoint, path: Path):
     trained = (ckpt.state.get("init") or {}).get("context")
     if info.kind == "hf" and trained and _rotary(model):  # a continued RoPE model: the context it trained
         info.context = int(trained)  # at (its position limit bounds absolute positions only)
-    info.context -= len(info.lm_prefix)  # text positions: the prefix (UL2's [S]) takes one of the context's
+    if info.kind == "contextlab":  # UL2's [S] takes one of the context's positions (a continued Hugging
+        info.context -= len(info.lm_prefix)  # Face model's BOS is added before its rows, past them)
     return model, tok, info
 
 
@@ -197,7 +198,8 @@ def _open_export(p: Path, cfg: dict):
     info.objective = provenance.get("contextlab_objective") or "clm"
     prefix, info.not_lm = left_to_right({"objective": info.objective})  # exports of older versions
     info.lm_prefix = prefix or []
-    info.context -= len(info.lm_prefix)  # text positions, as for the run
+    if info.kind == "contextlab":
+        info.context -= len(info.lm_prefix)  # text positions, as for the run
     return model, tok, info
 
 
