@@ -136,6 +136,10 @@ def test_cli_trains_and_evaluates_a_tiny_run(store, tmp_path):
     res = json.loads((tmp_path / "mqar.json").read_text())["results"]
     assert res["summary"]["n"] == 4 * 8 and (tmp_path / "mqar.png").is_file()
     assert 0 <= res["summary"]["control_accuracy"] <= 1
+    # the store by place and content: read on the store it trained on, the result says so (it recorded
+    # only a path, so report and compare could not tell training sequences from held-out ones)
+    data = json.loads((tmp_path / "mqar.json").read_text())["data"]
+    assert data["store"] == str(store) and data["hash"] and data["training_store"] is True
 
 
 def test_a_text_model_is_told_the_store_is_a_synthetic_vocabulary(store):

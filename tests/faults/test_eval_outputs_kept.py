@@ -149,3 +149,14 @@ def test_a_window_past_the_context_is_said_in_the_result(two, tmp_path, capsys):
     assert "contextlab eval: warning: ppl's window runs" in capsys.readouterr().err  # still warned
     text = json.loads((out / "ppl.json").read_text())["results"]["text"]
     assert any(t.startswith("warning: ppl's window runs") and "extrapolated" in t for t in text)
+
+
+def test_a_data_file_replaced_at_its_path_is_other_data(tmp_path):
+    """A key-value file replaced in place (75 keys by 140) let `eval kv` replace its result unasked: only
+    a token store's content was compared."""
+    f = tmp_path / "kv.jsonl"
+    f.write_text('{"a": 1}\n')
+    doc = {"data": {"file": str(f), "hash": res.file_hash(f)}, "options": {}}
+    assert res.differences(doc, options={}, model={}, data=str(f)) is None
+    f.write_text('{"a": 2}\n')
+    assert res.differences(doc, options={}, model={}, data=str(f)).startswith("--data content (hash) ")

@@ -212,7 +212,9 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         "control_correct": np.asarray([r["likelihood_correct"] for r in ctrl_all], np.int8),
         "vocab_correct": hits.astype(np.int8),
     }
-    info = {"path": str(data), "config": dataclasses.asdict(cfg)}
+    # the store by its place and content (a store ingested again at the path is another one, and one the
+    # model trained on is told by its hash), as the other store-reading evaluations record it
+    info = {"store": str(data), "hash": store.hash, "config": dataclasses.asdict(cfg)}
     return EvalOutput(res, info, arrays=arrays, plot=_plot(res, options, adapter.info.id))
 
 

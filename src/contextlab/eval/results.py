@@ -361,6 +361,15 @@ def differences(doc: dict, *, options: Any, model: dict, data: str | None) -> st
         pairs.append(("--data", old_data[where], data))
         if where == "store" and "hash" in old_data and str(old_data[where]) == str(data):
             pairs.append(("--data content (hash)", old_data["hash"], _store_hash(data, old_data["hash"])))
+        elif (
+            where == "file"
+            and "hash" in old_data
+            and str(old_data[where]) == str(data)
+            and Path(data).is_file()
+        ):
+            pairs.append(
+                ("--data content (hash)", old_data["hash"], file_hash(data))
+            )  # a file replaced in place
     new_options = jsonable(options)
     old_options = doc.get("options") if isinstance(doc.get("options"), dict) else {}
     for key in list(new_options) + [k for k in old_options if k not in new_options]:
