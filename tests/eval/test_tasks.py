@@ -192,6 +192,13 @@ def test_icl_zero_shots_is_one_set_of_prompts_whatever_the_seeds():
     zero, two = out.results["by_shots"]
     assert (zero["n"], zero["n_sets"]) == (6, 1) and (two["n"], two["n_sets"]) == (18, 3)
     assert zero["ci95"] == list(stats.wilson(zero["accuracy"] * 6, 6))
+    # the first 6 test questions are not label-balanced: "chance 0.17" alone misled (a user's majority
+    # label scored 0.30); the majority's share is said beside it
+    majority = out.results["summary"]["majority_class"]
+    said = [t for t in out.results["text"] if t.startswith("note: the test questions are not label-balanced")]
+    assert (
+        majority > 1 / 6 and len(said) == 1 and f"scores {majority:.2f}, above a uniform guess's" in said[0]
+    )
 
 
 def test_visible_defaults_to_the_longest_prompt_that_fits_the_context():

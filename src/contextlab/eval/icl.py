@@ -163,6 +163,13 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     per_shot = [_score_shots(adapter, samples, test, k) for k, samples in built.items()]
     text = [f"{r['shots']} shots: " + _line(r) for r in per_shot]
     res = {"summary": _summary(per_shot, test), "by_shots": per_shot, "skipped_shots": skipped, "text": text}
+    majority = res["summary"]["majority_class"]
+    if majority > 1 / len(LABELS) + 1e-9:  # --balance false: "chance 1/6" is a uniform guess's only
+        text.append(
+            f"note: the test questions are not label-balanced: always answering the most common label "
+            f"({_majority(test)}) scores {majority:.2f}, above a uniform guess's 1/{len(LABELS)} = "
+            f"{1 / len(LABELS):.2f}; read accuracies against {majority:.2f} (or use --balance true)"
+        )
 
     def plot(path):
         return _plot_accuracy(adapter.info.id, per_shot, path)
