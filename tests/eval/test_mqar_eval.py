@@ -140,6 +140,9 @@ def test_cli_trains_and_evaluates_a_tiny_run(store, tmp_path):
     # only a path, so report and compare could not tell training sequences from held-out ones)
     data = json.loads((tmp_path / "mqar.json").read_text())["data"]
     assert data["store"] == str(store) and data["hash"] and data["training_store"] is True
+    values = data["config"]["values"]  # the vocabulary accuracy's chance is a blind guess among the values
+    assert res["summary"]["vocab_chance"] == pytest.approx(1 / values)
+    assert f"(chance 1/{values} = {1 / values:.3f}, a blind guess among the values" in res["text"][0]
 
 
 def test_a_text_model_is_told_the_store_is_a_synthetic_vocabulary(store):

@@ -57,7 +57,11 @@ class Options:
     scoring: Literal["likelihood", "generate", "both"] = opt(
         "likelihood", "likelihood of the candidates, greedy generation of the answer, or both"
     )
-    seed: int = opt(1234, "seed of the fresh sequences and of the candidate sets")
+    seed: int = opt(
+        1234,
+        "seed of the fresh sequences and of the candidate sets' distractors (when 1 + --distractors equals "
+        "the values a sequence asks, every set holds them all and the seed changes nothing)",
+    )
 
 
 def sequences(store, cfg: mqar.MQARConfig, o: Options) -> list[tuple[mqar.MQARConfig, np.ndarray]]:
@@ -198,12 +202,18 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     res = tasks.summarize(rows_all, 1 + options.distractors)
     hits = np.concatenate(vocab)
     p, cp = stats.proportion(hits), stats.proportion([r["likelihood_correct"] for r in ctrl_all])
-    res["summary"] = {"vocab_accuracy": p["accuracy"], "vocab_ci95": p["ci95"], **res["summary"]}
+    res["summary"] = {
+        "vocab_accuracy": p["accuracy"],
+        "vocab_ci95": p["ci95"],
+        "vocab_chance": 1 / cfg.values,  # the argmax over the whole vocabulary: 1/V of a blind guess
+        **res["summary"],
+    }
     res["summary"] |= {"control_accuracy": cp["accuracy"], "control_ci95": cp["ci95"]}
     res["by_pairs"] = by_pairs
     res["text"] = [
         f"vocabulary accuracy {p['accuracy']:.3f} [{p['ci95'][0]:.3f}, {p['ci95'][1]:.3f}] "
-        f"of {len(hits)} answers",
+        f"of {len(hits)} answers (chance 1/{cfg.values} = {1 / cfg.values:.3f}, a blind guess among the "
+        f"values; the candidate accuracy's chance is 1/{1 + options.distractors})",
         *res["text"],
         f"removed-pairs control {cp['accuracy']:.3f} [{cp['ci95'][0]:.3f}, {cp['ci95'][1]:.3f}], "
         f"chance {1 / (1 + options.distractors):.3f}",
