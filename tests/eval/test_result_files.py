@@ -45,6 +45,7 @@ def test_a_full_disk_while_writing_the_json_leaves_the_old_result_whole(tmp_path
     for key, fname in doc["arrays"].items():  # the old JSON's arrays are still the old run's
         assert np.all(np.load(tmp_path / fname) == 1), key
     assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".contextwise.written",  # the record of the files results of contextwise wrote here
         "contextwise.json",
         "contextwise.piece_bucket_loss.npy",
         "contextwise.pieces.npy",
@@ -57,7 +58,7 @@ def test_a_new_result_replaces_the_old_one_with_all_its_arrays(tmp_path):
     doc = json.loads(path.read_text())
     assert doc["results"]["best_context_loss"] == 2.0
     assert all(np.all(np.load(tmp_path / f) == 2) for f in doc["arrays"].values())
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [".contextwise.written"]
 
 
 def test_arrays_the_new_result_has_not_go_with_the_old_result_and_no_other_file(tmp_path):

@@ -105,8 +105,10 @@ def test_a_write_killed_while_moving_its_files_is_finished_by_the_rerun(tmp_path
     assert res.foreign_files(tmp_path, "ppl") == ["ppl.token_losses.npy"]
     (tmp_path / "ppl.token_losses.npy").unlink()
     (tmp_path / "ppl.notes.npy").write_text("a user's")
+    assert res.foreign_files(tmp_path, "ppl") == ["ppl.notes.npy"]  # before a run: no result, refused
+    write(token_losses=np.ones(3))  # a write that does not touch it goes on, and keeps it
     with pytest.raises(UserError, match="holds ppl.notes.npy, which a ppl result would write"):
-        write(token_losses=np.ones(3))
+        write(token_losses=np.ones(3), notes=np.ones(1))  # one that would replace it is refused
     assert (tmp_path / "ppl.notes.npy").read_text() == "a user's"
 
 

@@ -159,10 +159,13 @@ def note_written(out_dir: str | Path, name: str, *paths: Path) -> None:
     atomic_write_text(_record(out, name), json.dumps(files, sort_keys=True) + "\n")
 
 
-def foreign_files(out_dir: str | Path, name: str) -> list[str]:
+def foreign_files(out_dir: str | Path, name: str, writing: set[str] | None = None) -> list[str]:
     """The files in OUT a result NAME would write (NAME.png, NAME.KEY.npy) that are no result's: no
-    OUT/NAME.json result names them and no interrupted write of one left them. A user's
-    ``contextwise.png`` or ``contextwise.pieces.npy`` was replaced by an evaluation into its folder."""
+    OUT/NAME.json result names them and no write of one recorded them unchanged (``_owned``). A user's
+    ``contextwise.png`` or ``contextwise.pieces.npy`` was replaced by an evaluation into its folder.
+    ``writing``: the array files a write is about to put there (only those are looked at, and the plot);
+    without it (before an evaluation runs, when its arrays are not known yet) every NAME.*.npy when no
+    result is there, and the plot."""
     out = Path(out_dir)
     if not out.is_dir():
         return []
@@ -173,19 +176,22 @@ def foreign_files(out_dir: str | Path, name: str) -> list[str]:
     for p in sorted(out.glob(f"{name}.*")):
         if p.name == result.name or p.name in owned:
             continue
-        if p.name.endswith(".npy") or (p.name == f"{name}.png" and not (is_result and _is_png(p))):
+        if p.name == f"{name}.png":
+            if not (is_result and _is_png(p)):
+                found.append(p.name)
+        elif p.name.endswith(".npy") and (p.name in writing if writing is not None else not is_result):
             found.append(p.name)
     return found
 
 
-def refuse_foreign_files(out_dir: str | Path, name: str) -> None:
+def refuse_foreign_files(out_dir: str | Path, name: str, writing: set[str] | None = None) -> None:
     """One line when ``foreign_files`` finds any: they are left as they are."""
-    found = foreign_files(out_dir, name)
+    found = foreign_files(out_dir, name, writing)
     if found:
         shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
         raise UserError(
             f"{out_dir} holds {shown}, which a {name} result would write and no result there names (a file "
-            "of yours?); move them or give another --out (they are left as they are; nothing was run)"
+            "of yours?); move them or give another --out (they are left as they are; nothing was written)"
         )
 
 
@@ -226,7 +232,7 @@ def write_result(
     arrays without a JSON (no result, never a JSON beside another run's arrays)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    refuse_foreign_files(out, name)  # also for callers that did not check before they ran
+    refuse_foreign_files(out, name, {f"{name}.{key}.npy" for key in arrays or {}})  # what it writes
     stage = fresh_dir(out / name, "staging")
     try:
         files = {}
