@@ -122,10 +122,11 @@ def test_staged_dir_swaps_the_folder_whole(tmp_path):
     with outputs.staged_dir(out, overwrite=False, kind=outputs.ANY_FOLDER) as tmp:
         assert tmp.parent == tmp_path and tmp.is_dir() and not out.exists()
         (tmp / "a.txt").write_text("1")
-    assert _names(out) == ["a.txt"] and _names(tmp_path) == ["export"]
+    record = [outputs.WRITTEN]  # what it wrote, with digests: a later --overwrite knows a changed file
+    assert _names(out) == record + ["a.txt"] and _names(tmp_path) == ["export"]
     with outputs.staged_dir(out, overwrite=True, kind=outputs.ANY_FOLDER) as tmp:
         (tmp / "b.txt").write_text("2")
-    assert _names(out) == ["b.txt"] and _names(tmp_path) == ["export"]  # the old files are gone
+    assert _names(out) == record + ["b.txt"] and _names(tmp_path) == ["export"]  # the old files are gone
 
 
 def test_staged_dir_that_raises_leaves_the_old_folder(tmp_path):
@@ -153,7 +154,7 @@ def test_staged_dir_refuses_a_non_empty_folder(tmp_path):
         outputs.staged_dir(out, overwrite=False, what="export folder", kind=outputs.ANY_FOLDER),
     ):
         pass
-    assert _names(out) == ["a"] and _names(tmp_path) == ["export"]
+    assert _names(out) == [outputs.WRITTEN, "a"] and _names(tmp_path) == ["export"]
 
 
 def test_overwrite_replaces_only_the_writers_own_kind_of_folder(tmp_path):
@@ -178,11 +179,13 @@ def test_overwrite_replaces_only_the_writers_own_kind_of_folder(tmp_path):
     own_kind = write_tree(tmp_path / "own", {"mine.json": "old", "plot.png": "old"})
     with outputs.staged_dir(own_kind, overwrite=True, kind=thing) as tmp:
         (tmp / "mine.json").write_text("new")
-    assert _names(own_kind) == ["mine.json"] and (own_kind / "mine.json").read_text() == "new"
+    assert (
+        _names(own_kind) == [outputs.WRITTEN, "mine.json"] and (own_kind / "mine.json").read_text() == "new"
+    )
     (tmp_path / "empty").mkdir()
     with outputs.staged_dir(tmp_path / "empty", overwrite=False, kind=thing) as tmp:
         (tmp / "mine.json").write_text("1")
-    assert _names(tmp_path / "empty") == ["mine.json"]
+    assert _names(tmp_path / "empty") == [outputs.WRITTEN, "mine.json"]
 
 
 def test_overwrite_keeps_a_users_files_put_into_an_output_of_its_kind(tmp_path):

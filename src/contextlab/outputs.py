@@ -193,11 +193,50 @@ class OutputKind:
 
     def strangers(self, folder: Path) -> list[str]:
         """The names at the top of ``folder`` that contextlab does not write in this kind of folder."""
-        mine = lambda name: any(fnmatch.fnmatchcase(name, p) for p in self.entries)
+        mine = lambda name: name == WRITTEN or any(fnmatch.fnmatchcase(name, p) for p in self.entries)
         return sorted(p.name for p in Path(folder).iterdir() if not mine(p.name))
 
 
 ANY_FOLDER = OutputKind("a folder", lambda path: True)  # a folder that is the writer's by construction
+
+WRITTEN = ".contextlab-written.json"  # in a staged folder: each top-level file written, with its digest
+
+
+def _digest(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 22):
+            h.update(block)
+    return h.hexdigest()[:16]
+
+
+def record_written(folder: Path) -> None:
+    """Write FOLDER/.contextlab-written.json: each file at its top level with the first digits of its
+    sha256, so a later ``--overwrite`` can tell a file changed since (a user's own weights saved into an
+    export) from the writer's own."""
+    import json
+
+    files = {p.name: _digest(p) for p in sorted(Path(folder).iterdir()) if p.is_file() and p.name != WRITTEN}
+    from contextlab.io import atomic_write_text
+
+    atomic_write_text(Path(folder) / WRITTEN, json.dumps(files, indent=1, sort_keys=True) + "\n")
+
+
+def changed_since_written(folder: Path) -> list[str]:
+    """The files FOLDER's record names whose bytes are not those written (empty without a record)."""
+    import json
+
+    try:
+        files = json.loads((Path(folder) / WRITTEN).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    if not isinstance(files, dict):
+        return []
+    return sorted(
+        n for n, d in files.items() if (Path(folder) / n).is_file() and _digest(Path(folder) / n) != d
+    )
 
 
 def refuse_foreign(out: str | os.PathLike, kind: OutputKind, flag: str = "--out") -> None:
@@ -218,6 +257,14 @@ def refuse_foreign(out: str | os.PathLike, kind: OutputKind, flag: str = "--out"
         raise UserError(
             f"{flag} {out} holds {some(names)} and is not {kind.name}; --overwrite replaces only "
             f"{kind.name}, never other folders: choose another {flag} (nothing was changed)"
+        )
+    changed = changed_since_written(out)
+    if changed:
+        raise UserError(
+            f"{flag} {out} is {kind.name} whose {some(changed)} changed since contextlab wrote "
+            f"{'it' if len(changed) == 1 else 'them'} (a model saved into it?); --overwrite would replace "
+            f"{'it' if len(changed) == 1 else 'them'}: move the folder or the files first, or choose another "
+            f"{flag} (nothing was changed)"
         )
     strangers = kind.strangers(out)
     if rundir.EVAL in strangers and (out / rundir.EVAL).is_dir():  # contextlab eval's results of it
@@ -296,4 +343,5 @@ def staged_dir(
         )
     with staged_folder(out) as tmp:
         yield tmp
+        record_written(tmp)  # what was written: a later --overwrite knows a file changed since
         refuse_foreign(out, kind)

@@ -162,3 +162,20 @@ def test_a_data_file_replaced_at_its_path_is_other_data(tmp_path):
     assert res.differences(doc, options={}, model={}, data=str(f)) is None
     f.write_text('{"a": 2}\n')
     assert res.differences(doc, options={}, model={}, data=str(f)).startswith("--data content (hash) ")
+
+
+def test_an_export_whose_weights_were_changed_is_not_overwritten(two, tmp_path, capsys):
+    """`export --overwrite` replaced weights a user had saved into an export folder: only the file names
+    were checked. The export records what it wrote; a file changed since is refused, an unchanged
+    export is replaced as before."""
+    hf = tmp_path / "hf"
+    export = ["export", str(two / "a"), "--out", str(hf), "--no-progress"]
+    assert main(export) == 0
+    assert main([*export, "--overwrite"]) == 0  # unchanged: replaced
+    weights = next(hf.glob("*.safetensors"))
+    mine = weights.read_bytes()[:-1] + b"\0"
+    weights.write_bytes(mine)
+    capsys.readouterr()
+    assert main([*export, "--overwrite"]) != 0
+    assert f"whose {weights.name} changed since contextlab wrote it" in capsys.readouterr().err
+    assert weights.read_bytes() == mine
