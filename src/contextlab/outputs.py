@@ -202,13 +202,17 @@ ANY_FOLDER = OutputKind("a folder", lambda path: True)  # a folder that is the w
 WRITTEN = ".contextlab-written.json"  # in a staged folder: each top-level file written, with its digest
 
 
-def _digest(path: Path) -> str:
+def file_digest(path: str | os.PathLike) -> str | None:
+    """The first 16 hex digits of the sha256 of a file's bytes (None: it cannot be read)."""
     import hashlib
 
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 22):
-            h.update(block)
+    try:
+        with open(path, "rb") as fh:
+            while block := fh.read(1 << 22):
+                h.update(block)
+    except OSError:
+        return None
     return h.hexdigest()[:16]
 
 
@@ -218,7 +222,9 @@ def record_written(folder: Path) -> None:
     export) from the writer's own."""
     import json
 
-    files = {p.name: _digest(p) for p in sorted(Path(folder).iterdir()) if p.is_file() and p.name != WRITTEN}
+    files = {
+        p.name: file_digest(p) for p in sorted(Path(folder).iterdir()) if p.is_file() and p.name != WRITTEN
+    }
     from contextlab.io import atomic_write_text
 
     atomic_write_text(Path(folder) / WRITTEN, json.dumps(files, indent=1, sort_keys=True) + "\n")
@@ -235,7 +241,7 @@ def changed_since_written(folder: Path) -> list[str]:
     if not isinstance(files, dict):
         return []
     return sorted(
-        n for n, d in files.items() if (Path(folder) / n).is_file() and _digest(Path(folder) / n) != d
+        n for n, d in files.items() if (Path(folder) / n).is_file() and file_digest(Path(folder) / n) != d
     )
 
 

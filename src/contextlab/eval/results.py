@@ -36,6 +36,7 @@ import numpy as np
 import contextlab
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_bytes, atomic_write_text, fresh_dir, fsync_dir
+from contextlab.outputs import file_digest
 from contextlab.rundir import trained_on
 
 RESULT_FORMAT = "contextlab-eval-result"
@@ -135,27 +136,19 @@ def _written(out: Path, name: str) -> dict[str, str]:
     return {f: d for f, d in files.items() if isinstance(f, str) and isinstance(d, str) and "/" not in f}
 
 
-def _digest(path: Path) -> str | None:
-    h = hashlib.sha256()
-    try:
-        with open(path, "rb") as fh:
-            while block := fh.read(1 << 20):
-                h.update(block)
-    except OSError:
-        return None
-    return h.hexdigest()[:16]
-
-
 def _owned(out: Path, name: str) -> set[str]:
     """The files of OUT a result NAME there names, or a write of one recorded and that are unchanged."""
-    kept = {f for f, d in _written(out, name).items() if _digest(out / f) == d}
+    kept = {f for f, d in _written(out, name).items() if file_digest(out / f) == d}
     return _arrays_named(out / f"{name}.json") | kept
 
 
 def note_written(out_dir: str | Path, name: str, *paths: Path) -> None:
     """Add files a result NAME's command wrote in OUT (its plot) to OUT/.NAME.written."""
     out = Path(out_dir)
-    files = {**_written(out, name), **{Path(p).name: _digest(Path(p)) for p in paths if Path(p).is_file()}}
+    files = {
+        **_written(out, name),
+        **{Path(p).name: file_digest(Path(p)) for p in paths if Path(p).is_file()},
+    }
     atomic_write_text(_record(out, name), json.dumps(files, sort_keys=True) + "\n")
 
 
@@ -262,7 +255,9 @@ def write_result(
         atomic_write_text(stage / path.name, json.dumps(doc, indent=2, allow_nan=False) + "\n")
         old_arrays = _owned(out, name) - {f"{name}.png"}  # and an interrupted write's files
         plot = {f: d for f, d in _written(out, name).items() if f == f"{name}.png"}
-        moving = {f: _digest(out / f) for f in old_arrays} | {f: _digest(stage / f) for f in files.values()}
+        moving = {f: file_digest(out / f) for f in old_arrays} | {
+            f: file_digest(stage / f) for f in files.values()
+        }
         moving |= plot
         atomic_write_text(_record(out, name), json.dumps(moving, sort_keys=True) + "\n")  # before any moves
         path.unlink(missing_ok=True)  # the old result stops being one before any of its files changes
@@ -271,7 +266,9 @@ def write_result(
         for fname in files.values():
             os.replace(stage / fname, out / fname)
         os.replace(stage / path.name, path)  # last: its presence says every array it names is in place
-        kept = {f: _digest(out / f) for f in files.values()} | plot  # the plot is redrawn, or stays the old
+        kept = {
+            f: file_digest(out / f) for f in files.values()
+        } | plot  # the plot is redrawn, or stays the old
         atomic_write_text(_record(out, name), json.dumps(kept, sort_keys=True) + "\n")
         fsync_dir(out)
     finally:

@@ -13,7 +13,6 @@ it comes from changed, so that rewriting it stays cheap as the grid grows.
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import os
@@ -22,6 +21,7 @@ from pathlib import Path
 
 from contextlab import rundir
 from contextlab.io import atomic_write_text
+from contextlab.outputs import file_digest
 from contextlab.rundir import latest_checkpoint, read_checkpoint_state, read_evals, read_metrics, summarize
 from contextlab.sweep import folder
 from contextlab.sweep.spec import Run, SweepSection
@@ -40,14 +40,6 @@ def status(run: Run) -> dict:
         if isinstance(pid, int) and not _alive(pid):
             return {**record, "status": "stopped"}
     return record
-
-
-def file_digest(path: Path) -> str | None:
-    """The first 16 hex digits of the sha256 of a file's bytes (None: it cannot be read)."""
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    except OSError:
-        return None
 
 
 def rewritten_evals(sweep_dir: Path) -> dict[str, list[str]]:

@@ -31,9 +31,10 @@ from pathlib import Path
 from contextlab.config import apply_overrides, dumps_toml
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_json, atomic_write_text
+from contextlab.outputs import file_digest
 from contextlab.steps import Step, StepRunner
 from contextlab.sweep import folder
-from contextlab.sweep.results import file_digest, status, write_results
+from contextlab.sweep.results import status, write_results
 from contextlab.sweep.spec import Run, SweepSection, budget_notes, eval_notes, format_arg, load_sweep
 
 STATE_FILE = folder.STATE  # sweep_state.json: which runs finished with which config (contextlab.steps)
