@@ -478,7 +478,7 @@ def test_bad_specs_name_the_problem(tmp_path):
         "gpt2": "gpt2 needs an argument",
         f"gpt2:{tmp_path / 'missing'}": "does not exist",
         f"gpt2:{tmp_path}": "neither encoder.json",
-        "bpe:abc": "not a whole number",
+        "bpe:abc": "not a positive whole number",
         f"hf:{tmp_path / 'garbage.json'}": "cannot read",
         f"hf:{tmp_path}": "no tokenizer.json",
         f"dir:{tmp_path}": "cannot read",

@@ -36,7 +36,7 @@ def timed_from_first(bar) -> Callable[[int], None]:
     def update(n: int) -> None:
         if n and not started[0]:
             started[0] = True
-            if bar.n == 0:
+            if bar.n == 0 and hasattr(bar, "reset"):  # a tqdm bar (a caller's own counter has no clock)
                 bar.reset(total=bar.total)
         bar.update(n)
 
