@@ -102,6 +102,15 @@ def refuse_below_file(out: str | os.PathLike, flag: str = "--out") -> None:
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+def is_png(path: str | os.PathLike) -> bool:
+    """Whether the file at ``path`` starts as a PNG does (False: it cannot be read)."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(len(PNG_MAGIC)) == PNG_MAGIC
+    except OSError:
+        return False
+
+
 def refuse_plot_target(path: str | os.PathLike, flag: str = "--plot") -> None:
     """One line for a plot path that would replace something that is not a plot: an existing file that
     is not a PNG (a store's own tokens.bin, a user's notes: a user's ``--plot`` replaced both), a folder,
@@ -113,13 +122,8 @@ def refuse_plot_target(path: str | os.PathLike, flag: str = "--plot") -> None:
     if p.is_symlink() or p.is_dir():
         kind = "a link" if p.is_symlink() else "a folder"
         raise UserError(f"{flag} {p} is {kind}, not a PNG file; choose another {flag} (it is left as it is)")
-    if p.exists():
-        with open(p, "rb") as fh:
-            head = fh.read(len(PNG_MAGIC))
-        if head != PNG_MAGIC:
-            raise UserError(
-                f"{flag} {p} exists and is not a PNG; choose another {flag} (it is left as it is)"
-            )
+    if p.exists() and not is_png(p):
+        raise UserError(f"{flag} {p} exists and is not a PNG; choose another {flag} (it is left as it is)")
 
 
 def refuse_non_folder(out: str | os.PathLike, flag: str = "--out") -> None:
@@ -138,27 +142,18 @@ def refuse_results_out(out: str | os.PathLike, flag: str = "--out") -> None:
     """``refuse_non_folder``, and one line for a results folder that is, or lies inside, a token store or
     packed store: results written there mix with the store's own files (`analyze --out STORE` and
     `compare --out STORE` wrote into the store they read, and its `ingest --overwrite` was then refused)."""
+    from contextlab.data.store_meta import CONTENT_KEYS, meta_format
+
     refuse_non_folder(out, flag)
     here = Path(out).absolute()
     for folder in [here, *here.parents]:
-        fmt = _store_format(folder)
-        if fmt:
+        fmt = meta_format(folder)
+        if fmt in CONTENT_KEYS:  # a token or packed store
             how = "is" if folder == here else f"lies inside {folder}, which is"
             raise UserError(
                 f"{flag} {out} {how} a {fmt.removeprefix('contextlab-').replace('-', ' ')}: results written "
                 f"there would mix with its files; choose an {flag} outside it (nothing was written)"
             )
-
-
-def _store_format(folder: Path) -> str | None:
-    """The format of the token or packed store at ``folder`` (its meta.json), None for any other folder."""
-    import json
-
-    try:
-        fmt = json.loads((folder / "meta.json").read_text(encoding="utf-8")).get("format")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return fmt if isinstance(fmt, str) and fmt.startswith("contextlab-") and fmt.endswith("-store") else None
 
 
 def refuse_unwritable(out: str | os.PathLike, given: bool, flag: str = "--out") -> None:

@@ -157,12 +157,9 @@ def ingest(
 def refuse_store_source(source) -> None:
     """One line for a SOURCE that is a token or packed store: ingesting it read its meta.json, docs.jsonl
     and config.toml as documents and exited 0."""
-    from contextlab.data.store_meta import WHAT_IT_IS
+    from contextlab.data.store_meta import WHAT_IT_IS, meta_format
 
-    try:
-        fmt = json.loads((Path(source) / "meta.json").read_text(encoding="utf-8")).get("format")
-    except (OSError, ValueError, AttributeError):
-        return
+    fmt = meta_format(source)
     if fmt in WHAT_IT_IS:
         raise UserError(
             f"{source} is {WHAT_IT_IS[fmt]}; its tokens are ingested already: give the text it was made from "

@@ -38,11 +38,17 @@ class MetaKind:
 
 def has_format(path: str | os.PathLike, fmt: str) -> bool:
     """Whether ``path`` holds a meta.json of format ``fmt`` (no message: a yes/no test)."""
+    return meta_format(path) == fmt
+
+
+def meta_format(path: str | os.PathLike) -> str | None:
+    """The "format" of ``path``'s meta.json (None: none there, or not readable as one)."""
     meta = Path(path) / "meta.json"
     try:
-        return meta.is_file() and json.loads(meta.read_text()).get("format") == fmt
-    except (OSError, ValueError):
-        return False
+        fmt = json.loads(meta.read_text()).get("format") if meta.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        return None
+    return fmt if isinstance(fmt, str) else None
 
 
 WHAT_IT_IS = {  # a store of the other kind given where one kind is read: what it is and what reads it

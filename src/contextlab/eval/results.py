@@ -36,7 +36,7 @@ import numpy as np
 import contextlab
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_bytes, atomic_write_text, fresh_dir, fsync_dir
-from contextlab.outputs import file_digest
+from contextlab.outputs import file_digest, is_png
 from contextlab.rundir import trained_on
 
 RESULT_FORMAT = "contextlab-eval-result"
@@ -170,7 +170,7 @@ def foreign_files(out_dir: str | Path, name: str, writing: set[str] | None = Non
         if p.name == result.name or p.name in owned:
             continue
         if p.name == f"{name}.png":
-            if not (is_result and _is_png(p)):
+            if not (is_result and is_png(p)):
                 found.append(p.name)
         elif p.name.endswith(".npy") and (p.name in writing if writing is not None else not is_result):
             found.append(p.name)
@@ -192,16 +192,6 @@ def _is_result(path: Path) -> bool:
     try:
         return json.loads(path.read_text(encoding="utf-8")).get("format") == RESULT_FORMAT
     except (OSError, ValueError, AttributeError):
-        return False
-
-
-def _is_png(path: Path) -> bool:
-    from contextlab.outputs import PNG_MAGIC
-
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(len(PNG_MAGIC)) == PNG_MAGIC
-    except OSError:
         return False
 
 

@@ -77,6 +77,7 @@ def haystack_in_training(adapter, text: str) -> dict | None:
     from contextlab.data.store import TokenStore
     from contextlab.data.tokenizers import same_tokenizer
 
+    passages = None  # encoded once, for the first store of the model's tokenizer
     for path in training_stores_of(adapter.info.path):
         try:
             store = TokenStore(path)
@@ -84,7 +85,7 @@ def haystack_in_training(adapter, text: str) -> dict | None:
             continue
         if not same_tokenizer(adapter.tokenizer.spec(), store.tokenizer_spec):
             continue
-        passages = probes(adapter.encode, text)
+        passages = probes(adapter.encode, text) if passages is None else passages
         found = sum(occurs(store.tokens, p) for p in passages)
         if found >= FOUND:
             return {"store": str(path), "probes": len(passages), "found": found}

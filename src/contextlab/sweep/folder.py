@@ -32,7 +32,7 @@ from contextlab import rundir
 from contextlab.config import apply_overrides, dumps_toml, from_dict, read_toml
 from contextlab.errors import UserError, some
 from contextlab.io import atomic_write_text, fresh_dir
-from contextlab.outputs import OutputKind, refuse_non_folder, replace_dir
+from contextlab.outputs import OutputKind, is_png, refuse_non_folder, replace_dir
 from contextlab.sweep.compute_optimal import number_text
 
 SWEEP_FILE = "sweep.toml"  # the sweep file the folder's runs and analysis were made with
@@ -178,7 +178,7 @@ def _a_sweeps(path: Path) -> bool:
         if path.name == SWEEP_FILE:
             return isinstance(read_toml(path).get("sweep"), dict)
         if path.suffix == ".png":
-            return path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+            return is_png(path)
         return isinstance(json.loads(path.read_text(encoding="utf-8")), dict)
     except (OSError, ValueError, UserError):
         return False
