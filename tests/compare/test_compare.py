@@ -249,6 +249,30 @@ def test_icl_per_set_difference_and_histogram(tmp_path):
     assert row["diff"] == pytest.approx(0.05) and row["per_set"] == pytest.approx([0.05, 0.1, 0.0, 0.05] * 3)
     assert 0 < row["interval95"][0] <= 0.05 <= row["interval95"][1] and doc["notes"] == []
     assert (tmp_path / "o" / "compare_icl.png").stat().st_size > 1000
+    assert "calibrated" not in row  # results from before calibrated accuracy: only the accuracy is paired
+
+
+def test_icl_pairs_the_calibrated_accuracy_per_set_too(tmp_path):
+    for run, per_set, cal in (("a", [0.5, 0.6], [0.7, 0.8]), ("b", [0.5, 0.5], [0.4, 0.6])):
+        write_result(
+            tmp_path / run / "eval",
+            "icl",
+            results={
+                "by_shots": [
+                    {"shots": 0, "accuracy_per_set": [0.2]},
+                    {"shots": 8, "accuracy_per_set": per_set, "calibrated_accuracy_per_set": cal},
+                ]
+            },
+            options={"shots": [0, 8], "n_test": 54, "seeds": 2, "balance": True},
+            model={"id": run},
+            data={"folder": run, "hash": "t" * 64, "n_train": 100, "n_test": 54, "balanced": True},
+            seconds=0.0,
+        )
+    _, (doc,) = compare_runs(tmp_path / "a", tmp_path / "b", ["icl"], Options(), tmp_path / "o")
+    zero, eight = doc["results"]["by_shots"]
+    assert "calibrated" not in zero and eight["calibrated"]["per_set"] == pytest.approx([0.3, 0.2])
+    assert eight["calibrated"]["diff"] == pytest.approx(0.25)
+    assert any(line.startswith("icl calibrated accuracy A - B at 8 shots = +0.250") for line in doc["lines"])
 
 
 def test_results_of_different_data_or_options_are_refused(tmp_path):

@@ -118,6 +118,49 @@ def test_candidate_scores_equal_separate_forward_passes():
         assert g == pytest.approx(float(lp.sum()), rel=1e-5)
 
 
+class _PairedDigits:
+    """Bytes, but a doubled digit ("00" .. "99") is one token (ids 0-9, control bytes no text here
+    holds), as BPE merges some digit runs: keys and values then tokenize to different lengths."""
+
+    def __init__(self, tok):
+        self.tok = tok
+
+    def __getattr__(self, name):
+        return getattr(self.tok, name)
+
+    def encode(self, text: str) -> list[int]:
+        import re
+
+        out = []
+        for m in re.finditer(r"(\d)\1|.", text, re.S):
+            out += [int(m.group(1))] if m.group(1) else list(m.group().encode())
+        return out
+
+    def decode(self, ids) -> str:
+        return "".join(2 * str(i) if i < 10 else self.tok.decode([i]) for i in ids)
+
+
+def test_passkey_and_vartrack_prompts_are_the_length_asked_whatever_the_keys_tokenize_to():
+    """The filler was cut to the set's longest key sentence (and vartrack's longest question), so a
+    key that tokenized shorter gave a prompt short of the length asked (a user counted 51 of 120
+    passkey prompts 2 tokens short on GPT-2's BPE)."""
+    adapter = byte_adapter(tiny_gpt(6, context=128))
+    adapter.tokenizer = _PairedDigits(adapter.tokenizer)
+    o = passkey.Options(lengths=[400, 600], depths=[0, 50, 100], samples=4)
+    samples, _ = passkey.build(adapter, o, None)
+    keys = {len(adapter.encode(" " + s.answer)) for s in samples}
+    assert len(keys) > 1  # the keys do tokenize to different lengths here
+    assert [len(s.prompt) for s in samples] == [s.cell[1] for s in samples]
+    for s in samples:  # the key sentence at its depth, the filler around it unbroken
+        text = adapter.tokenizer.decode(s.prompt)
+        assert text.count(f"The pass key is {s.answer}.") == 1 and text.endswith(passkey.QUESTION)
+    vs, _ = vartrack.build(adapter, vartrack.Options(lengths=[500, 700], n_chains=4, samples=3), None)
+    texts = [adapter.tokenizer.decode(s.prompt) for s in vs]
+    questions = {len(adapter.encode(t[t.rindex("\n\nQuestion:") :])) for t in texts}
+    assert len(questions) > 1  # the questions' values tokenize to different lengths
+    assert [len(s.prompt) for s in vs] == [s.cell[0] for s in vs]
+
+
 def test_passkey_vartrack_and_scoring_on_a_tiny_model():
     adapter = byte_adapter(tiny_gpt(6, context=128), batch_size=6)
     samples, _info = passkey.build(adapter, passkey.Options(lengths=[300], depths=[0, 100], samples=1), None)
@@ -198,6 +241,63 @@ def test_icl_zero_shots_is_one_set_of_prompts_whatever_the_seeds():
     said = [t for t in out.results["text"] if t.startswith("note: the test questions are not label-balanced")]
     assert (
         majority > 1 / 6 and len(said) == 1 and f"scores {majority:.2f}, above a uniform guess's" in said[0]
+    )
+
+
+def test_icl_saves_its_samples_and_reads_the_label_prior_out():
+    """icl kept only accuracies per set: its outcomes could not be audited, and a byte model that
+    picked the shortest label word for every question read as a model that ignores the shots, with
+    nothing said. It saves per-sample arrays, counts the labels picked, scores the calibrated accuracy
+    (the label the shots raise most) and notes a label picked for most questions."""
+    adapter = byte_adapter(tiny_gpt(7, context=512), batch_size=6)
+    out = icl.run(adapter, icl.Options(shots=[0, 2], n_test=10, seeds=2, balance=False), str(TREC))
+    zero, two = out.results["by_shots"]
+    a = out.arrays
+    n = zero["n"] + two["n"]
+    assert (zero["n"], two["n"]) == (10, 20) and all(len(v) == n for v in a.values())
+    assert (
+        a["cell"].tolist()[:10] == [[0, 0]] * 10 and a["cell"].tolist()[10:] == [[2, 0]] * 10 + [[2, 1]] * 10
+    )
+    assert a["unit"].tolist() == list(range(10)) * 3 == a["group"].tolist()
+    labels = list(icl.LABELS.values())
+    assert (
+        a["label"].tolist()
+        == [labels.index(ans) for _, ans in icl.select_test(icl.read_trec(TREC / "test.txt"), 10, False)] * 3
+    )
+    # the arrays are the rows' outcomes: correct exactly when the label picked is the true one
+    assert ((a["predicted"] == a["label"]) == a["correct_likelihood_correct"].astype(bool)).all()
+    for row, m in ((zero, slice(0, 10)), (two, slice(10, None))):
+        assert row["accuracy"] == pytest.approx(a["correct_likelihood_correct"][m].mean())
+        assert sum(row["predicted"].values()) == row["n"]
+        assert row["predicted"] == {lab: int((a["predicted"][m] == i).sum()) for i, lab in enumerate(labels)}
+    # zero shots: the prompt is its own control, nothing to calibrate
+    assert zero["calibrated_accuracy"] is None and (a["correct_calibrated_correct"][:10] == -1).all()
+    assert two["calibrated_accuracy"] == pytest.approx(a["correct_calibrated_correct"][10:].mean())
+    assert (
+        (a["calibrated_predicted"][10:] == a["label"][10:])
+        == a["correct_calibrated_correct"][10:].astype(bool)
+    ).all()
+    assert two["calibrated_accuracy_per_set"] == [
+        pytest.approx(a["correct_calibrated_correct"][10 + 10 * i : 20 + 10 * i].mean()) for i in range(2)
+    ]
+    assert f"calibrated accuracy {two['calibrated_accuracy']:.2f}" in out.results["text"][1]
+    assert out.results["summary"]["calibrated_accuracy_max_shots"] == two["calibrated_accuracy"]
+    # a label picked for most questions is said, naming the count; otherwise nothing
+    for row in (zero, two):
+        label, count = max(row["predicted"].items(), key=lambda kv: kv[1])
+        said = [t for t in out.results["text"] if t.startswith(f"note: at {row['shots']} shots '{label}'")]
+        assert len(said) == (count > row["n"] / 2)
+    crafted = {
+        **two,
+        "n": 24,
+        "predicted": dict.fromkeys(labels, 0) | {"human": 20},
+        "calibrated_accuracy": 0.5,
+    }
+    (note,) = icl._prior_notes([crafted])
+    assert (
+        "'human' was the answer picked for 20 of 24" in note
+        and "calibrated accuracy" in note
+        and "0.50" in note
     )
 
 

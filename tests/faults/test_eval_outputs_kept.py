@@ -164,6 +164,31 @@ def test_a_data_file_replaced_at_its_path_is_other_data(tmp_path):
     assert res.differences(doc, options={}, model={}, data=str(f)).startswith("--data content (hash) ")
 
 
+def test_icl_data_changed_in_its_folder_is_other_data(tmp_path):
+    """icl's TREC folder recorded a hash of its train.txt and test.txt that no rerun compared: a test file
+    edited in place let the rerun replace the result unasked."""
+    import shutil
+
+    from contextlab.eval import icl
+    from tests.conftest import TREC
+    from tests.eval.conftest import byte_adapter, tiny_gpt
+
+    folder = tmp_path / "trec"
+    shutil.copytree(TREC, folder)
+    options = icl.Options(shots=[0], n_test=6, seeds=1, balance=False)
+    out = icl.run(byte_adapter(tiny_gpt(7, context=128)), options, str(folder))
+    doc = {"data": out.data, "options": res.jsonable(options)}
+    assert res.differences(doc, options=options, model={}, data=str(folder)) is None
+    test = folder / "test.txt"
+    test.write_bytes(test.read_bytes().replace(b"LOC:", b"HUM:", 1))
+    changed = res.differences(doc, options=options, model={}, data=str(folder))
+    assert (
+        changed == f"--data content (hash) {out.data['hash']} -> {res.file_hash(folder / 'train.txt', test)}"
+    )
+    test.unlink()
+    assert res.differences(doc, options=options, model={}, data=str(folder)).endswith("-> (a file missing)")
+
+
 def test_an_export_whose_weights_were_changed_is_not_overwritten(two, tmp_path, capsys):
     """`export --overwrite` replaced weights a user had saved into an export folder: only the file names
     were checked. The export records what it wrote; a file changed since is refused, an unchanged

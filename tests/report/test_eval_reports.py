@@ -372,6 +372,10 @@ def test_the_reproduce_line_writes_every_kind_of_option_the_command_line_reads(t
     line, notes = reproduce(ran_in, tmp_path)  # relative paths as given, resolved where they were given
     assert f"--model {tmp_path / 'm'} " in line and f"--data {tmp_path / 'stores' / 's'} " in line
     assert not any("relative paths" in n for n in notes)
+    # infill's --files picks a folder's files: said for a folder, not for a store (it meant nothing there)
+    infill = {**doc, "eval": "infill", "options": {"files": "*.py", "samples": 4}}
+    assert "--files" not in reproduce({**infill, "data": {"store": "/s"}}, tmp_path)[0]
+    assert "--files '*.py'" in reproduce({**infill, "data": {"folder": "/code", "glob": "*.py"}}, tmp_path)[0]
 
 
 def test_an_entropy_analysis_shows_its_rows_per_context_and_every_correlation(tmp_path):

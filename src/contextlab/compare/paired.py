@@ -242,6 +242,14 @@ def icl(a: Side, b: Side, o: Options) -> dict:
         f"example sets (TREC delta; A {p['a']:.3f}, B {p['b']:.3f})"
         for p in per
     ]
+    for p in per:  # the calibrated accuracy (the label the shots raise most), where both sides scored it
+        ca, cb = (rows[p["shots"]].get("calibrated_accuracy_per_set") for rows in (rows_a, rows_b))
+        if ca and cb:
+            c = p["calibrated"] = _icl_shots(p["shots"], ca, cb, o)
+            lines.append(
+                f"icl calibrated accuracy A - B at {p['shots']} shots = {cs.interval_text(c, 3)} "
+                f"(A {c['a']:.3f}, B {c['b']:.3f})"
+            )
     notes = []
     if set(rows_a) ^ set(rows_b):
         notes.append(f"shots only one side scored (prompts too long): {sorted(set(rows_a) ^ set(rows_b))}")

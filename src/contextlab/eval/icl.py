@@ -12,6 +12,10 @@ As in the paper, results are averaged over several sets of in-context examples
 (``seeds``); accuracy is reported with its Wilson interval over all (set, question)
 samples against the number of shots and the resulting context length, and calibrated by
 the zero-shot prompt: the log-likelihood of the true label with the shots minus without.
+The label words' own prior (their length in tokens above all: on GPT-2's BPE " abbreviation"
+is two tokens, the others one) decides a summed log-probability before any shot does, so each
+shot count also gives the calibrated accuracy (the true label is the one the shots raise most)
+and how often each label was picked, and the per-sample outcomes are saved as arrays.
 """
 
 from __future__ import annotations
@@ -110,12 +114,18 @@ def build_prompts(adapter, train, test, k: int, seed: int) -> list[tasks.Sample]
     labels = list(LABELS.values())
     cand_ids = {lab: adapter.encode(" " + lab) for lab in labels}
     out = []
-    for q, a in test:
+    for i, (q, a) in enumerate(test):
         ids = adapter.encode(prefix + f"Question: {q}\nType:")
         control = adapter.encode(f"Question: {q}\nType:")
-        cands = [cand_ids[a]] + [cand_ids[lab] for lab in labels if lab != a]
-        out.append(tasks.Sample(ids, a, cands, cell=(k,), control=control))
+        cands = [cand_ids[lab] for lab in candidate_order(a)]
+        # a question asked with several sets of examples is one unit: its answers agree across sets
+        out.append(tasks.Sample(ids, a, cands, cell=(k, seed), control=control, group=i, unit=i))
     return out
+
+
+def candidate_order(truth: str) -> list[str]:
+    """The label words in a sample's candidate order: the true one first, then the others."""
+    return [truth] + [lab for lab in LABELS.values() if lab != truth]
 
 
 def check_data(data: str) -> None:
@@ -160,8 +170,11 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             "data": str(folder),
         },
     )
-    per_shot = [_score_shots(adapter, samples, test, k) for k, samples in built.items()]
+    scored = [_score_shots(adapter, samples, test, k) for k, samples in built.items()]
+    per_shot = [row for row, _ in scored]
+    arrays = _arrays([r for _, rows in scored for r in rows], everything)
     text = [f"{r['shots']} shots: " + _line(r) for r in per_shot]
+    text += _prior_notes(per_shot)
     res = {"summary": _summary(per_shot, test), "by_shots": per_shot, "skipped_shots": skipped, "text": text}
     majority = res["summary"]["majority_class"]
     if majority > 1 / len(LABELS) + 1e-9:  # --balance false: "chance 1/6" is a uniform guess's only
@@ -174,14 +187,43 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     def plot(path):
         return _plot_accuracy(adapter.info.id, per_shot, path)
 
-    data_info = {"folder": str(folder), "hash": file_hash(train_f, test_f), "n_train": len(train)}
-    return EvalOutput(res, {**data_info, "n_test": len(test), "balanced": options.balance}, plot=plot)
+    data_info = {
+        "folder": str(folder),
+        "hash": file_hash(train_f, test_f),
+        "hashed_files": [str(train_f), str(test_f)],  # a rerun compares them as they are then
+        "n_train": len(train),
+    }
+    info = {**data_info, "n_test": len(test), "balanced": options.balance}
+    return EvalOutput(res, info, arrays=arrays, plot=plot)
 
 
 def _line(row: dict) -> str:
-    return stats.accuracy_line(
+    text = stats.accuracy_line(
         "accuracy", row["accuracy"], row["ci95"], row["n"], 1 / len(LABELS), row["calibrated"]
     )
+    if row["calibrated_accuracy"] is not None:
+        lo, hi = row["calibrated_accuracy_ci95"]
+        text += f"; calibrated accuracy {row['calibrated_accuracy']:.2f} [{lo:.2f}, {hi:.2f}]"
+    return text
+
+
+def _prior_notes(per_shot: list[dict]) -> list[str]:
+    """A note for each shot count where one label word was picked for most questions: the model's
+    prior for that word (a short one, a common one), not what the shots say."""
+    notes = []
+    for r in per_shot:
+        label, count = max(r["predicted"].items(), key=lambda kv: kv[1])
+        if count > r["n"] / 2:
+            cal = (
+                f"; calibrated accuracy (the label the shots raise most) is {r['calibrated_accuracy']:.2f}"
+                if r["calibrated_accuracy"] is not None
+                else ""
+            )
+            notes.append(
+                f"note: at {r['shots']} shots '{label}' was the answer picked for {count} of {r['n']} "
+                f"questions: the label word's own likelihood decides, not the examples{cal}"
+            )
+    return notes
 
 
 def _build_shots(adapter, train, test, k: int, seeds: int, fit: bool) -> tuple[list[tasks.Sample], bool]:
@@ -198,30 +240,75 @@ def _build_shots(adapter, train, test, k: int, seeds: int, fit: bool) -> tuple[l
     return samples, False
 
 
-def _score_shots(adapter, samples: list[tasks.Sample], test, k: int) -> dict:
-    """The accuracy row for ``k`` shots over the sets of ``samples``. All sets are scored in one call,
-    so each question's zero-shot control is scored once."""
+def _score_shots(adapter, samples: list[tasks.Sample], test, k: int) -> tuple[dict, list[dict]]:
+    """The accuracy row for ``k`` shots over the sets of ``samples``, and the scored samples. All sets
+    are scored in one call, so each question's zero-shot control is scored once.
+
+    Calibrated accuracy: the label the shots raise most over the zero-shot prompt is the true one
+    (the label words' own prior, their length in tokens above all, cancels). At zero shots the
+    prompt is its own control, every gain is 0 and there is nothing to calibrate: None."""
     rows = scoring.score_samples(adapter, samples, "likelihood", desc=f"icl: {k} shots")
     n_sets = len(samples) // len(test)
-    correct = [r["likelihood_correct"] for r in rows]
-    per_set = [float(np.mean(correct[i * len(test) : (i + 1) * len(test)])) for i in range(n_sets)]
+    clusters = np.tile(np.arange(len(test)), n_sets)
+
+    def per_set(key: str) -> list[float]:
+        values = [r[key] for r in rows]
+        return [float(np.mean(values[i * len(test) : (i + 1) * len(test)])) for i in range(n_sets)]
+
     # a test question asked with several example sets is one cluster: its answers agree across sets
-    p = stats.proportion(correct, clusters=np.tile(np.arange(len(test)), n_sets))
+    p = stats.proportion([r["likelihood_correct"] for r in rows], clusters=clusters)
     cal, cal_se = stats.mean_stderr([r["gain_true"] for r in rows])
-    return {
+    row = {
         "shots": k,
         "accuracy": p["accuracy"],
         "ci95": p["ci95"],
         "n": p["n"],
-        "accuracy_per_set": per_set,
-        "set_std": float(np.std(per_set)),
+        "accuracy_per_set": per_set("likelihood_correct"),
+        "calibrated_accuracy": None,
+        "calibrated_accuracy_ci95": None,
         "calibrated": cal,
         "calibrated_stderr": cal_se,
         "calibrated_distractors": float(np.mean([r["gain_distractors"] for r in rows])),
+        "predicted": _counts(rows, samples, "choice"),
         "context_tokens": float(np.mean([r["prompt_tokens"] for r in rows])),
         "n_test": len(test),
         "n_sets": n_sets,
     }
+    row["set_std"] = float(np.std(row["accuracy_per_set"]))
+    if k:
+        c = stats.proportion([r["calibrated_correct"] for r in rows], clusters=clusters)
+        row["calibrated_accuracy"], row["calibrated_accuracy_ci95"] = c["accuracy"], c["ci95"]
+        row["calibrated_accuracy_per_set"] = per_set("calibrated_correct")
+        row["calibrated_predicted"] = _counts(rows, samples, "calibrated_choice")
+    return row, rows
+
+
+def _counts(rows: list[dict], samples: list[tasks.Sample], key: str) -> dict[str, int]:
+    """How often each label word was the answer picked (``key``: a row's candidate index)."""
+    picked = [candidate_order(s.answer)[r[key]] for r, s in zip(rows, samples)]
+    return {lab: picked.count(lab) for lab in LABELS.values()}
+
+
+def _arrays(rows: list[dict], samples: list[tasks.Sample]) -> dict[str, np.ndarray]:
+    """The per-sample outcomes, every shot count in order (``cell`` = (shots, example set), ``group``
+    and ``unit`` = the test question): correctness both ways, the true label and the labels picked
+    (indices into LABELS' order). At zero shots there is no calibrated answer: -1."""
+    labels = list(LABELS.values())
+    zero = [s.cell[0] == 0 for s in samples]
+    out = tasks.sample_arrays(rows)
+    out["correct_calibrated_correct"][np.asarray(zero, bool)] = -1
+    out["label"] = np.asarray([labels.index(s.answer) for s in samples], np.int64)
+    out["predicted"] = np.asarray(
+        [labels.index(candidate_order(s.answer)[r["choice"]]) for r, s in zip(rows, samples)], np.int64
+    )
+    out["calibrated_predicted"] = np.asarray(
+        [
+            -1 if z else labels.index(candidate_order(s.answer)[r["calibrated_choice"]])
+            for r, s, z in zip(rows, samples, zero)
+        ],
+        np.int64,
+    )
+    return out
 
 
 def _summary(per_shot: list[dict], test) -> dict:
@@ -234,6 +321,7 @@ def _summary(per_shot: list[dict], test) -> dict:
         "accuracy_max_shots_ci95": last["ci95"],  # the report folds it into the accuracy
         "n_max_shots": last["n"],
         "calibrated_max_shots": last["calibrated"],
+        "calibrated_accuracy_max_shots": last["calibrated_accuracy"],
         "shots_max": last["shots"],
         "best_accuracy": best["accuracy"],
         "best_shots": best["shots"],

@@ -4,7 +4,7 @@ The prompt is the original one: an instruction, the filler "The grass is green. 
 is blue. ..." repeated to the target length, the sentence "The pass key is K. Remember
 it. K is the pass key." at depth d% of the filler, more filler, and "What is the pass
 key? The pass key is". Lengths are exact in the model's tokens (the parts are tokenized
-separately and the filler is cut to fit). A candidate set is 1 + ``distractors`` random
+separately and the filler is cut to fit each key's sentence). A candidate set is 1 + ``distractors`` random
 5-digit keys; the prompt is built once with each of them as the pass key (the same filler
 and depth), the others being the wrong candidates, so a model that ignores the context
 scores 1/k. Scoring: the likelihood of the true key against the set's others, calibrated
@@ -105,7 +105,10 @@ def _key_set(adapter, keys: list[str], L: int, d: float, group: int) -> list[tas
     control = intro + fill + question
     out = []
     for key, needle, cands in zip(keys, needles, tasks.rotations([enc(" " + k) for k in keys])):
-        ids = intro + fill[:cut] + needle + fill[cut:] + question
+        # a key sentence that tokenizes shorter than the set's longest gets as many more filler tokens
+        # (the filler's continuation, after the key), so every prompt is exactly L tokens
+        more = filler_ids(adapter, FILLER, L - len(intro) - len(needle) - len(question))
+        ids = intro + more[:cut] + needle + more[cut:] + question
         out.append(tasks.Sample(ids, key, cands, (d, L), len(cands[0]) + EXTRA_NEW, {}, control, group))
     return out
 

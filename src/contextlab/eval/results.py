@@ -363,12 +363,23 @@ def differences(doc: dict, *, options: Any, model: dict, data: str | None) -> st
             pairs.append(
                 ("--data content (hash)", old_data["hash"], file_hash(data))
             )  # a file replaced in place
+        elif "hashed_files" in old_data and "hash" in old_data and str(old_data[where]) == str(data):
+            pairs.append(("--data content (hash)", old_data["hash"], _files_hash(old_data["hashed_files"])))
     new_options = jsonable(options)
     old_options = doc.get("options") if isinstance(doc.get("options"), dict) else {}
     for key in list(new_options) + [k for k in old_options if k not in new_options]:
         pairs.append(("--" + key.replace("_", "-"), old_options.get(key), new_options.get(key)))
     changed = [f"{label} {_shown(old)} -> {_shown(new)}" for label, old, new in pairs if old != new]
     return "; ".join(changed) or None
+
+
+def _files_hash(files: list[str]) -> str:
+    """The hash of the files a folder's result read (``hashed_files``: icl's train.txt and test.txt),
+    as they are now; "(a file missing)" when one is gone."""
+    try:
+        return file_hash(*files)
+    except OSError:
+        return "(a file missing)"
 
 
 def _store_hash(store: str, old: str) -> str:

@@ -89,8 +89,10 @@ def _likelihood(adapter, s: Sample, prompt: list[int], visible, cache: dict, wit
         if need:
             for c, v in zip(need, adapter.score_continuations(control, need)):
                 cache[(ck, tuple(c))] = float(v)
+    choice = winner(with_, cands)
     row: dict = {
-        "likelihood_correct": winner(with_, cands) == 0,
+        "likelihood_correct": choice == 0,
+        "choice": choice,  # the candidate picked (0 = the true one)
         "rank": int((with_[1:] >= with_[0]).sum()),
         "margin": float(with_[0] - with_[1:].max()) if len(cands) > 1 else 0.0,
     }
@@ -100,7 +102,8 @@ def _likelihood(adapter, s: Sample, prompt: list[int], visible, cache: dict, wit
         row["gain_distractors"] = float(gain[1:].mean()) if len(cands) > 1 else 0.0
         # the candidate the evidence raises most: the candidates' own prior (their length, their words)
         # cancels, which a summed log-probability keeps (a 24-token answer loses to an 18-token one)
-        row["calibrated_correct"] = winner(gain, cands) == 0
+        row["calibrated_choice"] = winner(gain, cands)
+        row["calibrated_correct"] = row["calibrated_choice"] == 0
     return row
 
 

@@ -2,7 +2,7 @@
 
 ``n_chains`` chains of ``hops`` assignments each: "VAR ABCDE = 12345." then "VAR FGHIJ =
 VAR ABCDE." and so on, the statements spread in order at random places of a repeated
-filler. The chains form a balanced candidate set: the same text is asked about each
+filler, exactly the length asked in the model's tokens. The chains form a balanced candidate set: the same text is asked about each
 chain in turn ("every variable assigned the value V" for each chain's V), the asked
 chain's names being the true candidate and the other chains' names the wrong ones (the
 same form, so chance is 1/n_chains and a model that ignores the text scores exactly that
@@ -184,8 +184,11 @@ def _chain_set(adapter, rng, o: Options, L: int, group: int) -> list[tasks.Sampl
             ids += fill[prev:cut] + statements[s]
             control += fill[prev:cut] + (statements[s] if s // (o.hops + 1) != c else [])
             prev = cut
-        ids += fill[prev:] + questions[c]
-        control += fill[prev:] + questions[c]
+        # a question that tokenizes shorter than the longest gets as many more filler tokens (the filler's
+        # continuation, at the end), so every prompt is exactly L tokens
+        end = filler_ids(adapter, FILLER, n_fill + len(max(questions, key=len)) - len(questions[c]))[prev:]
+        ids += end + questions[c]
+        control += end + questions[c]
         max_new = len(cands[0]) + EXTRA_NEW
         out.append(tasks.Sample(ids, answers[c].strip(), cands, (L,), max_new, {}, control, group))
     return out

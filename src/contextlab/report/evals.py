@@ -239,7 +239,10 @@ def reproduce(doc: dict, folder: Path) -> tuple[str | None, list[str]]:
         args += ["--dtype", str(model["dtype"])]
     if isinstance(model.get("batch_size"), int):
         args += ["--batch-size", str(model["batch_size"])]
-    flags, notes = _option_flags(doc.get("options"))
+    options = doc.get("options") if isinstance(doc.get("options"), dict) else {}
+    if name == "infill" and "folder" not in data:  # --files picks a folder's files; a store has none
+        options = {k: v for k, v in options.items() if k != "files"}
+    flags, notes = _option_flags(options)
     args += flags
     if _default_out(path) != folder.resolve():
         args += ["--out", str(folder.resolve())]
