@@ -1,13 +1,13 @@
 """Variable tracking (RULER-like): follow chains of assignments hidden in filler text.
 
-``n_chains`` chains of ``hops`` assignments each: "VAR ABCDE = 12345." then "VAR FGHIJ =
-VAR ABCDE." and so on, the statements spread in order at random places of a repeated
-filler, exactly the length asked in the model's tokens. The chains form a balanced candidate set: the same text is asked about each
-chain in turn ("every variable assigned the value V" for each chain's V), the asked
-chain's names being the true candidate and the other chains' names the wrong ones (the
-same form, so chance is 1/n_chains and a model that ignores the text scores exactly that
-on average). Scoring: the likelihood of the asked chain's names against the others,
-calibrated by the same prompt without the asked chain's statements; generated text
+``n_chains`` chains of ``hops`` assignments each: "VAR ABCDE = 12345." then "VAR FGHIJ = VAR
+ABCDE." and so on, the statements spread in order at random places of a repeated filler,
+exactly the length asked in the model's tokens. The chains form a balanced candidate set: the
+same text is asked about each chain in turn ("every variable assigned the value V" for each
+chain's V), the asked chain's names being the true candidate and the other chains' names the
+wrong ones (the same form, so chance is 1/n_chains and a model that ignores the text scores
+exactly that on average). Scoring: the likelihood of the asked chain's names against the
+others, calibrated by the same prompt without the asked chain's statements; generated text
 containing all names of the chain (in order).
 
 Default length: the model's context less the tokens the answer adds (the chain's names, at most
