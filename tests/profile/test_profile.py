@@ -274,6 +274,30 @@ def test_a_hugging_face_folder_is_profiled_with_its_own_tokenizer(llama, text, t
     )  # nothing written into the model
 
 
+def test_two_folders_of_one_tokenizer_share_the_store_and_resume(llama, text, tmp_path):
+    """A base model and its fine-tuned copy in two folders (one tokenizer) share OUT/data's store, whose
+    fingerprint held the first tokenizer file's path: the second model ingested the text again over it,
+    and a rerun of the finished pair was refused as "--data has changed since this profile measured it"."""
+    from contextlab.data.store import TokenStore
+    from contextlab.eval.adapter import load_model
+    from contextlab.profile.data import prepare_store
+
+    copy = tmp_path / "tuned"
+    shutil.copytree(llama, copy)
+    text = shutil.copytree(text, tmp_path / "text")
+    a, b = load_model(str(llama)), load_model(str(copy))
+    out = tmp_path / "p"
+    store = prepare_store(str(text), a, out, False)
+    made = TokenStore(store).meta["created"]
+    assert prepare_store(str(text), b, out, False) == store and TokenStore(store).meta["created"] == made
+    for adapter in (a, b):  # a rerun after both measured it: the same store, not "changed"
+        assert prepare_store(str(text), adapter, out, False, measured=True) == store
+    assert TokenStore(store).meta["created"] == made
+    (text / "added.txt").write_text("A new file of text. " * 50)  # the text itself changed: still refused
+    with pytest.raises(UserError, match="has changed since this profile"):
+        prepare_store(str(text), b, out, False, measured=True)
+
+
 def test_two_models_of_different_tokenizers_need_text_data(llama, runs, text, tmp_path, capsys):
     from contextlab.data.ingest import IngestConfig, ingest
 

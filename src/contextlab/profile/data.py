@@ -19,6 +19,7 @@ from contextlab.data.source_files import walk
 from contextlab.data.source_globs import EXCLUDED, prose_excludes
 from contextlab.data.sources import SourceOptions
 from contextlab.errors import UserError, some
+from contextlab.io import atomic_write_text
 from contextlab.profile.plan import KV_ANSWER_ROOM, Budget
 
 
@@ -82,7 +83,12 @@ def prepare_store(
         prose_source(Path(data), say=not made), doc_start=doc_start, encoding=encoding
     )
     config = IngestConfig(tokenizer=tokenizer_spec(adapter), source=source)
-    stale = made and TokenStore(target).meta.get("ingest_fingerprint") != source_fingerprint(data, config)
+    # the store is named by the tokenizer's hash, so two models of one tokenizer in two folders share it;
+    # its fingerprint holds the spec (the tokenizer file's path) it was ingested with, kept beside it
+    spec_file = target.with_name(target.name + ".tokenizer")
+    made_with = spec_file.read_text().strip() if made and spec_file.is_file() else config.tokenizer
+    kept = dataclasses.replace(config, tokenizer=made_with)
+    stale = made and TokenStore(target).meta.get("ingest_fingerprint") != source_fingerprint(data, kept)
     if made and not stale:
         return str(target)
     if stale and measured:
@@ -90,6 +96,8 @@ def prepare_store(
             f"--data {data} has changed since this profile in {out} measured it (a file added, removed "
             "or edited); give another --out to profile the text as it is now"
         )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(spec_file, config.tokenizer + "\n")  # first: a killed ingest leaves no store
     ingest(data, target, config, overwrite=stale, progress=progress_on, notes=False)
     return str(target)
 
