@@ -243,7 +243,25 @@ def test_a_profile_of_two_models_has_its_headline_steps_models_and_comparisons(t
     assert "Not compared" in text and "bayes-fit: not run" in text
     assert "Model a: " in text and "Model b: " in text and text.count("Evaluation: passkey") == 2
     assert "Comparison a - b" in text and not LONG_FLOAT.search(text)
+    assert "did not finish" not in text
     assert_displays_and_fits(page)
+
+
+def test_a_profile_killed_while_pairing_says_it_did_not_finish(tiny, tmp_path):
+    """A pair profile killed after its steps, while its models were being compared: every step "done",
+    some comparisons absent, no headline, and nothing on the page said the profile was unfinished."""
+    prof = shutil.copytree(tiny / "profile", tmp_path / "killed")
+    doc = json.loads((prof / "profile.json").read_text())
+    for key in ("headline", "created", "seconds", "report", "compare_notes"):
+        doc.pop(key, None)
+    (prof / "profile.json").write_text(json.dumps(doc))
+    text = page_text(build_report(prof))
+    said = "This profile did not finish: it lacks the pairing of the two models (contextlab compare of "
+    assert said + "each evaluation) and its headline. Run its command again (below)" in text
+    doc["steps"][0]["status"] = "pending"  # killed before its last steps: they are counted
+    (prof / "profile.json").write_text(json.dumps(doc))
+    text = page_text(build_report(prof))
+    assert f"it lacks 1 of its {len(doc['steps'])} steps, the pairing of the two models" in text
 
 
 def test_a_profile_inside_a_larger_folder_keeps_its_headline_and_is_not_shown_twice(tiny, tmp_path):

@@ -61,6 +61,9 @@ def profile_sections(root: Path, doc: dict) -> list[str]:
     ]
     if doc.get("command"):
         parts.append("<p>command:</p>" + pre(str(doc["command"])))
+    unfinished = unfinished_note(doc)
+    if unfinished:
+        parts.insert(0, f"<p><b>{html.escape(unfinished)}</b></p>")
     body = ["\n".join(parts), headline_section(doc), steps_section(root, doc)]
     for m in models:
         folder = root / str(m.get("results") or "")
@@ -70,6 +73,27 @@ def profile_sections(root: Path, doc: dict) -> list[str]:
             body.append(f"<h2>Model {html.escape(str(m.get('label')))}</h2>" + muted("no results yet"))
     body += pair_sections(root, doc, labels(doc))
     return body
+
+
+def unfinished_note(doc: dict) -> str:
+    """What a profile that stopped before its end lacks ("" for a finished one): a profile writes its
+    time taken last, after its steps, the pairing of two models and the headline; a profile killed
+    after its steps otherwise reads as done, every step "done" and the comparisons simply absent."""
+    if doc.get("seconds") is not None:
+        return ""
+    steps = [s for s in doc.get("steps") or [] if isinstance(s, dict)]
+    waiting = [s for s in steps if s.get("status") == "pending"]
+    lacks = [f"{len(waiting)} of its {len(steps)} steps"] if waiting else []
+    if len(labels(doc)) == 2 and doc.get("compare"):
+        lacks.append("the pairing of the two models (contextlab compare of each evaluation)")
+    lacks.append("its headline")
+    return (
+        "This profile did not finish: it lacks "
+        + ", ".join(lacks[:-1])
+        + (" and " if lacks[:-1] else "")
+        + lacks[-1]
+        + ". Run its command again (below) to finish it: the steps done are kept."
+    )
 
 
 def pair_sections(root: Path, doc: dict, names: list[str]) -> list[str]:
