@@ -7,6 +7,7 @@ import gzip
 import json
 import shutil
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -579,6 +580,30 @@ def test_a_sliding_window_shorter_than_the_context_is_said_with_the_layers_it_co
     assert note(gemma2).startswith("attends at most 512 tokens back in 2 of its layers")
     assert note(transformers.Qwen2Config(sliding_window=64, use_sliding_window=False)) == ""
     assert note(transformers.LlamaConfig()) == ""
+    # the note was said on the console only: every result records the window, the page says it
+    from contextlab.eval.results import attention_window
+    from contextlab.report.evals import _model_line
+    from contextlab.report.profile import profile_sections
+
+    def window(config):
+        return attention_window(
+            SimpleNamespace(model=SimpleNamespace(config=config), info=SimpleNamespace(kind="hf"))
+        )
+
+    assert window(mistral) == {"sliding_window": 128, "sliding_layers": 2}
+    assert (
+        window(gemma2) == {"sliding_window": 512, "sliding_layers": 2}
+        and window(transformers.LlamaConfig()) is None
+    )
+    doc = {"model": {"path": "/m", "kind": "hf", "context": 4096, **window(mistral)}}
+    assert _model_line(doc) == "model /m (hf, context 4096, attends 128 tokens back in 2 layers)"
+    profile = {
+        "models": [{"label": "m", "path": "/m", "results": "models/m"}],
+        "model_notes": {"m": note(mistral)},
+    }
+    assert "attends at most 128 tokens back in each of its layers" in "".join(
+        profile_sections(Path("/nowhere"), profile)
+    )
 
 
 def test_doc_start_cuts_a_text_file_of_many_articles_into_documents(runs, tmp_path):

@@ -267,12 +267,29 @@ def write_result(
 
 
 def model_record(adapter) -> dict:
-    """What a result records about the model an adapter runs: its info, compute dtype and batch size."""
+    """What a result records about the model an adapter runs: its info, compute dtype and batch size, and
+    the attention window of a model whose layers see only the last W tokens (``attention_window``)."""
     record = {**vars(adapter.info), "dtype": adapter.dtype, "batch_size": adapter.batch_size}
     saved = getattr(adapter, "saved_dtype", None)
     if saved is not None and str(saved) != "torch.float32":  # a half-precision checkpoint, upcast or not
         record["weights_saved_as"] = str(saved).removeprefix("torch.")
+    record.update(attention_window(adapter) or {})
     return record
+
+
+def attention_window(adapter) -> dict | None:
+    """``{"sliding_window": W, "sliding_layers": n}`` for a Hugging Face model whose n layers attend at
+    most W tokens back (Mistral's sliding window, Gemma 2's alternate layers), else None (Qwen2
+    declares a window it does not use: None)."""
+    config = getattr(getattr(adapter, "model", None), "config", None)
+    window = getattr(config, "sliding_window", None)
+    if adapter.info.kind != "hf" or not isinstance(window, int) or isinstance(window, bool) or window < 1:
+        return None
+    if getattr(config, "use_sliding_window", None) is False:
+        return None
+    kinds = list(getattr(config, "layer_types", None) or [])
+    sliding = sum(k == "sliding_attention" for k in kinds) if kinds else int(config.num_hidden_layers)
+    return {"sliding_window": window, "sliding_layers": sliding} if sliding else None
 
 
 def run_and_record(out_dir: str | Path, name: str, run, *, options: Any, model: Any):

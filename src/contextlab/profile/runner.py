@@ -93,17 +93,14 @@ def window_note(adapter, context: int) -> str:
     sliding window, Gemma 2's alternate layers), W < ``context``: what that means for the curves and
     the retrieval depths ("" otherwise). Measured as is; said so that a curve that flattens past W, or
     a needle lost beyond it, is read as the architecture's, not the data's."""
-    config = getattr(adapter.model, "config", None)
-    window = getattr(config, "sliding_window", None)
-    if adapter.info.kind != "hf" or not isinstance(window, int) or window >= context:
+    from contextlab.eval.results import attention_window
+
+    found = attention_window(adapter)
+    if found is None or found["sliding_window"] >= context:
         return ""
-    if getattr(config, "use_sliding_window", None) is False:  # Qwen2 declares one and does not use it
-        return ""
-    kinds = list(getattr(config, "layer_types", None) or [])
-    sliding = sum(k == "sliding_attention" for k in kinds) if kinds else int(config.num_hidden_layers)
-    if not sliding:
-        return ""
-    which = "each of its layers" if sliding == int(config.num_hidden_layers) else f"{sliding} of its layers"
+    window, sliding = found["sliding_window"], found["sliding_layers"]
+    layers = int(adapter.model.config.num_hidden_layers)
+    which = "each of its layers" if sliding == layers else f"{sliding} of its layers"
     return (
         f"attends at most {window:,} tokens back in {which} (sliding window): what lies further back "
         "reaches a prediction only through the layers below, so the measures past that distance are "
@@ -160,6 +157,7 @@ def run_profile(
     manifest = Manifest.open(out, settings)
     manifest.doc["command"] = command
     manifest.doc["compare"] = "compare" if len(opened) == 2 else None
+    manifest.doc["model_notes"] = model_notes(opened, context)
     measured = any(manifest.finished(rec) for rec in manifest.doc["steps"])
     held, plans = _plans(
         opened, data, out, budget, context, haystack, doc_start, split, show_progress, measured, encoding
@@ -308,6 +306,12 @@ def _announce(
     for m in opened:
         if note := window_note(m.adapter, context):
             print(f"  note: {m.label} {note}", file=sys.stdout)
+
+
+def model_notes(opened: list[Model], context: int) -> dict[str, str]:
+    """{label: what a reader of the report must know about the model} (its attention window): kept
+    in profile.json, so the page says it as the console did."""
+    return {m.label: note for m in opened if (note := window_note(m.adapter, context))}
 
 
 def _estimate(

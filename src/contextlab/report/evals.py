@@ -395,6 +395,8 @@ def _model_line(doc: dict) -> str:
     about = [str(m[k]) for k in ("kind", "architecture") if m.get(k)]
     if m.get("context") and "context" not in " ".join(about):
         about.append(f"context {m['context']}")
+    if isinstance(m.get("sliding_window"), int):  # what lies further back reaches it only through layers
+        about.append(f"attends {m['sliding_window']:,} tokens back in {m.get('sliding_layers', '?')} layers")
     return f"model {m.get('path') or m.get('id')}" + (f" ({', '.join(about)})" if about else "")
 
 

@@ -55,9 +55,7 @@ def profile_sections(root: Path, doc: dict) -> list[str]:
     }
     parts = [
         keys({k: v for k, v in setup.items() if v is not None}),
-        table(
-            [{"model": m.get("label"), "path": m.get("path"), "results": m.get("results")} for m in models]
-        ),
+        table([_model_row(m, doc) for m in models]),
     ]
     if doc.get("command"):
         parts.append("<p>command:</p>" + pre(str(doc["command"])))
@@ -73,6 +71,16 @@ def profile_sections(root: Path, doc: dict) -> list[str]:
             body.append(f"<h2>Model {html.escape(str(m.get('label')))}</h2>" + muted("no results yet"))
     body += pair_sections(root, doc, labels(doc))
     return body
+
+
+def _model_row(m: dict, doc: dict) -> dict:
+    """A model of the profile: label, path, results folder, and what the profile said of it (its
+    attention window), when it said something."""
+    row = {"model": m.get("label"), "path": m.get("path"), "results": m.get("results")}
+    notes = doc.get("model_notes") if isinstance(doc.get("model_notes"), dict) else {}
+    if notes:
+        row["note"] = notes.get(str(m.get("label")), "")
+    return row
 
 
 def unfinished_note(doc: dict) -> str:
