@@ -365,3 +365,45 @@ def test_the_default_middle_fits_a_short_context_and_too_few_spans_are_said(runs
         "--max-middle-tokens 120 leaves no room for a prefix and suffix in a context of 128: give at most 107"
         in err
     )
+
+
+def test_a_folder_of_code_is_read_as_data_ingest_reads_it(tmp_path, capsys):
+    """`eval infill --split all --data FOLDER` read every rglob match with U+FFFD for bad bytes: a `.git/`
+    hook, a link to /etc/passwd, a link duplicating a file, a binary file and a Latin-1 file were all
+    infilled and in its left-to-right loss, and the result said only `files 13`. The folder is read as
+    data ingest reads it: those files are left out and named; bytes that are not UTF-8 stop the
+    evaluation unless --encoding says otherwise."""
+    import os
+
+    from contextlab.eval.infill import run
+    from contextlab.eval.infill_spans import read_folder
+
+    code = tmp_path / "code"
+    for d in ("pkg", ".git", "other"):
+        (code / d).mkdir(parents=True)
+    (code / "pkg" / "a.py").write_text("".join(CODE))
+    (code / ".git" / "hook.py").write_text("print('hook')\n" * 20)
+    (code / "pkg" / "bin.py").write_bytes(b"x = 1\n\x00\x01\n" * 10)
+    (code / "pkg" / "latin.py").write_bytes(b"# caf\xe9\nx = 1\ny = 2\n" * 5)
+    outside = tmp_path / "passwd.py"
+    outside.write_text("root:x:0:0:root:/root:/bin/bash\n" * 5)
+    os.symlink(outside, code / "other" / "out.py")
+    os.symlink(code / "pkg" / "a.py", code / "other" / "link.py")
+    with pytest.raises(UserError, match=r"latin\.py is not valid UTF-8 .*--encoding"):
+        read_folder(code, "*.py", "strict")
+    texts, read = read_folder(code, "*.py", "skip")
+    assert texts == ["".join(CODE)] and read["read"] == ["pkg/a.py"] and read["files"] == 1
+    reasons = {e["path"]: e["reason"] for e in read["left_out"]}
+    assert set(reasons) == {"other/link.py", "other/out.py", "pkg/bin.py", "pkg/latin.py"}
+    assert reasons["other/out.py"] == "symlink out of the tree" and reasons["pkg/bin.py"].startswith("binary")
+    texts, read = read_folder(code, "*.py", "latin-1")
+    assert read["read"] == ["pkg/a.py", "pkg/latin.py"] and "# café\n" in texts[1]
+    o = Options(split="all", samples=2, encoding="skip", check_generations=0, max_middle_tokens=40)
+    out = run(fim_adapter(), o, str(code))
+    assert out.data["read"] == ["pkg/a.py"] and out.results["summary"]["single_spans"] == 2
+    said = capsys.readouterr().out
+    assert "left out other/link.py (duplicate of pkg/a.py (a symlink to it))" in said
+    assert any(
+        t.startswith("note: files of the folder left out, as data ingest leaves them")
+        for t in out.results["text"]
+    )

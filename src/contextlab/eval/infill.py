@@ -65,7 +65,16 @@ class Options:
         "run: the files the run held out for validation (on its own store, the default --data); all: "
         "every file of --data (a store or folder of held-out files)",
     )
-    files: str = opt("*.py", "with --data a folder: the glob of the files read (recursive)")
+    files: str = opt(
+        "*.py",
+        "with --data a folder: the glob of the files read (a name at any depth, as data ingest's --include; "
+        "hidden, binary and linked-out files are left out as ingest leaves them, and named)",
+    )
+    encoding: Literal["strict", "replace", "skip", "latin-1"] = opt(
+        "strict",
+        "with --data a folder: bytes that are not UTF-8, as in data ingest: strict (stop, naming every such "
+        "file), replace (U+FFFD), skip (the file), latin-1 (decode the file as Latin-1); all are counted",
+    )
     max_lines: int = opt(8, "multi-line spans have 2..max_lines lines")
     max_middle_tokens: int = opt(
         0,
@@ -308,10 +317,18 @@ def run_kind(adapter, texts, spans: list[Span], kind: str, modes, sentinels, o: 
     return result, arrays, summary
 
 
+def _left_out(described: dict) -> str:
+    """'pkg/bin.py (binary ...), other/out.py (symlink out of the tree)': what a folder's read left out."""
+    from contextlab.errors import some
+
+    left = described.get("left_out") or []
+    return some([f"{e['path']} ({e['reason']})" for e in left]) if left else ""
+
+
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
     o = options
     modes, sentinels, note = available_modes(adapter, list(o.modes))
-    texts, described = read_texts(data, adapter, o.split, o.files)
+    texts, described = read_texts(data, adapter, o.split, o.files, o.encoding)
     budget = _budget(o, adapter.context)
     middle = middle_tokens(o, adapter.context)
     plan = {
@@ -335,6 +352,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             "suffix tokens": budget[1],
             "scoring": o.scoring,
             "files": len(texts),
+            "left out": _left_out(described),
             "data": described.get("store") or described.get("folder") or data,
         },
     )
@@ -349,6 +367,8 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     summary |= {f"{k}_spans": n for k, n in n_spans.items()}  # beside the rates they are of
     results = {"summary": summary, "modes": modes, "note": note, "prefix_tokens": budget[0]}
     said = ([f"note: {note}"] if note else []) + [f"note: {line}" for line in short]
+    if _left_out(described):
+        said.append(f"note: files of the folder left out, as data ingest leaves them: {_left_out(described)}")
     if said:  # printed under the summary too: the settings line is minutes above it
         results["text"] = said
     results |= {"suffix_tokens": budget[1], "max_middle_tokens": middle, "kinds": kinds}

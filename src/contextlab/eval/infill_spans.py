@@ -37,7 +37,9 @@ class Span:
     end: int
 
 
-def read_texts(data: str | None, adapter, split: str, glob: str) -> tuple[list[str], dict]:
+def read_texts(
+    data: str | None, adapter, split: str, glob: str, encoding: str = "strict"
+) -> tuple[list[str], dict]:
     """(the text of every evaluated file, what was read) from a token store or a folder."""
     import contextlab.eval.heldout as heldout
     from contextlab.data.store import is_store
@@ -46,11 +48,7 @@ def read_texts(data: str | None, adapter, split: str, glob: str) -> tuple[list[s
     if data and not is_store(data) and Path(data).is_dir():
         if split == "run":
             raise UserError(f"{data} is a folder, not a token store: pass --split all (all its files)")
-        files = sorted(p for p in Path(data).rglob(glob) if p.is_file())
-        if not files:
-            raise UserError(f"no file matches {glob!r} under {data}; change --files")
-        texts = [p.read_text(encoding="utf-8", errors="replace") for p in files]
-        return texts, {"folder": str(data), "files": len(files), "glob": glob}
+        return read_folder(Path(data), glob, encoding)
     store = open_store(data, adapter, "infill", split=split)
     view, held = heldout.documents(store, adapter.info.path, split, whole=True)
     texts = [adapter.tokenizer.decode(view.doc(i)) for i in range(len(view))]
@@ -60,6 +58,41 @@ def read_texts(data: str | None, adapter, split: str, glob: str) -> tuple[list[s
         **held,
         "split": split,
         "docs": view.indices.tolist(),
+    }
+
+
+def read_folder(folder: Path, glob: str, encoding: str) -> tuple[list[str], dict]:
+    """The files of ``folder`` that ``glob`` matches, read as ``data ingest`` reads a folder: hidden
+    files and folders, binary files, empty files, duplicates and links out of the folder left out
+    (named in ``left_out``), bytes that are not UTF-8 under ``encoding`` (strict: stop, naming them).
+    A plain recursive glob read ``.git/`` hooks, a link to /etc/passwd, and binary and Latin-1 files
+    decoded with U+FFFD, none of it said."""
+    from contextlab.data.source_globs import EXCLUDED
+    from contextlab.data.sources import SourceOptions, open_source
+
+    options = SourceOptions(
+        include=[glob],
+        strip_gutenberg="no",
+        encoding=encoding,  # type: ignore[arg-type]  (SourceOptions checks it)
+        long_doc_mb=float("inf"),
+    )
+    src = open_source(folder, options)
+    docs = list(src)
+    src.check_encoding(
+        "no span was drawn: pass --encoding latin-1 (files from before UTF-8), replace (U+FFFD, counted) "
+        "or skip (leave them out)"
+    )
+    if not docs:
+        raise UserError(f"no file matches {glob!r} under {folder}; change --files")
+    counts = {k: v for k, v in src.stats.as_dict().items() if k.startswith(("undecodable", "latin1")) and v}
+    left = [e for e in src.skipped if e.get("reason") != EXCLUDED]
+    return [str(d.text) for d in docs], {
+        "folder": str(folder),
+        "files": len(docs),
+        "glob": glob,
+        "read": [str(d.meta.get("path")) for d in docs],
+        "left_out": left,
+        **counts,
     }
 
 
