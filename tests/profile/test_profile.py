@@ -546,17 +546,43 @@ def test_a_step_out_of_memory_fails_alone_and_the_estimate_is_said_first(
 def test_a_long_estimate_names_a_context_that_fits():
     from contextlab.profile.estimate import estimate_line
 
-    assert estimate_line(100.0, 4096) == (
-        "estimated time on this machine: about 2 min for the evaluations (from a timed forward pass; rough)"
+    how = "(from a timed forward pass and a timed refit; rough"
+    assert (
+        estimate_line(100.0, 4096)
+        == f"estimated time on this machine: about 2 min for the evaluations {how})"
     )
     assert estimate_line(100.0, 4096, pair=True).endswith(  # a pair profile took twice its estimate
-        "(from a timed forward pass; rough; the pairing of the two models and the report come after it)"
+        f"{how}; the pairing of the two models and the report come after it)"
+    )
+    assert estimate_line(100.0, 4096, pair=True, pairing=40.0).endswith(
+        f"{how}; then about 40 s pairing the two models, and the report)"
     )
     line = estimate_line(3 * 3600.0, 32768)  # 3 h: 1/64 of the context is 2.8 min
-    assert line.endswith(
-        "about 3.0 h for the evaluations (from a timed forward pass; rough); "
-        "--context 512 would take about 3 min"
+    assert line.endswith(f"about 3.0 h for the evaluations {how}); --context 512 would take about 3 min")
+
+
+def test_the_estimate_counts_the_bootstrap_of_the_fit():
+    """The Bayes-risk fit's thousand bootstrap refits ran after its forward passes, uncounted and with no
+    bar: a random model's profile said 14.5 s and took 137 s, 110 of them in bayes-fit. The refit is
+    timed on this machine and counted, per fit and for the pair's comparison."""
+    from contextlab.eval import bayes_fit
+    from contextlab.profile.estimate import pairing_seconds, refit_seconds
+    from contextlab.profile.plan import Rates, Step
+
+    refit = refit_seconds()
+    assert 0 < refit < 1.0
+    rates = Rates(base=1e-6, per_length=0.0, row=1e-6, refit=refit)
+    fit = Step("bayes-fit", None, "S", 1000.0, 100.0, refits=bayes_fit.FIT_RESAMPLES)
+    plain = Step("bayes-fit", None, "S", 1000.0, 100.0)
+    assert fit.seconds(rates) - plain.seconds(rates) == pytest.approx(bayes_fit.FIT_RESAMPLES * refit)
+    assert pairing_seconds(refit) == pytest.approx(2 * bayes_fit.FIT_RESAMPLES * refit)
+    from tests.eval.conftest import byte_adapter, tiny_gpt
+
+    adapter = byte_adapter(tiny_gpt(0, context=256))
+    steps = build(
+        256, BUDGETS["quick"], adapter, store="S", haystack=None, kv_file="K", kv_pairs=4, attention=""
     )
+    assert next(s for s in steps if s.name == "bayes-fit").refits == bayes_fit.FIT_RESAMPLES
 
 
 def test_a_sliding_window_shorter_than_the_context_is_said_with_the_layers_it_covers():

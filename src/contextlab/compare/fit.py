@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 import contextlab.eval.paired_stats as cs
+import contextlab.eval.progress as progress
 from contextlab.errors import UserError
 from contextlab.eval.bayes_fit import (
     FIT_RESAMPLES,
@@ -122,7 +123,8 @@ def _fit_differences(lengths, la: np.ndarray, lb: np.ndarray, docs: np.ndarray, 
     stopped = few or any(degenerate(f) for f in point)
     resamples = 0 if stopped else min(o.resamples, FIT_RESAMPLES)
     refits, failed = [], 0
-    for w in resample_weights(len(counts), resamples, o.seed):
+    weights = resample_weights(len(counts), resamples, o.seed)
+    for w in progress.bar(weights, desc="compare bayes-fit: bootstrap of both fits", unit="refit"):
         try:
             refits.append(
                 [fit_of_sums(lengths, s * w, q * w, c * w, f) for (s, q, c), f in zip(sides, point)]

@@ -9,6 +9,7 @@ shorter ``--context`` that would fit.
 
 from __future__ import annotations
 
+import functools
 import time
 
 from contextlab.profile.plan import MIN_CONTEXT, Rates
@@ -45,8 +46,28 @@ def measure_rates(adapter, context: int) -> Rates:
     every = timed(adapter.token_logprobs, ids) / (2 * long)
     per_length = max(0.0, (at_long - at_short) / (long - short)) if long > short else 0.0
     return Rates(
-        base=max(0.0, at_short - per_length * short), per_length=per_length, row=max(0.0, every - at_long)
+        base=max(0.0, at_short - per_length * short),
+        per_length=per_length,
+        row=max(0.0, every - at_long),
+        refit=refit_seconds(),
     )
+
+
+@functools.cache
+def refit_seconds() -> float:
+    """One bootstrap refit of the Bayes-risk fit on this machine (``bayes_fit.refit_seconds``), timed
+    once per process: a fit's thousand of them took minutes after its forward passes, uncounted."""
+    from contextlab.eval.bayes_fit import refit_seconds as timed
+
+    return timed()
+
+
+def pairing_seconds(refit: float) -> float:
+    """The pairing of two profiled models: ``contextlab compare`` of each evaluation, whose cost is the
+    bootstrap refitting both models' Bayes-risk fits (the other comparisons are numpy sums)."""
+    from contextlab.eval.bayes_fit import FIT_RESAMPLES
+
+    return 2 * FIT_RESAMPLES * refit
 
 
 def duration(seconds: float) -> str:
@@ -58,16 +79,19 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def estimate_line(estimate: float, context: int, pair: bool = False) -> str:
+def estimate_line(estimate: float, context: int, pair: bool = False, pairing: float = 0.0) -> str:
     """The estimate said before the battery runs, and for a long one the context that would fit
     ``SHORT_ENOUGH`` (the work of every step grows about linearly with the context, so the estimate is
-    scaled by the ratio of contexts: rough, as the estimate is). It counts the evaluations only; with
-    ``pair`` it says that the pairing (bootstraps of every evaluation) comes on top (a pair profile
-    said 3 min and took 6)."""
-    after = "; the pairing of the two models and the report come after it" if pair else ""
+    scaled by the ratio of contexts: rough, as the estimate is). With ``pair`` it says that the pairing
+    (bootstraps of every evaluation: ``pairing`` seconds, when known) and the report come after (a pair
+    profile said 3 min and took 6)."""
+    if pair and pairing:
+        after = f"; then about {duration(pairing)} pairing the two models, and the report"
+    else:
+        after = "; the pairing of the two models and the report come after it" if pair else ""
     line = (
         f"estimated time on this machine: about {duration(estimate)} for the evaluations (from a timed "
-        f"forward pass; rough{after})"
+        f"forward pass and a timed refit; rough{after})"
     )
     if estimate <= LONG_ESTIMATE:
         return line

@@ -15,7 +15,8 @@ ten to twenty times a layer's token), counted from its settings; the runner time
 of the model on this machine (``Rates``) and turns them into seconds, said before the battery runs
 and used by the progress bar. Prompt tasks run one prompt at a time, which the probe's batch of two
 does not: their tokens are weighted by ``PROMPT_FACTOR``; every step adds ``STEP_OVERHEAD`` for its
-prompts, result file and plots. ``benchmarks/profile_estimate.py`` sets the estimate against the
+prompts, result file and plots, and bayes-fit its bootstrap's refits (timed once on this machine).
+``benchmarks/profile_estimate.py`` sets the estimate against the
 steps' time (four architectures, a 50k vocabulary, contexts 1,024 to 8,192: within 1.3x).
 
 contextwise takes consecutive pieces of long documents (``pieces_per_doc = 0``) so that a few long
@@ -64,10 +65,12 @@ class Step:
     rows: float  # estimated positions through its output layer
     skip: str = ""  # why it does not run ("" = it runs)
     length: float = 0.0  # the sequence length most of its tokens are read at (attention grows with it)
+    refits: int = 0  # bootstrap refits of a fit after the forward passes (bayes-fit)
 
     def seconds(self, rates: Rates) -> float:
         """The estimated time of this step on the machine ``rates`` was measured on."""
-        return STEP_OVERHEAD + self.tokens * rates.token(self.length) + self.rows * rates.row
+        work = self.tokens * rates.token(self.length) + self.rows * rates.row
+        return STEP_OVERHEAD + work + self.refits * rates.refit
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ class Rates:
     base: float
     per_length: float
     row: float
+    refit: float = 0.0  # seconds of one bootstrap refit of the Bayes-risk fit (``bayes_fit.refit_seconds``)
 
     def token(self, length: float) -> float:
         return self.base + self.per_length * length
@@ -191,6 +195,7 @@ def build(
             b.targets * len(visible),  # only the target's row
             skip=_too_short(longest, C + 1, C),  # a target with C tokens before it
             length=0.75 * C,  # half its tokens are in the rows of C, a quarter in those of C/2, ...
+            refits=bayes_fit.FIT_RESAMPLES,  # a flat curve's took 20 s to 2 min (a loaded machine)
         ),
         Step(
             "niah",

@@ -28,7 +28,7 @@ from contextlab.errors import UserError, memory_error_line
 from contextlab.eval import progress
 from contextlab.eval.tasks import LONG_CONTEXT  # past it, the opening line says --context measures shorter
 from contextlab.profile.data import document_lengths, is_store, prepare_kv, prepare_store
-from contextlab.profile.estimate import estimate_line, measure_rates
+from contextlab.profile.estimate import estimate_line, measure_rates, pairing_seconds, refit_seconds
 from contextlab.profile.manifest import Manifest
 from contextlab.profile.plan import Budget, Step, build
 
@@ -328,7 +328,9 @@ def _estimate(
     costs = [step.seconds(rates[o]) if runs else 0.0 for (_, step, _), o, runs in zip(jobs, owner, todo)]
     estimate = sum(costs)
     manifest.doc["estimated_seconds"] = round(estimate, 1)
-    print(f"  {estimate_line(estimate, context, pair=len(opened) == 2)}", file=sys.stdout)
+    fits = [s for _, s, _ in jobs if s.name == "bayes-fit" and not s.skip]
+    pairing = pairing_seconds(refit_seconds()) if len(opened) == 2 and len(fits) == 2 else 0.0
+    print(f"  {estimate_line(estimate, context, pair=len(opened) == 2, pairing=pairing)}", file=sys.stdout)
     return costs
 
 
