@@ -28,7 +28,8 @@ def cmd_data_export(argv: list[str]) -> int:
     )
     val, short = rec.get("validation") or {}, rec["short_rows_left_out"]
     if val.get("from") == "heldout documents":
-        splits += f" (windows over the {val['documents']:,} documents the pack held out)"
+        n = val["documents"]
+        splits += f" (windows over the {n:,} document{'s' * (n != 1)} the pack held out)"
     print(
         f"wrote {report.out} ({rec['export_format']}, context {rec['context']:,}): {splits}; "
         f"{short:,} short row{'s' * (short != 1)} left out; {report.seconds:,.1f} s"

@@ -21,9 +21,10 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Ingest the embedded books and the Python standard library, pack the code with example "
         "packing and SPLICE, train a tiny GPT and a tiny ContextLM, measure contextwise loss on held-out "
-        "code and needle-in-a-haystack accuracy, and write OUT/report.html. Measured: 3 min 17 s on 2 idle "
-        "CPU cores, longer when other jobs share them (docs/quickstart.md). Run it again to resume after an "
-        "interruption; finished steps are skipped. --corpus DIR does the same on a folder of your own.",
+        "code and needle-in-a-haystack accuracy, and write OUT/report.html. Measured: 3 min 19 s on 2 idle "
+        "CPU cores (2026-12-01), longer when other jobs share them (docs/quickstart.md). Run it again to "
+        "resume after an interruption; finished steps are skipped. --corpus DIR does the same on a folder "
+        "of your own.",
     )
     p.add_argument(
         "--out", default="contextlab-quickstart", help="directory for every artifact of the quickstart"

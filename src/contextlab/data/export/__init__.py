@@ -202,8 +202,8 @@ def _split_ids(pk: PackedStore, cfg: ExportConfig) -> Splits:
     held = pk.meta.get("heldout")
     if held and cfg.val_fraction:  # every sequence is a training row: a share of them is training text
         raise UserError(
-            f"{pk.path} was packed without {held['documents']:,} document{'s' * (held['documents'] != 1)} "
-            "held out for validation (its heldout.npy), so every sequence is a training row and those "
+            f"{pk.path} holds {held['documents']:,} document{'s' * (held['documents'] != 1)} out of its "
+            "sequences for validation (its heldout.npy), so every sequence is a training row and those "
             "documents are exported as the validation split; leave --val-fraction out, or pack with "
             "--val-fraction 0 to hold out a share of the sequences instead"
         )
