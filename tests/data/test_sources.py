@@ -606,8 +606,14 @@ def test_a_glob_that_matches_no_file_but_names_a_folder_is_said_with_the_glob_th
     assert notes[0].startswith("note: --include '*.md' matched no file")
     assert notes[1].startswith("note: --exclude 'tests' matched no file") and "'**/tests/**'" in notes[1]
     assert len(list(src)) == 3  # as asked: the note changes nothing
+    assert "'tests/**' the one at the top" in notes[1]
     fixed = open_source(tmp_path / "src", SourceOptions(exclude=["**/tests/**"]))
     assert [d.meta["path"] for d in fixed] == ["pkg/a.py"] and fixed.pattern_notes() == []
+    # only a deeper folder of that name (the stdlib's unittest/test): 'test/**' would take nothing, so
+    # it is not offered (a user followed it and excluded none of the test files, with no word)
+    write_tree(tmp_path / "lib", {"unittest/test/t.py": "x = 1\n", "unittest/case.py": "y = 2\n"})
+    (note,) = open_source(tmp_path / "lib", SourceOptions(exclude=["test"])).pattern_notes()
+    assert note.endswith("; 'test' is a folder here, below the top: --exclude '**/test/**' takes it")
 
 
 def test_a_glob_whose_files_another_glob_or_their_kind_took_is_not_said_to_match_nothing(tmp_path):

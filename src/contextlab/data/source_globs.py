@@ -131,12 +131,16 @@ def unmatched_globs(kept, skipped, include: list[str], exclude: list[str]) -> li
             )
             if flag == "--exclude" and not folder:  # excluding what is not there: nothing to say
                 continue
-            fix = (
-                f"; {name!r} is a folder here: {flag} '**/{name}/**' takes every folder of that name, "
-                f"'{name}/**' the one at the top"
-                if folder
-                else ""
-            )
+            pool = read if flag == "--exclude" else every
+            top = any(rel.startswith(f"{name}/") for rel in pool)  # a folder of that name at the top
+            fix = ""
+            if folder and top:
+                fix = (
+                    f"; {name!r} is a folder here: {flag} '**/{name}/**' takes every folder of that name, "
+                    f"'{name}/**' the one at the top"
+                )
+            elif folder:  # only deeper down: '{name}/**' would take nothing
+                fix = f"; {name!r} is a folder here, below the top: {flag} '**/{name}/**' takes it"
             notes.append(
                 f"note: {flag} {pattern!r} matched no file (a glob matches files' paths below the source; "
                 f"one without '/' matches a file's name at any depth){fix}"
