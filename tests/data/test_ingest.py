@@ -131,6 +131,12 @@ def test_existing_output_rules(tmp_path):
     other_src = write_tree(tmp_path / "c2", {"a.txt": "alpha"})
     with pytest.raises(UserError, match=r"different token store \(source .*c there, .*c2 now\)"):
         ingest(other_src, tmp_path / "s", IngestConfig(), progress=False)
+    # the line named "its tokenizer" as a possible cause when the tokenizer is the same; it says which
+    with pytest.raises(UserError, match=r"the same source .* and tokenizer \(byte\): its files differ"):
+        ingest(src, tmp_path / "s", IngestConfig(min_tokens=2), progress=False)
+    gpt2 = "gpt2:" + str(GPT2_DIR)
+    with pytest.raises(UserError, match=r"its tokenizer differs: byte there, gpt2 now"):
+        ingest(src, tmp_path / "s", IngestConfig(tokenizer=gpt2), progress=False)
     before = np.fromfile(tmp_path / "s" / "tokens.bin", dtype=np.uint16)
     assert bytes(before.astype(np.uint8)) == b"alphabeta"  # untouched by the refused run
     rep = ingest(src, tmp_path / "s", IngestConfig(min_tokens=5), overwrite=True, progress=False)

@@ -353,10 +353,33 @@ def _ingest_differs(store: TokenStore, src, config: IngestConfig) -> str:
     diffs += [
         f"{k} {there.get(k)!r} there, {v!r} now" for k, v in now.items() if k in there and there[k] != v
     ]
-    return "; ".join(diffs) or (
-        f"the same source ({old.get('path')}) and source options: its tokenizer "
-        f"({store.tokenizer_spec.get('name')} there), its files or another setting (e.g. --batch-mb) differ"
+    if diffs:
+        return "; ".join(diffs)
+    same = f"the same source ({old.get('path')}) and source options"
+    there, now = store.tokenizer_spec, _tokenizer_now(config.tokenizer)
+    if now is None:  # a BPE trained on the text now (or one not loaded here): not known to be the same
+        return (
+            f"{same}: its tokenizer ({there.get('name')} there), its files or another setting (e.g. "
+            "--batch-mb) differ"
+        )
+    if (there.get("name"), there.get("hash")) != now:
+        return f"{same}; its tokenizer differs: {there.get('name')} there, {now[0]} now"
+    return (
+        f"{same} and tokenizer ({now[0]}): its files differ (one added, removed or edited since it was "
+        "ingested) or another setting (e.g. --batch-mb)"
     )
+
+
+def _tokenizer_now(spec: str) -> tuple[str, str] | None:
+    """(name, hash) of the tokenizer a spec gives, for the line saying what differs (None for ``bpe:N``,
+    trained on the text, and for one that cannot be loaded: the ingest itself says why)."""
+    if parse_spec(spec).kind == "bpe":
+        return None
+    try:
+        tok = load_tokenizer(resolve_tokenizer_spec(spec))
+    except (UserError, OSError, ValueError):
+        return None
+    return tok.spec().get("name"), tok.spec().get("hash")
 
 
 def _report_of(store: TokenStore, up_to_date: bool) -> IngestReport:
