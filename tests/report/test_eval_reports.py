@@ -476,6 +476,7 @@ def test_results_of_several_commits_or_of_uncommitted_code_are_flagged(tmp_path,
             {**version, "git_commit": "a" * 40, "git_dirty": False},
             {**version, "git_commit": "a" * 40, "git_dirty": False},
             {**version, "git_commit": "b" * 40, "git_dirty": True},
+            {**version, "git_commit": "b" * 40, "git_dirty": True, "code_digest": "0" * 16},
         ]
     )
     monkeypatch.setattr(res, "code_version", lambda: next(made))
@@ -499,6 +500,18 @@ def test_results_of_several_commits_or_of_uncommitted_code_are_flagged(tmp_path,
         in text
     )
     assert "1 of the 3 were computed by a checkout with uncommitted changes (git_dirty)" in text
+    assert "versions of that code" not in text
+    # one commit, two different edits on top of it (a resumed profile kept a result of code edited since)
+    assert len(version["code_digest"]) == 16 and version["code_digest"] != "0" * 16
+    write("m2", "niah")
+    text = html.unescape(
+        re.sub(r"<[^>]+>", " ", build_report(tmp_path, out=tmp_path / "r3.html").read_text())
+    )
+    assert (
+        "2 of the 4 were computed by a checkout with uncommitted changes (git_dirty), which no commit "
+        in text
+    )
+    assert "reproduces, and by 2 different versions of that code (code_digest)" in text
 
 
 def test_the_models_table_names_each_model_and_marks_a_row_read_on_other_data_or_tokenizers(tmp_path):

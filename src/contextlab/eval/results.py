@@ -20,6 +20,7 @@ model (path, step), precision or data, nor is a file that is not a result replac
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import io
 import json
@@ -62,7 +63,20 @@ def code_version() -> dict:
         "format_version": contextlab.FORMAT_VERSION,
         "git_commit": commit,
         "git_dirty": dirty,
+        "code_digest": code_digest(),
     }
+
+
+@functools.cache
+def code_digest() -> str:
+    """The first 16 hex digits of a sha256 over the package's Python sources (relative path and bytes,
+    in path order): results of one commit with uncommitted changes differ here when their code did
+    (a resumed profile kept a result of code edited since, and both read "commit X, dirty")."""
+    root = Path(contextlab.__file__).resolve().parent
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*.py")):
+        h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 
 
 def _git(root: Path, *args: str) -> str:

@@ -85,6 +85,9 @@ def code_note(folders: list[Path]) -> str | None:
             f"{dirty} of the {len(docs)} were computed by a checkout with uncommitted changes (git_dirty), "
             "which no commit reproduces"
         )
+        codes = {d.get("code_digest") for d in docs if d.get("git_dirty") is True and d.get("code_digest")}
+        if len(codes) > 1:  # one commit, different edits on top: results of different code
+            said[-1] += f", and by {len(codes)} different versions of that code (code_digest)"
     if not said:
         return None
     return "; ".join(said) + ". Each result's commit is under its 'options, model, data and code version'."
@@ -360,7 +363,16 @@ def _records(doc: dict) -> str:
         shown = {**m, **({"tokenizer": f"{tok.get('name')} ({str(tok.get('hash'))[:12]})"} if tok else {})}
         tables.append(kv_table(shown, f"model {k}".strip()))
     tables.append(kv_table(doc.get("data") or {}, "data"))
-    code = ("contextlab_version", "format_version", "git_commit", "git_dirty", "created", "seconds", "arrays")
+    code = (
+        "contextlab_version",
+        "format_version",
+        "git_commit",
+        "git_dirty",
+        "code_digest",
+        "created",
+        "seconds",
+        "arrays",
+    )
     tables.append(kv_table({k: doc[k] for k in code if k in doc}, "code and files"))
     return '<div class="records">' + "".join(tables) + "</div>"
 
