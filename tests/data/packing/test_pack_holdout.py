@@ -287,7 +287,7 @@ def test_a_data_export_of_a_pack_holding_documents_out_refuses_a_sequence_split(
     argv = ["data", "export", str(packs["ep"].path), "--out", str(tmp_path / "x"), "--no-progress"]
     assert main([*argv, "--val-fraction", "0.1"]) == 2
     err = capsys.readouterr().err
-    assert "packed without 6 documents held out for validation" in err
+    assert "holds 6 documents out of its sequences for validation" in err
     assert "those documents are exported as the validation split" in err
     assert main(argv) == 0
     assert "(windows over the 6 documents the pack held out)" in capsys.readouterr().out
