@@ -389,7 +389,9 @@ def test_a_folder_of_code_is_read_as_data_ingest_reads_it(tmp_path, capsys):
     outside.write_text("root:x:0:0:root:/root:/bin/bash\n" * 5)
     os.symlink(outside, code / "other" / "out.py")
     os.symlink(code / "pkg" / "a.py", code / "other" / "link.py")
-    with pytest.raises(UserError, match=r"latin\.py is not valid UTF-8 .*--encoding"):
+    with pytest.raises(
+        UserError, match=r"is not valid UTF-8: pkg/latin\.py .*no span was drawn: pass --encoding"
+    ):
         read_folder(code, "*.py", "strict")
     texts, read = read_folder(code, "*.py", "skip")
     assert texts == ["".join(CODE)] and read["read"] == ["pkg/a.py"] and read["files"] == 1

@@ -214,3 +214,31 @@ def filler_ids(adapter, text: str, n: int) -> list[int]:
         raise UserError("the filler text encodes to no tokens; give a longer filler")
     reps = -(-n // len(unit))
     return (unit * reps)[:n]
+
+
+def text_options(include: list[str], exclude: list[str], encoding: str):
+    """How an evaluation reads a folder (or file) of text as ``data ingest`` reads one: the same
+    hidden, binary, linked and duplicate files left out, ``encoding`` for bytes that are not UTF-8;
+    no Gutenberg stripping and no streaming of long files (each file is one text)."""
+    from contextlab.data.sources import SourceOptions
+
+    return SourceOptions(
+        include=include,
+        exclude=exclude,
+        strip_gutenberg="no",
+        encoding=encoding,  # type: ignore[arg-type]  (SourceOptions checks it)
+        long_doc_mb=float("inf"),
+    )
+
+
+def read_text_files(path: Path, options, stop: str) -> tuple[list, object, dict]:
+    """(the documents of ``path`` read with ``options``, their ``Source``, the counts of bytes and files
+    not UTF-8). Under strict encoding every undecodable file is named first, in one line ending with
+    ``stop`` (what to pass instead)."""
+    from contextlab.data.sources import open_source
+
+    src = open_source(path, options)
+    src.check_encoding(stop)
+    docs = list(src)
+    counts = {k: v for k, v in src.stats.as_dict().items() if k.startswith(("undecodable", "latin1")) and v}
+    return docs, src, counts

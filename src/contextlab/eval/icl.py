@@ -283,9 +283,14 @@ def _score_shots(adapter, samples: list[tasks.Sample], test, k: int) -> tuple[di
     return row, rows
 
 
+def _picked(rows: list[dict], samples: list[tasks.Sample], key: str) -> list[str]:
+    """The label word each sample's answer was (``key``: a row's candidate index)."""
+    return [candidate_order(s.answer)[r[key]] for r, s in zip(rows, samples)]
+
+
 def _counts(rows: list[dict], samples: list[tasks.Sample], key: str) -> dict[str, int]:
-    """How often each label word was the answer picked (``key``: a row's candidate index)."""
-    picked = [candidate_order(s.answer)[r[key]] for r, s in zip(rows, samples)]
+    """How often each label word was the answer picked."""
+    picked = _picked(rows, samples, key)
     return {lab: picked.count(lab) for lab in LABELS.values()}
 
 
@@ -298,15 +303,10 @@ def _arrays(rows: list[dict], samples: list[tasks.Sample]) -> dict[str, np.ndarr
     out = tasks.sample_arrays(rows)
     out["correct_calibrated_correct"][np.asarray(zero, bool)] = -1
     out["label"] = np.asarray([labels.index(s.answer) for s in samples], np.int64)
-    out["predicted"] = np.asarray(
-        [labels.index(candidate_order(s.answer)[r["choice"]]) for r, s in zip(rows, samples)], np.int64
-    )
+    out["predicted"] = np.asarray([labels.index(w) for w in _picked(rows, samples, "choice")], np.int64)
+    calibrated = _picked(rows, samples, "calibrated_choice")
     out["calibrated_predicted"] = np.asarray(
-        [
-            -1 if z else labels.index(candidate_order(s.answer)[r["calibrated_choice"]])
-            for r, s, z in zip(rows, samples, zero)
-        ],
-        np.int64,
+        [-1 if z else labels.index(w) for w, z in zip(calibrated, zero)], np.int64
     )
     return out
 

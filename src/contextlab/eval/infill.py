@@ -329,6 +329,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     o = options
     modes, sentinels, note = available_modes(adapter, list(o.modes))
     texts, described = read_texts(data, adapter, o.split, o.files, o.encoding)
+    left_out = _left_out(described)
     budget = _budget(o, adapter.context)
     middle = middle_tokens(o, adapter.context)
     plan = {
@@ -352,7 +353,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             "suffix tokens": budget[1],
             "scoring": o.scoring,
             "files": len(texts),
-            "left out": _left_out(described),
+            "left out": left_out,
             "data": described.get("store") or described.get("folder") or data,
         },
     )
@@ -367,8 +368,8 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     summary |= {f"{k}_spans": n for k, n in n_spans.items()}  # beside the rates they are of
     results = {"summary": summary, "modes": modes, "note": note, "prefix_tokens": budget[0]}
     said = ([f"note: {note}"] if note else []) + [f"note: {line}" for line in short]
-    if _left_out(described):
-        said.append(f"note: files of the folder left out, as data ingest leaves them: {_left_out(described)}")
+    if left_out:
+        said.append(f"note: files of the folder left out, as data ingest leaves them: {left_out}")
     if said:  # printed under the summary too: the settings line is minutes above it
         results["text"] = said
     results |= {"suffix_tokens": budget[1], "max_middle_tokens": middle, "kinds": kinds}

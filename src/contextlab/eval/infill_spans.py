@@ -68,23 +68,16 @@ def read_folder(folder: Path, glob: str, encoding: str) -> tuple[list[str], dict
     A plain recursive glob read ``.git/`` hooks, a link to /etc/passwd, and binary and Latin-1 files
     decoded with U+FFFD, none of it said."""
     from contextlab.data.source_globs import EXCLUDED
-    from contextlab.data.sources import SourceOptions, open_source
+    from contextlab.eval.base import read_text_files, text_options
 
-    options = SourceOptions(
-        include=[glob],
-        strip_gutenberg="no",
-        encoding=encoding,  # type: ignore[arg-type]  (SourceOptions checks it)
-        long_doc_mb=float("inf"),
-    )
-    src = open_source(folder, options)
-    docs = list(src)
-    src.check_encoding(
+    docs, src, counts = read_text_files(
+        folder,
+        text_options([glob], [], encoding),
         "no span was drawn: pass --encoding latin-1 (files from before UTF-8), replace (U+FFFD, counted) "
-        "or skip (leave them out)"
+        "or skip (leave them out)",
     )
     if not docs:
         raise UserError(f"no file matches {glob!r} under {folder}; change --files")
-    counts = {k: v for k, v in src.stats.as_dict().items() if k.startswith(("undecodable", "latin1")) and v}
     left = [e for e in src.skipped if e.get("reason") != EXCLUDED]
     return [str(d.text) for d in docs], {
         "folder": str(folder),

@@ -59,9 +59,8 @@ import contextlab.eval.tasks as tasks
 from contextlab.config import opt
 from contextlab.data.source_files import walk
 from contextlab.data.source_globs import EXCLUDED, RECORD_GLOBS, globs_regex, prose_excludes, provenance_globs
-from contextlab.data.sources import SourceOptions, open_source
 from contextlab.errors import UserError, some
-from contextlab.eval.base import PG_ESSAYS, EvalOutput
+from contextlab.eval.base import PG_ESSAYS, EvalOutput, read_text_files, text_options
 from contextlab.eval.results import text_hash
 from contextlab.eval.seen import haystack_in_training, haystack_note
 
@@ -134,12 +133,7 @@ def read_haystack(data: str | Path, encoding: str = "strict") -> tuple[str, dict
     p = Path(data)
     folder = p.is_dir()
     _not_a_store(p)
-    options = SourceOptions(
-        exclude=prose_excludes() if folder else [],
-        strip_gutenberg="no",
-        encoding=encoding,  # type: ignore[arg-type]  (SourceOptions checks it)
-        long_doc_mb=float("inf"),
-    )
+    options = text_options([], prose_excludes() if folder else [], encoding)
     files, skipped = walk(p, options.include, options.exclude) if folder else ([(p.name, p)], [])
     excluded = [e["path"] for e in skipped if e["reason"] == EXCLUDED]
     provenance = [rel for rel in excluded if PROVENANCE.match(rel)]
@@ -156,13 +150,13 @@ def read_haystack(data: str | Path, encoding: str = "strict") -> tuple[str, dict
         why += [f"as records, not prose: {some(records)}"] if records else []
         also = f" (left out {'; '.join(why)})" if why else ""
         raise UserError(f"no text files in {p}{also}; pass --data a folder of text files (e.g. {PG_ESSAYS})")
-    src = open_source(p, options)
-    src.check_encoding(
+    docs, src, counts = read_text_files(
+        p,
+        options,
         "no prompt was built: pass --encoding latin-1 (files from before UTF-8), replace (U+FFFD, "
-        "counted) or skip (leave them out)"
+        "counted) or skip (leave them out)",
     )
-    text = "\n\n".join(str(d.text).replace("\r\n", "\n") for d in src)
-    counts = {k: v for k, v in src.stats.as_dict().items() if k.startswith(("undecodable", "latin1")) and v}
+    text = "\n\n".join(str(d.text).replace("\r\n", "\n") for d in docs)
     record = {
         "haystack_files": src.stats.documents,
         "left_out": [{"path": name, "reason": "provenance, not text"} for name in provenance]
