@@ -162,6 +162,29 @@ def test_two_runners_on_one_state_file_keep_each_others_records(tmp_path):
     assert set(json.loads((tmp_path / "state.json").read_text())["steps"]) == {"x", "y"}
 
 
+def _record_many(path: str, who: int, n: int) -> None:
+    runner = StepRunner(path)
+    for i in range(n):
+        runner.run(Step(f"{who}-{i}", {"v": i}, [], lambda: None))
+
+
+def test_processes_sharing_a_state_file_lose_no_record_and_leave_no_lock_file(tmp_path):
+    import multiprocessing
+
+    path = tmp_path / "state.json"
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_record_many, args=(str(path), w, 25)) for w in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    state = json.loads(path.read_text())
+    assert set(state["steps"]) == {f"{w}-{i}" for w in range(4) for i in range(25)}
+    assert state.get("started", {}) == {}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json"]  # no .state.json.lock beside it
+
+
 def test_an_unreadable_state_file_names_the_fix(tmp_path):
     (tmp_path / "state.json").write_text("{not json")
     with pytest.raises(UserError, match="state.json is not a readable step state .*delete it"):

@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -202,15 +203,29 @@ def _read(path: Path) -> dict:
 
 @contextlib.contextmanager
 def _locked(path: Path):
-    """An exclusive lock beside ``path`` (no-op where ``fcntl`` is missing)."""
+    """An exclusive lock beside ``path`` (no-op where ``fcntl`` is missing), waited for.
+
+    The holder deletes the lock file as it leaves, so none stays beside a user's outputs. A waiter
+    that then gets the lock of the deleted file sees that the file at the lock's path is another
+    (or none) and locks that one instead, so two processes never hold "the" lock at once."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not POSIX
         yield
         return
-    with open(path.with_name(f".{path.name}.lock"), "a") as f:
+    lock_file = path.with_name(f".{path.name}.lock")
+    while True:
+        f = open(lock_file, "a")
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            same = lock_file.stat().st_ino == os.fstat(f.fileno()).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        f.close()  # the holder before deleted the file locked here: lock the one there now
+    try:
+        yield
+    finally:
+        lock_file.unlink(missing_ok=True)  # before the unlock: a waiter then finds it gone
+        f.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -135,7 +136,7 @@ def test_uniform_attention_gives_the_harmonic_sums():
     assert diff < 1e-5
 
 
-def test_buckets_sum_to_one_and_a_model_compared_with_itself_changes_nothing():
+def test_buckets_sum_to_one_and_a_model_compared_with_itself_changes_nothing(tmp_path):
     adapter = byte_adapter(tiny_contextlm(context=128), batch_size=2)
     out = run(adapter, Options(), text=TEXT, compare=adapter, progress=False)
     r = out.results
@@ -151,6 +152,11 @@ def test_buckets_sum_to_one_and_a_model_compared_with_itself_changes_nothing():
         assert np.abs(c[key]).max() == 0.0 and len(c[key]) > 0
     assert c["mean_distance_diff"]["diff"] == 0.0 and r["sample"]["percent_by_token"][5] == 0.0
     assert r["chunk"] == 4 and len(c["percent_by_chunk"]) == math.ceil(len(TEXT) / 4)
+    from contextlab.analysis.attention_plots import plot_all
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib warned of an axis of zero height here
+        assert all(p.stat().st_size > 1000 for p in plot_all(r, tmp_path))
 
 
 def test_a_different_model_moves_attention_and_the_percent_is_against_b():

@@ -343,3 +343,39 @@ def test_a_store_given_as_the_model_is_named_as_one(command, tiny_runs, stores, 
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"--model {argv[i]} is a token store, not a model" in err[0], err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["profile", "--model", "{a}", "--compare", "{b}", "--data", "{data}", "--out", "{out}"],
+        ["analyze", "attention", "--model", "{a}", "--compare", "{b}", "--data", "{data}"],
+        ["eval", "ppl", "--model", "{a}", "--model", "{b}", "--data", "{data}", "--out", "{out}"],
+    ],
+    ids=["profile", "analyze attention", "eval"],
+)
+def test_a_second_model_without_its_tokenizer_is_named_before_the_first_loads(
+    argv, tiny_runs, stores, llama, tmp_path, monkeypatch, capsys
+):
+    """A profile of two models loaded the first (53 s on a loaded machine) before saying the second had
+    no tokenizer.json."""
+    import shutil
+
+    import contextlab.inference
+
+    bare = tmp_path / "no-tokenizer"
+    shutil.copytree(llama, bare)
+    (bare / "tokenizer.json").unlink()
+
+    def loaded(*a, **k):
+        raise AssertionError("a model was loaded before the check")
+
+    monkeypatch.setattr(contextlab.inference, "open_model", loaded)
+    fill = {"{a}": str(tiny_runs["a"]), "{b}": str(bare), "{data}": str(stores["one"])}
+    fill["{out}"] = str(tmp_path / "o")
+    assert main([fill.get(x, x) for x in argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"contextlab {' '.join(argv[:2]) if argv[0] == 'analyze' else argv[0]}: error: {bare} has no "
+        "tokenizer.json; save the model's fast tokenizer beside it (tokenizer.save_pretrained(folder))"
+    ], err

@@ -107,6 +107,15 @@ def test_tokenizer_mismatch_is_one_clear_error(hf_folder, stores):
     )
 
 
+def test_contextwise_past_the_context_is_one_grammatical_line(hf_folder, stores, tmp_path):
+    args = ["contextwise", "--model", str(hf_folder), "--data", str(stores[0].path)]
+    with pytest.raises(UserError) as err:
+        cmd_eval([*args, "--out", str(tmp_path), "--length", "200", "--max-docs", "2"])
+    assert str(err.value) == (
+        f"each contextwise piece runs {hf_folder} on 199 tokens but it supports at most 128; lower --length"
+    )
+
+
 def test_cli_on_hf_folder_writes_json_and_plot(hf_folder, stores, tmp_path):
     assert (
         cmd_eval(

@@ -422,7 +422,7 @@ def run(
     if not 0 <= options.sample_row < N:
         raise UserError(f"--sample-row {options.sample_row} is not one of the {N} rows; choose 0..{N - 1}")
     for a in adapters:
-        a.check_length(T, "the rows", "lower --length")  # a given --length may pass a context
+        a.check_length(T, "each row", "lower --length")  # a given --length may pass a context
     announce_rows(rows, options, data is not None)
     w = chunk_size(options, models)
     collected = [collect(a, rows.tokens, options.sample_row, progress) for a in adapters]

@@ -51,6 +51,7 @@ def _percent_panel(ax, sample: dict) -> None:
     ax.bar(np.arange(len(pct)), pct, color=np.where(pct >= 0, "tab:green", "tab:red"))
     ax.axhline(0, color="black", lw=0.6)
     top = np.nanmax(np.abs(pct)) if np.isfinite(pct).any() else 1.0
+    top = top or 1.0  # two identical models change nothing: an axis of ±1%, not of zero height
     for c, p in enumerate(sample["percent_by_chunk"]):
         ax.axvline(c * w - 0.5, color="grey", lw=0.5, ls=":")
         ax.text(c * w + (w - 1) / 2, top * 1.05, f"{p:+.0f}%", ha="center", fontsize=6)

@@ -42,14 +42,31 @@ def check_compute(args) -> None:
         torch.set_num_threads(threads)
 
 
+def kind_of_quietly(path) -> str | None:
+    """``inference.kind_of(path)``, or None where the path is missing or unreadable (its loading says
+    why, in its own line)."""
+    from contextlab.inference.open import kind_of
+
+    try:
+        return kind_of(path)
+    except (UserError, OSError):
+        return None
+
+
 def refuse_data_as_model(paths, flag: str = "--model") -> None:
     """One line for a ``--model`` that is a token store or a packed store (a folder whose meta.json
-    makes it one): it failed later on something else (an output folder said to lie inside it)."""
+    makes it one): it failed later on something else (an output folder said to lie inside it). And,
+    before any model loads, one for a Hugging Face folder without its tokenizer (found after the first
+    of two models had loaded, and a profile's second after a minute)."""
     import json
 
     from contextlab import rundir
 
     for path in [p for p in paths if p]:
+        if kind_of_quietly(path) == "hf":
+            from contextlab.inference.open import require_hf_tokenizer
+
+            require_hf_tokenizer(Path(path))
         meta = Path(path) / "meta.json"
         if not meta.is_file() or rundir.is_checkpoint(path) or rundir.is_hf_folder(path):
             continue  # (a store holds a config.toml, so is_run would take it for a run)

@@ -237,7 +237,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     view, held = heldout.documents(store, adapter.info.path, options.split, of=options.heldout_of)
     ctx = options.train_context or adapter.context
     L = resolved_length(adapter, options)
-    adapter.check_length(L - 1, "contextwise's pieces", fix="lower --length")
+    adapter.check_length(L - 1, "each contextwise piece", fix="lower --length")
     pieces, tokens = _pieces(
         view, L, options, f"{store.path} held out by the run" if held else str(store.path)
     )

@@ -203,16 +203,23 @@ def _open_export(p: Path, cfg: dict):
     return model, tok, info
 
 
-def _open_hf(p: Path, cfg: dict):
-    """Any local Hugging Face causal LM folder with its tokenizer.json."""
-    from contextlab.models.hf.custom_code import load_hf_causal_lm
-
+def require_hf_tokenizer(p: Path) -> Path:
+    """The tokenizer.json of Hugging Face folder ``p``, or one line saying to save it (checked before
+    any weights load: a command given two models says so before minutes of loading the first)."""
     tok_file = hf_tokenizer_file(p)
     if tok_file is None:
         raise UserError(
             f"{p} has no tokenizer.json; save the model's fast tokenizer beside it "
             "(tokenizer.save_pretrained(folder))"
         )
+    return tok_file
+
+
+def _open_hf(p: Path, cfg: dict):
+    """Any local Hugging Face causal LM folder with its tokenizer.json."""
+    from contextlab.models.hf.custom_code import load_hf_causal_lm
+
+    tok_file = require_hf_tokenizer(p)
     tok = HFTokenizer.from_file(tok_file, name=p.name)
     model = load_hf_causal_lm(p)
     if tok.vocab_size > int(model.config.vocab_size):
