@@ -161,6 +161,52 @@ def test_passkey_and_vartrack_prompts_are_the_length_asked_whatever_the_keys_tok
     assert [len(s.prompt) for s in vs] == [s.cell[0] for s in vs]
 
 
+@pytest.mark.parametrize("bpe", [False, True], ids=["bytes", "gpt2"])
+def test_the_pass_key_sentence_lies_between_two_filler_sentences_near_its_depth(bpe):
+    """The key sentence went in at a token depth, inside a filler sentence ("The sky is The pass key
+    is ..."); it goes at the sentence boundary nearest the depth, and the prompts stay exact."""
+    from contextlab.data.tokenizers import load_tokenizer
+    from contextlab.eval import controls
+    from tests.conftest import GPT2_DIR
+
+    if bpe:
+        tok = load_tokenizer(f"gpt2:{GPT2_DIR}")
+        adapter = controls.control_adapter(controls.CopyLM(tok.vocab_size, context=1024), tok, "copy-bpe")
+    else:
+        adapter = byte_adapter(tiny_gpt(6, context=1024))
+    enc = adapter.encode
+    depths = [0.0, 10.0, 33.0, 50.0, 77.0, 100.0]
+    samples, _ = passkey.build(adapter, passkey.Options(lengths=[300, 517], depths=depths, samples=2), None)
+    intro, question = passkey.INTRO, passkey.QUESTION
+    sentence = max(len(enc(s + ".")) for s in passkey.FILLER.split(".")[:-1])  # the longest one's tokens
+    assert sentence == (5 if bpe else 22)
+
+    def key(answer: str) -> str:
+        return f" The pass key is {answer}. Remember it. {answer} is the pass key."
+
+    for s in samples:
+        assert len(s.prompt) == s.cell[1]
+        before, after = adapter.tokenizer.decode(s.prompt).split(key(s.answer))
+        assert before.startswith(intro) and after.endswith(question)
+        assert before == intro or before.endswith("."), before[-40:]  # a filler sentence ended
+        rest = after[: -len(question)]  # the filler after the key (its last sentence may be cut short)
+        assert any(rest[: len(w)] == w[: len(rest)] for w in (" The ", " Here ", " There ")), rest[:40]
+        assert rest in passkey.FILLER * 40
+        at = len(enc(before)) - len(enc(intro))  # filler tokens before the key
+        group = [x for x in samples if x.group == s.group]
+        n_fill = (
+            s.cell[1] - len(enc(intro)) - max(len(enc(key(x.answer))) for x in group) - len(enc(question))
+        )
+        assert abs(at - s.cell[0] / 100 * n_fill) < sentence, (at, s.cell, n_fill)
+        if s.cell[0] == 0:
+            assert before == intro
+    # the prompts of one set differ in the key only: the same filler before it
+    assert (
+        len({adapter.tokenizer.decode(s.prompt).split(" The pass key")[0] for s in samples if s.group == 3})
+        == 1
+    )
+
+
 def test_passkey_vartrack_and_scoring_on_a_tiny_model():
     adapter = byte_adapter(tiny_gpt(6, context=128), batch_size=6)
     samples, _info = passkey.build(adapter, passkey.Options(lengths=[300], depths=[0, 100], samples=1), None)
@@ -170,7 +216,7 @@ def test_passkey_vartrack_and_scoring_on_a_tiny_model():
     assert [s.group for s in samples] == [0] * 5 + [1] * 5
     assert adapter.tokenizer.decode(samples[6].control) == adapter.tokenizer.decode(
         samples[6].prompt
-    ).replace(f" The pass key is {key}. Remember it. {key} is the pass key. ", "")
+    ).replace(f" The pass key is {key}. Remember it. {key} is the pass key.", "")
     rows = scoring.score_samples(adapter, samples, "both", max_new_tokens=4)
     assert all(isinstance(r["likelihood_correct"], bool) and "generated" in r for r in rows)
     assert all(

@@ -3,11 +3,14 @@
 The prompt is the original one: an instruction, the filler "The grass is green. The sky
 is blue. ..." repeated to the target length, the sentence "The pass key is K. Remember
 it. K is the pass key." at depth d% of the filler, more filler, and "What is the pass
-key? The pass key is". Lengths are exact in the model's tokens (the parts are tokenized
-separately and the filler is cut to fit each key's sentence). A candidate set is 1 + ``distractors`` random
-5-digit keys; the prompt is built once with each of them as the pass key (the same filler
-and depth), the others being the wrong candidates, so a model that ignores the context
-scores 1/k. Scoring: the likelihood of the true key against the set's others, calibrated
+key? The pass key is". The key sentence goes between two filler sentences, never inside one:
+at the sentence boundary nearest d% of the filler's tokens (its start or the end of one of its
+whole sentences: less than a sentence from the depth, at most 4 tokens with GPT-2's BPE). Lengths
+are exact in the model's tokens (the parts are tokenized separately and the filler is cut to
+fit each key's sentence; its last sentence may be cut before the question). A candidate set
+is 1 + ``distractors`` random 5-digit keys; the prompt is built once with each of them as the
+pass key (the same filler and depth), the others being the wrong candidates, so a model that
+ignores the context scores 1/k. Scoring: the likelihood of the true key against the set's others, calibrated
 by the same prompt without the key sentence; generated digits.
 
 Default lengths: 1/4, 1/2 and all of the model's context, each less the tokens the answer adds
@@ -35,14 +38,15 @@ INTRO = (
     "There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
     "I will quiz you about the important information there.\n\n"
 )
-FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+# every sentence starts with its space, so the key sentence (which does too) fits between any two
+FILLER = " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 QUESTION = "\n\nWhat is the pass key? The pass key is"
 KEY_TOKENS = 6  # the most tokens a key " 12345" takes (a space and 5 digits, one byte each)
 EXTRA_NEW = 3  # tokens generated past the key
 
 
 def _needle(key: str) -> str:
-    return f" The pass key is {key}. Remember it. {key} is the pass key. "
+    return f" The pass key is {key}. Remember it. {key} is the pass key."
 
 
 @dataclass
@@ -101,7 +105,7 @@ def _key_set(adapter, keys: list[str], L: int, d: float, group: int) -> list[tas
     if n_fill < 0:
         raise UserError(f"passkey length {L} is too short for the prompt; use longer --lengths")
     fill = filler_ids(adapter, FILLER, n_fill)
-    cut = int(round(d / 100 * n_fill))
+    cut = sentence_boundary(adapter, fill, d / 100 * n_fill)
     control = intro + fill + question
     out = []
     for key, needle, cands in zip(keys, needles, tasks.rotations([enc(" " + k) for k in keys])):
@@ -111,6 +115,14 @@ def _key_set(adapter, keys: list[str], L: int, d: float, group: int) -> list[tas
         ids = intro + more[:cut] + needle + more[cut:] + question
         out.append(tasks.Sample(ids, key, cands, (d, L), len(cands[0]) + EXTRA_NEW, {}, control, group))
     return out
+
+
+def sentence_boundary(adapter, fill: list[int], target: float) -> int:
+    """The token offset in ``fill`` nearest ``target`` (the earlier of two as near) at which a sentence
+    may go: its start, or just past a token that ends one of its sentences (holds a period)."""
+    piece = {t: adapter.tokenizer.decode([t]) for t in set(fill)}
+    ends = [0] + [k + 1 for k, t in enumerate(fill) if "." in piece[t]]
+    return min(ends, key=lambda b: (abs(b - target), b))
 
 
 def run(adapter, options: Options, data: str | None) -> EvalOutput:

@@ -35,9 +35,9 @@ import contextlab.eval.tasks as tasks
 from contextlab.config import opt
 from contextlab.errors import UserError
 from contextlab.eval.base import EvalOutput, filler_ids
-from contextlab.eval.passkey import FILLER
 from contextlab.eval.results import text_hash
 
+FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 INTRO = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"
 NAME_TOKENS = 6  # the most tokens a name " ABCDE" takes (a space and 5 letters, one byte each)
 EXTRA_NEW = 4  # tokens generated past the answer
