@@ -457,6 +457,35 @@ def test_a_profile_on_short_documents_says_what_it_skips_before_it_runs(runs, tm
     }
 
 
+def test_a_profile_stopped_half_way_lists_every_step_in_its_manifest(runs, tmp_path, monkeypatch):
+    """A profile interrupted before its kv step had no kv record in profile.json (the step it later
+    marked skipped or ran was missing, not pending)."""
+    import contextlab.profile.runner as runner
+
+    folder = tmp_path / "short"
+    folder.mkdir()
+    play = shakespeare(3_000)
+    for i in range(10):
+        (folder / f"q{i}.txt").write_text(play[i * 300 : (i + 1) * 300])  # too short for 3 of the steps
+    out = tmp_path / "p"
+
+    def stop(step, *a, **k):
+        raise KeyboardInterrupt  # Ctrl-C during the first step that runs
+
+    monkeypatch.setattr(runner, "run_step", stop)
+    argv = ["profile", "--model", str(runs[0]), "--data", str(folder), "--out", str(out), "--no-progress"]
+    assert main([*argv, "--threads", "1"]) == 130
+    status = {s["name"]: s["status"] for s in json.loads((out / "profile.json").read_text())["steps"]}
+    assert status == {
+        "contextwise": "skipped",
+        "bayes-fit": "skipped",
+        "niah": "running",
+        "passkey": "pending",
+        "kv": "pending",
+        "attention": "skipped",
+    }
+
+
 def test_a_context_gain_without_an_interval_says_why(tmp_path):
     """Profiling one text file (one document) gave context gains with no interval and no word on why."""
     from contextlab.profile.headline import ONE_DOCUMENT, headline

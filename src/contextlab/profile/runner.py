@@ -352,14 +352,14 @@ def _execute(
         bar_format="{l_bar}{bar}| {elapsed} elapsed, about {remaining} left",
         disable=None if show_progress else True,
     )
+    for label, step, _ in jobs:  # every step listed from the start: a profile stopped half-way shows them all
+        rec = manifest.record(step.name, label)
+        if step.skip and not manifest.finished(rec):
+            rec.update(status="skipped", error=step.skip, result=None)
+    manifest.save()
     for (label, step, pair), cost in zip(jobs, costs):
         rec = manifest.record(step.name, label)
-        if manifest.finished(rec):
-            bar.update(cost)
-            continue
-        if step.skip:
-            rec.update(status="skipped", error=step.skip, result=None)
-            manifest.save()
+        if manifest.finished(rec) or step.skip:
             bar.update(cost)
             continue
         rec.update(status="running", error=None)
