@@ -189,6 +189,32 @@ def test_icl_data_changed_in_its_folder_is_other_data(tmp_path):
     assert res.differences(doc, options=options, model={}, data=str(folder)).endswith("-> (a file missing)")
 
 
+def test_visible_icl_data_changed_in_its_folder_is_other_data(tmp_path):
+    """`visible --task icl` recorded its TREC folder without a hash: a test file edited in place was the
+    same data to a rerun."""
+    import shutil
+
+    from contextlab.eval import visible
+    from tests.conftest import TREC
+    from tests.eval.conftest import byte_adapter, tiny_gpt
+
+    folder = tmp_path / "trec"
+    shutil.copytree(TREC, folder)
+    labels = ["ABBR:exp", "DESC:def", "ENTY:other", "HUM:ind", "LOC:other", "NUM:date"]
+    test = folder / "test.txt"  # a label-balanced draw needs 9 of each label
+    test.write_text("".join(f"{lab} What is question {i} about ?\n" for lab in labels for i in range(9)))
+    options = visible.Options(task="icl", visible=[1.0], shots=2)
+    out = visible.run(byte_adapter(tiny_gpt(7, context=256), batch_size=6), options, str(folder))
+    doc = {"data": out.data, "options": res.jsonable(options)}
+    assert res.differences(doc, options=options, model={}, data=str(folder)) is None
+    test = folder / "test.txt"
+    test.write_bytes(test.read_bytes().replace(b"LOC:", b"HUM:", 1))
+    changed = res.differences(doc, options=options, model={}, data=str(folder))
+    assert (
+        changed == f"--data content (hash) {out.data['hash']} -> {res.file_hash(folder / 'train.txt', test)}"
+    )
+
+
 def test_an_export_whose_weights_were_changed_is_not_overwritten(two, tmp_path, capsys):
     """`export --overwrite` replaced weights a user had saved into an export folder: only the file names
     were checked. The export records what it wrote; a file changed since is refused, an unchanged

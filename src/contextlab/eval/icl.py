@@ -187,14 +187,19 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     def plot(path):
         return _plot_accuracy(adapter.info.id, per_shot, path)
 
-    data_info = {
-        "folder": str(folder),
-        "hash": file_hash(train_f, test_f),
-        "hashed_files": [str(train_f), str(test_f)],  # a rerun compares them as they are then
-        "n_train": len(train),
-    }
+    data_info = {**data_record(folder, train_f, test_f), "n_train": len(train)}
     info = {**data_info, "n_test": len(test), "balanced": options.balance}
     return EvalOutput(res, info, arrays=arrays, plot=plot)
+
+
+def data_record(folder: Path, train_f: Path, test_f: Path) -> dict:
+    """What a result records of the TREC data it read: the folder, and the hash of its two files
+    (``hashed_files``: a rerun compares them as they are then, so files changed in place are other data)."""
+    return {
+        "folder": str(folder),
+        "hash": file_hash(train_f, test_f),
+        "hashed_files": [str(train_f), str(test_f)],
+    }
 
 
 def _line(row: dict) -> str:

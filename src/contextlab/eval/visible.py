@@ -96,7 +96,8 @@ def _task_samples(adapter, o: Options, data):
         tasks.check_longest(
             adapter, samples, "likelihood", f"the longest icl prompt ({shots} shots)", "lower --shots"
         )
-        return (samples, {"folder": str(folder), "shots": shots}), len(icl.LABELS)
+        record = icl.data_record(folder, folder / "train.txt", folder / "test.txt")
+        return (samples, {**record, "shots": shots}), len(icl.LABELS)
     raise AssertionError(f"task {o.task!r} (the config loader admits only the Options.task values)")
 
 
