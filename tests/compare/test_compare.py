@@ -247,7 +247,11 @@ def test_icl_per_set_difference_and_histogram(tmp_path):
     _, (doc,) = compare_runs(tmp_path / "a", tmp_path / "b", ["icl"], Options(), tmp_path / "o")
     row = doc["results"]["by_shots"][0]
     assert row["diff"] == pytest.approx(0.05) and row["per_set"] == pytest.approx([0.05, 0.1, 0.0, 0.05] * 3)
-    assert 0 < row["interval95"][0] <= 0.05 <= row["interval95"][1] and doc["notes"] == []
+    assert 0 < row["interval95"][0] <= 0.05 <= row["interval95"][1] and row["cluster"] == "example set"
+    assert doc["notes"] == [  # results from before the per-sample arrays: the sets only, and it says so
+        "icl: a result without per-sample arrays (an older icl): its interval resamples the example sets "
+        "only, not the test questions they share, so it is too narrow; rerun `contextlab eval icl` on both"
+    ]
     assert (tmp_path / "o" / "compare_icl.png").stat().st_size > 1000
     assert "calibrated" not in row  # results from before calibrated accuracy: only the accuracy is paired
 
@@ -273,6 +277,71 @@ def test_icl_pairs_the_calibrated_accuracy_per_set_too(tmp_path):
     assert "calibrated" not in zero and eight["calibrated"]["per_set"] == pytest.approx([0.3, 0.2])
     assert eight["calibrated"]["diff"] == pytest.approx(0.25)
     assert any(line.startswith("icl calibrated accuracy A - B at 8 shots = +0.250") for line in doc["lines"])
+
+
+def test_icl_resamples_the_test_questions_as_well_as_the_example_sets(tmp_path):
+    """All example sets ask the same questions: resampling only the sets gave +0.007 [-0.013, +0.026]
+    where a user's resampling of sets and questions gave [-0.039, +0.054]."""
+    rng = np.random.default_rng(0)
+    sets, questions = 10, 54
+    easy = rng.random(questions) < 0.5  # B is right on the easy questions; A on the same, and 2 more
+    for run, extra in (("a", 2), ("b", 0)):
+        right = np.tile(easy, (sets, 1)).astype(np.int8)  # (sets, questions): the same in every set
+        right[:, np.flatnonzero(~easy)[:extra]] = 1
+        zero = easy.astype(np.int8)  # zero shots: one set
+        correct = np.concatenate([zero, right.ravel()])
+        cell = np.asarray(
+            [(0, 0)] * questions + [(8, x) for x in range(sets) for _ in range(questions)], float
+        )
+        group = np.concatenate([np.arange(questions), np.tile(np.arange(questions), sets)])
+        write_result(
+            tmp_path / run / "eval",
+            "icl",
+            results={
+                "by_shots": [
+                    {"shots": 0, "accuracy_per_set": [float(zero.mean())]},
+                    {"shots": 8, "accuracy_per_set": right.mean(1).tolist()},
+                ]
+            },
+            options={"shots": [0, 8], "n_test": 54, "seeds": sets, "balance": True},
+            model={"id": run},
+            data={"folder": run, "hash": "t" * 64, "n_train": 100, "n_test": 54, "balanced": True},
+            seconds=0.0,
+            arrays={"correct_likelihood_correct": correct, "cell": cell, "group": group, "unit": group},
+        )
+    _, (doc,) = compare_runs(tmp_path / "a", tmp_path / "b", ["icl"], Options(), tmp_path / "o")
+    zero, eight = doc["results"]["by_shots"]
+    assert eight["diff"] == pytest.approx(2 / 54) and eight["per_set"] == pytest.approx([2 / 54] * sets)
+    assert eight["a"] == pytest.approx(float(easy.mean()) + 2 / 54) and eight["n_questions"] == 54
+    lo, hi = eight["interval95"]  # every set alike: the sets alone would give [2/54, 2/54]
+    assert lo < 2 / 54 < hi and hi - lo > 0.05 and lo >= 0
+    assert zero["diff"] == 0 and zero["interval95"] == [0.0, 0.0]  # one set, its questions resampled
+    assert doc["results"]["cluster"] == "example set and test question" and doc["notes"] == []
+    assert (
+        "at 8 shots = +0.037 [" in doc["lines"][1]
+        and "over 10 example sets x 54 test questions" in doc["lines"][1]
+    )
+
+
+def test_the_few_sets_note_names_the_shots_it_is_about(tmp_path):
+    """The note fired at 10 sets: the 0-shot row, one set always, tripped it."""
+    for run in "ab":
+        write_result(
+            tmp_path / run / "eval",
+            "icl",
+            results={
+                "by_shots": [
+                    {"shots": 0, "accuracy_per_set": [0.2]},
+                    {"shots": 2, "accuracy_per_set": [0.1] * 10},
+                ]
+            },
+            options={"shots": [0, 2], "n_test": 54, "seeds": 10, "balance": True},
+            model={"id": run},
+            data={"folder": run, "hash": "t" * 64, "n_train": 100, "n_test": 54, "balanced": True},
+            seconds=0.0,
+        )
+    _, (doc,) = compare_runs(tmp_path / "a", tmp_path / "b", ["icl"], Options(), tmp_path / "o")
+    assert not any("fewer than 10 example sets" in n for n in doc["notes"])
 
 
 def test_results_of_different_data_or_options_are_refused(tmp_path):

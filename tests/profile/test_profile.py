@@ -757,6 +757,8 @@ def test_a_headline_of_too_few_candidate_sets_names_no_winner():
     assert better({**h, "few_clusters": 9}, "llama_copy", "bag_cache") == (
         "too few sets to tell (bag_cache ahead) (higher is better)"
     )
+    tied = {"better": "higher", "diff": 0.0, "ci95": [0.0, 0.0], "few_clusters": 8}  # 0.200 and 0.200
+    assert better(tied, "gpt", "clm2") == "too few sets to tell (equal here) (higher is better)"
 
 
 def test_a_profile_of_text_with_latin1_files_reads_them_with_encoding(runs, tmp_path, capsys):

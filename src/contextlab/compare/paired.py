@@ -229,6 +229,10 @@ def _accuracy_diff(ca: np.ndarray, cb: np.ndarray, group: np.ndarray, o: Options
 
 
 def icl(a: Side, b: Side, o: Options) -> dict:
+    """Accuracy A - B per number of shots. Every example set asks the same test questions, so where both
+    results keep their per-sample arrays the interval resamples the sets and the questions (a crossed
+    bootstrap: which questions were drawn moves both models' accuracy); results from before those arrays
+    pair the per-set accuracies, over the sets only (said in a note)."""
     rows_a = {r["shots"]: r for r in a.doc["results"]["by_shots"]}
     rows_b = {r["shots"]: r for r in b.doc["results"]["by_shots"]}
     shots = sorted(set(rows_a) & set(rows_b))
@@ -236,16 +240,29 @@ def icl(a: Side, b: Side, o: Options) -> dict:
         raise UserError(
             f"icl: {a.label} and {b.label} have no number of shots in common; use the same --shots"
         )
-    per = [_icl_shots(k, rows_a[k]["accuracy_per_set"], rows_b[k]["accuracy_per_set"], o) for k in shots]
-    lines = [
-        f"icl accuracy A - B at {p['shots']} shots = {cs.interval_text(p, 3)} over {len(p['per_set'])} "
-        f"example sets (TREC delta; A {p['a']:.3f}, B {p['b']:.3f})"
-        for p in per
-    ]
-    for p in per:  # the calibrated accuracy (the label the shots raise most), where both sides scored it
-        ca, cb = (rows[p["shots"]].get("calibrated_accuracy_per_set") for rows in (rows_a, rows_b))
-        if ca and cb:
-            c = p["calibrated"] = _icl_shots(p["shots"], ca, cb, o)
+    grids = {
+        m: (_icl_samples(a, m), _icl_samples(b, m)) for m in ("likelihood_correct", "calibrated_correct")
+    }
+    per = []
+    for k in shots:
+        p = _icl_shots(k, "accuracy_per_set", rows_a[k], rows_b[k], grids["likelihood_correct"], o)
+        if (
+            k
+            and rows_a[k].get("calibrated_accuracy_per_set")
+            and rows_b[k].get("calibrated_accuracy_per_set")
+        ):
+            p["calibrated"] = _icl_shots(
+                k, "calibrated_accuracy_per_set", rows_a[k], rows_b[k], grids["calibrated_correct"], o
+            )
+        per.append(p)
+    lines = []
+    for p in per:
+        lines.append(
+            f"icl accuracy A - B at {p['shots']} shots = {cs.interval_text(p, 3)} over {_over(p)} "
+            f"(TREC delta; A {p['a']:.3f}, B {p['b']:.3f})"
+        )
+        if "calibrated" in p:  # the label the shots raise most, where both sides scored it
+            c = p["calibrated"]
             lines.append(
                 f"icl calibrated accuracy A - B at {p['shots']} shots = {cs.interval_text(c, 3)} "
                 f"(A {c['a']:.3f}, B {c['b']:.3f})"
@@ -253,16 +270,75 @@ def icl(a: Side, b: Side, o: Options) -> dict:
     notes = []
     if set(rows_a) ^ set(rows_b):
         notes.append(f"shots only one side scored (prompts too long): {sorted(set(rows_a) ^ set(rows_b))}")
-    if min(len(p["per_set"]) for p in per) < 10:
+    few = [p["shots"] for p in per if p["shots"] and len(p["per_set"]) < 10]  # zero shots: one set always
+    if few:
         notes.append(
-            "fewer than 10 example sets: a percentile bootstrap over so few sets is too narrow; raise --seeds"
+            f"icl: fewer than 10 example sets at {', '.join(map(str, few))} shots: a percentile bootstrap "
+            "over so few sets is too narrow; raise --seeds"
         )
-    return {"lines": lines, "results": {"cluster": "example set", "by_shots": per}, "notes": notes}
+    if any(p["cluster"] == "example set" for p in per):
+        notes.append(
+            "icl: a result without per-sample arrays (an older icl): its interval resamples the example sets "
+            "only, not the test questions they share, so it is too narrow; rerun `contextlab eval icl` on "
+            "both"
+        )
+    cluster = (
+        "example set and test question" if all(p["cluster"] != "example set" for p in per) else "example set"
+    )
+    return {"lines": lines, "results": {"cluster": cluster, "by_shots": per}, "notes": notes}
 
 
-def _icl_shots(k: int, pa: list[float], pb: list[float], o: Options) -> dict:
-    """Per-set accuracy differences at ``k`` shots, over the sets both scored (a set whose prompts
-    were too long for a model was not scored), with their bootstrap interval."""
+def _over(p: dict) -> str:
+    if p["cluster"] == "example set":
+        return f"{len(p['per_set'])} example sets"
+    return f"{len(p['per_set'])} example sets x {p['n_questions']} test questions"
+
+
+def _icl_samples(s: Side, metric: str) -> tuple[np.ndarray, ...] | None:
+    """(shots, example set, test question, correct) per sample, or None for a result from before icl
+    saved them."""
+    got = [s.optional(k) for k in (f"correct_{metric}", "cell", "group")]
+    if any(x is None for x in got):
+        return None
+    correct, cell, question = got
+    return cell[:, 0].astype(np.int64), cell[:, 1].astype(np.int64), question.astype(np.int64), correct
+
+
+def _icl_grid(k: int, ga: tuple, gb: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """A's and B's outcomes at ``k`` shots as (example sets, questions) grids, over the sets both scored
+    whole (a set whose prompts were too long for a model was not scored)."""
+    cells = []
+    for shots, sets, questions, correct in (ga, gb):
+        m = shots == k
+        cells.append({(int(x), int(q)): float(c) for x, q, c in zip(sets[m], questions[m], correct[m])})
+    ca, cb = cells
+    qs = sorted({q for _, q in ca} & {q for _, q in cb})
+    common = {x for x, _ in ca} & {x for x, _ in cb}
+    sets = sorted(x for x in common if all((x, q) in ca and (x, q) in cb for q in qs))
+    return tuple(  # type: ignore[return-value]
+        np.asarray([[c[x, q] for q in qs] for x in sets], np.float64).reshape(len(sets), len(qs))
+        for c in (ca, cb)
+    )
+
+
+def _icl_shots(k: int, key: str, ra: dict, rb: dict, grid, o: Options) -> dict:
+    """A - B at ``k`` shots with its interval: over the grid of sets x questions where both sides saved
+    their samples (``grid``), else over the per-set accuracies ``key`` of the two results' rows."""
+    ga, gb = grid
+    if ga is not None and gb is not None:
+        A, B = _icl_grid(k, ga, gb)
+        if A.size:
+            d = A - B
+            return {
+                "shots": k,
+                "a": float(A.mean()),
+                "b": float(B.mean()),
+                "per_set": d.mean(1).tolist(),
+                "n_questions": int(d.shape[1]),
+                "cluster": "example set and test question",
+                **cs.crossed_bootstrap(d, o.resamples, o.seed),
+            }
+    pa, pb = ra[key], rb[key]
     n = min(len(pa), len(pb))
     d = np.asarray(pa[:n], np.float64) - np.asarray(pb[:n], np.float64)  # (sets,)
     boot = cs.cluster_bootstrap(d, np.ones(n), o.resamples, o.seed)
@@ -271,6 +347,7 @@ def _icl_shots(k: int, pa: list[float], pb: list[float], o: Options) -> dict:
         "a": float(np.mean(pa[:n])),
         "b": float(np.mean(pb[:n])),
         "per_set": d.tolist(),
+        "cluster": "example set",
         **boot,
     }
 

@@ -15,6 +15,8 @@ never over the correlated units inside them:
 * ``cluster_bootstrap`` (accuracy differences, 0/1 outcomes, few distinct values, where a
   normal approximation is poor): percentile interval of the mean over resampled clusters,
   seeded, so the same files always give the same interval.
+* ``crossed_bootstrap`` (icl: every example set asks the same test questions, so both the sets
+  and the questions are samples): rows and columns of the grid resampled independently.
 * ``mcnemar``: the discordant counts (A right and B wrong, the reverse) and the exact
   two-sided binomial p-value. It treats samples as independent, so for balanced candidate
   sets it is optimistic; the bootstrap interval over sets is the one to read.
@@ -79,6 +81,37 @@ def cluster_bootstrap(sums: np.ndarray, counts: np.ndarray, resamples: int, seed
         means[a : a + len(idx)] = sums[idx].sum(1) / counts[idx].sum(1)
     lo, hi = np.percentile(means, [2.5, 97.5])
     return {"diff": mean, "interval95": [float(lo), float(hi)], "n_clusters": g, "resamples": resamples}
+
+
+def crossed_bootstrap(d: np.ndarray, resamples: int, seed: int) -> dict:
+    """Mean of a (rows, columns) grid of paired differences whose rows and columns are both samples
+    (icl: the example sets, and the test questions every set asks), with a 95% percentile interval
+    from resampling rows and columns independently with replacement (the two-way bootstrap of a
+    crossed design: each resample is the grid of the drawn rows by the drawn columns). A grid of one
+    row resamples its columns only, and one of one column its rows; one cell has no interval."""
+    d = np.asarray(d, np.float64)
+    r, c = d.shape
+    mean = float(d.mean())
+    if r * c < 2:
+        return {"diff": mean, "interval95": None, "n_rows": r, "n_columns": c, "resamples": 0}
+    rng = np.random.default_rng(seed)
+    means = np.empty(resamples)
+    block = max(1, 2_000_000 // (r + c))
+    for a in range(0, resamples, block):
+        b = min(block, resamples - a)
+        wr = np.zeros((b, r))  # how often each row was drawn, per resample
+        wc = np.zeros((b, c))
+        np.add.at(wr, (np.arange(b)[:, None], rng.integers(0, r, (b, r))), 1.0)
+        np.add.at(wc, (np.arange(b)[:, None], rng.integers(0, c, (b, c))), 1.0)
+        means[a : a + b] = np.einsum("br,rc,bc->b", wr, d, wc) / (r * c)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return {
+        "diff": mean,
+        "interval95": [float(lo), float(hi)],
+        "n_rows": r,
+        "n_columns": c,
+        "resamples": resamples,
+    }
 
 
 def mcnemar(a: np.ndarray, b: np.ndarray) -> dict:

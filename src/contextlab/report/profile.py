@@ -174,7 +174,8 @@ def better(h: dict, a: str, b: str) -> str:
     word = f"({h['better']} is better)"
     b_wins = diff < 0 if lower else diff > 0
     if h.get("few_clusters"):  # a bootstrap over fewer than 10 clusters: its interval is too narrow
-        return f"too few sets to tell ({b if b_wins else a} ahead) {word}"
+        ahead = "equal here" if diff == 0 else f"{b if b_wins else a} ahead"
+        return f"too few sets to tell ({ahead}) {word}"
     if isinstance(ci, list) and len(ci) == 2 and all(isinstance(x, (int, float)) for x in ci):
         if ci[0] <= 0 <= ci[1]:
             return f"no clear difference {word}"
