@@ -709,3 +709,29 @@ def test_a_comparison_says_its_intervals_leave_out_training_noise_and_when_the_r
     assert (
         doc["scope"].endswith("compare A B --and A2 B2, pool it") and "A was trained 24" in doc["notes"][-1]
     )
+
+
+def test_a_report_says_a_comparison_is_stale_once_a_result_it_paired_is_written_again(tmp_path, monkeypatch):
+    """A user evaluated one run again with other options: the page showed the new result beside the old
+    comparison of the former one, with no word."""
+    from contextlab.report.html import build_report
+
+    rng = np.random.default_rng(0)
+    group, cell = np.repeat(np.arange(8), 5), np.repeat([[0, 32], [100, 64]], 20, axis=0)
+    for run in (tmp_path / "a", tmp_path / "b"):
+        niah_result(run, rng.integers(0, 2, 40), group, cell)
+    monkeypatch.chdir(tmp_path)
+    _, (doc,) = compare_runs("a", "b", ["niah"], Options(), None)  # relative paths, as typed
+    assert doc["b"]["result"] == str(tmp_path / "b" / "eval" / "niah.json")
+    assert "stale" not in build_report(tmp_path).read_text()
+    f = tmp_path / "b" / "eval" / "niah.json"
+    rewritten = json.loads(f.read_text())
+    rewritten["created"] = "2099-01-01T00:00:00+0000"
+    f.write_text(json.dumps(rewritten))
+    text = build_report(tmp_path).read_text()
+    assert (
+        f"stale: this niah comparison is of results since replaced: B&#x27;s result was written again "
+        f"({doc['b']['created']} then, 2099-01-01T00:00:00+0000 now); run `contextlab compare` again" in text
+    )
+    compare_runs("a", "b", ["niah"], Options(), None, overwrite=True)  # the same paths: replaced
+    assert "stale" not in build_report(tmp_path).read_text()

@@ -157,3 +157,30 @@ def test_runs_of_other_data_that_validate_on_one_val_store_are_drawn_together(tm
     assert "each run validates on other rows" in _section(other, runs)
     runs = [_run(tmp_path / "c", "a", data=both), _run(tmp_path / "c", "b", data='val_store = "other"\n')]
     assert "each run validates on other rows" in _section(tmp_path / "c", runs)
+
+
+def test_runs_read_with_other_settings_are_not_drawn_together_and_the_table_says_so(tmp_path):
+    """A user's two runs: one contextwise of 16 pieces, one of 64, on one text: the page drew them as one
+    figure and put their best-context losses side by side without a word."""
+    runs = [_run(tmp_path, "gpt", cw_hash="h"), _run(tmp_path, "clm2", cw_hash="h")]
+    for run, max_docs in zip(runs, (16, 64)):
+        f = run / "eval" / "contextwise.json"
+        doc = json.loads(f.read_text())
+        doc["options"] = {"max_docs": max_docs, "length": 0}
+        f.write_text(json.dumps(doc))
+    html = _section(tmp_path, runs)
+    assert "contextwise loss of the runs" not in html
+    assert "read other text (another store or held-out part) or with other settings (pieces)" in html
+    text = build_report(tmp_path).read_text()
+    assert (
+        "contextwise: the runs&#x27; results are not measured alike, against runs/clm2&#x27;s: runs/gpt "
+        "(--max-docs 64 -&gt; 16); their contextwise numbers here do not compare" in text
+    )
+    # a context sweep's runs, each read at its own length: drawn together, nothing said
+    for run, length in zip(runs, (65, 129)):
+        f = run / "eval" / "contextwise.json"
+        doc = json.loads(f.read_text())
+        doc["options"] = {"max_docs": 64, "length": length}
+        f.write_text(json.dumps(doc))
+    assert "contextwise loss of the runs" in _section(tmp_path, runs)
+    assert "not measured alike" not in build_report(tmp_path).read_text()

@@ -465,8 +465,8 @@ def check_rerun(path: Path, a: Side, b: Side, name: str, options: Options, overw
     doc = earlier_result(path, FORMAT, "a `contextlab compare` result")
     if doc is None or overwrite:
         return
-    now = {"a": str(a.folder / f"{name}.json"), "b": str(b.folder / f"{name}.json")}
-    was = {k: (doc.get(k) or {}).get("result") for k in ("a", "b")}
+    now = {"a": str((a.folder / f"{name}.json").resolve()), "b": str((b.folder / f"{name}.json").resolve())}
+    was = {k: str(Path(str((doc.get(k) or {}).get("result"))).resolve()) for k in ("a", "b")}
     change = [f"{k.upper()} {was[k]} -> {now[k]}" for k in ("a", "b") if was[k] != now[k]]
     old_options = doc.get("options") or {}
     change += [
@@ -506,7 +506,7 @@ def _describe(s: Side, name: str) -> dict:
     model = s.doc.get("model") or {}
     return {
         "label": s.label,
-        "result": str(s.folder / f"{name}.json"),
+        "result": str((s.folder / f"{name}.json").resolve()),  # the report checks it is still this one
         "model": model.get("path"),
         "step": model.get("step"),
         "created": s.doc.get("created"),

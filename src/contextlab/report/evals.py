@@ -412,6 +412,46 @@ def _model_line(doc: dict) -> str:
     return f"model {m.get('path') or m.get('id')}" + (f" ({', '.join(about)})" if about else "")
 
 
+PER_MODEL = ("length", "lengths", "train_context", "context")  # each run's own context: a sweep's differ
+
+
+def comparable_options(doc: dict) -> dict:
+    """A result's options less those a context sweep sets per run (``--length {train.context}``)."""
+    options = doc.get("options") if isinstance(doc.get("options"), dict) else {}
+    return {k: v for k, v in options.items() if k not in PER_MODEL}
+
+
+def unlike_results(runs: list[Path], names: dict[Path, str]) -> list[str]:
+    """A line per evaluation whose results in the runs table were measured with other settings or on
+    other data (one run's contextwise read 16 pieces, another's 64): side by side in one table their
+    numbers look comparable and are not."""
+    out = []
+    for name in KEY_METRICS:
+        docs = {run: doc for run in runs if (doc := rundir.read_eval(run, name)) is not None}
+        if len(docs) < 2:
+            continue
+        (first, ref), *rest = docs.items()
+        apart = []
+        for run, doc in rest:
+            was, now = comparable_options(ref), comparable_options(doc)
+            change = "; ".join(
+                f"--{k.replace('_', '-')} {plain(was.get(k))} -> {plain(now.get(k))}"
+                for k in dict.fromkeys([*was, *now])
+                if was.get(k) != now.get(k)
+            )
+            if (ref.get("data") or {}).get("hash") != (doc.get("data") or {}).get("hash"):
+                change = "; ".join(x for x in ("other data", change) if x)
+            if change:
+                apart.append(f"{names[run]} ({change})")
+        if apart:
+            out.append(
+                f"{name}: the runs' results are not measured alike, against {names[first]}'s: "
+                f"{', '.join(apart)}; their {name} numbers here do not compare: evaluate them with the same "
+                f"settings (or `contextlab compare` says what differs)"
+            )
+    return out
+
+
 def eval_key(run: Path) -> dict:
     """One headline number per known evaluation of a run, for the runs table."""
     out = {}
@@ -453,6 +493,7 @@ def compare_sections(root: Path, skip: list[Path] = ()) -> list[str]:
             muted(str(folder.resolve())),
             "<ul>",
         ]
+        parts += [f"<p><b>{html.escape(line)}</b></p>" for d in found if (line := stale_comparison(d))]
         parts += [f"<li>{html.escape(line)}</li>" for d in found for line in d.get("lines", [])]
         parts.append("</ul>")
         said = [n for d in found for n in [*d.get("notes", []), d.get("scope")] if n]
@@ -462,6 +503,30 @@ def compare_sections(root: Path, skip: list[Path] = ()) -> list[str]:
         ]
         out.append("\n".join(parts))
     return _pooled_sections(root) + out
+
+
+def stale_comparison(doc: dict) -> str:
+    """One line when a comparison's A or B result was written again (or removed) since it was made:
+    its lines are of results the page no longer shows ("" when both are as they were, or the files
+    it names cannot be found from here)."""
+    said = []
+    for side in ("a", "b"):
+        d = doc.get(side) if isinstance(doc.get(side), dict) else {}
+        f = Path(str(d.get("result") or ""))
+        if not d.get("result") or not f.is_absolute():  # relative to where compare ran: unknown here
+            continue
+        now = read_result(f)
+        if now is None:
+            said.append(f"{side.upper()}'s result {f} is gone")
+        elif now.get("created") != d.get("created"):
+            then, at = d.get("created"), now.get("created")
+            said.append(f"{side.upper()}'s result was written again ({then} then, {at} now)")
+    if not said:
+        return ""
+    return (
+        f"stale: this {doc.get('eval')} comparison is of results since replaced: {'; '.join(said)}; run "
+        "`contextlab compare` again (with --overwrite)"
+    )
 
 
 def _pooled_sections(root: Path) -> list[str]:

@@ -40,6 +40,7 @@ from contextlab.report.evals import (
     eval_key,
     folder_label,
     models_table,
+    unlike_results,
 )
 from contextlab.report.runs import (
     OWN_LOSS_NOTE,
@@ -153,6 +154,7 @@ def _folder_sections(root: Path) -> list[str]:
         together = together_section(runs[:50], names, contextwise="contextwise_models.png" not in figures)
         mixed = len({t.get("objective") for t in tables if t.get("objective")}) > 1
         said = muted(OWN_LOSS_NOTE) if mixed else ""
+        said += "".join(muted(line) for line in unlike_results(runs[:50], names))
         body.insert(lead, "<h2>Runs</h2>" + table(tables) + said + ("\n" + together if together else ""))
     run_evals = {rundir.eval_dir(r).resolve() for r in runs}
     folders: dict[str, Path] = {}

@@ -13,7 +13,8 @@ over runs whose numbers measure the same thing:
   heads, ContextLM's predictor) are drawn against training FLOPs instead, the axis their budgets
   are compared on (from each newest checkpoint's counters);
 * ``contextwise`` loss by position, over runs whose ``eval/contextwise.json`` read the same text
-  (store hash, split and held-out part).
+  (store hash, split and held-out part) with the same options (pieces; not the length, each run's
+  own in a context sweep).
 
 Runs that share neither are said to in one line, not drawn over each other. Trade-off: the groups
 come from the files the runs wrote (no model is loaded), so a run written before a key existed
@@ -22,11 +23,12 @@ groups by what it has.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from contextlab import rundir
 from contextlab.report.blocks import muted, png_img
-from contextlab.report.evals import read_result
+from contextlab.report.evals import comparable_options, read_result
 
 MAX_GROUPS = 4  # figures of each kind; more groups are counted in a line
 VALIDATION_KEYS = (
@@ -164,8 +166,9 @@ def _contextwise(runs: list[Path], names: dict[Path, str]) -> list[str]:
         doc = read_result(rundir.eval_dir(run) / "contextwise.json")
         if doc is not None and "loss" in doc.get("results", {}):
             docs[run] = doc
-    keyed = {
+    keyed = {  # the same text, read with the same settings (pieces, length, ...)
         run: repr([doc["data"].get(k) for k in ("hash", "split", "held_out", "documents", "tokens")])
+        + json.dumps(comparable_options(doc), sort_keys=True)
         for run, doc in docs.items()
     }
     parts = []
@@ -195,7 +198,7 @@ def _contextwise(runs: list[Path], names: dict[Path, str]) -> list[str]:
         parts.append(
             muted(
                 "contextwise curves are not drawn together: each run's contextwise.json read other text "
-                "(another store or held-out part)"
+                "(another store or held-out part) or with other settings (pieces)"
             )
         )
     elif len(groups) > MAX_GROUPS:
