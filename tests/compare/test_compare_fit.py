@@ -133,8 +133,26 @@ def test_a_fit_loose_by_curve_fit_alone_is_bootstrapped():
     targets: it called gamma loose (0.995 +- 0.62 once) where the document bootstrap pins it (sd 0.25).
     Only a degenerate fit (gamma at a bound, a covariance far above the value) skips the bootstrap."""
     fit = {"C0": 4.4, "C0_err": 0.1, "C": 0.7, "C_err": 0.2, "gamma": 0.995, "gamma_err": 0.62}
-    assert not bayes_fit.degenerate(fit)
-    assert bayes_fit.degenerate({**fit, "gamma": 0.0}) and bayes_fit.degenerate({**fit, "C0_err": 9e5})
+    assert not bayes_fit.degenerate(fit) and not bayes_fit.degenerate({**fit, "gamma_err": 9e5})
+    assert bayes_fit.degenerate({**fit, "gamma": 0.0}) and bayes_fit.degenerate({**fit, "C0_err": np.inf})
+    assert bayes_fit.degenerate({**fit, "wild": True})  # its first refits spread over twice the value
+
+
+def test_a_fit_curve_fit_calls_degenerate_but_the_documents_pin_down_is_bootstrapped(tmp_path):
+    """A user's fit: gamma 0.594 ± 2.4 by curve_fit's covariance, so 'degenerate' and no bootstrap, and
+    compare gave C0 and gamma no interval; the user's bootstrap over documents gave gamma [0.37, 1.24]. The
+    targets' own losses vary far more than the curve moves, and every length scores the same targets."""
+    lengths = [1, 2, 4, 8, 16, 32, 64, 128, 255]
+    x = np.asarray(lengths, float)[:, None]
+    rng = np.random.default_rng(0)
+    docs = rng.integers(24, size=256)
+    losses = 5.0 + 0.2 / x**0.6 + rng.normal(0, 3.0, 256)[None, :] + rng.normal(0, 0.05, (9, 256))
+    point = bayes_fit.fit_power_law(lengths, losses.mean(1), losses.std(1, ddof=1) / 16)
+    assert point["gamma_err"] > 2 * point["gamma"]  # what the screen read as degenerate
+    got = bayes_fit.bootstrap_fit(lengths, losses, docs, point, 0)
+    assert got["errors"] == "bootstrap over 24 documents, 1000 refits" and not bayes_fit.degenerate(got)
+    lo, hi = got["gamma_interval95"]
+    assert lo < 0.6 < hi and hi - lo < 0.3 and got["gamma_err"] < point["gamma_err"] / 10
 
 
 def test_a_loose_fit_is_not_bootstrapped_and_its_differences_say_why(tmp_path):

@@ -321,6 +321,24 @@ def test_a_fit_of_few_documents_or_a_degenerate_one_keeps_curve_fits_errors_and_
     assert got["C0_err"] == point["C0_err"] and "C0_interval95" not in got
 
 
+def test_a_flat_curve_stops_after_its_pilot_refits_and_says_it_is_degenerate():
+    """A random model's flat curve: curve_fit's covariance no longer decides (it called pinned-down fits
+    degenerate); the first 50 refits over documents do, and a thousand are not spent on it."""
+    lengths = [1, 2, 4, 8, 16, 32, 64, 128, 255]
+    rng = np.random.default_rng(1)
+    docs = rng.integers(24, size=256)
+    losses = 7.6 + 0.025 / np.asarray(lengths, float)[:, None] ** 0.6 + rng.normal(0, 1, (9, 256))
+    point = bayes_fit.fit_power_law(lengths, losses.mean(1), losses.std(1, ddof=1) / 16)
+    assert not bayes_fit.degenerate(point)  # gamma inside its bounds, a finite covariance
+    got = bayes_fit.bootstrap_fit(lengths, losses, docs, point, 0)
+    assert got["errors"] == (
+        "the spread of 50 refits over 24 documents, not bootstrapped further (the fit is degenerate: they "
+        "spread over twice its C0 or gamma)"
+    )
+    assert bayes_fit.degenerate(got) and "gamma_interval95" not in got and got["gamma_err"] > 2 * got["gamma"]
+    assert any("do not pin down" in n for n in bayes_fit.fit_notes(got))
+
+
 def test_bayes_fit_context_gain_is_the_same_targets_with_one_vs_all_visible(byte_store):
     """bayes-fit's context gain: the mean over targets of the loss with l = 1 minus with the largest
     l, with a cluster interval over documents; the same name and meaning as contextwise's."""

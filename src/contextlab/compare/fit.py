@@ -10,14 +10,17 @@ resample with the same weighting as the reported fit (the resampling of ``eval.b
 own errors are made the same way). Trade-off: at most ``FIT_RESAMPLES`` refits per side (each is a
 ``curve_fit``, started at the reported fit), and resamples whose fit does not converge are dropped
 and counted in the result, so a reader sees when the interval rests on fewer. A side whose fit is
-degenerate (gamma at a bound, curve_fit's covariance not finite or over twice the value: a flat
-curve) is not bootstrapped: its least squares have no well-defined minimum, so its refits end
-wherever the optimizer stops, not where the data puts them (and a thousand of them took two
+degenerate (gamma at a bound, curve_fit's covariance not finite, or its first
+``PILOT_RESAMPLES`` refits spread over twice its C0 or gamma: a flat curve) is not bootstrapped
+further: its least squares have no well-defined minimum, so its refits end wherever the
+optimizer stops, not where the data puts them (and a thousand of them took two
 minutes, after a profile of two random-weight models, to draw an interval of that); C0 and gamma
 then have no interval, and the notes say why. A side whose refits spread over more than half its
 C0 or gamma is said to be loose, with the interval kept. (The screen was curve_fit's covariance
 above half the value, which treats the L correlated means as independent: it withheld intervals
-from fits the bootstrap pins down, gamma 0.995 [0.72, 1.38] once.) With l = 1
+from fits the bootstrap pins down, gamma 0.995 [0.72, 1.38] once; and curve_fit's covariance
+above twice the value called fits degenerate that the bootstrap pins down, gamma 0.594 ± 2.4
+against [0.37, 1.24].) With l = 1
 measured, the context gain (l = 1 minus the largest l, per target) is paired too: its A - B
 difference per target, with the same cluster t interval.
 """
@@ -32,11 +35,13 @@ from contextlab.errors import UserError
 from contextlab.eval.bayes_fit import (
     FIT_RESAMPLES,
     MIN_DOCUMENTS,
+    PILOT_RESAMPLES,
     degenerate,
     document_sums,
     fit_of_sums,
     loose_parameters,
     resample_weights,
+    wild_refits,
 )
 
 KEYS = ("targets", "target_losses")
@@ -124,7 +129,12 @@ def _fit_differences(lengths, la: np.ndarray, lb: np.ndarray, docs: np.ndarray, 
     resamples = 0 if stopped else min(o.resamples, FIT_RESAMPLES)
     refits, failed = [], 0
     weights = resample_weights(len(counts), resamples, o.seed)
-    for w in progress.bar(weights, desc="compare bayes-fit: bootstrap of both fits", unit="refit"):
+    for i, w in enumerate(
+        progress.bar(weights, desc="compare bayes-fit: bootstrap of both fits", unit="refit")
+    ):
+        if i == PILOT_RESAMPLES and any(wild_refits([r[k] for r in refits], f) for k, f in enumerate(point)):
+            stopped = True  # a side's first refits spread over twice its C0 or gamma: degenerate
+            break
         try:
             refits.append(
                 [fit_of_sums(lengths, s * w, q * w, c * w, f) for (s, q, c), f in zip(sides, point)]
@@ -132,10 +142,13 @@ def _fit_differences(lengths, la: np.ndarray, lb: np.ndarray, docs: np.ndarray, 
         except UserError:  # the fit did not converge on this resample
             failed += 1
     for side, fit in enumerate(point):  # each side's errors: the spread of its own refits
+        fit["wild"] = bool(stopped and refits and wild_refits([r[side] for r in refits], fit))
         for p in PARAMS:
             values = [r[side][p] for r in refits]
             if len(values) > 1:
                 fit[p + "_err"] = float(np.std(values, ddof=1))
+    if stopped:
+        refits = []  # a pilot's refits of a degenerate fit: no interval of its differences
     d = np.asarray([[fa[p] - fb[p] for p in PARAMS] for fa, fb in refits]).reshape(-1, len(PARAMS))
     out = {"resamples": len(d), "failed": failed, "point": point, "degenerate": stopped and not few}
     for i, p in enumerate(PARAMS):

@@ -16,9 +16,12 @@ Trade-off: curve_fit's own covariance would cost nothing, but it treats the L me
 independent, and they are the losses of the same targets, so strongly correlated (a user's trial
 on WikiText-2: C0 ± 0.106 and gamma ± 0.62 from it, against 0.267 and 0.25 over documents), and
 targets of one document are not independent either; ``FIT_RESAMPLES`` refits cost a few seconds.
-A fit that is degenerate at once (gamma at a bound, a covariance that is not finite or far above
-the values) is not bootstrapped (its refits end wherever the optimizer stops) and keeps curve_fit's
-numbers, said in ``errors``; so is a fit over fewer than ``MIN_DOCUMENTS`` documents.
+A fit that is degenerate at once (gamma at a bound, a covariance that is not finite) is not
+bootstrapped (its refits end wherever the optimizer stops) and keeps curve_fit's numbers, said in
+``errors``; so is a fit over fewer than ``MIN_DOCUMENTS`` documents. One whose first
+``PILOT_RESAMPLES`` refits spread over twice its C0 or gamma is degenerate too (``wild``): it stops
+there, with that spread as its errors and no intervals. (curve_fit's covariance above the values
+was the screen, and took fits the bootstrap pins down for degenerate.)
 
 The context gain is the loss of the same targets with l = 1 minus with the largest l (by
 default the model's context), the quantity contextwise reports under that name on its late
@@ -106,12 +109,29 @@ def fit_power_law(lengths, losses, sems=None, start=None) -> dict:
     }
 
 
+PILOT_RESAMPLES = 50  # refits that decide whether a fit is degenerate, before the other FIT_RESAMPLES
+
+
 def degenerate(fit: dict) -> bool:
-    """Whether a fit is unconstrained at once: gamma at a bound, or curve_fit's covariance not finite
-    or over twice C0 or gamma (a flat curve traded off without limit); its refits would mean nothing."""
+    """Whether a fit is unconstrained: gamma at a bound, curve_fit's covariance not finite, or (``wild``,
+    set by ``wild_refits``) its first refits over documents spread over twice C0 or gamma (a flat curve
+    traded off without limit); its refits would mean nothing. curve_fit's covariance above the value is
+    no sign of it: it takes the lengths' means, losses of the same targets, as independent, and called
+    gamma 0.594 ± 2.4 where the document bootstrap gave [0.37, 1.24]."""
     at_bound = not (GAMMA_BOUNDS[0] + 1e-3 < fit["gamma"] < GAMMA_BOUNDS[1] - 1e-3)
-    wild = [not np.isfinite(fit[p + "_err"]) or fit[p + "_err"] > 2 * abs(fit[p]) for p in ("C0", "gamma")]
-    return at_bound or any(wild)
+    infinite = [not np.isfinite(fit[p + "_err"]) for p in ("C0", "gamma")]
+    return at_bound or any(infinite) or bool(fit.get("wild"))
+
+
+def wild_refits(refits: list[dict], point: dict) -> bool:
+    """Whether refits over document resamples spread over twice the reported C0 or gamma (or are not
+    finite): the points do not pin the fit down, and more refits would only end wherever the optimizer
+    stops (a thousand of a flat curve's took two minutes)."""
+    for p in ("C0", "gamma"):
+        values = np.array([f[p] for f in refits])
+        if len(values) > 1 and not (np.isfinite(values).all() and values.std(ddof=1) <= 2 * abs(point[p])):
+            return True
+    return False
 
 
 def document_sums(losses: np.ndarray, docs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -153,11 +173,24 @@ def bootstrap_fit(lengths, losses: np.ndarray, docs, point: dict, seed: int) -> 
     refits, failed = [], 0
     weights = resample_weights(len(counts), FIT_RESAMPLES, seed)
     # after the forward passes, seconds to minutes of refits (a flat curve's converge slowest): a bar
-    for w in progress.bar(weights, desc="bayes-fit: bootstrap of the fit", unit="refit"):
+    wild = False
+    for i, w in enumerate(progress.bar(weights, desc="bayes-fit: bootstrap of the fit", unit="refit")):
+        if i == PILOT_RESAMPLES and wild_refits(refits, point):  # a degenerate fit: no interval of it
+            wild = True
+            break
         try:
             refits.append(fit_of_sums(lengths, sums * w, sq * w, counts * w, point))
         except UserError:  # this resample's fit did not converge
             failed += 1
+    if wild:
+        out = {**point, "wild": True}
+        for p in PARAMS:
+            out[p + "_err"] = float(np.std([f[p] for f in refits], ddof=1))
+        out["errors"] = (
+            f"the spread of {len(refits)} refits over {len(counts)} documents, not bootstrapped further "
+            "(the fit is degenerate: they spread over twice its C0 or gamma)"
+        )
+        return out
     out = {**point, "errors": f"bootstrap over {len(counts)} documents, {len(refits)} refits"}
     if failed:
         out["errors"] += f" ({failed} that did not converge left out)"
