@@ -196,6 +196,7 @@ def test_the_reproduce_line_of_a_page_writes_the_same_evaluation(tiny, tmp_path)
         old, new = (json.loads((d / f"{name}.json").read_text()) for d in (folder, tmp_path / "again"))
         for key in ("options", "data", "results", "arrays"):
             assert new[key] == old[key], (name, key)
+        assert new["model"]["path"] == old["model"]["path"] and new["model"]["step"] == old["model"]["step"]
         for f in old["arrays"].values():
             assert np.array_equal(np.load(folder / f), np.load(tmp_path / "again" / f))
 
@@ -204,7 +205,9 @@ def test_a_run_reports_its_evaluations_with_a_complete_reproduce_line(tiny):
     run = tiny / "runs" / "a"
     text = page_text(build_report(run))
     line = reproduce_lines(text)["contextwise"]
-    assert line[line.index("--model") + 1] == str(run / "checkpoints" / "step_000002")
+    # the run and its step, so the rerun's result names the model as the first did (a user's rerun of a
+    # checkpoint's path gave its id, and its plots' legends, that path)
+    assert line[line.index("--model") + 1] == str(run) and line[line.index("--step") + 1] == "2"
     assert line[line.index("--data") + 1] == str(tiny / "store") and "--out" not in line  # the run's eval/
     assert "Run a" in text and "loss curve" in text
 

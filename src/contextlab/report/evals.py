@@ -230,7 +230,9 @@ def reproduce(doc: dict, folder: Path) -> tuple[str | None, list[str]]:
         return None, ["the model was not loaded from a folder, so there is no command to run it again"]
     path = _from_cwd(doc, path)
     args = ["contextlab", "analyze", name] if name in ANALYSES else ["contextlab", "eval", name]
-    args += ["--model", str(path)] + (["--compare", str(b.get("path") or b.get("id"))] if b else [])
+    given, step = _run_and_step(path, model.get("step"))  # a run's checkpoint: the run and its --step
+    args += ["--model", given] + (["--step", str(step)] if step is not None and not b else [])
+    args += ["--compare", str(b.get("path") or b.get("id"))] if b else []
     data = doc.get("data") if isinstance(doc.get("data"), dict) else {}
     where = next((data[k] for k in DATA_PATHS if isinstance(data.get(k), str)), None)
     where = _from_cwd(doc, where) if where else where
@@ -247,7 +249,7 @@ def reproduce(doc: dict, folder: Path) -> tuple[str | None, list[str]]:
         options = {k: v for k, v in options.items() if k != "files"}
     flags, notes = _option_flags(options)
     args += flags
-    if _default_out(path) != folder.resolve():
+    if _default_out(given) != folder.resolve():
         args += ["--out", str(folder.resolve())]
     if any(not Path(p).is_absolute() for p in (path, where) if p):
         notes.append(
@@ -259,6 +261,16 @@ def reproduce(doc: dict, folder: Path) -> tuple[str | None, list[str]]:
             "--model its new place"
         )
     return shlex.join(args), notes
+
+
+def _run_and_step(path: str, step) -> tuple[str, int | None]:
+    """(the model to name, its --step): a checkpoint ``RUN/checkpoints/step_N`` of a result that records
+    its step is the run with ``--step N``, so the rerun's result names the model as the first one did
+    (the checkpoint's path made its id, and its plots' legends, the checkpoint's); anything else as is."""
+    p = Path(path)
+    if isinstance(step, int) and p.parent.name == rundir.CHECKPOINTS and p.name.startswith("step_"):
+        return str(p.parent.parent), step
+    return str(path), None
 
 
 def _from_cwd(doc: dict, path: str) -> str:
