@@ -57,6 +57,10 @@ def test_the_entropy_legends_say_what_their_numbers_count(captured):
     assert legend(axes[4]) == ["threshold 0.01 (constant)"]
     assert legend(axes[5]) == ["twonn (r=-0.200)"]
     # points are joined in context order, not by the measure: a zigzag read as noise; the label says so
-    assert axes[3].get_xlabel().endswith("joined in order of l, square = the shortest")
+    assert axes[3].get_xlabel().endswith("joined in order of l; square = the shortest l")
+    fig = captured[0]
+    fig.canvas.draw()  # the bottom row's three labels ran into each other
+    boxes = [ax.xaxis.label.get_window_extent(fig.canvas.get_renderer()) for ax in axes[3:6]]
+    assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:])), [(b.x0, b.x1) for b in boxes]
     first = [ln for ln in axes[5].lines if ln.get_marker() == "s"]
     assert len(first) == 1 and list(first[0].get_ydata()) == [results["contexts"][0]["ce"]]

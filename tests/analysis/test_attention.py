@@ -318,3 +318,21 @@ def test_an_analysis_result_of_other_settings_or_a_users_file_is_not_replaced_un
     assert "holds a result of other models (--model " in capsys.readouterr().err
     assert (out / "attention.json").read_text() == before
     assert main([*argv, "--model", str(other), "--overwrite"]) == 0
+
+
+def test_one_row_from_one_document_is_said_in_the_singular(capsys):
+    """'1 rows, not --rows 256: 1 document of 64 tokens or more give 1 row each at most'."""
+    from types import SimpleNamespace
+
+    from contextlab.analysis.attention import announce_rows
+
+    rows = SimpleNamespace(tokens=np.zeros((1, 64), np.int64), docs=np.zeros(1, np.int64), data={})
+    announce_rows(rows, Options(rows=256, pieces_per_doc=1), True)
+    assert (
+        capsys.readouterr()
+        .out.splitlines()[0]
+        .endswith(
+            "note 1 row, not --rows 256: 1 document of 64 tokens or more gives 1 row at most "
+            "(--pieces-per-doc 0 cuts as many as fit)"
+        )
+    )

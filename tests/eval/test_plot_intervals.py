@@ -165,12 +165,16 @@ def test_compare_bayes_fit_title_gives_each_fit_difference_its_interval_or_says_
     }
     doc = {"a": {"label": "a"}, "b": {"label": "b"}, "results": {"by_length": by_length, "fit": fit}}
     compare_plots.bayes_fit_png(doc, tmp_path / "c.png")
+    fig = captured[-1]
     assert (
-        captured[-1]
-        .axes[0]
+        fig.axes[0]
         .get_title()
         .endswith(
-            "fit A - B: C0 +0.108 [+0.010, +0.200]; gamma +0.066 "
-            "(no interval: a fit is degenerate, not bootstrapped)"
+            "fit A - B:\nC0 +0.108 [+0.010, +0.200]\n"
+            "gamma +0.066 (no interval: a fit is degenerate, not bootstrapped)"
         )
     )
+    fig.tight_layout()  # as the PNG was laid out: the whole title inside it (a user's was cut at both sides)
+    fig.canvas.draw()
+    box = fig.axes[0].title.get_window_extent(fig.canvas.get_renderer())
+    assert box.x0 >= 0 and box.x1 <= fig.bbox.width and box.y1 <= fig.bbox.height

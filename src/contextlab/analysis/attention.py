@@ -327,13 +327,15 @@ def announce_rows(rows: Rows, options: Options, from_store: bool) -> None:
     note = None
     if from_store and options.rows and options.rows > N:
         per = options.pieces_per_doc
+        one = n_docs == 1
         note = (
-            f"{N:,} rows, not --rows {options.rows:,}: {n_docs:,} document{'s' * (n_docs != 1)} of "
-            f"{T:,} tokens or more"
+            f"{N:,} row{'s' * (N != 1)}, not --rows {options.rows:,}: {n_docs:,} document{'s' * (not one)} "
+            f"of {T:,} tokens or more"
             + (
-                f" give {per} row{'s' * (per != 1)} each at most (--pieces-per-doc 0 cuts as many as fit)"
+                f" give{'s' * one} {per} row{'s' * (per != 1)} {'' if one else 'each '}at most "
+                "(--pieces-per-doc 0 cuts as many as fit)"
                 if per
-                else " hold no more"
+                else f" hold{'s' * one} no more"
             )
         )
     progress.announce(

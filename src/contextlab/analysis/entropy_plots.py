@@ -36,7 +36,9 @@ def _scatter(ax, series: dict, ce: list[float], fits: dict, title: str) -> None:
         shown = "constant" if r is None else f"r={r:+.3f}"
         (line,) = ax.plot(_standardise(x), ce, "o-", ms=3, lw=0.6, label=f"{_measure(name)} ({shown})")
         ax.plot(_standardise(x)[:1], ce[:1], "s", ms=5, color=line.get_color())  # the shortest context
-    ax.set_xlabel("measure (standardised over contexts); joined in order of l, square = the shortest")
+    ax.set_xlabel(
+        "measure (standardised over contexts)\njoined in order of l; square = the shortest l", fontsize=8
+    )
     ax.set_ylabel("cross-entropy (nats)")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=6)

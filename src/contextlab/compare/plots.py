@@ -37,6 +37,13 @@ def _fit_difference(name: str, d: dict) -> str:
     return f"{name} {d['diff']:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}]"
 
 
+def _wrapped(text: str, width: int = 80) -> str:
+    """``text`` in lines of at most ``width`` characters: a title wider than the figure was cut off."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width))
+
+
 def _title(doc: dict, what: str) -> str:
     return f"{what}: {doc['a']['label']} - {doc['b']['label']} (95% intervals)"
 
@@ -80,8 +87,8 @@ def task_png(doc: dict, out: str | Path) -> Path:
     ax.set_xticks(range(len(rows)), names, rotation=60, fontsize=7)
     ax.set_xlabel(" x ".join(r["cell_parts"]))
     ax.set_ylabel("accuracy A - B (" + r["metric"].replace("_correct", "") + ")")
-    same = "\nno spread: every candidate set scores alike for both (as for two models blind to the context)"
-    ax.set_title(_title(doc, doc["eval"]) + (same if r.get("no_spread") else ""), fontsize=9)
+    same = "no spread: every candidate set scores alike for both (as for two models blind to the context)"
+    ax.set_title(_title(doc, doc["eval"]) + ("\n" + _wrapped(same) if r.get("no_spread") else ""), fontsize=9)
     return save_png(fig, out)
 
 
@@ -94,8 +101,8 @@ def bayes_fit_png(doc: dict, out: str | Path) -> Path:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("visible context l (tokens)")
     ax.set_ylabel("last-token loss A - B (nats; < 0: A better)")
-    fits = "; ".join(_fit_difference(p, r["fit"][p]) for p in ("C0", "gamma"))
-    ax.set_title(_title(doc, "bayes-fit") + f"\nfit A - B: {fits}", fontsize=9)
+    fits = "\n".join(_wrapped(_fit_difference(p, r["fit"][p])) for p in ("C0", "gamma"))
+    ax.set_title(_title(doc, "bayes-fit") + f"\nfit A - B:\n{fits}", fontsize=8)
     return save_png(fig, out)
 
 
