@@ -617,3 +617,47 @@ def test_a_store_given_as_the_source_is_refused(tmp_path):
     with pytest.raises(UserError, match=r"is a token store: .* give the text it was made from"):
         ingest(tmp_path / "s", tmp_path / "again", IngestConfig(tokenizer="byte"), progress=False)
     assert not (tmp_path / "again").exists()
+
+
+def test_an_ingest_in_parts_stopped_and_run_on_changed_text_is_refused_not_restarted_silently(
+    tmp_path, monkeypatch
+):
+    """A user killed an ingest in parts with 8 of 16 parts done, edited a book, and ran it again: it threw
+    the parts away and started over without a word (a one-process ingest, and a pack, refuse)."""
+    import contextlab.data.ingest_parts as parts_mod
+    from contextlab.data.ingest_parts import in_parts
+    from contextlab.data.shards.local_pool import LocalExecutor
+    from tests.conftest import shakespeare
+
+    src = tmp_path / "src"
+    src.mkdir()
+    text = shakespeare(40_000)
+    for i in range(4):
+        (src / f"b{i}.txt").write_text(text[i * 10_000 : (i + 1) * 10_000])
+    original, calls = parts_mod.ingest_part, []
+
+    def two_then_stop(*args, **kwargs):
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(args[3])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(parts_mod, "ingest_part", two_then_stop)
+    out = tmp_path / "store"
+    with pytest.raises(KeyboardInterrupt):
+        ingest(src, out, IngestConfig(), progress=False, store_documents=in_parts(LocalExecutor(), 4))
+    done = sorted((tmp_path / "store.partial" / "parts").glob("part_*.json"))
+    assert len(done) == 2
+    monkeypatch.setattr(parts_mod, "ingest_part", original)
+    (src / "b3.txt").write_text(text[30_000:40_000].replace(" the ", " THE "))
+    with pytest.raises(UserError) as err:
+        ingest(src, out, IngestConfig(), progress=False, store_documents=in_parts(LocalExecutor(), 4))
+    assert str(err.value) == (
+        f"{tmp_path / 'store.partial'} holds an unfinished ingest of a different source or config; delete "
+        "it or pass --overwrite"
+    )
+    assert sorted((tmp_path / "store.partial" / "parts").glob("part_*.json")) == done  # kept
+    ingest(
+        src, out, IngestConfig(), progress=False, store_documents=in_parts(LocalExecutor(), 4), overwrite=True
+    )
+    assert TokenStore(out).n_docs == 4

@@ -225,10 +225,20 @@ def _open_partial(out: Path, fingerprint: str, overwrite: bool) -> tuple[Path, d
         fresh_record(fingerprint),
         overwrite=overwrite,
         has_work=lambda folder, old: (
-            (old is not None and int(old.get("source_pos", 0)) > 0) or pending_finalize(folder) is not None
+            (old is not None and int(old.get("source_pos", 0)) > 0)
+            or pending_finalize(folder) is not None
+            or _parts_done(folder)
         ),
         what="ingest of a different source or config",
     )
+
+
+def _parts_done(partial: Path) -> bool:
+    """Whether an ingest in parts (``--ray``) has finished parts in ``partial``: work a rerun of other
+    input would throw away (it started over without a word; a one-process ingest refuses)."""
+    from contextlab.data.ingest_parts import PARTS
+
+    return any((partial / PARTS).glob("part_*.json"))
 
 
 def tokenize_documents(
