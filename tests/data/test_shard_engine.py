@@ -192,3 +192,35 @@ def test_the_bar_is_timed_from_the_first_unit_done(monkeypatch):
     LocalExecutor(1).run(_slow_start, [(marks,)], 5, lambda stats, bar: None, progress=True)
     (bar,) = bars
     assert bar.n == 5 and bar.start_t >= marks[0]  # not the bar's creation, 0.3 s before
+
+
+def _slow_shard(i: int, marks: str, count) -> dict:
+    """Shard ``i``: the first returns at once, the others write their mark after 4 s."""
+    import time
+
+    if i:
+        time.sleep(4)
+        (Path(marks) / f"shard_{i}").write_text("done")
+    return {"i": i}
+
+
+def test_an_interrupt_stops_the_running_shards_of_a_pool(tmp_path):
+    """SIGTERM to `data pack --workers 2`: the pool waited for the running shards and the one queued
+    behind them, so 3 shards were written after the signal and the log named one."""
+    from contextlab.data.shards.local_pool import run_in_pool
+
+    class Bar:
+        n = 0
+
+        def update(self, k):
+            pass
+
+    def interrupt(stats, bar):
+        raise KeyboardInterrupt  # as the CLI's SIGTERM handler raises, at the first shard reported
+
+    with pytest.raises(KeyboardInterrupt):
+        run_in_pool(_slow_shard, [(i, str(tmp_path)) for i in range(6)], 2, interrupt, Bar(), "pack")
+    import time
+
+    time.sleep(6)  # a shard left running would have written its mark by now
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

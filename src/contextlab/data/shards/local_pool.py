@@ -78,9 +78,20 @@ def run_in_pool(fn: Callable[..., dict], jobs: list[tuple], workers: int, report
                 f"the shards already finished are kept: run the same command again to {desc} the rest "
                 "(with fewer --workers if memory ran out)"
             ) from None
-        except BaseException:  # a failed shard: do not start the others (finished ones are kept)
-            pool.shutdown(wait=True, cancel_futures=True)
+        except BaseException:  # a failed shard, Ctrl-C, SIGTERM: start no other, stop the running ones
+            _stop_workers(pool)  # waiting let them finish, and the one queued behind them (a user's
+            pool.shutdown(wait=True, cancel_futures=True)  # SIGTERM saw 3 shards written after it)
             raise
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Terminate ``pool``'s worker processes: a shard is written whole or not at all (its file is
+    renamed into place), so one stopped half-way is simply done again by the next run."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        try:
+            process.terminate()
+        except (OSError, ValueError):  # already gone
+            pass
 
 
 def _init_worker(parent: int, counter) -> None:
