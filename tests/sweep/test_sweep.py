@@ -216,6 +216,28 @@ def test_a_run_whose_sweep_was_killed_is_listed_as_stopped(tmp_path, store, caps
     assert status(runs[0])["status"] == "running"
 
 
+def test_an_interrupted_sweep_records_its_runs_stopped_in_their_files(tmp_path, store, monkeypatch):
+    """After Ctrl-C, every RUN/sweep_status.json still said "running" with the dead driver's pid and
+    results.csv listed the runs pending; they say stopped now, with what each had on disk."""
+    f = tmp_path / "s.toml"
+    f.write_text(SWEEP.format(out=tmp_path / "out", store=store.path, bad=64))
+    _section, runs = load_sweep(f)
+
+    def start_then_interrupt(sweep, todo):
+        sweep.start(todo[0])
+        (todo[0].dir / "eval").mkdir(parents=True)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "_run_local", start_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(f, progress=False)
+    record = json.loads((runs[0].dir / "sweep_status.json").read_text())
+    assert record["status"] == "stopped" and record["error"] == "interrupted"
+    assert record["trained_to_step"] is None and record["evaluated"] == []
+    rows = {r["run"]: r["status"] for r in csv.DictReader(open(tmp_path / "out" / "results.csv"))}
+    assert rows == {"context-16": "stopped", "context-32": "pending", "context-64": "pending"}
+
+
 def test_sweep_runs_records_failure_and_resumes(tmp_path, store):
     f = tmp_path / "s.toml"
     # context 256 needs 257-token rows but tokens_per_step 256 is not a multiple: that run fails at start

@@ -32,6 +32,7 @@ from contextlab.config import apply_overrides, dumps_toml
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_json, atomic_write_text
 from contextlab.outputs import file_digest
+from contextlab.rundir import checkpoint_step, latest_checkpoint
 from contextlab.steps import Step, StepRunner
 from contextlab.sweep import folder
 from contextlab.sweep.results import status, write_results
@@ -292,6 +293,10 @@ def _run_sweep(
             ray.run(sweep, todo)
         else:
             _run_local(sweep, todo)
+    except BaseException as exc:  # Ctrl-C, SIGTERM, an error: the files say what is on disk, not "running"
+        sweep.stop_active(exc)
+        write_results(section, grid)
+        raise
     finally:
         bar.close()
     return write_results(section, grid)
@@ -341,6 +346,24 @@ class Sweep:
             self.bar.set_postfix_str(" · ".join(parts), refresh=True)
         elif parts:
             _say("running: " + " · ".join(parts), self.bar)
+
+    def stop_active(self, why: BaseException) -> None:
+        """The sweep stops with runs still in progress: each is recorded "stopped" in its
+        RUN/sweep_status.json (it said "running", with this driver's pid, after a Ctrl-C), with what
+        it has on disk: the newest checkpoint's step, and which evaluations wrote a result."""
+        what = (str(why).splitlines() or ["stopped"])[0]
+        what = "interrupted" if isinstance(why, KeyboardInterrupt) else what
+        for run, _ in list(self.active.values()):
+            ckpt = latest_checkpoint(run.dir)
+            record = {
+                "status": "stopped",
+                "error": what[:300],
+                "stopped": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "trained_to_step": checkpoint_step(ckpt) if ckpt is not None else None,
+                "evaluated": sorted(name for name, f in _eval_files(run).items() if f.is_file()),
+            }
+            atomic_write_json(run.dir / "sweep_status.json", record)
+        self.active.clear()
 
     def end(self, run: Run, returncode: int, seconds: float) -> None:
         """A run's processes ended: record it, say so, rewrite results.csv."""
