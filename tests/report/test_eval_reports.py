@@ -551,3 +551,30 @@ def test_the_models_table_names_each_model_and_marks_a_row_read_on_other_data_or
     assert "their numbers are not comparable" in text
     infill = re.search(r"infill\s+single_l2r_exact_match\s+([\d.]+)\s+([\d.]+)", text)
     assert infill and infill.groups() == ("0.1", "0.2")  # both models' l2r in one row, unmarked: same data
+
+
+def test_two_models_evaluated_together_show_their_joint_plot_and_their_runs_names(tmp_path):
+    """`eval contextwise --model A --model B --out DIR` wrote DIR/contextwise_models.png, which `report DIR`
+    left out, and its models table named the models "step_000053" and "step_000059"."""
+    from contextlab.eval.results import write_result
+    from contextlab.report.evals import models_table
+    from contextlab.report.html import build_report
+
+    for name, step in (("gpt", 59), ("clm2", 53)):
+        write_result(
+            tmp_path / name, "ppl", results={"summary": {"loss": 6.0}}, options={},
+            model={"path": str(tmp_path / "runs" / name / "checkpoints" / f"step_{step:06d}"), "step": step},
+            data={"store": "s", "hash": "a" * 64}, seconds=0.0,
+        )  # fmt: skip
+    text = html.unescape(re.sub(r"<[^>]+>", " ", models_table({m: tmp_path / m for m in ("gpt", "clm2")})))
+    assert re.search(r"model\s+gpt \(step_000059\)\s+clm2 \(step_000053\)", text)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure()
+    fig.savefig(tmp_path / "contextwise_models.png")
+    plt.close(fig)
+    page = build_report(tmp_path).read_text()
+    assert 'alt="contextwise loss of the models"' in page

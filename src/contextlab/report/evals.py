@@ -188,8 +188,14 @@ def models_table(folders: dict[str, Path]) -> str:
 
 
 def _model_name(model: dict) -> str:
+    """The model's folder name: a run's, not its checkpoint's (``step_000053`` named no model)."""
     path = model.get("path") or model.get("id")
-    return Path(str(path)).name if path else ""
+    if not path:
+        return ""
+    p = Path(str(path))
+    if p.parent.name == rundir.CHECKPOINTS and p.name.startswith("step_"):
+        return f"{p.parent.parent.name} ({p.name})"
+    return p.name
 
 
 def _tokenizer_name(model: dict) -> str:

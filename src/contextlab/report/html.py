@@ -31,7 +31,7 @@ from contextlab import rundir
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_text
 from contextlab.report import profile
-from contextlab.report.blocks import keys, muted, table
+from contextlab.report.blocks import img, keys, muted, table
 from contextlab.report.evals import (
     code_note,
     compare_sections,
@@ -172,7 +172,9 @@ def _folder_sections(root: Path) -> list[str]:
         kind = "Model" if folder.name == rundir.EVAL and rundir.is_hf_folder(folder.parent) else "Results"
         body.append(eval_folder_section(folder, f"{kind} {label}"))
     if len(folders) > 1 and alone:
-        body.insert(lead + (len(runs) > 1), "<h2>Models</h2>" + models_table(folders))
+        together = root / "contextwise_models.png"  # `eval contextwise --model A --model B --out ROOT`
+        drawn = img(together, "contextwise loss of the models") if together.is_file() and not figures else ""
+        body.insert(lead + (len(runs) > 1), "<h2>Models</h2>" + models_table(folders) + drawn)
     note = code_note([rundir.eval_dir(r) for r in runs] + list(folders.values()))
     if note:
         body.insert(lead, f"<p><b>{html.escape(note)}</b></p>")
