@@ -59,7 +59,7 @@ def contextwise_figure(curves: dict[str, dict], smooth: int = 0, title: str = ""
             # drawn): no shift; the half window at each end has only the faint per-position curve
             k = np.ones(smooth) / smooth
             xs, ys = np.convolve(x, k, mode="valid"), np.convolve(y, k, mode="valid")
-            (line,) = ax.plot(xs, ys, label=f"{label} (mean over {smooth} positions)", linewidth=1.2)
+            (line,) = ax.plot(xs, ys, label=f"{label} (moving mean, {smooth} positions wide)", linewidth=1.2)
             ax.plot(x, y, color=line.get_color(), alpha=0.3, linewidth=0.6, zorder=1)
             mark("each position", Line2D([], [], color="black", alpha=0.3, linewidth=0.6))
         else:

@@ -99,10 +99,10 @@ def test_the_smoothed_plot_is_centred_names_its_smoothing_and_shows_each_positio
     plots.contextwise_png({"m": curve}, "unused.png", smooth=9)
     ax = figs[0].axes[0]
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert legend[:3] == ["m (mean over 9 positions)", "each position", "training context (128 tokens)"]
+    assert legend[:3] == ["m (moving mean, 9 positions wide)", "each position", "training context (128 tokens)"]
     assert "lowest single position" in legend
     lines = {line.get_label(): line for line in ax.get_lines()}
-    smooth = lines["m (mean over 9 positions)"]
+    smooth = lines["m (moving mean, 9 positions wide)"]
     at = dict(zip(np.round(smooth.get_xdata(), 9), smooth.get_ydata()))
     assert at[100] == pytest.approx((4 * 3.0 + 5 * 2.0) / 9)  # positions 96..104: centred, not 92..100
     assert min(at) == 5 and max(at) == 195  # only where the whole window fits

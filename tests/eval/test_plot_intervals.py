@@ -69,6 +69,8 @@ def test_needle_and_kv_results_and_plots_carry_the_intervals(tmp_path, captured)
     texts = [t.get_text() for t in captured[-1].axes[0].texts]
     lo, hi = heat["ci95"][0][0]
     assert f"[{lo:.2f}, {hi:.2f}]" in texts[0]
+    # a needle shorter than the pool's longest leaves its prompt short: the axis says "at most"
+    assert captured[-1].axes[0].get_xlabel() == "prompt length (tokens, at most)"
     res = kv.run(adapter, kv.Options(n_examples=2, n_pairs=3, positions=[0, 2], scoring="likelihood"), KV_75)
     pos = res.results["by_position"]
     assert len(pos["ci95"]) == 2 and all(lo <= a <= hi for a, (lo, hi) in zip(pos["accuracy"], pos["ci95"]))

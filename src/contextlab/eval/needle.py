@@ -343,5 +343,9 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
             "their heatmap rows are labelled by the requested depth, not where the needle is"
         )
     title = f"needle in a haystack: {adapter.info.id}"
-    plot = tasks.depth_by_length(res, options.depths, info["lengths"], "needle", title)
+    # a needle value shorter than the pool's longest leaves its prompt that many tokens short (a user read
+    # "102" on the axis over prompts of 99 tokens on average)
+    plot = tasks.depth_by_length(
+        res, options.depths, info["lengths"], "needle", title, col_label="prompt length (tokens, at most)"
+    )
     return EvalOutput(res, info, arrays=tasks.sample_arrays(rows), plot=plot)

@@ -290,10 +290,13 @@ def _per_cell(by_cell: list[dict]) -> int | None:
     return counts.pop() if len(counts) == 1 and None not in counts else None
 
 
-def depth_by_length(res: dict, depths: list, lengths: list, what: str, title: str) -> Callable[[Path], Path]:
+def depth_by_length(
+    res: dict, depths: list, lengths: list, what: str, title: str, col_label: str = "prompt length (tokens)"
+) -> Callable[[Path], Path]:
     """Put ``res["heatmap"]`` (the headline metric by depth x length, with 95% intervals) into a
     depth-sweep task's result and return the function that draws it (``plots.heatmap_png``);
-    ``what`` names the hidden thing ("needle", "key"), ``title`` the task and the model."""
+    ``what`` names the hidden thing ("needle", "key"), ``title`` the task and the model, ``col_label``
+    what the lengths are (passkey's prompts are exactly theirs)."""
     _key, cell_key = headline_metric(res["summary"])
     res["heatmap"] = {
         "metric": cell_key,
@@ -312,7 +315,7 @@ def depth_by_length(res: dict, depths: list, lengths: list, what: str, title: st
             lengths,
             path,
             row_label=f"{what} depth (%)",
-            col_label="context length (tokens)",
+            col_label=col_label,
             title=f"{title}\n{SCORED_BY[cell_key]}",
             intervals=res["heatmap"]["ci95"],
             value_label="accuracy (fraction of prompts correct)",
