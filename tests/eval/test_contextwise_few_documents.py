@@ -99,7 +99,8 @@ def test_the_smoothed_plot_is_centred_names_its_smoothing_and_shows_each_positio
     plots.contextwise_png({"m": curve}, "unused.png", smooth=9)
     ax = figs[0].axes[0]
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert legend[:3] == ["m (moving mean, 9 positions wide)", "each position", "training context (128 tokens)"]
+    want = ["m (moving mean, 9 positions wide)", "each position", "training context (128 tokens)"]
+    assert legend[:3] == want
     assert "lowest single position" in legend
     lines = {line.get_label(): line for line in ax.get_lines()}
     smooth = lines["m (moving mean, 9 positions wide)"]
