@@ -31,7 +31,7 @@ def _turn(d: dict | None) -> tuple[float | None, list[float] | None]:
     return 0.0 - d["diff"], None if iv is None else [0.0 - iv[1], 0.0 - iv[0]]  # 0.0 - x: never -0.0
 
 
-ONE_DOCUMENT = (  # why a context gain has no interval: its unit is the document, and there was one
+ONE_DOCUMENT = (  # why a loss or gain has no interval: its unit is the document, and there was one
     "no interval: every target came from one document, the interval's unit; give data of several "
     "documents (a text file of many is cut by --doc-start REGEX)"
 )
@@ -113,8 +113,8 @@ def headline(out: Path, manifest: dict) -> list[dict]:
                 continue
             got = read(doc["results"]["summary"])
             row["values"][label], row["intervals"][label] = got["value"], got["ci95"]
-            if read is _gain and got["value"] is not None and got["ci95"] is None:
-                why.append(f"{label}: {ONE_DOCUMENT}")
+            if read in (_gain, _contextwise) and got["value"] is not None and got["ci95"] is None:
+                why.append(f"{label}: {ONE_DOCUMENT}")  # the best-context loss's unit is the document too
             if (doc.get("data") or {}).get("training_store"):
                 why.append(f"{label}: {IN_SAMPLE}")
             if got.get("chance") is not None:
