@@ -281,6 +281,11 @@ def test_icl_zero_shots_is_one_set_of_prompts_whatever_the_seeds():
     zero, two = out.results["by_shots"]
     assert (zero["n"], zero["n_sets"]) == (6, 1) and (two["n"], two["n_sets"]) == (18, 3)
     assert zero["ci95"] == list(stats.wilson(zero["accuracy"] * 6, 6))
+    # what the interval counts is said: 18 answers to 6 questions are not 18 independent samples
+    p = stats.proportion(out.arrays["correct_likelihood_correct"][6:], clusters=np.tile(np.arange(6), 3))
+    assert two["n_effective"] == p["n_effective"] and two["ci95"] == p["ci95"]
+    assert out.results["summary"]["n_effective_max_shots"] == two["n_effective"]
+    assert two["n_effective"] < 17.5 and "of n=18 (as 5 independent)" in out.results["text"][1]
     # the first 6 test questions are not label-balanced: "chance 0.17" alone misled (a user's majority
     # label scored 0.30); the majority's share is said beside it
     majority = out.results["summary"]["majority_class"]

@@ -204,7 +204,13 @@ def data_record(folder: Path, train_f: Path, test_f: Path) -> dict:
 
 def _line(row: dict) -> str:
     text = stats.accuracy_line(
-        "accuracy", row["accuracy"], row["ci95"], row["n"], 1 / len(LABELS), row["calibrated"]
+        "accuracy",
+        row["accuracy"],
+        row["ci95"],
+        row["n"],
+        1 / len(LABELS),
+        row["calibrated"],
+        n_effective=row.get("n_effective"),
     )
     if row["calibrated_accuracy"] is not None:
         lo, hi = row["calibrated_accuracy_ci95"]
@@ -268,6 +274,7 @@ def _score_shots(adapter, samples: list[tasks.Sample], test, k: int) -> tuple[di
         "accuracy": p["accuracy"],
         "ci95": p["ci95"],
         "n": p["n"],
+        "n_effective": p["n_effective"],  # what the interval counts: a question's answers agree across sets
         "accuracy_per_set": per_set("likelihood_correct"),
         "calibrated_accuracy": None,
         "calibrated_accuracy_ci95": None,
@@ -325,6 +332,7 @@ def _summary(per_shot: list[dict], test) -> dict:
         "accuracy_max_shots": last["accuracy"],
         "accuracy_max_shots_ci95": last["ci95"],  # the report folds it into the accuracy
         "n_max_shots": last["n"],
+        "n_effective_max_shots": last["n_effective"],
         "calibrated_max_shots": last["calibrated"],
         "calibrated_accuracy_max_shots": last["calibrated_accuracy"],
         "shots_max": last["shots"],
