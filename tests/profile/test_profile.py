@@ -512,7 +512,8 @@ def test_a_loss_read_on_the_training_store_says_so(tmp_path):
 
     folder = tmp_path / "models" / "run"
     folder.mkdir(parents=True)
-    summary = {"best_context_loss": 5.1, "context_gain": 0.17, "context_gain_interval95": [0.16, 0.18]}
+    summary = {"best_context_loss": 5.1, "best_context_loss_interval95": [5.0, 5.2], "context_gain": 0.17}
+    summary["context_gain_interval95"] = [0.16, 0.18]
     manifest = {"models": [{"label": "run"}], "steps": []}
     for data, note in (({"hash": "h", "training_store": True}, f"run: {IN_SAMPLE}"), ({"hash": "h"}, None)):
         for name in ("contextwise", "bayes-fit"):

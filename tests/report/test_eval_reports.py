@@ -578,3 +578,11 @@ def test_two_models_evaluated_together_show_their_joint_plot_and_their_runs_name
     plt.close(fig)
     page = build_report(tmp_path).read_text()
     assert 'alt="contextwise loss of the models"' in page
+
+
+def test_a_float_that_only_rounds_to_a_whole_number_keeps_its_zeros():
+    """'train loss 6' beside '6.034': 5.99996 read as a whole number; and 29659 beside 142,825."""
+    from contextlab.report.blocks import plain
+
+    assert plain(5.99996) == "6.000" and plain(6.034) == "6.034" and plain(2.0) == "2"
+    assert plain(29659) == "29,659" and plain(142825) == "142,825" and plain(9999) == "9999"

@@ -36,12 +36,13 @@ def png_img(png: bytes, alt: str) -> str:
 
 
 def number(v: float | int, digits: int = 4) -> str:
-    """A number for reading: ints as they are (thousands separated from 100,000), floats to ``digits``
-    significant digits (whole from 10,000, as 1.5e11 from a billion)."""
+    """A number for reading: ints as they are (thousands separated from 10,000, as whole floats are),
+    floats to ``digits`` significant digits (one that only rounds to a whole number keeps its zeros:
+    a loss of 5.99996 is 6.000, not "6" beside 6.034), whole from 10,000, as 1.5e11 from a billion."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return str(v)
     if isinstance(v, int):
-        return f"{v:,}" if abs(v) >= 100_000 else str(v)
+        return f"{v:,}" if abs(v) >= 10_000 else str(v)
     if not math.isfinite(v):
         return str(v)
     if abs(v) >= 1e9:  # a FLOP budget: 1.5e11, as configs write it, not 150,000,000,000
@@ -49,7 +50,10 @@ def number(v: float | int, digits: int = 4) -> str:
         return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
     if abs(v) >= 1e4:
         return f"{v:,.0f}"
-    return f"{v:.{digits}g}"
+    text = f"{v:.{digits}g}"
+    if v != int(v) and not any(c in text for c in ".e"):  # 5.99996 is 6.000, not "6" beside 6.034
+        text = f"{v:#.{digits}g}".rstrip(".")
+    return text
 
 
 def plain(v) -> str:
