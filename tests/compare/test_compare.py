@@ -233,17 +233,23 @@ def test_ppl_pieces_of_one_document_are_one_cluster(tmp_path):
     assert "over 3 documents" in doc["lines"][0]
 
 
+def icl_result(run, by_shots: list[dict], seeds: int, arrays: dict | None = None) -> None:
+    """An icl result of ``run`` (a folder under which eval/ is written) on one TREC folder."""
+    write_result(
+        run / "eval",
+        "icl",
+        results={"by_shots": by_shots},
+        options={"shots": [r["shots"] for r in by_shots], "n_test": 54, "seeds": seeds, "balance": True},
+        model={"id": run.name},
+        data={"folder": run.name, "hash": "t" * 64, "n_train": 100, "n_test": 54, "balanced": True},
+        seconds=0.0,
+        arrays=arrays,
+    )
+
+
 def test_icl_per_set_difference_and_histogram(tmp_path):
     for run, per_set in (("a", [0.5, 0.6, 0.4, 0.55] * 3), ("b", [0.45, 0.5, 0.4, 0.5] * 3)):
-        write_result(
-            tmp_path / run / "eval",
-            "icl",
-            results={"by_shots": [{"shots": 8, "accuracy_per_set": per_set}]},
-            options={"shots": [8], "n_test": 54, "seeds": 12, "balance": True},
-            model={"id": run},
-            data={"folder": run, "hash": "t" * 64, "n_train": 100, "n_test": 54, "balanced": True},
-            seconds=0.0,
-        )
+        icl_result(tmp_path / run, [{"shots": 8, "accuracy_per_set": per_set}], 12)
     _, (doc,) = compare_runs(tmp_path / "a", tmp_path / "b", ["icl"], Options(), tmp_path / "o")
     row = doc["results"]["by_shots"][0]
     assert row["diff"] == pytest.approx(0.05) and row["per_set"] == pytest.approx([0.05, 0.1, 0.0, 0.05] * 3)
@@ -258,20 +264,11 @@ def test_icl_per_set_difference_and_histogram(tmp_path):
 
 def test_icl_pairs_the_calibrated_accuracy_per_set_too(tmp_path):
     for run, per_set, cal in (("a", [0.5, 0.6], [0.7, 0.8]), ("b", [0.5, 0.5], [0.4, 0.6])):
-        write_result(
-            tmp_path / run / "eval",
-            "icl",
-            results={
-                "by_shots": [
-                    {"shots": 0, "accuracy_per_set": [0.2]},
-                    {"shots": 8, "accuracy_per_set": per_set, "calibrated_accuracy_per_set": cal},
-                ]
-            },
-            options={"shots": [0, 8], "n_test": 54, "seeds": 2, "balance": True},
-            model={"id": run},
-            data={"folder": run, "hash": "t" * 64, "n_train": 100, "n_test": 54, "balanced": True},
-            seconds=0.0,
-        )
+        shots = [
+            {"shots": 0, "accuracy_per_set": [0.2]},
+            {"shots": 8, "accuracy_per_set": per_set, "calibrated_accuracy_per_set": cal},
+        ]
+        icl_result(tmp_path / run, shots, 2)
     _, (doc,) = compare_runs(tmp_path / "a", tmp_path / "b", ["icl"], Options(), tmp_path / "o")
     zero, eight = doc["results"]["by_shots"]
     assert "calibrated" not in zero and eight["calibrated"]["per_set"] == pytest.approx([0.3, 0.2])
@@ -294,21 +291,12 @@ def test_icl_resamples_the_test_questions_as_well_as_the_example_sets(tmp_path):
             [(0, 0)] * questions + [(8, x) for x in range(sets) for _ in range(questions)], float
         )
         group = np.concatenate([np.arange(questions), np.tile(np.arange(questions), sets)])
-        write_result(
-            tmp_path / run / "eval",
-            "icl",
-            results={
-                "by_shots": [
-                    {"shots": 0, "accuracy_per_set": [float(zero.mean())]},
-                    {"shots": 8, "accuracy_per_set": right.mean(1).tolist()},
-                ]
-            },
-            options={"shots": [0, 8], "n_test": 54, "seeds": sets, "balance": True},
-            model={"id": run},
-            data={"folder": run, "hash": "t" * 64, "n_train": 100, "n_test": 54, "balanced": True},
-            seconds=0.0,
-            arrays={"correct_likelihood_correct": correct, "cell": cell, "group": group, "unit": group},
-        )
+        shots = [
+            {"shots": 0, "accuracy_per_set": [float(zero.mean())]},
+            {"shots": 8, "accuracy_per_set": right.mean(1).tolist()},
+        ]
+        arrays = {"correct_likelihood_correct": correct, "cell": cell, "group": group, "unit": group}
+        icl_result(tmp_path / run, shots, sets, arrays)
     _, (doc,) = compare_runs(tmp_path / "a", tmp_path / "b", ["icl"], Options(), tmp_path / "o")
     zero, eight = doc["results"]["by_shots"]
     assert eight["diff"] == pytest.approx(2 / 54) and eight["per_set"] == pytest.approx([2 / 54] * sets)
@@ -326,20 +314,8 @@ def test_icl_resamples_the_test_questions_as_well_as_the_example_sets(tmp_path):
 def test_the_few_sets_note_names_the_shots_it_is_about(tmp_path):
     """The note fired at 10 sets: the 0-shot row, one set always, tripped it."""
     for run in "ab":
-        write_result(
-            tmp_path / run / "eval",
-            "icl",
-            results={
-                "by_shots": [
-                    {"shots": 0, "accuracy_per_set": [0.2]},
-                    {"shots": 2, "accuracy_per_set": [0.1] * 10},
-                ]
-            },
-            options={"shots": [0, 2], "n_test": 54, "seeds": 10, "balance": True},
-            model={"id": run},
-            data={"folder": run, "hash": "t" * 64, "n_train": 100, "n_test": 54, "balanced": True},
-            seconds=0.0,
-        )
+        shots = [{"shots": 0, "accuracy_per_set": [0.2]}, {"shots": 2, "accuracy_per_set": [0.1] * 10}]
+        icl_result(tmp_path / run, shots, 10)
     _, (doc,) = compare_runs(tmp_path / "a", tmp_path / "b", ["icl"], Options(), tmp_path / "o")
     assert not any("fewer than 10 example sets" in n for n in doc["notes"])
 

@@ -164,6 +164,19 @@ def test_a_data_file_replaced_at_its_path_is_other_data(tmp_path):
     assert res.differences(doc, options={}, model={}, data=str(f)).startswith("--data content (hash) ")
 
 
+def _edited_test_file_is_other_data(out, options, folder) -> dict:
+    """A result of TREC ``folder`` is the same data to a rerun until its test.txt is edited in place, then
+    other data (by the hash of its two files); returns the result's record."""
+    doc = {"data": out.data, "options": res.jsonable(options)}
+    assert res.differences(doc, options=options, model={}, data=str(folder)) is None
+    test = folder / "test.txt"
+    test.write_bytes(test.read_bytes().replace(b"LOC:", b"HUM:", 1))
+    changed = res.differences(doc, options=options, model={}, data=str(folder))
+    now = res.file_hash(folder / "train.txt", test)
+    assert changed == f"--data content (hash) {out.data['hash']} -> {now}"
+    return doc
+
+
 def test_icl_data_changed_in_its_folder_is_other_data(tmp_path):
     """icl's TREC folder recorded a hash of its train.txt and test.txt that no rerun compared: a test file
     edited in place let the rerun replace the result unasked."""
@@ -177,15 +190,8 @@ def test_icl_data_changed_in_its_folder_is_other_data(tmp_path):
     shutil.copytree(TREC, folder)
     options = icl.Options(shots=[0], n_test=6, seeds=1, balance=False)
     out = icl.run(byte_adapter(tiny_gpt(7, context=128)), options, str(folder))
-    doc = {"data": out.data, "options": res.jsonable(options)}
-    assert res.differences(doc, options=options, model={}, data=str(folder)) is None
-    test = folder / "test.txt"
-    test.write_bytes(test.read_bytes().replace(b"LOC:", b"HUM:", 1))
-    changed = res.differences(doc, options=options, model={}, data=str(folder))
-    assert (
-        changed == f"--data content (hash) {out.data['hash']} -> {res.file_hash(folder / 'train.txt', test)}"
-    )
-    test.unlink()
+    doc = _edited_test_file_is_other_data(out, options, folder)
+    (folder / "test.txt").unlink()
     assert res.differences(doc, options=options, model={}, data=str(folder)).endswith("-> (a file missing)")
 
 
@@ -205,14 +211,7 @@ def test_visible_icl_data_changed_in_its_folder_is_other_data(tmp_path):
     test.write_text("".join(f"{lab} What is question {i} about ?\n" for lab in labels for i in range(9)))
     options = visible.Options(task="icl", visible=[1.0], shots=2)
     out = visible.run(byte_adapter(tiny_gpt(7, context=256), batch_size=6), options, str(folder))
-    doc = {"data": out.data, "options": res.jsonable(options)}
-    assert res.differences(doc, options=options, model={}, data=str(folder)) is None
-    test = folder / "test.txt"
-    test.write_bytes(test.read_bytes().replace(b"LOC:", b"HUM:", 1))
-    changed = res.differences(doc, options=options, model={}, data=str(folder))
-    assert (
-        changed == f"--data content (hash) {out.data['hash']} -> {res.file_hash(folder / 'train.txt', test)}"
-    )
+    _edited_test_file_is_other_data(out, options, folder)
 
 
 def test_an_export_whose_weights_were_changed_is_not_overwritten(two, tmp_path, capsys):
