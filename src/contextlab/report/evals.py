@@ -193,9 +193,13 @@ def _model_name(model: dict) -> str:
     if not path:
         return ""
     p = Path(str(path))
-    if p.parent.name == rundir.CHECKPOINTS and p.name.startswith("step_"):
-        return f"{p.parent.parent.name} ({p.name})"
-    return p.name
+    run = _run_of_checkpoint(p)
+    return f"{run.name} ({p.name})" if run is not None else p.name
+
+
+def _run_of_checkpoint(p: Path) -> Path | None:
+    """The run of a checkpoint path ``RUN/checkpoints/step_N`` (by its name: the folder may be gone)."""
+    return p.parent.parent if p.parent.name == rundir.CHECKPOINTS and p.name.startswith("step_") else None
 
 
 def _tokenizer_name(model: dict) -> str:
@@ -273,10 +277,8 @@ def _run_and_step(path: str, step) -> tuple[str, int | None]:
     """(the model to name, its --step): a checkpoint ``RUN/checkpoints/step_N`` of a result that records
     its step is the run with ``--step N``, so the rerun's result names the model as the first one did
     (the checkpoint's path made its id, and its plots' legends, the checkpoint's); anything else as is."""
-    p = Path(path)
-    if isinstance(step, int) and p.parent.name == rundir.CHECKPOINTS and p.name.startswith("step_"):
-        return str(p.parent.parent), step
-    return str(path), None
+    run = _run_of_checkpoint(Path(path))
+    return (str(run), step) if isinstance(step, int) and run is not None else (str(path), None)
 
 
 def _from_cwd(doc: dict, path: str) -> str:
@@ -509,9 +511,9 @@ def compare_sections(root: Path, skip: list[Path] = ()) -> list[str]:
         parts = [
             f"<h2>Comparison {html.escape(a)} - {html.escape(b)}{html.escape(where)}</h2>",
             muted(str(folder.resolve())),
+            *[f"<p><b>{html.escape(line)}</b></p>" for d in found if (line := stale_comparison(d))],
             "<ul>",
         ]
-        parts += [f"<p><b>{html.escape(line)}</b></p>" for d in found if (line := stale_comparison(d))]
         parts += [f"<li>{html.escape(line)}</li>" for d in found for line in d.get("lines", [])]
         parts.append("</ul>")
         said = [n for d in found for n in [*d.get("notes", []), d.get("scope")] if n]
