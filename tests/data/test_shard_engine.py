@@ -224,3 +224,58 @@ def test_an_interrupt_stops_the_running_shards_of_a_pool(tmp_path):
 
     time.sleep(6)  # a shard left running would have written its mark by now
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_an_ingest_in_parts_stopped_by_a_one_line_error_keeps_its_finished_parts(
+    corpus, one_process, tmp_path, monkeypatch, capsys
+):
+    # A worker killed for memory ends with "the shards already finished are kept: run the same
+    # command again"; the ingest then deleted OUT.partial, finished parts and all.
+    parts, out = in_parts(LocalExecutor(1), 3), tmp_path / "store"
+    real = ingest_parts.ingest_part
+
+    def dies_on_the_third(*job):
+        if job[3] == 2:
+            raise UserError(
+                "a worker process died before its shard was finished; the shards already finished are kept"
+            )
+        return real(*job)
+
+    monkeypatch.setattr(ingest_parts, "ingest_part", dies_on_the_third)
+    with pytest.raises(UserError, match="already finished are kept"):
+        ingest(corpus, out, IngestConfig(), progress=False, store_documents=parts)
+    monkeypatch.undo()
+    records = tmp_path / "store.partial" / "parts"
+    assert sorted(p.name for p in records.glob("part_*.json")) == ["part_00000.json", "part_00001.json"]
+    capsys.readouterr()
+    ingest(corpus, out, IngestConfig(), progress=True, store_documents=parts)
+    assert "resuming ingest: 2 of 3 part(s) already ingested" in capsys.readouterr().out
+    assert tree_digest(out) == tree_digest(one_process)
+
+
+def test_an_ingest_in_parts_that_filters_out_every_document_leaves_nothing_to_refuse_a_rerun(
+    corpus, tmp_path
+):
+    # As the one-process ingest: nothing worth resuming is kept, so the rerun with relaxed filters
+    # is not refused as "an ingest of a different config" of an empty partial store.
+    parts, out = in_parts(LocalExecutor(1), 3), tmp_path / "store"
+    with pytest.raises(UserError, match="no documents left .* relax the filters"):
+        ingest(corpus, out, IngestConfig(min_tokens=10**9), progress=False, store_documents=parts)
+    assert not (tmp_path / "store.partial").exists()
+    store = ingest(corpus, out, IngestConfig(), progress=False, store_documents=parts).store
+    assert store.n_docs > 0
+
+
+def test_a_part_whose_documents_are_all_filtered_out_is_put_together_as_an_empty_part(corpus, tmp_path):
+    # Assembling a part with no documents mapped its empty offsets file: "cannot mmap an empty file".
+    from contextlab.data.sources import open_source
+
+    groups = ingest_parts.split_files(open_source(corpus, IngestConfig().source), 3)
+    sizes = [[path.stat().st_size for _, path in group] for group in groups]
+    config = IngestConfig(min_tokens=max(sizes[0]) + 1)  # the byte tokenizer: a token per byte
+    assert any(n >= config.min_tokens for group in sizes[1:] for n in group)
+    one = ingest(corpus, tmp_path / "one", config, progress=False).store
+    parts = in_parts(LocalExecutor(1), 3)
+    store = ingest(corpus, tmp_path / "store", config, progress=False, store_documents=parts).store
+    assert store.n_docs == one.n_docs > 0
+    assert tree_digest(store.path) == tree_digest(one.path)

@@ -200,8 +200,10 @@ def _ingest(
         tokenizer = _partial_tokenizer(partial, record, config, src)
         counts = store_documents(partial, record, tokenizer, src, config, source, out, progress)
     except UserError as exc:
-        # nothing a rerun could resume, or a field no row has (the fixed command is another ingest)
-        if isinstance(exc, NoRowHasField) or (resumed_from == 0 and int(record.get("source_pos", 0)) == 0):
+        # nothing a rerun could resume (an ingest in parts keeps its finished parts: its error
+        # says so), or a field no row has (the fixed command is another ingest)
+        nothing = resumed_from == 0 and int(record.get("source_pos", 0)) == 0 and not _parts_done(partial)
+        if isinstance(exc, NoRowHasField) or nothing:
             shutil.rmtree(partial, ignore_errors=True)
         raise
     shutil.rmtree(partial / "parts", ignore_errors=True)  # an --ray run's work files

@@ -210,7 +210,8 @@ def store_parts(
     src.stats.reset()
     for name, value in record["source_stats"].items():
         setattr(src.stats, name, value)
-    if record["writer"]["n_docs"] == 0:
+    if record["writer"]["n_docs"] == 0:  # nothing worth resuming: a rerun starts afresh
+        shutil.rmtree(partial, ignore_errors=True)
         raise UserError(
             src._empty_message()
             if not src.stats.documents
@@ -235,7 +236,12 @@ def _assemble(partial: Path, parts: list[dict], tokenizer: Tokenizer, src: Sourc
         for i, part in enumerate(parts):
             folder, w = part_dir(partial, i), part["writer"]
             _copy(folder / names[0], tokens, w["n_tokens"] * itemsize)
-            ends = np.memmap(folder / names[1], dtype=np.int64, mode="r", shape=(w["n_docs"],))
+            # a part whose every document was filtered out has empty files (mmap refuses them)
+            ends = (
+                np.memmap(folder / names[1], dtype=np.int64, mode="r", shape=(w["n_docs"],))
+                if w["n_docs"]
+                else ()
+            )
             for lo in range(0, w["n_docs"], CHUNK):
                 offsets.write((ends[lo : lo + CHUNK] + state.n_tokens).astype(np.int64).tobytes())
             _copy(folder / names[2], docs, w["docs_bytes"])
