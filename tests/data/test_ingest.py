@@ -661,3 +661,41 @@ def test_an_ingest_in_parts_stopped_and_run_on_changed_text_is_refused_not_resta
         src, out, IngestConfig(), progress=False, store_documents=in_parts(LocalExecutor(), 4), overwrite=True
     )
     assert TokenStore(out).n_docs == 4
+
+
+def test_ingest_threads_sets_the_tokenizer_pool_and_gives_the_same_store(tmp_path, monkeypatch, capsys):
+    """`--threads N` for a machine shared with others: the store is the one every core makes."""
+    import contextlab.data.tokenizer_base as base
+    from contextlab.cli import main
+
+    monkeypatch.setattr(base, "_threads", 0)
+    monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
+    src = make_corpus(tmp_path / "c", n_files=12)
+    common = ["data", "ingest", str(src), "--tokenizer", "bpe:300", "--no-progress"]
+    assert main([*common, "--out", str(tmp_path / "all")]) == 0
+    assert main([*common, "--threads", "1", "--out", str(tmp_path / "one")]) == 0
+    assert base.tokenizer_threads() == 1 and os.environ["RAYON_NUM_THREADS"] == "1"
+    same_store(TokenStore(tmp_path / "all"), TokenStore(tmp_path / "one"))
+    for extra, message in [
+        (["--threads", "-1"], "--threads must be a number of threads (0 = one per core), got -1"),
+        (["--threads", "2", "--ray"], "--threads is for an ingest on this machine; with --ray"),
+    ]:
+        assert main([*common, *extra, "--out", str(tmp_path / "x")]) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "x").exists() and not (tmp_path / "x.partial").exists()
+
+
+def test_ingest_threads_is_the_size_of_the_tokenizers_thread_pool(tmp_path):
+    """The Rust pool of HF tokenizers really runs on N threads (it reads its size once, at start)."""
+    src = make_corpus(tmp_path / "c", n_files=12)
+    code = (
+        "import os, sys; from contextlab.cli import main; "
+        f"rc = main(['data', 'ingest', {str(src)!r}, '--tokenizer', 'bpe:300', '--no-progress', "
+        f"'--threads', '6', '--out', {str(tmp_path / 's')!r}]); "
+        "print('threads', len(os.listdir('/proc/self/task'))); sys.exit(rc)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    env.pop("RAYON_NUM_THREADS", None)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    threads = int(done.stdout.split("threads ")[-1])
+    assert threads >= 7, done.stdout  # the main thread and a pool of 6 (on a 2-core machine: 2 without it)

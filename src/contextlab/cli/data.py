@@ -22,6 +22,7 @@ def cmd_ingest(argv: list[str]) -> int:
     from contextlab.data.tokenizer_spec import parse_spec
 
     args = _ingest_parser().parse_args(argv)
+    _set_threads(args)
     config = _ingest_config(args)
     parse_spec(config.tokenizer, check_path=True)  # a bad spec is one line before OUT.partial exists
     resolve_tokenizer_spec(config.tokenizer)  # store:STORE must be a token store
@@ -36,6 +37,20 @@ def cmd_ingest(argv: list[str]) -> int:
     )
     _print_ingest_report(report)
     return 0
+
+
+def _set_threads(args: argparse.Namespace) -> None:
+    """``--threads N``: tokenize on N threads (set before any text is tokenized)."""
+    from contextlab.data.tokenizer_base import set_tokenizer_threads
+
+    if args.threads < 0:
+        raise UserError(f"--threads must be a number of threads (0 = one per core), got {args.threads}")
+    if args.threads and args.ray is not None:
+        raise UserError(
+            "--threads is for an ingest on this machine; with --ray each part is a Ray task on one CPU: "
+            "leave --threads out (--ray-cpus sets the CPUs of a local Ray instance)"
+        )
+    set_tokenizer_threads(args.threads)
 
 
 def add_ray_args(p: argparse.ArgumentParser, parts: bool = False) -> None:
@@ -98,6 +113,14 @@ def _ingest_parser() -> argparse.ArgumentParser:
         "--overwrite", action="store_true", help="replace an existing store or unfinished ingest at --out"
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        metavar="N",
+        help="tokenize on N threads, e.g. on a machine shared with others (BPE training too); "
+        "the store is the same for any N [default: 0 = one per core]",
+    )
     add_ray_args(p, parts=True)
     add_dataclass_args(p, IngestConfig)
     add_dataclass_args(p, SourceOptions, skip=_GLOB_FLAGS)

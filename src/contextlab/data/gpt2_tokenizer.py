@@ -21,13 +21,13 @@ import numpy as np
 from contextlab.data.tokenizer_base import (
     EOT,
     GPT2_PATTERN,
-    N_THREADS,
     Tokenizer,
     bytes_to_unicode,
     gpt2_regex_cuts,
     ids_to_array,
     read_json_file,
     read_text_file,
+    tokenizer_threads,
 )
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_text
@@ -79,7 +79,8 @@ class GPT2Tokenizer(Tokenizer):
         return self._enc.encode_ordinary(text)
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
-        return [ids_to_array(ids) for ids in self._enc.encode_ordinary_batch(texts, num_threads=N_THREADS)]
+        batch = self._enc.encode_ordinary_batch(texts, num_threads=tokenizer_threads())
+        return [ids_to_array(ids) for ids in batch]
 
     def cut_points(self, text: str, size: int) -> list[int]:
         return gpt2_regex_cuts(text, size)

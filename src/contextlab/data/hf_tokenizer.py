@@ -23,10 +23,10 @@ from contextlab.data.tokenizer_base import (
     BYTE_CHARS,
     EOT,
     GPT2_PATTERN,
-    N_THREADS,
     Tokenizer,
     gpt2_regex_cuts,
     ids_to_array,
+    tokenizer_threads,
 )
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_text
@@ -117,7 +117,8 @@ class HFTokenizer(Tokenizer):
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
         if self._tt is not None:
-            return [ids_to_array(ids) for ids in self._tt.encode_ordinary_batch(texts, num_threads=N_THREADS)]
+            batch = self._tt.encode_ordinary_batch(texts, num_threads=tokenizer_threads())
+            return [ids_to_array(ids) for ids in batch]
         return [ids_to_array(e.ids) for e in self._tok.encode_batch_fast(texts, add_special_tokens=False)]
 
     def cut_points(self, text: str, size: int) -> list[int]:

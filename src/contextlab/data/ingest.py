@@ -56,8 +56,9 @@ from contextlab.data.store import (
     pending_finalize,
 )
 from contextlab.data.store_write import refuse_non_store
+from contextlab.data.tokenizer_base import tokenizer_threads
 from contextlab.data.tokenizer_spec import SPECS_HELP, parse_spec, spec_path
-from contextlab.data.tokenizers import N_THREADS, Tokenizer, load_saved_tokenizer, load_tokenizer
+from contextlab.data.tokenizers import Tokenizer, load_saved_tokenizer, load_tokenizer
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_json, atomic_write_text, open_partial, partial_dir
 from contextlab.outputs import refuse_non_folder
@@ -263,7 +264,7 @@ def tokenize_documents(
     resumed_from = int(record["source_pos"])
     if resumed_from:
         print(f"resuming ingest into {out}: {state.n_docs:,} documents already stored")
-    piece_chars = max(1 << 16, int(config.batch_mb * 1e6) // (4 * N_THREADS))
+    piece_chars = max(1 << 16, int(config.batch_mb * 1e6) // (4 * tokenizer_threads()))
     with steady_heap(), contextlib.ExitStack() as closing:
         closing.callback(writer.close)
         pos = resumed_from

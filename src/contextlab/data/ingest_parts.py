@@ -44,6 +44,7 @@ from contextlab.data.shards.ranges import shard_ranges
 from contextlab.data.source_files import domain_depth
 from contextlab.data.sources import Source, SourceOptions
 from contextlab.data.store import WriterState, dtype_for_vocab
+from contextlab.data.tokenizer_base import set_tokenizer_threads
 from contextlab.data.tokenizers import Tokenizer, load_saved_tokenizer
 from contextlab.errors import UserError
 from contextlab.io import atomic_write_json, atomic_write_text
@@ -118,12 +119,15 @@ def ingest_part(
     files: list[tuple[str, Path]],
     partial: str,
     fingerprint: str,
+    threads: int = 0,
     count=None,
 ) -> dict:
     """Ingest one part into ``partial/parts/`` and write its done marker (the shard function of
-    an ingest in parts: runs anywhere the filesystem is shared). Returns the part's stats;
-    ``count(n)`` gets the documents read. A task of a killed driver may still be on it: the
-    part's lock makes this one wait for it."""
+    an ingest in parts: runs anywhere the filesystem is shared), tokenizing on ``threads`` threads
+    (0: one per core). Returns the part's stats; ``count(n)`` gets the documents read. A task of a
+    killed driver may still be on it: the part's lock makes this one wait for it."""
+    if threads:
+        set_tokenizer_threads(threads)
     (Path(partial) / PARTS).mkdir(exist_ok=True)
     with open(part_dir(Path(partial), index).with_suffix(".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released by the kernel if the holder dies
@@ -202,7 +206,8 @@ def store_parts(
         todo = shards_to_run(job, list(range(len(groups))))
         if progress and len(todo) < len(groups):
             print(f"resuming ingest: {len(groups) - len(todo)} of {len(groups)} part(s) already ingested")
-        jobs = [(src.given, options, config, i, groups[i], str(partial), fp) for i in todo]
+        threads = part_threads(executor)
+        jobs = [(src.given, options, config, i, groups[i], str(partial), fp, threads) for i in todo]
         job.run(executor, jobs, None, lambda stats, bar: None, progress)
         parts = finished_stats(job, list(range(len(groups))), partial)
         _assemble(partial, parts, tokenizer, src, record)
@@ -220,6 +225,15 @@ def store_parts(
             "than --max-tokens); relax the filters"
         )
     return dict(record["counts"])
+
+
+def part_threads(executor) -> int:
+    """The tokenizer threads of a part: the CPUs its Ray task reserves, one in a pool of local
+    processes (a pool of processes each on every core ran cores × workers threads), else 0 (this
+    process, one per core)."""
+    if hasattr(executor, "cpus_per_task"):
+        return max(1, int(executor.cpus_per_task))
+    return 1 if getattr(executor, "workers", 1) > 1 else 0
 
 
 def _assemble(partial: Path, parts: list[dict], tokenizer: Tokenizer, src: Source, record: dict) -> None:

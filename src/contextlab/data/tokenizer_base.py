@@ -42,7 +42,22 @@ SPEC_FILE = "tokenizer_spec.json"
 # The GPT-2 pre-tokenizer regex (contractions, letters, digits, other, whitespace).
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 EOS_NAMES = (EOT, "</s>", "<eos>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>", "<|end|>")
-N_THREADS = os.cpu_count() or 1
+_threads = 0  # tokenizer threads set by set_tokenizer_threads; 0 = one per core
+
+
+def tokenizer_threads() -> int:
+    """The threads a batch of texts is tokenized on: ``set_tokenizer_threads``'s, else one per core."""
+    return _threads or os.cpu_count() or 1
+
+
+def set_tokenizer_threads(n: int) -> None:
+    """Tokenize on ``n`` threads (0: one per core): tiktoken's batches, and the Rust pool of HF
+    ``tokenizers`` (encoding and BPE training), which reads RAYON_NUM_THREADS when it first starts,
+    so this is called before any text is tokenized."""
+    global _threads
+    _threads = max(0, int(n))
+    if _threads:
+        os.environ["RAYON_NUM_THREADS"] = str(_threads)
 
 
 class Tokenizer:
