@@ -206,7 +206,7 @@ def store_parts(
         todo = shards_to_run(job, list(range(len(groups))))
         if progress and len(todo) < len(groups):
             print(f"resuming ingest: {len(groups) - len(todo)} of {len(groups)} part(s) already ingested")
-        threads = part_threads(executor)
+        threads = part_threads(executor) if len(todo) > 1 else 0  # a part alone has the cores
         jobs = [(src.given, options, config, i, groups[i], str(partial), fp, threads) for i in todo]
         job.run(executor, jobs, None, lambda stats, bar: None, progress)
         parts = finished_stats(job, list(range(len(groups))), partial)
