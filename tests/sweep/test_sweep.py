@@ -216,6 +216,34 @@ def test_a_run_whose_sweep_was_killed_is_listed_as_stopped(tmp_path, store, caps
     assert status(runs[0])["status"] == "running"
 
 
+def test_the_report_says_stopped_for_a_run_whose_sweep_was_killed_while_results_csv_says_running(
+    tmp_path, store
+):
+    """After `kill -9` of a sweep driver nothing records its runs stopped: results.csv kept "running"
+    and the report showed it so until the sweep ran again."""
+    import socket
+    import subprocess
+    import sys
+
+    from contextlab.report.html import build_report
+    from contextlab.sweep.results import write_results
+
+    f = tmp_path / "s.toml"
+    f.write_text(SWEEP.format(out=tmp_path / "out", store=store.path, bad=64))
+    section, runs = load_sweep(f)
+    runs[1].dir.mkdir(parents=True)
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    alive = {"status": "running", "pid": __import__("os").getpid(), "host": socket.gethostname()}
+    (runs[1].dir / "sweep_status.json").write_text(json.dumps(alive))
+    write_results(section, runs)  # written while the run was running (another run had just ended)
+    (runs[1].dir / "sweep_status.json").write_text(json.dumps({**alive, "pid": int(gone.stdout)}))
+    page = build_report(section.out_dir).read_text()
+    assert "stopped, not running: context-32 (results.csv says running, but the sweep that ran them" in page
+    assert "<td>running</td>" not in page and "<td>stopped</td>" in page
+
+
 def test_an_interrupted_sweep_records_its_runs_stopped_in_their_files(tmp_path, store, monkeypatch):
     """After Ctrl-C, every RUN/sweep_status.json still said "running" with the dead driver's pid and
     results.csv listed the runs pending; they say stopped now, with what each had on disk."""

@@ -22,7 +22,7 @@ from contextlab.report.blocks import img, keys, muted, png_img, pre, table
 from contextlab.report.details import optimal_context_results, optimal_context_section
 from contextlab.report.evals import eval_sections, read_results
 from contextlab.report.plots import loss_curve_png
-from contextlab.sweep.results import rewritten_evals
+from contextlab.sweep.results import recorded_status, rewritten_evals
 
 VAL_OWN = "validation loss (its objective's)"
 VAL_LM = "left-to-right validation loss"
@@ -176,6 +176,21 @@ def _results(sweep: Path) -> list[dict]:
         return list(csv.DictReader(fh))
 
 
+def _with_stopped_runs(sweep: Path, rows: list[dict]) -> tuple[list[dict], list[str]]:
+    """``rows`` with "stopped" for each run results.csv says is running whose sweep process is gone
+    (a sweep killed with ``kill -9`` has no way out to record it), and those runs' names."""
+    gone = []
+    for row in rows:
+        name = row.get("run") or ""
+        if (
+            row.get("status") == "running"
+            and recorded_status(sweep / "runs" / name).get("status") == "stopped"
+        ):
+            row["status"] = "stopped"
+            gone.append(name)
+    return rows, gone
+
+
 def stale_runs(root: Path) -> set[str]:
     """The run names a sweep's results.csv marks stale (trained with another config than its sweep
     file's); empty outside a sweep folder."""
@@ -242,7 +257,19 @@ def outside_grid(sweep: Path) -> list[Path]:
 
 def sweep_section(sweep: Path) -> str:
     parts = ["<h2>Sweep results</h2>"]
-    parts.append(table(_results(sweep)))
+    rows, gone = _with_stopped_runs(sweep, _results(sweep))
+    parts.append(table(rows))
+    if gone:
+        parts.append(
+            "<p><b>"
+            + html.escape(
+                f"stopped, not running: {', '.join(gone)} (results.csv says running, but the sweep that ran "
+                "them was killed: its process is gone). They are unfinished and not in the analysis below; "
+                f"run the sweep again (contextlab sweep {sweep / 'sweep.toml'}) to finish "
+                "them and refresh both"
+            )
+            + "</b></p>"
+        )
     left_out = outside_grid(sweep)
     if left_out:
         names = ", ".join(str(p.relative_to(sweep)) for p in left_out)

@@ -30,7 +30,12 @@ from contextlab.sweep.spec import Run, SweepSection
 def status(run: Run) -> dict:
     """RUN/sweep_status.json ("pending" without it). A run recorded as running whose process on this
     machine is gone was stopped before it finished (a killed sweep): "stopped", run again next time."""
-    f = run.dir / "sweep_status.json"
+    return recorded_status(run.dir)
+
+
+def recorded_status(run_dir: Path) -> dict:
+    """``status`` of the run folder ``run_dir``."""
+    f = Path(run_dir) / "sweep_status.json"
     try:
         record = json.loads(f.read_text())
     except (OSError, ValueError):
