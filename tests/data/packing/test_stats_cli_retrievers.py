@@ -369,7 +369,7 @@ def test_an_mle_that_fits_few_of_the_sequences_it_tried_says_so_and_reads_least_
     from tests.conftest import shakespeare
 
     text = shakespeare(20_000)
-    docs = {f"p/{i}.txt": text[i * 300 :] for i in range(6)}  # long sequences: counts to fit
+    docs = {f"p/{i}.txt": text[i * 300 : i * 300 + 3_000] for i in range(6)}  # long sequences: counts to fit
     docs |= {f"q/{i}.txt": "ab " * (40 + i) for i in range(40)}  # a few distinct counts only
     store = make_store(tmp_path, docs)
     packed = pack(store, tmp_path / "p", PackConfig(method="ep", context=255, val_fraction=0), progress=False)
