@@ -7,15 +7,14 @@ document are not independent). The fitted parameters C0 (loss with unlimited con
 (how fast context pays off) are differences of two nonlinear fits, for which no closed-form
 interval exists: they get a percentile bootstrap over documents, refitting both models on each
 resample with the same weighting as the reported fit (the resampling of ``eval.bayes_fit``, whose
-own errors are made the same way). Trade-off: at most ``FIT_RESAMPLES`` refits per side (each is a
-``curve_fit``, started at the reported fit), and resamples whose fit does not converge are dropped
-and counted in the result, so a reader sees when the interval rests on fewer. A side whose fit is
-degenerate (gamma at a bound, curve_fit's covariance not finite, or its first
-``PILOT_RESAMPLES`` refits spread over twice its C0 or gamma: a flat curve) is not bootstrapped
-further: its least squares have no well-defined minimum, so its refits end wherever the
-optimizer stops, not where the data puts them (and a thousand of them took two
-minutes, after a profile of two random-weight models, to draw an interval of that); C0 and gamma
-then have no interval, and the notes say why. A side whose refits spread over more than half its
+own errors are made the same way). Trade-off: at most ``FIT_RESAMPLES`` refits per side (solved
+together, ``eval.refits``), and resamples whose means leave nothing to fit are dropped and counted in
+the result, so a reader sees when the interval rests on fewer. A side whose fit is degenerate (gamma
+at a bound, curve_fit's covariance not finite, or its first ``PILOT_RESAMPLES`` refits spread over
+twice its C0 or gamma: a flat curve) is not bootstrapped further: its least squares have no
+well-defined minimum (C0 and C trade off without limit), so its refits spread wherever the noise
+puts that trade, not where the data pins the fit; C0 and gamma then have no interval, and the notes
+say why. A side whose refits spread over more than half its
 C0 or gamma is said to be loose, with the interval kept. (The screen was curve_fit's covariance
 above half the value, which treats the L correlated means as independent: it withheld intervals
 from fits the bootstrap pins down, gamma 0.995 [0.72, 1.38] once; and curve_fit's covariance
@@ -30,10 +29,9 @@ from __future__ import annotations
 import numpy as np
 
 import contextlab.eval.paired_stats as cs
-import contextlab.eval.progress as progress
-from contextlab.errors import UserError
 from contextlab.eval.bayes_fit import (
     FIT_RESAMPLES,
+    GAMMA_BOUNDS,
     MIN_DOCUMENTS,
     PILOT_RESAMPLES,
     degenerate,
@@ -43,6 +41,7 @@ from contextlab.eval.bayes_fit import (
     resample_weights,
     wild_refits,
 )
+from contextlab.eval.bayes_fit import PARAMS as FIT_PARAMS
 
 KEYS = ("targets", "target_losses")
 PARAMS = ("C0", "gamma")
@@ -74,7 +73,7 @@ def bayes_fit(a, b, o) -> dict:
     ]
     notes = []
     if fits["failed"]:
-        notes.append(f"{fits['failed']} bootstrap resamples whose fit did not converge were left out")
+        notes.append(f"{fits['failed']} bootstrap resamples whose means left nothing to fit were left out")
     notes += ill_determined(fits.pop("point"), (a.label, b.label), fits.pop("degenerate"))
     results = {"unit": "target token", "cluster": "document", "n_targets": la.shape[1], "n_documents": n_docs}
     results = {**results, "by_length": per_length, "fit": fits}
@@ -106,8 +105,8 @@ def ill_determined(
             what = ", ".join(loose) or "gamma {:.3g}".format(fit["gamma"])
             notes.append(
                 f"the fit of {label} is degenerate ({what}): its C0 "
-                "and gamma differences are unconstrained and get no interval (its refits would end wherever "
-                "the optimizer stops); more visible lengths (--lengths) or targets (--samples) pin them down"
+                "and gamma differences are unconstrained and get no interval (its refits trade C0 against C "
+                "without limit); more visible lengths (--lengths) or targets (--samples) pin them down"
             )
         elif loose:
             notes.append(
@@ -116,6 +115,19 @@ def ill_determined(
                 "targets (--samples) narrow them"
             )
     return notes
+
+
+def _paired_refits(lengths, sides, weights) -> tuple[list[list[dict]], int]:
+    """Both sides' fits of each resample (the same documents drawn for both), and how many resamples a
+    side could not fit (left out of both)."""
+    from contextlab.eval.refits import refit_resamples
+
+    if not len(weights):
+        return [], 0
+    rows = [refit_resamples(lengths, s, q, c, weights, GAMMA_BOUNDS) for s, q, c in sides]
+    ok = np.isfinite(rows[0]).all(axis=1) & np.isfinite(rows[1]).all(axis=1)
+    pairs = [[dict(zip(FIT_PARAMS, map(float, side[i]))) for side in rows] for i in np.flatnonzero(ok)]
+    return pairs, int((~ok).sum())
 
 
 def _fit_differences(lengths, la: np.ndarray, lb: np.ndarray, docs: np.ndarray, o) -> dict:
@@ -127,20 +139,13 @@ def _fit_differences(lengths, la: np.ndarray, lb: np.ndarray, docs: np.ndarray, 
     few = len(counts) < MIN_DOCUMENTS  # resamples of so few documents are the same few: a zero-width interval
     stopped = few or any(degenerate(f) for f in point)
     resamples = 0 if stopped else min(o.resamples, FIT_RESAMPLES)
-    refits, failed = [], 0
     weights = resample_weights(len(counts), resamples, o.seed)
-    for i, w in enumerate(
-        progress.bar(weights, desc="compare bayes-fit: bootstrap of both fits", unit="refit")
-    ):
-        if i == PILOT_RESAMPLES and any(wild_refits([r[k] for r in refits], f) for k, f in enumerate(point)):
-            stopped = True  # a side's first refits spread over twice its C0 or gamma: degenerate
-            break
-        try:
-            refits.append(
-                [fit_of_sums(lengths, s * w, q * w, c * w, f) for (s, q, c), f in zip(sides, point)]
-            )
-        except UserError:  # the fit did not converge on this resample
-            failed += 1
+    refits, failed = _paired_refits(lengths, sides, weights[:PILOT_RESAMPLES])
+    if any(wild_refits([r[k] for r in refits], f) for k, f in enumerate(point)):
+        stopped = True  # a side's first refits spread over twice its C0 or gamma: degenerate
+    else:
+        more, failed_more = _paired_refits(lengths, sides, weights[PILOT_RESAMPLES:])
+        refits, failed = refits + more, failed + failed_more
     for side, fit in enumerate(point):  # each side's errors: the spread of its own refits
         fit["wild"] = bool(stopped and refits and wild_refits([r[side] for r in refits], fit))
         for p in PARAMS:

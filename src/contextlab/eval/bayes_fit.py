@@ -11,13 +11,15 @@ The fit is ``scipy.optimize.curve_fit`` of C0 + C * l^-gamma weighted by the sta
 error of each mean, reporting the parameters and R^2. C0 estimates the loss with unlimited
 context (the Bayes risk plus the model's approximation loss); gamma how fast extra context pays
 off. Their standard errors and 95% intervals come from a percentile bootstrap over documents:
-every resample of the documents (with their targets) is refitted, started at the reported fit.
+every resample of the documents (with their targets) is refitted to the same weighted error, all
+resamples at once (``refits``: C0 and C solved exactly for each gamma on a fine grid of it).
 Trade-off: curve_fit's own covariance would cost nothing, but it treats the L means as
 independent, and they are the losses of the same targets, so strongly correlated (a user's trial
 on WikiText-2: C0 ± 0.106 and gamma ± 0.62 from it, against 0.267 and 0.25 over documents), and
-targets of one document are not independent either; ``FIT_RESAMPLES`` refits cost a few seconds.
+targets of one document are not independent either; ``FIT_RESAMPLES`` refits cost a fraction of a
+second (a ``curve_fit`` each took 37 ms on a flat curve).
 A fit that is degenerate at once (gamma at a bound, a covariance that is not finite) is not
-bootstrapped (its refits end wherever the optimizer stops) and keeps curve_fit's numbers, said in
+bootstrapped (its refits trade C0 against C without limit) and keeps curve_fit's numbers, said in
 ``errors``; so is a fit over fewer than ``MIN_DOCUMENTS`` documents. One whose first
 ``PILOT_RESAMPLES`` refits spread over twice its C0 or gamma is degenerate too (``wild``): it stops
 there, with that spread as its errors and no intervals. (curve_fit's covariance above the values
@@ -154,6 +156,18 @@ def fit_of_sums(lengths, sums, sq, counts, start=None) -> dict:
     return fit_power_law(lengths, mean, sem, start)
 
 
+def refits_of_sums(lengths, sums, sq, counts, weights) -> tuple[list[dict], int]:
+    """The fit of each resample (``weights``: a weight per document each), as C0, C and gamma, and
+    how many resamples left nothing to fit (``refits.refit_resamples``: all at once, exactly)."""
+    from contextlab.eval.refits import refit_resamples
+
+    if not len(weights):
+        return [], 0
+    rows = refit_resamples(lengths, sums, sq, counts, weights, GAMMA_BOUNDS)
+    kept = rows[np.isfinite(rows).all(axis=1)]
+    return [dict(zip(PARAMS, map(float, r))) for r in kept], len(rows) - len(kept)
+
+
 def resample_weights(n_docs: int, resamples: int, seed: int) -> list[np.ndarray]:
     """The weight of each document in each bootstrap resample (how often it was drawn)."""
     rng = np.random.default_rng(seed)
@@ -170,18 +184,12 @@ def bootstrap_fit(lengths, losses: np.ndarray, docs, point: dict, seed: int) -> 
     if degenerate(point) or len(counts) < MIN_DOCUMENTS:
         why = "the fit is degenerate" if degenerate(point) else f"{len(counts)} documents"
         return {**point, "errors": f"curve_fit's covariance, not bootstrapped ({why})"}
-    refits, failed = [], 0
     weights = resample_weights(len(counts), FIT_RESAMPLES, seed)
-    # after the forward passes, seconds to minutes of refits (a flat curve's converge slowest): a bar
-    wild = False
-    for i, w in enumerate(progress.bar(weights, desc="bayes-fit: bootstrap of the fit", unit="refit")):
-        if i == PILOT_RESAMPLES and wild_refits(refits, point):  # a degenerate fit: no interval of it
-            wild = True
-            break
-        try:
-            refits.append(fit_of_sums(lengths, sums * w, sq * w, counts * w, point))
-        except UserError:  # this resample's fit did not converge
-            failed += 1
+    refits, failed = refits_of_sums(lengths, sums, sq, counts, weights[:PILOT_RESAMPLES])
+    wild = wild_refits(refits, point)  # a degenerate fit: no interval of it
+    if not wild:
+        more, failed_more = refits_of_sums(lengths, sums, sq, counts, weights[PILOT_RESAMPLES:])
+        refits, failed = refits + more, failed + failed_more
     if wild:
         out = {**point, "wild": True}
         for p in PARAMS:
@@ -193,7 +201,7 @@ def bootstrap_fit(lengths, losses: np.ndarray, docs, point: dict, seed: int) -> 
         return out
     out = {**point, "errors": f"bootstrap over {len(counts)} documents, {len(refits)} refits"}
     if failed:
-        out["errors"] += f" ({failed} that did not converge left out)"
+        out["errors"] += f" ({failed} whose means left nothing to fit left out)"
     for p in PARAMS:
         values = np.array([f[p] for f in refits])
         out[p + "_err"] = float(values.std(ddof=1)) if len(values) > 1 else point[p + "_err"]
@@ -201,10 +209,10 @@ def bootstrap_fit(lengths, losses: np.ndarray, docs, point: dict, seed: int) -> 
     return out
 
 
-def refit_seconds(n: int = 10) -> float:
-    """Seconds one bootstrap refit takes on this machine: ``n`` refits of a nearly flat curve (a random
-    or barely trained model's: the slowest to converge, 0.018 s against 0.003 s for a trained model's
-    on a 2-core machine), timed. The profile's estimate counts ``FIT_RESAMPLES`` of them per fit."""
+def refit_seconds(n: int = 200) -> float:
+    """Seconds one bootstrap refit takes on this machine (a fraction of a millisecond; ``n`` of a nearly
+    flat curve, a random or barely trained model's, timed together). The profile's estimate counts
+    ``FIT_RESAMPLES`` of them per fit."""
     import time
 
     rng = np.random.default_rng(0)
@@ -213,13 +221,8 @@ def refit_seconds(n: int = 10) -> float:
     sums, sq, counts = document_sums(
         7.6 + 0.025 / x**0.6 + rng.normal(0, 1, (9, 128)), rng.integers(36, size=128)
     )
-    point = fit_of_sums(lengths, sums, sq, counts)
     t0 = time.perf_counter()
-    for w in resample_weights(len(counts), n, 0):
-        try:
-            fit_of_sums(lengths, sums * w, sq * w, counts * w, point)
-        except UserError:
-            pass
+    refits_of_sums(lengths, sums, sq, counts, resample_weights(len(counts), n, 0))
     return (time.perf_counter() - t0) / n
 
 

@@ -195,7 +195,7 @@ def build(
             b.targets * len(visible),  # only the target's row
             skip=_too_short(longest, C + 1, C),  # a target with C tokens before it
             length=0.75 * C,  # half its tokens are in the rows of C, a quarter in those of C/2, ...
-            refits=bayes_fit.FIT_RESAMPLES,  # a flat curve's took 20 s to 2 min (a loaded machine)
+            refits=bayes_fit.FIT_RESAMPLES,  # solved together: well under a second
         ),
         Step(
             "niah",
