@@ -688,3 +688,29 @@ def test_a_bpe_that_learns_fewer_tokens_than_asked_says_so(capsys):
     assert f"note: the BPE learned {tok.vocab_size:,} tokens, not the 5,000 asked" in err
     T.train_bpe(["a small corpus of few words " * 50], 260)
     assert "note" not in capsys.readouterr().err
+
+
+def test_the_gpt2_bpe_as_gpt2_files_and_as_a_tokenizer_json_is_one_tokenizer(tmp_path):
+    """A user's contextlab run (gpt2:DIR) and a Hugging Face model with GPT-2's tokenizer.json (the very
+    file contextlab's export wrote) were refused as "different tokenizers" everywhere: the same ids."""
+    from contextlab.data.gpt2_tokenizer import GPT2Tokenizer
+    from contextlab.data.hf_tokenizer import HFTokenizer, train_bpe
+    from contextlab.data.tokenizers import check_same_tokenizer, same_tokenizer
+    from contextlab.models.hf.tokenizer import save_hf_tokenizer
+
+    gpt2 = GPT2Tokenizer.from_dir(GPT2_DIR)
+    gpt2.save(tmp_path / "g")
+    save_hf_tokenizer(tmp_path / "g", tmp_path / "hf", context=64)
+    hf = HFTokenizer.from_file(tmp_path / "hf" / "tokenizer.json")
+    assert hf.hash != gpt2.hash and hf.ids_hash == gpt2.hash  # other files, the same ids
+    assert same_tokenizer(gpt2.spec(), hf.spec()) and same_tokenizer(hf.spec(), gpt2.spec())
+    check_same_tokenizer(hf.spec(), gpt2.spec(), "the model", "the data store")
+    text = "  tabs\tand ünïcode 😀 <|endoftext|> the end"
+    assert hf.encode(text) == gpt2.encode(text)
+    # a BPE of other merges stays another tokenizer, and so does GPT-2's with another special token
+    other = train_bpe([shakespeare(20_000)], 400)
+    assert not same_tokenizer(other.spec(), gpt2.spec())
+    more = hf._with_specials({"<|fim_prefix|>": gpt2.vocab_size})
+    assert not same_tokenizer(more.spec(), gpt2.spec())
+    with pytest.raises(UserError, match="differs from the data store's"):
+        check_same_tokenizer(other.spec(), gpt2.spec(), "the model", "the data store")

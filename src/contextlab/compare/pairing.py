@@ -150,8 +150,8 @@ def check_pairing(name: str, a: Side, b: Side) -> list[str]:
     for k in sorted(set(oa) | set(ob)):
         if oa.get(k) != ob.get(k) and k not in same:
             (notes if k in FREE.get(name, ()) else diffs).append(f"option {k} {oa.get(k)} vs {ob.get(k)}")
-    ta, tb = (((s.doc.get("model") or {}).get("tokenizer") or {}).get("hash") for s in (a, b))
-    if ta and tb and ta != tb:  # the same text is other tokens: even prompts of one layout hold other text
+    ta, tb = (_tokenizer(s).get("hash") for s in (a, b))
+    if _other_tokenizers(a, b):  # the same text is other tokens: even prompts of one layout hold other text
         diffs.append(f"tokenizer {ta[:8]} vs {tb[:8]}")
     if not diffs and name in SAMPLE_KEYS:
         arr_a, arr_b = a.arrays(name, SAMPLE_KEYS[name]), b.arrays(name, SAMPLE_KEYS[name])
@@ -211,14 +211,27 @@ def _causes(name: str, a: Side, b: Side) -> tuple[list[str], list[str], bool]:
     if data:
         causes.append(data)
         fixes.append("the same --data")
-    ta, tb = (((s.doc.get("model") or {}).get("tokenizer") or {}).get("hash") for s in (a, b))
-    tokenizers = bool(ta and tb and ta != tb)
+    ta, tb = (_tokenizer(s).get("hash") for s in (a, b))
+    tokenizers = _other_tokenizers(a, b)
     if tokenizers:
         causes.append(
             f"the models' tokenizers differ (hash {ta[:8]} on {a.label}, {tb[:8]} on {b.label}), so the same "
             "text makes other token sequences"
         )
     return causes, list(dict.fromkeys(fixes)), tokenizers
+
+
+def _tokenizer(side: Side) -> dict:
+    return (side.doc.get("model") or {}).get("tokenizer") or {}
+
+
+def _other_tokenizers(a: Side, b: Side) -> bool:
+    """Whether both results record a tokenizer and they encode differently (no hash in common: other
+    files that encode alike, GPT-2's BPE as gpt2:DIR and as a tokenizer.json, share one)."""
+    from contextlab.data.tokenizers import same_tokenizer
+
+    ta, tb = _tokenizer(a), _tokenizer(b)
+    return bool(ta.get("hash") and tb.get("hash") and not same_tokenizer(ta, tb))
 
 
 def _data_cause(a: Side, b: Side) -> str:

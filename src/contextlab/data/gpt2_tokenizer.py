@@ -25,6 +25,7 @@ from contextlab.data.tokenizer_base import (
     bytes_to_unicode,
     gpt2_regex_cuts,
     ids_to_array,
+    ranks_canonical,
     read_json_file,
     read_text_file,
     tokenizer_threads,
@@ -99,9 +100,7 @@ class GPT2Tokenizer(Tokenizer):
         return lengths
 
     def _canonical(self) -> Iterator[bytes]:
-        yield f"pattern={GPT2_PATTERN}\n".encode()
-        for token, rank in sorted(self.ranks.items()):
-            yield b"%s %d\n" % (token.hex().encode(), rank)
+        return ranks_canonical(self.ranks)
 
     def _save_files(self, d: Path) -> None:
         b2u = bytes_to_unicode()

@@ -26,6 +26,7 @@ from contextlab.data.tokenizer_base import (
     Tokenizer,
     gpt2_regex_cuts,
     ids_to_array,
+    ranks_canonical,
     tokenizer_threads,
 )
 from contextlab.errors import UserError
@@ -64,6 +65,7 @@ class HFTokenizer(Tokenizer):
         self._tt, self.engine_reason = None, "engine='hf' was asked for"
         if engine == "auto":
             self._tt, self.engine_reason = _tiktoken_twin(tok, self.special_tokens)
+        self._ranks = None if self._tt is None else self._tt._mergeable_ranks
         self.engine = "hf" if self._tt is None else "tiktoken"
 
     @classmethod
@@ -149,6 +151,16 @@ class HFTokenizer(Tokenizer):
 
     def _canonical(self) -> Iterator[bytes]:
         yield json.dumps(_identity(json.loads(self._tok.to_str())), sort_keys=True).encode()
+
+    @functools.cached_property
+    def ids_hash(self) -> str:
+        ranks = self._ranks
+        if ranks is None and self._engine_request == "hf":  # the same identity whichever engine encodes
+            twin, _ = _tiktoken_twin(self._tok, self.special_tokens)
+            ranks = None if twin is None else twin._mergeable_ranks
+        if ranks is None:
+            return self.hash
+        return self._sha256(ranks_canonical(ranks), kind="gpt2")  # what gpt2:DIR of them hashes
 
     def _legacy_canonical(self) -> Iterator[bytes]:
         yield json.dumps(json.loads(self._tok.to_str()), sort_keys=True).encode()

@@ -60,6 +60,13 @@ def set_tokenizer_threads(n: int) -> None:
         os.environ["RAYON_NUM_THREADS"] = str(_threads)
 
 
+def ranks_canonical(ranks: dict[bytes, int]) -> Iterator[bytes]:
+    """What determines the ids of a byte-level BPE with the GPT-2 pattern: the pattern and its ranks."""
+    yield f"pattern={GPT2_PATTERN}\n".encode()
+    for token, rank in sorted(ranks.items()):
+        yield b"%s %d\n" % (token.hex().encode(), rank)
+
+
 class Tokenizer:
     """Base class: text <-> ids, special tokens, a content hash and save/load."""
 
@@ -144,12 +151,19 @@ class Tokenizer:
         return self._sha256(self._canonical())
 
     @functools.cached_property
+    def ids_hash(self) -> str:
+        """The hash of every tokenizer that encodes exactly as this one, whatever its files: a Hugging
+        Face byte-level BPE that tiktoken reproduces has the hash of the GPT-2 kind with its ranks (the
+        same GPT-2 BPE as `gpt2:DIR` and as a tokenizer.json were two tokenizers, and never paired)."""
+        return self.hash
+
+    @functools.cached_property
     def legacy_hash(self) -> str:
         """The hash earlier versions recorded (for HF: the whole tokenizer.json); still accepted."""
         return self._sha256(self._legacy_canonical())
 
-    def _sha256(self, chunks: Iterator[bytes]) -> str:
-        h = hashlib.sha256(f"kind={self.kind}\n".encode())
+    def _sha256(self, chunks: Iterator[bytes], kind: str | None = None) -> str:
+        h = hashlib.sha256(f"kind={kind or self.kind}\n".encode())
         h.update(json.dumps(sorted(self.special_tokens.items())).encode())
         for chunk in chunks:
             h.update(chunk)
@@ -173,6 +187,8 @@ class Tokenizer:
         }
         if self.legacy_hash != self.hash:  # lets specs recorded by earlier versions match this one
             spec["legacy_hash"] = self.legacy_hash
+        if self.ids_hash != self.hash:  # lets a tokenizer of other files that encodes alike match it
+            spec["ids_hash"] = self.ids_hash
         return spec
 
     def save(self, directory: str | os.PathLike) -> None:

@@ -157,9 +157,10 @@ def check_same_tokenizer(
 
 
 def same_tokenizer(a_spec: dict[str, Any], b_spec: dict[str, Any]) -> bool:
-    """Whether two specs name the same tokenizer (a hash, or an earlier version's hash, in common)."""
+    """Whether two specs name the same tokenizer (a hash, an earlier version's hash, or the hash of the
+    tokenizers that encode alike, in common)."""
     return bool(_hashes(a_spec) & _hashes(b_spec))
 
 
 def _hashes(spec: dict[str, Any]) -> set[str]:
-    return {str(spec[k]) for k in ("hash", "legacy_hash") if spec.get(k)}
+    return {str(spec[k]) for k in ("hash", "legacy_hash", "ids_hash") if spec.get(k)}

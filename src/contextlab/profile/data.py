@@ -25,7 +25,7 @@ from contextlab.profile.plan import KV_ANSWER_ROOM, Budget
 
 def tokenizer_spec(adapter) -> str:
     """The ``--tokenizer`` spec that tokenizes text as the model does (for ingesting text ``--data``)."""
-    from contextlab.data.tokenizers import load_saved_tokenizer
+    from contextlab.data.tokenizers import load_saved_tokenizer, same_tokenizer
     from contextlab.inference.tokenizer import hf_tokenizer_file
     from contextlab.rundir import TOKENIZER_SPEC, tokenizer_dirs
 
@@ -38,7 +38,7 @@ def tokenizer_spec(adapter) -> str:
     if info.tokenizer.get("kind") == "byte":
         return "byte"
     for d in tokenizer_dirs(info.path):
-        if (d / TOKENIZER_SPEC).is_file() and load_saved_tokenizer(d).hash == info.tokenizer.get("hash"):
+        if (d / TOKENIZER_SPEC).is_file() and same_tokenizer(load_saved_tokenizer(d).spec(), info.tokenizer):
             return f"dir:{d}"
     raise UserError(f"cannot find the tokenizer of {info.id}; give --data a token store made with it")
 

@@ -162,12 +162,20 @@ def run_profile(
     held, plans = _plans(
         opened, data, out, budget, context, haystack, doc_start, split, show_progress, measured, encoding
     )
-    one_tokenizer = len({m.adapter.info.tokenizer.get("hash") for m in opened}) == 1
+    one_tokenizer = _one_tokenizer(opened)
     jobs = _jobs(opened, plans, len(opened) == 2 and one_tokenizer and not attention_problem(opened))
     _announce(opened, jobs, out, budget_name, context, held)
     costs = _estimate(opened, jobs, manifest, context)
     _execute(opened, jobs, costs, manifest, show_progress)
     return _finish(opened, manifest, t0)
+
+
+def _one_tokenizer(opened: list[Model]) -> bool:
+    """Whether the models encode alike (one model; or two whose tokenizers share a hash: the same files,
+    or other files that encode exactly alike, such as GPT-2's BPE as gpt2:DIR and as a tokenizer.json)."""
+    from contextlab.data.tokenizers import same_tokenizer
+
+    return all(same_tokenizer(opened[0].adapter.info.tokenizer, m.adapter.info.tokenizer) for m in opened[1:])
 
 
 def _checked(opened: list[Model], data: str, split: str, context: int) -> int:
@@ -180,7 +188,7 @@ def _checked(opened: list[Model], data: str, split: str, context: int) -> int:
             f"--split run reads the part of a run's token store it held out, and --data {data} is text; "
             "give the run's store as --data, or leave --data out"
         )
-    if len({m.adapter.info.tokenizer.get("hash") for m in opened}) > 1 and is_store(data):
+    if not _one_tokenizer(opened) and is_store(data):
         raise UserError(
             f"{opened[0].path} and {opened[1].path} have different tokenizers, so one token store cannot "
             "hold the data of both; give --data the text (a file or folder): each model tokenizes it itself"
