@@ -807,3 +807,28 @@ def test_a_profile_of_text_with_latin1_files_reads_them_with_encoding(runs, tmp_
     from contextlab.data.sources import Encoding
 
     assert "{" + ",".join(get_args(Encoding)) + "}" == "{strict,replace,skip,latin-1}"  # ingest's own
+
+
+def test_a_config_that_names_no_position_limit_is_said_and_recorded(llama, tmp_path):
+    """A user's Llama of 300 positions whose config.json lacked max_position_embeddings was profiled at
+    2,048 (LlamaConfig's default) without a word."""
+    from types import SimpleNamespace
+
+    from contextlab.eval.adapter import load_model
+    from contextlab.eval.results import model_record
+    from contextlab.profile.runner import model_notes
+
+    bare = shutil.copytree(llama, tmp_path / "no-limit")
+    cfg = json.loads((bare / "config.json").read_text())
+    del cfg["max_position_embeddings"]
+    (bare / "config.json").write_text(json.dumps(cfg))
+    with pytest.warns(ContextLengthWarning, match=r"names no position limit .*taken to be 2,048.*--context"):
+        adapter = load_model(str(bare))
+    assert adapter.context == 2048 and model_record(adapter)["assumed_context"] is True
+    notes = model_notes([SimpleNamespace(label="no-limit", adapter=adapter)], 2048)
+    assert "its config.json names no position limit" in notes["no-limit"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ContextLengthWarning)
+        named = load_model(str(llama))  # 512 positions named: nothing to say, nothing recorded
+    assert "assumed_context" not in model_record(named)
+    assert model_notes([SimpleNamespace(label="tiny-llama", adapter=named)], 512) == {}

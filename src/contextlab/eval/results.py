@@ -283,7 +283,8 @@ def write_result(
 def model_record(adapter) -> dict:
     """What a result records about the model an adapter runs: its info, compute dtype and batch size, and
     the attention window of a model whose layers see only the last W tokens (``attention_window``)."""
-    record = {**vars(adapter.info), "dtype": adapter.dtype, "batch_size": adapter.batch_size}
+    record = {k: v for k, v in vars(adapter.info).items() if k != "assumed_context" or v}  # said when so
+    record.update(dtype=adapter.dtype, batch_size=adapter.batch_size)
     saved = getattr(adapter, "saved_dtype", None)
     if saved is not None and str(saved) != "torch.float32":  # a half-precision checkpoint, upcast or not
         record["weights_saved_as"] = str(saved).removeprefix("torch.")

@@ -47,6 +47,7 @@ class ModelInfo:
     objective: str = "clm"  # what it was trained with (an HF model: a causal LM)
     lm_prefix: list[int] = field(default_factory=list)  # ids before plain text to run it left to right
     not_lm: str = ""  # why it cannot be run as a left-to-right LM at all ("" = it can)
+    assumed_context: bool = False  # an HF config.json that names no position limit: ``context`` is assumed
 
 
 def kind_of(path: str | os.PathLike) -> str:
@@ -215,6 +216,33 @@ def require_hf_tokenizer(p: Path) -> Path:
     return tok_file
 
 
+def assumed_context_note(info: ModelInfo) -> str:
+    """What a reader must know of a model whose config.json names no position limit ("" otherwise)."""
+    if not info.assumed_context:
+        return ""
+    from contextlab.models.hf.causal import LIMIT_KEYS
+
+    return (
+        f"its config.json names no position limit ({', '.join(LIMIT_KEYS)}): its context is taken to be "
+        f"{info.context:,}, the default of its config class; if it was trained at a shorter one, measure "
+        "within that (profile --context N; an evaluation's --length or --lengths)"
+    )
+
+
+def _say_assumed_context(info: ModelInfo, cfg: dict, p: Path) -> None:
+    """A config.json with no position limit read as its class's default limit (2,048 for Llama) in
+    silence: a model trained at 300 positions was profiled at 2,048."""
+    import warnings
+
+    from contextlab.eval.adapter import ContextLengthWarning
+    from contextlab.models.hf.causal import LIMIT_KEYS
+
+    if any(isinstance(cfg.get(k), int) for k in LIMIT_KEYS):
+        return
+    info.assumed_context = True
+    warnings.warn(ContextLengthWarning(f"{p}: {assumed_context_note(info)}"), stacklevel=2)
+
+
 def _open_hf(p: Path, cfg: dict):
     """Any local Hugging Face causal LM folder with its tokenizer.json."""
     from contextlab.models.hf.custom_code import load_hf_causal_lm
@@ -229,6 +257,7 @@ def _open_hf(p: Path, cfg: dict):
         )
     info = _info(model, p, p, tok, cfg)
     info.architecture = str(cfg.get("model_type"))
+    _say_assumed_context(info, cfg, p)
     provenance = cfg.get("contextlab") or {}  # a model contextlab continued and exported: how it trained
     lead = tok.leading_special_ids()
     if provenance.get("contextlab_objective"):

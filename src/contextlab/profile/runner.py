@@ -317,9 +317,17 @@ def _announce(
 
 
 def model_notes(opened: list[Model], context: int) -> dict[str, str]:
-    """{label: what a reader of the report must know about the model} (its attention window): kept
+    """{label: what a reader of the report must know about the model} (a context its config does not
+    name, its attention window): kept
     in profile.json, so the page says it as the console did."""
-    return {m.label: note for m in opened if (note := window_note(m.adapter, context))}
+    from contextlab.inference.open import assumed_context_note
+
+    notes = {}
+    for m in opened:
+        said = [n for n in (assumed_context_note(m.adapter.info), window_note(m.adapter, context)) if n]
+        if said:
+            notes[m.label] = "; ".join(said)
+    return notes
 
 
 def _estimate(
