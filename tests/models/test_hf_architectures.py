@@ -16,7 +16,7 @@ import transformers
 
 from contextlab.data.hf_tokenizer import train_bpe
 from contextlab.eval.adapter import load_model
-from tests.conftest import shakespeare
+from tests.conftest import save_tiny_llama, shakespeare
 
 VOCAB = 300
 SMALL = dict(
@@ -94,3 +94,38 @@ def test_a_decoder_only_folder_loads_and_scores_from_a_shared_cache_as_from_whol
     whole = torch.log_softmax(adapter.logits(rows[:, :-1]).float(), -1).gather(-1, rows[:, 1:, None])[..., 0]
     torch.testing.assert_close(every, whole)  # as the model's own forward gives them
     assert adapter.backend._plain_head is (arch != "gemma2")
+
+
+def test_a_folder_of_its_own_modeling_code_is_run_only_when_asked(tmp_path, monkeypatch):
+    """A config.json with an auto_map made transformers ask "Do you wish to run the custom code? [y/N]"
+    on the terminal, then fail with no word of how to say yes; the code now runs on request only."""
+    import json
+
+    from contextlab.errors import UserError
+    from contextlab.models.hf import custom_code
+
+    folder = save_tiny_llama(tmp_path / "own-code", vocab=VOCAB, layers=1, chars=20_000)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["auto_map"] = {
+        "AutoConfig": "configuration_tiny.TinyConfig",
+        "AutoModelForCausalLM": "modeling_tiny.TinyForCausalLM",
+    }
+    (folder / "config.json").write_text(json.dumps(cfg))
+    monkeypatch.delenv(custom_code.TRUST_REMOTE_CODE, raising=False)
+    monkeypatch.setattr("sys.stdin", None)  # a prompt would read it
+    with pytest.raises(UserError) as refused:
+        load_model(str(folder))
+    said = str(refused.value)
+    assert "runs on its own Python code (configuration_tiny.py, modeling_tiny.py)" in said
+    assert "set CONTEXTLAB_TRUST_REMOTE_CODE=1 to run it" in said
+    seen = {}
+    real = transformers.AutoModelForCausalLM.from_pretrained
+
+    def spy(path, **kwargs):
+        seen.update(kwargs)
+        return real(path, **{**kwargs, "trust_remote_code": False})  # (the files it names are not there)
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", spy)
+    monkeypatch.setenv(custom_code.TRUST_REMOTE_CODE, "1")
+    assert load_model(str(folder)).info.architecture == "llama"
+    assert seen.get("trust_remote_code") is True  # transformers is asked to run the folder's code

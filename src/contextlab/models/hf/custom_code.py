@@ -199,12 +199,46 @@ def load_hf_causal_lm(path: str | os.PathLike, dtype: torch.dtype | None = None)
     p = _check_model_dir(path)
     register_with_transformers()
     kwargs = {"dtype": dtype} if dtype is not None else {}
+    trust = refuse_remote_code(p)
     try:
-        model = AutoModelForCausalLM.from_pretrained(p, local_files_only=True, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(
+            p, local_files_only=True, trust_remote_code=trust, **kwargs
+        )
     except (OSError, ValueError, KeyError) as e:
         raise UserError(load_error(p, e)) from e
     check_left_to_right(model, p)
     return model.eval()
+
+
+TRUST_REMOTE_CODE = "CONTEXTLAB_TRUST_REMOTE_CODE"  # =1: run a model folder's own modeling code
+
+
+def refuse_remote_code(p: Path) -> bool:
+    """Whether to let transformers run the modeling code of folder ``p`` (its config.json's
+    ``auto_map``): only when the user said so in ``CONTEXTLAB_TRUST_REMOTE_CODE=1``; otherwise one line
+    naming the files and that switch (transformers asked "Do you wish to run the custom code? [y/N]"
+    on the terminal, and failed without a word of how to say yes)."""
+    try:
+        cfg = json.loads((p / CONFIG_NAME).read_text())
+        auto = cfg.get("auto_map") or {}
+    except (OSError, ValueError, AttributeError):
+        return False
+    if not auto or is_contextlab_export(cfg):  # an export's code is contextlab's own, registered above
+        return False
+    if os.environ.get(TRUST_REMOTE_CODE) == "1":
+        return True
+    names = [v for entry in (auto.values() if isinstance(auto, dict) else []) for v in _listed(entry)]
+    files = sorted({v.split("--")[-1].split(".")[0] + ".py" for v in names})
+    raise UserError(
+        f"{p} runs on its own Python code ({', '.join(files) or 'auto_map in config.json'}), which "
+        f"contextlab does not run unasked: read it, then set {TRUST_REMOTE_CODE}=1 to run it (as "
+        "trust_remote_code=True does in transformers)"
+    )
+
+
+def _listed(entry) -> list[str]:
+    """An auto_map entry's class paths (a tokenizer's is a list, with None for a missing one)."""
+    return [str(v) for v in (entry if isinstance(entry, list) else [entry]) if v]
 
 
 def is_gpt_export(cfg: dict) -> bool:
