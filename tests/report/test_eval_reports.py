@@ -586,3 +586,14 @@ def test_a_float_that_only_rounds_to_a_whole_number_keeps_its_zeros():
 
     assert plain(5.99996) == "6.000" and plain(6.034) == "6.034" and plain(2.0) == "2"
     assert plain(29659) == "29,659" and plain(142825) == "142,825" and plain(9999) == "9999"
+
+
+def test_a_profile_headline_value_keeps_its_interval_apart():
+    """A user's profile page read "10.84 [10.8, 10.8]" for a best-context loss of [10.823, 10.849]."""
+    from contextlab.report.profile import with_interval
+
+    shown = with_interval(10.849084, [10.823, 10.849])
+    low, high = shown.split("[")[1].rstrip("]").split(", ")
+    assert low != high and shown == "10.8491 [10.8230, 10.8490]"
+    assert with_interval(0.2, [0.0567, 0.51]) == "0.200 [0.057, 0.510]"
+    assert with_interval(None, [1.0, 2.0]) is None and with_interval(3.5, None) == 3.5

@@ -71,7 +71,8 @@ def check_speculative(model) -> MTPModel:
     if not isinstance(model, MTPModel):
         raise UserError(
             f"speculative decoding needs an MTP model (objective mtp, n_future >= 2), got a "
-            f"{type(model).__name__}; drop --speculative or use a model trained with objective mtp"
+            f"{type(model).__name__}; drop --speculative or use a model trained with objective mtp (an "
+            "export of one keeps only its next-token head: give the run folder, which has the others)"
         )
     if model.config.n_future < 2:
         raise UserError(

@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 
 from contextlab.report.blocks import keys, muted, plain, pre, table
+from contextlab.report.blocks import with_interval as interval_text
 from contextlab.report.evals import compare_sections, eval_folder_section, eval_sections, read_results
 
 FORMAT = "contextlab-profile"
@@ -159,10 +160,11 @@ def headline_section(doc: dict) -> str:
 
 
 def with_interval(value, interval):
-    """A model's value, with its own 95% interval when the row has one: ``0.2 [0.0567, 0.51]``."""
+    """A model's value, with its own 95% interval when the row has one, to the decimals the interval's
+    width needs (``blocks.with_interval``: "10.84 [10.8, 10.8]" hid [10.823, 10.849])."""
     if value is None or not isinstance(interval, list):
         return value
-    return f"{plain(value)} {plain(interval)}"
+    return interval_text(value, interval)
 
 
 def better(h: dict, a: str, b: str) -> str:

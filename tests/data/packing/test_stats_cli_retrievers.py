@@ -450,3 +450,17 @@ def test_a_retrieving_pack_of_one_large_shard_is_told_the_shard_count_that_fits(
     pack(store, tmp_path / "ep", PackConfig(method="ep", context=63), progress=False)
     pack(store, tmp_path / "repo", PackConfig(method="splice", retriever="repo", context=63), progress=False)
     assert "retrieval costs more" not in capsys.readouterr().err
+
+
+def test_a_share_short_of_all_or_none_is_never_said_as_all_or_none():
+    """A user's note said "100% of the tokens are in documents that fill a sequence alone" of 0.9982."""
+    from contextlab.data.packing.stats import whole_percent
+
+    assert [whole_percent(x) for x in (0.9982, 1.0, 0.003, 0.0, 0.5, 0.861)] == [
+        "99.8%",
+        "100%",
+        "0.3%",
+        "0%",
+        "50%",
+        "86%",
+    ]

@@ -338,6 +338,14 @@ def near_duplicates_line(s: dict) -> str | None:
     )
 
 
+def whole_percent(share: float) -> str:
+    """``share`` as a whole percent, but never one that reads as all or none when it is not
+    (0.9982: "99.8%", where it read "100%")."""
+    p = 100 * float(share)
+    near_edge = (99.5 <= p < 100) or (0 < p < 0.5)
+    return f"{p:.1f}%" if near_edge else f"{p:.0f}%"
+
+
 def few_to_arrange(s: dict) -> str | None:
     """One line when most sequences of a retrieving packing hold a single document: the documents are
     long against the context, so the packing chose the neighbours of few sequences and a comparison
@@ -347,9 +355,9 @@ def few_to_arrange(s: dict) -> str | None:
         return None
     if "tokens_in_long_documents" in s:  # what fills the sequences: the tokens' documents, not the median one
         why = (
-            f"{100 * s['tokens_in_long_documents']:.0f}% of the tokens are in documents that fill a sequence "
-            f"alone (half of them in documents of {s['token_median_document_tokens']:,.0f} tokens or more), "
-            f"against context {s['context']:,}"
+            f"{whole_percent(s['tokens_in_long_documents'])} of the tokens are in documents that fill a "
+            f"sequence alone (half of them in documents of {s['token_median_document_tokens']:,.0f} tokens "
+            f"or more), against context {s['context']:,}"
         )
     else:
         median = s["median_document_tokens"]
