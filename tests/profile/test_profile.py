@@ -832,3 +832,23 @@ def test_a_config_that_names_no_position_limit_is_said_and_recorded(llama, tmp_p
         named = load_model(str(llama))  # 512 positions named: nothing to say, nothing recorded
     assert "assumed_context" not in model_record(named)
     assert model_notes([SimpleNamespace(label="tiny-llama", adapter=named)], 512) == {}
+
+
+def test_the_profile_bar_moves_while_a_step_runs_and_never_past_the_step():
+    """The profile's bar sat at 0% through a 45-second first step, its estimate printed."""
+    import io
+    import time
+
+    from tqdm import tqdm
+
+    from contextlab.profile.runner import advancing
+
+    bar = tqdm(total=20.0, file=io.StringIO())
+    with advancing(bar, 10.0, every=0.02):
+        time.sleep(0.3)
+        during = bar.n
+    assert 0.1 < during < 9.5 and bar.n == pytest.approx(10.0)
+    with advancing(bar, 0.05, every=0.02):  # a step longer than its estimate stops short of its share
+        time.sleep(0.2)
+        assert bar.n == pytest.approx(10.0 + 0.95 * 0.05)
+    assert bar.n == pytest.approx(10.05)

@@ -18,8 +18,10 @@ for large HF models) at the cost of holding both in memory with ``--compare``.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -384,7 +386,8 @@ def _execute(
         try:
             model = next(m for m in opened if m.label == label.split("+")[0])
             target = out / ("compare" if pair else f"models/{label}")
-            path = run_step(step, model, target, opened[1] if pair else None)
+            with advancing(bar, cost):
+                path = run_step(step, model, target, opened[1] if pair else None)
             rec.update(status="done", result=str(path.relative_to(out)))
         except Exception as e:  # a task this model cannot take, or one it has no memory for: the next may
             why = str(e) if isinstance(e, UserError) else memory_error_line(e, "profile")
@@ -394,8 +397,32 @@ def _execute(
             bars.write(f"  {step.name} ({label}) failed: {why}", file=sys.stdout)
         rec["seconds"] = round(time.perf_counter() - s0, 2)
         manifest.save()
-        bar.update(cost)
     bar.close()
+
+
+@contextlib.contextmanager
+def advancing(bar, cost: float, every: float = 1.0):
+    """Move ``bar`` (in estimated seconds) by the seconds a step has run, up to 95% of its ``cost``,
+    while it runs, then to the whole of it: the profile's bar sat at 0% through a 45-second first step,
+    its estimate printed, as if nothing ran."""
+    credited, stop = [0.0], threading.Event()
+    start = time.perf_counter()
+
+    def tick() -> None:
+        while not stop.wait(every):
+            due = min(0.95 * cost, time.perf_counter() - start)
+            if due > credited[0]:
+                bar.update(due - credited[0])
+                credited[0] = due
+
+    ticker = threading.Thread(target=tick, name="profile-bar", daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        ticker.join()
+        bar.update(cost - credited[0])
 
 
 def _finish(opened: list[Model], manifest: Manifest, t0: float) -> dict:
