@@ -711,3 +711,20 @@ def test_a_report_says_a_comparison_is_stale_once_a_result_it_paired_is_written_
     )
     compare_runs("a", "b", ["niah"], Options(), None, overwrite=True)  # the same paths: replaced
     assert "stale" not in build_report(tmp_path).read_text()
+
+
+def test_the_run_and_another_model_on_that_runs_held_out_part_pair(tmp_path):
+    """`--split run` on a run and `--split run --heldout-of RUN` on a Hugging Face model read the same
+    documents; they were refused as other samples, in a line that showed the run's empty value as a gap
+    ("option heldout_of  vs runs/swiglu")."""
+    from contextlab.compare.pairing import Side, check_pairing
+
+    def side(label, heldout_of, by):
+        data = {"hash": "h", "split": "run", "held_out_by": by}
+        return Side(label, tmp_path, {"data": data, "options": {"split": "run", "heldout_of": heldout_of}})
+
+    assert check_pairing("icl", side("run", "", "/r/swiglu"), side("hf", "runs/swiglu", "/r/swiglu")) == []
+    with pytest.raises(UserError) as refused:  # another run's held-out part: other documents
+        check_pairing("icl", side("run", "", "/r/swiglu"), side("hf", "runs/other", "/r/other"))
+    said = str(refused.value)
+    assert "heldout_of (none) vs runs/other" in said and "heldout_of  vs" not in said

@@ -149,7 +149,9 @@ def check_pairing(name: str, a: Side, b: Side) -> list[str]:
     same = _resolved_alike(name, a, b)  # a default on one side, the value it resolved to on the other
     for k in sorted(set(oa) | set(ob)):
         if oa.get(k) != ob.get(k) and k not in same:
-            (notes if k in FREE.get(name, ()) else diffs).append(f"option {k} {oa.get(k)} vs {ob.get(k)}")
+            (notes if k in FREE.get(name, ()) else diffs).append(
+                f"option {k} {_value(oa.get(k))} vs {_value(ob.get(k))}"
+            )
     ta, tb = (_tokenizer(s).get("hash") for s in (a, b))
     if _other_tokenizers(a, b):  # the same text is other tokens: even prompts of one layout hold other text
         diffs.append(f"tokenizer {ta[:8]} vs {tb[:8]}")
@@ -179,6 +181,9 @@ def _resolved_alike(name: str, a: Side, b: Side) -> set[str]:
         va, vb = (a.doc.get(part) or {}).get(key), (b.doc.get(part) or {}).get(key)
         if va is not None and va == vb:
             alike.add(option)
+    held = [(s.doc.get("data") or {}).get("held_out_by") for s in (a, b)]
+    if held[0] and held[0] == held[1]:  # one run's held-out part: `--split run` on the run itself, and
+        alike.add("heldout_of")  # `--heldout-of RUN` on another model, read the same documents
     return alike
 
 
@@ -202,8 +207,9 @@ def _causes(name: str, a: Side, b: Side) -> tuple[list[str], list[str], bool]:
             fix += ": the longer-context model's best-context window then lies below its own context"
         fixes.append(fix + ")")
         named.add(option)
+    alike = _resolved_alike(name, a, b)
     for k in sorted(set(oa) | set(ob)):
-        if k not in FREE.get(name, ()) and k not in named and oa.get(k) != ob.get(k):
+        if k not in FREE.get(name, ()) and k not in named | alike and oa.get(k) != ob.get(k):
             flag = "--" + k.replace("_", "-")
             causes.append(f"{flag} {_value(oa.get(k))} on {a.label} against {_value(ob.get(k))} on {b.label}")
             fixes.append(f"the same {flag}")
@@ -250,7 +256,9 @@ def _data_cause(a: Side, b: Side) -> str:
 
 
 def _value(v) -> str:
-    """A setting as a sentence shows it: 1023 -> '1,023', [128, 256] -> '128, 256'."""
+    """A setting as a sentence shows it: 1023 -> '1,023', [128, 256] -> '128, 256', '' -> '(none)'."""
+    if v is None or v == "":  # "--heldout-of  on A" read as a word missing
+        return "(none)"
     if isinstance(v, bool) or not isinstance(v, (int, list, tuple)):
         return str(v)
     if isinstance(v, int):
