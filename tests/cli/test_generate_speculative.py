@@ -54,7 +54,12 @@ def test_speculative_output_equals_plain_greedy(runs, tmp_path, capsys):
     plain = capsys.readouterr().out
     args = ["generate", "--model", run, "--prompt", "ROMEO:", "--max-new-tokens", "20", "--speculative"]
     assert main(args) == 0
-    assert capsys.readouterr().out == plain and len(plain) > 1
+    said = capsys.readouterr()
+    assert said.out == plain and len(plain) > 1
+    # what the drafts gave is said (it printed nothing of it): tokens a forward, each head's acceptance
+    line = next(x for x in said.err.splitlines() if x.startswith("speculative: "))
+    rate = float(line.split()[1])
+    assert 1.0 <= rate <= 3.0 and "drafts accepted: head 2 " in line and ", head 3 " in line
     prompts = tmp_path / "p.txt"
     prompts.write_text("First Citizen:\nO\nWhat say you to this, my lord? I\n")
     outs = []

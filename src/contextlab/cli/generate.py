@@ -248,6 +248,13 @@ def continuations(adapter, ids: list[list[int]], args, sampling, on_token=None) 
     )
 
 
+def _say_speculative(adapter, args) -> None:
+    """With --speculative, one line on stderr of what the drafts gave (it printed nothing of it)."""
+    stats = getattr(adapter.backend, "speculative_stats", None)
+    if args.speculative and stats is not None:
+        print(stats.line(), file=sys.stderr)
+
+
 class _Terminal:
     """Streams one continuation's text, holding back what could still become a stop string."""
 
@@ -325,6 +332,7 @@ def cmd_generate(argv: list[str]) -> int:
             stream = _Terminal(adapter.tokenizer.decode, args.stop)
             continuations(adapter, ids, args, sampling, on_token=stream)
             stream.finish()
+            _say_speculative(adapter, args)
             return 0
         rows = []
         for a in progress.bar(range(0, len(ids), args.batch_size), desc="generate", unit="batch"):
@@ -334,6 +342,7 @@ def cmd_generate(argv: list[str]) -> int:
             ):
                 completion = cut_at_stop(adapter.tokenizer.decode(new), args.stop)
                 rows.append(json.dumps({"prompt": text, "completion": completion, "new_tokens": len(new)}))
+        _say_speculative(adapter, args)
     body = "".join(r + "\n" for r in rows)
     if args.out:
         atomic_write_text(args.out, body)

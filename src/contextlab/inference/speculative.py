@@ -58,6 +58,17 @@ class SpeculativeStats:
         """Tokens a row gets from one forward (plain greedy decoding: 1)."""
         return self.row_tokens / max(self.row_forwards, 1)
 
+    def line(self) -> str:
+        """One line of what the drafts gave: tokens a forward, and how often each head's draft held."""
+        heads = ", ".join(
+            f"head {k} {'–' if rate is None else f'{100 * rate:.0f}%'}"
+            for k, rate in zip(range(2, self.n_future + 1), self.acceptance_per_head().values())
+        )
+        return (
+            f"speculative: {self.tokens_per_forward:.2f} tokens a forward (plain greedy decoding: 1) over "
+            f"{self.forwards:,} forwards; drafts accepted: {heads}"
+        )
+
     def acceptance_per_head(self) -> dict[str, float | None]:
         """{"head2": rate, ...}: head k's draft accepted given that the drafts of heads < k were."""
         return {

@@ -25,6 +25,7 @@ class ContextlabBackend:
         self.model = model
         self.autocast = autocast
         self.lead = list(lm_prefix)
+        self.speculative_stats = None  # SpeculativeStats of this backend's speculative decoding, if any
 
     def _in(self, idx: Tensor) -> Tensor:
         return with_lead(idx, self.lead)
@@ -138,7 +139,11 @@ class ContextlabBackend:
     ) -> list[list[int]]:
         """Greedy continuations by self-speculative decoding of an MTP model (inference/speculative.py);
         the same arguments as ``generate_many`` (``sampling`` is greedy: the adapter checks it)."""
-        from contextlab.inference.speculative import speculative_generate
+        from contextlab.inference.speculative import SpeculativeStats, speculative_generate
 
+        if self.speculative_stats is None:  # summed over the batches of one command
+            self.speculative_stats = SpeculativeStats(int(getattr(self.model.config, "n_future", 1)))
         stops = dict(stop_ids=stop_ids, stop_strings=stop_strings, detokenize=detokenize, on_token=on_token)
-        return self._decode(speculative_generate, prompts, max_new_tokens, **stops)
+        return self._decode(
+            speculative_generate, prompts, max_new_tokens, stats=self.speculative_stats, **stops
+        )
