@@ -96,7 +96,7 @@ def test_a_decoder_only_folder_loads_and_scores_from_a_shared_cache_as_from_whol
     assert adapter.backend._plain_head is (arch != "gemma2")
 
 
-def test_a_folder_of_its_own_modeling_code_is_run_only_when_asked(tmp_path, monkeypatch):
+def test_a_folder_of_its_own_modeling_code_is_run_only_when_asked(tmp_path, monkeypatch, capsys):
     """A config.json with an auto_map made transformers ask "Do you wish to run the custom code? [y/N]"
     on the terminal, then fail with no word of how to say yes; the code now runs on request only."""
     import json
@@ -110,22 +110,29 @@ def test_a_folder_of_its_own_modeling_code_is_run_only_when_asked(tmp_path, monk
         "AutoConfig": "configuration_tiny.TinyConfig",
         "AutoModelForCausalLM": "modeling_tiny.TinyForCausalLM",
     }
-    (folder / "config.json").write_text(json.dumps(cfg))
+    (folder / "config.json").write_text(json.dumps({**cfg, "model_type": "tiny-custom"}))
     monkeypatch.delenv(custom_code.TRUST_REMOTE_CODE, raising=False)
     monkeypatch.setattr("sys.stdin", None)  # a prompt would read it
-    with pytest.raises(UserError) as refused:
+    with pytest.raises(UserError) as refused:  # a type transformers has no class of: its code or nothing
         load_model(str(folder))
     said = str(refused.value)
     assert "runs on its own Python code (configuration_tiny.py, modeling_tiny.py)" in said
     assert "set CONTEXTLAB_TRUST_REMOTE_CODE=1 to run it" in said
-    seen = {}
+    seen = []
     real = transformers.AutoModelForCausalLM.from_pretrained
 
     def spy(path, **kwargs):
-        seen.update(kwargs)
+        seen.append(kwargs.get("trust_remote_code"))
         return real(path, **{**kwargs, "trust_remote_code": False})  # (the files it names are not there)
 
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", spy)
+    (folder / "config.json").write_text(json.dumps(cfg))  # a Llama with code of its own: transformers' Llama
+    capsys.readouterr()
+    assert load_model(str(folder)).info.architecture == "llama" and seen == [False]
+    assert (
+        "maps to modeling code of its own (configuration_tiny.py, modeling_tiny.py); transformers' own "
+        in (capsys.readouterr().err)
+    )
     monkeypatch.setenv(custom_code.TRUST_REMOTE_CODE, "1")
-    assert load_model(str(folder)).info.architecture == "llama"
-    assert seen.get("trust_remote_code") is True  # transformers is asked to run the folder's code
+    load_model(str(folder))
+    assert seen == [False, True]  # asked for: transformers is told to run the folder's code

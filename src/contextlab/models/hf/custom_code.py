@@ -24,6 +24,7 @@ import dataclasses
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import torch
@@ -229,11 +230,27 @@ def refuse_remote_code(p: Path) -> bool:
         return True
     names = [v for entry in (auto.values() if isinstance(auto, dict) else []) for v in _listed(entry)]
     files = sorted({v.split("--")[-1].split(".")[0] + ".py" for v in names})
+    if _native(cfg.get("model_type")):  # transformers runs its own class of the type (as it does unasked)
+        print(
+            f"note: {p} maps to modeling code of its own ({', '.join(files)}); transformers' own "
+            f"{cfg.get('model_type')} classes run it instead (set {TRUST_REMOTE_CODE}=1 to run the "
+            "folder's code)",
+            file=sys.stderr,
+        )
+        return False
     raise UserError(
         f"{p} runs on its own Python code ({', '.join(files) or 'auto_map in config.json'}), which "
         f"contextlab does not run unasked: read it, then set {TRUST_REMOTE_CODE}=1 to run it (as "
         "trust_remote_code=True does in transformers)"
     )
+
+
+def _native(model_type) -> bool:
+    """Whether transformers has classes of its own for ``model_type`` (Llama, Phi: a folder's auto_map
+    is then an older copy of them, or a change to them that the user asks for by name)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    return isinstance(model_type, str) and model_type in CONFIG_MAPPING
 
 
 def _listed(entry) -> list[str]:
