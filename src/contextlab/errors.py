@@ -15,6 +15,11 @@ class UserError(Exception):
     """An error the user can fix; its message is one line naming the problem and the fix."""
 
 
+class ContextLengthWarning(UserWarning):
+    """A model is run beyond the context it was trained (or extended) for, or at one its files do not
+    name (``contextlab.eval.adapter`` gives it its usual home)."""
+
+
 def some(names: list, show: int = 3) -> str:
     """The first ``show`` of ``names`` for a message line, and how many more: ``a, b, c and 4 more``."""
     more = f" and {len(names) - show} more" if len(names) > show else ""

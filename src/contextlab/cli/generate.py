@@ -248,6 +248,19 @@ def continuations(adapter, ids: list[list[int]], args, sampling, on_token=None) 
     )
 
 
+def _note_unused_sampling(sampling) -> None:
+    """One note when --top-k, --top-p or --seed are given to greedy decoding (--temperature 0)."""
+    given = {"--top-k": sampling.top_k, "--top-p": sampling.top_p < 1, "--seed": sampling.seed is not None}
+    unused = [flag for flag, v in given.items() if v]
+    if sampling.temperature == 0 and unused:  # they shape sampling, which greedy decoding does not do
+        print(
+            f"note: {', '.join(unused)} shape{'s' * (len(unused) == 1)} sampling, and --temperature 0 "
+            "decodes greedily (the most likely token), so they change nothing; give --temperature > 0 to "
+            "sample",
+            file=sys.stderr,
+        )
+
+
 def _say_speculative(adapter, args) -> None:
     """With --speculative, one line on stderr of what the drafts gave (it printed nothing of it)."""
     stats = getattr(adapter.backend, "speculative_stats", None)
@@ -296,22 +309,7 @@ def cmd_generate(argv: list[str]) -> int:
 
     args = _parser().parse_args(argv)
     sampling = dataclass_from_args(Sampling, args)
-    unused = [
-        f
-        for f, v in (
-            ("--top-k", sampling.top_k),
-            ("--top-p", sampling.top_p < 1),
-            ("--seed", sampling.seed is not None),
-        )
-        if v
-    ]
-    if sampling.temperature == 0 and unused:  # they shape sampling, which greedy decoding does not do
-        print(
-            f"note: {', '.join(unused)} shape{'s' * (len(unused) == 1)} sampling, and --temperature 0 "
-            "decodes greedily (the most likely token), so they change nothing; give --temperature > 0 to "
-            "sample",
-            file=sys.stderr,
-        )
+    _note_unused_sampling(sampling)
     if args.max_new_tokens < 1:
         raise UserError(f"--max-new-tokens must be 1 or more, got {args.max_new_tokens}")
     check_compute(args)

@@ -65,7 +65,6 @@ class HFTokenizer(Tokenizer):
         self._tt, self.engine_reason = None, "engine='hf' was asked for"
         if engine == "auto":
             self._tt, self.engine_reason = _tiktoken_twin(tok, self.special_tokens)
-        self._ranks = None if self._tt is None else self._tt._mergeable_ranks
         self.engine = "hf" if self._tt is None else "tiktoken"
 
     @classmethod
@@ -154,13 +153,11 @@ class HFTokenizer(Tokenizer):
 
     @functools.cached_property
     def ids_hash(self) -> str:
-        ranks = self._ranks
-        if ranks is None and self._engine_request == "hf":  # the same identity whichever engine encodes
-            twin, _ = _tiktoken_twin(self._tok, self.special_tokens)
-            ranks = None if twin is None else twin._mergeable_ranks
-        if ranks is None:
+        auto = self._engine_request == "auto"  # the same identity whichever engine encodes
+        twin = self._tt if auto else _tiktoken_twin(self._tok, self.special_tokens)[0]
+        if twin is None:
             return self.hash
-        return self._sha256(ranks_canonical(ranks), kind="gpt2")  # what gpt2:DIR of them hashes
+        return self._sha256(ranks_canonical(twin._mergeable_ranks), kind="gpt2")  # as gpt2:DIR of them
 
     def _legacy_canonical(self) -> Iterator[bytes]:
         yield json.dumps(json.loads(self._tok.to_str()), sort_keys=True).encode()

@@ -42,15 +42,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from contextlab.data.tokenizers import Tokenizer
-from contextlab.errors import UserError
+from contextlab.errors import ContextLengthWarning, UserError
 from contextlab.eval.backends import BACKENDS
 from contextlab.eval.backends.base import chunked_logprobs, logprob_chunk
 from contextlab.inference.open import ModelInfo
 from contextlab.inference.sampling import Sampling
-
-
-class ContextLengthWarning(UserWarning):
-    """An evaluation runs a model beyond the context it was trained (or extended) for."""
 
 
 class ModelAdapter:

@@ -234,7 +234,7 @@ def _say_assumed_context(info: ModelInfo, cfg: dict, p: Path) -> None:
     silence: a model trained at 300 positions was profiled at 2,048."""
     import warnings
 
-    from contextlab.eval.adapter import ContextLengthWarning
+    from contextlab.errors import ContextLengthWarning
     from contextlab.models.hf.causal import LIMIT_KEYS
 
     if any(isinstance(cfg.get(k), int) for k in LIMIT_KEYS):

@@ -176,6 +176,18 @@ def _results(sweep: Path) -> list[dict]:
         return list(csv.DictReader(fh))
 
 
+def _stopped_note(sweep: Path, gone: list[str]) -> list[str]:
+    """The line under a sweep's table for the runs ``_with_stopped_runs`` found stopped (none: [])."""
+    if not gone:
+        return []
+    text = (
+        f"stopped, not running: {', '.join(gone)} (results.csv says running, but the sweep that ran them "
+        "was killed: its process is gone). They are unfinished and not in the analysis below; run the "
+        f"sweep again (contextlab sweep {sweep / 'sweep.toml'}) to finish them and refresh both"
+    )
+    return [f"<p><b>{html.escape(text)}</b></p>"]
+
+
 def _with_stopped_runs(sweep: Path, rows: list[dict]) -> tuple[list[dict], list[str]]:
     """``rows`` with "stopped" for each run results.csv says is running whose sweep process is gone
     (a sweep killed with ``kill -9`` has no way out to record it), and those runs' names."""
@@ -258,18 +270,7 @@ def outside_grid(sweep: Path) -> list[Path]:
 def sweep_section(sweep: Path) -> str:
     parts = ["<h2>Sweep results</h2>"]
     rows, gone = _with_stopped_runs(sweep, _results(sweep))
-    parts.append(table(rows))
-    if gone:
-        parts.append(
-            "<p><b>"
-            + html.escape(
-                f"stopped, not running: {', '.join(gone)} (results.csv says running, but the sweep that ran "
-                "them was killed: its process is gone). They are unfinished and not in the analysis below; "
-                f"run the sweep again (contextlab sweep {sweep / 'sweep.toml'}) to finish "
-                "them and refresh both"
-            )
-            + "</b></p>"
-        )
+    parts += [table(rows), *_stopped_note(sweep, gone)]
     left_out = outside_grid(sweep)
     if left_out:
         names = ", ".join(str(p.relative_to(sweep)) for p in left_out)
