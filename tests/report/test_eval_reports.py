@@ -241,7 +241,7 @@ def test_a_profile_of_two_models_has_its_headline_steps_models_and_comparisons(t
     head = text[text.index("<h2>Headline</h2>") : text.index("<h2>Steps</h2>")]
     assert "b − a" in head and "[-0.248, 1.11]" in head and "no clear difference (lower is better)" in head
     assert "nats/token" in head and "chance 0.2" in head
-    assert re.search(r"<td[^>]*>0\.200 \[0\.0\d+, 0\.\d+\]", head)  # a value with its own interval, to its width
+    assert re.search(r"<td[^>]*>0\.200 \[0\.0\d+, 0\.\d+\]", head)  # a value with its own interval
     assert "Missing:</b> attention of a+b (skipped)" in text and "contextlab models only" in text
     assert "Not compared" in text and "bayes-fit: not run" in text
     assert "Model a: " in text and "Model b: " in text and text.count("Evaluation: passkey") == 2
