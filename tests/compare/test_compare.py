@@ -177,11 +177,17 @@ def test_sets_that_score_alike_for_both_say_why_the_interval_has_no_width(tmp_pa
     niah_result(tmp_path / "a", a, group, cell)
     niah_result(tmp_path / "b", b, group, cell)
     _, (doc,) = compare_runs(tmp_path / "a", tmp_path / "b", ["niah"], Options(), tmp_path / "o")
-    assert doc["results"]["overall"]["interval95"] == [0.0, 0.0] and doc["results"]["no_spread"] is True
+    lo, hi = doc["results"]["overall"]["interval95"]
+    assert lo < 0 < hi and doc["results"]["no_spread"] is True  # not a certain tie: Newcombe's interval
     assert doc["notes"][0].startswith("niah: every candidate set scores alike for A and B")
     niah_result(tmp_path / "c", np.tile([1, 1, 0, 0, 0], 8), group, cell)
     _, (other,) = compare_runs(tmp_path / "c", tmp_path / "b", ["niah"], Options(), tmp_path / "o2")
-    assert "no_spread" not in other["results"] and [n.split(",")[0] for n in other["notes"]] == [
+    assert "no_spread" not in other["results"] and [n.split(" (")[0] for n in other["notes"]] == [
+        "niah: every candidate set differs by the same amount between A and B"  # +1 of 5 in each set
+    ]
+    niah_result(tmp_path / "d", np.tile([1, 1, 0, 0, 0], 4).tolist() + [1] * 20, group, cell)
+    _, (third,) = compare_runs(tmp_path / "d", tmp_path / "b", ["niah"], Options(), tmp_path / "o3")
+    assert [n.split(",")[0] for n in third["notes"]] == [
         "niah: only 8 candidate sets"  # a bootstrap over 8 sets is too narrow: said
     ]
 
@@ -728,3 +734,27 @@ def test_the_run_and_another_model_on_that_runs_held_out_part_pair(tmp_path):
         check_pairing("icl", side("run", "", "/r/swiglu"), side("hf", "runs/other", "/r/other"))
     said = str(refused.value)
     assert "heldout_of (none) vs runs/other" in said and "heldout_of  vs" not in said
+
+
+def test_a_difference_the_same_in_every_candidate_set_keeps_an_interval():
+    """A copier right on all 100 needles against a blind model right on exactly 1 of 5 in each of 20
+    sets: the bootstrap over sets gave +0.80 [+0.80, +0.80] (every set differs by 4/5), which a user
+    would quote. Newcombe's paired interval keeps each model's own uncertainty."""
+    import math
+
+    from contextlab.compare.paired import _accuracy_diff
+    from contextlab.eval.stats import wilson
+
+    group = np.repeat(np.arange(20), 5)
+    ca = np.ones(100, bool)
+    cb = np.tile([True, False, False, False, False], 20)
+    d = _accuracy_diff(ca, cb, group, Options())
+    lo, hi = d["interval95"]
+    (l1, _), (l2, u2) = wilson(100, 100), wilson(20, 100)
+    assert d["diff"] == pytest.approx(0.8) and lo < 0.8 < hi
+    assert lo == pytest.approx(0.8 - math.hypot(1 - l1, u2 - 0.2)) and hi == pytest.approx(0.8 + (0.2 - l2))
+    assert d["interval_method"].startswith("Newcombe")
+    # where the sets differ from one another the bootstrap over them stands
+    spread = cb.copy()
+    spread[:5] = True
+    assert _accuracy_diff(ca, spread, group, Options())["interval_method"] == "cluster bootstrap"

@@ -173,16 +173,25 @@ def task(name: str):
         )
         results = {"metric": metric, "cluster": cluster, "cell_parts": CELL_PARTS[name]}
         notes = []
+        bootstrapped = overall["interval_method"] == "cluster bootstrap"
         sums, _ = cs.per_cluster(ca.astype(np.float64) - cb, group)
         if len(sums) and not np.any(sums):
             results["no_spread"] = True
             notes.append(
                 f"{name}: every candidate set scores alike for A and B (the same number right in each set: "
-                "in a balanced set a model blind to the context gets exactly 1 of its k), so the interval "
-                "has no width; it says the two retrieve equally on these sets, which is what two models "
-                "that do not retrieve at all also give"
+                "in a balanced set a model blind to the context gets exactly 1 of its k), so a resampling of "
+                "sets has no spread and the interval is Newcombe's of paired proportions over the samples; "
+                "the two retrieve equally on these sets, which is what two models that do not retrieve at "
+                "all also give"
             )
-        if overall["n_clusters"] < FEW_CLUSTERS:  # a percentile bootstrap over a handful is too narrow
+        elif not bootstrapped:
+            notes.append(
+                f"{name}: every {cluster} differs by the same amount between A and B (in a balanced set a "
+                "model blind to the context gets exactly 1 of its k), so a resampling of them has no spread: "
+                "the interval is Newcombe's of paired proportions over the samples, which keeps each "
+                "model's own uncertainty"
+            )
+        if bootstrapped and overall["n_clusters"] < FEW_CLUSTERS:  # a bootstrap over a handful is too narrow
             results["few_clusters"] = True
             notes.append(
                 f"{name}: only {overall['n_clusters']} {cluster}s, and a bootstrap over fewer than "
@@ -223,9 +232,18 @@ def _common_metric(name: str, a: Side, b: Side) -> str:
 
 
 def _accuracy_diff(ca: np.ndarray, cb: np.ndarray, group: np.ndarray, o: Options) -> dict:
+    """A - B with the cluster bootstrap's interval, or, where every cluster differs by the same amount
+    (the bootstrap then has no width: +0.80 [+0.80, +0.80] of a copier against a blind model on balanced
+    sets), Newcombe's interval of paired proportions over the samples (``interval_method`` says which)."""
     sums, counts = cs.per_cluster(ca.astype(np.float64) - cb, group)
     out = cs.cluster_bootstrap(sums, counts, o.resamples, o.seed)
-    return {**out, "a": float(ca.mean()), "b": float(cb.mean()), "n": len(ca), "mcnemar": cs.mcnemar(ca, cb)}
+    table = cs.mcnemar(ca, cb)
+    out["interval_method"] = "cluster bootstrap"
+    means = sums / np.maximum(counts, 1)
+    if out["interval95"] is not None and len(means) and np.ptp(means) == 0:
+        out["interval95"] = cs.newcombe_paired(table)
+        out["interval_method"] = "Newcombe's paired score interval (no spread over clusters to resample)"
+    return {**out, "a": float(ca.mean()), "b": float(cb.mean()), "n": len(ca), "mcnemar": table}
 
 
 def icl(a: Side, b: Side, o: Options) -> dict:
