@@ -175,6 +175,32 @@ def test_hf_llama_continues_with_yarn_exports_and_reloads(tmp_path, hf_store, ll
     assert torch.allclose(exported.logits(x), ours, atol=1e-5)
 
 
+def test_a_rope_model_continued_longer_without_extension_exports_the_context_it_trained_at(
+    tmp_path, hf_store, llama_dir
+):
+    """A user's Llama of 256 positions trained at 512 with extend.method=none exported as a 256-position
+    model: its export was read at 256 by default, and at 512 said "trained at context 256"."""
+    run = tmp_path / "plain"
+    train(
+        run_config(
+            hf_store,
+            run,
+            train={"context": 32, "max_steps": 2, "ckpt_every": 2},
+            init={"source": str(llama_dir)},
+            extend={"method": "none"},
+        )
+    )
+    out = export_checkpoint(run, tmp_path / "export")
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["max_position_embeddings"] == 32 and (cfg.get("rope_parameters") or {}).get("rope_type") in (
+        None,
+        "default",
+    )
+    assert load_model(out).info.context == 32 == load_model(run).info.context
+    x = ids(32, 300)
+    assert torch.allclose(load_model(out).logits(x), load_model(run).logits(x), atol=1e-5)
+
+
 def test_continued_hf_run_resumes_exactly(tmp_path, hf_store, llama_dir):
     sections = dict(init={"source": str(llama_dir)}, extend={"method": "pi"})
     ref = tmp_path / "ref"

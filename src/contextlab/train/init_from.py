@@ -250,7 +250,13 @@ def _load_matching(model: nn.Module, weights: dict) -> tuple[list[str], list[str
 
 
 def _from_hf(cfg, objective, store, src: Path, hf_config) -> InitModel:
-    from contextlab.models.hf.causal import context_limit, extend_hf_rope, load_for_training, rope_params
+    from contextlab.models.hf.causal import (
+        context_limit,
+        extend_hf_rope,
+        load_for_training,
+        raise_position_limit,
+        rope_params,
+    )
 
     lead = _check_hf_tokenizer(src, store, int(hf_config.vocab_size))
     if objective.arch != "gpt":
@@ -280,6 +286,7 @@ def _from_hf(cfg, objective, store, src: Path, hf_config) -> InitModel:
                 f"{new_context}; lower train.context"
             )
         _note_plain_extrapolation(method, limit, new_context)
+        raise_position_limit(hf_config, new_context + len(lead))  # the context it trains at, exported so
     model = load_for_training(src, hf_config, lead)
     if objective.vocab_size > model.hf.get_input_embeddings().weight.shape[0]:
         model.hf.resize_token_embeddings(objective.vocab_size)  # the objective's special tokens

@@ -247,11 +247,17 @@ def extend_hf_rope(
             if params["rope_type"] != "default"
             else None
         )
+    raise_position_limit(config, new_context + lead)
+    return params
+
+
+def raise_position_limit(config: PretrainedConfig, at_least: int) -> None:
+    """The position limit ``config`` declares, raised to ``at_least`` (a RoPE model trained at a longer
+    context without extension: its export said the old limit, and was read there)."""
     for key in LIMIT_KEYS:
         if isinstance(getattr(config, key, None), int):
-            setattr(config, key, max(new_context + lead, getattr(config, key)))
+            setattr(config, key, max(at_least, getattr(config, key)))
             break
-    return params
 
 
 # ---------------------------------------------------------------------------- load and save
