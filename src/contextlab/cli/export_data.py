@@ -30,9 +30,12 @@ def cmd_data_export(argv: list[str]) -> int:
     if val.get("from") == "heldout documents":
         n = val["documents"]
         splits += f" (windows over the {n:,} document{'s' * (n != 1)} the pack held out)"
+    lost = rec.get("short_row_tokens_left_out") or 0
+    packed = max(rec.get("packed_tokens") or 1, 1)
+    share = f" ({lost:,} tokens, {100 * lost / packed:.1f}% of the packed ones)"
     print(
         f"wrote {report.out} ({rec['export_format']}, context {rec['context']:,}): {splits}; "
-        f"{short:,} short row{'s' * (short != 1)} left out; {report.seconds:,.1f} s"
+        f"{short:,} short row{'s' * (short != 1)} left out{share if short else ''}; {report.seconds:,.1f} s"
     )
     return 0
 

@@ -303,7 +303,11 @@ def test_a_packing_of_documents_long_against_the_context_is_told_it_had_little_t
     )
     s = pack_stats(PackedStore(tmp_path / "long"))
     assert s["single_document_sequences"] >= 0.5 and s["median_document_tokens"] == 299
-    assert "differs little from ep here" in format_pack_stats(s)
+    assert s["retrieved_entries"] == 0  # one document fills each sequence: nothing was retrieved
+    assert "splice chose no neighbour at all: this pack is ep's" in format_pack_stats(s)
+    from contextlab.data.packing.stats import few_to_arrange
+
+    assert "differs little from ep here" in few_to_arrange({**s, "retrieved_entries": 3})
     assert cmd_pack([*args, "--context", "2047", "--out", str(tmp_path / "wide")]) == 0
     assert "note:" not in capsys.readouterr().out
     assert pack_stats(PackedStore(tmp_path / "wide"))["single_document_sequences"] < 0.5

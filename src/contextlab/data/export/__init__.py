@@ -302,6 +302,8 @@ def _record(pk: PackedStore, cfg: ExportConfig, written: dict[str, dict], has_va
         "row_len": pk.row_len,
         "document_ids": "global document index of the token store",
         "short_rows_left_out": 0 if cfg.keep_short_rows else int((lengths < pk.row_len).sum()),
+        "short_row_tokens_left_out": 0 if cfg.keep_short_rows else int(lengths[lengths < pk.row_len].sum()),
+        "packed_tokens": int(lengths.sum()),
         "validation": validation,
         "splits": written,
     }

@@ -293,6 +293,7 @@ def arrangement(packed: PackedStore, docs_per: np.ndarray | None = None) -> dict
     lengths = np.sort(np.asarray(packed.store.lengths()))
     total = float(lengths.sum())
     cum = np.cumsum(lengths)
+    sims = np.asarray(packed.similarity)
     return {
         "method": cfg["method"],
         "retriever": cfg["retriever"] if cfg["method"] in retrieving_methods() else None,
@@ -302,6 +303,7 @@ def arrangement(packed: PackedStore, docs_per: np.ndarray | None = None) -> dict
         # half the tokens are in documents at least this long (the median a token's document has)
         "token_median_document_tokens": float(lengths[np.searchsorted(cum, total / 2)]) if total else 0.0,
         "tokens_in_long_documents": float(lengths[lengths >= packed.row_len].sum() / total) if total else 0.0,
+        "retrieved_entries": int((np.isfinite(sims) & (sims > 0)).sum()),
     }
 
 
@@ -362,10 +364,14 @@ def few_to_arrange(s: dict) -> str | None:
     else:
         median = s["median_document_tokens"]
         why = f"the median document has {median:,.0f} tokens against context {s['context']:,}"
+    chose = (
+        "chose no neighbour at all: this pack is ep's, and a comparison with ep compares it with itself"
+        if s.get("retrieved_entries", s.get("retrieved_fraction_of_entries")) == 0
+        else "chose the neighbours of few sequences and differs little from ep here"
+    )
     return (
         f"note: {100 * single:.0f}% of sequences hold (a piece of) one document: {why}, so {s['method']} "
-        "chose the neighbours of few sequences and differs little from ep here; a longer context, or "
-        "a corpus of shorter documents, gives it more to arrange"
+        f"{chose}; a longer context, or a corpus of shorter documents, gives it more to arrange"
     )
 
 
