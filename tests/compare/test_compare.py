@@ -758,3 +758,22 @@ def test_a_difference_the_same_in_every_candidate_set_keeps_an_interval():
     spread = cb.copy()
     spread[:5] = True
     assert _accuracy_diff(ca, spread, group, Options())["interval_method"] == "cluster bootstrap"
+
+
+def test_two_runs_of_an_evaluation_compare_does_not_pair_are_told_so(tmp_path):
+    """Both runs had mqar results, and compare said "no evaluation in common ... run the same
+    `contextlab eval NAME` on both"."""
+    for run in ("a", "b"):
+        write_result(
+            tmp_path / run / "eval",
+            "mqar",
+            results={"summary": {"vocab_accuracy": 0.5}},
+            options={},
+            model={"id": run},
+            data={},
+            seconds=0.0,
+        )
+    with pytest.raises(UserError) as refused:
+        compare_runs(tmp_path / "a", tmp_path / "b", [], Options(), tmp_path / "o")
+    said = str(refused.value)
+    assert "both have mqar, which compare does not pair (yet)" in said and "run the same" not in said

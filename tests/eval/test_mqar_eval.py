@@ -142,7 +142,17 @@ def test_cli_trains_and_evaluates_a_tiny_run(store, tmp_path):
     assert data["store"] == str(store) and data["hash"] and data["training_store"] is True
     values = data["config"]["values"]  # the vocabulary accuracy's chance is a blind guess among the values
     assert res["summary"]["vocab_chance"] == pytest.approx(1 / values)
-    assert f"(chance 1/{values} = {1 / values:.3f}, a blind guess among the values" in res["text"][0]
+    assert (
+        f"(a blind guess among the {values} values: {1 / values:.3f}; a model that answers" in res["text"][0]
+    )
+    # and the baseline a model that does not bind keys to values reaches (0.262 read as 16x chance)
+    n = data["config"].get("pairs") or res["by_pairs"][0]["pairs"]
+    first, eliminating = res["summary"]["vocab_no_binding"]
+    assert first == pytest.approx(1 / n) and eliminating == pytest.approx(
+        sum(1 / k for k in range(1, n + 1)) / n
+    )
+    assert f"binds none to its key: {first:.3f}, and {eliminating:.3f} if it leaves out" in res["text"][0]
+    assert res["summary"]["vocab_accuracy_ci95"] == res["by_pairs"][0]["vocab_ci95"]
 
 
 def test_a_text_model_is_told_the_store_is_a_synthetic_vocabulary(store):

@@ -412,9 +412,18 @@ def comparisons(
     if unknown:
         raise UserError(f"compare does not know {', '.join(unknown)}; choose from {', '.join(COMPARERS)}")
     if not names:
+        from contextlab.eval import EVALS
+
+        shared = sorted({f.stem for f in fa.glob("*.json")} & {f.stem for f in fb.glob("*.json")})
+        unpaired = [n for n in shared if n in EVALS and n not in COMPARERS]
         raise UserError(
-            f"{run_a} and {run_b} have no evaluation in common that compare knows ({', '.join(COMPARERS)}); "
-            "run the same `contextlab eval NAME` on both"
+            f"{run_a} and {run_b} have no evaluation in common that compare knows ({', '.join(COMPARERS)})"
+            + (
+                f"; both have {', '.join(unpaired)}, which compare does not pair (yet): read their results "
+                "side by side (`contextlab report` of a folder holding both)"
+                if unpaired
+                else "; run the same `contextlab eval NAME` on both"
+            )
         )
     sides = [(name, side(fa, la, name), side(fb, lb, name)) for name in names]
     notes = {name: check_pairing(name, a, b) for name, a, b in sides}  # refuse before writing anything

@@ -202,18 +202,22 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     res = tasks.summarize(rows_all, 1 + options.distractors)
     hits = np.concatenate(vocab)
     p, cp = stats.proportion(hits), stats.proportion([r["likelihood_correct"] for r in ctrl_all])
+    first, eliminating = no_binding(by_pairs)
     res["summary"] = {
         "vocab_accuracy": p["accuracy"],
-        "vocab_ci95": p["ci95"],
+        "vocab_accuracy_ci95": p["ci95"],
         "vocab_chance": 1 / cfg.values,  # the argmax over the whole vocabulary: 1/V of a blind guess
+        "vocab_no_binding": [first, eliminating],  # a value of the prompt unbound to its key: 1/N, H_N/N
         **res["summary"],
     }
     res["summary"] |= {"control_accuracy": cp["accuracy"], "control_ci95": cp["ci95"]}
     res["by_pairs"] = by_pairs
     res["text"] = [
         f"vocabulary accuracy {p['accuracy']:.3f} [{p['ci95'][0]:.3f}, {p['ci95'][1]:.3f}] "
-        f"of {len(hits)} answers (chance 1/{cfg.values} = {1 / cfg.values:.3f}, a blind guess among the "
-        f"values; the candidate accuracy's chance is 1/{1 + options.distractors})",
+        f"of {len(hits)} answers (a blind guess among the {cfg.values} values: {1 / cfg.values:.3f}; a "
+        f"model that answers with a value of the prompt but binds none to its key: {first:.3f}, and "
+        f"{eliminating:.3f} if it leaves out the values of keys asked already; the candidate accuracy's "
+        f"chance is 1/{1 + options.distractors})",
         *res["text"],
         f"removed-pairs control {cp['accuracy']:.3f} [{cp['ci95'][0]:.3f}, {cp['ci95'][1]:.3f}], "
         f"chance {1 / (1 + options.distractors):.3f}",
@@ -226,6 +230,16 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     # model trained on is told by its hash), as the other store-reading evaluations record it
     info = {"store": str(data), "hash": store.hash, "config": dataclasses.asdict(cfg)}
     return EvalOutput(res, info, arrays=arrays, plot=_plot(res, options, adapter.info.id))
+
+
+def no_binding(by_pairs: list[dict]) -> tuple[float, float]:
+    """The vocabulary accuracy of a model that answers with a value of the prompt but binds none to its
+    key (docs/mqar.md): 1/N a guess, H_N/N over a sequence's N answers when it leaves out the values of
+    the keys asked already; averaged over the pair counts by their answers."""
+    n = np.array([e["pairs"] for e in by_pairs], float)
+    w = np.array([e["answers"] for e in by_pairs], float)
+    harmonic = np.array([np.sum(1.0 / np.arange(1, k + 1)) for k in n.astype(int)])
+    return float(np.sum(w / n) / w.sum()), float(np.sum(w * harmonic / n) / w.sum())
 
 
 def _plot(res: dict, o: Options, model_id: str):
