@@ -652,6 +652,10 @@ def test_calibrated_accuracy_takes_the_candidates_own_prior_out():
     lines = tasks.summary_lines(summary)
     assert lines[1].startswith("calibrated accuracy 1.00 [") and ", chance 0.20" in lines[1]
     assert lines[-1].startswith("note: the evidence raises the true answer most in 1.00 of the prompts")
+    # a model that copies the last value it saw raises the true one too (present only with its pair):
+    # the note names both readings, and the likelihood accuracy as the test of retrieval
+    assert "without finding the one asked for" in lines[-1]
+    assert lines[-1].endswith("the likelihood accuracy is the test of retrieval")
 
     class Blind:  # reads no evidence: every gain is 0, a tie that goes the same way in every rotation
         def score_continuations(self, prompt, cands):

@@ -249,8 +249,11 @@ def summary_lines(summary: dict) -> list[str]:
         lines.append(
             f"note: the evidence raises the true answer most in {summary['calibrated_accuracy']:.2f} of the "
             f"prompts, but it is the most likely candidate in only {summary['likelihood_accuracy']:.2f}: the "
-            "candidates' own prior (their length, their words) outweighs what the model reads; calibrated "
-            "accuracy reads it with that prior taken out"
+            "either the candidates' own prior (their length, their words) outweighs what the model reads, "
+            "or it reads that a value is in the prompt without finding the one asked for (a model that "
+            "copies the last value it saw: the evidence raises the true one, present only with it, and it "
+            "still picks another); calibrated accuracy cannot tell these apart, the likelihood accuracy is "
+            "the test of retrieval"
         )
     return lines
 
