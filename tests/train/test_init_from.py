@@ -520,3 +520,23 @@ def test_a_continued_run_of_absolute_positions_is_not_read_past_them(
         )
     assert not load_model(tmp_path / "g").info.extends_beyond
     assert load_model(tmp_path / "l").info.extends_beyond
+
+
+def test_an_extension_factor_that_does_not_fit_the_context_is_said(capsys):
+    """extend.factor 4 with a model of 256 positions trained at 512 was accepted in silence, and
+    transformers warned on loading the export that the factor and the limit disagree."""
+    from types import SimpleNamespace
+
+    from contextlab.train.init_from import resolve_extension
+
+    ext = SimpleNamespace(method="yarn", factor=4.0, rope_base=0.0)
+    assert resolve_extension(ext, 256, 512) == ("yarn", 4.0)
+    said = capsys.readouterr().out
+    assert "note: extend.factor 4 scales the model's 256 positions for 1,024" in said
+    assert "train.context 512 needs factor 2" in said
+    for fitting in (
+        SimpleNamespace(method="yarn", factor=2.0, rope_base=0.0),
+        SimpleNamespace(**{**vars(ext), "factor": 0}),
+    ):
+        assert resolve_extension(fitting, 256, 512) == ("yarn", 2.0)
+    assert capsys.readouterr().out == ""

@@ -101,6 +101,14 @@ def resolve_extension(ext, original_context: int, new_context: int) -> tuple[str
             f"extend.factor is {factor:g}: train.context ({new_context}) is not longer than the model's "
             f"context ({original_context}); raise train.context or set extend.factor"
         )
+    fits = new_context / original_context
+    if ext.method in ("pi", "ntk", "yarn") and ext.factor and abs(factor - fits) > 1e-9 * fits:
+        print(  # accepted in silence, and transformers then warned on loading the export
+            f"note: extend.factor {factor:g} scales the model's {original_context:,} positions for "
+            f"{factor * original_context:,.0f}, and train.context {new_context:,} needs factor {fits:g}: it "
+            "trains at its context with positions scaled for the other, and an export's config holds both "
+            "(transformers warns on loading it that they disagree); leave extend.factor out to fit it"
+        )
     return ext.method, factor
 
 
