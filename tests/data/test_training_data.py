@@ -190,3 +190,18 @@ def test_a_mixture_source_short_of_its_validation_share_is_said(packed):
     assert note.startswith("note: the validation rows mix the data.mixture sources ")
     assert "where their weights ask 250 / 750: 2 sources hold out too little text for their share" in note
     assert not build(DataSection(mixture=mix, val_fraction=0.3), val_tokens=64).notes  # 2 / 6 rows: enough
+
+
+def test_a_mixture_of_packs_of_other_contexts_names_every_one(stores, packed, tmp_path):
+    """A mixture of a pack at 16,384 and one at 512 under train.context 512 was told "pack again with
+    --context 512 or set train.context = 16384": the second way out was refused by the other source."""
+    longer = pack(stores["s1"], tmp_path / "p16", PackConfig(method="ep", context=16, seed=1, val_fraction=0))
+    mix = [
+        MixtureSource(packed=str(packed[0].path), weight=1),
+        MixtureSource(packed=str(longer.packed.path), weight=1),
+    ]
+    with pytest.raises(UserError) as refused:
+        build(DataSection(mixture=mix, val_fraction=0.3))
+    said = str(refused.value)
+    assert f"{packed[0].path}: 8, {longer.packed.path}: 16" in said
+    assert "pack that one again with --context 8" in said and "set train.context" not in said

@@ -325,6 +325,20 @@ def _split_documents(
     return source, _val_documents(data, val, eot, context, n_val)
 
 
+def _check_one_context(packed: list[PackedStore], context: int) -> None:
+    """One line for packed stores of other contexts than train.context, naming all of them: a mixture's
+    first mismatch said "or set train.context = 16384", which the next source then refused."""
+    other = [p for p in packed if p.context != int(context)]
+    if len(packed) < 2 or not other:
+        return  # one store: PackedRows says it, with both ways out
+    each = ", ".join(f"{p.path}: {p.context:,}" for p in packed)
+    raise UserError(
+        f"the mixture's packed stores are not all packed for train.context {context:,} ({each}); pack "
+        f"{'that one' if len(other) == 1 else 'those'} again with --context {context} (a mixture trains "
+        "every source at one context)"
+    )
+
+
 def _split_packed(
     data: DataOptions, packed: list[PackedStore], store: TokenStore, context: int, n_val: int
 ) -> tuple[list[RowSource], ValSources]:
@@ -336,6 +350,7 @@ def _split_packed(
             "data.train_tokens works on a token store (data.store), not on packed stores; "
             "train from data.store or pack a smaller store"
         )
+    _check_one_context(packed, context)
     if data.val_store:
         eot = store.tokenizer_spec.get("eot_id")
         val_docs = _val_documents(data, _val_store(data, store), eot, context, n_val)
