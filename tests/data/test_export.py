@@ -390,3 +390,11 @@ def test_the_tokens_of_the_short_rows_left_out_are_said(packed, tmp_path, capsys
     assert (
         f"short rows left out ({lost:,} tokens, {share:.1f}% of the packed ones)" in capsys.readouterr().out
     )
+
+
+def test_a_packed_store_given_to_model_export_names_data_export(packed, tmp_path, capsys):
+    """`contextlab export PACKED` said "has no checkpoints ...; train first"."""
+    assert main(["export", str(packed.path), "--out", str(tmp_path / "hf")]) == 2
+    said = capsys.readouterr().err
+    assert "is a packed store" in said and "`contextlab data export` writes its rows" in said
+    assert "train first" not in said and not (tmp_path / "hf").exists()

@@ -183,11 +183,25 @@ def cmd_export(argv: list[str]) -> int:
 
     hf_logging.disable_progress_bar()  # its "Writing model shards" bar for a one-file folder is noise
 
+    _refuse_store_as_run(args.run)
     out = export_checkpoint(
         args.run, args.out, step=args.step, overwrite=args.overwrite, progress=not args.no_progress
     )
     print(f"exported to {out}")
     return 0
+
+
+def _refuse_store_as_run(path: str) -> None:
+    """One line for a store given to ``export`` (it said "has no checkpoints ...; train first")."""
+    from contextlab.data.store_meta import WHAT_IT_IS, meta_format
+
+    fmt = meta_format(path)
+    if fmt in WHAT_IT_IS:
+        rows = "; `contextlab data export` writes its rows for other trainers" if "packed" in fmt else ""
+        raise UserError(
+            f"{path} is {WHAT_IT_IS[fmt]}{rows}. `contextlab export` writes a trained run's model: give "
+            "a run directory or a checkpoint"
+        )
 
 
 def cmd_peak(argv: list[str]) -> int:
