@@ -398,3 +398,12 @@ def test_a_packed_store_given_to_model_export_names_data_export(packed, tmp_path
     said = capsys.readouterr().err
     assert "is a packed store" in said and "`contextlab data export` writes its rows" in said
     assert "train first" not in said and not (tmp_path / "hf").exists()
+
+
+def test_one_row_is_said_in_the_singular():
+    """ "validation 1 rows / 16,385 tokens" in a user's export line."""
+    from contextlab.cli.export_data import splits_text
+
+    assert splits_text(
+        {"train": {"rows": 22, "tokens": 360_470}, "validation": {"rows": 1, "tokens": 16_385}}
+    ) == ("train 22 rows / 360,470 tokens, validation 1 row / 16,385 tokens")

@@ -188,7 +188,8 @@ def _print_ingest_report(report) -> None:
     store = report.store
     if report.up_to_date:
         print(
-            f"{store.path} is up to date ({store.n_docs:,} documents, {store.n_tokens:,} tokens); "
+            f"{store.path} is up to date ({store.n_docs:,} document{'s' * (store.n_docs != 1)}, "
+            f"{store.n_tokens:,} tokens); "
             "nothing to do"
         )
         return

@@ -23,9 +23,7 @@ def cmd_data_export(argv: list[str]) -> int:
         store=args.store,
     )
     rec = report.record
-    splits = ", ".join(
-        f"{name} {s['rows']:,} rows / {s['tokens']:,} tokens" for name, s in rec["splits"].items()
-    )
+    splits = splits_text(rec["splits"])
     val, short = rec.get("validation") or {}, rec["short_rows_left_out"]
     if val.get("from") == "heldout documents":
         n = val["documents"]
@@ -38,6 +36,14 @@ def cmd_data_export(argv: list[str]) -> int:
         f"{short:,} short row{'s' * (short != 1)} left out{share if short else ''}; {report.seconds:,.1f} s"
     )
     return 0
+
+
+def splits_text(splits: dict) -> str:
+    """``train 22 rows / 360,470 tokens, validation 1 row / 16,385 tokens``."""
+    return ", ".join(
+        f"{name} {s['rows']:,} row{'s' * (s['rows'] != 1)} / {s['tokens']:,} tokens"
+        for name, s in splits.items()
+    )
 
 
 def _parser() -> argparse.ArgumentParser:

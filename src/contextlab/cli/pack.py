@@ -177,7 +177,8 @@ def _pack_summary(report, config, args: argparse.Namespace) -> str:
 
     pk = report.packed
     if report.up_to_date:
-        return f"{pk.path} is up to date ({pk.n_sequences:,} sequences); nothing to do"
+        n = pk.n_sequences
+        return f"{pk.path} is up to date ({n:,} sequence{'s' * (n != 1)}); nothing to do"
     m = pk.meta
     note = few_to_arrange(arrangement(pk))
     if not m["n_full_sequences"]:  # training reads full sequences only
