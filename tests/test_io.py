@@ -374,3 +374,35 @@ def test_the_swap_alone_never_replaces_a_file_or_a_link(tmp_path):
     with pytest.raises(UserError, match="not a folder"), cio.staged_folder(user_file) as tmp:
         (tmp / "b").write_text("b")
     assert user_file.read_text() == "mine" and _names(tmp_path) == ["link", "new", "tokenizer"]
+
+
+def test_a_refused_writer_leaves_no_empty_folders_it_made_for_its_lock(tmp_path, monkeypatch):
+    """`data pack STORE_NOT_THERE --out bad/x` left an empty bad/: the folders made for the lock go with
+    it when nothing was written into them; one the output was written into stays, and so does one that
+    was there before."""
+    from contextlab.io import exclusive_lock
+
+    with pytest.raises(UserError), exclusive_lock(tmp_path / "bad" / "deeper" / ".x.lock", "x"):
+        raise UserError("store not found")
+    assert not (tmp_path / "bad").exists()
+    with exclusive_lock(tmp_path / "good" / ".x.lock", "x"):
+        (tmp_path / "good" / "x").mkdir()
+    assert (tmp_path / "good" / "x").is_dir()
+    with exclusive_lock(tmp_path / ".y.lock", "y"):
+        pass
+    assert tmp_path.is_dir()
+    # a writer whose folder another writer's exit removes between its mkdir and its open makes it again
+    import os
+
+    real, calls = os.open, []
+
+    def open_after_the_folder_went(path, *args):
+        if not calls:
+            calls.append(path)
+            (tmp_path / "race").rmdir()
+        return real(path, *args)
+
+    monkeypatch.setattr(os, "open", open_after_the_folder_went)
+    with exclusive_lock(tmp_path / "race" / ".z.lock", "z"):
+        assert (tmp_path / "race" / ".z.lock").is_file()
+    assert len(calls) == 1

@@ -340,9 +340,14 @@ def exclusive_lock(lock_file: str | os.PathLike, what: str) -> Iterator[None]:
     import sys
 
     lock_file = Path(lock_file)
+    made = [d for d in (lock_file.parent, *lock_file.parent.parents) if not d.exists()]  # deepest first
     lock_file.parent.mkdir(parents=True, exist_ok=True)
     while True:
-        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+        try:
+            fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+        except FileNotFoundError:  # another writer's exit removed the empty folder it had made for its lock
+            lock_file.parent.mkdir(parents=True, exist_ok=True)
+            continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -369,6 +374,9 @@ def exclusive_lock(lock_file: str | os.PathLike, what: str) -> Iterator[None]:
             os.unlink(lock_file)  # still holding it: a writer that opened it meanwhile sees it is gone
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+        for d in made:  # the folders made for the lock alone: a refused command left an empty OUT's parent
+            with contextlib.suppress(OSError):  # one holding anything (the output written) stays
+                d.rmdir()
 
 
 def live_holder(lock_file: str | os.PathLike) -> str | None:
