@@ -714,3 +714,17 @@ def test_the_gpt2_bpe_as_gpt2_files_and_as_a_tokenizer_json_is_one_tokenizer(tmp
     assert not same_tokenizer(more.spec(), gpt2.spec())
     with pytest.raises(UserError, match="differs from the data store's"):
         check_same_tokenizer(other.spec(), gpt2.spec(), "the model", "the data store")
+
+
+def test_load_tokenizer_reads_a_stores_tokenizer_as_ingest_does(tmp_path):
+    """`load_tokenizer("store:STORE")` was refused ("give its folder as dir:STORE/tokenizer") though
+    `data ingest --tokenizer store:STORE` takes it."""
+    from contextlab.data.ingest import IngestConfig, ingest
+
+    src = tmp_path / "a.txt"
+    src.write_text(shakespeare(5_000))
+    store = ingest(src, tmp_path / "s", IngestConfig(tokenizer="bpe:300"), progress=False).store
+    tok = T.load_tokenizer(f"store:{store.path}")
+    assert tok.hash == store.tokenizer_hash and tok.encode("To be") == store.tokenizer().encode("To be")
+    with pytest.raises(UserError, match="store"):
+        T.load_tokenizer(f"store:{tmp_path / 'nowhere'}")

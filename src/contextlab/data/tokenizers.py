@@ -57,8 +57,8 @@ __all__ = [
 
 
 def load_tokenizer(spec: str, *, texts: Callable[[], Iterable[str]] | None = None) -> Tokenizer:
-    """Build a tokenizer from a spec: byte, gpt2:DIR, hf:PATH, bpe:N (trains on ``texts()``) or dir:DIR
-    (``store:STORE`` is resolved to its dir: by ingest first); a bad spec is ``bad_spec``'s one line."""
+    """Build a tokenizer from a spec: byte, gpt2:DIR, hf:PATH, bpe:N (trains on ``texts()``), dir:DIR or
+    store:STORE (that token store's); a bad spec is ``bad_spec``'s one line."""
     parsed = parse_spec(spec, check_path=True)
     try:
         if parsed.kind == "byte":
@@ -69,10 +69,10 @@ def load_tokenizer(spec: str, *, texts: Callable[[], Iterable[str]] | None = Non
             return GPT2Tokenizer.from_dir(parsed.path)
         if parsed.kind == "hf":
             return HFTokenizer.from_file(parsed.path)
-        if parsed.kind == "store":
-            raise UserError(
-                "a store's tokenizer is read by ingest; here give its folder as dir:STORE/tokenizer"
-            )
+        if parsed.kind == "store":  # the tokenizer of that token store, as ingest reads it
+            from contextlab.data.store import TokenStore
+
+            return TokenStore(parsed.arg).tokenizer()
         return load_saved_tokenizer(parsed.path)
     except _NotTheSpec as e:  # the spec was fine; its training texts were not (an empty corpus)
         raise UserError(str(e)) from None
