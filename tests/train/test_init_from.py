@@ -50,6 +50,14 @@ def run_config(store, out_dir, *, train=None, **sections) -> RunConfig:
     return from_dict(RunConfig, data)
 
 
+def continue_llama(store, run, llama_dir, method: str, steps: int):
+    """The tiny Llama (16 positions) continued at context 32 with ``extend.method`` ``method``."""
+    sections = dict(init={"source": str(llama_dir)}, extend={"method": method})
+    return train(
+        run_config(store, run, train={"context": 32, "max_steps": steps, "ckpt_every": 2}, **sections)
+    )
+
+
 def losses(run_dir) -> dict[int, float]:
     return {
         r["step"]: r["loss"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
@@ -132,15 +140,7 @@ def ids(T: int, vocab: int, seed: int = 3) -> torch.Tensor:
 
 def test_hf_llama_continues_with_yarn_exports_and_reloads(tmp_path, hf_store, llama_dir, capsys):
     run = tmp_path / "llama_run"
-    res = train(
-        run_config(
-            hf_store,
-            run,
-            train={"context": 32, "max_steps": 4, "ckpt_every": 2},
-            init={"source": str(llama_dir)},
-            extend={"method": "yarn"},
-        )
-    )
+    res = continue_llama(hf_store, run, llama_dir, "yarn", steps=4)
     assert res.steps == 4 and all(torch.isfinite(torch.tensor(list(losses(run).values()))))
     assert (
         "RoPE extended (yarn, factor 2) from the model's context 16 to train.context 32"
@@ -181,15 +181,7 @@ def test_a_rope_model_continued_longer_without_extension_exports_the_context_it_
     """A user's Llama of 256 positions trained at 512 with extend.method=none exported as a 256-position
     model: its export was read at 256 by default, and at 512 said "trained at context 256"."""
     run = tmp_path / "plain"
-    train(
-        run_config(
-            hf_store,
-            run,
-            train={"context": 32, "max_steps": 2, "ckpt_every": 2},
-            init={"source": str(llama_dir)},
-            extend={"method": "none"},
-        )
-    )
+    continue_llama(hf_store, run, llama_dir, "none", steps=2)
     out = export_checkpoint(run, tmp_path / "export")
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["max_position_embeddings"] == 32 and (cfg.get("rope_parameters") or {}).get("rope_type") in (
