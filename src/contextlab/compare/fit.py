@@ -31,17 +31,17 @@ import numpy as np
 import contextlab.eval.paired_stats as cs
 from contextlab.eval.bayes_fit import (
     FIT_RESAMPLES,
-    GAMMA_BOUNDS,
     MIN_DOCUMENTS,
     PILOT_RESAMPLES,
+    as_fits,
     degenerate,
     document_sums,
     fit_of_sums,
     loose_parameters,
+    refit_rows,
     resample_weights,
     wild_refits,
 )
-from contextlab.eval.bayes_fit import PARAMS as FIT_PARAMS
 
 KEYS = ("targets", "target_losses")
 PARAMS = ("C0", "gamma")
@@ -120,14 +120,9 @@ def ill_determined(
 def _paired_refits(lengths, sides, weights) -> tuple[list[list[dict]], int]:
     """Both sides' fits of each resample (the same documents drawn for both), and how many resamples a
     side could not fit (left out of both)."""
-    from contextlab.eval.refits import refit_resamples
-
-    if not len(weights):
-        return [], 0
-    rows = [refit_resamples(lengths, s, q, c, weights, GAMMA_BOUNDS) for s, q, c in sides]
+    rows = [refit_rows(lengths, s, q, c, weights) for s, q, c in sides]
     ok = np.isfinite(rows[0]).all(axis=1) & np.isfinite(rows[1]).all(axis=1)
-    pairs = [[dict(zip(FIT_PARAMS, map(float, side[i]))) for side in rows] for i in np.flatnonzero(ok)]
-    return pairs, int((~ok).sum())
+    return [list(pair) for pair in zip(*(as_fits(side[ok]) for side in rows))], int((~ok).sum())
 
 
 def _fit_differences(lengths, la: np.ndarray, lb: np.ndarray, docs: np.ndarray, o) -> dict:

@@ -156,16 +156,26 @@ def fit_of_sums(lengths, sums, sq, counts, start=None) -> dict:
     return fit_power_law(lengths, mean, sem, start)
 
 
-def refits_of_sums(lengths, sums, sq, counts, weights) -> tuple[list[dict], int]:
-    """The fit of each resample (``weights``: a weight per document each), as C0, C and gamma, and
-    how many resamples left nothing to fit (``refits.refit_resamples``: all at once, exactly)."""
+def refit_rows(lengths, sums, sq, counts, weights) -> np.ndarray:
+    """(R, 3) C0, C and gamma of each resample (``weights``: a weight per document each; a row of NaN
+    where it leaves nothing to fit), all at once and exactly (``refits.refit_resamples``)."""
     from contextlab.eval.refits import refit_resamples
 
     if not len(weights):
-        return [], 0
-    rows = refit_resamples(lengths, sums, sq, counts, weights, GAMMA_BOUNDS)
+        return np.empty((0, len(PARAMS)))
+    return refit_resamples(lengths, sums, sq, counts, weights, GAMMA_BOUNDS)
+
+
+def as_fits(rows: np.ndarray) -> list[dict]:
+    """Rows of ``refit_rows`` as fits ({C0, C, gamma})."""
+    return [dict(zip(PARAMS, map(float, r))) for r in rows]
+
+
+def refits_of_sums(lengths, sums, sq, counts, weights) -> tuple[list[dict], int]:
+    """The fit of each resample that has one, and how many resamples left nothing to fit."""
+    rows = refit_rows(lengths, sums, sq, counts, weights)
     kept = rows[np.isfinite(rows).all(axis=1)]
-    return [dict(zip(PARAMS, map(float, r))) for r in kept], len(rows) - len(kept)
+    return as_fits(kept), len(rows) - len(kept)
 
 
 def resample_weights(n_docs: int, resamples: int, seed: int) -> list[np.ndarray]:
