@@ -397,6 +397,7 @@ def test_a_packed_store_given_to_model_export_names_data_export(packed, tmp_path
     assert main(["export", str(packed.path), "--out", str(tmp_path / "hf")]) == 2
     said = capsys.readouterr().err
     assert "is a packed store" in said and "`contextlab data export` writes its rows" in said
+    assert f"its token store ({packed.store.path})" in " ".join(said.split())
     assert "train first" not in said and not (tmp_path / "hf").exists()
 
 

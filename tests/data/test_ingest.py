@@ -502,8 +502,12 @@ def test_a_store_of_the_other_kind_is_named_with_what_reads_it(tmp_path):
     src = write_tree(tmp_path / "c", {"a.txt": "alpha " * 40, "b.txt": "beta " * 40})
     store = ingest(src, tmp_path / "s", IngestConfig(), progress=False).store
     packed = pack(store, tmp_path / "p", PackConfig(method="ep", context=31), progress=False).packed
-    with pytest.raises(UserError, match="it is a packed store: `contextlab data pack-stats` describes it"):
+    said = "it is a packed store: `contextlab data pack-stats` describes it"
+    with pytest.raises(UserError, match=said) as err:
         TokenStore(packed.path)
+    # its token store is named by its path, not by "meta.json's store.path"
+    assert f"its token store ({store.path}) is what `data info`" in str(err.value)
+    assert "store.path" not in str(err.value)
     with pytest.raises(UserError, match="it is a token store: `contextlab data info` describes it"):
         PackedStore(store.path)
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)  # a training run's folder

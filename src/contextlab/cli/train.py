@@ -193,13 +193,14 @@ def cmd_export(argv: list[str]) -> int:
 
 def _refuse_store_as_run(path: str) -> None:
     """One line for a store given to ``export`` (it said "has no checkpoints ...; train first")."""
-    from contextlab.data.store_meta import WHAT_IT_IS, meta_format
+    from contextlab.data.store_meta import meta_format, what_it_is
 
-    fmt = meta_format(path)
-    if fmt in WHAT_IT_IS:
-        rows = "; `contextlab data export` writes its rows for other trainers" if "packed" in fmt else ""
+    what = what_it_is(path)
+    if what:
+        packed = meta_format(path) == "contextlab-packed-store"
+        rows = "; `contextlab data export` writes its rows for other trainers" if packed else ""
         raise UserError(
-            f"{path} is {WHAT_IT_IS[fmt]}{rows}. `contextlab export` writes a trained run's model: give "
+            f"{path} is {what}{rows}. `contextlab export` writes a trained run's model: give "
             "a run directory or a checkpoint"
         )
 

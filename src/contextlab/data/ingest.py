@@ -158,12 +158,12 @@ def ingest(
 def refuse_store_source(source) -> None:
     """One line for a SOURCE that is a token or packed store: ingesting it read its meta.json, docs.jsonl
     and config.toml as documents and exited 0."""
-    from contextlab.data.store_meta import WHAT_IT_IS, meta_format
+    from contextlab.data.store_meta import what_it_is
 
-    fmt = meta_format(source)
-    if fmt in WHAT_IT_IS:
+    what = what_it_is(source)
+    if what:
         raise UserError(
-            f"{source} is {WHAT_IT_IS[fmt]}; its tokens are ingested already: give the text it was made from "
+            f"{source} is {what}; its tokens are ingested already: give the text it was made from "
             "as SOURCE, or `--tokenizer store:STORE` to ingest other text with its tokenizer"
         )
 

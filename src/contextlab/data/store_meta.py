@@ -55,8 +55,27 @@ WHAT_IT_IS = {  # a store of the other kind given where one kind is read: what i
     "contextlab-token-store": "a token store: `contextlab data info` describes it and `contextlab data pack` "
     "packs it",
     "contextlab-packed-store": "a packed store: `contextlab data pack-stats` describes it, and its token "
-    "store (meta.json's store.path) is what `data info` and the evaluations read",
+    "store ({store}) is what `data info` and the evaluations read",
 }
+
+
+def what_it_is(path: str | os.PathLike) -> str | None:
+    """What the store at ``path`` is and what reads it (``WHAT_IT_IS``), naming a packed store's token
+    store by the path it recorded; None when ``path`` holds no store."""
+    fmt = meta_format(path)
+    if fmt not in WHAT_IT_IS:
+        return None
+    return WHAT_IT_IS[fmt].format(store=packed_from(path) or "the store it was packed from")
+
+
+def packed_from(path: str | os.PathLike) -> str | None:
+    """The token store a packed store at ``path`` recorded it was packed from (its meta.json's
+    store.path), or None when it recorded none."""
+    try:
+        rec = json.loads((Path(path) / "meta.json").read_text(encoding="utf-8")).get("store")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return str(rec["path"]) if isinstance(rec, dict) and rec.get("path") else None
 
 
 CONTENT_KEYS = {  # what identifies a store's content, by its meta.json format
@@ -111,7 +130,7 @@ def read_meta(path: Path, kind: MetaKind) -> dict:
         ) from None
     if not isinstance(meta, dict) or meta.get("format") != kind.format:
         got = meta.get("format") if isinstance(meta, dict) else None
-        hint = WHAT_IT_IS.get(got, "")
+        hint = what_it_is(path) or ""
         raise UserError(
             f"{path} is not a {kind.title} (meta.json format is {got!r})"
             + (f"; it is {hint}" if hint else "")

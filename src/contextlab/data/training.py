@@ -38,7 +38,7 @@ from contextlab.data.loader import PackedRows, RowSource, TokenLoader, document_
 from contextlab.data.mixture import MixtureLoader, exact_shares
 from contextlab.data.packing.packed_store import PACKED_META, PackedStore, is_packed_store, packed_split
 from contextlab.data.store import TokenStore, is_store
-from contextlab.data.store_meta import read_meta
+from contextlab.data.store_meta import packed_from, read_meta
 from contextlab.data.views import (
     DocView,
     all_documents,
@@ -258,8 +258,8 @@ def _check_kinds(data: DataOptions) -> None:
             fix = (
                 f"train on it with data.packed={path} (data.store may stay empty)"
                 if key == "data.store"
-                else "give its token store (meta.json's store.path), or leave data.val_store empty to "
-                "hold out a share of the training sequences"
+                else f"give its token store ({packed_from(path) or 'the store it was packed from'}), or "
+                "leave data.val_store empty to hold out a share of the training sequences"
             )
             raise UserError(f"{key} {path} is a packed store, but {key} takes a token store; {fix}")
     packed = [("data.packed", data.packed)] + [
