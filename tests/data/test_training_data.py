@@ -95,6 +95,9 @@ def test_a_mixture_validates_on_each_source_in_its_share(packed):
     ]
     got = build(DataSection(mixture=mix, val_fraction=0.3), val_tokens=64)  # 8 rows: 2 + 6
     assert [source_of(r) for r in got.val_rows] == [0, 0, 1, 1, 1, 1, 1, 1]
+    # the draw is said at the start: rows per step of each source beside its share of the weights
+    said = "data.mixture: each step of 4 rows draws p0 1 (25%), p1 3 (75%); validation rows 2 + 6"
+    assert got.notes == [said]
     batches = [got.loader.next_batch().tokens for _ in range(5)]
     assert [source_of(r) for b in batches for r in b].count(0) == 5  # a quarter of 20 rows
     state = got.loader.state_dict()
@@ -189,10 +192,11 @@ def test_errors_name_the_problem(stores, packed, fields, message):
 def test_a_mixture_source_short_of_its_validation_share_is_said(packed):
     mix = [MixtureSource(packed=str(p.path), weight=w) for p, w in zip(packed, (1, 3))]
     got = build(DataSection(mixture=mix, val_fraction=0.3), val_tokens=8 * 1000)  # 1,000 rows asked
-    (note,) = got.notes
+    draw, note = got.notes
+    assert draw.startswith("data.mixture: each step of 4 rows draws p0 1 (25%), p1 3 (75%)")
     assert note.startswith("note: the validation rows mix the data.mixture sources ")
     assert "where their weights ask 250 / 750: 2 sources hold out too little text for their share" in note
-    assert not build(DataSection(mixture=mix, val_fraction=0.3), val_tokens=64).notes  # 2 / 6 rows: enough
+    assert len(build(DataSection(mixture=mix, val_fraction=0.3), val_tokens=64).notes) == 1  # 2 / 6: enough
 
 
 def test_a_mixture_of_packs_of_other_contexts_names_every_one(stores, packed, tmp_path):

@@ -107,6 +107,8 @@ def build_training_data(
     more = _more_validation(val, held)
     rows_id = rows_hash(rows_all)
     notes = _unused_heldout(packed) if data.val_store else []
+    if data.mixture:
+        notes.append(_mixture_line(data, packed, rows, val))
     if len(val) > 1:
         notes += _short_shares(val)
     return TrainingData(
@@ -119,6 +121,22 @@ def build_training_data(
         more,
         notes,
     )
+
+
+def _mixture_line(data: DataOptions, packed: list[PackedStore], rows: int, val: ValSources) -> str:
+    """What a mixture draws, in one line at the run's start: each source's rows per step under the
+    exact rule, beside its weight (a typo in a weight shows here, not in the loss curve), and the
+    validation rows each gives (one blended validation loss is computed over them)."""
+    weights = [m.weight for m in data.mixture]
+    per_step = exact_shares(rows, weights)
+    total = sum(weights)
+    each = ", ".join(
+        f"{p.path.name} {k:,} ({100 * w / total:.3g}%)" for p, k, w in zip(packed, per_step, weights)
+    )
+    if len(val) == len(packed):
+        held = " + ".join(f"{min(k, src.n_rows):,}" for src, k in val)
+        return f"data.mixture: each step of {rows:,} rows draws {each}; validation rows {held}"
+    return f"data.mixture: each step of {rows:,} rows draws {each}"
 
 
 def _short_shares(val: ValSources) -> list[str]:
