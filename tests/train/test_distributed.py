@@ -190,3 +190,58 @@ def test_a_worker_gets_sigterm_when_its_launcher_is_killed(tmp_path):
         assert marker.read_text() == "SIGTERM"
     finally:
         launcher.kill()
+
+
+def _workers(launcher: int) -> dict[int, int]:
+    """The torchrun workers of ``launcher``: rank -> pid, from /proc (Linux)."""
+    found = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid != launcher:
+                continue
+            with open(f"/proc/{d}/environ", "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        except (OSError, ValueError, IndexError):
+            continue
+        if b"RANK" in env:
+            found[int(env[b"RANK"])] = int(d)
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the workers from /proc")
+def test_sigterm_to_one_worker_stops_every_rank_after_one_checkpointed_step(cfg_file, tmp_path):
+    """A scheduler's SIGTERM that reaches one process (or all at slightly different moments): every
+    rank stops after the same step, that step's checkpoint is whole (both ranks' RNG), and the rerun
+    goes on from it to the losses of an uninterrupted run."""
+    import signal
+    import time
+
+    import torch
+
+    steps = ["--set=train.max_steps=60", "--set=train.ckpt_every=1000", "--set=train.val_every=0"]
+    single = run(cfg_file, tmp_path / "one", 1, *steps)
+    out = tmp_path / "ddp"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    cmd += ["-m", "contextlab", "train", str(cfg_file), f"--set=train.out_dir={out}", *steps]
+    launcher = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics, deadline = out / "metrics.jsonl", time.time() + 120
+    while time.time() < deadline and launcher.poll() is None:
+        if metrics.is_file() and len(metrics.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.01)
+    os.kill(_workers(launcher.pid)[1], signal.SIGTERM)  # rank 1 only
+    _, err = launcher.communicate(timeout=120)
+    assert launcher.returncode != 0, err[-2000:]
+    (stopped,) = [int(d.name.split("_")[1]) for d in (out / "checkpoints").glob("step_*")]
+    assert 3 <= stopped < 60 and json.loads(metrics.read_text().splitlines()[-1])["step"] == stopped
+    rng = torch.load(out / "checkpoints" / f"step_{stopped:06d}" / "rng.pt", weights_only=True)
+    assert len(rng["ranks"]) == 2, stopped
+    resumed = run(cfg_file, out, 2, *steps)
+    assert sorted(resumed) == list(range(1, 61))
+    for s in (stopped + 1, 60):
+        assert resumed[s] == pytest.approx(single[s], abs=2e-5)

@@ -523,3 +523,101 @@ def test_a_resume_whose_validation_rows_differ_from_the_recorded_ones_says_so(st
     assert "its validation losses from step_000004 on are of other rows" in out
     train(config(store, run, max_steps=12))  # recorded again at step 8: the same rows, nothing said
     assert "validation rows differ" not in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------- a stop signal mid-run
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_a_stop_signal_mid_run_checkpoints_that_step_and_the_rerun_redoes_nothing(
+    store, tmp_path, monkeypatch, capsys, request, signame
+):
+    """Ctrl-C or SIGTERM (a scheduler's preemption) between checkpoints ended the run where it stood,
+    so the rerun went back to the newest periodic checkpoint and redid up to ckpt_every steps: the
+    step in flight is finished and checkpointed, the command ends as the signal ends it, and the rerun
+    goes on from that step with the numbers of an uninterrupted run."""
+    import os
+    import signal
+
+    import contextlab.cli as cli
+
+    whole = tmp_path / "whole"
+    train(config(store, whole, max_steps=12, ckpt_every=100))
+    signum = getattr(signal, signame)
+    handler = signal.default_int_handler if signum == signal.SIGINT else cli._terminated
+    inherited = signal.signal(signum, handler)  # as in a terminal, and as the command line installs it
+    request.addfinalizer(lambda: signal.signal(signum, inherited))
+    request.addfinalizer(cli._TERMINATING.clear)
+    real_step = Trainer.train_step
+
+    def step_then_signal(self):
+        out = real_step(self)
+        if self.state["step"] == 6:  # arrives while step 7 is computed
+            os.kill(os.getpid(), signum)
+        return out
+
+    monkeypatch.setattr(Trainer, "train_step", step_then_signal)
+    run = tmp_path / "run"
+    capsys.readouterr()
+    expected = KeyboardInterrupt if signum == signal.SIGINT else SystemExit
+    with pytest.raises(expected) as stopped:
+        train(config(store, run, max_steps=12, ckpt_every=100))
+    if expected is SystemExit:
+        assert stopped.value.code == 143 and [signum] == cli._TERMINATING
+    assert kept(run) == [7] and steps(run)[-1] == 7  # step 7 finished and kept; nothing after it ran
+    err = capsys.readouterr().err
+    assert f"{signame} received: finishing this step and saving a checkpoint of it, then stopping" in err
+    assert signal.getsignal(signum) is handler  # the handler of before is back
+    monkeypatch.setattr(Trainer, "train_step", real_step)
+    train(config(store, run, max_steps=12, ckpt_every=100))
+    assert f"resuming {run} from step_000007" in capsys.readouterr().out
+    numbers = ("step", "loss", "lr", "tokens", "val_loss")  # not the timings
+    rows = [[r.get(k) for k in numbers] for r in rundir.read_metrics(run)]
+    assert rows == [[r.get(k) for k in numbers] for r in rundir.read_metrics(whole)]  # bitwise
+    from safetensors.torch import load_file
+
+    a = load_file(whole / "checkpoints" / "step_000012" / rundir.WEIGHTS)
+    b = load_file(run / "checkpoints" / "step_000012" / rundir.WEIGHTS)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_second_ctrl_c_stops_at_once(store, tmp_path, monkeypatch, capsys, request):
+    """Ctrl-C twice: the second one does not wait for the step's checkpoint."""
+    import os
+    import signal
+
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, inherited))
+    real_step = Trainer.train_step
+
+    def twice(self):
+        if self.state["step"] == 5:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)  # raises here, inside the step
+        return real_step(self)
+
+    monkeypatch.setattr(Trainer, "train_step", twice)
+    run = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        train(config(store, run, max_steps=12, ckpt_every=4))
+    assert kept(run) == [4] and steps(run)[-1] == 5  # step 6 was cut; the newest checkpoint is kept
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_signal_ignored_is_left_ignored(store, tmp_path, monkeypatch, request):
+    """A background job's SIGINT is ignored: training neither stops nor announces a stop for it."""
+    import os
+    import signal
+
+    inherited = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, inherited))
+    real_step = Trainer.train_step
+
+    def poke(self):
+        if self.state["step"] == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_step(self)
+
+    monkeypatch.setattr(Trainer, "train_step", poke)
+    train(config(store, tmp_path / "run", max_steps=6, ckpt_every=100))
+    assert kept(tmp_path / "run") == [6] and signal.getsignal(signal.SIGINT) == signal.SIG_IGN

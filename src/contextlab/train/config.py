@@ -175,7 +175,7 @@ class TrainSection:
         "(RUN/checkpoints/step_N with N = best_step in metrics.jsonl), the newest checkpoint is the "
         "stopping step; 0 = train to the budget",
     )
-    ckpt_every: int = opt(100, "steps between checkpoints; 0 = only at the end")
+    ckpt_every: int = opt(100, "steps between checkpoints; 0 = only at the end (and at a Ctrl-C or SIGTERM)")
     keep_last: int = opt(2, "checkpoints to keep")
     peak_flops: float = opt(
         0.0,

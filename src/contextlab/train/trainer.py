@@ -9,7 +9,8 @@ wall-clock pace; early stopping). Every ``ckpt_every`` steps it writes an atomic
 holding everything that determines the following steps (weights, optimizer, loader cursor,
 RNG, schedule length: ``resume.py``); starting the same command again resumes from the newest
 one, and the losses after it are bitwise those of an uninterrupted run (CPU, same thread count), because
-nothing random is drawn outside that state.
+nothing random is drawn outside that state. Ctrl-C or SIGTERM during the loop checkpoints the step in
+flight before the command ends (``interrupt.py``), so a preempted run redoes nothing.
 
 Logging (``metrics.py``): one console line per ``log_every`` steps (step, loss, lr, tokens/s,
 MFU when the peak FLOP/s is known), a progress bar, ``metrics.jsonl`` (rank 0; every metric
@@ -56,6 +57,7 @@ from contextlab.train.build import build_model, build_objective
 from contextlab.train.config import RunConfig, check_values
 from contextlab.train.flops import cached_peak_flops, flops_per_token
 from contextlab.train.init_from import check_source, describe, freeze_parameters, init_model, is_hf
+from contextlab.train.interrupt import StopRequest
 from contextlab.train.metrics import (
     MetricsWriter,
     Throughput,
@@ -323,31 +325,39 @@ class Trainer:
         speed = Throughput(self.flops_per_token, self.peak * self.info.world_size, say)
         loss, val, lm = last_logged(self.run_dir) if self.state["step"] else (math.nan, None, None)  # resumed
         noted = False  # the warm-up checked against the run's length, once that is known
-        while not self.stopping.stop:
-            bar.total = budget.total_at(self.state["step"])
-            if budget.done(self.state["step"]):
-                break
-            if budget.total and not noted:
-                noted = True
-                if note := warmup_note(self.cfg.optim.warmup_steps, budget.total, self.cfg.optim.lr):
-                    say(note)
-                if note := epochs_note(budget.total, self.rows, self.loader.n_rows, t.context):
-                    say(note)
-            row = self._step(budget)
-            step, loss, last = row["step"], row["loss"], budget.done(row["step"])
-            speed.add(t.tokens_per_step)
-            bar.update(1)
-            logged = step % t.log_every == 0 or last
-            if logged:
-                D.synchronize(self.info)  # queued GPU work belongs to this window
-                row.update(speed.read(), elapsed=self.state["elapsed"])
-            if (t.val_every and step % t.val_every == 0) or last:
-                row.update(self._validation(step))
-                val, lm = row["val_loss"], row.get("val_lm_loss")
-            if logged or "val_loss" in row:
-                metrics.write(row, bar)
-            if (t.ckpt_every and step % t.ckpt_every == 0) or last or self.stopping.keep(step):
-                self._save()
+        with StopRequest(self.info) as interrupt:
+            while not self.stopping.stop:
+                bar.total = budget.total_at(self.state["step"])
+                if budget.done(self.state["step"]):
+                    break
+                if budget.total and not noted:
+                    noted = True
+                    if note := warmup_note(self.cfg.optim.warmup_steps, budget.total, self.cfg.optim.lr):
+                        say(note)
+                    if note := epochs_note(budget.total, self.rows, self.loader.n_rows, t.context):
+                        say(note)
+                row = self._step(budget)
+                step, loss, last = row["step"], row["loss"], budget.done(row["step"])
+                speed.add(t.tokens_per_step)
+                bar.update(1)
+                logged = step % t.log_every == 0 or last
+                if logged:
+                    D.synchronize(self.info)  # queued GPU work belongs to this window
+                    row.update(speed.read(), elapsed=self.state["elapsed"])
+                if (t.val_every and step % t.val_every == 0) or last:
+                    row.update(self._validation(step))
+                    val, lm = row["val_loss"], row.get("val_lm_loss")
+                if logged or "val_loss" in row:
+                    metrics.write(row, bar)
+                saved = (t.ckpt_every and step % t.ckpt_every == 0) or last or self.stopping.keep(step)
+                if saved:
+                    self._save()
+                if interrupt.agreed():  # Ctrl-C or SIGTERM by now (during that write too): keep this step
+                    if not saved:
+                        self._save()
+                    bar.close()
+                    metrics.close()
+                    interrupt.end()
         bar.close()
         metrics.close()
         return self._result(loss, val, lm)
