@@ -597,3 +597,44 @@ def test_a_profile_headline_value_keeps_its_interval_apart():
     assert low != high and shown == "10.8491 [10.8230, 10.8490]"
     assert with_interval(0.2, [0.0567, 0.51]) == "0.200 [0.057, 0.510]"
     assert with_interval(None, [1.0, 2.0]) is None and with_interval(3.5, None) == 3.5
+
+
+def test_one_measure_of_two_models_is_shown_to_the_same_decimals():
+    """A profile's headline row set niah's 1.0000 [0.9630, 1.0000] beside 0.200 [0.133, 0.289]: two
+    precisions where one measure of two models is read side by side."""
+    from contextlab.report.profile import headline_section
+
+    doc = {
+        "models": [{"label": "written"}, {"label": "blind"}],
+        "headline": [
+            {
+                "measure": "niah accuracy",
+                "values": {"written": 1.0, "blind": 0.2},
+                "intervals": {"written": [0.963, 1.0], "blind": [0.133, 0.289]},
+                "better": "higher",
+            }
+        ],
+    }
+    page = headline_section(doc)
+    assert "1.0000 [0.9630, 1.0000]" in page and "0.2000 [0.1330, 0.2890]" in page
+    assert "0.200 [0.133, 0.289]" not in page
+
+
+def test_an_infill_column_is_shown_to_one_precision():
+    from contextlab.report.details import infill_tables
+
+    def mode(acc, ci):
+        return {"exact_match": {"accuracy": acc, "ci95": ci}, "generation_check": {}}
+
+    doc = {
+        "results": {
+            "kinds": {
+                "single": {
+                    "n": 200,
+                    "modes": {"psm": mode(1.0, [0.981, 1.0]), "spm": mode(0.2, [0.15, 0.26])},
+                }
+            }
+        }
+    }
+    page = infill_tables(doc)
+    assert "1.0000 [0.9810, 1.0000]" in page and "0.2000 [0.1500, 0.2600]" in page

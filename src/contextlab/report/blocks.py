@@ -137,18 +137,41 @@ def with_intervals(summary: dict) -> dict:
     return out
 
 
-def with_interval(v, ci) -> str:
+def with_interval(v, ci, decimals: int | None = None) -> str:
     """``10.838 [10.827, 10.850]``: a value and its interval to as many decimals as the interval's width
     needs (three significant digits of it, at least two decimals), so that its ends never round to one
-    number ([10.8, 10.8] hid an interval 0.023 wide); other values as ``plain`` shows them."""
-    nums = [v, *ci] if isinstance(ci, (list, tuple)) and len(ci) == 2 else []
-    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in nums):
+    number ([10.8, 10.8] hid an interval 0.023 wide); other values as ``plain`` shows them. Values set
+    side by side (one measure of several models) pass their ``shared_decimals``."""
+    d = interval_decimals(v, ci)
+    if d is None:
+        nums = [v, *ci] if isinstance(ci, (list, tuple)) and len(ci) == 2 else []
+        if nums and all(_finite(x) for x in nums):  # |x| >= 1e4: as plain shows it
+            return f"{plain(v)} {plain(ci)}"
         return plain(v) + (f" {plain(ci)}" if isinstance(ci, list) else "")
-    if max(abs(x) for x in nums) >= 1e4:
-        return f"{plain(v)} {plain(ci)}"
-    width = abs(ci[1] - ci[0])
-    d = 2 if width == 0 else min(6, max(2, 2 - math.floor(math.log10(width))))
+    d = max(d, decimals or 0)
     return f"{v:.{d}f} [{ci[0]:.{d}f}, {ci[1]:.{d}f}]"
+
+
+def interval_decimals(v, ci) -> int | None:
+    """The decimals ``with_interval`` gives ``v`` and its interval ``ci``; None where it shows them as
+    ``plain`` does (no interval, a non-finite end, or |x| >= 1e4)."""
+    nums = [v, *ci] if isinstance(ci, (list, tuple)) and len(ci) == 2 else []
+    if not nums or not all(_finite(x) for x in nums) or max(abs(x) for x in nums) >= 1e4:
+        return None
+    width = abs(ci[1] - ci[0])
+    return 2 if width == 0 else min(6, max(2, 2 - math.floor(math.log10(width))))
+
+
+def shared_decimals(pairs) -> int | None:
+    """The decimals every (value, interval) of ``pairs`` is shown to, so values set side by side align
+    (``1.0000 [0.9630, 1.0000]`` beside ``0.200 [0.133, 0.289]`` read as different precisions): the
+    most any of them needs."""
+    ds = [d for v, ci in pairs if (d := interval_decimals(v, ci)) is not None]
+    return max(ds) if ds else None
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def pre(text: str) -> str:

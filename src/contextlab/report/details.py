@@ -54,18 +54,25 @@ def infill_tables(doc: dict) -> str:
     """One row per span kind and mode: the spans, exact match with its Wilson interval (and of the first n
     lines for blocks), the true middle's loss, and how many generations agreed with the forced scores
     (the summary's bare rates hid that a kind rested on 4 spans, and every interval)."""
-    from contextlab.report.blocks import with_interval
+    from contextlab.report.blocks import shared_decimals, with_interval
 
     res = doc.get("results") if isinstance(doc.get("results"), dict) else {}
+    modes = [m for k in (res.get("kinds") or {}).values() for m in (k.get("modes") or {}).values()]
+
+    def column(key: str) -> int | None:  # one column's decimals: its rows align
+        cells = [m.get(key) or {} for m in modes]
+        return shared_decimals((c.get("accuracy"), c.get("ci95")) for c in cells)
+
+    d_em, d_lines = column("exact_match"), column("exact_match_n_lines")
     rows = []
     for kind, k in (res.get("kinds") or {}).items():
         for mode, m in (k.get("modes") or {}).items():
             em, lines = m.get("exact_match") or {}, m.get("exact_match_n_lines") or {}
             check = m.get("generation_check") or {}
             row = {"kind": f"{kind}-line", "mode": mode, "spans": k.get("n")}
-            row["exact match (95%)"] = with_interval(em.get("accuracy"), em.get("ci95"))
+            row["exact match (95%)"] = with_interval(em.get("accuracy"), em.get("ci95"), d_em)
             if lines:
-                row["first n lines (95%)"] = with_interval(lines.get("accuracy"), lines.get("ci95"))
+                row["first n lines (95%)"] = with_interval(lines.get("accuracy"), lines.get("ci95"), d_lines)
             row |= {"nats/token": m.get("nll_per_token"), "bits/byte": m.get("bits_per_byte")}
             row["generated, agreeing"] = f"{check.get('agree', 0)} of {check.get('generated', 0)}"
             rows.append(row)

@@ -19,7 +19,7 @@ import html
 import json
 from pathlib import Path
 
-from contextlab.report.blocks import keys, muted, plain, pre, table
+from contextlab.report.blocks import keys, muted, plain, pre, shared_decimals, table
 from contextlab.report.blocks import with_interval as interval_text
 from contextlab.report.evals import compare_sections, eval_folder_section, eval_sections, read_results
 
@@ -140,7 +140,8 @@ def headline_section(doc: dict) -> str:
         values = h.get("values") if isinstance(h.get("values"), dict) else {}
         intervals = h.get("intervals") if isinstance(h.get("intervals"), dict) else {}
         row = {"measure": h.get("measure"), "unit": h.get("unit") or ""}
-        row.update({n: with_interval(values.get(n), intervals.get(n)) for n in names})
+        d = shared_decimals((values.get(n), intervals.get(n)) for n in names)  # one measure, aligned
+        row.update({n: with_interval(values.get(n), intervals.get(n), d) for n in names})
         if two:
             row[f"{names[1]} − {names[0]}"] = h.get("diff")
             row["95% interval"] = h.get("ci95")
@@ -159,12 +160,13 @@ def headline_section(doc: dict) -> str:
     return out
 
 
-def with_interval(value, interval):
+def with_interval(value, interval, decimals: int | None = None):
     """A model's value, with its own 95% interval when the row has one, to the decimals the interval's
-    width needs (``blocks.with_interval``: "10.84 [10.8, 10.8]" hid [10.823, 10.849])."""
+    width needs (``blocks.with_interval``: "10.84 [10.8, 10.8]" hid [10.823, 10.849]), or the row's
+    ``decimals`` where those are more."""
     if value is None or not isinstance(interval, list):
         return value
-    return interval_text(value, interval)
+    return interval_text(value, interval, decimals)
 
 
 def better(h: dict, a: str, b: str) -> str:
