@@ -693,6 +693,30 @@ def test_a_comparison_says_its_intervals_leave_out_training_noise_and_when_the_r
     )
 
 
+def test_runs_of_equal_compute_are_said_to_be_compared_at_equal_flops(tmp_path, capsys):
+    """ContextLM (164 steps) against GPT (198 steps) at one train.max_flops was told "the difference is
+    partly of how long each trained": at equal compute the fewer tokens are the design, not a confound."""
+    pieces = [(d, 0) for d in range(12)]
+    rng = np.random.default_rng(7)
+    for run, steps, per_token in (("a", 164, 3.5685e6), ("b", 198, 2.9557e6)):
+        contextwise_result(tmp_path / run, rng.normal(5, 0.3, (12, 3)), rng.normal(4.5, 0.3, 12), pieces)
+        rows = [{"step": s, "loss": 5.0, "tokens": 4096 * s} for s in range(1, steps + 1)]
+        (tmp_path / run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        state = tmp_path / run / "checkpoints" / f"step_{steps:06d}" / "state.json"
+        state.parent.mkdir(parents=True)
+        state.write_text(
+            json.dumps({"step": steps, "tokens": 4096 * steps, "flops": per_token * 4096 * steps})
+        )
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if "note:" in line]
+    assert notes[-2] == (
+        "  note: A and B trained with the same compute (2.4e+12 and 2.4e+12 FLOPs): A 164 steps, 671,744 "
+        "tokens, B 198 steps, 811,008 tokens, which equal compute implies for their setups; the difference "
+        "is at equal training FLOPs"
+    )
+    assert not any("partly of how long" in line for line in notes)
+
+
 def test_a_report_says_a_comparison_is_stale_once_a_result_it_paired_is_written_again(tmp_path, monkeypatch):
     """A user evaluated one run again with other options: the page showed the new result beside the old
     comparison of the former one, with no word."""

@@ -472,15 +472,39 @@ def training_note(a: Side, b: Side) -> list[str]:
         rows = [r for r in rundir.read_metrics(run) if step is None or r.get("step", 0) <= step]
         if not rows:
             return []
-        seen.append((rows[-1].get("step"), rows[-1].get("tokens")))
-    (sa, ta), (sb, tb) = seen
+        seen.append((rows[-1].get("step"), rows[-1].get("tokens"), _flops_at(run, rows[-1].get("tokens"))))
+    (sa, ta, fa), (sb, tb, fb) = seen
     if (sa, ta) == (sb, tb):
         return []
     amount = lambda st, tk: f"{st:,} steps" + (f", {tk:,} tokens" if isinstance(tk, int) else "")
+    if fa and fb and abs(fa - fb) <= 0.01 * max(fa, fb):  # an equal-compute design: the point, not a confound
+        return [
+            f"A and B trained with the same compute ({fa:.3g} and {fb:.3g} FLOPs): A {amount(sa, ta)}, B "
+            f"{amount(sb, tb)}, which equal compute implies for their setups; the difference is at equal "
+            "training FLOPs"
+        ]
     return [
         f"A was trained {amount(sa, ta)}, B {amount(sb, tb)}: the difference is partly of how long each "
         "trained, not only of what differs in their setup"
     ]
+
+
+def _flops_at(run: Path, tokens) -> float | None:
+    """The training FLOPs a run had spent after ``tokens`` tokens: its FLOPs per token (any checkpoint's
+    state: the model and objective fix it) times them; None when unknown."""
+    from contextlab import rundir
+
+    found = rundir.list_checkpoints(run)
+    if not isinstance(tokens, int) or not found:
+        return None
+    try:
+        state = rundir.read_checkpoint_state(found[-1][1])
+    except UserError:
+        return None
+    flops, seen = state.get("flops"), state.get("tokens")
+    if not all(isinstance(x, (int, float)) and x > 0 for x in (flops, seen)):
+        return None
+    return float(flops) / float(seen) * tokens
 
 
 def check_rerun(path: Path, a: Side, b: Side, name: str, options: Options, overwrite: bool) -> None:
