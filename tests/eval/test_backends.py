@@ -69,6 +69,19 @@ def test_the_kind_picks_the_backend_once():
         hf_adapter().hidden_states([1, 2, 3], layer=5)
 
 
+@pytest.mark.parametrize("layer", [3, 4, -4])
+def test_a_layer_the_model_lacks_is_refused_not_wrapped_around(layer):
+    """`analyze entropy --layer 4` on a 2-block model read layer 1 (4 mod 3) and recorded layer 4."""
+    adapter = byte_adapter(tiny_gpt())  # 2 blocks: layers 0..2, or -3..-1
+    ids = torch.randint(0, 256, (1, 9), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(UserError, match=f"layer {layer} does not exist; .* has 2 blocks"):
+        adapter.hidden_states(ids, layer=layer)
+    with pytest.raises(UserError, match=f"layer {layer} does not exist"):
+        adapter.features_and_last_logprob(ids, layer=layer, position=-1)
+    for ok in (0, 2, -1, -3):
+        assert adapter.hidden_states(ids, layer=ok).shape[:2] == (1, 9)
+
+
 @pytest.mark.parametrize(
     "make", [lambda: byte_adapter(tiny_gpt(context=512)), hf_adapter], ids=["contextlab", "hf"]
 )

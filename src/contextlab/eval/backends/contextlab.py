@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
+from contextlab.errors import UserError
 from contextlab.eval.backends.base import Autocast, chunked_logprobs, logprob_chunk
 from contextlab.models.special_tokens import with_lead, without_lead
 
@@ -101,12 +102,24 @@ class ContextlabBackend:
                 logits = self.model.unembed(hidden[:, -1]).float()
         return out
 
+    def _check_layer(self, layer: int, what: str) -> None:
+        """One line for a layer the model does not have (the trunk took it modulo n_layer + 1, so
+        layer 4 of a 2-block model was read as layer 1 and recorded as 4), as the HF backend says it."""
+        n = self.model.config.n_layer
+        if not -(n + 1) <= layer <= n:
+            raise UserError(
+                f"layer {layer} does not exist; {what} has {n} blocks (layers 0 = embeddings to {n}, or "
+                f"-{n + 1} to -1 from the end)"
+            )
+
     def hidden_states(self, idx: Tensor, layer: int, what: str) -> Tensor:
+        self._check_layer(layer, what)
         with self.autocast():
             _, layers = self.model.trunk(self._in(idx), return_hidden=[layer])
         return self._out(layers[0])
 
     def layer_and_last_logprob(self, idx: Tensor, layer: int, what: str) -> tuple[Tensor, Tensor]:
+        self._check_layer(layer, what)
         with self.autocast():  # one pass: the layer's state and the final state's last-token logits
             hidden, layers = self.model.trunk(self._in(idx[:, :-1]), return_hidden=[layer])  # (b, T, C)
             logits = self.model.unembed(hidden[:, -1])  # (b, V)
