@@ -134,3 +134,28 @@ def test_an_evaluation_that_reads_no_data_refuses_one(run, tmp_path, capsys, nam
     ]
     assert main(argv) == 2
     assert f"{name} reads no --data: its text is built in; leave --data out" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "option,said",
+    [
+        (["--length", "1"], "--length must be 0 (the default) or at least 2"),
+        (["--best-fraction", "0"], "--best-fraction must be in (0, 1]"),
+        (["--best-fraction", "-0.1"], "--best-fraction must be in (0, 1]"),
+        (["--best-fraction", "1.5"], "--best-fraction must be in (0, 1]"),
+        (["--max-docs", "-5"], "--max-docs must be 0 (the default) or more, got -5"),
+        (["--pieces-per-doc", "-1"], "--pieces-per-doc must be 0 (as many as fit) or more"),
+        (["--train-context", "-8"], "--train-context must be 0 (the default) or more"),
+    ],
+)
+def test_contextwise_refuses_values_it_has_no_meaning_for(run, tmp_path, capsys, option, said):
+    """--length 1 and --best-fraction 0 ended in a traceback; --max-docs -5 dropped the last 5 pieces in
+    silence (a slice); --best-fraction 1.5 averaged the whole curve as the "best-context loss"."""
+    (tmp_path / "t.txt").write_text("some text to score " * 40)
+    store = tmp_path / "store"
+    assert main(["data", "ingest", str(tmp_path / "t.txt"), "--tokenizer", "byte", "--out", str(store)]) == 0
+    capsys.readouterr()
+    argv = ["eval", "contextwise", "--model", str(run), "--data", str(store), "--out", str(tmp_path / "o")]
+    assert main(argv + option) == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err and not (tmp_path / "o" / "contextwise.json").exists()

@@ -83,8 +83,9 @@ class Options:
     length: int = opt(
         0,
         "tokens per document L, scored at context lengths 1..L-1 (shorter documents are skipped); "
-        "0 = the model's context + 1 (every context length up to the context); longer measures beyond "
-        "the training context (RoPE models), and those buckets are marked beyond_train_context",
+        "0 = the training context (--train-context, else the model's) + 1, every context length up to "
+        "it; longer measures beyond the training context (RoPE models), and those buckets are marked "
+        "beyond_train_context",
     )
     max_docs: int = opt(64, "pieces to average over (see --pieces-per-doc); 0 = all that qualify")
     pieces_per_doc: int | None = opt(
@@ -232,7 +233,30 @@ def resolved_length(adapter, options: Options) -> int:
     return options.length or (options.train_context or adapter.context) + 1
 
 
+def check_options(o: Options) -> None:
+    """One line for a value the measurement has no meaning for (``--length 1`` and ``--best-fraction 0``
+    ended in a traceback; ``--max-docs -5`` dropped the last 5 pieces in silence, as a slice does)."""
+    for flag, value in (("--max-docs", o.max_docs), ("--train-context", o.train_context)):
+        if value < 0:
+            raise UserError(f"contextwise {flag} must be 0 (the default) or more, got {value}")
+    if o.pieces_per_doc is not None and o.pieces_per_doc < 0:
+        raise UserError(
+            f"contextwise --pieces-per-doc must be 0 (as many as fit) or more, got {o.pieces_per_doc}"
+        )
+    if o.length != 0 and o.length < 2:
+        raise UserError(
+            f"contextwise --length must be 0 (the default) or at least 2 (a token of context and its "
+            f"target), got {o.length}"
+        )
+    if not 0 < o.best_fraction <= 1:
+        raise UserError(
+            f"contextwise --best-fraction must be in (0, 1] (the last share of the training context the "
+            f"best-context loss averages), got {o.best_fraction:g}"
+        )
+
+
 def run(adapter, options: Options, data: str | None) -> EvalOutput:
+    check_options(options)
     store = open_store(data, adapter, "contextwise", split=options.split)
     view, held = heldout.documents(store, adapter.info.path, options.split, of=options.heldout_of)
     ctx = options.train_context or adapter.context
