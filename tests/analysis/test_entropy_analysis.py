@@ -208,7 +208,7 @@ def test_bad_input_gives_one_clear_line(parity, tmp_path, capsys):
     assert "store not found" in err("--model", run, "--data", str(tmp_path / "nope"), "--contexts", "4,8,12")
     assert "model not found" in err("--model", str(tmp_path / "nope"), "--data", val, "--contexts", "4,8,12")
     assert "visible bits in 0..16" in err("--model", run, "--data", val, "--contexts", "4,8,40")
-    assert "too few for PCA" in err("--model", run, "--data", val, "--contexts", "4,8,12", "--samples", "50")
+    assert "too few for PCA" in err("--model", run, "--data", val, "--contexts", "4,8,12", "--samples", "12")
     assert "unmasked samples" in err(
         "--model",
         run,
@@ -453,3 +453,37 @@ def test_a_measure_of_two_values_is_not_ranked_the_best(monkeypatch):
     printed = _table(res)
     assert f"the best of the {s['measures_compared']} measures ranked" in printed
     assert "(2 values: one step)" in printed
+
+
+def test_samples_that_repeat_targets_of_a_short_store_are_said(tmp_path):
+    """1,000 samples of a store with 283 positions past the longest context were 722 repeats, which
+    PCA, the dimensions and the KDE read as samples of their own; only the neighbour estimators'
+    line spoke of repeats."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "d.txt").write_text(shakespeare()[:136])  # 136 bytes: 120 positions past context 16
+    store = ingest(src, tmp_path / "st", IngestConfig(tokenizer="byte"), progress=False).store
+    adapter = byte_adapter(tiny_gpt(1, context=64), batch_size=8)
+    o = entropy.Options(contexts=[4, 8, 16], samples=200, seed=0, estimators=[], kde_dims=0, n_components=[0])
+    col = entropy_samples.collect_text(adapter, store, o, progress=False)
+    distinct = len({tuple(r) for r in np.stack(col.features[2]).round(6).tolist()})
+    assert col.info["target_positions"] == 120 and col.info["distinct_targets"] <= 120
+    res, _ = entropy.analyze(col, o, progress=False)
+    (line,) = [t for t in res["text"] if "distinct targets" in t]
+    k = col.info["distinct_targets"]
+    assert distinct <= k and line.startswith(f"the 200 samples hold {k} distinct targets ({200 - k} repeats")
+    assert "give a store with more text, or lower --samples" in line
+
+
+def test_components_past_the_samples_are_left_out_as_the_help_says():
+    """--samples 200 --n-components 500 was refused ("too few for PCA over 500 components") where the
+    help says an n past the samples is left out with a line."""
+    rng = np.random.default_rng(1)
+    feats = [rng.normal(size=(60, 128)).astype(np.float32) * (1 + i) for i in range(3)]
+    col = entropy_samples.Collected([4, 8, 16], feats, rng.random((3, 60)), None, {"protocol": "text"})
+    o = entropy.Options(contexts=[4, 8, 16], samples=60, n_components=[10, 500, 0], kde_dims=0, estimators=[])
+    res, _ = entropy.analyze(col, o, progress=False)
+    assert set(res["contexts"][0]["entropy"]) == {"10", "59"}
+    assert res["text"][0].startswith(
+        "intrinsic entropy over 500 components left out: the hidden states have 59"
+    )

@@ -98,11 +98,13 @@ def task_weighted(loss: np.ndarray, strata: np.ndarray, weights: np.ndarray) -> 
 
 def check_options(o: Options) -> None:
     """Refuse sample counts too small for the requested PCA (before any model is run)."""
-    n_max = max([n for n in o.n_components if n] + [o.kde_dims + 2, 12 if o.estimators else 3])
+    # an --n-components past the samples is left out with a line once the states are known (as one past
+    # the model's width); the KDE and the neighbour estimators need these many to run at all
+    n_max = max(o.kde_dims + 2, 12 if o.estimators else 3)
     if o.samples <= n_max:
         raise UserError(
             f"--samples {o.samples} is too few for PCA over {n_max} components; use more samples "
-            "than components (the default is 1000), or fewer components (--n-components, --kde-dims)"
+            "than components (the default is 1000), or fewer components (--kde-dims, --estimators)"
         )
     if any(n < 0 for n in o.n_components) or any(not 0 < t <= 1 for t in o.thresholds):
         raise UserError("--n-components must be >= 0 and --thresholds in (0, 1]")
@@ -191,6 +193,7 @@ def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, di
             "between which contexts the step falls, not how the measure follows the loss; not ranked as "
             "the best measure"
         )
+    text += _repeated_targets(col.info, len(col.losses[0]))
     repeated = [
         (r["context"], len(X) - r["distinct_samples"])
         for r, X in zip(per, col.features)
@@ -236,6 +239,19 @@ def analyze(col: Collected, o: Options, progress: bool = True) -> tuple[dict, di
         results["fits_vs_bayes"] = {name: intrinsic.linear_fit(x, col.bayes) for name, x in series.items()}
     width = min(len(s) for s in spectra)
     return results, {"relative_eigenvalues": np.stack([s[:width] for s in spectra])}
+
+
+def _repeated_targets(info: dict, n: int) -> list[str]:
+    """One line when the samples drew many targets twice (drawn with replacement from a short store:
+    1,000 samples of 283 positions were 722 repeats, read as samples by PCA and the KDE in silence)."""
+    distinct, positions = info.get("distinct_targets"), info.get("target_positions")
+    if not isinstance(distinct, int) or n - distinct <= 0.05 * n:  # a few repeats: as documented
+        return []
+    return [
+        f"the {n:,} samples hold {distinct:,} distinct targets ({n - distinct:,} repeats: the store has "
+        f"{positions:,} positions past the longest context); PCA, the dimensions and the KDE read each "
+        "repeat as a sample of its own: give a store with more text, or lower --samples"
+    ]
 
 
 def _undefined_as_none(m: dict) -> dict:

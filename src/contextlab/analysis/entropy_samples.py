@@ -106,7 +106,7 @@ def collect_text(adapter, store, o: Reading, progress: bool = True) -> Collected
 
     ctxs = _check_contexts(adapter, o.contexts, 0, "visible tokens")
     _check_position(o.position, ctxs[0])
-    targets = sample_targets(store, o.samples, ctxs[-1], o.seed)
+    targets = sample_targets(store, o.samples, ctxs[-1], o.seed, "--contexts")
     feats, losses = [], np.zeros((len(ctxs), len(targets)))
     for i, l in enumerate(bars.bar(ctxs, desc="entropy: contexts", disable=None if progress else True)):
         ids = np.stack(
@@ -116,7 +116,9 @@ def collect_text(adapter, store, o: Reading, progress: bool = True) -> Collected
         feats.append(f)
     ids = getattr(store, "indices", None)  # a view: its pieces of one document count it once
     documents = {int(ids[d]) if ids is not None else d for d, _ in targets}
-    return Collected(ctxs, feats, losses, None, {"protocol": "text", "n_documents": len(documents)})
+    positions = int(np.maximum(np.asarray(store.lengths()) - ctxs[-1], 0).sum())  # what targets draw from
+    info = {"protocol": "text", "n_documents": len(documents), "distinct_targets": len(set(targets))}
+    return Collected(ctxs, feats, losses, None, {**info, "target_positions": positions})
 
 
 def parity_store(store):

@@ -273,12 +273,15 @@ def fit_notes(fit: dict) -> list[str]:
     return notes
 
 
-def sample_targets(store, n: int, min_pos: int, seed: int) -> list[tuple[int, int]]:
-    """n (document, position) pairs with position >= min_pos, documents weighted by usable length."""
+def sample_targets(
+    store, n: int, min_pos: int, seed: int, option: str = "--lengths"
+) -> list[tuple[int, int]]:
+    """n (document, position) pairs with position >= min_pos, documents weighted by usable length
+    (``option``: the command's option that sets min_pos, for the message when no document has one)."""
     lengths = store.lengths()
     usable = np.maximum(lengths - min_pos, 0)
     if usable.sum() == 0:
-        raise UserError(f"no document has more than {min_pos} tokens; lower the largest --lengths")
+        raise UserError(f"no document has more than {min_pos} tokens; lower the largest {option}")
     rng = np.random.default_rng(seed)
     docs = rng.choice(len(lengths), size=n, p=usable / usable.sum())
     return [(int(d), int(min_pos + rng.integers(usable[d]))) for d in docs]
