@@ -69,7 +69,11 @@ def contextwise_figure(curves: dict[str, dict], smooth: int = 0, title: str = ""
         sem = np.asarray(c.get("stderr") or [], float)
         if len(sem) == len(y):
             ax.fill_between(x, y - 1.96 * sem, y + 1.96 * sem, color=color, alpha=0.1, linewidth=0, zorder=0)
-            mark("95% interval of each position", Patch(color="black", alpha=0.1, linewidth=0))
+            # over the pieces at that position; the headline's intervals are over documents
+            mark(
+                "95% interval of each position (over the pieces)",
+                Patch(color="black", alpha=0.1, linewidth=0),
+            )
         ctx = c.get("train_context")
         if ctx:
             ax.axvline(ctx, color=color, linestyle=":", linewidth=1)

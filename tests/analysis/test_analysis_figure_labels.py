@@ -64,3 +64,20 @@ def test_the_entropy_legends_say_what_their_numbers_count(captured):
     assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:])), [(b.x0, b.x1) for b in boxes]
     first = [ln for ln in axes[5].lines if ln.get_marker() == "s"]
     assert len(first) == 1 and list(first[0].get_ydata()) == [results["contexts"][0]["ce"]]
+
+
+def test_the_entropy_loss_bars_are_95_percent_intervals_and_say_so(captured):
+    """The loss-vs-context panel drew ±1 standard error and said nothing of what its bars were."""
+    results = {
+        "contexts": [
+            {"context": c, "ce": 2.0 - 0.1 * i, "ce_stderr": 0.05} for i, c in enumerate((8, 16, 32))
+        ],
+        "fits_vs_ce": {"entropy@10": {"r": 0.43}},
+    }
+    spectra = np.array([[1.0, 0.1], [1.0, 0.2], [1.0, 0.3]])
+    entropy_plots.entropy_png(results, {"entropy@10": [1.0, 2.0, 3.5]}, spectra, [0.01], "u.png", title="r")
+    ax = captured[0].axes[2]
+    assert ax.get_legend().get_texts()[0].get_text() == "model (95% interval over the samples)"
+    (bars,) = [c for c in ax.collections if c.get_segments()]
+    lo, hi = bars.get_segments()[0][:, 1]
+    assert hi - lo == pytest.approx(2 * 1.96 * 0.05)

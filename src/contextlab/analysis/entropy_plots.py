@@ -90,7 +90,8 @@ def entropy_png(
         _spectra(ax, ctx, spectra, colors, thresholds, logx)
     axes[0, 0].legend(fontsize=6, ncol=2)
     ax = axes[0, 2]
-    ax.errorbar(ctx, ce, yerr=[r["ce_stderr"] for r in per], fmt="o-", ms=3, label="model")
+    half = [1.96 * r["ce_stderr"] for r in per]  # the bars said nothing of what they were (they were 1 SE)
+    ax.errorbar(ctx, ce, yerr=half, fmt="o-", ms=3, label="model (95% interval over the samples)")
     if "bayes_risk" in per[0]:
         ax.plot(ctx, [r["bayes_risk"] for r in per], "s--", ms=3, label="exact Bayes risk")
     ax.set_xlabel("visible context l")
