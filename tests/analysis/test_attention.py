@@ -285,8 +285,8 @@ def test_fewer_rows_than_asked_are_said_on_the_settings_line(byte_store, capsys)
     head = f"attention: rows {n_docs} of 64 tokens · documents {n_docs} · note {n_docs} rows, "
     assert line.startswith(head)
     assert line.endswith(
-        f"not --rows 256: {n_docs} documents of 64 tokens or more give 1 row each at most "
-        "(--pieces-per-doc 0 cuts as many as fit)"
+        f"not the 256 asked: {n_docs} documents of 64 tokens or more give 1 row each at most "
+        "(`analyze attention --pieces-per-doc 0` cuts as many as fit)"
     )
     run(a, Options(rows=2), data=str(byte_store.path), progress=False)
     assert "note" not in capsys.readouterr().out.splitlines()[0]
@@ -332,7 +332,7 @@ def test_one_row_from_one_document_is_said_in_the_singular(capsys):
         capsys.readouterr()
         .out.splitlines()[0]
         .endswith(
-            "note 1 row, not --rows 256: 1 document of 64 tokens or more gives 1 row at most "
-            "(--pieces-per-doc 0 cuts as many as fit)"
+            "note 1 row, not the 256 asked: 1 document of 64 tokens or more gives 1 row at most "
+            "(`analyze attention --pieces-per-doc 0` cuts as many as fit)"
         )
     )

@@ -329,11 +329,11 @@ def announce_rows(rows: Rows, options: Options, from_store: bool) -> None:
         per = options.pieces_per_doc
         one = n_docs == 1
         note = (
-            f"{N:,} row{'s' * (N != 1)}, not --rows {options.rows:,}: {n_docs:,} document{'s' * (not one)} "
-            f"of {T:,} tokens or more"
-            + (
+            f"{N:,} row{'s' * (N != 1)}, not the {options.rows:,} asked: {n_docs:,} "
+            f"document{'s' * (not one)} of {T:,} tokens or more"
+            + (  # the command named: a profile runs this step under options of its own
                 f" give{'s' * one} {per} row{'s' * (per != 1)} {'' if one else 'each '}at most "
-                "(--pieces-per-doc 0 cuts as many as fit)"
+                "(`analyze attention --pieces-per-doc 0` cuts as many as fit)"
                 if per
                 else f" hold{'s' * one} no more"
             )
