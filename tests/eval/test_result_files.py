@@ -77,3 +77,38 @@ def test_arrays_the_new_result_has_not_go_with_the_old_result_and_no_other_file(
         not (tmp_path / "niah.correct_exact.npy").exists() and len(np.load(tmp_path / "niah.cell.npy")) == 30
     )
     assert (tmp_path / "niah.notes.npy").read_bytes() == b"the user's own file"
+
+
+def test_a_store_given_relative_is_recorded_absolute(tmp_path, monkeypatch):
+    """entropy.json recorded `stores/heldout` where ppl.json and contextwise.json recorded the absolute
+    path; the report then read it from wherever it was run."""
+    from contextlab.cli import main
+    from contextlab.data.tokenizers import ByteTokenizer
+    from contextlab.train.checkpoint import write_untrained_run
+    from tests.eval.conftest import tiny_gpt
+
+    run = write_untrained_run(
+        tmp_path / "run", tiny_gpt(0, context=32), ByteTokenizer(), note="t"
+    ).parent.parent
+    (tmp_path / "t.txt").write_text("some text to score, and more of it. " * 30)
+    monkeypatch.chdir(tmp_path)
+    assert main(["data", "ingest", "t.txt", "--tokenizer", "byte", "--out", "stores/s"]) == 0
+    assert main(["eval", "ppl", "--model", str(run), "--data", "stores/s", "--out", "o"]) == 0
+    entropy = [
+        "--contexts",
+        "4,8,16",
+        "--samples",
+        "50",
+        "--estimators",
+        "",
+        "--kde-dims",
+        "0",
+        "--n-components",
+        "10",
+    ]
+    assert (
+        main(["analyze", "entropy", "--model", str(run), "--data", "stores/s", "--out", "o", *entropy]) == 0
+    )
+    for name in ("ppl", "entropy"):
+        doc = json.loads((tmp_path / "o" / f"{name}.json").read_text())
+        assert doc["data"]["store"] == str((tmp_path / "stores" / "s").resolve()), name

@@ -322,6 +322,9 @@ def run_and_record(out_dir: str | Path, name: str, run, *, options: Any, model: 
         said += [f"warning: {m}" for m in dict.fromkeys(past) if f"warning: {m}" not in said]
     seconds = time.perf_counter() - t0
     read = out.data if isinstance(out.data, dict) else {}
+    store = read.get("store")
+    if isinstance(store, str) and store and not Path(store).is_absolute() and Path(store).exists():
+        read["store"] = str(Path(store).resolve())  # one form in every result: a relative one read from cwd
     if read.get("split") != "run" and trained_on(str(model.get("path") or ""), read.get("hash")):
         out.data["training_store"] = True  # read on documents the model trained on (see open_store)
     path = write_result(
