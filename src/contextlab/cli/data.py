@@ -154,26 +154,13 @@ def _ingest_config(args: argparse.Namespace):
     return from_dict(IngestConfig, data)
 
 
-CR_SHARE = 0.001  # carriage-return tokens past this share of a store are said (CRLF files)
-
-
 def carriage_return_note(store) -> str:
     """A note when a store's text keeps CRLF line ends (Project Gutenberg's files; kept byte for byte, as
     every offset into the source stays valid): its carriage returns are tokens the prompt tasks, which
     write LF, never show the model. "" when under ``CR_SHARE`` of the tokens."""
-    import numpy as np
+    from contextlab.data.stats import CR_SHARE, carriage_return_share
 
-    if not store.n_tokens:
-        return ""
-    tok = store.tokenizer()
-    ids = {i for text in ("\r", "\r\n", "\r\n\r\n", " \r\n", ".\r\n") for i in tok.encode(text)}
-    ids = [i for i in ids if "\r" in tok.decode([i])]
-    # 64 evenly spaced blocks of 256K tokens at most: the share, without reading a store of billions
-    block = 1 << 18
-    starts = np.unique(np.linspace(0, max(0, store.n_tokens - block), 64).astype(np.int64))
-    blocks = [store.tokens[s : s + block] for s in starts] if store.n_tokens > 64 * block else [store.tokens]
-    read = sum(len(b) for b in blocks)
-    share = sum(int(np.isin(b, ids).sum()) for b in blocks) / read if ids else 0.0
+    share = carriage_return_share(store)
     if share < CR_SHARE:
         return ""
     return (

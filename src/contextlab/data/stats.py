@@ -13,6 +13,24 @@ import numpy as np
 
 from contextlab.data.store import TokenStore
 
+CR_SHARE = 0.001  # carriage-return tokens past this share of a store: its text has CRLF line ends
+
+
+def carriage_return_share(store: TokenStore) -> float:
+    """The share of a store's tokens that hold a carriage return (CRLF line ends; 0 for LF text), read
+    on 64 evenly spaced blocks of 256K tokens at most, so a store of billions costs a few reads."""
+    if not store.n_tokens:
+        return 0.0
+    tok = store.tokenizer()
+    ids = {i for text in ("\r", "\r\n", "\r\n\r\n", " \r\n", ".\r\n") for i in tok.encode(text)}
+    ids = [i for i in ids if "\r" in tok.decode([i])]
+    if not ids:
+        return 0.0
+    block = 1 << 18
+    starts = np.unique(np.linspace(0, max(0, store.n_tokens - block), 64).astype(np.int64))
+    blocks = [store.tokens[s : s + block] for s in starts] if store.n_tokens > 64 * block else [store.tokens]
+    return sum(int(np.isin(b, ids).sum()) for b in blocks) / sum(len(b) for b in blocks)
+
 
 def store_summary(store: TokenStore) -> dict:
     lens = store.lengths()
