@@ -42,7 +42,9 @@ def test_one_long_document_gives_max_docs_pieces_by_default(one_doc_store, capsy
     tokens = np.stack([doc[65 * k : 65 * k + 65] for k in range(64)])  # (64, 65)
     want = -adapter.token_logprobs(tokens).double().numpy().mean(0)  # (64,) the curve over 64 pieces
     np.testing.assert_allclose(r["loss"], want, rtol=1e-6, atol=1e-6)
-    assert "contextwise: length 65 · pieces 64 · documents 1 ·" in capsys.readouterr().out
+    # what the pieces read of the text is said (the line named only the store's tokens)
+    said = "contextwise: length 65 · pieces 64 · reads 4,160 of its 5,000 tokens (83%; --max-docs 0 "
+    assert said in capsys.readouterr().out
     s = r["summary"]
     assert s["falls_with_position"] is None  # no interval over one document: no claim, not "false"
     assert s["context_gain_interval95"] is None and s["first_to_last_bucket_drop_interval95"] is None
@@ -146,7 +148,8 @@ def test_the_plot_draws_each_positions_interval_and_the_headline_window_with_sha
     texts = [t.get_text() for t in legend.get_texts()]
     assert texts[:2] == ["a", "b"]
     assert "best-context loss (the headline): mean of positions 116-128" in texts
-    assert "lowest mean over 13 positions anywhere" in texts and "95% interval of each position" in texts
+    assert "lowest mean over 13 positions anywhere" in texts
+    assert "95% interval of each position (over the pieces)" in texts
     for handle, text in zip(legend.legend_handles, texts):
         if text in ("lowest single position", "training context (128 tokens)"):
             assert to_rgba(handle.get_color())[:3] == (0.0, 0.0, 0.0)  # shared: black, not a model's colour

@@ -233,6 +233,19 @@ def resolved_length(adapter, options: Options) -> int:
     return options.length or (options.train_context or adapter.context) + 1
 
 
+def _read_share(read: int, there: int) -> str | None:
+    """What the pieces read of the data, when it is a part: by default 64 pieces of the first tokens of
+    each document, 9% of two held-out books, while the line named only the books' 185,179 tokens."""
+    if not there or read >= there:
+        return None
+    from contextlab.data.packing.stats import whole_percent
+
+    return (
+        f"{read:,} of its {there:,} tokens ({whole_percent(read / there)}; --max-docs 0 --pieces-per-doc 0 "
+        "reads every piece)"
+    )
+
+
 def check_options(o: Options) -> None:
     """One line for a value the measurement has no meaning for (``--length 1`` and ``--best-fraction 0``
     ended in a traceback; ``--max-docs -5`` dropped the last 5 pieces in silence, as a slice does)."""
@@ -271,6 +284,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         {
             "length": L,
             "pieces": n,
+            "reads": _read_share(n * L, int(np.sum(view.lengths()))),
             "documents": len(set(heldout.in_store(view, pieces)[:, 0].tolist())),
             "train context": ctx,
             "beyond it": f"context lengths {ctx + 1}..{L - 1}" if ctx < L - 1 else None,
