@@ -575,6 +575,38 @@ def test_a_corpus_folders_own_notes_are_named_with_the_exclude_that_leaves_them_
     assert "note:" not in capsys.readouterr().out
 
 
+def test_jsonl_files_beside_text_files_are_said_to_be_read_as_text(tmp_path, capsys):
+    """Two .jsonl files beside one .txt were stored as JSON syntax (ids of `{"`, `text`, `":`), one
+    document a file, with no word, and --text-field was taken in silence though no row was read."""
+    src = write_tree(
+        tmp_path / "mixed",
+        {"a.jsonl": '{"text": "hello world one"}\n{"text": "second row"}\n', "d.txt": "plain text\n"},
+    )
+    store = ingest(src, tmp_path / "s", IngestConfig(tokenizer="byte"), progress=False).store
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+    assert said == [
+        "note: 1 JSON-lines file (a.jsonl) is read as text, one document each, as every file of a folder "
+        "that holds other files too; to read its rows, ingest it on its own (the file, or a folder of "
+        "JSON-lines files only), or --exclude it here"
+    ]
+    assert store.n_docs == 2  # as before: a file a document
+    only_rows = write_tree(tmp_path / "rows", {"a.jsonl": '{"text": "one"}\n{"text": "two"}\n'})
+    assert ingest(only_rows, tmp_path / "r", IngestConfig(tokenizer="byte"), progress=False).store.n_docs == 2
+    assert "JSON-lines" not in capsys.readouterr().out
+    with pytest.raises(
+        UserError,
+        match=r"--text-field body names a field of JSONL / Parquet rows, and .* is "
+        r"read as text \(a folder of text files",
+    ):
+        ingest(src, tmp_path / "f", IngestConfig(tokenizer="byte", source=SourceOptions(text_field="body")))
+    with pytest.raises(UserError, match="--domain-field repo names a field"):
+        ingest(
+            src / "d.txt",
+            tmp_path / "g",
+            IngestConfig(tokenizer="byte", source=SourceOptions(domain_field="repo")),
+        )
+
+
 def test_a_jsonl_file_opening_with_a_byte_order_mark_is_read(tmp_path):
     """A JSONL file an editor saved with a UTF-8 BOM was refused with Python's "(decode using
     utf-8-sig)", which names no fix a user can act on; the mark is read past, the rows are kept."""

@@ -176,7 +176,13 @@ def _ingest(
     refuse_store_source(source)
     src = open_source(source, config.source)
     for note in (
-        (src.split_note(), src.provenance_note(), src.one_document_note(), *src.pattern_notes())
+        (
+            src.split_note(),
+            src.provenance_note(),
+            src.rows_as_text_note(),
+            src.one_document_note(),
+            *src.pattern_notes(),
+        )
         if notes
         else ()
     ):

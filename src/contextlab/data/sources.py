@@ -210,6 +210,22 @@ class Source:
                 f"--split applies to a saved Hugging Face DatasetDict, and {self.given} is a {self.kind} "
                 "source; leave --split out"
             )
+        fields = [
+            (flag, value)
+            for flag, value, default in (
+                ("--text-field", self.options.text_field, "text"),
+                ("--domain-field", self.options.domain_field, None),
+                ("--path-field", self.options.path_field, None),
+            )
+            if value != default
+        ]
+        if fields and self.kind in ("folder", "file"):
+            flag, value = fields[0]
+            raise UserError(
+                f"{flag} {value} names a field of JSONL / Parquet rows, and {self.given} is read as text "
+                f"({'a folder of text files' if self.kind == 'folder' else 'a text file'}, a file a "
+                "document); leave it out, or give a JSONL / Parquet file, or a folder of those only"
+            )
         if self.options.doc_start is not None and self.kind not in ("folder", "file"):
             raise UserError(
                 f"--doc-start cuts text files, and {self.given} is a {self.kind} source whose rows are "
@@ -267,6 +283,27 @@ class Source:
             f"note: {n} file{'s' * (n != 1)} named like a corpus's own notes (where it came from, its "
             f"licence, its index) {'are' if n > 1 else 'is'} ingested as text: {some(found, 5)}; "
             f"--exclude {shlex.quote(globs)} leaves {'them' if n > 1 else 'it'} out"
+        )
+
+    def rows_as_text_note(self) -> str | None:
+        """For a folder that holds JSON-lines files beside other files, one line saying they are read
+        as text, one document each (a folder reads its rows only when it holds nothing else: a code
+        tree's ``.json`` files are text), and how to read their rows. A user's two ``.jsonl`` files beside
+        one ``.txt`` were stored as JSON syntax, in silence."""
+        if self.kind != "folder":
+            return None
+        rels = [rel for rel, _ in self.files()[0]]
+        known = set(provenance_files(rels))  # manifest.jsonl and the like: said by provenance_note
+        rows = [r for r in rels if r.lower().endswith((".jsonl", ".jsonl.gz")) and r not in known]
+        if not rows:
+            return None
+        one = len(rows) == 1
+        its, them = ("its", "it") if one else ("their", "them")
+        return (
+            f"note: {len(rows)} JSON-lines file{'s' * (not one)} ({some(rows, 3)}) {'is' if one else 'are'} "
+            "read as text, one document each, as every file of a folder that holds other files too; to "
+            f"read {its} rows, ingest {them} on {its} own (the file, or a folder of JSON-lines files only), "
+            f"or --exclude {them} here"
         )
 
     def pattern_notes(self) -> list[str]:
