@@ -607,6 +607,24 @@ def test_jsonl_files_beside_text_files_are_said_to_be_read_as_text(tmp_path, cap
         )
 
 
+def test_a_text_file_opening_with_a_byte_order_mark_is_read_past_and_said(tmp_path, capsys):
+    """A text file saved with a UTF-8 BOM was stored with the mark as 3 tokens (ids 239, 187, 191 of the
+    byte tokenizer) at its start, with no word; the JSONL reader read past it already."""
+    from contextlab.cli import main
+
+    src = tmp_path / "c"
+    src.mkdir()
+    (src / "bom.txt").write_bytes(b"\xef\xbb\xbfHello with BOM")
+    (src / "plain.txt").write_bytes(b"Hello without")
+    assert main(["data", "ingest", str(src), "--tokenizer", "byte", "--out", str(tmp_path / "s")]) == 0
+    assert "  1 file opened with a UTF-8 byte-order mark, read past (not text)" in capsys.readouterr().out
+    store = TokenStore(tmp_path / "s")
+    assert (
+        bytes(store.doc(0).tolist()) == b"Hello with BOM"
+        and store.meta["source_stats"]["byte_order_marks"] == 1
+    )
+
+
 def test_a_jsonl_file_opening_with_a_byte_order_mark_is_read(tmp_path):
     """A JSONL file an editor saved with a UTF-8 BOM was refused with Python's "(decode using
     utf-8-sig)", which names no fix a user can act on; the mark is read past, the rows are kept."""

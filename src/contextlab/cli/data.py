@@ -200,6 +200,8 @@ def _print_ingest_report(report) -> None:
         print("  " + ", ".join(f"{k}: {v:,}" for k, v in notes.items()))
     if line := carriage_return_note(store):
         print(line)
+    if n := stats.get("byte_order_marks"):
+        print(f"  {n:,} file{'s' * (n != 1)} opened with a UTF-8 byte-order mark, read past (not text)")
     if stats.get("latin1_files") or stats.get("latin1_rows"):  # which, so a reader can look at them
         from contextlab.data.stats import latin1_line
 

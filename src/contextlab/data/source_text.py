@@ -81,7 +81,11 @@ def read_text(src: Source, rel: str, path: Path) -> str | LongText | None:
         src.stats.skipped_binary += 1
         src.skip(rel, "binary (a NUL byte in its first 8 KiB)")
         return None
-    return decode(src, data, shown_name(str(path)), rel)
+    text = decode(src, data, shown_name(str(path)), rel)
+    if text is not None and text.startswith("\ufeff"):  # an editor's UTF-8 mark, not text: 3 tokens
+        src.stats.byte_order_marks += 1
+        return text[1:]
+    return text
 
 
 def long_text(src: Source, rel: str, path: Path) -> LongText | None:

@@ -26,7 +26,8 @@ Trade-offs. Text files are read whole, except past ``long_doc_mb`` (a ``LongText
 chunks), and row formats stream in batches, so memory follows the largest document, never
 the corpus. Under strict UTF-8 ``check_encoding`` reads every file once more before any
 work, so no ingest stops half way on one bad file. Text is kept byte-exact: no newline conversion and no
-whitespace stripping (``min_chars`` looks at the stripped length but keeps the text), so
+whitespace stripping (``min_chars`` looks at the stripped length but keeps the text; only a UTF-8
+byte-order mark opening a file, an encoding mark, is read past), so
 offsets into the source files stay valid. Nothing is dropped silently: every skipped file
 or row is counted in ``Source.stats`` and named in ``Source.skipped``, and a corpus that yields nothing raises
 ``UserError`` at the end of the iteration, saying what was skipped. The fingerprint only
@@ -169,6 +170,7 @@ class SourceStats:
     latin1_files: int = 0  # text files decoded as Latin-1
     latin1_rows: int = 0  # JSONL lines decoded as Latin-1
     gutenberg_stripped: int = 0  # documents whose Project Gutenberg header/footer was cut (kept)
+    byte_order_marks: int = 0  # text files opening with a UTF-8 byte-order mark, read past (not a token)
     doc_start_cut: int = 0  # text files --doc-start cut into several documents
     doc_start_uncut: int = 0  # text files in which no line but the first matched --doc-start (one document)
     bytes_read: int = 0  # input bytes read (decompressed; Parquet/Arrow: UTF-8 bytes of the text)
