@@ -52,3 +52,20 @@ def test_a_ray_this_process_did_not_start_is_left_alone(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", ray)
     assert _run(lambda argv: 0, "sweep", []) == 0
     assert ray.up  # a test's fixture or a notebook's Ray is not ours to stop
+
+
+def test_an_interrupted_command_that_keeps_nothing_half_done_does_not_say_resume(capsys):
+    """Ctrl-C during an evaluation said "run the same command again to resume": nothing resumes, the
+    rerun starts over (its result is written whole at the end)."""
+
+    def interrupted(argv):
+        raise KeyboardInterrupt
+
+    assert _run(interrupted, "eval", []) == 130
+    said = capsys.readouterr().err.strip()
+    assert said == (
+        "contextlab eval: interrupted; run the same command again (it starts over; nothing half-done was "
+        "kept)"
+    )
+    assert _run(interrupted, "train", []) == 130
+    assert capsys.readouterr().err.strip().endswith("run the same command again to resume")

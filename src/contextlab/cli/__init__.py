@@ -215,7 +215,7 @@ def _run(fn: Command, name: str, argv: list[str]) -> int:
         print(f"contextlab {name}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # a run knows whether it has a checkpoint to resume from
-        again = f": {exc.rerun}" if hasattr(exc, "rerun") else " to resume"
+        again = f": {exc.rerun}" if hasattr(exc, "rerun") else _again(name)
         print(f"\ncontextlab {name}: interrupted; run the same command again{again}", file=sys.stderr)
         return 130
     except SystemExit as exc:  # SIGTERM (a scheduler, `timeout`): said as Ctrl-C is (it ended in silence)
@@ -229,6 +229,25 @@ def _run(fn: Command, name: str, argv: list[str]) -> int:
             raise
         print(f"contextlab {name}: error: {line}", file=sys.stderr)
         return 2
+
+
+# commands whose half-done work a rerun picks up (parts, shards, checkpoints, finished steps); the
+# others write their results whole at the end, so a rerun starts over and nothing half-done is left
+RESUMES = {
+    "quickstart",
+    "data ingest",
+    "data pack",
+    "data export",
+    "train",
+    "sweep",
+    "optimal-context",
+    "profile",
+}
+
+
+def _again(name: str) -> str:
+    """What running ``name`` again does after an interrupt, as the end of its line."""
+    return " to resume" if name in RESUMES else " (it starts over; nothing half-done was kept)"
 
 
 # how libraries that are not Python's io report these errors (safetensors, torch.save: the OS's text)
