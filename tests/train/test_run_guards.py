@@ -263,6 +263,19 @@ def test_a_full_disk_while_logging_names_the_last_checkpoint(store, tmp_path, mo
         train(config(store, run, max_steps=8))
 
 
+def test_a_disk_made_read_only_under_a_run_says_where_the_rerun_goes_on(store, tmp_path, monkeypatch):
+    """A run folder remounted read-only mid-run ended on "runs/rob/.lock is on a read-only file system;
+    write the output to a folder on a disk you can write": nothing of the checkpoint it resumes from."""
+    run = tmp_path / "run"
+    fail_logging_at(monkeypatch, 6, OSError(errno.EROFS, "Read-only file system", str(run / "metrics.jsonl")))
+    with pytest.raises(UserError) as e:
+        train(config(store, run, max_steps=8))
+    assert str(e.value) == (
+        f"{run / 'metrics.jsonl'} is on a read-only file system; make it writable again and run the same "
+        f"command again: it resumes from the last good checkpoint, {run / 'checkpoints' / 'step_000004'}"
+    )
+
+
 def test_a_full_disk_before_any_checkpoint_says_the_rerun_starts_over(store, tmp_path, monkeypatch):
     """Not "to resume": with no checkpoint written the same command starts over from step 0 (it
     used to promise a resume it could not give), for the disk filling in a log write and in the

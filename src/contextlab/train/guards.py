@@ -71,6 +71,11 @@ def guard_run(run_dir: Path, info: D.DistInfo) -> Iterator[None]:
             exc.rerun = rerun_goes_on(run_dir)  # type: ignore[attr-defined]  # line says where a rerun goes on
             raise
         except OSError as exc:
+            if exc.errno == errno.EROFS:  # remounted read-only under a run: the rerun goes on where it was
+                raise UserError(
+                    f"{exc.filename or run_dir} is on a read-only file system; make it writable again and "
+                    f"run the same command again: {rerun_goes_on(run_dir)}"
+                ) from None
             if exc.errno not in FULL_DISK:
                 raise
             raise UserError(
