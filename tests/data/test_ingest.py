@@ -607,6 +607,17 @@ def test_jsonl_files_beside_text_files_are_said_to_be_read_as_text(tmp_path, cap
         )
 
 
+def test_a_csv_read_as_text_is_said(tmp_path, capsys):
+    """A 301-line CSV became one document, header included, with no word; Parquet's rows are read."""
+    (tmp_path / "q.csv").write_text("id,content\n1,what is this\n2,who is that\n")
+    store = ingest(tmp_path / "q.csv", tmp_path / "s", IngestConfig(tokenizer="byte"), progress=False).store
+    assert store.n_docs == 1
+    assert (
+        "note: q.csv is a CSV/TSV file, read as text: one document holding every line, header included; to "
+        "ingest rows, write them as JSONL or Parquet"
+    ) in capsys.readouterr().out
+
+
 def test_a_text_file_opening_with_a_byte_order_mark_is_read_past_and_said(tmp_path, capsys):
     """A text file saved with a UTF-8 BOM was stored with the mark as 3 tokens (ids 239, 187, 191 of the
     byte tokenizer) at its start, with no word; the JSONL reader read past it already."""

@@ -180,6 +180,7 @@ def _ingest(
             src.split_note(),
             src.provenance_note(),
             src.rows_as_text_note(),
+            src.table_as_text_note(),
             src.one_document_note(),
             *src.pattern_notes(),
         )

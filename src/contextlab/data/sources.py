@@ -150,6 +150,9 @@ class SourceOptions:
         self.exclude = [self.exclude] if isinstance(self.exclude, str) else list(self.exclude)
 
 
+TABLE_SUFFIXES = (".csv", ".tsv", ".csv.gz", ".tsv.gz")  # tables read as text (a note says so)
+
+
 @dataclass
 class SourceStats:
     """Counters filled while iterating; reset when a new iteration starts."""
@@ -306,6 +309,22 @@ class Source:
             "read as text, one document each, as every file of a folder that holds other files too; to "
             f"read {its} rows, ingest {them} on {its} own (the file, or a folder of JSON-lines files only), "
             f"or --exclude {them} here"
+        )
+
+    def table_as_text_note(self) -> str | None:
+        """One line when CSV / TSV files are read (as text, one document a file, header and all): rows
+        are read from JSONL and Parquet only. A user's 301-line CSV became one document in silence."""
+        if self.kind not in ("folder", "file"):
+            return None
+        tables = [rel for rel, _ in self.files()[0] if rel.lower().endswith(TABLE_SUFFIXES)]
+        if not tables:
+            return None
+        one = len(tables) == 1
+        what = "is a CSV/TSV file" if one else f"are {len(tables)} CSV/TSV files"
+        return (
+            f"note: {some(tables, 3)} {what}, read as text: one document {'' if one else 'each '}holding "
+            "every line, header included; to ingest rows, write them as JSONL or Parquet (e.g. "
+            "pandas.read_csv(F).to_parquet(F2)) and ingest that"
         )
 
     def pattern_notes(self) -> list[str]:
