@@ -306,7 +306,8 @@ def paired_difference(recipe: dict, out: Path, data_eval: Path) -> dict:
 
     from contextlab.data.store import TokenStore
     from contextlab.eval.adapter import load_model
-    from contextlab.eval.contextwise import scan, sequences
+    from contextlab.eval.contextwise import scan
+    from contextlab.eval.pieces import sequences
 
     cw = recipe["eval"]["contextwise"]
     store = TokenStore(data_eval)

@@ -150,7 +150,7 @@ def test_paired_difference_runs_in_batches_on_the_evaluation_device(study, recip
     from contextlab.data.ingest import IngestConfig, ingest
     from contextlab.data.tokenizers import ByteTokenizer
     from contextlab.eval.adapter import in_memory_adapter
-    from contextlab.eval.contextwise import sequences
+    from contextlab.eval.pieces import sequences
     from tests.eval.conftest import tiny_gpt
 
     src = tmp_path / "src"

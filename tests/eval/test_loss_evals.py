@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from contextlab.eval import bayes_fit, contextwise, ppl, stats
+from contextlab.eval.pieces import sequences
 from tests.eval.conftest import byte_adapter, tiny_gpt
 
 
@@ -160,7 +161,7 @@ def test_contextwise_default_length_is_the_model_context(byte_store):
 
 
 def test_contextwise_pieces_cut_long_documents(byte_store):
-    pieces = contextwise.sequences(byte_store, 100, max_docs=0, pieces_per_doc=0)
+    pieces = sequences(byte_store, 100, max_docs=0, pieces_per_doc=0)
     assert pieces == [
         (1, 0),
         (2, 0),
@@ -174,7 +175,7 @@ def test_contextwise_pieces_cut_long_documents(byte_store):
         (5, 300),
         (5, 400),
     ]
-    assert contextwise.sequences(byte_store, 100, max_docs=3, pieces_per_doc=1) == [(1, 0), (2, 0), (4, 0)]
+    assert sequences(byte_store, 100, max_docs=3, pieces_per_doc=1) == [(1, 0), (2, 0), (4, 0)]
 
 
 def test_contextwise_plot_marks_the_minimum_and_reads_older_results(byte_store, tmp_path):

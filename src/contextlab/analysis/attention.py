@@ -290,7 +290,7 @@ def read_rows(adapter, options: Options, data: str | None, text: str | None, len
     """The rows to analyse: pieces of the store's documents (as ``contextwise`` cuts them) or the text;
     ``length`` the default tokens per row (0: the model's context) when --length is not given."""
     from contextlab.eval.base import open_store
-    from contextlab.eval.contextwise import sequences
+    from contextlab.eval.pieces import sequences
     from contextlab.eval.results import text_hash
 
     L = options.length or length or adapter.context

@@ -64,7 +64,6 @@ def open_store(data: str | None, adapter, what: str, kinds: tuple[str, ...] = ()
     is not None)."""
     from contextlab.data.store import TokenStore
     from contextlab.data.tokenizers import check_same_tokenizer
-    from contextlab.rundir import run_of, trained_on
 
     if not data:
         raise UserError(
@@ -101,20 +100,31 @@ def open_store(data: str | None, adapter, what: str, kinds: tuple[str, ...] = ()
             f"symbols, one answer) measures nothing; its task is measured by {SYNTHETIC_USE[synthetic]}"
         )
     store.check_content(skip=None)  # evaluations read only checked stores
-    noted = (str(run_of(adapter.info.path)), store.hash)
-    if split != "run" and noted not in _TRAINING_STORE_NOTED and trained_on(adapter.info.path, store.hash):
-        _TRAINING_STORE_NOTED.add(noted)  # once per model and store in a process (a profile reads it often)
-        print(
-            f"note: {store.path} is the token store {noted[0]} trained on: what {what} "
-            "reads there are mostly documents the model saw in training; a store of text it never saw "
-            "(ingested with the same --tokenizer)"
-            + (", or --split run (what the run held out)," if split else "")
-            + " measures what it learned, not what it saw",
-            file=sys.stderr,
-        )
-    if (line := line_end_note(store, adapter.info.path)) is not None:
-        print(line, file=sys.stderr)
+    for line in (
+        training_store_note(store, adapter.info.path, what, split),
+        line_end_note(store, adapter.info.path),
+    ):
+        if line is not None:
+            print(line, file=sys.stderr)
     return store
+
+
+def training_store_note(store, model: str, what: str, split: str | None) -> str | None:
+    """A note, once per model and store in a process (a profile reads it often), when ``store`` is the
+    one the run trained on and ``split`` is not "run": what is read there the model saw in training."""
+    from contextlab.rundir import run_of, trained_on
+
+    noted = (str(run_of(model)), store.hash)
+    if split == "run" or noted in _TRAINING_STORE_NOTED or not trained_on(model, store.hash):
+        return None
+    _TRAINING_STORE_NOTED.add(noted)
+    return (
+        f"note: {store.path} is the token store {noted[0]} trained on: what {what} "
+        "reads there are mostly documents the model saw in training; a store of text it never saw "
+        "(ingested with the same --tokenizer)"
+        + (", or --split run (what the run held out)," if split else "")
+        + " measures what it learned, not what it saw"
+    )
 
 
 _LINE_ENDS_NOTED: set[tuple[str, str]] = set()  # (run, store hash) whose line ends were compared

@@ -3,7 +3,7 @@
 The protocol of the compute-optimal-context study: take every document with at least L
 tokens, or consecutive L-token pieces of long documents, score each piece from its own
 start with no context from any other piece, and average the loss of the token at position
-t over pieces. Which pieces (``sequences``): every qualifying document's first piece, then
+t over pieces. Which pieces (``pieces.sequences``): every qualifying document's first piece, then
 every second piece, and so on, until ``max_docs`` pieces. By default (``pieces_per_doc``
 unset) a document gives as many pieces as that round-robin asks of it, so a corpus of at
 least ``max_docs`` long documents gives each its first piece (as one piece per document
@@ -76,6 +76,7 @@ import contextlab.eval.tasks as tasks
 from contextlab.config import opt
 from contextlab.errors import UserError
 from contextlab.eval.base import EvalOutput, open_store
+from contextlab.eval.pieces import cut_pieces, read_share
 
 
 @dataclass
@@ -101,22 +102,6 @@ class Options:
     train_context: int = opt(0, "the training context for the best-context loss; 0 = the model's")
     split: Literal["all", "run"] = opt("all", heldout.SPLIT_HELP)
     heldout_of: str = heldout.of_option()
-
-
-def sequences(store, length: int, max_docs: int, pieces_per_doc: int) -> list[tuple[int, int]]:
-    """(document, start) of the L-token pieces to score: first pieces of every document, then second pieces...
-
-    Round-robin over documents, so that ``max_docs`` pieces come from as many documents as possible.
-    """
-    lengths = store.lengths()
-    docs = np.flatnonzero(lengths >= length)
-    n_pieces = {int(d): int(lengths[d] // length) for d in docs}
-    if pieces_per_doc:
-        n_pieces = {d: min(n, pieces_per_doc) for d, n in n_pieces.items()}
-    out = [
-        (d, k * length) for k in range(max(n_pieces.values(), default=0)) for d in n_pieces if k < n_pieces[d]
-    ]
-    return out[:max_docs] if max_docs else out
 
 
 def position_losses(adapter, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -206,19 +191,6 @@ def one_token_losses(adapter, tokens: np.ndarray, lo: int, hi: int) -> np.ndarra
     return out.reshape(len(tokens), -1).mean(1)  # (N,)
 
 
-def _pieces(docs, L: int, options: Options, what: str) -> tuple[list[tuple[int, int]], np.ndarray]:
-    """The (document, start) of the pieces to score, as positions in ``docs`` (a store or a view of one;
-    ``what`` names it), and their tokens (N, L) int64."""
-    per_doc = options.pieces_per_doc
-    if per_doc is None:  # the default: fill max_docs from few documents; all documents: one piece each
-        per_doc = 0 if options.max_docs else 1
-    pieces = sequences(docs, L, options.max_docs, per_doc)
-    if not pieces:
-        longest = int(docs.lengths().max()) if len(docs.lengths()) else 0
-        raise UserError(f"no document of {what} has {L} tokens (longest: {longest}); lower --length")
-    return pieces, np.stack([np.asarray(docs.doc(d)[s : s + L], dtype=np.int64) for d, s in pieces])
-
-
 def _bucket_ranges(L: int) -> tuple[list[tuple[int, int]], int]:
     """The (from, to) context lengths of every bucket, and the index of the last complete one (the
     first bucket and that one are the early and late ranges of ``first_to_last_bucket``; a partial
@@ -231,19 +203,6 @@ def _bucket_ranges(L: int) -> tuple[list[tuple[int, int]], int]:
 def resolved_length(adapter, options: Options) -> int:
     """The tokens per piece L: ``--length``, else the model's (or ``--train-context``) context + 1."""
     return options.length or (options.train_context or adapter.context) + 1
-
-
-def _read_share(read: int, there: int) -> str | None:
-    """What the pieces read of the data, when it is a part: by default 64 pieces of the first tokens of
-    each document, 9% of two held-out books, while the line named only the books' 185,179 tokens."""
-    if not there or read >= there:
-        return None
-    from contextlab.data.packing.stats import whole_percent
-
-    return (
-        f"{read:,} of its {there:,} tokens ({whole_percent(read / there)}; --max-docs 0 --pieces-per-doc 0 "
-        "reads every piece)"
-    )
 
 
 def check_options(o: Options) -> None:
@@ -275,8 +234,12 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
     ctx = options.train_context or adapter.context
     L = resolved_length(adapter, options)
     adapter.check_length(L - 1, "each contextwise piece", fix="lower --length")
-    pieces, tokens = _pieces(
-        view, L, options, f"{store.path} held out by the run" if held else str(store.path)
+    pieces, tokens = cut_pieces(
+        view,
+        L,
+        options.max_docs,
+        options.pieces_per_doc,
+        f"{store.path} held out by the run" if held else str(store.path),
     )
     n = len(tokens)
     progress.announce(
@@ -284,7 +247,7 @@ def run(adapter, options: Options, data: str | None) -> EvalOutput:
         {
             "length": L,
             "pieces": n,
-            "reads": _read_share(n * L, int(np.sum(view.lengths()))),
+            "reads": read_share(n * L, int(np.sum(view.lengths()))),
             "documents": len(set(heldout.in_store(view, pieces)[:, 0].tolist())),
             "train context": ctx,
             "beyond it": f"context lengths {ctx + 1}..{L - 1}" if ctx < L - 1 else None,
