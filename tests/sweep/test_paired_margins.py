@@ -13,13 +13,15 @@ from contextlab.sweep.compute_optimal import compute_optimal, margins_line
 DOCS = 8
 
 
-def _run(root, name: str, doc_loss: np.ndarray, held_out: str = "val_fraction 0.02 of the documents") -> None:
-    """A finished run's contextwise result: two pieces per document, their best-context losses about
-    ``doc_loss[d]`` (the pieces differ by +-0.05 around it)."""
+def _run(
+    root, name: str, doc_loss: np.ndarray, held_out: str = "val_fraction 0.02 of the documents", docs=DOCS
+) -> None:
+    """A finished run's contextwise result: two pieces per document (of the first ``docs``), their
+    best-context losses about ``doc_loss[d]`` (the pieces differ by +-0.05 around it)."""
     folder = root / "runs" / name / "eval"
     folder.mkdir(parents=True)
-    pieces = np.array([(d, s) for d in range(DOCS) for s in (0, 100)], dtype=np.int64)
-    losses = np.repeat(doc_loss, 2) + np.tile([-0.05, 0.05], DOCS)
+    pieces = np.array([(d, s) for d in range(docs) for s in (0, 100)], dtype=np.int64)
+    losses = np.repeat(doc_loss[:docs], 2) + np.tile([-0.05, 0.05], docs)
     np.save(folder / "contextwise.pieces.npy", pieces)
     np.save(folder / "contextwise.piece_best_loss.npy", losses)
     doc = {
@@ -30,11 +32,12 @@ def _run(root, name: str, doc_loss: np.ndarray, held_out: str = "val_fraction 0.
     (folder / "contextwise.json").write_text(json.dumps(doc))
 
 
-def _sweep(root, curves: dict[int, np.ndarray], held_out: dict[int, str] | None = None):
+def _sweep(root, curves: dict[int, np.ndarray], held_out: dict[int, str] | None = None, docs=None):
     lines = ["run,status,train.max_flops,train.context,model.size,contextwise.best_context_loss"]
     for ctx, loss in curves.items():
         name = f"c{ctx}"
-        _run(root, name, loss, (held_out or {}).get(ctx, "val_fraction 0.02 of the documents"))
+        read = (docs or {}).get(ctx, DOCS)
+        _run(root, name, loss, (held_out or {}).get(ctx, "val_fraction 0.02 of the documents"), read)
         lines.append(f"{name},done,1e12,{ctx},m,{loss.mean()}")
     (root / "results.csv").write_text("\n".join(lines) + "\n")
     return compute_optimal(root)
@@ -42,8 +45,9 @@ def _sweep(root, curves: dict[int, np.ndarray], held_out: dict[int, str] | None 
 
 # one run a context: its intervals hold the documents, and a user's one-seed margin read as decisive
 ONE_RUN = (
-    "(each weighed equally; one run per context: the intervals hold the documents read, not training "
-    "noise, which a grid over train.seed adds)"
+    "(each weighed equally, where the losses ranked weigh pieces, so a margin can differ from the gap of "
+    "the two losses; one run per context: the intervals hold the documents read, not training noise, "
+    "which a grid over train.seed adds)"
 )
 
 
@@ -70,6 +74,21 @@ def test_margins_pair_documents_and_name_the_contexts_within_noise(tmp_path):
         line.endswith("(within noise)")
         and json.loads((tmp_path / "compute_optimal.json").read_text())["paired"]
     )
+
+
+def test_margins_over_different_documents_say_how_many_each(tmp_path):
+    """A user's sweep said "paired over 488 documents" for every context where the margins paired 603,
+    581 and 488 (a document shorter than a context's pieces is read only by the shorter contexts), and
+    the points ranked averaged different documents with no note."""
+    base = 5.0 + np.random.default_rng(3).normal(0, 0.5, DOCS)
+    res = _sweep(tmp_path, {64: base, 128: base + 0.1, 256: base + 0.2}, docs={64: 8, 128: 7, 256: 6})
+    m = res["paired"]["1000000000000.0"]["m"]
+    assert m["documents_read"] == {"64": 8, "128": 7, "256": 6}
+    assert [m["others"][c]["n_clusters"] for c in ("128", "256")] == [7, 6]
+    line = margins_line(m)
+    assert "paired over the documents both runs read (as many as each margin says)" in line
+    assert "128 +0.100 [" in line and "(7 documents)" in line and "(6 documents)" in line
+    assert "the losses ranked average other documents per context (8 at 64, 7 at 128, 6 at 256" in line
 
 
 def test_runs_that_read_other_text_are_not_paired(tmp_path):
@@ -119,7 +138,8 @@ def test_replicates_are_paired_seed_by_seed_and_pooled_over_seeds(tmp_path):
     assert by_seed["interval95"][0] < 0 < by_seed["interval95"][1] and m["within_noise"] == [64]
     assert margins_line(m).startswith(
         "each context's loss - context 128's, paired per replicate over the documents (each weighed "
-        "equally) and pooled over 3 replicates: 64 "
+        "equally, where the losses ranked weigh pieces, so a margin can differ from the gap of the two "
+        "losses) and pooled over 3 replicates: 64 "
     )
     (tmp_path / "sweep.toml").unlink()  # no record of the grid: replicates are averaged per document
     m = compute_optimal(tmp_path)["paired"]["1000000000000.0"]["m"]

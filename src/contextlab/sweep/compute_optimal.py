@@ -329,7 +329,8 @@ def paired_margins(runs_dir: Path, rows: list[dict], result: dict, replicate_key
                     others[str(c)] = cluster_t(diff, np.ones(len(diff)))
             margins = {
                 "optimum": int(best),
-                "documents": min((d["n_clusters"] for d in others.values()), default=0),
+                "documents": min((d["n_clusters"] for d in others.values()), default=0),  # the fewest paired
+                "documents_read": {str(c): len(docs[c][1]) for c in contexts},  # what each point averages
                 "others": others,
             }
             reps = _over_replicates(runs_dir, {c: cells[(b, size, c)] for c in contexts}, int(best), read)
@@ -408,19 +409,36 @@ def margins_parts(margins: dict) -> tuple[str, str]:
     from contextlab.eval.paired_stats import interval_text
 
     reps = margins.get("others_over_replicates")
+    counts = {int(c): d.get("n_clusters") for c, d in margins["others"].items()}
+    one_count = len(set(counts.values())) <= 1  # every comparison paired the same documents
     parts = []
     for c, d in sorted((reps or margins["others"]).items(), key=lambda cd: int(cd[0])):
         notes = ["within noise"] if int(c) in margins["within_noise"] else []
         if d["diff"] < 0:  # the optimum is the lowest mean over pieces; documents weighed equally differ
             notes.append("below the optimum with documents weighed equally")
+        if not reps and not one_count:
+            notes.insert(0, f"{counts[int(c)]:,} documents")
         parts.append(f"{c} {interval_text(d)}" + (f" ({'; '.join(notes)})" if notes else ""))
-    how = (
-        f"paired per replicate over the documents (each weighed equally) and pooled over "
-        f"{margins['replicates']} replicates"
-        if reps
-        else f"paired over {margins['documents']} documents (each weighed equally; one run per context: "
-        "the intervals hold the documents read, not training noise, which a grid over train.seed adds)"
+    weighed = (
+        "each weighed equally, where the losses ranked weigh pieces, so a margin can differ from the gap "
+        "of the two losses"
     )
+    over = (
+        f"{margins['documents']:,} documents"
+        if one_count
+        else "the documents both runs read (as many as each margin says)"
+    )
+    how = (
+        f"paired per replicate over the documents ({weighed}) and pooled over {margins['replicates']} "
+        "replicates"
+        if reps
+        else f"paired over {over} ({weighed}; one run per context: the intervals hold the documents "
+        "read, not training noise, which a grid over train.seed adds)"
+    )
+    read = margins.get("documents_read") or {}
+    if len(set(read.values())) > 1:  # a document shorter than a context's pieces is read only by shorter ones
+        each = ", ".join(f"{n:,} at {c}" for c, n in sorted(read.items(), key=lambda cn: int(cn[0])))
+        how += f"; the losses ranked average other documents per context ({each}: a piece needs L tokens)"
     if margins.get("replicates_unmatched"):
         how += f"; {margins['replicates_unmatched']}"
     return how, "; ".join(parts)
