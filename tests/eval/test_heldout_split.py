@@ -69,6 +69,7 @@ def test_documents_are_the_ones_training_held_out(project):
         "held_out": "val_fraction 0.1 of the documents, split_seed 3",
         "documents": 4,
         "tokens": int(store.lengths()[val.indices].sum()),
+        "held_out_id": heldout.view_id(view),
         "held_out_by": str((project / "run").resolve()),
     }
     every, nothing = heldout.documents(store, str(project / "run"), "all")
@@ -414,6 +415,11 @@ def test_ep_and_splice_runs_read_and_validate_on_the_documents_their_packs_held_
         assert np.array_equal(view.end - view.begin, store.lengths()[held])  # whole documents
         assert record["held_out"].startswith(f"the documents {tmp_path / run.name[4:]} (val_fraction 0.02")
     assert heldout.shared_run([str(r) for r in runs], store) == str(runs[0].resolve())
+    # and `compare` pairs them: their results' held-out parts differ in words (each names its pack), not
+    # in the documents (a user's SPLICE - EP comparison was refused as "not the same samples")
+    for run in runs:
+        assert main(["eval", "ppl", "--model", str(run), "--split", "run", "--no-progress"]) == 0
+    assert main(["compare", str(runs[1]), str(runs[0])]) == 0
     args = pack_argv(project, "--val-fraction", "0.1")
     assert main([*args, "--out", str(tmp_path / "ep10")]) == 0
     train(_config(tmp_path / "run_ep10", packed=str(tmp_path / "ep10"), mode="packed"))

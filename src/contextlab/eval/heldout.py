@@ -214,7 +214,21 @@ def documents(store, model: str, split: str, whole: bool = False, of: str = "") 
         how = f"val_fraction {fraction:g} of the documents, split_seed {seed}"
     documents = len(np.unique(view.indices))  # a packed run's pieces of one document count it once
     record = {"split": "run", "held_out": how, "documents": documents, "tokens": view.n_tokens()}
+    record["held_out_id"] = view_id(view)  # what was held out, whatever the words (a pack's path) say
     return view, {**record, "held_out_by": str(Path(run_of(source)).resolve())}
+
+
+def view_id(view) -> str:
+    """A short hash of which tokens a view of a store holds: its documents and each one's token range
+    (two packings of one store hold out the same documents; their descriptions name each pack)."""
+    import hashlib
+
+    h = hashlib.sha256(np.ascontiguousarray(view.indices, dtype=np.int64).tobytes())
+    for bound in (view.begin, view.end):
+        if bound is not None:
+            h.update(np.ascontiguousarray(bound, dtype=np.int64).tobytes())
+    h.update(str(int(view.max_len)).encode())
+    return h.hexdigest()[:16]
 
 
 def _packed_unchanged(data: dict, packed: list[Path], recorded: dict, source: Path) -> None:

@@ -157,6 +157,12 @@ def _validation(runs: list[Path], names: dict[Path, str], configs: dict[Path, di
     return parts
 
 
+def _held(data: dict, key: str):
+    """A result's data value for grouping; the held-out part by its identity where recorded (its words
+    name the pack each run trained on, so EP's and SPLICE's runs read as other text)."""
+    return (data.get("held_out_id") or data.get(key)) if key == "held_out" else data.get(key)
+
+
 def _contextwise(runs: list[Path], names: dict[Path, str]) -> list[str]:
     from contextlab.figures import png_bytes
     from contextlab.result_plots import contextwise_figure
@@ -167,7 +173,7 @@ def _contextwise(runs: list[Path], names: dict[Path, str]) -> list[str]:
         if doc is not None and "loss" in doc.get("results", {}):
             docs[run] = doc
     keyed = {  # the same text, read with the same settings (pieces, length, ...)
-        run: repr([doc["data"].get(k) for k in ("hash", "split", "held_out", "documents", "tokens")])
+        run: repr([_held(doc["data"], k) for k in ("hash", "split", "held_out", "documents", "tokens")])
         + json.dumps(comparable_options(doc), sort_keys=True)
         for run, doc in docs.items()
     }

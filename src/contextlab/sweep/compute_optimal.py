@@ -478,9 +478,8 @@ def _run_document_losses(folder: Path) -> tuple[tuple, dict[int, float]]:
     data = doc.get("data") or {}
     ids, inverse = np.unique(pieces[:, 0], return_inverse=True)
     means = np.bincount(inverse, weights=losses) / np.bincount(inverse)
-    return (data.get("hash"), data.get("split"), data.get("held_out")), dict(
-        zip(ids.tolist(), means.tolist())
-    )
+    held = data.get("held_out_id") or data.get("held_out")  # its identity: its words name each run's pack
+    return (data.get("hash"), data.get("split"), held), dict(zip(ids.tolist(), means.tolist()))
 
 
 def _order(size) -> tuple:
