@@ -81,12 +81,27 @@ def test_a_start_over_from_step_0_is_noted_with_why(store, tmp_path, capsys):
     capsys.readouterr()
     train(config(store, run, max_steps=3))
     out = capsys.readouterr().out
-    assert (
-        f"note: {run} has metrics up to step 3 but no finished checkpoint (it stopped before its first "
-        "checkpoint, due at step 4); it starts over from step 0"
-    ) in out
+    said = (  # its end, step 3, writes a checkpoint: it was removed
+        f"note: {run} has metrics up to step 3 but no finished checkpoint (a checkpoint write was cut "
+        "off by a kill, or its checkpoints were removed); it starts over from step 0"
+    )
+    assert said in out
     train(config(store, run, max_steps=3))  # a finished run: nothing to note
     assert "starts over" not in capsys.readouterr().out
+
+
+def test_a_start_over_names_the_first_checkpoint_a_short_run_writes_at_its_end(store, tmp_path, capsys):
+    """max_steps 300 with ckpt_every 1000: the note said the first checkpoint was "due at step 1000"."""
+    run = tmp_path / "run"
+    train(config(store, run, max_steps=6, ckpt_every=100))
+    __import__("shutil").rmtree(run / "checkpoints")  # as if killed at step 3, before its only checkpoint
+    metrics = run / "metrics.jsonl"
+    metrics.write_text("".join(metrics.read_text().splitlines(keepends=True)[:3]))
+    capsys.readouterr()
+    train(config(store, run, max_steps=6, ckpt_every=100))
+    assert "(it stopped before its first checkpoint, due at step 6, its end); it starts over" in (
+        capsys.readouterr().out
+    )
 
 
 def test_ctrl_c_during_a_checkpoint_write_keeps_that_checkpoint(

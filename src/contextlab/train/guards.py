@@ -131,20 +131,23 @@ def start_fresh(run_dir: Path, cfg: RunConfig, is_main: bool) -> None:
             "use another train.out_dir, the same config, or delete the folder to start over",
         )
     if is_main:
-        _note_starting_over(run_dir, cfg.train.ckpt_every)
+        _note_starting_over(run_dir, cfg.train.ckpt_every, cfg.train.max_steps)
         truncate_metrics(run_dir, 0)
 
 
-def _note_starting_over(run_dir: Path, ckpt_every: int) -> None:
-    """Say it when a run with metrics but no finished checkpoint starts over from step 0, and why."""
+def _note_starting_over(run_dir: Path, ckpt_every: int, max_steps: int = 0) -> None:
+    """Say it when a run with metrics but no finished checkpoint starts over from step 0, and why (a run
+    of ``max_steps`` below ``ckpt_every`` writes its first checkpoint at its end)."""
     rows = read_metrics(run_dir)
     if not rows:
         return
     last = rows[-1]["step"]
+    first = min(ckpt_every, max_steps) if max_steps else ckpt_every
     if not ckpt_every:
         why = "its one checkpoint is written at the end (train.ckpt_every = 0)"
-    elif last < ckpt_every:
-        why = f"it stopped before its first checkpoint, due at step {ckpt_every}"
+    elif last < first:
+        at_end = ", its end" if first == max_steps and max_steps < ckpt_every else ""
+        why = f"it stopped before its first checkpoint, due at step {first}{at_end}"
     else:
         why = "a checkpoint write was cut off by a kill, or its checkpoints were removed"
     print(
