@@ -69,3 +69,15 @@ def test_an_interrupted_command_that_keeps_nothing_half_done_does_not_say_resume
     )
     assert _run(interrupted, "train", []) == 130
     assert capsys.readouterr().err.strip().endswith("run the same command again to resume")
+
+
+def test_only_the_first_process_of_a_torchrun_says_how_it_stopped(monkeypatch, capsys):
+    """Under torchrun every rank printed the same "terminated ... resumes from" line."""
+
+    def interrupted(argv):
+        raise KeyboardInterrupt
+
+    monkeypatch.setenv("RANK", "1")
+    assert _run(interrupted, "train", []) == 130 and capsys.readouterr().err == ""
+    monkeypatch.setenv("RANK", "0")
+    assert _run(interrupted, "train", []) == 130 and "interrupted" in capsys.readouterr().err

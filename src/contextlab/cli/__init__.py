@@ -216,10 +216,11 @@ def _run(fn: Command, name: str, argv: list[str]) -> int:
         return 2
     except KeyboardInterrupt as exc:  # a run knows whether it has a checkpoint to resume from
         again = f": {exc.rerun}" if hasattr(exc, "rerun") else _again(name)
-        print(f"\ncontextlab {name}: interrupted; run the same command again{again}", file=sys.stderr)
+        if _first_process():
+            print(f"\ncontextlab {name}: interrupted; run the same command again{again}", file=sys.stderr)
         return 130
     except SystemExit as exc:  # SIGTERM (a scheduler, `timeout`): said as Ctrl-C is (it ended in silence)
-        if _TERMINATING:
+        if _TERMINATING and _first_process():
             again = f"; run the same command again: {exc.rerun}" if hasattr(exc, "rerun") else ""
             print(f"\ncontextlab {name}: terminated (SIGTERM){again}", file=sys.stderr)
         raise
@@ -243,6 +244,12 @@ RESUMES = {
     "optimal-context",
     "profile",
 }
+
+
+def _first_process() -> bool:
+    """Whether this process speaks for the command: not a worker of rank > 0 under torchrun, whose
+    stop line repeated rank 0's once per process."""
+    return os.environ.get("RANK", "0") == "0"
 
 
 def _again(name: str) -> str:
