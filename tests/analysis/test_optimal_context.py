@@ -123,6 +123,7 @@ def test_an_interrupted_sweep_trains_only_the_cells_left(tmp_path, monkeypatch):
     assert trained == [(512, 2), (512, 12)]
     partial = json.loads((tmp_path / "sweep" / "results.json").read_text())
     assert set(partial["cells"]) == {"512/2", "512/12"} and set(partial["optimal_context"]) == {"512"}
+    assert partial["complete"] is False and partial["cells_done"] == "2 of 4"  # a killed study's file says so
     monkeypatch.setattr(
         oc,
         "fit_cell",
@@ -132,6 +133,7 @@ def test_an_interrupted_sweep_trains_only_the_cells_left(tmp_path, monkeypatch):
     )
     res = oc.run_optimal_context(cfg, progress=False)
     assert trained == [(512, 2), (512, 12), (2048, 2), (2048, 12)]  # the killed cell again, then the last
+    assert res["complete"] is True and res["cells_done"] == "4 of 4"
     whole = oc.run_optimal_context(
         _cfg(tmp_path / "whole", max_steps=40, measure_features=False), progress=False
     )

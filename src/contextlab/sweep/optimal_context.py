@@ -345,8 +345,11 @@ def _results(cfg: OptimalContextConfig, tasks: syn.ParityTasks, cells: dict, val
                 "learned": learned,
                 "within_noise": within_noise(best, _measured(row)),
             }
+    n_cells = len(cfg.data_sizes) * len(cfg.contexts)
     out = {
         "format": "contextlab-optimal-context",
+        "complete": len(cells) == n_cells,  # written after every cell: a killed study's file is partial
+        "cells_done": f"{len(cells)} of {n_cells}",
         "config": asdict(cfg),
         "bayes_risk": {str(l): syn.bayes_risk(tasks, l) for l in cfg.contexts},
         "optimal_context": optimal,
