@@ -506,3 +506,33 @@ def test_the_optimum_figure_shows_each_budgets_own_optimum_where_smoothing_moved
     own = lines["s: each budget's own"]
     assert list(own.get_ydata()) == raw and list(lines["s"].get_ydata()) == [32, 32, 32, 64, 64]
     assert figs[0].axes[0].get_ylabel() == "optimal training context (mode of 3 budgets)"
+
+
+def test_the_optimum_figure_of_two_budgets_and_one_model_says_so(monkeypatch, tmp_path):
+    """A sweep of 2 budgets and no model axis: the y label read "mode of 3 budgets" and the U-curves'
+    legend "model.size: model"."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from contextlab.sweep import compute_optimal as co
+
+    figs = []
+    monkeypatch.setattr(co, "save_png", lambda fig, path: figs.append(fig) or path)
+    optimal = {str(b): {"per_size": {"model": 32}} for b in (2e11, 6e11)}
+    result = {
+        "optimal_context_smoothed": {"model": [[2e11, 32], [6e11, 32]]},
+        "optimal": optimal,
+        "window": 3,
+        "size_key": "model.size",
+        "budget_key": "train.max_flops",
+        "curves": {b: {"model": {"32": 6.4, "64": 6.47}} for b in optimal},
+        "metric": "contextwise.best_context_loss",
+    }
+    co._plot_optimal_context(plt, result, tmp_path / "o.png")
+    assert figs[0].axes[0].get_ylabel() == "optimal training context (mode of 2 budgets)"
+    assert [t.get_text() for t in figs[0].axes[0].get_legend().get_texts()] == ["the sweep's model"]
+    co._plot_u_curves(plt, result, list(optimal), tmp_path / "u.png")
+    legend = figs[1].axes[-1].get_legend()
+    assert legend.get_title().get_text() == "" and legend.get_texts()[0].get_text() == "the sweep's model"

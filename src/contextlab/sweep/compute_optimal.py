@@ -66,9 +66,14 @@ def budget_label(budget_key: str | None, budget) -> str:
     return "all runs" if budget_key is None else f"{budget_key} {number_text(float(budget))}"
 
 
+ONE_MODEL = "model"  # the size of every run when the results have no model column
+
+
 def size_label(size_key: str, size) -> str:
     """A model of the analysis as printed and in plot legends: a named size as it is (``tiny-2x128``),
     any other model key with its name (``n_embd 64``)."""
+    if size == ONE_MODEL:  # no model column in the results: the grid does not vary the model
+        return "the sweep's model"
     return str(size) if size_key == "model.size" else f"{size_key.split('.')[-1]} {size}"
 
 
@@ -224,7 +229,7 @@ def _samples(done: list[dict], metric: str, context_key: str, size_key: str, bud
         if loss is None:
             continue
         budget = _num(r.get(budget_key)) if budget_key else 0.0
-        samples.setdefault((budget, r.get(size_key, "model"), int(float(r[context_key]))), []).append(loss)
+        samples.setdefault((budget, r.get(size_key, ONE_MODEL), int(float(r[context_key]))), []).append(loss)
     return samples
 
 
@@ -294,7 +299,7 @@ def paired_margins(runs_dir: Path, rows: list[dict], result: dict, replicate_key
             budget = _num(r.get(budget_key)) if budget_key else 0.0
             ctx = int(float(r.get(context_key) or r.get("train.seq_len")))
             replicate = tuple(str(r.get(k)) for k in replicate_keys)
-            cell = cells.setdefault((str(budget), r.get(size_key, "model"), ctx), {})
+            cell = cells.setdefault((str(budget), r.get(size_key, ONE_MODEL), ctx), {})
             cell.setdefault(replicate, []).append(r["run"])
     out: dict = {}
     read: dict = {}  # run name -> (the text its contextwise result read, document -> loss): each read once
@@ -537,7 +542,9 @@ def _plot_u_curves(plt, result: dict, budgets: list, path: Path) -> Path:
         marks += "; ranked by a mean loss (see the analysis's warning)"
     fig.subplots_adjust(bottom=0.26, top=0.88)
     fig.text(0.5, 0.015, marks, fontsize=8, ha="center", va="bottom")
-    axes[0][-1].legend(fontsize=8, title=result.get("size_key") or None, title_fontsize=8)
+    sizes = {s for b in budgets for s in result["curves"][b]}
+    title = None if sizes == {ONE_MODEL} else result.get("size_key")  # read "model.size: model"
+    axes[0][-1].legend(fontsize=8, title=title or None, title_fontsize=8)
     return save_png(fig, path)
 
 
@@ -545,7 +552,7 @@ def _plot_optimal_context(plt, result: dict, path: Path) -> Path:
     """The optimal context against the budget, one line per size: the smoothed optimum (a mode over a
     window of budgets), and each budget's own optimum as crosses where they differ."""
     fig, ax = plt.subplots(figsize=(5, 3.6))
-    w = result.get("window", 3)
+    w = min(result.get("window", 3), len(result["optimal"]))  # "mode of 3 budgets" of 2 budgets
     for size, pts in sorted(result["optimal_context_smoothed"].items(), key=lambda sp: _order(sp[0])):
         label = size_label(result["size_key"], size)
         line = ax.plot([float(b) for b, _ in pts], [c for _, c in pts], marker="o", label=label)[0]
