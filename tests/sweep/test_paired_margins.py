@@ -163,7 +163,9 @@ def test_an_incomplete_grid_is_said_not_averaged_over_other_seeds_silently(tmp_p
     (tmp_path / "sweep.toml").write_text('[grid]\n"train.context" = [64, 128]\n"train.seed" = [0, 1]\n')
     res = compute_optimal(tmp_path)
     notes = res["notes"]
-    assert notes[0] == "4 of 5 runs of the grid are done (1 pending); the analysis reads the done ones"
+    assert notes[0] == (
+        "4 of 5 runs of the grid are done (1 pending: c128_s1_f1e+12); the analysis reads the done ones"
+    )
     assert (
         "train.max_flops 1e12, m: the contexts have unequal numbers of finished replicates (64: 2, 128: 1)"
         in notes[1]

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from contextlab.errors import UserError
+from contextlab.errors import UserError, some
 from contextlab.figures import pyplot, save_png
 from contextlab.io import atomic_write_json
 
@@ -152,7 +152,11 @@ def _unfinished(rows: list[dict]) -> list[str]:
         return []
     which = ", ".join(f"{n} {st}" for st, n in sorted(left.items()))
     done = len(rows) - sum(left.values())
-    return [f"{done} of {len(rows)} runs of the grid are done ({which}); the analysis reads the done ones"]
+    names = some([r.get("run") for r in rows if r.get("status") != "done" and r.get("run")], 4)
+    return [
+        f"{done} of {len(rows)} runs of the grid are done ({which}: {names}); the analysis reads the done "
+        "ones"
+    ]
 
 
 def _thin_cells(samples: dict, budget_key: str | None, size_key: str) -> list[str]:
