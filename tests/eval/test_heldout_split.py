@@ -395,7 +395,9 @@ def test_another_model_reads_what_a_run_held_out_and_a_pair_shares_one_part(proj
         heldout.shared_run([str(base)], store)
 
 
-def test_ep_and_splice_runs_read_and_validate_on_the_documents_their_packs_held_out(project, tmp_path):
+def test_ep_and_splice_runs_read_and_validate_on_the_documents_their_packs_held_out(
+    project, tmp_path, capsys
+):
     """Packed holding documents out (the default), two packings of one store hold out the same documents:
     --split run reads them for both runs (before, two packings held out different sequences and a paired
     reading was refused), the runs' validation rows are the same, and the report draws them together."""
@@ -419,7 +421,12 @@ def test_ep_and_splice_runs_read_and_validate_on_the_documents_their_packs_held_
     # in the documents (a user's SPLICE - EP comparison was refused as "not the same samples")
     for run in runs:
         assert main(["eval", "ppl", "--model", str(run), "--split", "run", "--no-progress"]) == 0
+    capsys.readouterr()
     assert main(["compare", str(runs[1]), str(runs[0])]) == 0
+    said = " ".join(capsys.readouterr().out.split())  # and names what the two runs differ in
+    here = tmp_path.name
+    named = f"note: A and B were trained with other setting: data.packed {here}/splice vs {here}/ep"
+    assert named in said
     args = pack_argv(project, "--val-fraction", "0.1")
     assert main([*args, "--out", str(tmp_path / "ep10")]) == 0
     train(_config(tmp_path / "run_ep10", packed=str(tmp_path / "ep10"), mode="packed"))

@@ -459,7 +459,7 @@ def training_note(a: Side, b: Side) -> list[str]:
     minutes): their difference is partly of that. [] when equal or unknown (a model trained elsewhere)."""
     from contextlab import rundir
 
-    seen = []
+    seen, runs = [], []
     for s in (a, b):
         model = (s.doc.get("model") or {}).get("path")
         try:
@@ -472,21 +472,64 @@ def training_note(a: Side, b: Side) -> list[str]:
         rows = [r for r in rundir.read_metrics(run) if step is None or r.get("step", 0) <= step]
         if not rows:
             return []
+        runs.append(run)
         seen.append((rows[-1].get("step"), rows[-1].get("tokens"), _flops_at(run, rows[-1].get("tokens"))))
+    differ = config_note(*runs)
     (sa, ta, fa), (sb, tb, fb) = seen
     if (sa, ta) == (sb, tb):
-        return []
+        return differ
     amount = lambda st, tk: f"{st:,} steps" + (f", {tk:,} tokens" if isinstance(tk, int) else "")
     if fa and fb and abs(fa - fb) <= 0.01 * max(fa, fb):  # an equal-compute design: the point, not a confound
-        return [
+        return differ + [
             f"A and B trained with the same compute ({fa:.3g} and {fb:.3g} FLOPs): A {amount(sa, ta)}, B "
             f"{amount(sb, tb)}, which equal compute implies for their setups; the difference is at equal "
             "training FLOPs"
         ]
-    return [
+    return differ + [
         f"A was trained {amount(sa, ta)}, B {amount(sb, tb)}: the difference is partly of how long each "
         "trained, not only of what differs in their setup"
     ]
+
+
+# config keys that say how a run was written or logged, not what it trained: never named as a difference
+HOW_WRITTEN = {
+    f"train.{k}"
+    for k in (
+        *("out_dir", "log_every", "val_every", "ckpt_every", "keep_last", "progress", "tensorboard"),
+        *("compile", "threads", "peak_flops", "deterministic", "parallel"),
+    )
+} | {"data.verify"}
+
+
+def config_note(run_a: Path, run_b: Path, show: int = 4) -> list[str]:
+    """One line naming the settings A's and B's training configs differ in, with both values (what the
+    comparison measures; a user's SPLICE - EP comparison named neither); [] when a config is missing."""
+    from contextlab import rundir
+
+    flat = []
+    for run in (run_a, run_b):
+        try:
+            cfg = rundir.read_config(run)
+        except UserError:
+            return []
+        if not cfg:
+            return []
+        flat.append({f"{sec}.{k}": v for sec, d in cfg.items() if isinstance(d, dict) for k, v in d.items()})
+    fa, fb = flat
+    keys = [k for k in sorted(set(fa) | set(fb)) if k not in HOW_WRITTEN and fa.get(k) != fb.get(k)]
+    if not keys:
+        return ["A and B were trained with the same config: the difference is of training noise alone"]
+    shown = "; ".join(f"{k} {_config_value(fa.get(k))} vs {_config_value(fb.get(k))}" for k in keys[:show])
+    more = f"; and {len(keys) - show} more" if len(keys) > show else ""
+    return [f"A and B were trained with other {'settings' if len(keys) > 1 else 'setting'}: {shown}{more}"]
+
+
+def _config_value(v) -> str:
+    """A config value as the note shows it: a path by its last two parts, a missing one as (unset)."""
+    if v is None:
+        return "(unset)"
+    text = str(v)
+    return "/".join(Path(text).parts[-2:]) if "/" in text and len(text) > 40 else text
 
 
 def _flops_at(run: Path, tokens) -> float | None:
