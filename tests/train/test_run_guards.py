@@ -649,3 +649,19 @@ def test_a_signal_ignored_is_left_ignored(store, tmp_path, monkeypatch, request)
     monkeypatch.setattr(Trainer, "train_step", poke)
     train(config(store, tmp_path / "run", max_steps=6, ckpt_every=100))
     assert kept(tmp_path / "run") == [6] and signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+
+
+def test_a_resume_on_another_number_of_processes_is_said(store, tmp_path, capsys):
+    """A 2-process run resumed on 1 process said only "resuming ... from step_000004"."""
+    run = tmp_path / "run"
+    train(config(store, run, max_steps=4))
+    state_file = run / "checkpoints" / "step_000004" / "state.json"
+    state = json.loads(state_file.read_text())
+    state["world_size"] = 2  # as a torchrun of 2 processes records it
+    state_file.write_text(json.dumps(state))
+    capsys.readouterr()
+    train(config(store, run, max_steps=8))
+    assert (
+        f"note: {run} trained on 2 process(es) up to step_000004 and goes on on 1: the same batches and "
+        "schedule"
+    ) in capsys.readouterr().out

@@ -122,6 +122,13 @@ def resume(tr) -> None:
             f"{tr.cfg.train.dtype} would go on in {tr.dtype}; set train.dtype = auto (or "
             f"{state['dtype']}) to resume it, or use another train.out_dir"
         )
+    was_world = state.get("world_size")
+    if was_world and was_world != tr.info.world_size and tr.info.is_main:  # allowed, and said
+        print(
+            f"note: {tr.run_dir} trained on {was_world} process(es) up to {latest.name} and goes on on "
+            f"{tr.info.world_size}: the same batches and schedule; the losses after it follow an "
+            "uninterrupted run's within float rounding, not bit for bit (dropout draws new masks)"
+        )
     D.load_full_state_dicts(tr.wrapped, tr.opt, model_state, optim_state)
     tr.loader.load_state_dict(state["loader"])
     tr._next = None

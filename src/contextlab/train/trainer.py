@@ -186,7 +186,8 @@ class Trainer:
             save_tokenizer(self.run_dir, self.store.path / "tokenizer", self.store.tokenizer_spec)
             print(
                 describe(self.model) + f"; {self.objective.name}; {self.rows} rows x {t.context} tokens/step"
-                f" on {self.info.world_size} process(es), {self.info.device.type}, {self.dtype}"
+                f" on {self.info.world_size} process(es){self._strategy()}, {self.info.device.type}, "
+                f"{self.dtype}"
                 + (
                     f" ({why_auto(self.dtype, self.info.device, self.recorded_dtype)})"
                     if t.dtype == "auto"
@@ -223,6 +224,10 @@ class Trainer:
         D.barrier(self.info)
 
     # ------------------------------------------------------------------ steps
+    def _strategy(self) -> str:
+        """How several processes share the model, for the start line ("" for one process)."""
+        return f" ({self.cfg.train.parallel})" if self.info.world_size > 1 else ""
+
     def _autocast(self):
         if self.dtype != "bf16":
             return nullcontext()
