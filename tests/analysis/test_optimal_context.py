@@ -124,6 +124,12 @@ def test_an_interrupted_sweep_trains_only_the_cells_left(tmp_path, monkeypatch):
     partial = json.loads((tmp_path / "sweep" / "results.json").read_text())
     assert set(partial["cells"]) == {"512/2", "512/12"} and set(partial["optimal_context"]) == {"512"}
     assert partial["complete"] is False and partial["cells_done"] == "2 of 4"  # a killed study's file says so
+    from contextlab.cli.optimal_context import format_table
+
+    table = format_table(partial)  # its table too, the cells not run yet shown as '.'
+    assert table.endswith("partial: 2 of 4 cells; run the same command again to finish the others")
+    row = next(line for line in table.splitlines() if line.split()[:1] == ["2048"])
+    assert row.split()[1:3] == [".", "."]
     monkeypatch.setattr(
         oc,
         "fit_cell",

@@ -58,7 +58,10 @@ def format_table(res: dict) -> str:
         lines.append(f"{'Bayes/val':>8} " + " ".join(f"{on_val[str(l)]:>7.4f}" for l in cfg["contexts"]))
     for D in cfg["data_sizes"]:
         shown = lambda v: f"{'-':>7}" if v is None else f"{v:>7.4f}"
-        row = " ".join(shown(cells[f"{D}/{l}"]["best_val_loss"]) for l in cfg["contexts"])
+        row = " ".join(  # a cell a stopped study has not run yet: '.'
+            shown(cells[f"{D}/{l}"]["best_val_loss"]) if f"{D}/{l}" in cells else f"{'.':>7}"
+            for l in cfg["contexts"]
+        )
         opt_ = res["optimal_context"].get(str(D))
         if opt_ is None:
             said = "(none: no cell has a loss)"
@@ -79,6 +82,8 @@ def format_table(res: dict) -> str:
             + ", ".join(f"{k} {_r(v)}" for k, v in fits.items())
         )
     lines += res.get("text", [])
+    if res.get("complete") is False:  # a stopped study's file: the optimum of a row may still move
+        lines.append(f"partial: {res['cells_done']} cells; run the same command again to finish the others")
     return "\n".join(lines)
 
 
