@@ -556,6 +556,21 @@ def test_a_resume_whose_validation_rows_differ_from_the_recorded_ones_says_so(st
 # ---------------------------------------------------------------------------- a stop signal mid-run
 
 
+def signal_in_step(monkeypatch, step: int, *signums: int) -> None:
+    """Make training send itself ``signums`` as step ``step`` (counted from 1) starts to compute."""
+    import os
+
+    real = Trainer.train_step
+
+    def train_step(self):
+        if self.state["step"] == step - 1:
+            for signum in signums:
+                os.kill(os.getpid(), signum)
+        return real(self)
+
+    monkeypatch.setattr(Trainer, "train_step", train_step)
+
+
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
 def test_a_stop_signal_mid_run_checkpoints_that_step_and_the_rerun_redoes_nothing(
     store, tmp_path, monkeypatch, capsys, request, signame
@@ -564,7 +579,6 @@ def test_a_stop_signal_mid_run_checkpoints_that_step_and_the_rerun_redoes_nothin
     so the rerun went back to the newest periodic checkpoint and redid up to ckpt_every steps: the
     step in flight is finished and checkpointed, the command ends as the signal ends it, and the rerun
     goes on from that step with the numbers of an uninterrupted run."""
-    import os
     import signal
 
     import contextlab.cli as cli
@@ -577,14 +591,7 @@ def test_a_stop_signal_mid_run_checkpoints_that_step_and_the_rerun_redoes_nothin
     request.addfinalizer(lambda: signal.signal(signum, inherited))
     request.addfinalizer(cli._TERMINATING.clear)
     real_step = Trainer.train_step
-
-    def step_then_signal(self):
-        out = real_step(self)
-        if self.state["step"] == 6:  # arrives while step 7 is computed
-            os.kill(os.getpid(), signum)
-        return out
-
-    monkeypatch.setattr(Trainer, "train_step", step_then_signal)
+    signal_in_step(monkeypatch, 7, signum)
     run = tmp_path / "run"
     capsys.readouterr()
     expected = KeyboardInterrupt if signum == signal.SIGINT else SystemExit
@@ -611,20 +618,11 @@ def test_a_stop_signal_mid_run_checkpoints_that_step_and_the_rerun_redoes_nothin
 
 def test_a_second_ctrl_c_stops_at_once(store, tmp_path, monkeypatch, capsys, request):
     """Ctrl-C twice: the second one does not wait for the step's checkpoint."""
-    import os
     import signal
 
     inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
     request.addfinalizer(lambda: signal.signal(signal.SIGINT, inherited))
-    real_step = Trainer.train_step
-
-    def twice(self):
-        if self.state["step"] == 5:
-            os.kill(os.getpid(), signal.SIGINT)
-            os.kill(os.getpid(), signal.SIGINT)  # raises here, inside the step
-        return real_step(self)
-
-    monkeypatch.setattr(Trainer, "train_step", twice)
+    signal_in_step(monkeypatch, 6, signal.SIGINT, signal.SIGINT)  # the second raises inside step 6
     run = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
         train(config(store, run, max_steps=12, ckpt_every=4))
@@ -634,19 +632,11 @@ def test_a_second_ctrl_c_stops_at_once(store, tmp_path, monkeypatch, capsys, req
 
 def test_a_signal_ignored_is_left_ignored(store, tmp_path, monkeypatch, request):
     """A background job's SIGINT is ignored: training neither stops nor announces a stop for it."""
-    import os
     import signal
 
     inherited = signal.signal(signal.SIGINT, signal.SIG_IGN)
     request.addfinalizer(lambda: signal.signal(signal.SIGINT, inherited))
-    real_step = Trainer.train_step
-
-    def poke(self):
-        if self.state["step"] == 2:
-            os.kill(os.getpid(), signal.SIGINT)
-        return real_step(self)
-
-    monkeypatch.setattr(Trainer, "train_step", poke)
+    signal_in_step(monkeypatch, 3, signal.SIGINT)
     train(config(store, tmp_path / "run", max_steps=6, ckpt_every=100))
     assert kept(tmp_path / "run") == [6] and signal.getsignal(signal.SIGINT) == signal.SIG_IGN
 
