@@ -491,37 +491,27 @@ def training_note(a: Side, b: Side) -> list[str]:
     ]
 
 
-# config keys that say how a run was written or logged, not what it trained: never named as a difference
-HOW_WRITTEN = {
-    f"train.{k}"
-    for k in (
-        *("out_dir", "log_every", "val_every", "ckpt_every", "keep_last", "progress", "tensorboard"),
-        *("compile", "threads", "peak_flops", "deterministic", "parallel"),
-    )
-} | {"data.verify"}
+BUDGET_KEYS = {("train", k) for k in ("max_steps", "max_tokens", "max_flops", "max_minutes", "patience")}
 
 
 def config_note(run_a: Path, run_b: Path, show: int = 4) -> list[str]:
     """One line naming the settings A's and B's training configs differ in, with both values (what the
     comparison measures; a user's SPLICE - EP comparison named neither); [] when a config is missing."""
-    from contextlab import rundir
+    from contextlab.compare.pairing import config_differences
+    from contextlab.train.config import RESUME_FREE
 
-    flat = []
-    for run in (run_a, run_b):
-        try:
-            cfg = rundir.read_config(run)
-        except UserError:
-            return []
-        if not cfg:
-            return []
-        flat.append({f"{sec}.{k}": v for sec, d in cfg.items() if isinstance(d, dict) for k, v in d.items()})
-    fa, fb = flat
-    keys = [k for k in sorted(set(fa) | set(fb)) if k not in HOW_WRITTEN and fa.get(k) != fb.get(k)]
-    if not keys:
+    # how a run was written or logged, not what it trained: the keys a resume may change, but its budget
+    written = {f"{section}.{key}" for section, key in RESUME_FREE - BUDGET_KEYS}
+    differ = config_differences(str(run_a), str(run_b), lambda k: k in written)
+    if differ is None:
+        return []
+    if not differ:
         return ["A and B were trained with the same config: the difference is of training noise alone"]
-    shown = "; ".join(f"{k} {_config_value(fa.get(k))} vs {_config_value(fb.get(k))}" for k in keys[:show])
-    more = f"; and {len(keys) - show} more" if len(keys) > show else ""
-    return [f"A and B were trained with other {'settings' if len(keys) > 1 else 'setting'}: {shown}{more}"]
+    shown = "; ".join(
+        f"{k} {_config_value(a)} vs {_config_value(b)}" for k, (a, b) in list(differ.items())[:show]
+    )
+    more = f"; and {len(differ) - show} more" if len(differ) > show else ""
+    return [f"A and B were trained with other {'settings' if len(differ) > 1 else 'setting'}: {shown}{more}"]
 
 
 def _config_value(v) -> str:

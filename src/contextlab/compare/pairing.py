@@ -283,3 +283,25 @@ def _smaller(va, vb):
 def _short(v) -> str:
     s = str(v)
     return s[:12] if isinstance(v, str) and len(s) == 64 else s  # a sha256 is told apart by its start
+
+
+def config_differences(model_a: str | None, model_b: str | None, leave_out) -> dict | None:
+    """The config keys whose values differ between the runs of models (or runs) ``model_a`` and
+    ``model_b``: dotted key -> (value in A, value in B), keys ``leave_out(key)`` is true of left out;
+    None when either is no contextlab run (or its config.toml is missing)."""
+    from contextlab.config import flat_keys
+    from contextlab.rundir import read_config, run_of
+
+    if not model_a or not model_b:
+        return None
+    try:
+        ca, cb = (read_config(run_of(m)) for m in (model_a, model_b))
+    except (UserError, OSError, ValueError):
+        return None
+    if not ca or not cb:
+        return None
+    fa, fb = flat_keys(ca), flat_keys(cb)
+    same = lambda k: json.dumps(fa.get(k), sort_keys=True) == json.dumps(fb.get(k), sort_keys=True)
+    return {
+        k: (fa.get(k), fb.get(k)) for k in sorted(fa.keys() | fb.keys()) if not leave_out(k) and not same(k)
+    }

@@ -141,25 +141,16 @@ def _check_same_contrast(docs: list[dict]) -> None:
 
 def _contrast(a: str | None, b: str | None) -> dict | None:
     """The config keys whose values differ between the runs of models ``a`` and ``b`` (dotted key ->
-    (value in a, value in b)), ``FREE_KEYS`` and the keys that change no number (threads, logging,
-    checkpoint cadence: ``RESUME_FREE``) left out; None when either is no contextlab run."""
-    from contextlab.rundir import read_config, run_of
-
-    if not a or not b:
-        return None
-    try:
-        ca, cb = (read_config(run_of(m)) for m in (a, b))
-    except UserError:
-        return None
-    if not ca or not cb:
-        return None
-    from contextlab.config import flat_keys
+    (value in a, value in b), as JSON), ``FREE_KEYS`` and the keys that change no number (threads,
+    logging, checkpoint cadence: ``RESUME_FREE``) left out; None when either is no contextlab run."""
+    from contextlab.compare.pairing import config_differences
     from contextlab.train.config import RESUME_FREE
 
-    fa, fb = ({k: json.dumps(v, sort_keys=True) for k, v in flat_keys(c).items()} for c in (ca, cb))
     free = {f"{section}.{key}" for section, key in RESUME_FREE}  # how a run ran, not what it computed
-    keys = {k for k in fa.keys() | fb.keys() if k.split(".")[-1] not in FREE_KEYS and k not in free}
-    return {k: (fa.get(k), fb.get(k)) for k in keys if fa.get(k) != fb.get(k)}
+    differ = config_differences(a, b, lambda k: k.split(".")[-1] in FREE_KEYS or k in free)
+    if differ is None:
+        return None
+    return {k: tuple(json.dumps(v, sort_keys=True) for v in vs) for k, vs in differ.items()}
 
 
 def _at(results: dict, path: tuple[str, ...]) -> dict | None:

@@ -215,14 +215,11 @@ class Source:
                 f"--split applies to a saved Hugging Face DatasetDict, and {self.given} is a {self.kind} "
                 "source; leave --split out"
             )
+        defaults = {f.name: f.default for f in dataclasses.fields(SourceOptions)}
         fields = [
-            (flag, value)
-            for flag, value, default in (
-                ("--text-field", self.options.text_field, "text"),
-                ("--domain-field", self.options.domain_field, None),
-                ("--path-field", self.options.path_field, None),
-            )
-            if value != default
+            (f"--{name.replace('_', '-')}", getattr(self.options, name))
+            for name in ("text_field", "domain_field", "path_field")
+            if getattr(self.options, name) != defaults[name]
         ]
         if fields and self.kind in ("folder", "file"):
             flag, value = fields[0]

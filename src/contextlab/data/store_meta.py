@@ -65,6 +65,8 @@ def what_it_is(path: str | os.PathLike) -> str | None:
     fmt = meta_format(path)
     if fmt not in WHAT_IT_IS:
         return None
+    if fmt != "contextlab-packed-store":
+        return WHAT_IT_IS[fmt]
     return WHAT_IT_IS[fmt].format(store=packed_from(path) or "the store it was packed from")
 
 

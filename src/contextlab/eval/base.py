@@ -128,6 +128,7 @@ def training_store_note(store, model: str, what: str, split: str | None) -> str 
 
 
 _LINE_ENDS_NOTED: set[tuple[str, str]] = set()  # (run, store hash) whose line ends were compared
+_CR_SHARES: dict[str, float] = {}  # store content hash -> the share of its tokens holding a carriage return
 
 
 def line_end_note(store, model: str) -> str | None:
@@ -151,7 +152,10 @@ def line_end_note(store, model: str) -> str | None:
         return None
     if trained is None or trained.hash == store.hash:
         return None
-    a, b = carriage_return_share(trained), carriage_return_share(store)
+    for s in (trained, store):  # a profile reads several stores against one training store: once each
+        if s.hash not in _CR_SHARES:
+            _CR_SHARES[s.hash] = carriage_return_share(s)
+    a, b = _CR_SHARES[trained.hash], _CR_SHARES[store.hash]
     if (a >= CR_SHARE) == (b >= CR_SHARE):
         return None
     ends = lambda share: (

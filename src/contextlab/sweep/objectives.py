@@ -52,8 +52,11 @@ def objective_ranking(results_csv: str | Path) -> list[str]:
 def _unfinished(r: dict) -> str:
     """How far a run that did not finish got, in words: its status, step and share of its budget."""
     where = f"{r.get('status') or 'unfinished'} at step {r['steps']}" if r.get("steps") else r.get("status")
-    for key in ("train.max_flops", "train.max_tokens", "train.max_steps"):
-        spent = {"train.max_flops": "flops", "train.max_tokens": "tokens", "train.max_steps": "steps"}[key]
+    for key, spent in (
+        ("train.max_flops", "flops"),
+        ("train.max_tokens", "tokens"),
+        ("train.max_steps", "steps"),
+    ):
         try:
             share = float(r[spent]) / float(r[key])
         except (KeyError, TypeError, ValueError, ZeroDivisionError):
